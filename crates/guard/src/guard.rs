@@ -1,0 +1,393 @@
+//! The held guard: open, check, lock, release.
+
+use crate::name::{check_resource_name, guard_name, guard_temp_name};
+use crate::token::random_token;
+use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags};
+use rustix::io::Errno;
+use std::path::{Path, PathBuf};
+
+/// The mode a guard is published with. Any mode works for locking (a privacy tidy may chmod a
+/// guard to 0660); 0444 lets other coordinator users open it read-only and keeps ordinary
+/// writers from putting bytes in it.
+pub const GUARD_MODE: u32 = 0o444;
+
+/// Device and inode of a file: what identifies a guard across descriptors and processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FileId {
+    /// `st_dev` of the file.
+    pub dev: u64,
+    /// `st_ino` of the file.
+    pub ino: u64,
+}
+
+/// Errors of [`Guard::try_acquire`] and [`Guard::from_received`].
+pub mod acquire {
+    use super::FileId;
+    use crate::filesystem::Refused;
+    use crate::name::NameProblem;
+    use std::path::PathBuf;
+
+    /// Why a guard could not be acquired. Busy is not among them: it is `Ok(None)`.
+    #[derive(Debug, thiserror::Error)]
+    #[non_exhaustive]
+    pub enum Error {
+        /// The resource name cannot carry a guard.
+        #[error("cannot guard resource {resource:?} in {dir}: {problem}")]
+        InvalidName {
+            /// Directory the resource lives in.
+            dir: PathBuf,
+            /// The name given.
+            resource: String,
+            /// What is wrong with it.
+            problem: NameProblem,
+        },
+        /// A symbolic link sits at the guard name.
+        #[error(
+            "guard {path} is a symbolic link and is never followed; remove the link during a \
+             quiescent maintenance window (worklane recreates the guard)"
+        )]
+        Symlink {
+            /// The guard's path.
+            path: PathBuf,
+        },
+        /// Something other than a regular file sits at the guard name.
+        #[error(
+            "guard {path} is a {kind}, not an empty regular file; remove it during a quiescent \
+             maintenance window (worklane recreates the guard)"
+        )]
+        NotRegular {
+            /// The guard's path.
+            path: PathBuf,
+            /// What it is instead.
+            kind: &'static str,
+        },
+        /// The guard file has contents.
+        #[error(
+            "guard {path} holds {size} bytes but a guard is always empty; move it aside during a \
+             quiescent maintenance window (worklane recreates the guard)"
+        )]
+        NotEmpty {
+            /// The guard's path.
+            path: PathBuf,
+            /// Its size in bytes.
+            size: u64,
+        },
+        /// Opening the guard landed on a closed standard stream.
+        #[error(
+            "guard {path} opened as descriptor {fd}, a closed standard stream, and was closed \
+             again; keep descriptors 0, 1 and 2 open (redirect unused ones to /dev/null)"
+        )]
+        StdStreamClosed {
+            /// The guard's path.
+            path: PathBuf,
+            /// The descriptor number it landed on.
+            fd: i32,
+        },
+        /// The guard's filesystem does not give local `flock` semantics.
+        #[error("guard {path} is refused")]
+        Filesystem {
+            /// The guard's path.
+            path: PathBuf,
+            /// The filesystem verdict.
+            #[source]
+            refused: Refused,
+        },
+        /// A received descriptor refers to another file than the expected guard.
+        #[error(
+            "the received descriptor is not guard {path}: it is device {} inode {}, the guard is \
+             device {} inode {}",
+            got.dev, got.ino, want.dev, want.ino
+        )]
+        NotTheGuard {
+            /// The guard's path.
+            path: PathBuf,
+            /// What the descriptor refers to.
+            got: FileId,
+            /// What the guard at the path is.
+            want: FileId,
+        },
+        /// A received descriptor is the guard, but another open file description holds it.
+        #[error(
+            "the received descriptor for guard {path} does not hold its lock: another process \
+             does, so the sender never held it"
+        )]
+        NotHeld {
+            /// The guard's path.
+            path: PathBuf,
+        },
+        /// A system call failed.
+        #[error("cannot {op} guard {path}")]
+        Io {
+            /// What was being done.
+            op: &'static str,
+            /// The guard's (or its temp alias's) path.
+            path: PathBuf,
+            /// The system error.
+            #[source]
+            source: std::io::Error,
+        },
+    }
+}
+
+use acquire::Error;
+
+/// A held guard: the exclusive `flock` on the open file description of `.F.flock`.
+///
+/// The lock is held for exactly as long as this value (or a duplicate of its descriptor made
+/// with `dup`, `fork` or `SCM_RIGHTS`) exists. Dropping it closes the descriptor; it never calls
+/// `LOCK_UN`, which would end the lock for every duplicate too, and it never unlinks the guard.
+#[derive(Debug)]
+#[must_use = "the guard is released as soon as it is dropped"]
+pub struct Guard {
+    fd: OwnedFd,
+    id: FileId,
+}
+
+impl Guard {
+    /// Tries to take the guard of resource file `resource` in the directory `dir` (whose path
+    /// `dir_path` is used only in messages). Creates the guard inode first if it does not exist.
+    ///
+    /// Returns `Ok(None)` when another open file description holds it (busy), never blocks.
+    pub fn try_acquire(
+        dir: impl AsFd,
+        dir_path: &Path,
+        resource: &str,
+    ) -> Result<Option<Guard>, Error> {
+        let dir = dir.as_fd();
+        check_resource_name(resource).map_err(|problem| Error::InvalidName {
+            dir: dir_path.to_owned(),
+            resource: resource.to_owned(),
+            problem,
+        })?;
+        let name = guard_name(resource);
+        let path = dir_path.join(&name);
+        let (fd, id) = open_checked(dir, &name, &path, true)?;
+        match lock_nonblocking(&fd, &path)? {
+            true => Ok(Some(Guard { fd, id })),
+            false => Ok(None),
+        }
+    }
+
+    /// Rebuilds a held guard from a descriptor received from another process (for example over
+    /// `SCM_RIGHTS`), after checking that it refers to the guard of `resource` in `dir` (device
+    /// and inode both compared) and that its open file description holds the lock.
+    ///
+    /// Re-asserting the lock is `flock(LOCK_EX | LOCK_NB)` on the received descriptor: it
+    /// succeeds when the sender's description holds the lock (or nobody does, in which case the
+    /// receiver now holds it), and fails with [`acquire::Error::NotHeld`] when another
+    /// description holds it. The descriptor is closed on every refusal.
+    pub fn from_received(
+        fd: OwnedFd,
+        dir: impl AsFd,
+        dir_path: &Path,
+        resource: &str,
+    ) -> Result<Guard, Error> {
+        let dir = dir.as_fd();
+        check_resource_name(resource).map_err(|problem| Error::InvalidName {
+            dir: dir_path.to_owned(),
+            resource: resource.to_owned(),
+            problem,
+        })?;
+        let name = guard_name(resource);
+        let path = dir_path.join(&name);
+        let got = check_descriptor(&fd, &path)?;
+        let (expected, want) = open_checked(dir, &name, &path, false)?;
+        drop(expected);
+        if got != want {
+            return Err(Error::NotTheGuard { path, got, want });
+        }
+        match lock_nonblocking(&fd, &path)? {
+            true => Ok(Guard { fd, id: got }),
+            false => Err(Error::NotHeld { path }),
+        }
+    }
+
+    /// Device and inode of the guard file.
+    #[must_use]
+    pub fn file_id(&self) -> FileId {
+        self.id
+    }
+
+    /// Releases the guard now by closing this descriptor. The same as dropping it; a duplicate
+    /// of the descriptor held elsewhere keeps the lock until it closes too.
+    pub fn release(self) {
+        drop(self);
+    }
+}
+
+impl AsFd for Guard {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// Whether the guard of `resource` is held by anyone right now (a nonblocking probe that takes
+/// and immediately releases the lock when it is free).
+pub fn is_held(dir: impl AsFd, dir_path: &Path, resource: &str) -> Result<bool, Error> {
+    Ok(Guard::try_acquire(dir, dir_path, resource)?.is_none())
+}
+
+fn io<'p>(op: &'static str, path: &'p Path) -> impl FnOnce(Errno) -> Error + 'p {
+    move |e| Error::Io {
+        op,
+        path: path.to_owned(),
+        source: e.into(),
+    }
+}
+
+/// Opens the guard named `name` in `dir` without following a symlink or blocking on a FIFO,
+/// creating it first when `create` is set, and checks every property a guard must have.
+fn open_checked(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    path: &Path,
+    create: bool,
+) -> Result<(OwnedFd, FileId), Error> {
+    let flags =
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+    let mut published = false;
+    let fd = loop {
+        match rustix::fs::openat(dir, name, flags, Mode::empty()) {
+            Ok(fd) => break fd,
+            Err(Errno::NOENT) if create && !published => {
+                publish(dir, name, path)?;
+                published = true;
+            }
+            Err(Errno::LOOP) => {
+                return Err(Error::Symlink {
+                    path: path.to_owned(),
+                });
+            }
+            Err(Errno::NXIO) => {
+                return Err(Error::NotRegular {
+                    path: path.to_owned(),
+                    kind: "socket or device without a reader",
+                });
+            }
+            Err(e) => return Err(io("open", path)(e)),
+        }
+    };
+    let id = check_descriptor(&fd, path)?;
+    Ok((fd, id))
+}
+
+/// Checks a guard descriptor: above the standard streams, an empty regular file, on a
+/// filesystem with local `flock`. Closes it (by dropping) on refusal.
+fn check_descriptor(fd: &OwnedFd, path: &Path) -> Result<FileId, Error> {
+    let raw = fd.as_raw_fd();
+    if raw <= 2 {
+        return Err(Error::StdStreamClosed {
+            path: path.to_owned(),
+            fd: raw,
+        });
+    }
+    let stat = rustix::fs::fstat(fd).map_err(io("fstat", path))?;
+    let kind = FileType::from_raw_mode(stat.st_mode);
+    if kind != FileType::RegularFile {
+        return Err(Error::NotRegular {
+            path: path.to_owned(),
+            kind: describe(kind),
+        });
+    }
+    if stat.st_size != 0 {
+        return Err(Error::NotEmpty {
+            path: path.to_owned(),
+            size: u64::try_from(stat.st_size).unwrap_or(u64::MAX),
+        });
+    }
+    match crate::sys::filesystem_of(fd.as_fd()) {
+        Ok(Ok(_)) => {}
+        Ok(Err(refused)) => {
+            return Err(Error::Filesystem {
+                path: path.to_owned(),
+                refused,
+            });
+        }
+        Err(source) => {
+            return Err(Error::Io {
+                op: "fstatfs",
+                path: path.to_owned(),
+                source,
+            });
+        }
+    }
+    #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+    Ok(FileId {
+        dev: stat.st_dev as u64,
+        ino: stat.st_ino as u64,
+    })
+}
+
+/// Permission bits as the platform's `Mode` (`mode_t` is 16 bits on macOS, 32 on Linux).
+#[allow(clippy::unnecessary_cast)]
+fn mode(bits: u32) -> Mode {
+    Mode::from_bits_truncate((bits & 0o7777) as rustix::fs::RawMode)
+}
+
+fn describe(kind: FileType) -> &'static str {
+    match kind {
+        FileType::RegularFile => "regular file",
+        FileType::Directory => "directory",
+        FileType::Symlink => "symbolic link",
+        FileType::Fifo => "FIFO",
+        FileType::Socket => "socket",
+        FileType::CharacterDevice => "character device",
+        FileType::BlockDevice => "block device",
+        _ => "file of unknown type",
+    }
+}
+
+/// `flock(LOCK_EX | LOCK_NB)` on `fd`: `Ok(true)` when held, `Ok(false)` when busy.
+///
+/// See <https://man7.org/linux/man-pages/man2/flock.2.html>.
+fn lock_nonblocking(fd: &OwnedFd, path: &Path) -> Result<bool, Error> {
+    loop {
+        match rustix::fs::flock(fd, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(true),
+            Err(Errno::WOULDBLOCK) => return Ok(false),
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(io("flock", path)(e)),
+        }
+    }
+}
+
+/// Publishes the guard `name`: an empty file created exclusively under a random temp alias,
+/// given mode 0444 through its own descriptor (so no umask can change it), then hard-linked to
+/// `name` (already there: someone else published first, theirs is used), then the temp alias
+/// is unlinked. A crash before the link leaves no guard; after it, a complete guard.
+fn publish(dir: BorrowedFd<'_>, name: &str, path: &Path) -> Result<(), Error> {
+    let resource = &name[1..name.len() - crate::name::GUARD_SUFFIX.len()];
+    let (temp, temp_path) = loop {
+        let temp = guard_temp_name(resource, &random_token());
+        let temp_path = path.with_file_name(&temp);
+        let flags =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        match rustix::fs::openat(dir, temp.as_str(), flags, mode(0o400)) {
+            Ok(fd) => {
+                let chmod = rustix::fs::fchmod(&fd, mode(GUARD_MODE));
+                drop(fd);
+                if let Err(e) = chmod {
+                    let _ = rustix::fs::unlinkat(dir, temp.as_str(), AtFlags::empty());
+                    return Err(io("set the mode of", &temp_path)(e));
+                }
+                break (temp, temp_path);
+            }
+            Err(Errno::EXIST) => continue,
+            Err(e) => return Err(io("create", &temp_path)(e)),
+        }
+    };
+    let linked = rustix::fs::linkat(dir, temp.as_str(), dir, name, AtFlags::empty());
+    // The temp alias goes in every path; if removing it fails, it is a harmless extra link.
+    let _ = rustix::fs::unlinkat(dir, temp.as_str(), AtFlags::empty());
+    match linked {
+        Ok(()) | Err(Errno::EXIST) => Ok(()),
+        Err(e) => Err(io("publish (link) the temp alias of", &temp_path)(e)),
+    }
+}
+
+/// The path of the guard of `resource` in the directory `dir_path` (for messages and tools).
+#[must_use]
+pub fn guard_path(dir_path: &Path, resource: &str) -> PathBuf {
+    dir_path.join(guard_name(resource))
+}

@@ -1,0 +1,59 @@
+//! The permanent guard inode of a worklane resource and its nonblocking exclusive kernel lock.
+//!
+//! Every resource file `F` in a slot directory (a lock record, a budget file) has a guard
+//! `.F.flock` beside it: an empty file, published once with mode 0444 and never unlinked,
+//! renamed or replaced by ordinary code. Whoever holds `flock(LOCK_EX)` on an open file
+//! description of the guard may inspect and change `F`; everyone else gets "busy" at once.
+//!
+//! - [`Guard::try_acquire`] opens (creating if needed), checks and locks a guard, or reports busy.
+//! - [`Guard`] is held while it exists; [`AsFd`](std::os::fd::AsFd) lets a holder pass the
+//!   descriptor to another process, and [`Guard::from_received`] rebuilds it there after
+//!   comparing device and inode.
+//! - [`is_reserved`] tells whether a name is (or normalizes to) a guard or guard temp alias, so
+//!   that the slot-file layer refuses to touch one.
+//! - [`filesystem`] holds the accepted and refused filesystem tables, as plain functions.
+//!
+//! # Limitations
+//!
+//! - `flock` is advisory: it excludes only processes that take the same guard. A process that
+//!   writes `F` without the guard is outside the protocol.
+//! - Local filesystems only (ext2/3/4, XFS, Btrfs, tmpfs on Linux; APFS and HFS+ with
+//!   `MNT_LOCAL` on macOS). Everything else is refused by name.
+//! - A holder killed with SIGKILL releases the lock when the kernel closes its descriptors, and
+//!   so do its children only once they have closed every inherited duplicate. A holder stopped
+//!   forever (SIGSTOP) keeps it. In a multithreaded program, a child being forked by another
+//!   thread holds copies of every descriptor (close-on-exec ones included) until it execs, so a
+//!   released guard can look busy to others for that moment.
+//! - Direct `unlink` or `rename` of a guard by a directory writer, or replacing the directory
+//!   itself while holders run, defeats it; reclaim guards only in a quiescent window.
+//!
+//! # Example
+//!
+//! ```
+//! use worklane_guard::Guard;
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! let fd = std::fs::File::open(dir.path())?;
+//! let held = Guard::try_acquire(&fd, dir.path(), "agent-0.lock")?.expect("nobody else holds it");
+//! // A second open file description is refused while the first holds the lock.
+//! assert!(Guard::try_acquire(&fd, dir.path(), "agent-0.lock")?.is_none());
+//! drop(held);
+//! assert!(Guard::try_acquire(&fd, dir.path(), "agent-0.lock")?.is_some());
+//! # Ok(()) }
+//! ```
+
+#![deny(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod filesystem;
+mod guard;
+mod name;
+mod sys;
+mod token;
+
+pub use guard::{FileId, GUARD_MODE, Guard, acquire, guard_path, is_held};
+pub use name::{
+    GUARD_SUFFIX, GUARD_TEMP_INFIX, NAME_MAX, NameProblem, RESOURCE_NAME_MAX, TOKEN_LEN,
+    check_resource_name, guard_name, guard_temp_name, is_default_ignorable, is_reserved, normalize,
+};
+pub use token::random_token;

@@ -1,0 +1,544 @@
+//! Integration tests of `worklane-guard`: real files, real descriptors, real `flock`, real
+//! processes. One binary, a module per operation.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use worklane_guard::{Guard, acquire, guard_path};
+
+const RES: &str = "agent-0.lock";
+
+struct Site {
+    dir: tempfile::TempDir,
+    fd: File,
+}
+
+impl Site {
+    fn new() -> Site {
+        let dir = tempfile::tempdir().expect("create a temp dir");
+        let fd = File::open(dir.path()).expect("open the temp dir");
+        Site { dir, fd }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn guard(&self) -> PathBuf {
+        guard_path(self.path(), RES)
+    }
+
+    fn try_acquire(&self) -> Result<Option<Guard>, acquire::Error> {
+        Guard::try_acquire(&self.fd, self.path(), RES)
+    }
+
+    /// Acquires the guard, which must be free (see `assert_free` for the retries).
+    fn held(&self) -> Guard {
+        for _ in 0..2000 {
+            if let Some(g) = self.try_acquire().expect("acquire must not fail") {
+                return g;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        panic!("guard must be free");
+    }
+
+    fn assert_busy(&self, why: &str) {
+        let got = self.try_acquire().expect("acquire must not fail");
+        assert!(got.is_none(), "guard must be busy: {why}");
+    }
+
+    /// Asserts that the guard becomes free. A few retries cover one real effect: a child being
+    /// forked by another test thread holds copies of every descriptor until it execs.
+    fn assert_free(&self, why: &str) {
+        for _ in 0..2000 {
+            if self.try_acquire().expect("acquire must not fail").is_some() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        panic!("guard must become free: {why}");
+    }
+}
+
+fn holder(mode: &str, site: &Site) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_guard-holder"));
+    cmd.args([mode, site.path().to_str().expect("utf-8 temp path"), RES]);
+    cmd
+}
+
+/// Runs the holder through `sh -c` with a prefix (a umask, a closed stream) and returns its
+/// single line of output.
+fn holder_via_shell(prefix: &str, mode: &str, site: &Site) -> String {
+    let script = format!(
+        "{prefix} exec \"$0\" {mode} \"$1\" {RES}",
+        prefix = prefix,
+        mode = mode
+    );
+    let out = Command::new("sh")
+        .args(["-c", &script, env!("CARGO_BIN_EXE_guard-holder")])
+        .arg(site.path())
+        .output()
+        .expect("run the holder through sh");
+    String::from_utf8(out.stdout)
+        .expect("utf-8 output")
+        .trim()
+        .to_owned()
+}
+
+/// Starts a holder in `hold` mode and waits until it reports the guard held.
+fn spawn_holding(site: &Site) -> Child {
+    let mut child = holder("hold", site)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the holder");
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().expect("holder stdout"))
+        .read_line(&mut line)
+        .expect("read the holder's report");
+    assert_eq!(line.trim(), "held", "the holder must report the guard held");
+    child
+}
+
+fn util_linux_flock(path: &Path) -> bool {
+    Command::new("flock")
+        .args(["-n"])
+        .arg(path)
+        .arg("true")
+        .status()
+        .expect("run util-linux flock")
+        .success()
+}
+
+mod exclusion {
+    use super::*;
+
+    #[test]
+    fn a_second_open_in_the_same_process_is_busy() {
+        let site = Site::new();
+        let held = site.held();
+        site.assert_busy("a second open file description in this process");
+        drop(held);
+        site.assert_free("after release");
+    }
+
+    #[test]
+    fn another_process_sees_busy_and_we_see_its_hold() {
+        let site = Site::new();
+        let held = site.held();
+        let out = holder("try", &site).output().expect("run the holder");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "busy",
+            "another process must see our guard busy"
+        );
+        drop(held);
+
+        let mut child = spawn_holding(&site);
+        site.assert_busy("another process holds the guard");
+        drop(child.stdin.take());
+        let status = child.wait().expect("wait for the holder");
+        assert!(status.success(), "holder must exit cleanly: {status}");
+        site.assert_free("after the other process released");
+    }
+
+    #[test]
+    fn util_linux_flock_agrees_in_both_directions() {
+        let site = Site::new();
+        let held = site.held();
+        assert!(
+            !util_linux_flock(&site.guard()),
+            "flock -n must fail while we hold the guard"
+        );
+        drop(held);
+        assert!(
+            util_linux_flock(&site.guard()),
+            "flock -n must succeed after release"
+        );
+
+        // flock(1) holds it while `cat` waits for our pipe to close.
+        let mut child = Command::new("flock")
+            .arg(site.guard())
+            .args(["sh", "-c", "echo held; exec cat >/dev/null"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn flock");
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().expect("flock stdout"))
+            .read_line(&mut line)
+            .expect("read flock's report");
+        assert_eq!(line.trim(), "held", "flock must report it holds the lock");
+        site.assert_busy("util-linux flock holds the guard");
+        drop(child.stdin.take());
+        child.wait().expect("wait for flock");
+        site.assert_free("after util-linux flock exited");
+    }
+
+    #[test]
+    fn a_sigkilled_holder_frees_the_guard() {
+        let site = Site::new();
+        let mut child = spawn_holding(&site);
+        site.assert_busy("the holder is alive");
+        child.kill().expect("SIGKILL the holder");
+        child.wait().expect("reap the holder");
+        site.assert_free("the kernel closed the killed holder's descriptor");
+    }
+}
+
+mod duplicates {
+    use super::*;
+
+    #[test]
+    fn a_dup_keeps_the_lock_until_the_last_copy_closes() {
+        let site = Site::new();
+        let held = site.held();
+        let dup = rustix::io::fcntl_dupfd_cloexec(&held, 3).expect("dup the guard");
+        drop(held);
+        site.assert_busy("the duplicate still holds the open file description");
+        drop(dup);
+        site.assert_free("the last copy closed");
+    }
+
+    #[test]
+    fn a_child_that_inherited_the_descriptor_keeps_the_lock() {
+        let site = Site::new();
+        let mut child = holder("hold-inherit", &site)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn the holder");
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().expect("holder stdout"))
+            .read_line(&mut line)
+            .expect("read the holder's report");
+        let pid: i32 = line
+            .trim()
+            .strip_prefix("child ")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("holder must report its child's pid, said {line:?}"));
+        site.assert_busy("the grandchild inherited the descriptor");
+        let pid = rustix::process::Pid::from_raw(pid).expect("valid pid");
+        rustix::process::kill_process(pid, rustix::process::Signal::KILL)
+            .expect("SIGKILL the inheriting child");
+        // The holder waits for its child, so once it exits the child's descriptors are closed.
+        child.wait().expect("wait for the holder");
+        site.assert_free("the inheriting child is dead");
+    }
+}
+
+mod release {
+    use super::*;
+
+    #[test]
+    fn release_never_unlinks_the_guard_inode() {
+        let site = Site::new();
+        let held = site.held();
+        let before = std::fs::metadata(site.guard()).expect("guard exists while held");
+        assert_eq!(
+            held.file_id().ino,
+            before.ino(),
+            "file_id names the guard inode"
+        );
+        held.release();
+        let after = std::fs::metadata(site.guard()).expect("guard exists after release");
+        assert_eq!(before.ino(), after.ino(), "same inode after release");
+        assert_eq!(before.dev(), after.dev(), "same device after release");
+        let again = site.held();
+        assert_eq!(
+            again.file_id().ino,
+            before.ino(),
+            "reacquired on the same inode"
+        );
+    }
+}
+
+mod refusals {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    #[test]
+    fn a_symlink_at_the_guard_name_is_refused_and_its_target_untouched() {
+        let site = Site::new();
+        let victim = site.path().join("victim");
+        std::fs::write(&victim, b"precious").expect("write victim");
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o640))
+            .expect("chmod victim");
+        std::os::unix::fs::symlink(&victim, site.guard()).expect("plant symlink");
+
+        let err = site
+            .try_acquire()
+            .expect_err("a symlinked guard must be refused");
+        assert!(matches!(err, acquire::Error::Symlink { .. }), "got {err:?}");
+        assert!(
+            err.to_string().contains(".agent-0.lock.flock"),
+            "names the path: {err}"
+        );
+        assert_eq!(std::fs::read(&victim).expect("read victim"), b"precious");
+        let mode = std::fs::metadata(&victim).expect("stat victim").mode() & 0o7777;
+        assert_eq!(mode, 0o640, "victim's mode unchanged");
+        assert!(
+            std::fs::symlink_metadata(site.guard())
+                .expect("link still there")
+                .file_type()
+                .is_symlink(),
+            "the link is left for an operator"
+        );
+    }
+
+    #[test]
+    fn a_dangling_symlink_is_refused_and_creates_nothing() {
+        let site = Site::new();
+        let target = site.path().join("nowhere");
+        std::os::unix::fs::symlink(&target, site.guard()).expect("plant symlink");
+        let err = site
+            .try_acquire()
+            .expect_err("a dangling symlink must be refused");
+        assert!(matches!(err, acquire::Error::Symlink { .. }), "got {err:?}");
+        assert!(!target.exists(), "nothing created through the link");
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let site = Site::new();
+        let status = Command::new("mkfifo")
+            .arg(site.guard())
+            .status()
+            .expect("run mkfifo");
+        assert!(status.success(), "mkfifo must succeed");
+        let (tx, rx) = mpsc::channel();
+        let path = site.path().to_owned();
+        std::thread::spawn(move || {
+            let fd = File::open(&path).expect("open dir");
+            let _ = tx.send(
+                Guard::try_acquire(&fd, &path, RES)
+                    .map(|g| g.is_some())
+                    .map_err(|e| e.to_string()),
+            );
+        });
+        // A watchdog, not a timing assertion: opening a FIFO without O_NONBLOCK hangs forever.
+        let got = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("acquire on a FIFO must return instead of blocking");
+        let err = got.expect_err("a FIFO must be refused");
+        assert!(
+            err.contains("FIFO"),
+            "the refusal says what it found: {err}"
+        );
+    }
+
+    #[test]
+    fn a_non_empty_guard_is_refused() {
+        let site = Site::new();
+        std::fs::write(site.guard(), b"x").expect("write a non-empty guard");
+        let err = site.try_acquire().expect_err("non-empty must be refused");
+        assert!(
+            matches!(err, acquire::Error::NotEmpty { size: 1, .. }),
+            "got {err:?}"
+        );
+    }
+
+    #[test]
+    fn a_directory_at_the_guard_name_is_refused() {
+        let site = Site::new();
+        std::fs::create_dir(site.guard()).expect("plant a directory");
+        let err = site.try_acquire().expect_err("a directory must be refused");
+        assert!(
+            matches!(
+                err,
+                acquire::Error::NotRegular {
+                    kind: "directory",
+                    ..
+                }
+            ),
+            "got {err:?}"
+        );
+    }
+
+    #[test]
+    fn bad_resource_names_are_refused() {
+        let site = Site::new();
+        for name in ["", "a/b", "..", ".hidden", "x.flock", "x\u{200B}.FLOCK"] {
+            let err = Guard::try_acquire(&site.fd, site.path(), name)
+                .expect_err("a bad resource name must be refused");
+            assert!(
+                matches!(err, acquire::Error::InvalidName { .. }),
+                "{name:?}: got {err:?}"
+            );
+        }
+        let entries = std::fs::read_dir(site.path()).expect("list").count();
+        assert_eq!(entries, 0, "nothing was created for refused names");
+    }
+
+    #[test]
+    fn an_acquisition_with_stdin_closed_fails_cleanly() {
+        let site = Site::new();
+        let out = Command::new(env!("CARGO_BIN_EXE_guard-holder"))
+            .args(["try", site.path().to_str().expect("utf-8 path"), RES])
+            .env("GUARD_HOLDER_CLOSE_STDIN", "1")
+            .output()
+            .expect("run the holder");
+        let out = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert!(
+            out.starts_with("error:") && out.contains("descriptor 0"),
+            "acquisition on fd 0 must fail naming the descriptor, got {out:?}"
+        );
+        assert!(
+            out.contains("closed standard stream"),
+            "explains why: {out}"
+        );
+        site.assert_free("the refused descriptor was closed with the process");
+    }
+}
+
+mod publication {
+    use super::*;
+
+    fn mode_under_umask(umask: &str) -> u32 {
+        let site = Site::new();
+        let out = holder_via_shell(&format!("umask {umask};"), "try", &site);
+        assert_eq!(out, "held", "the holder must acquire under umask {umask}");
+        std::fs::metadata(site.guard())
+            .expect("guard published")
+            .mode()
+            & 0o7777
+    }
+
+    #[test]
+    fn the_guard_is_0444_under_any_umask() {
+        assert_eq!(mode_under_umask("077"), 0o444, "mode under umask 077");
+        assert_eq!(mode_under_umask("022"), 0o444, "mode under umask 022");
+        assert_eq!(mode_under_umask("000"), 0o444, "mode under umask 000");
+    }
+
+    #[test]
+    fn publication_leaves_only_the_guard() {
+        let site = Site::new();
+        let held = site.held();
+        let names: Vec<String> = std::fs::read_dir(site.path())
+            .expect("list")
+            .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
+            .collect();
+        assert_eq!(
+            names,
+            vec![".agent-0.lock.flock".to_owned()],
+            "no temp alias left"
+        );
+        drop(held);
+    }
+
+    #[test]
+    fn a_0660_guard_is_still_usable() {
+        let site = Site::new();
+        site.held().release();
+        std::fs::set_permissions(site.guard(), std::fs::Permissions::from_mode(0o660))
+            .expect("privacy tidy");
+        let held = site.held();
+        site.assert_busy("a 0660 guard still excludes");
+        drop(held);
+    }
+
+    #[test]
+    fn a_leftover_temp_alias_from_a_crash_blocks_nothing() {
+        // Crash before the link: an orphan read-only temp file.
+        let site = Site::new();
+        let orphan = site.path().join(".agent-0.lock.flock.tmp-0123456789abcdef");
+        std::fs::write(&orphan, b"").expect("plant orphan temp");
+        std::fs::set_permissions(&orphan, std::fs::Permissions::from_mode(0o444))
+            .expect("chmod orphan");
+        let held = site.held();
+        assert_ne!(
+            held.file_id().ino,
+            std::fs::metadata(&orphan).expect("orphan").ino(),
+            "the orphan temp is not the guard"
+        );
+        drop(held);
+
+        // Crash after the link, before unlinking the temp: a second name of the guard inode.
+        let site = Site::new();
+        site.held().release();
+        let alias = site.path().join(".agent-0.lock.flock.tmp-fedcba9876543210");
+        std::fs::hard_link(site.guard(), &alias).expect("plant linked alias");
+        let held = site.held();
+        site.assert_busy("the guard works with a leftover alias");
+        assert_eq!(
+            held.file_id().ino,
+            std::fs::metadata(&alias).expect("alias").ino(),
+            "the alias names the same inode"
+        );
+    }
+}
+
+mod received {
+    use super::*;
+
+    #[test]
+    fn a_duplicate_of_the_held_descriptor_rebuilds_the_guard() {
+        let site = Site::new();
+        let held = site.held();
+        let sent = rustix::io::fcntl_dupfd_cloexec(&held, 3).expect("dup as if sent");
+        drop(held);
+        let rebuilt = Guard::from_received(sent, &site.fd, site.path(), RES)
+            .expect("the same open file description must be accepted");
+        site.assert_busy("the rebuilt guard holds the lock");
+        drop(rebuilt);
+        site.assert_free("after the rebuilt guard is dropped");
+    }
+
+    #[test]
+    fn a_descriptor_of_another_file_is_refused() {
+        let site = Site::new();
+        let other = Guard::try_acquire(&site.fd, site.path(), "other.lock")
+            .expect("acquire")
+            .expect("free");
+        let sent = rustix::io::fcntl_dupfd_cloexec(&other, 3).expect("dup");
+        site.held().release();
+        let err = Guard::from_received(sent, &site.fd, site.path(), RES)
+            .expect_err("another guard's descriptor must be refused");
+        assert!(
+            matches!(err, acquire::Error::NotTheGuard { .. }),
+            "got {err:?}"
+        );
+        assert!(err.to_string().contains("inode"), "names the inodes: {err}");
+    }
+
+    #[test]
+    fn a_descriptor_that_never_held_the_lock_is_refused() {
+        let site = Site::new();
+        let held = site.held();
+        let unlocked: std::os::fd::OwnedFd = File::open(site.guard()).expect("open").into();
+        let err = Guard::from_received(unlocked, &site.fd, site.path(), RES)
+            .expect_err("a description that does not hold the lock must be refused");
+        assert!(matches!(err, acquire::Error::NotHeld { .. }), "got {err:?}");
+        drop(held);
+    }
+}
+
+mod filesystem {
+    use worklane_guard::filesystem;
+
+    #[test]
+    fn the_real_check_accepts_the_test_temp_dir() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let fd = std::fs::File::open(dir.path()).expect("open");
+        let verdict = filesystem::of(&fd).expect("fstatfs");
+        let accepted = verdict.expect("the test temp dir is on a local filesystem");
+        assert!(
+            ["ext2/3/4", "xfs", "btrfs", "tmpfs"].contains(&accepted.name),
+            "accepted as {}",
+            accepted.name
+        );
+    }
+
+    #[test]
+    fn the_real_check_refuses_procfs() {
+        let fd = std::fs::File::open("/proc/self").expect("open /proc/self");
+        let refused = filesystem::of(&fd)
+            .expect("fstatfs")
+            .expect_err("procfs must be refused");
+        assert_eq!(refused.name, "proc", "refused by name");
+    }
+}

@@ -1,0 +1,93 @@
+//! Test helper: acquires a guard in a process of its own so the integration tests can kill it,
+//! change its umask, close its standard input or let a child inherit its descriptor.
+//!
+//! `guard-holder try DIR RESOURCE`: prints `held`, `busy` or `error: <message>`.
+//! `guard-holder hold DIR RESOURCE`: prints `held`, then keeps the guard until stdin closes.
+//! `guard-holder hold-inherit DIR RESOURCE`: prints `child <pid>` of a `sleep` that inherited a
+//! duplicate of the held descriptor, then exits (dropping its own copy).
+#![allow(clippy::print_stdout, missing_docs)]
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, ExitCode, Stdio};
+use worklane_guard::Guard;
+
+/// Closes descriptor 0. Rust's runtime reopens closed standard streams on `/dev/null` before
+/// `main`, so a closed stdin can only be made from inside the process.
+#[allow(unsafe_code)]
+fn close_stdin() {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // SAFETY: descriptor 0 is open (the runtime guarantees it) and owned by nobody else in this
+    // single-threaded helper; `std::io::stdin()` is never used after this point.
+    drop(unsafe { OwnedFd::from_raw_fd(0) });
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [mode, dir, resource] = args.as_slice() else {
+        eprintln!("usage: guard-holder try|hold|hold-inherit DIR RESOURCE");
+        return ExitCode::from(64);
+    };
+    let dir_path = Path::new(dir);
+    let dir_fd = match std::fs::File::open(dir_path) {
+        Ok(f) => f,
+        Err(e) => {
+            println!("error: open {dir}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // Keep the directory off descriptors 0-2, so that with a closed standard stream it is the
+    // guard's own open that lands there (the case under test).
+    let dir_fd = rustix::io::fcntl_dupfd_cloexec(&dir_fd, 3).expect("move the directory fd");
+    if std::env::var_os("GUARD_HOLDER_CLOSE_STDIN").is_some() {
+        close_stdin();
+    }
+    let guard = match Guard::try_acquire(&dir_fd, dir_path, resource) {
+        Ok(Some(g)) => g,
+        Ok(None) => {
+            println!("busy");
+            return ExitCode::from(1);
+        }
+        Err(e) => {
+            println!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut out = std::io::stdout();
+    match mode.as_str() {
+        "try" => {
+            println!("held");
+        }
+        "hold" => {
+            println!("held");
+            let _ = out.flush();
+            let mut sink = Vec::new();
+            let _ = std::io::stdin().read_to_end(&mut sink);
+            drop(guard);
+        }
+        "hold-inherit" => {
+            // A duplicate without close-on-exec, so `sleep` inherits the open file description.
+            // This process is single-threaded, so no other child can inherit it by accident.
+            let dup = rustix::io::dup(&guard).expect("dup the guard descriptor");
+            let child = Command::new("sleep")
+                .arg("600")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("spawn sleep");
+            drop(dup);
+            drop(guard);
+            println!("child {}", child.id());
+            let _ = out.flush();
+            // Wait, so that when this process exits the child's descriptors are closed too.
+            let mut child = child;
+            let _ = child.wait();
+        }
+        other => {
+            println!("error: unknown mode {other}");
+            return ExitCode::from(64);
+        }
+    }
+    let _ = out.flush();
+    ExitCode::SUCCESS
+}
