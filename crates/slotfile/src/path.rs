@@ -1,0 +1,331 @@
+//! `SlotPath`: the only handle to a file in a slot directory, and every operation on it.
+
+use crate::dir::SlotDir;
+use crate::read;
+use rustix::fd::{AsFd, OwnedFd};
+use rustix::fs::{AtFlags, Mode, OFlags};
+use rustix::io::Errno;
+use std::io::Write;
+use std::path::PathBuf;
+use worklane_guard::{Guard, random_token};
+
+/// Mode for lock records: everyone may read who holds what; only replacement (a directory
+/// write) changes them.
+pub const RECORD_MODE: u32 = 0o644;
+/// Mode for shared state that coordinators of the group replace (budgets, STOP, config).
+pub const SHARED_MODE: u32 = 0o660;
+
+/// A file in a slot directory: the directory's descriptor and one validated name.
+///
+/// Only this crate makes, reads, lists, removes or writes one. It is deliberately not a path:
+/// it implements neither `AsRef<Path>` nor `Display`, so it cannot be handed to `std::fs` or
+/// formatted into one by mistake.
+///
+/// ```compile_fail
+/// fn leak(p: worklane_slotfile::SlotPath) {
+///     let _ = std::fs::read(p);
+/// }
+/// ```
+///
+/// ```compile_fail
+/// fn leak(p: &worklane_slotfile::SlotPath) -> &std::path::Path {
+///     p.as_ref()
+/// }
+/// ```
+///
+/// ```compile_fail
+/// fn leak(p: &worklane_slotfile::SlotPath) -> String {
+///     format!("{p}")
+/// }
+/// ```
+///
+/// ```compile_fail
+/// fn leak(p: worklane_slotfile::SlotPath) -> std::path::PathBuf {
+///     p.into()
+/// }
+/// ```
+///
+/// What does compile is the slot-file API itself:
+///
+/// ```
+/// fn touch(p: &worklane_slotfile::SlotPath) -> Result<(), Box<dyn std::error::Error>> {
+///     p.replace(b"{}", worklane_slotfile::SHARED_MODE)?;
+///     Ok(())
+/// }
+/// ```
+#[derive(Clone)]
+pub struct SlotPath {
+    dir: SlotDir,
+    name: Box<str>,
+}
+
+impl std::fmt::Debug for SlotPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlotPath")
+            .field("dir", &self.dir.path())
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl PartialEq for SlotPath {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name && self.dir.path() == other.dir.path()
+    }
+}
+
+impl Eq for SlotPath {}
+
+/// Outcome of [`SlotPath::publish`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum Publish {
+    /// The file now exists with our bytes.
+    Published,
+    /// Another file already had the name; nothing was changed.
+    AlreadyExists,
+}
+
+/// Outcome of [`SlotPath::remove_if_unchanged`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum Removal {
+    /// The file held exactly the expected bytes and is gone.
+    Removed,
+    /// The file holds other bytes (someone else's); it was kept.
+    Changed,
+    /// There was no file.
+    Absent,
+}
+
+/// A step of a write, reported to the crash-test seam [`SlotPath::replace_observed`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Step {
+    /// The temp file is complete (mode set, bytes written); it is not yet renamed or linked.
+    TempWritten,
+}
+
+/// Errors of writes ([`SlotPath::replace`], [`SlotPath::publish`]).
+pub mod write {
+    use std::path::PathBuf;
+
+    /// Why a slot file could not be written. Nothing half-written is ever visible.
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot {op} {path}")]
+    pub struct Error {
+        /// What was being done.
+        pub op: &'static str,
+        /// The file (or its temp name).
+        pub path: PathBuf,
+        /// The system error.
+        #[source]
+        pub source: std::io::Error,
+    }
+}
+
+/// Errors of removals.
+pub mod remove {
+    use std::path::PathBuf;
+
+    /// Why a slot file could not be removed.
+    #[derive(Debug, thiserror::Error)]
+    #[non_exhaustive]
+    pub enum Error {
+        /// Its current contents could not be read for comparison.
+        #[error("cannot check {path} before removing it")]
+        Read {
+            /// The file.
+            path: PathBuf,
+            /// Why.
+            #[source]
+            source: crate::read::Error,
+        },
+        /// The unlink failed.
+        #[error("cannot remove {path}")]
+        Io {
+            /// The file.
+            path: PathBuf,
+            /// The system error.
+            #[source]
+            source: std::io::Error,
+        },
+    }
+}
+
+/// Permission bits as the platform's `Mode`.
+#[allow(clippy::unnecessary_cast)]
+pub(crate) fn mode(bits: u32) -> Mode {
+    Mode::from_bits_truncate((bits & 0o7777) as rustix::fs::RawMode)
+}
+
+impl SlotPath {
+    pub(crate) fn new(dir: SlotDir, name: &str) -> SlotPath {
+        SlotPath {
+            dir,
+            name: name.into(),
+        }
+    }
+
+    /// The file's name within its directory.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The directory it is in.
+    #[must_use]
+    pub fn dir(&self) -> &SlotDir {
+        &self.dir
+    }
+
+    /// The file's path, for messages only.
+    fn shown(&self) -> PathBuf {
+        self.dir.path().join(&*self.name)
+    }
+
+    /// Reads the whole file: `Ok(None)` if there is none. Refuses symlinks, FIFOs and other
+    /// non-regular files, and files over 64 KiB.
+    pub fn read(&self) -> Result<Option<Vec<u8>>, read::Error> {
+        read::read_at(
+            Some(self.dir.as_fd()),
+            std::path::Path::new(&*self.name),
+            &self.shown(),
+        )
+    }
+
+    /// Replaces the file with `bytes`, mode exactly `mode`: a temp file with a random name is
+    /// created exclusively, given its mode through its descriptor, written, then renamed over
+    /// the file. Readers see the old bytes or the new, never a mix.
+    pub fn replace(&self, bytes: &[u8], mode: u32) -> Result<(), write::Error> {
+        self.replace_observed(bytes, mode, &mut |_| {})
+    }
+
+    /// [`SlotPath::replace`] that calls `at` at each [`Step`] (the crash-test seam).
+    #[doc(hidden)]
+    pub fn replace_observed(
+        &self,
+        bytes: &[u8],
+        mode: u32,
+        at: &mut dyn FnMut(Step),
+    ) -> Result<(), write::Error> {
+        let temp = self.write_temp(bytes, mode)?;
+        at(Step::TempWritten);
+        let dir = self.dir.as_fd();
+        let renamed = rustix::fs::renameat(dir, temp.as_str(), dir, &*self.name);
+        if let Err(e) = renamed {
+            let _ = rustix::fs::unlinkat(dir, temp.as_str(), AtFlags::empty());
+            return Err(self.error("rename a temp file over", e));
+        }
+        Ok(())
+    }
+
+    /// Publishes the file with `bytes` and mode exactly `mode` if no file has its name: the same
+    /// temp file as [`SlotPath::replace`], then an exclusive hard link to the name. A lock
+    /// published this way is never visible half-written. The temp name is removed in every case.
+    pub fn publish(&self, bytes: &[u8], mode: u32) -> Result<Publish, write::Error> {
+        self.publish_observed(bytes, mode, &mut |_| {})
+    }
+
+    /// [`SlotPath::publish`] that calls `at` at each [`Step`] (the crash-test seam).
+    #[doc(hidden)]
+    pub fn publish_observed(
+        &self,
+        bytes: &[u8],
+        mode: u32,
+        at: &mut dyn FnMut(Step),
+    ) -> Result<Publish, write::Error> {
+        let temp = self.write_temp(bytes, mode)?;
+        at(Step::TempWritten);
+        let dir = self.dir.as_fd();
+        let linked = rustix::fs::linkat(dir, temp.as_str(), dir, &*self.name, AtFlags::empty());
+        let _ = rustix::fs::unlinkat(dir, temp.as_str(), AtFlags::empty());
+        match linked {
+            Ok(()) => Ok(Publish::Published),
+            Err(Errno::EXIST) => Ok(Publish::AlreadyExists),
+            Err(e) => Err(self.error("publish (link) a temp file as", e)),
+        }
+    }
+
+    /// Creates `.{name}.tmp-{random}` exclusively, sets its mode through the descriptor, writes
+    /// `bytes`, and returns its name. On failure the temp file is removed.
+    fn write_temp(&self, bytes: &[u8], mode_bits: u32) -> Result<String, write::Error> {
+        let dir = self.dir.as_fd();
+        let flags =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let (temp, fd): (String, OwnedFd) = loop {
+            let temp = format!(".{}.tmp-{}", self.name, random_token());
+            match rustix::fs::openat(dir, temp.as_str(), flags, mode(0o600)) {
+                Ok(fd) => break (temp, fd),
+                // A leftover from a crash, or a collision: draw another name.
+                Err(Errno::EXIST) => continue,
+                Err(e) => return Err(self.error("create a temp file for", e)),
+            }
+        };
+        let written = rustix::fs::fchmod(&fd, mode(mode_bits))
+            .map_err(|e| self.error("set the mode of a temp file for", e))
+            .and_then(|()| {
+                std::fs::File::from(fd)
+                    .write_all(bytes)
+                    .map_err(|source| write::Error {
+                        op: "write a temp file for",
+                        path: self.shown(),
+                        source,
+                    })
+            });
+        if let Err(e) = written {
+            let _ = rustix::fs::unlinkat(dir, temp.as_str(), AtFlags::empty());
+            return Err(e);
+        }
+        Ok(temp)
+    }
+
+    fn error(&self, op: &'static str, e: Errno) -> write::Error {
+        write::Error {
+            op,
+            path: self.shown(),
+            source: e.into(),
+        }
+    }
+
+    /// Removes the file only if its entire current contents equal `expected`.
+    ///
+    /// The comparison and the unlink are two steps: callers that race other writers hold the
+    /// file's guard ([`SlotPath::try_guard`]) around this call, as the lease layer does.
+    pub fn remove_if_unchanged(&self, expected: &[u8]) -> Result<Removal, remove::Error> {
+        let current = self.read().map_err(|source| remove::Error::Read {
+            path: self.shown(),
+            source,
+        })?;
+        match current {
+            None => Ok(Removal::Absent),
+            Some(bytes) if bytes != expected => Ok(Removal::Changed),
+            Some(_) => match self.unlink()? {
+                true => Ok(Removal::Removed),
+                false => Ok(Removal::Absent),
+            },
+        }
+    }
+
+    /// Removes the file whatever it holds (for operator commands such as resume, which removes
+    /// STOP). `Ok(false)` if there was none.
+    pub fn remove(&self) -> Result<bool, remove::Error> {
+        self.unlink()
+    }
+
+    fn unlink(&self) -> Result<bool, remove::Error> {
+        match rustix::fs::unlinkat(self.dir.as_fd(), &*self.name, AtFlags::empty()) {
+            Ok(()) => Ok(true),
+            Err(Errno::NOENT) => Ok(false),
+            Err(e) => Err(remove::Error::Io {
+                path: self.shown(),
+                source: e.into(),
+            }),
+        }
+    }
+
+    /// Tries to take this file's guard (`.{name}.flock`): `Ok(None)` when busy.
+    pub fn try_guard(&self) -> Result<Option<Guard>, worklane_guard::acquire::Error> {
+        Guard::try_acquire(&self.dir, self.dir.path(), &self.name)
+    }
+}

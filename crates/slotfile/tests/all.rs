@@ -1,0 +1,834 @@
+//! Integration tests of `worklane-slotfile`: real directories, real descriptors, real
+//! processes. One binary, a module per operation.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use worklane_slotfile::{Environment, Publish, RECORD_MODE, Removal, SlotDir, SlotPath};
+
+fn temp() -> tempfile::TempDir {
+    tempfile::tempdir().expect("create a temp dir")
+}
+
+fn slots(t: &tempfile::TempDir) -> SlotDir {
+    SlotDir::open(t.path()).expect("open the temp dir as a slot directory")
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("list")
+        .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
+        .collect();
+    names.sort();
+    names
+}
+
+fn writer() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_slot-writer"))
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().expect("utf-8 temp path")
+}
+
+mod names {
+    use super::*;
+
+    const GUARDS: &[&str] = &[
+        ".agent-0.lock.flock",
+        ".agent-0.lock.flock.tmp-0123456789abcdef",
+        ".AGENT-0.LOCK.FLOCK",
+        "\u{FF0E}agent-0.lock\u{FF0E}flock",
+        ".agent-0.lock.f\u{200B}lock",
+        "agent-0.lock.flock",
+        "x.FLOCK\u{FEFF}",
+    ];
+
+    #[test]
+    fn guard_names_never_become_slot_paths() {
+        let t = temp();
+        let dir = slots(&t);
+        for name in GUARDS {
+            let err = dir.file(name).expect_err("a guard name must be refused");
+            let msg = err.to_string();
+            assert!(
+                msg.contains("guard"),
+                "{name:?}: the refusal says why: {msg}"
+            );
+            assert!(
+                msg.contains(path_str(t.path())),
+                "names the directory: {msg}"
+            );
+        }
+        assert!(names_in(t.path()).is_empty(), "nothing was written");
+    }
+
+    #[test]
+    fn every_mutating_call_is_unreachable_for_guard_names() {
+        // Every write, publish and removal goes through a SlotPath, and no SlotPath can name a
+        // guard: so the guard of a real lock survives every mutating call on every spelling.
+        let t = temp();
+        let dir = slots(&t);
+        let lock = dir.file("agent-0.lock").expect("valid");
+        let guard = lock.try_guard().expect("guard").expect("free");
+        let guard_path = t.path().join(".agent-0.lock.flock");
+        let ino = std::fs::metadata(&guard_path).expect("guard exists").ino();
+        type Mutation = fn(&SlotPath) -> bool;
+        let mutations: [(&str, Mutation); 4] = [
+            ("replace", |p| p.replace(b"x", RECORD_MODE).is_ok()),
+            ("publish", |p| p.publish(b"x", RECORD_MODE).is_ok()),
+            ("remove", |p| p.remove().is_ok()),
+            ("remove_if_unchanged", |p| {
+                p.remove_if_unchanged(b"").is_ok()
+            }),
+        ];
+        for name in GUARDS {
+            for (what, _) in &mutations {
+                assert!(
+                    dir.file(name).is_err(),
+                    "{what} on {name:?} must be refused before it is reached"
+                );
+            }
+        }
+        for (what, mutate) in &mutations {
+            assert!(mutate(&lock), "{what} on an ordinary name works");
+        }
+        assert_eq!(
+            std::fs::metadata(&guard_path)
+                .expect("guard still there")
+                .ino(),
+            ino,
+            "the guard inode is untouched"
+        );
+        drop(guard);
+    }
+
+    #[test]
+    fn other_bad_names_are_refused() {
+        let t = temp();
+        let dir = slots(&t);
+        for name in ["", ".", "..", "a/b", "a\0b", ".hidden"] {
+            assert!(dir.file(name).is_err(), "{name:?} must be refused");
+        }
+        assert!(
+            dir.file(&"a".repeat(300)).is_err(),
+            "an over-long name is refused"
+        );
+    }
+
+    #[test]
+    fn listing_skips_guards_and_temps() {
+        let t = temp();
+        let dir = slots(&t);
+        for n in ["agent-1.lock", "agent-0.lock", "STOP"] {
+            dir.file(n)
+                .expect("valid")
+                .replace(b"{}", RECORD_MODE)
+                .expect("write");
+        }
+        let _held = dir.file("agent-0.lock").expect("valid").try_guard();
+        std::fs::write(t.path().join(".agent-0.lock.tmp-0011223344556677"), b"x").expect("temp");
+        let listed: Vec<String> = dir
+            .list()
+            .expect("list")
+            .iter()
+            .map(|p| p.name().to_owned())
+            .collect();
+        assert_eq!(
+            listed,
+            ["STOP", "agent-0.lock", "agent-1.lock"],
+            "sorted, no guards or temps"
+        );
+    }
+}
+
+mod read {
+    use super::*;
+    use worklane_slotfile::read::Error;
+
+    #[test]
+    fn absent_is_none_and_present_is_bytes() {
+        let t = temp();
+        let p = slots(&t).file("STOP").expect("valid");
+        assert_eq!(p.read().expect("read"), None, "absent file");
+        std::fs::write(t.path().join("STOP"), b"{}").expect("write");
+        assert_eq!(p.read().expect("read").as_deref(), Some(&b"{}"[..]));
+    }
+
+    #[test]
+    fn symlinks_are_refused_and_not_followed() {
+        let t = temp();
+        let secret = t.path().join("secret");
+        std::fs::write(&secret, b"secret").expect("write");
+        std::os::unix::fs::symlink(&secret, t.path().join("STOP")).expect("symlink");
+        let err = slots(&t)
+            .file("STOP")
+            .expect("valid")
+            .read()
+            .expect_err("refused");
+        assert!(matches!(err, Error::Symlink { .. }), "got {err:?}");
+        assert!(err.to_string().contains("STOP"), "names the file: {err}");
+    }
+
+    #[test]
+    fn fifos_are_refused_without_blocking() {
+        let t = temp();
+        let fifo = t.path().join("STOP");
+        assert!(
+            Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .expect("mkfifo")
+                .success(),
+            "mkfifo"
+        );
+        let dir = slots(&t);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(dir.file("STOP").expect("valid").read().map(|_| ()));
+        });
+        // A watchdog, not a timing assertion: a blocking open of a FIFO never returns.
+        let got = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("read of a FIFO must return instead of blocking");
+        let err = got.expect_err("a FIFO must be refused");
+        assert!(
+            matches!(err, Error::NotRegular { kind: "FIFO", .. }),
+            "got {err:?}"
+        );
+    }
+
+    #[test]
+    fn files_over_64_kib_are_refused() {
+        let t = temp();
+        let dir = slots(&t);
+        std::fs::write(t.path().join("exact"), vec![b'x'; 64 * 1024]).expect("write");
+        let exact = dir
+            .file("exact")
+            .expect("valid")
+            .read()
+            .expect("64 KiB is accepted");
+        assert_eq!(exact.map(|b| b.len()), Some(64 * 1024));
+        std::fs::write(t.path().join("big"), vec![b'x'; 64 * 1024 + 1]).expect("write");
+        let err = dir.file("big").expect("valid").read().expect_err("refused");
+        assert!(
+            matches!(err, Error::TooLarge { size: 65537, .. }),
+            "a distinct error: {err:?}"
+        );
+    }
+
+    #[test]
+    fn directories_are_refused() {
+        let t = temp();
+        std::fs::create_dir(t.path().join("sub")).expect("mkdir");
+        let err = slots(&t)
+            .file("sub")
+            .expect("valid")
+            .read()
+            .expect_err("refused");
+        assert!(
+            matches!(
+                err,
+                Error::NotRegular {
+                    kind: "directory",
+                    ..
+                }
+            ),
+            "got {err:?}"
+        );
+    }
+}
+
+mod write {
+    use super::*;
+
+    #[test]
+    fn replace_writes_whole_files_with_exact_modes() {
+        let t = temp();
+        let p = slots(&t).file("config.json").expect("valid");
+        p.replace(b"one", 0o660).expect("replace");
+        p.replace(b"two", 0o640).expect("replace again");
+        assert_eq!(
+            std::fs::read(t.path().join("config.json")).expect("read"),
+            b"two"
+        );
+        let mode = std::fs::metadata(t.path().join("config.json"))
+            .expect("stat")
+            .mode();
+        assert_eq!(mode & 0o7777, 0o640, "the last replace's mode");
+        assert_eq!(names_in(t.path()), ["config.json"], "no temp left behind");
+    }
+
+    #[test]
+    fn replace_over_a_read_only_file_works() {
+        let t = temp();
+        let p = slots(&t).file("STOP").expect("valid");
+        p.replace(b"old", 0o444).expect("replace");
+        p.replace(b"new", 0o444)
+            .expect("a 0444 file is replaced by rename");
+        assert_eq!(p.read().expect("read").as_deref(), Some(&b"new"[..]));
+    }
+
+    #[test]
+    fn replace_through_a_symlink_replaces_the_link_not_its_target() {
+        let t = temp();
+        let victim = t.path().join("victim");
+        std::fs::write(&victim, b"precious").expect("write");
+        std::os::unix::fs::symlink(&victim, t.path().join("STOP")).expect("symlink");
+        slots(&t)
+            .file("STOP")
+            .expect("valid")
+            .replace(b"x", 0o644)
+            .expect("replace");
+        assert_eq!(
+            std::fs::read(&victim).expect("read"),
+            b"precious",
+            "target untouched"
+        );
+        assert!(
+            std::fs::symlink_metadata(t.path().join("STOP"))
+                .expect("stat")
+                .is_file(),
+            "the name now holds a regular file"
+        );
+    }
+
+    #[test]
+    fn publish_is_exclusive_and_leaves_no_temp() {
+        let t = temp();
+        let p = slots(&t).file("agent-0.lock").expect("valid");
+        assert_eq!(
+            p.publish(b"first", RECORD_MODE).expect("publish"),
+            Publish::Published
+        );
+        assert_eq!(
+            p.publish(b"second", RECORD_MODE).expect("publish"),
+            Publish::AlreadyExists
+        );
+        assert_eq!(
+            p.read().expect("read").as_deref(),
+            Some(&b"first"[..]),
+            "kept"
+        );
+        assert_eq!(names_in(t.path()), ["agent-0.lock"], "no temp left behind");
+    }
+
+    #[test]
+    fn a_stale_read_only_temp_never_blocks_a_write() {
+        let t = temp();
+        let p = slots(&t).file("STOP").expect("valid");
+        let stale = t.path().join(".STOP.tmp-0000000000000000");
+        std::fs::write(&stale, b"stale").expect("plant");
+        std::fs::set_permissions(&stale, std::fs::Permissions::from_mode(0o444)).expect("chmod");
+        p.replace(b"x", 0o644)
+            .expect("replace despite the stale temp");
+        assert_eq!(
+            p.publish(b"y", 0o644).expect("publish"),
+            Publish::AlreadyExists
+        );
+        assert_eq!(p.read().expect("read").as_deref(), Some(&b"x"[..]));
+    }
+
+    fn mode_under_umask(umask: &str, op: &str, want: &str) -> u32 {
+        let t = temp();
+        let script = format!("umask {umask}; exec \"$0\" \"$@\"");
+        let mut child = Command::new("sh")
+            .args(["-c", &script, env!("CARGO_BIN_EXE_slot-writer")])
+            .args([op, path_str(t.path()), "f", "x", want])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        drop(child.stdin.take());
+        let out = child.wait_with_output().expect("wait");
+        assert!(
+            out.status.success(),
+            "{op} under umask {umask} must succeed"
+        );
+        std::fs::metadata(t.path().join("f"))
+            .expect("written")
+            .mode()
+            & 0o7777
+    }
+
+    #[test]
+    fn modes_are_exact_under_any_umask() {
+        for umask in ["077", "022", "000", "777"] {
+            for (op, want) in [("replace", 0o660), ("publish", 0o644), ("replace", 0o444)] {
+                let got = mode_under_umask(umask, op, &format!("{want:o}"));
+                assert_eq!(got, want, "{op} under umask {umask}: {got:o} != {want:o}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_writer_killed_between_write_and_rename_leaves_the_old_contents() {
+        let t = temp();
+        let p = slots(&t).file("STOP").expect("valid");
+        p.replace(b"old", 0o644).expect("seed");
+        let mut child = writer()
+            .args(["replace-hang", path_str(t.path()), "STOP", "new"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().expect("stdout"))
+            .read_line(&mut line)
+            .expect("read");
+        assert_eq!(
+            line.trim(),
+            "written",
+            "the child reached the step before rename"
+        );
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reap");
+        assert_eq!(
+            p.read().expect("read").as_deref(),
+            Some(&b"old"[..]),
+            "old contents"
+        );
+        let temps: Vec<String> = names_in(t.path())
+            .into_iter()
+            .filter(|n| n.starts_with(".STOP.tmp-"))
+            .collect();
+        assert_eq!(temps.len(), 1, "the crash left exactly one temp: {temps:?}");
+        let leftover = t.path().join(&temps[0]);
+        assert_eq!(
+            std::fs::read(&leftover).expect("temp"),
+            b"new",
+            "complete temp"
+        );
+        p.replace(b"after", 0o644)
+            .expect("a later write is not blocked");
+        assert_eq!(p.read().expect("read").as_deref(), Some(&b"after"[..]));
+    }
+
+    #[test]
+    fn publish_is_exclusive_under_a_race_of_12_processes() {
+        let t = temp();
+        let mut children: Vec<_> = (0..12)
+            .map(|i| {
+                writer()
+                    .args([
+                        "publish",
+                        path_str(t.path()),
+                        "agent-0.lock",
+                        &format!("w{i}"),
+                        "644",
+                    ])
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .expect("spawn")
+            })
+            .collect();
+        // Start barrier: every child is running and waiting on its stdin.
+        for c in &mut children {
+            c.stdin
+                .as_mut()
+                .expect("stdin")
+                .write_all(b"go\n")
+                .expect("go");
+        }
+        let outs: Vec<String> = children
+            .into_iter()
+            .map(|c| {
+                let out = c.wait_with_output().expect("wait");
+                assert!(out.status.success(), "writer must succeed");
+                String::from_utf8(out.stdout)
+                    .expect("utf-8")
+                    .trim()
+                    .to_owned()
+            })
+            .collect();
+        let winners: Vec<usize> = (0..outs.len())
+            .filter(|&i| outs[i] == "published")
+            .collect();
+        assert_eq!(winners.len(), 1, "exactly one winner: {outs:?}");
+        assert_eq!(
+            outs.iter().filter(|o| *o == "exists").count(),
+            11,
+            "every other writer saw AlreadyExists: {outs:?}"
+        );
+        let content = std::fs::read(t.path().join("agent-0.lock")).expect("lock");
+        assert_eq!(
+            content,
+            format!("w{}", winners[0]).as_bytes(),
+            "the winner's bytes"
+        );
+        assert_eq!(
+            names_in(t.path()),
+            ["agent-0.lock"],
+            "no temp left by any writer"
+        );
+    }
+}
+
+mod remove {
+    use super::*;
+
+    #[test]
+    fn remove_if_unchanged_keeps_a_changed_file() {
+        let t = temp();
+        let p = slots(&t).file("agent-0.lock").expect("valid");
+        assert_eq!(
+            p.remove_if_unchanged(b"mine").expect("remove"),
+            Removal::Absent
+        );
+        p.replace(b"theirs", RECORD_MODE).expect("write");
+        assert_eq!(
+            p.remove_if_unchanged(b"mine").expect("remove"),
+            Removal::Changed
+        );
+        assert_eq!(
+            p.read().expect("read").as_deref(),
+            Some(&b"theirs"[..]),
+            "kept"
+        );
+        assert_eq!(
+            p.remove_if_unchanged(b"their").expect("remove"),
+            Removal::Changed,
+            "prefix"
+        );
+        assert_eq!(
+            p.remove_if_unchanged(b"theirs").expect("remove"),
+            Removal::Removed
+        );
+        assert_eq!(p.read().expect("read"), None, "gone");
+    }
+
+    #[test]
+    fn remove_reports_whether_there_was_a_file() {
+        let t = temp();
+        let p = slots(&t).file("STOP").expect("valid");
+        assert!(!p.remove().expect("remove"), "nothing to remove");
+        p.replace(b"{}", 0o644).expect("write");
+        assert!(p.remove().expect("remove"), "removed");
+        assert!(names_in(t.path()).is_empty());
+    }
+}
+
+mod resolution {
+    use super::*;
+    use worklane_slotfile::{Layout, resolve};
+
+    /// An injected root standing for `/`, inside a temp dir, marked as this test's root.
+    fn root() -> (tempfile::TempDir, PathBuf) {
+        let t = temp();
+        let root = t.path().join("root");
+        std::fs::create_dir_all(root.join("var/tmp")).expect("mkdir");
+        (t, root)
+    }
+
+    fn env(root: &Path) -> Environment {
+        Environment::with_root(root).var("WORKLANE_TEST_ROOT", root)
+    }
+
+    #[test]
+    fn the_default_is_var_tmp_with_config_inside() {
+        let (_t, root) = root();
+        let l = env(&root).locate().expect("locate");
+        assert_eq!(l.slot_dir, root.join("var/tmp/agent-slots"));
+        assert_eq!(l.config, root.join("var/tmp/agent-slots/config.json"));
+        assert_eq!(l.drain_dir, l.slot_dir, "drain flag lives in the slot dir");
+        assert_eq!(l.layout, Layout::Default);
+    }
+
+    #[test]
+    fn the_system_directory_wins_when_it_exists() {
+        let (_t, root) = root();
+        std::fs::create_dir_all(root.join("var/lib/worklane/agent-slots")).expect("mkdir");
+        let l = env(&root).locate().expect("locate");
+        assert_eq!(l.slot_dir, root.join("var/lib/worklane/agent-slots"));
+        assert_eq!(l.layout, Layout::System);
+        assert_eq!(
+            l.config,
+            root.join("var/lib/worklane/agent-slots/config.json"),
+            "without /etc/worklane/slots.json the config is in the slot dir"
+        );
+        assert_eq!(
+            l.drain_dir,
+            root.join("var/lib/worklane"),
+            "root-owned drain flag"
+        );
+        std::fs::create_dir_all(root.join("etc/worklane")).expect("mkdir");
+        std::fs::write(root.join("etc/worklane/slots.json"), b"{}").expect("write");
+        let l = env(&root).locate().expect("locate");
+        assert_eq!(
+            l.config,
+            root.join("etc/worklane/slots.json"),
+            "system config"
+        );
+    }
+
+    #[test]
+    fn the_system_config_is_ignored_without_the_system_directory() {
+        let (_t, root) = root();
+        std::fs::create_dir_all(root.join("etc/worklane")).expect("mkdir");
+        std::fs::write(root.join("etc/worklane/slots.json"), b"{}").expect("write");
+        let l = env(&root).locate().expect("locate");
+        assert_eq!(l.config, root.join("var/tmp/agent-slots/config.json"));
+    }
+
+    #[test]
+    fn variables_win_over_everything() {
+        let (_t, root) = root();
+        std::fs::create_dir_all(root.join("var/lib/worklane/agent-slots")).expect("mkdir");
+        std::fs::create_dir_all(root.join("etc/worklane")).expect("mkdir");
+        std::fs::write(root.join("etc/worklane/slots.json"), b"{}").expect("write");
+        let l = env(&root)
+            .var("AGENT_SLOTS_DIR", root.join("mine"))
+            .locate()
+            .expect("locate");
+        assert_eq!(l.slot_dir, root.join("mine"));
+        assert_eq!(l.layout, Layout::FromEnv);
+        assert_eq!(
+            l.config,
+            root.join("mine/config.json"),
+            "the env dir's own config"
+        );
+        let l = env(&root)
+            .var("AGENT_SLOTS_DIR", root.join("mine"))
+            .var("AGENT_SLOTS_CONFIG", root.join("caps.json"))
+            .locate()
+            .expect("locate");
+        assert_eq!(l.config, root.join("caps.json"));
+        let l = env(&root)
+            .var("AGENT_SLOTS_CONFIG", root.join("caps.json"))
+            .locate()
+            .expect("locate");
+        assert_eq!(l.slot_dir, root.join("var/lib/worklane/agent-slots"));
+        assert_eq!(
+            l.config,
+            root.join("caps.json"),
+            "config variable beats /etc"
+        );
+    }
+
+    #[test]
+    fn relative_variables_are_refused() {
+        let (_t, root) = root();
+        let err = env(&root)
+            .var("AGENT_SLOTS_DIR", "slots")
+            .locate()
+            .expect_err("relative");
+        assert!(matches!(
+            err,
+            resolve::Error::NotAbsolute {
+                var: "AGENT_SLOTS_DIR",
+                ..
+            }
+        ));
+        assert!(err.to_string().contains("AGENT_SLOTS_DIR"), "{err}");
+    }
+
+    #[test]
+    fn resolve_creates_the_directory_and_loads_the_config() {
+        let (_t, root) = root();
+        let r = SlotDir::resolve_in(&env(&root)).expect("resolve");
+        assert_eq!(r.dir.path(), root.join("var/tmp/agent-slots"));
+        let meta = std::fs::metadata(root.join("var/tmp/agent-slots")).expect("created");
+        assert_eq!(
+            meta.mode() & 0o7777,
+            0o770,
+            "created 0770 whatever the umask"
+        );
+        assert_eq!(r.config.max_agents, 2, "default cap");
+        assert_eq!(r.config.max_test_runs, 2, "default test-run cap");
+        std::fs::write(
+            root.join("var/tmp/agent-slots/config.json"),
+            br#"{"max_agents": 5}"#,
+        )
+        .expect("write");
+        let r = SlotDir::resolve_in(&env(&root)).expect("resolve");
+        assert_eq!(r.config.max_agents, 5, "the config file is read");
+    }
+
+    #[test]
+    fn a_malformed_config_is_an_error_naming_file_and_field() {
+        let (_t, root) = root();
+        let caps = root.join("caps.json");
+        let e = env(&root).var("AGENT_SLOTS_CONFIG", &caps);
+        for (text, field) in [
+            (r#"{"max_agents": 0}"#, Some("max_agents")),
+            (r#"{"max_test_runs": 9}"#, Some("max_test_runs")),
+            (r#"{"max_test_runs": 0}"#, Some("max_test_runs")),
+            (r#"{"max_agents": "two"}"#, Some("max_agents")),
+            ("{", None),
+        ] {
+            std::fs::write(&caps, text).expect("write");
+            let err = SlotDir::resolve_in(&e).expect_err(text).to_string();
+            assert!(
+                err.contains(path_str(&caps)),
+                "{text}: names the file: {err}"
+            );
+            if let Some(field) = field {
+                assert!(err.contains(field), "{text}: names the field: {err}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_symlinked_slot_directory_is_refused() {
+        let (_t, root) = root();
+        let real = root.join("real");
+        std::fs::create_dir(&real).expect("mkdir");
+        std::os::unix::fs::symlink(&real, root.join("link")).expect("symlink");
+        let err = SlotDir::open_in(&env(&root), &root.join("link")).expect_err("refused");
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+    }
+}
+
+mod isolation {
+    use super::*;
+    use worklane_slotfile::{TestSignal, resolve};
+
+    fn refused(err: &resolve::Error) -> bool {
+        matches!(err, resolve::Error::TestIsolation { .. })
+    }
+
+    #[test]
+    fn this_test_process_cannot_resolve_the_machine_directory() {
+        let env = Environment::from_process()
+            .without("AGENT_SLOTS_DIR")
+            .without("AGENT_SLOTS_CONFIG");
+        assert!(
+            env.test_run().is_some(),
+            "an integration test is a test run"
+        );
+        let err = env
+            .locate()
+            .expect_err("the machine directory must be refused");
+        assert!(refused(&err), "got {err:?}");
+        assert!(
+            err.to_string().contains("/var/lib/worklane/agent-slots"),
+            "refused at the first candidate, before it is looked at: {err}"
+        );
+        let err = SlotDir::open(Path::new("/var/tmp/agent-slots")).expect_err("refused");
+        assert!(err.to_string().contains("test run"), "{err}");
+    }
+
+    #[test]
+    fn only_paths_inside_the_test_root_pass() {
+        let t = temp();
+        let root = t.path().to_owned();
+        let env = Environment::with_root("/").var("WORKLANE_TEST_ROOT", &root);
+        for bad in [
+            PathBuf::from("/var/tmp/agent-slots"),
+            PathBuf::from("/var/lib/worklane/agent-slots"),
+            PathBuf::from("/srv/slots"),
+            root.join("../escape"),
+            root.clone(),
+        ] {
+            let err = env
+                .clone()
+                .var("AGENT_SLOTS_DIR", &bad)
+                .locate()
+                .expect_err("outside the test root");
+            assert!(refused(&err), "{bad:?}: got {err:?}");
+        }
+        let err = env
+            .clone()
+            .var("AGENT_SLOTS_DIR", root.join("slots"))
+            .var("AGENT_SLOTS_CONFIG", "/etc/worklane/slots.json")
+            .locate()
+            .expect_err("the machine config");
+        assert!(refused(&err), "config outside the root: {err:?}");
+        env.var("AGENT_SLOTS_DIR", root.join("slots"))
+            .locate()
+            .expect("inside the test root");
+    }
+
+    #[test]
+    fn the_machine_paths_are_refused_even_inside_a_wide_test_root() {
+        let env = Environment::with_root("/").var("WORKLANE_TEST_ROOT", "/var/tmp");
+        let err = env
+            .var("AGENT_SLOTS_DIR", "/var/tmp/agent-slots")
+            .locate()
+            .expect_err("machine path");
+        assert!(refused(&err), "got {err:?}");
+    }
+
+    #[test]
+    fn every_test_signal_is_recognized() {
+        let t = temp();
+        let plain = Environment::with_root("/").temp_dir(t.path());
+        assert_eq!(plain.test_run(), None, "no signal: not a test run");
+        let cases = [
+            (
+                plain.clone().var("WORKLANE_TEST_ROOT", t.path()),
+                TestSignal::Marker,
+            ),
+            (plain.clone().var("NEXTEST", "1"), TestSignal::Nextest),
+            (
+                plain.clone().var("CARGO_BIN_EXE_worklane", "/x"),
+                TestSignal::CargoTest,
+            ),
+            (
+                plain
+                    .clone()
+                    .exe("/w/target/debug/deps/all-00112233aabbccdd"),
+                TestSignal::TestHarness,
+            ),
+        ];
+        for (env, signal) in cases {
+            let run = env.test_run().expect("a test run");
+            assert_eq!(run.signal, signal);
+            assert_eq!(run.root, t.path(), "the temp dir is the root");
+            let err = env.locate().expect_err("the machine directory is refused");
+            assert!(refused(&err), "{signal:?}: got {err:?}");
+        }
+        let outside = plain
+            .clone()
+            .exe("/usr/local/bin/worklane")
+            .var("CARGO_PKG_NAME", "x");
+        assert_eq!(
+            outside.test_run(),
+            None,
+            "cargo run's environment is not a test run"
+        );
+    }
+
+    fn resolve_in_child(cmd: &mut Command) -> String {
+        let out = cmd.arg("resolve").output().expect("run the child");
+        assert!(out.status.success(), "child exits cleanly");
+        String::from_utf8(out.stdout)
+            .expect("utf-8")
+            .trim()
+            .to_owned()
+    }
+
+    #[test]
+    fn a_child_started_by_a_test_is_refused_too() {
+        let out = resolve_in_child(
+            writer()
+                .env_remove("AGENT_SLOTS_DIR")
+                .env_remove("AGENT_SLOTS_CONFIG"),
+        );
+        assert!(
+            out.starts_with("error:") && out.contains("test run"),
+            "a child with the test's environment is a test run: {out}"
+        );
+
+        let t = temp();
+        let out = resolve_in_child(
+            writer()
+                .env_clear()
+                .env("WORKLANE_TEST_ROOT", t.path())
+                .env("AGENT_SLOTS_DIR", "/var/tmp/agent-slots"),
+        );
+        assert!(
+            out.starts_with("error:"),
+            "the marker alone confines a child: {out}"
+        );
+
+        let out = resolve_in_child(writer().env("AGENT_SLOTS_DIR", t.path().join("slots")));
+        assert_eq!(
+            out,
+            format!("ok {}", t.path().join("slots").display()),
+            "a temp directory is allowed in a child"
+        );
+    }
+}

@@ -1,0 +1,67 @@
+//! Test helper: one slot-file operation in a process of its own.
+//!
+//! - `publish DIR NAME CONTENT MODE`: waits for one line on stdin (a start barrier), publishes,
+//!   prints `published` or `exists`.
+//! - `replace DIR NAME CONTENT MODE`: replaces, prints `ok`.
+//! - `replace-hang DIR NAME CONTENT`: writes the temp file, prints `written`, then waits for
+//!   stdin to close before renaming (the test SIGKILLs it there).
+//! - `resolve`: resolves the machine's slot directory, prints `ok DIR` or `error: MESSAGE`.
+#![allow(clippy::print_stdout, missing_docs)]
+
+use std::io::{BufRead, Read, Write};
+use std::path::Path;
+use std::process::ExitCode;
+use worklane_slotfile::{Publish, SlotDir, SlotPath, Step};
+
+fn file(dir: &str, name: &str) -> SlotPath {
+    let dir = SlotDir::open(Path::new(dir)).expect("open the slot directory");
+    dir.file(name).expect("a valid slot file name")
+}
+
+fn mode(arg: &str) -> u32 {
+    u32::from_str_radix(arg, 8).expect("an octal mode")
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    match args.as_slice() {
+        ["publish", dir, name, content, m] => {
+            let path = file(dir, name);
+            let mut line = String::new();
+            let _ = std::io::stdin().lock().read_line(&mut line);
+            match path.publish(content.as_bytes(), mode(m)).expect("publish") {
+                Publish::Published => println!("published"),
+                Publish::AlreadyExists => println!("exists"),
+            }
+        }
+        ["replace", dir, name, content, m] => {
+            file(dir, name)
+                .replace(content.as_bytes(), mode(m))
+                .expect("replace");
+            println!("ok");
+        }
+        ["replace-hang", dir, name, content] => {
+            let path = file(dir, name);
+            path.replace_observed(content.as_bytes(), 0o644, &mut |step| {
+                if step == Step::TempWritten {
+                    println!("written");
+                    let _ = std::io::stdout().flush();
+                    let _ = std::io::stdin().read_to_end(&mut Vec::new());
+                }
+            })
+            .expect("replace");
+            println!("renamed");
+        }
+        ["resolve"] => match SlotDir::resolve() {
+            Ok(r) => println!("ok {}", r.dir.path().display()),
+            Err(e) => println!("error: {e}"),
+        },
+        _ => {
+            eprintln!("usage: see the module documentation");
+            return ExitCode::from(64);
+        }
+    }
+    let _ = std::io::stdout().flush();
+    ExitCode::SUCCESS
+}
