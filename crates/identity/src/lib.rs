@@ -1,0 +1,81 @@
+//! Where a process runs and who it is, so a lock record can be judged by proof, not by age.
+//!
+//! - [`Place`]: host, boot id, pid namespace and time namespace of a process; the current one
+//!   is read once and cached ([`Place::current`]).
+//! - [`ProcessIdentity`]: a pid and the start identity that tells it from a later process
+//!   reusing the pid ([`ProcessIdentity::of`], [`ProcessIdentity::of_self`]).
+//! - [`Recorded`]: the `pid`, `place` and `identity` fields of a lock record, read tolerantly
+//!   ([`Field`] keeps "missing" and "malformed" apart).
+//! - [`probe()`]: judges a record [`Verdict::Alive`], [`Verdict::Gone`] (with a [`GoneReason`] that
+//!   proves it) or [`Verdict::Unknown`] (with an [`UnknownReason`] a person can act on).
+//!
+//! Linux reads `/proc` and `uname`; Darwin runs `/usr/sbin/sysctl` once and `/bin/ps` per
+//! probe. Everything that parses or decides is plain Rust, tested on every platform.
+//!
+//! # Limitations
+//!
+//! - A verdict is a snapshot: an [`Alive`](Verdict::Alive) process can end right after. A
+//!   [`Gone`](Verdict::Gone) one never comes back: a reused pid carries another start.
+//! - Records from another host, pid namespace or time namespace are
+//!   [`Unknown`](Verdict::Unknown): a pid names some other process there. Judge them from
+//!   where they were written.
+//! - `/proc` must be the one of this process's pid namespace. With `hidepid`, processes of
+//!   other users are [`Unknown`](Verdict::Unknown), never gone.
+//! - Darwin start identity has one-second resolution: a pid reused within the second it was
+//!   freed looks like the recorded process, and stays busy.
+//! - A zombie is gone (it has exited) even though its pid stays taken until its parent reaps it.
+//! - This crate knows nothing about files, locks or JSON records beyond the three fields it
+//!   reads; deciding what to do with a verdict is the caller's.
+//!
+//! # Example
+//!
+//! ```
+//! use worklane_identity::{GoneReason, Place, ProcessIdentity, Recorded, Verdict, probe};
+//!
+//! // What a holder writes into its lock record.
+//! let me = Recorded::new(ProcessIdentity::of_self()?, Place::current()?.clone());
+//! let json = serde_json::to_string(&me)?;
+//!
+//! // What a contender reads back and judges.
+//! let read: Recorded = serde_json::from_str(&json)?;
+//! assert_eq!(probe(&read), Verdict::Alive);
+//!
+//! // The same pid with another start is a later process: the recorded one is gone.
+//! let mut other = ProcessIdentity::of_self()?;
+//! other.start += 1;
+//! let stale = Recorded::new(other, Place::current()?.clone());
+//! assert!(matches!(probe(&stale), Verdict::Gone(GoneReason::PidReused { .. })));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![forbid(unsafe_code)]
+
+pub mod place;
+pub mod process;
+
+mod parse;
+mod probe;
+mod proc_stat;
+mod ps;
+mod record;
+mod uuid;
+mod verdict;
+
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(target_os = "linux")]
+use linux as sys;
+
+#[cfg(target_os = "macos")]
+mod macos;
+#[cfg(target_os = "macos")]
+use macos as sys;
+
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
+compile_error!("worklane-identity supports Linux and macOS only");
+
+pub use crate::place::Place;
+pub use crate::probe::probe;
+pub use crate::process::ProcessIdentity;
+pub use crate::record::{Field, RecordIdentity, Recorded};
+pub use crate::verdict::{GoneReason, UnknownReason, Verdict};

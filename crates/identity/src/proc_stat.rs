@@ -1,0 +1,221 @@
+//! Parser of Linux `/proc/<pid>/stat`, see [proc_pid_stat(5)].
+//!
+//! The line is `pid (comm) state ppid ...`. `comm` is whatever the process named itself: it can
+//! hold spaces, parentheses, newlines and bytes that are not UTF-8. Every field after it is a
+//! number or the one-letter state, so the comm ends at the *last* `)` of the file.
+//!
+//! [proc_pid_stat(5)]: https://man7.org/linux/man-pages/man5/proc_pid_stat.5.html
+#![cfg_attr(not(target_os = "linux"), allow(dead_code))]
+
+use crate::parse::Malformed;
+
+/// The fields of `/proc/<pid>/stat` that identity needs, all from one read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stat {
+    /// Field 1: the process id.
+    pub(crate) pid: u32,
+    /// Field 3: the state letter (`R`, `S`, `D`, `Z`, `X`, ...).
+    pub(crate) state: u8,
+    /// Field 22: the start time, in clock ticks since boot.
+    pub(crate) start: u64,
+}
+
+impl Stat {
+    /// Whether the state proves the process has exited: `Z` (zombie) or `X` (dead).
+    pub(crate) fn exited(&self) -> bool {
+        matches!(self.state, b'Z' | b'X')
+    }
+}
+
+/// Parses the whole contents of a `/proc/<pid>/stat` file.
+pub(crate) fn parse(bytes: &[u8]) -> Result<Stat, Malformed> {
+    let open = bytes
+        .iter()
+        .position(|&b| b == b'(')
+        .ok_or(Malformed("no '(' opens the command name"))?;
+    let close = bytes
+        .iter()
+        .rposition(|&b| b == b')')
+        .ok_or(Malformed("no ')' closes the command name"))?;
+    if close < open {
+        return Err(Malformed("the last ')' comes before the first '('"));
+    }
+
+    let pid = bytes[..open]
+        .strip_suffix(b" ")
+        .ok_or(Malformed("no space between the pid and the command name"))?;
+    let pid = parse_decimal(pid)
+        .and_then(|pid| u32::try_from(pid).ok())
+        .filter(|&pid| pid != 0)
+        .ok_or(Malformed("field 1 (pid) is not a process id"))?;
+
+    let rest = bytes[close + 1..]
+        .strip_prefix(b" ")
+        .ok_or(Malformed("no space after the command name"))?;
+    let mut fields = rest
+        .split(u8::is_ascii_whitespace)
+        .filter(|f| !f.is_empty());
+    let state = match fields.next() {
+        Some(&[state]) if state.is_ascii_alphabetic() => state,
+        _ => return Err(Malformed("field 3 (state) is not one letter")),
+    };
+    // Field 3 was the first after the command name; skip fields 4 to 21 to reach field 22.
+    let start = fields
+        .nth(18)
+        .ok_or(Malformed("the line ends before field 22 (start time)"))?;
+    let start = parse_decimal(start).ok_or(Malformed("field 22 (start time) is not a number"))?;
+    Ok(Stat { pid, state, start })
+}
+
+/// An unsigned decimal of ASCII digits only: no sign, no spaces, no empty string.
+fn parse_decimal(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |value, &digit| {
+        if !digit.is_ascii_digit() {
+            return None;
+        }
+        value.checked_mul(10)?.checked_add(u64::from(digit - b'0'))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A stat line as the kernel writes it, with `comm`, `state` and `start` chosen by the test.
+    fn line(pid: u32, comm: &[u8], state: u8, start: u64) -> Vec<u8> {
+        let mut out = format!("{pid} (").into_bytes();
+        out.extend_from_slice(comm);
+        out.extend_from_slice(b") ");
+        out.push(state);
+        // Fields 4 to 21, then 22 (start), then the rest of a real line.
+        out.extend_from_slice(
+            format!(
+                " 1 {pid} {pid} 34816 {pid} 4194560 110 0 0 0 0 0 0 0 20 0 1 0 {start} \
+                 8478720 256 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n"
+            )
+            .as_bytes(),
+        );
+        out
+    }
+
+    #[test]
+    fn reads_pid_state_and_start_of_a_plain_line() {
+        let stat = parse(&line(4242, b"sleep", b'S', 123_456)).expect("a plain line parses");
+        assert_eq!(
+            stat,
+            Stat {
+                pid: 4242,
+                state: b'S',
+                start: 123_456
+            },
+            "fields of a plain line"
+        );
+        assert!(!stat.exited(), "state S is not exited");
+    }
+
+    #[test]
+    fn uses_the_last_parenthesis_for_the_end_of_the_command_name() {
+        let comm = b") 1 2 (x) Z 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 9 (";
+        let stat = parse(&line(7, comm, b'R', 99)).expect("a tricky comm parses");
+        assert_eq!(
+            stat.start, 99,
+            "start must come after the last ')' not the first"
+        );
+        assert_eq!(stat.state, b'R', "state must come after the last ')'");
+    }
+
+    #[test]
+    fn accepts_newlines_spaces_and_non_utf8_in_the_command_name() {
+        let stat = parse(&line(1, b"a b\n)c\xff\xfe(", b'D', 5)).expect("odd bytes in comm parse");
+        assert_eq!(
+            stat,
+            Stat {
+                pid: 1,
+                state: b'D',
+                start: 5
+            },
+            "fields around odd bytes"
+        );
+    }
+
+    #[test]
+    fn zombie_and_dead_states_are_exited() {
+        let zombie = parse(&line(3, b"z", b'Z', 1)).expect("zombie line parses");
+        let dead = parse(&line(3, b"x", b'X', 1)).expect("dead line parses");
+        assert!(zombie.exited(), "state Z proves exit");
+        assert!(dead.exited(), "state X proves exit");
+    }
+
+    #[test]
+    fn rejects_lines_of_the_wrong_shape() {
+        let cases: &[(&[u8], &str)] = &[
+            (b"", "empty"),
+            (b"12 sleep S 1 2 3", "no parentheses"),
+            (b"12 (sleep S 1", "no closing parenthesis"),
+            (b"12 )sleep( S 1", "closing before opening"),
+            (b"12(sleep) S 1", "no space after the pid"),
+            (b"x (sleep) S", "pid not a number"),
+            (b"0 (sleep) S", "pid zero"),
+            (b"-1 (sleep) S", "negative pid"),
+            (b"99999999999 (sleep) S", "pid too large"),
+            (b"12 (sleep)S 1", "no space after comm"),
+            (b"12 (sleep) SS 1", "state of two letters"),
+            (b"12 (sleep) 5 1", "state a digit"),
+            (b"12 (sleep) S 1 2 3", "too few fields"),
+        ];
+        for (input, why) in cases {
+            assert!(
+                parse(input).is_err(),
+                "{why}: {:?} must not parse",
+                String::from_utf8_lossy(input)
+            );
+        }
+        let mut bad_start = line(12, b"sleep", b'S', 0);
+        let at = bad_start
+            .windows(3)
+            .position(|w| w == b" 0 ")
+            .expect("fixture has a ' 0 '");
+        bad_start.truncate(at);
+        assert!(
+            parse(&bad_start).is_err(),
+            "a line cut before field 22 must not parse"
+        );
+        let not_number = b"12 (sleep) S 1 12 12 34816 12 4194560 110 0 0 0 0 0 0 0 20 0 1 0 12x3 0";
+        assert!(
+            parse(not_number).is_err(),
+            "a start time with a letter must not parse"
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn any_command_name_round_trips(
+            pid in 1u32..=4_194_304,
+            comm in proptest::collection::vec(
+                prop_oneof![
+                    Just(b' '), Just(b'('), Just(b')'), Just(b'\n'), Just(b'\t'),
+                    any::<u8>(),
+                ],
+                0..=64,
+            ),
+            state in proptest::sample::select(b"RSDZTtXxKWPI".to_vec()),
+            start in any::<u64>(),
+        ) {
+            let stat = parse(&line(pid, &comm, state, start));
+            prop_assert_eq!(
+                stat,
+                Ok(Stat { pid, state, start }),
+                "comm {:?} must not change the fields", String::from_utf8_lossy(&comm)
+            );
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..=400)) {
+            let _ = parse(&bytes);
+        }
+    }
+}

@@ -1,0 +1,282 @@
+//! Parser of Darwin `/bin/ps -o lstart=,state= -p PID`, run with `LC_ALL=C` and `TZ=UTC`.
+//!
+//! One line: the start time in the C locale's `ctime` shape (`Mon Nov 30 04:27:19 2026`, the day
+//! of month padded with a space below 10), then the state (`Ss`, `R+`, `Z`, ...). No line means
+//! no such process. The start becomes whole seconds since the Unix epoch, computed here, so the
+//! record holds a number that does not depend on the reader's locale or zone.
+#![cfg_attr(not(target_os = "macos"), allow(dead_code))]
+
+use crate::parse::Malformed;
+
+/// One line of `ps` output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PsLine {
+    /// The start, in seconds since the Unix epoch (UTC). `None` only for a zombie whose start
+    /// time `ps` could not print: a zombie's exit is proved by its state alone.
+    pub(crate) start: Option<u64>,
+    /// Whether the state begins with `Z`: the process has exited.
+    pub(crate) zombie: bool,
+}
+
+/// Parses the whole output of `ps`. `Ok(None)`: `ps` printed nothing, no such process.
+pub(crate) fn parse(output: &[u8]) -> Result<Option<PsLine>, Malformed> {
+    let text = std::str::from_utf8(output)
+        .map_err(|_| Malformed("ps printed bytes that are not UTF-8"))?;
+    let mut lines = text.lines().filter(|line| !line.trim_ascii().is_empty());
+    let Some(line) = lines.next() else {
+        return Ok(None);
+    };
+    if lines.next().is_some() {
+        return Err(Malformed("ps printed more than one process"));
+    }
+    let mut tokens: Vec<&str> = line.split_ascii_whitespace().collect();
+    let state = tokens.pop().ok_or(Malformed("ps printed an empty line"))?;
+    let zombie = match state.as_bytes().first() {
+        Some(b'Z') => true,
+        Some(first) if first.is_ascii_uppercase() => false,
+        _ => return Err(Malformed("the last column is not a process state")),
+    };
+    match parse_lstart(&tokens) {
+        Ok(start) => Ok(Some(PsLine {
+            start: Some(start),
+            zombie,
+        })),
+        Err(_) if zombie => Ok(Some(PsLine {
+            start: None,
+            zombie,
+        })),
+        Err(malformed) => Err(malformed),
+    }
+}
+
+const MONTHS: [&str; 12] = [
+    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+];
+const WEEKDAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
+
+/// Seconds since the Unix epoch of an `lstart` split into its five words:
+/// weekday, month, day, `HH:MM:SS`, year. The weekday must agree with the date.
+pub(crate) fn parse_lstart(words: &[&str]) -> Result<u64, Malformed> {
+    let &[weekday, month, day, time, year] = words else {
+        return Err(Malformed(
+            "the start time is not five words (weekday month day time year)",
+        ));
+    };
+    let month = MONTHS.iter().position(|&m| m == month).ok_or(Malformed(
+        "the start time's month is not a C-locale month name",
+    ))?;
+    let month = u32::try_from(month + 1).map_err(|_| Malformed("month out of range"))?;
+    let year: i64 = number(year, 4, 4)
+        .filter(|year| (1970..=9999).contains(year))
+        .ok_or(Malformed(
+            "the start time's year is not between 1970 and 9999",
+        ))?;
+    let day = number(day, 1, 2)
+        .filter(|&day| day >= 1 && day <= days_in_month(year, month))
+        .ok_or(Malformed(
+            "the start time's day does not exist in its month",
+        ))?;
+    let mut hms = time.split(':');
+    let (Some(hours), Some(minutes), Some(seconds), None) =
+        (hms.next(), hms.next(), hms.next(), hms.next())
+    else {
+        return Err(Malformed("the start time's clock is not HH:MM:SS"));
+    };
+    let hours = number(hours, 2, 2).filter(|&h| h < 24);
+    let minutes = number(minutes, 2, 2).filter(|&m| m < 60);
+    let seconds = number(seconds, 2, 2).filter(|&s| s < 60);
+    let (Some(hours), Some(minutes), Some(seconds)) = (hours, minutes, seconds) else {
+        return Err(Malformed("the start time's clock is not a valid HH:MM:SS"));
+    };
+
+    let days = days_since_epoch(year, month, day);
+    let weekday_of_date = WEEKDAYS[usize::try_from((days + 4).rem_euclid(7)).unwrap_or(0)];
+    if weekday != weekday_of_date {
+        return Err(Malformed(
+            "the start time's weekday does not match its date",
+        ));
+    }
+    let secs = days * 86_400 + hours * 3_600 + minutes * 60 + seconds;
+    u64::try_from(secs).map_err(|_| Malformed("the start time is before 1970"))
+}
+
+/// A decimal of `min..=max` ASCII digits.
+fn number(text: &str, min: usize, max: usize) -> Option<i64> {
+    if !(min..=max).contains(&text.len()) || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
+fn is_leap(year: i64) -> bool {
+    (year % 4 == 0 && year % 100 != 0) || year % 400 == 0
+}
+
+fn days_in_month(year: i64, month: u32) -> i64 {
+    match month {
+        2 if is_leap(year) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Days from 1970-01-01 to the given proleptic Gregorian date (Howard Hinnant's
+/// `days_from_civil`).
+fn days_since_epoch(year: i64, month: u32, day: i64) -> i64 {
+    let month = i64::from(month);
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let month_from_march = (month + 9) % 12;
+    let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(start: u64, zombie: bool) -> Option<PsLine> {
+        Some(PsLine {
+            start: Some(start),
+            zombie,
+        })
+    }
+
+    #[test]
+    fn a_live_process() {
+        // 2026-11-30T04:27:19Z
+        let parsed = parse(b"Mon Nov 30 04:27:19 2026     Ss\n");
+        assert_eq!(
+            parsed,
+            Ok(line(1_796_012_839, false)),
+            "a sleeping session leader"
+        );
+    }
+
+    #[test]
+    fn a_zombie() {
+        let parsed = parse(b"Thu Jan  1 00:00:00 1970     Z\n");
+        assert_eq!(
+            parsed,
+            Ok(line(0, true)),
+            "state Z is a zombie, start still read"
+        );
+        let parsed = parse(b"Sat Feb 29 23:59:59 2020 Z+\n");
+        assert_eq!(
+            parsed,
+            Ok(line(1_583_020_799, true)),
+            "leading Z with a flag is a zombie"
+        );
+    }
+
+    #[test]
+    fn a_zombie_whose_start_ps_cannot_print_is_still_a_zombie() {
+        let parsed = parse(b"-     Z\n");
+        assert_eq!(
+            parsed,
+            Ok(Some(PsLine {
+                start: None,
+                zombie: true
+            })),
+            "state alone proves exit"
+        );
+    }
+
+    #[test]
+    fn empty_output_means_no_such_process() {
+        assert_eq!(parse(b""), Ok(None), "nothing printed");
+        assert_eq!(parse(b"\n  \n"), Ok(None), "only blank lines");
+    }
+
+    #[test]
+    fn extra_whitespace_is_accepted() {
+        let parsed = parse(b"  \n\tWed   Jan  3  09:05:07   2024 \t R+  \r\n\n");
+        assert_eq!(
+            parsed,
+            Ok(line(1_704_272_707, false)),
+            "padding around and between words"
+        );
+    }
+
+    #[test]
+    fn malformed_output_is_refused() {
+        let cases: &[(&[u8], &str)] = &[
+            (b"Mon Nov 30 04:27:19 2026\n", "state missing"),
+            (b"Ss\n", "start missing for a live process"),
+            (
+                b"Mon Nov 30 04:27:19 2026 Ss\nTue Dec  1 00:00:00 2026 S\n",
+                "two processes",
+            ),
+            (b"Tue Nov 30 04:27:19 2026 Ss\n", "wrong weekday"),
+            (b"Mon Foo 30 04:27:19 2026 Ss\n", "unknown month"),
+            (b"lun. 30 nov. 2026 04:27:19 Ss\n", "another locale"),
+            (b"Mon Nov 31 04:27:19 2026 Ss\n", "day past the month"),
+            (
+                b"Fri Feb 29 04:27:19 2019 Ss\n",
+                "leap day of a common year",
+            ),
+            (b"Mon Nov 30 24:00:00 2026 Ss\n", "hour 24"),
+            (b"Mon Nov 30 04:60:19 2026 Ss\n", "minute 60"),
+            (b"Mon Nov 30 4:27:19 2026 Ss\n", "one-digit hour"),
+            (b"Mon Nov 30 04:27 2026 Ss\n", "no seconds"),
+            (b"Mon Nov 30 04:27:19:00 2026 Ss\n", "four clock parts"),
+            (b"Mon Nov 30 04:27:19 26 Ss\n", "two-digit year"),
+            (b"Wed Dec 31 23:59:59 1969 Ss\n", "before the epoch"),
+            (b"Mon Nov 30 04:27:19 2026 ss\n", "lowercase state"),
+            (b"Mon Nov 30 04:27:19 2026 1\n", "numeric state"),
+            (b"Mon Nov +3 04:27:19 2026 S\n", "signed day"),
+            (b"\xff Ss\n", "not UTF-8"),
+        ];
+        for (input, why) in cases {
+            assert!(
+                parse(input).is_err(),
+                "{why}: {:?} must be refused",
+                String::from_utf8_lossy(input)
+            );
+        }
+    }
+
+    #[test]
+    fn lstart_agrees_with_known_instants() {
+        let cases: &[(&[&str], u64)] = &[
+            (&["Thu", "Jan", "1", "00:00:00", "1970"], 0),
+            (&["Sun", "Sep", "9", "01:46:40", "2001"], 1_000_000_000),
+            (&["Tue", "Jan", "19", "03:14:07", "2038"], 2_147_483_647),
+            (&["Tue", "Feb", "29", "12:00:00", "2000"], 951_825_600),
+            (&["Fri", "Dec", "31", "23:59:59", "9999"], 253_402_300_799),
+        ];
+        for (words, expected) in cases {
+            assert_eq!(parse_lstart(words), Ok(*expected), "lstart {words:?}");
+        }
+    }
+
+    #[test]
+    fn every_day_for_a_decade_has_the_right_weekday_and_is_one_day_apart() {
+        let mut previous = None;
+        for year in 2020..2030 {
+            for month in 1..=12u32 {
+                for day in 1..=days_in_month(year, month) {
+                    let days = days_since_epoch(year, month, day);
+                    if let Some(previous) = previous {
+                        assert_eq!(
+                            days,
+                            previous + 1,
+                            "{year}-{month}-{day} follows the day before"
+                        );
+                    }
+                    previous = Some(days);
+                }
+            }
+        }
+        // 2020-01-01 was a Wednesday.
+        let wednesday = days_since_epoch(2020, 1, 1);
+        assert_eq!(
+            (wednesday + 4).rem_euclid(7),
+            3,
+            "2020-01-01 is a Wednesday"
+        );
+    }
+}
