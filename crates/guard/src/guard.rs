@@ -161,9 +161,12 @@ impl Guard {
             problem,
         })?;
         let name = guard_name(resource);
-        let path = dir_path.join(&name);
-        let (fd, id) = open_checked(dir, &name, &path, true)?;
-        match lock_nonblocking(&fd, &path)? {
+        let shown = Shown {
+            dir: dir_path,
+            name: &name,
+        };
+        let (fd, id) = open_checked(dir, shown, true)?;
+        match lock_nonblocking(&fd, shown)? {
             true => Ok(Some(Guard { fd, id })),
             false => Ok(None),
         }
@@ -190,16 +193,23 @@ impl Guard {
             problem,
         })?;
         let name = guard_name(resource);
-        let path = dir_path.join(&name);
-        let got = check_descriptor(&fd, &path)?;
-        let (expected, want) = open_checked(dir, &name, &path, false)?;
+        let shown = Shown {
+            dir: dir_path,
+            name: &name,
+        };
+        let got = check_descriptor(&fd, shown)?;
+        let (expected, want) = open_checked(dir, shown, false)?;
         drop(expected);
         if got != want {
-            return Err(Error::NotTheGuard { path, got, want });
+            return Err(Error::NotTheGuard {
+                path: shown.path(),
+                got,
+                want,
+            });
         }
-        match lock_nonblocking(&fd, &path)? {
+        match lock_nonblocking(&fd, shown)? {
             true => Ok(Guard { fd, id: got }),
-            false => Err(Error::NotHeld { path }),
+            false => Err(Error::NotHeld { path: shown.path() }),
         }
     }
 
@@ -228,10 +238,24 @@ pub fn is_held(dir: impl AsFd, dir_path: &Path, resource: &str) -> Result<bool, 
     Ok(Guard::try_acquire(dir, dir_path, resource)?.is_none())
 }
 
-fn io<'p>(op: &'static str, path: &'p Path) -> impl FnOnce(Errno) -> Error + 'p {
+/// A file in a directory, turned into a path only when a message needs one (the success path
+/// allocates no path).
+#[derive(Clone, Copy)]
+struct Shown<'a> {
+    dir: &'a Path,
+    name: &'a str,
+}
+
+impl Shown<'_> {
+    fn path(self) -> PathBuf {
+        self.dir.join(self.name)
+    }
+}
+
+fn io<'a>(op: &'static str, shown: Shown<'a>) -> impl FnOnce(Errno) -> Error + 'a {
     move |e| Error::Io {
         op,
-        path: path.to_owned(),
+        path: shown.path(),
         source: e.into(),
     }
 }
@@ -240,59 +264,56 @@ fn io<'p>(op: &'static str, path: &'p Path) -> impl FnOnce(Errno) -> Error + 'p 
 /// creating it first when `create` is set, and checks every property a guard must have.
 fn open_checked(
     dir: BorrowedFd<'_>,
-    name: &str,
-    path: &Path,
+    shown: Shown<'_>,
     create: bool,
 ) -> Result<(OwnedFd, FileId), Error> {
     let flags =
         OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
     let mut published = false;
     let fd = loop {
-        match rustix::fs::openat(dir, name, flags, Mode::empty()) {
+        match rustix::fs::openat(dir, shown.name, flags, Mode::empty()) {
             Ok(fd) => break fd,
             Err(Errno::NOENT) if create && !published => {
-                publish(dir, name, path)?;
+                publish(dir, shown)?;
                 published = true;
             }
             Err(Errno::LOOP) => {
-                return Err(Error::Symlink {
-                    path: path.to_owned(),
-                });
+                return Err(Error::Symlink { path: shown.path() });
             }
             Err(Errno::NXIO) => {
                 return Err(Error::NotRegular {
-                    path: path.to_owned(),
+                    path: shown.path(),
                     kind: "socket or device without a reader",
                 });
             }
-            Err(e) => return Err(io("open", path)(e)),
+            Err(e) => return Err(io("open", shown)(e)),
         }
     };
-    let id = check_descriptor(&fd, path)?;
+    let id = check_descriptor(&fd, shown)?;
     Ok((fd, id))
 }
 
 /// Checks a guard descriptor: above the standard streams, an empty regular file, on a
 /// filesystem with local `flock`. Closes it (by dropping) on refusal.
-fn check_descriptor(fd: &OwnedFd, path: &Path) -> Result<FileId, Error> {
+fn check_descriptor(fd: &OwnedFd, shown: Shown<'_>) -> Result<FileId, Error> {
     let raw = fd.as_raw_fd();
     if raw <= 2 {
         return Err(Error::StdStreamClosed {
-            path: path.to_owned(),
+            path: shown.path(),
             fd: raw,
         });
     }
-    let stat = rustix::fs::fstat(fd).map_err(io("fstat", path))?;
+    let stat = rustix::fs::fstat(fd).map_err(io("fstat", shown))?;
     let kind = FileType::from_raw_mode(stat.st_mode);
     if kind != FileType::RegularFile {
         return Err(Error::NotRegular {
-            path: path.to_owned(),
+            path: shown.path(),
             kind: describe(kind),
         });
     }
     if stat.st_size != 0 {
         return Err(Error::NotEmpty {
-            path: path.to_owned(),
+            path: shown.path(),
             size: u64::try_from(stat.st_size).unwrap_or(u64::MAX),
         });
     }
@@ -300,14 +321,14 @@ fn check_descriptor(fd: &OwnedFd, path: &Path) -> Result<FileId, Error> {
         Ok(Ok(_)) => {}
         Ok(Err(refused)) => {
             return Err(Error::Filesystem {
-                path: path.to_owned(),
+                path: shown.path(),
                 refused,
             });
         }
         Err(source) => {
             return Err(Error::Io {
                 op: "fstatfs",
-                path: path.to_owned(),
+                path: shown.path(),
                 source,
             });
         }
@@ -341,13 +362,13 @@ fn describe(kind: FileType) -> &'static str {
 /// `flock(LOCK_EX | LOCK_NB)` on `fd`: `Ok(true)` when held, `Ok(false)` when busy.
 ///
 /// See <https://man7.org/linux/man-pages/man2/flock.2.html>.
-fn lock_nonblocking(fd: &OwnedFd, path: &Path) -> Result<bool, Error> {
+fn lock_nonblocking(fd: &OwnedFd, shown: Shown<'_>) -> Result<bool, Error> {
     loop {
         match rustix::fs::flock(fd, FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => return Ok(true),
             Err(Errno::WOULDBLOCK) => return Ok(false),
             Err(Errno::INTR) => continue,
-            Err(e) => return Err(io("flock", path)(e)),
+            Err(e) => return Err(io("flock", shown)(e)),
         }
     }
 }
@@ -356,11 +377,11 @@ fn lock_nonblocking(fd: &OwnedFd, path: &Path) -> Result<bool, Error> {
 /// given mode 0444 through its own descriptor (so no umask can change it), then hard-linked to
 /// `name` (already there: someone else published first, theirs is used), then the temp alias
 /// is unlinked. A crash before the link leaves no guard; after it, a complete guard.
-fn publish(dir: BorrowedFd<'_>, name: &str, path: &Path) -> Result<(), Error> {
+fn publish(dir: BorrowedFd<'_>, shown: Shown<'_>) -> Result<(), Error> {
+    let name = shown.name;
     let resource = &name[1..name.len() - crate::name::GUARD_SUFFIX.len()];
-    let (temp, temp_path) = loop {
+    let temp = loop {
         let temp = guard_temp_name(resource, &random_token());
-        let temp_path = path.with_file_name(&temp);
         let flags =
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         match rustix::fs::openat(dir, temp.as_str(), flags, mode(0o400)) {
@@ -369,12 +390,16 @@ fn publish(dir: BorrowedFd<'_>, name: &str, path: &Path) -> Result<(), Error> {
                 drop(fd);
                 if let Err(e) = chmod {
                     let _ = rustix::fs::unlinkat(dir, temp.as_str(), AtFlags::empty());
-                    return Err(io("set the mode of", &temp_path)(e));
+                    let temp_shown = Shown {
+                        dir: shown.dir,
+                        name: &temp,
+                    };
+                    return Err(io("set the mode of the temp alias of", temp_shown)(e));
                 }
-                break (temp, temp_path);
+                break temp;
             }
             Err(Errno::EXIST) => continue,
-            Err(e) => return Err(io("create", &temp_path)(e)),
+            Err(e) => return Err(io("create a temp alias for", shown)(e)),
         }
     };
     let linked = rustix::fs::linkat(dir, temp.as_str(), dir, name, AtFlags::empty());
@@ -382,7 +407,7 @@ fn publish(dir: BorrowedFd<'_>, name: &str, path: &Path) -> Result<(), Error> {
     let _ = rustix::fs::unlinkat(dir, temp.as_str(), AtFlags::empty());
     match linked {
         Ok(()) | Err(Errno::EXIST) => Ok(()),
-        Err(e) => Err(io("publish (link) the temp alias of", &temp_path)(e)),
+        Err(e) => Err(io("publish (link) the temp alias of", shown)(e)),
     }
 }
 

@@ -38,6 +38,10 @@ pub fn guard_temp_name(resource: &str, token: &str) -> String {
 /// NFKC, lowercase, then both again (lowercasing and NFKC can each expose work for the other).
 #[must_use]
 pub fn normalize(name: &str) -> String {
+    // ASCII is its own NFKC form and holds no default-ignorable code point.
+    if name.is_ascii() {
+        return name.to_ascii_lowercase();
+    }
     let once = fold(name);
     let twice = fold(&once);
     if once == twice { once } else { fold(&twice) }

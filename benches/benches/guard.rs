@@ -1,0 +1,93 @@
+//! Guard acquire + release on an existing guard, beside what a user would otherwise pick:
+//! a raw `open + flock + close`, `std::fs::File::try_lock`, fs2, and spawning
+//! `/usr/bin/flock -n FILE true` per acquisition (the helper-process design this replaces).
+//!
+//! `cargo bench -p worklane-benches --bench guard`
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use rustix::fs::{FlockOperation, Mode, OFlags};
+use std::hint::black_box;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+use worklane_guard::Guard;
+
+const RES: &str = "agent-0.lock";
+
+fn site(parent: &Path) -> (tempfile::TempDir, std::fs::File) {
+    let dir = tempfile::tempdir_in(parent).expect("temp dir");
+    let fd = std::fs::File::open(dir.path()).expect("open dir");
+    // Publish the guard once: the benchmark measures acquisition of an existing guard.
+    Guard::try_acquire(&fd, dir.path(), RES)
+        .expect("acquire")
+        .expect("free")
+        .release();
+    (dir, fd)
+}
+
+fn bench_on(c: &mut Criterion, label: &str, parent: &Path) {
+    let (dir, fd) = site(parent);
+    let guard = dir.path().join(format!(".{RES}.flock"));
+    let mut group = c.benchmark_group(format!("guard_acquire_release/{label}"));
+
+    group.bench_function("worklane_guard", |b| {
+        b.iter(|| {
+            let g = Guard::try_acquire(&fd, dir.path(), black_box(RES))
+                .expect("acquire")
+                .expect("free");
+            drop(black_box(g));
+        });
+    });
+
+    group.bench_function("raw_open_flock_close", |b| {
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        b.iter(|| {
+            let f = rustix::fs::openat(&fd, black_box(".agent-0.lock.flock"), flags, Mode::empty())
+                .expect("open");
+            rustix::fs::flock(&f, FlockOperation::NonBlockingLockExclusive).expect("flock");
+            drop(f);
+        });
+    });
+
+    group.bench_function("std_file_try_lock", |b| {
+        b.iter(|| {
+            let f = std::fs::File::open(black_box(&guard)).expect("open");
+            f.try_lock().expect("try_lock");
+            drop(f);
+        });
+    });
+
+    group.bench_function("fs2_try_lock_exclusive", |b| {
+        b.iter(|| {
+            let f = std::fs::File::open(black_box(&guard)).expect("open");
+            fs2::FileExt::try_lock_exclusive(&f).expect("fs2 lock");
+            drop(f);
+        });
+    });
+
+    group.sample_size(20);
+    group.measurement_time(Duration::from_secs(8));
+    group.bench_function("spawn_usr_bin_flock", |b| {
+        b.iter(|| {
+            let status = Command::new("/usr/bin/flock")
+                .arg("-n")
+                .arg(black_box(&guard))
+                .arg("true")
+                .status()
+                .expect("spawn flock");
+            assert!(status.success(), "flock -n must get the free lock");
+        });
+    });
+    group.finish();
+}
+
+fn guard_benches(c: &mut Criterion) {
+    bench_on(c, "disk", &std::env::temp_dir());
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        bench_on(c, "tmpfs", shm);
+    }
+}
+
+criterion_group!(benches, guard_benches);
+criterion_main!(benches);
