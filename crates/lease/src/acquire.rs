@@ -1,0 +1,515 @@
+//! Acquisition: take the guard, read the record, publish ours, refuse, or take over.
+
+use crate::clock::{Clock, SystemClock, rfc3339_ms};
+use crate::lease::Lease;
+use crate::liveness::{GuardHold, Judgement, LiveWhy, Liveness, ProcessLiveness, TtlLiveness};
+use crate::record::{RESERVED_FIELDS, Record};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+use std::time::Duration;
+use worklane_guard::Guard;
+use worklane_identity::{Place, ProcessIdentity, Recorded};
+use worklane_slotfile::{Publish, RECORD_MODE, Removal, SlotDir, SlotPath};
+
+/// A step of acquisition, reported to the test seam [`Options::with_hook`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Step {
+    /// The resource's guard is held.
+    GuardTaken,
+    /// The record has been read (or found absent) and not yet acted on.
+    RecordInspected,
+    /// The epoch file has been advanced for this acquisition.
+    EpochAdvanced,
+    /// Takeover: our claim on the stale record is published.
+    ClaimTaken,
+    /// Takeover: the stale record has been removed.
+    StaleRemoved,
+    /// Our record is published (on takeover, the claim is still there).
+    Published,
+}
+
+/// What a hook tells acquisition to do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    /// Go on.
+    Continue,
+    /// Stop here as if the process died: return [`Error::Crashed`], leaving every file as it
+    /// is and closing the guard, as the kernel would.
+    Crash,
+}
+
+type Hook = Arc<dyn Fn(Step) -> Control + Send + Sync>;
+
+/// How a lease is judged, timed and (in tests) interrupted.
+#[derive(Clone)]
+pub struct Options {
+    pub(crate) liveness: Arc<dyn Liveness>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) hook: Option<Hook>,
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("guard_hold", &self.liveness.guard_hold())
+            .field("ttl_ms", &self.liveness.ttl_ms())
+            .field("hooked", &self.hook.is_some())
+            .finish()
+    }
+}
+
+impl Options {
+    /// Process liveness on the system clock: the lock of an agent slot, `slots.lock`, a run.
+    #[must_use]
+    pub fn process() -> Options {
+        Options::with_liveness(Arc::new(ProcessLiveness))
+    }
+
+    /// TTL liveness with `ttl` on the system clock: a role lease.
+    #[must_use]
+    pub fn ttl(ttl: Duration) -> Options {
+        Options::with_liveness(Arc::new(TtlLiveness::new(ttl)))
+    }
+
+    /// Any liveness on the system clock.
+    #[must_use]
+    pub fn with_liveness(liveness: Arc<dyn Liveness>) -> Options {
+        Options {
+            liveness,
+            clock: Arc::new(SystemClock),
+            hook: None,
+        }
+    }
+
+    /// Uses `clock` for every time decision.
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Options {
+        self.clock = clock;
+        self
+    }
+
+    /// Test seam: calls `hook` at each [`Step`] of acquisition.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_hook(mut self, hook: impl Fn(Step) -> Control + Send + Sync + 'static) -> Options {
+        self.hook = Some(Arc::new(hook));
+        self
+    }
+
+    fn at(&self, step: Step) -> Result<(), Error> {
+        match self.hook.as_ref().map_or(Control::Continue, |h| h(step)) {
+            Control::Continue => Ok(()),
+            Control::Crash => Err(Error::Crashed(step)),
+        }
+    }
+}
+
+/// What the acquirer writes about itself beside the core fields.
+#[derive(Debug, Clone, Default)]
+pub struct Request {
+    /// Who takes it (a harness name, a user), shown to those refused.
+    pub owner: String,
+    /// Further fields: `role`, `profile`, `agentIdentity`, `limit_ms`... Names the core writes
+    /// itself ([`RESERVED_FIELDS`]) are refused.
+    pub fields: Map<String, Value>,
+}
+
+impl Request {
+    /// A request by `owner` with no further fields.
+    #[must_use]
+    pub fn new(owner: impl Into<String>) -> Request {
+        Request {
+            owner: owner.into(),
+            fields: Map::new(),
+        }
+    }
+
+    /// Adds a field.
+    #[must_use]
+    pub fn field(mut self, name: &str, value: impl Into<Value>) -> Request {
+        self.fields.insert(name.to_owned(), value.into());
+        self
+    }
+}
+
+/// A refused acquisition: who holds the resource and why that counts as held.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    /// The resource's file name.
+    pub resource: String,
+    /// The holder's record, when it could be read and parsed.
+    pub holder: Option<Record>,
+    /// Why the holder counts as live.
+    pub why: LiveWhy,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} is held", self.resource)?;
+        if let Some(h) = &self.holder {
+            if let Some(pid) = h.pid() {
+                write!(f, " by pid {pid}")?;
+            }
+            if let Some(owner) = &h.owner {
+                write!(f, " ({owner})")?;
+            }
+            for key in ["role", "profile", "agentIdentity"] {
+                if let Some(v) = h.extra_str(key) {
+                    write!(f, ", {key} {v}")?;
+                }
+            }
+            if let Some(at) = &h.acquired_at {
+                write!(f, ", since {at}")?;
+            }
+            if let Some(pulse) = h.last_pulse {
+                write!(f, ", last pulse {}", rfc3339_ms(pulse))?;
+            }
+        }
+        write!(f, ": {}", self.why)
+    }
+}
+
+/// The outcome of [`acquire`].
+#[derive(Debug)]
+#[must_use]
+pub enum Acquired {
+    /// We hold it.
+    Held(Lease),
+    /// Someone else does.
+    Refused(Refusal),
+}
+
+/// Why acquisition failed (a refusal is not a failure: it is [`Acquired::Refused`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The resource name cannot be a slot file.
+    #[error(transparent)]
+    Name(#[from] worklane_slotfile::name::Error),
+    /// The request sets a field the core writes itself.
+    #[error("the lease request sets `{0}`, which worklane writes itself; rename the field")]
+    ReservedField(String),
+    /// The guard could not be taken (not busy: broken).
+    #[error(transparent)]
+    Guard(#[from] worklane_guard::acquire::Error),
+    /// The record or a claim could not be read.
+    #[error(transparent)]
+    Read(#[from] worklane_slotfile::read::Error),
+    /// The record, a claim or the epoch could not be written.
+    #[error(transparent)]
+    Write(#[from] worklane_slotfile::write::Error),
+    /// The slot directory could not be listed for claims.
+    #[error(transparent)]
+    List(#[from] worklane_slotfile::open::Error),
+    /// A stale record or claim could not be removed.
+    #[error(transparent)]
+    Remove(#[from] worklane_slotfile::remove::Error),
+    /// This process's own place or identity could not be read.
+    #[error("cannot read this process's identity for the lock record: {0}")]
+    Identity(String),
+    /// The epoch file holds something other than a number.
+    #[error(
+        "epoch file {path} holds {found:?}, not a number; it only ever grows: set it to a number above every epoch in use"
+    )]
+    Epoch {
+        /// The epoch file.
+        path: String,
+        /// What it holds.
+        found: String,
+    },
+    /// A hook stopped acquisition at this step (test seam).
+    #[error("acquisition stopped at {0:?} by a test hook")]
+    Crashed(Step),
+}
+
+/// How often a contender retries a guard that is held only while a record changes.
+const BRIEF_GUARD_TRIES: u32 = 200;
+const BRIEF_GUARD_PAUSE: Duration = Duration::from_micros(500);
+
+/// Takes `path`'s guard: once under [`GuardHold::ForLife`] (busy means a live holder), or
+/// retried for about 100 ms under [`GuardHold::WhileChanging`] (busy means someone is in the
+/// middle of a change, which takes microseconds).
+pub(crate) fn take_guard(path: &SlotPath, hold: GuardHold) -> Result<Option<Guard>, Error> {
+    let tries = match hold {
+        GuardHold::ForLife => 1,
+        GuardHold::WhileChanging => BRIEF_GUARD_TRIES,
+    };
+    for attempt in 0..tries {
+        if attempt > 0 {
+            std::thread::sleep(BRIEF_GUARD_PAUSE);
+        }
+        if let Some(guard) = path.try_guard()? {
+            return Ok(Some(guard));
+        }
+    }
+    Ok(None)
+}
+
+/// Acquires the lease on the resource file `name` in `dir`.
+///
+/// Under the resource's guard: no record, ours is published; a record judged live or unknown
+/// refuses us with the holder's details; a record judged dead is taken over by the claim
+/// protocol (PROTOCOL.md): claim named by the stale record's hash, byte-identical recheck,
+/// remove, publish ours, remove the claim. Every acquisition gets a fencing epoch larger than
+/// any before it for this resource.
+pub fn acquire(
+    dir: &SlotDir,
+    name: &str,
+    request: &Request,
+    options: &Options,
+) -> Result<Acquired, Error> {
+    if let Some(key) = request
+        .fields
+        .keys()
+        .find(|k| RESERVED_FIELDS.contains(&k.as_str()))
+    {
+        return Err(Error::ReservedField(key.clone()));
+    }
+    let path = dir.file(name)?;
+    let hold = options.liveness.guard_hold();
+    let Some(guard) = take_guard(&path, hold)? else {
+        return Ok(Acquired::Refused(Refusal {
+            resource: name.to_owned(),
+            holder: read_record(&path).ok().flatten(),
+            why: LiveWhy::GuardHeld,
+        }));
+    };
+    options.at(Step::GuardTaken)?;
+    if let Some(refusal) = clear_claims(&path, options)? {
+        return Ok(Acquired::Refused(refusal));
+    }
+    let raw = path.read()?;
+    options.at(Step::RecordInspected)?;
+    let Some(raw) = raw else {
+        return publish_ours(path, guard, request, options);
+    };
+    let record = match Record::parse(&raw) {
+        Ok(record) => record,
+        Err(e) => {
+            return Ok(Acquired::Refused(Refusal {
+                resource: name.to_owned(),
+                holder: None,
+                why: LiveWhy::Malformed {
+                    detail: e.to_string(),
+                },
+            }));
+        }
+    };
+    let now = options.clock.now_ms();
+    match options.liveness.judge(&record, now) {
+        Judgement::Live(why) => Ok(Acquired::Refused(Refusal {
+            resource: name.to_owned(),
+            holder: Some(record),
+            why,
+        })),
+        Judgement::Dead(_) => take_over(path, guard, &raw, record, request, options),
+    }
+}
+
+/// Reads and parses the record, `Ok(None)` when absent.
+fn read_record(path: &SlotPath) -> Result<Option<Record>, Error> {
+    Ok(path.read()?.and_then(|raw| Record::parse(&raw).ok()))
+}
+
+/// The claim file name for a stale record: `<lock>.<first 16 hex of SHA-256(record)>.claim`.
+#[must_use]
+pub fn claim_name(lock: &str, stale_record: &[u8]) -> String {
+    let digest = Sha256::digest(stale_record);
+    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    format!("{lock}.{hex}.claim")
+}
+
+fn is_claim_of(lock: &str, name: &str) -> bool {
+    name.strip_prefix(lock)
+        .and_then(|rest| rest.strip_prefix('.'))
+        .and_then(|rest| rest.strip_suffix(".claim"))
+        .is_some_and(|hex| hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// Clears every takeover claim on `path` whose taker is judged dead; a claim whose taker may
+/// still run refuses us. Called with the guard held, so every claim found belongs to a taker
+/// that no longer holds it.
+fn clear_claims(path: &SlotPath, options: &Options) -> Result<Option<Refusal>, Error> {
+    let listed = path.dir().list()?;
+    for claim in listed.iter().filter(|p| is_claim_of(path.name(), p.name())) {
+        let Some(raw) = claim.read()? else { continue };
+        let judged = match Record::parse(&raw) {
+            Ok(record) => (
+                options
+                    .liveness
+                    .judge_claim(&record, options.clock.now_ms()),
+                record.pid(),
+            ),
+            Err(e) => (
+                Judgement::Live(LiveWhy::Malformed {
+                    detail: format!("claim {}: {e}", claim.name()),
+                }),
+                None,
+            ),
+        };
+        match judged {
+            (Judgement::Dead(_), _) => {
+                // Changed means it was replaced under us by a writer outside the protocol.
+                let _ = claim.remove_if_unchanged(&raw)?;
+            }
+            (Judgement::Live(LiveWhy::Malformed { detail }), _) => {
+                return Ok(Some(Refusal {
+                    resource: path.name().to_owned(),
+                    holder: None,
+                    why: LiveWhy::Malformed { detail },
+                }));
+            }
+            (Judgement::Live(_), claimant) => {
+                return Ok(Some(Refusal {
+                    resource: path.name().to_owned(),
+                    holder: read_record(path).ok().flatten(),
+                    why: LiveWhy::TakeoverInProgress {
+                        claim: claim.name().to_owned(),
+                        claimant,
+                    },
+                }));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// This process's place and identity, as written into records and claims.
+fn me() -> Result<Recorded, Error> {
+    let place = Place::current().map_err(|e| Error::Identity(e.to_string()))?;
+    let process = ProcessIdentity::of_self().map_err(|e| Error::Identity(e.to_string()))?;
+    Ok(Recorded::new(process, place.clone()))
+}
+
+/// The takeover: claim, recheck, remove, publish, unclaim.
+fn take_over(
+    path: SlotPath,
+    guard: Guard,
+    stale: &[u8],
+    stale_record: Record,
+    request: &Request,
+    options: &Options,
+) -> Result<Acquired, Error> {
+    let claim = path.dir().file(&claim_name(path.name(), stale))?;
+    let now = options.clock.now_ms();
+    let mut claim_record = Record {
+        holder: me()?,
+        acquired_at: Some(rfc3339_ms(now)),
+        last_pulse: Some(now),
+        ..Record::default()
+    };
+    claim_record.owner = Some(request.owner.clone());
+    let claim_bytes = claim_record.to_bytes();
+    if claim.publish(&claim_bytes, RECORD_MODE)? == Publish::AlreadyExists {
+        // Claims were cleared under this guard a moment ago: only a writer outside the
+        // protocol can have put one here.
+        return Ok(Acquired::Refused(Refusal {
+            resource: path.name().to_owned(),
+            holder: Some(stale_record),
+            why: LiveWhy::TakeoverInProgress {
+                claim: claim.name().to_owned(),
+                claimant: None,
+            },
+        }));
+    }
+    options.at(Step::ClaimTaken)?;
+    let unclaim = |claim: &SlotPath| claim.remove_if_unchanged(&claim_bytes).map(|_| ());
+    if path.read()?.as_deref() != Some(stale) {
+        unclaim(&claim)?;
+        return Ok(Acquired::Refused(Refusal {
+            resource: path.name().to_owned(),
+            holder: read_record(&path).ok().flatten(),
+            why: LiveWhy::Changed,
+        }));
+    }
+    if path.remove_if_unchanged(stale)? == Removal::Changed {
+        unclaim(&claim)?;
+        return Ok(Acquired::Refused(Refusal {
+            resource: path.name().to_owned(),
+            holder: read_record(&path).ok().flatten(),
+            why: LiveWhy::Changed,
+        }));
+    }
+    options.at(Step::StaleRemoved)?;
+    let acquired = publish_ours(path, guard, request, options)?;
+    unclaim(&claim)?;
+    Ok(acquired)
+}
+
+/// Advances the epoch and publishes our record; on success the lease is held.
+fn publish_ours(
+    path: SlotPath,
+    guard: Guard,
+    request: &Request,
+    options: &Options,
+) -> Result<Acquired, Error> {
+    let epoch = crate::epoch::advance(&path)?;
+    options.at(Step::EpochAdvanced)?;
+    let now = options.clock.now_ms();
+    let mut record = Record {
+        holder: me()?,
+        owner: Some(request.owner.clone()),
+        acquired_at: Some(rfc3339_ms(now)),
+        epoch: Some(epoch),
+        extra: request.fields.clone(),
+        ..Record::default()
+    };
+    options.liveness.stamp(&mut record, now);
+    let bytes = record.to_bytes();
+    match path.publish(&bytes, RECORD_MODE)? {
+        Publish::Published => {}
+        Publish::AlreadyExists => {
+            return Ok(Acquired::Refused(Refusal {
+                resource: path.name().to_owned(),
+                holder: read_record(&path).ok().flatten(),
+                why: LiveWhy::Changed,
+            }));
+        }
+    }
+    options.at(Step::Published)?;
+    let guard = match options.liveness.guard_hold() {
+        GuardHold::ForLife => Some(guard),
+        GuardHold::WhileChanging => {
+            drop(guard);
+            None
+        }
+    };
+    Ok(Acquired::Held(Lease::new(
+        path,
+        guard,
+        bytes,
+        record,
+        epoch,
+        options.clone(),
+        now,
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claim_names_use_the_first_16_hex_of_sha256() {
+        // SHA-256("abc") = ba7816bf8f01cfea414140de5dae2223...
+        assert_eq!(
+            claim_name("agent-0.lock", b"abc"),
+            "agent-0.lock.ba7816bf8f01cfea.claim"
+        );
+        assert!(is_claim_of(
+            "agent-0.lock",
+            "agent-0.lock.ba7816bf8f01cfea.claim"
+        ));
+        assert!(
+            !is_claim_of("agent-0.lock", "agent-0.lock.ba7816bf8f01cfe.claim"),
+            "15 hex"
+        );
+        assert!(!is_claim_of(
+            "agent-0.lock",
+            "agent-1.lock.ba7816bf8f01cfea.claim"
+        ));
+        assert!(!is_claim_of("agent-0.lock", "agent-0.lock.epoch"));
+    }
+}

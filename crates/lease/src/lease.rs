@@ -1,0 +1,274 @@
+//! A held lease: pulse, re-verify, release.
+
+use crate::acquire::{Options, take_guard};
+use crate::liveness::GuardHold;
+use crate::record::Record;
+use worklane_guard::Guard;
+use worklane_slotfile::{RECORD_MODE, Removal, SlotPath};
+
+/// Errors of a held lease's operations.
+pub mod held {
+    use crate::record::Record;
+
+    /// Why a pulse, check or release did not go through.
+    #[derive(Debug, thiserror::Error)]
+    #[non_exhaustive]
+    pub enum Error {
+        /// The record is no longer ours: another process took the lease over (or an operator
+        /// removed it). The holder must stop acting on the resource.
+        #[error("lease {resource} was lost: {}", describe(.now))]
+        LeaseLost {
+            /// The resource.
+            resource: String,
+            /// The record found instead of ours, if any.
+            now: Option<Box<Record>>,
+        },
+        /// The guard stayed busy (another process is inspecting the record), so ownership could
+        /// not be verified now. Try again shortly; do not act on the resource until it succeeds.
+        #[error("lease {resource} could not be verified: its guard stayed busy; retry shortly")]
+        Busy {
+            /// The resource.
+            resource: String,
+        },
+        /// The lease was already released.
+        #[error("lease {resource} was already released")]
+        Released {
+            /// The resource.
+            resource: String,
+        },
+        /// A file operation failed.
+        #[error("lease {resource}: {source}")]
+        Io {
+            /// The resource.
+            resource: String,
+            /// What failed.
+            #[source]
+            source: Box<dyn std::error::Error + Send + Sync>,
+        },
+    }
+
+    fn describe(now: &Option<Box<Record>>) -> String {
+        match now.as_deref() {
+            None => "its record is gone".to_owned(),
+            Some(r) => match (r.pid(), &r.owner) {
+                (Some(pid), Some(owner)) => format!("pid {pid} ({owner}) holds it now"),
+                (Some(pid), None) => format!("pid {pid} holds it now"),
+                _ => "another record stands in its place".to_owned(),
+            },
+        }
+    }
+}
+
+use held::Error;
+
+/// A held lease on one resource.
+///
+/// Under process liveness it holds the resource's guard for its whole life; under TTL liveness
+/// the guard is taken only while the record is changed, and the holder must [`Lease::pulse`]
+/// and call [`Lease::ensure_held`] before each mutating action. Dropping it releases it.
+#[derive(Debug)]
+#[must_use = "the lease is released as soon as it is dropped"]
+pub struct Lease {
+    path: SlotPath,
+    guard: Option<Guard>,
+    bytes: Vec<u8>,
+    record: Record,
+    epoch: u64,
+    options: Options,
+    last_good_pulse: u64,
+    state: State,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Held,
+    Lost,
+    Released,
+}
+
+impl Lease {
+    pub(crate) fn new(
+        path: SlotPath,
+        guard: Option<Guard>,
+        bytes: Vec<u8>,
+        record: Record,
+        epoch: u64,
+        options: Options,
+        now: u64,
+    ) -> Lease {
+        Lease {
+            path,
+            guard,
+            bytes,
+            record,
+            epoch,
+            options,
+            last_good_pulse: now,
+            state: State::Held,
+        }
+    }
+
+    /// The fencing epoch of this acquisition: larger than every earlier one of the resource.
+    #[must_use]
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The record as we wrote it.
+    #[must_use]
+    pub fn record(&self) -> &Record {
+        &self.record
+    }
+
+    /// The resource's file name.
+    #[must_use]
+    pub fn resource(&self) -> &str {
+        self.path.name()
+    }
+
+    /// The held guard, under process liveness (to pass its descriptor to another process).
+    #[must_use]
+    pub fn guard(&self) -> Option<&Guard> {
+        self.guard.as_ref()
+    }
+
+    fn io(&self, source: impl std::error::Error + Send + Sync + 'static) -> Error {
+        Error::Io {
+            resource: self.path.name().to_owned(),
+            source: Box::new(source),
+        }
+    }
+
+    fn check_state(&self) -> Result<(), Error> {
+        match self.state {
+            State::Held => Ok(()),
+            State::Lost => Err(Error::LeaseLost {
+                resource: self.path.name().to_owned(),
+                now: self.read_current().map(Box::new),
+            }),
+            State::Released => Err(Error::Released {
+                resource: self.path.name().to_owned(),
+            }),
+        }
+    }
+
+    fn read_current(&self) -> Option<Record> {
+        self.path
+            .read()
+            .ok()
+            .flatten()
+            .and_then(|raw| Record::parse(&raw).ok())
+    }
+
+    /// Runs `f` with the guard held: ours for life, or taken briefly under TTL liveness.
+    fn under_guard<T>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        if self.guard.is_some() {
+            return f(self);
+        }
+        let hold = self.options.liveness.guard_hold();
+        let brief = match take_guard(&self.path, hold) {
+            Ok(Some(guard)) => guard,
+            Ok(None) => {
+                return Err(Error::Busy {
+                    resource: self.path.name().to_owned(),
+                });
+            }
+            Err(e) => return Err(self.io(e)),
+        };
+        let out = f(self);
+        drop(brief);
+        out
+    }
+
+    /// Proves ownership and refreshes `lastPulse` (TTL leases; harmless under process
+    /// liveness): under the guard, checks that the record still holds exactly our bytes, then
+    /// replaces it with a new pulse. A record that is no longer ours is
+    /// [`held::Error::LeaseLost`], and the lease stays lost.
+    pub fn pulse(&mut self) -> Result<(), Error> {
+        self.check_state()?;
+        self.under_guard(|lease| {
+            let current = lease.path.read().map_err(|e| lease.io(e))?;
+            if current.as_deref() != Some(lease.bytes.as_slice()) {
+                lease.state = State::Lost;
+                return Err(Error::LeaseLost {
+                    resource: lease.path.name().to_owned(),
+                    now: current
+                        .and_then(|raw| Record::parse(&raw).ok())
+                        .map(Box::new),
+                });
+            }
+            let now = lease.options.clock.now_ms();
+            let mut record = lease.record.clone();
+            if lease.options.liveness.ttl_ms().is_some() {
+                record.last_pulse = Some(now);
+            }
+            let bytes = record.to_bytes();
+            lease
+                .path
+                .replace(&bytes, RECORD_MODE)
+                .map_err(|e| lease.io(e))?;
+            lease.record = record;
+            lease.bytes = bytes;
+            lease.last_good_pulse = now;
+            Ok(())
+        })
+    }
+
+    /// Call before every mutating action. After a gap longer than TTL/2 since the last good
+    /// pulse, re-verifies (and refreshes) ownership by a pulse; a lease that is no longer ours
+    /// is [`held::Error::LeaseLost`]: stop, never continue silently. Under process liveness the
+    /// held guard is the proof and nothing is read.
+    pub fn ensure_held(&mut self) -> Result<(), Error> {
+        self.check_state()?;
+        let Some(ttl) = self.options.liveness.ttl_ms() else {
+            return Ok(());
+        };
+        let gap = self
+            .options
+            .clock
+            .now_ms()
+            .saturating_sub(self.last_good_pulse);
+        if gap > ttl / 2 { self.pulse() } else { Ok(()) }
+    }
+
+    /// Releases the lease: under the guard, removes the record only if it still holds exactly
+    /// our bytes (a successor's record is never touched), then closes the guard. Idempotent.
+    pub fn release(mut self) -> Result<(), Error> {
+        self.release_inner()
+    }
+
+    fn release_inner(&mut self) -> Result<(), Error> {
+        if self.state != State::Held {
+            self.state = State::Released;
+            self.guard = None;
+            return Ok(());
+        }
+        let out = self.under_guard(|lease| {
+            let bytes = std::mem::take(&mut lease.bytes);
+            let removed = lease.path.remove_if_unchanged(&bytes);
+            lease.bytes = bytes;
+            match removed {
+                Ok(Removal::Removed | Removal::Absent | Removal::Changed) => Ok(()),
+                Err(e) => Err(lease.io(e)),
+            }
+        });
+        self.state = State::Released;
+        self.guard = None;
+        out
+    }
+
+    /// Whether the guard is held the whole time (process liveness).
+    #[must_use]
+    pub fn holds_guard_for_life(&self) -> bool {
+        self.options.liveness.guard_hold() == GuardHold::ForLife
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let _ = self.release_inner();
+    }
+}

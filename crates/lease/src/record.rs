@@ -1,0 +1,117 @@
+//! The JSON lock record.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use worklane_identity::Recorded;
+
+/// Record fields the lease core writes itself; a [`Request`](crate::Request) may not set them.
+pub const RESERVED_FIELDS: &[&str] = &[
+    "pid",
+    "place",
+    "identity",
+    "owner",
+    "acquiredAt",
+    "epoch",
+    "lastPulse",
+    "ttlMs",
+    "startedAt",
+];
+
+/// A lock (or lease, or claim) record as read from or written to its file.
+///
+/// Readers accept unknown fields (kept in [`Record::extra`]); a record missing `place` or
+/// `identity` is legacy and its holder is never judged gone by process liveness.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Record {
+    /// `pid`, `place` and `identity` of the holder, read tolerantly.
+    #[serde(flatten)]
+    pub holder: Recorded,
+    /// Who holds it, in the holder's words (a harness name, a user).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// When it was acquired, RFC 3339 UTC.
+    #[serde(
+        rename = "acquiredAt",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub acquired_at: Option<String>,
+    /// The fencing epoch of this acquisition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<u64>,
+    /// TTL leases: when the holder last proved it is alive, milliseconds since the epoch.
+    #[serde(rename = "lastPulse", default, skip_serializing_if = "Option::is_none")]
+    pub last_pulse: Option<u64>,
+    /// TTL leases: how long after `lastPulse` the lease stays held, in milliseconds.
+    #[serde(rename = "ttlMs", default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+    /// TTL leases: when the holder started, RFC 3339 UTC (kept for diagnostics).
+    #[serde(rename = "startedAt", default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    /// Every other field: `role`, `profile`, `agentIdentity`, `limit_ms`, and unknown ones.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl Record {
+    /// Parses a record. Anything that is not a JSON object with well-typed core fields is an
+    /// error (the caller treats it as a malformed, busy record).
+    pub fn parse(bytes: &[u8]) -> Result<Record, serde_json::Error> {
+        serde_json::from_slice(bytes)
+    }
+
+    /// The record as the bytes written to its file (compact JSON and a newline).
+    #[must_use]
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut bytes = serde_json::to_vec(self).unwrap_or_default();
+        bytes.push(b'\n');
+        bytes
+    }
+
+    /// The holder's pid, when the record names one.
+    #[must_use]
+    pub fn pid(&self) -> Option<u32> {
+        self.holder.pid.present().copied()
+    }
+
+    /// A string field of [`Record::extra`] (`role`, `profile`, `agentIdentity`).
+    #[must_use]
+    pub fn extra_str(&self, name: &str) -> Option<&str> {
+        self.extra.get(name).and_then(Value::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use worklane_identity::Field;
+
+    #[test]
+    fn core_fields_and_extras_round_trip() {
+        let text = r#"{"pid":7,"owner":"ci","acquiredAt":"2026-11-30T00:00:00.000Z","epoch":3,"lastPulse":10,"ttlMs":60000,"role":"container-plane","limit_ms":5}"#;
+        let r = Record::parse(text.as_bytes()).expect("parse");
+        assert_eq!(r.pid(), Some(7));
+        assert_eq!(r.holder.place, Field::Missing, "legacy: no place");
+        assert_eq!(r.owner.as_deref(), Some("ci"));
+        assert_eq!(r.epoch, Some(3));
+        assert_eq!(r.last_pulse, Some(10));
+        assert_eq!(r.ttl_ms, Some(60_000));
+        assert_eq!(r.extra_str("role"), Some("container-plane"));
+        assert_eq!(r.extra.get("limit_ms"), Some(&Value::from(5)));
+        assert!(!r.extra.contains_key("pid"), "core fields are not extras");
+        let again = Record::parse(&r.to_bytes()).expect("reparse");
+        assert_eq!(again, r, "round trip");
+    }
+
+    #[test]
+    fn malformed_records_are_errors() {
+        for text in ["", "[]", "{", r#"{"owner": 5}"#, r#"{"lastPulse": "soon"}"#] {
+            assert!(
+                Record::parse(text.as_bytes()).is_err(),
+                "{text:?} must not parse"
+            );
+        }
+        let odd = Record::parse(br#"{"pid":"x"}"#).expect("a bad pid is kept as malformed");
+        assert!(matches!(odd.holder.pid, Field::Malformed { .. }));
+    }
+}

@@ -1,0 +1,174 @@
+//! Test helper: a lease contender in a process of its own.
+//!
+//! `lease-holder DIR NAME OWNER [--ttl MS] [--clock-file PATH] [--pause-at STEP] [--wait-start]`
+//! acquires `NAME` in `DIR` and prints `held EPOCH PID` or `refused WHY`. Held, it then obeys
+//! lines on stdin: `pulse`, `ensure`, `release` (each answered `ok`, `lost`, `busy` or
+//! `error: ...`); end of input drops the lease and exits.
+//!
+//! - `--ttl MS`: TTL liveness with that TTL (default: process liveness).
+//! - `--clock-file PATH`: the clock reads milliseconds from PATH each time it is asked.
+//! - `--pause-at STEP`: at that acquisition step, print `at STEP` and block on stdin (the test
+//!   kills the process there).
+//! - `--wait-start`: read one line from stdin before acquiring (a start barrier).
+//!
+//! `lease-holder DIR NAME OWNER --cycles N` instead acquires and releases N times, spinning on
+//! refusals, and under each lease checks and bumps a counter in `DIR/counter` with an
+//! exclusive in-use marker `DIR/inuse`: a marker already there means two owners at once, and
+//! the helper prints `DOUBLE` and exits 3.
+#![allow(clippy::print_stdout, missing_docs)]
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use worklane_lease::{
+    Acquired, Clock, Control, Options, ProcessLiveness, Request, Step, TtlLiveness, acquire, held,
+};
+use worklane_slotfile::SlotDir;
+
+struct FileClock(PathBuf);
+
+impl Clock for FileClock {
+    fn now_ms(&self) -> u64 {
+        std::fs::read_to_string(&self.0)
+            .expect("read the clock file")
+            .trim()
+            .parse()
+            .expect("the clock file holds milliseconds")
+    }
+}
+
+fn step_name(step: Step) -> &'static str {
+    match step {
+        Step::GuardTaken => "guard-taken",
+        Step::RecordInspected => "record-inspected",
+        Step::EpochAdvanced => "epoch-advanced",
+        Step::ClaimTaken => "claim-taken",
+        Step::StaleRemoved => "stale-removed",
+        Step::Published => "published",
+        _ => "other",
+    }
+}
+
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+fn answer(result: Result<(), held::Error>) -> &'static str {
+    match result {
+        Ok(()) => "ok",
+        Err(held::Error::LeaseLost { .. }) => "lost",
+        Err(held::Error::Busy { .. }) => "busy",
+        Err(_) => "error",
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [dir, name, owner, rest @ ..] = args.as_slice() else {
+        eprintln!("usage: lease-holder DIR NAME OWNER [options]");
+        return ExitCode::from(64);
+    };
+    let (mut ttl, mut clock, mut pause, mut wait, mut cycles) = (None, None, None, false, None);
+    let mut it = rest.iter();
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--ttl" => ttl = it.next().and_then(|v| v.parse::<u64>().ok()),
+            "--clock-file" => clock = it.next().map(PathBuf::from),
+            "--pause-at" => pause = it.next().cloned(),
+            "--wait-start" => wait = true,
+            "--cycles" => cycles = it.next().and_then(|v| v.parse::<u64>().ok()),
+            other => {
+                eprintln!("unknown flag {other}");
+                return ExitCode::from(64);
+            }
+        }
+    }
+    let mut options = match ttl {
+        Some(ms) => Options::with_liveness(Arc::new(TtlLiveness::new(Duration::from_millis(ms)))),
+        None => Options::with_liveness(Arc::new(ProcessLiveness)),
+    };
+    if let Some(path) = clock {
+        options = options.clock(Arc::new(FileClock(path)));
+    }
+    if let Some(pause) = pause {
+        options = options.with_hook(move |step| {
+            if step_name(step) == pause {
+                say(&format!("at {pause}"));
+                let mut line = String::new();
+                let _ = std::io::stdin().lock().read_line(&mut line);
+                return Control::Crash;
+            }
+            Control::Continue
+        });
+    }
+    let dir = SlotDir::open(Path::new(dir)).expect("open the slot directory");
+    if let Some(n) = cycles {
+        return stress(&dir, name, owner, &options, n);
+    }
+    if wait {
+        let mut line = String::new();
+        let _ = std::io::stdin().lock().read_line(&mut line);
+    }
+    let request = Request::new(owner.as_str()).field("role", "test");
+    let mut lease = match acquire(&dir, name, &request, &options) {
+        Ok(Acquired::Held(lease)) => lease,
+        Ok(Acquired::Refused(refusal)) => {
+            say(&format!("refused {}", refusal.why));
+            return ExitCode::from(1);
+        }
+        Err(e) => {
+            say(&format!("error: {e}"));
+            return ExitCode::from(2);
+        }
+    };
+    say(&format!("held {} {}", lease.epoch(), std::process::id()));
+    for line in std::io::stdin().lock().lines() {
+        let Ok(line) = line else { break };
+        match line.trim() {
+            "pulse" => say(answer(lease.pulse())),
+            "ensure" => say(answer(lease.ensure_held())),
+            "release" => {
+                say(answer(lease.release()));
+                return ExitCode::SUCCESS;
+            }
+            other => say(&format!("error: unknown command {other}")),
+        }
+    }
+    drop(lease);
+    ExitCode::SUCCESS
+}
+
+fn stress(dir: &SlotDir, name: &str, owner: &str, options: &Options, n: u64) -> ExitCode {
+    let counter = dir.path().join("counter");
+    let inuse = dir.path().join("inuse");
+    let request = Request::new(owner);
+    for _ in 0..n {
+        let lease = loop {
+            match acquire(dir, name, &request, options) {
+                Ok(Acquired::Held(lease)) => break lease,
+                Ok(Acquired::Refused(_)) => std::thread::yield_now(),
+                Err(e) => {
+                    say(&format!("error: {e}"));
+                    return ExitCode::from(2);
+                }
+            }
+        };
+        if std::fs::File::create_new(&inuse).is_err() {
+            say("DOUBLE");
+            return ExitCode::from(3);
+        }
+        let value: u64 = std::fs::read_to_string(&counter)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        std::fs::write(&counter, format!("{}", value + 1)).expect("write the counter");
+        std::fs::remove_file(&inuse).expect("remove the marker");
+        lease.release().expect("release");
+    }
+    say("done");
+    ExitCode::SUCCESS
+}
