@@ -11,7 +11,7 @@ use std::io::Write;
 use std::path::Path;
 use worklane_slotfile::{Environment, Publish, RECORD_MODE, SlotDir, TEST_ROOT_VAR};
 
-const RECORD: &[u8] = br#"{"pid":4242,"owner":"bench","acquiredAt":"2026-11-30T00:00:00.000Z","place":{"host":"h","boot":"b","pidns":"4026531836","timens":"4026531834"},"identity":{"boot":"b","start":"123456"}}"#;
+const RECORD: &[u8] = br#"{"pid":4242,"owner":"bench","acquiredAt":"2026-11-30T00:00:00.000Z","place":{"host":"h","boot":"b","pidns":4026531836,"timens":4026531834},"identity":{"boot":"b","start":123456}}"#;
 
 fn bench_on(c: &mut Criterion, label: &str, parent: &Path) {
     let dir = tempfile::tempdir_in(parent).expect("temp dir");

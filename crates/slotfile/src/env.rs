@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
+use std::sync::OnceLock;
 
 /// Environment variable naming the slot directory.
 pub const SLOTS_DIR_VAR: &str = "AGENT_SLOTS_DIR";
@@ -213,8 +214,11 @@ impl Environment {
 
     /// Refuses `path` for `what` in a test run unless it lies inside the test's root and
     /// outside the machine's own paths. Decided on the path's text alone: nothing is opened.
+    ///
+    /// The test run is this environment's, or else the real process's: an environment injected
+    /// by test code cannot lift the confinement of the test process itself.
     pub fn check_isolated(&self, what: &'static str, path: &Path) -> Result<(), resolve::Error> {
-        let Some(run) = self.test_run() else {
+        let Some(run) = self.test_run().or_else(process_test_run) else {
             return Ok(());
         };
         let clean = path.is_absolute()
@@ -292,6 +296,22 @@ impl Environment {
             layout,
         })
     }
+}
+
+/// The real process's test run, decided once.
+fn process_test_run() -> Option<TestRun> {
+    static RUN: OnceLock<Option<TestRun>> = OnceLock::new();
+    RUN.get_or_init(|| Environment::from_process().test_run())
+        .clone()
+}
+
+/// Refuses `path` for `what` when the real process is a test run and the path lies outside its
+/// temporary root (see [`Environment::check_isolated`]).
+pub(crate) fn check_process_isolated(
+    what: &'static str,
+    path: &Path,
+) -> Result<(), resolve::Error> {
+    Environment::from_process().check_isolated(what, path)
 }
 
 /// Whether `exe` looks like a libtest harness built by cargo: `…/deps/<name>-<16 hex>`.

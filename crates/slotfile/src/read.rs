@@ -38,6 +38,9 @@ pub enum Error {
         /// Its size (or a lower bound).
         size: u64,
     },
+    /// A test run tried to read a file outside its temporary root.
+    #[error(transparent)]
+    Isolation(#[from] crate::env::resolve::Error),
     /// A system call failed.
     #[error("cannot read {path}")]
     Io {
@@ -111,7 +114,10 @@ pub(crate) fn read_at(
 
 /// Reads the file at `path` (outside any slot directory, e.g. a system config) with the same
 /// rules: regular file, no symlink as the last component, at most 64 KiB. `Ok(None)` if absent.
+///
+/// In a test run, a path outside the test's temporary root is refused before it is opened.
 pub fn read_path(path: &Path) -> Result<Option<Vec<u8>>, Error> {
+    crate::env::check_process_isolated("file", path)?;
     read_at(None, path, path)
 }
 

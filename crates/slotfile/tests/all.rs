@@ -791,6 +791,39 @@ mod isolation {
         );
     }
 
+    #[test]
+    fn an_injected_environment_cannot_lift_the_process_confinement() {
+        // No test signal in the injected environment: the real process's test run still holds.
+        let env = Environment::with_root("/");
+        assert_eq!(
+            env.test_run(),
+            None,
+            "the injected environment has no signal"
+        );
+        let err = env
+            .locate()
+            .expect_err("the machine directory stays refused");
+        assert!(refused(&err), "got {err:?}");
+        let err = SlotDir::open_in(&env, Path::new("/var/tmp/agent-slots")).expect_err("refused");
+        assert!(err.to_string().contains("test run"), "{err}");
+    }
+
+    #[test]
+    fn reading_a_path_outside_the_test_root_is_refused_before_opening() {
+        for path in [
+            "/etc/worklane/slots.json",
+            "/var/lib/worklane/update-drain.json",
+        ] {
+            let err = worklane_slotfile::read::read_path(Path::new(path)).expect_err(path);
+            assert!(
+                matches!(err, worklane_slotfile::read::Error::Isolation(_)),
+                "{path}: {err:?}"
+            );
+            let err = worklane_slotfile::Config::load(Path::new(path)).expect_err(path);
+            assert!(err.to_string().contains(path), "names the file: {err}");
+        }
+    }
+
     fn resolve_in_child(cmd: &mut Command) -> String {
         let out = cmd.arg("resolve").output().expect("run the child");
         assert!(out.status.success(), "child exits cleanly");
