@@ -6,7 +6,12 @@
 use std::process::{Command, ExitCode};
 
 /// The crates that must compile for macOS: every crate that does not link SQLite.
-const MACOS_CRATES: &[&str] = &["worklane-guard", "worklane-slotfile", "worklane-identity"];
+const MACOS_CRATES: &[&str] = &[
+    "worklane-guard",
+    "worklane-slotfile",
+    "worklane-identity",
+    "worklane-lease",
+];
 
 /// The macOS target of the compile check.
 const MACOS_TARGET: &str = "x86_64-apple-darwin";
