@@ -11,6 +11,7 @@ const MACOS_CRATES: &[&str] = &[
     "worklane-slotfile",
     "worklane-identity",
     "worklane-lease",
+    "worklane-admission",
 ];
 
 /// The macOS target of the compile check.

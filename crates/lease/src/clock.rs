@@ -71,6 +71,79 @@ pub fn rfc3339_ms(ms: u64) -> String {
     )
 }
 
+/// Parses an RFC 3339 timestamp (`2026-11-30T04:27:19Z`, optional fraction, `Z` or `±HH:MM`)
+/// into milliseconds since the epoch. `None` for anything else, or a time before 1970.
+#[must_use]
+pub fn parse_rfc3339_ms(text: &str) -> Option<u64> {
+    let b = text.as_bytes();
+    let num = |range: std::ops::Range<usize>| -> Option<i64> {
+        let s = text.get(range)?;
+        s.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| s.parse().ok())?
+    };
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
+        return None;
+    }
+    if b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, s) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&mo) || d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 || s > 60 {
+        return None;
+    }
+    let mut i = 19;
+    let mut millis = 0i64;
+    if b.get(i) == Some(&b'.') {
+        let start = i + 1;
+        i = start;
+        while b.get(i).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+        }
+        if i == start {
+            return None;
+        }
+        let frac = &text[start..i.min(start + 3)];
+        millis = frac.parse::<i64>().ok()? * 10i64.pow(3 - u32::try_from(frac.len()).ok()?);
+    }
+    let offset_min = match b.get(i) {
+        Some(b'Z' | b'z') if i + 1 == b.len() => 0,
+        Some(sign @ (b'+' | b'-')) if i + 6 == b.len() && b[i + 3] == b':' => {
+            let (oh, om) = (num(i + 1..i + 3)?, num(i + 4..i + 6)?);
+            if oh > 23 || om > 59 {
+                return None;
+            }
+            let m = oh * 60 + om;
+            if *sign == b'+' { m } else { -m }
+        }
+        _ => return None,
+    };
+    let days = days_from_civil(y, mo, d);
+    let secs = days * 86_400 + h * 3600 + mi * 60 + s - offset_min * 60;
+    u64::try_from(secs * 1000 + millis).ok()
+}
+
+fn days_in_month(y: i64, m: i64) -> i64 {
+    match m {
+        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// A proleptic Gregorian date to days since 1970-01-01 (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
@@ -99,6 +172,48 @@ mod tests {
         );
         assert_eq!(rfc3339_ms(1_796_012_839_123), "2026-11-30T04:27:19.123Z");
         assert_eq!(rfc3339_ms(4_102_444_799_999), "2099-12-31T23:59:59.999Z");
+    }
+
+    #[test]
+    fn parses_what_it_formats_and_common_forms() {
+        for ms in [0, 951_782_400_000, 1_796_012_839_123, 4_102_444_799_999] {
+            assert_eq!(
+                parse_rfc3339_ms(&rfc3339_ms(ms)),
+                Some(ms),
+                "round trip {ms}"
+            );
+        }
+        assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:01Z"), Some(1000));
+        assert_eq!(
+            parse_rfc3339_ms("1970-01-01T01:00:00+01:00"),
+            Some(0),
+            "offset"
+        );
+        assert_eq!(
+            parse_rfc3339_ms("1970-01-01T00:00:00.5Z"),
+            Some(500),
+            "short fraction"
+        );
+        assert_eq!(
+            parse_rfc3339_ms("1970-01-01T00:00:00.123456Z"),
+            Some(123),
+            "long fraction"
+        );
+        for bad in [
+            "",
+            "2026-11-30",
+            "2026-11-30T04:27:19",
+            "2026-13-01T00:00:00Z",
+            "2026-02-29T00:00:00Z",
+            "2026-11-30T24:00:00Z",
+            "2026-11-30T04:27:19.Z",
+            "2026-11-30T04:27:19+0100",
+            "2026-11-30T04:27:19Zjunk",
+            "1969-12-31T23:59:59Z",
+            "+026-11-30T04:27:19Z",
+        ] {
+            assert_eq!(parse_rfc3339_ms(bad), None, "{bad:?} must not parse");
+        }
     }
 
     #[test]

@@ -61,7 +61,7 @@ mod liveness;
 mod record;
 
 pub use acquire::{Acquired, Control, Error, Options, Refusal, Request, Step, acquire, claim_name};
-pub use clock::{Clock, ManualClock, SystemClock, rfc3339_ms};
+pub use clock::{Clock, ManualClock, SystemClock, parse_rfc3339_ms, rfc3339_ms};
 pub use epoch::{current as current_epoch, epoch_name};
 pub use lease::{Lease, held};
 pub use liveness::{

@@ -1,0 +1,512 @@
+//! The slot pool: agent slots, test-run slots, the full-run lock, and what blocks them.
+
+use crate::Error;
+use crate::drain::{DRAIN_FILE, DrainState};
+use crate::stop::{self, Stop};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use worklane_lease::{
+    Acquired, Clock, Judgement, Lease, LiveWhy, Liveness, Options, ProcessLiveness, Record,
+    Refusal, Request, SystemClock, TtlLiveness, acquire,
+};
+use worklane_slotfile::{Config, Locations, Resolved, SlotDir, SlotPath};
+
+/// The lock held while counting and taking slots.
+pub const SLOTS_LOCK: &str = "slots.lock";
+/// The full-run lock.
+pub const FULL_RUN_LOCK: &str = "full-run.lock";
+
+/// What kind of slot to take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// One running agent: `agent-<i>.lock`, capped by `max_agents`.
+    Agent,
+    /// One coordinator test run: `test-<i>.lock`, capped by `max_test_runs`.
+    Test {
+        /// The run's own time limit, recorded as `limit_ms`.
+        limit_ms: Option<u64>,
+    },
+    /// The machine's one full test run: `full-run.lock`.
+    FullRun,
+}
+
+impl Kind {
+    /// The kind's name as the CLI and `slots --json` show it.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::Agent => "agent",
+            Kind::Test { .. } => "test",
+            Kind::FullRun => "full-run",
+        }
+    }
+
+    fn prefix(self) -> Option<&'static str> {
+        match self {
+            Kind::Agent => Some("agent"),
+            Kind::Test { .. } => Some("test"),
+            Kind::FullRun => None,
+        }
+    }
+}
+
+/// What keeps a slot from being taken now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Blocker {
+    /// An emergency STOP is in force.
+    Stop(Stop),
+    /// An update drain is in force.
+    Drain(crate::drain::Drain),
+    /// The kind's cap is reached.
+    AtCap {
+        /// Live slots of the kind.
+        held: u32,
+        /// The cap.
+        cap: u32,
+    },
+    /// Another full run holds the full-run lock.
+    FullRunHeld(Refusal),
+    /// Another process is counting slots right now (momentary).
+    Counting,
+}
+
+impl Blocker {
+    /// Whether this is a refusal by an operator (STOP or drain) rather than contention.
+    #[must_use]
+    pub fn is_operator_refusal(&self) -> bool {
+        matches!(self, Blocker::Stop(_) | Blocker::Drain(_))
+    }
+}
+
+impl std::fmt::Display for Blocker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Blocker::Stop(stop) => write!(f, "{stop} (worklane resume-all lifts it)"),
+            Blocker::Drain(drain) => write!(f, "an update is draining the machine: {drain}"),
+            Blocker::AtCap { held, cap } => write!(f, "at cap: {held} of {cap} held"),
+            Blocker::FullRunHeld(refusal) => write!(f, "a full run is in progress: {refusal}"),
+            Blocker::Counting => f.write_str("another process is counting slots"),
+        }
+    }
+}
+
+/// A held slot. Dropping it releases the slot.
+#[derive(Debug)]
+#[must_use = "the slot is released as soon as it is dropped"]
+pub struct Slot {
+    kind: Kind,
+    lease: Lease,
+}
+
+impl Slot {
+    /// The slot's kind.
+    #[must_use]
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// The slot's file name (`agent-3.lock`).
+    #[must_use]
+    pub fn name(&self) -> &str {
+        self.lease.resource()
+    }
+
+    /// The held lease (its record, epoch, guard).
+    #[must_use]
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// Releases the slot now, reporting errors.
+    pub fn release(self) -> Result<(), Error> {
+        self.lease.release().map_err(Error::Held)
+    }
+}
+
+/// The outcome of a nonblocking take.
+#[derive(Debug)]
+#[must_use]
+pub enum Take {
+    /// The slot is ours.
+    Held(Slot),
+    /// It cannot be taken now.
+    Blocked(Blocker),
+}
+
+/// One slot or lease file as seen by [`Pool::snapshot`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlotView {
+    /// File name.
+    pub name: String,
+    /// `agent`, `test`, `full-run`, `role` or `lock`.
+    pub kind: &'static str,
+    /// The record, when it parses.
+    pub record: Option<Record>,
+    /// The verdict on its holder.
+    pub state: SlotState,
+}
+
+/// The verdict on a slot's holder.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SlotState {
+    /// Its kernel guard is held: a live process owns it.
+    GuardHeld,
+    /// Judged live or unknown from its record (guard free); counts as held.
+    Live(LiveWhy),
+    /// Its holder is dead: free to take over.
+    Dead(worklane_lease::DeadWhy),
+}
+
+impl SlotState {
+    /// Whether the slot counts as held.
+    #[must_use]
+    pub fn is_held(&self) -> bool {
+        !matches!(self, SlotState::Dead(_))
+    }
+}
+
+/// Everything `worklane slots` shows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    /// The slot directory.
+    pub dir: PathBuf,
+    /// The caps in force.
+    pub config: Config,
+    /// STOP, if in force.
+    pub stop: Option<Stop>,
+    /// The drain flag.
+    pub drain: DrainState,
+    /// Every slot, run and lease file, sorted by name.
+    pub slots: Vec<SlotView>,
+}
+
+/// How a blocking take waits.
+pub struct Wait<'a> {
+    /// Give up after this long (`None`: wait for ever).
+    pub timeout: Option<Duration>,
+    /// Called on each retry with what blocks and how long we have waited.
+    pub on_wait: &'a mut dyn FnMut(&Blocker, Duration),
+}
+
+/// The machine's slot pool in one slot directory.
+#[derive(Clone)]
+pub struct Pool {
+    dir: SlotDir,
+    locations: Locations,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("dir", &self.dir)
+            .field("config", &self.locations.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pool {
+    /// The pool of a resolved slot directory (see `SlotDir::resolve`).
+    #[must_use]
+    pub fn new(resolved: Resolved) -> Pool {
+        Pool {
+            dir: resolved.dir,
+            locations: resolved.locations,
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// Uses `clock` for drain decisions and record times.
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Pool {
+        self.clock = clock;
+        self
+    }
+
+    /// The slot directory.
+    #[must_use]
+    pub fn dir(&self) -> &SlotDir {
+        &self.dir
+    }
+
+    /// Where the directory, config and drain flag are.
+    #[must_use]
+    pub fn locations(&self) -> &Locations {
+        &self.locations
+    }
+
+    /// The caps, re-read from the config file (an operator may change them while we run).
+    pub fn config(&self) -> Result<Config, Error> {
+        Ok(Config::load(&self.locations.config)?)
+    }
+
+    /// The emergency STOP, if in force.
+    pub fn stop(&self) -> Result<Option<Stop>, Error> {
+        stop::read(&self.dir)
+    }
+
+    fn drain_dir(&self) -> Result<SlotDir, Error> {
+        if self.locations.drain_dir == self.locations.slot_dir {
+            Ok(self.dir.clone())
+        } else {
+            Ok(SlotDir::open(&self.locations.drain_dir)?)
+        }
+    }
+
+    /// The drain flag and whether it is in force now.
+    pub fn drain(&self) -> Result<DrainState, Error> {
+        let raw = match self.drain_dir() {
+            Ok(dir) => match dir.file(DRAIN_FILE)?.read() {
+                Ok(None) => None,
+                Ok(Some(raw)) => Some(Ok(raw)),
+                Err(e) => Some(Err(e.to_string())),
+            },
+            // A missing /var/lib/worklane means no flag.
+            Err(Error::Open(worklane_slotfile::open::Error::Missing { .. })) => None,
+            Err(e) => Some(Err(e.to_string())),
+        };
+        Ok(DrainState::decide(raw, self.clock.now_ms()))
+    }
+
+    /// Writes the drain flag (`update-drain.json`, mode 0644).
+    pub fn write_drain(&self, drain: &crate::drain::Drain) -> Result<(), Error> {
+        let mut bytes = serde_json::to_vec(drain).unwrap_or_default();
+        bytes.push(b'\n');
+        self.drain_dir()?.file(DRAIN_FILE)?.replace(&bytes, 0o644)?;
+        Ok(())
+    }
+
+    /// Removes the drain flag; `Ok(false)` if there was none.
+    pub fn remove_drain(&self) -> Result<bool, Error> {
+        Ok(self.drain_dir()?.file(DRAIN_FILE)?.remove()?)
+    }
+
+    /// What STOP or drain blocks every new slot, if anything.
+    pub fn operator_blocker(&self) -> Result<Option<Blocker>, Error> {
+        if let Some(stop) = self.stop()? {
+            return Ok(Some(Blocker::Stop(stop)));
+        }
+        if let DrainState::InForce(drain) = self.drain()? {
+            return Ok(Some(Blocker::Drain(drain)));
+        }
+        Ok(None)
+    }
+
+    fn options(&self) -> Options {
+        Options::process().clock(Arc::clone(&self.clock))
+    }
+
+    /// Tries once to take a slot of `kind` for `request`; never waits.
+    pub fn try_take(&self, kind: Kind, request: &Request) -> Result<Take, Error> {
+        if let Some(blocker) = self.operator_blocker()? {
+            return Ok(Take::Blocked(blocker));
+        }
+        let mut request = request.clone();
+        if let Kind::Test {
+            limit_ms: Some(limit),
+        } = kind
+        {
+            request = request.field("limit_ms", limit);
+        }
+        let Some((prefix, cap)) = kind.prefix().map(|p| (p, self.cap(kind))) else {
+            return match acquire(&self.dir, FULL_RUN_LOCK, &request, &self.options())? {
+                Acquired::Held(lease) => Ok(Take::Held(Slot { kind, lease })),
+                Acquired::Refused(refusal) => Ok(Take::Blocked(Blocker::FullRunHeld(refusal))),
+            };
+        };
+        let cap = cap?;
+        let counting = match acquire(
+            &self.dir,
+            SLOTS_LOCK,
+            &Request::new("counting"),
+            &self.options(),
+        )? {
+            Acquired::Held(lease) => lease,
+            Acquired::Refused(_) => return Ok(Take::Blocked(Blocker::Counting)),
+        };
+        // Re-check under slots.lock: a STOP written a moment ago wins.
+        if let Some(blocker) = self.operator_blocker()? {
+            return Ok(Take::Blocked(blocker));
+        }
+        let slots = self.kind_slots(prefix)?;
+        let held: Vec<u32> = slots
+            .iter()
+            .filter(|(_, _, state)| state.is_held())
+            .map(|(i, _, _)| *i)
+            .collect();
+        let live = u32::try_from(held.len()).unwrap_or(u32::MAX);
+        if live >= cap {
+            counting.release().map_err(Error::Held)?;
+            return Ok(Take::Blocked(Blocker::AtCap { held: live, cap }));
+        }
+        let mut index = 0u32;
+        let taken = loop {
+            if !held.contains(&index) {
+                let name = format!("{prefix}-{index}.lock");
+                if let Acquired::Held(lease) = acquire(&self.dir, &name, &request, &self.options())?
+                {
+                    break lease;
+                }
+            }
+            index += 1;
+        };
+        counting.release().map_err(Error::Held)?;
+        Ok(Take::Held(Slot { kind, lease: taken }))
+    }
+
+    fn cap(&self, kind: Kind) -> Result<u32, Error> {
+        let config = self.config()?;
+        Ok(match kind {
+            Kind::Agent => config.max_agents,
+            Kind::Test { .. } => config.max_test_runs,
+            Kind::FullRun => 1,
+        })
+    }
+
+    /// Takes a slot of `kind`, waiting with backoff while it is blocked by the cap, another
+    /// full run or a STOP or drain (an operator may lift them). `Ok(Take::Blocked)` only on
+    /// timeout, with the last blocker.
+    pub fn take(&self, kind: Kind, request: &Request, wait: Wait<'_>) -> Result<Take, Error> {
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(25);
+        loop {
+            match self.try_take(kind, request)? {
+                Take::Held(slot) => return Ok(Take::Held(slot)),
+                Take::Blocked(Blocker::Counting) => {
+                    std::thread::sleep(Duration::from_millis(2));
+                    continue;
+                }
+                Take::Blocked(blocker) => {
+                    let waited = started.elapsed();
+                    if wait.timeout.is_some_and(|t| waited >= t) {
+                        return Ok(Take::Blocked(blocker));
+                    }
+                    (wait.on_wait)(&blocker, waited);
+                    let mut nap = pause;
+                    if let Some(t) = wait.timeout {
+                        nap = nap.min(t.saturating_sub(waited));
+                    }
+                    std::thread::sleep(nap);
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+            }
+        }
+    }
+
+    /// Slots of one kind: `(index, path, state)` for every `<prefix>-<i>.lock`.
+    fn kind_slots(&self, prefix: &str) -> Result<Vec<(u32, SlotPath, SlotState)>, Error> {
+        let mut out = Vec::new();
+        for path in self.dir.list()? {
+            let Some(index) = slot_index(prefix, path.name()) else {
+                continue;
+            };
+            let state = self.state_of(&path, &ProcessLiveness)?;
+            out.push((index, path, state));
+        }
+        Ok(out)
+    }
+
+    /// Judges one slot: a held guard is live; with the guard free, the record decides.
+    fn state_of(&self, path: &SlotPath, liveness: &dyn Liveness) -> Result<SlotState, Error> {
+        let Some(guard) = path.try_guard()? else {
+            return Ok(SlotState::GuardHeld);
+        };
+        let state = match path.read()? {
+            None => SlotState::Dead(worklane_lease::DeadWhy::Other("no record".into())),
+            Some(raw) => match Record::parse(&raw) {
+                Err(e) => SlotState::Live(LiveWhy::Malformed {
+                    detail: e.to_string(),
+                }),
+                Ok(record) => match liveness.judge(&record, self.clock.now_ms()) {
+                    Judgement::Live(why) => SlotState::Live(why),
+                    Judgement::Dead(why) => SlotState::Dead(why),
+                },
+            },
+        };
+        drop(guard);
+        Ok(state)
+    }
+
+    /// Whether the machine is idle for a full run started outside any harness: no live full
+    /// run (decided from the lock, not from processes).
+    pub fn idle(&self) -> Result<bool, Error> {
+        let path = self.dir.file(FULL_RUN_LOCK)?;
+        Ok(!self.state_of(&path, &ProcessLiveness)?.is_held())
+    }
+
+    /// Every slot, run, lease and lock file with its verdict, plus caps, STOP and drain.
+    pub fn snapshot(&self) -> Result<Snapshot, Error> {
+        let mut slots = Vec::new();
+        for path in self.dir.list()? {
+            let name = path.name();
+            let (kind, liveness): (&'static str, Box<dyn Liveness>) =
+                if slot_index("agent", name).is_some() {
+                    ("agent", Box::new(ProcessLiveness))
+                } else if slot_index("test", name).is_some() {
+                    ("test", Box::new(ProcessLiveness))
+                } else if name == FULL_RUN_LOCK {
+                    ("full-run", Box::new(ProcessLiveness))
+                } else if name.starts_with("role-") && name.ends_with(".lease") {
+                    ("role", Box::new(TtlLiveness::default()))
+                } else if name.ends_with(".lock") && name != SLOTS_LOCK {
+                    ("lock", Box::new(ProcessLiveness))
+                } else {
+                    continue;
+                };
+            let record = path.read()?.and_then(|raw| Record::parse(&raw).ok());
+            let state = self.state_of(&path, liveness.as_ref())?;
+            slots.push(SlotView {
+                name: name.to_owned(),
+                kind,
+                record,
+                state,
+            });
+        }
+        Ok(Snapshot {
+            dir: self.dir.path().to_owned(),
+            config: self.config()?,
+            stop: self.stop()?,
+            drain: self.drain()?,
+            slots,
+        })
+    }
+}
+
+/// `Some(i)` when `name` is `<prefix>-<i>.lock` with `i` a plain decimal number.
+#[must_use]
+pub fn slot_index(prefix: &str, name: &str) -> Option<u32> {
+    let digits = name
+        .strip_prefix(prefix)?
+        .strip_prefix('-')?
+        .strip_suffix(".lock")?;
+    if digits.is_empty() || (digits.len() > 1 && digits.starts_with('0')) {
+        return None;
+    }
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slot_index;
+
+    #[test]
+    fn slot_names() {
+        assert_eq!(slot_index("agent", "agent-0.lock"), Some(0));
+        assert_eq!(slot_index("agent", "agent-17.lock"), Some(17));
+        for bad in [
+            "agent-.lock",
+            "agent-01.lock",
+            "agent-1.lock.epoch",
+            "agent-1.lock.0123456789abcdef.claim",
+            "agent-x.lock",
+            "test-1.lock",
+            "agent-+1.lock",
+        ] {
+            assert_eq!(slot_index("agent", bad), None, "{bad}");
+        }
+    }
+}

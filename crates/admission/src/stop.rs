@@ -1,0 +1,74 @@
+//! The emergency STOP file: `{"by", "at", "reason"}` in the slot directory.
+
+use serde::{Deserialize, Serialize};
+use worklane_slotfile::{SHARED_MODE, SlotDir};
+
+/// The STOP file's name.
+pub const STOP_FILE: &str = "STOP";
+
+/// An emergency stop in force. While the file exists every harness halts its agents and takes
+/// no new slot, whatever the file holds: an unreadable STOP is still a STOP.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stop {
+    /// Who wrote it.
+    #[serde(default)]
+    pub by: String,
+    /// When, RFC 3339 UTC.
+    #[serde(default)]
+    pub at: String,
+    /// Why, in the operator's words.
+    #[serde(default)]
+    pub reason: String,
+}
+
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "STOP by {} at {}",
+            or_unknown(&self.by),
+            or_unknown(&self.at)
+        )?;
+        if !self.reason.is_empty() {
+            write!(f, ": {}", self.reason)?;
+        }
+        Ok(())
+    }
+}
+
+fn or_unknown(s: &str) -> &str {
+    if s.is_empty() { "(unknown)" } else { s }
+}
+
+/// Reads STOP: `Ok(None)` when there is none. A STOP that is not valid JSON is reported with
+/// its reason saying so; it is in force all the same.
+pub fn read(dir: &SlotDir) -> Result<Option<Stop>, crate::Error> {
+    let file = dir.file(STOP_FILE)?;
+    Ok(match file.read() {
+        Ok(None) => None,
+        Ok(Some(raw)) => Some(serde_json::from_slice(&raw).unwrap_or_else(|e| Stop {
+            by: String::new(),
+            at: String::new(),
+            reason: format!("(STOP file is not valid JSON: {e})"),
+        })),
+        // Something is at the name (a link, a FIFO, a huge file): treat it as a STOP.
+        Err(e) => Some(Stop {
+            by: String::new(),
+            at: String::new(),
+            reason: format!("(STOP file unreadable: {e})"),
+        }),
+    })
+}
+
+/// Writes STOP (replacing any earlier one).
+pub fn write(dir: &SlotDir, stop: &Stop) -> Result<(), crate::Error> {
+    let mut bytes = serde_json::to_vec(stop).unwrap_or_default();
+    bytes.push(b'\n');
+    dir.file(STOP_FILE)?.replace(&bytes, SHARED_MODE)?;
+    Ok(())
+}
+
+/// Removes STOP; `Ok(false)` when there was none.
+pub fn remove(dir: &SlotDir) -> Result<bool, crate::Error> {
+    Ok(dir.file(STOP_FILE)?.remove()?)
+}

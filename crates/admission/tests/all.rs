@@ -1,0 +1,401 @@
+//! Integration tests of `worklane-admission`: real slot directories in temp dirs, real
+//! guards, real dead processes. One binary, a module per behaviour.
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+use worklane_admission::{Blocker, Drain, DrainState, Kind, Pool, SlotState, Stop, Take, Wait};
+use worklane_identity::{Field, Place, ProcessIdentity, Recorded};
+use worklane_lease::{LiveWhy, ManualClock, Record, Request, rfc3339_ms};
+use worklane_slotfile::{Environment, RECORD_MODE, SlotDir};
+
+struct Site {
+    temp: tempfile::TempDir,
+    pool: Pool,
+}
+
+impl Site {
+    fn new(config: &str) -> Site {
+        let temp = tempfile::tempdir().expect("temp dir");
+        std::fs::write(temp.path().join("config.json"), config).expect("config");
+        let env = Environment::from_process().var("AGENT_SLOTS_DIR", temp.path());
+        let pool = Pool::new(SlotDir::resolve_in(&env).expect("resolve"));
+        Site { temp, pool }
+    }
+
+    fn set_config(&self, config: &str) {
+        std::fs::write(self.temp.path().join("config.json"), config).expect("config");
+    }
+
+    fn take(&self, kind: Kind) -> worklane_admission::Slot {
+        match self
+            .pool
+            .try_take(kind, &Request::new("test"))
+            .expect("take")
+        {
+            Take::Held(slot) => slot,
+            Take::Blocked(b) => panic!("{} must be free: {b}", kind.label()),
+        }
+    }
+
+    fn blocked(&self, kind: Kind) -> Blocker {
+        match self
+            .pool
+            .try_take(kind, &Request::new("test"))
+            .expect("take")
+        {
+            Take::Held(slot) => panic!("{} must be blocked, got {}", kind.label(), slot.name()),
+            Take::Blocked(b) => b,
+        }
+    }
+
+    fn write_record(&self, name: &str, record: &Record) {
+        SlotDir::open(self.temp.path())
+            .expect("open")
+            .file(name)
+            .expect("valid")
+            .replace(&record.to_bytes(), RECORD_MODE)
+            .expect("write");
+    }
+}
+
+fn dead_record() -> Record {
+    let mut child = Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .expect("spawn sleep");
+    let identity = ProcessIdentity::of(child.id()).expect("identity");
+    child.kill().expect("kill");
+    child.wait().expect("reap");
+    Record {
+        holder: Recorded::new(identity, Place::current().expect("place").clone()),
+        owner: Some("dead".into()),
+        ..Record::default()
+    }
+}
+
+mod agents {
+    use super::*;
+
+    #[test]
+    fn the_cap_holds_and_the_first_free_index_is_taken() {
+        let site = Site::new(r#"{"max_agents": 3}"#);
+        let slots: Vec<_> = (0..3).map(|_| site.take(Kind::Agent)).collect();
+        let names: Vec<&str> = slots.iter().map(|s| s.name()).collect();
+        assert_eq!(names, ["agent-0.lock", "agent-1.lock", "agent-2.lock"]);
+        assert_eq!(
+            site.blocked(Kind::Agent),
+            Blocker::AtCap { held: 3, cap: 3 }
+        );
+        let mut slots = slots.into_iter();
+        let first = slots.next().expect("slot 0");
+        first.release().expect("release");
+        assert_eq!(
+            site.take(Kind::Agent).name(),
+            "agent-0.lock",
+            "the lowest free index"
+        );
+    }
+
+    #[test]
+    fn lowering_the_cap_admits_nobody_until_fewer_run() {
+        let site = Site::new(r#"{"max_agents": 4}"#);
+        let mut held: Vec<_> = (0..4).map(|_| Some(site.take(Kind::Agent))).collect();
+        site.set_config(r#"{"max_agents": 2}"#);
+        for (i, expect_held) in [(0, 3), (1, 2)] {
+            held[i].take().expect("held").release().expect("release");
+            assert_eq!(
+                site.blocked(Kind::Agent),
+                Blocker::AtCap {
+                    held: expect_held,
+                    cap: 2
+                },
+                "after freeing slot {i}, {expect_held} still run"
+            );
+        }
+        held[2].take().expect("held").release().expect("release");
+        let slot = site.take(Kind::Agent);
+        assert_eq!(
+            slot.name(),
+            "agent-0.lock",
+            "admitted once fewer than 2 run"
+        );
+    }
+
+    #[test]
+    fn files_past_the_cap_are_counted_not_their_indexes() {
+        let site = Site::new(r#"{"max_agents": 2}"#);
+        let a = site.take(Kind::Agent);
+        let b = site.take(Kind::Agent);
+        // A slot numbered past the cap, held by a live process (this one), from before a cap
+        // change: it counts.
+        let mut live = dead_record();
+        live.holder = Recorded::new(
+            ProcessIdentity::of_self().expect("me"),
+            Place::current().expect("place").clone(),
+        );
+        site.write_record("agent-7.lock", &live);
+        drop(a);
+        assert_eq!(
+            site.blocked(Kind::Agent),
+            Blocker::AtCap { held: 2, cap: 2 }
+        );
+        drop(b);
+        assert_eq!(site.take(Kind::Agent).name(), "agent-0.lock");
+    }
+
+    #[test]
+    fn a_dead_slot_is_free_and_taken_over() {
+        let site = Site::new(r#"{"max_agents": 1}"#);
+        site.write_record("agent-0.lock", &dead_record());
+        let slot = site.take(Kind::Agent);
+        assert_eq!(slot.name(), "agent-0.lock");
+        assert_eq!(slot.lease().record().owner.as_deref(), Some("test"));
+    }
+
+    #[test]
+    fn unknown_and_malformed_slots_count_as_held() {
+        let site = Site::new(r#"{"max_agents": 2}"#);
+        let mut foreign = dead_record();
+        if let Field::Present(place) = &mut foreign.holder.place {
+            place.host = "elsewhere".into();
+        }
+        site.write_record("agent-0.lock", &foreign);
+        std::fs::write(site.temp.path().join("agent-1.lock"), b"{").expect("malformed");
+        assert_eq!(
+            site.blocked(Kind::Agent),
+            Blocker::AtCap { held: 2, cap: 2 }
+        );
+        let snapshot = site.pool.snapshot().expect("snapshot");
+        let states: Vec<_> = snapshot
+            .slots
+            .iter()
+            .map(|s| (&s.name[..], &s.state))
+            .collect();
+        assert!(
+            matches!(
+                states[0],
+                ("agent-0.lock", SlotState::Live(LiveWhy::Unknown(_)))
+            ),
+            "{states:?}"
+        );
+        assert!(
+            matches!(
+                states[1],
+                ("agent-1.lock", SlotState::Live(LiveWhy::Malformed { .. }))
+            ),
+            "{states:?}"
+        );
+    }
+}
+
+mod operator {
+    use super::*;
+
+    fn stop() -> Stop {
+        Stop {
+            by: "ops".into(),
+            at: "2026-11-30T00:00:00.000Z".into(),
+            reason: "incident".into(),
+        }
+    }
+
+    #[test]
+    fn stop_refuses_every_kind_and_resume_admits_again() {
+        let site = Site::new("{}");
+        worklane_admission::stop::write(site.pool.dir(), &stop()).expect("write STOP");
+        assert_eq!(site.pool.stop().expect("read"), Some(stop()));
+        for kind in [Kind::Agent, Kind::Test { limit_ms: None }, Kind::FullRun] {
+            let blocker = site.blocked(kind);
+            assert_eq!(blocker, Blocker::Stop(stop()), "{}", kind.label());
+            assert!(blocker.is_operator_refusal());
+            assert!(blocker.to_string().contains("incident"), "{blocker}");
+        }
+        assert!(worklane_admission::stop::remove(site.pool.dir()).expect("remove"));
+        drop(site.take(Kind::Agent));
+    }
+
+    #[test]
+    fn an_unreadable_stop_is_still_a_stop() {
+        let site = Site::new("{}");
+        std::fs::write(site.temp.path().join("STOP"), b"not json").expect("write");
+        assert!(matches!(site.blocked(Kind::Agent), Blocker::Stop(_)));
+    }
+
+    fn drain_until(site: &Site, clock: &ManualClock, until: u64) -> Pool {
+        let pool = site.pool.clone().with_clock(Arc::new(clock.clone()));
+        pool.write_drain(&Drain {
+            since: rfc3339_ms(clock.now_ms()),
+            until: rfc3339_ms(until),
+            to: Some("2.0.0".into()),
+        })
+        .expect("write drain");
+        pool
+    }
+
+    use worklane_lease::Clock;
+
+    #[test]
+    fn a_drain_in_force_refuses_and_its_ignore_cases_do_not() {
+        let site = Site::new("{}");
+        let now = 1_796_012_839_000;
+        let clock = ManualClock::at(now);
+        let pool = drain_until(&site, &clock, now + 3_600_000);
+        assert!(matches!(
+            pool.drain().expect("drain"),
+            DrainState::InForce(_)
+        ));
+        let blocked = pool
+            .try_take(Kind::FullRun, &Request::new("t"))
+            .expect("take");
+        assert!(
+            matches!(blocked, Take::Blocked(Blocker::Drain(_))),
+            "{blocked:?}"
+        );
+        clock.set(now + 3_600_000);
+        assert!(
+            matches!(
+                pool.try_take(Kind::Agent, &Request::new("t"))
+                    .expect("take"),
+                Take::Held(_)
+            ),
+            "past its until the drain is ignored"
+        );
+        let pool = drain_until(&site, &clock, clock.now_ms() + 4 * 3_600_000 + 1);
+        assert!(
+            matches!(
+                pool.try_take(Kind::Agent, &Request::new("t"))
+                    .expect("take"),
+                Take::Held(_)
+            ),
+            "more than 4 h ahead is ignored"
+        );
+        std::fs::write(site.temp.path().join("update-drain.json"), b"{oops").expect("write");
+        assert!(
+            matches!(
+                pool.try_take(Kind::Agent, &Request::new("t"))
+                    .expect("take"),
+                Take::Held(_)
+            ),
+            "an unreadable flag is ignored"
+        );
+        assert!(
+            pool.remove_drain().expect("remove"),
+            "undrain removes the flag"
+        );
+    }
+}
+
+mod runs {
+    use super::*;
+
+    #[test]
+    fn one_full_run_at_a_time_and_the_idle_probe_sees_it() {
+        let site = Site::new("{}");
+        assert!(site.pool.idle().expect("idle"), "idle with no full run");
+        let run = site.take(Kind::FullRun);
+        assert!(
+            !site.pool.idle().expect("idle"),
+            "not idle during a full run"
+        );
+        let blocker = site.blocked(Kind::FullRun);
+        assert!(
+            matches!(&blocker, Blocker::FullRunHeld(r) if r.why == LiveWhy::GuardHeld),
+            "{blocker:?}"
+        );
+        drop(run);
+        assert!(site.pool.idle().expect("idle"), "idle again");
+        site.write_record("full-run.lock", &dead_record());
+        assert!(
+            site.pool.idle().expect("idle"),
+            "a dead full run is not live"
+        );
+    }
+
+    #[test]
+    fn test_runs_are_capped_apart_from_agents_and_carry_their_limit() {
+        let site = Site::new(r#"{"max_agents": 1, "max_test_runs": 2}"#);
+        let agent = site.take(Kind::Agent);
+        let t0 = site.take(Kind::Test {
+            limit_ms: Some(60_000),
+        });
+        let t1 = site.take(Kind::Test { limit_ms: None });
+        assert_eq!((t0.name(), t1.name()), ("test-0.lock", "test-1.lock"));
+        assert_eq!(
+            t0.lease().record().extra.get("limit_ms"),
+            Some(&60_000.into()),
+            "limit_ms recorded"
+        );
+        assert_eq!(
+            site.blocked(Kind::Test { limit_ms: None }),
+            Blocker::AtCap { held: 2, cap: 2 }
+        );
+        drop(agent);
+    }
+}
+
+mod waiting {
+    use super::*;
+
+    #[test]
+    fn a_blocking_take_reports_its_blocker_and_times_out() {
+        let site = Site::new(r#"{"max_agents": 1}"#);
+        let held = site.take(Kind::Agent);
+        let mut seen = Vec::new();
+        let got = site
+            .pool
+            .take(
+                Kind::Agent,
+                &Request::new("waiter"),
+                Wait {
+                    timeout: Some(Duration::from_millis(200)),
+                    on_wait: &mut |b, _| seen.push(b.clone()),
+                },
+            )
+            .expect("take");
+        assert!(
+            matches!(got, Take::Blocked(Blocker::AtCap { held: 1, cap: 1 })),
+            "{got:?}"
+        );
+        assert!(
+            seen.iter()
+                .all(|b| *b == Blocker::AtCap { held: 1, cap: 1 })
+                && !seen.is_empty(),
+            "the wait said what blocks it: {seen:?}"
+        );
+        drop(held);
+    }
+
+    #[test]
+    fn a_blocking_take_gets_the_slot_once_freed() {
+        let site = Arc::new(Site::new(r#"{"max_agents": 1}"#));
+        let held = site.take(Kind::Agent);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = {
+            let site = Arc::clone(&site);
+            std::thread::spawn(move || {
+                let mut told = false;
+                let got = site.pool.take(
+                    Kind::Agent,
+                    &Request::new("waiter"),
+                    Wait {
+                        timeout: None,
+                        on_wait: &mut |_, _| {
+                            if !told {
+                                told = true;
+                                tx.send(()).expect("tell");
+                            }
+                        },
+                    },
+                );
+                matches!(got, Ok(Take::Held(_)))
+            })
+        };
+        rx.recv().expect("the waiter is waiting");
+        drop(held);
+        assert!(
+            waiter.join().expect("join"),
+            "the waiter got the freed slot"
+        );
+    }
+}
