@@ -66,7 +66,7 @@ pub enum Blocker {
         cap: u32,
     },
     /// Another full run holds the full-run lock.
-    FullRunHeld(Refusal),
+    FullRunHeld(Box<Refusal>),
     /// Another process is counting slots right now (momentary).
     Counting,
 }
@@ -113,7 +113,6 @@ impl Slot {
     }
 
     /// The held lease (its record, epoch, guard).
-    #[must_use]
     pub fn lease(&self) -> &Lease {
         &self.lease
     }
@@ -127,6 +126,9 @@ impl Slot {
 /// The outcome of a nonblocking take.
 #[derive(Debug)]
 #[must_use]
+// Returned once per take and moved straight into a binding: boxing the held slot would only
+// add an allocation.
+#[allow(clippy::large_enum_variant)]
 pub enum Take {
     /// The slot is ours.
     Held(Slot),
@@ -310,22 +312,17 @@ impl Pool {
             request = request.field("limit_ms", limit);
         }
         let Some((prefix, cap)) = kind.prefix().map(|p| (p, self.cap(kind))) else {
-            return match acquire(&self.dir, FULL_RUN_LOCK, &request, &self.options())? {
+            return match self.acquire_settled(FULL_RUN_LOCK, &request)? {
                 Acquired::Held(lease) => Ok(Take::Held(Slot { kind, lease })),
-                Acquired::Refused(refusal) => Ok(Take::Blocked(Blocker::FullRunHeld(refusal))),
+                Acquired::Refused(refusal) => {
+                    Ok(Take::Blocked(Blocker::FullRunHeld(Box::new(refusal))))
+                }
             };
         };
         let cap = cap?;
-        let counting = match acquire(
-            &self.dir,
-            SLOTS_LOCK,
-            &Request::new("counting"),
-            &self.options(),
-        )? {
-            Acquired::Held(lease) => lease,
-            Acquired::Refused(_) => return Ok(Take::Blocked(Blocker::Counting)),
-        };
-        // Re-check under slots.lock: a STOP written a moment ago wins.
+        let Some(counting) = self.hold_slots_lock()? else {
+            return Ok(Take::Blocked(Blocker::Counting));
+        }; // Re-check under slots.lock: a STOP written a moment ago wins.
         if let Some(blocker) = self.operator_blocker()? {
             return Ok(Take::Blocked(blocker));
         }
@@ -344,8 +341,7 @@ impl Pool {
         let taken = loop {
             if !held.contains(&index) {
                 let name = format!("{prefix}-{index}.lock");
-                if let Acquired::Held(lease) = acquire(&self.dir, &name, &request, &self.options())?
-                {
+                if let Acquired::Held(lease) = self.acquire_settled(&name, &request)? {
                     break lease;
                 }
             }
@@ -353,6 +349,39 @@ impl Pool {
         };
         counting.release().map_err(Error::Held)?;
         Ok(Take::Held(Slot { kind, lease: taken }))
+    }
+
+    /// Takes `slots.lock`, waiting up to about 2 s for another counter to finish (counting takes
+    /// microseconds to milliseconds). `None` only if it stays busy that long.
+    fn hold_slots_lock(&self) -> Result<Option<Lease>, Error> {
+        let request = Request::new("counting slots");
+        for _ in 0..2000 {
+            match acquire(&self.dir, SLOTS_LOCK, &request, &self.options())? {
+                Acquired::Held(lease) => return Ok(Some(lease)),
+                Acquired::Refused(_) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Acquires `name`, retrying for a few milliseconds while its guard is held with no record
+    /// behind it: that is a momentary probe (`worklane slots`, the idle probe, a child being
+    /// forked by another thread), never a holder, which always has a record.
+    fn acquire_settled(&self, name: &str, request: &Request) -> Result<Acquired, Error> {
+        let mut tries = 0;
+        loop {
+            let got = acquire(&self.dir, name, request, &self.options())?;
+            match &got {
+                Acquired::Refused(r) if r.why == LiveWhy::GuardHeld && r.holder.is_none() => {
+                    tries += 1;
+                    if tries >= 50 {
+                        return Ok(got);
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                _ => return Ok(got),
+            }
+        }
     }
 
     fn cap(&self, kind: Kind) -> Result<u32, Error> {
