@@ -393,9 +393,9 @@ impl Pool {
         })
     }
 
-    /// Takes a slot of `kind`, waiting with backoff while it is blocked by the cap, another
-    /// full run or a STOP or drain (an operator may lift them). `Ok(Take::Blocked)` only on
-    /// timeout, with the last blocker.
+    /// Takes a slot of `kind`, waiting with backoff while the cap or another full run blocks
+    /// it. A STOP or drain in force is a refusal, returned at once as `Ok(Take::Blocked)`;
+    /// otherwise `Ok(Take::Blocked)` comes only on timeout, with the last blocker.
     pub fn take(&self, kind: Kind, request: &Request, wait: Wait<'_>) -> Result<Take, Error> {
         let started = Instant::now();
         let mut pause = Duration::from_millis(25);
@@ -405,6 +405,9 @@ impl Pool {
                 Take::Blocked(Blocker::Counting) => {
                     std::thread::sleep(Duration::from_millis(2));
                     continue;
+                }
+                Take::Blocked(blocker) if blocker.is_operator_refusal() => {
+                    return Ok(Take::Blocked(blocker));
                 }
                 Take::Blocked(blocker) => {
                     let waited = started.elapsed();

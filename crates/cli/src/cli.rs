@@ -1,0 +1,209 @@
+//! The command line as parsed by clap: raw arguments, validated into settings by each command.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::ffi::OsString;
+use std::time::Duration;
+
+/// Machine-wide admission and ownership for fleets of agent harnesses.
+///
+/// Exit codes: the command's own status when a command ran (128+N if a signal N ended it);
+/// 64 usage error; 69 refused because STOP or a drain is in force, or a held role lease was
+/// lost; 70 internal error; 71 system error; 75 busy (at cap with --no-wait, timeout, another
+/// full run, a role held by someone else, not idle); 78 configuration error (config file,
+/// slot directory); 126 the command cannot be executed; 127 the command was not found.
+#[derive(Debug, Parser)]
+#[command(name = "worklane", version, about, long_about = None, after_help = EXIT_CODES)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+pub(crate) const EXIT_CODES: &str = "\
+Exit codes:
+  N    the command's own status (128+N if signal N ended it)
+  64   usage error
+  69   refused: STOP or a drain is in force, or a held role lease was lost
+  70   internal error          71  system error
+  75   busy: at cap (--no-wait), timed out, full run or role held, not idle
+  78   configuration error (config file, slot directory)
+  126  command cannot be executed   127  command not found
+
+Environment: AGENT_SLOTS_DIR, AGENT_SLOTS_CONFIG (see README.md).";
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Hold a slot while COMMAND runs; obey STOP; exit with COMMAND's status.
+    Run(RunArgs),
+    /// Show every held slot, run and lease, the caps, STOP and drain.
+    Slots {
+        /// Print JSON (schema in README.md) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Emergency stop: every `worklane run` halts its command within about 5 s and no new
+    /// slot is taken until `resume-all`.
+    StopAll {
+        /// Why, shown to everyone refused.
+        reason: Vec<String>,
+    },
+    /// Lift an emergency stop.
+    ResumeAll,
+    /// Set the machine's cap on concurrent coordinator test runs (1 to 8).
+    SetTestSlots {
+        /// The new cap.
+        n: u32,
+    },
+    /// Drain the machine for an update: no new slot of any kind until TIME.
+    Drain {
+        /// Until when: an RFC 3339 time (2026-11-30T06:00:00Z) or a duration from now (30m).
+        #[arg(long)]
+        until: String,
+        /// The version being installed.
+        #[arg(long)]
+        to: Option<String>,
+    },
+    /// End a drain now.
+    Undrain,
+    /// The idle probe: exit 0 only when no full run is live (checks the lock, not processes).
+    Idle,
+    /// Role leases: one owner per role on this machine.
+    #[command(subcommand)]
+    Lease(LeaseCommand),
+    /// Queue work in a detached runner.
+    #[command(subcommand)]
+    Queue(QueueCommand),
+    /// Print shell completions.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff).
+    Man,
+    /// The detached runner behind `queue full-run` (not for direct use).
+    #[command(hide = true)]
+    QueuedFullRun {
+        #[arg(long)]
+        idle_probe: Option<String>,
+        #[arg(last = true, required = true)]
+        command: Vec<OsString>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum KindArg {
+    Agent,
+    Test,
+    FullRun,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// What to hold.
+    #[arg(long, value_enum, default_value_t = KindArg::Agent)]
+    pub(crate) kind: KindArg,
+    /// Wait for a slot (the default).
+    #[arg(long, overrides_with = "no_wait")]
+    pub(crate) wait: bool,
+    /// Exit 75 at once instead of waiting for a slot.
+    #[arg(long)]
+    pub(crate) no_wait: bool,
+    /// Give up waiting after DUR (e.g. 90s, 5m) and exit 75.
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) timeout: Option<Duration>,
+    /// Time limit recorded in a test-run slot (`limit_ms`), e.g. 30m.
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) limit: Option<Duration>,
+    /// Who holds the slot, shown to others (default: the command's name).
+    #[arg(long)]
+    pub(crate) owner: Option<String>,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    pub(crate) command: Vec<OsString>,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum LeaseCommand {
+    /// Hold the TTL lease of ROLE, with a heartbeat, while COMMAND runs.
+    Run(LeaseRunArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct LeaseRunArgs {
+    /// The role (one owner per role on this machine; different roles coexist).
+    #[arg(long)]
+    pub(crate) role: String,
+    /// How long the lease stays held without a pulse (default 60s; pulses every TTL/20).
+    #[arg(long, value_parser = parse_duration, default_value = "60s")]
+    pub(crate) ttl: Duration,
+    /// The profile recorded in the lease.
+    #[arg(long, default_value = "default")]
+    pub(crate) profile: String,
+    /// Who holds it (default: USER@HOST).
+    #[arg(long)]
+    pub(crate) agent_identity: Option<String>,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    pub(crate) command: Vec<OsString>,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum QueueCommand {
+    /// Run COMMAND as a full run in a detached runner, once the full-run lock is free, no STOP
+    /// or drain is in force, and the idle probe (if given) passes; survives this shell.
+    FullRun {
+        /// A shell command that must exit 0 before the run starts (e.g. a project's idle_probe).
+        #[arg(long)]
+        idle_probe: Option<String>,
+        /// The command and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<OsString>,
+    },
+}
+
+/// Parses `500ms`, `90s`, `5m`, `2h`, `1d`, or a plain number of seconds.
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration: use e.g. 500ms, 90s, 5m, 2h"))?;
+    let ms = match unit {
+        "ms" => Some(n),
+        "" | "s" => n.checked_mul(1000),
+        "m" => n.checked_mul(60_000),
+        "h" => n.checked_mul(3_600_000),
+        "d" => n.checked_mul(86_400_000),
+        _ => {
+            return Err(format!(
+                "{text:?}: unknown unit {unit:?}; use ms, s, m, h or d"
+            ));
+        }
+    };
+    ms.map(Duration::from_millis)
+        .ok_or_else(|| format!("{text:?} is too long"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        for bad in ["", "m", "5x", "-1s", "1.5s"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_cli_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

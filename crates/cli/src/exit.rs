@@ -1,0 +1,96 @@
+//! Exit codes, in one place, and the error that carries one.
+
+use std::process::ExitCode;
+
+/// 64: the command line is wrong.
+pub(crate) const USAGE: u8 = 64;
+/// 69: refused by an operator (STOP, drain) or a held lease was lost.
+pub(crate) const UNAVAILABLE: u8 = 69;
+/// 70: a bug in worklane.
+pub(crate) const SOFTWARE: u8 = 70;
+/// 71: a system call failed.
+pub(crate) const OS_ERROR: u8 = 71;
+/// 75: busy; try again later.
+pub(crate) const TEMP_FAIL: u8 = 75;
+/// 78: configuration error.
+pub(crate) const CONFIG: u8 = 78;
+/// 126: the command cannot be executed.
+pub(crate) const CANNOT_EXECUTE: u8 = 126;
+/// 127: the command was not found.
+pub(crate) const NOT_FOUND: u8 = 127;
+
+/// A failure with the exit code it maps to and a message for a person.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) code: u8,
+    pub(crate) message: String,
+}
+
+impl Failure {
+    pub(crate) fn new(code: u8, message: impl Into<String>) -> Failure {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn exit(&self) -> ExitCode {
+        eprintln!("worklane: {}", self.message);
+        ExitCode::from(self.code)
+    }
+}
+
+/// Renders an error with its chain of causes: `outer: inner: innermost`.
+pub(crate) fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        let s = e.to_string();
+        if !text.contains(&s) {
+            text.push_str(": ");
+            text.push_str(&s);
+        }
+        source = e.source();
+    }
+    text
+}
+
+impl From<worklane_slotfile::resolved::Error> for Failure {
+    fn from(e: worklane_slotfile::resolved::Error) -> Failure {
+        Failure::new(CONFIG, chain(&e))
+    }
+}
+
+impl From<worklane_admission::Error> for Failure {
+    fn from(e: worklane_admission::Error) -> Failure {
+        use worklane_admission::Error as E;
+        let code = match &e {
+            E::Config(_) | E::Open(_) => CONFIG,
+            _ => OS_ERROR,
+        };
+        Failure::new(code, chain(&e))
+    }
+}
+
+impl From<worklane_lease::Error> for Failure {
+    fn from(e: worklane_lease::Error) -> Failure {
+        use worklane_lease::Error as E;
+        let code = match &e {
+            E::Name(_) | E::ReservedField(_) => USAGE,
+            _ => OS_ERROR,
+        };
+        Failure::new(code, chain(&e))
+    }
+}
+
+impl From<worklane_slotfile::write::Error> for Failure {
+    fn from(e: worklane_slotfile::write::Error) -> Failure {
+        Failure::new(OS_ERROR, chain(&e))
+    }
+}
+
+impl From<worklane_slotfile::name::Error> for Failure {
+    fn from(e: worklane_slotfile::name::Error) -> Failure {
+        Failure::new(USAGE, chain(&e))
+    }
+}

@@ -1,0 +1,62 @@
+//! `worklane`: hold a machine-wide slot or role lease while a command runs, and operate the
+//! slot pool. Every exit code is documented in one place, `exit.rs` (and `worklane --help`).
+
+#![deny(unsafe_code)]
+// The CLI is the one crate that prints.
+#![allow(clippy::print_stdout)]
+
+mod cli;
+mod exit;
+mod ops;
+mod queue;
+mod run;
+mod slots;
+mod supervise;
+
+use clap::Parser;
+use cli::{Cli, Command, LeaseCommand, QueueCommand};
+use exit::Failure;
+use std::process::ExitCode;
+use worklane_admission::Pool;
+use worklane_slotfile::SlotDir;
+
+/// Resolves the machine's slot directory and config into a pool (78 on any config problem).
+fn pool() -> Result<Pool, Failure> {
+    Ok(Pool::new(SlotDir::resolve()?))
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { exit::USAGE } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let result = match cli.command {
+        Command::Run(args) => run::run(args),
+        Command::Slots { json } => slots::show(json),
+        Command::StopAll { reason } => ops::stop_all(&reason.join(" ")),
+        Command::ResumeAll => ops::resume_all(),
+        Command::SetTestSlots { n } => ops::set_test_slots(n),
+        Command::Drain { until, to } => ops::drain(&until, to),
+        Command::Undrain => ops::undrain(),
+        Command::Idle => ops::idle(),
+        Command::Lease(LeaseCommand::Run(args)) => run::lease_run(args),
+        Command::Queue(QueueCommand::FullRun {
+            idle_probe,
+            command,
+        }) => queue::queue_full_run(idle_probe, command),
+        Command::QueuedFullRun {
+            idle_probe,
+            command,
+        } => queue::runner(idle_probe, command),
+        Command::Completions { shell } => ops::completions(shell),
+        Command::Man => ops::man(),
+    };
+    match result {
+        Ok(code) => code,
+        Err(failure) => failure.exit(),
+    }
+}

@@ -1,0 +1,168 @@
+//! Operator commands: stop-all, resume-all, set-test-slots, drain, undrain, idle,
+//! completions, man.
+
+use crate::exit::{self, Failure};
+use serde_json::{Map, Value};
+use std::process::ExitCode;
+use worklane_admission::{Drain, MAX_DRAIN_AHEAD_MS, Stop, stop};
+use worklane_lease::{Clock, SystemClock, parse_rfc3339_ms, rfc3339_ms};
+use worklane_slotfile::{SlotDir, TEST_RUNS_RANGE};
+
+fn who() -> String {
+    let user = std::env::var("USER")
+        .unwrap_or_else(|_| format!("uid {}", rustix::process::getuid().as_raw()));
+    let host = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned();
+    format!("{user}@{host}")
+}
+
+pub(crate) fn stop_all(reason: &str) -> Result<ExitCode, Failure> {
+    let pool = crate::pool()?;
+    let record = Stop {
+        by: who(),
+        at: rfc3339_ms(SystemClock.now_ms()),
+        reason: reason.to_owned(),
+    };
+    stop::write(pool.dir(), &record)?;
+    println!(
+        "STOP written in {}: every `worklane run` halts its command within about 5 s and no new \
+         slot is taken until `worklane resume-all`",
+        pool.dir().path().display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn resume_all() -> Result<ExitCode, Failure> {
+    let pool = crate::pool()?;
+    if stop::remove(pool.dir())? {
+        println!("STOP removed: new slots may be taken again");
+    } else {
+        println!("no STOP was in force");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn set_test_slots(n: u32) -> Result<ExitCode, Failure> {
+    if !TEST_RUNS_RANGE.contains(&n) {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!("set-test-slots {n}: the cap on test runs must be from 1 to 8"),
+        ));
+    }
+    let pool = crate::pool()?;
+    let config = &pool.locations().config;
+    let (Some(parent), Some(name)) = (config.parent(), config.file_name()) else {
+        return Err(Failure::new(
+            exit::CONFIG,
+            format!("config path {} has no directory", config.display()),
+        ));
+    };
+    let name = name.to_string_lossy();
+    let dir = SlotDir::open(parent).map_err(|e| Failure::new(exit::CONFIG, exit::chain(&e)))?;
+    let file = dir.file(&name)?;
+    // Keep every other field the operator wrote; refuse to overwrite a file we cannot parse.
+    let mut fields = match file.read() {
+        Ok(None) => Map::new(),
+        Ok(Some(raw)) => match serde_json::from_slice::<Value>(&raw) {
+            Ok(Value::Object(map)) => map,
+            _ => {
+                return Err(Failure::new(
+                    exit::CONFIG,
+                    format!(
+                        "config {} is not a JSON object; fix it by hand before set-test-slots",
+                        config.display()
+                    ),
+                ));
+            }
+        },
+        Err(e) => return Err(Failure::new(exit::CONFIG, exit::chain(&e))),
+    };
+    fields.insert("max_test_runs".to_owned(), Value::from(n));
+    let mut bytes = serde_json::to_vec_pretty(&Value::Object(fields)).unwrap_or_default();
+    bytes.push(b'\n');
+    file.replace(&bytes, 0o644)?;
+    println!("max_test_runs = {n} in {}", config.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `until` as milliseconds: an RFC 3339 time, or a duration from now.
+fn until_ms(until: &str, now: u64) -> Result<u64, Failure> {
+    if let Some(ms) = parse_rfc3339_ms(until) {
+        return Ok(ms);
+    }
+    let ahead = crate::cli::parse_duration(until).map_err(|_| {
+        Failure::new(
+            exit::USAGE,
+            format!("--until {until:?}: give an RFC 3339 time (2026-11-30T06:00:00Z) or a duration (30m)"),
+        )
+    })?;
+    Ok(now.saturating_add(u64::try_from(ahead.as_millis()).unwrap_or(u64::MAX)))
+}
+
+pub(crate) fn drain(until: &str, to: Option<String>) -> Result<ExitCode, Failure> {
+    let pool = crate::pool()?;
+    let now = SystemClock.now_ms();
+    let until = until_ms(until, now)?;
+    if until <= now {
+        return Err(Failure::new(
+            exit::USAGE,
+            "--until is in the past: nothing to drain",
+        ));
+    }
+    if until - now > MAX_DRAIN_AHEAD_MS {
+        return Err(Failure::new(
+            exit::USAGE,
+            "--until is more than 4 h ahead, and every harness ignores such a drain; choose a \
+             time within 4 h (and drain again if the update takes longer)",
+        ));
+    }
+    let flag = Drain {
+        since: rfc3339_ms(now),
+        until: rfc3339_ms(until),
+        to,
+    };
+    pool.write_drain(&flag)?;
+    println!(
+        "{flag}: no new slot of any kind until then (flag in {})",
+        pool.locations().drain_dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn undrain() -> Result<ExitCode, Failure> {
+    let pool = crate::pool()?;
+    if pool.remove_drain()? {
+        println!("drain removed");
+    } else {
+        println!("no drain flag was set");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn idle() -> Result<ExitCode, Failure> {
+    let pool = crate::pool()?;
+    if pool.idle()? {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!("a full run is live");
+        Ok(ExitCode::from(exit::TEMP_FAIL))
+    }
+}
+
+pub(crate) fn completions(shell: clap_complete::Shell) -> Result<ExitCode, Failure> {
+    use clap::CommandFactory;
+    let mut cmd = crate::cli::Cli::command();
+    clap_complete::generate(shell, &mut cmd, "worklane", &mut std::io::stdout());
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn man() -> Result<ExitCode, Failure> {
+    use clap::CommandFactory;
+    let cmd = crate::cli::Cli::command();
+    clap_mangen::Man::new(cmd)
+        .render(&mut std::io::stdout())
+        .map_err(|e| Failure::new(exit::OS_ERROR, format!("cannot write the man page: {e}")))?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,131 @@
+//! `worklane queue full-run`: a detached runner that waits for its turn and survives the
+//! shell that queued it.
+
+use crate::exit::{self, Failure};
+use crate::supervise::{describe, supervise};
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, ExitCode, Stdio};
+use std::time::Duration;
+use worklane_admission::{Kind, Take};
+use worklane_lease::{Clock, Request, SystemClock, rfc3339_ms};
+
+pub(crate) fn queue_full_run(
+    idle_probe: Option<String>,
+    command: Vec<OsString>,
+) -> Result<ExitCode, Failure> {
+    let pool = crate::pool()?;
+    let now = SystemClock.now_ms();
+    let log = std::env::temp_dir().join(format!(
+        "worklane-full-run-{}-{}.log",
+        rfc3339_ms(now).replace(':', ""),
+        std::process::id()
+    ));
+    let file = std::fs::OpenOptions::new()
+        .create_new(true)
+        .append(true)
+        .open(&log)
+        .map_err(|e| {
+            Failure::new(
+                exit::OS_ERROR,
+                format!("cannot create log {}: {e}", log.display()),
+            )
+        })?;
+    let err = file
+        .try_clone()
+        .map_err(|e| Failure::new(exit::OS_ERROR, format!("cannot duplicate the log: {e}")))?;
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::new(exit::OS_ERROR, format!("cannot find worklane itself: {e}")))?;
+    let mut runner = Command::new(exe);
+    runner.arg("queued-full-run");
+    if let Some(probe) = &idle_probe {
+        runner.args(["--idle-probe", probe]);
+    }
+    runner
+        .arg("--")
+        .args(&command)
+        .env("AGENT_SLOTS_DIR", &pool.locations().slot_dir)
+        .stdin(Stdio::null())
+        .stdout(file)
+        .stderr(err)
+        // Out of the shell's process group at once; the runner then starts its own session.
+        .process_group(0);
+    let child = runner
+        .spawn()
+        .map_err(|e| Failure::new(exit::OS_ERROR, format!("cannot start the runner: {e}")))?;
+    println!(
+        "queued full run of `{}`: runner pid {}, log {}",
+        describe(&command),
+        child.id(),
+        log.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The detached runner: new session, then wait for STOP/drain to lift, the idle probe to
+/// pass and the full-run lock to be free; then run the command holding it.
+pub(crate) fn runner(
+    idle_probe: Option<String>,
+    command: Vec<OsString>,
+) -> Result<ExitCode, Failure> {
+    // A session of its own: no controlling terminal, no SIGHUP when the shell goes away.
+    let _ = rustix::process::setsid();
+    let pool = crate::pool()?;
+    let request = Request::new("queued full run").field("command", describe(&command));
+    eprintln!(
+        "worklane: queued full run of `{}` (runner pid {})",
+        describe(&command),
+        std::process::id()
+    );
+    let mut last_said = String::new();
+    let mut say = |what: String| {
+        if what != last_said {
+            eprintln!(
+                "worklane: {} waiting: {what}",
+                rfc3339_ms(SystemClock.now_ms())
+            );
+            last_said = what;
+        }
+    };
+    let slot = loop {
+        if let Some(blocker) = pool.operator_blocker()? {
+            say(blocker.to_string());
+            std::thread::sleep(Duration::from_secs(1));
+            continue;
+        }
+        if let Some(probe) = &idle_probe {
+            let ok = Command::new("sh")
+                .args(["-c", probe])
+                .stdin(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if !ok {
+                say(format!("idle probe `{probe}` says busy"));
+                std::thread::sleep(Duration::from_secs(5));
+                continue;
+            }
+        }
+        match pool.try_take(Kind::FullRun, &request)? {
+            Take::Held(slot) => break slot,
+            Take::Blocked(blocker) => {
+                say(blocker.to_string());
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+    };
+    eprintln!(
+        "worklane: {} starting the full run",
+        rfc3339_ms(SystemClock.now_ms())
+    );
+    let outcome = supervise(&command, || {
+        pool.stop().ok().flatten().map(|s| s.to_string())
+    });
+    let _ = slot.release();
+    let outcome = outcome?;
+    eprintln!(
+        "worklane: {} full run exited with status {}",
+        rfc3339_ms(SystemClock.now_ms()),
+        outcome.code
+    );
+    Ok(ExitCode::from(outcome.code))
+}

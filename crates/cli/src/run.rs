@@ -1,0 +1,219 @@
+//! `worklane run` and `worklane lease run`.
+
+use crate::cli::{KindArg, LeaseRunArgs, RunArgs};
+use crate::exit::{self, Failure};
+use crate::supervise::{describe, supervise};
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use worklane_admission::{Blocker, Kind, Take, Wait};
+use worklane_lease::{Acquired, Options, Request, TtlLiveness, acquire, held, rfc3339_ms};
+
+/// A live "waiting" line on a terminal; silent otherwise.
+struct Progress {
+    shown: bool,
+    on_terminal: bool,
+    what: &'static str,
+}
+
+impl Progress {
+    fn new(what: &'static str) -> Progress {
+        Progress {
+            shown: false,
+            on_terminal: std::io::stderr().is_terminal(),
+            what,
+        }
+    }
+
+    fn update(&mut self, blocker: &Blocker, waited: Duration) {
+        if !self.on_terminal {
+            return;
+        }
+        let mut err = std::io::stderr().lock();
+        let _ = write!(
+            err,
+            "\r\x1b[2Kworklane: waiting for {}: {blocker}; waited {}s",
+            self.what,
+            waited.as_secs()
+        );
+        let _ = err.flush();
+        self.shown = true;
+    }
+
+    fn clear(&mut self) {
+        if self.shown {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[2K");
+            let _ = err.flush();
+            self.shown = false;
+        }
+    }
+}
+
+fn basename(command: &[std::ffi::OsString]) -> String {
+    command
+        .first()
+        .map(|p| {
+            std::path::Path::new(p)
+                .file_name()
+                .unwrap_or(p)
+                .to_string_lossy()
+                .into_owned()
+        })
+        .unwrap_or_default()
+}
+
+pub(crate) fn run(args: RunArgs) -> Result<ExitCode, Failure> {
+    let pool = crate::pool()?;
+    let limit_ms = args
+        .limit
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let (kind, what) = match args.kind {
+        KindArg::Agent => (Kind::Agent, "an agent slot"),
+        KindArg::Test => (Kind::Test { limit_ms }, "a test-run slot"),
+        KindArg::FullRun => (Kind::FullRun, "the full-run lock"),
+    };
+    if limit_ms.is_some() && args.kind != KindArg::Test {
+        return Err(Failure::new(
+            exit::USAGE,
+            "--limit applies only to --kind test",
+        ));
+    }
+    let owner = args
+        .owner
+        .clone()
+        .unwrap_or_else(|| basename(&args.command));
+    let request = Request::new(owner).field("command", describe(&args.command));
+    let mut progress = Progress::new(what);
+    let taken = if args.no_wait {
+        pool.try_take(kind, &request)?
+    } else {
+        pool.take(
+            kind,
+            &request,
+            Wait {
+                timeout: args.timeout,
+                on_wait: &mut |b, waited| progress.update(b, waited),
+            },
+        )?
+    };
+    progress.clear();
+    let slot = match taken {
+        Take::Held(slot) => slot,
+        Take::Blocked(blocker) if blocker.is_operator_refusal() => {
+            return Err(Failure::new(
+                exit::UNAVAILABLE,
+                format!("refused {what}: {blocker}"),
+            ));
+        }
+        Take::Blocked(blocker) => {
+            let why = if args.no_wait {
+                "not waiting"
+            } else {
+                "timed out"
+            };
+            return Err(Failure::new(
+                exit::TEMP_FAIL,
+                format!("cannot take {what} ({why}): {blocker}"),
+            ));
+        }
+    };
+    let outcome = supervise(&args.command, || {
+        pool.stop().ok().flatten().map(|stop| format!("{stop}"))
+    });
+    let released = slot.release();
+    let outcome = outcome?;
+    if let Err(e) = released {
+        eprintln!("worklane: releasing {what}: {}", exit::chain(&e));
+    }
+    Ok(ExitCode::from(outcome.code))
+}
+
+fn host() -> String {
+    rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned()
+}
+
+pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
+    let pool = crate::pool()?;
+    let name = format!("role-{}.lease", args.role);
+    let identity = args.agent_identity.clone().unwrap_or_else(|| {
+        let user = std::env::var("USER")
+            .unwrap_or_else(|_| format!("uid{}", rustix::process::getuid().as_raw()));
+        format!("{user}@{}", host())
+    });
+    let request = Request::new(identity.clone())
+        .field("role", args.role.clone())
+        .field("profile", args.profile.clone())
+        .field("agentIdentity", identity)
+        .field("entrypoint", describe(&args.command));
+    let options = Options::with_liveness(Arc::new(TtlLiveness::new(args.ttl)));
+    let mut lease = match acquire(pool.dir(), &name, &request, &options)? {
+        Acquired::Held(lease) => lease,
+        Acquired::Refused(refusal) => {
+            let holder = refusal.holder.as_ref();
+            let pid = holder
+                .and_then(|h| h.pid())
+                .map_or("an unknown pid".to_owned(), |p| format!("pid {p}"));
+            let entrypoint = holder
+                .and_then(|h| h.extra_str("entrypoint"))
+                .unwrap_or("(not recorded)");
+            let pulse = holder
+                .and_then(|h| h.last_pulse)
+                .map_or_else(|| "never".to_owned(), rfc3339_ms);
+            return Err(Failure::new(
+                exit::TEMP_FAIL,
+                format!(
+                    "role {} is held by {pid} (entrypoint: {entrypoint}; last pulse {pulse}): {}; \
+                     a role has one owner per machine",
+                    args.role, refusal.why
+                ),
+            ));
+        }
+    };
+    let ttl = args.ttl;
+    let every = (ttl / 20).max(Duration::from_millis(50));
+    let mut last_attempt = Instant::now();
+    let mut last_ok = Instant::now();
+    let mut lost = false;
+    let outcome = supervise(&args.command, || {
+        if last_attempt.elapsed() < every {
+            return None;
+        }
+        last_attempt = Instant::now();
+        match lease.pulse() {
+            Ok(()) => {
+                last_ok = Instant::now();
+                None
+            }
+            Err(e @ held::Error::LeaseLost { .. }) => {
+                lost = true;
+                Some(exit::chain(&e))
+            }
+            Err(e) if last_ok.elapsed() > ttl / 2 => {
+                lost = true;
+                Some(format!(
+                    "cannot verify the role lease for over TTL/2: {}",
+                    exit::chain(&e)
+                ))
+            }
+            Err(_) => None,
+        }
+    });
+    let outcome = outcome?;
+    let _ = lease.release();
+    if lost {
+        return Err(Failure::new(
+            exit::UNAVAILABLE,
+            format!(
+                "role {} lease lost while the command ran ({}); it was halted",
+                args.role,
+                outcome.halted.unwrap_or_default()
+            ),
+        ));
+    }
+    Ok(ExitCode::from(outcome.code))
+}

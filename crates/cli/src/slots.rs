@@ -1,0 +1,156 @@
+//! `worklane slots`: what is held, by whom, and what is in force.
+
+use crate::exit::Failure;
+use serde_json::{Value, json};
+use std::process::ExitCode;
+use worklane_admission::{DrainState, SlotState, SlotView, Snapshot, drain::Ignored};
+use worklane_lease::{LiveWhy, rfc3339_ms};
+
+/// The `state` word of a slot in both outputs.
+fn state_word(state: &SlotState) -> &'static str {
+    match state {
+        SlotState::GuardHeld => "held",
+        SlotState::Live(LiveWhy::Alive) => "alive",
+        SlotState::Live(LiveWhy::Fresh { .. }) => "fresh",
+        SlotState::Live(LiveWhy::Unknown(_)) => "unknown",
+        SlotState::Live(LiveWhy::Malformed { .. }) => "malformed",
+        SlotState::Live(_) => "busy",
+        SlotState::Dead(_) => "dead",
+    }
+}
+
+fn reason(state: &SlotState) -> String {
+    match state {
+        SlotState::GuardHeld => "a live process holds its kernel guard".to_owned(),
+        SlotState::Live(why) => why.to_string(),
+        SlotState::Dead(why) => format!("free to take over: {why}"),
+    }
+}
+
+fn slot_json(view: &SlotView) -> Value {
+    let r = view.record.as_ref();
+    json!({
+        "name": view.name,
+        "kind": view.kind,
+        "pid": r.and_then(|r| r.pid()),
+        "owner": r.and_then(|r| r.owner.clone()),
+        "since": r.and_then(|r| r.acquired_at.clone()),
+        "role": r.and_then(|r| r.extra_str("role")),
+        "command": r.and_then(|r| r.extra_str("command").or_else(|| r.extra_str("entrypoint"))),
+        "epoch": r.and_then(|r| r.epoch),
+        "limit_ms": r.and_then(|r| r.extra.get("limit_ms").and_then(Value::as_u64)),
+        "last_pulse": r.and_then(|r| r.last_pulse).map(rfc3339_ms),
+        "state": state_word(&view.state),
+        "counts": view.state.is_held(),
+        "reason": reason(&view.state),
+    })
+}
+
+fn drain_json(drain: &DrainState) -> Value {
+    match drain {
+        DrainState::None => json!({"state": "none"}),
+        DrainState::InForce(d) => {
+            json!({"state": "in-force", "since": d.since, "until": d.until, "to": d.to})
+        }
+        DrainState::Ignored(Ignored::Expired { drain: d }) => {
+            json!({"state": "expired", "since": d.since, "until": d.until, "to": d.to})
+        }
+        DrainState::Ignored(Ignored::TooFarAhead { drain: d }) => {
+            json!({"state": "too-far-ahead", "since": d.since, "until": d.until, "to": d.to})
+        }
+        DrainState::Ignored(Ignored::Unreadable { detail }) => {
+            json!({"state": "unreadable", "detail": detail})
+        }
+    }
+}
+
+fn count(snapshot: &Snapshot, kind: &str) -> usize {
+    snapshot
+        .slots
+        .iter()
+        .filter(|s| s.kind == kind && s.state.is_held())
+        .count()
+}
+
+/// The JSON document of `slots --json` (schema in README.md).
+pub(crate) fn to_json(snapshot: &Snapshot) -> Value {
+    json!({
+        "dir": snapshot.dir.display().to_string(),
+        "max_agents": snapshot.config.max_agents,
+        "max_test_runs": snapshot.config.max_test_runs,
+        "agents_held": count(snapshot, "agent"),
+        "test_runs_held": count(snapshot, "test"),
+        "full_run_held": count(snapshot, "full-run") > 0,
+        "stop": snapshot.stop.as_ref().map(|s| json!({"by": s.by, "at": s.at, "reason": s.reason})),
+        "drain": drain_json(&snapshot.drain),
+        "slots": snapshot.slots.iter().map(slot_json).collect::<Vec<_>>(),
+    })
+}
+
+pub(crate) fn show(as_json: bool) -> Result<ExitCode, Failure> {
+    let pool = crate::pool()?;
+    let snapshot = pool.snapshot()?;
+    if as_json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&to_json(&snapshot)).unwrap_or_default()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("slot directory: {}", snapshot.dir.display());
+    println!(
+        "agents: {} of {} held; test runs: {} of {}; full run: {}",
+        count(&snapshot, "agent"),
+        snapshot.config.max_agents,
+        count(&snapshot, "test"),
+        snapshot.config.max_test_runs,
+        if count(&snapshot, "full-run") > 0 {
+            "running"
+        } else {
+            "none"
+        },
+    );
+    match &snapshot.stop {
+        Some(stop) => println!("STOP in force: {stop}"),
+        None => println!("STOP: none"),
+    }
+    match &snapshot.drain {
+        DrainState::None => println!("drain: none"),
+        DrainState::InForce(d) => println!("drain in force: {d}"),
+        DrainState::Ignored(Ignored::Expired { drain }) => {
+            println!("drain: ignored (expired: {drain})")
+        }
+        DrainState::Ignored(Ignored::TooFarAhead { drain }) => {
+            println!("drain: ignored (more than 4 h ahead: {drain})")
+        }
+        DrainState::Ignored(Ignored::Unreadable { detail }) => {
+            println!("drain: ignored (unreadable: {detail})")
+        }
+    }
+    if snapshot.slots.is_empty() {
+        println!("nothing held");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!();
+    println!(
+        "{:<28} {:<9} {:>8} {:<20} {:<26} {:<9} reason",
+        "name", "kind", "pid", "owner", "since", "state"
+    );
+    for view in &snapshot.slots {
+        let r = view.record.as_ref();
+        println!(
+            "{:<28} {:<9} {:>8} {:<20} {:<26} {:<9} {}",
+            view.name,
+            view.kind,
+            r.and_then(|r| r.pid())
+                .map_or("-".to_owned(), |p| p.to_string()),
+            r.and_then(|r| r.owner.clone())
+                .unwrap_or_else(|| "-".to_owned()),
+            r.and_then(|r| r.acquired_at.clone())
+                .unwrap_or_else(|| "-".to_owned()),
+            state_word(&view.state),
+            reason(&view.state),
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,192 @@
+//! Running the command: spawn it, forward signals, halt it on request, report its status.
+
+use crate::exit::{self, Failure};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Command, ExitStatus};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// How often the halt check runs (STOP, lease pulse).
+pub(crate) const CHECK_EVERY: Duration = Duration::from_millis(250);
+/// How long a halted command has between SIGTERM and SIGKILL. With the check interval this
+/// keeps a halt within about 5 s of a STOP.
+pub(crate) const GRACE: Duration = Duration::from_secs(3);
+
+enum Event {
+    Exited(std::io::Result<ExitStatus>),
+    Signal(i32),
+}
+
+/// Where signals go: the command's own process group (when it has one) or its pid.
+#[derive(Clone, Copy)]
+enum Target {
+    Group(rustix::process::Pid),
+    Process(rustix::process::Pid),
+}
+
+impl Target {
+    fn send(self, signal: rustix::process::Signal) {
+        // The command may have exited a moment ago; nothing to do then.
+        let _ = match self {
+            Target::Group(pgid) => rustix::process::kill_process_group(pgid, signal),
+            Target::Process(pid) => rustix::process::kill_process(pid, signal),
+        };
+    }
+}
+
+/// How the command ended.
+pub(crate) struct Outcome {
+    /// Its exit code as a shell reports it (128+N for signal N).
+    pub(crate) code: u8,
+    /// Why it was halted, if it was.
+    pub(crate) halted: Option<String>,
+}
+
+/// Runs `command`, calling `check` every [`CHECK_EVERY`]; when `check` returns a reason, the
+/// command is sent SIGTERM, then SIGKILL after [`GRACE`].
+///
+/// Without a terminal on stdin, the command gets a process group of its own, so that a halt
+/// and forwarded SIGINT/SIGTERM/SIGHUP reach all of its processes. With a terminal, it stays in
+/// the foreground group (so it can read the terminal); the terminal delivers Ctrl-C to it
+/// directly, so SIGINT is not forwarded then.
+pub(crate) fn supervise(
+    command: &[OsString],
+    mut check: impl FnMut() -> Option<String>,
+) -> Result<Outcome, Failure> {
+    let (program, args) = command
+        .split_first()
+        .ok_or_else(|| Failure::new(exit::USAGE, "no command given after --"))?;
+    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(|e| {
+        Failure::new(
+            exit::OS_ERROR,
+            format!("cannot install signal handlers: {e}"),
+        )
+    })?;
+    let interactive = std::io::stdin().is_terminal();
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    if !interactive {
+        cmd.process_group(0);
+    }
+    let child = cmd.spawn().map_err(|e| {
+        let shown = program.to_string_lossy();
+        match e.kind() {
+            std::io::ErrorKind::NotFound => {
+                Failure::new(exit::NOT_FOUND, format!("{shown}: command not found"))
+            }
+            std::io::ErrorKind::PermissionDenied => Failure::new(
+                exit::CANNOT_EXECUTE,
+                format!("{shown}: permission denied (is it executable?)"),
+            ),
+            _ => Failure::new(exit::CANNOT_EXECUTE, format!("{shown}: cannot run it: {e}")),
+        }
+    })?;
+    let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX))
+        .ok_or_else(|| Failure::new(exit::SOFTWARE, "the command got pid 0"))?;
+    let target = if interactive {
+        Target::Process(pid)
+    } else {
+        Target::Group(pid)
+    };
+
+    let (tx, rx) = mpsc::channel();
+    let exited = tx.clone();
+    let mut child = child;
+    std::thread::spawn(move || {
+        let _ = exited.send(Event::Exited(child.wait()));
+    });
+    let handle = signals.handle();
+    std::thread::spawn(move || {
+        for signal in signals.forever() {
+            if tx.send(Event::Signal(signal)).is_err() {
+                break;
+            }
+        }
+    });
+
+    let mut next_check = Instant::now() + CHECK_EVERY;
+    let mut halting: Option<(String, Instant)> = None;
+    let mut killed = false;
+    let status = loop {
+        let now = Instant::now();
+        let mut wake = next_check;
+        if let Some((_, since)) = &halting
+            && !killed
+        {
+            wake = wake.min(*since + GRACE);
+        }
+        match rx.recv_timeout(wake.saturating_duration_since(now)) {
+            Ok(Event::Exited(status)) => break status,
+            Ok(Event::Signal(signal)) => {
+                let forwarded = match signal {
+                    SIGTERM => Some(rustix::process::Signal::TERM),
+                    SIGHUP => Some(rustix::process::Signal::HUP),
+                    SIGINT if !interactive => Some(rustix::process::Signal::INT),
+                    _ => None,
+                };
+                if let Some(signal) = forwarded {
+                    target.send(signal);
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                break Err(std::io::Error::other("lost track of the command"));
+            }
+        }
+        let now = Instant::now();
+        if now >= next_check {
+            next_check = now + CHECK_EVERY;
+            if halting.is_none()
+                && let Some(reason) = check()
+            {
+                eprintln!(
+                    "worklane: {reason}: halting the command (SIGTERM, then SIGKILL after {} s)",
+                    GRACE.as_secs()
+                );
+                target.send(rustix::process::Signal::TERM);
+                halting = Some((reason, now));
+            }
+        }
+        if let Some((_, since)) = &halting
+            && !killed
+            && now >= *since + GRACE
+        {
+            target.send(rustix::process::Signal::KILL);
+            killed = true;
+        }
+    };
+    handle.close();
+    let status = status
+        .map_err(|e| Failure::new(exit::OS_ERROR, format!("cannot wait for the command: {e}")))?;
+    let code = match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code).unwrap_or(u8::MAX),
+        (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(u8::MAX),
+        (None, None) => exit::SOFTWARE,
+    };
+    Ok(Outcome {
+        code,
+        halted: halting.map(|(reason, _)| reason),
+    })
+}
+
+/// The command line as one string for records and messages (lossy, at most 512 bytes).
+pub(crate) fn describe(command: &[OsString]) -> String {
+    let mut text = command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ");
+    if text.len() > 512 {
+        let mut cut = 509;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push_str("...");
+    }
+    text
+}
