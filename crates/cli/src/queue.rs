@@ -4,7 +4,6 @@
 use crate::exit::{self, Failure};
 use crate::supervise::{describe, supervise};
 use std::ffi::OsString;
-use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Duration;
 use worklane_admission::{Kind, Take};
@@ -47,9 +46,10 @@ pub(crate) fn queue_full_run(
         .env("AGENT_SLOTS_DIR", &pool.locations().slot_dir)
         .stdin(Stdio::null())
         .stdout(file)
-        .stderr(err)
-        // Out of the shell's process group at once; the runner then starts its own session.
-        .process_group(0);
+        // The runner's first act is setsid(): a new session and process group, away from this
+        // shell's terminal and job control. (Not process_group(0) here: a group leader cannot
+        // call setsid.)
+        .stderr(err);
     let child = runner
         .spawn()
         .map_err(|e| Failure::new(exit::OS_ERROR, format!("cannot start the runner: {e}")))?;
@@ -69,7 +69,9 @@ pub(crate) fn runner(
     command: Vec<OsString>,
 ) -> Result<ExitCode, Failure> {
     // A session of its own: no controlling terminal, no SIGHUP when the shell goes away.
-    let _ = rustix::process::setsid();
+    if let Err(e) = rustix::process::setsid() {
+        eprintln!("worklane: cannot start a new session ({e}); running in the caller's");
+    }
     let pool = crate::pool()?;
     let request = Request::new("queued full run").field("command", describe(&command));
     eprintln!(

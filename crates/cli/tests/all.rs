@@ -1,1 +1,630 @@
-//! CLI integration tests.
+//! Integration tests of the `worklane` binary: real processes in temp slot directories
+//! (`AGENT_SLOTS_DIR`), real signals, real child commands that record what they saw.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+struct Site {
+    temp: tempfile::TempDir,
+}
+
+impl Site {
+    fn new(config: Option<&str>) -> Site {
+        let temp = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir(temp.path().join("slots")).expect("slots dir");
+        if let Some(config) = config {
+            std::fs::write(temp.path().join("slots/config.json"), config).expect("config");
+        }
+        Site { temp }
+    }
+
+    fn slots(&self) -> PathBuf {
+        self.temp.path().join("slots")
+    }
+
+    /// A scratch file path for the children's own records.
+    fn file(&self, name: &str) -> PathBuf {
+        self.temp.path().join(name)
+    }
+
+    fn worklane(&self) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_worklane"));
+        cmd.env("AGENT_SLOTS_DIR", self.slots())
+            .env_remove("AGENT_SLOTS_CONFIG")
+            .env("T", self.temp.path())
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    fn output(&self, args: &[&str]) -> Output {
+        self.worklane().args(args).output().expect("run worklane")
+    }
+
+    fn code(&self, args: &[&str]) -> i32 {
+        let out = self.output(args);
+        out.status.code().unwrap_or(-1)
+    }
+
+    /// Starts `worklane ARGS -- sh SCRIPT` in the background.
+    fn spawn(&self, args: &[&str], script: &str, key: &str) -> Child {
+        self.worklane()
+            .args(args)
+            .args(["--", "sh", "-c", script])
+            .env("K", key)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn worklane")
+    }
+
+    fn write_script(&self, name: &str, text: &str) -> String {
+        let path = self.file(name);
+        std::fs::write(&path, text).expect("script");
+        path.display().to_string()
+    }
+}
+
+/// Waits (bounded: a watchdog, not a timing assertion) until `cond` holds.
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cond() {
+        assert!(Instant::now() < deadline, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn wait_exit(child: &mut Child, what: &str) -> ExitStatus {
+    let mut status = None;
+    wait_until(what, || {
+        status = child.try_wait().expect("try_wait");
+        status.is_some()
+    });
+    status.expect("exited")
+}
+
+/// A child script that reports it is up, then runs until its release file appears.
+const HOLD: &str = r#"touch "$T/up.$K"; while [ ! -e "$T/release.$K" ]; do sleep 0.02; done"#;
+
+mod cap {
+    use super::*;
+
+    const OVERLAP: &str = r#"
+bump() { flock "$T/count.lock" sh -c "$1"; }
+bump 'n=$(cat "$T/n" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "$T/n"; echo $n >> "$T/log"; if [ $n -ge 4 ]; then touch "$T/reached"; fi'
+i=0; while [ ! -e "$T/reached" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done
+sleep 0.1
+bump 'n=$(cat "$T/n"); echo $((n-1)) > "$T/n"'
+"#;
+
+    #[test]
+    fn eight_runs_under_a_cap_of_four_overlap_to_four_and_never_more() {
+        let site = Site::new(Some(r#"{"max_agents": 4}"#));
+        let script = site.write_script("overlap.sh", OVERLAP);
+        let children: Vec<Child> = (0..8)
+            .map(|i| {
+                site.worklane()
+                    .args(["run", "--", "sh", &script])
+                    .env("K", i.to_string())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("spawn")
+            })
+            .collect();
+        for c in children {
+            let out = c.wait_with_output().expect("wait");
+            assert!(
+                out.status.success(),
+                "every run completes: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let log = std::fs::read_to_string(site.file("log")).expect("the children's log");
+        let counts: Vec<u32> = log.lines().map(|l| l.parse().expect("a count")).collect();
+        assert_eq!(
+            counts.len(),
+            8,
+            "every child recorded its start: {counts:?}"
+        );
+        let max = counts.iter().copied().max().expect("counts");
+        assert_eq!(
+            max, 4,
+            "the overlap reaches the cap and never exceeds it: {counts:?}"
+        );
+    }
+
+    #[test]
+    fn with_no_wait_exactly_four_run_and_four_exit_75() {
+        let site = Site::new(Some(r#"{"max_agents": 4}"#));
+        let script = r#"touch "$T/up.$K"; while [ ! -e "$T/go" ]; do sleep 0.02; done"#;
+        let mut children: Vec<Child> = (0..8)
+            .map(|i| site.spawn(&["run", "--no-wait"], script, &i.to_string()))
+            .collect();
+        let mut refused = 0;
+        let mut exited = [false; 8];
+        wait_until("four refusals", || {
+            for (i, c) in children.iter_mut().enumerate() {
+                if !exited[i]
+                    && let Some(status) = c.try_wait().expect("try_wait")
+                {
+                    exited[i] = true;
+                    assert_eq!(status.code(), Some(75), "a refused run exits 75");
+                    refused += 1;
+                }
+            }
+            refused >= 4
+        });
+        wait_until("four runs up", || {
+            (0..8)
+                .filter(|i| site.file(&format!("up.{i}")).exists())
+                .count()
+                == 4
+        });
+        std::fs::write(site.file("go"), b"").expect("go");
+        for (i, c) in children.iter_mut().enumerate() {
+            if !exited[i] {
+                let status = wait_exit(c, "a running child");
+                assert!(status.success(), "the admitted runs complete: {status}");
+            }
+        }
+        assert_eq!(refused, 4, "exactly four were refused");
+        let up = (0..8)
+            .filter(|i| site.file(&format!("up.{i}")).exists())
+            .count();
+        assert_eq!(up, 4, "exactly four ran");
+    }
+
+    #[test]
+    fn lowering_the_cap_admits_nobody_until_fewer_run() {
+        let site = Site::new(Some(r#"{"max_agents": 4}"#));
+        let mut holders: Vec<Child> = (0..4)
+            .map(|i| site.spawn(&["run"], HOLD, &i.to_string()))
+            .collect();
+        wait_until("four holders", || {
+            (0..4).all(|i| site.file(&format!("up.{i}")).exists())
+        });
+        std::fs::write(site.slots().join("config.json"), r#"{"max_agents": 2}"#).expect("cap");
+        for (i, holder) in holders.iter_mut().enumerate().take(2) {
+            std::fs::write(site.file(&format!("release.{i}")), b"").expect("release");
+            let status = wait_exit(holder, "a released holder");
+            assert!(status.success());
+            assert_eq!(
+                site.code(&["run", "--no-wait", "--", "true"]),
+                75,
+                "{} still run under a cap of 2: nobody is admitted",
+                3 - i
+            );
+        }
+        std::fs::write(site.file("release.2"), b"").expect("release");
+        wait_exit(&mut holders[2], "a released holder");
+        assert_eq!(
+            site.code(&["run", "--no-wait", "--", "true"]),
+            0,
+            "one runs under a cap of 2: admitted"
+        );
+        std::fs::write(site.file("release.3"), b"").expect("release");
+        wait_exit(&mut holders[3], "the last holder");
+    }
+
+    #[test]
+    fn a_sigkilled_run_and_its_child_free_the_slot() {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        let mut run = site.spawn(&["run"], r#"echo $$ > "$T/child.pid"; exec sleep 600"#, "0");
+        wait_until("the child's pid", || {
+            std::fs::read_to_string(site.file("child.pid")).is_ok_and(|s| s.ends_with('\n'))
+        });
+        assert_eq!(
+            site.code(&["run", "--no-wait", "--", "true"]),
+            75,
+            "the slot is held"
+        );
+        let child: i32 = std::fs::read_to_string(site.file("child.pid"))
+            .expect("pid")
+            .trim()
+            .parse()
+            .expect("a pid");
+        run.kill().expect("SIGKILL worklane run");
+        run.wait().expect("reap");
+        let pid = rustix::process::Pid::from_raw(child).expect("pid");
+        rustix::process::kill_process(pid, rustix::process::Signal::KILL).expect("kill child");
+        assert_eq!(
+            site.code(&["run", "--no-wait", "--", "true"]),
+            0,
+            "the dead run's slot is taken over at once"
+        );
+    }
+}
+
+mod exits {
+    use super::*;
+
+    #[test]
+    fn the_commands_status_is_the_exit_status() {
+        let site = Site::new(None);
+        assert_eq!(site.code(&["run", "--", "sh", "-c", "exit 7"]), 7);
+        assert_eq!(site.code(&["run", "--", "true"]), 0);
+        assert_eq!(
+            site.code(&["run", "--", "sh", "-c", "kill -TERM $$"]),
+            128 + 15,
+            "a signal N is 128+N"
+        );
+        let out = site.output(&["run", "--", "/nonexistent/command"]);
+        assert_eq!(out.status.code(), Some(127), "not found");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("not found"));
+        assert_eq!(site.code(&["run"]), 64, "usage error without a command");
+        assert_eq!(site.code(&["no-such-command"]), 64);
+    }
+
+    #[test]
+    fn sigterm_is_forwarded_to_the_command() {
+        let site = Site::new(None);
+        let script = r#"trap 'echo got-term > "$T/term"; exit 9' TERM; touch "$T/up.$K"; while :; do sleep 0.02; done"#;
+        let mut run = site.spawn(&["run"], script, "0");
+        wait_until("the command", || site.file("up.0").exists());
+        let pid = rustix::process::Pid::from_raw(run.id() as i32).expect("pid");
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("TERM");
+        let status = wait_exit(&mut run, "worklane run");
+        assert_eq!(
+            status.code(),
+            Some(9),
+            "the command's own status after its trap"
+        );
+        assert_eq!(
+            std::fs::read_to_string(site.file("term"))
+                .expect("trap ran")
+                .trim(),
+            "got-term"
+        );
+        assert_eq!(
+            site.code(&["run", "--no-wait", "--", "true"]),
+            0,
+            "released"
+        );
+    }
+
+    #[test]
+    fn a_malformed_config_exits_78_naming_the_file() {
+        for (config, field) in [
+            (r#"{"max_agents": 0}"#, "max_agents"),
+            (r#"{"max_test_runs": 9}"#, "max_test_runs"),
+            ("{", "JSON"),
+        ] {
+            let site = Site::new(Some(config));
+            let out = site.output(&["run", "--", "true"]);
+            assert_eq!(out.status.code(), Some(78), "{config}");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains("config.json"), "names the file: {err}");
+            assert!(err.contains(field), "names the problem: {err}");
+        }
+    }
+
+    #[test]
+    fn completions_and_man_page_are_generated() {
+        let site = Site::new(None);
+        let out = site.output(&["completions", "bash"]);
+        assert!(out.status.success());
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("worklane"),
+            "bash completions"
+        );
+        let out = site.output(&["man"]);
+        assert!(out.status.success());
+        let man = String::from_utf8_lossy(&out.stdout);
+        assert!(man.contains(".TH worklane"), "a roff man page");
+        assert!(
+            man.contains("stop\\-all") || man.contains("stop-all"),
+            "lists the commands"
+        );
+    }
+}
+
+mod operator {
+    use super::*;
+
+    #[test]
+    fn stop_halts_running_commands_refuses_new_ones_and_resume_admits() {
+        let site = Site::new(None);
+        let polite = site.spawn(&["run"], r#"touch "$T/up.$K"; exec sleep 600"#, "0");
+        let stubborn = site.spawn(
+            &["run"],
+            r#"trap '' TERM; touch "$T/up.$K"; exec sleep 600"#,
+            "1",
+        );
+        wait_until("both commands", || {
+            site.file("up.0").exists() && site.file("up.1").exists()
+        });
+        let out = site.output(&["stop-all", "incident", "42"]);
+        assert!(out.status.success(), "stop-all writes STOP");
+        let stop: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(site.slots().join("STOP")).expect("STOP"))
+                .expect("STOP is JSON");
+        assert_eq!(stop["reason"], "incident 42");
+        assert!(
+            stop["at"].as_str().is_some_and(|a| a.ends_with('Z')),
+            "{stop}"
+        );
+        let mut polite = polite;
+        let mut stubborn = stubborn;
+        let status = wait_exit(&mut polite, "the polite command");
+        assert_eq!(status.code(), Some(128 + 15), "halted by SIGTERM");
+        let status = wait_exit(&mut stubborn, "the stubborn command");
+        assert_eq!(status.code(), Some(128 + 9), "SIGKILL after the grace");
+        let out = site.output(&["run", "--", "true"]);
+        assert_eq!(out.status.code(), Some(69), "refused under STOP");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("incident 42"));
+        assert_eq!(site.code(&["resume-all"]), 0);
+        assert_eq!(
+            site.code(&["run", "--", "true"]),
+            0,
+            "admitted after resume"
+        );
+    }
+
+    fn write_drain(site: &Site, until: &str) {
+        std::fs::write(
+            site.slots().join("update-drain.json"),
+            format!(r#"{{"since": "2026-01-01T00:00:00Z", "until": "{until}", "to": "9.9"}}"#),
+        )
+        .expect("drain flag");
+    }
+
+    #[test]
+    fn a_drain_refuses_and_is_ignored_when_past_too_far_or_unreadable() {
+        let site = Site::new(None);
+        assert_eq!(site.code(&["drain", "--until", "30m", "--to", "2.0"]), 0);
+        let out = site.output(&["run", "--", "true"]);
+        assert_eq!(out.status.code(), Some(69), "a drain in force refuses");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("2.0"));
+        assert_eq!(site.code(&["run", "--kind", "full-run", "--", "true"]), 69);
+        assert_eq!(site.code(&["undrain"]), 0);
+        assert_eq!(site.code(&["run", "--", "true"]), 0, "undrained");
+
+        write_drain(&site, "2020-01-01T00:00:00Z");
+        assert_eq!(
+            site.code(&["run", "--", "true"]),
+            0,
+            "past its until: ignored"
+        );
+        let far = worklane_lease::rfc3339_ms(
+            worklane_lease::Clock::now_ms(&worklane_lease::SystemClock) + 5 * 3_600_000,
+        );
+        write_drain(&site, &far);
+        assert_eq!(
+            site.code(&["run", "--", "true"]),
+            0,
+            "more than 4 h ahead: ignored"
+        );
+        std::fs::write(site.slots().join("update-drain.json"), b"{not json").expect("write");
+        assert_eq!(site.code(&["run", "--", "true"]), 0, "unreadable: ignored");
+        assert_eq!(
+            site.code(&["drain", "--until", "5h"]),
+            64,
+            "refuses to write a useless drain"
+        );
+    }
+
+    #[test]
+    fn one_full_run_at_a_time_and_the_idle_probe() {
+        let site = Site::new(None);
+        assert_eq!(site.code(&["idle"]), 0, "idle");
+        let mut run = site.spawn(&["run", "--kind", "full-run"], HOLD, "0");
+        wait_until("the full run", || site.file("up.0").exists());
+        assert_eq!(
+            site.code(&["run", "--kind", "full-run", "--no-wait", "--", "true"]),
+            75
+        );
+        assert_eq!(site.code(&["idle"]), 75, "not idle during a full run");
+        std::fs::write(site.file("release.0"), b"").expect("release");
+        assert!(wait_exit(&mut run, "the full run").success());
+        assert_eq!(site.code(&["idle"]), 0, "idle again");
+    }
+
+    #[test]
+    fn the_test_run_cap_is_set_by_set_test_slots() {
+        let site = Site::new(Some(r#"{"max_agents": 1, "note": "kept"}"#));
+        assert_eq!(site.code(&["set-test-slots", "9"]), 64, "out of range");
+        assert_eq!(site.code(&["set-test-slots", "2"]), 0);
+        let config: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(site.slots().join("config.json")).expect("config"),
+        )
+        .expect("json");
+        assert_eq!(config["max_test_runs"], 2);
+        assert_eq!(config["note"], "kept", "other fields survive");
+        let mut holders: Vec<Child> = (0..2)
+            .map(|i| {
+                site.spawn(
+                    &["run", "--kind", "test", "--limit", "10m"],
+                    HOLD,
+                    &i.to_string(),
+                )
+            })
+            .collect();
+        wait_until("two test runs", || {
+            site.file("up.0").exists() && site.file("up.1").exists()
+        });
+        assert_eq!(
+            site.code(&["run", "--kind", "test", "--no-wait", "--", "true"]),
+            75
+        );
+        assert_eq!(
+            site.code(&["run", "--no-wait", "--", "true"]),
+            0,
+            "agents are apart"
+        );
+        for (i, h) in holders.iter_mut().enumerate() {
+            std::fs::write(site.file(&format!("release.{i}")), b"").expect("release");
+            assert!(wait_exit(h, "a test run").success());
+        }
+    }
+}
+
+mod roles {
+    use super::*;
+
+    #[test]
+    fn a_role_refuses_a_second_holder_and_admits_another_role() {
+        let site = Site::new(None);
+        let mut holder = site.spawn(&["lease", "run", "--role", "builder"], HOLD, "0");
+        wait_until("the role holder", || site.file("up.0").exists());
+        let out = site.output(&["lease", "run", "--role", "builder", "--", "true"]);
+        assert_eq!(out.status.code(), Some(75), "the same role is refused");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("pid {}", holder.id())),
+            "names the holder's pid: {err}"
+        );
+        assert!(err.contains("builder"), "names the role: {err}");
+        assert!(
+            err.contains("sh -c"),
+            "names the holder's entrypoint: {err}"
+        );
+        assert_eq!(
+            site.code(&["lease", "run", "--role", "reviewer", "--", "true"]),
+            0,
+            "a different role coexists"
+        );
+        let record: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(site.slots().join("role-builder.lease")).expect("lease record"),
+        )
+        .expect("json");
+        assert_eq!(record["role"], "builder");
+        assert_eq!(record["ttlMs"], 60_000);
+        assert!(record["lastPulse"].as_u64().is_some(), "{record}");
+        assert!(record["agentIdentity"].as_str().is_some(), "{record}");
+        std::fs::write(site.file("release.0"), b"").expect("release");
+        assert!(wait_exit(&mut holder, "the role holder").success());
+        assert!(
+            !site.slots().join("role-builder.lease").exists(),
+            "released on exit"
+        );
+    }
+}
+
+mod slots_json {
+    use super::*;
+
+    #[test]
+    fn slots_json_field_by_field() {
+        let site = Site::new(Some(r#"{"max_agents": 3, "max_test_runs": 4}"#));
+        let mut holder = site.spawn(&["run", "--owner", "harness-a"], HOLD, "0");
+        wait_until("the holder", || site.file("up.0").exists());
+        std::fs::write(site.slots().join("agent-5.lock"), b"{broken").expect("malformed slot");
+        assert_eq!(site.code(&["stop-all", "maintenance"]), 0);
+        let out = site.output(&["slots", "--json"]);
+        assert!(out.status.success());
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("slots --json");
+        assert_eq!(v["dir"], site.slots().display().to_string());
+        assert_eq!(v["max_agents"], 3);
+        assert_eq!(v["max_test_runs"], 4);
+        assert_eq!(
+            v["agents_held"], 2,
+            "the live slot and the malformed one count"
+        );
+        assert_eq!(v["test_runs_held"], 0);
+        assert_eq!(v["full_run_held"], false);
+        assert_eq!(v["stop"]["reason"], "maintenance");
+        assert_eq!(v["drain"]["state"], "none");
+        let slots = v["slots"].as_array().expect("slots array");
+        assert_eq!(slots.len(), 2, "{slots:?}");
+        let held = &slots[0];
+        assert_eq!(held["name"], "agent-0.lock");
+        assert_eq!(held["kind"], "agent");
+        assert_eq!(held["pid"], holder.id());
+        assert_eq!(held["owner"], "harness-a");
+        assert_eq!(held["state"], "held");
+        assert_eq!(held["counts"], true);
+        assert!(held["epoch"].as_u64().is_some_and(|e| e >= 1));
+        assert!(
+            held["command"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("sh -c"))
+        );
+        let since = held["since"].as_str().expect("since");
+        assert!(worklane_lease::parse_rfc3339_ms(since).is_some(), "{since}");
+        let broken = &slots[1];
+        assert_eq!(broken["name"], "agent-5.lock");
+        assert_eq!(broken["state"], "malformed");
+        assert_eq!(broken["counts"], true);
+        assert_eq!(broken["pid"], serde_json::Value::Null);
+        assert!(
+            broken["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("malformed"))
+        );
+        std::fs::write(site.file("release.0"), b"").expect("release");
+        // Under STOP the holder is halted anyway; either way it ends.
+        wait_exit(&mut holder, "the holder");
+    }
+
+    #[test]
+    fn the_human_view_names_holders() {
+        let site = Site::new(None);
+        let mut holder = site.spawn(&["run", "--owner", "harness-b"], HOLD, "0");
+        wait_until("the holder", || site.file("up.0").exists());
+        let out = site.output(&["slots"]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("agents: 1 of 2 held"), "{text}");
+        assert!(text.contains("harness-b"), "{text}");
+        assert!(text.contains(&holder.id().to_string()), "{text}");
+        std::fs::write(site.file("release.0"), b"").expect("release");
+        wait_exit(&mut holder, "the holder");
+    }
+}
+
+mod queue {
+    use super::*;
+
+    #[test]
+    fn a_queued_full_run_runs_detached_once_the_lock_is_free() {
+        let site = Site::new(None);
+        let mut blocker = site.spawn(&["run", "--kind", "full-run"], HOLD, "0");
+        wait_until("the first full run", || site.file("up.0").exists());
+        let out = site.output(&[
+            "queue",
+            "full-run",
+            "--",
+            "sh",
+            "-c",
+            r#"cut -d" " -f6 /proc/$$/stat > "$T/queued.sid"; echo ran > "$T/queued.out""#,
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        let log: PathBuf = said
+            .split("log ")
+            .nth(1)
+            .map(|l| PathBuf::from(l.trim()))
+            .expect("names its log");
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            !site.file("queued.out").exists(),
+            "waits while another full run holds it"
+        );
+        std::fs::write(site.file("release.0"), b"").expect("release");
+        assert!(wait_exit(&mut blocker, "the first full run").success());
+        wait_until("the queued run", || site.file("queued.out").exists());
+        let sid: i32 = std::fs::read_to_string(site.file("queued.sid"))
+            .expect("sid")
+            .trim()
+            .parse()
+            .expect("a session id");
+        let ours = rustix::process::getsid(None)
+            .expect("our sid")
+            .as_raw_nonzero()
+            .get();
+        assert_ne!(sid, ours, "the runner lives in a session of its own");
+        wait_until("the log's last line", || {
+            std::fs::read_to_string(&log).is_ok_and(|l| l.contains("exited with status 0"))
+        });
+        let _ = std::fs::remove_file(&log);
+        assert!(
+            Path::new(&site.slots())
+                .join(".full-run.lock.flock")
+                .exists()
+        );
+    }
+}
