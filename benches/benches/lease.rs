@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use worklane_identity::ProcessIdentity;
-use worklane_lease::{Acquired, Lease, Options, Request, acquire, epoch_name};
+use worklane_lease::{Acquired, Lease, Options, Request, acquire, current_epoch, epoch_prefix};
 use worklane_slotfile::{Environment, RECORD_MODE, SHARED_MODE, SlotDir, TEST_ROOT_VAR};
 
 const LOCK: &str = "agent-0.lock";
@@ -111,7 +111,6 @@ fn bench_on(c: &mut Criterion, label: &str, parent: &Path) {
 /// What `acquire` + `release` do beyond the raw floor, one step at a time, on the same site.
 fn bench_parts(c: &mut Criterion, label: &str, site: &Site, record: &[u8]) {
     let lock = site.slots.file(LOCK).expect("valid name");
-    let epoch = site.slots.file(&epoch_name(LOCK)).expect("valid name");
     let mut group = c.benchmark_group(format!("lease_parts/{label}"));
 
     group.bench_function("guard_try_acquire", |b| {
@@ -123,18 +122,24 @@ fn bench_parts(c: &mut Criterion, label: &str, site: &Site, record: &[u8]) {
     group.bench_function("read_absent_record", |b| {
         b.iter(|| assert!(lock.read().expect("read").is_none(), "no record"));
     });
-    group.bench_function("epoch_read_replace", |b| {
+    group.bench_function("epoch_advance_by_rename", |b| {
+        let mut n = current_epoch(&lock).expect("epoch");
+        if n == 0 {
+            let first = site
+                .slots
+                .file(&format!("{}1", epoch_prefix(LOCK)))
+                .expect("name");
+            let _ = first.publish(b"", SHARED_MODE).expect("first epoch");
+            n = 1;
+        }
         b.iter(|| {
-            let now = epoch.read().expect("read epoch").expect("epoch exists");
-            let next = std::str::from_utf8(&now)
-                .expect("utf-8")
-                .trim()
-                .parse::<u64>()
-                .expect("number")
-                + 1;
-            epoch
-                .replace(format!("{next}\n").as_bytes(), SHARED_MODE)
-                .expect("replace epoch");
+            let from = site
+                .slots
+                .file(&format!("{}{n}", epoch_prefix(LOCK)))
+                .expect("name");
+            from.rename(&format!("{}{}", epoch_prefix(LOCK), n + 1))
+                .expect("advance");
+            n += 1;
         });
     });
     group.bench_function("process_identity_of_self", |b| {

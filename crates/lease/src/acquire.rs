@@ -209,9 +209,9 @@ pub enum Error {
     /// This process's own place or identity could not be read.
     #[error("cannot read this process's identity for the lock record: {0}")]
     Identity(String),
-    /// The epoch file holds something other than a number.
+    /// The epoch file could not be advanced.
     #[error(
-        "epoch file {path} holds {found:?}, not a number; it only ever grows: set it to a number above every epoch in use"
+        "cannot advance the epoch at {path}: {found}; remove stray epoch files by hand during a quiescent window"
     )]
     Epoch {
         /// The epoch file.
@@ -277,13 +277,20 @@ pub fn acquire(
         }));
     };
     options.at(Step::GuardTaken)?;
-    if let Some(refusal) = clear_claims(&path, options)? {
+    // One listing under the guard serves the record's presence, the claim scan and the epoch.
+    let listed = path.dir().list_prefixed(name)?;
+    if let Some(refusal) = clear_claims(&path, &listed, options)? {
         return Ok(Acquired::Refused(refusal));
     }
-    let raw = path.read()?;
+    // Nobody following the protocol can create the record while we hold the guard, so a
+    // record absent from the listing is absent.
+    let raw = match listed.iter().any(|p| p.name() == name) {
+        true => path.read()?,
+        false => None,
+    };
     options.at(Step::RecordInspected)?;
     let Some(raw) = raw else {
-        return publish_ours(path, guard, request, options);
+        return publish_ours(path, guard, &listed, request, options);
     };
     let record = match Record::parse(&raw) {
         Ok(record) => record,
@@ -304,7 +311,7 @@ pub fn acquire(
             holder: Some(record),
             why,
         })),
-        Judgement::Dead(_) => take_over(path, guard, &raw, record, request, options),
+        Judgement::Dead(_) => take_over(path, guard, &listed, &raw, record, request, options),
     }
 }
 
@@ -331,8 +338,11 @@ fn is_claim_of(lock: &str, name: &str) -> bool {
 /// Clears every takeover claim on `path` whose taker is judged dead; a claim whose taker may
 /// still run refuses us. Called with the guard held, so every claim found belongs to a taker
 /// that no longer holds it.
-fn clear_claims(path: &SlotPath, options: &Options) -> Result<Option<Refusal>, Error> {
-    let listed = path.dir().list()?;
+fn clear_claims(
+    path: &SlotPath,
+    listed: &[SlotPath],
+    options: &Options,
+) -> Result<Option<Refusal>, Error> {
     for claim in listed.iter().filter(|p| is_claim_of(path.name(), p.name())) {
         let Some(raw) = claim.read()? else { continue };
         let judged = match Record::parse(&raw) {
@@ -377,16 +387,29 @@ fn clear_claims(path: &SlotPath, options: &Options) -> Result<Option<Refusal>, E
 }
 
 /// This process's place and identity, as written into records and claims.
+///
+/// Read once per process and cached by pid: a forked child (another pid) reads its own.
 fn me() -> Result<Recorded, Error> {
+    static ME: std::sync::Mutex<Option<(u32, Recorded)>> = std::sync::Mutex::new(None);
+    let pid = std::process::id();
+    let mut cached = ME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((at, me)) = cached.as_ref()
+        && *at == pid
+    {
+        return Ok(me.clone());
+    }
     let place = Place::current().map_err(|e| Error::Identity(e.to_string()))?;
     let process = ProcessIdentity::of_self().map_err(|e| Error::Identity(e.to_string()))?;
-    Ok(Recorded::new(process, place.clone()))
+    let me = Recorded::new(process, place.clone());
+    *cached = Some((pid, me.clone()));
+    Ok(me)
 }
 
 /// The takeover: claim, recheck, remove, publish, unclaim.
 fn take_over(
     path: SlotPath,
     guard: Guard,
+    listed: &[SlotPath],
     stale: &[u8],
     stale_record: Record,
     request: &Request,
@@ -433,7 +456,7 @@ fn take_over(
         }));
     }
     options.at(Step::StaleRemoved)?;
-    let acquired = publish_ours(path, guard, request, options)?;
+    let acquired = publish_ours(path, guard, listed, request, options)?;
     unclaim(&claim)?;
     Ok(acquired)
 }
@@ -442,10 +465,11 @@ fn take_over(
 fn publish_ours(
     path: SlotPath,
     guard: Guard,
+    listed: &[SlotPath],
     request: &Request,
     options: &Options,
 ) -> Result<Acquired, Error> {
-    let epoch = crate::epoch::advance(&path)?;
+    let epoch = crate::epoch::advance(&path, listed)?;
     options.at(Step::EpochAdvanced)?;
     let now = options.clock.now_ms();
     let mut record = Record {
@@ -510,6 +534,6 @@ mod tests {
             "agent-0.lock",
             "agent-1.lock.ba7816bf8f01cfea.claim"
         ));
-        assert!(!is_claim_of("agent-0.lock", "agent-0.lock.epoch"));
+        assert!(!is_claim_of("agent-0.lock", "agent-0.lock.epoch.1"));
     }
 }

@@ -1,38 +1,92 @@
-//! The fencing epoch of a resource: `<lock>.epoch`, a decimal number that only grows.
+//! The fencing epoch of a resource, carried by a name: the empty file `<lock>.epoch.<N>`.
 //!
 //! Each successful acquisition or takeover advances it under the resource's guard before its
 //! record is published, and writes the new value into the record. A protected effect that
-//! remembers the highest epoch it has seen can refuse a holder that was since replaced. The
-//! file survives release and crashes; a crash after advancing it only leaves a gap.
+//! remembers the highest epoch it has seen can refuse a holder that was since replaced.
+//!
+//! The number lives in the file's name, not its contents, so advancing it is one `renameat` of
+//! an empty file (`<lock>.epoch.N` to `<lock>.epoch.N+1`): atomic, and with no data to write
+//! back (replacing a file that holds data makes ext4 flush it, which cost more than the rest
+//! of an acquisition together). A crash leaves the old name or the new, never neither. The
+//! first acquisition ever publishes `<lock>.epoch.1`. Readers take the largest number present.
 
 use crate::acquire::Error;
-use worklane_slotfile::{SHARED_MODE, SlotPath};
+use worklane_slotfile::{Publish, SHARED_MODE, SlotPath};
 
-/// The epoch file's name for the lock `lock`.
+/// The prefix of the epoch file names of the lock `lock`: `<lock>.epoch.`.
 #[must_use]
-pub fn epoch_name(lock: &str) -> String {
-    format!("{lock}.epoch")
+pub fn epoch_prefix(lock: &str) -> String {
+    format!("{lock}.epoch.")
 }
 
-/// Reads the current epoch of `lock` (0 when none was ever taken).
+/// The epoch carried by `name`, if it is an epoch file of `lock` (a decimal number without
+/// leading zeros).
+#[must_use]
+pub fn parse_epoch_name(lock: &str, name: &str) -> Option<u64> {
+    let digits = name.strip_prefix(lock)?.strip_prefix(".epoch.")?;
+    let plain = !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && !(digits.len() > 1 && digits.starts_with('0'));
+    plain.then(|| digits.parse().ok()).flatten()
+}
+
+/// The current epoch of `lock` (0 when it was never taken).
 pub fn current(lock: &SlotPath) -> Result<u64, Error> {
-    let file = lock.dir().file(&epoch_name(lock.name()))?;
-    match file.read()? {
-        None => Ok(0),
-        Some(raw) => {
-            let text = String::from_utf8_lossy(&raw);
-            text.trim().parse().map_err(|_| Error::Epoch {
-                path: file.dir().path().join(file.name()).display().to_string(),
-                found: text.into_owned(),
-            })
+    let listed = lock.dir().list_prefixed(&epoch_prefix(lock.name()))?;
+    Ok(largest(lock.name(), &listed).map_or(0, |(n, _)| n))
+}
+
+fn largest<'a>(lock: &str, listed: &'a [SlotPath]) -> Option<(u64, &'a SlotPath)> {
+    listed
+        .iter()
+        .filter_map(|p| parse_epoch_name(lock, p.name()).map(|n| (n, p)))
+        .max_by_key(|(n, _)| *n)
+}
+
+/// Advances the epoch of `lock` by one and returns the new value. Must run under the guard;
+/// `listed` is the directory's listing taken under it.
+pub(crate) fn advance(lock: &SlotPath, listed: &[SlotPath]) -> Result<u64, Error> {
+    let name = lock.name();
+    let Some((current, file)) = largest(name, listed) else {
+        let first = lock.dir().file(&format!("{}1", epoch_prefix(name)))?;
+        return match first.publish(b"", SHARED_MODE)? {
+            Publish::Published => Ok(1),
+            // Only a writer outside the protocol can have made it since our listing.
+            Publish::AlreadyExists => Err(Error::Epoch {
+                path: first.dir().path().join(first.name()).display().to_string(),
+                found: "an epoch file created outside the lock's guard".to_owned(),
+            }),
+        };
+    };
+    let next = current.saturating_add(1);
+    file.rename(&format!("{}{next}", epoch_prefix(name)))?;
+    // Older names can only be left by hand or by a writer outside the protocol: tidy them.
+    for (_, stale) in listed
+        .iter()
+        .filter_map(|p| parse_epoch_name(name, p.name()).map(|n| (n, p)))
+        .filter(|(n, _)| *n < current)
+    {
+        let _ = stale.remove();
+    }
+    Ok(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_epoch_name;
+
+    #[test]
+    fn epoch_names() {
+        assert_eq!(parse_epoch_name("a.lock", "a.lock.epoch.1"), Some(1));
+        assert_eq!(parse_epoch_name("a.lock", "a.lock.epoch.907"), Some(907));
+        for bad in [
+            "a.lock.epoch.",
+            "a.lock.epoch.01",
+            "a.lock.epoch.x",
+            "a.lock.epoch",
+            "b.lock.epoch.1",
+        ] {
+            assert_eq!(parse_epoch_name("a.lock", bad), None, "{bad}");
         }
     }
-}
-
-/// Advances the epoch of `lock` by one and returns the new value. Must run under the guard.
-pub(crate) fn advance(lock: &SlotPath) -> Result<u64, Error> {
-    let next = current(lock)?.saturating_add(1);
-    let file = lock.dir().file(&epoch_name(lock.name()))?;
-    file.replace(format!("{next}\n").as_bytes(), SHARED_MODE)?;
-    Ok(next)
 }

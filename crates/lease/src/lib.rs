@@ -62,7 +62,7 @@ mod record;
 
 pub use acquire::{Acquired, Control, Error, Options, Refusal, Request, Step, acquire, claim_name};
 pub use clock::{Clock, ManualClock, SystemClock, parse_rfc3339_ms, rfc3339_ms};
-pub use epoch::{current as current_epoch, epoch_name};
+pub use epoch::{current as current_epoch, epoch_prefix, parse_epoch_name};
 pub use lease::{Lease, held};
 pub use liveness::{
     DEFAULT_PULSE, DEFAULT_TTL, DeadWhy, GuardHold, Judgement, LiveWhy, Liveness, MAX_SKEW_MS,

@@ -437,7 +437,7 @@ mod takeover {
         std::fs::write(&claim, dead_record("dead taker").to_bytes()).expect("plant a dead claim");
         let lease = site.held("contender", &Options::process());
         assert!(!claim.exists(), "the dead claim is cleared");
-        assert_eq!(site.names(), [LOCK.to_owned(), format!("{LOCK}.epoch")]);
+        assert_eq!(site.names(), [LOCK.to_owned(), format!("{LOCK}.epoch.1")]);
         drop(lease);
     }
 
@@ -469,10 +469,16 @@ mod takeover {
                 Some("recoverer"),
                 "after a crash at {step}"
             );
+            let names = site.names();
             assert_eq!(
-                site.names(),
-                [LOCK.to_owned(), format!("{LOCK}.epoch")],
-                "nothing stranded after a crash at {step}"
+                names.len(),
+                2,
+                "nothing stranded after a crash at {step}: {names:?}"
+            );
+            assert_eq!(names[0], LOCK, "{names:?}");
+            assert!(
+                worklane_lease::parse_epoch_name(LOCK, &names[1]) == Some(lease.epoch()),
+                "one epoch file, carrying the lease's epoch: {names:?}"
             );
             drop(lease);
         }

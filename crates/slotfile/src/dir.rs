@@ -7,7 +7,7 @@ use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Mode of a slot directory that worklane creates: owner and group (coordinator users) write.
 pub const DIR_MODE: u32 = 0o770;
@@ -22,6 +22,8 @@ pub struct SlotDir {
 struct Inner {
     fd: OwnedFd,
     path: PathBuf,
+    /// A directory stream kept open and rewound for each listing (saves reopening `.`).
+    listing: Mutex<Option<rustix::fs::Dir>>,
 }
 
 impl std::fmt::Debug for SlotDir {
@@ -213,6 +215,7 @@ impl SlotDir {
             inner: Arc::new(Inner {
                 fd,
                 path: path.to_owned(),
+                listing: Mutex::new(None),
             }),
         })
     }
@@ -239,19 +242,36 @@ impl SlotDir {
     /// files (leading `.`), and names that are not valid UTF-8 or not valid slot names are
     /// skipped.
     pub fn list(&self) -> Result<Vec<SlotPath>, open::Error> {
+        self.list_prefixed("")
+    }
+
+    /// [`SlotDir::list`], restricted to names starting with `prefix` (filtered before any
+    /// other work, for callers that look for one resource's claims or epoch).
+    pub fn list_prefixed(&self, prefix: &str) -> Result<Vec<SlotPath>, open::Error> {
         let io = |e: Errno| open::Error::Io {
             op: "list",
             path: self.path().to_owned(),
             source: e.into(),
         };
-        let mut dir = rustix::fs::Dir::read_from(self.as_fd()).map_err(io)?;
+        let mut stream = self
+            .inner
+            .listing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let dir = match stream.as_mut() {
+            Some(dir) => {
+                dir.rewind();
+                dir
+            }
+            None => stream.insert(rustix::fs::Dir::read_from(self.as_fd()).map_err(io)?),
+        };
         let mut names = Vec::new();
         while let Some(entry) = dir.read() {
             let entry = entry.map_err(io)?;
             let Ok(name) = entry.file_name().to_str() else {
                 continue;
             };
-            if worklane_guard::check_resource_name(name).is_ok() {
+            if name.starts_with(prefix) && worklane_guard::check_resource_name(name).is_ok() {
                 names.push(name.to_owned());
             }
         }

@@ -293,14 +293,15 @@ impl SlotPath {
     /// The comparison and the unlink are two steps: callers that race other writers hold the
     /// file's guard ([`SlotPath::try_guard`]) around this call, as the lease layer does.
     pub fn remove_if_unchanged(&self, expected: &[u8]) -> Result<Removal, remove::Error> {
-        let current = self.read().map_err(|source| remove::Error::Read {
-            path: self.shown(),
-            source,
-        })?;
+        let current = read::read_compare(self.dir.as_fd(), &self.name, expected, &self.shown())
+            .map_err(|source| remove::Error::Read {
+                path: self.shown(),
+                source,
+            })?;
         match current {
             None => Ok(Removal::Absent),
-            Some(bytes) if bytes != expected => Ok(Removal::Changed),
-            Some(_) => match self.unlink()? {
+            Some(false) => Ok(Removal::Changed),
+            Some(true) => match self.unlink()? {
                 true => Ok(Removal::Removed),
                 false => Ok(Removal::Absent),
             },
@@ -322,6 +323,21 @@ impl SlotPath {
                 source: e.into(),
             }),
         }
+    }
+
+    /// Renames this file to `new_name` in the same directory with one `renameat`, replacing any
+    /// file of that name, and returns the new path. For files whose name is their content (the
+    /// lease layer's epoch markers); everything else is written with [`SlotPath::replace`].
+    pub fn rename(&self, new_name: &str) -> Result<SlotPath, write::Error> {
+        let to = self.dir.file(new_name).map_err(|e| write::Error {
+            op: "rename",
+            path: self.shown(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()),
+        })?;
+        let dir = self.dir.as_fd();
+        rustix::fs::renameat(dir, &*self.name, dir, &*to.name)
+            .map_err(|e| self.error("rename", e))?;
+        Ok(to)
     }
 
     /// Tries to take this file's guard (`.{name}.flock`): `Ok(None)` when busy.

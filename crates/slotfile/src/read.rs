@@ -4,7 +4,6 @@
 use rustix::fd::BorrowedFd;
 use rustix::fs::{FileType, Mode, OFlags};
 use rustix::io::Errno;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// The largest file a slot-file read accepts: 64 KiB.
@@ -95,21 +94,70 @@ pub(crate) fn read_at(
             size,
         });
     }
-    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-    std::fs::File::from(fd)
-        .take(MAX_READ + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|source| Error::Io {
-            path: path.to_owned(),
-            source,
-        })?;
-    if bytes.len() as u64 > MAX_READ {
-        return Err(Error::TooLarge {
-            path: path.to_owned(),
-            size: bytes.len() as u64,
-        });
+    // One read for the common case: ask for one byte more than fstat reported; a short read
+    // of a regular file is its end. A file that grew meanwhile is read on, up to the bound.
+    let limit = usize::try_from(MAX_READ).unwrap_or(usize::MAX);
+    let mut bytes = vec![0u8; usize::try_from(size).unwrap_or(limit) + 1];
+    let mut len = 0;
+    loop {
+        let n = match rustix::io::read(&fd, &mut bytes[len..]) {
+            Ok(n) => n,
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(io(path, e)),
+        };
+        len += n;
+        if len > limit {
+            return Err(Error::TooLarge {
+                path: path.to_owned(),
+                size: len as u64,
+            });
+        }
+        if n == 0 || len < bytes.len() {
+            break;
+        }
+        bytes.resize((bytes.len() * 2).min(limit + 1), 0);
     }
+    bytes.truncate(len);
     Ok(Some(bytes))
+}
+
+/// Whether `name` in `dir` holds exactly `expected`: `Ok(None)` when absent. Reads at most
+/// `expected.len() + 1` bytes without following a link or blocking; anything that is not a
+/// regular file with those bytes (a FIFO, a directory, other bytes) is `Some(false)`.
+pub(crate) fn read_compare(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    expected: &[u8],
+    path: &Path,
+) -> Result<Option<bool>, Error> {
+    let flags =
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+    let fd = match rustix::fs::openat(dir, name, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(Errno::LOOP | Errno::NXIO) => return Ok(Some(false)),
+        Err(e) => return Err(io(path, e)),
+    };
+    let mut bytes = vec![0u8; expected.len() + 1];
+    let mut len = 0;
+    loop {
+        match rustix::io::read(&fd, &mut bytes[len..]) {
+            Ok(0) => break,
+            Ok(n) => {
+                // A short read of a regular file is its end.
+                let asked = bytes.len() - len;
+                len += n;
+                if len == bytes.len() || n < asked {
+                    break;
+                }
+            }
+            Err(Errno::INTR) => continue,
+            // A directory (EISDIR), an empty FIFO (EAGAIN): not our record.
+            Err(Errno::ISDIR | Errno::AGAIN) => return Ok(Some(false)),
+            Err(e) => return Err(io(path, e)),
+        }
+    }
+    Ok(Some(&bytes[..len] == expected))
 }
 
 /// Reads the file at `path` (outside any slot directory, e.g. a system config) with the same

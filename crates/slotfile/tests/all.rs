@@ -470,6 +470,32 @@ mod remove {
     use super::*;
 
     #[test]
+    fn rename_moves_within_the_directory_and_refuses_guard_names() {
+        let t = temp();
+        let dir = slots(&t);
+        let marker = dir.file("a.lock.epoch.1").expect("valid");
+        assert_eq!(
+            marker.publish(b"", 0o660).expect("publish"),
+            Publish::Published
+        );
+        let moved = marker.rename("a.lock.epoch.2").expect("rename");
+        assert_eq!(moved.name(), "a.lock.epoch.2");
+        assert_eq!(
+            names_in(t.path()),
+            ["a.lock.epoch.2"],
+            "one rename, no copy"
+        );
+        for bad in [".a.lock.flock", "a.FLOCK", "../x", ""] {
+            assert!(moved.rename(bad).is_err(), "{bad:?} must be refused");
+        }
+        assert_eq!(
+            names_in(t.path()),
+            ["a.lock.epoch.2"],
+            "refusals change nothing"
+        );
+    }
+
+    #[test]
     fn remove_if_unchanged_keeps_a_changed_file() {
         let t = temp();
         let p = slots(&t).file("agent-0.lock").expect("valid");
