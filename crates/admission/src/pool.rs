@@ -10,7 +10,7 @@ use worklane_lease::{
     Acquired, Clock, Judgement, Lease, LiveWhy, Liveness, Options, ProcessLiveness, Record,
     Refusal, Request, SystemClock, TtlLiveness, acquire,
 };
-use worklane_slotfile::{Config, Locations, Resolved, SlotDir, SlotPath};
+use worklane_slotfile::{Config, Environment, Locations, Resolved, SlotDir, SlotPath};
 
 /// The lock held while counting and taking slots.
 pub const SLOTS_LOCK: &str = "slots.lock";
@@ -196,6 +196,7 @@ pub struct Wait<'a> {
 pub struct Pool {
     dir: SlotDir,
     locations: Locations,
+    env: Environment,
     clock: Arc<dyn Clock>,
 }
 
@@ -215,6 +216,7 @@ impl Pool {
         Pool {
             dir: resolved.dir,
             locations: resolved.locations,
+            env: resolved.env,
             clock: Arc::new(SystemClock),
         }
     }
@@ -240,7 +242,7 @@ impl Pool {
 
     /// The caps, re-read from the config file (an operator may change them while we run).
     pub fn config(&self) -> Result<Config, Error> {
-        Ok(Config::load(&self.locations.config)?)
+        Ok(Config::load_in(&self.env, &self.locations.config)?)
     }
 
     /// The emergency STOP, if in force.
@@ -252,7 +254,7 @@ impl Pool {
         if self.locations.drain_dir == self.locations.slot_dir {
             Ok(self.dir.clone())
         } else {
-            Ok(SlotDir::open(&self.locations.drain_dir)?)
+            Ok(SlotDir::open_in(&self.env, &self.locations.drain_dir)?)
         }
     }
 

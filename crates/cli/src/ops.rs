@@ -8,7 +8,8 @@ use worklane_admission::{Drain, MAX_DRAIN_AHEAD_MS, Stop, stop};
 use worklane_lease::{Clock, SystemClock, parse_rfc3339_ms, rfc3339_ms};
 use worklane_slotfile::{SlotDir, TEST_RUNS_RANGE};
 
-fn who() -> String {
+/// `USER@HOST` of this process (`uid N@HOST` without `USER`), for STOP and role leases.
+pub(crate) fn who() -> String {
     let user = std::env::var("USER")
         .unwrap_or_else(|_| format!("uid {}", rustix::process::getuid().as_raw()));
     let host = rustix::system::uname()

@@ -13,7 +13,9 @@ pub(crate) fn queue_full_run(
     idle_probe: Option<String>,
     command: Vec<OsString>,
 ) -> Result<ExitCode, Failure> {
-    let pool = crate::pool()?;
+    // Resolve now, so that a configuration error is reported here and not in the runner's log.
+    // The runner inherits this environment and resolves the same directory.
+    crate::pool()?;
     let now = SystemClock.now_ms();
     let log = std::env::temp_dir().join(format!(
         "worklane-full-run-{}-{}.log",
@@ -43,7 +45,6 @@ pub(crate) fn queue_full_run(
     runner
         .arg("--")
         .args(&command)
-        .env("AGENT_SLOTS_DIR", &pool.locations().slot_dir)
         .stdin(Stdio::null())
         .stdout(file)
         // The runner's first act is setsid(): a new session and process group, away from this

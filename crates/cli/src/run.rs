@@ -130,21 +130,10 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     Ok(ExitCode::from(outcome.code))
 }
 
-fn host() -> String {
-    rustix::system::uname()
-        .nodename()
-        .to_string_lossy()
-        .into_owned()
-}
-
 pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
     let name = format!("role-{}.lease", args.role);
-    let identity = args.agent_identity.clone().unwrap_or_else(|| {
-        let user = std::env::var("USER")
-            .unwrap_or_else(|_| format!("uid{}", rustix::process::getuid().as_raw()));
-        format!("{user}@{}", host())
-    });
+    let identity = args.agent_identity.clone().unwrap_or_else(crate::ops::who);
     let request = Request::new(identity.clone())
         .field("role", args.role.clone())
         .field("profile", args.profile.clone())

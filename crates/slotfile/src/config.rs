@@ -118,9 +118,15 @@ impl Config {
 
     /// Loads the config at `path`: defaults when the file does not exist, an error naming the
     /// file and field for anything malformed. The file is read like every slot file: regular
-    /// files only, at most 64 KiB, never blocking on a FIFO.
+    /// files only, at most 64 KiB, never blocking on a FIFO. In a test run, a path outside the
+    /// test's temporary root is refused before it is opened.
     pub fn load(path: &Path) -> Result<Config, Error> {
-        match crate::read::read_path(path) {
+        Config::load_in(&crate::env::Environment::from_process(), path)
+    }
+
+    /// [`Config::load`] with the test-isolation rule of an injected environment.
+    pub fn load_in(env: &crate::env::Environment, path: &Path) -> Result<Config, Error> {
+        match crate::read::read_path_in(env, path) {
             Ok(None) => Ok(Config::default()),
             Ok(Some(bytes)) => Config::parse(&bytes, path),
             Err(source) => Err(Error::Read {

@@ -123,6 +123,9 @@ pub struct Resolved {
     pub locations: Locations,
     /// The caps in force.
     pub config: Config,
+    /// The environment it was resolved in: later reads of the config or the drain flag apply
+    /// its test-isolation rule.
+    pub env: Environment,
 }
 
 impl SlotDir {
@@ -139,11 +142,12 @@ impl SlotDir {
         let locations = env.locate().map_err(open::Error::from)?;
         let create = locations.layout != Layout::System;
         let dir = Self::open_checked(&locations.slot_dir, create)?;
-        let config = Config::load(&locations.config)?;
+        let config = Config::load_in(env, &locations.config)?;
         Ok(Resolved {
             dir,
             locations,
             config,
+            env: env.clone(),
         })
     }
 

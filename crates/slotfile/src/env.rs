@@ -305,15 +305,6 @@ fn process_test_run() -> Option<TestRun> {
         .clone()
 }
 
-/// Refuses `path` for `what` when the real process is a test run and the path lies outside its
-/// temporary root (see [`Environment::check_isolated`]).
-pub(crate) fn check_process_isolated(
-    what: &'static str,
-    path: &Path,
-) -> Result<(), resolve::Error> {
-    Environment::from_process().check_isolated(what, path)
-}
-
 /// Whether `exe` looks like a libtest harness built by cargo: `…/deps/<name>-<16 hex>`.
 fn is_test_harness(exe: &Path) -> bool {
     let in_deps = exe

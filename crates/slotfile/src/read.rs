@@ -165,7 +165,12 @@ pub(crate) fn read_compare(
 ///
 /// In a test run, a path outside the test's temporary root is refused before it is opened.
 pub fn read_path(path: &Path) -> Result<Option<Vec<u8>>, Error> {
-    crate::env::check_process_isolated("file", path)?;
+    read_path_in(&crate::env::Environment::from_process(), path)
+}
+
+/// [`read_path`] with the test-isolation rule of an injected environment.
+pub fn read_path_in(env: &crate::env::Environment, path: &Path) -> Result<Option<Vec<u8>>, Error> {
+    env.check_isolated("file", path)?;
     read_at(None, path, path)
 }
 

@@ -1,0 +1,114 @@
+//! The slot pool and the `worklane` CLI, beside what a user would otherwise run.
+//!
+//! - `admission_take_release/{disk,tmpfs}`: library take + release of an agent slot with 8
+//!   live slot files present (each probed while counting), under a cap of 16.
+//! - `cli_per_run`: one whole process per iteration: `worklane run -- true`, plain `true`, and
+//!   `flock -n FILE true` (util-linux), so the difference is what wrapping a command costs.
+//!
+//! The CLI bench runs the release `worklane` binary, which cargo does not build for this
+//! crate; build it first:
+//!
+//! `cargo build --release -p worklane && cargo bench -p worklane-benches --bench admission`
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use worklane_admission::{Kind, Pool, Slot, Take};
+use worklane_lease::Request;
+use worklane_slotfile::{Environment, SlotDir, TEST_ROOT_VAR};
+
+fn pool_in(parent: &Path) -> (tempfile::TempDir, Pool) {
+    let dir = tempfile::tempdir_in(parent).expect("temp dir");
+    std::fs::write(dir.path().join("config.json"), r#"{"max_agents": 16}"#).expect("config");
+    // A bench binary counts as a test run: allow its own temp root, wherever that is.
+    let env = Environment::from_process()
+        .var(TEST_ROOT_VAR, parent)
+        .var("AGENT_SLOTS_DIR", dir.path());
+    let pool = Pool::new(SlotDir::resolve_in(&env).expect("resolve"));
+    (dir, pool)
+}
+
+fn take(pool: &Pool) -> Slot {
+    match pool
+        .try_take(Kind::Agent, &Request::new("bench"))
+        .expect("take")
+    {
+        Take::Held(slot) => slot,
+        Take::Blocked(b) => panic!("under the cap: {b}"),
+    }
+}
+
+fn bench_take(c: &mut Criterion, label: &str, parent: &Path) {
+    let (_dir, pool) = pool_in(parent);
+    let held: Vec<Slot> = (0..8).map(|_| take(&pool)).collect();
+    let mut group = c.benchmark_group(format!("admission_take_release/{label}"));
+    group.bench_function("agent_slot_with_8_held", |b| {
+        b.iter(|| take(&pool).release().expect("release"));
+    });
+    group.finish();
+    drop(held);
+}
+
+fn take_release(c: &mut Criterion) {
+    bench_take(c, "disk", &std::env::temp_dir());
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        bench_take(c, "tmpfs", shm);
+    }
+}
+
+/// `target/<profile>/worklane`, beside the `deps/` directory this bench runs from.
+fn worklane_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the bench runs from target/<profile>/deps")
+        .join("worklane");
+    assert!(
+        bin.is_file(),
+        "{} is missing: run `cargo build --release -p worklane` first",
+        bin.display()
+    );
+    bin
+}
+
+fn run_ok(cmd: &mut Command) {
+    let status = cmd.stdin(Stdio::null()).status().expect("spawn");
+    assert!(status.success(), "{cmd:?} must succeed");
+}
+
+fn cli_per_run(c: &mut Criterion) {
+    let worklane = worklane_bin();
+    let root = std::env::temp_dir();
+    let dir = tempfile::tempdir_in(&root).expect("temp dir");
+    let slots = dir.path().join("slots");
+    let lockfile = dir.path().join("lock");
+    let mut group = c.benchmark_group("cli_per_run");
+    group.sample_size(30);
+    group.measurement_time(Duration::from_secs(6));
+    group.bench_function("worklane_run_true", |b| {
+        b.iter(|| {
+            run_ok(
+                Command::new(&worklane)
+                    .args(["run", "--no-wait", "--", "true"])
+                    .env("AGENT_SLOTS_DIR", &slots)
+                    // The child of a test run is a test run, confined to the same root.
+                    .env(TEST_ROOT_VAR, &root),
+            );
+        });
+    });
+    group.bench_function("plain_true", |b| {
+        b.iter(|| run_ok(&mut Command::new("true")))
+    });
+    group.bench_function("flock_n_file_true", |b| {
+        b.iter(|| {
+            run_ok(Command::new("flock").arg("-n").arg(&lockfile).arg("true"));
+        });
+    });
+    group.finish();
+}
+
+criterion_group!(benches, take_release, cli_per_run);
+criterion_main!(benches);
