@@ -169,6 +169,10 @@ pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
     let mut last_ok = Instant::now();
     let mut lost = false;
     let outcome = supervise(&args.command, || {
+        // An emergency STOP halts everything, role holders included.
+        if let Some(stop) = pool.stop().ok().flatten() {
+            return Some(stop.to_string());
+        }
         if last_attempt.elapsed() < every {
             return None;
         }

@@ -501,6 +501,29 @@ mod roles {
     }
 }
 
+mod roles_and_stop {
+    use super::*;
+
+    #[test]
+    fn stop_halts_a_role_holder_too() {
+        let site = Site::new(None);
+        let mut holder = site.spawn(
+            &["lease", "run", "--role", "planner"],
+            r#"touch "$T/up.$K"; exec sleep 600"#,
+            "0",
+        );
+        wait_until("the role holder", || site.file("up.0").exists());
+        assert_eq!(site.code(&["stop-all", "everything"]), 0);
+        let status = wait_exit(&mut holder, "the halted role holder");
+        assert_eq!(status.code(), Some(128 + 15), "halted by SIGTERM");
+        assert!(
+            !site.slots().join("role-planner.lease").exists(),
+            "its lease is released"
+        );
+        assert_eq!(site.code(&["resume-all"]), 0);
+    }
+}
+
 mod slots_json {
     use super::*;
 
