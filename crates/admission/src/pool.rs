@@ -67,7 +67,8 @@ pub enum Blocker {
     },
     /// Another full run holds the full-run lock.
     FullRunHeld(Box<Refusal>),
-    /// Another process is counting slots right now (momentary).
+    /// Another process has held `slots.lock` for over 2 s (counting takes milliseconds: it
+    /// may be stopped, and the machine's pool with it, until it continues or dies).
     Counting,
 }
 
@@ -86,7 +87,10 @@ impl std::fmt::Display for Blocker {
             Blocker::Drain(drain) => write!(f, "an update is draining the machine: {drain}"),
             Blocker::AtCap { held, cap } => write!(f, "at cap: {held} of {cap} held"),
             Blocker::FullRunHeld(refusal) => write!(f, "a full run is in progress: {refusal}"),
-            Blocker::Counting => f.write_str("another process is counting slots"),
+            Blocker::Counting => f.write_str(
+                "slots.lock has been held for over 2 s (is its holder stopped? `worklane slots` \
+                 names it)",
+            ),
         }
     }
 }
@@ -404,10 +408,6 @@ impl Pool {
         loop {
             match self.try_take(kind, request)? {
                 Take::Held(slot) => return Ok(Take::Held(slot)),
-                Take::Blocked(Blocker::Counting) => {
-                    std::thread::sleep(Duration::from_millis(2));
-                    continue;
-                }
                 Take::Blocked(blocker) if blocker.is_operator_refusal() => {
                     return Ok(Take::Blocked(blocker));
                 }
@@ -483,7 +483,7 @@ impl Pool {
                     ("full-run", Box::new(ProcessLiveness))
                 } else if name.starts_with("role-") && name.ends_with(".lease") {
                     ("role", Box::new(TtlLiveness::default()))
-                } else if name.ends_with(".lock") && name != SLOTS_LOCK {
+                } else if name.ends_with(".lock") {
                     ("lock", Box::new(ProcessLiveness))
                 } else {
                     continue;

@@ -367,6 +367,51 @@ mod waiting {
     }
 
     #[test]
+    fn a_counter_stuck_on_slots_lock_is_reported_and_named() {
+        let site = Site::new("{}");
+        let dir = SlotDir::open(site.temp.path()).expect("open");
+        let stuck = match worklane_lease::acquire(
+            &dir,
+            worklane_admission::SLOTS_LOCK,
+            &Request::new("stuck counter"),
+            &worklane_lease::Options::process(),
+        )
+        .expect("acquire")
+        {
+            worklane_lease::Acquired::Held(lease) => lease,
+            worklane_lease::Acquired::Refused(r) => panic!("free: {r}"),
+        };
+        let got = site
+            .pool
+            .take(
+                Kind::Agent,
+                &Request::new("waiter"),
+                Wait {
+                    timeout: Some(Duration::from_millis(100)),
+                    on_wait: &mut |_, _| {},
+                },
+            )
+            .expect("take");
+        assert!(
+            matches!(&got, Take::Blocked(b @ Blocker::Counting) if b.to_string().contains("slots.lock")),
+            "a blocking take gives up on a stuck counter at its timeout: {got:?}"
+        );
+        let snapshot = site.pool.snapshot().expect("snapshot");
+        let lock = snapshot
+            .slots
+            .iter()
+            .find(|s| s.name == "slots.lock")
+            .expect("slots shows the stuck slots.lock");
+        assert_eq!(lock.state, SlotState::GuardHeld);
+        assert_eq!(
+            lock.record.as_ref().and_then(|r| r.owner.as_deref()),
+            Some("stuck counter"),
+            "and names its holder"
+        );
+        drop(stuck);
+    }
+
+    #[test]
     fn a_blocking_take_gets_the_slot_once_freed() {
         let site = Arc::new(Site::new(r#"{"max_agents": 1}"#));
         let held = site.take(Kind::Agent);
