@@ -438,17 +438,35 @@ fn take_over(
         }));
     }
     options.at(Step::ClaimTaken)?;
-    let unclaim = |claim: &SlotPath| claim.remove_if_unchanged(&claim_bytes).map(|_| ());
-    if path.read()?.as_deref() != Some(stale) {
-        unclaim(&claim)?;
-        return Ok(Acquired::Refused(Refusal {
-            resource: path.name().to_owned(),
-            holder: read_record(&path).ok().flatten(),
-            why: LiveWhy::Changed,
-        }));
+    let outcome = claimed_takeover(path, guard, listed, stale, request, options);
+    if let Err(Error::Crashed(_)) = outcome {
+        // The test seam stands for a process that died here: its claim stays, for the next
+        // contender to clear.
+        return outcome;
     }
-    if path.remove_if_unchanged(stale)? == Removal::Changed {
-        unclaim(&claim)?;
+    // Every other way out withdraws the claim. A claim left by a failed takeover names this
+    // process, which is alive, so it would block the resource (for us too) until we exit.
+    let unclaimed = claim.remove_if_unchanged(&claim_bytes);
+    let acquired = outcome?;
+    // Changed or absent: only a writer outside the protocol touches a claim under our guard.
+    let _: Removal = unclaimed?;
+    Ok(acquired)
+}
+
+/// The takeover after our claim is published: recheck, remove the stale record, publish ours.
+/// The caller withdraws the claim whatever happens.
+fn claimed_takeover(
+    path: SlotPath,
+    guard: Guard,
+    listed: &[SlotPath],
+    stale: &[u8],
+    request: &Request,
+    options: &Options,
+) -> Result<Acquired, Error> {
+    // The byte-identical recheck and the removal in one: remove-if-unchanged reads the record
+    // and unlinks it only if it still holds exactly the stale bytes. Changed or gone since we
+    // judged it: someone else acted, so we refuse rather than guess.
+    if path.remove_if_unchanged(stale)? != Removal::Removed {
         return Ok(Acquired::Refused(Refusal {
             resource: path.name().to_owned(),
             holder: read_record(&path).ok().flatten(),
@@ -456,9 +474,7 @@ fn take_over(
         }));
     }
     options.at(Step::StaleRemoved)?;
-    let acquired = publish_ours(path, guard, listed, request, options)?;
-    unclaim(&claim)?;
-    Ok(acquired)
+    publish_ours(path, guard, listed, request, options)
 }
 
 /// Advances the epoch and publishes our record; on success the lease is held.

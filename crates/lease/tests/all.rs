@@ -36,8 +36,25 @@ impl Site {
         acquire(&self.dir, LOCK, &Request::new(owner), options).expect("acquire must not fail")
     }
 
+    /// Acquires, retrying while the guard looks held. A guard closed by its holder can stay
+    /// locked for a moment: a child that another test thread is spawning carries a copy of
+    /// every descriptor of this process until it execs (the lock belongs to the open file
+    /// description). Only tests that need the guard free use this; a guard that stays held
+    /// (a lease never released) still fails after the bound.
+    fn acquire_settled(&self, owner: &str, options: &Options) -> Acquired {
+        for _ in 0..2000 {
+            match self.acquire(owner, options) {
+                Acquired::Refused(r) if r.why == LiveWhy::GuardHeld => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                other => return other,
+            }
+        }
+        self.acquire(owner, options)
+    }
+
     fn held(&self, owner: &str, options: &Options) -> Lease {
-        match self.acquire(owner, options) {
+        match self.acquire_settled(owner, options) {
             Acquired::Held(lease) => lease,
             Acquired::Refused(r) => panic!("{owner} must get the lease, was refused: {r}"),
         }
@@ -271,7 +288,10 @@ mod busy_records {
     use worklane_identity::{Field, UnknownReason};
 
     fn refused_with_guard_free(site: &Site) -> LiveWhy {
-        let refusal = site.refused("contender", &Options::process());
+        let refusal = match site.acquire_settled("contender", &Options::process()) {
+            Acquired::Refused(r) => r,
+            Acquired::Held(lease) => panic!("must be refused, got epoch {}", lease.epoch()),
+        };
         assert_ne!(
             refusal.why,
             LiveWhy::GuardHeld,
@@ -504,6 +524,91 @@ mod takeover {
             drop(lease);
         }
     }
+
+    /// Runs a takeover of a dead record that calls `outsider` (with the slot directory) once
+    /// its claim is published, and returns what acquisition said.
+    fn takeover_with_outsider(
+        site: &Site,
+        outsider: impl Fn(&Path) + Send + Sync + 'static,
+    ) -> Result<Acquired, worklane_lease::Error> {
+        site.write_record(&dead_record("dead"));
+        let dir = site.path().to_owned();
+        let options = Options::process().with_hook(move |step| {
+            if step == worklane_lease::Step::ClaimTaken {
+                outsider(&dir);
+            }
+            worklane_lease::Control::Continue
+        });
+        acquire(&site.dir, LOCK, &Request::new("taker"), &options)
+    }
+
+    #[test]
+    fn a_record_changed_after_the_claim_is_kept_and_the_claim_withdrawn() {
+        let site = Site::new();
+        let got = takeover_with_outsider(&site, |dir| {
+            std::fs::write(dir.join(LOCK), b"{\"owner\":\"outsider\"}\n").expect("outsider writes");
+        })
+        .expect("acquire");
+        let Acquired::Refused(refusal) = got else {
+            panic!("a record that changed since it was judged must not be taken over");
+        };
+        assert_eq!(refusal.why, LiveWhy::Changed, "{refusal}");
+        assert_eq!(
+            std::fs::read(site.path().join(LOCK)).expect("kept"),
+            b"{\"owner\":\"outsider\"}\n",
+            "the changed record is never removed"
+        );
+        assert_eq!(
+            site.names(),
+            [LOCK],
+            "the claim is withdrawn, no epoch spent"
+        );
+    }
+
+    #[test]
+    fn a_record_removed_after_the_claim_is_not_taken_by_the_claimant() {
+        let site = Site::new();
+        let got = takeover_with_outsider(&site, |dir| {
+            std::fs::remove_file(dir.join(LOCK)).expect("outsider removes");
+        })
+        .expect("acquire");
+        let Acquired::Refused(refusal) = got else {
+            panic!("the recheck must refuse when the record is no longer the stale one");
+        };
+        assert_eq!(refusal.why, LiveWhy::Changed, "{refusal}");
+        assert!(
+            site.names().is_empty(),
+            "nothing published, claim withdrawn: {:?}",
+            site.names()
+        );
+    }
+
+    #[test]
+    fn a_takeover_that_fails_after_its_claim_withdraws_the_claim() {
+        let site = Site::new();
+        // An epoch file appearing behind the taker's back makes publishing fail after the
+        // stale record is gone: an error, not a crash, so the live taker must clean up.
+        let err = takeover_with_outsider(&site, |dir| {
+            std::fs::write(dir.join(format!("{LOCK}.epoch.1")), b"").expect("outsider epoch");
+        })
+        .expect_err("the epoch cannot be advanced");
+        assert!(
+            matches!(err, worklane_lease::Error::Epoch { .. }),
+            "{err:?}"
+        );
+        assert!(
+            !site.names().iter().any(|n| n.ends_with(".claim")),
+            "a failed takeover withdraws its claim: {:?}",
+            site.names()
+        );
+        let lease = site.held("taker", &Options::process());
+        assert_eq!(
+            lease.epoch(),
+            2,
+            "the same process can take it next, past the stray epoch"
+        );
+        drop(lease);
+    }
 }
 
 mod interleaving {
@@ -655,6 +760,74 @@ mod ttl {
             "the successor's record survives the late release"
         );
         drop(successor);
+    }
+
+    #[test]
+    fn a_late_release_or_drop_without_a_pulse_keeps_the_successors_record() {
+        let site = Site::new();
+        let clock = ManualClock::at(0);
+        // The late holder never learns it lost: its release goes straight to the file.
+        let late = site.held("late", &ttl_options(TTL, &clock));
+        clock.set(TTL + 1);
+        let successor = site.held("successor", &ttl_options(TTL, &clock));
+        late.release().expect("a late release is not an error");
+        assert_eq!(
+            site.record().expect("successor's record").owner.as_deref(),
+            Some("successor"),
+            "a late release removes only its own bytes"
+        );
+        clock.set(2 * TTL + 2);
+        let next = site.held("next", &ttl_options(TTL, &clock));
+        drop(successor);
+        assert_eq!(
+            site.record().expect("next's record").owner.as_deref(),
+            Some("next"),
+            "a late drop removes only its own bytes"
+        );
+        drop(next);
+    }
+
+    #[test]
+    fn a_ttl_claim_is_respected_within_the_ttl_and_cleared_after() {
+        let site = Site::new();
+        let now = 10 * TTL;
+        let clock = ManualClock::at(now);
+        let me = Recorded::new(
+            ProcessIdentity::of_self().expect("me"),
+            Place::current().expect("place").clone(),
+        );
+        let stale = Record {
+            holder: me.clone(),
+            owner: Some("stale".into()),
+            last_pulse: Some(now - TTL - 1),
+            ttl_ms: Some(TTL),
+            ..Record::default()
+        };
+        site.write_record(&stale);
+        // A taker that stopped mid-takeover: alive (this process), so only its age counts.
+        let claim = site.path().join(claim_name(LOCK, &stale.to_bytes()));
+        let taker = Record {
+            holder: me,
+            last_pulse: Some(now),
+            ..Record::default()
+        };
+        std::fs::write(&claim, taker.to_bytes()).expect("plant the claim");
+        clock.set(now + TTL);
+        let refusal = site.refused("contender", &ttl_options(TTL, &clock));
+        assert!(
+            matches!(refusal.why, LiveWhy::TakeoverInProgress { .. }),
+            "a claim pulsed within the TTL is respected: {:?}",
+            refusal.why
+        );
+        assert!(claim.exists(), "and kept");
+        clock.set(now + TTL + 1);
+        let lease = site.held("contender", &ttl_options(TTL, &clock));
+        assert!(!claim.exists(), "a claim older than the TTL is cleared");
+        assert_eq!(
+            site.record().expect("ours").owner.as_deref(),
+            Some("contender")
+        );
+        drop(lease);
     }
 
     #[test]
