@@ -84,7 +84,10 @@ impl std::fmt::Display for Blocker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Blocker::Stop(stop) => write!(f, "{stop} (worklane resume-all lifts it)"),
-            Blocker::Drain(drain) => write!(f, "an update is draining the machine: {drain}"),
+            Blocker::Drain(drain) => write!(
+                f,
+                "an update is draining the machine: {drain} (worklane undrain ends it early)"
+            ),
             Blocker::AtCap { held, cap } => write!(f, "at cap: {held} of {cap} held"),
             Blocker::FullRunHeld(refusal) => write!(f, "a full run is in progress: {refusal}"),
             Blocker::Counting => f.write_str(
@@ -442,11 +445,41 @@ impl Pool {
     }
 
     /// Judges one slot: a held guard is live; with the guard free, the record decides.
+    ///
+    /// A slot whose own files are broken (its record a symbolic link, a FIFO or over 64 KiB,
+    /// its guard not an empty regular file) cannot be judged, so it counts as held and is
+    /// reported; it never fails the count of every other slot.
     fn state_of(&self, path: &SlotPath, liveness: &dyn Liveness) -> Result<SlotState, Error> {
-        let Some(guard) = path.try_guard()? else {
-            return Ok(SlotState::GuardHeld);
+        use worklane_guard::acquire::Error as GuardError;
+        use worklane_slotfile::read::Error as ReadError;
+        let guard = match path.try_guard() {
+            Ok(Some(guard)) => guard,
+            Ok(None) => return Ok(SlotState::GuardHeld),
+            Err(
+                e @ (GuardError::Symlink { .. }
+                | GuardError::NotRegular { .. }
+                | GuardError::NotEmpty { .. }),
+            ) => {
+                return Ok(SlotState::Live(LiveWhy::Other(format!(
+                    "its guard is broken: {e}"
+                ))));
+            }
+            Err(e) => return Err(e.into()),
         };
-        let state = match path.read()? {
+        let raw = match path.read() {
+            Ok(raw) => raw,
+            Err(
+                e @ (ReadError::Symlink { .. }
+                | ReadError::NotRegular { .. }
+                | ReadError::TooLarge { .. }),
+            ) => {
+                return Ok(SlotState::Live(LiveWhy::Malformed {
+                    detail: e.to_string(),
+                }));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let state = match raw {
             None => SlotState::Dead(worklane_lease::DeadWhy::Other("no record".into())),
             Some(raw) => match Record::parse(&raw) {
                 Err(e) => SlotState::Live(LiveWhy::Malformed {
@@ -488,7 +521,12 @@ impl Pool {
                 } else {
                     continue;
                 };
-            let record = path.read()?.and_then(|raw| Record::parse(&raw).ok());
+            // A record that cannot be read is shown without one; its state says why.
+            let record = path
+                .read()
+                .ok()
+                .flatten()
+                .and_then(|raw| Record::parse(&raw).ok());
             let state = self.state_of(&path, liveness.as_ref())?;
             slots.push(SlotView {
                 name: name.to_owned(),

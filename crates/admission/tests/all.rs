@@ -187,6 +187,46 @@ mod agents {
             "{states:?}"
         );
     }
+
+    #[test]
+    fn broken_slot_files_count_as_held_and_never_stop_the_pool() {
+        let site = Site::new(r#"{"max_agents": 4}"#);
+        let dir = site.temp.path();
+        std::os::unix::fs::symlink(dir.join("config.json"), dir.join("agent-0.lock"))
+            .expect("a symlinked record");
+        std::fs::write(dir.join("agent-1.lock"), vec![b' '; 65 * 1024]).expect("a huge record");
+        std::fs::create_dir(dir.join("agent-2.lock")).expect("a directory for a record");
+        // A dead holder's record, which would be free, behind a guard that is not empty.
+        site.write_record("agent-3.lock", &dead_record());
+        std::fs::write(dir.join(".agent-3.lock.flock"), b"x").expect("a broken guard");
+        assert_eq!(
+            site.blocked(Kind::Agent),
+            Blocker::AtCap { held: 4, cap: 4 },
+            "slots that cannot be judged count as held"
+        );
+        site.set_config(r#"{"max_agents": 5}"#);
+        assert_eq!(
+            site.take(Kind::Agent).name(),
+            "agent-4.lock",
+            "the pool goes on past them"
+        );
+        let snapshot = site.pool.snapshot().expect("slots lists broken files too");
+        let states: Vec<(&str, &SlotState)> = snapshot
+            .slots
+            .iter()
+            .map(|s| (&s.name[..], &s.state))
+            .collect();
+        for (name, state) in &states[..3] {
+            assert!(
+                matches!(state, SlotState::Live(LiveWhy::Malformed { .. })),
+                "{name} is shown as malformed: {states:?}"
+            );
+        }
+        assert!(
+            matches!(states[3], ("agent-3.lock", SlotState::Live(LiveWhy::Other(why))) if why.contains("guard")),
+            "a broken guard is shown as such: {states:?}"
+        );
+    }
 }
 
 mod operator {
@@ -220,6 +260,60 @@ mod operator {
         let site = Site::new("{}");
         std::fs::write(site.temp.path().join("STOP"), b"not json").expect("write");
         assert!(matches!(site.blocked(Kind::Agent), Blocker::Stop(_)));
+    }
+
+    /// A clock that stops its first reader until the test lets it go.
+    struct Gate {
+        first: std::sync::atomic::AtomicBool,
+        reached: std::sync::mpsc::Sender<()>,
+        go: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+    }
+
+    impl worklane_lease::Clock for Gate {
+        fn now_ms(&self) -> u64 {
+            if !self.first.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                self.reached.send(()).expect("report");
+                self.go.lock().expect("lock").recv().expect("wait for go");
+            }
+            worklane_lease::SystemClock.now_ms()
+        }
+    }
+
+    #[test]
+    fn a_stop_written_while_a_taker_checks_wins_under_slots_lock() {
+        let site = Site::new("{}");
+        let (reached_tx, reached_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel();
+        // The taker's first clock reading is the drain decision of its first STOP and drain
+        // check, after it found no STOP: the gate holds it there.
+        let pool = site.pool.clone().with_clock(Arc::new(Gate {
+            first: false.into(),
+            reached: reached_tx,
+            go: go_rx.into(),
+        }));
+        let taker = std::thread::spawn(move || {
+            match pool
+                .try_take(Kind::Agent, &Request::new("late"))
+                .expect("take")
+            {
+                Take::Held(slot) => format!("held {}", slot.name()),
+                Take::Blocked(blocker) => format!("blocked: {blocker}"),
+            }
+        });
+        reached_rx
+            .recv()
+            .expect("the taker passed its first STOP check");
+        worklane_admission::stop::write(site.pool.dir(), &stop()).expect("write STOP");
+        go_tx.send(()).expect("let the taker go");
+        let got = taker.join().expect("the taker's thread");
+        assert!(
+            got.starts_with("blocked: STOP"),
+            "the check under slots.lock sees a STOP written a moment ago: {got}"
+        );
+        assert!(
+            !site.temp.path().join("agent-0.lock").exists(),
+            "no slot was taken"
+        );
     }
 
     fn drain_until(site: &Site, clock: &ManualClock, until: u64) -> Pool {
@@ -309,6 +403,35 @@ mod runs {
         assert!(
             site.pool.idle().expect("idle"),
             "a dead full run is not live"
+        );
+    }
+
+    #[test]
+    fn the_idle_probe_judges_a_record_behind_a_free_guard() {
+        let site = Site::new("{}");
+        let mut live = dead_record();
+        live.holder = Recorded::new(
+            ProcessIdentity::of_self().expect("me"),
+            Place::current().expect("place").clone(),
+        );
+        site.write_record("full-run.lock", &live);
+        assert!(
+            !site.pool.idle().expect("idle"),
+            "a full run whose process runs is live, guard or not"
+        );
+        let mut foreign = dead_record();
+        if let Field::Present(place) = &mut foreign.holder.place {
+            place.host = "elsewhere".into();
+        }
+        site.write_record("full-run.lock", &foreign);
+        assert!(
+            !site.pool.idle().expect("idle"),
+            "a full run that cannot be judged is live"
+        );
+        std::fs::write(site.temp.path().join("full-run.lock"), b"{").expect("malformed");
+        assert!(
+            !site.pool.idle().expect("idle"),
+            "a malformed full-run record is live"
         );
     }
 
