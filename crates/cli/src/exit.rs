@@ -94,3 +94,35 @@ impl From<worklane_slotfile::name::Error> for Failure {
         Failure::new(USAGE, chain(&e))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn library_errors_map_to_the_documented_codes() {
+        let config = worklane_slotfile::Config::parse(b"{", std::path::Path::new("config.json"))
+            .expect_err("a broken config");
+        let failure = Failure::from(worklane_admission::Error::Config(config));
+        assert_eq!(
+            failure.code, CONFIG,
+            "a config re-read while running: {}",
+            failure.message
+        );
+        assert!(
+            failure.message.contains("config.json"),
+            "{}",
+            failure.message
+        );
+        let reserved = Failure::from(worklane_lease::Error::ReservedField("pid".into()));
+        assert_eq!(reserved.code, USAGE, "{}", reserved.message);
+        let temp = tempfile::tempdir().expect("temp dir");
+        let dir = worklane_slotfile::SlotDir::open(temp.path()).expect("open");
+        let name = dir
+            .file("role-a/b.lease")
+            .expect_err("not one path component");
+        assert_eq!(Failure::from(name).code, USAGE, "a bad role name");
+        let identity = Failure::from(worklane_lease::Error::Identity("no /proc".into()));
+        assert_eq!(identity.code, OS_ERROR, "{}", identity.message);
+    }
+}

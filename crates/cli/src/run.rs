@@ -115,7 +115,10 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode, Failure> {
             };
             return Err(Failure::new(
                 exit::TEMP_FAIL,
-                format!("cannot take {what} ({why}): {blocker}"),
+                format!(
+                    "cannot take {what} ({why}): {blocker}; try again later (`worklane slots` \
+                     shows who holds what)"
+                ),
             ));
         }
     };
@@ -130,8 +133,36 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     Ok(ExitCode::from(outcome.code))
 }
 
+/// The shortest TTL `lease run` accepts. The supervisor checks (and pulses) every
+/// [`CHECK_EVERY`](crate::supervise::CHECK_EVERY); a TTL not well above that would lapse
+/// between pulses and let a second holder in while the command still runs.
+const MIN_TTL: Duration = Duration::from_secs(1);
+
 pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
+    if args.ttl < MIN_TTL {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!(
+                "--ttl {} ms is too short: worklane pulses once every {} ms at best; use at \
+                 least {} s",
+                args.ttl.as_millis(),
+                crate::supervise::CHECK_EVERY.as_millis(),
+                MIN_TTL.as_secs()
+            ),
+        ));
+    }
     let pool = crate::pool()?;
+    // An emergency STOP halts role holders too (below), so it refuses a new one up front
+    // rather than start the command only to halt it a moment later.
+    if let Some(stop) = pool.stop()? {
+        return Err(Failure::new(
+            exit::UNAVAILABLE,
+            format!(
+                "refused the role {} lease: {stop} (worklane resume-all lifts it)",
+                args.role
+            ),
+        ));
+    }
     let name = format!("role-{}.lease", args.role);
     let identity = args.agent_identity.clone().unwrap_or_else(crate::ops::who);
     let request = Request::new(identity.clone())
@@ -157,7 +188,8 @@ pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
                 exit::TEMP_FAIL,
                 format!(
                     "role {} is held by {pid} (entrypoint: {entrypoint}; last pulse {pulse}): {}; \
-                     a role has one owner per machine",
+                     a role has one owner per machine: try again once it ends (its lease \
+                     lapses one TTL after its last pulse if its holder died)",
                     args.role, refusal.why
                 ),
             ));

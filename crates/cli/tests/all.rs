@@ -257,6 +257,31 @@ mod exits {
     }
 
     #[test]
+    fn a_timed_out_wait_exits_75_and_says_what_blocked_it() {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        let mut holder = site.spawn(&["run"], HOLD, "0");
+        wait_until("the holder", || site.file("up.0").exists());
+        // Spawned and watched, so that a wait that ignores its timeout fails instead of hanging.
+        let mut waiter = site
+            .worklane()
+            .args(["run", "--timeout", "300ms", "--", "true"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn worklane");
+        let status = wait_exit(&mut waiter, "the waiter's timeout");
+        assert_eq!(status.code(), Some(75), "a timed-out wait exits 75");
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut waiter.stderr.take().expect("stderr"), &mut err)
+            .expect("read stderr");
+        assert!(
+            err.contains("timed out") && err.contains("at cap: 1 of 1"),
+            "says it timed out and what blocked it: {err}"
+        );
+        std::fs::write(site.file("release.0"), b"").expect("release");
+        assert!(wait_exit(&mut holder, "the holder").success());
+    }
+
+    #[test]
     fn sigterm_is_forwarded_to_the_command() {
         let site = Site::new(None);
         let script = r#"trap 'echo got-term > "$T/term"; exit 9' TERM; touch "$T/up.$K"; while :; do sleep 0.02; done"#;
@@ -520,7 +545,77 @@ mod roles_and_stop {
             !site.slots().join("role-planner.lease").exists(),
             "its lease is released"
         );
+        let out = site.output(&[
+            "lease",
+            "run",
+            "--role",
+            "planner",
+            "--",
+            "sh",
+            "-c",
+            r#"touch "$T/ran""#,
+        ]);
+        assert_eq!(
+            out.status.code(),
+            Some(69),
+            "a new role holder is refused under STOP"
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("everything") && err.contains("resume-all"),
+            "names the STOP and what lifts it: {err}"
+        );
+        assert!(
+            !site.file("ran").exists(),
+            "the refused command never started"
+        );
+        assert!(
+            !site.slots().join("role-planner.lease").exists(),
+            "and no lease was taken"
+        );
         assert_eq!(site.code(&["resume-all"]), 0);
+        assert_eq!(
+            site.code(&["lease", "run", "--role", "planner", "--", "true"]),
+            0,
+            "admitted after resume"
+        );
+    }
+
+    #[test]
+    fn a_lost_role_lease_halts_the_command_and_exits_69() {
+        let site = Site::new(None);
+        let mut holder = site.spawn(
+            &["lease", "run", "--role", "keeper", "--ttl", "2s"],
+            r#"touch "$T/up.$K"; exec sleep 600"#,
+            "0",
+        );
+        wait_until("the role holder", || site.file("up.0").exists());
+        // An operator removes the record: the holder's next pulse finds the lease is not its
+        // own any more, and must stop its command rather than go on.
+        std::fs::remove_file(site.slots().join("role-keeper.lease")).expect("remove the lease");
+        let status = wait_exit(&mut holder, "the holder of a lost lease");
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut holder.stderr.take().expect("stderr"), &mut err)
+            .expect("read stderr");
+        assert_eq!(status.code(), Some(69), "a lost lease exits 69: {err}");
+        assert!(err.contains("lost"), "says the lease was lost: {err}");
+        assert!(
+            !site.slots().join("role-keeper.lease").exists(),
+            "nothing was written back"
+        );
+    }
+
+    #[test]
+    fn a_ttl_below_the_pulse_interval_is_a_usage_error() {
+        let site = Site::new(None);
+        let out = site.output(&[
+            "lease", "run", "--role", "r", "--ttl", "100ms", "--", "true",
+        ]);
+        assert_eq!(out.status.code(), Some(64), "too short to keep pulsed");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("at least"),
+            "says what to use"
+        );
     }
 }
 
