@@ -62,7 +62,19 @@ pub(crate) fn set_test_slots(n: u32) -> Result<ExitCode, Failure> {
     };
     let name = name.to_string_lossy();
     let dir = SlotDir::open(parent).map_err(|e| Failure::new(exit::CONFIG, exit::chain(&e)))?;
-    let file = dir.file(&name)?;
+    // The config path is configuration, not a command-line argument: a name worklane cannot
+    // write (a dot-file, a guard-like name) is a configuration error.
+    let file = dir.file(&name).map_err(|e| {
+        Failure::new(
+            exit::CONFIG,
+            format!(
+                "cannot write config {}: {}; edit max_test_runs in it by hand, or move it to a \
+                 plain name",
+                config.display(),
+                exit::chain(&e)
+            ),
+        )
+    })?;
     // Keep every other field the operator wrote; refuse to overwrite a file we cannot parse.
     let mut fields = match file.read() {
         Ok(None) => Map::new(),

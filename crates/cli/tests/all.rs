@@ -446,6 +446,26 @@ mod operator {
     }
 
     #[test]
+    fn set_test_slots_on_a_config_it_cannot_write_is_a_config_error() {
+        let site = Site::new(None);
+        let config = site.file(".slots.json");
+        let out = site
+            .worklane()
+            .env("AGENT_SLOTS_CONFIG", &config)
+            .args(["set-test-slots", "3"])
+            .output()
+            .expect("run worklane");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(78),
+            "the config path is configuration, not usage: {err}"
+        );
+        assert!(err.contains(".slots.json"), "names the file: {err}");
+        assert!(!config.exists(), "nothing written");
+    }
+
+    #[test]
     fn the_test_run_cap_is_set_by_set_test_slots() {
         let site = Site::new(Some(r#"{"max_agents": 1, "note": "kept"}"#));
         assert_eq!(site.code(&["set-test-slots", "9"]), 64, "out of range");
