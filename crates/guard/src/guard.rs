@@ -85,7 +85,7 @@ pub mod acquire {
             fd: i32,
         },
         /// The guard's filesystem does not give local `flock` semantics.
-        #[error("guard {path} is refused")]
+        #[error("guard {path} is on a filesystem where worklane does not lock")]
         Filesystem {
             /// The guard's path.
             path: PathBuf,
@@ -154,6 +154,19 @@ impl Guard {
         dir_path: &Path,
         resource: &str,
     ) -> Result<Option<Guard>, Error> {
+        Self::try_acquire_observed(dir, dir_path, resource, &mut || {})
+    }
+
+    /// [`Guard::try_acquire`] that calls `before_link` when it publishes a new guard, after the
+    /// complete temp alias exists and before it is linked to the guard name (the test seam for
+    /// a rival publishing first).
+    #[doc(hidden)]
+    pub fn try_acquire_observed(
+        dir: impl AsFd,
+        dir_path: &Path,
+        resource: &str,
+        before_link: &mut dyn FnMut(),
+    ) -> Result<Option<Guard>, Error> {
         let dir = dir.as_fd();
         check_resource_name(resource).map_err(|problem| Error::InvalidName {
             dir: dir_path.to_owned(),
@@ -165,7 +178,7 @@ impl Guard {
             dir: dir_path,
             name: &name,
         };
-        let (fd, id) = open_checked(dir, shown, true)?;
+        let (fd, id) = open_checked(dir, shown, Some(before_link))?;
         match lock_nonblocking(&fd, shown)? {
             true => Ok(Some(Guard { fd, id })),
             false => Ok(None),
@@ -198,7 +211,7 @@ impl Guard {
             name: &name,
         };
         let got = check_descriptor(&fd, shown)?;
-        let (expected, want) = open_checked(dir, shown, false)?;
+        let (expected, want) = open_checked(dir, shown, None)?;
         drop(expected);
         if got != want {
             return Err(Error::NotTheGuard {
@@ -261,22 +274,23 @@ fn io<'a>(op: &'static str, shown: Shown<'a>) -> impl FnOnce(Errno) -> Error + '
 }
 
 /// Opens the guard named `name` in `dir` without following a symlink or blocking on a FIFO,
-/// creating it first when `create` is set, and checks every property a guard must have.
+/// creating it first when `create` is given (the hook runs just before the link), and checks
+/// every property a guard must have.
 fn open_checked(
     dir: BorrowedFd<'_>,
     shown: Shown<'_>,
-    create: bool,
+    mut create: Option<&mut dyn FnMut()>,
 ) -> Result<(OwnedFd, FileId), Error> {
     let flags =
         OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
-    let mut published = false;
     let fd = loop {
         match rustix::fs::openat(dir, shown.name, flags, Mode::empty()) {
             Ok(fd) => break fd,
-            Err(Errno::NOENT) if create && !published => {
-                publish(dir, shown)?;
-                published = true;
-            }
+            // Published at most once: a guard missing again right after is an error.
+            Err(Errno::NOENT) => match create.take() {
+                Some(before_link) => publish(dir, shown, before_link)?,
+                None => return Err(io("open", shown)(Errno::NOENT)),
+            },
             Err(Errno::LOOP) => {
                 return Err(Error::Symlink { path: shown.path() });
             }
@@ -317,27 +331,28 @@ fn check_descriptor(fd: &OwnedFd, shown: Shown<'_>) -> Result<FileId, Error> {
             size: u64::try_from(stat.st_size).unwrap_or(u64::MAX),
         });
     }
-    match crate::sys::filesystem_of(fd.as_fd()) {
-        Ok(Ok(_)) => {}
-        Ok(Err(refused)) => {
-            return Err(Error::Filesystem {
-                path: shown.path(),
-                refused,
-            });
-        }
-        Err(source) => {
-            return Err(Error::Io {
-                op: "fstatfs",
-                path: shown.path(),
-                source,
-            });
-        }
-    }
+    check_filesystem(fd.as_fd(), shown)?;
     #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
     Ok(FileId {
         dev: stat.st_dev as u64,
         ino: stat.st_ino as u64,
     })
+}
+
+/// Refuses a guard (or a directory about to hold one) on a filesystem without local `flock`.
+fn check_filesystem(fd: BorrowedFd<'_>, shown: Shown<'_>) -> Result<(), Error> {
+    match crate::sys::filesystem_of(fd) {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(refused)) => Err(Error::Filesystem {
+            path: shown.path(),
+            refused,
+        }),
+        Err(source) => Err(Error::Io {
+            op: "fstatfs",
+            path: shown.path(),
+            source,
+        }),
+    }
 }
 
 /// Permission bits as the platform's `Mode` (`mode_t` is 16 bits on macOS, 32 on Linux).
@@ -377,7 +392,15 @@ fn lock_nonblocking(fd: &OwnedFd, shown: Shown<'_>) -> Result<bool, Error> {
 /// given mode 0444 through its own descriptor (so no umask can change it), then hard-linked to
 /// `name` (already there: someone else published first, theirs is used), then the temp alias
 /// is unlinked. A crash before the link leaves no guard; after it, a complete guard.
-fn publish(dir: BorrowedFd<'_>, shown: Shown<'_>) -> Result<(), Error> {
+///
+/// The directory's filesystem is checked first, so nothing is created where no guard could be
+/// used (the guard's own descriptor is checked again after opening).
+fn publish(
+    dir: BorrowedFd<'_>,
+    shown: Shown<'_>,
+    before_link: &mut dyn FnMut(),
+) -> Result<(), Error> {
+    check_filesystem(dir, shown)?;
     let name = shown.name;
     let resource = &name[1..name.len() - crate::name::GUARD_SUFFIX.len()];
     let temp = loop {
@@ -402,6 +425,7 @@ fn publish(dir: BorrowedFd<'_>, shown: Shown<'_>) -> Result<(), Error> {
             Err(e) => return Err(io("create a temp alias for", shown)(e)),
         }
     };
+    before_link();
     let linked = rustix::fs::linkat(dir, temp.as_str(), dir, name, AtFlags::empty());
     // The temp alias goes in every path; if removing it fails, it is a harmless extra link.
     let _ = rustix::fs::unlinkat(dir, temp.as_str(), AtFlags::empty());

@@ -390,6 +390,10 @@ mod refusals {
             out.contains("closed standard stream"),
             "explains why: {out}"
         );
+        assert!(
+            out.ends_with("fd 0 closed"),
+            "the refused descriptor must be closed again, not kept on fd 0: {out:?}"
+        );
         site.assert_free("the refused descriptor was closed with the process");
     }
 }
@@ -439,6 +443,37 @@ mod publication {
         let held = site.held();
         site.assert_busy("a 0660 guard still excludes");
         drop(held);
+    }
+
+    #[test]
+    fn a_rival_that_publishes_first_is_used_not_an_error() {
+        let site = Site::new();
+        let mut rival = None;
+        // The rival publishes (and holds) the guard after our temp alias is complete and before
+        // we link it, so our link finds the name taken.
+        let ours = Guard::try_acquire_observed(&site.fd, site.path(), RES, &mut || {
+            rival = Some(site.held());
+        })
+        .expect("a guard a rival published first must be used, not reported as an error");
+        let rival = rival.expect("the rival published during our publication");
+        assert!(
+            ours.is_none(),
+            "the rival holds the guard it published, so ours must be busy"
+        );
+        assert_eq!(
+            std::fs::metadata(site.guard()).expect("guard").ino(),
+            rival.file_id().ino,
+            "the rival's inode is the guard; ours was never linked"
+        );
+        let names: Vec<String> = std::fs::read_dir(site.path())
+            .expect("list")
+            .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
+            .collect();
+        assert_eq!(
+            names,
+            vec![".agent-0.lock.flock".to_owned()],
+            "our unlinked temp alias is removed"
+        );
     }
 
     #[test]
@@ -530,6 +565,66 @@ mod filesystem {
             ["ext2/3/4", "xfs", "btrfs", "tmpfs"].contains(&accepted.name),
             "accepted as {}",
             accepted.name
+        );
+    }
+
+    /// Runs `script` through `sh` in a mount namespace of its own, so what it mounts is seen by
+    /// nobody else and vanishes with it; `$0` is the holder and `$1` is `dir`.
+    fn in_private_mounts(script: &str, dir: &std::path::Path) -> String {
+        let mut cmd = std::process::Command::new("unshare");
+        if !rustix::process::geteuid().is_root() {
+            cmd.arg("--map-root-user");
+        }
+        let out = cmd
+            .args(["--mount", "--propagation", "private", "sh", "-c", script])
+            .arg(env!("CARGO_BIN_EXE_guard-holder"))
+            .arg(dir)
+            .output()
+            .expect("run unshare (util-linux)");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "the script in a private mount namespace must run: {}\n{stderr}",
+            out.status
+        );
+        String::from_utf8(out.stdout).expect("utf-8 output")
+    }
+
+    #[test]
+    fn a_guard_on_a_refused_filesystem_is_refused_and_none_is_created() {
+        let site = super::Site::new();
+        let dir = site.path().join("ramfs");
+        std::fs::create_dir(&dir).expect("make a mount point");
+        // ramfs is local but not on the accepted list: the real fstatfs check must refuse it,
+        // both before publishing a new guard and on a guard that is already there.
+        let out = in_private_mounts(
+            r#"set -e
+            mount -t ramfs ramfs "$1"
+            "$0" try "$1" agent-0.lock || true
+            echo "entries:$(ls -A "$1")"
+            : > "$1/.agent-0.lock.flock"
+            "$0" try "$1" agent-0.lock || true"#,
+            &dir,
+        );
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 3, "two attempts and a listing: {out}");
+        for line in [lines[0], lines[2]] {
+            assert!(
+                line.starts_with("error: guard ") && line.contains(".agent-0.lock.flock"),
+                "the refusal names the guard: {line}"
+            );
+            assert!(
+                line.contains("unknown (f_type 0x858458f6) filesystem"),
+                "the refusal names the filesystem: {line}"
+            );
+            assert!(
+                line.contains("keep the slot directory on a local"),
+                "the refusal says what to do: {line}"
+            );
+        }
+        assert_eq!(
+            lines[1], "entries:",
+            "nothing is created on a refused filesystem"
         );
     }
 

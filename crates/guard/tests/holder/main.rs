@@ -1,7 +1,7 @@
 //! Test helper: acquires a guard in a process of its own so the integration tests can kill it,
 //! change its umask, close its standard input or let a child inherit its descriptor.
 //!
-//! `guard-holder try DIR RESOURCE`: prints `held`, `busy` or `error: <message>`.
+//! `guard-holder try DIR RESOURCE`: prints `held`, `busy` or `error: <message and its causes>`.
 //! `guard-holder hold DIR RESOURCE`: prints `held`, then keeps the guard until stdin closes.
 //! `guard-holder hold-inherit DIR RESOURCE`: prints `child <pid>` of a `sleep` that inherited a
 //! duplicate of the held descriptor, then exits (dropping its own copy).
@@ -49,7 +49,18 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
         Err(e) => {
-            println!("error: {e}");
+            let mut message = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(cause) = source {
+                message = format!("{message}: {cause}");
+                source = cause.source();
+            }
+            println!("error: {message}");
+            if std::env::var_os("GUARD_HOLDER_CLOSE_STDIN").is_some() {
+                // Whether the refused descriptor was closed again (lstat opens nothing).
+                let open = std::fs::symlink_metadata("/proc/self/fd/0").is_ok();
+                println!("fd 0 {}", if open { "open" } else { "closed" });
+            }
             return ExitCode::from(2);
         }
     };
