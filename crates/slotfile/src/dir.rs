@@ -54,7 +54,10 @@ pub mod open {
             path: PathBuf,
         },
         /// The path is not a directory.
-        #[error("slot directory {path} is not a directory")]
+        #[error(
+            "slot directory {path} is not a directory; move that file aside or point \
+             AGENT_SLOTS_DIR at a directory"
+        )]
         NotADirectory {
             /// The path.
             path: PathBuf,

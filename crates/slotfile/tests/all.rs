@@ -362,6 +362,57 @@ mod write {
         }
     }
 
+    /// Runs the writer under `ulimit -f 0` with SIGXFSZ ignored, so its temp file is created
+    /// but every byte written to it fails with EFBIG; returns what the writer printed.
+    fn writer_that_cannot_write(op: &str, dir: &Path, name: &str) -> String {
+        let script = "trap '' XFSZ; ulimit -f 0; exec \"$0\" \"$@\"";
+        let out = Command::new("sh")
+            .args(["-c", script, env!("CARGO_BIN_EXE_slot-writer")])
+            .args([op, path_str(dir), name, "new", "644"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run the writer");
+        String::from_utf8(out.stdout)
+            .expect("utf-8")
+            .trim()
+            .to_owned()
+    }
+
+    #[test]
+    fn a_failed_write_leaves_the_old_file_and_no_temp() {
+        let t = temp();
+        let dir = slots(&t);
+        dir.file("STOP")
+            .expect("valid")
+            .replace(b"old", 0o644)
+            .expect("seed");
+        for (op, name) in [("replace", "STOP"), ("publish", "agent-0.lock")] {
+            let out = writer_that_cannot_write(op, t.path(), name);
+            assert!(
+                out.starts_with("error: cannot write a temp file for"),
+                "{op} must fail at the write and say so: {out}"
+            );
+            assert!(
+                out.contains(path_str(&t.path().join(name))),
+                "{op}: the error names the file: {out}"
+            );
+        }
+        assert_eq!(
+            dir.file("STOP")
+                .expect("valid")
+                .read()
+                .expect("read")
+                .as_deref(),
+            Some(&b"old"[..]),
+            "a failed replace keeps the old contents"
+        );
+        assert_eq!(
+            names_in(t.path()),
+            ["STOP"],
+            "a failed write removes its temp file and publishes nothing"
+        );
+    }
+
     #[test]
     fn a_writer_killed_between_write_and_rename_leaves_the_old_contents() {
         let t = temp();
@@ -523,6 +574,59 @@ mod remove {
             Removal::Removed
         );
         assert_eq!(p.read().expect("read"), None, "gone");
+    }
+
+    #[test]
+    fn remove_if_unchanged_never_follows_a_link_nor_blocks_on_a_fifo() {
+        let t = temp();
+        let dir = slots(&t);
+        let mine = br#"{"pid":1}"#;
+        // A link whose target holds exactly the expected bytes, a FIFO nobody writes to, and a
+        // directory: none of them is the record, so each is kept.
+        std::fs::write(t.path().join("target"), mine).expect("write the link target");
+        std::os::unix::fs::symlink(t.path().join("target"), t.path().join("agent-0.lock"))
+            .expect("symlink");
+        assert!(
+            Command::new("mkfifo")
+                .arg(t.path().join("agent-1.lock"))
+                .status()
+                .expect("mkfifo")
+                .success(),
+            "mkfifo"
+        );
+        std::fs::create_dir(t.path().join("agent-2.lock")).expect("mkdir");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for name in ["agent-0.lock", "agent-1.lock", "agent-2.lock"] {
+                let got = dir
+                    .file(name)
+                    .expect("valid")
+                    .remove_if_unchanged(mine)
+                    .map_err(|e| e.to_string());
+                let _ = tx.send((name, got));
+            }
+        });
+        for _ in 0..3 {
+            // A watchdog, not a timing assertion: a blocking open of a FIFO never returns.
+            let (name, got) = rx
+                .recv_timeout(std::time::Duration::from_secs(60))
+                .expect("remove_if_unchanged must return instead of blocking");
+            assert_eq!(
+                got,
+                Ok(Removal::Changed),
+                "{name} is not a regular file holding our bytes and must be kept"
+            );
+        }
+        assert_eq!(
+            names_in(t.path()),
+            ["agent-0.lock", "agent-1.lock", "agent-2.lock", "target"],
+            "the link, the FIFO, the directory and the link's target are all kept"
+        );
+        assert_eq!(
+            std::fs::read(t.path().join("target")).expect("read target"),
+            mine,
+            "the link's target is untouched"
+        );
     }
 
     #[test]
@@ -694,6 +798,21 @@ mod resolution {
                 assert!(err.contains(field), "{text}: names the field: {err}");
             }
         }
+    }
+
+    #[test]
+    fn a_file_at_the_slot_directory_path_is_refused_with_what_to_do() {
+        let (_t, root) = root();
+        let file = root.join("slots");
+        std::fs::write(&file, b"").expect("write a file");
+        let err = SlotDir::open_in(&env(&root), &file).expect_err("refused");
+        let msg = err.to_string();
+        assert!(
+            matches!(err, worklane_slotfile::open::Error::NotADirectory { .. }),
+            "got {err:?}"
+        );
+        assert!(msg.contains(path_str(&file)), "names the path: {msg}");
+        assert!(msg.contains("AGENT_SLOTS_DIR"), "says what to do: {msg}");
     }
 
     #[test]

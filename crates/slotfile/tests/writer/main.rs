@@ -1,8 +1,8 @@
 //! Test helper: one slot-file operation in a process of its own.
 //!
 //! - `publish DIR NAME CONTENT MODE`: waits for one line on stdin (a start barrier), publishes,
-//!   prints `published` or `exists`.
-//! - `replace DIR NAME CONTENT MODE`: replaces, prints `ok`.
+//!   prints `published`, `exists` or `error: MESSAGE`.
+//! - `replace DIR NAME CONTENT MODE`: replaces, prints `ok` or `error: MESSAGE`.
 //! - `replace-hang DIR NAME CONTENT`: writes the temp file, prints `written`, then waits for
 //!   stdin to close before renaming (the test SIGKILLs it there).
 //! - `resolve`: resolves the machine's slot directory, prints `ok DIR` or `error: MESSAGE`.
@@ -22,6 +22,19 @@ fn mode(arg: &str) -> u32 {
     u32::from_str_radix(arg, 8).expect("an octal mode")
 }
 
+/// Prints `error: ` and the error with its causes, and exits 2.
+fn failed(e: &dyn std::error::Error) -> ExitCode {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        message = format!("{message}: {cause}");
+        source = cause.source();
+    }
+    println!("error: {message}");
+    let _ = std::io::stdout().flush();
+    ExitCode::from(2)
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -30,16 +43,17 @@ fn main() -> ExitCode {
             let path = file(dir, name);
             let mut line = String::new();
             let _ = std::io::stdin().lock().read_line(&mut line);
-            match path.publish(content.as_bytes(), mode(m)).expect("publish") {
-                Publish::Published => println!("published"),
-                Publish::AlreadyExists => println!("exists"),
+            match path.publish(content.as_bytes(), mode(m)) {
+                Ok(Publish::Published) => println!("published"),
+                Ok(Publish::AlreadyExists) => println!("exists"),
+                Err(e) => return failed(&e),
             }
         }
         ["replace", dir, name, content, m] => {
-            file(dir, name)
-                .replace(content.as_bytes(), mode(m))
-                .expect("replace");
-            println!("ok");
+            match file(dir, name).replace(content.as_bytes(), mode(m)) {
+                Ok(()) => println!("ok"),
+                Err(e) => return failed(&e),
+            }
         }
         ["replace-hang", dir, name, content] => {
             let path = file(dir, name);
