@@ -71,18 +71,5 @@ pub(crate) fn snapshot(pid: u32) -> Result<Snapshot, process::Error> {
         }
         Err(source) => return Err(process::Error::Read { pid, path, source }),
     };
-    let stat = proc_stat::parse(&bytes).map_err(|malformed| process::Error::Malformed {
-        pid,
-        detail: format!("{path}: {malformed}"),
-    })?;
-    if stat.pid != pid {
-        return Err(process::Error::Malformed {
-            pid,
-            detail: format!("{path} names process {}", stat.pid),
-        });
-    }
-    Ok(Snapshot {
-        start: Some(stat.start),
-        exited: stat.exited(),
-    })
+    proc_stat::snapshot(pid, &bytes, &path)
 }

@@ -1,8 +1,9 @@
 //! Darwin: the place from `sysctl` and `uname`, a process's identity from `ps`.
 //!
-//! Same signatures as the `linux` module; parsing lives in `ps` and `uuid`. Both helpers run
-//! with an empty environment but `LC_ALL=C` (and `TZ=UTC` for `ps`), so their output does not
-//! depend on the caller's locale or zone. Reading `kern.bootsessionuuid` through `sysctlbyname`
+//! Same signatures as the `linux` module; parsing lives in `ps` and `uuid`, and so does the `ps`
+//! command line, so that every platform tests it. Both helpers run with an empty environment
+//! but `LC_ALL=C` (and `TZ=UTC` for `ps`), so their output does not depend on the caller's
+//! locale or zone. Reading `kern.bootsessionuuid` through `sysctlbyname`
 //! would need `unsafe`; the helper keeps this crate free of it.
 
 use std::process::{Command, Stdio};
@@ -16,10 +17,6 @@ use crate::{ps, uuid};
 /// [sysctl(8)]: https://keith.github.io/xcode-man-pages/sysctl.8.html
 const SYSCTL: &str = "/usr/sbin/sysctl";
 const SYSCTL_COMMAND: &str = "/usr/sbin/sysctl -n kern.bootsessionuuid";
-/// Prints a process's start time and state, see [ps(1)].
-///
-/// [ps(1)]: https://keith.github.io/xcode-man-pages/ps.1.html
-const PS: &str = "/bin/ps";
 
 /// Reads the place of the current process. Darwin has one host pid space and no time
 /// namespaces.
@@ -56,17 +53,11 @@ pub(crate) fn read_place() -> Result<Place, place::Error> {
 
 /// Reads the start and state of `pid` from one run of `ps`.
 pub(crate) fn snapshot(pid: u32) -> Result<Snapshot, process::Error> {
-    let output = Command::new(PS)
-        .args(["-o", "lstart=,state=", "-p", &pid.to_string()])
-        .env_clear()
-        .env("LC_ALL", "C")
-        .env("TZ", "UTC")
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
+    let output = ps::command(pid)
         .output()
         .map_err(|source| process::Error::Spawn {
             pid,
-            program: PS,
+            program: ps::PS,
             source,
         })?;
     // `ps` exits 1 when no process matched; what it printed decides, not its status.
@@ -78,7 +69,7 @@ pub(crate) fn snapshot(pid: u32) -> Result<Snapshot, process::Error> {
         Ok(None) => Err(process::Error::NotFound { pid }),
         Err(malformed) => Err(process::Error::Malformed {
             pid,
-            detail: format!("{PS}: {malformed}"),
+            detail: format!("{}: {malformed}", ps::PS),
         }),
     }
 }

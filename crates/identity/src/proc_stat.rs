@@ -8,6 +8,7 @@
 #![cfg_attr(not(target_os = "linux"), allow(dead_code))]
 
 use crate::parse::Malformed;
+use crate::process::{self, Snapshot};
 
 /// The fields of `/proc/<pid>/stat` that identity needs, all from one read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +66,26 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Stat, Malformed> {
         .ok_or(Malformed("the line ends before field 22 (start time)"))?;
     let start = parse_decimal(start).ok_or(Malformed("field 22 (start time) is not a number"))?;
     Ok(Stat { pid, state, start })
+}
+
+/// What one read of `/proc/<pid>/stat` (its contents `bytes`, read from `path`) shows of
+/// `pid`: its start and whether it has exited. A file that names another process than the one
+/// asked for is malformed, never taken for it.
+pub(crate) fn snapshot(pid: u32, bytes: &[u8], path: &str) -> Result<Snapshot, process::Error> {
+    let stat = parse(bytes).map_err(|malformed| process::Error::Malformed {
+        pid,
+        detail: format!("{path}: {malformed}"),
+    })?;
+    if stat.pid != pid {
+        return Err(process::Error::Malformed {
+            pid,
+            detail: format!("{path} names process {}", stat.pid),
+        });
+    }
+    Ok(Snapshot {
+        start: Some(stat.start),
+        exited: stat.exited(),
+    })
 }
 
 /// An unsigned decimal of ASCII digits only: no sign, no spaces, no empty string.
@@ -188,6 +209,37 @@ mod tests {
         assert!(
             parse(not_number).is_err(),
             "a start time with a letter must not parse"
+        );
+    }
+
+    #[test]
+    fn a_snapshot_is_of_the_process_asked_for() {
+        let path = "/proc/12/stat";
+        let running = snapshot(12, &line(12, b"sleep", b'S', 77), path);
+        assert_eq!(
+            running.ok(),
+            Some(Snapshot {
+                start: Some(77),
+                exited: false
+            }),
+            "a sleeping process: its start, not exited"
+        );
+        let zombie = snapshot(12, &line(12, b"sleep", b'Z', 77), path);
+        assert_eq!(
+            zombie.ok().map(|s| s.exited),
+            Some(true),
+            "a zombie has exited"
+        );
+        let other = snapshot(12, &line(13, b"sleep", b'S', 77), path)
+            .expect_err("a stat file of process 13 must not be taken for process 12");
+        assert!(
+            matches!(&other, process::Error::Malformed { pid: 12, detail } if detail.contains("names process 13")),
+            "names both processes, got {other:?}"
+        );
+        let garbled = snapshot(12, b"12 (sleep", path).expect_err("a cut line is malformed");
+        assert!(
+            matches!(&garbled, process::Error::Malformed { detail, .. } if detail.starts_with(path)),
+            "names the file, got {garbled:?}"
         );
     }
 

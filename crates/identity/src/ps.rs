@@ -6,7 +6,29 @@
 //! record holds a number that does not depend on the reader's locale or zone.
 #![cfg_attr(not(target_os = "macos"), allow(dead_code))]
 
+use std::process::{Command, Stdio};
+
 use crate::parse::Malformed;
+
+/// Prints a process's start time and state, see [ps(1)].
+///
+/// [ps(1)]: https://keith.github.io/xcode-man-pages/ps.1.html
+pub(crate) const PS: &str = "/bin/ps";
+
+/// The `ps` run that prints the start and state of `pid` in one line: an empty environment but
+/// `LC_ALL=C` and `TZ=UTC`, so the output does not depend on the caller's locale or zone; no
+/// standard input, errors discarded (no output at all means no such process).
+pub(crate) fn command(pid: u32) -> Command {
+    let mut command = Command::new(PS);
+    command
+        .args(["-o", "lstart=,state=", "-p", &pid.to_string()])
+        .env_clear()
+        .env("LC_ALL", "C")
+        .env("TZ", "UTC")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null());
+    command
+}
 
 /// One line of `ps` output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,6 +165,25 @@ mod tests {
             start: Some(start),
             zombie,
         })
+    }
+
+    #[test]
+    fn ps_runs_in_the_c_locale_and_utc_and_asks_for_start_and_state() {
+        let command = command(4242);
+        assert_eq!(command.get_program(), PS, "the system ps, by absolute path");
+        let args: Vec<_> = command.get_args().collect();
+        assert_eq!(
+            args,
+            ["-o", "lstart=,state=", "-p", "4242"],
+            "start and state of the one pid, without headers"
+        );
+        let envs: Vec<_> = command.get_envs().collect();
+        for (name, value) in [("LC_ALL", "C"), ("TZ", "UTC")] {
+            assert!(
+                envs.contains(&(name.as_ref(), Some(value.as_ref()))),
+                "ps must run with {name}={value}, got {envs:?}"
+            );
+        }
     }
 
     #[test]
