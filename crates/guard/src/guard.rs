@@ -406,7 +406,10 @@ fn publish(
     let temp = loop {
         let temp = guard_temp_name(resource, &random_token());
         let flags =
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            // Read-only: a guard is never written, and should this descriptor land on a closed
+            // standard stream for a moment, a stray print to it fails instead of filling the
+            // guard with bytes (fchmod needs no write access).
+            OFlags::RDONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         match rustix::fs::openat(dir, temp.as_str(), flags, mode(0o400)) {
             Ok(fd) => {
                 let chmod = rustix::fs::fchmod(&fd, mode(GUARD_MODE));
