@@ -256,6 +256,38 @@ mod operator {
     }
 
     #[test]
+    fn a_blocking_take_refuses_at_once_under_stop_and_drain() {
+        let site = Site::new("{}");
+        worklane_admission::stop::write(site.pool.dir(), &stop()).expect("write STOP");
+        let take = |pool: &Pool| {
+            pool.take(
+                Kind::Agent,
+                &Request::new("waiter"),
+                Wait {
+                    // A watchdog only: the take must return before its first retry.
+                    timeout: Some(Duration::from_secs(30)),
+                    on_wait: &mut |b, _| panic!("an operator refusal is not waited on: {b}"),
+                },
+            )
+            .expect("take")
+        };
+        let got = take(&site.pool);
+        assert!(
+            matches!(got, Take::Blocked(Blocker::Stop(_))),
+            "STOP: {got:?}"
+        );
+        worklane_admission::stop::remove(site.pool.dir()).expect("resume");
+        let now = 1_796_012_839_000;
+        let clock = ManualClock::at(now);
+        let pool = drain_until(&site, &clock, now + 60_000);
+        let got = take(&pool);
+        assert!(
+            matches!(got, Take::Blocked(Blocker::Drain(_))),
+            "drain: {got:?}"
+        );
+    }
+
+    #[test]
     fn an_unreadable_stop_is_still_a_stop() {
         let site = Site::new("{}");
         std::fs::write(site.temp.path().join("STOP"), b"not json").expect("write");

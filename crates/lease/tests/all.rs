@@ -320,6 +320,23 @@ mod busy_records {
     }
 
     #[test]
+    fn a_running_holder_behind_a_free_guard_stays_busy() {
+        let site = Site::new();
+        let mut record = dead_record("running");
+        record.holder = Recorded::new(
+            ProcessIdentity::of_self().expect("me"),
+            Place::current().expect("place").clone(),
+        );
+        site.write_record(&record);
+        let why = refused_with_guard_free(&site);
+        assert_eq!(
+            why,
+            LiveWhy::Alive,
+            "a record whose process runs is never taken over, guard or not"
+        );
+    }
+
+    #[test]
     fn legacy_records_stay_busy() {
         let site = Site::new();
         let mut record = dead_record("legacy");
