@@ -61,11 +61,30 @@ impl From<worklane_slotfile::resolved::Error> for Failure {
     }
 }
 
+/// A guard refused for its filesystem is a slot directory in the wrong place: configuration.
+fn guard_code(e: &worklane_guard::acquire::Error) -> u8 {
+    match e {
+        worklane_guard::acquire::Error::Filesystem { .. } => CONFIG,
+        _ => OS_ERROR,
+    }
+}
+
+fn lease_code(e: &worklane_lease::Error) -> u8 {
+    use worklane_lease::Error as E;
+    match e {
+        E::Name(_) | E::ReservedField(_) => USAGE,
+        E::Guard(g) => guard_code(g),
+        _ => OS_ERROR,
+    }
+}
+
 impl From<worklane_admission::Error> for Failure {
     fn from(e: worklane_admission::Error) -> Failure {
         use worklane_admission::Error as E;
         let code = match &e {
             E::Config(_) | E::Open(_) => CONFIG,
+            E::Guard(g) => guard_code(g),
+            E::Lease(l) => lease_code(l),
             _ => OS_ERROR,
         };
         Failure::new(code, chain(&e))
@@ -74,11 +93,7 @@ impl From<worklane_admission::Error> for Failure {
 
 impl From<worklane_lease::Error> for Failure {
     fn from(e: worklane_lease::Error) -> Failure {
-        use worklane_lease::Error as E;
-        let code = match &e {
-            E::Name(_) | E::ReservedField(_) => USAGE,
-            _ => OS_ERROR,
-        };
+        let code = lease_code(&e);
         Failure::new(code, chain(&e))
     }
 }

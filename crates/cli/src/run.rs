@@ -139,6 +139,17 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode, Failure> {
 const MIN_TTL: Duration = Duration::from_secs(1);
 
 pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    if args.role.is_empty() || args.role.starts_with('.') || !args.role.chars().all(plain) {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!(
+                "--role {:?}: a role is a non-empty name of letters, digits, `-`, `_` and `.` \
+                 (not starting with `.`); it names the file role-<ROLE>.lease",
+                args.role
+            ),
+        ));
+    }
     if args.ttl < MIN_TTL {
         return Err(Failure::new(
             exit::USAGE,

@@ -160,6 +160,13 @@ pub(crate) fn supervise(
         }
     };
     handle.close();
+    // A halted command's own group goes with it: whatever of it outlived the command (a
+    // child that ignored SIGTERM) is killed before the slot is released.
+    if halting.is_some()
+        && let Target::Group(pgid) = target
+    {
+        let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+    }
     let status = status
         .map_err(|e| Failure::new(exit::OS_ERROR, format!("cannot wait for the command: {e}")))?;
     let code = match (status.code(), status.signal()) {

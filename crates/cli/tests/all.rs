@@ -550,6 +550,58 @@ mod roles_and_stop {
     use super::*;
 
     #[test]
+    fn a_role_must_be_a_plain_name() {
+        let site = Site::new(None);
+        for bad in ["", ".hidden", "a/b", "a b"] {
+            let out = site.output(&["lease", "run", "--role", bad, "--", "true"]);
+            assert_eq!(
+                out.status.code(),
+                Some(64),
+                "--role {bad:?} is a usage error"
+            );
+            assert!(String::from_utf8_lossy(&out.stderr).contains("--role"));
+        }
+        assert!(
+            std::fs::read_dir(site.slots())
+                .expect("list")
+                .next()
+                .is_none(),
+            "nothing written for a refused role"
+        );
+    }
+
+    #[test]
+    fn a_halt_takes_the_commands_whole_group_with_it() {
+        let site = Site::new(None);
+        // The command's child ignores SIGTERM and records its pid; the command itself exits
+        // on SIGTERM, leaving the child behind in its process group.
+        let script = r#"sh -c 'trap "" TERM; echo $$ > "$T/straggler"; exec sleep 600' &
+touch "$T/up.$K"; wait"#;
+        let mut run = site.spawn(&["run"], script, "0");
+        wait_until("the straggler", || {
+            std::fs::read_to_string(site.file("straggler")).is_ok_and(|s| s.ends_with('\n'))
+                && site.file("up.0").exists()
+        });
+        let straggler: i32 = std::fs::read_to_string(site.file("straggler"))
+            .expect("pid")
+            .trim()
+            .parse()
+            .expect("a pid");
+        assert_eq!(site.code(&["stop-all", "drill"]), 0);
+        wait_exit(&mut run, "the halted run");
+        let pid = rustix::process::Pid::from_raw(straggler).expect("pid");
+        wait_until("the straggler to be gone", || {
+            let stat = std::fs::read_to_string(format!("/proc/{straggler}/stat"));
+            // Gone, or a zombie waiting for init to reap it.
+            stat.map_or(true, |s| {
+                s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z'))
+            })
+        });
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        assert_eq!(site.code(&["resume-all"]), 0);
+    }
+
+    #[test]
     fn stop_halts_a_role_holder_too() {
         let site = Site::new(None);
         let mut holder = site.spawn(
