@@ -322,7 +322,7 @@ fn check_descriptor(fd: &OwnedFd, shown: Shown<'_>) -> Result<FileId, Error> {
     if kind != FileType::RegularFile {
         return Err(Error::NotRegular {
             path: shown.path(),
-            kind: describe(kind),
+            kind: describe_file_type(kind),
         });
     }
     if stat.st_size != 0 {
@@ -361,7 +361,9 @@ fn mode(bits: u32) -> Mode {
     Mode::from_bits_truncate((bits & 0o7777) as rustix::fs::RawMode)
 }
 
-fn describe(kind: FileType) -> &'static str {
+/// What a file type is called in messages ("regular file", "FIFO", ...).
+#[must_use]
+pub fn describe_file_type(kind: FileType) -> &'static str {
     match kind {
         FileType::RegularFile => "regular file",
         FileType::Directory => "directory",

@@ -84,7 +84,7 @@ pub(crate) fn read_at(
     if kind != FileType::RegularFile {
         return Err(Error::NotRegular {
             path: path.to_owned(),
-            kind: describe(kind),
+            kind: worklane_guard::describe_file_type(kind),
         });
     }
     let size = u64::try_from(stat.st_size).unwrap_or(u64::MAX);
@@ -178,18 +178,5 @@ pub(crate) fn io(path: &Path, e: Errno) -> Error {
     Error::Io {
         path: path.to_owned(),
         source: e.into(),
-    }
-}
-
-pub(crate) fn describe(kind: FileType) -> &'static str {
-    match kind {
-        FileType::RegularFile => "regular file",
-        FileType::Directory => "directory",
-        FileType::Symlink => "symbolic link",
-        FileType::Fifo => "FIFO",
-        FileType::Socket => "socket",
-        FileType::CharacterDevice => "character device",
-        FileType::BlockDevice => "block device",
-        _ => "file of unknown type",
     }
 }
