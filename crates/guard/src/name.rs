@@ -25,7 +25,11 @@ pub const RESOURCE_NAME_MAX: usize = NAME_MAX - 1 - GUARD_TEMP_INFIX.len() - TOK
 /// The guard file name of resource file `resource`: `.{resource}.flock`.
 #[must_use]
 pub fn guard_name(resource: &str) -> String {
-    format!(".{resource}{GUARD_SUFFIX}")
+    let mut name = String::with_capacity(resource.len() + 1 + GUARD_SUFFIX.len());
+    name.push('.');
+    name.push_str(resource);
+    name.push_str(GUARD_SUFFIX);
+    name
 }
 
 /// A publication temp alias of the guard of `resource`: `.{resource}.flock.tmp-{token}`.
@@ -64,6 +68,17 @@ fn fold(name: &str) -> String {
 /// ordinary file's temp alias (`.x.flock.tmp-…`) can ever look like a guard's.
 #[must_use]
 pub fn is_reserved(name: &str) -> bool {
+    if name.is_ascii() {
+        // ASCII is its own NFKC form with nothing ignorable: compare case-insensitively in
+        // place, without building the normalized copy (this runs for every listed name).
+        let b = name.as_bytes();
+        let suffix = GUARD_SUFFIX.as_bytes();
+        let infix = GUARD_TEMP_INFIX.as_bytes();
+        return (b.len() >= suffix.len()
+            && b[b.len() - suffix.len()..].eq_ignore_ascii_case(suffix))
+            || b.windows(infix.len())
+                .any(|w| w.eq_ignore_ascii_case(infix));
+    }
     let n = normalize(name);
     n.ends_with(GUARD_SUFFIX) || n.contains(GUARD_TEMP_INFIX)
 }
@@ -314,6 +329,15 @@ mod tests {
         fn ordinary_names_are_not_reserved(resource in "[a-z0-9][a-z0-9_-]{0,20}(\\.lock|\\.json)?") {
             prop_assert!(!is_reserved(&resource), "{resource:?} must not be reserved");
             prop_assert!(check_resource_name(&resource).is_ok());
+        }
+
+        #[test]
+        fn the_ascii_fast_path_agrees_with_normalization(name in "[ -~]{0,40}") {
+            let slow = {
+                let n = normalize(&name);
+                n.ends_with(GUARD_SUFFIX) || n.contains(GUARD_TEMP_INFIX)
+            };
+            prop_assert_eq!(is_reserved(&name), slow, "{:?}", name);
         }
 
         #[test]

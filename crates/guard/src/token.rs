@@ -1,24 +1,41 @@
 //! Random tokens for temp names.
 
 use std::hash::{BuildHasher, Hasher, RandomState};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A random 64-bit token as 16 lowercase hex digits, for temp file names.
 ///
-/// Each call keys SipHash with fresh per-process randomness from the operating system (through
-/// `RandomState`) and mixes in a counter and the time, so two processes, or two calls, never
-/// agree except by chance. Temp names are never derived from the pid alone: a crashed process
-/// can leave a read-only temp under a pid that is later reused.
+/// A process draws one seed from the operating system's randomness (through `RandomState`,
+/// mixed with the time), and each call mixes in the current pid (a forked child shares the
+/// seed) and a counter (splitmix64), so two calls never agree and two processes agree only by
+/// chance; a collision is harmless anyway, as temp files are created exclusively. Temp names
+/// are never derived from the pid alone: a crashed process can leave a read-only temp under a
+/// pid that is later reused.
 #[must_use]
 pub fn random_token() -> String {
+    static SEED: OnceLock<u64> = OnceLock::new();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut hasher = RandomState::new().build_hasher();
-    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    hasher.write_u32(std::process::id());
-    if let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-        hasher.write_u128(now.as_nanos());
-    }
-    format!("{:016x}", hasher.finish())
+    // One SipHash keyed by the OS per process; after that, splitmix64 of seed + counter: every
+    // call differs from every other in this process, and the seed from every other process.
+    let seed = *SEED.get_or_init(|| {
+        let mut hasher = RandomState::new().build_hasher();
+        if let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+            hasher.write_u128(now.as_nanos());
+        }
+        hasher.finish()
+    });
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let seed = seed ^ (u64::from(std::process::id()) << 32);
+    let mut z = seed.wrapping_add(n.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    let value = z ^ (z >> 31);
+    let hex = b"0123456789abcdef";
+    (0..16)
+        .rev()
+        .map(|i| char::from(hex[usize::try_from((value >> (i * 4)) & 0xF).unwrap_or(0)]))
+        .collect()
 }
 
 #[cfg(test)]

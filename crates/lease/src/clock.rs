@@ -62,13 +62,32 @@ pub fn rfc3339_ms(ms: u64) -> String {
     let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX);
     let rem = secs % 86_400;
     let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        ms % 1000
-    )
+    // Written digit by digit: this runs on every acquisition, and `format!` costs several
+    // times more.
+    let mut out = String::with_capacity(24);
+    push_digits(&mut out, u64::try_from(y).unwrap_or(0), 4);
+    out.push('-');
+    push_digits(&mut out, u64::from(m), 2);
+    out.push('-');
+    push_digits(&mut out, u64::from(d), 2);
+    out.push('T');
+    push_digits(&mut out, rem / 3600, 2);
+    out.push(':');
+    push_digits(&mut out, rem % 3600 / 60, 2);
+    out.push(':');
+    push_digits(&mut out, rem % 60, 2);
+    out.push('.');
+    push_digits(&mut out, ms % 1000, 3);
+    out.push('Z');
+    out
+}
+
+/// Appends the last `width` decimal digits of `value`, zero-padded.
+fn push_digits(out: &mut String, value: u64, width: u32) {
+    for i in (0..width).rev() {
+        let digit = (value / 10u64.pow(i)) % 10;
+        out.push(char::from(b'0' + u8::try_from(digit).unwrap_or(0)));
+    }
 }
 
 /// Parses an RFC 3339 timestamp (`2026-11-30T04:27:19Z`, optional fraction, `Z` or `±HH:MM`)

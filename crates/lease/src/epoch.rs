@@ -59,7 +59,7 @@ pub(crate) fn advance(lock: &SlotPath, listed: &[SlotPath]) -> Result<u64, Error
         };
     };
     let next = current.saturating_add(1);
-    file.rename(&format!("{}{next}", epoch_prefix(name)))?;
+    file.rename(&format!("{name}.epoch.{next}"))?;
     // Older names can only be left by hand or by a writer outside the protocol: tidy them.
     for (_, stale) in listed
         .iter()
