@@ -308,8 +308,19 @@ impl Pool {
         Options::process().clock(Arc::clone(&self.clock))
     }
 
-    /// Tries once to take a slot of `kind` for `request`; never waits.
+    /// Tries once to take a slot of `kind` for `request`. It waits only for another counter
+    /// to release `slots.lock` (milliseconds; at most about 2 s before [`Blocker::Counting`]).
     pub fn try_take(&self, kind: Kind, request: &Request) -> Result<Take, Error> {
+        self.try_take_until(kind, request, None)
+    }
+
+    /// [`Pool::try_take`] that also gives up on a busy `slots.lock` at `deadline`.
+    fn try_take_until(
+        &self,
+        kind: Kind,
+        request: &Request,
+        deadline: Option<Instant>,
+    ) -> Result<Take, Error> {
         if let Some(blocker) = self.operator_blocker()? {
             return Ok(Take::Blocked(blocker));
         }
@@ -329,7 +340,7 @@ impl Pool {
             };
         };
         let cap = cap?;
-        let Some(counting) = self.hold_slots_lock()? else {
+        let Some(counting) = self.hold_slots_lock(deadline)? else {
             return Ok(Take::Blocked(Blocker::Counting));
         }; // Re-check under slots.lock: a STOP written a moment ago wins.
         if let Some(blocker) = self.operator_blocker()? {
@@ -360,15 +371,21 @@ impl Pool {
         Ok(Take::Held(Slot { kind, lease: taken }))
     }
 
-    /// Takes `slots.lock`, waiting up to about 2 s for another counter to finish (counting takes
-    /// microseconds to milliseconds). `None` only if it stays busy that long.
-    fn hold_slots_lock(&self) -> Result<Option<Lease>, Error> {
+    /// Takes `slots.lock`, waiting up to about 2 s (or until `deadline`, if sooner) for another
+    /// counter to finish (counting takes microseconds to milliseconds). It is always tried at
+    /// least once. `None` only if it stays busy that long.
+    fn hold_slots_lock(&self, deadline: Option<Instant>) -> Result<Option<Lease>, Error> {
         let request = Request::new("counting slots");
         for _ in 0..2000 {
-            match acquire(&self.dir, SLOTS_LOCK, &request, &self.options())? {
-                Acquired::Held(lease) => return Ok(Some(lease)),
-                Acquired::Refused(_) => std::thread::sleep(Duration::from_millis(1)),
+            if let Acquired::Held(lease) =
+                acquire(&self.dir, SLOTS_LOCK, &request, &self.options())?
+            {
+                return Ok(Some(lease));
             }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
         Ok(None)
     }
@@ -409,7 +426,8 @@ impl Pool {
         let started = Instant::now();
         let mut pause = Duration::from_millis(25);
         loop {
-            match self.try_take(kind, request)? {
+            let deadline = wait.timeout.map(|t| started + t);
+            match self.try_take_until(kind, request, deadline)? {
                 Take::Held(slot) => return Ok(Take::Held(slot)),
                 Take::Blocked(blocker) if blocker.is_operator_refusal() => {
                     return Ok(Take::Blocked(blocker));

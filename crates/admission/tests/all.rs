@@ -522,6 +522,26 @@ mod waiting {
     }
 
     #[test]
+    fn a_zero_timeout_still_tries_once() {
+        let site = Site::new("{}");
+        let got = site
+            .pool
+            .take(
+                Kind::Agent,
+                &Request::new("impatient"),
+                Wait {
+                    timeout: Some(Duration::ZERO),
+                    on_wait: &mut |_, _| {},
+                },
+            )
+            .expect("take");
+        assert!(
+            matches!(got, Take::Held(_)),
+            "a free slot is taken at once: {got:?}"
+        );
+    }
+
+    #[test]
     fn a_counter_stuck_on_slots_lock_is_reported_and_named() {
         let site = Site::new("{}");
         let dir = SlotDir::open(site.temp.path()).expect("open");
