@@ -546,6 +546,76 @@ mod roles {
     }
 }
 
+mod terminal {
+    use super::*;
+    use std::io::Read;
+
+    #[test]
+    fn a_run_waiting_on_a_terminal_shows_what_blocks_it() {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        let mut holder = site.spawn(&["run"], HOLD, "0");
+        wait_until("the holder", || site.file("up.0").exists());
+        // script(1) gives the waiting run a pseudo-terminal as stdin, stdout and stderr.
+        let inner = format!("{} run -- true", env!("CARGO_BIN_EXE_worklane"));
+        let mut waiter = Command::new("script")
+            .args(["-qfec", &inner, "/dev/null"])
+            .env("AGENT_SLOTS_DIR", site.slots())
+            .env_remove("AGENT_SLOTS_CONFIG")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn script");
+        let _keep_stdin_open = waiter.stdin.take();
+        let mut stdout = waiter.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stdout.read(&mut buf) {
+                if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut seen = Vec::new();
+        wait_until("the waiting line", || {
+            while let Ok(chunk) = rx.try_recv() {
+                seen.extend(chunk);
+            }
+            String::from_utf8_lossy(&seen).contains("at cap: 1 of 1 held")
+        });
+        let text = String::from_utf8_lossy(&seen).into_owned();
+        assert!(
+            text.contains("waiting for an agent slot"),
+            "says what it waits for: {text:?}"
+        );
+        assert!(text.contains("waited"), "and for how long: {text:?}");
+        std::fs::write(site.file("release.0"), b"").expect("release");
+        assert!(wait_exit(&mut holder, "the holder").success());
+        let status = wait_exit(&mut waiter, "the waiting run");
+        assert!(
+            status.success(),
+            "the waiting run gets the slot and runs: {status}"
+        );
+    }
+
+    #[test]
+    fn a_run_waiting_without_a_terminal_is_silent() {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        let mut holder = site.spawn(&["run"], HOLD, "0");
+        wait_until("the holder", || site.file("up.0").exists());
+        let out = site.output(&["run", "--timeout", "300ms", "--", "true"]);
+        assert_eq!(out.status.code(), Some(75), "timed out");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !err.contains("waiting for"),
+            "no live line without a terminal: {err:?}"
+        );
+        assert!(err.contains("timed out"), "only the final refusal: {err:?}");
+        std::fs::write(site.file("release.0"), b"").expect("release");
+        assert!(wait_exit(&mut holder, "the holder").success());
+    }
+}
+
 mod roles_and_stop {
     use super::*;
 
