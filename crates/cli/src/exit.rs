@@ -72,7 +72,7 @@ fn guard_code(e: &worklane_guard::acquire::Error) -> u8 {
 fn lease_code(e: &worklane_lease::Error) -> u8 {
     use worklane_lease::Error as E;
     match e {
-        E::Name(_) | E::ReservedField(_) => USAGE,
+        E::Name(_) | E::ReservedField(_) | E::NameTooLong { .. } => USAGE,
         E::Guard(g) => guard_code(g),
         _ => OS_ERROR,
     }

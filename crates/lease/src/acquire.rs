@@ -188,6 +188,19 @@ pub enum Error {
     /// The resource name cannot be a slot file.
     #[error(transparent)]
     Name(#[from] worklane_slotfile::name::Error),
+    /// The lock name leaves no room for its epoch marker and claim names.
+    #[error(
+        "lock name {name:?} is {len} bytes; a lock name may have at most {max} so that its \
+         epoch marker and takeover claims fit the filesystem's name limit: use a shorter name"
+    )]
+    NameTooLong {
+        /// The name given.
+        name: String,
+        /// Its length in bytes.
+        len: usize,
+        /// The longest accepted.
+        max: usize,
+    },
     /// The request sets a field the core writes itself.
     #[error("the lease request sets `{0}`, which worklane writes itself; rename the field")]
     ReservedField(String),
@@ -223,6 +236,10 @@ pub enum Error {
     #[error("acquisition stopped at {0:?} by a test hook")]
     Crashed(Step),
 }
+
+/// The longest lock name: its epoch marker `<name>.epoch.<20 digits>` (the longest of the
+/// names derived from it; a claim adds 23 bytes) must itself be a valid slot file name.
+pub const MAX_LOCK_NAME: usize = worklane_guard::RESOURCE_NAME_MAX - ".epoch.".len() - 20;
 
 /// How often a contender retries a guard that is held only while a record changes.
 const BRIEF_GUARD_TRIES: u32 = 200;
@@ -266,6 +283,13 @@ pub fn acquire(
         .find(|k| RESERVED_FIELDS.contains(&k.as_str()))
     {
         return Err(Error::ReservedField(key.clone()));
+    }
+    if name.len() > MAX_LOCK_NAME {
+        return Err(Error::NameTooLong {
+            name: name.to_owned(),
+            len: name.len(),
+            max: MAX_LOCK_NAME,
+        });
     }
     let path = dir.file(name)?;
     let hold = options.liveness.guard_hold();

@@ -60,7 +60,9 @@ mod lease;
 mod liveness;
 mod record;
 
-pub use acquire::{Acquired, Control, Error, Options, Refusal, Request, Step, acquire, claim_name};
+pub use acquire::{
+    Acquired, Control, Error, MAX_LOCK_NAME, Options, Refusal, Request, Step, acquire, claim_name,
+};
 pub use clock::{Clock, ManualClock, SystemClock, parse_rfc3339_ms, rfc3339_ms};
 pub use epoch::{current as current_epoch, epoch_prefix, parse_epoch_name};
 pub use lease::{Lease, held};

@@ -269,6 +269,38 @@ mod basics {
     }
 
     #[test]
+    fn lock_names_too_long_for_their_epoch_and_claims_are_refused_up_front() {
+        let site = Site::new();
+        let longest = format!("{}.lock", "a".repeat(worklane_lease::MAX_LOCK_NAME - 5));
+        let Acquired::Held(lease) = acquire(
+            &site.dir,
+            &longest,
+            &Request::new("me"),
+            &Options::process(),
+        )
+        .expect("the longest name works, epoch marker included") else {
+            panic!("free");
+        };
+        lease.release().expect("release");
+        let too_long = format!("a{longest}");
+        let err = acquire(
+            &site.dir,
+            &too_long,
+            &Request::new("me"),
+            &Options::process(),
+        )
+        .expect_err("one byte more is refused");
+        assert!(
+            matches!(err, worklane_lease::Error::NameTooLong { .. }),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string().contains("shorter name"),
+            "says what to do: {err}"
+        );
+    }
+
+    #[test]
     fn reserved_fields_are_refused() {
         let site = Site::new();
         let err = acquire(
