@@ -65,7 +65,6 @@ fn basename(command: &[std::ffi::OsString]) -> String {
 }
 
 pub(crate) fn run(args: RunArgs) -> Result<ExitCode, Failure> {
-    let pool = crate::pool()?;
     let limit_ms = args
         .limit
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
@@ -80,6 +79,8 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode, Failure> {
             "--limit applies only to --kind test",
         ));
     }
+    // Usage is checked before the configuration, so a usage error is never hidden by a 78.
+    let pool = crate::pool()?;
     let owner = args
         .owner
         .clone()

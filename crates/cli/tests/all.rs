@@ -253,6 +253,12 @@ mod exits {
         assert_eq!(out.status.code(), Some(127), "not found");
         assert!(String::from_utf8_lossy(&out.stderr).contains("not found"));
         assert_eq!(site.code(&["run"]), 64, "usage error without a command");
+        let broken = Site::new(Some("{"));
+        assert_eq!(
+            broken.code(&["run", "--limit", "5m", "--", "true"]),
+            64,
+            "--limit without --kind test is a usage error, even with a broken config"
+        );
         assert_eq!(site.code(&["no-such-command"]), 64);
     }
 
