@@ -69,11 +69,21 @@ fn guard_code(e: &worklane_guard::acquire::Error) -> u8 {
     }
 }
 
+/// Opening the slot directory wrongly placed or shaped is configuration; a failing system
+/// call on it (listing, say) is a system error, whichever layer met it.
+fn open_code(e: &worklane_slotfile::open::Error) -> u8 {
+    match e {
+        worklane_slotfile::open::Error::Io { .. } => OS_ERROR,
+        _ => CONFIG,
+    }
+}
+
 fn lease_code(e: &worklane_lease::Error) -> u8 {
     use worklane_lease::Error as E;
     match e {
         E::Name(_) | E::ReservedField(_) | E::NameTooLong { .. } => USAGE,
         E::Guard(g) => guard_code(g),
+        E::List(o) => open_code(o),
         _ => OS_ERROR,
     }
 }
@@ -82,7 +92,8 @@ impl From<worklane_admission::Error> for Failure {
     fn from(e: worklane_admission::Error) -> Failure {
         use worklane_admission::Error as E;
         let code = match &e {
-            E::Config(_) | E::Open(_) => CONFIG,
+            E::Config(_) => CONFIG,
+            E::Open(o) => open_code(o),
             E::Guard(g) => guard_code(g),
             E::Lease(l) => lease_code(l),
             _ => OS_ERROR,
@@ -139,5 +150,31 @@ mod tests {
         assert_eq!(Failure::from(name).code, USAGE, "a bad role name");
         let identity = Failure::from(worklane_lease::Error::Identity("no /proc".into()));
         assert_eq!(identity.code, OS_ERROR, "{}", identity.message);
+
+        // The same directory problem maps alike through either layer.
+        let io = || worklane_slotfile::open::Error::Io {
+            op: "list",
+            path: temp.path().to_owned(),
+            source: std::io::Error::other("EIO"),
+        };
+        let missing = || worklane_slotfile::open::Error::Missing {
+            path: temp.path().join("nope"),
+        };
+        assert_eq!(
+            Failure::from(worklane_admission::Error::Open(io())).code,
+            OS_ERROR
+        );
+        assert_eq!(
+            Failure::from(worklane_lease::Error::List(io())).code,
+            OS_ERROR
+        );
+        assert_eq!(
+            Failure::from(worklane_admission::Error::Open(missing())).code,
+            CONFIG
+        );
+        assert_eq!(
+            Failure::from(worklane_lease::Error::List(missing())).code,
+            CONFIG
+        );
     }
 }
