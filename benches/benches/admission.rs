@@ -11,7 +11,7 @@
 //! `cargo build --release -p worklane && cargo bench -p worklane-benches --bench admission`
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use worklane_admission::{Kind, Pool, Slot, Take};
@@ -51,27 +51,9 @@ fn bench_take(c: &mut Criterion, label: &str, parent: &Path) {
 }
 
 fn take_release(c: &mut Criterion) {
-    bench_take(c, "disk", &std::env::temp_dir());
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        bench_take(c, "tmpfs", shm);
+    for (label, dir) in worklane_benches::filesystems() {
+        bench_take(c, label, &dir);
     }
-}
-
-/// `target/<profile>/worklane`, beside the `deps/` directory this bench runs from.
-fn worklane_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("the bench runs from target/<profile>/deps")
-        .join("worklane");
-    assert!(
-        bin.is_file(),
-        "{} is missing: run `cargo build --release -p worklane` first",
-        bin.display()
-    );
-    bin
 }
 
 fn run_ok(cmd: &mut Command) {
@@ -80,7 +62,8 @@ fn run_ok(cmd: &mut Command) {
 }
 
 fn cli_per_run(c: &mut Criterion) {
-    let worklane = worklane_bin();
+    let worklane =
+        worklane_benches::sibling_binary("worklane", "cargo build --release -p worklane");
     let root = std::env::temp_dir();
     let dir = tempfile::tempdir_in(&root).expect("temp dir");
     let slots = dir.path().join("slots");

@@ -20,7 +20,7 @@ use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_
 use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags};
 use std::hint::black_box;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use worklane_identity::ProcessIdentity;
@@ -157,27 +157,9 @@ fn bench_parts(c: &mut Criterion, label: &str, site: &Site, record: &[u8]) {
 }
 
 fn acquire_release(c: &mut Criterion) {
-    bench_on(c, "disk", &std::env::temp_dir());
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        bench_on(c, "tmpfs", shm);
+    for (label, dir) in worklane_benches::filesystems() {
+        bench_on(c, label, &dir);
     }
-}
-
-/// `target/<profile>/lease-holder`, beside the `deps/` directory this bench runs from.
-fn lease_holder() -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("the bench runs from target/<profile>/deps")
-        .join("lease-holder");
-    assert!(
-        bin.is_file(),
-        "{} is missing: run `cargo build --release -p worklane-lease --bin lease-holder` first",
-        bin.display()
-    );
-    bin
 }
 
 /// One stress run: 16 processes x `CYCLES` acquire/release cycles on one lease in a fresh
@@ -223,7 +205,10 @@ fn stress_run(holder: &Path) -> Duration {
 }
 
 fn stress(c: &mut Criterion) {
-    let holder = lease_holder();
+    let holder = worklane_benches::sibling_binary(
+        "lease-holder",
+        "cargo build --release -p worklane-lease --bin lease-holder",
+    );
     let mut group = c.benchmark_group("lease_stress");
     group.sample_size(10);
     group.sampling_mode(SamplingMode::Flat);

@@ -52,10 +52,8 @@ fn bench_on(c: &mut Criterion, label: &str, parent: &Path) {
 }
 
 fn slotfile_benches(c: &mut Criterion) {
-    bench_on(c, "disk", &std::env::temp_dir());
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        bench_on(c, "tmpfs", shm);
+    for (label, dir) in worklane_benches::filesystems() {
+        bench_on(c, label, &dir);
     }
 }
 
