@@ -878,10 +878,19 @@ mod queue {
             .trim()
             .parse()
             .expect("a session id");
-        let ours = rustix::process::getsid(None)
-            .expect("our sid")
-            .as_raw_nonzero()
-            .get();
+        // Read our own session from /proc rather than getsid(2): in a container
+        // whose session leader lives outside our pid namespace the kernel reports
+        // session 0, which rustix's getsid refuses to represent as a Pid.
+        let stat = std::fs::read_to_string("/proc/self/stat").expect("our stat");
+        let ours: i32 = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(3))
+            .and_then(|field| field.parse().ok())
+            .expect("our session id");
+        assert!(
+            sid > 0,
+            "setsid makes the runner lead a session visible to us"
+        );
         assert_ne!(sid, ours, "the runner lives in a session of its own");
         wait_until("the log's last line", || {
             std::fs::read_to_string(&log).is_ok_and(|l| l.contains("exited with status 0"))
