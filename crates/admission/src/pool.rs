@@ -468,19 +468,30 @@ impl Pool {
     /// its guard not an empty regular file) cannot be judged, so it counts as held and is
     /// reported; it never fails the count of every other slot.
     fn state_of(&self, path: &SlotPath, liveness: &dyn Liveness) -> Result<SlotState, Error> {
+        Ok(self.observe(path, liveness)?.0)
+    }
+
+    /// The state of one slot file and, when its guard was free, the record bytes that state
+    /// was judged from (read under the guard, so the two belong together).
+    fn observe(
+        &self,
+        path: &SlotPath,
+        liveness: &dyn Liveness,
+    ) -> Result<(SlotState, Option<Vec<u8>>), Error> {
         use worklane_guard::acquire::Error as GuardError;
         use worklane_slotfile::read::Error as ReadError;
         let guard = match path.try_guard() {
             Ok(Some(guard)) => guard,
-            Ok(None) => return Ok(SlotState::GuardHeld),
+            Ok(None) => return Ok((SlotState::GuardHeld, None)),
             Err(
                 e @ (GuardError::Symlink { .. }
                 | GuardError::NotRegular { .. }
                 | GuardError::NotEmpty { .. }),
             ) => {
-                return Ok(SlotState::Live(LiveWhy::Other(format!(
-                    "its guard is broken: {e}"
-                ))));
+                return Ok((
+                    SlotState::Live(LiveWhy::Other(format!("its guard is broken: {e}"))),
+                    None,
+                ));
             }
             Err(e) => return Err(e.into()),
         };
@@ -491,15 +502,18 @@ impl Pool {
                 | ReadError::NotRegular { .. }
                 | ReadError::TooLarge { .. }),
             ) => {
-                return Ok(SlotState::Live(LiveWhy::Malformed {
-                    detail: e.to_string(),
-                }));
+                return Ok((
+                    SlotState::Live(LiveWhy::Malformed {
+                        detail: e.to_string(),
+                    }),
+                    None,
+                ));
             }
             Err(e) => return Err(e.into()),
         };
-        let state = match raw {
+        let state = match &raw {
             None => SlotState::Dead(worklane_lease::DeadWhy::Other("no record".into())),
-            Some(raw) => match Record::parse(&raw) {
+            Some(raw) => match Record::parse(raw) {
                 Err(e) => SlotState::Live(LiveWhy::Malformed {
                     detail: e.to_string(),
                 }),
@@ -510,7 +524,7 @@ impl Pool {
             },
         };
         drop(guard);
-        Ok(state)
+        Ok((state, raw))
     }
 
     /// Whether the machine is idle for a full run started outside any harness: no live full
@@ -539,13 +553,17 @@ impl Pool {
                 } else {
                     continue;
                 };
-            // A record that cannot be read is shown without one; its state says why.
-            let record = path
-                .read()
-                .ok()
-                .flatten()
-                .and_then(|raw| Record::parse(&raw).ok());
-            let state = self.state_of(&path, liveness.as_ref())?;
+            // The state first, then the record: a free guard's record is the one the state was
+            // judged from; a held guard's record is read after the probe, so it never names a
+            // holder that had already left before it. A record that cannot be read is shown
+            // without one; its state says why.
+            let (state, raw) = self.observe(&path, liveness.as_ref())?;
+            let raw = match raw {
+                Some(raw) => Some(raw),
+                None if matches!(state, SlotState::GuardHeld) => path.read().ok().flatten(),
+                None => None,
+            };
+            let record = raw.and_then(|raw| Record::parse(&raw).ok());
             slots.push(SlotView {
                 name: name.to_owned(),
                 kind,

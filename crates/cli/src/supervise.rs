@@ -6,7 +6,7 @@ use signal_hook::iterator::Signals;
 use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Command, ExitStatus};
+use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -17,7 +17,8 @@ pub(crate) const CHECK_EVERY: Duration = Duration::from_millis(250);
 pub(crate) const GRACE: Duration = Duration::from_secs(3);
 
 enum Event {
-    Exited(std::io::Result<ExitStatus>),
+    /// The command has exited (or waiting failed); it is not reaped yet.
+    Exited(std::io::Result<()>),
     Signal(i32),
 }
 
@@ -96,8 +97,20 @@ pub(crate) fn supervise(
     let (tx, rx) = mpsc::channel();
     let exited = tx.clone();
     let mut child = child;
+    // Wait for the exit without reaping it (WNOWAIT): while the command is an unreaped zombie
+    // its pid, and so the pgid of its group, cannot be reused, so the group kill after a halt
+    // (below) cannot reach an unrelated process.
     std::thread::spawn(move || {
-        let _ = exited.send(Event::Exited(child.wait()));
+        let waited = loop {
+            match rustix::process::waitid(
+                rustix::process::WaitId::Pid(pid),
+                rustix::process::WaitIdOptions::EXITED | rustix::process::WaitIdOptions::NOWAIT,
+            ) {
+                Err(rustix::io::Errno::INTR) => {}
+                other => break other.map(drop).map_err(std::io::Error::from),
+            }
+        };
+        let _ = exited.send(Event::Exited(waited));
     });
     let handle = signals.handle();
     std::thread::spawn(move || {
@@ -111,7 +124,7 @@ pub(crate) fn supervise(
     let mut next_check = Instant::now() + CHECK_EVERY;
     let mut halting: Option<(String, Instant)> = None;
     let mut killed = false;
-    let status = loop {
+    let waited = loop {
         let now = Instant::now();
         let mut wake = next_check;
         if let Some((_, since)) = &halting
@@ -120,7 +133,7 @@ pub(crate) fn supervise(
             wake = wake.min(*since + GRACE);
         }
         match rx.recv_timeout(wake.saturating_duration_since(now)) {
-            Ok(Event::Exited(status)) => break status,
+            Ok(Event::Exited(waited)) => break waited,
             Ok(Event::Signal(signal)) => {
                 let forwarded = match signal {
                     SIGTERM => Some(rustix::process::Signal::TERM),
@@ -161,13 +174,15 @@ pub(crate) fn supervise(
     };
     handle.close();
     // A halted command's own group goes with it: whatever of it outlived the command (a
-    // child that ignored SIGTERM) is killed before the slot is released.
+    // child that ignored SIGTERM) is killed before the slot is released. The command is not
+    // reaped yet, so its pgid still names its own group.
     if halting.is_some()
         && let Target::Group(pgid) = target
     {
         let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
     }
-    let status = status
+    let status = waited
+        .and_then(|()| child.wait())
         .map_err(|e| Failure::new(exit::OS_ERROR, format!("cannot wait for the command: {e}")))?;
     let code = match (status.code(), status.signal()) {
         (Some(code), _) => u8::try_from(code).unwrap_or(u8::MAX),
