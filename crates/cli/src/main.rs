@@ -12,6 +12,7 @@ mod queue;
 mod run;
 mod slots;
 mod supervise;
+mod tree;
 
 use clap::Parser;
 use cli::{Cli, Command, LeaseCommand, QueueCommand};

@@ -68,6 +68,8 @@ pub(crate) fn supervise(
         )
     })?;
     let interactive = std::io::stdin().is_terminal();
+    // Orphans of the command's tree are re-parented to us (Linux), so a halt still finds them.
+    let reaping = crate::tree::become_subreaper();
     let mut cmd = Command::new(program);
     cmd.args(args);
     if !interactive {
@@ -97,20 +99,8 @@ pub(crate) fn supervise(
     let (tx, rx) = mpsc::channel();
     let exited = tx.clone();
     let mut child = child;
-    // Wait for the exit without reaping it (WNOWAIT): while the command is an unreaped zombie
-    // its pid, and so the pgid of its group, cannot be reused, so the group kill after a halt
-    // (below) cannot reach an unrelated process.
     std::thread::spawn(move || {
-        let waited = loop {
-            match rustix::process::waitid(
-                rustix::process::WaitId::Pid(pid),
-                rustix::process::WaitIdOptions::EXITED | rustix::process::WaitIdOptions::NOWAIT,
-            ) {
-                Err(rustix::io::Errno::INTR) => {}
-                other => break other.map(drop).map_err(std::io::Error::from),
-            }
-        };
-        let _ = exited.send(Event::Exited(waited));
+        let _ = exited.send(Event::Exited(wait_for_exit(pid, reaping)));
     });
     let handle = signals.handle();
     std::thread::spawn(move || {
@@ -160,7 +150,9 @@ pub(crate) fn supervise(
                     "worklane: {reason}: halting the command (SIGTERM, then SIGKILL after {} s)",
                     GRACE.as_secs()
                 );
-                target.send(rustix::process::Signal::TERM);
+                halt(target, rustix::process::Signal::TERM);
+                // A stopped process acts on SIGTERM only once continued.
+                halt(target, rustix::process::Signal::CONT);
                 halting = Some((reason, now));
             }
         }
@@ -168,18 +160,17 @@ pub(crate) fn supervise(
             && !killed
             && now >= *since + GRACE
         {
-            target.send(rustix::process::Signal::KILL);
+            halt(target, rustix::process::Signal::KILL);
             killed = true;
         }
     };
     handle.close();
-    // A halted command's own group goes with it: whatever of it outlived the command (a
-    // child that ignored SIGTERM) is killed before the slot is released. The command is not
-    // reaped yet, so its pgid still names its own group.
-    if halting.is_some()
-        && let Target::Group(pgid) = target
-    {
-        let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+    // A halted command's processes go with it: whatever of it outlived the command (a child
+    // that ignored SIGTERM, in its group or not) is killed before the slot is released. The
+    // command is not reaped yet, so its pid, and the pgid of its group, cannot have been
+    // reused by an unrelated process.
+    if halting.is_some() {
+        halt(target, rustix::process::Signal::KILL);
     }
     let status = waited
         .and_then(|()| child.wait())
@@ -193,6 +184,47 @@ pub(crate) fn supervise(
         code,
         halted: halting.map(|(reason, _)| reason),
     })
+}
+
+/// Sends a halt signal to the command (its group, or its pid with a terminal) and to every
+/// other descendant of worklane, which reaches the processes that left the group or were
+/// orphaned (see [`crate::tree`]).
+fn halt(target: Target, signal: rustix::process::Signal) {
+    target.send(signal);
+    crate::tree::signal_descendants(signal);
+}
+
+/// Waits until the command has exited, without reaping it (WNOWAIT): while it is an unreaped
+/// zombie its pid, and so the pgid of its group, cannot be reused, so the kill of its leftovers
+/// after a halt cannot reach an unrelated process. As a subreaper (`reaping`), orphans of the
+/// command's tree become our children: they are reaped here as they exit, so a long run does
+/// not collect zombies. Nothing else in worklane spawns children while a command runs.
+fn wait_for_exit(pid: rustix::process::Pid, reaping: bool) -> std::io::Result<()> {
+    use rustix::io::Errno;
+    use rustix::process::{WaitId, WaitIdOptions, waitid};
+    let exited = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT;
+    loop {
+        if !reaping {
+            match waitid(WaitId::Pid(pid), exited) {
+                Err(Errno::INTR) => continue,
+                other => return other.map(drop).map_err(std::io::Error::from),
+            }
+        }
+        match waitid(WaitId::All, exited) {
+            Ok(_) | Err(Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+        match waitid(WaitId::Pid(pid), exited | WaitIdOptions::NOHANG) {
+            Ok(Some(_)) => return Ok(()),
+            Ok(None) | Err(Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let raw = pid.as_raw_nonzero().get().unsigned_abs();
+        if crate::tree::reap_orphans(raw) == 0 {
+            // An exited child the process table did not show us: do not spin on it.
+            std::thread::sleep(CHECK_EVERY);
+        }
+    }
 }
 
 /// The command line as one string for records and messages (lossy, at most 512 bytes).

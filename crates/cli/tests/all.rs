@@ -677,6 +677,110 @@ touch "$T/up.$K"; wait"#;
         assert_eq!(site.code(&["resume-all"]), 0);
     }
 
+    /// Whether `/proc/PID` is gone or a zombie (waiting for a parent to reap it).
+    fn gone_or_zombie(pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+            s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z'))
+        })
+    }
+
+    fn read_pid(path: &Path) -> i32 {
+        std::fs::read_to_string(path)
+            .expect("pid file")
+            .trim()
+            .parse()
+            .expect("a pid")
+    }
+
+    #[test]
+    fn a_halt_reaches_a_descendant_that_left_the_group_and_was_orphaned() {
+        let site = Site::new(None);
+        // `setsid -f` forks a process into a session (and group) of its own whose parent exits
+        // at once: out of the command's group, and orphaned. It ignores SIGTERM.
+        let script = r#"setsid -f sh -c 'trap "" TERM; cut -d" " -f4 /proc/$$/stat > "$T/escapee.ppid"; echo $$ > "$T/escapee"; exec sleep 600'
+touch "$T/up.$K"; exec sleep 600"#;
+        let mut run = site.spawn(&["run"], script, "0");
+        wait_until("the escapee", || {
+            std::fs::read_to_string(site.file("escapee")).is_ok_and(|s| s.ends_with('\n'))
+                && site.file("up.0").exists()
+        });
+        let escapee = read_pid(&site.file("escapee"));
+        let runner = i32::try_from(run.id()).expect("pid");
+        let adopted = read_pid(&site.file("escapee.ppid"));
+        assert_eq!(
+            adopted, runner,
+            "the orphan is re-parented to worklane, its subreaper, not to init"
+        );
+        assert_eq!(site.code(&["stop-all", "drill"]), 0);
+        wait_exit(&mut run, "the halted run");
+        wait_until("the escapee to be gone", || gone_or_zombie(escapee));
+        if let Some(pid) = rustix::process::Pid::from_raw(escapee) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+        assert_eq!(site.code(&["resume-all"]), 0);
+    }
+
+    #[test]
+    fn orphans_that_exit_during_a_run_are_reaped_at_once() {
+        let site = Site::new(None);
+        // A background job whose shell exits: the job is orphaned to worklane, records its
+        // parent, and exits; its zombie must not wait for the run to end.
+        let script = r#"sh -c 'sh -c "sleep 0.2; cut -d\" \" -f4 /proc/\$\$/stat > \"\$T/orphan.ppid\"; echo \$\$ > \"\$T/orphan\"" &'
+touch "$T/up.$K"; while [ ! -e "$T/release.$K" ]; do sleep 0.02; done"#;
+        let mut run = site.spawn(&["run"], script, "0");
+        wait_until("the orphan", || {
+            std::fs::read_to_string(site.file("orphan")).is_ok_and(|s| s.ends_with('\n'))
+        });
+        let orphan = read_pid(&site.file("orphan"));
+        let runner = i32::try_from(run.id()).expect("pid");
+        assert_eq!(
+            read_pid(&site.file("orphan.ppid")),
+            runner,
+            "adopted by worklane"
+        );
+        wait_until("the orphan to be reaped while the run goes on", || {
+            !Path::new(&format!("/proc/{orphan}")).exists()
+        });
+        assert!(run.try_wait().expect("try_wait").is_none(), "still running");
+        std::fs::write(site.file("release.0"), b"").expect("release");
+        assert!(wait_exit(&mut run, "the run").success());
+    }
+
+    #[test]
+    fn a_halt_with_a_terminal_reaches_the_commands_children() {
+        let site = Site::new(None);
+        // With a terminal on stdin the command shares worklane's process group, so the halt
+        // must find its child by descent. The child ignores SIGTERM, and SIGHUP too, so the
+        // terminal's hangup when the session ends cannot do the halt's work.
+        let inner = format!(
+            "{} run -- sh -c {}",
+            env!("CARGO_BIN_EXE_worklane"),
+            r#"'sh -c "trap \"\" TERM HUP; echo \$\$ > \"\$T/straggler\"; exec sleep 600" & touch "$T/up.0"; wait'"#
+        );
+        let mut run = Command::new("script")
+            .args(["-qfec", &inner, "/dev/null"])
+            .env("AGENT_SLOTS_DIR", site.slots())
+            .env_remove("AGENT_SLOTS_CONFIG")
+            .env("T", site.file(""))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn script");
+        let _keep_stdin_open = run.stdin.take();
+        wait_until("the straggler", || {
+            std::fs::read_to_string(site.file("straggler")).is_ok_and(|s| s.ends_with('\n'))
+                && site.file("up.0").exists()
+        });
+        let straggler = read_pid(&site.file("straggler"));
+        assert_eq!(site.code(&["stop-all", "drill"]), 0);
+        wait_exit(&mut run, "the halted run");
+        wait_until("the straggler to be gone", || gone_or_zombie(straggler));
+        if let Some(pid) = rustix::process::Pid::from_raw(straggler) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+        assert_eq!(site.code(&["resume-all"]), 0);
+    }
+
     #[test]
     fn stop_halts_a_role_holder_too() {
         let site = Site::new(None);

@@ -1,0 +1,239 @@
+//! The processes a halt must reach beyond the command's process group.
+//!
+//! A halt signals the command's group, but a descendant can leave it (`setsid`, `setpgid`), and
+//! with a terminal on stdin the command shares worklane's own foreground group, which worklane
+//! cannot signal without hitting itself and its pipeline neighbours. So a halt also signals
+//! every descendant of worklane found in the process table. On Linux worklane makes itself a
+//! child subreaper, so a descendant whose parent exits (a double-forked daemon) is re-parented
+//! to worklane rather than to init and is still found; worklane reaps such orphans while the
+//! command runs.
+//!
+//! The decisions are plain functions ([`parse_stat`], [`descendants`]) tested everywhere; only
+//! [`table`] reads the platform (Linux `/proc`; elsewhere there is no table and a halt reaches
+//! the command's group or pid only).
+
+/// One row of the process table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Entry {
+    pub(crate) pid: u32,
+    pub(crate) ppid: u32,
+    /// The one-letter state of `/proc/<pid>/stat` (`Z` for a zombie).
+    pub(crate) state: u8,
+}
+
+/// The parent pid and state from the contents of `/proc/<pid>/stat`. The command name (field
+/// 2) may hold spaces and parentheses, so fields are counted from its last `)`.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+pub(crate) fn parse_stat(bytes: &[u8]) -> Option<(u8, u32)> {
+    let close = bytes.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(&bytes[close + 1..]).ok()?;
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    match state.as_bytes() {
+        [one] => Some((*one, ppid)),
+        _ => None,
+    }
+}
+
+/// Every descendant of `root` in `table` (children, their children, ...), excluding `root`.
+/// A malformed table with a parent cycle ends the walk rather than looping.
+pub(crate) fn descendants(root: u32, table: &[Entry]) -> Vec<u32> {
+    let mut found = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(parent) = frontier.pop() {
+        for entry in table {
+            if entry.ppid == parent && entry.pid != root && !found.contains(&entry.pid) {
+                found.push(entry.pid);
+                frontier.push(entry.pid);
+            }
+        }
+    }
+    found
+}
+
+/// The process table, or `None` when it cannot be read or does not describe our own pid
+/// namespace (a `/proc` mounted from another namespace would name other processes).
+#[cfg(target_os = "linux")]
+pub(crate) fn table() -> Option<Vec<Entry>> {
+    let ours = rustix::process::getpid().as_raw_nonzero().get();
+    let self_stat = std::fs::read("/proc/self/stat").ok()?;
+    let self_pid: i32 = std::str::from_utf8(&self_stat)
+        .ok()?
+        .split(' ')
+        .next()?
+        .parse()
+        .ok()?;
+    if self_pid != ours {
+        return None;
+    }
+    let mut table = Vec::new();
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // A process can exit between the listing and the read: skip it.
+        let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        if let Some((state, ppid)) = parse_stat(&stat) {
+            table.push(Entry { pid, ppid, state });
+        }
+    }
+    Some(table)
+}
+
+/// No process table off Linux: a halt reaches the command's group or pid only.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn table() -> Option<Vec<Entry>> {
+    None
+}
+
+/// Sends `signal` to every live descendant of this process; returns how many were signalled.
+pub(crate) fn signal_descendants(signal: rustix::process::Signal) -> usize {
+    let Some(table) = table() else {
+        return 0;
+    };
+    let ours = rustix::process::getpid()
+        .as_raw_nonzero()
+        .get()
+        .unsigned_abs();
+    let mut sent = 0;
+    for pid in descendants(ours, &table) {
+        let live = table.iter().any(|e| e.pid == pid && e.state != b'Z');
+        if let Some(pid) = i32::try_from(pid)
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+            && live
+            && rustix::process::kill_process(pid, signal).is_ok()
+        {
+            sent += 1;
+        }
+    }
+    sent
+}
+
+/// Makes this process a child subreaper (Linux), so orphaned descendants stay findable.
+/// Returns whether it is one.
+#[cfg(target_os = "linux")]
+pub(crate) fn become_subreaper() -> bool {
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid())).is_ok()
+}
+
+/// No subreapers off Linux.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn become_subreaper() -> bool {
+    false
+}
+
+/// Reaps exited children of this process other than `keep` (orphans re-parented to us);
+/// returns how many were reaped.
+pub(crate) fn reap_orphans(keep: u32) -> usize {
+    let Some(table) = table() else {
+        return 0;
+    };
+    let ours = rustix::process::getpid()
+        .as_raw_nonzero()
+        .get()
+        .unsigned_abs();
+    table
+        .iter()
+        .filter(|e| e.ppid == ours && e.pid != keep && e.state == b'Z')
+        .filter_map(|e| {
+            i32::try_from(e.pid)
+                .ok()
+                .and_then(rustix::process::Pid::from_raw)
+        })
+        .filter(|&pid| {
+            matches!(
+                rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::NOHANG),
+                Ok(Some(_))
+            )
+        })
+        .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Entry, descendants, parse_stat};
+    use proptest::prelude::*;
+
+    fn entry(pid: u32, ppid: u32) -> Entry {
+        Entry {
+            pid,
+            ppid,
+            state: b'S',
+        }
+    }
+
+    #[test]
+    fn stat_fields_are_counted_from_the_last_parenthesis() {
+        assert_eq!(parse_stat(b"42 (a) b) (c) Z 7 42 42 0 -1"), Some((b'Z', 7)));
+        assert_eq!(parse_stat(b"42 (sh) S 1 42 42"), Some((b'S', 1)));
+        assert_eq!(parse_stat(b"42 (sh) S"), None, "no parent field");
+        assert_eq!(
+            parse_stat(b"42 (sh) S x"),
+            None,
+            "a parent that is no number"
+        );
+        assert_eq!(parse_stat(b"42 sh S 1"), None, "no command name");
+        assert_eq!(parse_stat(b"42 (sh) SS 1"), None, "a state of two letters");
+    }
+
+    #[test]
+    fn descendants_are_found_at_every_depth_and_only_below_the_root() {
+        let table = [
+            entry(1, 0),
+            entry(10, 1),
+            entry(20, 10),
+            entry(21, 10),
+            entry(30, 20),
+            entry(40, 1),
+            entry(50, 40),
+        ];
+        let mut below = descendants(10, &table);
+        below.sort_unstable();
+        assert_eq!(below, vec![20, 21, 30]);
+        assert_eq!(descendants(30, &table), Vec::<u32>::new());
+        let mut all = descendants(1, &table);
+        all.sort_unstable();
+        assert_eq!(all, vec![10, 20, 21, 30, 40, 50]);
+    }
+
+    #[test]
+    fn a_parent_cycle_ends_the_walk() {
+        let table = [entry(2, 3), entry(3, 2), entry(4, 2)];
+        let mut below = descendants(2, &table);
+        below.sort_unstable();
+        assert_eq!(below, vec![3, 4], "the root itself is never listed");
+    }
+
+    proptest! {
+        #[test]
+        fn a_command_name_never_moves_the_fields(name in "[ -~\n]{0,32}", ppid in 0u32..1_000_000) {
+            let line = format!("42 ({name}) R {ppid} 42 42 0 -1");
+            prop_assert_eq!(parse_stat(line.as_bytes()), Some((b'R', ppid)));
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_live_table_holds_a_spawned_child_under_us() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let table = super::table().expect("a process table on Linux");
+        let ours = std::process::id();
+        assert!(
+            descendants(ours, &table).contains(&child.id()),
+            "the child is our descendant"
+        );
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
