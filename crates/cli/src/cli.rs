@@ -132,7 +132,7 @@ pub(crate) struct LeaseRunArgs {
     /// The role (one owner per role on this machine; different roles coexist).
     #[arg(long)]
     pub(crate) role: String,
-    /// How long the lease stays held without a pulse: at least 1s, default 60s (pulses every
+    /// How long the lease stays held without a pulse: at least 2s, default 60s (pulses every
     /// TTL/20, but not more often than every 250 ms).
     #[arg(long, value_parser = parse_duration, default_value = "60s")]
     pub(crate) ttl: Duration,

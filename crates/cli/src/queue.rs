@@ -120,7 +120,7 @@ pub(crate) fn runner(
         "worklane: {} starting the full run",
         rfc3339_ms(SystemClock.now_ms())
     );
-    let outcome = supervise(&command, || {
+    let outcome = supervise(&command, crate::supervise::GRACE, || {
         pool.stop().ok().flatten().map(|s| s.to_string())
     });
     let _ = slot.release();

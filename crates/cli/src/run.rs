@@ -123,7 +123,7 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode, Failure> {
             ));
         }
     };
-    let outcome = supervise(&args.command, || {
+    let outcome = supervise(&args.command, crate::supervise::GRACE, || {
         pool.stop().ok().flatten().map(|stop| format!("{stop}"))
     });
     let released = slot.release();
@@ -135,9 +135,17 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode, Failure> {
 }
 
 /// The shortest TTL `lease run` accepts. The supervisor checks (and pulses) every
-/// [`CHECK_EVERY`](crate::supervise::CHECK_EVERY); a TTL not well above that would lapse
-/// between pulses and let a second holder in while the command still runs.
-const MIN_TTL: Duration = Duration::from_secs(1);
+/// [`CHECK_EVERY`](crate::supervise::CHECK_EVERY) and halts the command when it could not
+/// confirm its lease for TTL/2; with the grace of [`lease_grace`] the command is then gone
+/// by TTL/2 + 250 ms + TTL/4, before the lease lapses at TTL, for every TTL from 2 s up.
+const MIN_TTL: Duration = Duration::from_secs(2);
+
+/// The SIGTERM-to-SIGKILL grace of a role holder's command: the usual grace, but at most a
+/// quarter of the TTL, so a command halted at TTL/2 is gone before its lease can lapse and a
+/// successor start.
+fn lease_grace(ttl: Duration) -> Duration {
+    crate::supervise::GRACE.min(ttl / 4)
+}
 
 pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
     let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
@@ -155,8 +163,8 @@ pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
         return Err(Failure::new(
             exit::USAGE,
             format!(
-                "--ttl {} ms is too short: worklane pulses once every {} ms at best; use at \
-                 least {} s",
+                "--ttl {} ms is too short: worklane pulses once every {} ms at best and must be \
+                 able to halt the command before its lease lapses; use at least {} s",
                 args.ttl.as_millis(),
                 crate::supervise::CHECK_EVERY.as_millis(),
                 MIN_TTL.as_secs()
@@ -212,7 +220,7 @@ pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
     let mut last_attempt = Instant::now();
     let mut last_ok = Instant::now();
     let mut lost = false;
-    let outcome = supervise(&args.command, || {
+    let outcome = supervise(&args.command, lease_grace(ttl), || {
         // An emergency STOP halts everything, role holders included.
         if let Some(stop) = pool.stop().ok().flatten() {
             return Some(stop.to_string());
@@ -253,4 +261,33 @@ pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
         ));
     }
     Ok(ExitCode::from(outcome.code))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MIN_TTL, lease_grace};
+    use crate::supervise::{CHECK_EVERY, GRACE};
+    use std::time::Duration;
+
+    #[test]
+    fn a_role_holders_command_is_gone_before_its_lease_can_lapse() {
+        // Halted at most TTL/2 + one check after the last good pulse, killed a grace later.
+        for ms in [
+            2_000, 2_500, 4_000, 6_000, 12_000, 13_000, 60_000, 3_600_000,
+        ] {
+            let ttl = Duration::from_millis(ms);
+            assert!(ttl >= MIN_TTL);
+            let gone_by = ttl / 2 + CHECK_EVERY + lease_grace(ttl);
+            assert!(gone_by < ttl, "TTL {ms} ms: gone by {gone_by:?}");
+        }
+        assert_eq!(
+            lease_grace(Duration::from_secs(60)),
+            GRACE,
+            "the usual grace"
+        );
+        assert_eq!(
+            lease_grace(Duration::from_secs(2)),
+            Duration::from_millis(500)
+        );
+    }
 }

@@ -48,7 +48,8 @@ pub(crate) struct Outcome {
 }
 
 /// Runs `command`, calling `check` every [`CHECK_EVERY`]; when `check` returns a reason, the
-/// command is sent SIGTERM, then SIGKILL after [`GRACE`].
+/// command is sent SIGTERM, then SIGKILL after `grace` ([`GRACE`] unless a lease needs the
+/// command gone sooner).
 ///
 /// Without a terminal on stdin, the command gets a process group of its own, so that a halt
 /// and forwarded SIGINT/SIGTERM/SIGHUP reach all of its processes. With a terminal, it stays in
@@ -56,6 +57,7 @@ pub(crate) struct Outcome {
 /// directly, so SIGINT is not forwarded then.
 pub(crate) fn supervise(
     command: &[OsString],
+    grace: Duration,
     mut check: impl FnMut() -> Option<String>,
 ) -> Result<Outcome, Failure> {
     let (program, args) = command
@@ -120,7 +122,7 @@ pub(crate) fn supervise(
         if let Some((_, since)) = &halting
             && !killed
         {
-            wake = wake.min(*since + GRACE);
+            wake = wake.min(*since + grace);
         }
         match rx.recv_timeout(wake.saturating_duration_since(now)) {
             Ok(Event::Exited(waited)) => break waited,
@@ -148,7 +150,7 @@ pub(crate) fn supervise(
             {
                 eprintln!(
                     "worklane: {reason}: halting the command (SIGTERM, then SIGKILL after {} s)",
-                    GRACE.as_secs()
+                    seconds(grace)
                 );
                 halt(target, rustix::process::Signal::TERM);
                 // A stopped process acts on SIGTERM only once continued.
@@ -158,7 +160,7 @@ pub(crate) fn supervise(
         }
         if let Some((_, since)) = &halting
             && !killed
-            && now >= *since + GRACE
+            && now >= *since + grace
         {
             halt(target, rustix::process::Signal::KILL);
             killed = true;
@@ -184,6 +186,17 @@ pub(crate) fn supervise(
         code,
         halted: halting.map(|(reason, _)| reason),
     })
+}
+
+/// A duration in seconds as a person reads it: `3`, `0.5`, `1.25`.
+pub(crate) fn seconds(d: Duration) -> String {
+    let ms = d.as_millis();
+    let (whole, frac) = (ms / 1000, ms % 1000);
+    if frac == 0 {
+        return whole.to_string();
+    }
+    let frac = format!("{frac:03}");
+    format!("{whole}.{}", frac.trim_end_matches('0'))
 }
 
 /// Sends a halt signal to the command (its group, or its pid with a terminal) and to every
@@ -243,4 +256,19 @@ pub(crate) fn describe(command: &[OsString]) -> String {
         text.push_str("...");
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::seconds;
+    use std::time::Duration;
+
+    #[test]
+    fn seconds_are_shown_without_trailing_zeros() {
+        assert_eq!(seconds(Duration::from_secs(3)), "3");
+        assert_eq!(seconds(Duration::from_millis(500)), "0.5");
+        assert_eq!(seconds(Duration::from_millis(1250)), "1.25");
+        assert_eq!(seconds(Duration::from_millis(2001)), "2.001");
+        assert_eq!(seconds(Duration::ZERO), "0");
+    }
 }

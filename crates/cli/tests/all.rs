@@ -852,6 +852,11 @@ touch "$T/up.$K"; while [ ! -e "$T/release.$K" ]; do sleep 0.02; done"#;
         assert_eq!(status.code(), Some(69), "a lost lease exits 69: {err}");
         assert!(err.contains("lost"), "says the lease was lost: {err}");
         assert!(
+            err.contains("SIGKILL after 0.5 s"),
+            "a 2 s lease's command gets a grace of TTL/4, so it is gone before the lease \
+             could lapse: {err}"
+        );
+        assert!(
             !site.slots().join("role-keeper.lease").exists(),
             "nothing was written back"
         );
@@ -865,8 +870,22 @@ touch "$T/up.$K"; while [ ! -e "$T/release.$K" ]; do sleep 0.02; done"#;
         ]);
         assert_eq!(out.status.code(), Some(64), "too short to keep pulsed");
         assert!(
-            String::from_utf8_lossy(&out.stderr).contains("at least"),
+            String::from_utf8_lossy(&out.stderr).contains("use at least 2 s"),
             "says what to use"
+        );
+        let out = site.output(&[
+            "lease", "run", "--role", "r", "--ttl", "1999ms", "--", "true",
+        ]);
+        assert_eq!(
+            out.status.code(),
+            Some(64),
+            "too short to halt the command before the lease lapses"
+        );
+        let out = site.output(&["lease", "run", "--role", "r", "--ttl", "2s", "--", "true"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "2 s is the shortest TTL accepted"
         );
     }
 }
