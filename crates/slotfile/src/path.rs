@@ -194,6 +194,47 @@ impl SlotPath {
         )
     }
 
+    /// When the file's contents last changed (its mtime, milliseconds since the Unix epoch):
+    /// `Ok(None)` if there is none. Like [`SlotPath::read`], refuses a symlink (never followed)
+    /// or a non-regular file. A file replaced whole gets a new mtime on every replace.
+    pub fn modified_ms(&self) -> Result<Option<u64>, read::Error> {
+        let stat =
+            match rustix::fs::statat(self.dir.as_fd(), &*self.name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(stat) => stat,
+                Err(Errno::NOENT) => return Ok(None),
+                Err(e) => {
+                    return Err(read::Error::Io {
+                        path: self.shown(),
+                        source: e.into(),
+                    });
+                }
+            };
+        match rustix::fs::FileType::from_raw_mode(stat.st_mode) {
+            rustix::fs::FileType::RegularFile => {}
+            rustix::fs::FileType::Symlink => {
+                return Err(read::Error::Symlink { path: self.shown() });
+            }
+            other => {
+                return Err(read::Error::NotRegular {
+                    path: self.shown(),
+                    kind: worklane_guard::describe_file_type(other),
+                });
+            }
+        }
+        // The field types differ by platform (u64 nanoseconds on Linux, i64 on macOS).
+        #[allow(
+            clippy::unnecessary_cast,
+            clippy::useless_conversion,
+            clippy::unnecessary_fallible_conversions
+        )]
+        let (secs, nanos) = (
+            i64::try_from(stat.st_mtime).unwrap_or(0),
+            i64::try_from(stat.st_mtime_nsec).unwrap_or(0),
+        );
+        let ms = secs.saturating_mul(1000).saturating_add(nanos / 1_000_000);
+        Ok(Some(u64::try_from(ms).unwrap_or(0)))
+    }
+
     /// Replaces the file with `bytes`, mode exactly `mode`: a temp file with a random name is
     /// created exclusively, given its mode through its descriptor, written, then renamed over
     /// the file. Readers see the old bytes or the new, never a mix.

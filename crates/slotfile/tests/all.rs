@@ -240,6 +240,57 @@ mod read {
     }
 }
 
+mod modified {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+    use worklane_slotfile::read::Error;
+
+    #[test]
+    fn the_mtime_is_read_to_the_millisecond_without_following_links() {
+        let t = temp();
+        let dir = slots(&t);
+        let p = dir.file("budget.json").expect("valid");
+        assert_eq!(p.modified_ms().expect("stat"), None, "absent file");
+        p.replace(b"{}", RECORD_MODE).expect("replace");
+        let at = UNIX_EPOCH + Duration::from_millis(1_764_480_000_123);
+        std::fs::File::options()
+            .write(true)
+            .open(t.path().join("budget.json"))
+            .expect("open")
+            .set_modified(at)
+            .expect("set mtime");
+        assert_eq!(p.modified_ms().expect("stat"), Some(1_764_480_000_123));
+        p.replace(b"{\"n\":1}", RECORD_MODE).expect("replace again");
+        let now = p.modified_ms().expect("stat").expect("present");
+        assert!(now > 1_764_480_000_123, "a replace gives a new mtime");
+
+        std::os::unix::fs::symlink(t.path().join("budget.json"), t.path().join("link"))
+            .expect("symlink");
+        let err = dir
+            .file("link")
+            .expect("valid")
+            .modified_ms()
+            .expect_err("a symlink is refused");
+        assert!(matches!(err, Error::Symlink { .. }), "got {err:?}");
+        std::fs::create_dir(t.path().join("sub")).expect("mkdir");
+        let err = dir
+            .file("sub")
+            .expect("valid")
+            .modified_ms()
+            .expect_err("a directory is refused");
+        assert!(
+            matches!(
+                err,
+                Error::NotRegular {
+                    kind: "directory",
+                    ..
+                }
+            ),
+            "got {err:?}"
+        );
+    }
+}
+
 mod write {
     use super::*;
 
