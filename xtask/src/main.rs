@@ -12,6 +12,7 @@ const MACOS_CRATES: &[&str] = &[
     "worklane-identity",
     "worklane-lease",
     "worklane-admission",
+    "worklane-budget",
     "worklane",
 ];
 

@@ -9,7 +9,8 @@ use std::time::Duration;
 /// Exit codes: the command's own status when a command ran (128+N if a signal N ended it);
 /// 64 usage error; 69 refused because STOP or a drain is in force, or a held role lease was
 /// lost; 70 internal error; 71 system error; 75 busy (at cap with --no-wait, timeout, another
-/// full run, a role held by someone else, not idle); 78 configuration error (config file,
+/// full run, a role held by someone else, not idle, an API budget spent or paused); 78
+/// configuration error (config file,
 /// slot directory); 126 the command cannot be executed; 127 the command was not found.
 #[derive(Debug, Parser)]
 #[command(name = "worklane", version, about, long_about = None, after_help = EXIT_CODES)]
@@ -24,7 +25,8 @@ Exit codes:
   64   usage error
   69   refused: STOP or a drain is in force, or a held role lease was lost
   70   internal error          71  system error
-  75   busy: at cap (--no-wait), timed out, full run or role held, not idle
+  75   busy: at cap (--no-wait), timed out, full run or role held, not idle,
+       API budget spent or paused (budget take)
   78   configuration error (config file, slot directory)
   126  command cannot be executed   127  command not found
 
@@ -72,6 +74,9 @@ pub(crate) enum Command {
     /// Queue work in a detached runner.
     #[command(subcommand)]
     Queue(QueueCommand),
+    /// The API rate-limit budget each credential shares across the machine.
+    #[command(subcommand)]
+    Budget(BudgetCommand),
     /// Print shell completions.
     Completions {
         /// The shell.
@@ -159,6 +164,50 @@ pub(crate) enum QueueCommand {
         #[arg(last = true, required = true)]
         command: Vec<OsString>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum BudgetCommand {
+    /// Show the budgets of the credentials used recently (numbered, never named by key).
+    Show {
+        /// Print JSON (schema in README.md) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Take one unit before an API call: exit 0 when the call may go, 75 when the budget is
+    /// spent or paused and stayed so for 10 s (the call must not be made).
+    Take(BudgetTakeArgs),
+    /// Record what an API response said (its rate-limit headers and status); never waits.
+    Observe(BudgetObserveArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct BudgetTakeArgs {
+    /// The rate-limit resource the call counts against.
+    #[arg(long, default_value = "core")]
+    pub(crate) resource: String,
+    /// Who makes the call (counted per consumer in the window).
+    #[arg(long)]
+    pub(crate) consumer: String,
+    /// The environment variable holding the API token (read, hashed, never printed).
+    #[arg(long, default_value = "GITHUB_TOKEN")]
+    pub(crate) token_env: String,
+    /// Print the outcome as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct BudgetObserveArgs {
+    /// The response's HTTP status.
+    #[arg(long)]
+    pub(crate) status: u16,
+    /// A response header as "Name: value" (repeat; X-RateLimit-* and Retry-After are read).
+    #[arg(long)]
+    pub(crate) header: Vec<String>,
+    /// The environment variable holding the API token (read, hashed, never printed).
+    #[arg(long, default_value = "GITHUB_TOKEN")]
+    pub(crate) token_env: String,
 }
 
 /// Parses `500ms`, `90s`, `5m`, `2h`, `1d`, or a plain number of seconds.

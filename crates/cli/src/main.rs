@@ -5,6 +5,7 @@
 // The CLI is the one crate that prints.
 #![allow(clippy::print_stdout)]
 
+mod budget;
 mod cli;
 mod exit;
 mod ops;
@@ -15,7 +16,7 @@ mod supervise;
 mod tree;
 
 use clap::Parser;
-use cli::{Cli, Command, LeaseCommand, QueueCommand};
+use cli::{BudgetCommand, Cli, Command, LeaseCommand, QueueCommand};
 use exit::Failure;
 use std::process::ExitCode;
 use worklane_admission::Pool;
@@ -53,6 +54,9 @@ fn main() -> ExitCode {
             idle_probe,
             command,
         } => queue::runner(idle_probe, command),
+        Command::Budget(BudgetCommand::Show { json }) => budget::show(json),
+        Command::Budget(BudgetCommand::Take(args)) => budget::take(&args),
+        Command::Budget(BudgetCommand::Observe(args)) => budget::observe(&args),
         Command::Completions { shell } => ops::completions(shell),
         Command::Man => ops::man(),
     };

@@ -4,6 +4,7 @@ use crate::exit::Failure;
 use serde_json::{Value, json};
 use std::process::ExitCode;
 use worklane_admission::{DrainState, SlotState, SlotView, Snapshot, drain::Ignored};
+use worklane_budget::{CredentialView, Ledger};
 use worklane_lease::{LiveWhy, rfc3339_ms};
 
 /// The `state` word of a slot in both outputs.
@@ -73,7 +74,7 @@ fn count(snapshot: &Snapshot, kind: &str) -> usize {
 }
 
 /// The JSON document of `slots --json` (schema in README.md).
-pub(crate) fn to_json(snapshot: &Snapshot) -> Value {
+pub(crate) fn to_json(snapshot: &Snapshot, budgets: &[CredentialView]) -> Value {
     json!({
         "dir": snapshot.dir.display().to_string(),
         "max_agents": snapshot.config.max_agents,
@@ -84,16 +85,19 @@ pub(crate) fn to_json(snapshot: &Snapshot) -> Value {
         "stop": snapshot.stop.as_ref().map(|s| json!({"by": s.by, "at": s.at, "reason": s.reason})),
         "drain": drain_json(&snapshot.drain),
         "slots": snapshot.slots.iter().map(slot_json).collect::<Vec<_>>(),
+        "budgets": crate::budget::views_json(budgets),
     })
 }
 
 pub(crate) fn show(as_json: bool) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
     let snapshot = pool.snapshot()?;
+    // The budgets are a view, never a reason to fail: an unlistable directory shows none.
+    let budgets = Ledger::new(pool.dir().clone()).health().unwrap_or_default();
     if as_json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&to_json(&snapshot)).unwrap_or_default()
+            serde_json::to_string_pretty(&to_json(&snapshot, &budgets)).unwrap_or_default()
         );
         return Ok(ExitCode::SUCCESS);
     }
@@ -127,6 +131,7 @@ pub(crate) fn show(as_json: bool) -> Result<ExitCode, Failure> {
             println!("drain: ignored (unreadable: {detail})")
         }
     }
+    crate::budget::print_views(&budgets);
     if snapshot.slots.is_empty() {
         println!("nothing held");
         return Ok(ExitCode::SUCCESS);

@@ -1,0 +1,454 @@
+//! The ledger: takes and observations against the state files in the slot directory, each
+//! under the budget's lock, with the robustness rules of the design: the ledger never stops a
+//! call because of its own trouble (a busy lock, an unwritable file), only because the budget
+//! is spent or paused.
+
+use crate::key::{CredentialKey, STATE_PREFIX, STATE_SUFFIX};
+use crate::observe::Observation;
+use crate::state::{Decision, State, WaitWhy};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use worklane_lease::{Acquired, Clock, Lease, Options, Request, SystemClock, acquire, rfc3339_ms};
+use worklane_slotfile::{SHARED_MODE, SlotDir, SlotPath};
+
+/// How long a take waits for calls to be left or a pause to end before it fails: 10 s.
+pub const MAX_WAIT_MS: u64 = 10_000;
+/// How long a take waits for the budget's lock before it lets the call go unaccounted: 0.5 s.
+pub const LOCK_PATIENCE_MS: u64 = 500;
+/// How often a waiting take looks again (another process may have seen a new window).
+pub const WAIT_POLL_MS: u64 = 1_000;
+/// How often a busy lock is tried again within [`LOCK_PATIENCE_MS`].
+pub const LOCK_POLL_MS: u64 = 10;
+/// A state file unchanged for longer than this is removed by the next take: 2 h.
+pub const STALE_MS: u64 = 2 * 60 * 60 * 1000;
+/// At most one sweep for stale state files per ledger in this long: 10 min.
+pub const SWEEP_EVERY_MS: u64 = 10 * 60 * 1000;
+/// The health view shows at most this many credentials (the newest readable ones).
+pub const HEALTH_SHOWN: usize = 8;
+/// The health view tries at most this many files.
+pub const HEALTH_TRIED: usize = 32;
+
+/// How the ledger waits; injected so tests advance a manual clock instead of sleeping.
+pub trait Sleep: Send + Sync {
+    /// Waits `duration`.
+    fn sleep(&self, duration: Duration);
+}
+
+/// Real sleeping.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RealSleep;
+
+impl Sleep for RealSleep {
+    fn sleep(&self, duration: Duration) {
+        std::thread::sleep(duration);
+    }
+}
+
+/// A call may go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    /// Whether a unit was taken from a known window.
+    pub counted: bool,
+    /// Calls left in the resource's window after this one, when known.
+    pub left: Option<u64>,
+    /// Why the call goes without being accounted, when the ledger could not do its part (its
+    /// lock busy for 0.5 s, its state not writable). The call goes all the same.
+    pub unaccounted: Option<String>,
+}
+
+/// A call must not be made: the budget is spent or paused, and stayed so for 10 s. Both are
+/// the provider's own kinds of error, status 429.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Refused {
+    /// The resource's window has no calls left.
+    #[error(
+        "rate_limited (429): no {resource} calls are left for this credential until {} \
+         (waited {waited_ms} ms); the call was not made: retry after the reset",
+        rfc3339_ms(*.reset_at)
+    )]
+    RateLimited {
+        /// The resource.
+        resource: String,
+        /// When its window resets (ms since the Unix epoch).
+        reset_at: u64,
+        /// How long the take waited.
+        waited_ms: u64,
+    },
+    /// A secondary limit paused every call on this credential.
+    #[error(
+        "secondary_rate_limited (429): every call on this credential is paused until {} \
+         after a secondary rate limit (waited {waited_ms} ms); the call was not made: retry \
+         after the pause",
+        rfc3339_ms(*.until)
+    )]
+    SecondaryRateLimited {
+        /// When the pause ends (ms since the Unix epoch).
+        until: u64,
+        /// How long the take waited.
+        waited_ms: u64,
+    },
+}
+
+impl Refused {
+    /// The provider's error kind: `rate_limited` or `secondary_rate_limited`.
+    #[must_use]
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Refused::RateLimited { .. } => "rate_limited",
+            Refused::SecondaryRateLimited { .. } => "secondary_rate_limited",
+        }
+    }
+
+    /// The HTTP status the refusal stands for: 429.
+    #[must_use]
+    pub fn status(&self) -> u16 {
+        429
+    }
+}
+
+/// What became of an observation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Observed {
+    /// The state now reflects it.
+    Recorded,
+    /// Not recorded: the lock was busy (an observation tries it once and never waits) or the
+    /// state could not be written. Nothing else follows from it.
+    Skipped(String),
+}
+
+/// One step of a take, under the lock.
+enum Attempt {
+    Go(Grant),
+    Wait { until: u64, why: WaitWhy },
+}
+
+/// The budget ledger of one slot directory.
+pub struct Ledger {
+    dir: SlotDir,
+    clock: Arc<dyn Clock>,
+    sleep: Arc<dyn Sleep>,
+    owner: String,
+    last_sweep: Mutex<Option<u64>>,
+}
+
+impl std::fmt::Debug for Ledger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ledger")
+            .field("dir", &self.dir.path())
+            .field("owner", &self.owner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Ledger {
+    /// The ledger of `dir` (a slot directory from `SlotDir::resolve`, or a test's), on the
+    /// system clock.
+    #[must_use]
+    pub fn new(dir: SlotDir) -> Ledger {
+        Ledger {
+            dir,
+            clock: Arc::new(SystemClock),
+            sleep: Arc::new(RealSleep),
+            owner: "worklane-budget".to_owned(),
+            last_sweep: Mutex::new(None),
+        }
+    }
+
+    /// Uses `clock` for every time decision.
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Ledger {
+        self.clock = clock;
+        self
+    }
+
+    /// Uses `sleep` for every wait.
+    #[must_use]
+    pub fn sleeper(mut self, sleep: Arc<dyn Sleep>) -> Ledger {
+        self.sleep = sleep;
+        self
+    }
+
+    /// Names this process in the budget lock's record (default `worklane-budget`).
+    #[must_use]
+    pub fn owner(mut self, owner: impl Into<String>) -> Ledger {
+        self.owner = owner.into();
+        self
+    }
+
+    /// The directory.
+    #[must_use]
+    pub fn dir(&self) -> &SlotDir {
+        &self.dir
+    }
+
+    /// Takes one unit of `resource` for `consumer` before a call. Goes at once when calls are
+    /// left, when the window is not known, or when the ledger cannot do its part; when none
+    /// is left or the credential is paused, waits up to [`MAX_WAIT_MS`] for that to change,
+    /// then refuses without the call being made.
+    pub fn take(
+        &self,
+        key: &CredentialKey,
+        resource: &str,
+        consumer: &str,
+    ) -> Result<Grant, Refused> {
+        self.sweep_if_due();
+        let start = self.clock.now_ms();
+        let deadline = start.saturating_add(MAX_WAIT_MS);
+        loop {
+            let (until, why) = match self.attempt(key, resource, consumer) {
+                Attempt::Go(grant) => return Ok(grant),
+                Attempt::Wait { until, why } => (until, why),
+            };
+            let now = self.clock.now_ms();
+            if now >= deadline {
+                let waited_ms = now - start;
+                return Err(match why {
+                    WaitWhy::Paused => Refused::SecondaryRateLimited { until, waited_ms },
+                    WaitWhy::Spent => Refused::RateLimited {
+                        resource: resource.to_owned(),
+                        reset_at: until,
+                        waited_ms,
+                    },
+                });
+            }
+            let wake = until.min(deadline).min(now.saturating_add(WAIT_POLL_MS));
+            self.sleep
+                .sleep(Duration::from_millis(wake.saturating_sub(now).max(1)));
+        }
+    }
+
+    fn attempt(&self, key: &CredentialKey, resource: &str, consumer: &str) -> Attempt {
+        let lease = match self.lock(key, LOCK_PATIENCE_MS) {
+            Ok(lease) => lease,
+            Err(why) => {
+                return Attempt::Go(Grant {
+                    counted: false,
+                    left: None,
+                    unaccounted: Some(why),
+                });
+            }
+        };
+        let path = match self.dir.file(&key.state_name()) {
+            Ok(path) => path,
+            Err(e) => {
+                return Attempt::Go(Grant {
+                    counted: false,
+                    left: None,
+                    unaccounted: Some(e.to_string()),
+                });
+            }
+        };
+        let now = self.clock.now_ms();
+        let mut state = read_state(&path);
+        let attempt = match state.decide(resource, consumer, now) {
+            Decision::Wait { until, why } => Attempt::Wait { until, why },
+            Decision::Go { counted: false } => Attempt::Go(Grant {
+                counted: false,
+                left: None,
+                unaccounted: None,
+            }),
+            Decision::Go { counted: true } => {
+                let left = state.window(resource, now).map(crate::state::Window::left);
+                match path.replace(&state.to_bytes(now), SHARED_MODE) {
+                    Ok(()) => Attempt::Go(Grant {
+                        counted: true,
+                        left,
+                        unaccounted: None,
+                    }),
+                    Err(e) => Attempt::Go(Grant {
+                        counted: false,
+                        left,
+                        unaccounted: Some(format!("cannot record the call: {e}")),
+                    }),
+                }
+            }
+        };
+        let _ = lease.release();
+        attempt
+    }
+
+    /// Records what a response said. Tries the lock once and never waits.
+    pub fn observe(&self, key: &CredentialKey, observation: &Observation) -> Observed {
+        let lease = match self.lock(key, 0) {
+            Ok(lease) => lease,
+            Err(why) => return Observed::Skipped(why),
+        };
+        let path = match self.dir.file(&key.state_name()) {
+            Ok(path) => path,
+            Err(e) => return Observed::Skipped(e.to_string()),
+        };
+        let now = self.clock.now_ms();
+        let mut state = read_state(&path);
+        state.apply(observation, now);
+        let observed = match path.replace(&state.to_bytes(now), SHARED_MODE) {
+            Ok(()) => Observed::Recorded,
+            Err(e) => Observed::Skipped(format!("cannot record the response: {e}")),
+        };
+        let _ = lease.release();
+        observed
+    }
+
+    /// Takes the budget's lock, trying for up to `patience_ms`; `Err` says why not.
+    fn lock(&self, key: &CredentialKey, patience_ms: u64) -> Result<Lease, String> {
+        let request = Request::new(self.owner.clone());
+        let options = Options::process().clock(Arc::clone(&self.clock));
+        let start = self.clock.now_ms();
+        loop {
+            match acquire(&self.dir, &key.lock_name(), &request, &options) {
+                Ok(Acquired::Held(lease)) => return Ok(lease),
+                Ok(Acquired::Refused(refusal)) => {
+                    if self.clock.now_ms().saturating_sub(start) >= patience_ms {
+                        return Err(format!(
+                            "the budget lock {} stayed busy for {patience_ms} ms: {refusal}",
+                            key.lock_name()
+                        ));
+                    }
+                }
+                Err(e) => return Err(format!("cannot take the budget lock: {e}")),
+            }
+            self.sleep.sleep(Duration::from_millis(LOCK_POLL_MS));
+        }
+    }
+
+    fn sweep_if_due(&self) {
+        let now = self.clock.now_ms();
+        {
+            let mut last = self
+                .last_sweep
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if last.is_some_and(|at| now.saturating_sub(at) < SWEEP_EVERY_MS) {
+                return;
+            }
+            *last = Some(now);
+        }
+        let _ = self.remove_stale();
+    }
+
+    /// Removes every budget state file unchanged for more than [`STALE_MS`], each under its
+    /// lock (tried once: a busy budget is in use) and only if its bytes did not change.
+    /// Returns how many were removed. [`Ledger::take`] calls this at most every
+    /// [`SWEEP_EVERY_MS`].
+    pub fn remove_stale(&self) -> Result<usize, worklane_slotfile::open::Error> {
+        let now = self.clock.now_ms();
+        let mut removed = 0;
+        for path in self.dir.list_prefixed(STATE_PREFIX)? {
+            let Some(key) = key_of(&path) else { continue };
+            if !unchanged_for(&path, now) {
+                continue;
+            }
+            let Ok(lease) = self.lock(&key, 0) else {
+                continue;
+            };
+            if unchanged_for(&path, now)
+                && let Ok(Some(bytes)) = path.read()
+                && matches!(
+                    path.remove_if_unchanged(&bytes),
+                    Ok(worklane_slotfile::Removal::Removed)
+                )
+            {
+                removed += 1;
+            }
+            let _ = lease.release();
+        }
+        Ok(removed)
+    }
+
+    /// The health view: without taking any lock, the newest [`HEALTH_SHOWN`] readable state
+    /// files (at most [`HEALTH_TRIED`] tried), numbered from 1, newest first. Credentials are
+    /// never named by their key here.
+    pub fn health(&self) -> Result<Vec<CredentialView>, worklane_slotfile::open::Error> {
+        let mut files: Vec<(u64, SlotPath)> = self
+            .dir
+            .list_prefixed(STATE_PREFIX)?
+            .into_iter()
+            .filter(|p| key_of(p).is_some())
+            .filter_map(|p| Some((p.modified_ms().ok()??, p)))
+            .collect();
+        files.sort_by_key(|f| std::cmp::Reverse(f.0));
+        let views = files
+            .into_iter()
+            .take(HEALTH_TRIED)
+            .filter_map(|(updated_ms, path)| {
+                let bytes = path.read().ok()??;
+                Some((updated_ms, State::parse(&bytes).ok()?))
+            })
+            .take(HEALTH_SHOWN)
+            .enumerate()
+            .map(|(i, (updated_ms, state))| CredentialView {
+                number: i + 1,
+                updated_ms,
+                paused_until: state.paused_until,
+                resources: state
+                    .resources
+                    .into_iter()
+                    .map(|(name, w)| ResourceView {
+                        left: w.left(),
+                        name,
+                        limit: w.limit,
+                        remaining: w.remaining,
+                        reset_at: w.reset_at,
+                        granted: w.granted,
+                        by_consumer: w.by_consumer.into_iter().collect(),
+                    })
+                    .collect(),
+            })
+            .collect();
+        Ok(views)
+    }
+}
+
+/// One credential in the health view.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CredentialView {
+    /// Its number in this view (1 is the most recently updated); never its key.
+    pub number: usize,
+    /// When its state file last changed (ms).
+    pub updated_ms: u64,
+    /// The pause it carries, if any (ms; may be over, and is not bounded here).
+    pub paused_until: Option<u64>,
+    /// Its resources' windows.
+    pub resources: Vec<ResourceView>,
+}
+
+/// One resource's window in the health view.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceView {
+    /// The resource (`core`, `graphql`, ...).
+    pub name: String,
+    /// `X-RateLimit-Limit`, if seen.
+    pub limit: Option<u64>,
+    /// The remaining seen.
+    pub remaining: u64,
+    /// Calls left: remaining less those granted since.
+    pub left: u64,
+    /// When the window resets (ms).
+    pub reset_at: u64,
+    /// Calls granted since the window was seen.
+    pub granted: u64,
+    /// Calls granted in the window, by consumer (unusual names as `(other)`).
+    pub by_consumer: Vec<(String, u64)>,
+}
+
+/// The state of `path`, or a fresh one when it cannot be read or parsed.
+fn read_state(path: &SlotPath) -> State {
+    path.read()
+        .ok()
+        .flatten()
+        .and_then(|bytes| State::parse(&bytes).ok())
+        .unwrap_or_default()
+}
+
+/// The credential key of a state file's name (`github-budget-<key>.json`).
+fn key_of(path: &SlotPath) -> Option<CredentialKey> {
+    path.name()
+        .strip_prefix(STATE_PREFIX)?
+        .strip_suffix(STATE_SUFFIX)
+        .and_then(CredentialKey::parse)
+}
+
+/// Whether `path` exists and last changed more than [`STALE_MS`] before `now`.
+fn unchanged_for(path: &SlotPath, now: u64) -> bool {
+    matches!(path.modified_ms(), Ok(Some(at)) if now.saturating_sub(at) > STALE_MS)
+}

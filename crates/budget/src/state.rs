@@ -1,0 +1,507 @@
+//! One credential's budget state and the decisions made from it: plain functions of the state
+//! and the time, so every boundary is tested exactly.
+//!
+//! Whoever wrote the file, its numbers are bounded when read: a pause counts at most
+//! [`MAX_PAUSE_MS`] ahead, a window only when its reset is at most [`MAX_WINDOW_MS`] ahead, and
+//! a count that is not a whole safe number is "not known", which lets calls go.
+
+use crate::observe::{MAX_SAFE, Observation, is_resource_name};
+use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
+
+/// The furthest ahead a pause counts: 15 minutes (a longer `Retry-After` is cut to this).
+pub const MAX_PAUSE_MS: u64 = 15 * 60 * 1000;
+/// The furthest ahead a window's reset counts: 1 h 5 min.
+pub const MAX_WINDOW_MS: u64 = 65 * 60 * 1000;
+/// The pause after a secondary limit without `Retry-After`: one minute, as GitHub advises.
+pub const DEFAULT_PAUSE_MS: u64 = 60 * 1000;
+/// The name under which grants by an unnamed or oddly named consumer are counted and shown.
+pub const OTHER_CONSUMER: &str = "(other)";
+
+/// The budget of one credential.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct State {
+    /// Every call on this credential waits until then (ms since the Unix epoch), set by a
+    /// secondary limit.
+    pub paused_until: Option<u64>,
+    /// The last seen window of each resource.
+    pub resources: BTreeMap<String, Window>,
+}
+
+/// The last seen rate-limit window of one resource, less the calls granted since.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Window {
+    /// `X-RateLimit-Limit`, if seen.
+    pub limit: Option<u64>,
+    /// `X-RateLimit-Remaining` when seen.
+    pub remaining: u64,
+    /// When the window ends (ms since the Unix epoch).
+    pub reset_at: u64,
+    /// When it was seen (ms).
+    pub seen_at: u64,
+    /// Calls granted since it was seen.
+    pub granted: u64,
+    /// Calls granted in this window, by consumer.
+    pub by_consumer: BTreeMap<String, u64>,
+}
+
+impl Window {
+    /// Calls left: the remaining seen, less those granted since.
+    #[must_use]
+    pub fn left(&self) -> u64 {
+        self.remaining.saturating_sub(self.granted)
+    }
+}
+
+/// What to do about one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// The call may go; `counted` when it was counted against a known window (the state
+    /// changed and must be written).
+    Go {
+        /// Whether a unit was taken from a known window.
+        counted: bool,
+    },
+    /// The call must wait until `until` (ms), for `why`.
+    Wait {
+        /// When waiting may end.
+        until: u64,
+        /// Why it waits.
+        why: WaitWhy,
+    },
+}
+
+/// Why a call waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitWhy {
+    /// A secondary limit paused the credential.
+    Paused,
+    /// The resource's window has no calls left.
+    Spent,
+}
+
+/// The state file could not be used; the ledger starts afresh.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the budget state is not a JSON object: {0}")]
+pub struct Unreadable(pub String);
+
+impl State {
+    /// Reads a state file. Anything but a JSON object is [`Unreadable`]; inside it, each part
+    /// that is malformed (a count that is not a whole safe number, a window without its
+    /// reset) is left out, so it is "not known".
+    pub fn parse(bytes: &[u8]) -> Result<State, Unreadable> {
+        let value: Value = serde_json::from_slice(bytes).map_err(|e| Unreadable(e.to_string()))?;
+        let Value::Object(top) = value else {
+            return Err(Unreadable("not an object".to_owned()));
+        };
+        let paused_until = top.get("pausedUntil").and_then(safe);
+        let mut resources = BTreeMap::new();
+        if let Some(Value::Object(map)) = top.get("resources") {
+            for (name, window) in map {
+                if let (true, Some(window)) = (is_resource_name(name), parse_window(window)) {
+                    resources.insert(name.clone(), window);
+                }
+            }
+        }
+        Ok(State {
+            paused_until,
+            resources,
+        })
+    }
+
+    /// The state as written: a JSON object with `updatedAt` (ms) beside the fields.
+    #[must_use]
+    pub fn to_bytes(&self, now: u64) -> Vec<u8> {
+        let mut resources = Map::new();
+        for (name, w) in &self.resources {
+            resources.insert(
+                name.clone(),
+                json!({
+                    "limit": w.limit,
+                    "remaining": w.remaining,
+                    "resetAt": w.reset_at,
+                    "seenAt": w.seen_at,
+                    "granted": w.granted,
+                    "byConsumer": w.by_consumer,
+                }),
+            );
+        }
+        let mut top = Map::new();
+        if let Some(until) = self.paused_until {
+            top.insert("pausedUntil".to_owned(), until.into());
+        }
+        top.insert("resources".to_owned(), Value::Object(resources));
+        top.insert("updatedAt".to_owned(), now.into());
+        let mut bytes = serde_json::to_vec(&Value::Object(top)).unwrap_or_default();
+        bytes.push(b'\n');
+        bytes
+    }
+
+    /// The pause in force at `now`, bounded: `Some(end)` with `end` at most
+    /// [`MAX_PAUSE_MS`] ahead. A pause ending exactly at `now` is over.
+    #[must_use]
+    pub fn pause(&self, now: u64) -> Option<u64> {
+        self.paused_until
+            .filter(|&until| until > now)
+            .map(|until| until.min(now.saturating_add(MAX_PAUSE_MS)))
+    }
+
+    /// The known window of `resource` at `now`: its reset is after `now` and at most
+    /// [`MAX_WINDOW_MS`] ahead. A window whose reset is exactly `now` has ended.
+    #[must_use]
+    pub fn window(&self, resource: &str, now: u64) -> Option<&Window> {
+        self.resources
+            .get(resource)
+            .filter(|w| w.reset_at > now && w.reset_at - now <= MAX_WINDOW_MS)
+    }
+
+    /// Decides one call on `resource` by `consumer` at `now`, counting it when it goes against
+    /// a known window.
+    pub fn decide(&mut self, resource: &str, consumer: &str, now: u64) -> Decision {
+        if let Some(until) = self.pause(now) {
+            return Decision::Wait {
+                until,
+                why: WaitWhy::Paused,
+            };
+        }
+        let Some(left) = self.window(resource, now).map(Window::left) else {
+            return Decision::Go { counted: false };
+        };
+        if left == 0 {
+            let until = self.resources[resource].reset_at;
+            return Decision::Wait {
+                until,
+                why: WaitWhy::Spent,
+            };
+        }
+        let window = self.resources.get_mut(resource).expect("known window");
+        window.granted += 1;
+        *window
+            .by_consumer
+            .entry(consumer_name(consumer).to_owned())
+            .or_insert(0) += 1;
+        Decision::Go { counted: true }
+    }
+
+    /// Takes in what a response said, at `now`. A secondary limit pauses every call on the
+    /// credential for `Retry-After` (default [`DEFAULT_PAUSE_MS`]), at most [`MAX_PAUSE_MS`];
+    /// a pause already further ahead stays. A window with a whole `remaining` and a reset
+    /// after `now`, at most [`MAX_WINDOW_MS`] ahead, replaces the resource's window (its
+    /// grants by consumer carry over while the reset is the same); any other window leaves
+    /// the resource "not known".
+    pub fn apply(&mut self, observation: &Observation, now: u64) {
+        if observation.is_secondary_limit() {
+            let wait = observation
+                .retry_after_s
+                .map_or(DEFAULT_PAUSE_MS, |s| s.saturating_mul(1000))
+                .min(MAX_PAUSE_MS);
+            let until = now.saturating_add(wait);
+            let kept = self.pause(now).unwrap_or(0);
+            self.paused_until = Some(until.max(kept));
+        }
+        let resource = observation.resource().to_owned();
+        let window = match (observation.remaining, observation.reset_s) {
+            (Some(remaining), Some(reset_s)) => {
+                let reset_at = reset_s.saturating_mul(1000);
+                (reset_at > now && reset_at - now <= MAX_WINDOW_MS).then_some((remaining, reset_at))
+            }
+            _ => None,
+        };
+        let Some((remaining, reset_at)) = window else {
+            self.resources.remove(&resource);
+            return;
+        };
+        let by_consumer = self
+            .resources
+            .remove(&resource)
+            .filter(|w| w.reset_at == reset_at)
+            .map(|w| w.by_consumer)
+            .unwrap_or_default();
+        self.resources.insert(
+            resource,
+            Window {
+                limit: observation.limit,
+                remaining,
+                reset_at,
+                seen_at: now,
+                granted: 0,
+                by_consumer,
+            },
+        );
+    }
+}
+
+/// The name a consumer's grants are counted under: its own when plain (1 to 32 ASCII
+/// letters, digits, `-`, `_`, `.`), else [`OTHER_CONSUMER`].
+#[must_use]
+pub fn consumer_name(consumer: &str) -> &str {
+    let plain = !consumer.is_empty()
+        && consumer.len() <= 32
+        && consumer
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if plain { consumer } else { OTHER_CONSUMER }
+}
+
+/// A whole JSON number from 0 to 2^53 - 1.
+fn safe(value: &Value) -> Option<u64> {
+    value.as_u64().filter(|&n| n <= MAX_SAFE)
+}
+
+fn parse_window(value: &Value) -> Option<Window> {
+    let Value::Object(w) = value else {
+        return None;
+    };
+    let mut by_consumer = BTreeMap::new();
+    if let Some(Value::Object(map)) = w.get("byConsumer") {
+        for (name, count) in map {
+            if let Some(count) = safe(count) {
+                *by_consumer
+                    .entry(consumer_name(name).to_owned())
+                    .or_insert(0) += count;
+            }
+        }
+    }
+    Some(Window {
+        limit: w.get("limit").and_then(safe),
+        remaining: w.get("remaining").and_then(safe)?,
+        reset_at: w.get("resetAt").and_then(safe)?,
+        seen_at: w.get("seenAt").and_then(safe).unwrap_or(0),
+        granted: match w.get("granted") {
+            None => 0,
+            Some(granted) => safe(granted)?,
+        },
+        by_consumer,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: u64 = 1_764_480_000_000;
+
+    fn seen(status: u16, remaining: Option<u64>, reset_s: Option<u64>) -> Observation {
+        Observation {
+            status,
+            resource: None,
+            limit: Some(5000),
+            remaining,
+            reset_s,
+            retry_after_s: None,
+        }
+    }
+
+    fn with_window(remaining: u64, reset_at: u64) -> State {
+        let mut state = State::default();
+        state.apply(&seen(200, Some(remaining), Some(reset_at / 1000)), NOW);
+        state
+    }
+
+    #[test]
+    fn calls_are_counted_until_none_is_left_then_wait_for_the_reset() {
+        let reset = NOW + 60_000;
+        let mut state = with_window(2, reset);
+        assert_eq!(
+            state.decide("core", "backlog", NOW),
+            Decision::Go { counted: true }
+        );
+        assert_eq!(
+            state.decide("core", "triage", NOW),
+            Decision::Go { counted: true }
+        );
+        assert_eq!(
+            state.decide("core", "backlog", NOW),
+            Decision::Wait {
+                until: reset,
+                why: WaitWhy::Spent
+            }
+        );
+        let w = state.window("core", NOW).expect("known");
+        assert_eq!((w.granted, w.left()), (2, 0));
+        assert_eq!(w.by_consumer["backlog"], 1);
+        assert_eq!(w.by_consumer["triage"], 1);
+        assert_eq!(
+            state.decide("graphql", "backlog", NOW),
+            Decision::Go { counted: false },
+            "another resource is not known, so its call goes"
+        );
+    }
+
+    #[test]
+    fn a_window_ends_exactly_at_its_reset() {
+        let reset = NOW + 60_000;
+        let mut state = with_window(0, reset);
+        assert!(matches!(
+            state.decide("core", "c", reset - 1),
+            Decision::Wait { .. }
+        ));
+        assert_eq!(
+            state.decide("core", "c", reset),
+            Decision::Go { counted: false }
+        );
+    }
+
+    #[test]
+    fn a_window_counts_only_up_to_65_minutes_ahead() {
+        let state = with_window(5, NOW + MAX_WINDOW_MS);
+        assert!(
+            state.window("core", NOW).is_some(),
+            "exactly 1 h 5 min ahead"
+        );
+        let mut far = State::default();
+        far.apply(
+            &seen(200, Some(5), Some((NOW + MAX_WINDOW_MS + 1000) / 1000)),
+            NOW,
+        );
+        assert!(
+            far.window("core", NOW).is_none(),
+            "one second further is not known"
+        );
+        assert!(far.resources.is_empty(), "and is not kept");
+        // Written by another process with a far reset: bounded when read too.
+        let mut state = with_window(0, NOW + 60_000);
+        state.resources.get_mut("core").expect("w").reset_at = NOW + MAX_WINDOW_MS + 1;
+        assert_eq!(
+            state.decide("core", "c", NOW),
+            Decision::Go { counted: false }
+        );
+    }
+
+    #[test]
+    fn a_missing_or_past_reset_or_remaining_is_not_known() {
+        let mut state = with_window(3, NOW + 60_000);
+        state.apply(&seen(200, None, Some((NOW + 60_000) / 1000)), NOW);
+        assert!(state.window("core", NOW).is_none(), "no remaining");
+        let mut state = with_window(3, NOW + 60_000);
+        state.apply(&seen(200, Some(3), None), NOW);
+        assert!(state.window("core", NOW).is_none(), "no reset");
+        let mut state = State::default();
+        state.apply(&seen(200, Some(3), Some(NOW / 1000)), NOW);
+        assert!(state.window("core", NOW).is_none(), "a reset that is now");
+    }
+
+    #[test]
+    fn a_secondary_limit_pauses_every_resource_for_retry_after_at_most_15_minutes() {
+        let mut state = with_window(100, NOW + 60_000);
+        let mut limited = seen(403, Some(50), Some((NOW + 60_000) / 1000));
+        limited.retry_after_s = Some(30);
+        state.apply(&limited, NOW);
+        assert_eq!(state.pause(NOW), Some(NOW + 30_000));
+        assert_eq!(
+            state.decide("graphql", "c", NOW + 29_999),
+            Decision::Wait {
+                until: NOW + 30_000,
+                why: WaitWhy::Paused
+            }
+        );
+        assert_eq!(
+            state.decide("core", "c", NOW + 30_000),
+            Decision::Go { counted: true },
+            "the pause is over exactly at its end"
+        );
+
+        let mut state = State::default();
+        limited.retry_after_s = Some(3600);
+        state.apply(&limited, NOW);
+        assert_eq!(state.pause(NOW), Some(NOW + MAX_PAUSE_MS), "cut to 15 min");
+
+        let mut state = State::default();
+        limited.retry_after_s = None;
+        state.apply(&limited, NOW);
+        assert_eq!(
+            state.pause(NOW),
+            Some(NOW + DEFAULT_PAUSE_MS),
+            "one minute by default"
+        );
+
+        // Written by another process an hour ahead: counts 15 min ahead of the reader.
+        let state = State {
+            paused_until: Some(NOW + 3_600_000),
+            ..State::default()
+        };
+        assert_eq!(state.pause(NOW), Some(NOW + MAX_PAUSE_MS));
+        assert_eq!(state.pause(NOW + 3_600_000), None);
+    }
+
+    #[test]
+    fn a_shorter_secondary_limit_never_shortens_a_pause_in_force() {
+        let mut state = State::default();
+        let mut limited = seen(429, None, None);
+        limited.retry_after_s = Some(600);
+        state.apply(&limited, NOW);
+        limited.retry_after_s = Some(10);
+        state.apply(&limited, NOW + 1000);
+        assert_eq!(state.pause(NOW + 1000), Some(NOW + 600_000));
+    }
+
+    #[test]
+    fn grants_by_consumer_carry_over_within_one_window_only() {
+        let reset = NOW + 60_000;
+        let mut state = with_window(10, reset);
+        let _ = state.decide("core", "backlog", NOW);
+        state.apply(&seen(200, Some(8), Some(reset / 1000)), NOW + 1);
+        let w = state.window("core", NOW + 1).expect("known");
+        assert_eq!(
+            (w.remaining, w.granted),
+            (8, 0),
+            "the new remaining counts the call"
+        );
+        assert_eq!(w.by_consumer["backlog"], 1, "same window: kept");
+        state.apply(
+            &seen(200, Some(5000), Some((reset + 3_600_000) / 1000)),
+            reset + 1,
+        );
+        let w = state.window("core", reset + 1).expect("known");
+        assert!(
+            w.by_consumer.is_empty(),
+            "a new window starts its own count"
+        );
+    }
+
+    #[test]
+    fn odd_consumer_names_are_counted_as_other() {
+        assert_eq!(consumer_name("backlog"), "backlog");
+        assert_eq!(consumer_name(""), OTHER_CONSUMER);
+        assert_eq!(consumer_name("a b"), OTHER_CONSUMER);
+        assert_eq!(consumer_name(&"x".repeat(33)), OTHER_CONSUMER);
+        assert_eq!(consumer_name("ghp_secret/../x"), OTHER_CONSUMER);
+    }
+
+    #[test]
+    fn the_file_round_trips_and_bad_parts_are_not_known() {
+        let mut state = with_window(7, NOW + 60_000);
+        let _ = state.decide("core", "backlog", NOW);
+        state.paused_until = Some(NOW + 5000);
+        let back = State::parse(&state.to_bytes(NOW)).expect("parse");
+        assert_eq!(back, state);
+
+        assert!(State::parse(b"").is_err());
+        assert!(State::parse(b"[1]").is_err());
+        assert!(State::parse(b"{\"resources\":").is_err());
+        let odd = br#"{"pausedUntil": -5, "resources": {
+            "core": {"remaining": 1.5, "resetAt": 1764480060000},
+            "graphql": {"remaining": 3, "resetAt": 1764480060000, "granted": "2"},
+            "search": {"remaining": 3, "resetAt": 1764480060000, "byConsumer": {"a": 1, "b": -1}},
+            "bad name": {"remaining": 3, "resetAt": 1764480060000}
+        }}"#;
+        let state = State::parse(odd).expect("an object");
+        assert_eq!(state.paused_until, None, "a negative pause is not known");
+        assert!(
+            !state.resources.contains_key("core"),
+            "a fractional remaining"
+        );
+        assert!(
+            !state.resources.contains_key("graphql"),
+            "a granted that is a string"
+        );
+        assert!(!state.resources.contains_key("bad name"));
+        let search = &state.resources["search"];
+        assert_eq!(search.by_consumer.get("a"), Some(&1));
+        assert_eq!(
+            search.by_consumer.get("b"),
+            None,
+            "a negative count is dropped"
+        );
+    }
+}

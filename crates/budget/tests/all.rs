@@ -1,0 +1,686 @@
+//! The budget ledger against real files, real locks and an injected clock.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+use worklane_budget::ledger::{LOCK_PATIENCE_MS, MAX_WAIT_MS, STALE_MS, SWEEP_EVERY_MS};
+use worklane_budget::{CredentialKey, Grant, Ledger, Observation, Observed, Refused, Sleep};
+use worklane_lease::{Acquired, Clock, ManualClock, Options, Request, acquire};
+use worklane_slotfile::SlotDir;
+
+/// 2025-11-30T05:20:00Z.
+const T0: u64 = 1_764_480_000_000;
+
+/// Sleeping advances the manual clock by exactly the time asked for.
+struct ManualSleep(ManualClock);
+
+impl Sleep for ManualSleep {
+    fn sleep(&self, duration: Duration) {
+        self.0
+            .advance(u64::try_from(duration.as_millis()).expect("ms"));
+    }
+}
+
+struct Site {
+    temp: tempfile::TempDir,
+    clock: ManualClock,
+    _serial: std::sync::MutexGuard<'static, ()>,
+}
+
+/// The tests run one at a time. On a manual clock the ledger's 0.5 s of patience for a busy
+/// lock passes in no real time, so a lock that another test's child process holds for a
+/// moment (a descriptor copied by fork, open until that child's exec) would count as busy.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+impl Site {
+    fn new() -> Site {
+        Site {
+            _serial: SERIAL
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            temp: tempfile::tempdir().expect("temp dir"),
+            clock: ManualClock::at(T0),
+        }
+    }
+
+    fn dir(&self) -> SlotDir {
+        SlotDir::open(self.temp.path()).expect("open slot dir")
+    }
+
+    fn ledger(&self) -> Ledger {
+        Ledger::new(self.dir())
+            .clock(Arc::new(self.clock.clone()))
+            .sleeper(Arc::new(ManualSleep(self.clock.clone())))
+            .owner("test")
+    }
+
+    fn now(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    fn path(&self, name: &str) -> std::path::PathBuf {
+        self.temp.path().join(name)
+    }
+
+    fn state(&self, key: &CredentialKey) -> serde_json::Value {
+        let bytes = std::fs::read(self.path(&key.state_name())).expect("state file");
+        serde_json::from_slice(&bytes).expect("state is JSON")
+    }
+}
+
+fn key() -> CredentialKey {
+    CredentialKey::of_token("ghp_test_token_not_real")
+}
+
+/// A 200 response with `remaining` calls left and a reset `reset_in_ms` from `now`.
+fn window(now: u64, remaining: u64, reset_in_ms: u64) -> Observation {
+    Observation {
+        status: 200,
+        resource: Some("core".to_owned()),
+        limit: Some(5000),
+        remaining: Some(remaining),
+        reset_s: Some((now + reset_in_ms) / 1000),
+        retry_after_s: None,
+    }
+}
+
+fn counted(grant: &Result<Grant, Refused>) -> bool {
+    matches!(grant, Ok(Grant { counted: true, .. }))
+}
+
+mod take {
+    use super::*;
+
+    #[test]
+    fn takes_are_counted_in_a_0660_file_replaced_whole() {
+        let site = Site::new();
+        let ledger = site.ledger();
+        let key = key();
+        assert_eq!(
+            ledger.observe(&key, &window(site.now(), 3, 60_000)),
+            Observed::Recorded
+        );
+        let file = site.path(&key.state_name());
+        let first_inode = std::fs::metadata(&file).expect("state").ino();
+        let grant = ledger.take(&key, "core", "backlog").expect("a call left");
+        assert_eq!(
+            grant,
+            Grant {
+                counted: true,
+                left: Some(2),
+                unaccounted: None
+            }
+        );
+        let meta = std::fs::metadata(&file).expect("state");
+        assert_eq!(meta.permissions().mode() & 0o7777, 0o660, "mode 0660");
+        assert_ne!(meta.ino(), first_inode, "replaced, never written in place");
+        let state = site.state(&key);
+        assert_eq!(state["resources"]["core"]["granted"], 1);
+        assert_eq!(state["resources"]["core"]["byConsumer"]["backlog"], 1);
+        assert!(
+            !String::from_utf8_lossy(&std::fs::read(&file).expect("read"))
+                .contains("ghp_test_token_not_real"),
+            "the token is never stored"
+        );
+        assert!(
+            std::fs::read_dir(site.temp.path())
+                .expect("list")
+                .flatten()
+                .all(|e| !e.file_name().to_string_lossy().ends_with(".lock")),
+            "the budget lock is released after the take"
+        );
+    }
+
+    #[test]
+    fn a_spent_window_waits_10_s_then_refuses_without_the_call() {
+        let site = Site::new();
+        let ledger = site.ledger();
+        let key = key();
+        ledger.observe(&key, &window(site.now(), 1, 60_000));
+        assert!(counted(&ledger.take(&key, "core", "a")));
+        let start = site.now();
+        let refused = ledger.take(&key, "core", "a").expect_err("none left");
+        assert_eq!(site.now() - start, MAX_WAIT_MS, "waited exactly 10 s");
+        assert_eq!(refused.kind(), "rate_limited");
+        assert_eq!(refused.status(), 429);
+        assert!(
+            matches!(
+                refused,
+                Refused::RateLimited {
+                    waited_ms: 10_000,
+                    ..
+                }
+            ),
+            "{refused:?}"
+        );
+        assert!(refused.to_string().contains("not made"), "{refused}");
+        assert_eq!(
+            site.state(&key)["resources"]["core"]["granted"],
+            1,
+            "a refused call takes nothing"
+        );
+    }
+
+    #[test]
+    fn a_reset_within_10_s_lets_the_waiting_call_go_exactly_then() {
+        let site = Site::new();
+        let ledger = site.ledger();
+        let key = key();
+        // The reset is a whole second: 4 s ahead of a clock on a whole second.
+        ledger.observe(&key, &window(site.now(), 0, 4_000));
+        let start = site.now();
+        let grant = ledger
+            .take(&key, "core", "a")
+            .expect("goes after the reset");
+        assert_eq!(site.now() - start, 4_000, "went exactly at the reset");
+        assert!(!grant.counted, "the new window is not known yet");
+    }
+
+    #[test]
+    fn a_window_seen_by_another_process_ends_the_wait() {
+        let site = Site::new();
+        let key = key();
+        site.ledger().observe(&key, &window(site.now(), 0, 60_000));
+        // The clock's sleeper lets "another process" observe a fresh window mid-wait.
+        struct Refill(ManualClock, SlotDir, CredentialKey, ManualClock);
+        impl Sleep for Refill {
+            fn sleep(&self, duration: Duration) {
+                self.0
+                    .advance(u64::try_from(duration.as_millis()).expect("ms"));
+                let other = Ledger::new(self.1.clone()).clock(Arc::new(self.3.clone()));
+                other.observe(&self.2, &window(self.3.now_ms(), 10, 60_000));
+            }
+        }
+        let ledger = Ledger::new(site.dir())
+            .clock(Arc::new(site.clock.clone()))
+            .sleeper(Arc::new(Refill(
+                site.clock.clone(),
+                site.dir(),
+                key.clone(),
+                site.clock.clone(),
+            )));
+        let start = site.now();
+        let grant = ledger.take(&key, "core", "a").expect("refilled");
+        assert!(grant.counted);
+        assert_eq!(grant.left, Some(9));
+        assert_eq!(site.now() - start, 1_000, "noticed at the first look again");
+    }
+
+    #[test]
+    fn an_unknown_resource_or_no_state_lets_the_call_go() {
+        let site = Site::new();
+        let ledger = site.ledger();
+        let key = key();
+        let grant = ledger.take(&key, "core", "a").expect("no state at all");
+        assert_eq!(
+            grant,
+            Grant {
+                counted: false,
+                left: None,
+                unaccounted: None
+            }
+        );
+        ledger.observe(&key, &window(site.now(), 0, 60_000));
+        let start = site.now();
+        assert!(
+            ledger.take(&key, "graphql", "a").is_ok(),
+            "graphql is not known: the spent core window does not hold it"
+        );
+        assert_eq!(site.now(), start, "without waiting");
+    }
+
+    #[test]
+    fn an_unreadable_state_starts_afresh() {
+        let site = Site::new();
+        let ledger = site.ledger();
+        let key = key();
+        std::fs::write(site.path(&key.state_name()), b"\0garbage{").expect("garbage");
+        assert!(ledger.take(&key, "core", "a").is_ok(), "the call goes");
+        assert_eq!(
+            ledger.observe(&key, &window(site.now(), 5, 60_000)),
+            Observed::Recorded
+        );
+        assert_eq!(site.state(&key)["resources"]["core"]["remaining"], 5);
+    }
+
+    #[test]
+    fn a_state_that_cannot_be_written_lets_the_call_go_unaccounted() {
+        // A directory at the state's name: no file can be renamed over it.
+        let site = Site::new();
+        let ledger = site.ledger();
+        let key = key();
+        std::fs::create_dir(site.path(&key.state_name())).expect("mkdir");
+        let observed = ledger.observe(&key, &window(site.now(), 5, 60_000));
+        assert!(
+            matches!(&observed, Observed::Skipped(why) if why.contains("cannot record")),
+            "{observed:?}"
+        );
+        assert!(ledger.take(&key, "core", "a").is_ok(), "the call goes");
+    }
+
+    #[test]
+    fn a_taker_that_may_not_replace_the_state_lets_the_call_go_and_says_why() {
+        // Another user's state file in a sticky, world-writable directory: the unprivileged
+        // taker can read it, lock and make temp files, but not rename over the file.
+        let site = Site::new();
+        let key = super::key();
+        // Written by root without its lock, so the taker makes the lock's files itself.
+        let mut state = worklane_budget::State::default();
+        state.apply(&window(now_ms(), 5, 3_600_000), now_ms());
+        std::fs::write(site.path(&key.state_name()), state.to_bytes(now_ms())).expect("state");
+        std::fs::set_permissions(site.temp.path(), std::fs::Permissions::from_mode(0o1777))
+            .expect("chmod");
+        open_path_to(site.temp.path());
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_budget-taker"))
+            .arg(site.temp.path())
+            .args(["ghp_test_token_not_real", "core", "nobody"])
+            .output()
+            .expect("run setpriv");
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{said} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            said.starts_with("unaccounted cannot record the call"),
+            "the call goes, unaccounted, with the reason: {said}"
+        );
+        assert_eq!(site.state(&key)["resources"]["core"]["granted"], 0);
+    }
+}
+
+/// The system clock's now.
+fn now_ms() -> u64 {
+    worklane_lease::SystemClock.now_ms()
+}
+
+/// Lets an unprivileged user reach `path` (each ancestor gets o+x).
+fn open_path_to(path: &Path) {
+    for dir in path.ancestors().skip(1) {
+        if let Ok(meta) = std::fs::metadata(dir) {
+            let mode = meta.permissions().mode();
+            if mode & 0o001 == 0 {
+                let _ =
+                    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o001));
+            }
+        }
+    }
+}
+
+/// Holds the budget's lock as another holder would.
+fn hold_lock(site: &Site, key: &CredentialKey) -> worklane_lease::Lease {
+    match acquire(
+        &site.dir(),
+        &key.lock_name(),
+        &Request::new("holder"),
+        &Options::process(),
+    )
+    .expect("acquire")
+    {
+        Acquired::Held(lease) => lease,
+        Acquired::Refused(r) => panic!("refused: {r}"),
+    }
+}
+
+mod pause {
+    use super::*;
+
+    fn secondary(retry_after_s: Option<u64>) -> Observation {
+        Observation {
+            status: 403,
+            resource: None,
+            limit: None,
+            remaining: Some(40),
+            reset_s: None,
+            retry_after_s,
+        }
+    }
+
+    #[test]
+    fn a_secondary_limit_pauses_every_caller_until_retry_after() {
+        let site = Site::new();
+        let key = key();
+        site.ledger().observe(&key, &secondary(Some(5)));
+        let start = site.now();
+        assert!(site.ledger().take(&key, "graphql", "a").is_ok());
+        assert_eq!(site.now() - start, 5_000, "waited out the pause, exactly");
+    }
+
+    #[test]
+    fn a_pause_beyond_10_s_refuses_as_secondary_rate_limited() {
+        let site = Site::new();
+        let key = key();
+        site.ledger().observe(&key, &secondary(None));
+        let start = site.now();
+        let refused = site.ledger().take(&key, "core", "a").expect_err("paused");
+        assert_eq!(refused.kind(), "secondary_rate_limited");
+        assert_eq!(
+            refused,
+            Refused::SecondaryRateLimited {
+                until: start + 60_000,
+                waited_ms: 10_000
+            },
+            "the default pause is one minute"
+        );
+    }
+
+    #[test]
+    fn a_pause_written_far_ahead_counts_only_15_minutes() {
+        let site = Site::new();
+        let key = key();
+        let file = site.path(&key.state_name());
+        let far = site.now() + 24 * 3_600_000;
+        std::fs::write(
+            &file,
+            format!(r#"{{"pausedUntil": {far}, "resources": {{}}}}"#),
+        )
+        .expect("write");
+        let refused = site.ledger().take(&key, "core", "a").expect_err("paused");
+        assert_eq!(
+            refused,
+            Refused::SecondaryRateLimited {
+                until: T0 + 10_000 + 15 * 60_000,
+                waited_ms: 10_000
+            },
+            "bounded at 15 min ahead of each look"
+        );
+    }
+}
+
+mod lock {
+    use super::*;
+
+    #[test]
+    fn a_lock_busy_for_half_a_second_lets_the_call_go_unaccounted() {
+        let site = Site::new();
+        let key = key();
+        site.ledger().observe(&key, &window(site.now(), 5, 60_000));
+        let held = hold_lock(&site, &key);
+        let start = site.now();
+        let grant = site.ledger().take(&key, "core", "a").expect("goes");
+        assert_eq!(site.now() - start, LOCK_PATIENCE_MS, "waited exactly 0.5 s");
+        assert!(!grant.counted);
+        let why = grant.unaccounted.expect("says why");
+        assert!(why.contains("busy"), "{why}");
+        assert_eq!(site.state(&key)["resources"]["core"]["granted"], 0);
+        // An observation tries once and never waits.
+        let start = site.now();
+        let observed = site.ledger().observe(&key, &window(site.now(), 1, 60_000));
+        assert!(matches!(observed, Observed::Skipped(_)), "{observed:?}");
+        assert_eq!(site.now(), start, "no wait");
+        held.release().expect("release");
+        assert!(counted(&site.ledger().take(&key, "core", "a")));
+    }
+
+    #[test]
+    fn a_dead_holders_lock_is_recovered_and_a_legacy_one_stays_busy() {
+        let site = Site::new();
+        let key = key();
+        site.ledger().observe(&key, &window(site.now(), 5, 60_000));
+        // A record in the lock's exact format, but of a process that has exited.
+        let held = hold_lock(&site, &key);
+        let ours = std::fs::read(site.path(&key.lock_name())).expect("record");
+        held.release().expect("release");
+        let mut dead = std::process::Command::new("true").spawn().expect("spawn");
+        let dead_pid = dead.id();
+        dead.wait().expect("reap");
+        let mut record: serde_json::Value = serde_json::from_slice(&ours).expect("json");
+        record["pid"] = dead_pid.into();
+        record["identity"]["start"] = 1.into();
+        std::fs::write(
+            site.path(&key.lock_name()),
+            serde_json::to_vec(&record).expect("json"),
+        )
+        .expect("plant");
+        let start = site.now();
+        assert!(
+            counted(&site.ledger().take(&key, "core", "a")),
+            "a known-dead owner is recovered at once"
+        );
+        assert_eq!(site.now(), start);
+
+        std::fs::write(
+            site.path(&key.lock_name()),
+            br#"{"pid": 1, "owner": "old"}"#,
+        )
+        .expect("legacy");
+        let grant = site.ledger().take(&key, "core", "a").expect("goes");
+        assert!(!grant.counted, "a legacy record stays busy: unaccounted");
+        assert_eq!(site.now() - start, LOCK_PATIENCE_MS);
+        assert!(
+            site.path(&key.lock_name()).exists(),
+            "and is left for an operator"
+        );
+    }
+
+    #[test]
+    fn concurrent_taker_processes_never_lose_a_count() {
+        let site = Site::new();
+        let key = key();
+        Ledger::new(site.dir()).observe(&key, &window(now_ms(), 1_000, 3_600_000));
+        let takers: Vec<_> = (0..6)
+            .map(|i| {
+                std::process::Command::new(env!("CARGO_BIN_EXE_budget-taker"))
+                    .arg(site.temp.path())
+                    .args(["ghp_test_token_not_real", "core", &format!("w{i}"), "30"])
+                    .stdout(std::process::Stdio::piped())
+                    .spawn()
+                    .expect("spawn taker")
+            })
+            .collect();
+        let mut counted_total = 0u64;
+        for taker in takers {
+            let out = taker.wait_with_output().expect("taker");
+            assert!(out.status.success());
+            let said = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert_eq!(said.lines().count(), 30, "{said}");
+            counted_total +=
+                u64::try_from(said.lines().filter(|l| l.starts_with("counted ")).count())
+                    .expect("count");
+        }
+        let state = site.state(&key);
+        assert_eq!(
+            state["resources"]["core"]["granted"], counted_total,
+            "every counted grant is in the file, exactly once"
+        );
+        assert!(counted_total > 0, "some takes were counted");
+        let by_consumer: u64 = state["resources"]["core"]["byConsumer"]
+            .as_object()
+            .expect("byConsumer")
+            .values()
+            .map(|v| v.as_u64().expect("count"))
+            .sum();
+        assert_eq!(by_consumer, counted_total, "and in its consumer's count");
+    }
+
+    #[test]
+    fn a_sigkilled_holder_of_the_lock_is_recovered_at_once() {
+        let site = Site::new();
+        let key = key();
+        site.ledger().observe(&key, &window(site.now(), 5, 60_000));
+        // A real process holds the lock (a shell holding a lease through worklane would do;
+        // here the lock record is published by our own acquire, then rewritten to name a
+        // child that is then SIGKILLed, with the guard free as the kernel leaves it).
+        let held = hold_lock(&site, &key);
+        let ours = std::fs::read(site.path(&key.lock_name())).expect("record");
+        held.release().expect("release");
+        let mut child = std::process::Command::new("sleep")
+            .arg("600")
+            .spawn()
+            .expect("spawn");
+        let pid = child.id();
+        let start_ticks = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .expect("stat")
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(19).map(str::to_owned))
+            .expect("field 22");
+        let mut record: serde_json::Value = serde_json::from_slice(&ours).expect("json");
+        record["pid"] = pid.into();
+        record["identity"]["start"] = start_ticks.parse::<u64>().expect("ticks").into();
+        std::fs::write(
+            site.path(&key.lock_name()),
+            serde_json::to_vec(&record).expect("json"),
+        )
+        .expect("plant");
+        let grant = site.ledger().take(&key, "core", "a").expect("goes");
+        assert!(!grant.counted, "a live holder keeps the lock: unaccounted");
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reap");
+        let start = site.now();
+        assert!(
+            counted(&site.ledger().take(&key, "core", "a")),
+            "a SIGKILLed owner is recovered automatically"
+        );
+        assert_eq!(site.now(), start, "at once");
+    }
+}
+
+mod sweep {
+    use super::*;
+
+    pub(super) fn set_mtime(path: &Path, ms: u64) {
+        std::fs::File::options()
+            .write(true)
+            .open(path)
+            .expect("open")
+            .set_modified(UNIX_EPOCH + Duration::from_millis(ms))
+            .expect("set mtime");
+    }
+
+    #[test]
+    fn a_state_unchanged_for_more_than_2_h_is_removed_by_the_next_take() {
+        let site = Site::new();
+        let ledger = site.ledger();
+        let old = CredentialKey::of_token("an hourly token of an hour ago");
+        ledger.observe(&old, &window(site.now(), 5, 60_000));
+        let file = site.path(&old.state_name());
+        set_mtime(&file, T0);
+        site.clock.set(T0 + STALE_MS);
+        assert_eq!(
+            ledger.remove_stale().expect("sweep"),
+            0,
+            "exactly 2 h: kept"
+        );
+        assert!(file.exists());
+        site.clock.set(T0 + STALE_MS + 1);
+        assert_eq!(
+            ledger.remove_stale().expect("sweep"),
+            1,
+            "just over 2 h: removed"
+        );
+        assert!(!file.exists());
+
+        // Through take, at most every 10 min per ledger.
+        let ledger = site.ledger();
+        let stale = |name: &str| {
+            let key = CredentialKey::of_token(name);
+            ledger.observe(&key, &window(site.now(), 5, 60_000));
+            set_mtime(&site.path(&key.state_name()), T0);
+            site.path(&key.state_name())
+        };
+        let first = stale("first");
+        let sweep_at = site.now();
+        let _ = ledger.take(&key(), "core", "a");
+        assert!(!first.exists(), "the first take sweeps");
+        let second = stale("second");
+        site.clock.set(sweep_at + SWEEP_EVERY_MS - 1);
+        let _ = ledger.take(&key(), "core", "a");
+        assert!(second.exists(), "not again within 10 min");
+        site.clock.set(sweep_at + SWEEP_EVERY_MS);
+        let _ = ledger.take(&key(), "core", "a");
+        assert!(!second.exists(), "again after 10 min");
+    }
+
+    #[test]
+    fn a_busy_budget_is_not_swept() {
+        let site = Site::new();
+        let ledger = site.ledger();
+        let key = key();
+        ledger.observe(&key, &window(site.now(), 5, 60_000));
+        set_mtime(&site.path(&key.state_name()), T0);
+        site.clock.set(T0 + STALE_MS + 1);
+        let held = hold_lock(&site, &key);
+        assert_eq!(ledger.remove_stale().expect("sweep"), 0);
+        assert!(site.path(&key.state_name()).exists());
+        drop(held);
+        assert_eq!(ledger.remove_stale().expect("sweep"), 1);
+    }
+}
+
+mod health {
+    use super::sweep::set_mtime;
+    use super::*;
+
+    #[test]
+    fn the_eight_newest_readable_states_are_shown_numbered_never_by_key() {
+        let site = Site::new();
+        let ledger = site.ledger();
+        let mut keys = Vec::new();
+        for i in 0..11u64 {
+            let key = CredentialKey::of_token(&format!("token {i}"));
+            ledger.observe(&key, &window(site.now(), 100 + i, 60_000));
+            let file = site.path(&key.state_name());
+            std::fs::File::options()
+                .write(true)
+                .open(&file)
+                .expect("open")
+                .set_modified(UNIX_EPOCH + Duration::from_millis(T0 + i * 1000))
+                .expect("mtime");
+            keys.push(key);
+        }
+        // The two newest are unreadable: garbage, and larger than 64 KiB.
+        std::fs::write(site.path(&keys[10].state_name()), b"not json").expect("garbage");
+        std::fs::write(site.path(&keys[9].state_name()), vec![b' '; 70 * 1024]).expect("big");
+        for k in [&keys[10], &keys[9]] {
+            std::fs::File::options()
+                .write(true)
+                .open(site.path(&k.state_name()))
+                .expect("open")
+                .set_modified(UNIX_EPOCH + Duration::from_millis(T0 + 60_000))
+                .expect("mtime");
+        }
+        let views = ledger.health().expect("health");
+        assert_eq!(views.len(), 8, "at most 8");
+        let numbers: Vec<usize> = views.iter().map(|v| v.number).collect();
+        assert_eq!(numbers, (1..=8).collect::<Vec<_>>());
+        let remaining: Vec<u64> = views.iter().map(|v| v.resources[0].remaining).collect();
+        assert_eq!(
+            remaining,
+            vec![108, 107, 106, 105, 104, 103, 102, 101],
+            "newest readable first"
+        );
+        let shown = format!("{views:?}");
+        for key in &keys {
+            assert!(!shown.contains(key.as_str()), "never named by key");
+        }
+    }
+
+    #[test]
+    fn at_most_32_files_are_tried() {
+        let site = Site::new();
+        let ledger = site.ledger();
+        let readable = CredentialKey::of_token("older but readable");
+        ledger.observe(&readable, &window(site.now(), 7, 60_000));
+        set_mtime(&site.path(&readable.state_name()), T0);
+        let garbage = |i: u64| {
+            let key = CredentialKey::of_token(&format!("garbage {i}"));
+            std::fs::write(site.path(&key.state_name()), b"garbage").expect("write");
+            set_mtime(&site.path(&key.state_name()), T0 + 1000 + i);
+        };
+        for i in 0..31 {
+            garbage(i);
+        }
+        let views = ledger.health().expect("health");
+        assert_eq!(views.len(), 1, "31 unreadable, the 32nd tried is readable");
+        assert_eq!(views[0].resources[0].remaining, 7);
+        garbage(31);
+        assert!(
+            ledger.health().expect("health").is_empty(),
+            "32 unreadable newer files: the readable 33rd is not tried"
+        );
+    }
+}

@@ -1,0 +1,187 @@
+//! `worklane budget show | take | observe`: the per-credential API budget from the command
+//! line, so a harness in any language shares the machine's budget.
+
+use crate::cli::{BudgetObserveArgs, BudgetTakeArgs};
+use crate::exit::{self, Failure};
+use serde_json::{Value, json};
+use std::process::ExitCode;
+use worklane_budget::{CredentialKey, CredentialView, Ledger, Observation, Observed};
+use worklane_lease::rfc3339_ms;
+
+fn ledger(owner: &str) -> Result<Ledger, Failure> {
+    let pool = crate::pool()?;
+    Ok(Ledger::new(pool.dir().clone()).owner(owner))
+}
+
+/// The credential named by the environment variable `var`; the token is hashed at once and
+/// never printed.
+fn key_from_env(var: &str) -> Result<CredentialKey, Failure> {
+    match std::env::var(var) {
+        Ok(token) if !token.trim().is_empty() => Ok(CredentialKey::of_token(token.trim())),
+        _ => Err(Failure::new(
+            exit::USAGE,
+            format!(
+                "no API token in ${var}: set it, or name the variable that holds the token \
+                 with --token-env (the token is never passed on the command line)"
+            ),
+        )),
+    }
+}
+
+/// The health view as JSON: credentials numbered, never named by key.
+pub(crate) fn views_json(views: &[CredentialView]) -> Value {
+    Value::Array(
+        views
+            .iter()
+            .map(|v| {
+                json!({
+                    "credential": v.number,
+                    "updated": rfc3339_ms(v.updated_ms),
+                    "paused_until": v.paused_until.map(rfc3339_ms),
+                    "resources": v.resources.iter().map(|r| json!({
+                        "name": r.name,
+                        "limit": r.limit,
+                        "remaining": r.remaining,
+                        "granted": r.granted,
+                        "left": r.left,
+                        "reset": rfc3339_ms(r.reset_at),
+                        "by_consumer": r.by_consumer.iter()
+                            .map(|(name, n)| (name.clone(), Value::from(*n)))
+                            .collect::<serde_json::Map<_, _>>(),
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect(),
+    )
+}
+
+/// The health view for people, one block per credential.
+pub(crate) fn print_views(views: &[CredentialView]) {
+    if views.is_empty() {
+        println!("API budgets: none recorded");
+        return;
+    }
+    for v in views {
+        println!(
+            "API budget of credential #{} (updated {})",
+            v.number,
+            rfc3339_ms(v.updated_ms)
+        );
+        if let Some(until) = v.paused_until {
+            println!(
+                "  paused until {} (secondary rate limit)",
+                rfc3339_ms(until)
+            );
+        }
+        for r in &v.resources {
+            let limit = r.limit.map_or_else(String::new, |l| format!(" of {l}"));
+            let consumers = r
+                .by_consumer
+                .iter()
+                .map(|(name, n)| format!("{name} {n}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            println!(
+                "  {:<10} {} left{limit} (remaining {} when seen, {} granted since); resets {}{}",
+                r.name,
+                r.left,
+                r.remaining,
+                r.granted,
+                rfc3339_ms(r.reset_at),
+                if consumers.is_empty() {
+                    String::new()
+                } else {
+                    format!("; this window: {consumers}")
+                }
+            );
+        }
+    }
+}
+
+pub(crate) fn show(as_json: bool) -> Result<ExitCode, Failure> {
+    let views = ledger("worklane")?
+        .health()
+        .map_err(|e| Failure::new(exit::CONFIG, exit::chain(&e)))?;
+    if as_json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&views_json(&views)).unwrap_or_default()
+        );
+    } else {
+        print_views(&views);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
+    let key = key_from_env(&args.token_env)?;
+    if !worklane_budget::observe::is_resource_name(&args.resource) {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!(
+                "--resource {:?}: a resource is 1 to 32 letters, digits, `_` or `-` (core, \
+                 graphql, search)",
+                args.resource
+            ),
+        ));
+    }
+    let ledger = ledger(&args.consumer)?;
+    match ledger.take(&key, &args.resource, &args.consumer) {
+        Ok(grant) => {
+            if args.json {
+                println!(
+                    "{}",
+                    json!({
+                        "go": true,
+                        "counted": grant.counted,
+                        "left": grant.left,
+                        "unaccounted": grant.unaccounted,
+                    })
+                );
+            } else if let Some(why) = &grant.unaccounted {
+                eprintln!("worklane: the call may go, unaccounted: {why}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(refused) => {
+            if args.json {
+                println!(
+                    "{}",
+                    json!({
+                        "go": false,
+                        "kind": refused.kind(),
+                        "status": refused.status(),
+                        "message": refused.to_string(),
+                    })
+                );
+            }
+            Err(Failure::new(exit::TEMP_FAIL, refused.to_string()))
+        }
+    }
+}
+
+pub(crate) fn observe(args: &BudgetObserveArgs) -> Result<ExitCode, Failure> {
+    let key = key_from_env(&args.token_env)?;
+    let mut headers = Vec::with_capacity(args.header.len());
+    for h in &args.header {
+        let Some((name, value)) = h.split_once(':') else {
+            return Err(Failure::new(
+                exit::USAGE,
+                format!("--header {h:?}: give it as \"Name: value\""),
+            ));
+        };
+        headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
+    }
+    let observation = Observation::from_headers(args.status, |name| {
+        headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    });
+    match ledger("worklane")?.observe(&key, &observation) {
+        Observed::Recorded => {}
+        // Recording is best effort by design: the response was already received.
+        Observed::Skipped(why) => eprintln!("worklane: response not recorded: {why}"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
