@@ -7,7 +7,7 @@ use crate::key::{CredentialKey, STATE_PREFIX, STATE_SUFFIX};
 use crate::observe::Observation;
 use crate::state::{Decision, State, WaitWhy};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use worklane_lease::{Acquired, Clock, Lease, Options, Request, SystemClock, acquire, rfc3339_ms};
 use worklane_slotfile::{SHARED_MODE, SlotDir, SlotPath};
 
@@ -21,7 +21,7 @@ pub const WAIT_POLL_MS: u64 = 1_000;
 pub const LOCK_POLL_MS: u64 = 10;
 /// A state file unchanged for longer than this is removed by the next take: 2 h.
 pub const STALE_MS: u64 = 2 * 60 * 60 * 1000;
-/// At most one sweep for stale state files per ledger in this long: 10 min.
+/// At most one sweep for stale state files per process in this long: 10 min.
 pub const SWEEP_EVERY_MS: u64 = 10 * 60 * 1000;
 /// The health view shows at most this many credentials (the newest readable ones).
 pub const HEALTH_SHOWN: usize = 8;
@@ -129,8 +129,10 @@ pub struct Ledger {
     clock: Arc<dyn Clock>,
     sleep: Arc<dyn Sleep>,
     owner: String,
-    last_sweep: Mutex<Option<u64>>,
 }
+
+/// When this process last swept for stale state files (whichever ledger did it).
+static LAST_SWEEP: Mutex<Option<u64>> = Mutex::new(None);
 
 impl std::fmt::Debug for Ledger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -151,7 +153,6 @@ impl Ledger {
             clock: Arc::new(SystemClock),
             sleep: Arc::new(RealSleep),
             owner: "worklane-budget".to_owned(),
-            last_sweep: Mutex::new(None),
         }
     }
 
@@ -195,14 +196,18 @@ impl Ledger {
         self.sweep_if_due();
         let start = self.clock.now_ms();
         let deadline = start.saturating_add(MAX_WAIT_MS);
+        // The clock decides the boundaries (and is what tests drive); a monotonic bound also
+        // ends the wait, so a wall clock stepped back cannot stretch it.
+        let started = Instant::now();
         loop {
             let (until, why) = match self.attempt(key, resource, consumer) {
                 Attempt::Go(grant) => return Ok(grant),
                 Attempt::Wait { until, why } => (until, why),
             };
             let now = self.clock.now_ms();
-            if now >= deadline {
-                let waited_ms = now - start;
+            let elapsed = millis(started.elapsed());
+            if now >= deadline || elapsed >= MAX_WAIT_MS {
+                let waited_ms = now.saturating_sub(start).max(elapsed);
                 return Err(match why {
                     WaitWhy::Paused => Refused::SecondaryRateLimited { until, waited_ms },
                     WaitWhy::Spent => Refused::RateLimited {
@@ -294,11 +299,17 @@ impl Ledger {
         let request = Request::new(self.owner.clone());
         let options = Options::process().clock(Arc::clone(&self.clock));
         let start = self.clock.now_ms();
+        let started = Instant::now();
         loop {
             match acquire(&self.dir, &key.lock_name(), &request, &options) {
                 Ok(Acquired::Held(lease)) => return Ok(lease),
                 Ok(Acquired::Refused(refusal)) => {
-                    if self.clock.now_ms().saturating_sub(start) >= patience_ms {
+                    let waited = self
+                        .clock
+                        .now_ms()
+                        .saturating_sub(start)
+                        .max(millis(started.elapsed()));
+                    if waited >= patience_ms {
                         return Err(format!(
                             "the budget lock {} stayed busy for {patience_ms} ms: {refusal}",
                             key.lock_name()
@@ -314,11 +325,11 @@ impl Ledger {
     fn sweep_if_due(&self) {
         let now = self.clock.now_ms();
         {
-            let mut last = self
-                .last_sweep
+            let mut last = LAST_SWEEP
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if last.is_some_and(|at| now.saturating_sub(at) < SWEEP_EVERY_MS) {
+            // A clock now behind the last sweep (set back) sweeps rather than waits.
+            if last.is_some_and(|at| now >= at && now - at < SWEEP_EVERY_MS) {
                 return;
             }
             *last = Some(now);
@@ -329,7 +340,7 @@ impl Ledger {
     /// Removes every budget state file unchanged for more than [`STALE_MS`], each under its
     /// lock (tried once: a busy budget is in use) and only if its bytes did not change.
     /// Returns how many were removed. [`Ledger::take`] calls this at most every
-    /// [`SWEEP_EVERY_MS`].
+    /// [`SWEEP_EVERY_MS`] per process.
     pub fn remove_stale(&self) -> Result<usize, worklane_slotfile::open::Error> {
         let now = self.clock.now_ms();
         let mut removed = 0;
@@ -429,6 +440,11 @@ pub struct ResourceView {
     pub granted: u64,
     /// Calls granted in the window, by consumer (unusual names as `(other)`).
     pub by_consumer: Vec<(String, u64)>,
+}
+
+/// A duration in whole milliseconds.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The state of `path`, or a fresh one when it cannot be read or parsed.

@@ -20,7 +20,7 @@
 //! - **Robustness**: an unreadable state starts afresh; a state that cannot be written, or a
 //!   lock busy for 0.5 s, lets the call go (reported in [`Grant::unaccounted`]). A state file
 //!   unchanged for 2 h is removed by the next take in any budget, at most every 10 min per
-//!   ledger.
+//!   process.
 //! - **Health**: [`Ledger::health`] reads without the lock the 8 newest readable states (at
 //!   most 32 tried), whole safe counts only, credentials numbered, never named by key.
 //!

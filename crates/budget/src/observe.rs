@@ -10,8 +10,15 @@ pub const DEFAULT_RESOURCE: &str = "core";
 pub struct Observation {
     /// The HTTP status.
     pub status: u16,
-    /// `X-RateLimit-Resource` (a plain name such as `core`, `graphql`, `search`).
+    /// `X-RateLimit-Resource` as sent (trimmed); see [`Observation::resource`].
     pub resource: Option<String>,
+    /// Whether the response carried `X-RateLimit-Remaining` or `X-RateLimit-Reset` at all,
+    /// well-formed or not. A response without them says nothing about the window.
+    pub window_seen: bool,
+    /// Set by the caller when the response body says a secondary rate limit was exceeded
+    /// (GitHub: "You have exceeded a secondary rate limit"): such a 403 may carry neither
+    /// `Retry-After` nor a remaining of 0.
+    pub secondary_limit: bool,
     /// `X-RateLimit-Limit`: calls allowed in the window.
     pub limit: Option<u64>,
     /// `X-RateLimit-Remaining`: calls left in the window.
@@ -27,31 +34,49 @@ impl Observation {
     /// the header's value, names compared case-insensitively by the caller's client; the names
     /// asked for are lowercase).
     pub fn from_headers<'a>(status: u16, header: impl Fn(&str) -> Option<&'a str>) -> Self {
+        let remaining = header("x-ratelimit-remaining");
+        let reset = header("x-ratelimit-reset");
         Observation {
             status,
-            resource: header("x-ratelimit-resource")
-                .map(str::trim)
-                .filter(|r| is_resource_name(r))
-                .map(str::to_owned),
+            resource: header("x-ratelimit-resource").map(|r| r.trim().to_owned()),
+            window_seen: remaining.is_some() || reset.is_some(),
+            secondary_limit: false,
             limit: header("x-ratelimit-limit").and_then(whole),
-            remaining: header("x-ratelimit-remaining").and_then(whole),
-            reset_s: header("x-ratelimit-reset").and_then(whole),
+            remaining: remaining.and_then(whole),
+            reset_s: reset.and_then(whole),
             retry_after_s: header("retry-after").and_then(whole),
         }
     }
 
-    /// The resource this response counts against ([`DEFAULT_RESOURCE`] when unnamed).
+    /// Marks the response as a secondary rate limit, as its body said.
     #[must_use]
-    pub fn resource(&self) -> &str {
-        self.resource.as_deref().unwrap_or(DEFAULT_RESOURCE)
+    pub fn with_secondary_limit(mut self, secondary_limit: bool) -> Self {
+        self.secondary_limit = secondary_limit;
+        self
     }
 
-    /// Whether this response is a secondary limit: a 403 or 429 that is not the primary
-    /// window running out (it carries `Retry-After`, or its remaining is not 0).
+    /// The resource this response counts against: [`DEFAULT_RESOURCE`] when unnamed, `None`
+    /// when the header names something that is not a resource name (its numbers are then not
+    /// known, rather than taken for another resource's).
+    #[must_use]
+    pub fn resource(&self) -> Option<&str> {
+        match self.resource.as_deref() {
+            None => Some(DEFAULT_RESOURCE),
+            Some(name) if is_resource_name(name) => Some(name),
+            Some(_) => None,
+        }
+    }
+
+    /// Whether this response is a secondary limit, which pauses every call on the credential:
+    /// the caller said so ([`Observation::secondary_limit`]); or a 403 or 429 with
+    /// `Retry-After`; or a 429 whose remaining is not 0. A 403 without either is not: GitHub
+    /// also answers 403 to a call the token may not make, and a 403 or 429 with a remaining
+    /// of 0 is the primary window running out (recorded as a spent window instead).
     #[must_use]
     pub fn is_secondary_limit(&self) -> bool {
-        matches!(self.status, 403 | 429)
-            && (self.retry_after_s.is_some() || self.remaining != Some(0))
+        self.secondary_limit
+            || (matches!(self.status, 403 | 429) && self.retry_after_s.is_some())
+            || (self.status == 429 && self.remaining != Some(0))
     }
 }
 
@@ -107,9 +132,16 @@ mod tests {
         assert_eq!(o.limit, Some(5000));
         assert_eq!(o.remaining, Some(4999));
         assert_eq!(o.reset_s, Some(1_764_484_800));
-        assert_eq!(o.resource(), "graphql");
+        assert_eq!(o.resource(), Some("graphql"));
+        assert!(o.window_seen);
         assert!(!o.is_secondary_limit());
-        assert_eq!(observe(200, &[]).resource(), "core", "the default resource");
+        let bare = observe(200, &[]);
+        assert_eq!(bare.resource(), Some("core"), "the default resource");
+        assert!(!bare.window_seen, "no rate-limit headers at all");
+        assert!(
+            observe(200, &[("X-RateLimit-Remaining", "lots")]).window_seen,
+            "a malformed header is still seen"
+        );
     }
 
     #[test]
@@ -131,7 +163,11 @@ mod tests {
         assert_eq!(whole(" 42 "), Some(42));
         assert_eq!(whole("9007199254740991"), Some((1 << 53) - 1));
         let o = observe(200, &[("X-RateLimit-Resource", "../core")]);
-        assert_eq!(o.resource(), "core", "a strange resource name is not used");
+        assert_eq!(
+            o.resource(),
+            None,
+            "a strange resource name is not known, not core"
+        );
     }
 
     #[test]
@@ -143,15 +179,27 @@ mod tests {
         );
         let spent = observe(429, &[("X-RateLimit-Remaining", "0")]);
         assert!(!spent.is_secondary_limit());
-        let secondary = observe(403, &[("X-RateLimit-Remaining", "12")]);
-        assert!(secondary.is_secondary_limit(), "403 with calls left");
+        let forbidden = observe(403, &[("X-RateLimit-Remaining", "4321")]);
+        assert!(
+            !forbidden.is_secondary_limit(),
+            "a 403 with calls left may be a permission error: no pause without more"
+        );
+        assert!(
+            forbidden.with_secondary_limit(true).is_secondary_limit(),
+            "unless the body said it was a secondary limit"
+        );
         let secondary = observe(
-            429,
+            403,
             &[("Retry-After", "30"), ("X-RateLimit-Remaining", "0")],
         );
         assert!(secondary.is_secondary_limit(), "Retry-After always pauses");
         assert_eq!(secondary.retry_after_s, Some(30));
         assert!(observe(429, &[]).is_secondary_limit(), "a bare 429");
+        assert!(
+            observe(429, &[("X-RateLimit-Remaining", "12")]).is_secondary_limit(),
+            "a 429 with calls left"
+        );
+        assert!(!observe(403, &[]).is_secondary_limit(), "a bare 403");
         assert!(!observe(500, &[("Retry-After", "5")]).is_secondary_limit());
         assert!(!observe(200, &[("Retry-After", "5")]).is_secondary_limit());
     }

@@ -17,6 +17,9 @@ pub const MAX_WINDOW_MS: u64 = 65 * 60 * 1000;
 pub const DEFAULT_PAUSE_MS: u64 = 60 * 1000;
 /// The name under which grants by an unnamed or oddly named consumer are counted and shown.
 pub const OTHER_CONSUMER: &str = "(other)";
+/// At most this many consumers are named in one window; grants by further ones are counted
+/// as [`OTHER_CONSUMER`], so the file stays far below the 64 KiB every reader accepts.
+pub const MAX_CONSUMERS: usize = 64;
 
 /// The budget of one credential.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -26,6 +29,8 @@ pub struct State {
     pub paused_until: Option<u64>,
     /// The last seen window of each resource.
     pub resources: BTreeMap<String, Window>,
+    /// Top-level fields this version does not know, written back unchanged.
+    pub extra: Map<String, Value>,
 }
 
 /// The last seen rate-limit window of one resource, less the calls granted since.
@@ -95,6 +100,11 @@ impl State {
             return Err(Unreadable("not an object".to_owned()));
         };
         let paused_until = top.get("pausedUntil").and_then(safe);
+        let extra = top
+            .iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "pausedUntil" | "resources" | "updatedAt"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         let mut resources = BTreeMap::new();
         if let Some(Value::Object(map)) = top.get("resources") {
             for (name, window) in map {
@@ -106,6 +116,7 @@ impl State {
         Ok(State {
             paused_until,
             resources,
+            extra,
         })
     }
 
@@ -126,7 +137,7 @@ impl State {
                 }),
             );
         }
-        let mut top = Map::new();
+        let mut top = self.extra.clone();
         if let Some(until) = self.paused_until {
             top.insert("pausedUntil".to_owned(), until.into());
         }
@@ -137,13 +148,14 @@ impl State {
         bytes
     }
 
-    /// The pause in force at `now`, bounded: `Some(end)` with `end` at most
-    /// [`MAX_PAUSE_MS`] ahead. A pause ending exactly at `now` is over.
+    /// The pause in force at `now`: `Some(end)` while `now < end <= now + 15 min`. A pause
+    /// ending exactly at `now` is over; one further ahead than [`MAX_PAUSE_MS`] was not written
+    /// by these rules (every writer cuts a pause to 15 min) and is not known, so it holds
+    /// nobody back.
     #[must_use]
     pub fn pause(&self, now: u64) -> Option<u64> {
         self.paused_until
-            .filter(|&until| until > now)
-            .map(|until| until.min(now.saturating_add(MAX_PAUSE_MS)))
+            .filter(|&until| until > now && until - now <= MAX_PAUSE_MS)
     }
 
     /// The known window of `resource` at `now`: its reset is after `now` and at most
@@ -175,20 +187,25 @@ impl State {
             };
         }
         let window = self.resources.get_mut(resource).expect("known window");
-        window.granted += 1;
-        *window
-            .by_consumer
-            .entry(consumer_name(consumer).to_owned())
-            .or_insert(0) += 1;
+        window.granted = add_safe(window.granted, 1);
+        let mut name = consumer_name(consumer);
+        if !window.by_consumer.contains_key(name) && window.by_consumer.len() >= MAX_CONSUMERS {
+            name = OTHER_CONSUMER;
+        }
+        let count = window.by_consumer.entry(name.to_owned()).or_insert(0);
+        *count = add_safe(*count, 1);
         Decision::Go { counted: true }
     }
 
     /// Takes in what a response said, at `now`. A secondary limit pauses every call on the
     /// credential for `Retry-After` (default [`DEFAULT_PAUSE_MS`]), at most [`MAX_PAUSE_MS`];
-    /// a pause already further ahead stays. A window with a whole `remaining` and a reset
-    /// after `now`, at most [`MAX_WINDOW_MS`] ahead, replaces the resource's window (its
-    /// grants by consumer carry over while the reset is the same); any other window leaves
-    /// the resource "not known".
+    /// a pause already further ahead stays. A response without rate-limit headers leaves the
+    /// windows alone. Otherwise a window with a whole `remaining` and a reset after `now`, at
+    /// most [`MAX_WINDOW_MS`] ahead, replaces the resource's window; with the same reset as
+    /// the window it replaces, it keeps that window's grants by consumer and never more calls
+    /// left than that window had (a response that was overtaken by later ones, or calls
+    /// granted while it was in flight, must not give calls back). Any other window leaves the
+    /// resource "not known", as does a resource header that is not a resource name.
     pub fn apply(&mut self, observation: &Observation, now: u64) {
         if observation.is_secondary_limit() {
             let wait = observation
@@ -199,7 +216,12 @@ impl State {
             let kept = self.pause(now).unwrap_or(0);
             self.paused_until = Some(until.max(kept));
         }
-        let resource = observation.resource().to_owned();
+        if !observation.window_seen {
+            return;
+        }
+        let Some(resource) = observation.resource().map(str::to_owned) else {
+            return;
+        };
         let window = match (observation.remaining, observation.reset_s) {
             (Some(remaining), Some(reset_s)) => {
                 let reset_at = reset_s.saturating_mul(1000);
@@ -211,12 +233,12 @@ impl State {
             self.resources.remove(&resource);
             return;
         };
-        let by_consumer = self
-            .resources
-            .remove(&resource)
-            .filter(|w| w.reset_at == reset_at)
-            .map(|w| w.by_consumer)
-            .unwrap_or_default();
+        let (remaining, by_consumer) = match self.resources.remove(&resource) {
+            Some(same) if same.reset_at == reset_at => {
+                (remaining.min(same.left()), same.by_consumer)
+            }
+            _ => (remaining, BTreeMap::new()),
+        };
         self.resources.insert(
             resource,
             Window {
@@ -243,6 +265,11 @@ pub fn consumer_name(consumer: &str) -> &str {
     if plain { consumer } else { OTHER_CONSUMER }
 }
 
+/// `a + b`, never beyond 2^53 - 1 (a count must stay one every JSON reader keeps exactly).
+fn add_safe(a: u64, b: u64) -> u64 {
+    a.saturating_add(b).min(MAX_SAFE)
+}
+
 /// A whole JSON number from 0 to 2^53 - 1.
 fn safe(value: &Value) -> Option<u64> {
     value.as_u64().filter(|&n| n <= MAX_SAFE)
@@ -256,9 +283,12 @@ fn parse_window(value: &Value) -> Option<Window> {
     if let Some(Value::Object(map)) = w.get("byConsumer") {
         for (name, count) in map {
             if let Some(count) = safe(count) {
-                *by_consumer
-                    .entry(consumer_name(name).to_owned())
-                    .or_insert(0) += count;
+                let mut name = consumer_name(name);
+                if !by_consumer.contains_key(name) && by_consumer.len() >= MAX_CONSUMERS {
+                    name = OTHER_CONSUMER;
+                }
+                let total = by_consumer.entry(name.to_owned()).or_insert(0);
+                *total = add_safe(*total, count);
             }
         }
     }
@@ -285,6 +315,8 @@ mod tests {
         Observation {
             status,
             resource: None,
+            window_seen: true,
+            secondary_limit: false,
             limit: Some(5000),
             remaining,
             reset_s,
@@ -407,21 +439,35 @@ mod tests {
         assert_eq!(state.pause(NOW), Some(NOW + MAX_PAUSE_MS), "cut to 15 min");
 
         let mut state = State::default();
-        limited.retry_after_s = None;
-        state.apply(&limited, NOW);
+        let mut bare = seen(429, None, None);
+        bare.window_seen = false;
+        state.apply(&bare, NOW);
         assert_eq!(
             state.pause(NOW),
             Some(NOW + DEFAULT_PAUSE_MS),
             "one minute by default"
         );
 
-        // Written by another process an hour ahead: counts 15 min ahead of the reader.
+        // Written by another process further ahead than any writer may: not known.
         let state = State {
-            paused_until: Some(NOW + 3_600_000),
+            paused_until: Some(NOW + MAX_PAUSE_MS),
             ..State::default()
         };
-        assert_eq!(state.pause(NOW), Some(NOW + MAX_PAUSE_MS));
-        assert_eq!(state.pause(NOW + 3_600_000), None);
+        assert_eq!(
+            state.pause(NOW),
+            Some(NOW + MAX_PAUSE_MS),
+            "15 min ahead counts"
+        );
+        let state = State {
+            paused_until: Some(NOW + MAX_PAUSE_MS + 1),
+            ..State::default()
+        };
+        assert_eq!(state.pause(NOW), None, "one ms further is not known");
+        assert_eq!(
+            state.pause(NOW + 1),
+            Some(NOW + MAX_PAUSE_MS + 1),
+            "until it is near"
+        );
     }
 
     #[test]
@@ -503,5 +549,104 @@ mod tests {
             None,
             "a negative count is dropped"
         );
+    }
+
+    #[test]
+    fn a_response_without_rate_limit_headers_keeps_the_window() {
+        let mut state = with_window(0, NOW + 60_000);
+        let mut bad_gateway = seen(502, None, None);
+        bad_gateway.window_seen = false;
+        state.apply(&bad_gateway, NOW + 1);
+        assert!(
+            matches!(state.decide("core", "c", NOW + 1), Decision::Wait { .. }),
+            "a 502 without headers says nothing about the spent window"
+        );
+    }
+
+    #[test]
+    fn an_overtaken_response_never_gives_calls_back() {
+        let reset = NOW + 60_000;
+        let mut state = with_window(10, reset);
+        for _ in 0..3 {
+            let _ = state.decide("core", "c", NOW);
+        }
+        state.apply(&seen(200, Some(9), Some(reset / 1000)), NOW + 1);
+        assert_eq!(
+            state.window("core", NOW + 1).map(Window::left),
+            Some(7),
+            "an older response (9 left) does not undo 3 grants"
+        );
+        state.apply(&seen(200, Some(5), Some(reset / 1000)), NOW + 2);
+        assert_eq!(
+            state.window("core", NOW + 2).map(Window::left),
+            Some(5),
+            "a response showing fewer left than counted wins"
+        );
+        state.apply(
+            &seen(200, Some(5000), Some((reset + 3_600_000) / 1000)),
+            reset,
+        );
+        assert_eq!(
+            state.window("core", reset).map(Window::left),
+            Some(5000),
+            "a new window starts from what it says"
+        );
+    }
+
+    #[test]
+    fn an_invalid_resource_header_leaves_every_window_alone() {
+        let mut state = with_window(10, NOW + 60_000);
+        let mut odd = seen(200, Some(0), Some((NOW + 60_000) / 1000));
+        odd.resource = Some("../core".to_owned());
+        state.apply(&odd, NOW);
+        assert_eq!(state.window("core", NOW).map(Window::left), Some(10));
+        assert_eq!(
+            state.resources.len(),
+            1,
+            "nothing recorded under another name"
+        );
+    }
+
+    #[test]
+    fn counts_stay_safe_and_consumers_bounded() {
+        let mut state = with_window(100, NOW + 60_000);
+        for i in 0..MAX_CONSUMERS + 5 {
+            let _ = state.decide("core", &format!("c{i}"), NOW);
+        }
+        let w = state.window("core", NOW).expect("known");
+        assert_eq!(
+            w.by_consumer.len(),
+            MAX_CONSUMERS + 1,
+            "64 named, the rest as (other)"
+        );
+        assert_eq!(w.by_consumer[OTHER_CONSUMER], 5);
+        let huge = MAX_SAFE;
+        let text = format!(
+            r#"{{"resources": {{"core": {{"remaining": {huge}, "resetAt": {}, "granted": 1,
+                "byConsumer": {{"a b": {huge}, "c d": {huge}}}}}}}}}"#,
+            NOW + 60_000
+        );
+        let mut state = State::parse(text.as_bytes()).expect("parse");
+        assert_eq!(
+            state.resources["core"].by_consumer[OTHER_CONSUMER], MAX_SAFE,
+            "two huge counts merged stay at 2^53 - 1"
+        );
+        let _ = state.decide("core", "a b", NOW);
+        assert_eq!(
+            state.resources["core"].by_consumer[OTHER_CONSUMER],
+            MAX_SAFE
+        );
+        let back = State::parse(&state.to_bytes(NOW)).expect("written back");
+        assert_eq!(back.resources["core"].by_consumer[OTHER_CONSUMER], MAX_SAFE);
+    }
+
+    #[test]
+    fn fields_of_other_writers_survive_a_rewrite() {
+        let mut state =
+            State::parse(br#"{"resources": {}, "writer": {"lang": "go"}}"#).expect("parse");
+        state.apply(&seen(200, Some(5), Some((NOW + 60_000) / 1000)), NOW);
+        let back: Value = serde_json::from_slice(&state.to_bytes(NOW)).expect("json");
+        assert_eq!(back["writer"]["lang"], "go");
+        assert_eq!(back["updatedAt"], NOW);
     }
 }

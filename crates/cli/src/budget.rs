@@ -8,16 +8,20 @@ use std::process::ExitCode;
 use worklane_budget::{CredentialKey, CredentialView, Ledger, Observation, Observed};
 use worklane_lease::rfc3339_ms;
 
+/// The ledger of the machine's slot directory. Only the directory is resolved: a cap the
+/// config gets wrong is no reason to hold back an API call.
 fn ledger(owner: &str) -> Result<Ledger, Failure> {
-    let pool = crate::pool()?;
-    Ok(Ledger::new(pool.dir().clone()).owner(owner))
+    let dir = worklane_slotfile::SlotDir::resolve_dir()
+        .map_err(|e| Failure::new(exit::CONFIG, exit::chain(&e)))?;
+    Ok(Ledger::new(dir).owner(owner))
 }
 
 /// The credential named by the environment variable `var`; the token is hashed at once and
 /// never printed.
 fn key_from_env(var: &str) -> Result<CredentialKey, Failure> {
     match std::env::var(var) {
-        Ok(token) if !token.trim().is_empty() => Ok(CredentialKey::of_token(token.trim())),
+        // Hashed exactly as given, as every other user of the credential hashes it.
+        Ok(token) if !token.is_empty() => Ok(CredentialKey::of_token(&token)),
         _ => Err(Failure::new(
             exit::USAGE,
             format!(
@@ -125,7 +129,22 @@ pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
             ),
         ));
     }
-    let ledger = ledger(&args.consumer)?;
+    // The ledger never holds a call back for its own trouble, a slot directory it cannot
+    // reach included: the call goes, unaccounted, and stderr says why.
+    let ledger = match ledger(&args.consumer) {
+        Ok(ledger) => ledger,
+        Err(failure) => {
+            let why = format!("no budget ledger: {}", failure.message);
+            if args.json {
+                println!(
+                    "{}",
+                    json!({"go": true, "counted": false, "left": null, "unaccounted": why})
+                );
+            }
+            eprintln!("worklane: the call may go, unaccounted: {why}");
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
     match ledger.take(&key, &args.resource, &args.consumer) {
         Ok(grant) => {
             if args.json {
@@ -177,8 +196,16 @@ pub(crate) fn observe(args: &BudgetObserveArgs) -> Result<ExitCode, Failure> {
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, v)| v.as_str())
-    });
-    match ledger("worklane")?.observe(&key, &observation) {
+    })
+    .with_secondary_limit(args.secondary_limit);
+    let ledger = match ledger("worklane") {
+        Ok(ledger) => ledger,
+        Err(failure) => {
+            eprintln!("worklane: response not recorded: {}", failure.message);
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    match ledger.observe(&key, &observation) {
         Observed::Recorded => {}
         // Recording is best effort by design: the response was already received.
         Observed::Skipped(why) => eprintln!("worklane: response not recorded: {why}"),

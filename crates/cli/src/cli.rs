@@ -205,6 +205,10 @@ pub(crate) struct BudgetObserveArgs {
     /// A response header as "Name: value" (repeat; X-RateLimit-* and Retry-After are read).
     #[arg(long)]
     pub(crate) header: Vec<String>,
+    /// The response body says a secondary rate limit was exceeded (pause every caller even
+    /// without Retry-After).
+    #[arg(long)]
+    pub(crate) secondary_limit: bool,
     /// The environment variable holding the API token (read, hashed, never printed).
     #[arg(long, default_value = "GITHUB_TOKEN")]
     pub(crate) token_env: String,

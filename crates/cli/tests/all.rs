@@ -1153,4 +1153,77 @@ mod budget {
         let out = budget(&site, &["take", "--consumer", "c", "--resource", "../x"]);
         assert_eq!(out.status.code(), Some(64));
     }
+
+    #[test]
+    fn the_ledger_never_holds_a_call_back_for_its_own_trouble() {
+        // A cap the config gets wrong is no reason to stop an API call.
+        let site = Site::new(Some(r#"{"max_test_runs": 9}"#));
+        assert_eq!(
+            site.code(&["slots"]),
+            78,
+            "the slot pool refuses the config"
+        );
+        let reset = reset_in(600);
+        let args = [
+            "observe",
+            "--status",
+            "200",
+            "--header",
+            "X-RateLimit-Remaining: 3",
+            "--header",
+            &reset,
+        ];
+        assert!(budget(&site, &args).status.success());
+        let out = budget(&site, &["take", "--consumer", "c", "--json"]);
+        assert!(out.status.success());
+        let took: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(took["counted"], true, "the budget is kept all the same");
+
+        // No slot directory to be had: the call goes, unaccounted, and says why.
+        let file = site.file("not-a-dir");
+        std::fs::write(&file, b"").expect("write");
+        let out = site
+            .worklane()
+            .args(["budget", "take", "--consumer", "c", "--json"])
+            .env("GITHUB_TOKEN", TOKEN)
+            .env("AGENT_SLOTS_DIR", &file)
+            .output()
+            .expect("run");
+        assert!(out.status.success(), "the call may go");
+        let took: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(took["go"], true);
+        assert_eq!(took["counted"], false);
+        assert!(
+            took["unaccounted"]
+                .as_str()
+                .is_some_and(|w| w.contains("not-a-dir"))
+        );
+    }
+
+    #[test]
+    fn a_secondary_limit_named_by_the_caller_pauses_the_credential() {
+        let site = Site::new(None);
+        let forbidden = [
+            "observe",
+            "--status",
+            "403",
+            "--header",
+            "X-RateLimit-Remaining: 4000",
+        ];
+        assert!(budget(&site, &forbidden).status.success());
+        let shown = |site: &Site| -> serde_json::Value {
+            serde_json::from_slice(&budget(site, &["show", "--json"]).stdout).expect("json")
+        };
+        assert!(
+            shown(&site)[0]["paused_until"].is_null(),
+            "a 403 with calls left may be a permission error: no pause"
+        );
+        let mut secondary = forbidden.to_vec();
+        secondary.push("--secondary-limit");
+        assert!(budget(&site, &secondary).status.success());
+        assert!(
+            shown(&site)[0]["paused_until"].is_string(),
+            "the body said secondary rate limit: paused"
+        );
+    }
 }

@@ -167,6 +167,19 @@ impl Guard {
         resource: &str,
         before_link: &mut dyn FnMut(),
     ) -> Result<Option<Guard>, Error> {
+        Self::try_acquire_seams(dir, dir_path, resource, before_link, &mut || {})
+    }
+
+    /// [`Guard::try_acquire_observed`] that also calls `before_lock` after the guard is opened
+    /// and before it is locked (the test seam for a guard unlinked in that moment).
+    #[doc(hidden)]
+    pub fn try_acquire_seams(
+        dir: impl AsFd,
+        dir_path: &Path,
+        resource: &str,
+        before_link: &mut dyn FnMut(),
+        before_lock: &mut dyn FnMut(),
+    ) -> Result<Option<Guard>, Error> {
         let dir = dir.as_fd();
         check_resource_name(resource).map_err(|problem| Error::InvalidName {
             dir: dir_path.to_owned(),
@@ -178,11 +191,23 @@ impl Guard {
             dir: dir_path,
             name: &name,
         };
-        let (fd, id) = open_checked(dir, shown, Some(before_link))?;
-        match lock_nonblocking(&fd, shown)? {
-            true => Ok(Some(Guard { fd, id })),
-            false => Ok(None),
+        // The lock belongs to the inode we opened. Guards are never unlinked while in use, but
+        // a maintenance reclaim (`cargo xtask reclaim-guards`) may unlink an idle one; a
+        // process that opened it just before then would lock an inode nobody else can reach
+        // while others lock the new guard. So after locking, the name must still be our
+        // inode; if not, the lock is dropped and the guard opened again by name.
+        for _ in 0..ATTEMPTS {
+            let (fd, id) = open_checked(dir, shown, Some(&mut *before_link))?;
+            before_lock();
+            if !lock_nonblocking(&fd, shown)? {
+                return Ok(None);
+            }
+            if still_named(dir, shown, id)? {
+                return Ok(Some(Guard { fd, id }));
+            }
         }
+        // The guard changed under us at every attempt: someone is churning it. Busy.
+        Ok(None)
     }
 
     /// Rebuilds a held guard from a descriptor received from another process (for example over
@@ -305,6 +330,23 @@ fn open_checked(
     };
     let id = check_descriptor(&fd, shown)?;
     Ok((fd, id))
+}
+
+/// How often an acquisition opens the guard again when its name no longer names the inode
+/// it locked.
+const ATTEMPTS: usize = 3;
+
+/// Whether the guard's name still refers to the inode `id` (not unlinked or replaced).
+fn still_named(dir: BorrowedFd<'_>, shown: Shown<'_>, id: FileId) -> Result<bool, Error> {
+    match rustix::fs::statat(dir, shown.name, AtFlags::SYMLINK_NOFOLLOW) {
+        #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+        Ok(stat) => Ok(FileId {
+            dev: stat.st_dev as u64,
+            ino: stat.st_ino as u64,
+        } == id),
+        Err(Errno::NOENT) => Ok(false),
+        Err(e) => Err(io("stat", shown)(e)),
+    }
 }
 
 /// Checks a guard descriptor: above the standard streams, an empty regular file, on a

@@ -477,6 +477,58 @@ mod publication {
     }
 
     #[test]
+    fn a_guard_unlinked_between_open_and_lock_is_reopened_by_name() {
+        let site = Site::new();
+        drop(site.held());
+        // A maintenance reclaim unlinks the idle guard after we opened it, before we lock it.
+        let mut unlinked = false;
+        let ours = Guard::try_acquire_seams(&site.fd, site.path(), RES, &mut || {}, &mut || {
+            if !unlinked {
+                std::fs::remove_file(site.guard()).expect("unlink the guard");
+                unlinked = true;
+            }
+        })
+        .expect("acquire")
+        .expect("the guard is free");
+        assert!(unlinked);
+        // (The new guard may reuse the old inode's number once the old one is closed.)
+        let named = std::fs::metadata(site.guard())
+            .expect("a new guard was published")
+            .ino();
+        assert_eq!(
+            ours.file_id().ino,
+            named,
+            "we hold the guard others can reach by name, not the unlinked inode"
+        );
+        site.assert_busy("and it excludes them");
+    }
+
+    #[test]
+    fn a_guard_replaced_between_open_and_lock_is_never_held_twice() {
+        let site = Site::new();
+        drop(site.held());
+        // After we opened the old inode, it is unlinked and a rival publishes and holds a new
+        // guard. Locking the old inode would succeed: the acquisition must see the name moved.
+        let mut rival = None;
+        let ours = Guard::try_acquire_seams(&site.fd, site.path(), RES, &mut || {}, &mut || {
+            if rival.is_none() {
+                std::fs::remove_file(site.guard()).expect("unlink the guard");
+                rival = Some(site.held());
+            }
+        })
+        .expect("acquire");
+        let rival = rival.expect("the rival holds the new guard");
+        assert!(
+            ours.is_none(),
+            "busy: the rival holds the guard by its name"
+        );
+        assert_eq!(
+            std::fs::metadata(site.guard()).expect("guard").ino(),
+            rival.file_id().ino
+        );
+    }
+
+    #[test]
     fn a_leftover_temp_alias_from_a_crash_blocks_nothing() {
         // Crash before the link: an orphan read-only temp file.
         let site = Site::new();

@@ -154,6 +154,20 @@ impl SlotDir {
         })
     }
 
+    /// Resolves and opens the machine's slot directory as [`SlotDir::resolve`] does, without
+    /// loading the config: for callers that need the directory but not the caps (the API
+    /// budget ledger, which must not fail because a cap is misconfigured).
+    pub fn resolve_dir() -> Result<SlotDir, open::Error> {
+        Self::resolve_dir_in(&Environment::from_process())
+    }
+
+    /// [`SlotDir::resolve_dir`] with an injected environment.
+    pub fn resolve_dir_in(env: &Environment) -> Result<SlotDir, open::Error> {
+        let locations = env.locate()?;
+        let create = locations.layout != Layout::System;
+        Self::open_checked(&locations.slot_dir, create)
+    }
+
     /// Opens an existing directory at `path` as a slot directory (for tools and tests given an
     /// explicit directory). The test-isolation rule applies as in [`SlotDir::resolve`].
     pub fn open(path: &Path) -> Result<SlotDir, open::Error> {

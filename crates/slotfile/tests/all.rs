@@ -828,6 +828,24 @@ mod resolution {
     }
 
     #[test]
+    fn resolve_dir_finds_and_creates_the_directory_whatever_the_config_says() {
+        let (_t, root) = root();
+        let caps = root.join("caps.json");
+        std::fs::write(&caps, br#"{"max_test_runs": 9}"#).expect("write");
+        let e = env(&root).var("AGENT_SLOTS_CONFIG", &caps);
+        assert!(SlotDir::resolve_in(&e).is_err(), "the caps are refused");
+        let dir = SlotDir::resolve_dir_in(&e).expect("the directory alone resolves");
+        assert_eq!(dir.path(), root.join("var/tmp/agent-slots"));
+        let meta = std::fs::metadata(root.join("var/tmp/agent-slots")).expect("created");
+        assert_eq!(meta.mode() & 0o7777, 0o770);
+        let elsewhere = root.join("mine");
+        std::fs::create_dir(&elsewhere).expect("mkdir");
+        let dir = SlotDir::resolve_dir_in(&e.clone().var("AGENT_SLOTS_DIR", &elsewhere))
+            .expect("AGENT_SLOTS_DIR wins");
+        assert_eq!(dir.path(), elsewhere);
+    }
+
+    #[test]
     fn a_malformed_config_is_an_error_naming_file_and_field() {
         let (_t, root) = root();
         let caps = root.join("caps.json");
