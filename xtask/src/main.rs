@@ -2,6 +2,14 @@
 //!
 //! - `cargo xtask ci`: runs exactly the steps CI runs (`.ci/run` installs the prerequisites,
 //!   then calls this), in order, stopping at the first failure.
+//! - `cargo xtask reclaim-guards [--dir DIR] [--apply]`: in a maintenance window (STOP or a
+//!   drain in force, nothing live), removes guard inodes no resource file needs and temp
+//!   aliases older than a minute. A dry run unless `--apply`. Exit 0 done, 1 refused (it says
+//!   what is live), 64 usage, 78 the directory or its config.
+
+#![allow(clippy::print_stdout)]
+
+mod reclaim;
 
 use std::process::{Command, ExitCode};
 
@@ -80,12 +88,46 @@ fn ci() -> ExitCode {
     ExitCode::SUCCESS
 }
 
+const USAGE: &str = "usage: cargo xtask ci | cargo xtask reclaim-guards [--dir DIR] [--apply]";
+
+fn reclaim_guards(args: &[String]) -> ExitCode {
+    let mut dir = None;
+    let mut apply = false;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--apply" => apply = true,
+            "--dir" => match args.next() {
+                Some(d) => dir = Some(std::path::PathBuf::from(d)),
+                None => {
+                    eprintln!("xtask reclaim-guards: --dir needs a directory\n{USAGE}");
+                    return ExitCode::from(64);
+                }
+            },
+            other => {
+                eprintln!("xtask reclaim-guards: unknown argument {other:?}\n{USAGE}");
+                return ExitCode::from(64);
+            }
+        }
+    }
+    let env = worklane_slotfile::Environment::from_process();
+    match reclaim::run(&env, dir.as_deref(), apply, &mut std::io::stdout()) {
+        Ok(reclaim::Outcome::Done { .. }) => ExitCode::SUCCESS,
+        Ok(reclaim::Outcome::Refused(_)) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("xtask reclaim-guards: {e}");
+            ExitCode::from(78)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("ci") => ci(),
+        Some("reclaim-guards") => reclaim_guards(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask ci");
+            eprintln!("{USAGE}");
             ExitCode::from(64)
         }
     }

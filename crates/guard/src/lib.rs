@@ -25,7 +25,9 @@
 //!   thread holds copies of every descriptor (close-on-exec ones included) until it execs, so a
 //!   released guard can look busy to others for that moment.
 //! - Direct `unlink` or `rename` of a guard by a directory writer, or replacing the directory
-//!   itself while holders run, defeats it; reclaim guards only in a quiescent window.
+//!   itself while holders run, defeats it. [`reclaim`] is the one way to remove guards: in a
+//!   quiescent window, each while held; an acquirer checks after locking that the name still
+//!   refers to its inode.
 //!
 //! # Example
 //!
@@ -48,6 +50,7 @@
 pub mod filesystem;
 mod guard;
 mod name;
+pub mod reclaim;
 mod sys;
 mod token;
 

@@ -689,3 +689,107 @@ mod filesystem {
         assert_eq!(refused.name, "proc", "refused by name");
     }
 }
+
+mod reclaim {
+    use super::*;
+    use std::time::{SystemTime, UNIX_EPOCH};
+    use worklane_guard::reclaim::{self, Entry, Removal};
+
+    fn now_ms() -> u64 {
+        u64::try_from(
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .expect("clock")
+                .as_millis(),
+        )
+        .expect("ms")
+    }
+
+    #[test]
+    fn a_guard_is_removed_only_while_held_and_unneeded() {
+        let site = Site::new();
+        let held = site.held();
+        assert_eq!(
+            reclaim::remove_guard(&site.fd, site.path(), RES, || true).expect("reclaim"),
+            Removal::Busy,
+            "a held guard is left alone"
+        );
+        let inode = held.file_id().ino;
+        drop(held);
+        assert_eq!(std::fs::metadata(site.guard()).expect("kept").ino(), inode);
+        assert_eq!(
+            reclaim::remove_guard(&site.fd, site.path(), RES, || false).expect("reclaim"),
+            Removal::Needed,
+            "a guard its resource still needs is kept"
+        );
+        assert!(site.guard().exists());
+        let mut asked_while_held = false;
+        let removal = reclaim::remove_guard(&site.fd, site.path(), RES, || {
+            asked_while_held = Guard::try_acquire(&site.fd, site.path(), RES)
+                .expect("probe")
+                .is_none();
+            true
+        })
+        .expect("reclaim");
+        assert_eq!(removal, Removal::Removed);
+        assert!(
+            asked_while_held,
+            "the question is asked while the guard is held"
+        );
+        assert!(!site.guard().exists(), "unlinked");
+        assert!(
+            site.try_acquire().expect("acquire").is_some(),
+            "a new one is published"
+        );
+    }
+
+    #[test]
+    fn scan_lists_guards_and_temp_aliases_only() {
+        let site = Site::new();
+        drop(site.held());
+        let alias = format!(".{RES}.flock.tmp-0123456789abcdef");
+        std::fs::write(site.path().join(&alias), b"").expect("alias");
+        std::fs::write(site.path().join(RES), b"{}").expect("record");
+        std::fs::write(site.path().join(".other.tmp-0123456789abcdef"), b"").expect("temp");
+        let mut found = reclaim::scan(&site.fd, site.path()).expect("scan");
+        found.sort_by_key(|e| format!("{e:?}"));
+        assert_eq!(
+            found,
+            vec![
+                Entry::Guard {
+                    resource: RES.to_owned()
+                },
+                Entry::TempAlias { name: alias },
+            ]
+        );
+    }
+
+    #[test]
+    fn only_an_old_regular_temp_alias_is_removed() {
+        let site = Site::new();
+        let alias = format!(".{RES}.flock.tmp-0123456789abcdef");
+        let path = site.path().join(&alias);
+        std::fs::write(&path, b"").expect("alias");
+        let written = std::fs::metadata(&path)
+            .expect("alias")
+            .modified()
+            .expect("mtime")
+            .duration_since(UNIX_EPOCH)
+            .expect("after 1970")
+            .as_secs()
+            * 1000;
+        let remove = |now| {
+            reclaim::remove_temp_alias(&site.fd, site.path(), &alias, now, 60_000).expect("rm")
+        };
+        assert!(!remove(written + 59_999), "younger than a minute: kept");
+        assert!(path.exists());
+        assert!(remove(written + 60_000), "a minute old: a crash's leftover");
+        assert!(!path.exists());
+        std::fs::create_dir(&path).expect("a directory by that name");
+        assert!(!remove(now_ms() + 3_600_000), "not a regular file: kept");
+        assert!(
+            !reclaim::remove_temp_alias(&site.fd, site.path(), RES, now_ms(), 0).expect("rm"),
+            "not a temp alias name: never touched"
+        );
+    }
+}

@@ -1,0 +1,394 @@
+//! `cargo xtask reclaim-guards [--dir DIR] [--apply]`: in a quiescent maintenance window,
+//! remove the guard inodes no resource file needs and the temp aliases crashed publishers left.
+//!
+//! The window: STOP or a drain in force, and nothing live: no guard held, no lock record or
+//! role lease that counts as held. Otherwise nothing is touched and the refusal says what is
+//! live. A dry run (the default) says what `--apply` would remove.
+
+use std::io::Write;
+use std::path::Path;
+use worklane_admission::{DrainState, Pool};
+use worklane_guard::reclaim::{self, Entry, Removal};
+use worklane_lease::{Clock, SystemClock};
+use worklane_slotfile::{Environment, SlotDir};
+
+/// A temp alias younger than this may belong to a publisher at work: left alone.
+pub(crate) const TEMP_MIN_AGE_MS: u64 = 60_000;
+
+/// How a reclaim run ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Not a maintenance window, or something is live: nothing was touched.
+    Refused(Vec<String>),
+    /// Done (or, in a dry run, planned): what was (or would be) removed, and guards found
+    /// busy while applying.
+    Done {
+        removed: Vec<String>,
+        busy: Vec<String>,
+    },
+}
+
+/// Runs the reclaim in `env`'s slot directory, or `dir` when given, writing a report to
+/// `out`. `Err` is a problem with the directory or its config.
+pub(crate) fn run(
+    env: &Environment,
+    dir: Option<&Path>,
+    apply: bool,
+    out: &mut dyn Write,
+) -> Result<Outcome, String> {
+    let env = match dir {
+        Some(dir) => {
+            let dir =
+                std::path::absolute(dir).map_err(|e| format!("--dir {}: {e}", dir.display()))?;
+            env.clone().var("AGENT_SLOTS_DIR", dir)
+        }
+        None => env.clone(),
+    };
+    let pool = Pool::new(SlotDir::resolve_in(&env).map_err(|e| chain(&e))?);
+    let slot_dir = pool.dir().clone();
+    let path = slot_dir.path().to_owned();
+
+    let stop = pool.stop().map_err(|e| chain(&e))?;
+    let draining = matches!(pool.drain().map_err(|e| chain(&e))?, DrainState::InForce(_));
+    if stop.is_none() && !draining {
+        let why = format!(
+            "{} is not in a maintenance window: write STOP (`worklane stop-all maintenance`) or \
+             a drain (`worklane drain --until 30m`) first, and let every holder finish",
+            path.display()
+        );
+        let _ = writeln!(out, "refused: {why}");
+        return Ok(Outcome::Refused(vec![why]));
+    }
+
+    let mut live = Vec::new();
+    for view in pool.snapshot().map_err(|e| chain(&e))?.slots {
+        if view.state.is_held() {
+            live.push(format!("{} is live ({:?})", view.name, view.state));
+        }
+    }
+    let entries = reclaim::scan(&slot_dir, &path).map_err(|e| chain(&e))?;
+    for entry in &entries {
+        if let Entry::Guard { resource } = entry
+            && worklane_guard::is_held(&slot_dir, &path, resource).map_err(|e| chain(&e))?
+        {
+            live.push(format!("the guard of {resource} is held"));
+        }
+    }
+    if !live.is_empty() {
+        live.sort();
+        live.dedup();
+        let _ = writeln!(
+            out,
+            "refused: {} is not quiescent; nothing was removed:",
+            path.display()
+        );
+        for line in &live {
+            let _ = writeln!(out, "  {line}");
+        }
+        return Ok(Outcome::Refused(live));
+    }
+
+    let exists = |name: &str| {
+        rustix::fs::statat(&slot_dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok()
+    };
+    let now = SystemClock.now_ms();
+    let mut removed = Vec::new();
+    let mut busy = Vec::new();
+    for entry in entries {
+        match entry {
+            Entry::Guard { resource } => {
+                if exists(&resource) {
+                    continue;
+                }
+                let name = worklane_guard::guard_name(&resource);
+                if !apply {
+                    removed.push(name);
+                    continue;
+                }
+                match reclaim::remove_guard(&slot_dir, &path, &resource, || !exists(&resource))
+                    .map_err(|e| chain(&e))?
+                {
+                    Removal::Removed => removed.push(name),
+                    Removal::Busy => busy.push(name),
+                    Removal::Needed => {}
+                }
+            }
+            Entry::TempAlias { name } => {
+                if !apply {
+                    let old = rustix::fs::statat(
+                        &slot_dir,
+                        name.as_str(),
+                        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+                    )
+                    .is_ok_and(|s| {
+                        let mtime = u64::try_from(s.st_mtime).unwrap_or(0).saturating_mul(1000);
+                        now.saturating_sub(mtime) >= TEMP_MIN_AGE_MS
+                    });
+                    if old {
+                        removed.push(name);
+                    }
+                    continue;
+                }
+                if reclaim::remove_temp_alias(&slot_dir, &path, &name, now, TEMP_MIN_AGE_MS)
+                    .map_err(|e| chain(&e))?
+                {
+                    removed.push(name);
+                }
+            }
+        }
+    }
+    removed.sort();
+    let verb = if apply { "removed" } else { "would remove" };
+    let _ = writeln!(
+        out,
+        "{} ({}): {verb} {} file(s){}",
+        path.display(),
+        if stop.is_some() {
+            "STOP in force"
+        } else {
+            "drain in force"
+        },
+        removed.len(),
+        if apply {
+            ""
+        } else {
+            "; run again with --apply to remove them"
+        }
+    );
+    for name in &removed {
+        let _ = writeln!(out, "  {name}");
+    }
+    for name in &busy {
+        let _ = writeln!(
+            out,
+            "  {name}: busy, left alone (a holder started meanwhile)"
+        );
+    }
+    Ok(Outcome::Done { removed, busy })
+}
+
+/// An error with its causes, for the report.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        let s = e.to_string();
+        if !text.contains(&s) {
+            text.push_str(": ");
+            text.push_str(&s);
+        }
+        source = e.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Outcome, run};
+    use std::path::Path;
+    use std::time::{Duration, SystemTime};
+    use worklane_admission::{Stop, stop};
+    use worklane_lease::{Acquired, Options, Request, acquire};
+    use worklane_slotfile::{Environment, SlotDir};
+
+    struct Site {
+        temp: tempfile::TempDir,
+    }
+
+    impl Site {
+        fn new() -> Site {
+            let temp = tempfile::tempdir().expect("temp dir");
+            Site { temp }
+        }
+
+        fn path(&self, name: &str) -> std::path::PathBuf {
+            self.temp.path().join(name)
+        }
+
+        fn dir(&self) -> SlotDir {
+            SlotDir::open(self.temp.path()).expect("open")
+        }
+
+        fn stop(&self) {
+            let record = Stop {
+                by: "test".into(),
+                at: "2026-11-30T06:00:00.000Z".into(),
+                reason: "maintenance".into(),
+            };
+            stop::write(&self.dir(), &record).expect("STOP");
+        }
+
+        fn run(&self, apply: bool) -> (Outcome, String) {
+            let mut out = Vec::new();
+            let outcome = run(
+                &Environment::from_process(),
+                Some(self.temp.path()),
+                apply,
+                &mut out,
+            )
+            .expect("run");
+            (outcome, String::from_utf8(out).expect("utf-8"))
+        }
+
+        /// A guard whose resource file is gone, as a rotated budget key leaves.
+        fn orphan_guard(&self, resource: &str) {
+            drop(
+                worklane_guard::Guard::try_acquire(self.dir(), self.temp.path(), resource)
+                    .expect("guard")
+                    .expect("free"),
+            );
+        }
+
+        /// A lock record of this machine whose holder has exited.
+        fn dead_record(&self, name: &str) {
+            let Acquired::Held(lease) = acquire(
+                &self.dir(),
+                name,
+                &Request::new("gone"),
+                &Options::process(),
+            )
+            .expect("acquire") else {
+                panic!("refused")
+            };
+            let ours = std::fs::read(self.path(name)).expect("record");
+            lease.release().expect("release");
+            let mut dead = std::process::Command::new("true").spawn().expect("spawn");
+            let pid = dead.id();
+            dead.wait().expect("reap");
+            let mut record: serde_json::Value = serde_json::from_slice(&ours).expect("json");
+            record["pid"] = pid.into();
+            std::fs::write(self.path(name), serde_json::to_vec(&record).expect("json"))
+                .expect("plant");
+        }
+
+        fn old_temp_alias(&self, name: &str) {
+            let path = self.path(name);
+            std::fs::write(&path, b"").expect("alias");
+            std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .expect("open")
+                .set_modified(SystemTime::now() - Duration::from_secs(3600))
+                .expect("mtime");
+        }
+    }
+
+    fn exists(p: &Path) -> bool {
+        p.symlink_metadata().is_ok()
+    }
+
+    #[test]
+    fn outside_a_maintenance_window_nothing_is_touched() {
+        let site = Site::new();
+        site.orphan_guard("github-budget-0123456789abcdef.lock");
+        let (outcome, said) = site.run(true);
+        assert!(matches!(outcome, Outcome::Refused(_)), "{said}");
+        assert!(said.contains("stop-all"), "says what to do: {said}");
+        assert!(exists(
+            &site.path(".github-budget-0123456789abcdef.lock.flock")
+        ));
+    }
+
+    #[test]
+    fn a_live_holder_refuses_the_reclaim_and_is_named() {
+        let site = Site::new();
+        site.orphan_guard("old.lock");
+        site.stop();
+        let Acquired::Held(lease) = acquire(
+            &site.dir(),
+            "agent-0.lock",
+            &Request::new("harness"),
+            &Options::process(),
+        )
+        .expect("acquire") else {
+            panic!("refused")
+        };
+        let (outcome, said) = site.run(true);
+        assert!(matches!(outcome, Outcome::Refused(_)), "{said}");
+        assert!(
+            said.contains("agent-0.lock"),
+            "names the live holder: {said}"
+        );
+        assert!(exists(&site.path(".old.lock.flock")), "nothing removed");
+        lease.release().expect("release");
+
+        // A held guard with no record behind it is live too.
+        let held = worklane_guard::Guard::try_acquire(site.dir(), site.temp.path(), "x.lock")
+            .expect("guard")
+            .expect("free");
+        let (outcome, said) = site.run(true);
+        assert!(matches!(outcome, Outcome::Refused(_)), "{said}");
+        assert!(said.contains("x.lock"), "{said}");
+        drop(held);
+    }
+
+    #[test]
+    fn in_a_quiet_window_unneeded_guards_and_old_aliases_go_and_the_rest_stays() {
+        let site = Site::new();
+        site.orphan_guard("github-budget-0123456789abcdef.lock");
+        site.orphan_guard("agent-7.lock");
+        // A resource that still exists keeps its guard: a budget state, and a lock record whose
+        // holder is dead (it does not block the window, and a taker will need its guard).
+        std::fs::write(site.path("kept.json"), b"{}").expect("state");
+        site.orphan_guard("kept.json");
+        site.dead_record("agent-3.lock");
+        site.old_temp_alias(".agent-7.lock.flock.tmp-0123456789abcdef");
+        std::fs::write(site.path(".agent-8.lock.flock.tmp-fedcba9876543210"), b"")
+            .expect("young alias");
+        site.stop();
+
+        let (outcome, said) = site.run(false);
+        let Outcome::Done { removed, busy } = outcome else {
+            panic!("refused: {said}")
+        };
+        assert_eq!(
+            removed,
+            vec![
+                ".agent-7.lock.flock".to_owned(),
+                ".agent-7.lock.flock.tmp-0123456789abcdef".to_owned(),
+                ".github-budget-0123456789abcdef.lock.flock".to_owned(),
+            ],
+            "{said}"
+        );
+        assert!(busy.is_empty());
+        assert!(
+            said.contains("--apply"),
+            "a dry run says how to act: {said}"
+        );
+        assert!(
+            exists(&site.path(".agent-7.lock.flock")),
+            "a dry run removes nothing"
+        );
+
+        let (outcome, said) = site.run(true);
+        assert!(matches!(outcome, Outcome::Done { .. }), "{said}");
+        for gone in [
+            ".agent-7.lock.flock",
+            ".agent-7.lock.flock.tmp-0123456789abcdef",
+            ".github-budget-0123456789abcdef.lock.flock",
+        ] {
+            assert!(!exists(&site.path(gone)), "{gone} removed: {said}");
+        }
+        for kept in [
+            ".kept.json.flock",
+            "kept.json",
+            ".agent-3.lock.flock",
+            "agent-3.lock",
+            "STOP",
+            ".agent-8.lock.flock.tmp-fedcba9876543210",
+        ] {
+            assert!(exists(&site.path(kept)), "{kept} kept: {said}");
+        }
+        // A reclaimed resource works as before: its guard is published again.
+        let Acquired::Held(lease) = acquire(
+            &site.dir(),
+            "agent-7.lock",
+            &Request::new("harness"),
+            &Options::process(),
+        )
+        .expect("acquire") else {
+            panic!("refused")
+        };
+        lease.release().expect("release");
+    }
+}
