@@ -117,6 +117,23 @@ pub enum Observed {
     Skipped(String),
 }
 
+/// What [`Ledger::peek`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peek {
+    /// A take would go now; `left` calls in the resource's window, when known.
+    Go {
+        /// Calls left, when the window is known.
+        left: Option<u64>,
+    },
+    /// A take would wait until `until` (ms), for `why`, and fail if that is over 10 s away.
+    Wait {
+        /// When the wait would end.
+        until: u64,
+        /// Spent window or pause.
+        why: WaitWhy,
+    },
+}
+
 /// One step of a take, under the lock.
 enum Attempt {
     Go(Grant),
@@ -292,6 +309,23 @@ impl Ledger {
         };
         let _ = lease.release();
         observed
+    }
+
+    /// What a take of `resource` would meet now, without taking anything, waiting, or taking
+    /// the lock (for diagnostics such as `worklane why`): the state is read as a take reads
+    /// it and decided on a copy.
+    #[must_use]
+    pub fn peek(&self, key: &CredentialKey, resource: &str) -> Peek {
+        let Ok(path) = self.dir.file(&key.state_name()) else {
+            return Peek::Go { left: None };
+        };
+        let now = self.clock.now_ms();
+        let mut state = read_state(&path);
+        let left = state.window(resource, now).map(crate::state::Window::left);
+        match state.decide(resource, "(peek)", now) {
+            Decision::Go { .. } => Peek::Go { left },
+            Decision::Wait { until, why } => Peek::Wait { until, why },
+        }
     }
 
     /// Takes the budget's lock, trying for up to `patience_ms`; `Err` says why not.

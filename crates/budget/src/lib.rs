@@ -50,7 +50,8 @@ pub mod state;
 
 pub use key::CredentialKey;
 pub use ledger::{
-    CredentialView, Grant, Ledger, Observed, RealSleep, Refused, ResourceView, Sleep,
+    CredentialView, Grant, Ledger, Observed, Peek, RealSleep, Refused, ResourceView, Sleep,
 };
 pub use observe::Observation;
 pub use state::State;
+pub use state::WaitWhy;

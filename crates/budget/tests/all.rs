@@ -335,6 +335,44 @@ fn hold_lock(site: &Site, key: &CredentialKey) -> worklane_lease::Lease {
     }
 }
 
+mod peek {
+    use super::*;
+    use worklane_budget::{Peek, WaitWhy};
+
+    #[test]
+    fn a_peek_answers_as_a_take_would_without_taking_waiting_or_locking() {
+        let site = Site::new();
+        let ledger = site.ledger();
+        let key = key();
+        assert_eq!(
+            ledger.peek(&key, "core"),
+            Peek::Go { left: None },
+            "no state"
+        );
+        ledger.observe(&key, &window(site.now(), 2, 60_000));
+        let held = hold_lock(&site, &key);
+        let before = std::fs::read(site.path(&key.state_name())).expect("state");
+        let start = site.now();
+        assert_eq!(ledger.peek(&key, "core"), Peek::Go { left: Some(2) });
+        assert_eq!(site.now(), start, "no wait for the held lock");
+        assert_eq!(
+            std::fs::read(site.path(&key.state_name())).expect("state"),
+            before,
+            "nothing taken"
+        );
+        drop(held);
+        assert!(counted(&ledger.take(&key, "core", "a")));
+        assert!(counted(&ledger.take(&key, "core", "a")));
+        assert_eq!(
+            ledger.peek(&key, "core"),
+            Peek::Wait {
+                until: T0 + 60_000,
+                why: WaitWhy::Spent
+            }
+        );
+    }
+}
+
 mod pause {
     use super::*;
 

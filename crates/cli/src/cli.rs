@@ -26,7 +26,7 @@ Exit codes:
   69   refused: STOP or a drain is in force, or a held role lease was lost
   70   internal error          71  system error
   75   busy: at cap (--no-wait), timed out, full run or role held, not idle,
-       API budget spent or paused (budget take)
+       API budget spent or paused (budget take), a blocker other than STOP (why)
   78   configuration error (config file, slot directory)
   126  command cannot be executed   127  command not found
 
@@ -77,6 +77,10 @@ pub(crate) enum Command {
     /// The API rate-limit budget each credential shares across the machine.
     #[command(subcommand)]
     Budget(BudgetCommand),
+    /// Which of the four permission questions blocks work now: resource admission, provider
+    /// quota, task ownership, release authority (exit 0 when nothing blocks, 69 for STOP or a
+    /// drain, 75 for any other blocker). Takes, waits for and writes nothing.
+    Why(WhyArgs),
     /// Print shell completions.
     Completions {
         /// The shell.
@@ -164,6 +168,28 @@ pub(crate) enum QueueCommand {
         #[arg(last = true, required = true)]
         command: Vec<OsString>,
     },
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct WhyArgs {
+    /// The slot asked about.
+    #[arg(long, value_enum, default_value_t = KindArg::Agent)]
+    pub(crate) kind: KindArg,
+    /// The API resource asked about.
+    #[arg(long, default_value = "core")]
+    pub(crate) resource: String,
+    /// The environment variable holding the API token (read, hashed, never printed).
+    #[arg(long, default_value = "GITHUB_TOKEN")]
+    pub(crate) token_env: String,
+    /// Ask who owns this role's lease.
+    #[arg(long, conflicts_with = "lock")]
+    pub(crate) role: Option<String>,
+    /// Ask who owns this lock file (a name in the slot directory, e.g. full-run.lock).
+    #[arg(long)]
+    pub(crate) lock: Option<String>,
+    /// Print JSON (schema in README.md).
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -14,6 +14,7 @@ mod run;
 mod slots;
 mod supervise;
 mod tree;
+mod why;
 
 use clap::Parser;
 use cli::{BudgetCommand, Cli, Command, LeaseCommand, QueueCommand};
@@ -57,6 +58,7 @@ fn main() -> ExitCode {
         Command::Budget(BudgetCommand::Show { json }) => budget::show(json),
         Command::Budget(BudgetCommand::Take(args)) => budget::take(&args),
         Command::Budget(BudgetCommand::Observe(args)) => budget::observe(&args),
+        Command::Why(args) => why::why(&args),
         Command::Completions { shell } => ops::completions(shell),
         Command::Man => ops::man(),
     };

@@ -1,0 +1,237 @@
+//! `worklane why`: which of the four permission questions blocks work now.
+//!
+//! The four stay separate: resource admission (slots, STOP, drain), provider quota (the API
+//! budget), task ownership (locks and role leases) and release authority, which worklane never
+//! decides. Nothing is taken, waited for or written: every answer is read as the real step
+//! would read it.
+
+use crate::cli::{KindArg, WhyArgs};
+use crate::exit::{self, Failure};
+use serde_json::{Value, json};
+use std::process::ExitCode;
+use worklane_admission::{DrainState, Snapshot};
+use worklane_budget::{CredentialKey, Ledger, Peek, WaitWhy};
+use worklane_lease::rfc3339_ms;
+
+/// One question's answer.
+struct Answer {
+    /// What was asked, e.g. "agent slot".
+    asked: String,
+    /// `None` when the question was not asked (nothing to check it against).
+    blocks: Option<bool>,
+    /// The answer in words.
+    why: String,
+    /// The exit code this blocker stands for.
+    code: u8,
+    /// A question worklane never answers (release authority).
+    outside: bool,
+}
+
+impl Answer {
+    fn not_asked(asked: &str, why: impl Into<String>) -> Answer {
+        Answer {
+            asked: asked.to_owned(),
+            blocks: None,
+            why: why.into(),
+            code: 0,
+            outside: false,
+        }
+    }
+
+    fn clear(asked: impl Into<String>, why: impl Into<String>) -> Answer {
+        Answer {
+            asked: asked.into(),
+            blocks: Some(false),
+            why: why.into(),
+            code: 0,
+            outside: false,
+        }
+    }
+
+    fn blocked(asked: impl Into<String>, why: impl Into<String>, code: u8) -> Answer {
+        Answer {
+            asked: asked.into(),
+            blocks: Some(true),
+            why: why.into(),
+            code,
+            outside: false,
+        }
+    }
+
+    fn outside(why: impl Into<String>) -> Answer {
+        Answer {
+            outside: true,
+            ..Answer::not_asked("", why)
+        }
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "asked": self.asked,
+            "blocks": self.blocks,
+            "decided_here": !self.outside,
+            "why": self.why,
+        })
+    }
+
+    fn word(&self) -> &'static str {
+        match self.blocks {
+            None if self.outside => "not worklane's to decide",
+            None => "not asked",
+            Some(false) => "clear",
+            Some(true) => "BLOCKED",
+        }
+    }
+}
+
+fn admission(kind: KindArg, snapshot: &Snapshot) -> Answer {
+    let asked = match kind {
+        KindArg::Agent => "an agent slot",
+        KindArg::Test => "a test-run slot",
+        KindArg::FullRun => "the full-run lock",
+    };
+    if let Some(stop) = &snapshot.stop {
+        return Answer::blocked(
+            asked,
+            format!("{stop} (`worklane resume-all` lifts it)"),
+            exit::UNAVAILABLE,
+        );
+    }
+    if let DrainState::InForce(drain) = &snapshot.drain {
+        return Answer::blocked(
+            asked,
+            format!("drain in force: {drain} (`worklane undrain` ends it)"),
+            exit::UNAVAILABLE,
+        );
+    }
+    let held = |k: &str| {
+        snapshot
+            .slots
+            .iter()
+            .filter(|s| s.kind == k && s.state.is_held())
+            .count()
+    };
+    let (label, cap) = match kind {
+        KindArg::Agent => ("agent", snapshot.config.max_agents),
+        KindArg::Test => ("test", snapshot.config.max_test_runs),
+        KindArg::FullRun => {
+            return if held("full-run") > 0 {
+                Answer::blocked(asked, "another full run holds it", exit::TEMP_FAIL)
+            } else {
+                Answer::clear(asked, "no full run is live")
+            };
+        }
+    };
+    let n = held(label);
+    let cap = usize::try_from(cap).unwrap_or(usize::MAX);
+    if n >= cap {
+        Answer::blocked(
+            asked,
+            format!("at cap: {n} of {cap} held (`worklane slots` shows who)"),
+            exit::TEMP_FAIL,
+        )
+    } else {
+        Answer::clear(asked, format!("{n} of {cap} held"))
+    }
+}
+
+fn quota(args: &WhyArgs, ledger: &Ledger) -> Answer {
+    let asked = format!("{} calls", args.resource);
+    let Ok(token) = std::env::var(&args.token_env) else {
+        return Answer::not_asked(
+            &asked,
+            format!(
+                "no API token in ${} (name its variable with --token-env)",
+                args.token_env
+            ),
+        );
+    };
+    let key = CredentialKey::of_token(&token);
+    match ledger.peek(&key, &args.resource) {
+        Peek::Go { left: Some(left) } => Answer::clear(asked, format!("{left} left in the window")),
+        Peek::Go { left: None } => Answer::clear(asked, "no window known: calls go"),
+        Peek::Wait {
+            until,
+            why: WaitWhy::Spent,
+        } => Answer::blocked(
+            asked,
+            format!("no calls left until {} (rate_limited)", rfc3339_ms(until)),
+            exit::TEMP_FAIL,
+        ),
+        Peek::Wait {
+            until,
+            why: WaitWhy::Paused,
+        } => Answer::blocked(
+            asked,
+            format!(
+                "paused by a secondary limit until {} (secondary_rate_limited)",
+                rfc3339_ms(until)
+            ),
+            exit::TEMP_FAIL,
+        ),
+    }
+}
+
+fn ownership(args: &WhyArgs, snapshot: &Snapshot) -> Answer {
+    let name = match (&args.role, &args.lock) {
+        (Some(role), _) => format!("role-{role}.lease"),
+        (None, Some(lock)) => lock.clone(),
+        (None, None) => {
+            return Answer::not_asked("", "give --role ROLE or --lock NAME to ask who owns it");
+        }
+    };
+    let Some(view) = snapshot.slots.iter().find(|s| s.name == name) else {
+        return Answer::clear(name, "nobody holds it");
+    };
+    if !view.state.is_held() {
+        return Answer::clear(name, "its last holder is gone: free to take");
+    }
+    let r = view.record.as_ref();
+    let pid = r
+        .and_then(|r| r.pid())
+        .map_or_else(|| "an unknown pid".to_owned(), |p| format!("pid {p}"));
+    let owner = r
+        .and_then(|r| r.owner.clone())
+        .unwrap_or_else(|| "an unknown owner".to_owned());
+    Answer::blocked(&name, format!("held by {pid} ({owner})"), exit::TEMP_FAIL)
+}
+
+pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
+    let pool = crate::pool()?;
+    let snapshot = pool.snapshot()?;
+    let ledger = Ledger::new(pool.dir().clone());
+    let answers = [
+        ("resource admission", admission(args.kind, &snapshot)),
+        ("provider quota", quota(args, &ledger)),
+        ("task ownership", ownership(args, &snapshot)),
+        (
+            "release authority",
+            Answer::outside(
+                "no slot, lease or budget implies the right to merge, deploy or publish: ask \
+                 your release process",
+            ),
+        ),
+    ];
+    let first = answers.iter().find(|(_, a)| a.blocks == Some(true));
+    if args.json {
+        let mut doc = serde_json::Map::new();
+        for (question, answer) in &answers {
+            doc.insert(question.replace(' ', "_"), answer.json());
+        }
+        doc.insert(
+            "blocked_by".to_owned(),
+            first.map_or(Value::Null, |(q, _)| Value::from(q.replace(' ', "_"))),
+        );
+        println!("{}", Value::Object(doc));
+    } else {
+        for (question, answer) in &answers {
+            let asked = if answer.asked.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", answer.asked)
+            };
+            println!("{question}{asked}: {}: {}", answer.word(), answer.why);
+        }
+    }
+    Ok(ExitCode::from(first.map_or(0, |(_, a)| a.code)))
+}
