@@ -13,7 +13,9 @@
 //!   waits up to 10 s, then fails with [`Refused`] (`rate_limited` or
 //!   `secondary_rate_limited`, status 429) without the call being made.
 //! - **Observe**: reads `X-RateLimit-Limit/-Remaining/-Reset/-Resource` and `Retry-After`
-//!   ([`Observation::from_headers`], HTTP-client agnostic); tries the lock once, never waits.
+//!   ([`Observation::from_headers`], HTTP-client agnostic; with the `http` feature also
+//!   `Observation::from_http` and `from_response` for the `http` crate's types); tries the lock
+//!   once, never waits.
 //! - **Bounds**: a pause counts at most 15 min ahead, a window at most 1 h 5 min ahead; a reset
 //!   too far or missing, or a remaining that is not a whole number >= 0, is "not known" and
 //!   the call goes.

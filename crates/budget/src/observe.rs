@@ -80,6 +80,24 @@ impl Observation {
     }
 }
 
+#[cfg(feature = "http")]
+impl Observation {
+    /// Reads an observation from the `http` crate's status and headers (feature `http`).
+    /// A header that is not valid text is "not known".
+    #[must_use]
+    pub fn from_http(status: http::StatusCode, headers: &http::HeaderMap) -> Self {
+        Observation::from_headers(status.as_u16(), |name| {
+            headers.get(name).and_then(|v| v.to_str().ok())
+        })
+    }
+
+    /// Reads an observation from an `http::Response` (feature `http`).
+    #[must_use]
+    pub fn from_response<B>(response: &http::Response<B>) -> Self {
+        Observation::from_http(response.status(), response.headers())
+    }
+}
+
 /// A whole number written as plain ASCII digits (surrounding spaces allowed): no sign, no
 /// fraction, no exponent, at most 2^53 - 1 (a count every JSON reader keeps exactly).
 #[must_use]
@@ -211,5 +229,31 @@ mod tests {
             prop_assert_eq!(whole(&format!("-{n}")), None);
             prop_assert_eq!(whole(&format!("{n}.0")), None);
         }
+    }
+
+    #[cfg(feature = "http")]
+    #[test]
+    fn the_http_adapter_reads_the_same_headers() {
+        let response = http::Response::builder()
+            .status(429)
+            .header("X-RateLimit-Remaining", "0")
+            .header("x-ratelimit-reset", "1764484800")
+            .header("X-RateLimit-Resource", "search")
+            .header("Retry-After", "30")
+            .header(
+                "X-RateLimit-Limit",
+                http::HeaderValue::from_bytes(b"\xff").expect("bytes"),
+            )
+            .body(())
+            .expect("response");
+        let o = Observation::from_response(&response);
+        assert_eq!(o.status, 429);
+        assert_eq!(o.remaining, Some(0));
+        assert_eq!(o.reset_s, Some(1_764_484_800));
+        assert_eq!(o.resource(), Some("search"));
+        assert_eq!(o.retry_after_s, Some(30));
+        assert_eq!(o.limit, None, "a value that is not text is not known");
+        assert!(o.window_seen);
+        assert!(o.is_secondary_limit(), "Retry-After on a 429");
     }
 }
