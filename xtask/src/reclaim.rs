@@ -188,7 +188,7 @@ mod tests {
     use std::path::Path;
     use std::time::{Duration, SystemTime};
     use worklane_admission::{Stop, stop};
-    use worklane_lease::{Acquired, Options, Request, acquire};
+    use worklane_lease::{Acquired, Clock, Options, Request, acquire};
     use worklane_slotfile::{Environment, SlotDir};
 
     struct Site {
@@ -390,5 +390,56 @@ mod tests {
             panic!("refused")
         };
         lease.release().expect("release");
+    }
+
+    #[test]
+    fn a_fresh_role_lease_between_pulses_refuses_the_reclaim() {
+        // A TTL lease holds its guard only while it writes: between pulses only its record
+        // says it is live.
+        let site = Site::new();
+        site.orphan_guard("old.lock");
+        site.stop();
+        let Acquired::Held(lease) = acquire(
+            &site.dir(),
+            "role-planner.lease",
+            &Request::new("planner").field("role", "planner"),
+            &Options::ttl(Duration::from_secs(60)),
+        )
+        .expect("acquire") else {
+            panic!("refused")
+        };
+        assert!(
+            !worklane_guard::is_held(site.dir(), site.temp.path(), "role-planner.lease")
+                .expect("probe"),
+            "the guard is free between pulses"
+        );
+        let (outcome, said) = site.run(true);
+        assert!(matches!(outcome, Outcome::Refused(_)), "{said}");
+        assert!(said.contains("role-planner.lease"), "{said}");
+        assert!(exists(&site.path(".old.lock.flock")));
+        drop(lease);
+    }
+
+    #[test]
+    fn a_drain_alone_opens_the_window() {
+        let site = Site::new();
+        site.orphan_guard("old.lock");
+        let pool = worklane_admission::Pool::new(
+            SlotDir::resolve_in(
+                &Environment::from_process().var("AGENT_SLOTS_DIR", site.temp.path()),
+            )
+            .expect("resolve"),
+        );
+        let now = worklane_lease::SystemClock.now_ms();
+        pool.write_drain(&worklane_admission::Drain {
+            since: worklane_lease::rfc3339_ms(now),
+            until: worklane_lease::rfc3339_ms(now + 600_000),
+            to: None,
+        })
+        .expect("drain");
+        let (outcome, said) = site.run(true);
+        assert!(matches!(outcome, Outcome::Done { .. }), "{said}");
+        assert!(said.contains("drain in force"), "{said}");
+        assert!(!exists(&site.path(".old.lock.flock")));
     }
 }

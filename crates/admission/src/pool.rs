@@ -548,6 +548,8 @@ impl Pool {
                     ("full-run", Box::new(ProcessLiveness))
                 } else if name.starts_with("role-") && name.ends_with(".lease") {
                     ("role", Box::new(TtlLiveness::default()))
+                } else if name.ends_with(".lease") {
+                    ("lease", Box::new(TtlLiveness::default()))
                 } else if name.ends_with(".lock") {
                     ("lock", Box::new(ProcessLiveness))
                 } else {

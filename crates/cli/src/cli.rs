@@ -79,7 +79,7 @@ pub(crate) enum Command {
     Budget(BudgetCommand),
     /// Which of the four permission questions blocks work now: resource admission, provider
     /// quota, task ownership, release authority (exit 0 when nothing blocks, 69 for STOP or a
-    /// drain, 75 for any other blocker). Takes, waits for and writes nothing.
+    /// drain, 75 for any other blocker). Takes nothing, waits for nothing, writes no record.
     Why(WhyArgs),
     /// Print shell completions.
     Completions {

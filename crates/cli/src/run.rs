@@ -134,10 +134,12 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     Ok(ExitCode::from(outcome.code))
 }
 
-/// The shortest TTL `lease run` accepts. The supervisor checks (and pulses) every
-/// [`CHECK_EVERY`](crate::supervise::CHECK_EVERY) and halts the command when it could not
-/// confirm its lease for TTL/2; with the grace of [`lease_grace`] the command is then gone
-/// by TTL/2 + 250 ms + TTL/4, before the lease lapses at TTL, for every TTL from 2 s up.
+/// The shortest TTL `lease run` accepts. The supervisor checks every
+/// [`CHECK_EVERY`](crate::supervise::CHECK_EVERY), pulses every TTL/20 (at such a check),
+/// and halts the command once its lease has gone unconfirmed for more than TTL/2; with the
+/// grace of [`lease_grace`] the command is gone by TTL/2 + one pulse interval rounded up to a
+/// check + TTL/4 after its last confirmed pulse, before the lease lapses at TTL, for every
+/// TTL from 2 s up (with about TTL/8 to spare for the last pulse's own write).
 const MIN_TTL: Duration = Duration::from_secs(2);
 
 /// The SIGTERM-to-SIGKILL grace of a role holder's command: the usual grace, but at most a
@@ -229,9 +231,12 @@ pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
             return None;
         }
         last_attempt = Instant::now();
+        // A pulse stamps `lastPulse` before it writes; successors count the TTL from that
+        // stamp, so the lease counts as confirmed from the attempt, not from the write's end.
+        let attempted = last_attempt;
         match lease.pulse() {
             Ok(()) => {
-                last_ok = Instant::now();
+                last_ok = attempted;
                 None
             }
             Err(e @ held::Error::LeaseLost { .. }) => {
@@ -271,14 +276,21 @@ mod tests {
 
     #[test]
     fn a_role_holders_command_is_gone_before_its_lease_can_lapse() {
-        // Halted at most TTL/2 + one check after the last good pulse, killed a grace later.
+        // Unconfirmed for just over TTL/2, noticed at the next pulse attempt (every TTL/20,
+        // at least 50 ms, on a 250 ms check), killed a grace later.
         for ms in [
             2_000, 2_500, 4_000, 6_000, 12_000, 13_000, 60_000, 3_600_000,
         ] {
             let ttl = Duration::from_millis(ms);
             assert!(ttl >= MIN_TTL);
-            let gone_by = ttl / 2 + CHECK_EVERY + lease_grace(ttl);
-            assert!(gone_by < ttl, "TTL {ms} ms: gone by {gone_by:?}");
+            let every = (ttl / 20).max(Duration::from_millis(50));
+            let checks = every.as_millis().div_ceil(CHECK_EVERY.as_millis());
+            let noticed = CHECK_EVERY * u32::try_from(checks.max(1)).expect("checks");
+            let gone_by = ttl / 2 + noticed + lease_grace(ttl);
+            assert!(
+                gone_by + ttl / 8 <= ttl,
+                "TTL {ms} ms: gone by {gone_by:?}, leaving less than TTL/8"
+            );
         }
         assert_eq!(
             lease_grace(Duration::from_secs(60)),

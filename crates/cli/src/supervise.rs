@@ -1,13 +1,14 @@
 //! Running the command: spawn it, forward signals, halt it on request, report its status.
 
 use crate::exit::{self, Failure};
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::Command;
-use std::sync::mpsc;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 /// How often the halt check runs (STOP, lease pulse).
@@ -67,6 +68,15 @@ pub(crate) fn supervise(
         Failure::new(
             exit::OS_ERROR,
             format!("cannot install signal handlers: {e}"),
+        )
+    })?;
+    // A parent that ignores SIGCHLD passes that on through exec, and with SIGCHLD ignored the
+    // kernel reaps our children itself: the command's status would be lost and the wait for
+    // it fail. Any handler restores normal child reporting.
+    signal_hook::flag::register(SIGCHLD, Arc::new(AtomicBool::new(false))).map_err(|e| {
+        Failure::new(
+            exit::OS_ERROR,
+            format!("cannot install a SIGCHLD handler: {e}"),
         )
     })?;
     let interactive = std::io::stdin().is_terminal();
@@ -152,9 +162,9 @@ pub(crate) fn supervise(
                     "worklane: {reason}: halting the command (SIGTERM, then SIGKILL after {} s)",
                     seconds(grace)
                 );
-                halt(target, rustix::process::Signal::TERM);
+                halt(target, pid, rustix::process::Signal::TERM);
                 // A stopped process acts on SIGTERM only once continued.
-                halt(target, rustix::process::Signal::CONT);
+                halt(target, pid, rustix::process::Signal::CONT);
                 halting = Some((reason, now));
             }
         }
@@ -162,7 +172,7 @@ pub(crate) fn supervise(
             && !killed
             && now >= *since + grace
         {
-            halt(target, rustix::process::Signal::KILL);
+            halt(target, pid, rustix::process::Signal::KILL);
             killed = true;
         }
     };
@@ -172,7 +182,8 @@ pub(crate) fn supervise(
     // command is not reaped yet, so its pid, and the pgid of its group, cannot have been
     // reused by an unrelated process.
     if halting.is_some() {
-        halt(target, rustix::process::Signal::KILL);
+        target.send(rustix::process::Signal::KILL);
+        crate::tree::kill_descendants(raw_pid(pid));
     }
     let status = waited
         .and_then(|()| child.wait())
@@ -202,9 +213,13 @@ pub(crate) fn seconds(d: Duration) -> String {
 /// Sends a halt signal to the command (its group, or its pid with a terminal) and to every
 /// other descendant of worklane, which reaches the processes that left the group or were
 /// orphaned (see [`crate::tree`]).
-fn halt(target: Target, signal: rustix::process::Signal) {
+fn halt(target: Target, command: rustix::process::Pid, signal: rustix::process::Signal) {
     target.send(signal);
-    crate::tree::signal_descendants(signal);
+    crate::tree::signal_descendants(raw_pid(command), signal);
+}
+
+fn raw_pid(pid: rustix::process::Pid) -> u32 {
+    pid.as_raw_nonzero().get().unsigned_abs()
 }
 
 /// Waits until the command has exited, without reaping it (WNOWAIT): while it is an unreaped
@@ -232,8 +247,7 @@ fn wait_for_exit(pid: rustix::process::Pid, reaping: bool) -> std::io::Result<()
             Ok(None) | Err(Errno::INTR) => {}
             Err(e) => return Err(e.into()),
         }
-        let raw = pid.as_raw_nonzero().get().unsigned_abs();
-        if crate::tree::reap_orphans(raw) == 0 {
+        if crate::tree::reap_orphans(raw_pid(pid)) == 0 {
             // An exited child the process table did not show us: do not spin on it.
             std::thread::sleep(CHECK_EVERY);
         }

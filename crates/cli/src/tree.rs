@@ -93,9 +93,25 @@ pub(crate) fn table() -> Option<Vec<Entry>> {
     None
 }
 
-/// Sends `signal` to every live descendant of this process; returns how many were signalled.
-pub(crate) fn signal_descendants(signal: rustix::process::Signal) -> usize {
-    let Some(table) = table() else {
+/// The process table, if it is consistent with what we know: our child `child` (the command,
+/// running or an unreaped zombie) must be in it with us as its parent. A `/proc` of another
+/// pid namespace whose numbering happened to agree on our own pid fails this.
+fn table_with(child: u32) -> Option<Vec<Entry>> {
+    let ours = rustix::process::getpid()
+        .as_raw_nonzero()
+        .get()
+        .unsigned_abs();
+    let table = table()?;
+    table
+        .iter()
+        .any(|e| e.pid == child && e.ppid == ours)
+        .then_some(table)
+}
+
+/// Sends `signal` to every live descendant of this process, `child` (the command) being one;
+/// returns how many were signalled.
+pub(crate) fn signal_descendants(child: u32, signal: rustix::process::Signal) -> usize {
+    let Some(table) = table_with(child) else {
         return 0;
     };
     let ours = rustix::process::getpid()
@@ -117,11 +133,28 @@ pub(crate) fn signal_descendants(signal: rustix::process::Signal) -> usize {
     sent
 }
 
-/// Makes this process a child subreaper (Linux), so orphaned descendants stay findable.
-/// Returns whether it is one.
+/// SIGKILLs every descendant of this process until a fresh look at the table finds none alive
+/// (a descendant may fork between one look and the kill; as a subreaper we find its child the
+/// next time). At most 16 passes. Returns how many were killed.
+pub(crate) fn kill_descendants(child: u32) -> usize {
+    let mut killed = 0;
+    for _ in 0..16 {
+        let n = signal_descendants(child, rustix::process::Signal::KILL);
+        if n == 0 {
+            break;
+        }
+        killed += n;
+    }
+    killed
+}
+
+/// Makes this process a child subreaper (Linux), so orphaned descendants stay findable, if
+/// and only if this process can read its descendants in `/proc` (without the table there is
+/// nobody to halt or reap the orphans it would adopt). Returns whether it is one.
 #[cfg(target_os = "linux")]
 pub(crate) fn become_subreaper() -> bool {
-    rustix::process::set_child_subreaper(Some(rustix::process::getpid())).is_ok()
+    table().is_some()
+        && rustix::process::set_child_subreaper(Some(rustix::process::getpid())).is_ok()
 }
 
 /// No subreapers off Linux.
@@ -133,7 +166,7 @@ pub(crate) fn become_subreaper() -> bool {
 /// Reaps exited children of this process other than `keep` (orphans re-parented to us);
 /// returns how many were reaped.
 pub(crate) fn reap_orphans(keep: u32) -> usize {
-    let Some(table) = table() else {
+    let Some(table) = table_with(keep) else {
         return 0;
     };
     let ours = rustix::process::getpid()

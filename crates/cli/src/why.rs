@@ -3,7 +3,7 @@
 //! The four stay separate: resource admission (slots, STOP, drain), provider quota (the API
 //! budget), task ownership (locks and role leases) and release authority, which worklane never
 //! decides. Nothing is taken, waited for or written: every answer is read as the real step
-//! would read it.
+//! would read it (like `worklane slots`, it probes a free guard by taking it for a moment).
 
 use crate::cli::{KindArg, WhyArgs};
 use crate::exit::{self, Failure};
@@ -12,6 +12,7 @@ use std::process::ExitCode;
 use worklane_admission::{DrainState, Snapshot};
 use worklane_budget::{CredentialKey, Ledger, Peek, WaitWhy};
 use worklane_lease::rfc3339_ms;
+use worklane_slotfile::SlotDir;
 
 /// One question's answer.
 struct Answer {
@@ -172,19 +173,41 @@ fn quota(args: &WhyArgs, ledger: &Ledger) -> Answer {
     }
 }
 
-fn ownership(args: &WhyArgs, snapshot: &Snapshot) -> Answer {
+fn ownership(args: &WhyArgs, snapshot: &Snapshot, dir: &SlotDir) -> Result<Answer, Failure> {
     let name = match (&args.role, &args.lock) {
         (Some(role), _) => format!("role-{role}.lease"),
         (None, Some(lock)) => lock.clone(),
         (None, None) => {
-            return Answer::not_asked("", "give --role ROLE or --lock NAME to ask who owns it");
+            return Ok(Answer::not_asked(
+                "",
+                "give --role ROLE or --lock NAME to ask who owns it",
+            ));
         }
     };
+    if let Err(e) = dir.file(&name) {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!("{name:?} cannot be a file of the slot directory: {e}"),
+        ));
+    }
     let Some(view) = snapshot.slots.iter().find(|s| s.name == name) else {
-        return Answer::clear(name, "nobody holds it");
+        // Not a lock file the snapshot lists (or absent): its guard may still be held, by a
+        // holder between writing records or by a tool of its own. Probed only if it exists.
+        let guard = worklane_guard::guard_path(dir.path(), &name);
+        if guard.symlink_metadata().is_ok()
+            && worklane_guard::is_held(dir, dir.path(), &name)
+                .map_err(|e| Failure::new(exit::OS_ERROR, exit::chain(&e)))?
+        {
+            return Ok(Answer::blocked(
+                &name,
+                "its guard is held (no record to name the holder)",
+                exit::TEMP_FAIL,
+            ));
+        }
+        return Ok(Answer::clear(name, "nobody holds it"));
     };
     if !view.state.is_held() {
-        return Answer::clear(name, "its last holder is gone: free to take");
+        return Ok(Answer::clear(name, "its last holder is gone: free to take"));
     }
     let r = view.record.as_ref();
     let pid = r
@@ -193,7 +216,11 @@ fn ownership(args: &WhyArgs, snapshot: &Snapshot) -> Answer {
     let owner = r
         .and_then(|r| r.owner.clone())
         .unwrap_or_else(|| "an unknown owner".to_owned());
-    Answer::blocked(&name, format!("held by {pid} ({owner})"), exit::TEMP_FAIL)
+    Ok(Answer::blocked(
+        &name,
+        format!("held by {pid} ({owner})"),
+        exit::TEMP_FAIL,
+    ))
 }
 
 pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
@@ -203,7 +230,7 @@ pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
     let answers = [
         ("resource admission", admission(args.kind, &snapshot)),
         ("provider quota", quota(args, &ledger)),
-        ("task ownership", ownership(args, &snapshot)),
+        ("task ownership", ownership(args, &snapshot, pool.dir())?),
         (
             "release authority",
             Answer::outside(

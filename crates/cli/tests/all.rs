@@ -240,6 +240,27 @@ mod exits {
     use super::*;
 
     #[test]
+    fn an_inherited_ignored_sigchld_does_not_lose_the_status() {
+        // A parent that ignores SIGCHLD passes it on through exec; the kernel would then reap
+        // the command itself and its status would be lost (exit 71 before the fix).
+        let site = Site::new(None);
+        let out = Command::new("env")
+            .args(["--ignore-signal=CHLD", env!("CARGO_BIN_EXE_worklane")])
+            .args(["run", "--", "sh", "-c", "exit 7"])
+            .env("AGENT_SLOTS_DIR", site.slots())
+            .env_remove("AGENT_SLOTS_CONFIG")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run env");
+        assert_eq!(
+            out.status.code(),
+            Some(7),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    #[test]
     fn the_commands_status_is_the_exit_status() {
         let site = Site::new(None);
         assert_eq!(site.code(&["run", "--", "sh", "-c", "exit 7"]), 7);
@@ -697,7 +718,9 @@ touch "$T/up.$K"; wait"#;
         let site = Site::new(None);
         // `setsid -f` forks a process into a session (and group) of its own whose parent exits
         // at once: out of the command's group, and orphaned. It ignores SIGTERM.
-        let script = r#"setsid -f sh -c 'trap "" TERM; cut -d" " -f4 /proc/$$/stat > "$T/escapee.ppid"; echo $$ > "$T/escapee"; exec sleep 600'
+        // It waits (at most 5 s) until setsid, its first parent, has exited before it records
+        // its parent.
+        let script = r#"setsid -f sh -c 'trap "" TERM; i=0; while [ "$(cat /proc/$(cut -d" " -f4 /proc/$$/stat)/comm)" = setsid ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done; cut -d" " -f4 /proc/$$/stat > "$T/escapee.ppid"; echo $$ > "$T/escapee"; exec sleep 600'
 touch "$T/up.$K"; exec sleep 600"#;
         let mut run = site.spawn(&["run"], script, "0");
         wait_until("the escapee", || {
@@ -725,7 +748,7 @@ touch "$T/up.$K"; exec sleep 600"#;
         let site = Site::new(None);
         // A background job whose shell exits: the job is orphaned to worklane, records its
         // parent, and exits; its zombie must not wait for the run to end.
-        let script = r#"sh -c 'sh -c "sleep 0.2; cut -d\" \" -f4 /proc/\$\$/stat > \"\$T/orphan.ppid\"; echo \$\$ > \"\$T/orphan\"" &'
+        let script = r#"sh -c 'sh -c "i=0; while [ \"\$(cat /proc/\$(cut -d\" \" -f4 /proc/\$\$/stat)/comm)\" = sh ] && [ \$i -lt 500 ]; do sleep 0.01; i=\$((i+1)); done; cut -d\" \" -f4 /proc/\$\$/stat > \"\$T/orphan.ppid\"; echo \$\$ > \"\$T/orphan\"" &'
 touch "$T/up.$K"; while [ ! -e "$T/release.$K" ]; do sleep 0.02; done"#;
         let mut run = site.spawn(&["run"], script, "0");
         wait_until("the orphan", || {
@@ -1348,5 +1371,69 @@ mod why {
         assert!(wait_exit(&mut holder, "the role holder").success());
         let (code, _) = why(&site, &["--role", "planner"], None);
         assert_eq!(code, Some(0), "released");
+    }
+
+    #[test]
+    fn stop_comes_before_the_quota_and_any_lock_can_be_asked_about() {
+        let site = Site::new(None);
+        let observed = site
+            .worklane()
+            .args([
+                "budget",
+                "observe",
+                "--status",
+                "429",
+                "--header",
+                "Retry-After: 600",
+            ])
+            .env("GITHUB_TOKEN", "ghp_why_token")
+            .status()
+            .expect("observe");
+        assert!(observed.success());
+        assert_eq!(site.code(&["stop-all", "drill"]), 0);
+        let (code, doc) = why(&site, &[], Some("ghp_why_token"));
+        assert_eq!(code, Some(69), "the first blocker in order: admission");
+        assert_eq!(doc["blocked_by"], "resource_admission");
+        assert_eq!(doc["provider_quota"]["blocks"], true, "both are reported");
+        assert_eq!(site.code(&["resume-all"]), 0);
+
+        // A lease of the operator's own naming, and a bare guard held without a record.
+        let mut holder = site.spawn(
+            &["lease", "run", "--role", "x"],
+            r#"touch "$T/up.$K"; while [ ! -e "$T/release.$K" ]; do sleep 0.02; done"#,
+            "0",
+        );
+        wait_until("the role holder", || site.file("up.0").exists());
+        std::fs::rename(
+            site.slots().join("role-x.lease"),
+            site.slots().join("deploy.lease"),
+        )
+        .expect("rename the fresh lease");
+        let (code, doc) = why(&site, &["--lock", "deploy.lease"], None);
+        assert_eq!(code, Some(75), "a fresh lease of any name blocks: {doc}");
+        let mut guard_holder = Command::new("flock")
+            .arg(site.slots().join(".bare.lock.flock"))
+            .args(["sleep", "600"])
+            .spawn()
+            .expect("flock");
+        wait_until("the bare guard", || {
+            site.slots().join(".bare.lock.flock").exists()
+        });
+        let (code, doc) = why(&site, &["--lock", "bare.lock"], None);
+        assert_eq!(
+            code,
+            Some(75),
+            "a held guard without a record blocks: {doc}"
+        );
+        let _ = guard_holder.kill();
+        let _ = guard_holder.wait();
+        let out = site.output(&["why", "--lock", "../etc/passwd"]);
+        assert_eq!(
+            out.status.code(),
+            Some(64),
+            "not a file of the slot directory"
+        );
+        std::fs::write(site.file("release.0"), b"").expect("release");
+        let _ = wait_exit(&mut holder, "the role holder");
     }
 }

@@ -224,6 +224,20 @@ impl Guard {
         dir_path: &Path,
         resource: &str,
     ) -> Result<Guard, Error> {
+        Self::from_received_seams(fd, dir, dir_path, resource, &mut || {})
+    }
+
+    /// [`Guard::from_received`] that calls `before_lock` after the descriptor is compared with
+    /// the guard at the name and before the lock is re-asserted (the test seam for a guard
+    /// reclaimed in that moment).
+    #[doc(hidden)]
+    pub fn from_received_seams(
+        fd: OwnedFd,
+        dir: impl AsFd,
+        dir_path: &Path,
+        resource: &str,
+        before_lock: &mut dyn FnMut(),
+    ) -> Result<Guard, Error> {
         let dir = dir.as_fd();
         check_resource_name(resource).map_err(|problem| Error::InvalidName {
             dir: dir_path.to_owned(),
@@ -245,10 +259,22 @@ impl Guard {
                 want,
             });
         }
-        match lock_nonblocking(&fd, shown)? {
-            true => Ok(Guard { fd, id: got }),
-            false => Err(Error::NotHeld { path: shown.path() }),
+        before_lock();
+        if !lock_nonblocking(&fd, shown)? {
+            return Err(Error::NotHeld { path: shown.path() });
         }
+        // As in `try_acquire`: the name must still refer to the inode now locked (a guard
+        // reclaimed between the comparison and the lock is a ghost nobody else can reach).
+        if !still_named(dir, shown, got)? {
+            let want =
+                open_checked(dir, shown, None).map_or(FileId { dev: 0, ino: 0 }, |(_, id)| id);
+            return Err(Error::NotTheGuard {
+                path: shown.path(),
+                got,
+                want,
+            });
+        }
+        Ok(Guard { fd, id: got })
     }
 
     /// Device and inode of the guard file.

@@ -604,6 +604,31 @@ mod received {
     }
 }
 
+mod received_reclaimed {
+    use super::*;
+
+    #[test]
+    fn a_received_descriptor_of_a_guard_reclaimed_before_the_lock_is_refused() {
+        let site = Site::new();
+        drop(site.held());
+        // A descriptor of the free guard (its sender's lock ended), compared with the name,
+        // then the guard is reclaimed before the receiver re-asserts the lock.
+        let sent: std::os::fd::OwnedFd = File::open(site.guard()).expect("open").into();
+        let err = Guard::from_received_seams(sent, &site.fd, site.path(), RES, &mut || {
+            std::fs::remove_file(site.guard()).expect("reclaim");
+        })
+        .expect_err("a ghost inode must not be held");
+        assert!(
+            matches!(err, acquire::Error::NotTheGuard { .. }),
+            "got {err:?}"
+        );
+        assert!(
+            site.try_acquire().expect("acquire").is_some(),
+            "the resource's real guard is free for others"
+        );
+    }
+}
+
 mod filesystem {
     use worklane_guard::filesystem;
 
