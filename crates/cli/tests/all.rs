@@ -47,15 +47,17 @@ impl Site {
     }
 
     /// Starts `worklane ARGS -- sh SCRIPT` in the background.
-    fn spawn(&self, args: &[&str], script: &str, key: &str) -> Child {
-        self.worklane()
-            .args(args)
-            .args(["--", "sh", "-c", script])
-            .env("K", key)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn worklane")
+    fn spawn(&self, args: &[&str], script: &str, key: &str) -> Running {
+        Running::new(
+            self.worklane()
+                .args(args)
+                .args(["--", "sh", "-c", script])
+                .env("K", key)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn worklane"),
+        )
     }
 
     fn write_script(&self, name: &str, text: &str) -> String {
@@ -66,6 +68,61 @@ impl Site {
 }
 
 /// Waits (bounded: a watchdog, not a timing assertion) until `cond` holds.
+/// A `worklane` started by a test. If the test ends (or fails) while it still runs, it is sent
+/// SIGTERM, which it forwards to its command's group, and SIGKILLed after 5 s: a failed test
+/// leaves no command polling for a release file in a removed directory.
+struct Running(Option<Child>);
+
+impl Running {
+    fn new(child: Child) -> Running {
+        Running(Some(child))
+    }
+
+    /// Waits for it and collects its output, as `Child::wait_with_output` does.
+    fn wait_with_output(mut self) -> std::io::Result<Output> {
+        self.0.take().expect("running").wait_with_output()
+    }
+}
+
+impl std::ops::Deref for Running {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        self.0.as_ref().expect("running")
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut Child {
+        self.0.as_mut().expect("running")
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let Some(child) = self.0.as_mut() else {
+            return;
+        };
+        if !matches!(child.try_wait(), Ok(None)) {
+            return;
+        }
+        if let Some(pid) = i32::try_from(child.id())
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+        {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if !matches!(child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
 fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !cond() {
@@ -101,15 +158,17 @@ bump 'n=$(cat "$T/n"); echo $((n-1)) > "$T/n"'
     fn eight_runs_under_a_cap_of_four_overlap_to_four_and_never_more() {
         let site = Site::new(Some(r#"{"max_agents": 4}"#));
         let script = site.write_script("overlap.sh", OVERLAP);
-        let children: Vec<Child> = (0..8)
+        let children: Vec<Running> = (0..8)
             .map(|i| {
-                site.worklane()
-                    .args(["run", "--", "sh", &script])
-                    .env("K", i.to_string())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .expect("spawn")
+                Running::new(
+                    site.worklane()
+                        .args(["run", "--", "sh", &script])
+                        .env("K", i.to_string())
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::piped())
+                        .spawn()
+                        .expect("spawn"),
+                )
             })
             .collect();
         for c in children {
@@ -138,7 +197,7 @@ bump 'n=$(cat "$T/n"); echo $((n-1)) > "$T/n"'
     fn with_no_wait_exactly_four_run_and_four_exit_75() {
         let site = Site::new(Some(r#"{"max_agents": 4}"#));
         let script = r#"touch "$T/up.$K"; while [ ! -e "$T/go" ]; do sleep 0.02; done"#;
-        let mut children: Vec<Child> = (0..8)
+        let mut children: Vec<Running> = (0..8)
             .map(|i| site.spawn(&["run", "--no-wait"], script, &i.to_string()))
             .collect();
         let mut refused = 0;
@@ -178,7 +237,7 @@ bump 'n=$(cat "$T/n"); echo $((n-1)) > "$T/n"'
     #[test]
     fn lowering_the_cap_admits_nobody_until_fewer_run() {
         let site = Site::new(Some(r#"{"max_agents": 4}"#));
-        let mut holders: Vec<Child> = (0..4)
+        let mut holders: Vec<Running> = (0..4)
             .map(|i| site.spawn(&["run"], HOLD, &i.to_string()))
             .collect();
         wait_until("four holders", || {
@@ -503,7 +562,7 @@ mod operator {
         .expect("json");
         assert_eq!(config["max_test_runs"], 2);
         assert_eq!(config["note"], "kept", "other fields survive");
-        let mut holders: Vec<Child> = (0..2)
+        let mut holders: Vec<Running> = (0..2)
             .map(|i| {
                 site.spawn(
                     &["run", "--kind", "test", "--limit", "10m"],
