@@ -56,15 +56,7 @@ pub(crate) fn descendants(root: u32, table: &[Entry]) -> Vec<u32> {
 /// namespace (a `/proc` mounted from another namespace would name other processes).
 #[cfg(target_os = "linux")]
 pub(crate) fn table() -> Option<Vec<Entry>> {
-    let ours = rustix::process::getpid().as_raw_nonzero().get();
-    let self_stat = std::fs::read("/proc/self/stat").ok()?;
-    let self_pid: i32 = std::str::from_utf8(&self_stat)
-        .ok()?
-        .split(' ')
-        .next()?
-        .parse()
-        .ok()?;
-    if self_pid != ours {
+    if !proc_is_ours() {
         return None;
     }
     let mut table = Vec::new();
@@ -85,6 +77,20 @@ pub(crate) fn table() -> Option<Vec<Entry>> {
         }
     }
     Some(table)
+}
+
+/// Whether `/proc` numbers processes as our pid namespace does (its `self` is our pid).
+#[cfg(target_os = "linux")]
+fn proc_is_ours() -> bool {
+    let ours = rustix::process::getpid().as_raw_nonzero().get();
+    std::fs::read("/proc/self/stat").ok().and_then(|stat| {
+        std::str::from_utf8(&stat)
+            .ok()?
+            .split(' ')
+            .next()?
+            .parse::<i32>()
+            .ok()
+    }) == Some(ours)
 }
 
 /// No process table off Linux: a halt reaches the command's group or pid only.
@@ -149,12 +155,12 @@ pub(crate) fn kill_descendants(child: u32) -> usize {
 }
 
 /// Makes this process a child subreaper (Linux), so orphaned descendants stay findable, if
-/// and only if this process can read its descendants in `/proc` (without the table there is
-/// nobody to halt or reap the orphans it would adopt). Returns whether it is one.
+/// and only if `/proc` is of our pid namespace (without a table of our descendants there
+/// would be nobody to halt or reap the orphans it would adopt; one `/proc/self/stat` read, not
+/// the whole table, keeps the start of every run cheap). Returns whether it is one.
 #[cfg(target_os = "linux")]
 pub(crate) fn become_subreaper() -> bool {
-    table().is_some()
-        && rustix::process::set_child_subreaper(Some(rustix::process::getpid())).is_ok()
+    proc_is_ours() && rustix::process::set_child_subreaper(Some(rustix::process::getpid())).is_ok()
 }
 
 /// No subreapers off Linux.
