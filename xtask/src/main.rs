@@ -5,7 +5,8 @@
 //! - `cargo xtask reclaim-guards [--dir DIR] [--apply]`: in a maintenance window (STOP or a
 //!   drain in force, nothing live), removes guard inodes no resource file needs and temp
 //!   aliases older than a minute. A dry run unless `--apply`. Exit 0 done, 1 refused (it says
-//!   what is live), 64 usage, 78 the directory or its config.
+//!   what is live), 64 usage, 78 any other error (the directory, its config, a file it cannot
+//!   list, stat or unlink).
 
 #![allow(clippy::print_stdout)]
 

@@ -23,10 +23,12 @@ pub(crate) const EXIT_CODES: &str = "\
 Exit codes:
   N    the command's own status (128+N if signal N ended it)
   64   usage error
-  69   refused: STOP or a drain is in force, or a held role lease was lost
+  69   refused: STOP or a drain is in force (why: they block), or a held role
+       lease was lost
   70   internal error          71  system error
   75   busy: at cap (--no-wait), timed out, full run or role held, not idle,
-       API budget spent or paused (budget take), a blocker other than STOP (why)
+       API budget spent or paused (budget take), a blocker other than STOP or
+       a drain (why)
   78   configuration error (config file, slot directory)
   126  command cannot be executed   127  command not found
 
@@ -36,14 +38,14 @@ Environment: AGENT_SLOTS_DIR, AGENT_SLOTS_CONFIG (see README.md).";
 pub(crate) enum Command {
     /// Hold a slot while COMMAND runs; obey STOP; exit with COMMAND's status.
     Run(RunArgs),
-    /// Show every held slot, run and lease, the caps, STOP and drain.
+    /// Show every held slot, run and lease, the caps, STOP, drain and the API budgets.
     Slots {
         /// Print JSON (schema in README.md) instead of a table.
         #[arg(long)]
         json: bool,
     },
-    /// Emergency stop: every `worklane run` halts its command within about 5 s and no new
-    /// slot is taken until `resume-all`.
+    /// Emergency stop: every `worklane run`, `lease run` and queued full run halts its command
+    /// within about 5 s and no new slot is taken until `resume-all`.
     StopAll {
         /// Why, shown to everyone refused.
         reason: Vec<String>,

@@ -138,7 +138,8 @@ fn admission(kind: KindArg, snapshot: &Snapshot) -> Answer {
 
 fn quota(args: &WhyArgs, ledger: &Ledger) -> Answer {
     let asked = format!("{} calls", args.resource);
-    let Ok(token) = std::env::var(&args.token_env) else {
+    let token = std::env::var(&args.token_env).unwrap_or_default();
+    if token.is_empty() {
         return Answer::not_asked(
             &asked,
             format!(
@@ -146,7 +147,7 @@ fn quota(args: &WhyArgs, ledger: &Ledger) -> Answer {
                 args.token_env
             ),
         );
-    };
+    }
     let key = CredentialKey::of_token(&token);
     match ledger.peek(&key, &args.resource) {
         Peek::Go { left: Some(left) } => Answer::clear(asked, format!("{left} left in the window")),
@@ -224,6 +225,16 @@ fn ownership(args: &WhyArgs, snapshot: &Snapshot, dir: &SlotDir) -> Result<Answe
 }
 
 pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
+    if !worklane_budget::observe::is_resource_name(&args.resource) {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!(
+                "--resource {:?}: a resource is 1 to 32 letters, digits, `_` or `-` (core, \
+                 graphql, search)",
+                args.resource
+            ),
+        ));
+    }
     let pool = crate::pool()?;
     let snapshot = pool.snapshot()?;
     let ledger = Ledger::new(pool.dir().clone());

@@ -1331,6 +1331,18 @@ mod why {
         (out.status.code(), doc)
     }
 
+    /// Records a secondary limit (Retry-After 600 s) for `token`'s budget.
+    fn pause_budget(site: &Site, token: &str) {
+        let observed = site
+            .worklane()
+            .args(["budget", "observe", "--status", "429"])
+            .args(["--header", "Retry-After: 600"])
+            .env("GITHUB_TOKEN", token)
+            .status()
+            .expect("observe");
+        assert!(observed.success());
+    }
+
     #[test]
     fn nothing_blocks_on_an_idle_machine_and_release_is_never_decided() {
         let site = Site::new(None);
@@ -1345,6 +1357,13 @@ mod why {
         assert!(doc["task_ownership"]["blocks"].is_null());
         assert_eq!(doc["release_authority"]["decided_here"], false);
         assert!(doc["release_authority"]["blocks"].is_null());
+        let (_, doc) = why(&site, &[], Some(""));
+        assert!(
+            doc["provider_quota"]["blocks"].is_null(),
+            "an empty token is no token"
+        );
+        let out = site.output(&["why", "--resource", "a b"]);
+        assert_eq!(out.status.code(), Some(64), "not a resource name");
     }
 
     #[test]
@@ -1379,20 +1398,7 @@ mod why {
     #[test]
     fn a_paused_budget_blocks_the_quota_at_once() {
         let site = Site::new(None);
-        let observed = site
-            .worklane()
-            .args([
-                "budget",
-                "observe",
-                "--status",
-                "429",
-                "--header",
-                "Retry-After: 600",
-            ])
-            .env("GITHUB_TOKEN", "ghp_why_token")
-            .status()
-            .expect("observe");
-        assert!(observed.success());
+        pause_budget(&site, "ghp_why_token");
         // (A take would wait 10 s here; `why` reads the state and answers.)
         let (code, doc) = why(&site, &[], Some("ghp_why_token"));
         assert_eq!(code, Some(75));
@@ -1435,20 +1441,7 @@ mod why {
     #[test]
     fn stop_comes_before_the_quota_and_any_lock_can_be_asked_about() {
         let site = Site::new(None);
-        let observed = site
-            .worklane()
-            .args([
-                "budget",
-                "observe",
-                "--status",
-                "429",
-                "--header",
-                "Retry-After: 600",
-            ])
-            .env("GITHUB_TOKEN", "ghp_why_token")
-            .status()
-            .expect("observe");
-        assert!(observed.success());
+        pause_budget(&site, "ghp_why_token");
         assert_eq!(site.code(&["stop-all", "drill"]), 0);
         let (code, doc) = why(&site, &[], Some("ghp_why_token"));
         assert_eq!(code, Some(69), "the first blocker in order: admission");

@@ -3,7 +3,8 @@
 //!
 //! - [`SlotDir::resolve`] finds the machine's directory (`$AGENT_SLOTS_DIR`, else
 //!   `/var/lib/worklane/agent-slots` when it exists, else `/var/tmp/agent-slots`) and its config,
-//!   and is the only way to reach it. [`Environment`] injects variables and a root for tests.
+//!   and, with [`SlotDir::resolve_dir`] (the directory without its config), is the only way to
+//!   reach it. [`Environment`] injects variables and a root for tests.
 //! - [`SlotPath`] is the only handle to a file in it: not a path, so it cannot reach `std::fs`.
 //!   Through it a file is [read](SlotPath::read) (bounded, no links, no FIFOs),
 //!   [replaced](SlotPath::replace) (temp + fchmod + rename), [published](SlotPath::publish)
