@@ -109,6 +109,19 @@ pub fn remove_guard(
     resource: &str,
     unneeded: impl FnOnce() -> bool,
 ) -> Result<Removal, Error> {
+    remove_guard_seams(dir, dir_path, resource, unneeded, &mut || {})
+}
+
+/// [`remove_guard`] that calls `unlinked` after the guard's name is unlinked and before the
+/// guard is released (the test seam for an acquirer arriving in that moment).
+#[doc(hidden)]
+pub fn remove_guard_seams(
+    dir: impl AsFd,
+    dir_path: &Path,
+    resource: &str,
+    unneeded: impl FnOnce() -> bool,
+    unlinked: &mut dyn FnMut(),
+) -> Result<Removal, Error> {
     let dir = dir.as_fd();
     let Some(guard) = Guard::try_acquire(dir, dir_path, resource)? else {
         return Ok(Removal::Busy);
@@ -127,6 +140,7 @@ pub fn remove_guard(
             });
         }
     }
+    unlinked();
     // Released only now: anyone who opened the old inode meanwhile finds its name gone after
     // locking it, and opens the guard again.
     drop(guard);

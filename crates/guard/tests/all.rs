@@ -769,6 +769,32 @@ mod reclaim {
     }
 
     #[test]
+    fn a_guard_is_unlinked_before_it_is_released() {
+        // An acquirer arriving after the unlink finds no guard, publishes a new one and holds
+        // it; had the old guard been released first, it could have locked the old inode
+        // just before the unlink and held a guard nobody else can reach.
+        let site = Site::new();
+        drop(site.held());
+        let mut arrived = None;
+        let removal = reclaim::remove_guard_seams(&site.fd, site.path(), RES, || true, &mut || {
+            arrived = Some(site.try_acquire().expect("acquire"));
+        })
+        .expect("reclaim");
+        assert_eq!(removal, Removal::Removed);
+        let arrived = arrived
+            .expect("the acquirer ran")
+            .expect("it got a guard: the old one was still held, so it made a new one");
+        assert_eq!(
+            std::fs::metadata(site.guard())
+                .expect("the guard by its name")
+                .ino(),
+            arrived.file_id().ino,
+            "the acquirer holds the guard everyone else reaches by name"
+        );
+        site.assert_busy("and so excludes them");
+    }
+
+    #[test]
     fn scan_lists_guards_and_temp_aliases_only() {
         let site = Site::new();
         drop(site.held());
