@@ -402,8 +402,10 @@ impl Ledger {
 
     /// The health view: without taking any lock, the newest [`HEALTH_SHOWN`] readable state
     /// files (at most [`HEALTH_TRIED`] tried), numbered from 1, newest first. Credentials are
-    /// never named by their key here.
+    /// never named by their key here. Each shows what a take would count now: the pause only
+    /// while in force, and only windows that have not ended (within the bounds of a read).
     pub fn health(&self) -> Result<Vec<CredentialView>, worklane_slotfile::open::Error> {
+        let now = self.clock.now_ms();
         let mut files: Vec<(u64, SlotPath)> = self
             .dir
             .list_prefixed(STATE_PREFIX)?
@@ -424,10 +426,12 @@ impl Ledger {
             .map(|(i, (updated_ms, state))| CredentialView {
                 number: i + 1,
                 updated_ms,
-                paused_until: state.paused_until,
+                paused_until: state.pause(now),
                 resources: state
                     .resources
+                    .clone()
                     .into_iter()
+                    .filter(|(name, _)| state.window(name, now).is_some())
                     .map(|(name, w)| ResourceView {
                         left: w.left(),
                         name,
@@ -451,9 +455,9 @@ pub struct CredentialView {
     pub number: usize,
     /// When its state file last changed (ms).
     pub updated_ms: u64,
-    /// The pause it carries, if any (ms; may be over, and is not bounded here).
+    /// The pause in force, if any (ms).
     pub paused_until: Option<u64>,
-    /// Its resources' windows.
+    /// Its resources' windows that have not ended.
     pub resources: Vec<ResourceView>,
 }
 

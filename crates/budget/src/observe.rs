@@ -25,8 +25,11 @@ pub struct Observation {
     pub remaining: Option<u64>,
     /// `X-RateLimit-Reset`: when the window ends, seconds since the Unix epoch.
     pub reset_s: Option<u64>,
-    /// `Retry-After`: seconds to wait (the delta-seconds form; an HTTP-date is not known).
+    /// `Retry-After`: seconds to wait (the delta-seconds form, saturating; an HTTP-date is not
+    /// known, and the default pause applies).
     pub retry_after_s: Option<u64>,
+    /// Whether the response carried `Retry-After` at all, readable or not.
+    pub retry_after_seen: bool,
 }
 
 impl Observation {
@@ -44,7 +47,8 @@ impl Observation {
             limit: header("x-ratelimit-limit").and_then(whole),
             remaining: remaining.and_then(whole),
             reset_s: reset.and_then(whole),
-            retry_after_s: header("retry-after").and_then(whole),
+            retry_after_seen: header("retry-after").is_some(),
+            retry_after_s: header("retry-after").and_then(delta_seconds),
         }
     }
 
@@ -75,7 +79,8 @@ impl Observation {
     #[must_use]
     pub fn is_secondary_limit(&self) -> bool {
         self.secondary_limit
-            || (matches!(self.status, 403 | 429) && self.retry_after_s.is_some())
+            || (matches!(self.status, 403 | 429)
+                && (self.retry_after_seen || self.retry_after_s.is_some()))
             || (self.status == 429 && self.remaining != Some(0))
     }
 }
@@ -86,9 +91,17 @@ impl Observation {
     /// A header that is not valid text is "not known".
     #[must_use]
     pub fn from_http(status: http::StatusCode, headers: &http::HeaderMap) -> Self {
-        Observation::from_headers(status.as_u16(), |name| {
+        let mut observation = Observation::from_headers(status.as_u16(), |name| {
             headers.get(name).and_then(|v| v.to_str().ok())
-        })
+        });
+        // A header that is there but not text was still carried: its value is not known.
+        observation.window_seen |= headers.contains_key("x-ratelimit-remaining")
+            || headers.contains_key("x-ratelimit-reset");
+        observation.retry_after_seen |= headers.contains_key("retry-after");
+        if observation.resource.is_none() && headers.contains_key("x-ratelimit-resource") {
+            observation.resource = Some(String::new());
+        }
+        observation
     }
 
     /// Reads an observation from an `http::Response` (feature `http`).
@@ -107,6 +120,16 @@ pub fn whole(text: &str) -> Option<u64> {
         return None;
     }
     text.parse().ok().filter(|&n| n <= MAX_SAFE)
+}
+
+/// `Retry-After` in delta seconds: plain digits, any length (saturating: a longer pause is cut
+/// to the maximum anyway). Anything else, an HTTP-date included, is `None`.
+fn delta_seconds(text: &str) -> Option<u64> {
+    let text = text.trim();
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(text.parse().unwrap_or(u64::MAX))
 }
 
 /// The largest integer a JSON number keeps exactly in every reader (2^53 - 1).
@@ -218,6 +241,27 @@ mod tests {
             "a 429 with calls left"
         );
         assert!(!observe(403, &[]).is_secondary_limit(), "a bare 403");
+        let dated = observe(
+            403,
+            &[
+                ("Retry-After", "Wed, 21 Oct 2026 07:28:00 GMT"),
+                ("X-RateLimit-Remaining", "9"),
+            ],
+        );
+        assert!(
+            dated.is_secondary_limit(),
+            "a Retry-After of any form is a secondary limit"
+        );
+        assert_eq!(
+            dated.retry_after_s, None,
+            "an HTTP-date is not known: the default applies"
+        );
+        let huge = observe(429, &[("Retry-After", "99999999999999999999999")]);
+        assert_eq!(
+            huge.retry_after_s,
+            Some(u64::MAX),
+            "saturates, to be cut to 15 min"
+        );
         assert!(!observe(500, &[("Retry-After", "5")]).is_secondary_limit());
         assert!(!observe(200, &[("Retry-After", "5")]).is_secondary_limit());
     }
@@ -255,5 +299,28 @@ mod tests {
         assert_eq!(o.limit, None, "a value that is not text is not known");
         assert!(o.window_seen);
         assert!(o.is_secondary_limit(), "Retry-After on a 429");
+        let unreadable = http::Response::builder()
+            .status(200)
+            .header(
+                "X-RateLimit-Remaining",
+                http::HeaderValue::from_bytes(b"\xff").expect("bytes"),
+            )
+            .header(
+                "X-RateLimit-Resource",
+                http::HeaderValue::from_bytes(b"\xfe").expect("bytes"),
+            )
+            .body(())
+            .expect("response");
+        let o = Observation::from_response(&unreadable);
+        assert!(
+            o.window_seen,
+            "carried, though not text: the window is not known"
+        );
+        assert_eq!(o.remaining, None);
+        assert_eq!(
+            o.resource(),
+            None,
+            "a resource that is not text is not core"
+        );
     }
 }

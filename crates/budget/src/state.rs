@@ -321,6 +321,7 @@ mod tests {
             remaining,
             reset_s,
             retry_after_s: None,
+            retry_after_seen: false,
         }
     }
 
@@ -437,6 +438,14 @@ mod tests {
         limited.retry_after_s = Some(3600);
         state.apply(&limited, NOW);
         assert_eq!(state.pause(NOW), Some(NOW + MAX_PAUSE_MS), "cut to 15 min");
+        let mut state = State::default();
+        limited.retry_after_s = Some(u64::MAX);
+        state.apply(&limited, NOW);
+        assert_eq!(
+            state.pause(NOW),
+            Some(NOW + MAX_PAUSE_MS),
+            "even from a huge value"
+        );
 
         let mut state = State::default();
         let mut bare = seen(429, None, None);

@@ -84,6 +84,7 @@ fn window(now: u64, remaining: u64, reset_in_ms: u64) -> Observation {
         remaining: Some(remaining),
         reset_s: Some((now + reset_in_ms) / 1000),
         retry_after_s: None,
+        retry_after_seen: false,
     }
 }
 
@@ -385,6 +386,7 @@ mod pause {
             limit: None,
             remaining: None,
             reset_s: None,
+            retry_after_seen: retry_after_s.is_some(),
             retry_after_s,
         }
     }
@@ -754,6 +756,30 @@ mod health {
             vec![108, 107, 106, 105, 104, 103, 102, 101],
             "newest readable first"
         );
+        // What a take would count now: an ended window and a pause that is over are not shown.
+        let paused = CredentialKey::of_token("paused once");
+        let mut limited = window(site.now(), 3, 60_000);
+        limited.status = 429;
+        limited.retry_after_s = Some(30);
+        limited.retry_after_seen = true;
+        ledger.observe(&paused, &limited);
+        let find = |views: &[worklane_budget::CredentialView]| {
+            views
+                .iter()
+                .find(|v| v.resources.iter().any(|r| r.remaining == 3))
+                .cloned()
+        };
+        let view = find(&ledger.health().expect("health")).expect("shown while in force");
+        assert_eq!(view.paused_until, Some(T0 + 30_000));
+        site.clock.set(T0 + 30_000);
+        let view = find(&ledger.health().expect("health")).expect("still shown");
+        assert_eq!(view.paused_until, None, "the pause is over");
+        site.clock.set(T0 + 60_000);
+        assert!(
+            find(&ledger.health().expect("health")).is_none(),
+            "the window has ended at its reset"
+        );
+        site.clock.set(T0);
         // Read without the lock: a budget whose lock is held is shown all the same.
         let held = hold_lock(&site, &keys[8]);
         assert_eq!(ledger.health().expect("health").len(), 8);
