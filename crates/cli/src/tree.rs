@@ -114,9 +114,21 @@ fn table_with(child: u32) -> Option<Vec<Entry>> {
         .then_some(table)
 }
 
+/// Held while a table of our descendants is read and acted on: signalling holds it from the
+/// read to the last `kill`, and reaping holds it too, so a pid read as an orphan of ours cannot
+/// be reaped (and freed for reuse by an unrelated process) before it is signalled.
+static TABLE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn table_lock() -> std::sync::MutexGuard<'static, ()> {
+    TABLE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Sends `signal` to every live descendant of this process, `child` (the command) being one;
 /// returns how many were signalled.
 pub(crate) fn signal_descendants(child: u32, signal: rustix::process::Signal) -> usize {
+    let _held = table_lock();
     let Some(table) = table_with(child) else {
         return 0;
     };
@@ -172,6 +184,7 @@ pub(crate) fn become_subreaper() -> bool {
 /// Reaps exited children of this process other than `keep` (orphans re-parented to us);
 /// returns how many were reaped.
 pub(crate) fn reap_orphans(keep: u32) -> usize {
+    let _held = table_lock();
     let Some(table) = table_with(keep) else {
         return 0;
     };
