@@ -114,24 +114,12 @@ pub(crate) fn run(
                 }
             }
             Entry::TempAlias { name } => {
-                if !apply {
-                    let old = rustix::fs::statat(
-                        &slot_dir,
-                        name.as_str(),
-                        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-                    )
-                    .is_ok_and(|s| {
-                        let mtime = u64::try_from(s.st_mtime).unwrap_or(0).saturating_mul(1000);
-                        now.saturating_sub(mtime) >= TEMP_MIN_AGE_MS
-                    });
-                    if old {
-                        removed.push(name);
-                    }
-                    continue;
-                }
-                if reclaim::remove_temp_alias(&slot_dir, &path, &name, now, TEMP_MIN_AGE_MS)
-                    .map_err(|e| chain(&e))?
-                {
+                let gone = if apply {
+                    reclaim::remove_temp_alias(&slot_dir, &path, &name, now, TEMP_MIN_AGE_MS)
+                } else {
+                    reclaim::is_stale_temp_alias(&slot_dir, &path, &name, now, TEMP_MIN_AGE_MS)
+                };
+                if gone.map_err(|e| chain(&e))? {
                     removed.push(name);
                 }
             }

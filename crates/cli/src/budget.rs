@@ -119,16 +119,6 @@ pub(crate) fn show(as_json: bool) -> Result<ExitCode, Failure> {
 
 pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
     let key = key_from_env(&args.token_env)?;
-    if !worklane_budget::observe::is_resource_name(&args.resource) {
-        return Err(Failure::new(
-            exit::USAGE,
-            format!(
-                "--resource {:?}: a resource is 1 to 32 letters, digits, `_` or `-` (core, \
-                 graphql, search)",
-                args.resource
-            ),
-        ));
-    }
     // The ledger never holds a call back for its own trouble, a slot directory it cannot
     // reach included: the call goes, unaccounted, and stderr says why.
     let ledger = match ledger(&args.consumer) {

@@ -178,7 +178,7 @@ pub(crate) struct WhyArgs {
     #[arg(long, value_enum, default_value_t = KindArg::Agent)]
     pub(crate) kind: KindArg,
     /// The API resource asked about.
-    #[arg(long, default_value = "core")]
+    #[arg(long, default_value = "core", value_parser = parse_resource)]
     pub(crate) resource: String,
     /// The environment variable holding the API token (read, hashed, never printed).
     #[arg(long, default_value = "GITHUB_TOKEN")]
@@ -212,7 +212,7 @@ pub(crate) enum BudgetCommand {
 #[derive(Debug, Args)]
 pub(crate) struct BudgetTakeArgs {
     /// The rate-limit resource the call counts against.
-    #[arg(long, default_value = "core")]
+    #[arg(long, default_value = "core", value_parser = parse_resource)]
     pub(crate) resource: String,
     /// Who makes the call (counted per consumer in the window).
     #[arg(long)]
@@ -240,6 +240,17 @@ pub(crate) struct BudgetObserveArgs {
     /// The environment variable holding the API token (read, hashed, never printed).
     #[arg(long, default_value = "GITHUB_TOKEN")]
     pub(crate) token_env: String,
+}
+
+/// An API rate-limit resource name, as the budget ledger accepts it.
+pub(crate) fn parse_resource(text: &str) -> Result<String, String> {
+    if worklane_budget::observe::is_resource_name(text) {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "{text:?}: a resource is 1 to 32 letters, digits, `_` or `-` (core, graphql, search)"
+        ))
+    }
 }
 
 /// Parses `500ms`, `90s`, `5m`, `2h`, `1d`, or a plain number of seconds.
@@ -280,6 +291,14 @@ mod tests {
         assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
         for bad in ["", "m", "5x", "-1s", "1.5s"] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn resources_are_plain_names() {
+        assert_eq!(parse_resource("graphql"), Ok("graphql".to_owned()));
+        for bad in ["", "a b", "../core", &"x".repeat(33)] {
+            assert!(parse_resource(bad).is_err(), "{bad:?}");
         }
     }
 

@@ -162,9 +162,12 @@ pub(crate) fn supervise(
                     "worklane: {reason}: halting the command (SIGTERM, then SIGKILL after {} s)",
                     seconds(grace)
                 );
-                halt(target, pid, rustix::process::Signal::TERM);
                 // A stopped process acts on SIGTERM only once continued.
-                halt(target, pid, rustix::process::Signal::CONT);
+                halt(
+                    target,
+                    pid,
+                    &[rustix::process::Signal::TERM, rustix::process::Signal::CONT],
+                );
                 halting = Some((reason, now));
             }
         }
@@ -172,7 +175,7 @@ pub(crate) fn supervise(
             && !killed
             && now >= *since + grace
         {
-            halt(target, pid, rustix::process::Signal::KILL);
+            halt(target, pid, &[rustix::process::Signal::KILL]);
             killed = true;
         }
     };
@@ -213,9 +216,11 @@ pub(crate) fn seconds(d: Duration) -> String {
 /// Sends a halt signal to the command (its group, or its pid with a terminal) and to every
 /// other descendant of worklane, which reaches the processes that left the group or were
 /// orphaned (see [`crate::tree`]).
-fn halt(target: Target, command: rustix::process::Pid, signal: rustix::process::Signal) {
-    target.send(signal);
-    crate::tree::signal_descendants(raw_pid(command), signal);
+fn halt(target: Target, command: rustix::process::Pid, signals: &[rustix::process::Signal]) {
+    for &signal in signals {
+        target.send(signal);
+    }
+    crate::tree::signal_descendants(raw_pid(command), signals);
 }
 
 fn raw_pid(pid: rustix::process::Pid) -> u32 {

@@ -125,9 +125,9 @@ fn table_lock() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Sends `signal` to every live descendant of this process, `child` (the command) being one;
-/// returns how many were signalled.
-pub(crate) fn signal_descendants(child: u32, signal: rustix::process::Signal) -> usize {
+/// Sends `signals`, in order, to every live descendant of this process, `child` (the command)
+/// being one, from one read of the table; returns how many descendants were signalled.
+pub(crate) fn signal_descendants(child: u32, signals: &[rustix::process::Signal]) -> usize {
     let _held = table_lock();
     let Some(table) = table_with(child) else {
         return 0;
@@ -143,7 +143,9 @@ pub(crate) fn signal_descendants(child: u32, signal: rustix::process::Signal) ->
             .ok()
             .and_then(rustix::process::Pid::from_raw)
             && live
-            && rustix::process::kill_process(pid, signal).is_ok()
+            && signals
+                .iter()
+                .all(|&signal| rustix::process::kill_process(pid, signal).is_ok())
         {
             sent += 1;
         }
@@ -157,7 +159,7 @@ pub(crate) fn signal_descendants(child: u32, signal: rustix::process::Signal) ->
 pub(crate) fn kill_descendants(child: u32) -> usize {
     let mut killed = 0;
     for _ in 0..16 {
-        let n = signal_descendants(child, rustix::process::Signal::KILL);
+        let n = signal_descendants(child, &[rustix::process::Signal::KILL]);
         if n == 0 {
             break;
         }

@@ -225,16 +225,6 @@ fn ownership(args: &WhyArgs, snapshot: &Snapshot, dir: &SlotDir) -> Result<Answe
 }
 
 pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
-    if !worklane_budget::observe::is_resource_name(&args.resource) {
-        return Err(Failure::new(
-            exit::USAGE,
-            format!(
-                "--resource {:?}: a resource is 1 to 32 letters, digits, `_` or `-` (core, \
-                 graphql, search)",
-                args.resource
-            ),
-        ));
-    }
     let pool = crate::pool()?;
     let snapshot = pool.snapshot()?;
     let ledger = Ledger::new(pool.dir().clone());

@@ -147,10 +147,11 @@ pub fn remove_guard_seams(
     Ok(Removal::Removed)
 }
 
-/// Removes the temp alias `name` if it is a regular file last changed at least `min_age_ms`
-/// before `now_ms` (milliseconds since the Unix epoch): a publisher's alias lives for
-/// microseconds, so an old one was left by a crash. Returns whether it was removed.
-pub fn remove_temp_alias(
+/// Whether `name` is a temp alias left by a crash: named as one, a regular file, last changed
+/// at least `min_age_ms` before `now_ms` (milliseconds since the Unix epoch). A publisher's
+/// alias lives for microseconds, so an old one is a leftover. What [`remove_temp_alias`]
+/// removes, for a dry run to report.
+pub fn is_stale_temp_alias(
     dir: impl AsFd,
     dir_path: &Path,
     name: &str,
@@ -160,15 +161,13 @@ pub fn remove_temp_alias(
     if !matches!(classify(name), Some(Entry::TempAlias { .. })) {
         return Ok(false);
     }
-    let dir = dir.as_fd();
-    let path = || dir_path.join(name);
     let stat = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(stat) => stat,
         Err(Errno::NOENT) => return Ok(false),
         Err(e) => {
             return Err(Error::Io {
                 op: "stat",
-                path: path(),
+                path: dir_path.join(name),
                 source: e.into(),
             });
         }
@@ -184,7 +183,19 @@ pub fn remove_temp_alias(
     let mtime_ms = u64::try_from(stat.st_mtime)
         .unwrap_or(0)
         .saturating_mul(1000);
-    if now_ms.saturating_sub(mtime_ms) < min_age_ms {
+    Ok(now_ms.saturating_sub(mtime_ms) >= min_age_ms)
+}
+
+/// Removes the temp alias `name` if [`is_stale_temp_alias`]. Returns whether it was removed.
+pub fn remove_temp_alias(
+    dir: impl AsFd,
+    dir_path: &Path,
+    name: &str,
+    now_ms: u64,
+    min_age_ms: u64,
+) -> Result<bool, Error> {
+    let dir = dir.as_fd();
+    if !is_stale_temp_alias(dir, dir_path, name, now_ms, min_age_ms)? {
         return Ok(false);
     }
     match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
@@ -192,7 +203,7 @@ pub fn remove_temp_alias(
         Err(Errno::NOENT) => Ok(false),
         Err(e) => Err(Error::Io {
             op: "unlink",
-            path: path(),
+            path: dir_path.join(name),
             source: e.into(),
         }),
     }
