@@ -264,7 +264,7 @@ mod take {
 
     #[test]
     fn a_taker_that_may_not_replace_the_state_lets_the_call_go_and_says_why() {
-        // Another user's state file in a sticky, world-writable directory: the unprivileged
+        // Another user's state file in a sticky directory of the taker's group: the unprivileged
         // taker can read it, lock and make temp files, but not rename over the file.
         let site = Site::new();
         let key = super::key();
@@ -279,7 +279,8 @@ mod take {
         let file = site.path(&key.state_name());
         std::fs::write(&file, state.to_bytes(now_ms())).expect("state");
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
-        std::fs::set_permissions(site.temp.path(), std::fs::Permissions::from_mode(0o1777))
+        std::os::unix::fs::chown(site.temp.path(), None, Some(65_534)).expect("chgrp");
+        std::fs::set_permissions(site.temp.path(), std::fs::Permissions::from_mode(0o1770))
             .expect("chmod");
         open_path_to(site.temp.path());
         let out = std::process::Command::new("setpriv")

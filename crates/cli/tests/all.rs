@@ -1310,6 +1310,74 @@ mod budget {
     }
 }
 
+/// The slot directory belongs to root and the caller (SPEC 3): anything else exits 78 naming
+/// the owner, the mode and the fix.
+mod ownership {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    const OTHER: u32 = 1000;
+
+    fn root_only() {
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "this test gives files to other users (chown), so it runs as root"
+        );
+    }
+
+    #[test]
+    fn a_squatted_or_world_writable_directory_exits_78_naming_owner_mode_and_fix() {
+        root_only();
+        let site = Site::new(None);
+        let slots = site.slots();
+        std::os::unix::fs::chown(&slots, Some(OTHER), Some(OTHER)).expect("chown");
+        std::fs::set_permissions(&slots, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        for args in [
+            &["run", "--", "true"][..],
+            &["stop-all", "squatted"],
+            &["slots"],
+            &["set-test-slots", "3"],
+        ] {
+            let out = site.output(args);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(78), "{args:?}: {err}");
+            for part in ["uid 1000", "0777", "rm -r"] {
+                assert!(err.contains(part), "{args:?} names {part:?}: {err}");
+            }
+        }
+        assert!(
+            std::fs::read_dir(&slots).expect("list").next().is_none(),
+            "nothing was written into it"
+        );
+        std::os::unix::fs::chown(&slots, Some(0), Some(0)).expect("chown");
+        let out = site.output(&["run", "--", "true"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(78), "root's, but 0777: {err}");
+        assert!(err.contains("chmod o-w"), "the fix: {err}");
+        std::fs::set_permissions(&slots, std::fs::Permissions::from_mode(0o2770)).expect("chmod");
+        assert_eq!(site.code(&["run", "--", "true"]), 0, "fixed");
+    }
+
+    #[test]
+    fn a_symbolic_link_exits_78_in_every_spelling() {
+        let site = Site::new(None);
+        let link = site.file("link");
+        std::os::unix::fs::symlink(site.slots(), &link).expect("symlink");
+        let link = link.display().to_string();
+        for spelling in [link.clone(), format!("{link}/"), format!("{link}/.")] {
+            let out = site
+                .worklane()
+                .args(["run", "--", "true"])
+                .env("AGENT_SLOTS_DIR", &spelling)
+                .output()
+                .expect("run");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(78), "{spelling}: {err}");
+            assert!(err.contains("symbolic link"), "{spelling}: {err}");
+        }
+    }
+}
+
 mod why {
     use super::*;
 

@@ -22,7 +22,7 @@ pub const SYSTEM_SLOTS_DIR: &str = "var/lib/worklane/agent-slots";
 pub const SYSTEM_STATE_DIR: &str = "var/lib/worklane";
 /// The system config, used with the system slot directory when it exists.
 pub const SYSTEM_CONFIG: &str = "etc/worklane/slots.json";
-/// The default slot directory (created 0770 when missing).
+/// The default slot directory (created 2770, setgid, when missing).
 pub const DEFAULT_SLOTS_DIR: &str = "var/tmp/agent-slots";
 
 /// The machine's own paths, which a test run may never use whatever its temp root is.

@@ -13,6 +13,11 @@
 //!   guard inodes belong to `worklane-guard` alone.
 //! - In a test run (see [`Environment::test_run`]) any directory outside the test's temporary
 //!   root is refused before it is opened, so a test can never touch the machine's real slots.
+//! - The directory belongs to root and the caller: it is reached by walking its path from `/`
+//!   without following a link in any form at its end, and refused ([`open::Error::Unsafe`] and
+//!   its siblings) when it, a directory or a link on the way, could be changed by another user.
+//!   A directory worklane creates is setgid 2770 ([`DIR_MODE`]), and every file written is given
+//!   the directory's group, so every member of that group reads and replaces every file.
 //!
 //! # Limitations
 //!
@@ -24,6 +29,9 @@
 //!   remove leftovers in a quiescent window.
 //! - Remove-if-unchanged compares then unlinks; it is atomic only among processes that hold the
 //!   file's guard around it.
+//! - Giving a file the directory's group is best effort: a writer outside that group keeps its
+//!   own. On platforms without `O_PATH` (macOS) every parent of the directory must be readable
+//!   by the caller, as each is opened for reading to be walked.
 //!
 //! # Example
 //!
@@ -51,6 +59,7 @@ mod dir;
 mod env;
 mod path;
 pub mod read;
+mod walk;
 
 pub use config::{Config, DEFAULT_MAX_AGENTS, DEFAULT_MAX_TEST_RUNS, TEST_RUNS_RANGE};
 pub use dir::{DIR_MODE, Resolved, SlotDir, name, open, resolved};
@@ -60,3 +69,4 @@ pub use env::{
 };
 pub use path::{Publish, RECORD_MODE, Removal, SHARED_MODE, SlotPath, Step, remove, write};
 pub use read::MAX_READ;
+pub use walk::MAX_LINKS;

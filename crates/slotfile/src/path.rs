@@ -159,6 +159,17 @@ pub(crate) fn mode(bits: u32) -> Mode {
     Mode::from_bits_truncate((bits & 0o7777) as rustix::fs::RawMode)
 }
 
+/// Gives the new file `fd` the directory's group `gid` (`fchown` through the descriptor) when
+/// it got another one (a directory without the setgid bit gives the creator's group). Best
+/// effort: a writer that is not a member of that group may not (`EPERM`), and its file keeps
+/// the writer's group.
+fn give_group(fd: &OwnedFd, gid: u32) {
+    let differs = rustix::fs::fstat(fd).map_or(true, |stat| stat.st_gid != gid);
+    if differs {
+        let _ = rustix::fs::fchown(fd, None, Some(rustix::fs::Gid::from_raw(gid)));
+    }
+}
+
 impl SlotPath {
     pub(crate) fn new(dir: SlotDir, name: &str) -> SlotPath {
         SlotPath {
@@ -288,8 +299,9 @@ impl SlotPath {
         }
     }
 
-    /// Creates `.{name}.tmp-{random}` exclusively, sets its mode through the descriptor, writes
-    /// `bytes`, and returns its name. On failure the temp file is removed.
+    /// Creates `.{name}.tmp-{random}` exclusively, gives it the directory's group and sets its
+    /// mode through the descriptor, writes `bytes`, and returns its name. On failure the temp
+    /// file is removed.
     fn write_temp(&self, bytes: &[u8], mode_bits: u32) -> Result<String, write::Error> {
         let dir = self.dir.as_fd();
         let flags =
@@ -303,6 +315,7 @@ impl SlotPath {
                 Err(e) => return Err(self.error("create a temp file for", e)),
             }
         };
+        give_group(&fd, self.dir.gid());
         let written = rustix::fs::fchmod(&fd, mode(mode_bits))
             .map_err(|e| self.error("set the mode of a temp file for", e))
             .and_then(|()| {

@@ -813,8 +813,8 @@ mod resolution {
         let meta = std::fs::metadata(root.join("var/tmp/agent-slots")).expect("created");
         assert_eq!(
             meta.mode() & 0o7777,
-            0o770,
-            "created 0770 whatever the umask"
+            0o2770,
+            "created 2770 (setgid) whatever the umask"
         );
         assert_eq!(r.config.max_agents, 2, "default cap");
         assert_eq!(r.config.max_test_runs, 2, "default test-run cap");
@@ -837,7 +837,7 @@ mod resolution {
         let dir = SlotDir::resolve_dir_in(&e).expect("the directory alone resolves");
         assert_eq!(dir.path(), root.join("var/tmp/agent-slots"));
         let meta = std::fs::metadata(root.join("var/tmp/agent-slots")).expect("created");
-        assert_eq!(meta.mode() & 0o7777, 0o770);
+        assert_eq!(meta.mode() & 0o7777, 0o2770);
         let elsewhere = root.join("mine");
         std::fs::create_dir(&elsewhere).expect("mkdir");
         let dir = SlotDir::resolve_dir_in(&e.clone().var("AGENT_SLOTS_DIR", &elsewhere))
@@ -1077,5 +1077,479 @@ mod isolation {
             format!("ok {}", t.path().join("slots").display()),
             "a temp directory is allowed in a child"
         );
+    }
+}
+
+/// The slot directory belongs to root and the caller: ownership and modes of the directory and
+/// of every directory and link on the way to it, checked as root here (the next module runs
+/// the same rules as an unprivileged user).
+mod ownership {
+    use super::*;
+    use std::os::unix::fs::{chown, lchown, symlink};
+    use worklane_slotfile::open::{Error, Problem};
+
+    /// A user that is neither root nor the unprivileged subjects below.
+    pub(super) const OTHER: u32 = 1000;
+    /// A group no test user has as its primary group.
+    pub(super) const SHARED: u32 = 23_456;
+
+    pub(super) fn root_only() {
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "this test gives files to other users (chown), so it runs as root"
+        );
+    }
+
+    /// Makes `t/name` owned by `uid:gid` with exactly `mode`.
+    pub(super) fn dir_in(t: &Path, name: &str, uid: u32, gid: u32, mode: u32) -> PathBuf {
+        let dir = t.join(name);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        chown(&dir, Some(uid), Some(gid)).expect("chown");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        dir
+    }
+
+    fn opened(path: &Path) -> Result<SlotDir, Error> {
+        SlotDir::open(path)
+    }
+
+    fn problem(err: &Error) -> Option<Problem> {
+        match err {
+            Error::Unsafe { problem, .. } => Some(*problem),
+            _ => None,
+        }
+    }
+
+    fn env_for(t: &Path, dir: &Path) -> Environment {
+        Environment::from_process()
+            .var("WORKLANE_TEST_ROOT", t)
+            .var("AGENT_SLOTS_DIR", dir)
+            .without("AGENT_SLOTS_CONFIG")
+    }
+
+    #[test]
+    fn a_directory_of_another_user_is_refused_naming_owner_mode_and_fix() {
+        root_only();
+        let t = temp();
+        let squatted = dir_in(t.path(), "agent-slots", OTHER, OTHER, 0o777);
+        let err = opened(&squatted).expect_err("another user's directory");
+        assert!(
+            matches!(
+                err,
+                Error::Unsafe {
+                    problem: Problem::Owner,
+                    owner: OTHER,
+                    mode: 0o777,
+                    caller: 0,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        let msg = err.to_string();
+        for part in ["uid 1000", "0777", "rm -r", path_str(&squatted)] {
+            assert!(msg.contains(part), "the refusal names {part:?}: {msg}");
+        }
+        std::fs::set_permissions(&squatted, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        let err = opened(&squatted).expect_err("private to its owner, still not ours");
+        assert_eq!(problem(&err), Some(Problem::Owner), "{err:?}");
+
+        // The default layout: another user created /var/tmp/agent-slots first, 0777.
+        let root = t.path().join("root");
+        dir_in(&root, "var/tmp", 0, 0, 0o1777);
+        let squatted = dir_in(&root, "var/tmp/agent-slots", OTHER, OTHER, 0o777);
+        let env = Environment::with_root(&root).var("WORKLANE_TEST_ROOT", &root);
+        let err = SlotDir::resolve_in(&env).expect_err("resolve refuses the squatted default");
+        assert!(err.to_string().contains("uid 1000"), "{err}");
+        assert!(
+            names_in(&squatted).is_empty(),
+            "nothing was written into the squatted directory"
+        );
+    }
+
+    #[test]
+    fn a_directory_writable_by_others_is_refused_even_when_sticky() {
+        root_only();
+        let t = temp();
+        for mode in [0o777, 0o1777, 0o2777, 0o3777, 0o702] {
+            let dir = dir_in(t.path(), &format!("w{mode:o}"), 0, 0, mode);
+            let err = opened(&dir).expect_err("writable by others");
+            assert_eq!(problem(&err), Some(Problem::Writable), "{mode:o}: {err:?}");
+            let msg = err.to_string();
+            assert!(
+                msg.contains(&format!("{mode:04o}")) && msg.contains("chmod o-w"),
+                "names the mode and the fix: {msg}"
+            );
+        }
+        for mode in [0o700, 0o750, 0o755, 0o770, 0o2770, 0o3770] {
+            let dir = dir_in(t.path(), &format!("ok{mode:o}"), 0, SHARED, mode);
+            opened(&dir).unwrap_or_else(|e| panic!("{mode:o} is fine: {e}"));
+        }
+    }
+
+    #[test]
+    fn a_symbolic_link_is_refused_in_every_spelling() {
+        let t = temp();
+        let real = t.path().join("real");
+        std::fs::create_dir(&real).expect("mkdir");
+        symlink(&real, t.path().join("link")).expect("symlink");
+        let link = path_str(&t.path().join("link")).to_owned();
+        for spelling in [
+            link.clone(),
+            format!("{link}/"),
+            format!("{link}/."),
+            format!("{link}/./"),
+            format!("{link}//.//"),
+        ] {
+            let err = opened(Path::new(&spelling)).expect_err(&spelling);
+            assert!(matches!(err, Error::Symlink { .. }), "{spelling}: {err:?}");
+            assert!(err.to_string().contains("symbolic link"), "{err}");
+            // Resolution, which may create the directory, refuses it too and creates nothing.
+            let err = SlotDir::resolve_dir_in(&env_for(t.path(), Path::new(&spelling)))
+                .expect_err(&spelling);
+            assert!(matches!(err, Error::Symlink { .. }), "{spelling}: {err:?}");
+        }
+        // A dangling link is not a missing directory to create through it.
+        symlink(t.path().join("target"), t.path().join("dangling")).expect("symlink");
+        let dangling = format!("{}/.", path_str(&t.path().join("dangling")));
+        let err = SlotDir::resolve_dir_in(&env_for(t.path(), Path::new(&dangling)))
+            .expect_err("dangling link");
+        assert!(matches!(err, Error::Symlink { .. }), "{err:?}");
+        assert!(
+            !t.path().join("target").exists(),
+            "nothing was created at the link's target"
+        );
+        assert!(
+            names_in(&real).is_empty(),
+            "the real directory is untouched"
+        );
+    }
+
+    #[test]
+    fn a_link_on_the_way_is_followed_only_when_root_or_the_caller_owns_it() {
+        root_only();
+        let t = temp();
+        std::fs::create_dir_all(t.path().join("real/slots")).expect("mkdir");
+        symlink(t.path().join("real"), t.path().join("mid")).expect("symlink");
+        let dir = opened(&t.path().join("mid/slots")).expect("a link owned by root is followed");
+        dir.file("STOP")
+            .expect("valid")
+            .replace(b"x", 0o644)
+            .expect("write");
+        assert_eq!(
+            names_in(&t.path().join("real/slots")),
+            ["STOP"],
+            "the link's target was opened"
+        );
+
+        // A relative target with `..` is walked as the kernel would, from the link's directory.
+        std::fs::create_dir(t.path().join("a")).expect("mkdir");
+        symlink("../real", t.path().join("a/up")).expect("symlink");
+        let dir = opened(&t.path().join("a/up/slots")).expect("a relative target");
+        assert_eq!(
+            dir.file("STOP").expect("valid").read().expect("read"),
+            Some(b"x".to_vec()),
+            "the same directory"
+        );
+
+        lchown(t.path().join("mid"), Some(OTHER), Some(OTHER)).expect("lchown");
+        let err = opened(&t.path().join("mid/slots")).expect_err("another user's link");
+        assert!(
+            matches!(&err, Error::UntrustedLink { link, owner: OTHER, .. } if link == &t.path().join("mid")),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("uid 1000"), "{err}");
+
+        // Nor does root create a directory through another user's link.
+        std::fs::create_dir(t.path().join("elsewhere")).expect("mkdir");
+        symlink(t.path().join("elsewhere"), t.path().join("redirect")).expect("symlink");
+        lchown(t.path().join("redirect"), Some(OTHER), Some(OTHER)).expect("lchown");
+        let err = SlotDir::resolve_dir_in(&env_for(t.path(), &t.path().join("redirect/slots")))
+            .expect_err("another user's link");
+        assert!(matches!(err, Error::UntrustedLink { .. }), "{err:?}");
+        assert!(
+            names_in(&t.path().join("elsewhere")).is_empty(),
+            "nothing was created where the link points"
+        );
+    }
+
+    #[test]
+    fn a_loop_of_links_is_refused() {
+        let t = temp();
+        symlink(t.path().join("l2"), t.path().join("l1")).expect("symlink");
+        symlink(t.path().join("l1"), t.path().join("l2")).expect("symlink");
+        let err = opened(&t.path().join("l1/slots")).expect_err("loop");
+        assert!(matches!(err, Error::TooManyLinks { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn every_directory_on_the_way_belongs_to_root_or_the_caller() {
+        root_only();
+        let t = temp();
+        let refused = |parent: &Path| {
+            std::fs::create_dir(parent.join("slots")).expect("mkdir");
+            opened(&parent.join("slots")).expect_err("an unsafe parent")
+        };
+        let theirs = dir_in(t.path(), "theirs", OTHER, OTHER, 0o755);
+        let err = refused(&theirs);
+        assert!(
+            matches!(&err, Error::Unsafe { problem: Problem::ParentOwner, at, owner: OTHER, .. } if at == &theirs),
+            "{err:?}"
+        );
+        let open = dir_in(t.path(), "open", 0, 0, 0o777);
+        let err = refused(&open);
+        assert_eq!(problem(&err), Some(Problem::ParentWritable), "{err:?}");
+        assert!(err.to_string().contains("chmod o-w"), "{err}");
+        let sticky = dir_in(t.path(), "sticky", 0, 0, 0o1777);
+        std::fs::create_dir(sticky.join("slots")).expect("mkdir");
+        opened(&sticky.join("slots")).expect("a sticky parent, as /tmp is, is fine");
+
+        // Group-writable: only by the slot directory's own group.
+        let group = dir_in(t.path(), "group", 0, SHARED, 0o775);
+        let slots = dir_in(&group, "slots", 0, 0, 0o770);
+        let err = opened(&slots).expect_err("another group may write the parent");
+        assert_eq!(
+            problem(&err),
+            Some(Problem::ParentGroupWritable { dir_group: 0 }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("chmod g-w"), "{err}");
+        chown(&slots, None, Some(SHARED)).expect("chgrp");
+        opened(&slots).expect("the slot directory's own group may write its parent");
+
+        // A directory created in such a parent is refused, and removed again.
+        let created = group.join("new");
+        let err = SlotDir::resolve_dir_in(&env_for(t.path(), &created)).expect_err("refused");
+        assert!(
+            matches!(
+                err,
+                Error::Unsafe {
+                    problem: Problem::ParentGroupWritable { .. },
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(!created.exists(), "the refused new directory is removed");
+
+        let err = SlotDir::resolve_dir_in(&env_for(t.path(), &t.path().join("none/slots")))
+            .expect_err("a missing parent is not created");
+        assert!(matches!(err, Error::MissingParent { .. }), "{err:?}");
+        std::fs::write(t.path().join("file"), b"").expect("write");
+        let err = opened(&t.path().join("file/slots")).expect_err("a file on the way");
+        assert!(matches!(err, Error::ParentNotADirectory { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn a_new_directory_is_setgid_2770_under_any_umask() {
+        let t = temp();
+        for umask in ["000", "022", "077", "777"] {
+            let dir = t.path().join(format!("slots-{umask}"));
+            let script = format!("umask {umask}; exec \"$0\" resolve");
+            let out = Command::new("sh")
+                .args(["-c", &script, env!("CARGO_BIN_EXE_slot-writer")])
+                .env("WORKLANE_TEST_ROOT", t.path())
+                .env("AGENT_SLOTS_DIR", &dir)
+                .env_remove("AGENT_SLOTS_CONFIG")
+                .output()
+                .expect("run the writer");
+            let said = String::from_utf8_lossy(&out.stdout);
+            assert!(said.starts_with("ok "), "umask {umask}: {said}");
+            let mode = std::fs::metadata(&dir).expect("created").mode() & 0o7777;
+            assert_eq!(mode, 0o2770, "umask {umask}: {mode:o}");
+        }
+    }
+
+    #[test]
+    fn every_file_written_gets_the_directorys_group() {
+        root_only();
+        let t = temp();
+        // As `install -d -m 0770 -g agents` makes it: the group's, but not setgid.
+        let shared = dir_in(t.path(), "shared", 0, SHARED, 0o770);
+        let dir = opened(&shared).expect("open");
+        dir.file("STOP")
+            .expect("valid")
+            .replace(b"x", 0o660)
+            .expect("replace");
+        assert_eq!(
+            dir.file("agent-0.lock")
+                .expect("valid")
+                .publish(b"y", RECORD_MODE)
+                .expect("publish"),
+            Publish::Published
+        );
+        for name in ["STOP", "agent-0.lock"] {
+            let meta = std::fs::metadata(shared.join(name)).expect("written");
+            assert_eq!(meta.gid(), SHARED, "{name} has the directory's group");
+        }
+        let mode = std::fs::metadata(shared.join("STOP")).expect("stat").mode() & 0o7777;
+        assert_eq!(mode, 0o660, "the mode is still exact");
+    }
+}
+
+/// The same rules with the subject running as an unprivileged user (`setpriv`): root bypasses
+/// permissions, so what a user other than root can read, write and is refused is only seen so.
+mod unprivileged {
+    use super::ownership::{OTHER, SHARED, dir_in, root_only};
+    use super::*;
+
+    const NOBODY: u32 = 65_534;
+    const MEMBER: u32 = 65_533;
+
+    /// A copy of the writer that any user may run, in a directory any user may enter.
+    struct Subject {
+        temp: tempfile::TempDir,
+        exe: PathBuf,
+    }
+
+    impl Subject {
+        fn new() -> Subject {
+            root_only();
+            let temp = temp();
+            std::fs::set_permissions(temp.path(), std::fs::Permissions::from_mode(0o755))
+                .expect("chmod");
+            let exe = temp.path().join("slot-writer");
+            std::fs::copy(env!("CARGO_BIN_EXE_slot-writer"), &exe).expect("copy the writer");
+            std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+            Subject { temp, exe }
+        }
+
+        fn path(&self) -> &Path {
+            self.temp.path()
+        }
+
+        /// Runs the writer as `uid`, primary group `gid`, supplementary `groups`; returns what
+        /// it printed.
+        fn run(&self, (uid, gid, groups): (u32, u32, &[u32]), args: &[&str]) -> String {
+            let groups = match groups {
+                [] => "--clear-groups".to_owned(),
+                g => format!(
+                    "--groups={}",
+                    g.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+                ),
+            };
+            let out = Command::new("setpriv")
+                .args([format!("--reuid={uid}"), format!("--regid={gid}"), groups])
+                .arg("--")
+                .arg(&self.exe)
+                .args(args)
+                .env("WORKLANE_TEST_ROOT", self.path())
+                .env_remove("AGENT_SLOTS_CONFIG")
+                .stdin(Stdio::null())
+                .output()
+                .expect("run setpriv");
+            let said = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            assert!(
+                !said.is_empty(),
+                "the writer said nothing: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            said
+        }
+    }
+
+    const AS_NOBODY: (u32, u32, &[u32]) = (NOBODY, NOBODY, &[]);
+
+    #[test]
+    fn only_directories_of_root_or_the_caller_are_used() {
+        let s = Subject::new();
+        let of_root = dir_in(s.path(), "of-root", 0, 0, 0o755);
+        let theirs = dir_in(s.path(), "theirs", OTHER, OTHER, 0o755);
+        let mine = dir_in(s.path(), "mine", NOBODY, NOBODY, 0o700);
+        assert_eq!(s.run(AS_NOBODY, &["open", path_str(&of_root)]), "ok");
+        assert_eq!(s.run(AS_NOBODY, &["open", path_str(&mine)]), "ok");
+        let said = s.run(AS_NOBODY, &["open", path_str(&theirs)]);
+        assert!(
+            said.starts_with("error:") && said.contains("uid 1000") && said.contains("uid 65534"),
+            "another user's directory is refused, naming both: {said}"
+        );
+        // What nobody made first, root refuses.
+        let err = SlotDir::open(&mine).expect_err("root refuses nobody's directory");
+        assert!(err.to_string().contains("uid 65534"), "{err}");
+
+        // A link on the way: the caller's own is followed, another user's is not.
+        std::os::unix::fs::symlink(&of_root, s.path().join("link")).expect("symlink");
+        std::os::unix::fs::lchown(s.path().join("link"), Some(NOBODY), Some(NOBODY))
+            .expect("lchown");
+        std::fs::create_dir(of_root.join("slots")).expect("mkdir");
+        let through = s.path().join("link/slots");
+        assert_eq!(s.run(AS_NOBODY, &["open", path_str(&through)]), "ok");
+        let err = SlotDir::open(&through).expect_err("root refuses nobody's link");
+        assert!(
+            matches!(err, worklane_slotfile::open::Error::UntrustedLink { .. }),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn a_user_creates_the_directory_setgid_2770_in_a_sticky_parent() {
+        let s = Subject::new();
+        // As /var/tmp is.
+        let tmp = dir_in(s.path(), "var-tmp", 0, 0, 0o1777);
+        let slots = tmp.join("agent-slots");
+        let said = Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "sh",
+                "-c",
+            ])
+            .arg("umask 077; exec \"$0\" resolve")
+            .arg(&s.exe)
+            .env("WORKLANE_TEST_ROOT", s.path())
+            .env("AGENT_SLOTS_DIR", &slots)
+            .env_remove("AGENT_SLOTS_CONFIG")
+            .output()
+            .expect("run setpriv");
+        let out = String::from_utf8_lossy(&said.stdout);
+        assert!(out.starts_with("ok "), "{out}");
+        let meta = std::fs::metadata(&slots).expect("created");
+        assert_eq!(meta.mode() & 0o7777, 0o2770, "setgid 2770 under umask 077");
+        assert_eq!((meta.uid(), meta.gid()), (NOBODY, NOBODY), "the creator's");
+        assert_eq!(s.run(AS_NOBODY, &["open", path_str(&slots)]), "ok");
+    }
+
+    #[test]
+    fn a_file_written_by_a_member_gets_the_directorys_group_and_other_members_replace_it() {
+        let s = Subject::new();
+        // As `install -d -m 0770 -g agents` makes it: not setgid, so the kernel gives each new
+        // file its creator's primary group.
+        let shared = dir_in(s.path(), "shared", 0, SHARED, 0o770);
+        let first = (NOBODY, 12_345, &[SHARED][..]);
+        let second = (MEMBER, 12_346, &[SHARED][..]);
+        let dir = path_str(&shared);
+        assert_eq!(
+            s.run(first, &["replace", dir, "STOP", "first", "660"]),
+            "ok"
+        );
+        let meta = std::fs::metadata(shared.join("STOP")).expect("written");
+        assert_eq!(
+            meta.gid(),
+            SHARED,
+            "the directory's group, not the writer's"
+        );
+        assert_eq!(meta.mode() & 0o7777, 0o660);
+        assert_eq!(
+            s.run(second, &["read", dir, "STOP"]),
+            "ok first",
+            "another member reads it"
+        );
+        assert_eq!(
+            s.run(second, &["replace", dir, "STOP", "second", "660"]),
+            "ok"
+        );
+        assert_eq!(s.run(first, &["read", dir, "STOP"]), "ok second");
+
+        // A writer outside the group (the directory's owner here) cannot give its file the
+        // group: the write still happens, with the writer's group.
+        let owned = dir_in(s.path(), "owned", NOBODY, SHARED, 0o770);
+        let outsider = (NOBODY, 12_345, &[][..]);
+        assert_eq!(
+            s.run(outsider, &["replace", path_str(&owned), "STOP", "x", "660"]),
+            "ok"
+        );
+        let meta = std::fs::metadata(owned.join("STOP")).expect("written");
+        assert_eq!(meta.gid(), 12_345, "best effort: the writer's own group");
     }
 }

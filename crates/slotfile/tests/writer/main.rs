@@ -6,6 +6,8 @@
 //! - `replace-hang DIR NAME CONTENT`: writes the temp file, prints `written`, then waits for
 //!   stdin to close before renaming (the test SIGKILLs it there).
 //! - `resolve`: resolves the machine's slot directory, prints `ok DIR` or `error: MESSAGE`.
+//! - `open DIR`: opens DIR as a slot directory, prints `ok` or `error: MESSAGE`.
+//! - `read DIR NAME`: prints `ok CONTENT`, `absent` or `error: MESSAGE`.
 #![allow(clippy::print_stdout, missing_docs)]
 
 use std::io::{BufRead, Read, Write};
@@ -67,6 +69,15 @@ fn main() -> ExitCode {
             .expect("replace");
             println!("renamed");
         }
+        ["open", dir] => match SlotDir::open(Path::new(dir)) {
+            Ok(_) => println!("ok"),
+            Err(e) => return failed(&e),
+        },
+        ["read", dir, name] => match file(dir, name).read() {
+            Ok(Some(bytes)) => println!("ok {}", String::from_utf8_lossy(&bytes)),
+            Ok(None) => println!("absent"),
+            Err(e) => return failed(&e),
+        },
         ["resolve"] => match SlotDir::resolve() {
             Ok(r) => println!("ok {}", r.dir.path().display()),
             Err(e) => println!("error: {e}"),
