@@ -52,8 +52,61 @@ pub struct Grant {
     /// Calls left in the resource's window after this one, when known.
     pub left: Option<u64>,
     /// Why the call goes without being accounted, when the ledger could not do its part (its
-    /// lock busy for 0.5 s, its state not writable). The call goes all the same.
-    pub unaccounted: Option<String>,
+    /// lock busy for 0.5 s, its state unreadable or not writable). The call goes all the same;
+    /// the caller should say so where a person sees it.
+    pub unaccounted: Option<Trouble>,
+}
+
+/// Why the ledger could not do its part for one take or observation: the call goes all the
+/// same (a take, with [`Grant::unaccounted`]), or the response is not recorded (an
+/// observation, [`Observed::Skipped`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Trouble {
+    /// The budget's lock stayed busy: for [`LOCK_PATIENCE_MS`] (a take) or at its one try (an
+    /// observation).
+    #[error("the budget lock {lock} stayed busy for {waited_ms} ms: {holder}")]
+    LockBusy {
+        /// The lock's file name.
+        lock: String,
+        /// How long the ledger tried.
+        waited_ms: u64,
+        /// Who holds it, as the lease layer's refusal says.
+        holder: String,
+    },
+    /// The budget's lock could not be taken at all.
+    #[error("cannot take the budget lock {lock}: {detail}")]
+    Lock {
+        /// The lock's file name.
+        lock: String,
+        /// Why, with its causes.
+        detail: String,
+    },
+    /// The state file exists but this process cannot read it (permissions, an I/O error). It
+    /// is left exactly as it is: a process that could not read the counts never replaces them.
+    #[error(
+        "the budget state exists but this process cannot read it ({detail}); it was left as \
+         it is: give it the slot directory's group and mode 0660, or run as a member of that \
+         group"
+    )]
+    StateUnreadable {
+        /// The read error, with its causes.
+        detail: String,
+    },
+    /// The state could not be written.
+    #[error("cannot record the {what}: {detail}")]
+    NotWritten {
+        /// `call` (a take) or `response` (an observation).
+        what: &'static str,
+        /// The write error, with its causes.
+        detail: String,
+    },
+    /// The credential's file names are refused by the slot directory.
+    #[error("{detail}")]
+    Name {
+        /// Why.
+        detail: String,
+    },
 }
 
 /// A call must not be made: the budget is spent or paused, and stayed so for 10 s. Both are
@@ -112,13 +165,14 @@ impl Refused {
 pub enum Observed {
     /// The state now reflects it.
     Recorded,
-    /// Not recorded: the lock was busy (an observation tries it once and never waits) or the
-    /// state could not be written. Nothing else follows from it.
-    Skipped(String),
+    /// Not recorded: the lock was busy (an observation tries it once and never waits), the
+    /// state exists but could not be read (it is left as it is), or it could not be written.
+    /// Nothing else follows from it.
+    Skipped(Trouble),
 }
 
 /// What [`Ledger::peek`] found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Peek {
     /// A take would go now; `left` calls in the resource's window, when known.
     Go {
@@ -132,6 +186,9 @@ pub enum Peek {
         /// Spent window or pause.
         why: WaitWhy,
     },
+    /// The state exists but cannot be read by this process: a take would go, unaccounted
+    /// ([`Trouble::StateUnreadable`]).
+    Unaccounted(Trouble),
 }
 
 /// One step of a take, under the lock.
@@ -251,18 +308,30 @@ impl Ledger {
                 });
             }
         };
+        let unaccounted = |trouble| {
+            Attempt::Go(Grant {
+                counted: false,
+                left: None,
+                unaccounted: Some(trouble),
+            })
+        };
         let path = match self.dir.file(&key.state_name()) {
             Ok(path) => path,
             Err(e) => {
-                return Attempt::Go(Grant {
-                    counted: false,
-                    left: None,
-                    unaccounted: Some(e.to_string()),
+                let _ = lease.release();
+                return unaccounted(Trouble::Name {
+                    detail: e.to_string(),
                 });
             }
         };
         let now = self.clock.now_ms();
-        let mut state = read_state(&path);
+        let mut state = match read_state(&path) {
+            Ok(state) => state,
+            Err(trouble) => {
+                let _ = lease.release();
+                return unaccounted(trouble);
+            }
+        };
         let attempt = match state.decide(resource, consumer, now) {
             Decision::Wait { until, why } => Attempt::Wait { until, why },
             Decision::Go { counted: false } => Attempt::Go(Grant {
@@ -281,7 +350,10 @@ impl Ledger {
                     Err(e) => Attempt::Go(Grant {
                         counted: false,
                         left,
-                        unaccounted: Some(format!("cannot record the call: {e}")),
+                        unaccounted: Some(Trouble::NotWritten {
+                            what: "call",
+                            detail: chain(&e),
+                        }),
                     }),
                 }
             }
@@ -298,14 +370,30 @@ impl Ledger {
         };
         let path = match self.dir.file(&key.state_name()) {
             Ok(path) => path,
-            Err(e) => return Observed::Skipped(e.to_string()),
+            Err(e) => {
+                let _ = lease.release();
+                return Observed::Skipped(Trouble::Name {
+                    detail: e.to_string(),
+                });
+            }
         };
         let now = self.clock.now_ms();
-        let mut state = read_state(&path);
+        // A state this process cannot read is never replaced: that would wipe the counts of
+        // every other user of the credential.
+        let mut state = match read_state(&path) {
+            Ok(state) => state,
+            Err(trouble) => {
+                let _ = lease.release();
+                return Observed::Skipped(trouble);
+            }
+        };
         state.apply(observation, now);
         let observed = match path.replace(&state.to_bytes(now), SHARED_MODE) {
             Ok(()) => Observed::Recorded,
-            Err(e) => Observed::Skipped(format!("cannot record the response: {e}")),
+            Err(e) => Observed::Skipped(Trouble::NotWritten {
+                what: "response",
+                detail: chain(&e),
+            }),
         };
         let _ = lease.release();
         observed
@@ -320,7 +408,10 @@ impl Ledger {
             return Peek::Go { left: None };
         };
         let now = self.clock.now_ms();
-        let mut state = read_state(&path);
+        let mut state = match read_state(&path) {
+            Ok(state) => state,
+            Err(trouble) => return Peek::Unaccounted(trouble),
+        };
         let left = state.window(resource, now).map(crate::state::Window::left);
         match state.decide(resource, "(peek)", now) {
             Decision::Go { .. } => Peek::Go { left },
@@ -329,7 +420,7 @@ impl Ledger {
     }
 
     /// Takes the budget's lock, trying for up to `patience_ms`; `Err` says why not.
-    fn lock(&self, key: &CredentialKey, patience_ms: u64) -> Result<Lease, String> {
+    fn lock(&self, key: &CredentialKey, patience_ms: u64) -> Result<Lease, Trouble> {
         let request = Request::new(self.owner.clone());
         let options = Options::process().clock(Arc::clone(&self.clock));
         let start = self.clock.now_ms();
@@ -344,13 +435,19 @@ impl Ledger {
                         .saturating_sub(start)
                         .max(millis(started.elapsed()));
                     if waited >= patience_ms {
-                        return Err(format!(
-                            "the budget lock {} stayed busy for {patience_ms} ms: {refusal}",
-                            key.lock_name()
-                        ));
+                        return Err(Trouble::LockBusy {
+                            lock: key.lock_name(),
+                            waited_ms: patience_ms,
+                            holder: refusal.to_string(),
+                        });
                     }
                 }
-                Err(e) => return Err(format!("cannot take the budget lock: {e}")),
+                Err(e) => {
+                    return Err(Trouble::Lock {
+                        lock: key.lock_name(),
+                        detail: chain(&e),
+                    });
+                }
             }
             self.sleep.sleep(Duration::from_millis(LOCK_POLL_MS));
         }
@@ -485,13 +582,34 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// The state of `path`, or a fresh one when it cannot be read or parsed.
-fn read_state(path: &SlotPath) -> State {
-    path.read()
-        .ok()
-        .flatten()
-        .and_then(|bytes| State::parse(&bytes).ok())
-        .unwrap_or_default()
+/// The state of `path`: a fresh one when there is none or what is there is not a state (not
+/// JSON, too large, not a regular file: it is replaced by the next write). A state that is
+/// there but cannot be read (permissions, I/O) is [`Trouble::StateUnreadable`]: the caller
+/// neither counts against it nor replaces it.
+fn read_state(path: &SlotPath) -> Result<State, Trouble> {
+    match path.read() {
+        Ok(None) => Ok(State::default()),
+        Ok(Some(bytes)) => Ok(State::parse(&bytes).unwrap_or_default()),
+        Err(e @ worklane_slotfile::read::Error::Io { .. }) => {
+            Err(Trouble::StateUnreadable { detail: chain(&e) })
+        }
+        Err(_) => Ok(State::default()),
+    }
+}
+
+/// An error with its causes: `outer: inner`.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// The credential key of a state file's name (`github-budget-<key>.json`).

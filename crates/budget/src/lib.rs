@@ -19,8 +19,11 @@
 //! - **Bounds**: a pause counts at most 15 min ahead, a window at most 1 h 5 min ahead; a reset
 //!   too far or missing, or a remaining that is not a whole number >= 0, is "not known" and
 //!   the call goes.
-//! - **Robustness**: an unreadable state starts afresh; a state that cannot be written, or a
-//!   lock busy for 0.5 s, lets the call go (reported in [`Grant::unaccounted`]). A state file
+//! - **Robustness**: a state that is not valid JSON starts afresh; a state that exists but
+//!   cannot be read by this process, a state that cannot be written, or a lock busy for 0.5 s,
+//!   lets the call go, reported as a typed [`Trouble`] in [`Grant::unaccounted`] (and an
+//!   observation is skipped, [`Observed::Skipped`]). A state that could not be read is never
+//!   replaced. A state file
 //!   unchanged for 2 h is removed by the next take in any budget, at most every 10 min per
 //!   process.
 //! - **Health**: [`Ledger::health`] reads without the lock the 8 newest readable states (at
@@ -52,7 +55,7 @@ pub mod state;
 
 pub use key::CredentialKey;
 pub use ledger::{
-    CredentialView, Grant, Ledger, Observed, Peek, RealSleep, Refused, ResourceView, Sleep,
+    CredentialView, Grant, Ledger, Observed, Peek, RealSleep, Refused, ResourceView, Sleep, Trouble,
 };
 pub use observe::Observation;
 pub use state::State;

@@ -5,7 +5,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 use worklane_budget::ledger::{LOCK_PATIENCE_MS, MAX_WAIT_MS, STALE_MS, SWEEP_EVERY_MS};
-use worklane_budget::{CredentialKey, Grant, Ledger, Observation, Observed, Refused, Sleep};
+use worklane_budget::{
+    CredentialKey, Grant, Ledger, Observation, Observed, Refused, Sleep, Trouble,
+};
 use worklane_lease::{Acquired, Clock, ManualClock, Options, Request, acquire};
 use worklane_slotfile::SlotDir;
 
@@ -234,7 +236,7 @@ mod take {
     }
 
     #[test]
-    fn an_unreadable_state_starts_afresh() {
+    fn a_state_that_is_not_json_starts_afresh() {
         let site = Site::new();
         let ledger = site.ledger();
         let key = key();
@@ -257,7 +259,7 @@ mod take {
         std::fs::create_dir(site.path(&key.state_name())).expect("mkdir");
         let observed = ledger.observe(&key, &window(site.now(), 5, 60_000));
         assert!(
-            matches!(&observed, Observed::Skipped(why) if why.contains("cannot record")),
+            matches!(&observed, Observed::Skipped(why) if why.to_string().contains("cannot record")),
             "{observed:?}"
         );
     }
@@ -302,6 +304,90 @@ mod take {
         );
         assert_eq!(site.state(&key)["resources"]["core"]["granted"], 0);
     }
+}
+
+/// A member of the slot directory's group that cannot read the state (written by a process
+/// whose files took its own primary group, as before the directory was setgid) is told so:
+/// its take goes unaccounted with the reason, never silently "go", and its observation leaves
+/// the state exactly as it was.
+mod unreadable {
+    use super::*;
+
+    const SHARED: u32 = 23_456;
+
+    fn as_member(args: &[&str]) -> String {
+        let out = std::process::Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=12345",
+                &format!("--groups={SHARED}"),
+            ])
+            .arg(env!("CARGO_BIN_EXE_budget-taker"))
+            .args(args)
+            .output()
+            .expect("run setpriv");
+        let said = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert!(
+            out.status.success(),
+            "{said} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        said
+    }
+
+    #[test]
+    fn a_state_a_member_cannot_read_is_unaccounted_and_never_replaced() {
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "this test drops to an unprivileged member with setpriv, so it runs as root"
+        );
+        let site = Site::new();
+        let dir = site.temp.path();
+        std::os::unix::fs::chown(dir, None, Some(SHARED)).expect("chgrp");
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o2770)).expect("chmod");
+        open_path_to(dir);
+        let key = super::key();
+        // A spent window, recorded by root, whose file kept root's group.
+        let mut state = worklane_budget::State::default();
+        state.apply(&window(now_ms(), 0, 3_600_000), now_ms());
+        let file = site.path(&key.state_name());
+        std::fs::write(&file, state.to_bytes(now_ms())).expect("state");
+        std::os::unix::fs::chown(&file, None, Some(0)).expect("chgrp");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o660)).expect("chmod");
+        let before = std::fs::read(&file).expect("read");
+        let inode = std::fs::metadata(&file).expect("stat").ino();
+
+        let token = "ghp_test_token_not_real";
+        let said = as_member(&[path_str(dir), token, "core", "member"]);
+        assert!(
+            said.starts_with("unaccounted the budget state exists but this process cannot read it"),
+            "the call goes, unaccounted, saying why (never a silent go): {said}"
+        );
+        assert!(said.contains("Permission denied"), "the cause: {said}");
+        let reset_s = ((now_ms() + 3_600_000) / 1000).to_string();
+        let said = as_member(&["observe", path_str(dir), token, "4999", &reset_s]);
+        assert!(
+            said.starts_with("skipped the budget state exists but this process cannot read it"),
+            "the observation is skipped: {said}"
+        );
+        assert_eq!(std::fs::read(&file).expect("read"), before, "not replaced");
+        let meta = std::fs::metadata(&file).expect("stat");
+        assert_eq!(meta.ino(), inode, "the same file");
+
+        // Once it has the directory's group, the member counts against it again.
+        std::os::unix::fs::chown(&file, None, Some(SHARED)).expect("chgrp");
+        let next_s = ((now_ms() + 1_800_000) / 1000).to_string();
+        let said = as_member(&["observe", path_str(dir), token, "3", &next_s]);
+        assert_eq!(said, "recorded");
+        let said = as_member(&[path_str(dir), token, "core", "member"]);
+        assert_eq!(said, "counted 2", "the member's take is counted");
+        let meta = std::fs::metadata(&file).expect("stat");
+        assert_eq!(meta.gid(), SHARED, "the replaced state keeps the group");
+    }
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().expect("utf-8 temp path")
 }
 
 /// The system clock's now.
@@ -484,7 +570,8 @@ mod lock {
         assert_eq!(site.now() - start, LOCK_PATIENCE_MS, "waited exactly 0.5 s");
         assert!(!grant.counted);
         let why = grant.unaccounted.expect("says why");
-        assert!(why.contains("busy"), "{why}");
+        assert!(matches!(why, Trouble::LockBusy { .. }), "{why:?}");
+        assert!(why.to_string().contains("busy"), "{why}");
         assert_eq!(site.state(&key)["resources"]["core"]["granted"], 0);
         // An observation tries once and never waits.
         let start = site.now();

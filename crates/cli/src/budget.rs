@@ -137,6 +137,7 @@ pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
     };
     match ledger.take(&key, &args.resource, &args.consumer) {
         Ok(grant) => {
+            let unaccounted = grant.unaccounted.as_ref().map(ToString::to_string);
             if args.json {
                 println!(
                     "{}",
@@ -144,10 +145,12 @@ pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
                         "go": true,
                         "counted": grant.counted,
                         "left": grant.left,
-                        "unaccounted": grant.unaccounted,
+                        "unaccounted": unaccounted,
                     })
                 );
-            } else if let Some(why) = &grant.unaccounted {
+            }
+            // Loud in both forms: a call that goes unaccounted is a person's to notice.
+            if let Some(why) = &unaccounted {
                 eprintln!("worklane: the call may go, unaccounted: {why}");
             }
             Ok(ExitCode::SUCCESS)

@@ -1311,17 +1311,20 @@ mod budget {
 }
 
 /// The slot directory belongs to root and the caller (SPEC 3): anything else exits 78 naming
-/// the owner, the mode and the fix.
+/// the owner, the mode and the fix; and a member of its group that cannot read a budget state
+/// hears about it.
 mod ownership {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     const OTHER: u32 = 1000;
+    const SHARED: u32 = 23_456;
 
     fn root_only() {
         assert!(
             rustix::process::geteuid().is_root(),
-            "this test gives files to other users (chown), so it runs as root"
+            "this test gives files to other users (chown) and drops to one (setpriv), so it \
+             runs as root"
         );
     }
 
@@ -1375,6 +1378,123 @@ mod ownership {
             assert_eq!(out.status.code(), Some(78), "{spelling}: {err}");
             assert!(err.contains("symbolic link"), "{spelling}: {err}");
         }
+    }
+
+    /// Runs `worklane budget ARGS` as user 65534, primary group 12345, member of `SHARED`.
+    fn budget_as_member(site: &Site, args: &[&str]) -> Output {
+        let mut all = vec!["budget"];
+        all.extend_from_slice(args);
+        as_member(site, &all)
+    }
+
+    /// Runs `worklane ARGS` as that member.
+    fn as_member(site: &Site, args: &[&str]) -> Output {
+        Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=12345",
+                &format!("--groups={SHARED}"),
+            ])
+            .arg(env!("CARGO_BIN_EXE_worklane"))
+            .args(args)
+            .env("AGENT_SLOTS_DIR", site.slots())
+            .env_remove("AGENT_SLOTS_CONFIG")
+            .env("GITHUB_TOKEN", "ghp_cli_test_token_not_real")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run setpriv")
+    }
+
+    #[test]
+    fn a_member_that_cannot_read_the_budget_is_told_loudly_and_replaces_nothing() {
+        root_only();
+        let site = Site::new(None);
+        let slots = site.slots();
+        std::fs::set_permissions(site.temp.path(), std::fs::Permissions::from_mode(0o711))
+            .expect("chmod");
+        std::os::unix::fs::chown(&slots, None, Some(SHARED)).expect("chgrp");
+        std::fs::set_permissions(&slots, std::fs::Permissions::from_mode(0o2770)).expect("chmod");
+        // Root spends the window; its state then loses the group (as a state written before
+        // the directory was setgid did), so the member cannot read it.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_secs();
+        let reset = format!("X-RateLimit-Reset: {}", now + 600);
+        let out = site
+            .worklane()
+            .args(["budget", "observe", "--status", "200"])
+            .args(["--header", "X-RateLimit-Remaining: 0", "--header", &reset])
+            .env("GITHUB_TOKEN", "ghp_cli_test_token_not_real")
+            .output()
+            .expect("observe");
+        assert!(out.status.success());
+        let state = std::fs::read_dir(&slots)
+            .expect("list")
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|e| e == "json"))
+            .expect("a state file");
+        assert_eq!(
+            std::fs::metadata(&state).expect("stat").gid(),
+            SHARED,
+            "written with the directory's group"
+        );
+        std::os::unix::fs::chown(&state, None, Some(0)).expect("chgrp");
+        let before = std::fs::read(&state).expect("read");
+
+        let out = budget_as_member(&site, &["take", "--consumer", "member", "--json"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "the call may go: {err}");
+        let took: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(took["go"], true);
+        assert_eq!(took["counted"], false);
+        assert!(
+            took["unaccounted"]
+                .as_str()
+                .is_some_and(|w| w.contains("cannot read")),
+            "--json says why: {took}"
+        );
+        assert!(
+            err.contains("unaccounted") && err.contains("cannot read"),
+            "and stderr says it too: {err}"
+        );
+        let out = budget_as_member(&site, &["take", "--consumer", "member"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success());
+        assert!(err.contains("cannot read"), "loud without --json: {err}");
+        let out = as_member(&site, &["why", "--json"]);
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("why --json");
+        let quota = &doc["provider_quota"];
+        assert_eq!(quota["blocks"], false, "the call would go: {doc}");
+        assert!(
+            quota.to_string().contains("unaccounted"),
+            "but `why` says it would be unaccounted: {quota}"
+        );
+
+        let out = budget_as_member(
+            &site,
+            &[
+                "observe",
+                "--status",
+                "200",
+                "--header",
+                "X-RateLimit-Remaining: 4999",
+                "--header",
+                &reset,
+            ],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success());
+        assert!(
+            err.contains("not recorded") && err.contains("cannot read"),
+            "{err}"
+        );
+        assert_eq!(
+            std::fs::read(&state).expect("read"),
+            before,
+            "the state the member could not read is not replaced"
+        );
     }
 }
 
