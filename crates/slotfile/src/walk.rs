@@ -283,7 +283,10 @@ impl Walk<'_> {
                 Err(e) => return Err(self.parent_io(&at, e)),
             }
         }
-        unreachable!("the walk ends at its last name")
+        // Not reached: the last step is always the path's own last name, which returns.
+        Err(Error::Missing {
+            path: self.path.to_owned(),
+        })
     }
 
     fn count_link(&mut self) -> Result<(), Error> {

@@ -1251,6 +1251,19 @@ mod ownership {
             Some(b"x".to_vec()),
             "the same directory"
         );
+        // More `..` than there are directories stop at `/`, as for the kernel.
+        let from_root = t.path().strip_prefix("/").expect("absolute").join("real");
+        symlink(
+            Path::new(&"../".repeat(40)).join(from_root),
+            t.path().join("a/far"),
+        )
+        .expect("symlink");
+        let dir = opened(&t.path().join("a/far/slots")).expect("`..` past `/`");
+        assert_eq!(
+            dir.file("STOP").expect("valid").read().expect("read"),
+            Some(b"x".to_vec()),
+            "the same directory again"
+        );
 
         lchown(t.path().join("mid"), Some(OTHER), Some(OTHER)).expect("lchown");
         let err = opened(&t.path().join("mid/slots")).expect_err("another user's link");
@@ -1303,6 +1316,9 @@ mod ownership {
         let sticky = dir_in(t.path(), "sticky", 0, 0, 0o1777);
         std::fs::create_dir(sticky.join("slots")).expect("mkdir");
         opened(&sticky.join("slots")).expect("a sticky parent, as /tmp is, is fine");
+        let sticky = dir_in(t.path(), "sticky-group", 0, SHARED, 0o1775);
+        dir_in(&sticky, "slots", 0, 0, 0o770);
+        opened(&sticky.join("slots")).expect("a sticky parent of another group is fine");
 
         // Group-writable: only by the slot directory's own group.
         let group = dir_in(t.path(), "group", 0, SHARED, 0o775);
