@@ -124,6 +124,15 @@ impl Slot {
         &self.lease
     }
 
+    /// Adds fields to the slot's record (see `Lease::annotate`), e.g. the process that runs
+    /// under it.
+    pub fn annotate(
+        &mut self,
+        fields: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<(), Error> {
+        self.lease.annotate(fields).map_err(Error::Held)
+    }
+
     /// Releases the slot now, reporting errors.
     pub fn release(self) -> Result<(), Error> {
         self.lease.release().map_err(Error::Held)
@@ -580,6 +589,65 @@ impl Pool {
             drain: self.drain()?,
             slots,
         })
+    }
+}
+
+/// A command that a lock or lease record names as running under it (`commandProcess`, written
+/// by `worklane run`, `lease run` and the queued full run), read without any lock: the input
+/// of STOP's enforcement, which halts such commands when their supervisor cannot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedCommand {
+    /// The lock or lease file naming it.
+    pub resource: String,
+    /// The record (its holder is the supervisor).
+    pub record: Record,
+    /// The command's pid, in the record's pid namespace.
+    pub pid: u32,
+    /// The command's start identity when recorded.
+    pub start: Option<u64>,
+    /// Whether the command leads a process group of its own (signalled whole).
+    pub group: bool,
+    /// The uid owning the record file: the writer that names the command.
+    pub writer_uid: u32,
+}
+
+impl Pool {
+    /// Every command named by a record in the directory. Files that cannot be read or parsed,
+    /// or name no command, are skipped: this is a best-effort view for enforcement.
+    pub fn recorded_commands(&self) -> Result<Vec<RecordedCommand>, Error> {
+        let mut found = Vec::new();
+        for path in self.dir.list()? {
+            let name = path.name();
+            if !(name.ends_with(".lock") || name.ends_with(".lease")) {
+                continue;
+            }
+            let Ok(Some((raw, writer_uid))) = path.read_with_owner() else {
+                continue;
+            };
+            let Ok(record) = Record::parse(&raw) else {
+                continue;
+            };
+            let Some(command) = record.extra.get("commandProcess") else {
+                continue;
+            };
+            let Some(pid) = command
+                .get("pid")
+                .and_then(serde_json::Value::as_u64)
+                .and_then(|p| u32::try_from(p).ok())
+                .filter(|&p| p > 0)
+            else {
+                continue;
+            };
+            found.push(RecordedCommand {
+                resource: name.to_owned(),
+                pid,
+                start: command.get("start").and_then(serde_json::Value::as_u64),
+                group: command.get("group") == Some(&serde_json::Value::Bool(true)),
+                record,
+                writer_uid,
+            });
+        }
+        Ok(found)
     }
 }
 

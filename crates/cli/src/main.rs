@@ -7,12 +7,14 @@
 
 mod budget;
 mod cli;
+mod enforce;
 mod exit;
 mod ops;
 mod queue;
 mod run;
 mod slots;
 mod supervise;
+mod sys;
 mod tree;
 mod why;
 

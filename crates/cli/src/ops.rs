@@ -32,6 +32,25 @@ pub(crate) fn stop_all(reason: &str) -> Result<ExitCode, Failure> {
          slot is taken until `worklane resume-all`",
         pool.dir().path().display()
     );
+    let report = crate::enforce::enforce_stop(&pool);
+    for command in &report.signalled {
+        println!("halted {command} myself: its supervisor could not (gone or stopped)");
+    }
+    if report.left.is_empty() {
+        println!(
+            "{} running command(s) halted in {} s",
+            report.running,
+            crate::supervise::seconds(report.took)
+        );
+    } else {
+        println!(
+            "still running after {} s (STOP stays in force):",
+            crate::supervise::seconds(report.took)
+        );
+        for command in &report.left {
+            println!("  {command}");
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -120,9 +120,15 @@ pub(crate) fn runner(
         "worklane: {} starting the full run",
         rfc3339_ms(SystemClock.now_ms())
     );
-    let outcome = supervise(&command, crate::supervise::GRACE, || {
-        pool.stop().ok().flatten().map(|s| s.to_string())
-    });
+    let mut slot = slot;
+    let launch = crate::run::slot_launch(&command, &slot)?;
+    let outcome = supervise(
+        launch,
+        &mut crate::run::SlotWatch {
+            pool: &pool,
+            slot: &mut slot,
+        },
+    );
     let _ = slot.release();
     let outcome = outcome?;
     eprintln!(

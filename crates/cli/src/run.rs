@@ -2,13 +2,14 @@
 
 use crate::cli::{KindArg, LeaseRunArgs, RunArgs};
 use crate::exit::{self, Failure};
-use crate::supervise::{describe, supervise};
+use crate::supervise::{Launch, Started, Watch, describe, inheritable, supervise};
+use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use worklane_admission::{Blocker, Kind, Take, Wait};
-use worklane_lease::{Acquired, Options, Request, TtlLiveness, acquire, held, rfc3339_ms};
+use worklane_admission::{Blocker, Kind, Pool, Slot, Take, Wait};
+use worklane_lease::{Acquired, Lease, Options, Request, TtlLiveness, acquire, held, rfc3339_ms};
 
 /// A live "waiting" line on a terminal; silent otherwise.
 struct Progress {
@@ -123,15 +124,66 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode, Failure> {
             ));
         }
     };
-    let outcome = supervise(&args.command, crate::supervise::GRACE, || {
-        pool.stop().ok().flatten().map(|stop| format!("{stop}"))
-    });
+    let mut slot = slot;
+    let launch = slot_launch(&args.command, &slot)?;
+    let outcome = supervise(
+        launch,
+        &mut SlotWatch {
+            pool: &pool,
+            slot: &mut slot,
+        },
+    );
     let released = slot.release();
     let outcome = outcome?;
     if let Err(e) = released {
         eprintln!("worklane: releasing {what}: {}", exit::chain(&e));
     }
     Ok(ExitCode::from(outcome.code))
+}
+
+/// How a command runs under a held slot: it inherits the slot's guard (the slot lives as long
+/// as any process of the run) and learns its resource and fencing epoch.
+pub(crate) fn slot_launch<'a>(command: &'a [OsString], slot: &Slot) -> Result<Launch<'a>, Failure> {
+    let lease = slot.lease();
+    Ok(Launch {
+        command,
+        grace: crate::supervise::GRACE,
+        inherit: lease.guard().map(inheritable).transpose()?,
+        env: fencing_env(lease),
+    })
+}
+
+/// `WORKLANE_RESOURCE` and `WORKLANE_EPOCH` of a held lease, for the command to check at the
+/// effect it protects.
+fn fencing_env(lease: &Lease) -> Vec<(&'static str, String)> {
+    vec![
+        ("WORKLANE_RESOURCE", lease.resource().to_owned()),
+        ("WORKLANE_EPOCH", lease.epoch().to_string()),
+    ]
+}
+
+/// A slot's supervision: the record names the command, and an emergency STOP halts it.
+pub(crate) struct SlotWatch<'a> {
+    pub(crate) pool: &'a Pool,
+    pub(crate) slot: &'a mut Slot,
+}
+
+impl Watch for SlotWatch<'_> {
+    fn started(&mut self, command: &Started) {
+        // Without it only `stop-all`'s enforcement is lost (the supervisor still halts the
+        // command on STOP), so the run goes on with a warning.
+        if let Err(e) = self.slot.annotate(command.fields()) {
+            eprintln!(
+                "worklane: cannot name the command in {}: {}",
+                self.slot.name(),
+                exit::chain(&e)
+            );
+        }
+    }
+
+    fn check(&mut self) -> Option<String> {
+        self.pool.stop().ok().flatten().map(|stop| stop.to_string())
+    }
 }
 
 /// The shortest TTL `lease run` accepts. The supervisor checks every
@@ -218,41 +270,23 @@ pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
         }
     };
     let ttl = args.ttl;
-    let every = (ttl / 20).max(Duration::from_millis(50));
-    let mut last_attempt = Instant::now();
-    let mut last_ok = Instant::now();
-    let mut lost = false;
-    let outcome = supervise(&args.command, lease_grace(ttl), || {
-        // An emergency STOP halts everything, role holders included.
-        if let Some(stop) = pool.stop().ok().flatten() {
-            return Some(stop.to_string());
-        }
-        if last_attempt.elapsed() < every {
-            return None;
-        }
-        last_attempt = Instant::now();
-        // A pulse stamps `lastPulse` before it writes; successors count the TTL from that
-        // stamp, so the lease counts as confirmed from the attempt, not from the write's end.
-        let attempted = last_attempt;
-        match lease.pulse() {
-            Ok(()) => {
-                last_ok = attempted;
-                None
-            }
-            Err(e @ held::Error::LeaseLost { .. }) => {
-                lost = true;
-                Some(exit::chain(&e))
-            }
-            Err(e) if last_ok.elapsed() > ttl / 2 => {
-                lost = true;
-                Some(format!(
-                    "cannot verify the role lease for over TTL/2: {}",
-                    exit::chain(&e)
-                ))
-            }
-            Err(_) => None,
-        }
-    });
+    let launch = Launch {
+        command: &args.command,
+        grace: lease_grace(ttl),
+        inherit: None,
+        env: fencing_env(&lease),
+    };
+    let mut watch = RoleWatch {
+        pool: &pool,
+        lease: &mut lease,
+        ttl,
+        every: (ttl / 20).max(Duration::from_millis(50)),
+        last_attempt: Instant::now(),
+        last_ok: Instant::now(),
+        lost: false,
+    };
+    let outcome = supervise(launch, &mut watch);
+    let lost = watch.lost;
     let outcome = outcome?;
     let _ = lease.release();
     if lost {
@@ -266,6 +300,62 @@ pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
         ));
     }
     Ok(ExitCode::from(outcome.code))
+}
+
+/// A role lease's supervision: pulses, and halts the command when the lease is lost, cannot
+/// be confirmed for TTL/2, or an emergency STOP is written.
+struct RoleWatch<'a> {
+    pool: &'a Pool,
+    lease: &'a mut Lease,
+    ttl: Duration,
+    every: Duration,
+    last_attempt: Instant,
+    last_ok: Instant,
+    lost: bool,
+}
+
+impl Watch for RoleWatch<'_> {
+    fn started(&mut self, command: &Started) {
+        if let Err(e) = self.lease.annotate(command.fields()) {
+            eprintln!(
+                "worklane: cannot name the command in {}: {}",
+                self.lease.resource(),
+                exit::chain(&e)
+            );
+        }
+    }
+
+    fn check(&mut self) -> Option<String> {
+        // An emergency STOP halts everything, role holders included.
+        if let Some(stop) = self.pool.stop().ok().flatten() {
+            return Some(stop.to_string());
+        }
+        if self.last_attempt.elapsed() < self.every {
+            return None;
+        }
+        self.last_attempt = Instant::now();
+        // A pulse stamps `lastPulse` before it writes; successors count the TTL from that
+        // stamp, so the lease counts as confirmed from the attempt, not from the write's end.
+        let attempted = self.last_attempt;
+        match self.lease.pulse() {
+            Ok(()) => {
+                self.last_ok = attempted;
+                None
+            }
+            Err(e @ held::Error::LeaseLost { .. }) => {
+                self.lost = true;
+                Some(exit::chain(&e))
+            }
+            Err(e) if self.last_ok.elapsed() > self.ttl / 2 => {
+                self.lost = true;
+                Some(format!(
+                    "cannot verify the role lease for over TTL/2: {}",
+                    exit::chain(&e)
+                ))
+            }
+            Err(_) => None,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -286,7 +286,8 @@ bump 'n=$(cat "$T/n"); echo $((n-1)) > "$T/n"'
         run.kill().expect("SIGKILL worklane run");
         run.wait().expect("reap");
         let pid = rustix::process::Pid::from_raw(child).expect("pid");
-        rustix::process::kill_process(pid, rustix::process::Signal::KILL).expect("kill child");
+        // The parent-death signal may have ended it already.
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
         assert_eq!(
             site.code(&["run", "--no-wait", "--", "true"]),
             0,
@@ -981,7 +982,12 @@ mod slots_json {
         let mut holder = site.spawn(&["run", "--owner", "harness-a"], HOLD, "0");
         wait_until("the holder", || site.file("up.0").exists());
         std::fs::write(site.slots().join("agent-5.lock"), b"{broken").expect("malformed slot");
-        assert_eq!(site.code(&["stop-all", "maintenance"]), 0);
+        // STOP written by hand: `stop-all` would wait for the holder to halt.
+        std::fs::write(
+            site.slots().join("STOP"),
+            br#"{"by":"ops","at":"2026-01-01T00:00:00.000Z","reason":"maintenance"}"#,
+        )
+        .expect("STOP");
         let out = site.output(&["slots", "--json"]);
         assert!(out.status.success());
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("slots --json");
@@ -1487,5 +1493,260 @@ mod why {
         );
         std::fs::write(site.file("release.0"), b"").expect("release");
         let _ = wait_exit(&mut holder, "the role holder");
+    }
+}
+
+mod supervisor_gone {
+    //! The slot lives exactly as long as any process of the run (the command inherits the
+    //! slot's guard), a holder killed in another pid namespace frees it at once, the command
+    //! learns its fencing epoch, and STOP reaches a command whose supervisor cannot act.
+    use super::*;
+    use rustix::process::{Pid, Signal};
+
+    fn pid_of(path: &Path) -> i32 {
+        let mut text = String::new();
+        wait_until("a pid file", || {
+            text = std::fs::read_to_string(path).unwrap_or_default();
+            text.ends_with('\n')
+        });
+        text.trim().parse().expect("a pid")
+    }
+
+    /// Whether `pid` is gone or a zombie.
+    fn gone(pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+            s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z'))
+        })
+    }
+
+    fn signal(pid: i32, signal: Signal) {
+        let _ = rustix::process::kill_process(Pid::from_raw(pid).expect("pid"), signal);
+    }
+
+    /// Kills `pid` when dropped (a test that fails midway leaves nothing behind).
+    struct KillOnDrop(i32);
+
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            signal(self.0, Signal::CONT);
+            signal(self.0, Signal::KILL);
+        }
+    }
+
+    #[test]
+    fn killing_the_supervisor_does_not_free_the_slot_its_command_uses() {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        // The command ignores SIGTERM, so it outlives the parent-death signal.
+        let mut run = site.spawn(
+            &["run"],
+            r#"trap '' TERM; echo $$ > "$T/cmd.pid"; exec sleep 60"#,
+            "0",
+        );
+        let command = pid_of(&site.file("cmd.pid"));
+        let _cleanup = KillOnDrop(command);
+        run.kill().expect("SIGKILL the supervisor only");
+        run.wait().expect("reap");
+        assert!(!gone(command), "the command runs on");
+        assert_eq!(
+            site.code(&["run", "--no-wait", "--", "true"]),
+            75,
+            "its slot is still held: two agents never run at cap 1"
+        );
+        let out = site.output(&["slots", "--json"]);
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(doc["agents_held"], 1, "slots counts it: {doc}");
+        signal(command, Signal::KILL);
+        wait_until("the command's end", || gone(command));
+        let mut code = 0;
+        wait_until("the slot free once the command is gone", || {
+            code = site.code(&["run", "--no-wait", "--", "true"]);
+            code == 0
+        });
+    }
+
+    #[test]
+    fn a_command_whose_supervisor_dies_is_told_with_sigterm() {
+        let site = Site::new(None);
+        let mut run = site.spawn(
+            &["run"],
+            r#"echo $$ > "$T/cmd.pid"; exec sleep 60"#,
+            "0",
+        );
+        let command = pid_of(&site.file("cmd.pid"));
+        let _cleanup = KillOnDrop(command);
+        run.kill().expect("SIGKILL the supervisor");
+        run.wait().expect("reap");
+        wait_until("the parent-death signal to end the command", || gone(command));
+    }
+
+    #[test]
+    fn a_run_killed_in_another_pid_namespace_frees_its_slot_at_once() {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        let mut contained = Running::new(
+            Command::new("unshare")
+                .args(["--pid", "--fork", "--kill-child", "--mount-proc"])
+                .arg(env!("CARGO_BIN_EXE_worklane"))
+                .args(["run", "--", "sh", "-c", r#"touch "$T/up"; exec sleep 60"#])
+                .env("AGENT_SLOTS_DIR", site.slots())
+                .env("T", site.temp.path())
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("spawn unshare"),
+        );
+        wait_until("the contained run", || site.file("up").exists());
+        assert_eq!(
+            site.code(&["run", "--no-wait", "--", "true"]),
+            75,
+            "held from the other namespace"
+        );
+        contained.kill().expect("SIGKILL the namespace");
+        contained.wait().expect("reap");
+        let mut code = 0;
+        wait_until("the slot taken over", || {
+            code = site.code(&["run", "--no-wait", "--", "true"]);
+            code != 75
+        });
+        assert_eq!(code, 0, "a dead holder's record from another namespace is taken over");
+    }
+
+    #[test]
+    fn the_command_gets_its_resource_and_epoch() {
+        let site = Site::new(None);
+        for _ in 0..2 {
+            let out = site.output(&[
+                "run",
+                "--",
+                "sh",
+                "-c",
+                r#"echo "$WORKLANE_RESOURCE $WORKLANE_EPOCH" >> "$T/fencing""#,
+            ]);
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        }
+        let out = site.output(&[
+            "lease",
+            "run",
+            "--role",
+            "deployer",
+            "--",
+            "sh",
+            "-c",
+            r#"echo "$WORKLANE_RESOURCE $WORKLANE_EPOCH" >> "$T/fencing""#,
+        ]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = std::fs::read_to_string(site.file("fencing")).expect("written");
+        assert_eq!(
+            text, "agent-0.lock 1\nagent-0.lock 2\nrole-deployer.lease 1\n",
+            "each run sees its own resource and a growing epoch"
+        );
+    }
+
+    fn record(site: &Site, name: &str) -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(site.slots().join(name)).expect("record"))
+            .expect("a JSON record")
+    }
+
+    #[test]
+    fn the_record_names_the_command_process() {
+        let site = Site::new(None);
+        let _run = site.spawn(&["run"], r#"echo $$ > "$T/cmd.pid"; exec sleep 60"#, "0");
+        let command = pid_of(&site.file("cmd.pid"));
+        let mut named = serde_json::Value::Null;
+        wait_until("the record to name the command", || {
+            named = record(&site, "agent-0.lock")["commandProcess"].clone();
+            !named.is_null()
+        });
+        assert_eq!(named["pid"], command, "{named}");
+        assert_eq!(named["group"], true, "no terminal: a group of its own");
+        assert!(named["start"].as_u64().is_some(), "{named}");
+        assert_eq!(record(&site, "agent-0.lock")["holdsGuard"], true);
+    }
+
+    #[test]
+    fn stop_all_halts_a_command_whose_supervisor_is_stopped() {
+        let site = Site::new(None);
+        let mut run = site.spawn(&["run"], r#"echo $$ > "$T/cmd.pid"; exec sleep 60"#, "0");
+        let command = pid_of(&site.file("cmd.pid"));
+        let _cleanup = KillOnDrop(command);
+        wait_until("the record to name the command", || {
+            !record(&site, "agent-0.lock")["commandProcess"].is_null()
+        });
+        let supervisor = i32::try_from(run.id()).expect("pid");
+        signal(supervisor, Signal::STOP);
+        let out = site.output(&["stop-all", "incident"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            gone(command),
+            "stop-all returns once the command is halted: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        signal(supervisor, Signal::CONT);
+        let status = wait_exit(&mut run, "the supervisor");
+        assert_eq!(status.code(), Some(128 + 15), "the command died of SIGTERM");
+        assert_eq!(site.code(&["resume-all"]), 0);
+    }
+
+    #[test]
+    fn stop_all_halts_an_orphaned_command_that_ignores_sigterm() {
+        let site = Site::new(None);
+        let mut run = site.spawn(
+            &["run"],
+            r#"trap '' TERM; echo $$ > "$T/cmd.pid"; exec sleep 60"#,
+            "0",
+        );
+        let command = pid_of(&site.file("cmd.pid"));
+        let _cleanup = KillOnDrop(command);
+        wait_until("the record to name the command", || {
+            !record(&site, "agent-0.lock")["commandProcess"].is_null()
+        });
+        run.kill().expect("SIGKILL the supervisor");
+        run.wait().expect("reap");
+        let out = site.output(&["stop-all"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(gone(command), "SIGKILLed after the grace");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("halted"), "says what it did: {text}");
+        assert_eq!(site.code(&["resume-all"]), 0);
+        assert_eq!(site.code(&["run", "--no-wait", "--", "true"]), 0, "the slot is free");
+    }
+
+    #[test]
+    fn stop_all_never_signals_a_process_a_record_names_falsely() {
+        let site = Site::new(None);
+        // A process of root's, and a record that an unprivileged writer (uid 65534) planted,
+        // naming it as its command.
+        let mut victim = Command::new("sleep").arg("60").spawn().expect("sleep");
+        let victim_pid = victim.id();
+        let start = std::fs::read_to_string(format!("/proc/{victim_pid}/stat"))
+            .expect("stat")
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.split(' ').nth(19).map(str::to_owned))
+            .expect("field 22");
+        let place = record_place(&site);
+        let forged = format!(
+            r#"{{"pid":{victim_pid},"owner":"x","acquiredAt":"2026-01-01T00:00:00.000Z","place":{place},"identity":{{"boot":"{}","start":{start}}},"commandProcess":{{"pid":{victim_pid},"start":{start},"group":false}}}}"#,
+            serde_json::from_str::<serde_json::Value>(&place).expect("place")["boot"]
+                .as_str()
+                .expect("boot")
+        );
+        let path = site.slots().join("agent-5.lock");
+        std::fs::write(&path, forged).expect("plant");
+        std::os::unix::fs::chown(&path, Some(65534), Some(65534)).expect("chown");
+        let out = site.output(&["stop-all"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            victim.try_wait().expect("try_wait"),
+            None,
+            "a process of another user than the record's writer is never signalled: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let _ = victim.kill();
+        let _ = victim.wait();
+    }
+
+    /// This process's place as a record writes it (from a real run's record).
+    fn record_place(site: &Site) -> String {
+        let out = site.output(&["run", "--", "sh", "-c", r#"cat "$AGENT_SLOTS_DIR/agent-0.lock""#]);
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the record");
+        doc["place"].to_string()
     }
 }

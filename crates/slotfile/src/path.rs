@@ -194,6 +194,17 @@ impl SlotPath {
         )
     }
 
+    /// [`SlotPath::read`] that also returns the uid owning the file, taken from the very file
+    /// read (one open, `fstat` and `read`), so the owner and the bytes belong together: for a
+    /// reader that acts on what a file says only if its writer may ask for it.
+    pub fn read_with_owner(&self) -> Result<Option<(Vec<u8>, u32)>, read::Error> {
+        read::read_owned_at(
+            Some(self.dir.as_fd()),
+            std::path::Path::new(&*self.name),
+            &self.shown(),
+        )
+    }
+
     /// When the file's contents last changed (its mtime, milliseconds since the Unix epoch):
     /// `Ok(None)` if there is none. Like [`SlotPath::read`], refuses a symlink (never followed)
     /// or a non-regular file. A file replaced whole gets a new mtime on every replace.
