@@ -18,8 +18,10 @@
 //!
 //! - STOP and drain are observed, not enforced by the kernel: a holder must poll
 //!   [`Pool::stop`] (the `worklane run` supervisor does, every 250 ms) and halt its agent.
-//! - A slot belongs to the process that took it. If that process dies while its agent runs
-//!   on, the slot is free again: supervise the agent from the process that holds the slot.
+//! - A slot belongs to the open file description of its guard: every process holding a copy of
+//!   the guard descriptor ([`Slot::lease`]) keeps it held. Give the agent a copy (as
+//!   `worklane run` does) so that a killed supervisor cannot free a slot its agent still uses.
+//!   [`Pool::recorded_commands`] lists the commands records name, for STOP's enforcement.
 //!
 //! # Example
 //!
