@@ -1324,6 +1324,29 @@ mod epochs {
     }
 }
 
+mod epoch_overflow {
+    use super::*;
+
+    #[test]
+    fn an_epoch_that_cannot_grow_fails_the_acquisition() {
+        let site = Site::new();
+        std::fs::write(site.path().join(format!("{LOCK}.epoch.{}", u64::MAX)), b"").expect("max");
+        let err = acquire(&site.dir, LOCK, &Request::new("me"), &Options::process())
+            .expect_err("no epoch beyond u64::MAX");
+        let text = err.to_string();
+        assert!(text.contains("largest"), "says why: {text}");
+        assert!(site.record().is_none(), "nothing published");
+        std::fs::write(site.path().join(format!("{LOCK}.epoch.{}", u64::MAX - 1)), b"").expect("one less");
+        std::fs::remove_file(site.path().join(format!("{LOCK}.epoch.{}", u64::MAX))).expect("rm");
+        let lease = site.held("me", &Options::process());
+        assert_eq!(lease.epoch(), u64::MAX, "the last epoch there is is still handed out");
+        drop(lease);
+        let err = acquire(&site.dir, LOCK, &Request::new("me"), &Options::process())
+            .expect_err("and after it, none");
+        assert!(err.to_string().contains("largest"), "{err}");
+    }
+}
+
 mod stress {
     use super::*;
 
