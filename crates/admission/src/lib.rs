@@ -46,6 +46,7 @@
 
 pub mod drain;
 mod pool;
+mod problems;
 pub mod stop;
 
 pub use drain::{Drain, DrainState, MAX_DRAIN_AHEAD_MS};
@@ -53,6 +54,7 @@ pub use pool::{
     Blocker, FULL_RUN_LOCK, Kind, Pool, RecordedCommand, SLOTS_LOCK, Slot, SlotState, SlotView,
     Snapshot, Take, Wait, slot_index,
 };
+pub use problems::Problem;
 pub use stop::{STOP_FILE, Stop};
 
 /// Why the pool could not do what was asked (being blocked is not an error: it is

@@ -197,6 +197,8 @@ pub struct Snapshot {
     pub drain: DrainState,
     /// Every slot, run and lease file, sorted by name.
     pub slots: Vec<SlotView>,
+    /// Stray and broken files, each with what it does and its fix.
+    pub problems: Vec<crate::Problem>,
 }
 
 /// How a blocking take waits.
@@ -370,14 +372,30 @@ impl Pool {
         let taken = loop {
             if !held.contains(&index) {
                 let name = format!("{prefix}-{index}.lock");
-                if let Acquired::Held(lease) = self.acquire_settled(&name, &request)? {
-                    break lease;
+                match self.acquire_settled(&name, &request) {
+                    Ok(Acquired::Held(lease)) => break lease,
+                    Ok(Acquired::Refused(_)) => {}
+                    // A stray file where this index's guard belongs: nobody can hold this
+                    // index, so it is skipped (and counted only if a record stands there);
+                    // `worklane slots` names the file.
+                    Err(Error::Lease(worklane_lease::Error::Guard(e))) if broken_guard(&e) => {}
+                    Err(e) => return Err(e),
                 }
             }
             index += 1;
         };
+        self.sweep();
         counting.release().map_err(Error::Held)?;
         Ok(Take::Held(Slot { kind, lease: taken }))
+    }
+
+    /// Removes temp files that killed writers left (older than a minute, held by nobody), so
+    /// the directory cannot grow without bound. Best effort: what it cannot remove stays for
+    /// the next take, and `worklane slots` reports it.
+    fn sweep(&self) {
+        let _ = self
+            .dir
+            .sweep_temps(self.clock.now_ms(), worklane_slotfile::TEMP_MIN_AGE_MS);
     }
 
     /// Takes `slots.lock`, waiting up to about 2 s (or until `deadline`, if sooner) for another
@@ -588,6 +606,7 @@ impl Pool {
             stop: self.stop()?,
             drain: self.drain()?,
             slots,
+            problems: crate::problems::scan(&self.dir, self.clock.now_ms()),
         })
     }
 }
@@ -649,6 +668,16 @@ impl Pool {
         }
         Ok(found)
     }
+}
+
+/// Whether a guard error means a stray file sits where the guard belongs (a directory, FIFO,
+/// symbolic link or non-empty file), which no process following the protocol can hold.
+fn broken_guard(e: &worklane_guard::acquire::Error) -> bool {
+    use worklane_guard::acquire::Error as G;
+    matches!(
+        e,
+        G::Symlink { .. } | G::NotRegular { .. } | G::NotEmpty { .. }
+    )
 }
 
 /// `Some(i)` when `name` is `<prefix>-<i>.lock` with `i` a plain decimal number.

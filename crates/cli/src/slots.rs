@@ -85,8 +85,29 @@ pub(crate) fn to_json(snapshot: &Snapshot, budgets: &[CredentialView]) -> Value 
         "stop": snapshot.stop.as_ref().map(|s| json!({"by": s.by, "at": s.at, "reason": s.reason})),
         "drain": drain_json(&snapshot.drain),
         "slots": snapshot.slots.iter().map(slot_json).collect::<Vec<_>>(),
+        "problems": problems_json(snapshot),
         "budgets": crate::budget::views_json(budgets),
     })
+}
+
+/// Stray and broken files, as `slots --json` and `why --json` list them.
+pub(crate) fn problems_json(snapshot: &Snapshot) -> Value {
+    Value::Array(
+        snapshot
+            .problems
+            .iter()
+            .map(|p| json!({"name": p.name, "what": p.what, "fix": p.fix, "blocks": p.blocks}))
+            .collect(),
+    )
+}
+
+/// Stray and broken files as lines for a person: `NAME: WHAT; fix: FIX`.
+pub(crate) fn problem_lines(snapshot: &Snapshot) -> Vec<String> {
+    snapshot
+        .problems
+        .iter()
+        .map(|p| format!("{}: {}; fix: {}", p.name, p.what, p.fix))
+        .collect()
 }
 
 pub(crate) fn show(as_json: bool) -> Result<ExitCode, Failure> {
@@ -132,6 +153,13 @@ pub(crate) fn show(as_json: bool) -> Result<ExitCode, Failure> {
         }
     }
     crate::budget::print_views(&budgets);
+    let problems = problem_lines(&snapshot);
+    if !problems.is_empty() {
+        println!("stray or broken files ({}):", problems.len());
+        for line in &problems {
+            println!("  {line}");
+        }
+    }
     if snapshot.slots.is_empty() {
         println!("nothing held");
         return Ok(ExitCode::SUCCESS);

@@ -112,6 +112,26 @@ fn admission(kind: KindArg, snapshot: &Snapshot) -> Answer {
             .filter(|s| s.kind == k && s.state.is_held())
             .count()
     };
+    // A stray file where the guard of slots.lock or full-run.lock belongs fails every take
+    // of that kind until it is removed.
+    let blocking = |what: &str| {
+        snapshot
+            .problems
+            .iter()
+            .find(|p| p.blocks.is_some_and(|b| b.contains(what)))
+    };
+    let broken = match kind {
+        KindArg::Agent => blocking("agent"),
+        KindArg::Test => blocking("test-run"),
+        KindArg::FullRun => blocking("full run"),
+    };
+    if let Some(problem) = broken {
+        return Answer::blocked(
+            asked,
+            format!("{}: {}; fix: {}", problem.name, problem.what, problem.fix),
+            exit::OS_ERROR,
+        );
+    }
     let (label, cap) = match kind {
         KindArg::Agent => ("agent", snapshot.config.max_agents),
         KindArg::Test => ("test", snapshot.config.max_test_runs),
@@ -250,6 +270,7 @@ pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
             "blocked_by".to_owned(),
             first.map_or(Value::Null, |(q, _)| Value::from(q.replace(' ', "_"))),
         );
+        doc.insert("problems".to_owned(), crate::slots::problems_json(&snapshot));
         println!("{}", Value::Object(doc));
     } else {
         for (question, answer) in &answers {
@@ -259,6 +280,13 @@ pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
                 format!(" ({})", answer.asked)
             };
             println!("{question}{asked}: {}: {}", answer.word(), answer.why);
+        }
+        let problems = crate::slots::problem_lines(&snapshot);
+        if !problems.is_empty() {
+            println!("stray or broken files in {}:", snapshot.dir.display());
+            for line in &problems {
+                println!("  {line}");
+            }
         }
     }
     Ok(ExitCode::from(first.map_or(0, |(_, a)| a.code)))

@@ -261,7 +261,8 @@ impl SlotPath {
         mode: u32,
         at: &mut dyn FnMut(Step),
     ) -> Result<(), write::Error> {
-        let temp = self.write_temp(bytes, mode)?;
+        // `_held` keeps the temp file's lock until the rename is done (see `write_temp`).
+        let (temp, _held) = self.write_temp(bytes, mode)?;
         at(Step::TempWritten);
         let dir = self.dir.as_fd();
         let renamed = rustix::fs::renameat(dir, temp.as_str(), dir, &*self.name);
@@ -287,7 +288,7 @@ impl SlotPath {
         mode: u32,
         at: &mut dyn FnMut(Step),
     ) -> Result<Publish, write::Error> {
-        let temp = self.write_temp(bytes, mode)?;
+        let (temp, _held) = self.write_temp(bytes, mode)?;
         at(Step::TempWritten);
         let dir = self.dir.as_fd();
         let linked = rustix::fs::linkat(dir, temp.as_str(), dir, &*self.name, AtFlags::empty());
@@ -299,9 +300,12 @@ impl SlotPath {
         }
     }
 
-    /// Creates `.{name}.tmp-{random}` exclusively, sets its mode through the descriptor, writes
-    /// `bytes`, and returns its name. On failure the temp file is removed.
-    fn write_temp(&self, bytes: &[u8], mode_bits: u32) -> Result<String, write::Error> {
+    /// Creates `.{name}.tmp-{random}` exclusively, locks it (`flock(LOCK_EX)`: a temp file
+    /// whose lock is free belongs to a dead writer, see [`SlotDir::sweep_temps`]), sets its mode
+    /// through the descriptor, writes `bytes`, and returns its name and the descriptor, which
+    /// the caller keeps open (holding the lock) until the temp is renamed or linked. On failure
+    /// the temp file is removed.
+    fn write_temp(&self, bytes: &[u8], mode_bits: u32) -> Result<(String, OwnedFd), write::Error> {
         let dir = self.dir.as_fd();
         let flags =
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
@@ -314,22 +318,32 @@ impl SlotPath {
                 Err(e) => return Err(self.error("create a temp file for", e)),
             }
         };
-        let written = rustix::fs::fchmod(&fd, mode(mode_bits))
-            .map_err(|e| self.error("set the mode of a temp file for", e))
+        // A fresh inode nobody else has opened: the lock is free (EINTR aside).
+        let locked = loop {
+            match rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+                Err(Errno::INTR) => continue,
+                other => break other,
+            }
+        };
+        let mut file = std::fs::File::from(fd);
+        let written = locked
+            .map_err(|e| self.error("lock a temp file for", e))
             .and_then(|()| {
-                std::fs::File::from(fd)
-                    .write_all(bytes)
-                    .map_err(|source| write::Error {
-                        op: "write a temp file for",
-                        path: self.shown(),
-                        source,
-                    })
+                rustix::fs::fchmod(&file, mode(mode_bits))
+                    .map_err(|e| self.error("set the mode of a temp file for", e))
+            })
+            .and_then(|()| {
+                file.write_all(bytes).map_err(|source| write::Error {
+                    op: "write a temp file for",
+                    path: self.shown(),
+                    source,
+                })
             });
         if let Err(e) = written {
             let _ = rustix::fs::unlinkat(dir, temp.as_str(), AtFlags::empty());
             return Err(e);
         }
-        Ok(temp)
+        Ok((temp, OwnedFd::from(file)))
     }
 
     fn error(&self, op: &'static str, e: Errno) -> write::Error {
