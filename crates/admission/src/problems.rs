@@ -93,7 +93,10 @@ fn guard_problem(dir: &SlotDir, hidden: &Hidden, resource: &str) -> Option<Probl
     let what = match hidden.is_regular() {
         true if hidden.size == 0 => return None,
         true => format!("the guard of {resource} holds {} bytes", hidden.size),
-        false => format!("a {} sits where the guard of {resource} belongs", hidden.kind),
+        false => format!(
+            "a {} sits where the guard of {resource} belongs",
+            hidden.kind
+        ),
     };
     let blocks = match resource {
         SLOTS_LOCK => Some("agent and test-run slots"),
@@ -116,7 +119,10 @@ fn guard_problem(dir: &SlotDir, hidden: &Hidden, resource: &str) -> Option<Probl
             quoted(dir, name)
         )
     } else {
-        format!("rm -r -- {} (nobody can hold it; worklane recreates the guard)", quoted(dir, name))
+        format!(
+            "rm -r -- {} (nobody can hold it; worklane recreates the guard)",
+            quoted(dir, name)
+        )
     };
     Some(Problem {
         name: name.to_owned(),
@@ -132,8 +138,14 @@ mod tests {
 
     #[test]
     fn claim_names() {
-        assert_eq!(claim_of("slots.lock.0123456789abcdef.claim"), Some("slots.lock"));
-        assert_eq!(claim_of("slots.lock.0123456789ABCDEF.claim"), Some("slots.lock"));
+        assert_eq!(
+            claim_of("slots.lock.0123456789abcdef.claim"),
+            Some("slots.lock")
+        );
+        assert_eq!(
+            claim_of("slots.lock.0123456789ABCDEF.claim"),
+            Some("slots.lock")
+        );
         assert_eq!(claim_of("slots.lock.0123.claim"), None);
         assert_eq!(claim_of(".0123456789abcdef.claim"), None);
         assert_eq!(claim_of("slots.lock"), None);

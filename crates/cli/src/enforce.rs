@@ -48,7 +48,9 @@ pub(crate) fn parse_stat(bytes: &[u8]) -> Option<(u8, u64)> {
 pub(crate) fn observe(pid: u32) -> Option<Seen> {
     let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
     let (state, start) = parse_stat(&stat)?;
-    let uid = rustix::fs::stat(format!("/proc/{pid}").as_str()).ok()?.st_uid;
+    let uid = rustix::fs::stat(format!("/proc/{pid}").as_str())
+        .ok()?
+        .st_uid;
     Some(Seen { state, start, uid })
 }
 
@@ -164,10 +166,9 @@ pub(crate) fn enforce_stop(pool: &Pool) -> Report {
                         send(command, Signal::CONT);
                         send(command, Signal::TERM);
                         termed.insert(key.clone(), now);
-                        report.signalled.push(format!(
-                            "{} (pid {})",
-                            command.resource, command.pid
-                        ));
+                        report
+                            .signalled
+                            .push(format!("{} (pid {})", command.resource, command.pid));
                     }
                     let kill_at = match termed.get(&key) {
                         Some(at) => *at + GRACE,
@@ -206,13 +207,7 @@ mod tests {
         RecordedCommand {
             resource: "agent-0.lock".into(),
             record: Record {
-                holder: Recorded::new(
-                    ProcessIdentity {
-                        pid: 100,
-                        start: 5,
-                    },
-                    place.clone(),
-                ),
+                holder: Recorded::new(ProcessIdentity { pid: 100, start: 5 }, place.clone()),
                 ..Record::default()
             },
             pid: 200,
@@ -271,7 +266,13 @@ mod tests {
         let mut elsewhere = here.clone();
         elsewhere.host = "other".into();
         assert!(matches!(
-            judge(&command(&elsewhere, 1000), &here, 0, seen(b'S', 7, 1000), None),
+            judge(
+                &command(&elsewhere, 1000),
+                &here,
+                0,
+                seen(b'S', 7, 1000),
+                None
+            ),
             Judged::Untouchable(_)
         ));
     }

@@ -270,7 +270,10 @@ pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
             "blocked_by".to_owned(),
             first.map_or(Value::Null, |(q, _)| Value::from(q.replace(' ', "_"))),
         );
-        doc.insert("problems".to_owned(), crate::slots::problems_json(&snapshot));
+        doc.insert(
+            "problems".to_owned(),
+            crate::slots::problems_json(&snapshot),
+        );
         println!("{}", Value::Object(doc));
     } else {
         for (question, answer) in &answers {

@@ -1567,16 +1567,14 @@ mod supervisor_gone {
     #[test]
     fn a_command_whose_supervisor_dies_is_told_with_sigterm() {
         let site = Site::new(None);
-        let mut run = site.spawn(
-            &["run"],
-            r#"echo $$ > "$T/cmd.pid"; exec sleep 60"#,
-            "0",
-        );
+        let mut run = site.spawn(&["run"], r#"echo $$ > "$T/cmd.pid"; exec sleep 60"#, "0");
         let command = pid_of(&site.file("cmd.pid"));
         let _cleanup = KillOnDrop(command);
         run.kill().expect("SIGKILL the supervisor");
         run.wait().expect("reap");
-        wait_until("the parent-death signal to end the command", || gone(command));
+        wait_until("the parent-death signal to end the command", || {
+            gone(command)
+        });
     }
 
     #[test]
@@ -1606,7 +1604,10 @@ mod supervisor_gone {
             code = site.code(&["run", "--no-wait", "--", "true"]);
             code != 75
         });
-        assert_eq!(code, 0, "a dead holder's record from another namespace is taken over");
+        assert_eq!(
+            code, 0,
+            "a dead holder's record from another namespace is taken over"
+        );
     }
 
     #[test]
@@ -1620,7 +1621,11 @@ mod supervisor_gone {
                 "-c",
                 r#"echo "$WORKLANE_RESOURCE $WORKLANE_EPOCH" >> "$T/fencing""#,
             ]);
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         let out = site.output(&[
             "lease",
@@ -1632,7 +1637,11 @@ mod supervisor_gone {
             "-c",
             r#"echo "$WORKLANE_RESOURCE $WORKLANE_EPOCH" >> "$T/fencing""#,
         ]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let text = std::fs::read_to_string(site.file("fencing")).expect("written");
         assert_eq!(
             text, "agent-0.lock 1\nagent-0.lock 2\nrole-deployer.lease 1\n",
@@ -1673,7 +1682,11 @@ mod supervisor_gone {
         let supervisor = i32::try_from(run.id()).expect("pid");
         signal(supervisor, Signal::STOP);
         let out = site.output(&["stop-all", "incident"]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         assert!(
             gone(command),
             "stop-all returns once the command is halted: {}",
@@ -1701,12 +1714,20 @@ mod supervisor_gone {
         run.kill().expect("SIGKILL the supervisor");
         run.wait().expect("reap");
         let out = site.output(&["stop-all"]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         assert!(gone(command), "SIGKILLed after the grace");
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains("halted"), "says what it did: {text}");
         assert_eq!(site.code(&["resume-all"]), 0);
-        assert_eq!(site.code(&["run", "--no-wait", "--", "true"]), 0, "the slot is free");
+        assert_eq!(
+            site.code(&["run", "--no-wait", "--", "true"]),
+            0,
+            "the slot is free"
+        );
     }
 
     #[test]
@@ -1732,7 +1753,11 @@ mod supervisor_gone {
         std::fs::write(&path, forged).expect("plant");
         std::os::unix::fs::chown(&path, Some(65534), Some(65534)).expect("chown");
         let out = site.output(&["stop-all"]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         assert_eq!(
             victim.try_wait().expect("try_wait"),
             None,
@@ -1745,7 +1770,13 @@ mod supervisor_gone {
 
     /// This process's place as a record writes it (from a real run's record).
     fn record_place(site: &Site) -> String {
-        let out = site.output(&["run", "--", "sh", "-c", r#"cat "$AGENT_SLOTS_DIR/agent-0.lock""#]);
+        let out = site.output(&[
+            "run",
+            "--",
+            "sh",
+            "-c",
+            r#"cat "$AGENT_SLOTS_DIR/agent-0.lock""#,
+        ]);
         let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the record");
         doc["place"].to_string()
     }
@@ -1759,7 +1790,10 @@ mod strays {
     fn json(site: &Site, args: &[&str]) -> serde_json::Value {
         let out = site.output(args);
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!("{args:?} prints JSON ({e}): {}", String::from_utf8_lossy(&out.stderr))
+            panic!(
+                "{args:?} prints JSON ({e}): {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
         })
     }
 
@@ -1784,7 +1818,9 @@ mod strays {
             ("symbolic link", |p| {
                 std::os::unix::fs::symlink("/etc/passwd", p).expect("symlink")
             }),
-            ("non-empty file", |p| std::fs::write(p, b"x").expect("write")),
+            ("non-empty file", |p| {
+                std::fs::write(p, b"x").expect("write")
+            }),
         ];
         for (what, plant) in plants {
             let site = Site::new(Some(r#"{"max_agents": 1}"#));
@@ -1799,7 +1835,10 @@ mod strays {
             );
             let mut holder = site.spawn(&["run"], HOLD, "0");
             wait_until("the holder", || site.file("up.0").exists());
-            assert!(site.slots().join("agent-1.lock").exists(), "{what}: the next index");
+            assert!(
+                site.slots().join("agent-1.lock").exists(),
+                "{what}: the next index"
+            );
             assert_eq!(
                 site.code(&["run", "--no-wait", "--", "true"]),
                 75,

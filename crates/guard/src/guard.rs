@@ -476,7 +476,11 @@ fn publish(
     // gone (ENOENT) and starts again with a new one.
     for _ in 0..3 {
         match publish_once(dir, shown, before_link) {
-            Err(Error::Io { source, .. }) if source.raw_os_error() == Some(Errno::NOENT.raw_os_error()) => continue,
+            Err(Error::Io { source, .. })
+                if source.raw_os_error() == Some(Errno::NOENT.raw_os_error()) =>
+            {
+                continue;
+            }
             other => return other,
         }
     }

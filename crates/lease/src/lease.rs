@@ -31,7 +31,9 @@ pub mod held {
             resource: String,
         },
         /// [`Lease::annotate`] was asked to set a field the core writes itself.
-        #[error("lease {resource}: `{field}` is written by worklane itself and cannot be annotated")]
+        #[error(
+            "lease {resource}: `{field}` is written by worklane itself and cannot be annotated"
+        )]
         ReservedField {
             /// The resource.
             resource: String,
@@ -203,7 +205,10 @@ impl Lease {
     /// started under it, the same way as a pulse: under the guard, only while the record still
     /// holds exactly our bytes, replaced whole. The fields the core writes itself
     /// ([`RESERVED_FIELDS`](crate::RESERVED_FIELDS)) are refused; `lastPulse` is not refreshed.
-    pub fn annotate(&mut self, fields: serde_json::Map<String, serde_json::Value>) -> Result<(), Error> {
+    pub fn annotate(
+        &mut self,
+        fields: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<(), Error> {
         if let Some(field) = fields
             .keys()
             .find(|k| crate::record::RESERVED_FIELDS.contains(&k.as_str()))

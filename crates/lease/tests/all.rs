@@ -493,12 +493,20 @@ mod guard_held_records {
             ..dead_record("running")
         };
         let cases: Vec<(&str, Record)> = vec![
-            ("foreign host", declaring(dead_record("a"), |p| p.host = "elsewhere".into())),
+            (
+                "foreign host",
+                declaring(dead_record("a"), |p| p.host = "elsewhere".into()),
+            ),
             (
                 "other pid namespace",
-                declaring(dead_record("b"), |p| p.pidns = Some(p.pidns.unwrap_or(0) + 1)),
+                declaring(dead_record("b"), |p| {
+                    p.pidns = Some(p.pidns.unwrap_or(0) + 1)
+                }),
             ),
-            ("other boot", declaring(dead_record("c"), |p| p.boot = "another-boot".into())),
+            (
+                "other boot",
+                declaring(dead_record("c"), |p| p.boot = "another-boot".into()),
+            ),
             // Even a record naming this very (running) process: the guard is what it declared.
             ("a running pid", declaring(running, |_| {})),
         ];
@@ -577,7 +585,11 @@ mod claims {
         let garbage = site.path().join(format!("{LOCK}.0123456789abcdef.claim"));
         std::fs::write(&garbage, "garbage\n").expect("plant garbage");
         let lease = site.held("taker", &Options::process());
-        assert!(claim_files(&site).is_empty(), "garbage claim cleared: {:?}", site.names());
+        assert!(
+            claim_files(&site).is_empty(),
+            "garbage claim cleared: {:?}",
+            site.names()
+        );
         drop(lease);
         // Garbage named exactly after the record now there: still not a taker's.
         let stale = dead_record("dead");
@@ -629,7 +641,10 @@ mod claims {
         let claim = site.path().join(claim_name(LOCK, &stale.to_bytes()));
         std::fs::write(&claim, me.to_bytes()).expect("plant");
         let lease = site.held("taker", &Options::process());
-        assert!(!claim.exists(), "its taker held the guard and no longer does");
+        assert!(
+            !claim.exists(),
+            "its taker held the guard and no longer does"
+        );
         drop(lease);
     }
 
@@ -1336,10 +1351,18 @@ mod epoch_overflow {
         let text = err.to_string();
         assert!(text.contains("largest"), "says why: {text}");
         assert!(site.record().is_none(), "nothing published");
-        std::fs::write(site.path().join(format!("{LOCK}.epoch.{}", u64::MAX - 1)), b"").expect("one less");
+        std::fs::write(
+            site.path().join(format!("{LOCK}.epoch.{}", u64::MAX - 1)),
+            b"",
+        )
+        .expect("one less");
         std::fs::remove_file(site.path().join(format!("{LOCK}.epoch.{}", u64::MAX))).expect("rm");
         let lease = site.held("me", &Options::process());
-        assert_eq!(lease.epoch(), u64::MAX, "the last epoch there is is still handed out");
+        assert_eq!(
+            lease.epoch(),
+            u64::MAX,
+            "the last epoch there is is still handed out"
+        );
         drop(lease);
         let err = acquire(&site.dir, LOCK, &Request::new("me"), &Options::process())
             .expect_err("and after it, none");

@@ -71,7 +71,8 @@ impl SlotDir {
     pub fn hidden(&self) -> Result<Vec<Hidden>, open::Error> {
         let mut found = Vec::new();
         for name in self.hidden_names()? {
-            let Ok(stat) = rustix::fs::statat(self.as_fd(), name.as_str(), AtFlags::SYMLINK_NOFOLLOW)
+            let Ok(stat) =
+                rustix::fs::statat(self.as_fd(), name.as_str(), AtFlags::SYMLINK_NOFOLLOW)
             else {
                 continue;
             };
