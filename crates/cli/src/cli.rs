@@ -8,7 +8,7 @@ use std::time::Duration;
 ///
 /// Exit codes: the command's own status when a command ran (128+N if a signal N ended it);
 /// 64 usage error; 69 refused because STOP or a drain is in force, or a held role lease was
-/// lost; 70 internal error; 71 system error; 75 busy (at cap with --no-wait, timeout, another
+/// lost; 70 internal error; 71 system error; 74 output could not be written; 75 busy (at cap with --no-wait, timeout, another
 /// full run, a role held by someone else, not idle, an API budget spent or paused); 78
 /// configuration error (config file,
 /// slot directory); 126 the command cannot be executed; 127 the command was not found.
@@ -26,6 +26,7 @@ Exit codes:
   69   refused: STOP or a drain is in force (why: they block), or a held role
        lease was lost
   70   internal error          71  system error
+  74   output could not be written (stdout; a closed pipe is no error)
   75   busy: at cap (--no-wait), timed out, full run or role held, not idle,
        API budget spent or paused (budget take), a blocker other than STOP or
        a drain (why)

@@ -2,9 +2,9 @@
 
 use crate::cli::{KindArg, LeaseRunArgs, RunArgs};
 use crate::exit::{self, Failure};
+use crate::out::errln;
 use crate::supervise::{Launch, Started, Watch, describe, inheritable, supervise};
 use std::ffi::OsString;
-use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,7 +22,7 @@ impl Progress {
     fn new(what: &'static str) -> Progress {
         Progress {
             shown: false,
-            on_terminal: std::io::stderr().is_terminal(),
+            on_terminal: crate::out::stderr_is_terminal(),
             what,
         }
     }
@@ -31,22 +31,17 @@ impl Progress {
         if !self.on_terminal {
             return;
         }
-        let mut err = std::io::stderr().lock();
-        let _ = write!(
-            err,
+        crate::out::to_stderr(format_args!(
             "\r\x1b[2Kworklane: waiting for {}: {blocker}; waited {}s",
             self.what,
             waited.as_secs()
-        );
-        let _ = err.flush();
+        ));
         self.shown = true;
     }
 
     fn clear(&mut self) {
         if self.shown {
-            let mut err = std::io::stderr().lock();
-            let _ = write!(err, "\r\x1b[2K");
-            let _ = err.flush();
+            crate::out::to_stderr(format_args!("\r\x1b[2K"));
             self.shown = false;
         }
     }
@@ -136,7 +131,7 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     let released = slot.release();
     let outcome = outcome?;
     if let Err(e) = released {
-        eprintln!("worklane: releasing {what}: {}", exit::chain(&e));
+        errln!("worklane: releasing {what}: {}", exit::chain(&e));
     }
     Ok(ExitCode::from(outcome.code))
 }
@@ -173,7 +168,7 @@ impl Watch for SlotWatch<'_> {
         // Without it only `stop-all`'s enforcement is lost (the supervisor still halts the
         // command on STOP), so the run goes on with a warning.
         if let Err(e) = self.slot.annotate(command.fields()) {
-            eprintln!(
+            errln!(
                 "worklane: cannot name the command in {}: {}",
                 self.slot.name(),
                 exit::chain(&e)
@@ -317,7 +312,7 @@ struct RoleWatch<'a> {
 impl Watch for RoleWatch<'_> {
     fn started(&mut self, command: &Started) {
         if let Err(e) = self.lease.annotate(command.fields()) {
-            eprintln!(
+            errln!(
                 "worklane: cannot name the command in {}: {}",
                 self.lease.resource(),
                 exit::chain(&e)

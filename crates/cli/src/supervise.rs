@@ -233,7 +233,7 @@ pub(crate) fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Out
             if halting.is_none()
                 && let Some(reason) = watch.check()
             {
-                eprintln!(
+                crate::out::errln!(
                     "worklane: {reason}: halting the command (SIGTERM, then SIGKILL after {} s)",
                     seconds(grace)
                 );
