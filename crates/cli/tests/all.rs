@@ -401,6 +401,11 @@ mod exits {
             (r#"{"max_agents": 0}"#, "max_agents"),
             (r#"{"max_test_runs": 9}"#, "max_test_runs"),
             ("{", "JSON"),
+            (
+                r#"{"max_agents": 1, "max_agents": 8}"#,
+                "`max_agents` appears more than once",
+            ),
+            (r#"{"max_agents": 1000000000000}"#, "from 1 to 4294967295"),
         ] {
             let site = Site::new(Some(config));
             let out = site.output(&["run", "--", "true"]);
