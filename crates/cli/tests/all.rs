@@ -681,6 +681,16 @@ mod operator {
         assert_eq!(site.code(&["run", "--kind", "full-run", "--", "true"]), 69);
         assert_eq!(site.code(&["undrain"]), 0);
         assert_eq!(site.code(&["run", "--", "true"]), 0, "undrained");
+        assert_eq!(site.code(&["drain", "--until", "30m"]), 0, "no --to");
+        let flag: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(site.slots().join("update-drain.json")).expect("the flag"),
+        )
+        .expect("json");
+        assert!(
+            flag.get("to").is_some_and(serde_json::Value::is_null),
+            "`to` is written, null without --to: {flag}"
+        );
+        assert_eq!(site.code(&["undrain"]), 0);
 
         write_drain(&site, "2020-01-01T00:00:00Z");
         assert_eq!(
