@@ -154,6 +154,9 @@ pub(crate) struct LeaseRunArgs {
     /// Who holds it (default: USER@HOST).
     #[arg(long)]
     pub(crate) agent_identity: Option<String>,
+    /// On a refusal, also print it as one JSON object on stdout (schema in README.md).
+    #[arg(long)]
+    pub(crate) json: bool,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub(crate) command: Vec<OsString>,

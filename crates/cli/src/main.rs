@@ -10,6 +10,7 @@ mod exit;
 mod ops;
 mod out;
 mod queue;
+mod role;
 mod run;
 mod slots;
 mod supervise;

@@ -3,13 +3,14 @@
 use crate::cli::{KindArg, LeaseRunArgs, RunArgs};
 use crate::exit::{self, Failure};
 use crate::out::errln;
+use crate::role::Refused;
 use crate::supervise::{Launch, Started, Watch, describe, inheritable, supervise};
 use std::ffi::OsString;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use worklane_admission::{Blocker, Kind, Pool, Slot, Take, Wait};
-use worklane_lease::{Acquired, Lease, Options, Request, TtlLiveness, acquire, held, rfc3339_ms};
+use worklane_lease::{Acquired, Lease, Options, Request, TtlLiveness, acquire, held};
 
 /// A live "waiting" line on a terminal; silent otherwise.
 struct Progress {
@@ -221,47 +222,25 @@ pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
         ));
     }
     let pool = crate::pool()?;
+    let name = format!("role-{}.lease", args.role);
+    let ours = describe(&args.command);
     // An emergency STOP halts role holders too (below), so it refuses a new one up front
     // rather than start the command only to halt it a moment later.
     if let Some(stop) = pool.stop()? {
-        return Err(Failure::new(
-            exit::UNAVAILABLE,
-            format!(
-                "refused the role {} lease: {stop} (worklane resume-all lifts it)",
-                args.role
-            ),
-        ));
+        return Err(Refused::stop(&args.role, &name, &ours, &stop).fail(args.json));
     }
-    let name = format!("role-{}.lease", args.role);
     let identity = args.agent_identity.clone().unwrap_or_else(crate::ops::who);
     let request = Request::new(identity.clone())
         .field("role", args.role.clone())
         .field("profile", args.profile.clone())
         .field("agentIdentity", identity)
-        .field("entrypoint", describe(&args.command));
+        .field("entrypoint", ours.clone());
     let options = Options::with_liveness(Arc::new(TtlLiveness::new(args.ttl)));
     let mut lease = match acquire(pool.dir(), &name, &request, &options)? {
         Acquired::Held(lease) => lease,
         Acquired::Refused(refusal) => {
-            let holder = refusal.holder.as_ref();
-            let pid = holder
-                .and_then(|h| h.pid())
-                .map_or("an unknown pid".to_owned(), |p| format!("pid {p}"));
-            let entrypoint = holder
-                .and_then(|h| h.extra_str("entrypoint"))
-                .unwrap_or("(not recorded)");
-            let pulse = holder
-                .and_then(|h| h.last_pulse)
-                .map_or_else(|| "never".to_owned(), rfc3339_ms);
-            return Err(Failure::new(
-                exit::TEMP_FAIL,
-                format!(
-                    "role {} is held by {pid} (entrypoint: {entrypoint}; last pulse {pulse}): {}; \
-                     a role has one owner per machine: try again once it ends (its lease \
-                     lapses one TTL after its last pulse if its holder died)",
-                    args.role, refusal.why
-                ),
-            ));
+            let refused = Refused::held(&args.role, pool.dir().path(), &refusal, &ours);
+            return Err(refused.fail(args.json));
         }
     };
     let ttl = args.ttl;

@@ -9,7 +9,7 @@ use worklane_budget::{CredentialView, Ledger};
 use worklane_lease::{LiveWhy, rfc3339_ms};
 
 /// The `state` word of a slot in both outputs.
-fn state_word(state: &SlotState) -> &'static str {
+pub(crate) fn state_word(state: &SlotState) -> &'static str {
     match state {
         SlotState::GuardHeld => "held",
         SlotState::Live(LiveWhy::Alive) => "alive",
