@@ -22,7 +22,7 @@ pub(crate) struct Cli {
 pub(crate) const EXIT_CODES: &str = "\
 Exit codes:
   N    the command's own status (128+N if signal N ended it)
-  64   usage error
+  64   usage error (also: a run nested in a run of the same kind)
   69   refused: STOP or a drain is in force (why: they block), or a held role
        lease was lost
   70   internal error          71  system error
@@ -33,7 +33,8 @@ Exit codes:
   78   configuration error (config file, slot directory)
   126  command cannot be executed   127  command not found
 
-Environment: AGENT_SLOTS_DIR, AGENT_SLOTS_CONFIG (see README.md).";
+Environment: AGENT_SLOTS_DIR, AGENT_SLOTS_CONFIG. `run` gives its command
+WORKLANE_AGENT_SLOT, WORKLANE_TEST_SLOT or WORKLANE_FULL_RUN_SLOT (see README.md).";
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {

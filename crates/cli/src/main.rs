@@ -7,6 +7,7 @@ mod budget;
 mod cli;
 mod enforce;
 mod exit;
+mod nesting;
 mod ops;
 mod out;
 mod queue;

@@ -122,7 +122,10 @@ pub(crate) fn runner(
         rfc3339_ms(SystemClock.now_ms())
     );
     let mut slot = slot;
-    let launch = crate::run::slot_launch(&command, &slot)?;
+    let mut launch = crate::run::slot_launch(&command, &slot)?;
+    // Its command runs inside the full run, as under `worklane run --kind full-run`.
+    let nesting = crate::nesting::env(crate::cli::KindArg::FullRun, pool.dir().path(), slot.name());
+    launch.env.push(nesting);
     let outcome = supervise(
         launch,
         &mut crate::run::SlotWatch {

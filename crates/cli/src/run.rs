@@ -78,6 +78,8 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     }
     // Usage is checked before the configuration, so a usage error is never hidden by a 78.
     let pool = crate::pool()?;
+    let nested = std::env::var_os(crate::nesting::var(args.kind));
+    crate::nesting::refuse_nested(args.kind, pool.dir().path(), nested)?;
     let owner = args
         .owner
         .clone()
@@ -121,7 +123,9 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode, Failure> {
         }
     };
     let mut slot = slot;
-    let launch = slot_launch(&args.command, &slot)?;
+    let mut launch = slot_launch(&args.command, &slot)?;
+    let nesting = crate::nesting::env(args.kind, pool.dir().path(), slot.name());
+    launch.env.push(nesting);
     let outcome = supervise(
         launch,
         &mut SlotWatch {
@@ -151,10 +155,10 @@ pub(crate) fn slot_launch<'a>(command: &'a [OsString], slot: &Slot) -> Result<La
 
 /// `WORKLANE_RESOURCE` and `WORKLANE_EPOCH` of a held lease, for the command to check at the
 /// effect it protects.
-fn fencing_env(lease: &Lease) -> Vec<(&'static str, String)> {
+fn fencing_env(lease: &Lease) -> Vec<(&'static str, OsString)> {
     vec![
-        ("WORKLANE_RESOURCE", lease.resource().to_owned()),
-        ("WORKLANE_EPOCH", lease.epoch().to_string()),
+        ("WORKLANE_RESOURCE", lease.resource().into()),
+        ("WORKLANE_EPOCH", lease.epoch().to_string().into()),
     ]
 }
 
