@@ -89,7 +89,7 @@ pub(crate) struct Launch<'a> {
     /// right after the start.
     pub(crate) inherit: Option<OwnedFd>,
     /// Variables set in the command's environment.
-    pub(crate) env: Vec<(&'static str, String)>,
+    pub(crate) env: Vec<(&'static str, OsString)>,
 }
 
 /// A copy of `fd` that a child inherits (dup(2) clears close-on-exec on the copy).
@@ -233,7 +233,7 @@ pub(crate) fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Out
             if halting.is_none()
                 && let Some(reason) = watch.check()
             {
-                eprintln!(
+                crate::out::errln!(
                     "worklane: {reason}: halting the command (SIGTERM, then SIGKILL after {} s)",
                     seconds(grace)
                 );

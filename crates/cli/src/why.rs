@@ -7,6 +7,7 @@
 
 use crate::cli::{KindArg, WhyArgs};
 use crate::exit::{self, Failure};
+use crate::out::outln;
 use serde_json::{Value, json};
 use std::process::ExitCode;
 use worklane_admission::{DrainState, Snapshot};
@@ -274,7 +275,7 @@ pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
             "problems".to_owned(),
             crate::slots::problems_json(&snapshot),
         );
-        println!("{}", Value::Object(doc));
+        outln!("{}", Value::Object(doc))?;
     } else {
         for (question, answer) in &answers {
             let asked = if answer.asked.is_empty() {
@@ -282,13 +283,13 @@ pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
             } else {
                 format!(" ({})", answer.asked)
             };
-            println!("{question}{asked}: {}: {}", answer.word(), answer.why);
+            outln!("{question}{asked}: {}: {}", answer.word(), answer.why)?;
         }
         let problems = crate::slots::problem_lines(&snapshot);
         if !problems.is_empty() {
-            println!("stray or broken files in {}:", snapshot.dir.display());
+            outln!("stray or broken files in {}:", snapshot.dir.display())?;
             for line in &problems {
-                println!("  {line}");
+                outln!("  {line}")?;
             }
         }
     }

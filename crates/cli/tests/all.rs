@@ -401,6 +401,11 @@ mod exits {
             (r#"{"max_agents": 0}"#, "max_agents"),
             (r#"{"max_test_runs": 9}"#, "max_test_runs"),
             ("{", "JSON"),
+            (
+                r#"{"max_agents": 1, "max_agents": 8}"#,
+                "`max_agents` appears more than once",
+            ),
+            (r#"{"max_agents": 1000000000000}"#, "from 1 to 4294967295"),
         ] {
             let site = Site::new(Some(config));
             let out = site.output(&["run", "--", "true"]);
@@ -428,6 +433,191 @@ mod exits {
             man.contains("stop\\-all") || man.contains("stop-all"),
             "lists the commands"
         );
+    }
+}
+
+mod output {
+    use super::*;
+    use std::io::Read;
+
+    /// Every command that prints, with the exit code it has on an idle machine.
+    const PRINTING: &[&[&str]] = &[
+        &["slots"],
+        &["slots", "--json"],
+        &["why"],
+        &["why", "--json"],
+        &["budget", "show"],
+        &["budget", "show", "--json"],
+        &["resume-all"],
+        &["undrain"],
+        &["completions", "bash"],
+        &["man"],
+        &["--help"],
+        &["--version"],
+    ];
+
+    /// A pipe whose reader is already closed: every write to it fails with EPIPE.
+    fn closed_pipe() -> Stdio {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        Stdio::from(writer)
+    }
+
+    fn dev_full() -> Stdio {
+        Stdio::from(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/full")
+                .expect("/dev/full"),
+        )
+    }
+
+    fn assert_no_panic(out: &Output, what: &str) {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(101), "{what}: a Rust panic: {err}");
+        assert!(!err.contains("panicked"), "{what}: a Rust panic: {err}");
+    }
+
+    #[test]
+    fn a_closed_pipe_ends_every_command_quietly() {
+        let site = Site::new(None);
+        for args in PRINTING {
+            let out = site
+                .worklane()
+                .args(*args)
+                .stdout(closed_pipe())
+                .output()
+                .expect("run worklane");
+            let what = args.join(" ");
+            assert_no_panic(&out, &what);
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{what}: a closed pipe is a normal end: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(
+                out.stderr.is_empty(),
+                "{what}: nothing to say about a reader that left: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
+    #[test]
+    fn a_closed_pipe_keeps_the_commands_own_status() {
+        let site = Site::new(None);
+        let out = site
+            .worklane()
+            .args(["run", "--", "sh", "-c", "exit 3"])
+            .stdout(closed_pipe())
+            .output()
+            .expect("run");
+        assert_no_panic(&out, "run");
+        assert_eq!(out.status.code(), Some(3), "the command's status");
+        assert_eq!(site.code(&["stop-all", "test"]), 0, "STOP written");
+        for args in [&["why"][..], &["why", "--json"]] {
+            let out = site
+                .worklane()
+                .args(args)
+                .stdout(closed_pipe())
+                .output()
+                .expect("why");
+            assert_no_panic(&out, "why");
+            assert_eq!(
+                out.status.code(),
+                Some(69),
+                "{args:?}: the answer's code survives a reader that left"
+            );
+        }
+    }
+
+    #[test]
+    fn a_reader_that_leaves_after_one_byte_never_causes_a_panic() {
+        // As `worklane slots | head -c1`: the reader goes away while worklane still writes.
+        let site = Site::new(None);
+        let held = site.spawn(&["run"], HOLD, "0");
+        wait_until("the holder", || site.file("up.0").exists());
+        for round in 0..40 {
+            let args: &[&str] = if round % 2 == 0 {
+                &["slots"]
+            } else {
+                &["slots", "--json"]
+            };
+            let mut child = site
+                .worklane()
+                .args(args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn slots");
+            let mut stdout = child.stdout.take().expect("stdout");
+            let mut byte = [0_u8; 1];
+            stdout.read_exact(&mut byte).expect("one byte");
+            drop(stdout);
+            let out = child.wait_with_output().expect("wait");
+            assert_no_panic(&out, &format!("round {round}"));
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "round {round}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::fs::write(site.file("release.0"), b"").expect("release");
+        drop(held);
+    }
+
+    #[test]
+    fn a_failed_write_is_a_message_and_exit_74() {
+        let site = Site::new(None);
+        for args in PRINTING {
+            let out = site
+                .worklane()
+                .args(*args)
+                .stdout(dev_full())
+                .output()
+                .expect("run worklane");
+            let what = args.join(" ");
+            assert_no_panic(&out, &what);
+            assert_eq!(out.status.code(), Some(74), "{what}: a failed write");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains("cannot write to stdout"),
+                "{what}: the message names stdout: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_failed_write_to_stderr_never_panics() {
+        let site = Site::new(None);
+        let out = site
+            .worklane()
+            .args(["set-test-slots", "99"])
+            .stderr(dev_full())
+            .output()
+            .expect("set-test-slots");
+        assert_eq!(
+            out.status.code(),
+            Some(64),
+            "the usage error's code, though its message could not be written"
+        );
+        let out = site
+            .worklane()
+            .arg("--no-such-flag")
+            .stderr(dev_full())
+            .output()
+            .expect("bad flag");
+        assert_eq!(out.status.code(), Some(64), "clap's usage error");
+        let out = site
+            .worklane()
+            .args(["slots"])
+            .stdout(dev_full())
+            .stderr(dev_full())
+            .output()
+            .expect("slots");
+        assert_eq!(out.status.code(), Some(74), "both streams full");
     }
 }
 
@@ -491,6 +681,16 @@ mod operator {
         assert_eq!(site.code(&["run", "--kind", "full-run", "--", "true"]), 69);
         assert_eq!(site.code(&["undrain"]), 0);
         assert_eq!(site.code(&["run", "--", "true"]), 0, "undrained");
+        assert_eq!(site.code(&["drain", "--until", "30m"]), 0, "no --to");
+        let flag: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(site.slots().join("update-drain.json")).expect("the flag"),
+        )
+        .expect("json");
+        assert!(
+            flag.get("to").is_some_and(serde_json::Value::is_null),
+            "`to` is written, null without --to: {flag}"
+        );
+        assert_eq!(site.code(&["undrain"]), 0);
 
         write_drain(&site, "2020-01-01T00:00:00Z");
         assert_eq!(
@@ -597,20 +797,42 @@ mod roles {
     #[test]
     fn a_role_refuses_a_second_holder_and_admits_another_role() {
         let site = Site::new(None);
-        let mut holder = site.spawn(&["lease", "run", "--role", "builder"], HOLD, "0");
+        let mut holder = site.spawn(
+            &[
+                "lease",
+                "run",
+                "--role",
+                "builder",
+                "--agent-identity",
+                "holder-id",
+                "--profile",
+                "nightly",
+            ],
+            HOLD,
+            "0",
+        );
         wait_until("the role holder", || site.file("up.0").exists());
-        let out = site.output(&["lease", "run", "--role", "builder", "--", "true"]);
+        let out = site.output(&["lease", "run", "--role", "builder", "--", "true", "second"]);
         assert_eq!(out.status.code(), Some(75), "the same role is refused");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            err.contains(&format!("pid {}", holder.id())),
-            "names the holder's pid: {err}"
-        );
-        assert!(err.contains("builder"), "names the role: {err}");
-        assert!(
-            err.contains("sh -c"),
-            "names the holder's entrypoint: {err}"
-        );
+        for (part, what) in [
+            (format!("pid {}", holder.id()), "the holder's pid"),
+            ("role builder".to_owned(), "the role"),
+            (
+                "agentIdentity holder-id".to_owned(),
+                "the holder's agentIdentity",
+            ),
+            ("profile nightly".to_owned(), "the holder's profile"),
+            ("entrypoint `sh -c".to_owned(), "the holder's entrypoint"),
+            ("refused `true second`".to_owned(), "our own entrypoint"),
+            (
+                "lapses by itself 60 s".to_owned(),
+                "when a dead holder's lease lapses",
+            ),
+        ] {
+            assert!(err.contains(&part), "names {what} ({part:?}): {err}");
+        }
+        assert!(out.stdout.is_empty(), "nothing on stdout without --json");
         assert_eq!(
             site.code(&["lease", "run", "--role", "reviewer", "--", "true"]),
             0,
@@ -629,6 +851,269 @@ mod roles {
         assert!(
             !site.slots().join("role-builder.lease").exists(),
             "released on exit"
+        );
+    }
+
+    /// `lease run --json ARGS`: its exit code, the JSON object on stdout and stderr.
+    fn refused_json(site: &Site, args: &[&str]) -> (Option<i32>, serde_json::Value, String) {
+        let out = site
+            .worklane()
+            .args(["lease", "run", "--json"])
+            .args(args)
+            .output()
+            .expect("lease run --json");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(
+            text.lines().count(),
+            1,
+            "one JSON object on one line: {text}{err}"
+        );
+        let doc = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}{err}"));
+        (out.status.code(), doc, err)
+    }
+
+    #[test]
+    fn lease_run_json_prints_the_refusal_structured() {
+        let site = Site::new(None);
+        let holder = site.spawn(
+            &[
+                "lease",
+                "run",
+                "--role",
+                "builder",
+                "--agent-identity",
+                "holder-id",
+                "--profile",
+                "nightly",
+            ],
+            HOLD,
+            "0",
+        );
+        wait_until("the role holder", || site.file("up.0").exists());
+        let record: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(site.slots().join("role-builder.lease")).expect("lease record"),
+        )
+        .expect("json");
+        let (code, doc, err) = refused_json(&site, &["--role", "builder", "--", "true", "second"]);
+        assert_eq!(code, Some(75), "refused: {doc}");
+        assert_eq!(doc["version"], 1, "{doc}");
+        assert_eq!(doc["refused"], "held", "{doc}");
+        assert_eq!(doc["role"], "builder", "{doc}");
+        assert_eq!(doc["resource"], "role-builder.lease", "{doc}");
+        assert_eq!(
+            doc["entrypoint"], "true second",
+            "our own entrypoint: {doc}"
+        );
+        assert_eq!(doc["state"], "fresh", "{doc}");
+        assert!(
+            doc["why"]
+                .as_str()
+                .is_some_and(|w| w.contains("within its TTL")),
+            "{doc}"
+        );
+        assert_eq!(
+            doc["message"].as_str().map(|m| format!("worklane: {m}\n")),
+            Some(err.clone()),
+            "the message is the one on stderr"
+        );
+        let h = &doc["holder"];
+        assert_eq!(h["pid"], holder.id(), "the holder's pid: {doc}");
+        assert_eq!(h["role"], "builder", "{doc}");
+        assert_eq!(h["agentIdentity"], "holder-id", "{doc}");
+        assert_eq!(h["profile"], "nightly", "{doc}");
+        assert!(
+            h["entrypoint"]
+                .as_str()
+                .is_some_and(|e| e.starts_with("sh -c")),
+            "the holder's entrypoint: {doc}"
+        );
+        for field in ["owner", "acquiredAt", "startedAt", "ttlMs", "epoch"] {
+            assert_eq!(h[field], record[field], "{field} as in the record: {doc}");
+        }
+        assert!(h["lastPulse"].as_u64().is_some(), "lastPulse in ms: {doc}");
+        std::fs::write(site.file("release.0"), b"").expect("release");
+        drop(holder);
+
+        assert_eq!(site.code(&["stop-all", "maintenance"]), 0);
+        let (code, doc, _) = refused_json(&site, &["--role", "other", "--", "true"]);
+        assert_eq!(code, Some(69), "STOP refuses: {doc}");
+        assert_eq!(doc["refused"], "stop", "{doc}");
+        assert!(doc["holder"].is_null(), "{doc}");
+        assert!(
+            doc["why"]
+                .as_str()
+                .is_some_and(|w| w.contains("maintenance")),
+            "{doc}"
+        );
+    }
+
+    #[test]
+    fn a_role_record_that_cannot_lapse_says_so_and_odd_files_are_busy() {
+        let site = Site::new(None);
+        let lease = site.slots().join("role-odd.lease");
+        let shown = lease.display().to_string();
+        let big = vec![b' '; 70 * 1024];
+        type Plant = Box<dyn Fn(&Path)>;
+        let cases: Vec<(&str, Plant, &str, &str)> = vec![
+            (
+                "no pulse",
+                Box::new(|p| std::fs::write(p, br#"{"pid": 1}"#).expect("write")),
+                "busy",
+                "without a pulse never lapses by itself",
+            ),
+            (
+                "garbage",
+                Box::new(|p| std::fs::write(p, b"garbage").expect("write")),
+                "malformed",
+                "not a lease never lapses by itself",
+            ),
+            (
+                "a directory",
+                Box::new(|p| std::fs::create_dir(p).expect("mkdir")),
+                "malformed",
+                "is a directory",
+            ),
+            (
+                "over 64 KiB",
+                Box::new(move |p| std::fs::write(p, &big).expect("write")),
+                "malformed",
+                "larger than 64 KiB",
+            ),
+            (
+                "a symbolic link",
+                Box::new(|p| std::os::unix::fs::symlink("/etc/hostname", p).expect("symlink")),
+                "malformed",
+                "symbolic link",
+            ),
+        ];
+        for (what, plant, state, says) in cases {
+            plant(&lease);
+            let (code, doc, err) = refused_json(&site, &["--role", "odd", "--", "true"]);
+            assert_eq!(code, Some(75), "{what}: busy, not an error: {err}");
+            assert_eq!(doc["state"], state, "{what}: {doc}");
+            assert!(err.contains(says), "{what}: says {says:?}: {err}");
+            assert!(
+                err.contains("never lapses by itself") && err.contains(&shown),
+                "{what}: says it never lapses and where it is: {err}"
+            );
+            assert!(
+                !err.contains("lapses by itself 60 s") && !err.contains("TTL after its last"),
+                "{what}: no lapse promised: {err}"
+            );
+            assert!(
+                lease.symlink_metadata().is_ok(),
+                "{what}: the file is left alone"
+            );
+            match std::fs::symlink_metadata(&lease).expect("stat").is_dir() {
+                true => std::fs::remove_dir(&lease).expect("rmdir"),
+                false => std::fs::remove_file(&lease).expect("rm"),
+            }
+        }
+        assert_eq!(
+            site.code(&["lease", "run", "--role", "odd", "--", "true"]),
+            0,
+            "free once removed"
+        );
+    }
+}
+
+mod nesting {
+    use super::*;
+
+    /// Runs `worklane run --kind KIND -- sh -c SCRIPT` to its end; `$W` in the script is the
+    /// worklane binary.
+    fn outer(site: &Site, kind: &str, script: &str) -> Output {
+        site.worklane()
+            .args(["run", "--kind", kind, "--", "sh", "-c", script])
+            .env("W", env!("CARGO_BIN_EXE_worklane"))
+            .output()
+            .expect("outer run")
+    }
+
+    fn read(site: &Site, name: &str) -> String {
+        std::fs::read_to_string(site.file(name))
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .trim()
+            .to_owned()
+    }
+
+    #[test]
+    fn a_run_inside_a_run_of_the_same_kind_is_refused_at_once() {
+        let site = Site::new(Some(r#"{"max_agents": 1, "max_test_runs": 1}"#));
+        // --timeout: were the nesting missed, the inner run would wait for its parent's slot
+        // and exit 75 after it, instead of hanging the test.
+        let inner = r#""$W" run --kind KIND --timeout 20s -- true 2> "$T/err.KIND"; echo $? > "$T/code.KIND""#;
+        for kind in ["agent", "test", "full-run"] {
+            let out = outer(&site, kind, &inner.replace("KIND", kind));
+            assert!(
+                out.status.success(),
+                "{kind}: the outer run: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let err = read(&site, &format!("err.{kind}"));
+            assert_eq!(
+                read(&site, &format!("code.{kind}")),
+                "64",
+                "{kind}: refused at once as a usage error: {err}"
+            );
+            assert!(
+                err.contains("already runs inside") && err.contains("unset"),
+                "{kind}: says why and how to proceed: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_command_learns_its_slot_and_other_kinds_nest_freely() {
+        let site = Site::new(Some(r#"{"max_agents": 1, "max_test_runs": 1}"#));
+        let script = r#"echo "$WORKLANE_AGENT_SLOT" > "$T/var"
+"$W" run --kind test --no-wait -- sh -c 'echo "$WORKLANE_TEST_SLOT" > "$T/test.var"'; echo $? > "$T/test"
+"$W" run --kind full-run --no-wait -- true; echo $? > "$T/full"
+"$W" lease run --role nested -- true; echo $? > "$T/role""#;
+        let out = outer(&site, "agent", script);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            read(&site, "var"),
+            site.slots().join("agent-0.lock").display().to_string(),
+            "WORKLANE_AGENT_SLOT names the slot's lock file"
+        );
+        assert_eq!(
+            read(&site, "test.var"),
+            site.slots().join("test-0.lock").display().to_string(),
+            "WORKLANE_TEST_SLOT in a test run"
+        );
+        assert_eq!(read(&site, "test"), "0", "a test run inside an agent");
+        assert_eq!(read(&site, "full"), "0", "a full run inside an agent");
+        assert_eq!(read(&site, "role"), "0", "a role lease inside an agent");
+    }
+
+    #[test]
+    fn unsetting_the_variable_or_another_directory_takes_a_slot_of_its_own() {
+        let site = Site::new(Some(r#"{"max_agents": 2}"#));
+        let other = site.file("other");
+        std::fs::create_dir(&other).expect("other slot dir");
+        let script = r#"env -u WORKLANE_AGENT_SLOT "$W" run --no-wait -- true; echo $? > "$T/unset"
+AGENT_SLOTS_DIR="$T/other" "$W" run --no-wait -- true; echo $? > "$T/other.code""#;
+        let out = outer(&site, "agent", script);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            read(&site, "unset"),
+            "0",
+            "unset: a second slot beside the parent's"
+        );
+        assert_eq!(
+            read(&site, "other.code"),
+            "0",
+            "another slot directory is another pool"
         );
     }
 }

@@ -1017,6 +1017,55 @@ mod ttl {
     }
 
     #[test]
+    fn an_odd_role_lease_is_a_refusal_under_ttl_too() {
+        // A role lease judged by TTL: a directory, a symbolic link or an oversized file at the
+        // record's name is busy with its reason, like a record that does not parse, never an
+        // error (that was exit 71 for `worklane lease run`) and never stale.
+        let clock = ManualClock::at(1_000_000);
+        let options = ttl_options(TTL, &clock);
+        let site = Site::new();
+        let lock = site.path().join(LOCK);
+        let plants: [(&str, &dyn Fn()); 3] = [
+            ("a directory", &|| {
+                std::fs::create_dir(&lock).expect("mkdir")
+            }),
+            ("a symbolic link", &|| {
+                std::os::unix::fs::symlink("elsewhere", &lock).expect("symlink")
+            }),
+            ("over 64 KiB", &|| {
+                std::fs::write(&lock, vec![b' '; 70 * 1024]).expect("write")
+            }),
+        ];
+        for (what, plant) in plants {
+            plant();
+            let refusal = match site.acquire_settled("contender", &options) {
+                Acquired::Refused(r) => r,
+                Acquired::Held(lease) => panic!("{what}: taken, epoch {}", lease.epoch()),
+            };
+            assert!(
+                matches!(&refusal.why, LiveWhy::Malformed { detail } if detail.contains(LOCK)),
+                "{what}: busy naming the file: {:?}",
+                refusal.why
+            );
+            clock.advance(10 * TTL);
+            assert!(
+                matches!(
+                    site.acquire_settled("later", &options),
+                    Acquired::Refused(_)
+                ),
+                "{what}: it never goes stale"
+            );
+            match std::fs::symlink_metadata(&lock)
+                .expect("left alone")
+                .is_dir()
+            {
+                true => std::fs::remove_dir(&lock).expect("rmdir"),
+                false => std::fs::remove_file(&lock).expect("rm"),
+            }
+        }
+    }
+
+    #[test]
     fn a_pulse_keeps_it_fresh() {
         let site = Site::new();
         let clock = ManualClock::at(0);

@@ -54,7 +54,9 @@ mod path;
 pub mod read;
 mod sweep;
 
-pub use config::{Config, DEFAULT_MAX_AGENTS, DEFAULT_MAX_TEST_RUNS, TEST_RUNS_RANGE};
+pub use config::{
+    AGENTS_RANGE, Config, DEFAULT_MAX_AGENTS, DEFAULT_MAX_TEST_RUNS, TEST_RUNS_RANGE,
+};
 pub use dir::{DIR_MODE, Resolved, SlotDir, name, open, resolved};
 pub use env::{
     DEFAULT_SLOTS_DIR, Environment, Layout, Locations, SLOTS_CONFIG_VAR, SLOTS_DIR_VAR,
