@@ -18,8 +18,9 @@ pub struct Drain {
     pub since: String,
     /// Until when no new slot is taken, RFC 3339.
     pub until: String,
-    /// The version being installed, if said.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The version being installed, if said. Always written (`null` when not said), so the
+    /// flag has the same three fields whoever wrote it; read as absent when missing.
+    #[serde(default)]
     pub to: Option<String>,
 }
 
@@ -159,5 +160,21 @@ mod tests {
             DrainState::decide(Some(Err("a FIFO".into())), NOW),
             DrainState::Ignored(Ignored::Unreadable { .. })
         ));
+    }
+
+    #[test]
+    fn to_is_always_written_null_when_not_given() {
+        let d = Drain {
+            since: rfc3339_ms(NOW),
+            until: rfc3339_ms(NOW + 1),
+            to: None,
+        };
+        let text = serde_json::to_string(&d).expect("json");
+        assert!(text.contains(r#""to":null"#), "to written as null: {text}");
+        let back: Drain = serde_json::from_str(&text).expect("read back");
+        assert_eq!(back, d, "null reads as not given");
+        let without: Drain =
+            serde_json::from_str(r#"{"until":"2026-11-30T05:25:59.008Z"}"#).expect("old flag");
+        assert_eq!(without.to, None, "a flag without `to` is still read");
     }
 }

@@ -18,8 +18,10 @@
 //!
 //! - STOP and drain are observed, not enforced by the kernel: a holder must poll
 //!   [`Pool::stop`] (the `worklane run` supervisor does, every 250 ms) and halt its agent.
-//! - A slot belongs to the process that took it. If that process dies while its agent runs
-//!   on, the slot is free again: supervise the agent from the process that holds the slot.
+//! - A slot belongs to the open file description of its guard: every process holding a copy of
+//!   the guard descriptor ([`Slot::lease`]) keeps it held. Give the agent a copy (as
+//!   `worklane run` does) so that a killed supervisor cannot free a slot its agent still uses.
+//!   [`Pool::recorded_commands`] lists the commands records name, for STOP's enforcement.
 //!
 //! # Example
 //!
@@ -44,13 +46,15 @@
 
 pub mod drain;
 mod pool;
+mod problems;
 pub mod stop;
 
 pub use drain::{Drain, DrainState, MAX_DRAIN_AHEAD_MS};
 pub use pool::{
-    Blocker, FULL_RUN_LOCK, Kind, Pool, SLOTS_LOCK, Slot, SlotState, SlotView, Snapshot, Take,
-    Wait, slot_index,
+    Blocker, FULL_RUN_LOCK, Kind, Pool, RecordedCommand, SLOTS_LOCK, Slot, SlotState, SlotView,
+    Snapshot, Take, Wait, slot_index,
 };
+pub use problems::Problem;
 pub use stop::{STOP_FILE, Stop};
 
 /// Why the pool could not do what was asked (being blocked is not an error: it is

@@ -124,6 +124,15 @@ impl Slot {
         &self.lease
     }
 
+    /// Adds fields to the slot's record (see `Lease::annotate`), e.g. the process that runs
+    /// under it.
+    pub fn annotate(
+        &mut self,
+        fields: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<(), Error> {
+        self.lease.annotate(fields).map_err(Error::Held)
+    }
+
     /// Releases the slot now, reporting errors.
     pub fn release(self) -> Result<(), Error> {
         self.lease.release().map_err(Error::Held)
@@ -188,6 +197,8 @@ pub struct Snapshot {
     pub drain: DrainState,
     /// Every slot, run and lease file, sorted by name.
     pub slots: Vec<SlotView>,
+    /// Stray and broken files, each with what it does and its fix.
+    pub problems: Vec<crate::Problem>,
 }
 
 /// How a blocking take waits.
@@ -361,14 +372,30 @@ impl Pool {
         let taken = loop {
             if !held.contains(&index) {
                 let name = format!("{prefix}-{index}.lock");
-                if let Acquired::Held(lease) = self.acquire_settled(&name, &request)? {
-                    break lease;
+                match self.acquire_settled(&name, &request) {
+                    Ok(Acquired::Held(lease)) => break lease,
+                    Ok(Acquired::Refused(_)) => {}
+                    // A stray file where this index's guard belongs: nobody can hold this
+                    // index, so it is skipped (and counted only if a record stands there);
+                    // `worklane slots` names the file.
+                    Err(Error::Lease(worklane_lease::Error::Guard(e))) if broken_guard(&e) => {}
+                    Err(e) => return Err(e),
                 }
             }
             index += 1;
         };
+        self.sweep();
         counting.release().map_err(Error::Held)?;
         Ok(Take::Held(Slot { kind, lease: taken }))
+    }
+
+    /// Removes temp files that killed writers left (older than a minute, held by nobody), so
+    /// the directory cannot grow without bound. Best effort: what it cannot remove stays for
+    /// the next take, and `worklane slots` reports it.
+    fn sweep(&self) {
+        let _ = self
+            .dir
+            .sweep_temps(self.clock.now_ms(), worklane_slotfile::TEMP_MIN_AGE_MS);
     }
 
     /// Takes `slots.lock`, waiting up to about 2 s (or until `deadline`, if sooner) for another
@@ -579,8 +606,78 @@ impl Pool {
             stop: self.stop()?,
             drain: self.drain()?,
             slots,
+            problems: crate::problems::scan(&self.dir, self.clock.now_ms()),
         })
     }
+}
+
+/// A command that a lock or lease record names as running under it (`commandProcess`, written
+/// by `worklane run`, `lease run` and the queued full run), read without any lock: the input
+/// of STOP's enforcement, which halts such commands when their supervisor cannot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedCommand {
+    /// The lock or lease file naming it.
+    pub resource: String,
+    /// The record (its holder is the supervisor).
+    pub record: Record,
+    /// The command's pid, in the record's pid namespace.
+    pub pid: u32,
+    /// The command's start identity when recorded.
+    pub start: Option<u64>,
+    /// Whether the command leads a process group of its own (signalled whole).
+    pub group: bool,
+    /// The uid owning the record file: the writer that names the command.
+    pub writer_uid: u32,
+}
+
+impl Pool {
+    /// Every command named by a record in the directory. Files that cannot be read or parsed,
+    /// or name no command, are skipped: this is a best-effort view for enforcement.
+    pub fn recorded_commands(&self) -> Result<Vec<RecordedCommand>, Error> {
+        let mut found = Vec::new();
+        for path in self.dir.list()? {
+            let name = path.name();
+            if !(name.ends_with(".lock") || name.ends_with(".lease")) {
+                continue;
+            }
+            let Ok(Some((raw, writer_uid))) = path.read_with_owner() else {
+                continue;
+            };
+            let Ok(record) = Record::parse(&raw) else {
+                continue;
+            };
+            let Some(command) = record.extra.get("commandProcess") else {
+                continue;
+            };
+            let Some(pid) = command
+                .get("pid")
+                .and_then(serde_json::Value::as_u64)
+                .and_then(|p| u32::try_from(p).ok())
+                .filter(|&p| p > 0)
+            else {
+                continue;
+            };
+            found.push(RecordedCommand {
+                resource: name.to_owned(),
+                pid,
+                start: command.get("start").and_then(serde_json::Value::as_u64),
+                group: command.get("group") == Some(&serde_json::Value::Bool(true)),
+                record,
+                writer_uid,
+            });
+        }
+        Ok(found)
+    }
+}
+
+/// Whether a guard error means a stray file sits where the guard belongs (a directory, FIFO,
+/// symbolic link or non-empty file), which no process following the protocol can hold.
+fn broken_guard(e: &worklane_guard::acquire::Error) -> bool {
+    use worklane_guard::acquire::Error as G;
+    matches!(
+        e,
+        G::Symlink { .. } | G::NotRegular { .. } | G::NotEmpty { .. }
+    )
 }
 
 /// `Some(i)` when `name` is `<prefix>-<i>.lock` with `i` a plain decimal number.

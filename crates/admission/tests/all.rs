@@ -410,6 +410,27 @@ mod operator {
             "undrain removes the flag"
         );
     }
+
+    #[test]
+    fn a_drain_without_a_version_writes_to_null() {
+        let site = Site::new("{}");
+        let now = 1_796_012_839_000;
+        site.pool
+            .write_drain(&Drain {
+                since: rfc3339_ms(now),
+                until: rfc3339_ms(now + 60_000),
+                to: None,
+            })
+            .expect("write drain");
+        let raw = std::fs::read(site.temp.path().join("update-drain.json")).expect("the flag");
+        let flag: serde_json::Value = serde_json::from_slice(&raw).expect("json");
+        assert_eq!(
+            flag.as_object().map(|o| o.len()),
+            Some(3),
+            "since, until and to, always: {flag}"
+        );
+        assert!(flag["to"].is_null(), "to is null when not given: {flag}");
+    }
 }
 
 mod runs {

@@ -687,6 +687,11 @@ mod lock {
         let mut record: serde_json::Value = serde_json::from_slice(&ours).expect("json");
         record["pid"] = pid.into();
         record["identity"]["start"] = start_ticks.parse::<u64>().expect("ticks").into();
+        // A record without the guard-held declaration (another writer's): judged by identity.
+        record
+            .as_object_mut()
+            .expect("an object")
+            .remove("holdsGuard");
         std::fs::write(
             site.path(&key.lock_name()),
             serde_json::to_vec(&record).expect("json"),

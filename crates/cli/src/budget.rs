@@ -3,6 +3,7 @@
 
 use crate::cli::{BudgetObserveArgs, BudgetTakeArgs};
 use crate::exit::{self, Failure};
+use crate::out::{errln, outln};
 use serde_json::{Value, json};
 use std::process::ExitCode;
 use worklane_budget::{CredentialKey, CredentialView, Ledger, Observation, Observed};
@@ -60,22 +61,22 @@ pub(crate) fn views_json(views: &[CredentialView]) -> Value {
 }
 
 /// The health view for people, one block per credential.
-pub(crate) fn print_views(views: &[CredentialView]) {
+pub(crate) fn print_views(views: &[CredentialView]) -> Result<(), Failure> {
     if views.is_empty() {
-        println!("API budgets: none recorded");
-        return;
+        outln!("API budgets: none recorded")?;
+        return Ok(());
     }
     for v in views {
-        println!(
+        outln!(
             "API budget of credential #{} (updated {})",
             v.number,
             rfc3339_ms(v.updated_ms)
-        );
+        )?;
         if let Some(until) = v.paused_until {
-            println!(
+            outln!(
                 "  paused until {} (secondary rate limit)",
                 rfc3339_ms(until)
-            );
+            )?;
         }
         for r in &v.resources {
             let limit = r.limit.map_or_else(String::new, |l| format!(" of {l}"));
@@ -85,7 +86,7 @@ pub(crate) fn print_views(views: &[CredentialView]) {
                 .map(|(name, n)| format!("{name} {n}"))
                 .collect::<Vec<_>>()
                 .join(", ");
-            println!(
+            outln!(
                 "  {:<10} {} left{limit} (remaining {} when seen, {} granted since); resets {}{}",
                 r.name,
                 r.left,
@@ -97,9 +98,10 @@ pub(crate) fn print_views(views: &[CredentialView]) {
                 } else {
                     format!("; this window: {consumers}")
                 }
-            );
+            )?;
         }
     }
+    Ok(())
 }
 
 pub(crate) fn show(as_json: bool) -> Result<ExitCode, Failure> {
@@ -107,12 +109,12 @@ pub(crate) fn show(as_json: bool) -> Result<ExitCode, Failure> {
         .health()
         .map_err(|e| Failure::new(exit::CONFIG, exit::chain(&e)))?;
     if as_json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&views_json(&views)).unwrap_or_default()
-        );
+        )?;
     } else {
-        print_views(&views);
+        print_views(&views)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -126,12 +128,12 @@ pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
         Err(failure) => {
             let why = format!("no budget ledger: {}", failure.message);
             if args.json {
-                println!(
+                outln!(
                     "{}",
                     json!({"go": true, "counted": false, "left": null, "unaccounted": why})
-                );
+                )?;
             }
-            eprintln!("worklane: the call may go, unaccounted: {why}");
+            errln!("worklane: the call may go, unaccounted: {why}");
             return Ok(ExitCode::SUCCESS);
         }
     };
@@ -139,7 +141,7 @@ pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
         Ok(grant) => {
             let unaccounted = grant.unaccounted.as_ref().map(ToString::to_string);
             if args.json {
-                println!(
+                outln!(
                     "{}",
                     json!({
                         "go": true,
@@ -147,17 +149,17 @@ pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
                         "left": grant.left,
                         "unaccounted": unaccounted,
                     })
-                );
+                )?;
             }
             // Loud in both forms: a call that goes unaccounted is a person's to notice.
             if let Some(why) = &unaccounted {
-                eprintln!("worklane: the call may go, unaccounted: {why}");
+                errln!("worklane: the call may go, unaccounted: {why}");
             }
             Ok(ExitCode::SUCCESS)
         }
         Err(refused) => {
             if args.json {
-                println!(
+                outln!(
                     "{}",
                     json!({
                         "go": false,
@@ -165,7 +167,7 @@ pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
                         "status": refused.status(),
                         "message": refused.to_string(),
                     })
-                );
+                )?;
             }
             Err(Failure::new(exit::TEMP_FAIL, refused.to_string()))
         }
@@ -194,14 +196,14 @@ pub(crate) fn observe(args: &BudgetObserveArgs) -> Result<ExitCode, Failure> {
     let ledger = match ledger("worklane") {
         Ok(ledger) => ledger,
         Err(failure) => {
-            eprintln!("worklane: response not recorded: {}", failure.message);
+            errln!("worklane: response not recorded: {}", failure.message);
             return Ok(ExitCode::SUCCESS);
         }
     };
     match ledger.observe(&key, &observation) {
         Observed::Recorded => {}
         // Recording is best effort by design: the response was already received.
-        Observed::Skipped(why) => eprintln!("worklane: response not recorded: {why}"),
+        Observed::Skipped(why) => errln!("worklane: response not recorded: {why}"),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 ///
 /// Exit codes: the command's own status when a command ran (128+N if a signal N ended it);
 /// 64 usage error; 69 refused because STOP or a drain is in force, or a held role lease was
-/// lost; 70 internal error; 71 system error; 75 busy (at cap with --no-wait, timeout, another
+/// lost; 70 internal error; 71 system error; 74 output could not be written; 75 busy (at cap with --no-wait, timeout, another
 /// full run, a role held by someone else, not idle, an API budget spent or paused); 78
 /// configuration error (config file,
 /// slot directory); 126 the command cannot be executed; 127 the command was not found.
@@ -22,17 +22,19 @@ pub(crate) struct Cli {
 pub(crate) const EXIT_CODES: &str = "\
 Exit codes:
   N    the command's own status (128+N if signal N ended it)
-  64   usage error
+  64   usage error (also: a run nested in a run of the same kind)
   69   refused: STOP or a drain is in force (why: they block), or a held role
        lease was lost
   70   internal error          71  system error
+  74   output could not be written (stdout; a closed pipe is no error)
   75   busy: at cap (--no-wait), timed out, full run or role held, not idle,
        API budget spent or paused (budget take), a blocker other than STOP or
        a drain (why)
   78   configuration error (config file, slot directory)
   126  command cannot be executed   127  command not found
 
-Environment: AGENT_SLOTS_DIR, AGENT_SLOTS_CONFIG (see README.md).";
+Environment: AGENT_SLOTS_DIR, AGENT_SLOTS_CONFIG. `run` gives its command
+WORKLANE_AGENT_SLOT, WORKLANE_TEST_SLOT or WORKLANE_FULL_RUN_SLOT (see README.md).";
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
@@ -153,6 +155,9 @@ pub(crate) struct LeaseRunArgs {
     /// Who holds it (default: USER@HOST).
     #[arg(long)]
     pub(crate) agent_identity: Option<String>,
+    /// On a refusal, also print it as one JSON object on stdout (schema in README.md).
+    #[arg(long)]
+    pub(crate) json: bool,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub(crate) command: Vec<OsString>,

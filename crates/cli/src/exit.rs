@@ -10,6 +10,8 @@ pub(crate) const UNAVAILABLE: u8 = 69;
 pub(crate) const SOFTWARE: u8 = 70;
 /// 71: a system call failed.
 pub(crate) const OS_ERROR: u8 = 71;
+/// 74: output could not be written (stdout failed other than on a closed pipe).
+pub(crate) const IO_ERROR: u8 = 74;
 /// 75: busy; try again later.
 pub(crate) const TEMP_FAIL: u8 = 75;
 /// 78: configuration error.
@@ -35,7 +37,7 @@ impl Failure {
     }
 
     pub(crate) fn exit(&self) -> ExitCode {
-        eprintln!("worklane: {}", self.message);
+        crate::out::errln!("worklane: {}", self.message);
         ExitCode::from(self.code)
     }
 }

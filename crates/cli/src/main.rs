@@ -2,17 +2,20 @@
 //! slot pool. Every exit code is documented in one place, `exit.rs` (and `worklane --help`).
 
 #![deny(unsafe_code)]
-// The CLI is the one crate that prints.
-#![allow(clippy::print_stdout)]
 
 mod budget;
 mod cli;
+mod enforce;
 mod exit;
+mod nesting;
 mod ops;
+mod out;
 mod queue;
+mod role;
 mod run;
 mod slots;
 mod supervise;
+mod sys;
 mod tree;
 mod why;
 
@@ -32,9 +35,16 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
-            let code = if e.use_stderr() { exit::USAGE } else { 0 };
-            let _ = e.print();
-            return ExitCode::from(code);
+            // Help and the version go to stdout through clap's own writer, judged as every
+            // other output is; a usage error goes to stderr, best effort.
+            let printed = e.print();
+            if e.use_stderr() {
+                return ExitCode::from(exit::USAGE);
+            }
+            return match out::after_clap(printed) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(failure) => failure.exit(),
+            };
         }
     };
     let result = match cli.command {

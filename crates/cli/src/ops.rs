@@ -2,6 +2,7 @@
 //! completions, man.
 
 use crate::exit::{self, Failure};
+use crate::out::outln;
 use serde_json::{Map, Value};
 use std::process::ExitCode;
 use worklane_admission::{Drain, MAX_DRAIN_AHEAD_MS, Stop, stop};
@@ -27,20 +28,39 @@ pub(crate) fn stop_all(reason: &str) -> Result<ExitCode, Failure> {
         reason: reason.to_owned(),
     };
     stop::write(pool.dir(), &record)?;
-    println!(
+    outln!(
         "STOP written in {}: every `worklane run` halts its command within about 5 s and no new \
          slot is taken until `worklane resume-all`",
         pool.dir().path().display()
-    );
+    )?;
+    let report = crate::enforce::enforce_stop(&pool);
+    for command in &report.signalled {
+        outln!("halted {command} myself: its supervisor could not (gone or stopped)")?;
+    }
+    if report.left.is_empty() {
+        outln!(
+            "{} running command(s) halted in {} s",
+            report.running,
+            crate::supervise::seconds(report.took)
+        )?;
+    } else {
+        outln!(
+            "still running after {} s (STOP stays in force):",
+            crate::supervise::seconds(report.took)
+        )?;
+        for command in &report.left {
+            outln!("  {command}")?;
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 
 pub(crate) fn resume_all() -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
     if stop::remove(pool.dir())? {
-        println!("STOP removed: new slots may be taken again");
+        outln!("STOP removed: new slots may be taken again")?;
     } else {
-        println!("no STOP was in force");
+        outln!("no STOP was in force")?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -96,7 +116,7 @@ pub(crate) fn set_test_slots(n: u32) -> Result<ExitCode, Failure> {
     let mut bytes = serde_json::to_vec_pretty(&Value::Object(fields)).unwrap_or_default();
     bytes.push(b'\n');
     file.replace(&bytes, 0o644)?;
-    println!("max_test_runs = {n} in {}", config.display());
+    outln!("max_test_runs = {n} in {}", config.display())?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -137,19 +157,19 @@ pub(crate) fn drain(until: &str, to: Option<String>) -> Result<ExitCode, Failure
         to,
     };
     pool.write_drain(&flag)?;
-    println!(
+    outln!(
         "{flag}: no new slot of any kind until then (flag in {})",
         pool.locations().drain_dir.display()
-    );
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
 pub(crate) fn undrain() -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
     if pool.remove_drain()? {
-        println!("drain removed");
+        outln!("drain removed")?;
     } else {
-        println!("no drain flag was set");
+        outln!("no drain flag was set")?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -159,7 +179,7 @@ pub(crate) fn idle() -> Result<ExitCode, Failure> {
     if pool.idle()? {
         Ok(ExitCode::SUCCESS)
     } else {
-        println!("a full run is live");
+        outln!("a full run is live")?;
         Ok(ExitCode::from(exit::TEMP_FAIL))
     }
 }
@@ -167,15 +187,20 @@ pub(crate) fn idle() -> Result<ExitCode, Failure> {
 pub(crate) fn completions(shell: clap_complete::Shell) -> Result<ExitCode, Failure> {
     use clap::CommandFactory;
     let mut cmd = crate::cli::Cli::command();
-    clap_complete::generate(shell, &mut cmd, "worklane", &mut std::io::stdout());
+    // Generated into memory (clap_complete panics on a failed write), then written whole.
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut cmd, "worklane", &mut script);
+    crate::out::bytes(&script)?;
     Ok(ExitCode::SUCCESS)
 }
 
 pub(crate) fn man() -> Result<ExitCode, Failure> {
     use clap::CommandFactory;
     let cmd = crate::cli::Cli::command();
+    let mut page = Vec::new();
     clap_mangen::Man::new(cmd)
-        .render(&mut std::io::stdout())
-        .map_err(|e| Failure::new(exit::OS_ERROR, format!("cannot write the man page: {e}")))?;
+        .render(&mut page)
+        .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot render the man page: {e}")))?;
+    crate::out::bytes(&page)?;
     Ok(ExitCode::SUCCESS)
 }

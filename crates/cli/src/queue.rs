@@ -2,6 +2,7 @@
 //! shell that queued it.
 
 use crate::exit::{self, Failure};
+use crate::out::{errln, outln};
 use crate::supervise::{describe, supervise};
 use std::ffi::OsString;
 use std::process::{Command, ExitCode, Stdio};
@@ -54,12 +55,12 @@ pub(crate) fn queue_full_run(
     let child = runner
         .spawn()
         .map_err(|e| Failure::new(exit::OS_ERROR, format!("cannot start the runner: {e}")))?;
-    println!(
+    outln!(
         "queued full run of `{}`: runner pid {}, log {}",
         describe(&command),
         child.id(),
         log.display()
-    );
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -71,11 +72,11 @@ pub(crate) fn runner(
 ) -> Result<ExitCode, Failure> {
     // A session of its own: no controlling terminal, no SIGHUP when the shell goes away.
     if let Err(e) = rustix::process::setsid() {
-        eprintln!("worklane: cannot start a new session ({e}); running in the caller's");
+        errln!("worklane: cannot start a new session ({e}); running in the caller's");
     }
     let pool = crate::pool()?;
     let request = Request::new("queued full run").field("command", describe(&command));
-    eprintln!(
+    errln!(
         "worklane: queued full run of `{}` (runner pid {})",
         describe(&command),
         std::process::id()
@@ -83,7 +84,7 @@ pub(crate) fn runner(
     let mut last_said = String::new();
     let mut say = |what: String| {
         if what != last_said {
-            eprintln!(
+            errln!(
                 "worklane: {} waiting: {what}",
                 rfc3339_ms(SystemClock.now_ms())
             );
@@ -116,16 +117,25 @@ pub(crate) fn runner(
             }
         }
     };
-    eprintln!(
+    errln!(
         "worklane: {} starting the full run",
         rfc3339_ms(SystemClock.now_ms())
     );
-    let outcome = supervise(&command, crate::supervise::GRACE, || {
-        pool.stop().ok().flatten().map(|s| s.to_string())
-    });
+    let mut slot = slot;
+    let mut launch = crate::run::slot_launch(&command, &slot)?;
+    // Its command runs inside the full run, as under `worklane run --kind full-run`.
+    let nesting = crate::nesting::env(crate::cli::KindArg::FullRun, pool.dir().path(), slot.name());
+    launch.env.push(nesting);
+    let outcome = supervise(
+        launch,
+        &mut crate::run::SlotWatch {
+            pool: &pool,
+            slot: &mut slot,
+        },
+    );
     let _ = slot.release();
     let outcome = outcome?;
-    eprintln!(
+    errln!(
         "worklane: {} full run exited with status {}",
         rfc3339_ms(SystemClock.now_ms()),
         outcome.code

@@ -2,13 +2,15 @@
 
 use crate::cli::{KindArg, LeaseRunArgs, RunArgs};
 use crate::exit::{self, Failure};
-use crate::supervise::{describe, supervise};
-use std::io::{IsTerminal, Write};
+use crate::out::errln;
+use crate::role::Refused;
+use crate::supervise::{Launch, Started, Watch, describe, inheritable, supervise};
+use std::ffi::OsString;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use worklane_admission::{Blocker, Kind, Take, Wait};
-use worklane_lease::{Acquired, Options, Request, TtlLiveness, acquire, held, rfc3339_ms};
+use worklane_admission::{Blocker, Kind, Pool, Slot, Take, Wait};
+use worklane_lease::{Acquired, Lease, Options, Request, TtlLiveness, acquire, held};
 
 /// A live "waiting" line on a terminal; silent otherwise.
 struct Progress {
@@ -21,7 +23,7 @@ impl Progress {
     fn new(what: &'static str) -> Progress {
         Progress {
             shown: false,
-            on_terminal: std::io::stderr().is_terminal(),
+            on_terminal: crate::out::stderr_is_terminal(),
             what,
         }
     }
@@ -30,22 +32,17 @@ impl Progress {
         if !self.on_terminal {
             return;
         }
-        let mut err = std::io::stderr().lock();
-        let _ = write!(
-            err,
+        crate::out::to_stderr(format_args!(
             "\r\x1b[2Kworklane: waiting for {}: {blocker}; waited {}s",
             self.what,
             waited.as_secs()
-        );
-        let _ = err.flush();
+        ));
         self.shown = true;
     }
 
     fn clear(&mut self) {
         if self.shown {
-            let mut err = std::io::stderr().lock();
-            let _ = write!(err, "\r\x1b[2K");
-            let _ = err.flush();
+            crate::out::to_stderr(format_args!("\r\x1b[2K"));
             self.shown = false;
         }
     }
@@ -81,6 +78,8 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     }
     // Usage is checked before the configuration, so a usage error is never hidden by a 78.
     let pool = crate::pool()?;
+    let nested = std::env::var_os(crate::nesting::var(args.kind));
+    crate::nesting::refuse_nested(args.kind, pool.dir().path(), nested)?;
     let owner = args
         .owner
         .clone()
@@ -123,15 +122,68 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode, Failure> {
             ));
         }
     };
-    let outcome = supervise(&args.command, crate::supervise::GRACE, || {
-        pool.stop().ok().flatten().map(|stop| format!("{stop}"))
-    });
+    let mut slot = slot;
+    let mut launch = slot_launch(&args.command, &slot)?;
+    let nesting = crate::nesting::env(args.kind, pool.dir().path(), slot.name());
+    launch.env.push(nesting);
+    let outcome = supervise(
+        launch,
+        &mut SlotWatch {
+            pool: &pool,
+            slot: &mut slot,
+        },
+    );
     let released = slot.release();
     let outcome = outcome?;
     if let Err(e) = released {
-        eprintln!("worklane: releasing {what}: {}", exit::chain(&e));
+        errln!("worklane: releasing {what}: {}", exit::chain(&e));
     }
     Ok(ExitCode::from(outcome.code))
+}
+
+/// How a command runs under a held slot: it inherits the slot's guard (the slot lives as long
+/// as any process of the run) and learns its resource and fencing epoch.
+pub(crate) fn slot_launch<'a>(command: &'a [OsString], slot: &Slot) -> Result<Launch<'a>, Failure> {
+    let lease = slot.lease();
+    Ok(Launch {
+        command,
+        grace: crate::supervise::GRACE,
+        inherit: lease.guard().map(inheritable).transpose()?,
+        env: fencing_env(lease),
+    })
+}
+
+/// `WORKLANE_RESOURCE` and `WORKLANE_EPOCH` of a held lease, for the command to check at the
+/// effect it protects.
+fn fencing_env(lease: &Lease) -> Vec<(&'static str, OsString)> {
+    vec![
+        ("WORKLANE_RESOURCE", lease.resource().into()),
+        ("WORKLANE_EPOCH", lease.epoch().to_string().into()),
+    ]
+}
+
+/// A slot's supervision: the record names the command, and an emergency STOP halts it.
+pub(crate) struct SlotWatch<'a> {
+    pub(crate) pool: &'a Pool,
+    pub(crate) slot: &'a mut Slot,
+}
+
+impl Watch for SlotWatch<'_> {
+    fn started(&mut self, command: &Started) {
+        // Without it only `stop-all`'s enforcement is lost (the supervisor still halts the
+        // command on STOP), so the run goes on with a warning.
+        if let Err(e) = self.slot.annotate(command.fields()) {
+            errln!(
+                "worklane: cannot name the command in {}: {}",
+                self.slot.name(),
+                exit::chain(&e)
+            );
+        }
+    }
+
+    fn check(&mut self) -> Option<String> {
+        self.pool.stop().ok().flatten().map(|stop| stop.to_string())
+    }
 }
 
 /// The shortest TTL `lease run` accepts. The supervisor checks every
@@ -174,85 +226,45 @@ pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
         ));
     }
     let pool = crate::pool()?;
+    let name = format!("role-{}.lease", args.role);
+    let ours = describe(&args.command);
     // An emergency STOP halts role holders too (below), so it refuses a new one up front
     // rather than start the command only to halt it a moment later.
     if let Some(stop) = pool.stop()? {
-        return Err(Failure::new(
-            exit::UNAVAILABLE,
-            format!(
-                "refused the role {} lease: {stop} (worklane resume-all lifts it)",
-                args.role
-            ),
-        ));
+        return Err(Refused::stop(&args.role, &name, &ours, &stop).fail(args.json));
     }
-    let name = format!("role-{}.lease", args.role);
     let identity = args.agent_identity.clone().unwrap_or_else(crate::ops::who);
     let request = Request::new(identity.clone())
         .field("role", args.role.clone())
         .field("profile", args.profile.clone())
         .field("agentIdentity", identity)
-        .field("entrypoint", describe(&args.command));
+        .field("entrypoint", ours.clone());
     let options = Options::with_liveness(Arc::new(TtlLiveness::new(args.ttl)));
     let mut lease = match acquire(pool.dir(), &name, &request, &options)? {
         Acquired::Held(lease) => lease,
         Acquired::Refused(refusal) => {
-            let holder = refusal.holder.as_ref();
-            let pid = holder
-                .and_then(|h| h.pid())
-                .map_or("an unknown pid".to_owned(), |p| format!("pid {p}"));
-            let entrypoint = holder
-                .and_then(|h| h.extra_str("entrypoint"))
-                .unwrap_or("(not recorded)");
-            let pulse = holder
-                .and_then(|h| h.last_pulse)
-                .map_or_else(|| "never".to_owned(), rfc3339_ms);
-            return Err(Failure::new(
-                exit::TEMP_FAIL,
-                format!(
-                    "role {} is held by {pid} (entrypoint: {entrypoint}; last pulse {pulse}): {}; \
-                     a role has one owner per machine: try again once it ends (its lease \
-                     lapses one TTL after its last pulse if its holder died)",
-                    args.role, refusal.why
-                ),
-            ));
+            let refused = Refused::held(&args.role, pool.dir().path(), &refusal, &ours);
+            return Err(refused.fail(args.json));
         }
     };
     let ttl = args.ttl;
-    let every = (ttl / 20).max(Duration::from_millis(50));
-    let mut last_attempt = Instant::now();
-    let mut last_ok = Instant::now();
-    let mut lost = false;
-    let outcome = supervise(&args.command, lease_grace(ttl), || {
-        // An emergency STOP halts everything, role holders included.
-        if let Some(stop) = pool.stop().ok().flatten() {
-            return Some(stop.to_string());
-        }
-        if last_attempt.elapsed() < every {
-            return None;
-        }
-        last_attempt = Instant::now();
-        // A pulse stamps `lastPulse` before it writes; successors count the TTL from that
-        // stamp, so the lease counts as confirmed from the attempt, not from the write's end.
-        let attempted = last_attempt;
-        match lease.pulse() {
-            Ok(()) => {
-                last_ok = attempted;
-                None
-            }
-            Err(e @ held::Error::LeaseLost { .. }) => {
-                lost = true;
-                Some(exit::chain(&e))
-            }
-            Err(e) if last_ok.elapsed() > ttl / 2 => {
-                lost = true;
-                Some(format!(
-                    "cannot verify the role lease for over TTL/2: {}",
-                    exit::chain(&e)
-                ))
-            }
-            Err(_) => None,
-        }
-    });
+    let launch = Launch {
+        command: &args.command,
+        grace: lease_grace(ttl),
+        inherit: None,
+        env: fencing_env(&lease),
+    };
+    let mut watch = RoleWatch {
+        pool: &pool,
+        lease: &mut lease,
+        ttl,
+        every: (ttl / 20).max(Duration::from_millis(50)),
+        last_attempt: Instant::now(),
+        last_ok: Instant::now(),
+        lost: false,
+    };
+    let outcome = supervise(launch, &mut watch);
+    let lost = watch.lost;
     let outcome = outcome?;
     let _ = lease.release();
     if lost {
@@ -266,6 +278,62 @@ pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
         ));
     }
     Ok(ExitCode::from(outcome.code))
+}
+
+/// A role lease's supervision: pulses, and halts the command when the lease is lost, cannot
+/// be confirmed for TTL/2, or an emergency STOP is written.
+struct RoleWatch<'a> {
+    pool: &'a Pool,
+    lease: &'a mut Lease,
+    ttl: Duration,
+    every: Duration,
+    last_attempt: Instant,
+    last_ok: Instant,
+    lost: bool,
+}
+
+impl Watch for RoleWatch<'_> {
+    fn started(&mut self, command: &Started) {
+        if let Err(e) = self.lease.annotate(command.fields()) {
+            errln!(
+                "worklane: cannot name the command in {}: {}",
+                self.lease.resource(),
+                exit::chain(&e)
+            );
+        }
+    }
+
+    fn check(&mut self) -> Option<String> {
+        // An emergency STOP halts everything, role holders included.
+        if let Some(stop) = self.pool.stop().ok().flatten() {
+            return Some(stop.to_string());
+        }
+        if self.last_attempt.elapsed() < self.every {
+            return None;
+        }
+        self.last_attempt = Instant::now();
+        // A pulse stamps `lastPulse` before it writes; successors count the TTL from that
+        // stamp, so the lease counts as confirmed from the attempt, not from the write's end.
+        let attempted = self.last_attempt;
+        match self.lease.pulse() {
+            Ok(()) => {
+                self.last_ok = attempted;
+                None
+            }
+            Err(e @ held::Error::LeaseLost { .. }) => {
+                self.lost = true;
+                Some(exit::chain(&e))
+            }
+            Err(e) if self.last_ok.elapsed() > self.ttl / 2 => {
+                self.lost = true;
+                Some(format!(
+                    "cannot verify the role lease for over TTL/2: {}",
+                    exit::chain(&e)
+                ))
+            }
+            Err(_) => None,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! `worklane slots`: what is held, by whom, and what is in force.
 
 use crate::exit::Failure;
+use crate::out::outln;
 use serde_json::{Value, json};
 use std::process::ExitCode;
 use worklane_admission::{DrainState, SlotState, SlotView, Snapshot, drain::Ignored};
@@ -8,7 +9,7 @@ use worklane_budget::{CredentialView, Ledger};
 use worklane_lease::{LiveWhy, rfc3339_ms};
 
 /// The `state` word of a slot in both outputs.
-fn state_word(state: &SlotState) -> &'static str {
+pub(crate) fn state_word(state: &SlotState) -> &'static str {
     match state {
         SlotState::GuardHeld => "held",
         SlotState::Live(LiveWhy::Alive) => "alive",
@@ -85,8 +86,29 @@ pub(crate) fn to_json(snapshot: &Snapshot, budgets: &[CredentialView]) -> Value 
         "stop": snapshot.stop.as_ref().map(|s| json!({"by": s.by, "at": s.at, "reason": s.reason})),
         "drain": drain_json(&snapshot.drain),
         "slots": snapshot.slots.iter().map(slot_json).collect::<Vec<_>>(),
+        "problems": problems_json(snapshot),
         "budgets": crate::budget::views_json(budgets),
     })
+}
+
+/// Stray and broken files, as `slots --json` and `why --json` list them.
+pub(crate) fn problems_json(snapshot: &Snapshot) -> Value {
+    Value::Array(
+        snapshot
+            .problems
+            .iter()
+            .map(|p| json!({"name": p.name, "what": p.what, "fix": p.fix, "blocks": p.blocks}))
+            .collect(),
+    )
+}
+
+/// Stray and broken files as lines for a person: `NAME: WHAT; fix: FIX`.
+pub(crate) fn problem_lines(snapshot: &Snapshot) -> Vec<String> {
+    snapshot
+        .problems
+        .iter()
+        .map(|p| format!("{}: {}; fix: {}", p.name, p.what, p.fix))
+        .collect()
 }
 
 pub(crate) fn show(as_json: bool) -> Result<ExitCode, Failure> {
@@ -95,14 +117,14 @@ pub(crate) fn show(as_json: bool) -> Result<ExitCode, Failure> {
     // The budgets are a view, never a reason to fail: an unlistable directory shows none.
     let budgets = Ledger::new(pool.dir().clone()).health().unwrap_or_default();
     if as_json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&to_json(&snapshot, &budgets)).unwrap_or_default()
-        );
+        )?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!("slot directory: {}", snapshot.dir.display());
-    println!(
+    outln!("slot directory: {}", snapshot.dir.display())?;
+    outln!(
         "agents: {} of {} held; test runs: {} of {}; full run: {}",
         count(&snapshot, "agent"),
         snapshot.config.max_agents,
@@ -113,37 +135,49 @@ pub(crate) fn show(as_json: bool) -> Result<ExitCode, Failure> {
         } else {
             "none"
         },
-    );
+    )?;
     match &snapshot.stop {
-        Some(stop) => println!("STOP in force: {stop}"),
-        None => println!("STOP: none"),
+        Some(stop) => outln!("STOP in force: {stop}")?,
+        None => outln!("STOP: none")?,
     }
     match &snapshot.drain {
-        DrainState::None => println!("drain: none"),
-        DrainState::InForce(d) => println!("drain in force: {d}"),
+        DrainState::None => outln!("drain: none")?,
+        DrainState::InForce(d) => outln!("drain in force: {d}")?,
         DrainState::Ignored(Ignored::Expired { drain }) => {
-            println!("drain: ignored (expired: {drain})")
+            outln!("drain: ignored (expired: {drain})")?
         }
         DrainState::Ignored(Ignored::TooFarAhead { drain }) => {
-            println!("drain: ignored (more than 4 h ahead: {drain})")
+            outln!("drain: ignored (more than 4 h ahead: {drain})")?
         }
         DrainState::Ignored(Ignored::Unreadable { detail }) => {
-            println!("drain: ignored (unreadable: {detail})")
+            outln!("drain: ignored (unreadable: {detail})")?
         }
     }
-    crate::budget::print_views(&budgets);
+    crate::budget::print_views(&budgets)?;
+    let problems = problem_lines(&snapshot);
+    if !problems.is_empty() {
+        outln!("stray or broken files ({}):", problems.len())?;
+        for line in &problems {
+            outln!("  {line}")?;
+        }
+    }
     if snapshot.slots.is_empty() {
-        println!("nothing held");
+        outln!("nothing held")?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!();
-    println!(
+    outln!()?;
+    outln!(
         "{:<28} {:<9} {:>8} {:<20} {:<26} {:<9} reason",
-        "name", "kind", "pid", "owner", "since", "state"
-    );
+        "name",
+        "kind",
+        "pid",
+        "owner",
+        "since",
+        "state"
+    )?;
     for view in &snapshot.slots {
         let r = view.record.as_ref();
-        println!(
+        outln!(
             "{:<28} {:<9} {:>8} {:<20} {:<26} {:<9} {}",
             view.name,
             view.kind,
@@ -155,7 +189,7 @@ pub(crate) fn show(as_json: bool) -> Result<ExitCode, Failure> {
                 .unwrap_or_else(|| "-".to_owned()),
             state_word(&view.state),
             reason(&view.state),
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -5,6 +5,7 @@ use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 use std::ffi::OsString;
 use std::io::IsTerminal;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::Command;
 use std::sync::atomic::AtomicBool;
@@ -40,6 +41,67 @@ impl Target {
     }
 }
 
+/// The command as started: what a record names so that `stop-all` can halt it even when its
+/// supervisor cannot act.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Started {
+    /// Its pid.
+    pub(crate) pid: u32,
+    /// Its start identity (`/proc/<pid>/stat` field 22 on Linux), if it could be read.
+    pub(crate) start: Option<u64>,
+    /// Whether it leads a process group of its own (no terminal on stdin), which a halt signals
+    /// whole.
+    pub(crate) group: bool,
+}
+
+impl Started {
+    /// `{"commandProcess": {"pid", "start", "group"}}` for the record (PROTOCOL.md 12.7).
+    pub(crate) fn fields(&self) -> serde_json::Map<String, serde_json::Value> {
+        let mut fields = serde_json::Map::new();
+        fields.insert(
+            COMMAND_PROCESS.to_owned(),
+            serde_json::json!({"pid": self.pid, "start": self.start, "group": self.group}),
+        );
+        fields
+    }
+}
+
+/// The record field naming the supervised command's process.
+pub(crate) const COMMAND_PROCESS: &str = "commandProcess";
+
+/// What the supervisor is told while the command runs.
+pub(crate) trait Watch {
+    /// Called once, right after the command started.
+    fn started(&mut self, command: &Started);
+    /// Called every [`CHECK_EVERY`]: a reason halts the command.
+    fn check(&mut self) -> Option<String>;
+}
+
+/// How to start the command.
+pub(crate) struct Launch<'a> {
+    /// The command line.
+    pub(crate) command: &'a [OsString],
+    /// SIGTERM-to-SIGKILL grace of a halt.
+    pub(crate) grace: Duration,
+    /// A copy of the held guard's descriptor (not close-on-exec) that the command inherits:
+    /// the lock is on the open file description, so the slot stays held for as long as any
+    /// process of the run has it open, even if worklane itself is killed. Closed in worklane
+    /// right after the start.
+    pub(crate) inherit: Option<OwnedFd>,
+    /// Variables set in the command's environment.
+    pub(crate) env: Vec<(&'static str, OsString)>,
+}
+
+/// A copy of `fd` that a child inherits (dup(2) clears close-on-exec on the copy).
+pub(crate) fn inheritable(fd: impl AsFd) -> Result<OwnedFd, Failure> {
+    rustix::io::dup(fd).map_err(|e| {
+        Failure::new(
+            exit::OS_ERROR,
+            format!("cannot duplicate the slot's guard for the command: {e}"),
+        )
+    })
+}
+
 /// How the command ended.
 pub(crate) struct Outcome {
     /// Its exit code as a shell reports it (128+N for signal N).
@@ -56,11 +118,13 @@ pub(crate) struct Outcome {
 /// and forwarded SIGINT/SIGTERM/SIGHUP reach all of its processes. With a terminal, it stays in
 /// the foreground group (so it can read the terminal); the terminal delivers Ctrl-C to it
 /// directly, so SIGINT is not forwarded then.
-pub(crate) fn supervise(
-    command: &[OsString],
-    grace: Duration,
-    mut check: impl FnMut() -> Option<String>,
-) -> Result<Outcome, Failure> {
+pub(crate) fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Outcome, Failure> {
+    let Launch {
+        command,
+        grace,
+        inherit,
+        env,
+    } = launch;
     let (program, args) = command
         .split_first()
         .ok_or_else(|| Failure::new(exit::USAGE, "no command given after --"))?;
@@ -83,11 +147,15 @@ pub(crate) fn supervise(
     // Orphans of the command's tree are re-parented to us (Linux), so a halt still finds them.
     let reaping = crate::tree::become_subreaper();
     let mut cmd = Command::new(program);
-    cmd.args(args);
+    cmd.args(args).envs(env);
     if !interactive {
         cmd.process_group(0);
     }
-    let child = cmd.spawn().map_err(|e| {
+    crate::sys::die_with_parent(&mut cmd);
+    let spawned = cmd.spawn();
+    // The command has its copy now (or failed to start): ours goes.
+    drop(inherit);
+    let child = spawned.map_err(|e| {
         let shown = program.to_string_lossy();
         match e.kind() {
             std::io::ErrorKind::NotFound => {
@@ -107,6 +175,13 @@ pub(crate) fn supervise(
     } else {
         Target::Group(pid)
     };
+    watch.started(&Started {
+        pid: child.id(),
+        start: worklane_identity::ProcessIdentity::of(child.id())
+            .ok()
+            .map(|i| i.start),
+        group: !interactive,
+    });
 
     let (tx, rx) = mpsc::channel();
     let exited = tx.clone();
@@ -156,9 +231,9 @@ pub(crate) fn supervise(
         if now >= next_check {
             next_check = now + CHECK_EVERY;
             if halting.is_none()
-                && let Some(reason) = check()
+                && let Some(reason) = watch.check()
             {
-                eprintln!(
+                crate::out::errln!(
                     "worklane: {reason}: halting the command (SIGTERM, then SIGKILL after {} s)",
                     seconds(grace)
                 );

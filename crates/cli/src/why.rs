@@ -7,6 +7,7 @@
 
 use crate::cli::{KindArg, WhyArgs};
 use crate::exit::{self, Failure};
+use crate::out::outln;
 use serde_json::{Value, json};
 use std::process::ExitCode;
 use worklane_admission::{DrainState, Snapshot};
@@ -112,6 +113,26 @@ fn admission(kind: KindArg, snapshot: &Snapshot) -> Answer {
             .filter(|s| s.kind == k && s.state.is_held())
             .count()
     };
+    // A stray file where the guard of slots.lock or full-run.lock belongs fails every take
+    // of that kind until it is removed.
+    let blocking = |what: &str| {
+        snapshot
+            .problems
+            .iter()
+            .find(|p| p.blocks.is_some_and(|b| b.contains(what)))
+    };
+    let broken = match kind {
+        KindArg::Agent => blocking("agent"),
+        KindArg::Test => blocking("test-run"),
+        KindArg::FullRun => blocking("full run"),
+    };
+    if let Some(problem) = broken {
+        return Answer::blocked(
+            asked,
+            format!("{}: {}; fix: {}", problem.name, problem.what, problem.fix),
+            exit::OS_ERROR,
+        );
+    }
     let (label, cap) = match kind {
         KindArg::Agent => ("agent", snapshot.config.max_agents),
         KindArg::Test => ("test", snapshot.config.max_test_runs),
@@ -254,7 +275,11 @@ pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
             "blocked_by".to_owned(),
             first.map_or(Value::Null, |(q, _)| Value::from(q.replace(' ', "_"))),
         );
-        println!("{}", Value::Object(doc));
+        doc.insert(
+            "problems".to_owned(),
+            crate::slots::problems_json(&snapshot),
+        );
+        outln!("{}", Value::Object(doc))?;
     } else {
         for (question, answer) in &answers {
             let asked = if answer.asked.is_empty() {
@@ -262,7 +287,14 @@ pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
             } else {
                 format!(" ({})", answer.asked)
             };
-            println!("{question}{asked}: {}: {}", answer.word(), answer.why);
+            outln!("{question}{asked}: {}: {}", answer.word(), answer.why)?;
+        }
+        let problems = crate::slots::problem_lines(&snapshot);
+        if !problems.is_empty() {
+            outln!("stray or broken files in {}:", snapshot.dir.display())?;
+            for line in &problems {
+                outln!("  {line}")?;
+            }
         }
     }
     Ok(ExitCode::from(first.map_or(0, |(_, a)| a.code)))

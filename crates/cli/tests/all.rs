@@ -286,7 +286,8 @@ bump 'n=$(cat "$T/n"); echo $((n-1)) > "$T/n"'
         run.kill().expect("SIGKILL worklane run");
         run.wait().expect("reap");
         let pid = rustix::process::Pid::from_raw(child).expect("pid");
-        rustix::process::kill_process(pid, rustix::process::Signal::KILL).expect("kill child");
+        // The parent-death signal may have ended it already.
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
         assert_eq!(
             site.code(&["run", "--no-wait", "--", "true"]),
             0,
@@ -400,6 +401,11 @@ mod exits {
             (r#"{"max_agents": 0}"#, "max_agents"),
             (r#"{"max_test_runs": 9}"#, "max_test_runs"),
             ("{", "JSON"),
+            (
+                r#"{"max_agents": 1, "max_agents": 8}"#,
+                "`max_agents` appears more than once",
+            ),
+            (r#"{"max_agents": 1000000000000}"#, "from 1 to 4294967295"),
         ] {
             let site = Site::new(Some(config));
             let out = site.output(&["run", "--", "true"]);
@@ -427,6 +433,191 @@ mod exits {
             man.contains("stop\\-all") || man.contains("stop-all"),
             "lists the commands"
         );
+    }
+}
+
+mod output {
+    use super::*;
+    use std::io::Read;
+
+    /// Every command that prints, with the exit code it has on an idle machine.
+    const PRINTING: &[&[&str]] = &[
+        &["slots"],
+        &["slots", "--json"],
+        &["why"],
+        &["why", "--json"],
+        &["budget", "show"],
+        &["budget", "show", "--json"],
+        &["resume-all"],
+        &["undrain"],
+        &["completions", "bash"],
+        &["man"],
+        &["--help"],
+        &["--version"],
+    ];
+
+    /// A pipe whose reader is already closed: every write to it fails with EPIPE.
+    fn closed_pipe() -> Stdio {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        Stdio::from(writer)
+    }
+
+    fn dev_full() -> Stdio {
+        Stdio::from(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/full")
+                .expect("/dev/full"),
+        )
+    }
+
+    fn assert_no_panic(out: &Output, what: &str) {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(101), "{what}: a Rust panic: {err}");
+        assert!(!err.contains("panicked"), "{what}: a Rust panic: {err}");
+    }
+
+    #[test]
+    fn a_closed_pipe_ends_every_command_quietly() {
+        let site = Site::new(None);
+        for args in PRINTING {
+            let out = site
+                .worklane()
+                .args(*args)
+                .stdout(closed_pipe())
+                .output()
+                .expect("run worklane");
+            let what = args.join(" ");
+            assert_no_panic(&out, &what);
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{what}: a closed pipe is a normal end: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(
+                out.stderr.is_empty(),
+                "{what}: nothing to say about a reader that left: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
+    #[test]
+    fn a_closed_pipe_keeps_the_commands_own_status() {
+        let site = Site::new(None);
+        let out = site
+            .worklane()
+            .args(["run", "--", "sh", "-c", "exit 3"])
+            .stdout(closed_pipe())
+            .output()
+            .expect("run");
+        assert_no_panic(&out, "run");
+        assert_eq!(out.status.code(), Some(3), "the command's status");
+        assert_eq!(site.code(&["stop-all", "test"]), 0, "STOP written");
+        for args in [&["why"][..], &["why", "--json"]] {
+            let out = site
+                .worklane()
+                .args(args)
+                .stdout(closed_pipe())
+                .output()
+                .expect("why");
+            assert_no_panic(&out, "why");
+            assert_eq!(
+                out.status.code(),
+                Some(69),
+                "{args:?}: the answer's code survives a reader that left"
+            );
+        }
+    }
+
+    #[test]
+    fn a_reader_that_leaves_after_one_byte_never_causes_a_panic() {
+        // As `worklane slots | head -c1`: the reader goes away while worklane still writes.
+        let site = Site::new(None);
+        let held = site.spawn(&["run"], HOLD, "0");
+        wait_until("the holder", || site.file("up.0").exists());
+        for round in 0..40 {
+            let args: &[&str] = if round % 2 == 0 {
+                &["slots"]
+            } else {
+                &["slots", "--json"]
+            };
+            let mut child = site
+                .worklane()
+                .args(args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn slots");
+            let mut stdout = child.stdout.take().expect("stdout");
+            let mut byte = [0_u8; 1];
+            stdout.read_exact(&mut byte).expect("one byte");
+            drop(stdout);
+            let out = child.wait_with_output().expect("wait");
+            assert_no_panic(&out, &format!("round {round}"));
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "round {round}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::fs::write(site.file("release.0"), b"").expect("release");
+        drop(held);
+    }
+
+    #[test]
+    fn a_failed_write_is_a_message_and_exit_74() {
+        let site = Site::new(None);
+        for args in PRINTING {
+            let out = site
+                .worklane()
+                .args(*args)
+                .stdout(dev_full())
+                .output()
+                .expect("run worklane");
+            let what = args.join(" ");
+            assert_no_panic(&out, &what);
+            assert_eq!(out.status.code(), Some(74), "{what}: a failed write");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains("cannot write to stdout"),
+                "{what}: the message names stdout: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_failed_write_to_stderr_never_panics() {
+        let site = Site::new(None);
+        let out = site
+            .worklane()
+            .args(["set-test-slots", "99"])
+            .stderr(dev_full())
+            .output()
+            .expect("set-test-slots");
+        assert_eq!(
+            out.status.code(),
+            Some(64),
+            "the usage error's code, though its message could not be written"
+        );
+        let out = site
+            .worklane()
+            .arg("--no-such-flag")
+            .stderr(dev_full())
+            .output()
+            .expect("bad flag");
+        assert_eq!(out.status.code(), Some(64), "clap's usage error");
+        let out = site
+            .worklane()
+            .args(["slots"])
+            .stdout(dev_full())
+            .stderr(dev_full())
+            .output()
+            .expect("slots");
+        assert_eq!(out.status.code(), Some(74), "both streams full");
     }
 }
 
@@ -490,6 +681,16 @@ mod operator {
         assert_eq!(site.code(&["run", "--kind", "full-run", "--", "true"]), 69);
         assert_eq!(site.code(&["undrain"]), 0);
         assert_eq!(site.code(&["run", "--", "true"]), 0, "undrained");
+        assert_eq!(site.code(&["drain", "--until", "30m"]), 0, "no --to");
+        let flag: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(site.slots().join("update-drain.json")).expect("the flag"),
+        )
+        .expect("json");
+        assert!(
+            flag.get("to").is_some_and(serde_json::Value::is_null),
+            "`to` is written, null without --to: {flag}"
+        );
+        assert_eq!(site.code(&["undrain"]), 0);
 
         write_drain(&site, "2020-01-01T00:00:00Z");
         assert_eq!(
@@ -596,20 +797,42 @@ mod roles {
     #[test]
     fn a_role_refuses_a_second_holder_and_admits_another_role() {
         let site = Site::new(None);
-        let mut holder = site.spawn(&["lease", "run", "--role", "builder"], HOLD, "0");
+        let mut holder = site.spawn(
+            &[
+                "lease",
+                "run",
+                "--role",
+                "builder",
+                "--agent-identity",
+                "holder-id",
+                "--profile",
+                "nightly",
+            ],
+            HOLD,
+            "0",
+        );
         wait_until("the role holder", || site.file("up.0").exists());
-        let out = site.output(&["lease", "run", "--role", "builder", "--", "true"]);
+        let out = site.output(&["lease", "run", "--role", "builder", "--", "true", "second"]);
         assert_eq!(out.status.code(), Some(75), "the same role is refused");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            err.contains(&format!("pid {}", holder.id())),
-            "names the holder's pid: {err}"
-        );
-        assert!(err.contains("builder"), "names the role: {err}");
-        assert!(
-            err.contains("sh -c"),
-            "names the holder's entrypoint: {err}"
-        );
+        for (part, what) in [
+            (format!("pid {}", holder.id()), "the holder's pid"),
+            ("role builder".to_owned(), "the role"),
+            (
+                "agentIdentity holder-id".to_owned(),
+                "the holder's agentIdentity",
+            ),
+            ("profile nightly".to_owned(), "the holder's profile"),
+            ("entrypoint `sh -c".to_owned(), "the holder's entrypoint"),
+            ("refused `true second`".to_owned(), "our own entrypoint"),
+            (
+                "lapses by itself 60 s".to_owned(),
+                "when a dead holder's lease lapses",
+            ),
+        ] {
+            assert!(err.contains(&part), "names {what} ({part:?}): {err}");
+        }
+        assert!(out.stdout.is_empty(), "nothing on stdout without --json");
         assert_eq!(
             site.code(&["lease", "run", "--role", "reviewer", "--", "true"]),
             0,
@@ -628,6 +851,269 @@ mod roles {
         assert!(
             !site.slots().join("role-builder.lease").exists(),
             "released on exit"
+        );
+    }
+
+    /// `lease run --json ARGS`: its exit code, the JSON object on stdout and stderr.
+    fn refused_json(site: &Site, args: &[&str]) -> (Option<i32>, serde_json::Value, String) {
+        let out = site
+            .worklane()
+            .args(["lease", "run", "--json"])
+            .args(args)
+            .output()
+            .expect("lease run --json");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(
+            text.lines().count(),
+            1,
+            "one JSON object on one line: {text}{err}"
+        );
+        let doc = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}{err}"));
+        (out.status.code(), doc, err)
+    }
+
+    #[test]
+    fn lease_run_json_prints_the_refusal_structured() {
+        let site = Site::new(None);
+        let holder = site.spawn(
+            &[
+                "lease",
+                "run",
+                "--role",
+                "builder",
+                "--agent-identity",
+                "holder-id",
+                "--profile",
+                "nightly",
+            ],
+            HOLD,
+            "0",
+        );
+        wait_until("the role holder", || site.file("up.0").exists());
+        let record: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(site.slots().join("role-builder.lease")).expect("lease record"),
+        )
+        .expect("json");
+        let (code, doc, err) = refused_json(&site, &["--role", "builder", "--", "true", "second"]);
+        assert_eq!(code, Some(75), "refused: {doc}");
+        assert_eq!(doc["version"], 1, "{doc}");
+        assert_eq!(doc["refused"], "held", "{doc}");
+        assert_eq!(doc["role"], "builder", "{doc}");
+        assert_eq!(doc["resource"], "role-builder.lease", "{doc}");
+        assert_eq!(
+            doc["entrypoint"], "true second",
+            "our own entrypoint: {doc}"
+        );
+        assert_eq!(doc["state"], "fresh", "{doc}");
+        assert!(
+            doc["why"]
+                .as_str()
+                .is_some_and(|w| w.contains("within its TTL")),
+            "{doc}"
+        );
+        assert_eq!(
+            doc["message"].as_str().map(|m| format!("worklane: {m}\n")),
+            Some(err.clone()),
+            "the message is the one on stderr"
+        );
+        let h = &doc["holder"];
+        assert_eq!(h["pid"], holder.id(), "the holder's pid: {doc}");
+        assert_eq!(h["role"], "builder", "{doc}");
+        assert_eq!(h["agentIdentity"], "holder-id", "{doc}");
+        assert_eq!(h["profile"], "nightly", "{doc}");
+        assert!(
+            h["entrypoint"]
+                .as_str()
+                .is_some_and(|e| e.starts_with("sh -c")),
+            "the holder's entrypoint: {doc}"
+        );
+        for field in ["owner", "acquiredAt", "startedAt", "ttlMs", "epoch"] {
+            assert_eq!(h[field], record[field], "{field} as in the record: {doc}");
+        }
+        assert!(h["lastPulse"].as_u64().is_some(), "lastPulse in ms: {doc}");
+        std::fs::write(site.file("release.0"), b"").expect("release");
+        drop(holder);
+
+        assert_eq!(site.code(&["stop-all", "maintenance"]), 0);
+        let (code, doc, _) = refused_json(&site, &["--role", "other", "--", "true"]);
+        assert_eq!(code, Some(69), "STOP refuses: {doc}");
+        assert_eq!(doc["refused"], "stop", "{doc}");
+        assert!(doc["holder"].is_null(), "{doc}");
+        assert!(
+            doc["why"]
+                .as_str()
+                .is_some_and(|w| w.contains("maintenance")),
+            "{doc}"
+        );
+    }
+
+    #[test]
+    fn a_role_record_that_cannot_lapse_says_so_and_odd_files_are_busy() {
+        let site = Site::new(None);
+        let lease = site.slots().join("role-odd.lease");
+        let shown = lease.display().to_string();
+        let big = vec![b' '; 70 * 1024];
+        type Plant = Box<dyn Fn(&Path)>;
+        let cases: Vec<(&str, Plant, &str, &str)> = vec![
+            (
+                "no pulse",
+                Box::new(|p| std::fs::write(p, br#"{"pid": 1}"#).expect("write")),
+                "busy",
+                "without a pulse never lapses by itself",
+            ),
+            (
+                "garbage",
+                Box::new(|p| std::fs::write(p, b"garbage").expect("write")),
+                "malformed",
+                "not a lease never lapses by itself",
+            ),
+            (
+                "a directory",
+                Box::new(|p| std::fs::create_dir(p).expect("mkdir")),
+                "malformed",
+                "is a directory",
+            ),
+            (
+                "over 64 KiB",
+                Box::new(move |p| std::fs::write(p, &big).expect("write")),
+                "malformed",
+                "larger than 64 KiB",
+            ),
+            (
+                "a symbolic link",
+                Box::new(|p| std::os::unix::fs::symlink("/etc/hostname", p).expect("symlink")),
+                "malformed",
+                "symbolic link",
+            ),
+        ];
+        for (what, plant, state, says) in cases {
+            plant(&lease);
+            let (code, doc, err) = refused_json(&site, &["--role", "odd", "--", "true"]);
+            assert_eq!(code, Some(75), "{what}: busy, not an error: {err}");
+            assert_eq!(doc["state"], state, "{what}: {doc}");
+            assert!(err.contains(says), "{what}: says {says:?}: {err}");
+            assert!(
+                err.contains("never lapses by itself") && err.contains(&shown),
+                "{what}: says it never lapses and where it is: {err}"
+            );
+            assert!(
+                !err.contains("lapses by itself 60 s") && !err.contains("TTL after its last"),
+                "{what}: no lapse promised: {err}"
+            );
+            assert!(
+                lease.symlink_metadata().is_ok(),
+                "{what}: the file is left alone"
+            );
+            match std::fs::symlink_metadata(&lease).expect("stat").is_dir() {
+                true => std::fs::remove_dir(&lease).expect("rmdir"),
+                false => std::fs::remove_file(&lease).expect("rm"),
+            }
+        }
+        assert_eq!(
+            site.code(&["lease", "run", "--role", "odd", "--", "true"]),
+            0,
+            "free once removed"
+        );
+    }
+}
+
+mod nesting {
+    use super::*;
+
+    /// Runs `worklane run --kind KIND -- sh -c SCRIPT` to its end; `$W` in the script is the
+    /// worklane binary.
+    fn outer(site: &Site, kind: &str, script: &str) -> Output {
+        site.worklane()
+            .args(["run", "--kind", kind, "--", "sh", "-c", script])
+            .env("W", env!("CARGO_BIN_EXE_worklane"))
+            .output()
+            .expect("outer run")
+    }
+
+    fn read(site: &Site, name: &str) -> String {
+        std::fs::read_to_string(site.file(name))
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .trim()
+            .to_owned()
+    }
+
+    #[test]
+    fn a_run_inside_a_run_of_the_same_kind_is_refused_at_once() {
+        let site = Site::new(Some(r#"{"max_agents": 1, "max_test_runs": 1}"#));
+        // --timeout: were the nesting missed, the inner run would wait for its parent's slot
+        // and exit 75 after it, instead of hanging the test.
+        let inner = r#""$W" run --kind KIND --timeout 20s -- true 2> "$T/err.KIND"; echo $? > "$T/code.KIND""#;
+        for kind in ["agent", "test", "full-run"] {
+            let out = outer(&site, kind, &inner.replace("KIND", kind));
+            assert!(
+                out.status.success(),
+                "{kind}: the outer run: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let err = read(&site, &format!("err.{kind}"));
+            assert_eq!(
+                read(&site, &format!("code.{kind}")),
+                "64",
+                "{kind}: refused at once as a usage error: {err}"
+            );
+            assert!(
+                err.contains("already runs inside") && err.contains("unset"),
+                "{kind}: says why and how to proceed: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_command_learns_its_slot_and_other_kinds_nest_freely() {
+        let site = Site::new(Some(r#"{"max_agents": 1, "max_test_runs": 1}"#));
+        let script = r#"echo "$WORKLANE_AGENT_SLOT" > "$T/var"
+"$W" run --kind test --no-wait -- sh -c 'echo "$WORKLANE_TEST_SLOT" > "$T/test.var"'; echo $? > "$T/test"
+"$W" run --kind full-run --no-wait -- true; echo $? > "$T/full"
+"$W" lease run --role nested -- true; echo $? > "$T/role""#;
+        let out = outer(&site, "agent", script);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            read(&site, "var"),
+            site.slots().join("agent-0.lock").display().to_string(),
+            "WORKLANE_AGENT_SLOT names the slot's lock file"
+        );
+        assert_eq!(
+            read(&site, "test.var"),
+            site.slots().join("test-0.lock").display().to_string(),
+            "WORKLANE_TEST_SLOT in a test run"
+        );
+        assert_eq!(read(&site, "test"), "0", "a test run inside an agent");
+        assert_eq!(read(&site, "full"), "0", "a full run inside an agent");
+        assert_eq!(read(&site, "role"), "0", "a role lease inside an agent");
+    }
+
+    #[test]
+    fn unsetting_the_variable_or_another_directory_takes_a_slot_of_its_own() {
+        let site = Site::new(Some(r#"{"max_agents": 2}"#));
+        let other = site.file("other");
+        std::fs::create_dir(&other).expect("other slot dir");
+        let script = r#"env -u WORKLANE_AGENT_SLOT "$W" run --no-wait -- true; echo $? > "$T/unset"
+AGENT_SLOTS_DIR="$T/other" "$W" run --no-wait -- true; echo $? > "$T/other.code""#;
+        let out = outer(&site, "agent", script);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            read(&site, "unset"),
+            "0",
+            "unset: a second slot beside the parent's"
+        );
+        assert_eq!(
+            read(&site, "other.code"),
+            "0",
+            "another slot directory is another pool"
         );
     }
 }
@@ -981,7 +1467,12 @@ mod slots_json {
         let mut holder = site.spawn(&["run", "--owner", "harness-a"], HOLD, "0");
         wait_until("the holder", || site.file("up.0").exists());
         std::fs::write(site.slots().join("agent-5.lock"), b"{broken").expect("malformed slot");
-        assert_eq!(site.code(&["stop-all", "maintenance"]), 0);
+        // STOP written by hand: `stop-all` would wait for the holder to halt.
+        std::fs::write(
+            site.slots().join("STOP"),
+            br#"{"by":"ops","at":"2026-01-01T00:00:00.000Z","reason":"maintenance"}"#,
+        )
+        .expect("STOP");
         let out = site.output(&["slots", "--json"]);
         assert!(out.status.success());
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("slots --json");
@@ -1675,5 +2166,452 @@ mod why {
         );
         std::fs::write(site.file("release.0"), b"").expect("release");
         let _ = wait_exit(&mut holder, "the role holder");
+    }
+}
+
+mod supervisor_gone {
+    //! The slot lives exactly as long as any process of the run (the command inherits the
+    //! slot's guard), a holder killed in another pid namespace frees it at once, the command
+    //! learns its fencing epoch, and STOP reaches a command whose supervisor cannot act.
+    use super::*;
+    use rustix::process::{Pid, Signal};
+
+    fn pid_of(path: &Path) -> i32 {
+        let mut text = String::new();
+        wait_until("a pid file", || {
+            text = std::fs::read_to_string(path).unwrap_or_default();
+            text.ends_with('\n')
+        });
+        text.trim().parse().expect("a pid")
+    }
+
+    /// Whether `pid` is gone or a zombie.
+    fn gone(pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+            s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z'))
+        })
+    }
+
+    fn signal(pid: i32, signal: Signal) {
+        let _ = rustix::process::kill_process(Pid::from_raw(pid).expect("pid"), signal);
+    }
+
+    /// Kills `pid` when dropped (a test that fails midway leaves nothing behind).
+    struct KillOnDrop(i32);
+
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            signal(self.0, Signal::CONT);
+            signal(self.0, Signal::KILL);
+        }
+    }
+
+    #[test]
+    fn killing_the_supervisor_does_not_free_the_slot_its_command_uses() {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        // The command ignores SIGTERM, so it outlives the parent-death signal.
+        let mut run = site.spawn(
+            &["run"],
+            r#"trap '' TERM; echo $$ > "$T/cmd.pid"; exec sleep 60"#,
+            "0",
+        );
+        let command = pid_of(&site.file("cmd.pid"));
+        let _cleanup = KillOnDrop(command);
+        run.kill().expect("SIGKILL the supervisor only");
+        run.wait().expect("reap");
+        assert!(!gone(command), "the command runs on");
+        assert_eq!(
+            site.code(&["run", "--no-wait", "--", "true"]),
+            75,
+            "its slot is still held: two agents never run at cap 1"
+        );
+        let out = site.output(&["slots", "--json"]);
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(doc["agents_held"], 1, "slots counts it: {doc}");
+        signal(command, Signal::KILL);
+        wait_until("the command's end", || gone(command));
+        let mut code = 0;
+        wait_until("the slot free once the command is gone", || {
+            code = site.code(&["run", "--no-wait", "--", "true"]);
+            code == 0
+        });
+    }
+
+    #[test]
+    fn a_command_whose_supervisor_dies_is_told_with_sigterm() {
+        let site = Site::new(None);
+        let mut run = site.spawn(&["run"], r#"echo $$ > "$T/cmd.pid"; exec sleep 60"#, "0");
+        let command = pid_of(&site.file("cmd.pid"));
+        let _cleanup = KillOnDrop(command);
+        run.kill().expect("SIGKILL the supervisor");
+        run.wait().expect("reap");
+        wait_until("the parent-death signal to end the command", || {
+            gone(command)
+        });
+    }
+
+    #[test]
+    fn a_run_killed_in_another_pid_namespace_frees_its_slot_at_once() {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        let mut contained = Running::new(
+            Command::new("unshare")
+                .args(["--pid", "--fork", "--kill-child", "--mount-proc"])
+                .arg(env!("CARGO_BIN_EXE_worklane"))
+                .args(["run", "--", "sh", "-c", r#"touch "$T/up"; exec sleep 60"#])
+                .env("AGENT_SLOTS_DIR", site.slots())
+                .env("T", site.temp.path())
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("spawn unshare"),
+        );
+        wait_until("the contained run", || site.file("up").exists());
+        assert_eq!(
+            site.code(&["run", "--no-wait", "--", "true"]),
+            75,
+            "held from the other namespace"
+        );
+        contained.kill().expect("SIGKILL the namespace");
+        contained.wait().expect("reap");
+        let mut code = 0;
+        wait_until("the slot taken over", || {
+            code = site.code(&["run", "--no-wait", "--", "true"]);
+            code != 75
+        });
+        assert_eq!(
+            code, 0,
+            "a dead holder's record from another namespace is taken over"
+        );
+    }
+
+    #[test]
+    fn the_command_gets_its_resource_and_epoch() {
+        let site = Site::new(None);
+        for _ in 0..2 {
+            let out = site.output(&[
+                "run",
+                "--",
+                "sh",
+                "-c",
+                r#"echo "$WORKLANE_RESOURCE $WORKLANE_EPOCH" >> "$T/fencing""#,
+            ]);
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let out = site.output(&[
+            "lease",
+            "run",
+            "--role",
+            "deployer",
+            "--",
+            "sh",
+            "-c",
+            r#"echo "$WORKLANE_RESOURCE $WORKLANE_EPOCH" >> "$T/fencing""#,
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = std::fs::read_to_string(site.file("fencing")).expect("written");
+        assert_eq!(
+            text, "agent-0.lock 1\nagent-0.lock 2\nrole-deployer.lease 1\n",
+            "each run sees its own resource and a growing epoch"
+        );
+    }
+
+    fn record(site: &Site, name: &str) -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(site.slots().join(name)).expect("record"))
+            .expect("a JSON record")
+    }
+
+    #[test]
+    fn the_record_names_the_command_process() {
+        let site = Site::new(None);
+        let _run = site.spawn(&["run"], r#"echo $$ > "$T/cmd.pid"; exec sleep 60"#, "0");
+        let command = pid_of(&site.file("cmd.pid"));
+        let mut named = serde_json::Value::Null;
+        wait_until("the record to name the command", || {
+            named = record(&site, "agent-0.lock")["commandProcess"].clone();
+            !named.is_null()
+        });
+        assert_eq!(named["pid"], command, "{named}");
+        assert_eq!(named["group"], true, "no terminal: a group of its own");
+        assert!(named["start"].as_u64().is_some(), "{named}");
+        assert_eq!(record(&site, "agent-0.lock")["holdsGuard"], true);
+    }
+
+    #[test]
+    fn stop_all_halts_a_command_whose_supervisor_is_stopped() {
+        let site = Site::new(None);
+        let mut run = site.spawn(&["run"], r#"echo $$ > "$T/cmd.pid"; exec sleep 60"#, "0");
+        let command = pid_of(&site.file("cmd.pid"));
+        let _cleanup = KillOnDrop(command);
+        wait_until("the record to name the command", || {
+            !record(&site, "agent-0.lock")["commandProcess"].is_null()
+        });
+        let supervisor = i32::try_from(run.id()).expect("pid");
+        signal(supervisor, Signal::STOP);
+        let out = site.output(&["stop-all", "incident"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            gone(command),
+            "stop-all returns once the command is halted: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        signal(supervisor, Signal::CONT);
+        let status = wait_exit(&mut run, "the supervisor");
+        assert_eq!(status.code(), Some(128 + 15), "the command died of SIGTERM");
+        assert_eq!(site.code(&["resume-all"]), 0);
+    }
+
+    #[test]
+    fn stop_all_halts_an_orphaned_command_that_ignores_sigterm() {
+        let site = Site::new(None);
+        let mut run = site.spawn(
+            &["run"],
+            r#"trap '' TERM; echo $$ > "$T/cmd.pid"; exec sleep 60"#,
+            "0",
+        );
+        let command = pid_of(&site.file("cmd.pid"));
+        let _cleanup = KillOnDrop(command);
+        wait_until("the record to name the command", || {
+            !record(&site, "agent-0.lock")["commandProcess"].is_null()
+        });
+        run.kill().expect("SIGKILL the supervisor");
+        run.wait().expect("reap");
+        let out = site.output(&["stop-all"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(gone(command), "SIGKILLed after the grace");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("halted"), "says what it did: {text}");
+        assert_eq!(site.code(&["resume-all"]), 0);
+        assert_eq!(
+            site.code(&["run", "--no-wait", "--", "true"]),
+            0,
+            "the slot is free"
+        );
+    }
+
+    #[test]
+    fn stop_all_never_signals_a_process_a_record_names_falsely() {
+        let site = Site::new(None);
+        // A process of root's, and a record that an unprivileged writer (uid 65534) planted,
+        // naming it as its command.
+        let mut victim = Command::new("sleep").arg("60").spawn().expect("sleep");
+        let victim_pid = victim.id();
+        let start = std::fs::read_to_string(format!("/proc/{victim_pid}/stat"))
+            .expect("stat")
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.split(' ').nth(19).map(str::to_owned))
+            .expect("field 22");
+        let place = record_place(&site);
+        let forged = format!(
+            r#"{{"pid":{victim_pid},"owner":"x","acquiredAt":"2026-01-01T00:00:00.000Z","place":{place},"identity":{{"boot":"{}","start":{start}}},"commandProcess":{{"pid":{victim_pid},"start":{start},"group":false}}}}"#,
+            serde_json::from_str::<serde_json::Value>(&place).expect("place")["boot"]
+                .as_str()
+                .expect("boot")
+        );
+        let path = site.slots().join("agent-5.lock");
+        std::fs::write(&path, forged).expect("plant");
+        std::os::unix::fs::chown(&path, Some(65534), Some(65534)).expect("chown");
+        let out = site.output(&["stop-all"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            victim.try_wait().expect("try_wait"),
+            None,
+            "a process of another user than the record's writer is never signalled: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let _ = victim.kill();
+        let _ = victim.wait();
+    }
+
+    /// This process's place as a record writes it (from a real run's record).
+    fn record_place(site: &Site) -> String {
+        let out = site.output(&[
+            "run",
+            "--",
+            "sh",
+            "-c",
+            r#"cat "$AGENT_SLOTS_DIR/agent-0.lock""#,
+        ]);
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the record");
+        doc["place"].to_string()
+    }
+}
+
+mod strays {
+    //! No single stray or broken file stops the pool: each is skipped or counted as
+    //! PROTOCOL.md says, and `slots` and `why` name it with its fix.
+    use super::*;
+
+    fn json(site: &Site, args: &[&str]) -> serde_json::Value {
+        let out = site.output(args);
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{args:?} prints JSON ({e}): {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    }
+
+    fn problem<'a>(doc: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+        doc["problems"]
+            .as_array()
+            .expect("a problems array")
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("{name} is reported: {doc}"))
+    }
+
+    #[test]
+    fn a_stray_where_a_free_index_guard_belongs_is_skipped_and_named() {
+        type Plant = fn(&Path);
+        let plants: [(&str, Plant); 4] = [
+            ("directory", |p| std::fs::create_dir(p).expect("mkdir")),
+            ("FIFO", |p| {
+                let status = Command::new("mkfifo").arg(p).status().expect("mkfifo");
+                assert!(status.success());
+            }),
+            ("symbolic link", |p| {
+                std::os::unix::fs::symlink("/etc/passwd", p).expect("symlink")
+            }),
+            ("non-empty file", |p| {
+                std::fs::write(p, b"x").expect("write")
+            }),
+        ];
+        for (what, plant) in plants {
+            let site = Site::new(Some(r#"{"max_agents": 1}"#));
+            let guard = site.slots().join(".agent-0.lock.flock");
+            plant(&guard);
+            let out = site.output(&["run", "--no-wait", "--", "true"]);
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "a {what} at a free index's guard is skipped: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let mut holder = site.spawn(&["run"], HOLD, "0");
+            wait_until("the holder", || site.file("up.0").exists());
+            assert!(
+                site.slots().join("agent-1.lock").exists(),
+                "{what}: the next index"
+            );
+            assert_eq!(
+                site.code(&["run", "--no-wait", "--", "true"]),
+                75,
+                "{what}: the stray is not counted, the holder is: at cap 1"
+            );
+            let doc = json(&site, &["slots", "--json"]);
+            assert_eq!(doc["agents_held"], 1, "{what}: {doc}");
+            let p = problem(&doc, ".agent-0.lock.flock");
+            assert!(p["fix"].as_str().is_some_and(|f| f.contains("rm ")), "{p}");
+            let why = json(&site, &["why", "--json"]);
+            problem(&why, ".agent-0.lock.flock");
+            std::fs::write(site.file("release.0"), b"").expect("release");
+            wait_exit(&mut holder, "the holder");
+        }
+    }
+
+    #[test]
+    fn a_garbage_claim_on_slots_lock_is_cleared_by_the_next_take() {
+        let site = Site::new(None);
+        let claim = site.slots().join("slots.lock.0123456789abcdef.claim");
+        std::fs::write(&claim, b"garbage\n").expect("plant");
+        let doc = json(&site, &["slots", "--json"]);
+        assert!(
+            problem(&doc, "slots.lock.0123456789abcdef.claim")["what"]
+                .as_str()
+                .is_some_and(|w| w.contains("garbage")),
+            "{doc}"
+        );
+        let out = site.output(&["run", "--no-wait", "--", "true"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "not 75 for a slots.lock that looks stuck: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!claim.exists(), "the garbage claim is cleared");
+    }
+
+    #[test]
+    fn temp_files_of_killed_writers_are_removed_once_a_minute_old_unless_held() {
+        let site = Site::new(None);
+        let dir = site.slots();
+        let old_temp = dir.join(".agent-0.lock.tmp-0123456789abcdef");
+        let fresh_temp = dir.join(".slots.lock.tmp-0123456789abcdee");
+        let held_temp = dir.join(".STOP.tmp-0123456789abcded");
+        let old_alias = dir.join(".agent-0.lock.flock.tmp-0123456789abcdec");
+        for path in [&old_temp, &fresh_temp, &held_temp, &old_alias] {
+            std::fs::write(path, b"").expect("plant");
+        }
+        for path in [&old_temp, &held_temp, &old_alias] {
+            let status = Command::new("touch")
+                .args(["-d", "2 minutes ago"])
+                .arg(path)
+                .status()
+                .expect("touch");
+            assert!(status.success());
+        }
+        // A writer stopped mid-write still holds its temp file's lock.
+        let mut writer = Running::new(
+            Command::new("flock")
+                .arg(&held_temp)
+                .args(["sh", "-c", r#"touch "$T/locked"; exec sleep 60"#])
+                .env("T", site.temp.path())
+                .spawn()
+                .expect("flock"),
+        );
+        wait_until("the writer's lock", || site.file("locked").exists());
+        let doc = json(&site, &["slots", "--json"]);
+        problem(&doc, ".agent-0.lock.tmp-0123456789abcdef");
+        assert_eq!(site.code(&["run", "--", "true"]), 0);
+        assert!(!old_temp.exists(), "an old temp nobody holds is removed");
+        assert!(!old_alias.exists(), "an old guard temp alias is removed");
+        assert!(fresh_temp.exists(), "a young temp may be a writer at work");
+        assert!(held_temp.exists(), "a held temp belongs to a live writer");
+        let _ = writer.kill();
+        let _ = writer.wait();
+    }
+
+    #[test]
+    fn a_broken_guard_of_slots_lock_fails_takes_with_its_fix_and_why_says_so() {
+        let site = Site::new(None);
+        std::fs::create_dir(site.slots().join(".slots.lock.flock")).expect("mkdir");
+        let out = site.output(&["run", "--no-wait", "--", "true"]);
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "nobody can count slots");
+        assert!(text.contains(".slots.lock.flock"), "names the file: {text}");
+        let why = json(&site, &["why", "--json"]);
+        assert_eq!(why["resource_admission"]["blocks"], true, "{why}");
+        assert!(
+            why["resource_admission"]["why"]
+                .as_str()
+                .is_some_and(|w| w.contains("rm -r")),
+            "{why}"
+        );
+        assert_eq!(
+            site.code(&["run", "--kind", "full-run", "--no-wait", "--", "true"]),
+            0,
+            "the full run does not count under slots.lock"
+        );
+        std::fs::remove_dir(site.slots().join(".slots.lock.flock")).expect("the fix");
+        assert_eq!(site.code(&["run", "--no-wait", "--", "true"]), 0, "fixed");
     }
 }

@@ -471,6 +471,27 @@ fn publish(
     before_link: &mut dyn FnMut(),
 ) -> Result<(), Error> {
     check_filesystem(dir, shown)?;
+    // A temp alias a minute old is removed by ordinary operation (the slot directory's temp
+    // sweep); a publisher stopped that long between creating and linking its alias finds it
+    // gone (ENOENT) and starts again with a new one.
+    for _ in 0..3 {
+        match publish_once(dir, shown, before_link) {
+            Err(Error::Io { source, .. })
+                if source.raw_os_error() == Some(Errno::NOENT.raw_os_error()) =>
+            {
+                continue;
+            }
+            other => return other,
+        }
+    }
+    publish_once(dir, shown, before_link)
+}
+
+fn publish_once(
+    dir: BorrowedFd<'_>,
+    shown: Shown<'_>,
+    before_link: &mut dyn FnMut(),
+) -> Result<(), Error> {
     let name = shown.name;
     let resource = &name[1..name.len() - crate::name::GUARD_SUFFIX.len()];
     let temp = loop {

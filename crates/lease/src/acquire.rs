@@ -303,15 +303,18 @@ pub fn acquire(
     options.at(Step::GuardTaken)?;
     // One listing under the guard serves the record's presence, the claim scan and the epoch.
     let listed = path.dir().list_prefixed(name)?;
-    if let Some(refusal) = clear_claims(&path, &listed, options)? {
-        return Ok(Acquired::Refused(refusal));
-    }
     // Nobody following the protocol can create the record while we hold the guard, so a
     // record absent from the listing is absent.
     let raw = match listed.iter().any(|p| p.name() == name) {
-        true => path.read()?,
+        true => match read_hostile(&path)? {
+            Ok(raw) => raw,
+            Err(why) => return Ok(Acquired::Refused(refusal(name, None, why))),
+        },
         false => None,
     };
+    if let Some(refusal) = clear_claims(&path, &listed, raw.as_deref(), options)? {
+        return Ok(Acquired::Refused(refusal));
+    }
     options.at(Step::RecordInspected)?;
     let Some(raw) = raw else {
         return publish_ours(path, guard, &listed, request, options);
@@ -344,6 +347,33 @@ fn read_record(path: &SlotPath) -> Result<Option<Record>, Error> {
     Ok(path.read()?.and_then(|raw| Record::parse(&raw).ok()))
 }
 
+fn refusal(resource: &str, holder: Option<Record>, why: LiveWhy) -> Refusal {
+    Refusal {
+        resource: resource.to_owned(),
+        holder,
+        why,
+    }
+}
+
+/// Reads a file that anyone in the directory's group may have put there: a symbolic link, a
+/// FIFO, a directory or a file over 64 KiB where a record or claim belongs is not an error of
+/// ours but a hostile or broken file, returned as `Ok(Err(why))`; only a failing system call
+/// is an error.
+fn read_hostile(path: &SlotPath) -> Result<Result<Option<Vec<u8>>, LiveWhy>, Error> {
+    use worklane_slotfile::read::Error as ReadError;
+    match path.read() {
+        Ok(raw) => Ok(Ok(raw)),
+        Err(
+            e @ (ReadError::Symlink { .. }
+            | ReadError::NotRegular { .. }
+            | ReadError::TooLarge { .. }),
+        ) => Ok(Err(LiveWhy::Malformed {
+            detail: e.to_string(),
+        })),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// The claim file name for a stale record: `<lock>.<first 16 hex of SHA-256(record)>.claim`.
 #[must_use]
 pub fn claim_name(lock: &str, stale_record: &[u8]) -> String {
@@ -359,46 +389,48 @@ fn is_claim_of(lock: &str, name: &str) -> bool {
         .is_some_and(|hex| hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
-/// Clears every takeover claim on `path` whose taker is judged dead; a claim whose taker may
-/// still run refuses us. Called with the guard held, so every claim found belongs to a taker
-/// that no longer holds it.
+/// Clears every takeover claim on `path` that cannot stand for a taker still at work, and
+/// refuses us if one may. Called with the guard held, so every claim found belongs to a taker
+/// that no longer holds it. A claim is cleared when:
+/// - it is not a record at all (claims are published whole, so garbage is never a taker's);
+/// - its name is not the hash of the record now at `path` (`record`, absent: `None`): it was
+///   made for a record that is gone, so no taker of the current record made it;
+/// - it declares that its taker held the guard (every worklane taker does), or the liveness
+///   judges its taker dead.
+///
+/// A claim that is not a regular file (a directory, FIFO, symbolic link) cannot be removed
+/// by unlink or read: it is skipped; `worklane slots` reports it.
 fn clear_claims(
     path: &SlotPath,
     listed: &[SlotPath],
+    record: Option<&[u8]>,
     options: &Options,
 ) -> Result<Option<Refusal>, Error> {
+    let current = record.map(|raw| claim_name(path.name(), raw));
     for claim in listed.iter().filter(|p| is_claim_of(path.name(), p.name())) {
-        let Some(raw) = claim.read()? else { continue };
+        let raw = match read_hostile(claim)? {
+            Ok(Some(raw)) => raw,
+            Ok(None) | Err(_) => continue,
+        };
         let judged = match Record::parse(&raw) {
-            Ok(record) => (
+            Ok(_) if current.as_deref() != Some(claim.name()) => None,
+            Ok(record) => Some((
                 options
                     .liveness
                     .judge_claim(&record, options.clock.now_ms()),
                 record.pid(),
-            ),
-            Err(e) => (
-                Judgement::Live(LiveWhy::Malformed {
-                    detail: format!("claim {}: {e}", claim.name()),
-                }),
-                None,
-            ),
+            )),
+            Err(_) => None,
         };
         match judged {
-            (Judgement::Dead(_), _) => {
+            None | Some((Judgement::Dead(_), _)) => {
                 // Changed means it was replaced under us by a writer outside the protocol.
                 let _ = claim.remove_if_unchanged(&raw)?;
             }
-            (Judgement::Live(LiveWhy::Malformed { detail }), _) => {
+            Some((Judgement::Live(_), claimant)) => {
                 return Ok(Some(Refusal {
                     resource: path.name().to_owned(),
-                    holder: None,
-                    why: LiveWhy::Malformed { detail },
-                }));
-            }
-            (Judgement::Live(_), claimant) => {
-                return Ok(Some(Refusal {
-                    resource: path.name().to_owned(),
-                    holder: read_record(path).ok().flatten(),
+                    holder: record.and_then(|raw| Record::parse(raw).ok()),
                     why: LiveWhy::TakeoverInProgress {
                         claim: claim.name().to_owned(),
                         claimant,
@@ -445,6 +477,9 @@ fn take_over(
         holder: me()?,
         acquired_at: Some(rfc3339_ms(now)),
         last_pulse: Some(now),
+        // Every taker holds the guard from its claim to its end: a claim found by someone
+        // else under the guard is a crashed taker's.
+        holds_guard: Some(true),
         ..Record::default()
     };
     claim_record.owner = Some(request.owner.clone());

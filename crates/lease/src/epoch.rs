@@ -58,7 +58,17 @@ pub(crate) fn advance(lock: &SlotPath, listed: &[SlotPath]) -> Result<u64, Error
             }),
         };
     };
-    let next = current.saturating_add(1);
+    // Epochs strictly increase or acquisition fails: an epoch that cannot grow would give
+    // every later holder the same fencing token.
+    let Some(next) = current.checked_add(1) else {
+        return Err(Error::Epoch {
+            path: file.dir().path().join(file.name()).display().to_string(),
+            found: format!(
+                "the epoch is already {current}, the largest there is, so no later holder could \
+                 be told apart"
+            ),
+        });
+    };
     file.rename(&format!("{name}.epoch.{next}"))?;
     // Older names can only be left by hand or by a writer outside the protocol: tidy them.
     for (_, stale) in listed

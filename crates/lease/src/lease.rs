@@ -30,6 +30,16 @@ pub mod held {
             /// The resource.
             resource: String,
         },
+        /// [`Lease::annotate`] was asked to set a field the core writes itself.
+        #[error(
+            "lease {resource}: `{field}` is written by worklane itself and cannot be annotated"
+        )]
+        ReservedField {
+            /// The resource.
+            resource: String,
+            /// The field.
+            field: String,
+        },
         /// The lease was already released.
         #[error("lease {resource} was already released")]
         Released {
@@ -188,6 +198,30 @@ impl Lease {
     /// replaces it with a new pulse. A record that is no longer ours is
     /// [`held::Error::LeaseLost`], and the lease stays lost.
     pub fn pulse(&mut self) -> Result<(), Error> {
+        self.rewrite(true, |_| {})
+    }
+
+    /// Adds (or replaces) further fields of the held record, such as the process a supervisor
+    /// started under it, the same way as a pulse: under the guard, only while the record still
+    /// holds exactly our bytes, replaced whole. The fields the core writes itself
+    /// ([`RESERVED_FIELDS`](crate::RESERVED_FIELDS)) are refused; `lastPulse` is not refreshed.
+    pub fn annotate(
+        &mut self,
+        fields: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<(), Error> {
+        if let Some(field) = fields
+            .keys()
+            .find(|k| crate::record::RESERVED_FIELDS.contains(&k.as_str()))
+        {
+            return Err(Error::ReservedField {
+                resource: self.path.name().to_owned(),
+                field: field.clone(),
+            });
+        }
+        self.rewrite(false, move |record| record.extra.extend(fields))
+    }
+
+    fn rewrite(&mut self, pulse: bool, change: impl FnOnce(&mut Record)) -> Result<(), Error> {
         self.check_state()?;
         self.under_guard(|lease| {
             let current = lease.path.read().map_err(|e| lease.io(e))?;
@@ -202,7 +236,8 @@ impl Lease {
             }
             let now = lease.options.clock.now_ms();
             let mut record = lease.record.clone();
-            if lease.options.liveness.ttl_ms().is_some() {
+            change(&mut record);
+            if pulse && lease.options.liveness.ttl_ms().is_some() {
                 record.last_pulse = Some(now);
             }
             let bytes = record.to_bytes();
@@ -212,7 +247,9 @@ impl Lease {
                 .map_err(|e| lease.io(e))?;
             lease.record = record;
             lease.bytes = bytes;
-            lease.last_good_pulse = now;
+            if pulse {
+                lease.last_good_pulse = now;
+            }
             Ok(())
         })
     }

@@ -106,6 +106,10 @@ impl std::fmt::Display for LiveWhy {
 pub enum DeadWhy {
     /// The recorded process is provably gone.
     Gone(GoneReason),
+    /// The record (or claim) declares that its holder keeps the resource's guard for its whole
+    /// life, and the guard is free: every copy of the holder's descriptor is closed, so the
+    /// holder is gone, whatever host, boot or namespace it names.
+    GuardReleased,
     /// A TTL lease went without a pulse for longer than its TTL.
     Stale {
         /// Milliseconds since the last pulse.
@@ -121,6 +125,9 @@ impl std::fmt::Display for DeadWhy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Gone(why) => write!(f, "{why}"),
+            Self::GuardReleased => f.write_str(
+                "its holder kept the kernel guard for life and the guard is free: the holder is gone",
+            ),
             Self::Stale { age_ms, ttl_ms } => {
                 write!(
                     f,
@@ -154,8 +161,12 @@ pub trait Liveness: Send + Sync {
 
     /// Judges the taker named by a takeover claim found while the guard is held. The taker no
     /// longer holds the guard, so it crashed or stopped mid-takeover: by default its claim is
-    /// cleared only when its process is provably gone.
+    /// cleared at once when it declares that its taker held the guard (every worklane claim
+    /// does), otherwise only when its process is provably gone.
     fn judge_claim(&self, claim: &Record, _now_ms: u64) -> Judgement {
+        if claim.declares_guard_held() {
+            return Judgement::Dead(DeadWhy::GuardReleased);
+        }
         judge_process(claim)
     }
 
@@ -175,9 +186,12 @@ fn judge_process(record: &Record) -> Judgement {
     }
 }
 
-/// Process liveness: the holder keeps the guard for the lease's life; a record found with the
-/// guard free is taken over at once when its process is provably gone (exited, zombie, pid
-/// reused, rebooted), and never by age.
+/// Process liveness: the holder keeps the guard for the lease's life, and its record says so
+/// (`holdsGuard: true`). A declaring record found with the guard free is dead at once, whatever
+/// host, boot or namespace it names: the kernel released the lock, so no copy of the holder's
+/// descriptor is open. A record without the declaration (legacy, the seed's protocol, another
+/// writer) is taken over only when its process is provably gone (exited, zombie, pid reused,
+/// rebooted), and never by age.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ProcessLiveness;
 
@@ -186,9 +200,14 @@ impl Liveness for ProcessLiveness {
         GuardHold::ForLife
     }
 
-    fn stamp(&self, _record: &mut Record, _now_ms: u64) {}
+    fn stamp(&self, record: &mut Record, _now_ms: u64) {
+        record.holds_guard = Some(true);
+    }
 
     fn judge(&self, record: &Record, _now_ms: u64) -> Judgement {
+        if record.declares_guard_held() {
+            return Judgement::Dead(DeadWhy::GuardReleased);
+        }
         judge_process(record)
     }
 }
@@ -235,7 +254,11 @@ impl Liveness for TtlLiveness {
     }
 
     fn judge_claim(&self, claim: &Record, now_ms: u64) -> Judgement {
-        // A claimant proved gone is cleared at once; otherwise its claim ages out like a lease.
+        // A claimant that held the guard, or is proved gone, is cleared at once; otherwise its
+        // claim ages out like a lease.
+        if claim.declares_guard_held() {
+            return Judgement::Dead(DeadWhy::GuardReleased);
+        }
         match judge_process(claim) {
             dead @ Judgement::Dead(_) => dead,
             Judgement::Live(_) => judge_ttl(claim.last_pulse, Some(self.ttl_ms), now_ms),

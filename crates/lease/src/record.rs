@@ -15,6 +15,7 @@ pub const RESERVED_FIELDS: &[&str] = &[
     "lastPulse",
     "ttlMs",
     "startedAt",
+    "holdsGuard",
 ];
 
 /// A lock (or lease, or claim) record as read from or written to its file.
@@ -48,6 +49,17 @@ pub struct Record {
     /// TTL leases: when the holder started, RFC 3339 UTC (kept for diagnostics).
     #[serde(rename = "startedAt", default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<String>,
+    /// Process liveness: `true` declares that the holder keeps the resource's guard locked for
+    /// as long as this record exists, so a reader that holds the guard knows the holder is
+    /// gone, whatever host, boot or namespace the record names. Any other value, or none, is
+    /// no declaration.
+    #[serde(
+        rename = "holdsGuard",
+        default,
+        deserialize_with = "declaration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub holds_guard: Option<bool>,
     /// Every other field: `role`, `profile`, `agentIdentity`, `limit_ms`, and unknown ones.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -74,11 +86,24 @@ impl Record {
         self.holder.pid.present().copied()
     }
 
+    /// Whether the record declares that its holder keeps the guard for the record's life.
+    #[must_use]
+    pub fn declares_guard_held(&self) -> bool {
+        self.holds_guard == Some(true)
+    }
+
     /// A string field of [`Record::extra`] (`role`, `profile`, `agentIdentity`).
     #[must_use]
     pub fn extra_str(&self, name: &str) -> Option<&str> {
         self.extra.get(name).and_then(Value::as_str)
     }
+}
+
+/// `holdsGuard`: only JSON `true` is the declaration; any other value (a string, a number,
+/// `null`) is kept as "not declared" rather than making the whole record malformed, since a
+/// malformed record is busy and this field only ever frees a record.
+fn declaration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    Ok(Some(Value::deserialize(d)? == Value::Bool(true)))
 }
 
 #[cfg(test)]

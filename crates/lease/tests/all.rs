@@ -425,6 +425,256 @@ mod busy_records {
     }
 }
 
+mod guard_held_records {
+    //! A record that declares `holdsGuard: true` is dead as soon as its guard is free, whatever
+    //! host, boot or namespace it names: a holder killed inside a container frees its slot at
+    //! once. Records without the declaration keep the identity rule.
+    use super::*;
+    use worklane_identity::Field;
+
+    /// `unshare` with `--kill-child`: killing it SIGKILLs the holder inside the namespaces.
+    fn contained(namespaces: &[&str]) -> Command {
+        let mut cmd = Command::new("unshare");
+        cmd.args(namespaces)
+            .args(["--fork", "--kill-child", "--mount-proc"])
+            .arg(env!("CARGO_BIN_EXE_lease-holder"));
+        cmd
+    }
+
+    fn killed_inside(namespaces: &[&str]) {
+        let site = Site::new();
+        let mut holder = Holder::spawn_with(contained(namespaces), &site, "contained", &[]);
+        let first = holder.expect_held();
+        let record = site.record().expect("the contained holder's record");
+        assert_eq!(
+            record.holds_guard,
+            Some(true),
+            "a process-liveness record declares that its holder keeps the guard"
+        );
+        let refusal = site.refused("host", &Options::process());
+        assert_eq!(refusal.why, LiveWhy::GuardHeld, "alive: its guard is held");
+        holder.kill();
+        let lease = site.held("host", &Options::process());
+        assert!(lease.epoch() > first, "taken over with a larger epoch");
+        assert_eq!(
+            site.record().expect("ours").owner.as_deref(),
+            Some("host"),
+            "the record of a holder killed in {namespaces:?} is taken over at once"
+        );
+        drop(lease);
+    }
+
+    #[test]
+    fn a_holder_killed_in_another_pid_namespace_frees_the_lock_at_once() {
+        killed_inside(&["--pid"]);
+    }
+
+    #[test]
+    fn a_holder_killed_in_another_time_namespace_frees_the_lock_at_once() {
+        killed_inside(&["--pid", "--time"]);
+    }
+
+    fn declaring(mut record: Record, change: impl FnOnce(&mut worklane_identity::Place)) -> Record {
+        if let Field::Present(place) = &mut record.holder.place {
+            change(place);
+        }
+        record.holds_guard = Some(true);
+        record
+    }
+
+    #[test]
+    fn a_declaring_record_from_anywhere_is_dead_once_its_guard_is_free() {
+        let alive = Recorded::new(
+            ProcessIdentity::of_self().expect("me"),
+            Place::current().expect("place").clone(),
+        );
+        let running = Record {
+            holder: alive,
+            ..dead_record("running")
+        };
+        let cases: Vec<(&str, Record)> = vec![
+            (
+                "foreign host",
+                declaring(dead_record("a"), |p| p.host = "elsewhere".into()),
+            ),
+            (
+                "other pid namespace",
+                declaring(dead_record("b"), |p| {
+                    p.pidns = Some(p.pidns.unwrap_or(0) + 1)
+                }),
+            ),
+            (
+                "other boot",
+                declaring(dead_record("c"), |p| p.boot = "another-boot".into()),
+            ),
+            // Even a record naming this very (running) process: the guard is what it declared.
+            ("a running pid", declaring(running, |_| {})),
+        ];
+        for (what, record) in cases {
+            let site = Site::new();
+            site.write_record(&record);
+            let lease = site.held("taker", &Options::process());
+            assert_eq!(
+                site.record().expect("ours").owner.as_deref(),
+                Some("taker"),
+                "{what}: a declaring record behind a free guard is taken over"
+            );
+            drop(lease);
+        }
+    }
+
+    #[test]
+    fn only_json_true_declares() {
+        for value in [r#""yes""#, "1", "null", "false"] {
+            let site = Site::new();
+            let mut record = dead_record("contained");
+            if let Field::Present(place) = &mut record.holder.place {
+                place.pidns = Some(place.pidns.unwrap_or(0) + 1);
+            }
+            let mut text = String::from_utf8(record.to_bytes()).expect("utf-8");
+            text.insert_str(1, &format!(r#""holdsGuard":{value},"#));
+            site.write_raw(text.as_bytes());
+            let refusal = site.refused("taker", &Options::process());
+            assert!(
+                matches!(refusal.why, LiveWhy::Unknown(_)),
+                "holdsGuard {value} is no declaration: the identity rule keeps it busy: {:?}",
+                refusal.why
+            );
+        }
+    }
+
+    #[test]
+    fn a_ttl_lease_ignores_the_declaration() {
+        let site = Site::new();
+        let clock = ManualClock::at(1_000_000);
+        let mut record = dead_record("ttl");
+        record.holds_guard = Some(true);
+        record.last_pulse = Some(1_000_000);
+        record.ttl_ms = Some(5_000);
+        site.write_record(&record);
+        let refusal = site.refused("taker", &ttl_options(5_000, &clock));
+        assert!(
+            matches!(refusal.why, LiveWhy::Fresh { .. }),
+            "a TTL lease is judged by its pulse only: {:?}",
+            refusal.why
+        );
+        assert_eq!(
+            site.record().expect("kept").owner.as_deref(),
+            Some("ttl"),
+            "kept"
+        );
+    }
+}
+
+mod claims {
+    //! A claim found under the guard belongs to a taker that no longer holds it. Garbage, a
+    //! claim for a record that is gone, and a claim whose taker declared it held the guard
+    //! are cleared; nothing of the kind may block the lock forever.
+    use super::*;
+
+    fn claim_files(site: &Site) -> Vec<String> {
+        site.names()
+            .into_iter()
+            .filter(|n| n.ends_with(".claim"))
+            .collect()
+    }
+
+    #[test]
+    fn garbage_claims_never_block() {
+        let site = Site::new();
+        let garbage = site.path().join(format!("{LOCK}.0123456789abcdef.claim"));
+        std::fs::write(&garbage, "garbage\n").expect("plant garbage");
+        let lease = site.held("taker", &Options::process());
+        assert!(
+            claim_files(&site).is_empty(),
+            "garbage claim cleared: {:?}",
+            site.names()
+        );
+        drop(lease);
+        // Garbage named exactly after the record now there: still not a taker's.
+        let stale = dead_record("dead");
+        site.write_record(&stale);
+        std::fs::write(site.path().join(claim_name(LOCK, &stale.to_bytes())), "{").expect("plant");
+        let lease = site.held("taker", &Options::process());
+        assert!(claim_files(&site).is_empty(), "{:?}", site.names());
+        drop(lease);
+    }
+
+    #[test]
+    fn a_claim_for_another_record_is_cleared_even_if_its_taker_runs() {
+        let site = Site::new();
+        let me = Record {
+            holder: Recorded::new(
+                ProcessIdentity::of_self().expect("me"),
+                Place::current().expect("place").clone(),
+            ),
+            ..Record::default()
+        };
+        // No record at all, and a claim by a live process: it cannot be taking over anything.
+        let claim = site.path().join(claim_name(LOCK, b"a record that is gone"));
+        std::fs::write(&claim, me.to_bytes()).expect("plant");
+        let lease = site.held("taker", &Options::process());
+        assert!(!claim.exists(), "a claim for no record is cleared");
+        drop(lease);
+        // A record whose hash is not the claim's: likewise.
+        let stale = dead_record("dead");
+        site.write_record(&stale);
+        std::fs::write(&claim, me.to_bytes()).expect("plant");
+        let lease = site.held("taker", &Options::process());
+        assert!(!claim.exists(), "a claim for another record is cleared");
+        drop(lease);
+    }
+
+    #[test]
+    fn a_declaring_claim_is_cleared_even_if_its_taker_runs() {
+        let site = Site::new();
+        let stale = dead_record("dead");
+        site.write_record(&stale);
+        let me = Record {
+            holder: Recorded::new(
+                ProcessIdentity::of_self().expect("me"),
+                Place::current().expect("place").clone(),
+            ),
+            holds_guard: Some(true),
+            ..Record::default()
+        };
+        let claim = site.path().join(claim_name(LOCK, &stale.to_bytes()));
+        std::fs::write(&claim, me.to_bytes()).expect("plant");
+        let lease = site.held("taker", &Options::process());
+        assert!(
+            !claim.exists(),
+            "its taker held the guard and no longer does"
+        );
+        drop(lease);
+    }
+
+    #[test]
+    fn a_claim_that_is_not_a_file_is_skipped() {
+        let site = Site::new();
+        let stale = dead_record("dead");
+        site.write_record(&stale);
+        let odd = site.path().join(format!("{LOCK}.fedcba9876543210.claim"));
+        std::fs::create_dir(&odd).expect("a directory named like a claim");
+        let lease = site.held("taker", &Options::process());
+        assert!(odd.is_dir(), "left for the operator (slots reports it)");
+        drop(lease);
+        let again = site.held("again", &Options::process());
+        drop(again);
+    }
+
+    #[test]
+    fn an_oversized_or_odd_record_is_a_refusal_not_an_error() {
+        let site = Site::new();
+        std::fs::write(site.path().join(LOCK), vec![b' '; 70 * 1024]).expect("big");
+        let why = site.refused("taker", &Options::process()).why;
+        assert!(matches!(why, LiveWhy::Malformed { .. }), "{why:?}");
+        std::fs::remove_file(site.path().join(LOCK)).expect("rm");
+        std::fs::create_dir(site.path().join(LOCK)).expect("dir");
+        let why = site.refused("taker", &Options::process()).why;
+        assert!(matches!(why, LiveWhy::Malformed { .. }), "{why:?}");
+    }
+}
+
 mod takeover {
     use super::*;
 
@@ -767,6 +1017,55 @@ mod ttl {
     }
 
     #[test]
+    fn an_odd_role_lease_is_a_refusal_under_ttl_too() {
+        // A role lease judged by TTL: a directory, a symbolic link or an oversized file at the
+        // record's name is busy with its reason, like a record that does not parse, never an
+        // error (that was exit 71 for `worklane lease run`) and never stale.
+        let clock = ManualClock::at(1_000_000);
+        let options = ttl_options(TTL, &clock);
+        let site = Site::new();
+        let lock = site.path().join(LOCK);
+        let plants: [(&str, &dyn Fn()); 3] = [
+            ("a directory", &|| {
+                std::fs::create_dir(&lock).expect("mkdir")
+            }),
+            ("a symbolic link", &|| {
+                std::os::unix::fs::symlink("elsewhere", &lock).expect("symlink")
+            }),
+            ("over 64 KiB", &|| {
+                std::fs::write(&lock, vec![b' '; 70 * 1024]).expect("write")
+            }),
+        ];
+        for (what, plant) in plants {
+            plant();
+            let refusal = match site.acquire_settled("contender", &options) {
+                Acquired::Refused(r) => r,
+                Acquired::Held(lease) => panic!("{what}: taken, epoch {}", lease.epoch()),
+            };
+            assert!(
+                matches!(&refusal.why, LiveWhy::Malformed { detail } if detail.contains(LOCK)),
+                "{what}: busy naming the file: {:?}",
+                refusal.why
+            );
+            clock.advance(10 * TTL);
+            assert!(
+                matches!(
+                    site.acquire_settled("later", &options),
+                    Acquired::Refused(_)
+                ),
+                "{what}: it never goes stale"
+            );
+            match std::fs::symlink_metadata(&lock)
+                .expect("left alone")
+                .is_dir()
+            {
+                true => std::fs::remove_dir(&lock).expect("rmdir"),
+                false => std::fs::remove_file(&lock).expect("rm"),
+            }
+        }
+    }
+
+    #[test]
     fn a_pulse_keeps_it_fresh() {
         let site = Site::new();
         let clock = ManualClock::at(0);
@@ -1086,6 +1385,37 @@ mod epochs {
             lease.epoch(),
             "persisted"
         );
+    }
+}
+
+mod epoch_overflow {
+    use super::*;
+
+    #[test]
+    fn an_epoch_that_cannot_grow_fails_the_acquisition() {
+        let site = Site::new();
+        std::fs::write(site.path().join(format!("{LOCK}.epoch.{}", u64::MAX)), b"").expect("max");
+        let err = acquire(&site.dir, LOCK, &Request::new("me"), &Options::process())
+            .expect_err("no epoch beyond u64::MAX");
+        let text = err.to_string();
+        assert!(text.contains("largest"), "says why: {text}");
+        assert!(site.record().is_none(), "nothing published");
+        std::fs::write(
+            site.path().join(format!("{LOCK}.epoch.{}", u64::MAX - 1)),
+            b"",
+        )
+        .expect("one less");
+        std::fs::remove_file(site.path().join(format!("{LOCK}.epoch.{}", u64::MAX))).expect("rm");
+        let lease = site.held("me", &Options::process());
+        assert_eq!(
+            lease.epoch(),
+            u64::MAX,
+            "the last epoch there is is still handed out"
+        );
+        drop(lease);
+        let err = acquire(&site.dir, LOCK, &Request::new("me"), &Options::process())
+            .expect_err("and after it, none");
+        assert!(err.to_string().contains("largest"), "{err}");
     }
 }
 

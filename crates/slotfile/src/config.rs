@@ -9,6 +9,8 @@ pub const DEFAULT_MAX_AGENTS: u32 = 2;
 pub const DEFAULT_MAX_TEST_RUNS: u32 = 2;
 /// Valid range of `max_test_runs`.
 pub const TEST_RUNS_RANGE: std::ops::RangeInclusive<u32> = 1..=8;
+/// Valid range of `max_agents`: at least one, at most what a 32-bit count holds.
+pub const AGENTS_RANGE: std::ops::RangeInclusive<u32> = 1..=u32::MAX;
 
 /// The machine's caps. Unknown fields in the file are ignored (and kept by writers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +54,18 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
+    /// A key appears twice in one object: JSON parsers disagree on which one counts, so
+    /// neither does.
+    #[error(
+        "config {path}: key `{key}` appears more than once; keep one (JSON readers disagree on \
+         which of two counts)"
+    )]
+    DuplicateKey {
+        /// The config file.
+        path: PathBuf,
+        /// The repeated key, with the keys of the objects around it (`outer.inner`).
+        key: String,
+    },
     /// The file is JSON but not an object.
     #[error("config {path} must be a JSON object like {{\"max_agents\": 2, \"max_test_runs\": 2}}")]
     NotAnObject {
@@ -79,6 +93,12 @@ impl Config {
             path: path.to_owned(),
             source,
         })?;
+        if let Some(key) = duplicate_key(bytes) {
+            return Err(Error::DuplicateKey {
+                path: path.to_owned(),
+                key,
+            });
+        }
         let Value::Object(map) = value else {
             return Err(Error::NotAnObject {
                 path: path.to_owned(),
@@ -102,9 +122,9 @@ impl Config {
             max_agents: field(
                 "max_agents",
                 DEFAULT_MAX_AGENTS,
-                1,
-                u32::MAX,
-                "a whole number of at least 1",
+                *AGENTS_RANGE.start(),
+                *AGENTS_RANGE.end(),
+                "a whole number from 1 to 4294967295",
             )?,
             max_test_runs: field(
                 "max_test_runs",
@@ -134,6 +154,92 @@ impl Config {
                 source,
             }),
         }
+    }
+}
+
+/// The first key repeated within one object of the JSON text `bytes` (with the keys of the
+/// objects around it, `outer.inner`), or `None`. `serde_json` keeps the last of two equal keys
+/// without a word; a config whose meaning depends on the reader's choice is refused instead.
+/// Only called on text that parsed, so a syntax error here cannot happen and reads as `None`.
+fn duplicate_key(bytes: &[u8]) -> Option<String> {
+    use serde::de::DeserializeSeed;
+    let mut found = None;
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let seed = Unique {
+        path: String::new(),
+        found: &mut found,
+    };
+    seed.deserialize(&mut de).ok()?;
+    found
+}
+
+/// A JSON value read only to find repeated keys: the first one found goes to `found`.
+struct Unique<'a> {
+    path: String,
+    found: &'a mut Option<String>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Unique<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Unique<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq
+            .next_element_seed(Unique {
+                path: self.path.clone(),
+                found: &mut *self.found,
+            })?
+            .is_some()
+        {}
+        Ok(())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let path = match self.path.is_empty() {
+                true => key.clone(),
+                false => format!("{}.{key}", self.path),
+            };
+            if !seen.insert(key) && self.found.is_none() {
+                *self.found = Some(path.clone());
+            }
+            map.next_value_seed(Unique {
+                path,
+                found: &mut *self.found,
+            })?;
+        }
+        Ok(())
     }
 }
 
@@ -182,6 +288,61 @@ mod tests {
             );
             assert!(msg.contains(field), "names the field: {msg}");
         }
+    }
+
+    #[test]
+    fn a_repeated_key_is_refused_by_name() {
+        for (text, key) in [
+            (r#"{"max_agents": 1, "max_agents": 8}"#, "max_agents"),
+            (
+                r#"{"max_test_runs": 2, "note": 1, "max_test_runs": 2}"#,
+                "max_test_runs",
+            ),
+            (r#"{"note": 1, "note": 2}"#, "note"),
+            (r#"{"a": {"b": 1, "b": 2}}"#, "a.b"),
+            (r#"{"a": [{"b": 1}, {"c": 1, "c": 1}]}"#, "a.c"),
+            (r#"{"max_\u0061gents": 1, "max_agents": 8}"#, "max_agents"),
+        ] {
+            let err = parse(text).expect_err(text);
+            assert!(
+                matches!(&err, Error::DuplicateKey { key: k, .. } if k == key),
+                "{text}: wrong error {err:?}"
+            );
+            let msg = err.to_string();
+            assert!(msg.contains(&format!("`{key}`")), "names the key: {msg}");
+            assert!(msg.contains("slots.json"), "names the file: {msg}");
+        }
+        for text in [
+            r#"{"a": {"b": 1}, "c": {"b": 2}}"#,
+            r#"{"a": [{"b": 1}, {"b": 2}]}"#,
+        ] {
+            assert_eq!(
+                parse(text).expect(text),
+                Config::default(),
+                "equal keys in different objects are no repeat"
+            );
+        }
+    }
+
+    #[test]
+    fn an_out_of_range_cap_says_the_range() {
+        for text in [
+            r#"{"max_agents": 1000000000000}"#,
+            r#"{"max_agents": 4294967296}"#,
+            r#"{"max_agents": 0}"#,
+        ] {
+            let msg = parse(text).expect_err(text).to_string();
+            assert!(
+                msg.contains("from 1 to 4294967295"),
+                "{text}: says the allowed range: {msg}"
+            );
+        }
+        assert_eq!(
+            parse(r#"{"max_agents": 4294967295}"#)
+                .expect("the largest cap")
+                .max_agents,
+            u32::MAX
+        );
     }
 
     #[test]

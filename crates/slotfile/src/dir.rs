@@ -378,6 +378,22 @@ impl SlotDir {
     /// [`SlotDir::list`], restricted to names starting with `prefix` (filtered before any
     /// other work, for callers that look for one resource's claims or epoch).
     pub fn list_prefixed(&self, prefix: &str) -> Result<Vec<SlotPath>, open::Error> {
+        let mut names = Vec::new();
+        self.each_name(|name| {
+            if name.starts_with(prefix) && worklane_guard::check_resource_name(name).is_ok() {
+                names.push(name.to_owned());
+            }
+        })?;
+        names.sort();
+        Ok(names
+            .into_iter()
+            .map(|n| SlotPath::new(self.clone(), &n))
+            .collect())
+    }
+
+    /// Calls `each` with every UTF-8 name in the directory (`.` and `..` excepted), through one
+    /// directory stream kept open and rewound.
+    pub(crate) fn each_name(&self, mut each: impl FnMut(&str)) -> Result<(), open::Error> {
         let io = |e: Errno| open::Error::Io {
             op: "list",
             path: self.path().to_owned(),
@@ -395,21 +411,16 @@ impl SlotDir {
             }
             None => stream.insert(rustix::fs::Dir::read_from(self.as_fd()).map_err(io)?),
         };
-        let mut names = Vec::new();
         while let Some(entry) = dir.read() {
             let entry = entry.map_err(io)?;
             let Ok(name) = entry.file_name().to_str() else {
                 continue;
             };
-            if name.starts_with(prefix) && worklane_guard::check_resource_name(name).is_ok() {
-                names.push(name.to_owned());
+            if name != "." && name != ".." {
+                each(name);
             }
         }
-        names.sort();
-        Ok(names
-            .into_iter()
-            .map(|n| SlotPath::new(self.clone(), &n))
-            .collect())
+        Ok(())
     }
 }
 

@@ -25,8 +25,9 @@
 //!   fsynced: after a power loss a just-written file may be empty, and its reader reports it
 //!   as malformed rather than guessing.
 //! - A crash between creating a temp file and renaming or linking it leaves a hidden
-//!   `.{name}.tmp-{random}` file. It blocks nothing (temp names are random, never pid-based);
-//!   remove leftovers in a quiescent window.
+//!   `.{name}.tmp-{random}` file. It blocks nothing (temp names are random, never pid-based),
+//!   and [`SlotDir::sweep_temps`] removes it once it is a minute old: a writer holds its temp
+//!   file's `flock` until the rename or link, so a temp whose lock is free is a dead writer's.
 //! - Remove-if-unchanged compares then unlinks; it is atomic only among processes that hold the
 //!   file's guard around it.
 //! - Giving a file the directory's group is best effort: a writer outside that group keeps its
@@ -59,9 +60,12 @@ mod dir;
 mod env;
 mod path;
 pub mod read;
+mod sweep;
 mod walk;
 
-pub use config::{Config, DEFAULT_MAX_AGENTS, DEFAULT_MAX_TEST_RUNS, TEST_RUNS_RANGE};
+pub use config::{
+    AGENTS_RANGE, Config, DEFAULT_MAX_AGENTS, DEFAULT_MAX_TEST_RUNS, TEST_RUNS_RANGE,
+};
 pub use dir::{DIR_MODE, Resolved, SlotDir, name, open, resolved};
 pub use env::{
     DEFAULT_SLOTS_DIR, Environment, Layout, Locations, SLOTS_CONFIG_VAR, SLOTS_DIR_VAR,
@@ -69,4 +73,5 @@ pub use env::{
 };
 pub use path::{Publish, RECORD_MODE, Removal, SHARED_MODE, SlotPath, Step, remove, write};
 pub use read::MAX_READ;
+pub use sweep::{Hidden, Swept, TEMP_MIN_AGE_MS, is_temp_name};
 pub use walk::MAX_LINKS;

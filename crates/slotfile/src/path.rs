@@ -205,6 +205,17 @@ impl SlotPath {
         )
     }
 
+    /// [`SlotPath::read`] that also returns the uid owning the file, taken from the very file
+    /// read (one open, `fstat` and `read`), so the owner and the bytes belong together: for a
+    /// reader that acts on what a file says only if its writer may ask for it.
+    pub fn read_with_owner(&self) -> Result<Option<(Vec<u8>, u32)>, read::Error> {
+        read::read_owned_at(
+            Some(self.dir.as_fd()),
+            std::path::Path::new(&*self.name),
+            &self.shown(),
+        )
+    }
+
     /// When the file's contents last changed (its mtime, milliseconds since the Unix epoch):
     /// `Ok(None)` if there is none. Like [`SlotPath::read`], refuses a symlink (never followed)
     /// or a non-regular file. A file replaced whole gets a new mtime on every replace.
@@ -261,7 +272,8 @@ impl SlotPath {
         mode: u32,
         at: &mut dyn FnMut(Step),
     ) -> Result<(), write::Error> {
-        let temp = self.write_temp(bytes, mode)?;
+        // `_held` keeps the temp file's lock until the rename is done (see `write_temp`).
+        let (temp, _held) = self.write_temp(bytes, mode)?;
         at(Step::TempWritten);
         let dir = self.dir.as_fd();
         let renamed = rustix::fs::renameat(dir, temp.as_str(), dir, &*self.name);
@@ -287,7 +299,7 @@ impl SlotPath {
         mode: u32,
         at: &mut dyn FnMut(Step),
     ) -> Result<Publish, write::Error> {
-        let temp = self.write_temp(bytes, mode)?;
+        let (temp, _held) = self.write_temp(bytes, mode)?;
         at(Step::TempWritten);
         let dir = self.dir.as_fd();
         let linked = rustix::fs::linkat(dir, temp.as_str(), dir, &*self.name, AtFlags::empty());
@@ -299,10 +311,12 @@ impl SlotPath {
         }
     }
 
-    /// Creates `.{name}.tmp-{random}` exclusively, gives it the directory's group and sets its
-    /// mode through the descriptor, writes `bytes`, and returns its name. On failure the temp
-    /// file is removed.
-    fn write_temp(&self, bytes: &[u8], mode_bits: u32) -> Result<String, write::Error> {
+    /// Creates `.{name}.tmp-{random}` exclusively, locks it (`flock(LOCK_EX)`: a temp file
+    /// whose lock is free belongs to a dead writer, see [`SlotDir::sweep_temps`]), gives it the
+    /// directory's group and sets its mode through the descriptor, writes `bytes`, and returns
+    /// its name and the descriptor, which the caller keeps open (holding the lock) until the
+    /// temp is renamed or linked. On failure the temp file is removed.
+    fn write_temp(&self, bytes: &[u8], mode_bits: u32) -> Result<(String, OwnedFd), write::Error> {
         let dir = self.dir.as_fd();
         let flags =
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
@@ -315,23 +329,33 @@ impl SlotPath {
                 Err(e) => return Err(self.error("create a temp file for", e)),
             }
         };
+        // A fresh inode nobody else has opened: the lock is free (EINTR aside).
+        let locked = loop {
+            match rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+                Err(Errno::INTR) => continue,
+                other => break other,
+            }
+        };
         give_group(&fd, self.dir.gid());
-        let written = rustix::fs::fchmod(&fd, mode(mode_bits))
-            .map_err(|e| self.error("set the mode of a temp file for", e))
+        let mut file = std::fs::File::from(fd);
+        let written = locked
+            .map_err(|e| self.error("lock a temp file for", e))
             .and_then(|()| {
-                std::fs::File::from(fd)
-                    .write_all(bytes)
-                    .map_err(|source| write::Error {
-                        op: "write a temp file for",
-                        path: self.shown(),
-                        source,
-                    })
+                rustix::fs::fchmod(&file, mode(mode_bits))
+                    .map_err(|e| self.error("set the mode of a temp file for", e))
+            })
+            .and_then(|()| {
+                file.write_all(bytes).map_err(|source| write::Error {
+                    op: "write a temp file for",
+                    path: self.shown(),
+                    source,
+                })
             });
         if let Err(e) = written {
             let _ = rustix::fs::unlinkat(dir, temp.as_str(), AtFlags::empty());
             return Err(e);
         }
-        Ok(temp)
+        Ok((temp, OwnedFd::from(file)))
     }
 
     fn error(&self, op: &'static str, e: Errno) -> write::Error {

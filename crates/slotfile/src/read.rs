@@ -57,6 +57,15 @@ pub(crate) fn read_at(
     name: &Path,
     path: &Path,
 ) -> Result<Option<Vec<u8>>, Error> {
+    Ok(read_owned_at(dir, name, path)?.map(|(bytes, _)| bytes))
+}
+
+/// [`read_at`] that also returns the owner (uid) of the file it read, from the same open file.
+pub(crate) fn read_owned_at(
+    dir: Option<BorrowedFd<'_>>,
+    name: &Path,
+    path: &Path,
+) -> Result<Option<(Vec<u8>, u32)>, Error> {
     let flags =
         OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
     let opened = match dir {
@@ -118,7 +127,7 @@ pub(crate) fn read_at(
         bytes.resize((bytes.len() * 2).min(limit + 1), 0);
     }
     bytes.truncate(len);
-    Ok(Some(bytes))
+    Ok(Some((bytes, stat.st_uid)))
 }
 
 /// Whether `name` in `dir` holds exactly `expected`: `Ok(None)` when absent. Reads at most

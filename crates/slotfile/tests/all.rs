@@ -855,6 +855,14 @@ mod resolution {
             (r#"{"max_test_runs": 9}"#, Some("max_test_runs")),
             (r#"{"max_test_runs": 0}"#, Some("max_test_runs")),
             (r#"{"max_agents": "two"}"#, Some("max_agents")),
+            (
+                r#"{"max_agents": 1000000000000}"#,
+                Some("from 1 to 4294967295"),
+            ),
+            (
+                r#"{"max_test_runs": 1, "max_agents": 2, "max_test_runs": 8}"#,
+                Some("`max_test_runs` appears more than once"),
+            ),
             ("{", None),
         ] {
             std::fs::write(&caps, text).expect("write");

@@ -1,0 +1,153 @@
+//! Stray and broken files in the slot directory: what each does to the pool and the command
+//! that fixes it. Reported by `worklane slots` and `worklane why`; none of them stops every
+//! take (PROTOCOL.md says how each is skipped or counted).
+
+use crate::pool::{FULL_RUN_LOCK, SLOTS_LOCK, slot_index};
+use worklane_guard::reclaim::{self, Entry};
+use worklane_lease::Record;
+use worklane_slotfile::{Hidden, SlotDir, TEMP_MIN_AGE_MS, is_temp_name};
+
+/// One stray or broken file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Its name in the slot directory.
+    pub name: String,
+    /// What is wrong with it and what that does.
+    pub what: String,
+    /// The command that fixes it.
+    pub fix: String,
+    /// Whether it stops every take of some kind (a broken guard of `slots.lock` or
+    /// `full-run.lock`), as opposed to being skipped.
+    pub blocks: Option<&'static str>,
+}
+
+fn quoted(dir: &SlotDir, name: &str) -> String {
+    let path = dir.path().join(name).display().to_string();
+    format!("'{}'", path.replace('\'', r"'\''"))
+}
+
+/// Every stray or broken file of `dir`, at `now_ms`.
+pub(crate) fn scan(dir: &SlotDir, now_ms: u64) -> Vec<Problem> {
+    let mut found = Vec::new();
+    for hidden in dir.hidden().unwrap_or_default() {
+        let old = now_ms.saturating_sub(hidden.modified_ms) >= TEMP_MIN_AGE_MS;
+        match reclaim::classify(&hidden.name) {
+            Some(Entry::Guard { resource }) => {
+                if let Some(problem) = guard_problem(dir, &hidden, &resource) {
+                    found.push(problem);
+                }
+            }
+            Some(Entry::TempAlias { .. }) if old => found.push(leftover(dir, &hidden.name)),
+            None if old && is_temp_name(&hidden.name) => found.push(leftover(dir, &hidden.name)),
+            _ => {}
+        }
+    }
+    for path in dir.list().unwrap_or_default() {
+        let name = path.name();
+        let Some(lock) = claim_of(name) else {
+            continue;
+        };
+        let what = match path.read() {
+            Ok(Some(raw)) if Record::parse(&raw).is_ok() => continue,
+            Ok(None) => continue,
+            Ok(Some(_)) => format!(
+                "a takeover claim of {lock} that is not a lock record (garbage); the next take \
+                 of {lock} clears it"
+            ),
+            Err(e) => format!(
+                "named like a takeover claim of {lock} but unreadable as one ({e}); it is \
+                 skipped"
+            ),
+        };
+        found.push(Problem {
+            name: name.to_owned(),
+            what,
+            fix: format!("rm -r -- {}", quoted(dir, name)),
+            blocks: None,
+        });
+    }
+    found
+}
+
+/// `Some(lock)` when `name` is `<lock>.<16 hex>.claim`.
+fn claim_of(name: &str) -> Option<&str> {
+    let rest = name.strip_suffix(".claim")?;
+    let (lock, hex) = rest.rsplit_once('.')?;
+    (hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()) && !lock.is_empty())
+        .then_some(lock)
+}
+
+fn leftover(dir: &SlotDir, name: &str) -> Problem {
+    Problem {
+        name: name.to_owned(),
+        what: "a temp file left by a killed writer, over a minute old; the next agent or \
+               test-run take removes it unless a writer still holds it"
+            .to_owned(),
+        fix: format!("rm -- {}", quoted(dir, name)),
+        blocks: None,
+    }
+}
+
+fn guard_problem(dir: &SlotDir, hidden: &Hidden, resource: &str) -> Option<Problem> {
+    let name = hidden.name.as_str();
+    let what = match hidden.is_regular() {
+        true if hidden.size == 0 => return None,
+        true => format!("the guard of {resource} holds {} bytes", hidden.size),
+        false => format!(
+            "a {} sits where the guard of {resource} belongs",
+            hidden.kind
+        ),
+    };
+    let blocks = match resource {
+        SLOTS_LOCK => Some("agent and test-run slots"),
+        FULL_RUN_LOCK => Some("the full run"),
+        _ => None,
+    };
+    let effect = if let Some(what) = blocks {
+        format!("no process can take {resource}, so every take of {what} fails")
+    } else if slot_index("agent", resource).is_some() || slot_index("test", resource).is_some() {
+        format!("no process can hold {resource}: takes skip that index")
+    } else {
+        format!("no process can take {resource}")
+    };
+    // A regular file with bytes may be a real guard someone wrote into while a holder had it
+    // locked: only remove it when nothing runs. Anything else can never be held by a process
+    // following the protocol.
+    let fix = if hidden.is_regular() {
+        format!(
+            "in a quiescent window (`worklane stop-all`, nothing held): rm -- {}",
+            quoted(dir, name)
+        )
+    } else {
+        format!(
+            "rm -r -- {} (nobody can hold it; worklane recreates the guard)",
+            quoted(dir, name)
+        )
+    };
+    Some(Problem {
+        name: name.to_owned(),
+        what: format!("{what}: {effect}"),
+        fix,
+        blocks,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::claim_of;
+
+    #[test]
+    fn claim_names() {
+        assert_eq!(
+            claim_of("slots.lock.0123456789abcdef.claim"),
+            Some("slots.lock")
+        );
+        assert_eq!(
+            claim_of("slots.lock.0123456789ABCDEF.claim"),
+            Some("slots.lock")
+        );
+        assert_eq!(claim_of("slots.lock.0123.claim"), None);
+        assert_eq!(claim_of(".0123456789abcdef.claim"), None);
+        assert_eq!(claim_of("slots.lock"), None);
+    }
+}

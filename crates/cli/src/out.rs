@@ -1,0 +1,135 @@
+//! The CLI's one writer of output: results to stdout, messages to stderr. Nothing here panics
+//! (the `print!` family panics on a failed write, so `clippy.toml` bans it in this crate).
+//!
+//! stdout: a closed pipe (EPIPE, as after `worklane slots | head -1`) is a normal end: the
+//! reader has all it wanted, so the rest of the output is dropped and the command ends as it
+//! would have (0 for a view, its decision for `why` or `budget take`, the command's status for
+//! `run`). Any other failed write (a full disk, EIO) is an error: [`IO_ERROR`](crate::exit::IO_ERROR)
+//! with a message naming stdout.
+//!
+//! stderr: best effort. A message that cannot be written is dropped, as there is nowhere left
+//! to report it; the exit code still says what happened.
+
+use crate::exit::{self, Failure};
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set once a write to stdout met a closed pipe: later output is dropped unwritten.
+static CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// What a failed write to stdout means.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Written {
+    /// Written (or dropped after the reader went away).
+    Done,
+    /// The reader closed the pipe: end quietly.
+    Closed,
+}
+
+/// Classifies the outcome of a write to stdout: EPIPE is a quiet end, anything else 74.
+pub(crate) fn classify(result: std::io::Result<()>) -> Result<Written, Failure> {
+    match result {
+        Ok(()) => Ok(Written::Done),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(Written::Closed),
+        Err(e) => Err(Failure::new(
+            exit::IO_ERROR,
+            format!("cannot write to stdout: {e}"),
+        )),
+    }
+}
+
+/// Remembers a closed pipe, so that later output is dropped unwritten.
+fn settle(result: std::io::Result<()>) -> Result<(), Failure> {
+    if classify(result)? == Written::Closed {
+        CLOSED.store(true, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to stdout and flushes them.
+#[allow(clippy::disallowed_methods)] // the one place that writes stdout
+pub(crate) fn bytes(bytes: &[u8]) -> Result<(), Failure> {
+    if CLOSED.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    let mut out = std::io::stdout().lock();
+    settle(out.write_all(bytes).and_then(|()| out.flush()))
+}
+
+/// Writes one line to stdout (use [`outln!`]).
+#[allow(clippy::disallowed_methods)] // the one place that writes stdout
+pub(crate) fn line(args: std::fmt::Arguments<'_>) -> Result<(), Failure> {
+    if CLOSED.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    let mut out = std::io::stdout().lock();
+    // `write_fmt`, not `format!`: a failing `Display` is an error here, never a panic.
+    settle(
+        out.write_fmt(args)
+            .and_then(|()| out.write_all(b"\n"))
+            .and_then(|()| out.flush()),
+    )
+}
+
+/// Flushes stdout after clap's own writer printed help or the version; `result` is what that
+/// writer returned.
+#[allow(clippy::disallowed_methods)] // the one place that writes stdout
+pub(crate) fn after_clap(result: std::io::Result<()>) -> Result<(), Failure> {
+    settle(result.and_then(|()| std::io::stdout().lock().flush()))
+}
+
+/// Whether stderr is a terminal (for the live progress line).
+#[allow(clippy::disallowed_methods)] // the one place that touches stderr
+pub(crate) fn stderr_is_terminal() -> bool {
+    std::io::IsTerminal::is_terminal(&std::io::stderr())
+}
+
+/// Writes `args` to stderr as given, best effort (use [`errln!`] for a line).
+#[allow(clippy::disallowed_methods)] // the one place that writes stderr
+pub(crate) fn to_stderr(args: std::fmt::Arguments<'_>) {
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_fmt(args).and_then(|()| err.flush());
+}
+
+/// Prints a line to stdout: `outln!("{x}")?`, an error only for a write that failed other
+/// than on a closed pipe.
+macro_rules! outln {
+    () => {
+        $crate::out::line(format_args!(""))
+    };
+    ($($arg:tt)*) => {
+        $crate::out::line(format_args!($($arg)*))
+    };
+}
+
+/// Prints a line to stderr, best effort.
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        $crate::out::to_stderr(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+pub(crate) use {errln, outln};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_closed_pipe_is_a_quiet_end_and_other_errors_are_74() {
+        assert_eq!(classify(Ok(())).expect("ok"), Written::Done);
+        let closed = std::io::Error::from(std::io::ErrorKind::BrokenPipe);
+        assert_eq!(
+            classify(Err(closed)).expect("a closed pipe is no error"),
+            Written::Closed
+        );
+        let full = std::io::Error::from_raw_os_error(28);
+        let failure = classify(Err(full)).expect_err("ENOSPC is an error");
+        assert_eq!(failure.code, exit::IO_ERROR, "{}", failure.message);
+        assert!(
+            failure.message.contains("stdout"),
+            "names stdout: {}",
+            failure.message
+        );
+    }
+}
