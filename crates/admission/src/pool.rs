@@ -544,7 +544,8 @@ impl Pool {
                 Err(e) => SlotState::Live(LiveWhy::Malformed {
                     detail: e.to_string(),
                 }),
-                Ok(record) => match liveness.judge(&record, self.clock.now_ms()) {
+                Ok(record) => match liveness.judge(&record, &worklane_lease::Now::of(&*self.clock))
+                {
                     Judgement::Live(why) => SlotState::Live(why),
                     Judgement::Dead(why) => SlotState::Dead(why),
                 },

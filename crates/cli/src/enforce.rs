@@ -30,6 +30,7 @@ pub(crate) struct Seen {
 }
 
 /// State and start (field 22) from `/proc/<pid>/stat`, counted from the last `)`.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) fn parse_stat(bytes: &[u8]) -> Option<(u8, u64)> {
     let close = bytes.iter().rposition(|&b| b == b')')?;
     let rest = std::str::from_utf8(&bytes[close + 1..]).ok()?;

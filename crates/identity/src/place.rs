@@ -51,6 +51,23 @@ impl Place {
     }
 }
 
+impl Place {
+    /// Milliseconds on this boot's clock: it starts at boot, counts time asleep, and is never
+    /// stepped (Linux `CLOCK_BOOTTIME`, as seen from this process's time namespace; Darwin
+    /// `CLOCK_MONOTONIC`, which counts sleep too). Two readings are comparable only between
+    /// processes of the same [`Place::boot`] and [`Place::timens`].
+    #[must_use]
+    pub fn boot_clock_ms() -> u64 {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        let id = rustix::time::ClockId::Boottime;
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        let id = rustix::time::ClockId::Monotonic;
+        let t = rustix::time::clock_gettime(id);
+        let ms = i128::from(t.tv_sec) * 1000 + i128::from(t.tv_nsec) / 1_000_000;
+        u64::try_from(ms).unwrap_or(0)
+    }
+}
+
 /// The host name of this machine, from `uname`; bytes that are not UTF-8 are replaced.
 pub(crate) fn hostname() -> String {
     String::from_utf8_lossy(rustix::system::uname().nodename().to_bytes()).into_owned()

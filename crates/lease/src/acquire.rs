@@ -1,6 +1,6 @@
 //! Acquisition: take the guard, read the record, publish ours, refuse, or take over.
 
-use crate::clock::{Clock, SystemClock, rfc3339_ms};
+use crate::clock::{Clock, Now, SystemClock, rfc3339_ms};
 use crate::lease::Lease;
 use crate::liveness::{GuardHold, Judgement, LiveWhy, Liveness, ProcessLiveness, TtlLiveness};
 use crate::record::{RESERVED_FIELDS, Record};
@@ -331,8 +331,8 @@ pub fn acquire(
             }));
         }
     };
-    let now = options.clock.now_ms();
-    match options.liveness.judge(&record, now) {
+    let now = Now::of(&*options.clock);
+    match options.liveness.judge(&record, &now) {
         Judgement::Live(why) => Ok(Acquired::Refused(Refusal {
             resource: name.to_owned(),
             holder: Some(record),
@@ -417,7 +417,7 @@ fn clear_claims(
             Ok(record) => Some((
                 options
                     .liveness
-                    .judge_claim(&record, options.clock.now_ms()),
+                    .judge_claim(&record, &Now::of(&*options.clock)),
                 record.pid(),
             )),
             Err(_) => None,
@@ -472,11 +472,12 @@ fn take_over(
     options: &Options,
 ) -> Result<Acquired, Error> {
     let claim = path.dir().file(&claim_name(path.name(), stale))?;
-    let now = options.clock.now_ms();
+    let now = Now::of(&*options.clock);
     let mut claim_record = Record {
         holder: me()?,
-        acquired_at: Some(rfc3339_ms(now)),
-        last_pulse: Some(now),
+        acquired_at: Some(rfc3339_ms(now.wall_ms)),
+        last_pulse: Some(now.wall_ms),
+        pulse_boot: now.boot.clone(),
         // Every taker holds the guard from its claim to its end: a claim found by someone
         // else under the guard is a crashed taker's.
         holds_guard: Some(true),
@@ -546,16 +547,16 @@ fn publish_ours(
 ) -> Result<Acquired, Error> {
     let epoch = crate::epoch::advance(&path, listed)?;
     options.at(Step::EpochAdvanced)?;
-    let now = options.clock.now_ms();
+    let now = Now::of(&*options.clock);
     let mut record = Record {
         holder: me()?,
         owner: Some(request.owner.clone()),
-        acquired_at: Some(rfc3339_ms(now)),
+        acquired_at: Some(rfc3339_ms(now.wall_ms)),
         epoch: Some(epoch),
         extra: request.fields.clone(),
         ..Record::default()
     };
-    options.liveness.stamp(&mut record, now);
+    options.liveness.stamp(&mut record, &now);
     let bytes = record.to_bytes();
     match path.publish(&bytes, RECORD_MODE)? {
         Publish::Published => {}

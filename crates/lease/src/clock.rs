@@ -4,16 +4,25 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Wall-clock time in milliseconds since the Unix epoch.
+/// Time, as leases need it: the wall clock (milliseconds since the Unix epoch), which every
+/// process on every host shares but which can be stepped, and, where there is one, this boot's
+/// clock, which is never stepped but is comparable only within one boot and time namespace.
 ///
-/// Leases compare times written by different processes (`lastPulse`), so the clock is the
-/// shared wall clock, not a per-process monotonic one.
+/// Leases compare times written by different processes (`lastPulse`), so the wall clock is the
+/// common ground; a contender on the holder's boot and time namespace judges by the boot clock
+/// instead, so a step of the wall clock neither steals a live lease nor strands a dead one.
 pub trait Clock: Send + Sync {
     /// Milliseconds since the Unix epoch.
     fn now_ms(&self) -> u64;
+
+    /// Milliseconds on this boot's clock (see `Place::boot_clock_ms`), `None` when this clock
+    /// has none.
+    fn boot_ms(&self) -> Option<u64> {
+        None
+    }
 }
 
-/// The system's wall clock.
+/// The system's wall clock, and its boot clock.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;
 
@@ -24,33 +33,139 @@ impl Clock for SystemClock {
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
             .unwrap_or(0)
     }
+
+    fn boot_ms(&self) -> Option<u64> {
+        Some(worklane_identity::Place::boot_clock_ms())
+    }
 }
 
-/// A clock that shows what it is set to, shared by clones (for tests and simulations).
-#[derive(Debug, Clone, Default)]
-pub struct ManualClock(Arc<AtomicU64>);
+/// No boot clock reading (a [`ManualClock`] without one).
+const NO_BOOT: u64 = u64::MAX;
+
+/// A clock that shows what it is set to, shared by clones (for tests and simulations). It has
+/// a boot clock only once given one ([`ManualClock::with_boot`]).
+#[derive(Debug, Clone)]
+pub struct ManualClock {
+    wall: Arc<AtomicU64>,
+    boot: Arc<AtomicU64>,
+}
+
+impl Default for ManualClock {
+    fn default() -> Self {
+        ManualClock::at(0)
+    }
+}
 
 impl ManualClock {
-    /// A clock showing `ms`.
+    /// A clock showing `ms` on the wall clock, with no boot clock.
     #[must_use]
     pub fn at(ms: u64) -> ManualClock {
-        ManualClock(Arc::new(AtomicU64::new(ms)))
+        ManualClock {
+            wall: Arc::new(AtomicU64::new(ms)),
+            boot: Arc::new(AtomicU64::new(NO_BOOT)),
+        }
     }
 
-    /// Sets the time.
+    /// The same clock with a boot clock showing `ms`.
+    #[must_use]
+    pub fn with_boot(self, ms: u64) -> ManualClock {
+        self.boot.store(ms, Ordering::SeqCst);
+        self
+    }
+
+    /// Sets the wall clock alone: a step of the wall clock (an NTP jump, an operator's
+    /// `date -s`), which the boot clock does not see.
     pub fn set(&self, ms: u64) {
-        self.0.store(ms, Ordering::SeqCst);
+        self.wall.store(ms, Ordering::SeqCst);
     }
 
-    /// Moves the time forward by `ms`.
+    /// Sets the boot clock alone.
+    pub fn set_boot(&self, ms: u64) {
+        self.boot.store(ms, Ordering::SeqCst);
+    }
+
+    /// Lets `ms` pass: both clocks move forward.
     pub fn advance(&self, ms: u64) {
-        self.0.fetch_add(ms, Ordering::SeqCst);
+        self.wall.fetch_add(ms, Ordering::SeqCst);
+        let _ = self
+            .boot
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| {
+                (b != NO_BOOT).then(|| b.saturating_add(ms))
+            });
     }
 }
 
 impl Clock for ManualClock {
     fn now_ms(&self) -> u64 {
-        self.0.load(Ordering::SeqCst)
+        self.wall.load(Ordering::SeqCst)
+    }
+
+    fn boot_ms(&self) -> Option<u64> {
+        Some(self.boot.load(Ordering::SeqCst)).filter(|&b| b != NO_BOOT)
+    }
+}
+
+/// A reading of the boot clock with what makes it comparable: the boot and the time
+/// namespace it was read in (a record's `pulseBoot`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BootTime {
+    /// The boot id (`Place::boot`).
+    pub boot: String,
+    /// The time namespace (`Place::timens`).
+    #[serde(default)]
+    pub timens: Option<u64>,
+    /// The boot clock, milliseconds.
+    pub ms: u64,
+}
+
+/// A moment as a process sees it: the wall clock and, where there is one, the boot clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Now {
+    /// Milliseconds since the Unix epoch.
+    pub wall_ms: u64,
+    /// The boot clock, when the clock has one and this process's place is known.
+    pub boot: Option<BootTime>,
+}
+
+impl Now {
+    /// What `clock` shows now.
+    #[must_use]
+    pub fn of(clock: &dyn Clock) -> Now {
+        let boot = clock.boot_ms().and_then(|ms| {
+            worklane_identity::Place::current()
+                .ok()
+                .map(|place| BootTime {
+                    boot: place.boot.clone(),
+                    timens: place.timens,
+                    ms,
+                })
+        });
+        Now {
+            wall_ms: clock.now_ms(),
+            boot,
+        }
+    }
+
+    /// A moment known by the wall clock only.
+    #[must_use]
+    pub fn wall(ms: u64) -> Now {
+        Now {
+            wall_ms: ms,
+            boot: None,
+        }
+    }
+
+    /// Milliseconds from `earlier` to this moment: by the boot clock when both were read on
+    /// the same boot and time namespace (a wall-clock step does not count), else by the wall
+    /// clock (0 if it went backwards).
+    #[must_use]
+    pub fn since(&self, earlier: &Now) -> u64 {
+        match (&self.boot, &earlier.boot) {
+            (Some(now), Some(then)) if now.boot == then.boot && now.timens == then.timens => {
+                now.ms.saturating_sub(then.ms)
+            }
+            _ => self.wall_ms.saturating_sub(earlier.wall_ms),
+        }
     }
 }
 
@@ -243,5 +358,50 @@ mod tests {
         assert_eq!(b.now_ms(), 15, "clones share the time");
         b.set(1);
         assert_eq!(a.now_ms(), 1);
+        assert_eq!(a.boot_ms(), None, "no boot clock until given one");
+    }
+
+    #[test]
+    fn a_wall_step_is_not_time_passing() {
+        let clock = ManualClock::at(1_000).with_boot(50);
+        clock.advance(10);
+        assert_eq!((clock.now_ms(), clock.boot_ms()), (1_010, Some(60)));
+        clock.set(5_000_000);
+        assert_eq!(clock.boot_ms(), Some(60), "a step of the wall clock only");
+        let then = Now {
+            wall_ms: 1_010,
+            boot: Some(BootTime {
+                boot: "b".into(),
+                timens: Some(1),
+                ms: 60,
+            }),
+        };
+        let later = Now {
+            wall_ms: 5_000_000,
+            boot: Some(BootTime {
+                boot: "b".into(),
+                timens: Some(1),
+                ms: 70,
+            }),
+        };
+        assert_eq!(later.since(&then), 10, "by the boot clock");
+        let elsewhere = Now {
+            boot: Some(BootTime {
+                boot: "b".into(),
+                timens: Some(2),
+                ms: 70,
+            }),
+            ..later.clone()
+        };
+        assert_eq!(
+            elsewhere.since(&then),
+            5_000_000 - 1_010,
+            "another time namespace: wall"
+        );
+        assert_eq!(
+            Now::wall(5).since(&Now::wall(9)),
+            0,
+            "a wall clock set back"
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! A held lease: pulse, re-verify, release.
 
 use crate::acquire::{Options, take_guard};
+use crate::clock::Now;
 use crate::liveness::GuardHold;
 use crate::record::Record;
 use worklane_guard::Guard;
@@ -85,7 +86,7 @@ pub struct Lease {
     record: Record,
     epoch: u64,
     options: Options,
-    last_good_pulse: u64,
+    last_good_pulse: Now,
     state: State,
 }
 
@@ -104,7 +105,7 @@ impl Lease {
         record: Record,
         epoch: u64,
         options: Options,
-        now: u64,
+        now: Now,
     ) -> Lease {
         Lease {
             path,
@@ -234,11 +235,12 @@ impl Lease {
                         .map(Box::new),
                 });
             }
-            let now = lease.options.clock.now_ms();
+            let now = Now::of(&*lease.options.clock);
             let mut record = lease.record.clone();
             change(&mut record);
             if pulse && lease.options.liveness.ttl_ms().is_some() {
-                record.last_pulse = Some(now);
+                record.last_pulse = Some(now.wall_ms);
+                record.pulse_boot = now.boot.clone();
             }
             let bytes = record.to_bytes();
             lease
@@ -263,11 +265,8 @@ impl Lease {
         let Some(ttl) = self.options.liveness.ttl_ms() else {
             return Ok(());
         };
-        let gap = self
-            .options
-            .clock
-            .now_ms()
-            .saturating_sub(self.last_good_pulse);
+        // By the boot clock where there is one: a step of the wall clock must not hide a gap.
+        let gap = Now::of(&*self.options.clock).since(&self.last_good_pulse);
         if gap > ttl / 2 { self.pulse() } else { Ok(()) }
     }
 

@@ -11,7 +11,9 @@
 //! - [`Lease`] is the held value: [`Lease::pulse`], [`Lease::ensure_held`] before each
 //!   mutating action (a lost lease is an error, never silent), [`Lease::release`], and a
 //!   fencing [`Lease::epoch`] that grows with every acquisition of the resource.
-//! - Time comes from a [`Clock`], so every boundary is tested exactly.
+//! - Time comes from a [`Clock`], so every boundary is tested exactly. A TTL pulse records the
+//!   wall clock and the boot clock ([`BootTime`]); a contender on the same boot and time
+//!   namespace judges the age by the boot clock, so a step of the wall clock changes nothing.
 //!
 //! The on-disk protocol (record fields, claim names, TTL boundary, epoch file) is in the
 //! workspace's `PROTOCOL.md`.
@@ -63,11 +65,11 @@ mod record;
 pub use acquire::{
     Acquired, Control, Error, MAX_LOCK_NAME, Options, Refusal, Request, Step, acquire, claim_name,
 };
-pub use clock::{Clock, ManualClock, SystemClock, parse_rfc3339_ms, rfc3339_ms};
+pub use clock::{BootTime, Clock, ManualClock, Now, SystemClock, parse_rfc3339_ms, rfc3339_ms};
 pub use epoch::{current as current_epoch, epoch_prefix, parse_epoch_name};
 pub use lease::{Lease, held};
 pub use liveness::{
     DEFAULT_PULSE, DEFAULT_TTL, DeadWhy, GuardHold, Judgement, LiveWhy, Liveness, MAX_SKEW_MS,
-    ProcessLiveness, TtlLiveness, judge_ttl,
+    ProcessLiveness, TtlLiveness, judge_pulse, judge_ttl,
 };
 pub use record::{RESERVED_FIELDS, Record};

@@ -1,5 +1,6 @@
 //! How a holder is judged: the `Liveness` seam and its two built-ins.
 
+use crate::clock::Now;
 use crate::record::Record;
 use std::time::Duration;
 use worklane_identity::{GoneReason, UnknownReason, Verdict};
@@ -153,17 +154,17 @@ pub trait Liveness: Send + Sync {
     /// How long a lease under this liveness holds the guard.
     fn guard_hold(&self) -> GuardHold;
 
-    /// Adds this liveness's own fields to a record about to be written at `now_ms`.
-    fn stamp(&self, record: &mut Record, now_ms: u64);
+    /// Adds this liveness's own fields to a record about to be written at `now`.
+    fn stamp(&self, record: &mut Record, now: &Now);
 
-    /// Judges the holder of `record`, found while the resource's guard is held.
-    fn judge(&self, record: &Record, now_ms: u64) -> Judgement;
+    /// Judges the holder of `record`, found while the resource's guard is held, at `now`.
+    fn judge(&self, record: &Record, now: &Now) -> Judgement;
 
     /// Judges the taker named by a takeover claim found while the guard is held. The taker no
     /// longer holds the guard, so it crashed or stopped mid-takeover: by default its claim is
     /// cleared at once when it declares that its taker held the guard (every worklane claim
     /// does), otherwise only when its process is provably gone.
-    fn judge_claim(&self, claim: &Record, _now_ms: u64) -> Judgement {
+    fn judge_claim(&self, claim: &Record, _now: &Now) -> Judgement {
         if claim.declares_guard_held() {
             return Judgement::Dead(DeadWhy::GuardReleased);
         }
@@ -200,11 +201,11 @@ impl Liveness for ProcessLiveness {
         GuardHold::ForLife
     }
 
-    fn stamp(&self, record: &mut Record, _now_ms: u64) {
+    fn stamp(&self, record: &mut Record, _now: &Now) {
         record.holds_guard = Some(true);
     }
 
-    fn judge(&self, record: &Record, _now_ms: u64) -> Judgement {
+    fn judge(&self, record: &Record, _now: &Now) -> Judgement {
         if record.declares_guard_held() {
             return Judgement::Dead(DeadWhy::GuardReleased);
         }
@@ -241,19 +242,20 @@ impl Liveness for TtlLiveness {
         GuardHold::WhileChanging
     }
 
-    fn stamp(&self, record: &mut Record, now_ms: u64) {
-        record.last_pulse = Some(now_ms);
+    fn stamp(&self, record: &mut Record, now: &Now) {
+        record.last_pulse = Some(now.wall_ms);
+        record.pulse_boot = now.boot.clone();
         record.ttl_ms = Some(self.ttl_ms);
         if record.started_at.is_none() {
             record.started_at = record.acquired_at.clone();
         }
     }
 
-    fn judge(&self, record: &Record, now_ms: u64) -> Judgement {
-        judge_ttl(record.last_pulse, record.ttl_ms, now_ms)
+    fn judge(&self, record: &Record, now: &Now) -> Judgement {
+        judge_pulse(record, record.ttl_ms, now)
     }
 
-    fn judge_claim(&self, claim: &Record, now_ms: u64) -> Judgement {
+    fn judge_claim(&self, claim: &Record, now: &Now) -> Judgement {
         // A claimant that held the guard, or is proved gone, is cleared at once; otherwise its
         // claim ages out like a lease.
         if claim.declares_guard_held() {
@@ -261,12 +263,29 @@ impl Liveness for TtlLiveness {
         }
         match judge_process(claim) {
             dead @ Judgement::Dead(_) => dead,
-            Judgement::Live(_) => judge_ttl(claim.last_pulse, Some(self.ttl_ms), now_ms),
+            Judgement::Live(_) => judge_pulse(claim, Some(self.ttl_ms), now),
         }
     }
 
     fn ttl_ms(&self) -> Option<u64> {
         Some(self.ttl_ms)
+    }
+}
+
+/// The TTL rule applied to a record's pulse at `now`: by the boot clock when the pulse carries
+/// one (`pulseBoot`) of this boot and time namespace, so that a step of either side's wall
+/// clock changes nothing; by the wall clock ([`judge_ttl`]) otherwise.
+#[must_use]
+pub fn judge_pulse(record: &Record, ttl_ms: Option<u64>, now: &Now) -> Judgement {
+    match (&record.pulse_boot, &now.boot) {
+        (Some(theirs), Some(ours))
+            if record.last_pulse.is_some()
+                && theirs.boot == ours.boot
+                && theirs.timens == ours.timens =>
+        {
+            judge_ttl(Some(theirs.ms), ttl_ms, ours.ms)
+        }
+        _ => judge_ttl(record.last_pulse, ttl_ms, now.wall_ms),
     }
 }
 
@@ -358,7 +377,7 @@ mod tests {
             acquired_at: Some("t".into()),
             ..Record::default()
         };
-        TtlLiveness::new(Duration::from_millis(500)).stamp(&mut r, 42);
+        TtlLiveness::new(Duration::from_millis(500)).stamp(&mut r, &Now::wall(42));
         assert_eq!((r.last_pulse, r.ttl_ms), (Some(42), Some(500)));
         assert_eq!(
             r.started_at.as_deref(),

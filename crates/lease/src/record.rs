@@ -16,6 +16,7 @@ pub const RESERVED_FIELDS: &[&str] = &[
     "ttlMs",
     "startedAt",
     "holdsGuard",
+    "pulseBoot",
 ];
 
 /// A lock (or lease, or claim) record as read from or written to its file.
@@ -60,6 +61,16 @@ pub struct Record {
         skip_serializing_if = "Option::is_none"
     )]
     pub holds_guard: Option<bool>,
+    /// TTL leases: the boot clock at the last pulse, with its boot and time namespace, so a
+    /// contender on the same boot judges the age by a clock that is never stepped. A value of
+    /// another shape reads as absent (the wall clock decides).
+    #[serde(
+        rename = "pulseBoot",
+        default,
+        deserialize_with = "boot_time",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub pulse_boot: Option<crate::clock::BootTime>,
     /// Every other field: `role`, `profile`, `agentIdentity`, `limit_ms`, and unknown ones.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -104,6 +115,14 @@ impl Record {
 /// malformed record is busy and this field only ever frees a record.
 fn declaration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
     Ok(Some(Value::deserialize(d)? == Value::Bool(true)))
+}
+
+/// `pulseBoot`: a well-formed boot reading, or none (never a malformed record: the field
+/// only ever lets a contender judge by a better clock).
+fn boot_time<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<crate::clock::BootTime>, D::Error> {
+    Ok(serde_json::from_value(Value::deserialize(d)?).ok())
 }
 
 #[cfg(test)]

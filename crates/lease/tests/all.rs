@@ -1450,3 +1450,256 @@ mod stress {
         assert_eq!(count, 16 * cycles, "every cycle counted exactly once");
     }
 }
+
+mod clock_steps {
+    //! TTL leases survive a step of the wall clock: a pulse also carries the boot clock, and a
+    //! contender on the same boot and time namespace judges its age by that clock.
+    use super::*;
+    use worklane_lease::{BootTime, Clock, Now, SystemClock};
+
+    const TTL: u64 = 60_000;
+    const HOUR: u64 = 3_600_000;
+    const WALL: u64 = 1_800_000_000_000;
+    const BOOT: u64 = 5_000_000;
+
+    fn clock(wall: u64, boot: u64) -> ManualClock {
+        ManualClock::at(wall).with_boot(boot)
+    }
+
+    #[test]
+    fn a_holder_an_hour_behind_keeps_its_lease_to_the_millisecond() {
+        let site = Site::new();
+        let holder = site.held("holder", &ttl_options(TTL, &clock(WALL - HOUR, BOOT)));
+        let record = site.record().expect("record");
+        assert_eq!(
+            record.pulse_boot.as_ref().map(|b| b.ms),
+            Some(BOOT),
+            "the pulse carries the boot clock"
+        );
+        let contender = clock(WALL, BOOT + TTL);
+        let refusal = site.refused("contender", &ttl_options(TTL, &contender));
+        assert!(
+            matches!(refusal.why, LiveWhy::Fresh { age_ms: TTL, .. }),
+            "aged by the boot clock, not the wall clock an hour apart: {:?}",
+            refusal.why
+        );
+        contender.advance(1);
+        let lease = site.held("contender", &ttl_options(TTL, &contender));
+        assert_eq!(
+            site.record().expect("r").owner.as_deref(),
+            Some("contender")
+        );
+        drop((lease, holder));
+    }
+
+    #[test]
+    fn a_contender_an_hour_ahead_does_not_steal_a_live_lease() {
+        let site = Site::new();
+        let _holder = site.held("holder", &ttl_options(TTL, &clock(WALL, BOOT)));
+        let contender = clock(WALL + HOUR, BOOT + 1);
+        let refusal = site.refused("contender", &ttl_options(TTL, &contender));
+        assert!(
+            matches!(refusal.why, LiveWhy::Fresh { age_ms: 1, .. }),
+            "{:?}",
+            refusal.why
+        );
+    }
+
+    #[test]
+    fn a_dead_holder_an_hour_ahead_is_reclaimed_after_its_ttl() {
+        let site = Site::new();
+        let holder = clock(WALL + HOUR, BOOT);
+        let lease = site.held("holder", &ttl_options(TTL, &holder));
+        std::mem::forget(lease); // it died without releasing
+        let contender = clock(WALL, BOOT + TTL + 1);
+        let lease = site.held("contender", &ttl_options(TTL, &contender));
+        assert_eq!(
+            site.record().expect("r").owner.as_deref(),
+            Some("contender"),
+            "not refused for an hour as a pulse from the future"
+        );
+        drop(lease);
+    }
+
+    #[test]
+    fn a_pulse_from_another_boot_or_time_namespace_is_judged_by_the_wall_clock() {
+        let here = Now::of(&clock(WALL, BOOT)).boot.expect("a boot reading");
+        for (what, other) in [
+            (
+                "boot",
+                BootTime {
+                    boot: "another-boot".into(),
+                    ..here.clone()
+                },
+            ),
+            (
+                "time namespace",
+                BootTime {
+                    timens: Some(here.timens.unwrap_or(0) + 1),
+                    ..here.clone()
+                },
+            ),
+        ] {
+            let site = Site::new();
+            let mut record = dead_record("elsewhere");
+            record.last_pulse = Some(WALL);
+            record.ttl_ms = Some(TTL);
+            record.pulse_boot = Some(BootTime {
+                ms: BOOT + 10 * HOUR,
+                ..other
+            });
+            site.write_record(&record);
+            let c = clock(WALL + TTL, BOOT);
+            let refusal = site.refused("contender", &ttl_options(TTL, &c));
+            assert!(
+                matches!(refusal.why, LiveWhy::Fresh { age_ms: TTL, .. }),
+                "{what}: the wall clock decides: {:?}",
+                refusal.why
+            );
+            c.set(WALL + TTL + 1);
+            drop(site.held("contender", &ttl_options(TTL, &c)));
+        }
+    }
+
+    #[test]
+    fn ensure_held_measures_the_gap_by_the_boot_clock() {
+        let site = Site::new();
+        let c = clock(WALL, BOOT);
+        let mut lease = site.held("holder", &ttl_options(TTL, &c));
+        let first = site.record().expect("r").last_pulse;
+        c.set(WALL - HOUR); // the wall clock steps back an hour...
+        c.set_boot(BOOT + TTL / 2 + 1); // ...while more than TTL/2 really passes
+        lease.ensure_held().expect("still ours");
+        assert_ne!(
+            site.record().expect("r").last_pulse,
+            first,
+            "a gap over TTL/2 re-verifies with a pulse, whatever the wall clock says"
+        );
+    }
+
+    /// Builds an `LD_PRELOAD` library that shifts `CLOCK_REALTIME` (and `gettimeofday`,
+    /// `time`) by `$WORKLANE_TEST_SHIFT_S` seconds, leaving the boot clock alone.
+    fn shift_library(site: &Site) -> PathBuf {
+        let source = site.path().join("shift.c");
+        std::fs::write(
+            &source,
+            r#"
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <sys/time.h>
+#include <time.h>
+static long shift(void) { const char *s = getenv("WORKLANE_TEST_SHIFT_S"); return s ? atol(s) : 0; }
+int clock_gettime(clockid_t id, struct timespec *tp) {
+    static int (*real)(clockid_t, struct timespec *);
+    if (!real) real = (int (*)(clockid_t, struct timespec *))dlsym(RTLD_NEXT, "clock_gettime");
+    int r = real(id, tp);
+    if (r == 0 && (id == CLOCK_REALTIME || id == CLOCK_REALTIME_COARSE)) tp->tv_sec += shift();
+    return r;
+}
+int gettimeofday(struct timeval *tv, void *tz) {
+    struct timespec ts;
+    int r = clock_gettime(CLOCK_REALTIME, &ts);
+    (void)tz;
+    if (r == 0 && tv) { tv->tv_sec = ts.tv_sec; tv->tv_usec = ts.tv_nsec / 1000; }
+    return r;
+}
+time_t time(time_t *t) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (t) *t = ts.tv_sec;
+    return ts.tv_sec;
+}
+"#,
+        )
+        .expect("write the shim");
+        let library = site.path().join("shift.so");
+        let built = Command::new("cc")
+            .args(["-shared", "-fPIC", "-O2", "-o"])
+            .arg(&library)
+            .arg(&source)
+            .arg("-ldl")
+            .output()
+            .expect("run cc (the C compiler Rust links with)");
+        assert!(
+            built.status.success(),
+            "cc: {}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+        library
+    }
+
+    fn shifted(site: &Site, library: &Path, seconds: i64) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lease-holder"));
+        cmd.env("LD_PRELOAD", library)
+            .env("WORKLANE_TEST_SHIFT_S", seconds.to_string());
+        let _ = site;
+        cmd
+    }
+
+    fn wall_now() -> u64 {
+        SystemClock.now_ms()
+    }
+
+    #[test]
+    fn a_real_holder_whose_clock_is_an_hour_behind_keeps_its_role() {
+        let site = Site::new();
+        let library = shift_library(&site);
+        let mut holder = Holder::spawn_with(
+            shifted(&site, &library, -3600),
+            &site,
+            "behind",
+            &["--ttl", "60000"],
+        );
+        holder.expect_held();
+        let pulse = site.record().expect("record").last_pulse.expect("a pulse");
+        assert!(
+            wall_now().saturating_sub(pulse) > 3_500_000,
+            "the holder's realtime clock is shifted (its pulse is an hour old by ours)"
+        );
+        let refusal = acquire(
+            &site.dir,
+            LOCK,
+            &Request::new("contender"),
+            &Options::ttl(Duration::from_secs(60)),
+        )
+        .expect("acquire");
+        assert!(
+            matches!(&refusal, Acquired::Refused(r) if matches!(r.why, LiveWhy::Fresh { .. })),
+            "a live lease is not taken because its holder's clock is behind: {refusal:?}"
+        );
+        holder.finish();
+    }
+
+    #[test]
+    fn a_real_holder_an_hour_ahead_that_dies_is_reclaimed_after_its_ttl() {
+        let site = Site::new();
+        let library = shift_library(&site);
+        let mut holder = Holder::spawn_with(
+            shifted(&site, &library, 3600),
+            &site,
+            "ahead",
+            &["--ttl", "300"],
+        );
+        holder.expect_held();
+        let pulse = site.record().expect("record").last_pulse.expect("a pulse");
+        assert!(
+            pulse > wall_now() + 3_500_000,
+            "its pulse is an hour ahead by our clock"
+        );
+        holder.kill();
+        let options = Options::ttl(Duration::from_millis(300));
+        let mut last = None;
+        for _ in 0..200 {
+            match acquire(&site.dir, LOCK, &Request::new("successor"), &options).expect("acquire") {
+                Acquired::Held(lease) => {
+                    drop(lease);
+                    return;
+                }
+                Acquired::Refused(r) => last = Some(r.why),
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        panic!("still refused 5 s after a 300 ms TTL: {last:?}");
+    }
+}
