@@ -7,6 +7,9 @@
 //!   aliases older than a minute. A dry run unless `--apply`. Exit 0 done, 1 refused (it says
 //!   what is live), 64 usage, 78 any other error (the directory, its config, a file it cannot
 //!   list, stat or unlink).
+//! - `cargo xtask mutants [--crate NAME]... [--shard K/N] [--list]`: mutation testing of the
+//!   library crates with `cargo mutants` (installed separately), each crate measured by its
+//!   own tests; see MUTANTS.md.
 
 #![allow(clippy::print_stdout)]
 
@@ -89,7 +92,107 @@ fn ci() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-const USAGE: &str = "usage: cargo xtask ci | cargo xtask reclaim-guards [--dir DIR] [--apply]";
+const USAGE: &str = "usage: cargo xtask ci | cargo xtask reclaim-guards [--dir DIR] [--apply] | \
+                     cargo xtask mutants [--crate NAME]... [--shard K/N] [--list]";
+
+/// The crates whose tests mutation testing measures (MUTANTS.md).
+const MUTATED_CRATES: &[&str] = &[
+    "guard",
+    "slotfile",
+    "identity",
+    "lease",
+    "admission",
+    "budget",
+];
+
+/// `cargo xtask mutants`: runs `cargo mutants` over each crate (all of them, or each
+/// `--crate`), one shard of it with `--shard K/N`, with the exclusions of
+/// `.cargo/mutants.toml` (test helpers). Each crate's mutants are tested by that crate's own
+/// tests; results go to `target/mutants/<crate>[-K-of-N]/mutants.out`. A full run takes hours
+/// on 2 cores: shard it.
+fn mutants(args: &[String]) -> ExitCode {
+    let mut crates = Vec::new();
+    let mut shard = None;
+    let mut list = false;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--crate" => match args.next() {
+                Some(name) if MUTATED_CRATES.contains(&name.trim_start_matches("worklane-")) => {
+                    crates.push(name.trim_start_matches("worklane-").to_owned());
+                }
+                other => {
+                    eprintln!(
+                        "xtask mutants: --crate takes one of {} (got {other:?})",
+                        MUTATED_CRATES.join(", ")
+                    );
+                    return ExitCode::from(64);
+                }
+            },
+            "--shard" => match args.next() {
+                Some(k_n) if parse_shard(k_n).is_some() => shard = Some(k_n.clone()),
+                other => {
+                    eprintln!("xtask mutants: --shard takes K/N with 0 <= K < N (got {other:?})");
+                    return ExitCode::from(64);
+                }
+            },
+            "--list" => list = true,
+            other => {
+                eprintln!("xtask mutants: unknown argument {other:?}\n{USAGE}");
+                return ExitCode::from(64);
+            }
+        }
+    }
+    if crates.is_empty() {
+        crates = MUTATED_CRATES.iter().map(|c| (*c).to_owned()).collect();
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut failed = false;
+    for krate in &crates {
+        let mut cmd = Command::new(&cargo);
+        cmd.args(["mutants", "--package", &format!("worklane-{krate}")]);
+        if list {
+            cmd.arg("--list");
+        } else {
+            let mut out = format!("target/mutants/{krate}");
+            if let Some(shard) = &shard {
+                out.push('-');
+                out.push_str(&shard.replace('/', "-of-"));
+                cmd.args(["--shard", shard]);
+            }
+            cmd.args(["--output", &out]);
+        }
+        eprintln!("==> cargo mutants for worklane-{krate}");
+        match cmd.status() {
+            // cargo mutants exits 2 when mutants were missed, 3 on timeouts: a result, not a
+            // failure to run.
+            Ok(status) if matches!(status.code(), Some(0 | 2 | 3)) => {}
+            Ok(status) => {
+                eprintln!("xtask mutants: worklane-{krate}: cargo mutants failed ({status})");
+                failed = true;
+            }
+            Err(e) => {
+                eprintln!(
+                    "xtask mutants: cannot run cargo mutants ({e}); install it with \
+                     `cargo install cargo-mutants --locked`"
+                );
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// `Some((k, n))` for `K/N` with `0 <= k < n`.
+fn parse_shard(text: &str) -> Option<(u32, u32)> {
+    let (k, n) = text.split_once('/')?;
+    let (k, n) = (k.parse().ok()?, n.parse().ok()?);
+    (k < n).then_some((k, n))
+}
 
 fn reclaim_guards(args: &[String]) -> ExitCode {
     let mut dir = None;
@@ -127,9 +230,24 @@ fn main() -> ExitCode {
     match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("reclaim-guards") => reclaim_guards(&args[1..]),
+        Some("mutants") => mutants(&args[1..]),
         _ => {
             eprintln!("{USAGE}");
             ExitCode::from(64)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_shard;
+
+    #[test]
+    fn shards_are_k_of_n() {
+        assert_eq!(parse_shard("0/4"), Some((0, 4)));
+        assert_eq!(parse_shard("3/4"), Some((3, 4)));
+        for bad in ["4/4", "1", "a/b", "1/0", "-1/2", ""] {
+            assert_eq!(parse_shard(bad), None, "{bad:?}");
         }
     }
 }
