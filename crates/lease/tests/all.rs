@@ -913,7 +913,7 @@ mod takeover {
 mod interleaving {
     use super::*;
     use std::sync::mpsc;
-    use worklane_lease::{Control, Step};
+    use worklane_lease::{Clock, Control, Step};
 
     /// Contender A stops at `step` (holding the guard), B and C try meanwhile, then A goes on.
     fn three_contenders(step: Step, options: &Options, stale: bool) {
@@ -1701,5 +1701,252 @@ time_t time(time_t *t) {
             std::thread::sleep(Duration::from_millis(25));
         }
         panic!("still refused 5 s after a 300 ms TTL: {last:?}");
+    }
+}
+
+mod model {
+    //! Model-based property tests: random sequences of acquisitions, pulses, releases, crashes
+    //! at each step and the passing of time, run against the real core (real files, real
+    //! guards, one `ManualClock`) and a small reference model. Never two holders, epochs
+    //! strictly increase, and a dead holder's resource is free after one step.
+    use super::*;
+    use proptest::prelude::*;
+    use worklane_lease::{Clock, Control, Step};
+
+    const TTL: u64 = 1_000;
+    const CONTENDERS: usize = 3;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Acquire(usize),
+        Pulse(usize),
+        Release(usize),
+        Crash(usize, Step),
+        Advance(u64),
+    }
+
+    fn steps() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            Just(Step::GuardTaken),
+            Just(Step::RecordInspected),
+            Just(Step::ClaimTaken),
+            Just(Step::StaleRemoved),
+            Just(Step::EpochAdvanced),
+            Just(Step::Published),
+        ]
+    }
+
+    fn ops() -> impl Strategy<Value = Vec<Op>> {
+        let c = 0..CONTENDERS;
+        prop::collection::vec(
+            prop_oneof![
+                4 => c.clone().prop_map(Op::Acquire),
+                2 => c.clone().prop_map(Op::Pulse),
+                2 => c.clone().prop_map(Op::Release),
+                2 => (c, steps()).prop_map(|(c, s)| Op::Crash(c, s)),
+                3 => prop_oneof![Just(0u64), Just(TTL), Just(TTL + 1), 0..3 * TTL]
+                    .prop_map(Op::Advance),
+            ],
+            1..40,
+        )
+    }
+
+    /// What the model knows of the record on disk.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Disk {
+        Empty,
+        /// A record whose last pulse was at `pulse` (boot clock); `owner` is the contender whose
+        /// live lease wrote it, `None` for a crashed acquisition's record.
+        Record {
+            owner: Option<usize>,
+            pulse: u64,
+        },
+    }
+
+    fn options(clock: &ManualClock, process: bool, crash_at: Option<Step>) -> Options {
+        let base = if process {
+            Options::process()
+        } else {
+            Options::ttl(Duration::from_millis(TTL))
+        };
+        let options = base.clock(Arc::new(clock.clone()));
+        match crash_at {
+            Some(step) => options.with_hook(move |s| {
+                if s == step {
+                    Control::Crash
+                } else {
+                    Control::Continue
+                }
+            }),
+            None => options,
+        }
+    }
+
+    fn run(ops: &[Op], process: bool) -> Result<(), TestCaseError> {
+        let site = Site::new();
+        let clock = ManualClock::at(1_800_000_000_000).with_boot(1_000_000);
+        let mut leases: Vec<Option<Lease>> = (0..CONTENDERS).map(|_| None).collect();
+        let mut disk = Disk::Empty;
+        let mut last_epoch = 0u64;
+        let boot = || clock.boot_ms().expect("boot clock");
+        for op in ops {
+            let now = boot();
+            // Under process liveness a record is live exactly while its writer's guard is
+            // held, i.e. while its lease is alive; under TTL while its pulse is within the TTL.
+            let live = match disk {
+                Disk::Empty => false,
+                Disk::Record { owner, pulse } => {
+                    if process {
+                        owner.is_some()
+                    } else {
+                        now - pulse <= TTL
+                    }
+                }
+            };
+            match op {
+                Op::Acquire(c) | Op::Crash(c, _) => {
+                    let crash_at = match op {
+                        Op::Crash(_, step) => Some(*step),
+                        _ => None,
+                    };
+                    let got = acquire(
+                        &site.dir,
+                        LOCK,
+                        &Request::new(format!("c{c}")),
+                        &options(&clock, process, crash_at),
+                    );
+                    let takeover = matches!(disk, Disk::Record { .. });
+                    // Which steps this acquisition reaches: a live holder's guard is busy under
+                    // process liveness; under TTL the record is read and judged first.
+                    let reached = |step: Step| match step {
+                        Step::GuardTaken | Step::RecordInspected => !(process && live),
+                        Step::ClaimTaken | Step::StaleRemoved => takeover && !live,
+                        Step::EpochAdvanced | Step::Published => !live,
+                        _ => false,
+                    };
+                    match got {
+                        Ok(Acquired::Held(lease)) => {
+                            prop_assert!(!live, "{op:?}: acquired over a live holder ({disk:?})");
+                            prop_assert!(crash_at.is_none_or(|s| !reached(s)), "{op:?}: no crash");
+                            prop_assert!(lease.epoch() > last_epoch, "epochs strictly increase");
+                            last_epoch = lease.epoch();
+                            leases[*c] = Some(lease);
+                            disk = Disk::Record {
+                                owner: Some(*c),
+                                pulse: now,
+                            };
+                        }
+                        Ok(Acquired::Refused(r)) => {
+                            prop_assert!(live, "{op:?}: refused though free ({disk:?}): {r}");
+                            prop_assert!(crash_at.is_none_or(|s| !reached(s)), "{op:?}: no crash");
+                        }
+                        Err(worklane_lease::Error::Crashed(step)) => {
+                            prop_assert_eq!(Some(step), crash_at);
+                            prop_assert!(
+                                reached(step),
+                                "{:?}: crashed at a step it cannot reach",
+                                op
+                            );
+                            disk = match step {
+                                Step::GuardTaken | Step::RecordInspected | Step::ClaimTaken => disk,
+                                Step::StaleRemoved | Step::EpochAdvanced => Disk::Empty,
+                                _ => Disk::Record {
+                                    owner: None,
+                                    pulse: now,
+                                },
+                            };
+                            if matches!(step, Step::EpochAdvanced | Step::Published) {
+                                last_epoch = worklane_lease::current_epoch(
+                                    &site.dir.file(LOCK).expect("valid"),
+                                )
+                                .expect("epoch");
+                            }
+                            if let (Disk::Record { owner: None, .. }, true) = (disk, process) {
+                                // Process liveness: the crashed writer's guard is closed, so
+                                // its record is dead at once: the next acquisition must win.
+                                let next = acquire(
+                                    &site.dir,
+                                    LOCK,
+                                    &Request::new("next"),
+                                    &options(&clock, true, None),
+                                )
+                                .expect("acquire after a crash");
+                                prop_assert!(
+                                    matches!(next, Acquired::Held(_)),
+                                    "free after one step: {next:?}"
+                                );
+                                if let Acquired::Held(l) = next {
+                                    prop_assert!(l.epoch() > last_epoch);
+                                    last_epoch = l.epoch();
+                                    l.release().expect("release");
+                                }
+                                disk = Disk::Empty;
+                            }
+                        }
+                        Err(e) => return Err(TestCaseError::fail(format!("{op:?}: {e}"))),
+                    }
+                }
+                Op::Pulse(c) => {
+                    let Some(lease) = leases[*c].as_mut() else {
+                        continue;
+                    };
+                    let ours = matches!(disk, Disk::Record { owner: Some(o), .. } if o == *c);
+                    match lease.pulse() {
+                        Ok(()) => {
+                            prop_assert!(ours, "c{c} pulsed a record that is not its own");
+                            disk = Disk::Record {
+                                owner: Some(*c),
+                                pulse: now,
+                            };
+                        }
+                        Err(held::Error::LeaseLost { .. }) => {
+                            prop_assert!(!ours, "c{c} lost a record that is its own");
+                            leases[*c] = None;
+                        }
+                        Err(e) => return Err(TestCaseError::fail(format!("pulse: {e}"))),
+                    }
+                }
+                Op::Release(c) => {
+                    let Some(lease) = leases[*c].take() else {
+                        continue;
+                    };
+                    lease.release().expect("release never fails here");
+                    if matches!(disk, Disk::Record { owner: Some(o), .. } if o == *c) {
+                        disk = Disk::Empty;
+                    }
+                }
+                Op::Advance(ms) => clock.advance(*ms),
+            }
+            // Never two holders: at most one lease's bytes are on disk, and it is the model's.
+            let on_disk = site.record();
+            let matching: Vec<usize> = (0..CONTENDERS)
+                .filter(|&i| {
+                    leases[i]
+                        .as_ref()
+                        .is_some_and(|l| Some(l.record()) == on_disk.as_ref())
+                })
+                .collect();
+            prop_assert!(matching.len() <= 1, "two holders: {matching:?}");
+            let expected = match disk {
+                Disk::Record { owner: Some(o), .. } => vec![o],
+                _ => vec![],
+            };
+            prop_assert_eq!(matching, expected, "after {:?}", op);
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+        #[test]
+        fn ttl_leases_follow_the_model(ops in ops()) {
+            run(&ops, false)?;
+        }
+
+        #[test]
+        fn process_leases_follow_the_model(ops in ops()) {
+            run(&ops, true)?;
+        }
     }
 }
