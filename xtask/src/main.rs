@@ -154,14 +154,20 @@ fn mutants(args: &[String]) -> ExitCode {
         if list {
             cmd.arg("--list");
         } else {
-            let mut out = format!("target/mutants/{krate}");
+            let mut name = (*krate).clone();
             if let Some(shard) = &shard {
-                out.push('-');
-                out.push_str(&shard.replace('/', "-of-"));
+                name.push('-');
+                name.push_str(&shard.replace('/', "-of-"));
                 cmd.args(["--shard", shard]);
             }
-            cmd.args(["--output", &out]);
+            let out = workspace_root().join("target/mutants").join(name);
+            if let Err(e) = std::fs::create_dir_all(&out) {
+                eprintln!("xtask mutants: cannot create {}: {e}", out.display());
+                return ExitCode::FAILURE;
+            }
+            cmd.arg("--output").arg(&out);
         }
+        cmd.current_dir(workspace_root());
         eprintln!("==> cargo mutants for worklane-{krate}");
         match cmd.status() {
             // cargo mutants exits 2 when mutants were missed, 3 on timeouts: a result, not a
@@ -185,6 +191,12 @@ fn mutants(args: &[String]) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// The workspace's root directory (xtask's parent).
+fn workspace_root() -> std::path::PathBuf {
+    let xtask = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    xtask.parent().unwrap_or(xtask).to_owned()
 }
 
 /// `Some((k, n))` for `K/N` with `0 <= k < n`.
