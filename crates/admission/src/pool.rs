@@ -627,8 +627,12 @@ pub struct RecordedCommand {
     pub start: Option<u64>,
     /// Whether the command leads a process group of its own (signalled whole).
     pub group: bool,
-    /// The uid owning the record file: the writer that names the command.
-    pub writer_uid: u32,
+    /// Who may have written the record file (owner, mode, links): a record that others than
+    /// its owner could have written proves nothing about the command it names.
+    pub writer: worklane_slotfile::Written,
+    /// The resource's guard (device and inode), when there is one: the processes holding a
+    /// copy of its descriptor are the run's (process-liveness locks).
+    pub guard: Option<worklane_guard::FileId>,
 }
 
 impl Pool {
@@ -641,7 +645,7 @@ impl Pool {
             if !(name.ends_with(".lock") || name.ends_with(".lease")) {
                 continue;
             }
-            let Ok(Some((raw, writer_uid))) = path.read_with_owner() else {
+            let Ok(Some((raw, writer))) = path.read_with_owner() else {
                 continue;
             };
             let Ok(record) = Record::parse(&raw) else {
@@ -663,8 +667,9 @@ impl Pool {
                 pid,
                 start: command.get("start").and_then(serde_json::Value::as_u64),
                 group: command.get("group") == Some(&serde_json::Value::Bool(true)),
+                guard: name.ends_with(".lock").then(|| path.guard_id()).flatten(),
                 record,
-                writer_uid,
+                writer,
             });
         }
         Ok(found)

@@ -1,37 +1,48 @@
-//! STOP's enforcement: after writing STOP, `stop-all` halts the commands that records name
-//! (`commandProcess`) when their supervisor cannot: one that was SIGKILLed (its command runs
-//! on, holding the slot) or stopped (SIGSTOP), or one that has not halted its command within
-//! its own grace.
+//! STOP's enforcement: after writing STOP, `stop-all` halts the processes of every run whose
+//! supervisor cannot: one that was SIGKILLed (its command runs on, holding the slot) or stopped
+//! (SIGSTOP), or one that has not halted its command within its own grace.
 //!
-//! A record is written by anyone who may write in the slot directory, so a command is
-//! signalled only when it is provably the process the record names (same host, boot and pid
-//! namespace; the same start identity) and, when `stop-all` runs as root, that process belongs
-//! to the user who wrote the record: a record can never make root signal someone else's
-//! process. The decisions are plain functions ([`parse_stat`], [`judge`]); only [`observe`]
-//! reads the platform (Linux `/proc`; elsewhere nothing is observed and supervisors alone halt
-//! their commands).
+//! A run's processes are found two ways: the command a record names (`commandProcess`), and,
+//! on Linux, every process holding a copy of the slot's guard descriptor (the command inherits
+//! one, and so does everything it starts, so this finds the run even when its leader is gone).
+//!
+//! A record is written by anyone who may write in the slot directory, so nothing is signalled
+//! on a record's word unless: the record could only have been written by its owner (no group or
+//! other write bit, one link); it names this host, boot and pid namespace; the process is the
+//! one named (same start identity) or holds the slot's guard; it belongs to the record's owner;
+//! and it is not pid 1, this process, or this process's group or session leader. So a record
+//! can never make `stop-all` signal a process its writer could not signal itself. The
+//! decisions are plain functions ([`parse_stat`], [`judge`]); only [`observe`] and
+//! [`guard_holders`] read the platform (Linux `/proc`; elsewhere nothing is observed and
+//! supervisors alone halt their commands).
 
 use crate::supervise::{CHECK_EVERY, GRACE};
 use rustix::process::{Pid, Signal};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 use worklane_admission::{Pool, RecordedCommand};
+use worklane_guard::FileId;
 use worklane_identity::{Field, Place};
 
-/// A process as `/proc` shows it.
+/// A process as `/proc/<pid>/stat` and the owner of `/proc/<pid>` show it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Seen {
     /// The one-letter state (`R`, `S`, `T`, `Z`...).
     pub(crate) state: u8,
-    /// Its start identity (field 22 of `/proc/<pid>/stat`).
+    /// Its process group.
+    pub(crate) pgid: u32,
+    /// Its session.
+    pub(crate) sid: u32,
+    /// Its start identity (field 22).
     pub(crate) start: u64,
     /// The owner of `/proc/<pid>` (its effective uid).
     pub(crate) uid: u32,
 }
 
-/// State and start (field 22) from `/proc/<pid>/stat`, counted from the last `)`.
+/// State, process group, session and start (field 22) from `/proc/<pid>/stat`, counted from
+/// the last `)` (the command name may hold spaces and parentheses).
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-pub(crate) fn parse_stat(bytes: &[u8]) -> Option<(u8, u64)> {
+pub(crate) fn parse_stat(bytes: &[u8]) -> Option<(u8, u32, u32, u64)> {
     let close = bytes.iter().rposition(|&b| b == b')')?;
     let rest = std::str::from_utf8(&bytes[close + 1..]).ok()?;
     let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
@@ -39,20 +50,28 @@ pub(crate) fn parse_stat(bytes: &[u8]) -> Option<(u8, u64)> {
         [one] => *one,
         _ => return None,
     };
-    // Field 3 is the state, so field 22 is the 20th after the parenthesis.
+    // Fields 3 (state), 5 (pgrp), 6 (session), 22 (start) are 0, 2, 3 and 19 after the name.
+    let pgid = fields.get(2)?.parse().ok()?;
+    let sid = fields.get(3)?.parse().ok()?;
     let start = fields.get(19)?.parse().ok()?;
-    Some((state, start))
+    Some((state, pgid, sid, start))
 }
 
 /// How a process looks now, `None` when it is gone or cannot be seen.
 #[cfg(target_os = "linux")]
 pub(crate) fn observe(pid: u32) -> Option<Seen> {
     let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
-    let (state, start) = parse_stat(&stat)?;
+    let (state, pgid, sid, start) = parse_stat(&stat)?;
     let uid = rustix::fs::stat(format!("/proc/{pid}").as_str())
         .ok()?
         .st_uid;
-    Some(Seen { state, start, uid })
+    Some(Seen {
+        state,
+        pgid,
+        sid,
+        start,
+        uid,
+    })
 }
 
 /// Nothing is observed off Linux.
@@ -61,25 +80,95 @@ pub(crate) fn observe(_pid: u32) -> Option<Seen> {
     None
 }
 
-/// What to do about one recorded command now.
+/// The pids holding a descriptor on each of `guards`, from one pass over `/proc/*/fd` (only
+/// the processes this one may inspect).
+#[cfg(target_os = "linux")]
+pub(crate) fn guard_holders(guards: &HashSet<FileId>) -> HashMap<FileId, Vec<u32>> {
+    let mut found: HashMap<FileId, Vec<u32>> = HashMap::new();
+    if guards.is_empty() {
+        return found;
+    }
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in procs.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            // stat follows the descriptor's magic link to the open file itself.
+            let Ok(stat) = rustix::fs::stat(fd.path().as_path()) else {
+                continue;
+            };
+            #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+            let id = FileId {
+                dev: stat.st_dev as u64,
+                ino: stat.st_ino as u64,
+            };
+            if guards.contains(&id) {
+                let pids = found.entry(id).or_default();
+                if !pids.contains(&pid) {
+                    pids.push(pid);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// No process table off Linux.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn guard_holders(_guards: &HashSet<FileId>) -> HashMap<FileId, Vec<u32>> {
+    HashMap::new()
+}
+
+/// This process, as enforcement must spare it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Me {
+    pub(crate) uid: u32,
+    pub(crate) pid: u32,
+    pub(crate) pgid: u32,
+    pub(crate) sid: u32,
+}
+
+/// One process to signal: a command's group, or a single process holding the guard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Target {
+    pub(crate) pid: u32,
+    pub(crate) start: u64,
+    /// Signal the process group `pid` leads rather than the process alone.
+    pub(crate) group: bool,
+}
+
+/// What to do about one recorded run now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Judged {
-    /// Nothing: it is gone (or was never provably the recorded process).
+    /// Nothing of it runs (or nothing is provably its).
     Gone,
     /// It cannot be signalled safely; the reason says why (shown to the operator).
     Untouchable(String),
-    /// It runs; `supervised` tells whether its supervisor can still act.
-    Running { supervised: bool },
+    /// Processes of it run; `supervised` tells whether its supervisor can still act.
+    Running {
+        supervised: bool,
+        targets: Vec<Target>,
+    },
 }
 
-/// Decides about `command`, given this process's place and uid, how the command looks now
-/// and how its supervisor (the record's holder) looks.
+/// Decides about `command` from how its processes look: `seen(pid)` observes a process,
+/// `holders` are the pids holding its guard.
 pub(crate) fn judge(
     command: &RecordedCommand,
     here: &Place,
-    my_uid: u32,
-    seen: Option<Seen>,
-    supervisor: Option<Seen>,
+    me: &Me,
+    seen: &dyn Fn(u32) -> Option<Seen>,
+    holders: &[u32],
 ) -> Judged {
     let Field::Present(place) = &command.record.holder.place else {
         return Judged::Untouchable("its record names no place".to_owned());
@@ -90,98 +179,184 @@ pub(crate) fn judge(
                 .to_owned(),
         );
     }
-    let Some(seen) = seen else {
-        return Judged::Gone;
-    };
-    if command.start != Some(seen.start) || matches!(seen.state, b'Z' | b'X') {
-        // Exited, or the pid now names another process.
-        return Judged::Gone;
-    }
-    if my_uid == 0 && seen.uid != command.writer_uid {
+    if !command.writer.only_by_owner() {
         return Judged::Untouchable(format!(
-            "pid {} belongs to uid {}, but its record was written by uid {}",
-            command.pid, seen.uid, command.writer_uid
+            "its record (mode {:o}, {} links) may have been written by others than its owner, \
+             so it proves nothing",
+            command.writer.mode, command.writer.links
         ));
     }
+    let writer = command.writer.uid;
+    // A process the record's owner could signal itself, and that is not pid 1 or ours.
+    let allowed = |pid: u32, s: &Seen| {
+        pid > 1
+            && pid != me.pid
+            && s.uid == writer
+            && !matches!(s.state, b'Z' | b'X')
+            && (me.uid == 0 || me.uid == writer)
+    };
+    let supervisor = command.record.pid();
+    let mut targets = Vec::new();
+    let mut refused = None;
+    if let Some(s) = seen(command.pid)
+        && command.start == Some(s.start)
+    {
+        if allowed(command.pid, &s) {
+            // The group only while the command still leads it, and never our own group or the
+            // leader of our own session.
+            let group = command.group
+                && s.pgid == command.pid
+                && command.pid != me.pgid
+                && command.pid != me.sid;
+            targets.push(Target {
+                pid: command.pid,
+                start: s.start,
+                group,
+            });
+        } else if s.uid != writer && !matches!(s.state, b'Z' | b'X') {
+            refused = Some(format!(
+                "pid {} belongs to uid {}, but its record is uid {}'s",
+                command.pid, s.uid, writer
+            ));
+        } else if me.uid != 0 && me.uid != writer {
+            refused = Some(format!(
+                "its record is uid {writer}'s; run stop-all as that user or as root"
+            ));
+        }
+    }
+    for &pid in holders {
+        if Some(pid) == supervisor || targets.iter().any(|t| t.pid == pid) {
+            continue;
+        }
+        if let Some(s) = seen(pid)
+            && allowed(pid, &s)
+        {
+            targets.push(Target {
+                pid,
+                start: s.start,
+                group: false,
+            });
+        }
+    }
+    if targets.is_empty() {
+        return refused.map_or(Judged::Gone, Judged::Untouchable);
+    }
     let identity_start = command.record.holder.identity.present().map(|i| i.start);
-    let supervised = supervisor.is_some_and(|s| {
+    let supervised = supervisor.and_then(seen).is_some_and(|s| {
         Some(s.start) == identity_start && !matches!(s.state, b'Z' | b'X' | b'T' | b't')
     });
-    Judged::Running { supervised }
+    Judged::Running {
+        supervised,
+        targets,
+    }
 }
 
-fn send(command: &RecordedCommand, signal: Signal) {
-    let Some(pid) = i32::try_from(command.pid).ok().and_then(Pid::from_raw) else {
+/// Sends `signal` to `target`, if it is still the process observed (a pidfd pins it on
+/// Linux, so a pid reused since cannot be hit).
+fn send(target: &Target, signal: Signal) {
+    let Some(pid) = i32::try_from(target.pid).ok().and_then(Pid::from_raw) else {
         return;
     };
-    let _ = if command.group {
-        rustix::process::kill_process_group(pid, signal)
-    } else {
-        rustix::process::kill_process(pid, signal)
-    };
+    if target.group {
+        // A group id cannot be reused while its leader (checked just before) or any member
+        // lives.
+        let _ = rustix::process::kill_process_group(pid, signal);
+        return;
+    }
+    #[cfg(target_os = "linux")]
+    {
+        let Ok(pidfd) = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
+        else {
+            return;
+        };
+        if observe(target.pid).is_some_and(|s| s.start == target.start) {
+            let _ = rustix::process::pidfd_send_signal(&pidfd, signal);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = rustix::process::kill_process(pid, signal);
+    }
 }
 
 /// What enforcement did.
 #[derive(Debug, Default)]
 pub(crate) struct Report {
-    /// Commands that were running when STOP was written.
+    /// Runs that had processes running when STOP was written.
     pub(crate) running: usize,
-    /// Commands worklane signalled itself (their supervisor could not).
+    /// Runs worklane signalled itself (their supervisor could not).
     pub(crate) signalled: Vec<String>,
-    /// Commands still running when enforcement gave up, with why.
+    /// Runs still running (or not signalled) when enforcement gave up, with why.
     pub(crate) left: Vec<String>,
     /// How long it took.
     pub(crate) took: Duration,
 }
 
-/// After STOP is written: waits until every command named by a record has ended, signalling
-/// those whose supervisor cannot (SIGCONT and SIGTERM at once when the supervisor is gone or
-/// stopped, SIGKILL a grace later; SIGKILL when a live supervisor has not halted its command
-/// within a check and its grace), for at most about 5 s.
+fn me() -> Me {
+    let pid = std::process::id();
+    let own = observe(pid);
+    Me {
+        uid: rustix::process::geteuid().as_raw(),
+        pid,
+        pgid: own.map_or(0, |s| s.pgid),
+        sid: own.map_or(0, |s| s.sid),
+    }
+}
+
+/// After STOP is written: waits until nothing of any recorded run is left, signalling the
+/// runs whose supervisor cannot (SIGCONT and SIGTERM at once when the supervisor is gone or
+/// stopped, SIGKILL a grace later; SIGKILL when a live supervisor has not halted its command a
+/// check and its grace after STOP), for at most about 5 s.
 pub(crate) fn enforce_stop(pool: &Pool) -> Report {
     let started = Instant::now();
     let give_up = CHECK_EVERY + GRACE + Duration::from_millis(1500);
     let Ok(here) = Place::current() else {
         return Report::default();
     };
-    let my_uid = rustix::process::geteuid().as_raw();
-    // When each command (by resource, pid and start) was sent SIGTERM by us.
-    let mut termed: BTreeMap<(String, u32, Option<u64>), Instant> = BTreeMap::new();
-    let mut killed: Vec<(String, u32, Option<u64>)> = Vec::new();
+    let me = me();
+    let mut termed: BTreeMap<Target, Instant> = BTreeMap::new();
+    let mut killed: BTreeSet<Target> = BTreeSet::new();
+    let mut signalled: BTreeSet<String> = BTreeSet::new();
     let mut report = Report::default();
     let mut first = true;
     loop {
         let commands = pool.recorded_commands().unwrap_or_default();
+        let guards: HashSet<FileId> = commands.iter().filter_map(|c| c.guard).collect();
+        let holders = guard_holders(&guards);
         let mut live = Vec::new();
         for command in &commands {
-            let supervisor = command.record.pid().and_then(observe);
-            match judge(command, here, my_uid, observe(command.pid), supervisor) {
+            let held = command
+                .guard
+                .and_then(|g| holders.get(&g))
+                .map_or(&[][..], Vec::as_slice);
+            let label = format!("{} (pid {})", command.resource, command.pid);
+            match judge(command, here, &me, &observe, held) {
                 Judged::Gone => {}
-                Judged::Untouchable(why) => {
-                    live.push(format!("{} (pid {}): {why}", command.resource, command.pid));
-                }
-                Judged::Running { supervised } => {
-                    let key = (command.resource.clone(), command.pid, command.start);
+                Judged::Untouchable(why) => live.push(format!("{label}: {why}")),
+                Judged::Running {
+                    supervised,
+                    targets,
+                } => {
                     let now = Instant::now();
-                    if !supervised && !termed.contains_key(&key) {
-                        send(command, Signal::CONT);
-                        send(command, Signal::TERM);
-                        termed.insert(key.clone(), now);
-                        report
-                            .signalled
-                            .push(format!("{} (pid {})", command.resource, command.pid));
+                    for target in &targets {
+                        if !supervised && !termed.contains_key(target) {
+                            send(target, Signal::CONT);
+                            send(target, Signal::TERM);
+                            termed.insert(*target, now);
+                            signalled.insert(label.clone());
+                        }
+                        let kill_at = match termed.get(target) {
+                            Some(at) => *at + GRACE,
+                            // A supervisor that acts kills a check and its grace after STOP.
+                            None => started + CHECK_EVERY + GRACE + Duration::from_millis(500),
+                        };
+                        if now >= kill_at && killed.insert(*target) {
+                            send(target, Signal::CONT);
+                            send(target, Signal::KILL);
+                            signalled.insert(label.clone());
+                        }
                     }
-                    let kill_at = match termed.get(&key) {
-                        Some(at) => *at + GRACE,
-                        // A supervisor that acts sends SIGKILL a check and its grace after STOP.
-                        None => started + CHECK_EVERY + GRACE + Duration::from_millis(500),
-                    };
-                    if now >= kill_at && !killed.contains(&key) {
-                        send(command, Signal::CONT);
-                        send(command, Signal::KILL);
-                        killed.push(key);
-                    }
-                    live.push(format!("{} (pid {})", command.resource, command.pid));
+                    live.push(label);
                 }
             }
         }
@@ -191,6 +366,7 @@ pub(crate) fn enforce_stop(pool: &Pool) -> Report {
         }
         if live.is_empty() || started.elapsed() >= give_up {
             report.left = live;
+            report.signalled = signalled.into_iter().collect();
             report.took = started.elapsed();
             return report;
         }
@@ -203,8 +379,9 @@ mod tests {
     use super::*;
     use worklane_identity::{ProcessIdentity, Recorded};
     use worklane_lease::Record;
+    use worklane_slotfile::Written;
 
-    fn command(place: &Place, writer_uid: u32) -> RecordedCommand {
+    fn command(place: &Place, uid: u32, mode: u32) -> RecordedCommand {
         RecordedCommand {
             resource: "agent-0.lock".into(),
             record: Record {
@@ -214,12 +391,13 @@ mod tests {
             pid: 200,
             start: Some(7),
             group: true,
-            writer_uid,
+            writer: Written {
+                uid,
+                mode,
+                links: 1,
+            },
+            guard: None,
         }
-    }
-
-    fn seen(state: u8, start: u64, uid: u32) -> Option<Seen> {
-        Some(Seen { state, start, uid })
     }
 
     fn here() -> Place {
@@ -231,81 +409,207 @@ mod tests {
         }
     }
 
+    const ROOT: Me = Me {
+        uid: 0,
+        pid: 50,
+        pgid: 50,
+        sid: 40,
+    };
+
+    fn proc(state: u8, pgid: u32, start: u64, uid: u32) -> Seen {
+        Seen {
+            state,
+            pgid,
+            sid: 1,
+            start,
+            uid,
+        }
+    }
+
+    fn table(rows: &[(u32, Seen)]) -> impl Fn(u32) -> Option<Seen> + '_ {
+        move |pid| rows.iter().find(|(p, _)| *p == pid).map(|(_, s)| *s)
+    }
+
+    fn group(pid: u32, start: u64) -> Target {
+        Target {
+            pid,
+            start,
+            group: true,
+        }
+    }
+
     #[test]
     fn only_the_recorded_process_of_the_records_writer_is_signalled() {
         let here = here();
-        let c = command(&here, 1000);
-        assert_eq!(judge(&c, &here, 0, None, None), Judged::Gone, "gone");
+        let c = command(&here, 1000, 0o644);
+        let judge_with = |rows: &[(u32, Seen)]| judge(&c, &here, &ROOT, &table(rows), &[]);
+        assert_eq!(judge_with(&[]), Judged::Gone, "gone");
         assert_eq!(
-            judge(&c, &here, 0, seen(b'S', 8, 1000), None),
+            judge_with(&[(200, proc(b'S', 200, 8, 1000))]),
             Judged::Gone,
             "another start: the pid was reused"
         );
         assert_eq!(
-            judge(&c, &here, 0, seen(b'Z', 7, 1000), None),
+            judge_with(&[(200, proc(b'Z', 200, 7, 1000))]),
             Judged::Gone,
             "a zombie has exited"
         );
         assert!(
             matches!(
-                judge(&c, &here, 0, seen(b'S', 7, 0), None),
+                judge_with(&[(200, proc(b'S', 200, 7, 0))]),
                 Judged::Untouchable(_)
             ),
-            "root never signals a process of another user than the record's writer"
+            "never a process of another user than the record's writer"
         );
         assert_eq!(
-            judge(&c, &here, 1000, seen(b'S', 7, 0), None),
-            Judged::Running { supervised: false },
-            "an ordinary user may try: the kernel decides"
+            judge_with(&[(200, proc(b'S', 200, 7, 1000))]),
+            Judged::Running {
+                supervised: false,
+                targets: vec![group(200, 7)]
+            }
         );
         let mut other = here.clone();
         other.pidns = Some(2);
         assert!(matches!(
-            judge(&command(&other, 1000), &here, 0, seen(b'S', 7, 1000), None),
+            judge(
+                &command(&other, 1000, 0o644),
+                &here,
+                &ROOT,
+                &table(&[]),
+                &[]
+            ),
             Judged::Untouchable(_)
         ));
         let mut elsewhere = here.clone();
         elsewhere.host = "other".into();
         assert!(matches!(
             judge(
-                &command(&elsewhere, 1000),
+                &command(&elsewhere, 1000, 0o644),
                 &here,
-                0,
-                seen(b'S', 7, 1000),
-                None
+                &ROOT,
+                &table(&[]),
+                &[]
             ),
             Judged::Untouchable(_)
         ));
     }
 
     #[test]
-    fn a_supervisor_counts_only_while_it_can_act() {
+    fn a_record_others_could_have_written_proves_nothing() {
         let here = here();
-        let c = command(&here, 1000);
-        let cmd = seen(b'S', 7, 1000);
-        assert_eq!(
-            judge(&c, &here, 0, cmd, seen(b'S', 5, 1000)),
-            Judged::Running { supervised: true }
-        );
-        for (state, start) in [(b'T', 5), (b't', 5), (b'Z', 5), (b'S', 6)] {
-            assert_eq!(
-                judge(&c, &here, 0, cmd, seen(state, start, 1000)),
-                Judged::Running { supervised: false },
-                "supervisor {} start {start}",
-                state as char
+        let rows = [(200, proc(b'S', 200, 7, 0))];
+        for mode in [0o660, 0o664, 0o646, 0o666] {
+            let c = command(&here, 0, mode);
+            assert!(
+                matches!(
+                    judge(&c, &here, &ROOT, &table(&rows), &[]),
+                    Judged::Untouchable(_)
+                ),
+                "mode {mode:o}"
             );
         }
+        let mut linked = command(&here, 0, 0o644);
+        linked.writer.links = 2;
+        assert!(matches!(
+            judge(&linked, &here, &ROOT, &table(&rows), &[]),
+            Judged::Untouchable(_)
+        ));
+    }
+
+    #[test]
+    fn pid_1_ourselves_our_group_and_session_are_spared() {
+        let here = here();
+        let mut init = command(&here, 0, 0o644);
+        init.pid = 1;
         assert_eq!(
-            judge(&c, &here, 0, cmd, None),
-            Judged::Running { supervised: false },
-            "a supervisor that is gone"
+            judge(
+                &init,
+                &here,
+                &ROOT,
+                &table(&[(1, proc(b'S', 1, 7, 0))]),
+                &[]
+            ),
+            Judged::Gone,
+            "pid 1 is never signalled (kill(-1) would be everyone)"
+        );
+        let mut ours = command(&here, 0, 0o644);
+        ours.pid = ROOT.pgid;
+        let rows = [(ROOT.pgid, proc(b'S', ROOT.pgid, 7, 0))];
+        assert_eq!(
+            judge(&ours, &here, &ROOT, &table(&rows), &[]),
+            Judged::Gone,
+            "our own pid"
+        );
+        let mut session = command(&here, 0, 0o644);
+        session.pid = ROOT.sid;
+        let rows = [(ROOT.sid, proc(b'S', ROOT.sid, 7, 0))];
+        assert_eq!(
+            judge(&session, &here, &ROOT, &table(&rows), &[]),
+            Judged::Running {
+                supervised: false,
+                targets: vec![Target {
+                    pid: ROOT.sid,
+                    start: 7,
+                    group: false
+                }]
+            },
+            "the leader of our session alone, never its group"
         );
     }
 
     #[test]
-    fn start_is_field_22() {
-        let line = b"42 (a) b) S 1 42 42 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 98765 1000 10";
-        assert_eq!(parse_stat(line), Some((b'S', 98765)));
+    fn the_guards_holders_are_the_run_even_without_its_leader() {
+        let here = here();
+        let c = command(&here, 1000, 0o644);
+        let rows = [
+            (300, proc(b'S', 200, 30, 1000)),
+            (301, proc(b'S', 200, 31, 0)),
+            (100, proc(b'S', 100, 5, 1000)),
+        ];
+        assert_eq!(
+            judge(&c, &here, &ROOT, &table(&rows), &[300, 301, 100]),
+            Judged::Running {
+                supervised: true,
+                targets: vec![Target {
+                    pid: 300,
+                    start: 30,
+                    group: false
+                }]
+            },
+            "the leader is gone: the guard's other holders of the writer's uid, not the \
+             supervisor (pid 100)"
+        );
+    }
+
+    #[test]
+    fn a_supervisor_counts_only_while_it_can_act() {
+        let here = here();
+        let c = command(&here, 1000, 0o644);
+        let running = |sup: Option<Seen>| {
+            let mut rows = vec![(200, proc(b'S', 200, 7, 1000))];
+            if let Some(s) = sup {
+                rows.push((100, s));
+            }
+            match judge(&c, &here, &ROOT, &table(&rows), &[]) {
+                Judged::Running { supervised, .. } => supervised,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert!(running(Some(proc(b'S', 100, 5, 1000))));
+        for (state, start) in [(b'T', 5), (b't', 5), (b'Z', 5), (b'S', 6)] {
+            assert!(
+                !running(Some(proc(state, 100, start, 1000))),
+                "supervisor {} start {start}",
+                state as char
+            );
+        }
+        assert!(!running(None), "a supervisor that is gone");
+    }
+
+    #[test]
+    fn stat_fields() {
+        let line = b"42 (a) b) S 1 42 40 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 98765 1000 10";
+        assert_eq!(parse_stat(line), Some((b'S', 42, 40, 98765)));
         assert_eq!(parse_stat(b"42 (a) S 1"), None);
     }
 }

@@ -72,6 +72,6 @@ pub use env::{
     SYSTEM_CONFIG, SYSTEM_SLOTS_DIR, SYSTEM_STATE_DIR, TEST_ROOT_VAR, TestRun, TestSignal, resolve,
 };
 pub use path::{Publish, RECORD_MODE, Removal, SHARED_MODE, SlotPath, Step, remove, write};
-pub use read::MAX_READ;
+pub use read::{MAX_READ, Written};
 pub use sweep::{Hidden, Swept, TEMP_MIN_AGE_MS, is_temp_name};
 pub use walk::MAX_LINKS;

@@ -205,10 +205,11 @@ impl SlotPath {
         )
     }
 
-    /// [`SlotPath::read`] that also returns the uid owning the file, taken from the very file
-    /// read (one open, `fstat` and `read`), so the owner and the bytes belong together: for a
-    /// reader that acts on what a file says only if its writer may ask for it.
-    pub fn read_with_owner(&self) -> Result<Option<(Vec<u8>, u32)>, read::Error> {
+    /// [`SlotPath::read`] that also says who may have written the file (owner, mode, links),
+    /// taken from the very file read (one open, `fstat` and `read`), so the writer and the
+    /// bytes belong together: for a reader that acts on what a file says only if its writer
+    /// may ask for it.
+    pub fn read_with_owner(&self) -> Result<Option<(Vec<u8>, read::Written)>, read::Error> {
         read::read_owned_at(
             Some(self.dir.as_fd()),
             std::path::Path::new(&*self.name),
@@ -416,6 +417,22 @@ impl SlotPath {
         rustix::fs::renameat(dir, &*self.name, dir, &*to.name)
             .map_err(|e| self.error("rename", e))?;
         Ok(to)
+    }
+
+    /// Device and inode of this file's guard (`.{name}.flock`), without opening or locking it:
+    /// `None` when there is no regular file at the guard's name. For tools that look for the
+    /// processes holding a copy of the guard's descriptor.
+    #[must_use]
+    pub fn guard_id(&self) -> Option<worklane_guard::FileId> {
+        let name = worklane_guard::guard_name(&self.name);
+        let stat =
+            rustix::fs::statat(self.dir.as_fd(), name.as_str(), AtFlags::SYMLINK_NOFOLLOW).ok()?;
+        #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+        (rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::RegularFile)
+            .then(|| worklane_guard::FileId {
+                dev: stat.st_dev as u64,
+                ino: stat.st_ino as u64,
+            })
     }
 
     /// Tries to take this file's guard (`.{name}.flock`): `Ok(None)` when busy.

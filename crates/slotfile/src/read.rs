@@ -60,12 +60,33 @@ pub(crate) fn read_at(
     Ok(read_owned_at(dir, name, path)?.map(|(bytes, _)| bytes))
 }
 
-/// [`read_at`] that also returns the owner (uid) of the file it read, from the same open file.
+/// Who may have written a file: its owner, its permission bits and its number of links, from
+/// `fstat` of the open file that was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    /// The owner's uid.
+    pub uid: u32,
+    /// The permission bits (`st_mode & 0o7777`).
+    pub mode: u32,
+    /// The number of hard links.
+    pub links: u64,
+}
+
+impl Written {
+    /// Whether only its owner (or root) can have written these bytes: no group or other write
+    /// bit and a single link (a file with several names may have been written through another).
+    #[must_use]
+    pub fn only_by_owner(&self) -> bool {
+        self.mode & 0o022 == 0 && self.links == 1
+    }
+}
+
+/// [`read_at`] that also says who may have written the file, from the same open file.
 pub(crate) fn read_owned_at(
     dir: Option<BorrowedFd<'_>>,
     name: &Path,
     path: &Path,
-) -> Result<Option<(Vec<u8>, u32)>, Error> {
+) -> Result<Option<(Vec<u8>, Written)>, Error> {
     let flags =
         OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
     let opened = match dir {
@@ -127,7 +148,13 @@ pub(crate) fn read_owned_at(
         bytes.resize((bytes.len() * 2).min(limit + 1), 0);
     }
     bytes.truncate(len);
-    Ok(Some((bytes, stat.st_uid)))
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    let written = Written {
+        uid: stat.st_uid,
+        mode: (stat.st_mode as u32) & 0o7777,
+        links: u64::try_from(stat.st_nlink).unwrap_or(u64::MAX),
+    };
+    Ok(Some((bytes, written)))
 }
 
 /// Whether `name` in `dir` holds exactly `expected`: `Ok(None)` when absent. Reads at most
