@@ -1,6 +1,7 @@
 //! Integration tests of the `worklane` binary: real processes in temp slot directories
 //! (`AGENT_SLOTS_DIR`), real signals, real child commands that record what they saw.
 
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -1463,22 +1464,30 @@ mod why {
         .expect("rename the fresh lease");
         let (code, doc) = why(&site, &["--lock", "deploy.lease"], None);
         assert_eq!(code, Some(75), "a fresh lease of any name blocks: {doc}");
+        // flock(1) holds the guard for `cat`, which says so once it runs (the lock taken) and
+        // ends when we close its input: killing flock alone would leave its command behind,
+        // still holding the lock.
         let mut guard_holder = Command::new("flock")
             .arg(site.slots().join(".bare.lock.flock"))
-            .args(["sleep", "600"])
+            .args(["sh", "-c", "echo held; exec cat >/dev/null"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
             .spawn()
             .expect("flock");
-        wait_until("the bare guard", || {
-            site.slots().join(".bare.lock.flock").exists()
-        });
+        let mut line = String::new();
+        std::io::BufReader::new(guard_holder.stdout.as_mut().expect("flock's stdout"))
+            .read_line(&mut line)
+            .expect("read flock's report");
+        assert_eq!(line.trim(), "held", "flock(1) must report the guard held");
         let (code, doc) = why(&site, &["--lock", "bare.lock"], None);
         assert_eq!(
             code,
             Some(75),
             "a held guard without a record blocks: {doc}"
         );
-        let _ = guard_holder.kill();
-        let _ = guard_holder.wait();
+        drop(guard_holder.stdin.take());
+        let status = guard_holder.wait().expect("wait for flock");
+        assert!(status.success(), "flock and its cat end cleanly: {status}");
         let out = site.output(&["why", "--lock", "../etc/passwd"]);
         assert_eq!(
             out.status.code(),
