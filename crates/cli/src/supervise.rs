@@ -87,6 +87,10 @@ pub(crate) fn supervise(
     if !interactive {
         cmd.process_group(0);
     }
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "product code: the command is meant to inherit the slot it runs in"
+    )]
     let child = cmd.spawn().map_err(|e| {
         let shown = program.to_string_lossy();
         match e.kind() {

@@ -1,12 +1,19 @@
 //! Integration tests of the `worklane` binary: real processes in temp slot directories
 //! (`AGENT_SLOTS_DIR`), real signals, real child commands that record what they saw.
+//!
+//! Every process is started through the fork gate and marked with its test's `Scope`, so that
+//! whatever a test started, however it left its group or parent, is gone when the test ends,
+//! passed or failed.
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::process::{Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
+use worklane_testkit::{Child, Gated, Scope};
 
 struct Site {
+    /// Declared first, so dropped first: the test's processes end before its directory goes.
+    scope: Scope,
     temp: tempfile::TempDir,
 }
 
@@ -17,7 +24,17 @@ impl Site {
         if let Some(config) = config {
             std::fs::write(temp.path().join("slots/config.json"), config).expect("config");
         }
-        Site { temp }
+        Site {
+            scope: Scope::new(),
+            temp,
+        }
+    }
+
+    /// A command marked as this test's, so that it and everything it starts end with the test.
+    fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new(program);
+        self.scope.mark(&mut cmd);
+        cmd
     }
 
     fn slots(&self) -> PathBuf {
@@ -30,7 +47,7 @@ impl Site {
     }
 
     fn worklane(&self) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_worklane"));
+        let mut cmd = self.command(env!("CARGO_BIN_EXE_worklane"));
         cmd.env("AGENT_SLOTS_DIR", self.slots())
             .env_remove("AGENT_SLOTS_CONFIG")
             .env("T", self.temp.path())
@@ -39,7 +56,10 @@ impl Site {
     }
 
     fn output(&self, args: &[&str]) -> Output {
-        self.worklane().args(args).output().expect("run worklane")
+        self.worklane()
+            .args(args)
+            .output_gated()
+            .expect("run worklane")
     }
 
     fn code(&self, args: &[&str]) -> i32 {
@@ -56,7 +76,7 @@ impl Site {
                 .env("K", key)
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
-                .spawn()
+                .spawn_gated()
                 .expect("spawn worklane"),
         )
     }
@@ -70,8 +90,8 @@ impl Site {
 
 /// Waits (bounded: a watchdog, not a timing assertion) until `cond` holds.
 /// A `worklane` started by a test. If the test ends (or fails) while it still runs, it is sent
-/// SIGTERM, which it forwards to its command's group, and SIGKILLed after 5 s: a failed test
-/// leaves no command polling for a release file in a removed directory.
+/// SIGTERM, which it forwards to its command's group, and SIGKILLed after 5 s; whatever of its
+/// command is left then ends with the test's `Scope`.
 struct Running(Option<Child>);
 
 impl Running {
@@ -167,7 +187,7 @@ bump 'n=$(cat "$T/n"); echo $((n-1)) > "$T/n"'
                         .env("K", i.to_string())
                         .stdout(Stdio::null())
                         .stderr(Stdio::piped())
-                        .spawn()
+                        .spawn_gated()
                         .expect("spawn"),
                 )
             })
@@ -304,13 +324,14 @@ mod exits {
         // A parent that ignores SIGCHLD passes it on through exec; the kernel would then reap
         // the command itself and its status would be lost (exit 71 before the fix).
         let site = Site::new(None);
-        let out = Command::new("env")
+        let out = site
+            .command("env")
             .args(["--ignore-signal=CHLD", env!("CARGO_BIN_EXE_worklane")])
             .args(["run", "--", "sh", "-c", "exit 7"])
             .env("AGENT_SLOTS_DIR", site.slots())
             .env_remove("AGENT_SLOTS_CONFIG")
             .stdin(Stdio::null())
-            .output()
+            .output_gated()
             .expect("run env");
         assert_eq!(
             out.status.code(),
@@ -353,7 +374,7 @@ mod exits {
             .worklane()
             .args(["run", "--timeout", "300ms", "--", "true"])
             .stderr(Stdio::piped())
-            .spawn()
+            .spawn_gated()
             .expect("spawn worklane");
         let status = wait_exit(&mut waiter, "the waiter's timeout");
         assert_eq!(status.code(), Some(75), "a timed-out wait exits 75");
@@ -540,7 +561,7 @@ mod operator {
             .worklane()
             .env("AGENT_SLOTS_CONFIG", &config)
             .args(["set-test-slots", "3"])
-            .output()
+            .output_gated()
             .expect("run worklane");
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(
@@ -644,13 +665,14 @@ mod terminal {
         wait_until("the holder", || site.file("up.0").exists());
         // script(1) gives the waiting run a pseudo-terminal as stdin, stdout and stderr.
         let inner = format!("{} run -- true", env!("CARGO_BIN_EXE_worklane"));
-        let mut waiter = Command::new("script")
+        let mut waiter = site
+            .command("script")
             .args(["-qfec", &inner, "/dev/null"])
             .env("AGENT_SLOTS_DIR", site.slots())
             .env_remove("AGENT_SLOTS_CONFIG")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .spawn()
+            .spawn_gated()
             .expect("spawn script");
         let _keep_stdin_open = waiter.stdin.take();
         let mut stdout = waiter.stdout.take().expect("stdout");
@@ -840,14 +862,15 @@ touch "$T/up.$K"; while [ ! -e "$T/release.$K" ]; do sleep 0.02; done"#;
             env!("CARGO_BIN_EXE_worklane"),
             r#"'sh -c "trap \"\" TERM HUP; echo \$\$ > \"\$T/straggler\"; exec sleep 600" & touch "$T/up.0"; wait'"#
         );
-        let mut run = Command::new("script")
+        let mut run = site
+            .command("script")
             .args(["-qfec", &inner, "/dev/null"])
             .env("AGENT_SLOTS_DIR", site.slots())
             .env_remove("AGENT_SLOTS_CONFIG")
             .env("T", site.file(""))
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
-            .spawn()
+            .spawn_gated()
             .expect("spawn script");
         let _keep_stdin_open = run.stdin.take();
         wait_until("the straggler", || {
@@ -1120,7 +1143,7 @@ mod budget {
             .arg("budget")
             .args(args)
             .env("GITHUB_TOKEN", TOKEN)
-            .output()
+            .output_gated()
             .expect("run worklane budget")
     }
 
@@ -1223,7 +1246,7 @@ mod budget {
             .worklane()
             .args(["budget", "take", "--consumer", "c"])
             .env_remove("GITHUB_TOKEN")
-            .output()
+            .output_gated()
             .expect("run");
         assert_eq!(out.status.code(), Some(64));
         assert!(String::from_utf8_lossy(&out.stderr).contains("$GITHUB_TOKEN"));
@@ -1270,7 +1293,7 @@ mod budget {
             .args(["budget", "take", "--consumer", "c", "--json"])
             .env("GITHUB_TOKEN", TOKEN)
             .env("AGENT_SLOTS_DIR", &file)
-            .output()
+            .output_gated()
             .expect("run");
         assert!(out.status.success(), "the call may go");
         let took: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
@@ -1321,7 +1344,7 @@ mod why {
             Some(t) => cmd.env("GITHUB_TOKEN", t),
             None => cmd.env_remove("GITHUB_TOKEN"),
         };
-        let out = cmd.output().expect("run worklane why");
+        let out = cmd.output_gated().expect("run worklane why");
         let doc = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
             panic!(
                 "why --json: {e}: {}{}",
@@ -1339,7 +1362,7 @@ mod why {
             .args(["budget", "observe", "--status", "429"])
             .args(["--header", "Retry-After: 600"])
             .env("GITHUB_TOKEN", token)
-            .status()
+            .status_gated()
             .expect("observe");
         assert!(observed.success());
     }
@@ -1467,12 +1490,13 @@ mod why {
         // flock(1) holds the guard for `cat`, which says so once it runs (the lock taken) and
         // ends when we close its input: killing flock alone would leave its command behind,
         // still holding the lock.
-        let mut guard_holder = Command::new("flock")
+        let mut guard_holder = site
+            .command("flock")
             .arg(site.slots().join(".bare.lock.flock"))
             .args(["sh", "-c", "echo held; exec cat >/dev/null"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .spawn()
+            .spawn_gated()
             .expect("flock");
         let mut line = String::new();
         std::io::BufReader::new(guard_holder.stdout.as_mut().expect("flock's stdout"))
