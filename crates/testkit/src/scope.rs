@@ -45,7 +45,8 @@ impl Scope {
         command.env(SCOPE_VAR, &self.mark)
     }
 
-    /// The pids of the live (not zombie) processes that carry the mark now.
+    /// The pids of the live (not zombie) processes that carry the mark now. A process in the
+    /// middle of an `execve` shows no environment for a moment, so one look can miss it.
     pub fn survivors(&self) -> Vec<u32> {
         let needle = format!("{SCOPE_VAR}={}", self.mark);
         let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -58,23 +59,29 @@ impl Scope {
             .collect()
     }
 
-    /// SIGKILLs every live process that carries the mark, again until none is left (a process
-    /// may start another before it dies), and returns the pids killed. Gives up after about
-    /// 10 s (a process stuck in the kernel).
+    /// SIGKILLs every live process that carries the mark, again until none is left, and
+    /// returns the pids killed. Done only when three looks 10 ms apart find none: a process may
+    /// start another before it dies, and one in the middle of an `execve` hides its mark for a
+    /// moment. Gives up after about 10 s (a process stuck in the kernel).
     pub fn end(&self) -> Vec<u32> {
         let needle = format!("{SCOPE_VAR}={}", self.mark);
         let mut killed = Vec::new();
+        let mut quiet_looks = 0;
         for _ in 0..1000 {
             let survivors = self.survivors();
             if survivors.is_empty() {
-                break;
+                quiet_looks += 1;
+                if quiet_looks == 3 {
+                    break;
+                }
+            } else {
+                quiet_looks = 0;
             }
             for pid in survivors {
                 if kill(pid, &needle) && !killed.contains(&pid) {
                     killed.push(pid);
                 }
             }
-            // SIGKILL takes effect at once but is delivered asynchronously; look again soon.
             std::thread::sleep(Duration::from_millis(10));
         }
         killed
