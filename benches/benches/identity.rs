@@ -4,6 +4,10 @@
 //!
 //! `cargo bench -p worklane-benches --bench identity`
 
+// A benchmark starts its processes from one thread and releases nothing another process must
+// see free meanwhile: the fork gate of the test binaries (worklane-testkit) is not needed here.
+#![allow(clippy::disallowed_methods)]
+
 use criterion::{Criterion, criterion_group, criterion_main};
 use rustix::process::{Pid, test_kill_process};
 use std::hint::black_box;

@@ -16,6 +16,10 @@
 //!
 //! `cargo build --release -p worklane-lease --bin lease-holder && cargo bench -p worklane-benches --bench lease`
 
+// A benchmark starts its processes from one thread and releases nothing another process must
+// see free meanwhile: the fork gate of the test binaries (worklane-testkit) is not needed here.
+#![allow(clippy::disallowed_methods)]
+
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags};
 use std::hint::black_box;

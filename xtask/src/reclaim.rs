@@ -178,6 +178,12 @@ mod tests {
     use worklane_admission::{Stop, stop};
     use worklane_lease::{Acquired, Clock, Options, Request, acquire};
     use worklane_slotfile::{Environment, SlotDir};
+    use worklane_testkit::{Gated, gate};
+
+    // Tests run on several threads, and a child being started by one holds copies of every
+    // descriptor of the process until it execs. A reclaim must find every guard these tests
+    // released free, so every release here runs with the fork gate quiet, and every process
+    // is started through the gate.
 
     struct Site {
         temp: tempfile::TempDir,
@@ -206,41 +212,55 @@ mod tests {
             stop::write(&self.dir(), &record).expect("STOP");
         }
 
+        /// The reclaim, with the gate quiet: it takes (and releases) every guard it removes or
+        /// keeps, and a later step may need one free.
         fn run(&self, apply: bool) -> (Outcome, String) {
             let mut out = Vec::new();
-            let outcome = run(
-                &Environment::from_process(),
-                Some(self.temp.path()),
-                apply,
-                &mut out,
-            )
+            let outcome = gate::quietly(|| {
+                run(
+                    &Environment::from_process(),
+                    Some(self.temp.path()),
+                    apply,
+                    &mut out,
+                )
+            })
             .expect("run");
             (outcome, String::from_utf8(out).expect("utf-8"))
         }
 
         /// A guard whose resource file is gone, as a rotated budget key leaves.
         fn orphan_guard(&self, resource: &str) {
-            drop(
-                worklane_guard::Guard::try_acquire(self.dir(), self.temp.path(), resource)
-                    .expect("guard")
-                    .expect("free"),
-            );
+            gate::quietly(|| {
+                drop(
+                    worklane_guard::Guard::try_acquire(self.dir(), self.temp.path(), resource)
+                        .expect("guard")
+                        .expect("free"),
+                );
+            });
+        }
+
+        /// Acquires `name` with the gate quiet (a TTL lease releases its guard before this
+        /// returns); the lease must be released with [`release`].
+        fn acquire(
+            &self,
+            name: &str,
+            request: &Request,
+            options: &Options,
+        ) -> worklane_lease::Lease {
+            match gate::quietly(|| acquire(&self.dir(), name, request, options)).expect("acquire") {
+                Acquired::Held(lease) => lease,
+                Acquired::Refused(r) => panic!("{name} must be free: {r}"),
+            }
         }
 
         /// A lock record of this machine whose holder has exited.
         fn dead_record(&self, name: &str) {
-            let Acquired::Held(lease) = acquire(
-                &self.dir(),
-                name,
-                &Request::new("gone"),
-                &Options::process(),
-            )
-            .expect("acquire") else {
-                panic!("refused")
-            };
+            let lease = self.acquire(name, &Request::new("gone"), &Options::process());
             let ours = std::fs::read(self.path(name)).expect("record");
-            lease.release().expect("release");
-            let mut dead = std::process::Command::new("true").spawn().expect("spawn");
+            release(lease);
+            let mut dead = std::process::Command::new("true")
+                .spawn_gated()
+                .expect("spawn");
             let pid = dead.id();
             dead.wait().expect("reap");
             let mut record: serde_json::Value = serde_json::from_slice(&ours).expect("json");
@@ -259,6 +279,11 @@ mod tests {
                 .set_modified(SystemTime::now() - Duration::from_secs(3600))
                 .expect("mtime");
         }
+    }
+
+    /// Releases a lease with the gate quiet.
+    fn release(lease: worklane_lease::Lease) {
+        gate::quietly(|| lease.release()).expect("release");
     }
 
     fn exists(p: &Path) -> bool {
@@ -282,15 +307,11 @@ mod tests {
         let site = Site::new();
         site.orphan_guard("old.lock");
         site.stop();
-        let Acquired::Held(lease) = acquire(
-            &site.dir(),
+        let lease = site.acquire(
             "agent-0.lock",
             &Request::new("harness"),
             &Options::process(),
-        )
-        .expect("acquire") else {
-            panic!("refused")
-        };
+        );
         let (outcome, said) = site.run(true);
         assert!(matches!(outcome, Outcome::Refused(_)), "{said}");
         assert!(
@@ -298,7 +319,7 @@ mod tests {
             "names the live holder: {said}"
         );
         assert!(exists(&site.path(".old.lock.flock")), "nothing removed");
-        lease.release().expect("release");
+        release(lease);
 
         // A held guard with no record behind it is live too.
         let held = worklane_guard::Guard::try_acquire(site.dir(), site.temp.path(), "x.lock")
@@ -307,7 +328,7 @@ mod tests {
         let (outcome, said) = site.run(true);
         assert!(matches!(outcome, Outcome::Refused(_)), "{said}");
         assert!(said.contains("x.lock"), "{said}");
-        drop(held);
+        gate::quietly(|| drop(held));
     }
 
     #[test]
@@ -368,16 +389,12 @@ mod tests {
             assert!(exists(&site.path(kept)), "{kept} kept: {said}");
         }
         // A reclaimed resource works as before: its guard is published again.
-        let Acquired::Held(lease) = acquire(
-            &site.dir(),
+        let lease = site.acquire(
             "agent-7.lock",
             &Request::new("harness"),
             &Options::process(),
-        )
-        .expect("acquire") else {
-            panic!("refused")
-        };
-        lease.release().expect("release");
+        );
+        release(lease);
     }
 
     #[test]
@@ -387,25 +404,23 @@ mod tests {
         let site = Site::new();
         site.orphan_guard("old.lock");
         site.stop();
-        let Acquired::Held(lease) = acquire(
-            &site.dir(),
+        let lease = site.acquire(
             "role-planner.lease",
             &Request::new("planner").field("role", "planner"),
             &Options::ttl(Duration::from_secs(60)),
-        )
-        .expect("acquire") else {
-            panic!("refused")
-        };
+        );
         assert!(
-            !worklane_guard::is_held(site.dir(), site.temp.path(), "role-planner.lease")
-                .expect("probe"),
+            !gate::quietly(|| {
+                worklane_guard::is_held(site.dir(), site.temp.path(), "role-planner.lease")
+            })
+            .expect("probe"),
             "the guard is free between pulses"
         );
         let (outcome, said) = site.run(true);
         assert!(matches!(outcome, Outcome::Refused(_)), "{said}");
         assert!(said.contains("role-planner.lease"), "{said}");
         assert!(exists(&site.path(".old.lock.flock")));
-        drop(lease);
+        release(lease);
     }
 
     #[test]

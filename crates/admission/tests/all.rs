@@ -1,13 +1,23 @@
 //! Integration tests of `worklane-admission`: real slot directories in temp dirs, real
 //! guards, real dead processes. One binary, a module per behaviour.
+//!
+//! Tests run on several threads, and a child being started by one holds copies of every
+//! descriptor of the process until it execs, a guard's included. So processes are started
+//! through the fork gate, and every pool call that takes and releases guards (`slots.lock`
+//! on every take, a slot's guard on a refusal or a probe) runs with the gate quiet, as does
+//! the release of a slot, when a later step needs those guards free.
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
-use worklane_admission::{Blocker, Drain, DrainState, Kind, Pool, SlotState, Stop, Take, Wait};
+use worklane_admission::{
+    Blocker, Drain, DrainState, Kind, Pool, Slot, SlotState, Stop, Take, Wait,
+};
 use worklane_identity::{Field, Place, ProcessIdentity, Recorded};
 use worklane_lease::{LiveWhy, ManualClock, Record, Request, rfc3339_ms};
 use worklane_slotfile::{Environment, RECORD_MODE, SlotDir};
+use worklane_testkit::Gated;
+use worklane_testkit::gate::{self, QuietDrop};
 
 struct Site {
     temp: tempfile::TempDir,
@@ -27,26 +37,39 @@ impl Site {
         std::fs::write(self.temp.path().join("config.json"), config).expect("config");
     }
 
-    fn take(&self, kind: Kind) -> worklane_admission::Slot {
-        match self
-            .pool
-            .try_take(kind, &Request::new("test"))
-            .expect("take")
-        {
-            Take::Held(slot) => slot,
+    /// A take with the gate quiet: it takes and releases `slots.lock`, and maybe guards of
+    /// slots it finds in use.
+    fn try_take(&self, kind: Kind) -> Take {
+        gate::quietly(|| self.pool.try_take(kind, &Request::new("test"))).expect("take")
+    }
+
+    /// Takes a slot that must be free; it is released with the gate quiet.
+    fn take(&self, kind: Kind) -> QuietDrop<Slot> {
+        match self.try_take(kind) {
+            Take::Held(slot) => QuietDrop::new(slot),
             Take::Blocked(b) => panic!("{} must be free: {b}", kind.label()),
         }
     }
 
     fn blocked(&self, kind: Kind) -> Blocker {
-        match self
-            .pool
-            .try_take(kind, &Request::new("test"))
-            .expect("take")
-        {
-            Take::Held(slot) => panic!("{} must be blocked, got {}", kind.label(), slot.name()),
+        match self.try_take(kind) {
+            Take::Held(slot) => {
+                let name = slot.name().to_owned();
+                gate::quietly(|| drop(slot));
+                panic!("{} must be blocked, got {name}", kind.label())
+            }
             Take::Blocked(b) => b,
         }
+    }
+
+    /// The idle probe, with the gate quiet (it takes the full run's guard for a moment).
+    fn idle(&self) -> bool {
+        gate::quietly(|| self.pool.idle()).expect("idle")
+    }
+
+    /// The pool's snapshot, with the gate quiet (it probes every slot's guard).
+    fn snapshot(&self) -> worklane_admission::Snapshot {
+        gate::quietly(|| self.pool.snapshot()).expect("snapshot")
     }
 
     fn write_record(&self, name: &str, record: &Record) {
@@ -62,7 +85,8 @@ impl Site {
 fn dead_record() -> Record {
     let mut child = Command::new("sleep")
         .arg("600")
-        .spawn()
+        .stdin(Stdio::null())
+        .spawn_gated()
         .expect("spawn sleep");
     let identity = ProcessIdentity::of(child.id()).expect("identity");
     child.kill().expect("kill");
@@ -89,7 +113,7 @@ mod agents {
         );
         let mut slots = slots.into_iter();
         let first = slots.next().expect("slot 0");
-        first.release().expect("release");
+        first.end(Slot::release).expect("release");
         assert_eq!(
             site.take(Kind::Agent).name(),
             "agent-0.lock",
@@ -103,7 +127,11 @@ mod agents {
         let mut held: Vec<_> = (0..4).map(|_| Some(site.take(Kind::Agent))).collect();
         site.set_config(r#"{"max_agents": 2}"#);
         for (i, expect_held) in [(0, 3), (1, 2)] {
-            held[i].take().expect("held").release().expect("release");
+            held[i]
+                .take()
+                .expect("held")
+                .end(Slot::release)
+                .expect("release");
             assert_eq!(
                 site.blocked(Kind::Agent),
                 Blocker::AtCap {
@@ -113,7 +141,11 @@ mod agents {
                 "after freeing slot {i}, {expect_held} still run"
             );
         }
-        held[2].take().expect("held").release().expect("release");
+        held[2]
+            .take()
+            .expect("held")
+            .end(Slot::release)
+            .expect("release");
         let slot = site.take(Kind::Agent);
         assert_eq!(
             slot.name(),
@@ -166,7 +198,7 @@ mod agents {
             site.blocked(Kind::Agent),
             Blocker::AtCap { held: 2, cap: 2 }
         );
-        let snapshot = site.pool.snapshot().expect("snapshot");
+        let snapshot = site.snapshot();
         let states: Vec<_> = snapshot
             .slots
             .iter()
@@ -210,7 +242,7 @@ mod agents {
             "agent-4.lock",
             "the pool goes on past them"
         );
-        let snapshot = site.pool.snapshot().expect("slots lists broken files too");
+        let snapshot = site.snapshot();
         let states: Vec<(&str, &SlotState)> = snapshot
             .slots
             .iter()
@@ -371,38 +403,37 @@ mod operator {
             pool.drain().expect("drain"),
             DrainState::InForce(_)
         ));
-        let blocked = pool
-            .try_take(Kind::FullRun, &Request::new("t"))
-            .expect("take");
+        let blocked =
+            gate::quietly(|| pool.try_take(Kind::FullRun, &Request::new("t"))).expect("take");
         assert!(
             matches!(blocked, Take::Blocked(Blocker::Drain(_))),
             "{blocked:?}"
         );
         clock.set(now + 3_600_000);
         assert!(
-            matches!(
+            gate::quietly(|| matches!(
                 pool.try_take(Kind::Agent, &Request::new("t"))
                     .expect("take"),
                 Take::Held(_)
-            ),
+            )),
             "past its until the drain is ignored"
         );
         let pool = drain_until(&site, &clock, clock.now_ms() + 4 * 3_600_000 + 1);
         assert!(
-            matches!(
+            gate::quietly(|| matches!(
                 pool.try_take(Kind::Agent, &Request::new("t"))
                     .expect("take"),
                 Take::Held(_)
-            ),
+            )),
             "more than 4 h ahead is ignored"
         );
         std::fs::write(site.temp.path().join("update-drain.json"), b"{oops").expect("write");
         assert!(
-            matches!(
+            gate::quietly(|| matches!(
                 pool.try_take(Kind::Agent, &Request::new("t"))
                     .expect("take"),
                 Take::Held(_)
-            ),
+            )),
             "an unreadable flag is ignored"
         );
         assert!(
@@ -439,24 +470,18 @@ mod runs {
     #[test]
     fn one_full_run_at_a_time_and_the_idle_probe_sees_it() {
         let site = Site::new("{}");
-        assert!(site.pool.idle().expect("idle"), "idle with no full run");
+        assert!(site.idle(), "idle with no full run");
         let run = site.take(Kind::FullRun);
-        assert!(
-            !site.pool.idle().expect("idle"),
-            "not idle during a full run"
-        );
+        assert!(!site.idle(), "not idle during a full run");
         let blocker = site.blocked(Kind::FullRun);
         assert!(
             matches!(&blocker, Blocker::FullRunHeld(r) if r.why == LiveWhy::GuardHeld),
             "{blocker:?}"
         );
         drop(run);
-        assert!(site.pool.idle().expect("idle"), "idle again");
+        assert!(site.idle(), "idle again");
         site.write_record("full-run.lock", &dead_record());
-        assert!(
-            site.pool.idle().expect("idle"),
-            "a dead full run is not live"
-        );
+        assert!(site.idle(), "a dead full run is not live");
     }
 
     #[test]
@@ -469,7 +494,7 @@ mod runs {
         );
         site.write_record("full-run.lock", &live);
         assert!(
-            !site.pool.idle().expect("idle"),
+            !site.idle(),
             "a full run whose process runs is live, guard or not"
         );
         let mut foreign = dead_record();
@@ -477,15 +502,9 @@ mod runs {
             place.host = "elsewhere".into();
         }
         site.write_record("full-run.lock", &foreign);
-        assert!(
-            !site.pool.idle().expect("idle"),
-            "a full run that cannot be judged is live"
-        );
+        assert!(!site.idle(), "a full run that cannot be judged is live");
         std::fs::write(site.temp.path().join("full-run.lock"), b"{").expect("malformed");
-        assert!(
-            !site.pool.idle().expect("idle"),
-            "a malformed full-run record is live"
-        );
+        assert!(!site.idle(), "a malformed full-run record is live");
     }
 
     #[test]
@@ -518,9 +537,10 @@ mod waiting {
         let site = Site::new(r#"{"max_agents": 1}"#);
         let held = site.take(Kind::Agent);
         let mut seen = Vec::new();
-        let got = site
-            .pool
-            .take(
+        // Quiet for the whole wait: each retry takes and releases `slots.lock`, and the last
+        // one before the deadline must find it free to report the cap, not the lock.
+        let got = gate::quietly(|| {
+            site.pool.take(
                 Kind::Agent,
                 &Request::new("waiter"),
                 Wait {
@@ -528,7 +548,8 @@ mod waiting {
                     on_wait: &mut |b, _| seen.push(b.clone()),
                 },
             )
-            .expect("take");
+        })
+        .expect("take");
         assert!(
             matches!(got, Take::Blocked(Blocker::AtCap { held: 1, cap: 1 })),
             "{got:?}"
@@ -592,7 +613,7 @@ mod waiting {
             matches!(&got, Take::Blocked(b @ Blocker::Counting) if b.to_string().contains("slots.lock")),
             "a blocking take gives up on a stuck counter at its timeout: {got:?}"
         );
-        let snapshot = site.pool.snapshot().expect("snapshot");
+        let snapshot = site.snapshot();
         let lock = snapshot
             .slots
             .iter()
@@ -675,6 +696,9 @@ mod model {
     }
 
     fn run(ops: &[Op]) -> Result<(), TestCaseError> {
+        // Releases here must be seen at once by the next acquisition: no other test thread
+        // may be between fork and exec meanwhile (see worklane-testkit's gate).
+        let _quiet = worklane_testkit::gate::quiet();
         let site = Site::new(r#"{"max_agents": 2}"#);
         let dir = site.temp.path();
         // Held slots by index, in the harness and in the model.

@@ -10,6 +10,7 @@ use worklane_budget::{
 };
 use worklane_lease::{Acquired, Clock, ManualClock, Options, Request, acquire};
 use worklane_slotfile::SlotDir;
+use worklane_testkit::{Gated, gate};
 
 /// 2025-11-30T05:20:00Z.
 const T0: u64 = 1_764_480_000_000;
@@ -24,23 +25,23 @@ impl Sleep for ManualSleep {
     }
 }
 
+/// A test's slot directory and clock. The whole test runs with the fork gate quiet: every
+/// take and observe takes the budget's lock and releases it again, and on the manual clock
+/// the ledger's 0.5 s of patience for a busy lock passes in no real time, so each needs the
+/// lock the step before released to be free at once, never held for a moment by a copy of
+/// its descriptor in a child another test is starting. The test's own processes are started
+/// through the gate from its own thread, which a quiet section allows; tests of this binary
+/// therefore run one at a time.
 struct Site {
     temp: tempfile::TempDir,
     clock: ManualClock,
-    _serial: std::sync::MutexGuard<'static, ()>,
+    _quiet: gate::Quiet,
 }
-
-/// The tests run one at a time. On a manual clock the ledger's 0.5 s of patience for a busy
-/// lock passes in no real time, so a lock that another test's child process holds for a
-/// moment (a descriptor copied by fork, open until that child's exec) would count as busy.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Site {
     fn new() -> Site {
         Site {
-            _serial: SERIAL
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            _quiet: gate::quiet(),
             temp: tempfile::tempdir().expect("temp dir"),
             clock: ManualClock::at(T0),
         }
@@ -290,7 +291,7 @@ mod take {
             .arg(env!("CARGO_BIN_EXE_budget-taker"))
             .arg(site.temp.path())
             .args(["ghp_test_token_not_real", "core", "nobody"])
-            .output()
+            .output_gated()
             .expect("run setpriv");
         let said = String::from_utf8_lossy(&out.stdout);
         assert!(
@@ -324,7 +325,7 @@ mod unreadable {
             ])
             .arg(env!("CARGO_BIN_EXE_budget-taker"))
             .args(args)
-            .output()
+            .output_gated()
             .expect("run setpriv");
         let said = String::from_utf8_lossy(&out.stdout).trim().to_owned();
         assert!(
@@ -591,7 +592,9 @@ mod lock {
         let held = hold_lock(&site, &key);
         let ours = std::fs::read(site.path(&key.lock_name())).expect("record");
         held.release().expect("release");
-        let mut dead = std::process::Command::new("true").spawn().expect("spawn");
+        let mut dead = std::process::Command::new("true")
+            .spawn_gated()
+            .expect("spawn");
         let dead_pid = dead.id();
         dead.wait().expect("reap");
         let mut record: serde_json::Value = serde_json::from_slice(&ours).expect("json");
@@ -634,7 +637,7 @@ mod lock {
                     .arg(site.temp.path())
                     .args(["ghp_test_token_not_real", "core", &format!("w{i}"), "30"])
                     .stdout(std::process::Stdio::piped())
-                    .spawn()
+                    .spawn_gated()
                     .expect("spawn taker")
             })
             .collect();
@@ -676,7 +679,8 @@ mod lock {
         held.release().expect("release");
         let mut child = std::process::Command::new("sleep")
             .arg("600")
-            .spawn()
+            .stdin(std::process::Stdio::null())
+            .spawn_gated()
             .expect("spawn");
         let pid = child.id();
         let start_ticks = std::fs::read_to_string(format!("/proc/{pid}/stat"))

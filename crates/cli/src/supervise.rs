@@ -152,6 +152,10 @@ pub(crate) fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Out
         cmd.process_group(0);
     }
     crate::sys::die_with_parent(&mut cmd);
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "product code: the command is meant to inherit the slot it runs in"
+    )]
     let spawned = cmd.spawn();
     // The command has its copy now (or failed to start): ours goes.
     drop(inherit);

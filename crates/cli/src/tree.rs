@@ -277,9 +277,12 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn the_live_table_holds_a_spawned_child_under_us() {
+        use worklane_testkit::Gated;
+        // Killed and reaped when dropped, should an assertion fail first.
         let mut child = std::process::Command::new("sleep")
             .arg("30")
-            .spawn()
+            .stdin(std::process::Stdio::null())
+            .spawn_gated()
             .expect("spawn sleep");
         let table = super::table().expect("a process table on Linux");
         let ours = std::process::id();

@@ -1,11 +1,19 @@
 //! Integration tests of the `worklane` binary: real processes in temp slot directories
 //! (`AGENT_SLOTS_DIR`), real signals, real child commands that record what they saw.
+//!
+//! Every process is started through the fork gate and marked with its test's `Scope`, so that
+//! whatever a test started, however it left its group or parent, is gone when the test ends,
+//! passed or failed.
 
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::process::{Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
+use worklane_testkit::{Child, Gated, Scope};
 
 struct Site {
+    /// Declared first, so dropped first: the test's processes end before its directory goes.
+    scope: Scope,
     temp: tempfile::TempDir,
 }
 
@@ -16,7 +24,17 @@ impl Site {
         if let Some(config) = config {
             std::fs::write(temp.path().join("slots/config.json"), config).expect("config");
         }
-        Site { temp }
+        Site {
+            scope: Scope::new(),
+            temp,
+        }
+    }
+
+    /// A command marked as this test's, so that it and everything it starts end with the test.
+    fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new(program);
+        self.scope.mark(&mut cmd);
+        cmd
     }
 
     fn slots(&self) -> PathBuf {
@@ -29,7 +47,7 @@ impl Site {
     }
 
     fn worklane(&self) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_worklane"));
+        let mut cmd = self.command(env!("CARGO_BIN_EXE_worklane"));
         cmd.env("AGENT_SLOTS_DIR", self.slots())
             .env_remove("AGENT_SLOTS_CONFIG")
             .env("T", self.temp.path())
@@ -38,7 +56,10 @@ impl Site {
     }
 
     fn output(&self, args: &[&str]) -> Output {
-        self.worklane().args(args).output().expect("run worklane")
+        self.worklane()
+            .args(args)
+            .output_gated()
+            .expect("run worklane")
     }
 
     fn code(&self, args: &[&str]) -> i32 {
@@ -55,7 +76,7 @@ impl Site {
                 .env("K", key)
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
-                .spawn()
+                .spawn_gated()
                 .expect("spawn worklane"),
         )
     }
@@ -69,8 +90,8 @@ impl Site {
 
 /// Waits (bounded: a watchdog, not a timing assertion) until `cond` holds.
 /// A `worklane` started by a test. If the test ends (or fails) while it still runs, it is sent
-/// SIGTERM, which it forwards to its command's group, and SIGKILLed after 5 s: a failed test
-/// leaves no command polling for a release file in a removed directory.
+/// SIGTERM, which it forwards to its command's group, and SIGKILLed after 5 s; whatever of its
+/// command is left then ends with the test's `Scope`.
 struct Running(Option<Child>);
 
 impl Running {
@@ -166,7 +187,7 @@ bump 'n=$(cat "$T/n"); echo $((n-1)) > "$T/n"'
                         .env("K", i.to_string())
                         .stdout(Stdio::null())
                         .stderr(Stdio::piped())
-                        .spawn()
+                        .spawn_gated()
                         .expect("spawn"),
                 )
             })
@@ -304,13 +325,14 @@ mod exits {
         // A parent that ignores SIGCHLD passes it on through exec; the kernel would then reap
         // the command itself and its status would be lost (exit 71 before the fix).
         let site = Site::new(None);
-        let out = Command::new("env")
+        let out = site
+            .command("env")
             .args(["--ignore-signal=CHLD", env!("CARGO_BIN_EXE_worklane")])
             .args(["run", "--", "sh", "-c", "exit 7"])
             .env("AGENT_SLOTS_DIR", site.slots())
             .env_remove("AGENT_SLOTS_CONFIG")
             .stdin(Stdio::null())
-            .output()
+            .output_gated()
             .expect("run env");
         assert_eq!(
             out.status.code(),
@@ -353,7 +375,7 @@ mod exits {
             .worklane()
             .args(["run", "--timeout", "300ms", "--", "true"])
             .stderr(Stdio::piped())
-            .spawn()
+            .spawn_gated()
             .expect("spawn worklane");
         let status = wait_exit(&mut waiter, "the waiter's timeout");
         assert_eq!(status.code(), Some(75), "a timed-out wait exits 75");
@@ -740,7 +762,7 @@ mod operator {
             .worklane()
             .env("AGENT_SLOTS_CONFIG", &config)
             .args(["set-test-slots", "3"])
-            .output()
+            .output_gated()
             .expect("run worklane");
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(
@@ -1129,13 +1151,14 @@ mod terminal {
         wait_until("the holder", || site.file("up.0").exists());
         // script(1) gives the waiting run a pseudo-terminal as stdin, stdout and stderr.
         let inner = format!("{} run -- true", env!("CARGO_BIN_EXE_worklane"));
-        let mut waiter = Command::new("script")
+        let mut waiter = site
+            .command("script")
             .args(["-qfec", &inner, "/dev/null"])
             .env("AGENT_SLOTS_DIR", site.slots())
             .env_remove("AGENT_SLOTS_CONFIG")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .spawn()
+            .spawn_gated()
             .expect("spawn script");
         let _keep_stdin_open = waiter.stdin.take();
         let mut stdout = waiter.stdout.take().expect("stdout");
@@ -1325,14 +1348,15 @@ touch "$T/up.$K"; while [ ! -e "$T/release.$K" ]; do sleep 0.02; done"#;
             env!("CARGO_BIN_EXE_worklane"),
             r#"'sh -c "trap \"\" TERM HUP; echo \$\$ > \"\$T/straggler\"; exec sleep 600" & touch "$T/up.0"; wait'"#
         );
-        let mut run = Command::new("script")
+        let mut run = site
+            .command("script")
             .args(["-qfec", &inner, "/dev/null"])
             .env("AGENT_SLOTS_DIR", site.slots())
             .env_remove("AGENT_SLOTS_CONFIG")
             .env("T", site.file(""))
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
-            .spawn()
+            .spawn_gated()
             .expect("spawn script");
         let _keep_stdin_open = run.stdin.take();
         wait_until("the straggler", || {
@@ -1610,7 +1634,7 @@ mod budget {
             .arg("budget")
             .args(args)
             .env("GITHUB_TOKEN", TOKEN)
-            .output()
+            .output_gated()
             .expect("run worklane budget")
     }
 
@@ -1713,7 +1737,7 @@ mod budget {
             .worklane()
             .args(["budget", "take", "--consumer", "c"])
             .env_remove("GITHUB_TOKEN")
-            .output()
+            .output_gated()
             .expect("run");
         assert_eq!(out.status.code(), Some(64));
         assert!(String::from_utf8_lossy(&out.stderr).contains("$GITHUB_TOKEN"));
@@ -1760,7 +1784,7 @@ mod budget {
             .args(["budget", "take", "--consumer", "c", "--json"])
             .env("GITHUB_TOKEN", TOKEN)
             .env("AGENT_SLOTS_DIR", &file)
-            .output()
+            .output_gated()
             .expect("run");
         assert!(out.status.success(), "the call may go");
         let took: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
@@ -1999,7 +2023,7 @@ mod why {
             Some(t) => cmd.env("GITHUB_TOKEN", t),
             None => cmd.env_remove("GITHUB_TOKEN"),
         };
-        let out = cmd.output().expect("run worklane why");
+        let out = cmd.output_gated().expect("run worklane why");
         let doc = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
             panic!(
                 "why --json: {e}: {}{}",
@@ -2017,7 +2041,7 @@ mod why {
             .args(["budget", "observe", "--status", "429"])
             .args(["--header", "Retry-After: 600"])
             .env("GITHUB_TOKEN", token)
-            .status()
+            .status_gated()
             .expect("observe");
         assert!(observed.success());
     }
@@ -2142,22 +2166,31 @@ mod why {
         .expect("rename the fresh lease");
         let (code, doc) = why(&site, &["--lock", "deploy.lease"], None);
         assert_eq!(code, Some(75), "a fresh lease of any name blocks: {doc}");
-        let mut guard_holder = Command::new("flock")
+        // flock(1) holds the guard for `cat`, which says so once it runs (the lock taken) and
+        // ends when we close its input: killing flock alone would leave its command behind,
+        // still holding the lock.
+        let mut guard_holder = site
+            .command("flock")
             .arg(site.slots().join(".bare.lock.flock"))
-            .args(["sleep", "600"])
-            .spawn()
+            .args(["sh", "-c", "echo held; exec cat >/dev/null"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn_gated()
             .expect("flock");
-        wait_until("the bare guard", || {
-            site.slots().join(".bare.lock.flock").exists()
-        });
+        let mut line = String::new();
+        std::io::BufReader::new(guard_holder.stdout.as_mut().expect("flock's stdout"))
+            .read_line(&mut line)
+            .expect("read flock's report");
+        assert_eq!(line.trim(), "held", "flock(1) must report the guard held");
         let (code, doc) = why(&site, &["--lock", "bare.lock"], None);
         assert_eq!(
             code,
             Some(75),
             "a held guard without a record blocks: {doc}"
         );
-        let _ = guard_holder.kill();
-        let _ = guard_holder.wait();
+        drop(guard_holder.stdin.take());
+        let status = guard_holder.wait().expect("wait for flock");
+        assert!(status.success(), "flock and its cat end cleanly: {status}");
         let out = site.output(&["why", "--lock", "../etc/passwd"]);
         assert_eq!(
             out.status.code(),
@@ -2254,14 +2287,14 @@ mod supervisor_gone {
     fn a_run_killed_in_another_pid_namespace_frees_its_slot_at_once() {
         let site = Site::new(Some(r#"{"max_agents": 1}"#));
         let mut contained = Running::new(
-            Command::new("unshare")
+            site.command("unshare")
                 .args(["--pid", "--fork", "--kill-child", "--mount-proc"])
                 .arg(env!("CARGO_BIN_EXE_worklane"))
                 .args(["run", "--", "sh", "-c", r#"touch "$T/up"; exec sleep 60"#])
                 .env("AGENT_SLOTS_DIR", site.slots())
                 .env("T", site.temp.path())
                 .stdin(Stdio::null())
-                .spawn()
+                .spawn_gated()
                 .expect("spawn unshare"),
         );
         wait_until("the contained run", || site.file("up").exists());
@@ -2408,7 +2441,11 @@ mod supervisor_gone {
         let site = Site::new(None);
         // A process of root's, and a record that an unprivileged writer (uid 65534) planted,
         // naming it as its command.
-        let mut victim = Command::new("sleep").arg("60").spawn().expect("sleep");
+        let mut victim = site
+            .command("sleep")
+            .arg("60")
+            .spawn_gated()
+            .expect("sleep");
         let victim_pid = victim.id();
         let start = std::fs::read_to_string(format!("/proc/{victim_pid}/stat"))
             .expect("stat")
@@ -2423,7 +2460,7 @@ mod supervisor_gone {
                 .expect("boot")
         );
         let path = site.slots().join("agent-5.lock");
-        std::fs::write(&path, forged).expect("plant");
+        std::fs::write(&path, &forged).expect("plant");
         std::os::unix::fs::chown(&path, Some(65534), Some(65534)).expect("chown");
         let out = site.output(&["stop-all"]);
         assert!(
@@ -2437,8 +2474,69 @@ mod supervisor_gone {
             "a process of another user than the record's writer is never signalled: {}",
             String::from_utf8_lossy(&out.stdout)
         );
+        // A root-owned file the group may write (as STOP, epoch markers and budgets are,
+        // mode 0660), rewritten in place by a member and renamed to a lock's name: root owns
+        // it, but anyone in the group wrote its bytes.
+        std::fs::remove_file(&path).expect("rm");
+        assert_eq!(site.code(&["resume-all"]), 0);
+        std::fs::write(&path, &forged).expect("plant");
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o660))
+            .expect("chmod 0660");
+        let out = site.output(&["stop-all"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            victim.try_wait().expect("try_wait"),
+            None,
+            "a record others than its owner could write proves nothing: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
         let _ = victim.kill();
         let _ = victim.wait();
+    }
+
+    #[test]
+    fn stop_all_halts_what_is_left_of_a_run_whose_leader_and_supervisor_died() {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        // The leader dies of the parent-death signal; its background child, in its group and
+        // holding the inherited guard, ignores SIGTERM and runs on.
+        let mut run = site.spawn(
+            &["run"],
+            r#"sh -c 'trap "" TERM; exec sleep 60' & echo $! > "$T/child.pid"; echo $$ > "$T/cmd.pid"; wait"#,
+            "0",
+        );
+        let leader = pid_of(&site.file("cmd.pid"));
+        let child = pid_of(&site.file("child.pid"));
+        let _cleanup = KillOnDrop(child);
+        wait_until("the record to name the command", || {
+            !record(&site, "agent-0.lock")["commandProcess"].is_null()
+        });
+        run.kill().expect("SIGKILL the supervisor");
+        run.wait().expect("reap");
+        wait_until("the leader to die of the parent-death signal", || {
+            gone(leader)
+        });
+        assert!(!gone(child), "the child runs on");
+        assert_eq!(
+            site.code(&["run", "--no-wait", "--", "true"]),
+            75,
+            "the child keeps the slot"
+        );
+        let out = site.output(&["stop-all"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            gone(child),
+            "the guard's holder is halted: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert_eq!(site.code(&["resume-all"]), 0);
     }
 
     /// This process's place as a record writes it (from a real run's record).
@@ -2485,7 +2583,10 @@ mod strays {
         let plants: [(&str, Plant); 4] = [
             ("directory", |p| std::fs::create_dir(p).expect("mkdir")),
             ("FIFO", |p| {
-                let status = Command::new("mkfifo").arg(p).status().expect("mkfifo");
+                let status = Command::new("mkfifo")
+                    .arg(p)
+                    .status_gated()
+                    .expect("mkfifo");
                 assert!(status.success());
             }),
             ("symbolic link", |p| {
@@ -2565,17 +2666,17 @@ mod strays {
             let status = Command::new("touch")
                 .args(["-d", "2 minutes ago"])
                 .arg(path)
-                .status()
+                .status_gated()
                 .expect("touch");
             assert!(status.success());
         }
         // A writer stopped mid-write still holds its temp file's lock.
         let mut writer = Running::new(
-            Command::new("flock")
+            site.command("flock")
                 .arg(&held_temp)
                 .args(["sh", "-c", r#"touch "$T/locked"; exec sleep 60"#])
                 .env("T", site.temp.path())
-                .spawn()
+                .spawn_gated()
                 .expect("flock"),
         );
         wait_until("the writer's lock", || site.file("locked").exists());

@@ -21,9 +21,26 @@
 //!   `MNT_LOCAL` on macOS). Everything else is refused by name.
 //! - A holder killed with SIGKILL releases the lock when the kernel closes its descriptors, and
 //!   so do its children only once they have closed every inherited duplicate. A holder stopped
-//!   forever (SIGSTOP) keeps it. In a multithreaded program, a child being forked by another
-//!   thread holds copies of every descriptor (close-on-exec ones included) until it execs, so a
-//!   released guard can look busy to others for that moment.
+//!   forever (SIGSTOP) keeps it.
+//! - The fork window. Starting a process (`fork`, `posix_spawn`, `Command::spawn`) copies every
+//!   descriptor of the process into the child, and a copy of a guard's descriptor shares its
+//!   open file description, so the child holds the lock as well: until its `execve` closes the
+//!   copy (a guard's descriptor is close-on-exec), for its whole life if it never execs, and
+//!   beyond exec for a duplicate made without close-on-exec. Exclusion never suffers (a copy
+//!   keeps a lock held, it never frees one), but in a multithreaded program "released" is not
+//!   yet "free": a guard dropped by one thread while another thread is starting a process
+//!   stays held until that child has exec'd, and everyone, this process's own next acquisition
+//!   included, finds it busy meanwhile. `Command::spawn` returning does not close the window:
+//!   under `posix_spawn` the parent resumes once the child's memory is replaced, a moment
+//!   before the kernel closes the child's close-on-exec descriptors. A program that needs a
+//!   released guard free at once (to hand a resource over, or in tests) must keep such
+//!   releases and process starts apart: release only where no other thread can be starting a
+//!   process, or make the two exclude each other (a process-wide reader-writer lock: starts
+//!   shared, releases exclusive) and hold each start until its child has closed its copies
+//!   (read to end-of-file a close-on-exec pipe whose write end has the highest descriptor
+//!   number: `execve` closes close-on-exec descriptors in ascending order). worklane's own
+//!   test binaries do this (`crates/testkit`). A program that cannot should take a guard found
+//!   busy with no record behind it as momentary and retry briefly, as the slot pool does.
 //! - Direct `unlink` or `rename` of a guard by a directory writer, or replacing the directory
 //!   itself while holders run, defeats it. [`reclaim`] is the one way to remove guards: in a
 //!   quiescent window, each while held; an acquirer checks after locking that the name still

@@ -1,12 +1,20 @@
 //! Integration tests of `worklane-guard`: real files, real descriptors, real `flock`, real
 //! processes. One binary, a module per operation.
+//!
+//! Tests run on several threads, and a child being started by one holds copies of every
+//! descriptor of the process until it execs. So every process is started through the fork
+//! gate, and every guard this process releases while something later needs it free is
+//! released with the gate quiet (`QuietDrop`, `gate::quietly`): a released guard is then free
+//! at once, for this process and for every other.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use worklane_guard::{Guard, acquire, guard_path};
+use worklane_testkit::gate::{self, QuietDrop};
+use worklane_testkit::{Child, Gated};
 
 const RES: &str = "agent-0.lock";
 
@@ -30,19 +38,18 @@ impl Site {
         guard_path(self.path(), RES)
     }
 
-    fn try_acquire(&self) -> Result<Option<Guard>, acquire::Error> {
-        Guard::try_acquire(&self.fd, self.path(), RES)
+    /// Tries to acquire the guard; what it returns is released with the gate quiet, and so is
+    /// a descriptor the attempt itself locked and closed again.
+    fn try_acquire(&self) -> Result<Option<QuietDrop<Guard>>, acquire::Error> {
+        gate::quietly(|| Guard::try_acquire(&self.fd, self.path(), RES))
+            .map(|got| got.map(QuietDrop::new))
     }
 
-    /// Acquires the guard, which must be free (see `assert_free` for the retries).
-    fn held(&self) -> Guard {
-        for _ in 0..2000 {
-            if let Some(g) = self.try_acquire().expect("acquire must not fail") {
-                return g;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        panic!("guard must be free");
+    /// Acquires the guard, which must be free.
+    fn held(&self) -> QuietDrop<Guard> {
+        self.try_acquire()
+            .expect("acquire must not fail")
+            .expect("guard must be free")
     }
 
     fn assert_busy(&self, why: &str) {
@@ -50,16 +57,9 @@ impl Site {
         assert!(got.is_none(), "guard must be busy: {why}");
     }
 
-    /// Asserts that the guard becomes free. A few retries cover one real effect: a child being
-    /// forked by another test thread holds copies of every descriptor until it execs.
     fn assert_free(&self, why: &str) {
-        for _ in 0..2000 {
-            if self.try_acquire().expect("acquire must not fail").is_some() {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        panic!("guard must become free: {why}");
+        let got = self.try_acquire().expect("acquire must not fail");
+        assert!(got.is_some(), "guard must be free: {why}");
     }
 }
 
@@ -80,7 +80,7 @@ fn holder_via_shell(prefix: &str, mode: &str, site: &Site) -> String {
     let out = Command::new("sh")
         .args(["-c", &script, env!("CARGO_BIN_EXE_guard-holder")])
         .arg(site.path())
-        .output()
+        .output_gated()
         .expect("run the holder through sh");
     String::from_utf8(out.stdout)
         .expect("utf-8 output")
@@ -93,7 +93,7 @@ fn spawn_holding(site: &Site) -> Child {
     let mut child = holder("hold", site)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .spawn()
+        .spawn_gated()
         .expect("spawn the holder");
     let mut line = String::new();
     BufReader::new(child.stdout.as_mut().expect("holder stdout"))
@@ -108,7 +108,7 @@ fn util_linux_flock(path: &Path) -> bool {
         .args(["-n"])
         .arg(path)
         .arg("true")
-        .status()
+        .status_gated()
         .expect("run util-linux flock")
         .success()
 }
@@ -129,7 +129,7 @@ mod exclusion {
     fn another_process_sees_busy_and_we_see_its_hold() {
         let site = Site::new();
         let held = site.held();
-        let out = holder("try", &site).output().expect("run the holder");
+        let out = holder("try", &site).output_gated().expect("run the holder");
         assert_eq!(
             String::from_utf8_lossy(&out.stdout).trim(),
             "busy",
@@ -165,7 +165,7 @@ mod exclusion {
             .args(["sh", "-c", "echo held; exec cat >/dev/null"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .spawn()
+            .spawn_gated()
             .expect("spawn flock");
         let mut line = String::new();
         BufReader::new(child.stdout.as_mut().expect("flock stdout"))
@@ -196,19 +196,22 @@ mod duplicates {
     fn a_dup_keeps_the_lock_until_the_last_copy_closes() {
         let site = Site::new();
         let held = site.held();
-        let dup = rustix::io::fcntl_dupfd_cloexec(&held, 3).expect("dup the guard");
+        let dup = rustix::io::fcntl_dupfd_cloexec(&*held, 3).expect("dup the guard");
         drop(held);
         site.assert_busy("the duplicate still holds the open file description");
-        drop(dup);
+        gate::quietly(|| drop(dup));
         site.assert_free("the last copy closed");
     }
 
     #[test]
     fn a_child_that_inherited_the_descriptor_keeps_the_lock() {
         let site = Site::new();
+        // The inheriting child reads the holder's standard input: if this test fails before it
+        // kills that child, dropping our end of the pipe ends it.
         let mut child = holder("hold-inherit", &site)
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .spawn()
+            .spawn_gated()
             .expect("spawn the holder");
         let mut line = String::new();
         BufReader::new(child.stdout.as_mut().expect("holder stdout"))
@@ -242,7 +245,7 @@ mod release {
             before.ino(),
             "file_id names the guard inode"
         );
-        held.release();
+        held.end(Guard::release);
         let after = std::fs::metadata(site.guard()).expect("guard exists after release");
         assert_eq!(before.ino(), after.ino(), "same inode after release");
         assert_eq!(before.dev(), after.dev(), "same device after release");
@@ -306,7 +309,7 @@ mod refusals {
         let site = Site::new();
         let status = Command::new("mkfifo")
             .arg(site.guard())
-            .status()
+            .status_gated()
             .expect("run mkfifo");
         assert!(status.success(), "mkfifo must succeed");
         let (tx, rx) = mpsc::channel();
@@ -379,7 +382,7 @@ mod refusals {
         let out = Command::new(env!("CARGO_BIN_EXE_guard-holder"))
             .args(["try", site.path().to_str().expect("utf-8 path"), RES])
             .env("GUARD_HOLDER_CLOSE_STDIN", "1")
-            .output()
+            .output_gated()
             .expect("run the holder");
         let out = String::from_utf8_lossy(&out.stdout).trim().to_owned();
         assert!(
@@ -437,7 +440,7 @@ mod publication {
     #[test]
     fn a_0660_guard_is_still_usable() {
         let site = Site::new();
-        site.held().release();
+        site.held().end(Guard::release);
         std::fs::set_permissions(site.guard(), std::fs::Permissions::from_mode(0o660))
             .expect("privacy tidy");
         let held = site.held();
@@ -546,7 +549,7 @@ mod publication {
 
         // Crash after the link, before unlinking the temp: a second name of the guard inode.
         let site = Site::new();
-        site.held().release();
+        site.held().end(Guard::release);
         let alias = site.path().join(".agent-0.lock.flock.tmp-fedcba9876543210");
         std::fs::hard_link(site.guard(), &alias).expect("plant linked alias");
         let held = site.held();
@@ -566,9 +569,10 @@ mod received {
     fn a_duplicate_of_the_held_descriptor_rebuilds_the_guard() {
         let site = Site::new();
         let held = site.held();
-        let sent = rustix::io::fcntl_dupfd_cloexec(&held, 3).expect("dup as if sent");
+        let sent = rustix::io::fcntl_dupfd_cloexec(&*held, 3).expect("dup as if sent");
         drop(held);
         let rebuilt = Guard::from_received(sent, &site.fd, site.path(), RES)
+            .map(QuietDrop::new)
             .expect("the same open file description must be accepted");
         site.assert_busy("the rebuilt guard holds the lock");
         drop(rebuilt);
@@ -582,7 +586,7 @@ mod received {
             .expect("acquire")
             .expect("free");
         let sent = rustix::io::fcntl_dupfd_cloexec(&other, 3).expect("dup");
-        site.held().release();
+        site.held().end(Guard::release);
         let err = Guard::from_received(sent, &site.fd, site.path(), RES)
             .expect_err("another guard's descriptor must be refused");
         assert!(
@@ -631,6 +635,7 @@ mod received_reclaimed {
 
 mod filesystem {
     use worklane_guard::filesystem;
+    use worklane_testkit::Gated;
 
     #[test]
     fn the_real_check_accepts_the_test_temp_dir() {
@@ -656,7 +661,7 @@ mod filesystem {
             .args(["--mount", "--propagation", "private", "sh", "-c", script])
             .arg(env!("CARGO_BIN_EXE_guard-holder"))
             .arg(dir)
-            .output()
+            .output_gated()
             .expect("run unshare (util-linux)");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
@@ -720,6 +725,13 @@ mod reclaim {
     use std::time::{SystemTime, UNIX_EPOCH};
     use worklane_guard::reclaim::{self, Entry, Removal};
 
+    /// `reclaim::remove_guard` with the gate quiet: it takes the guard and releases it again,
+    /// and the next step needs it free.
+    fn remove_guard(site: &Site, needed: impl FnOnce() -> bool) -> Removal {
+        gate::quietly(|| reclaim::remove_guard(&site.fd, site.path(), RES, needed))
+            .expect("reclaim")
+    }
+
     fn now_ms() -> u64 {
         u64::try_from(
             SystemTime::now()
@@ -735,7 +747,7 @@ mod reclaim {
         let site = Site::new();
         let held = site.held();
         assert_eq!(
-            reclaim::remove_guard(&site.fd, site.path(), RES, || true).expect("reclaim"),
+            remove_guard(&site, || true),
             Removal::Busy,
             "a held guard is left alone"
         );
@@ -743,19 +755,18 @@ mod reclaim {
         drop(held);
         assert_eq!(std::fs::metadata(site.guard()).expect("kept").ino(), inode);
         assert_eq!(
-            reclaim::remove_guard(&site.fd, site.path(), RES, || false).expect("reclaim"),
+            remove_guard(&site, || false),
             Removal::Needed,
             "a guard its resource still needs is kept"
         );
         assert!(site.guard().exists());
         let mut asked_while_held = false;
-        let removal = reclaim::remove_guard(&site.fd, site.path(), RES, || {
+        let removal = remove_guard(&site, || {
             asked_while_held = Guard::try_acquire(&site.fd, site.path(), RES)
                 .expect("probe")
                 .is_none();
             true
-        })
-        .expect("reclaim");
+        });
         assert_eq!(removal, Removal::Removed);
         assert!(
             asked_while_held,

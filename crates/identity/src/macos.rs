@@ -21,6 +21,10 @@ const SYSCTL_COMMAND: &str = "/usr/sbin/sysctl -n kern.bootsessionuuid";
 /// Reads the place of the current process. Darwin has one host pid space and no time
 /// namespaces.
 pub(crate) fn read_place() -> Result<Place, place::Error> {
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "product code; a multithreaded caller minds the fork window (guard's Limitations)"
+    )]
     let output = Command::new(SYSCTL)
         .args(["-n", "kern.bootsessionuuid"])
         .env_clear()
@@ -53,6 +57,10 @@ pub(crate) fn read_place() -> Result<Place, place::Error> {
 
 /// Reads the start and state of `pid` from one run of `ps`.
 pub(crate) fn snapshot(pid: u32) -> Result<Snapshot, process::Error> {
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "product code; a multithreaded caller minds the fork window (guard's Limitations)"
+    )]
     let output = ps::command(pid)
         .output()
         .map_err(|source| process::Error::Spawn {

@@ -6,12 +6,14 @@
 
 mod support {
     use std::fs;
-    use std::process::{Child, Command, Stdio};
+    use std::process::{Command, Stdio};
 
     use serde_json::Value;
     use worklane_identity::{Place, ProcessIdentity, Recorded};
+    use worklane_testkit::{Child, Gated};
 
-    /// A `sleep` child that is killed and reaped when dropped, whatever the test did.
+    /// A `sleep` child, started through the fork gate, that is killed and reaped when dropped,
+    /// whatever the test did.
     pub(crate) struct Sleeper(pub(crate) Child);
 
     impl Sleeper {
@@ -21,21 +23,13 @@ mod support {
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
-                .spawn()
+                .spawn_gated()
                 .expect("spawn sleep");
             Self(child)
         }
 
         pub(crate) fn pid(&self) -> u32 {
             self.0.id()
-        }
-    }
-
-    impl Drop for Sleeper {
-        fn drop(&mut self) {
-            // std sends nothing to a child it has already reaped, so no reused pid is hit.
-            let _ = self.0.kill();
-            let _ = self.0.wait();
         }
     }
 
@@ -390,6 +384,7 @@ mod eperm {
     use std::os::unix::fs::PermissionsExt;
     use std::process::{Command, Stdio};
     use std::{env, fs};
+    use worklane_testkit::{Gated, gate};
 
     use rustix::io::Errno;
     use rustix::process::{Pid, geteuid, test_kill_process};
@@ -419,7 +414,10 @@ mod eperm {
         let dir = tempfile::tempdir().expect("make a temp dir");
         fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).expect("chmod temp dir");
         let exe = dir.path().join("identity-subject");
-        fs::copy(env::current_exe().expect("find the test binary"), &exe)
+        // Copied with the fork gate quiet: a child another test starts meanwhile would hold a
+        // copy of the descriptor the copy is written through until it execs, and exec of a file
+        // open for writing anywhere fails with ETXTBSY.
+        gate::quietly(|| fs::copy(env::current_exe().expect("find the test binary"), &exe))
             .expect("copy the test binary");
         fs::set_permissions(&exe, fs::Permissions::from_mode(0o755)).expect("chmod the copy");
 
@@ -434,7 +432,7 @@ mod eperm {
             .args(["--exact", TEST_NAME, "--nocapture", "--test-threads=1"])
             .env(RECORD_VAR, &record)
             .stdin(Stdio::null())
-            .output()
+            .output_gated()
             .expect("run setpriv");
         let stdout = String::from_utf8_lossy(&output.stdout);
         let stderr = String::from_utf8_lossy(&output.stderr);

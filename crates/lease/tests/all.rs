@@ -1,10 +1,17 @@
 //! Integration tests of `worklane-lease`: real directories, real guards, real processes killed,
 //! stopped and raced, and exact time through an injected clock. One binary, a module per
 //! behaviour.
+//!
+//! Tests run on several threads, and a child being started by one holds copies of every
+//! descriptor of the process until it execs, a guard's included. So processes are started
+//! through the fork gate, and whatever takes and releases a guard in this process while
+//! something later needs it free runs with the gate quiet: `Site::acquire` (a refusal or a
+//! TTL acquisition releases the guard before it returns), the leases `Site::held` returns
+//! (`QuietDrop`), and the pulses and re-verifications that take the guard for a moment.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 use worklane_identity::{Place, ProcessIdentity, Recorded};
@@ -13,6 +20,8 @@ use worklane_lease::{
     current_epoch, held,
 };
 use worklane_slotfile::{RECORD_MODE, SlotDir};
+use worklane_testkit::gate::{self, QuietDrop};
+use worklane_testkit::{Child, Gated};
 
 const LOCK: &str = "agent-0.lock";
 
@@ -32,30 +41,18 @@ impl Site {
         self.temp.path()
     }
 
+    /// Acquires with the gate quiet: a refusal, or a lease under TTL liveness, has taken the
+    /// guard and released it again by the time this returns, and the next step may need it
+    /// free. (Never from a thread that another thread waits for inside a hook.)
     fn acquire(&self, owner: &str, options: &Options) -> Acquired {
-        acquire(&self.dir, LOCK, &Request::new(owner), options).expect("acquire must not fail")
+        gate::quietly(|| acquire(&self.dir, LOCK, &Request::new(owner), options))
+            .expect("acquire must not fail")
     }
 
-    /// Acquires, retrying while the guard looks held. A guard closed by its holder can stay
-    /// locked for a moment: a child that another test thread is spawning carries a copy of
-    /// every descriptor of this process until it execs (the lock belongs to the open file
-    /// description). Only tests that need the guard free use this; a guard that stays held
-    /// (a lease never released) still fails after the bound.
-    fn acquire_settled(&self, owner: &str, options: &Options) -> Acquired {
-        for _ in 0..2000 {
-            match self.acquire(owner, options) {
-                Acquired::Refused(r) if r.why == LiveWhy::GuardHeld => {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                other => return other,
-            }
-        }
-        self.acquire(owner, options)
-    }
-
-    fn held(&self, owner: &str, options: &Options) -> Lease {
-        match self.acquire_settled(owner, options) {
-            Acquired::Held(lease) => lease,
+    /// Acquires a lease that must be free; it is released with the gate quiet.
+    fn held(&self, owner: &str, options: &Options) -> QuietDrop<Lease> {
+        match self.acquire(owner, options) {
+            Acquired::Held(lease) => QuietDrop::new(lease),
             Acquired::Refused(r) => panic!("{owner} must get the lease, was refused: {r}"),
         }
     }
@@ -99,7 +96,8 @@ impl Site {
 fn dead_record(owner: &str) -> Record {
     let mut child = Command::new("sleep")
         .arg("600")
-        .spawn()
+        .stdin(Stdio::null())
+        .spawn_gated()
         .expect("spawn sleep");
     let identity = ProcessIdentity::of(child.id()).expect("identity of sleep");
     child.kill().expect("kill");
@@ -136,7 +134,7 @@ impl Holder {
             .args(extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .spawn()
+            .spawn_gated()
             .expect("spawn lease-holder");
         let stdin = child.stdin.take();
         let stdout = BufReader::new(child.stdout.take().expect("stdout"));
@@ -227,10 +225,10 @@ mod basics {
             text.contains(&format!("pid {}", std::process::id())),
             "{text}"
         );
-        lease.release().expect("release");
+        lease.end(Lease::release).expect("release");
         assert_eq!(site.record(), None, "release removes our record");
         site.held("second", &Options::process())
-            .release()
+            .end(Lease::release)
             .expect("release");
     }
 
@@ -320,7 +318,7 @@ mod busy_records {
     use worklane_identity::{Field, UnknownReason};
 
     fn refused_with_guard_free(site: &Site) -> LiveWhy {
-        let refusal = match site.acquire_settled("contender", &Options::process()) {
+        let refusal = match site.acquire("contender", &Options::process()) {
             Acquired::Refused(r) => r,
             Acquired::Held(lease) => panic!("must be refused, got epoch {}", lease.epoch()),
         };
@@ -454,7 +452,23 @@ mod guard_held_records {
         let refusal = site.refused("host", &Options::process());
         assert_eq!(refusal.why, LiveWhy::GuardHeld, "alive: its guard is held");
         holder.kill();
-        let lease = site.held("host", &Options::process());
+        // unshare is gone; the kernel kills the holder inside the namespace a moment later.
+        let mut lease = None;
+        for _ in 0..500 {
+            match site.acquire("host", &Options::process()) {
+                Acquired::Held(held) => {
+                    lease = Some(QuietDrop::new(held));
+                    break;
+                }
+                Acquired::Refused(r) => assert_eq!(
+                    r.why,
+                    LiveWhy::GuardHeld,
+                    "only the dying holder's guard may refuse us: {r}"
+                ),
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let lease = lease.expect("the lock is free once the contained holder is dead");
         assert!(lease.epoch() > first, "taken over with a larger epoch");
         assert_eq!(
             site.record().expect("ours").owner.as_deref(),
@@ -838,7 +852,7 @@ mod takeover {
             }
             worklane_lease::Control::Continue
         });
-        acquire(&site.dir, LOCK, &Request::new("taker"), &options)
+        gate::quietly(|| acquire(&site.dir, LOCK, &Request::new("taker"), &options))
     }
 
     #[test]
@@ -913,7 +927,7 @@ mod takeover {
 mod interleaving {
     use super::*;
     use std::sync::mpsc;
-    use worklane_lease::{Clock, Control, Step};
+    use worklane_lease::{Control, Step};
 
     /// Contender A stops at `step` (holding the guard), B and C try meanwhile, then A goes on.
     fn three_contenders(step: Step, options: &Options, stale: bool) {
@@ -932,9 +946,14 @@ mod interleaving {
             Control::Continue
         });
         let a_site = Arc::clone(&site);
-        let a = std::thread::spawn(move || match a_site.acquire("A", &a_options) {
-            Acquired::Held(lease) => lease,
-            Acquired::Refused(r) => panic!("A must win: {r}"),
+        // Not quiet: B and C (quiet) run while A waits in its hook.
+        let a = std::thread::spawn(move || {
+            match acquire(&a_site.dir, LOCK, &Request::new("A"), &a_options)
+                .expect("acquire must not fail")
+            {
+                Acquired::Held(lease) => QuietDrop::new(lease),
+                Acquired::Refused(r) => panic!("A must win: {r}"),
+            }
         });
         reached_rx.recv().expect("A reached the step");
         for name in ["B", "C"] {
@@ -1038,7 +1057,7 @@ mod ttl {
         ];
         for (what, plant) in plants {
             plant();
-            let refusal = match site.acquire_settled("contender", &options) {
+            let refusal = match site.acquire("contender", &options) {
                 Acquired::Refused(r) => r,
                 Acquired::Held(lease) => panic!("{what}: taken, epoch {}", lease.epoch()),
             };
@@ -1049,10 +1068,7 @@ mod ttl {
             );
             clock.advance(10 * TTL);
             assert!(
-                matches!(
-                    site.acquire_settled("later", &options),
-                    Acquired::Refused(_)
-                ),
+                matches!(site.acquire("later", &options), Acquired::Refused(_)),
                 "{what}: it never goes stale"
             );
             match std::fs::symlink_metadata(&lock)
@@ -1071,7 +1087,7 @@ mod ttl {
         let clock = ManualClock::at(0);
         let mut holder = site.held("holder", &ttl_options(TTL, &clock));
         clock.set(TTL);
-        holder.pulse().expect("pulse");
+        gate::quietly(|| holder.pulse()).expect("pulse");
         clock.set(2 * TTL);
         let refusal = site.refused("contender", &ttl_options(TTL, &clock));
         assert_eq!(
@@ -1095,13 +1111,14 @@ mod ttl {
             successor.epoch() > late.epoch(),
             "the successor's epoch is larger"
         );
-        let lost = late.pulse().expect_err("the late holder lost it");
+        let lost = gate::quietly(|| late.pulse()).expect_err("the late holder lost it");
         assert!(matches!(lost, held::Error::LeaseLost { .. }), "{lost:?}");
         assert!(
             lost.to_string().contains("successor"),
             "names the new holder: {lost}"
         );
-        late.release().expect("a late release is not an error");
+        late.end(Lease::release)
+            .expect("a late release is not an error");
         assert_eq!(
             site.record().expect("successor's record").owner.as_deref(),
             Some("successor"),
@@ -1118,7 +1135,8 @@ mod ttl {
         let late = site.held("late", &ttl_options(TTL, &clock));
         clock.set(TTL + 1);
         let successor = site.held("successor", &ttl_options(TTL, &clock));
-        late.release().expect("a late release is not an error");
+        late.end(Lease::release)
+            .expect("a late release is not an error");
         assert_eq!(
             site.record().expect("successor's record").owner.as_deref(),
             Some("successor"),
@@ -1188,16 +1206,16 @@ mod ttl {
         other.owner = Some("intruder".into());
         site.write_record(&other);
         clock.set(TTL / 2);
-        holder
-            .ensure_held()
-            .expect("within TTL/2 nothing is re-read");
+        gate::quietly(|| holder.ensure_held()).expect("within TTL/2 nothing is re-read");
         clock.set(TTL / 2 + 1);
-        let err = holder
-            .ensure_held()
+        let err = gate::quietly(|| holder.ensure_held())
             .expect_err("past TTL/2 the record is re-verified");
         assert!(matches!(err, held::Error::LeaseLost { .. }), "{err:?}");
         assert!(
-            matches!(holder.ensure_held(), Err(held::Error::LeaseLost { .. })),
+            matches!(
+                gate::quietly(|| holder.ensure_held()),
+                Err(held::Error::LeaseLost { .. })
+            ),
             "a lost lease stays lost"
         );
     }
@@ -1208,8 +1226,9 @@ mod ttl {
         let clock = ManualClock::at(0);
         let options = ttl_options(TTL, &clock);
         let role = |r: &str| Request::new("orchestrator").field("role", r);
-        let lease =
-            |name: &str, r: &str| acquire(&site.dir, name, &role(r), &options).expect("acquire");
+        let lease = |name: &str, r: &str| {
+            gate::quietly(|| acquire(&site.dir, name, &role(r), &options)).expect("acquire")
+        };
         let Acquired::Held(edge) = lease("role-host-edge.lease", "host-edge") else {
             panic!("host-edge is free")
         };
@@ -1359,7 +1378,7 @@ mod epochs {
         let mut seen = Vec::new();
         let lease = site.held("a", &Options::process());
         seen.push(lease.epoch());
-        lease.release().expect("release");
+        lease.end(Lease::release).expect("release");
         let lease = site.held("b", &Options::process());
         seen.push(lease.epoch());
         drop(lease);
@@ -1432,7 +1451,7 @@ mod stress {
                     .arg(site.path())
                     .args([LOCK, &format!("w{i}"), "--cycles", &cycles.to_string()])
                     .stdout(Stdio::piped())
-                    .spawn()
+                    .spawn_gated()
                     .expect("spawn")
             })
             .collect();
@@ -1619,7 +1638,7 @@ time_t time(time_t *t) {
             .arg(&library)
             .arg(&source)
             .arg("-ldl")
-            .output()
+            .output_gated()
             .expect("run cc (the C compiler Rust links with)");
         assert!(
             built.status.success(),
@@ -1783,6 +1802,9 @@ mod model {
     }
 
     fn run(ops: &[Op], process: bool) -> Result<(), TestCaseError> {
+        // Releases here must be seen at once by the next acquisition: no other test thread
+        // may be between fork and exec meanwhile (see worklane-testkit's gate).
+        let _quiet = worklane_testkit::gate::quiet();
         let site = Site::new();
         let clock = ManualClock::at(1_800_000_000_000).with_boot(1_000_000);
         let mut leases: Vec<Option<Lease>> = (0..CONTENDERS).map(|_| None).collect();

@@ -428,11 +428,12 @@ impl SlotPath {
         let stat =
             rustix::fs::statat(self.dir.as_fd(), name.as_str(), AtFlags::SYMLINK_NOFOLLOW).ok()?;
         #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+        let id = worklane_guard::FileId {
+            dev: stat.st_dev as u64,
+            ino: stat.st_ino as u64,
+        };
         (rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::RegularFile)
-            .then(|| worklane_guard::FileId {
-                dev: stat.st_dev as u64,
-                ino: stat.st_ino as u64,
-            })
+            .then_some(id)
     }
 
     /// Tries to take this file's guard (`.{name}.flock`): `Ok(None)` when busy.

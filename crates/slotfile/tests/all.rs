@@ -6,6 +6,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use worklane_slotfile::{Environment, Publish, RECORD_MODE, Removal, SlotDir, SlotPath};
+use worklane_testkit::Gated;
 
 fn temp() -> tempfile::TempDir {
     tempfile::tempdir().expect("create a temp dir")
@@ -178,7 +179,7 @@ mod read {
         assert!(
             Command::new("mkfifo")
                 .arg(&fifo)
-                .status()
+                .status_gated()
                 .expect("mkfifo")
                 .success(),
             "mkfifo"
@@ -389,7 +390,7 @@ mod write {
             .args([op, path_str(t.path()), "f", "x", want])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .spawn()
+            .spawn_gated()
             .expect("spawn");
         drop(child.stdin.take());
         let out = child.wait_with_output().expect("wait");
@@ -421,7 +422,7 @@ mod write {
             .args(["-c", script, env!("CARGO_BIN_EXE_slot-writer")])
             .args([op, path_str(dir), name, "new", "644"])
             .stdin(Stdio::null())
-            .output()
+            .output_gated()
             .expect("run the writer");
         String::from_utf8(out.stdout)
             .expect("utf-8")
@@ -473,7 +474,7 @@ mod write {
             .args(["replace-hang", path_str(t.path()), "STOP", "new"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .spawn()
+            .spawn_gated()
             .expect("spawn");
         let mut line = String::new();
         BufReader::new(child.stdout.as_mut().expect("stdout"))
@@ -522,7 +523,7 @@ mod write {
                     ])
                     .stdin(Stdio::piped())
                     .stdout(Stdio::piped())
-                    .spawn()
+                    .spawn_gated()
                     .expect("spawn")
             })
             .collect();
@@ -640,7 +641,7 @@ mod remove {
         assert!(
             Command::new("mkfifo")
                 .arg(t.path().join("agent-1.lock"))
-                .status()
+                .status_gated()
                 .expect("mkfifo")
                 .success(),
             "mkfifo"
@@ -1047,7 +1048,7 @@ mod isolation {
     }
 
     fn resolve_in_child(cmd: &mut Command) -> String {
-        let out = cmd.arg("resolve").output().expect("run the child");
+        let out = cmd.arg("resolve").output_gated().expect("run the child");
         assert!(out.status.success(), "child exits cleanly");
         String::from_utf8(out.stdout)
             .expect("utf-8")
@@ -1375,7 +1376,7 @@ mod ownership {
                 .env("WORKLANE_TEST_ROOT", t.path())
                 .env("AGENT_SLOTS_DIR", &dir)
                 .env_remove("AGENT_SLOTS_CONFIG")
-                .output()
+                .output_gated()
                 .expect("run the writer");
             let said = String::from_utf8_lossy(&out.stdout);
             assert!(said.starts_with("ok "), "umask {umask}: {said}");
@@ -1460,7 +1461,7 @@ mod unprivileged {
                 .env("WORKLANE_TEST_ROOT", self.path())
                 .env_remove("AGENT_SLOTS_CONFIG")
                 .stdin(Stdio::null())
-                .output()
+                .output_gated()
                 .expect("run setpriv");
             let said = String::from_utf8_lossy(&out.stdout).trim().to_owned();
             assert!(
@@ -1524,7 +1525,7 @@ mod unprivileged {
             .env("WORKLANE_TEST_ROOT", s.path())
             .env("AGENT_SLOTS_DIR", &slots)
             .env_remove("AGENT_SLOTS_CONFIG")
-            .output()
+            .output_gated()
             .expect("run setpriv");
         let out = String::from_utf8_lossy(&said.stdout);
         assert!(out.starts_with("ok "), "{out}");

@@ -3,8 +3,10 @@
 //!
 //! `guard-holder try DIR RESOURCE`: prints `held`, `busy` or `error: <message and its causes>`.
 //! `guard-holder hold DIR RESOURCE`: prints `held`, then keeps the guard until stdin closes.
-//! `guard-holder hold-inherit DIR RESOURCE`: prints `child <pid>` of a `sleep` that inherited a
-//! duplicate of the held descriptor, then exits (dropping its own copy).
+//! `guard-holder hold-inherit DIR RESOURCE`: prints `child <pid>` of a `cat` that inherited a
+//! duplicate of the held descriptor and reads this helper's standard input (so it ends when
+//! the test closes that pipe, even if the test fails before it kills it), drops its own copy
+//! and waits for that child.
 #![allow(clippy::print_stdout, missing_docs)]
 
 use std::io::{Read, Write};
@@ -77,15 +79,18 @@ fn main() -> ExitCode {
             drop(guard);
         }
         "hold-inherit" => {
-            // A duplicate without close-on-exec, so `sleep` inherits the open file description.
+            // A duplicate without close-on-exec, so `cat` inherits the open file description.
             // This process is single-threaded, so no other child can inherit it by accident.
             let dup = rustix::io::dup(&guard).expect("dup the guard descriptor");
-            let child = Command::new("sleep")
-                .arg("600")
-                .stdin(Stdio::null())
+            #[allow(
+                clippy::disallowed_methods,
+                reason = "a single-threaded helper: no other thread can fork while it starts cat"
+            )]
+            let child = Command::new("cat")
+                .stdin(Stdio::inherit())
                 .stdout(Stdio::null())
                 .spawn()
-                .expect("spawn sleep");
+                .expect("spawn cat");
             drop(dup);
             drop(guard);
             println!("child {}", child.id());

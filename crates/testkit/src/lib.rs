@@ -1,0 +1,59 @@
+//! Test support for worklane's own test binaries. Not published; a dev-dependency only.
+//!
+//! Each test binary runs its tests on several threads of one process. When one of them starts
+//! a child, the child is a copy of the whole process until it execs: it holds a duplicate of
+//! every descriptor, close-on-exec ones included, and with a duplicate of a guard it holds the
+//! guard's `flock` (the lock belongs to the open file description). A test that releases a
+//! guard and then expects another process, or its own next acquisition, to find it free fails
+//! whenever another test's child is between fork and exec at that moment.
+//!
+//! - [`gate`] closes that window. Every start of a process goes through it
+//!   ([`Gated::spawn_gated`], [`Gated::output_gated`], [`Gated::status_gated`]; clippy refuses
+//!   `Command::spawn`, `output` and `status` elsewhere), and a release that must be seen
+//!   goes through [`gate::quiet`], [`gate::quietly`] or [`gate::QuietDrop`]: the two never
+//!   overlap, and a start returns only once its child's close-on-exec copies are closed.
+//! - [`Child`] is a started child that is SIGKILLed and reaped when dropped, so a failing
+//!   test leaves no process behind.
+//! - [`Scope`] marks every process a test starts, its descendants included, and SIGKILLs
+//!   whatever still carries the mark when the scope ends: for tests whose processes leave
+//!   their group or session on purpose.
+//!
+//! # Limitations
+//!
+//! - The gate covers the threads of one test binary that use it. A library call that starts a
+//!   process inside a test binary must be made through it too (none does on Linux today).
+//! - The proof that a child closed its copies relies on the kernel closing close-on-exec
+//!   descriptors in ascending order during `execve` (it does), and on the test process
+//!   having fewer than about a thousand descriptors open.
+//! - [`Scope`] finds processes by an environment variable; a process that clears its
+//!   environment before it starts another escapes it.
+//!
+//! # Example
+//!
+//! ```
+//! use std::process::Command;
+//! use worklane_testkit::{Gated, gate};
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let path = dir.path().join("lock");
+//! let file = std::fs::File::create(&path).unwrap();
+//! rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).unwrap();
+//! // Released while no other thread of this process is between fork and exec:
+//! gate::quietly(|| drop(file));
+//! let free = Command::new("flock").arg("-n").arg(&path).arg("true").status_gated().unwrap();
+//! assert!(free.success(), "another process finds the lock free");
+//! ```
+
+#![deny(unsafe_code)]
+#![deny(missing_docs)]
+
+mod child;
+pub mod gate;
+#[cfg(target_os = "linux")]
+mod scope;
+mod storm;
+
+pub use child::Child;
+pub use gate::Gated;
+#[cfg(target_os = "linux")]
+pub use scope::{SCOPE_VAR, Scope};
