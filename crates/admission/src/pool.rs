@@ -379,6 +379,9 @@ impl Pool {
                     // index, so it is skipped (and counted only if a record stands there);
                     // `worklane slots` names the file.
                     Err(Error::Lease(worklane_lease::Error::Guard(e))) if broken_guard(&e) => {}
+                    // An epoch that cannot grow: that index cannot be taken again (never
+                    // reused with the same epoch); `worklane slots` names the file.
+                    Err(Error::Lease(worklane_lease::Error::Epoch { .. })) => {}
                     Err(e) => return Err(e),
                 }
             }
@@ -486,7 +489,46 @@ impl Pool {
             let state = self.state_of(&path, &ProcessLiveness)?;
             out.push((index, path, state));
         }
+        for (index, path) in self.recordless_held(prefix)? {
+            if !out.iter().any(|(i, _, _)| *i == index) {
+                out.push((index, path, SlotState::GuardHeld));
+            }
+        }
         Ok(out)
+    }
+
+    /// The slots of `prefix` whose guard is held with no record behind it: the holder's record
+    /// is released, but processes of its run (which inherited the guard's descriptor, such as
+    /// a daemon the command left running) still hold it. They count as live until they exit.
+    ///
+    /// A guard found busy is probed again twice, a millisecond apart: a reader's momentary
+    /// probe (`worklane slots`, the idle probe) lasts microseconds.
+    fn recordless_held(&self, prefix: &str) -> Result<Vec<(u32, SlotPath)>, Error> {
+        let mut held = Vec::new();
+        for name in self.dir.hidden_names()? {
+            let Some(worklane_guard::reclaim::Entry::Guard { resource }) =
+                worklane_guard::reclaim::classify(&name)
+            else {
+                continue;
+            };
+            let Some(index) = slot_index(prefix, &resource) else {
+                continue;
+            };
+            let path = self.dir.file(&resource)?;
+            if path.read().is_ok_and(|r| r.is_some()) {
+                continue;
+            }
+            let busy = (0..3).all(|attempt| {
+                if attempt > 0 {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                matches!(path.try_guard(), Ok(None))
+            });
+            if busy {
+                held.push((index, path));
+            }
+        }
+        Ok(held)
     }
 
     /// Judges one slot: a held guard is live; with the guard free, the record decides.
@@ -601,6 +643,20 @@ impl Pool {
                 state,
             });
         }
+        // Guards held with no record: what a finished run left running still holds its slot.
+        for (prefix, kind) in [("agent", "agent"), ("test", "test")] {
+            for (_, path) in self.recordless_held(prefix)? {
+                if !slots.iter().any(|v| v.name == path.name()) {
+                    slots.push(SlotView {
+                        name: path.name().to_owned(),
+                        kind,
+                        record: None,
+                        state: SlotState::GuardHeld,
+                    });
+                }
+            }
+        }
+        slots.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(Snapshot {
             dir: self.dir.path().to_owned(),
             config: self.config()?,
@@ -680,10 +736,12 @@ impl Pool {
 /// symbolic link or non-empty file), which no process following the protocol can hold.
 fn broken_guard(e: &worklane_guard::acquire::Error) -> bool {
     use worklane_guard::acquire::Error as G;
-    matches!(
-        e,
-        G::Symlink { .. } | G::NotRegular { .. } | G::NotEmpty { .. }
-    )
+    match e {
+        G::Symlink { .. } | G::NotRegular { .. } | G::NotEmpty { .. } => true,
+        // A guard this user may not open (its mode, or a group it is not in).
+        G::Io { source, .. } => source.kind() == std::io::ErrorKind::PermissionDenied,
+        _ => false,
+    }
 }
 
 /// `Some(i)` when `name` is `<prefix>-<i>.lock` with `i` a plain decimal number.

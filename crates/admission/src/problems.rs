@@ -44,6 +44,10 @@ pub(crate) fn scan(dir: &SlotDir, now_ms: u64) -> Vec<Problem> {
     }
     for path in dir.list().unwrap_or_default() {
         let name = path.name();
+        if let Some(problem) = exhausted_epoch(dir, name) {
+            found.push(problem);
+            continue;
+        }
         let Some(lock) = claim_of(name) else {
             continue;
         };
@@ -55,8 +59,8 @@ pub(crate) fn scan(dir: &SlotDir, now_ms: u64) -> Vec<Problem> {
                  of {lock} clears it"
             ),
             Err(e) => format!(
-                "named like a takeover claim of {lock} but unreadable as one ({e}); it is \
-                 skipped"
+                "named like a takeover claim of {lock} but no claim ({e}); the next take of \
+                 {lock} unlinks it unless it is a directory, which it then skips"
             ),
         };
         found.push(Problem {
@@ -88,9 +92,47 @@ fn leftover(dir: &SlotDir, name: &str) -> Problem {
     }
 }
 
+/// What a lock that can no longer be taken stops: every take of a kind for `slots.lock` and
+/// `full-run.lock`, one index for a slot.
+fn blocked_by(resource: &str) -> Option<&'static str> {
+    match resource {
+        SLOTS_LOCK => Some("agent and test-run slots"),
+        FULL_RUN_LOCK => Some("the full run"),
+        _ => None,
+    }
+}
+
+/// An epoch marker at `u64::MAX`: its lock can never be acquired again.
+fn exhausted_epoch(dir: &SlotDir, name: &str) -> Option<Problem> {
+    let (lock, digits) = name.rsplit_once(".epoch.")?;
+    (digits == u64::MAX.to_string()).then(|| Problem {
+        name: name.to_owned(),
+        what: format!(
+            "the fencing epoch of {lock} is at its largest value, so {lock} can never be taken \
+             again{}",
+            if blocked_by(lock).is_some() {
+                ""
+            } else {
+                " (takes skip it)"
+            }
+        ),
+        fix: format!(
+            "in a quiescent window, only if nothing fences on {lock}'s epoch: rm -- {} (its \
+             epochs start over at 1)",
+            quoted(dir, name)
+        ),
+        blocks: blocked_by(lock),
+    })
+}
+
 fn guard_problem(dir: &SlotDir, hidden: &Hidden, resource: &str) -> Option<Problem> {
     let name = hidden.name.as_str();
     let what = match hidden.is_regular() {
+        true if hidden.size == 0 && hidden.mode & 0o044 == 0 => format!(
+            "the guard of {resource} has mode {:04o}: only its owner can open it, so every \
+             other user's take of {resource} fails",
+            hidden.mode
+        ),
         true if hidden.size == 0 => return None,
         true => format!("the guard of {resource} holds {} bytes", hidden.size),
         false => format!(
@@ -98,11 +140,7 @@ fn guard_problem(dir: &SlotDir, hidden: &Hidden, resource: &str) -> Option<Probl
             hidden.kind
         ),
     };
-    let blocks = match resource {
-        SLOTS_LOCK => Some("agent and test-run slots"),
-        FULL_RUN_LOCK => Some("the full run"),
-        _ => None,
-    };
+    let blocks = blocked_by(resource);
     let effect = if let Some(what) = blocks {
         format!("no process can take {resource}, so every take of {what} fails")
     } else if slot_index("agent", resource).is_some() || slot_index("test", resource).is_some() {
@@ -113,6 +151,15 @@ fn guard_problem(dir: &SlotDir, hidden: &Hidden, resource: &str) -> Option<Probl
     // A regular file with bytes may be a real guard someone wrote into while a holder had it
     // locked: only remove it when nothing runs. Anything else can never be held by a process
     // following the protocol.
+    if hidden.is_regular() && hidden.size == 0 {
+        // Only unreadable: its owner (and root) can still take it.
+        return Some(Problem {
+            name: name.to_owned(),
+            what,
+            fix: format!("chmod 0444 -- {}", quoted(dir, name)),
+            blocks: None,
+        });
+    }
     let fix = if hidden.is_regular() {
         format!(
             "in a quiescent window (`worklane stop-all`, nothing held): rm -- {}",

@@ -8,7 +8,7 @@ use crate::supervise::{Launch, Started, Watch, describe, inheritable, supervise}
 use std::ffi::OsString;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use worklane_admission::{Blocker, Kind, Pool, Slot, Take, Wait};
 use worklane_lease::{Acquired, Lease, Options, Request, TtlLiveness, acquire, held};
 
@@ -259,8 +259,8 @@ pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
         lease: &mut lease,
         ttl,
         every: (ttl / 20).max(Duration::from_millis(50)),
-        last_attempt: Instant::now(),
-        last_ok: Instant::now(),
+        last_attempt: BootInstant::now(),
+        last_ok: BootInstant::now(),
         lost: false,
     };
     let outcome = supervise(launch, &mut watch);
@@ -280,6 +280,22 @@ pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
     Ok(ExitCode::from(outcome.code))
 }
 
+/// A moment on the boot clock (`CLOCK_BOOTTIME` on Linux), which, unlike `Instant`
+/// (`CLOCK_MONOTONIC`), counts a suspend: a contender on this boot measures our lease's age
+/// on that clock, so the holder must measure its own silence on it too.
+#[derive(Clone, Copy)]
+struct BootInstant(u64);
+
+impl BootInstant {
+    fn now() -> BootInstant {
+        BootInstant(worklane_identity::Place::boot_clock_ms())
+    }
+
+    fn elapsed(self) -> Duration {
+        Duration::from_millis(BootInstant::now().0.saturating_sub(self.0))
+    }
+}
+
 /// A role lease's supervision: pulses, and halts the command when the lease is lost, cannot
 /// be confirmed for TTL/2, or an emergency STOP is written.
 struct RoleWatch<'a> {
@@ -287,8 +303,8 @@ struct RoleWatch<'a> {
     lease: &'a mut Lease,
     ttl: Duration,
     every: Duration,
-    last_attempt: Instant,
-    last_ok: Instant,
+    last_attempt: BootInstant,
+    last_ok: BootInstant,
     lost: bool,
 }
 
@@ -311,7 +327,7 @@ impl Watch for RoleWatch<'_> {
         if self.last_attempt.elapsed() < self.every {
             return None;
         }
-        self.last_attempt = Instant::now();
+        self.last_attempt = BootInstant::now();
         // A pulse stamps `lastPulse` before it writes; successors count the TTL from that
         // stamp, so the lease counts as confirmed from the attempt, not from the write's end.
         let attempted = self.last_attempt;

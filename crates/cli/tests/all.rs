@@ -508,7 +508,9 @@ mod output {
                 .worklane()
                 .args(*args)
                 .stdout(closed_pipe())
-                .output()
+                .stderr(Stdio::piped())
+                .spawn_gated()
+                .and_then(|c| c.wait_with_output())
                 .expect("run worklane");
             let what = args.join(" ");
             assert_no_panic(&out, &what);
@@ -533,7 +535,9 @@ mod output {
             .worklane()
             .args(["run", "--", "sh", "-c", "exit 3"])
             .stdout(closed_pipe())
-            .output()
+            .stderr(Stdio::piped())
+            .spawn_gated()
+            .and_then(|c| c.wait_with_output())
             .expect("run");
         assert_no_panic(&out, "run");
         assert_eq!(out.status.code(), Some(3), "the command's status");
@@ -543,7 +547,9 @@ mod output {
                 .worklane()
                 .args(args)
                 .stdout(closed_pipe())
-                .output()
+                .stderr(Stdio::piped())
+                .spawn_gated()
+                .and_then(|c| c.wait_with_output())
                 .expect("why");
             assert_no_panic(&out, "why");
             assert_eq!(
@@ -571,7 +577,7 @@ mod output {
                 .args(args)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
-                .spawn()
+                .spawn_gated()
                 .expect("spawn slots");
             let mut stdout = child.stdout.take().expect("stdout");
             let mut byte = [0_u8; 1];
@@ -598,7 +604,9 @@ mod output {
                 .worklane()
                 .args(*args)
                 .stdout(dev_full())
-                .output()
+                .stderr(Stdio::piped())
+                .spawn_gated()
+                .and_then(|c| c.wait_with_output())
                 .expect("run worklane");
             let what = args.join(" ");
             assert_no_panic(&out, &what);
@@ -618,7 +626,9 @@ mod output {
             .worklane()
             .args(["set-test-slots", "99"])
             .stderr(dev_full())
-            .output()
+            .stdout(Stdio::piped())
+            .spawn_gated()
+            .and_then(|c| c.wait_with_output())
             .expect("set-test-slots");
         assert_eq!(
             out.status.code(),
@@ -629,7 +639,9 @@ mod output {
             .worklane()
             .arg("--no-such-flag")
             .stderr(dev_full())
-            .output()
+            .stdout(Stdio::piped())
+            .spawn_gated()
+            .and_then(|c| c.wait_with_output())
             .expect("bad flag");
         assert_eq!(out.status.code(), Some(64), "clap's usage error");
         let out = site
@@ -637,7 +649,9 @@ mod output {
             .args(["slots"])
             .stdout(dev_full())
             .stderr(dev_full())
-            .output()
+            .stdin(Stdio::null())
+            .spawn_gated()
+            .and_then(|c| c.wait_with_output())
             .expect("slots");
         assert_eq!(out.status.code(), Some(74), "both streams full");
     }
@@ -882,7 +896,7 @@ mod roles {
             .worklane()
             .args(["lease", "run", "--json"])
             .args(args)
-            .output()
+            .output_gated()
             .expect("lease run --json");
         let text = String::from_utf8_lossy(&out.stdout);
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -1049,7 +1063,7 @@ mod nesting {
         site.worklane()
             .args(["run", "--kind", kind, "--", "sh", "-c", script])
             .env("W", env!("CARGO_BIN_EXE_worklane"))
-            .output()
+            .output_gated()
             .expect("outer run")
     }
 
@@ -1887,12 +1901,46 @@ mod ownership {
                 .worklane()
                 .args(["run", "--", "true"])
                 .env("AGENT_SLOTS_DIR", &spelling)
-                .output()
+                .output_gated()
                 .expect("run");
             let err = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(78), "{spelling}: {err}");
             assert!(err.contains("symbolic link"), "{spelling}: {err}");
         }
+    }
+
+    #[test]
+    fn a_guard_only_its_owner_can_open_is_skipped_by_other_users() {
+        root_only();
+        let site = Site::new(Some(r#"{"max_agents": 2}"#));
+        let slots = site.slots();
+        std::fs::set_permissions(site.temp.path(), std::fs::Permissions::from_mode(0o711))
+            .expect("chmod");
+        std::os::unix::fs::chown(&slots, Some(0), Some(SHARED)).expect("chown");
+        std::fs::set_permissions(&slots, std::fs::Permissions::from_mode(0o2770)).expect("chmod");
+        // root's guard of index 0, mode 0600: nobody else can open it.
+        let guard = slots.join(".agent-0.lock.flock");
+        std::fs::write(&guard, b"").expect("guard");
+        std::fs::set_permissions(&guard, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        let out = as_member(&site, &["run", "--no-wait", "--", "true"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "the index is skipped, not an error for every take: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = site.output(&["slots", "--json"]);
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("json ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+        let named = doc["problems"]
+            .as_array()
+            .expect("problems")
+            .iter()
+            .any(|p| {
+                p["name"] == ".agent-0.lock.flock"
+                    && p["fix"].as_str().is_some_and(|f| f.contains("chmod"))
+            });
+        assert!(named, "slots names it with its fix: {doc}");
     }
 
     /// Runs `worklane budget ARGS` as user 65534, primary group 12345, member of `SHARED`.
@@ -1916,7 +1964,7 @@ mod ownership {
             .env_remove("AGENT_SLOTS_CONFIG")
             .env("GITHUB_TOKEN", "ghp_cli_test_token_not_real")
             .stdin(Stdio::null())
-            .output()
+            .output_gated()
             .expect("run setpriv")
     }
 
@@ -1941,7 +1989,7 @@ mod ownership {
             .args(["budget", "observe", "--status", "200"])
             .args(["--header", "X-RateLimit-Remaining: 0", "--header", &reset])
             .env("GITHUB_TOKEN", "ghp_cli_test_token_not_real")
-            .output()
+            .output_gated()
             .expect("observe");
         assert!(out.status.success());
         let state = std::fs::read_dir(&slots)
@@ -2539,6 +2587,45 @@ mod supervisor_gone {
         assert_eq!(site.code(&["resume-all"]), 0);
     }
 
+    #[test]
+    fn what_a_finished_run_leaves_running_keeps_its_slot_until_it_exits() {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        // The command exits at once, leaving a background process with its inherited guard.
+        let out = site.output(&[
+            "run",
+            "--",
+            "sh",
+            "-c",
+            r#"sleep 60 >/dev/null 2>&1 & echo $! > "$T/left.pid""#,
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let left = pid_of(&site.file("left.pid"));
+        let _cleanup = KillOnDrop(left);
+        assert_eq!(
+            site.code(&["run", "--no-wait", "--", "true"]),
+            75,
+            "the leftover still runs in the slot: at cap 1"
+        );
+        let doc: serde_json::Value =
+            serde_json::from_slice(&site.output(&["slots", "--json"]).stdout).expect("json");
+        assert_eq!(doc["agents_held"], 1, "{doc}");
+        let slot = &doc["slots"][0];
+        assert_eq!(slot["name"], "agent-0.lock", "{doc}");
+        assert_eq!(slot["state"], "held", "{doc}");
+        assert_eq!(slot["pid"], serde_json::Value::Null, "no record: {doc}");
+        signal(left, Signal::KILL);
+        wait_until("the leftover's end", || gone(left));
+        let mut code = 75;
+        wait_until("the slot free once the leftover is gone", || {
+            code = site.code(&["run", "--no-wait", "--", "true"]);
+            code == 0
+        });
+    }
+
     /// This process's place as a record writes it (from a real run's record).
     fn record_place(site: &Site) -> String {
         let out = site.output(&[
@@ -2689,6 +2776,36 @@ mod strays {
         assert!(held_temp.exists(), "a held temp belongs to a live writer");
         let _ = writer.kill();
         let _ = writer.wait();
+    }
+
+    #[test]
+    fn an_exhausted_epoch_skips_its_index_and_is_named() {
+        let site = Site::new(None);
+        let max = u64::MAX.to_string();
+        std::fs::write(site.slots().join(format!("agent-0.lock.epoch.{max}")), b"").expect("plant");
+        let mut holder = site.spawn(&["run"], HOLD, "0");
+        wait_until("the holder", || site.file("up.0").exists());
+        assert!(
+            site.slots().join("agent-1.lock").exists(),
+            "index 0 is skipped"
+        );
+        let doc = json(&site, &["slots", "--json"]);
+        let p = problem(&doc, &format!("agent-0.lock.epoch.{max}"));
+        assert!(
+            p["what"].as_str().is_some_and(|w| w.contains("epoch")),
+            "{p}"
+        );
+        std::fs::write(site.file("release.0"), b"").expect("release");
+        wait_exit(&mut holder, "the holder");
+        std::fs::write(site.slots().join(format!("slots.lock.epoch.{max}")), b"").expect("plant");
+        let out = site.output(&["run", "--no-wait", "--", "true"]);
+        assert_ne!(
+            out.status.code(),
+            Some(0),
+            "slots.lock can no longer be taken"
+        );
+        let why = json(&site, &["why", "--json"]);
+        assert_eq!(why["resource_admission"]["blocks"], true, "{why}");
     }
 
     #[test]

@@ -398,8 +398,10 @@ fn is_claim_of(lock: &str, name: &str) -> bool {
 /// - it declares that its taker held the guard (every worklane taker does), or the liveness
 ///   judges its taker dead.
 ///
-/// A claim that is not a regular file (a directory, FIFO, symbolic link) cannot be removed
-/// by unlink or read: it is skipped; `worklane slots` reports it.
+/// A claim that is not a regular file of at most 64 KiB is never a taker's: it is unlinked
+/// (a FIFO, a symbolic link, an oversized file), or skipped when it cannot be (a directory);
+/// `worklane slots` reports it, and a takeover whose own claim name it occupies goes on
+/// without a claim.
 fn clear_claims(
     path: &SlotPath,
     listed: &[SlotPath],
@@ -410,7 +412,13 @@ fn clear_claims(
     for claim in listed.iter().filter(|p| is_claim_of(path.name(), p.name())) {
         let raw = match read_hostile(claim)? {
             Ok(Some(raw)) => raw,
-            Ok(None) | Err(_) => continue,
+            Ok(None) => continue,
+            Err(_) => {
+                // Not a regular file of at most 64 KiB: never a taker's claim. A FIFO, a link
+                // or an oversized file is unlinked; a directory cannot be, and is skipped.
+                let _ = claim.remove();
+                continue;
+            }
         };
         let judged = match Record::parse(&raw) {
             Ok(_) if current.as_deref() != Some(claim.name()) => None,
@@ -486,16 +494,23 @@ fn take_over(
     claim_record.owner = Some(request.owner.clone());
     let claim_bytes = claim_record.to_bytes();
     if claim.publish(&claim_bytes, RECORD_MODE)? == Publish::AlreadyExists {
-        // Claims were cleared under this guard a moment ago: only a writer outside the
-        // protocol can have put one here.
-        return Ok(Acquired::Refused(Refusal {
-            resource: path.name().to_owned(),
-            holder: Some(stale_record),
-            why: LiveWhy::TakeoverInProgress {
-                claim: claim.name().to_owned(),
-                claimant: None,
-            },
-        }));
+        // Claims were cleared under this guard a moment ago, so what stands at our claim's
+        // name is a directory (which no unlink removes) or a writer outside the protocol is
+        // at work. A directory is no taker's claim: the takeover goes on without one (we hold
+        // the guard; the claim only tells a crashed takeover's leftovers apart). Anything else:
+        // refuse rather than guess.
+        if read_hostile(&claim)?.is_ok() {
+            return Ok(Acquired::Refused(Refusal {
+                resource: path.name().to_owned(),
+                holder: Some(stale_record),
+                why: LiveWhy::TakeoverInProgress {
+                    claim: claim.name().to_owned(),
+                    claimant: None,
+                },
+            }));
+        }
+        options.at(Step::ClaimTaken)?;
+        return claimed_takeover(path, guard, listed, stale, request, options);
     }
     options.at(Step::ClaimTaken)?;
     let outcome = claimed_takeover(path, guard, listed, stale, request, options);

@@ -677,6 +677,37 @@ mod claims {
     }
 
     #[test]
+    fn a_fifo_named_like_a_claim_is_unlinked_and_a_directory_at_our_claim_is_no_obstacle() {
+        let site = Site::new();
+        let stale = dead_record("dead");
+        site.write_record(&stale);
+        let fifo = site.path().join(format!("{LOCK}.0123456789abcdef.claim"));
+        let made = Command::new("mkfifo")
+            .arg(&fifo)
+            .status_gated()
+            .expect("mkfifo");
+        assert!(made.success());
+        // A directory exactly where our claim for this stale record goes.
+        let ours = site.path().join(claim_name(LOCK, &stale.to_bytes()));
+        std::fs::create_dir(&ours).expect("mkdir");
+        let lease = site.held("taker", &Options::process());
+        assert_eq!(
+            site.record().expect("ours").owner.as_deref(),
+            Some("taker"),
+            "taken over without a claim of its own"
+        );
+        assert!(
+            !fifo.exists(),
+            "a FIFO is never a claim: unlinked under the guard"
+        );
+        assert!(
+            ours.is_dir(),
+            "a directory cannot be unlinked: left for the operator"
+        );
+        drop(lease);
+    }
+
+    #[test]
     fn an_oversized_or_odd_record_is_a_refusal_not_an_error() {
         let site = Site::new();
         std::fs::write(site.path().join(LOCK), vec![b' '; 70 * 1024]).expect("big");

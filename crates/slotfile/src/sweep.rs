@@ -55,6 +55,8 @@ pub struct Hidden {
     pub size: u64,
     /// Its mtime, milliseconds since the Unix epoch.
     pub modified_ms: u64,
+    /// Its permission bits.
+    pub mode: u32,
 }
 
 impl Hidden {
@@ -85,6 +87,8 @@ impl SlotDir {
                 kind: worklane_guard::describe_file_type(FileType::from_raw_mode(stat.st_mode)),
                 size: u64::try_from(stat.st_size).unwrap_or(u64::MAX),
                 modified_ms,
+                #[allow(clippy::unnecessary_cast)]
+                mode: (stat.st_mode as u32) & 0o7777,
             });
         }
         Ok(found)
