@@ -44,6 +44,7 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod dispatch;
 pub mod drain;
 mod pool;
 mod problems;

@@ -1,0 +1,10 @@
+//! The admission dispatcher (seed 000): waiting work as durable rows, admitted centrally under
+//! the slot pool, and lanes handed over as held lock descriptors.
+//!
+//! - [`env`]: the environment a queued attempt keeps (allowed prefixes, no secret-shaped
+//!   names, values under 4,096 characters).
+//! - [`store`] (feature `dispatcher`): the SQLite queue, one row per attempt.
+
+pub mod env;
+#[cfg(feature = "dispatcher")]
+pub mod store;

@@ -1,0 +1,491 @@
+//! The queue's durable rows: SQLite (WAL), one row per attempt, a versioned schema.
+//!
+//! A row is committed before its enqueue is acknowledged, and admission order comes from an
+//! index (`priority` descending, then the original queue start, then the attempt id), never
+//! from a scan.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The schema version this code writes (`PRAGMA user_version`).
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// The schema, by version: `MIGRATIONS[v - 1]` takes a database from version `v - 1` to `v`.
+const MIGRATIONS: &[&str] = &["
+    CREATE TABLE attempts (
+        id           TEXT PRIMARY KEY NOT NULL,
+        lane         TEXT NOT NULL,
+        state        TEXT NOT NULL CHECK (state IN ('queued', 'starting')),
+        token        TEXT,
+        queued_at_ms INTEGER NOT NULL,
+        priority     INTEGER NOT NULL,
+        placement    TEXT NOT NULL,
+        args         TEXT NOT NULL,
+        stage        TEXT NOT NULL,
+        env          TEXT NOT NULL,
+        state_at_ms  INTEGER NOT NULL
+    ) STRICT;
+    CREATE UNIQUE INDEX attempts_lane ON attempts (lane);
+    CREATE INDEX attempts_order ON attempts (state, priority DESC, queued_at_ms, id);
+"];
+
+/// Where an attempt is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Waiting for admission.
+    Queued,
+    /// Admitted: offered to a driver that must claim it with its token before the deadline.
+    Starting,
+}
+
+impl State {
+    /// The word stored and shown: `queued` or `starting`.
+    #[must_use]
+    pub fn word(self) -> &'static str {
+        match self {
+            State::Queued => "queued",
+            State::Starting => "starting",
+        }
+    }
+
+    fn parse(word: &str) -> Option<State> {
+        match word {
+            "queued" => Some(State::Queued),
+            "starting" => Some(State::Starting),
+            _ => None,
+        }
+    }
+}
+
+/// One attempt: a row of the queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    /// The stable attempt id (`a-<32 hex>`), kept across expiry and recovery.
+    pub id: String,
+    /// The lane's name (its lock is `lane-<lane>.lock`).
+    pub lane: String,
+    /// Queued or starting.
+    pub state: State,
+    /// The admitted-start token, while starting.
+    pub token: Option<String>,
+    /// When it was first queued (ms since the Unix epoch), kept as given.
+    pub queued_at_ms: u64,
+    /// Higher goes first (default 0), kept as given.
+    pub priority: i64,
+    /// Where the launcher placed it (free text, e.g. a worktree).
+    pub placement: String,
+    /// The driver command.
+    pub args: Vec<String>,
+    /// The stage it is at (free text).
+    pub stage: String,
+    /// The filtered environment the driver gets.
+    pub env: BTreeMap<String, String>,
+    /// When it entered its state (ms since the Unix epoch).
+    pub state_at_ms: u64,
+}
+
+/// Errors of the queue database.
+pub mod db {
+    use std::path::PathBuf;
+
+    /// Why the queue's store failed.
+    #[derive(Debug, thiserror::Error)]
+    #[non_exhaustive]
+    pub enum Error {
+        /// The database could not be opened or migrated.
+        #[error("cannot open the queue database {path}")]
+        Open {
+            /// The database file.
+            path: PathBuf,
+            /// What SQLite said.
+            #[source]
+            source: rusqlite::Error,
+        },
+        /// The database was written by a newer worklane.
+        #[error(
+            "the queue database {path} has schema version {found}, newer than this worklane's \
+             {supported}; upgrade worklane or move the database aside"
+        )]
+        TooNew {
+            /// The database file.
+            path: PathBuf,
+            /// Its version.
+            found: i64,
+            /// The newest this code knows.
+            supported: i64,
+        },
+        /// A statement failed.
+        #[error("queue database {path}: cannot {op}")]
+        Query {
+            /// The database file.
+            path: PathBuf,
+            /// What was being done.
+            op: &'static str,
+            /// What SQLite said.
+            #[source]
+            source: rusqlite::Error,
+        },
+        /// A stored row cannot be read back.
+        #[error(
+            "queue database {path}: row {id} is damaged ({what}); remove it with `worklane queue cancel {id}`"
+        )]
+        Damaged {
+            /// The database file.
+            path: PathBuf,
+            /// The attempt id.
+            id: String,
+            /// What is wrong.
+            what: String,
+        },
+    }
+}
+
+use db::Error;
+
+/// The queue's durable rows.
+#[derive(Debug)]
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+const COLUMNS: &str =
+    "id, lane, state, token, queued_at_ms, priority, placement, args, stage, env, state_at_ms";
+
+impl Store {
+    /// Opens (creating if needed) the database at `path`, in WAL mode, migrated to
+    /// [`SCHEMA_VERSION`].
+    pub fn open(path: &Path) -> Result<Store, Error> {
+        let open = |source| Error::Open {
+            path: path.to_owned(),
+            source,
+        };
+        let mut conn = Connection::open(path).map_err(open)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(open)?;
+        // WAL with NORMAL survives a crash of the process; a row committed before an enqueue
+        // is acknowledged is never lost to one.
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(open)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(open)?;
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .map_err(open)?;
+        if version > SCHEMA_VERSION {
+            return Err(Error::TooNew {
+                path: path.to_owned(),
+                found: version,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        let tx = conn.transaction().map_err(open)?;
+        for (i, migration) in MIGRATIONS
+            .iter()
+            .enumerate()
+            .skip(usize::try_from(version).unwrap_or(0))
+        {
+            tx.execute_batch(migration).map_err(open)?;
+            tx.pragma_update(
+                None,
+                "user_version",
+                i64::try_from(i + 1).unwrap_or(i64::MAX),
+            )
+            .map_err(open)?;
+        }
+        tx.commit().map_err(open)?;
+        Ok(Store {
+            conn,
+            path: path.to_owned(),
+        })
+    }
+
+    fn query(&self, op: &'static str) -> impl FnOnce(rusqlite::Error) -> Error + '_ {
+        move |source| Error::Query {
+            path: self.path.clone(),
+            op,
+            source,
+        }
+    }
+
+    /// Stores a new attempt (committed when this returns).
+    pub fn insert(&self, attempt: &Attempt) -> Result<(), Error> {
+        self.conn
+            .execute(
+                &format!("INSERT INTO attempts ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"),
+                params![
+                    attempt.id,
+                    attempt.lane,
+                    attempt.state.word(),
+                    attempt.token,
+                    to_i64(attempt.queued_at_ms),
+                    attempt.priority,
+                    attempt.placement,
+                    serde_json::to_string(&attempt.args).unwrap_or_default(),
+                    attempt.stage,
+                    serde_json::to_string(&attempt.env).unwrap_or_default(),
+                    to_i64(attempt.state_at_ms),
+                ],
+            )
+            .map_err(self.query("insert an attempt"))?;
+        Ok(())
+    }
+
+    /// Sets an attempt's state, token and state time; `false` if there is no such row.
+    pub fn set_state(
+        &self,
+        id: &str,
+        state: State,
+        token: Option<&str>,
+        at_ms: u64,
+    ) -> Result<bool, Error> {
+        let n = self
+            .conn
+            .execute(
+                "UPDATE attempts SET state = ?2, token = ?3, state_at_ms = ?4 WHERE id = ?1",
+                params![id, state.word(), token, to_i64(at_ms)],
+            )
+            .map_err(self.query("update an attempt"))?;
+        Ok(n > 0)
+    }
+
+    /// Removes an attempt; `false` if there was none.
+    pub fn remove(&self, id: &str) -> Result<bool, Error> {
+        let n = self
+            .conn
+            .execute("DELETE FROM attempts WHERE id = ?1", params![id])
+            .map_err(self.query("remove an attempt"))?;
+        Ok(n > 0)
+    }
+
+    /// The attempt `id`, if stored.
+    pub fn get(&self, id: &str) -> Result<Option<Attempt>, Error> {
+        let raw = self
+            .conn
+            .query_row(
+                &format!("SELECT {COLUMNS} FROM attempts WHERE id = ?1"),
+                params![id],
+                Raw::from_row,
+            )
+            .optional()
+            .map_err(self.query("read an attempt"))?;
+        raw.map(|r| r.into_attempt(&self.path)).transpose()
+    }
+
+    /// The next attempt to admit: the queued one with the highest priority, then the oldest
+    /// original start, then the smallest id (from the `attempts_order` index).
+    pub fn next_queued(&self) -> Result<Option<Attempt>, Error> {
+        let raw = self
+            .conn
+            .query_row(
+                &format!(
+                    "SELECT {COLUMNS} FROM attempts INDEXED BY attempts_order WHERE state = 'queued' \
+                     ORDER BY priority DESC, queued_at_ms, id LIMIT 1"
+                ),
+                [],
+                Raw::from_row,
+            )
+            .optional()
+            .map_err(self.query("choose the next attempt"))?;
+        raw.map(|r| r.into_attempt(&self.path)).transpose()
+    }
+
+    /// Every attempt, in admission order (starting ones first).
+    pub fn all(&self) -> Result<Vec<Attempt>, Error> {
+        let mut statement = self
+            .conn
+            .prepare(&format!(
+                "SELECT {COLUMNS} FROM attempts ORDER BY state DESC, priority DESC, queued_at_ms, id"
+            ))
+            .map_err(self.query("list the attempts"))?;
+        let rows = statement
+            .query_map([], Raw::from_row)
+            .map_err(self.query("list the attempts"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            out.push(
+                row.map_err(self.query("list the attempts"))?
+                    .into_attempt(&self.path)?,
+            );
+        }
+        Ok(out)
+    }
+}
+
+fn to_i64(ms: u64) -> i64 {
+    i64::try_from(ms).unwrap_or(i64::MAX)
+}
+
+/// A row as SQLite returns it, before its JSON columns are parsed.
+struct Raw {
+    id: String,
+    lane: String,
+    state: String,
+    token: Option<String>,
+    queued_at_ms: i64,
+    priority: i64,
+    placement: String,
+    args: String,
+    stage: String,
+    env: String,
+    state_at_ms: i64,
+}
+
+impl Raw {
+    fn from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Raw> {
+        Ok(Raw {
+            id: row.get(0)?,
+            lane: row.get(1)?,
+            state: row.get(2)?,
+            token: row.get(3)?,
+            queued_at_ms: row.get(4)?,
+            priority: row.get(5)?,
+            placement: row.get(6)?,
+            args: row.get(7)?,
+            stage: row.get(8)?,
+            env: row.get(9)?,
+            state_at_ms: row.get(10)?,
+        })
+    }
+
+    fn into_attempt(self, path: &Path) -> Result<Attempt, Error> {
+        let damaged = |what: String| Error::Damaged {
+            path: path.to_owned(),
+            id: self.id.clone(),
+            what,
+        };
+        let state =
+            State::parse(&self.state).ok_or_else(|| damaged(format!("state {:?}", self.state)))?;
+        let args =
+            serde_json::from_str(&self.args).map_err(|e| damaged(format!("arguments: {e}")))?;
+        let env =
+            serde_json::from_str(&self.env).map_err(|e| damaged(format!("environment: {e}")))?;
+        Ok(Attempt {
+            id: self.id,
+            lane: self.lane,
+            state,
+            token: self.token,
+            queued_at_ms: u64::try_from(self.queued_at_ms).unwrap_or(0),
+            priority: self.priority,
+            placement: self.placement,
+            args,
+            stage: self.stage,
+            env,
+            state_at_ms: u64::try_from(self.state_at_ms).unwrap_or(0),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attempt(id: &str, lane: &str, priority: i64, queued_at_ms: u64) -> Attempt {
+        Attempt {
+            id: id.to_owned(),
+            lane: lane.to_owned(),
+            state: State::Queued,
+            token: None,
+            queued_at_ms,
+            priority,
+            placement: "wt".into(),
+            args: vec!["worklane".into(), "claim".into()],
+            stage: "build".into(),
+            env: BTreeMap::from([("LANE_X".to_owned(), "1".to_owned())]),
+            state_at_ms: queued_at_ms,
+        }
+    }
+
+    #[test]
+    fn rows_round_trip_and_come_out_by_priority_then_start() {
+        let dir = tempfile::tempdir().expect("temp");
+        let store = Store::open(&dir.path().join("queue.db")).expect("open");
+        store.insert(&attempt("a-3", "c", 0, 30)).expect("insert");
+        store.insert(&attempt("a-1", "a", 0, 10)).expect("insert");
+        store.insert(&attempt("a-2", "b", 5, 20)).expect("insert");
+        assert_eq!(
+            store.next_queued().expect("next").expect("one").id,
+            "a-2",
+            "priority first"
+        );
+        assert!(
+            store
+                .set_state("a-2", State::Starting, Some("t"), 40)
+                .expect("set")
+        );
+        assert_eq!(
+            store.next_queued().expect("next").expect("one").id,
+            "a-1",
+            "then the oldest start"
+        );
+        let back = store.get("a-2").expect("get").expect("stored");
+        assert_eq!(
+            (back.state, back.token.as_deref(), back.state_at_ms),
+            (State::Starting, Some("t"), 40)
+        );
+        assert_eq!(back.queued_at_ms, 20, "the original start is kept");
+        assert_eq!(back.env.get("LANE_X").map(String::as_str), Some("1"));
+        assert!(store.remove("a-1").expect("remove"));
+        assert!(!store.remove("a-1").expect("remove"), "gone");
+        let ids: Vec<String> = store
+            .all()
+            .expect("all")
+            .into_iter()
+            .map(|a| a.id)
+            .collect();
+        assert_eq!(
+            ids,
+            ["a-2", "a-3"],
+            "starting first, then the queue's order"
+        );
+    }
+
+    #[test]
+    fn one_attempt_per_lane() {
+        let dir = tempfile::tempdir().expect("temp");
+        let store = Store::open(&dir.path().join("queue.db")).expect("open");
+        store
+            .insert(&attempt("a-1", "docs", 0, 10))
+            .expect("insert");
+        assert!(
+            store.insert(&attempt("a-2", "docs", 0, 11)).is_err(),
+            "a lane is one attempt"
+        );
+    }
+
+    #[test]
+    fn the_schema_is_versioned_and_a_newer_one_is_refused() {
+        let dir = tempfile::tempdir().expect("temp");
+        let path = dir.path().join("queue.db");
+        drop(Store::open(&path).expect("create"));
+        let reopened = Store::open(&path).expect("reopen at the same version");
+        drop(reopened);
+        let conn = Connection::open(&path).expect("raw");
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+            .expect("bump");
+        drop(conn);
+        let err = Store::open(&path).expect_err("newer");
+        assert!(err.to_string().contains("newer"), "{err}");
+    }
+
+    #[test]
+    fn admission_order_comes_from_the_index() {
+        let dir = tempfile::tempdir().expect("temp");
+        let store = Store::open(&dir.path().join("queue.db")).expect("open");
+        let plan: String = store
+            .conn
+            .query_row(
+                "EXPLAIN QUERY PLAN SELECT id FROM attempts INDEXED BY attempts_order \
+                 WHERE state = 'queued' ORDER BY priority DESC, queued_at_ms, id LIMIT 1",
+                [],
+                |row| row.get(3),
+            )
+            .expect("plan");
+        assert!(
+            plan.contains("attempts_order"),
+            "an index search, not a scan: {plan}"
+        );
+        assert!(!plan.contains("TEMP B-TREE"), "no sort step: {plan}");
+    }
+}
