@@ -4,7 +4,11 @@
 //! - [`env`]: the environment a queued attempt keeps (allowed prefixes, no secret-shaped
 //!   names, values under 4,096 characters).
 //! - [`store`] (feature `dispatcher`): the SQLite queue, one row per attempt.
+//! - [`transport`] (feature `dispatcher`): one JSON line per message over a Unix stream
+//!   socket, descriptors as `SCM_RIGHTS`, peer credentials.
 
 pub mod env;
 #[cfg(feature = "dispatcher")]
 pub mod store;
+#[cfg(feature = "dispatcher")]
+pub mod transport;

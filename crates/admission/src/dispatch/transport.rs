@@ -1,0 +1,260 @@
+//! The dispatcher's wire: a Unix stream socket, one request and one reply per connection, each
+//! one line of JSON (UTF-8, at most [`MAX_MESSAGE`] bytes, ended by `\n`), sent whole by one
+//! `sendmsg`; descriptors travel as `SCM_RIGHTS` on the `sendmsg` of the line (at most
+//! [`MAX_FDS`]). Every descriptor received is close-on-exec, and closes itself when dropped:
+//! a refusal that drops what it received closes every descriptor.
+
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::io::Errno;
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags, recvmsg, sendmsg,
+};
+use std::io::{IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+
+/// The longest message, with its newline.
+pub const MAX_MESSAGE: usize = 64 * 1024;
+/// The most descriptors one message carries.
+pub const MAX_FDS: usize = 4;
+
+/// Why a message could not be sent or received.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The socket failed.
+    #[error("the dispatcher socket failed while {op}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The system error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The peer closed the connection before a whole line.
+    #[error("the peer closed the connection before a whole message ({got} bytes)")]
+    Closed {
+        /// Bytes received.
+        got: usize,
+    },
+    /// More than [`MAX_MESSAGE`] bytes without a newline.
+    #[error("a message longer than {MAX_MESSAGE} bytes")]
+    TooLong,
+    /// More descriptors than [`MAX_FDS`], or the kernel cut them short.
+    #[error("a message with more than {MAX_FDS} descriptors; all were closed")]
+    TooManyFds,
+}
+
+fn io(op: &'static str) -> impl FnOnce(Errno) -> Error {
+    move |e| Error::Io {
+        op,
+        source: e.into(),
+    }
+}
+
+/// Sends `line` (a newline is added) with `fds` attached.
+pub fn send(socket: impl AsFd, line: &[u8], fds: &[BorrowedFd<'_>]) -> Result<(), Error> {
+    let mut message = Vec::with_capacity(line.len() + 1);
+    message.extend_from_slice(line);
+    message.push(b'\n');
+    if message.len() > MAX_MESSAGE {
+        return Err(Error::TooLong);
+    }
+    if fds.len() > MAX_FDS {
+        return Err(Error::TooManyFds);
+    }
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() {
+        control.push(SendAncillaryMessage::ScmRights(fds));
+    }
+    let mut sent = loop {
+        match sendmsg(
+            &socket,
+            &[IoSlice::new(&message)],
+            &mut control,
+            SendFlags::NOSIGNAL,
+        ) {
+            Err(Errno::INTR) => continue,
+            other => break other.map_err(io("sending"))?,
+        }
+    };
+    // The descriptors went with the first bytes; the rest of a long line follows plainly.
+    while sent < message.len() {
+        let mut none = SendAncillaryBuffer::new(&mut []);
+        match sendmsg(
+            &socket,
+            &[IoSlice::new(&message[sent..])],
+            &mut none,
+            SendFlags::NOSIGNAL,
+        ) {
+            Ok(n) => sent += n,
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(io("sending")(e)),
+        }
+    }
+    Ok(())
+}
+
+/// Receives one line (without its newline) and the descriptors that came with it, each
+/// close-on-exec. On any error every descriptor received is closed.
+pub fn recv(socket: impl AsFd) -> Result<(Vec<u8>, Vec<OwnedFd>), Error> {
+    let mut line = Vec::new();
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    let mut buf = vec![0u8; 8192];
+    loop {
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let got = loop {
+            match recvmsg(
+                &socket,
+                &mut [IoSliceMut::new(&mut buf)],
+                &mut control,
+                cloexec_flags(),
+            ) {
+                Err(Errno::INTR) => continue,
+                other => break other.map_err(io("receiving"))?,
+            }
+        };
+        for message in control.drain() {
+            if let RecvAncillaryMessage::ScmRights(received) = message {
+                for fd in received {
+                    set_cloexec(&fd);
+                    fds.push(fd);
+                }
+            }
+        }
+        if got.flags.contains(ReturnFlags::CTRUNC) || fds.len() > MAX_FDS {
+            return Err(Error::TooManyFds);
+        }
+        if got.bytes == 0 {
+            return Err(Error::Closed { got: line.len() });
+        }
+        let chunk = &buf[..got.bytes];
+        if let Some(end) = chunk.iter().position(|&b| b == b'\n') {
+            line.extend_from_slice(&chunk[..end]);
+            return Ok((line, fds));
+        }
+        line.extend_from_slice(chunk);
+        if line.len() >= MAX_MESSAGE {
+            return Err(Error::TooLong);
+        }
+    }
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn cloexec_flags() -> RecvFlags {
+    RecvFlags::CMSG_CLOEXEC
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn cloexec_flags() -> RecvFlags {
+    RecvFlags::empty()
+}
+
+/// Makes sure a received descriptor is close-on-exec (Linux sets it at receipt with
+/// `MSG_CMSG_CLOEXEC`; elsewhere it is set here, a moment later).
+fn set_cloexec(fd: &OwnedFd) {
+    if let Ok(flags) = rustix::io::fcntl_getfd(fd)
+        && !flags.contains(rustix::io::FdFlags::CLOEXEC)
+    {
+        let _ = rustix::io::fcntl_setfd(fd, flags | rustix::io::FdFlags::CLOEXEC);
+    }
+}
+
+/// Who is at the other end of a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    /// Its process id, where the platform tells (Linux).
+    pub pid: Option<u32>,
+    /// Its effective uid.
+    pub uid: u32,
+    /// Its effective gid.
+    pub gid: u32,
+}
+
+/// The credentials of the peer of `socket` (`SO_PEERCRED`).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub fn peer(socket: impl AsFd) -> Result<Peer, Error> {
+    let cred = rustix::net::sockopt::socket_peercred(&socket)
+        .map_err(io("reading the peer's credentials"))?;
+    Ok(Peer {
+        pid: u32::try_from(cred.pid.as_raw_nonzero().get()).ok(),
+        uid: cred.uid.as_raw(),
+        gid: cred.gid.as_raw(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustix::net::{AddressFamily, SocketFlags, SocketType, socketpair};
+
+    fn pair() -> (OwnedFd, OwnedFd) {
+        socketpair(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .expect("socketpair")
+    }
+
+    #[test]
+    fn a_line_and_its_descriptors_arrive_together_close_on_exec() {
+        let (a, b) = pair();
+        let file = tempfile::tempfile().expect("file");
+        let dup = rustix::io::dup(&file).expect("dup: not close-on-exec");
+        send(&a, br#"{"op":"x"}"#, &[dup.as_fd()]).expect("send");
+        let (line, fds) = recv(&b).expect("recv");
+        assert_eq!(line, br#"{"op":"x"}"#);
+        assert_eq!(fds.len(), 1);
+        let flags = rustix::io::fcntl_getfd(&fds[0]).expect("flags");
+        assert!(
+            flags.contains(rustix::io::FdFlags::CLOEXEC),
+            "received close-on-exec"
+        );
+        let same = |x: &OwnedFd, y: &std::fs::File| {
+            let (sx, sy) = (
+                rustix::fs::fstat(x).expect("fstat"),
+                rustix::fs::fstat(y).expect("fstat"),
+            );
+            (sx.st_dev, sx.st_ino) == (sy.st_dev, sy.st_ino)
+        };
+        assert!(same(&fds[0], &file), "the same open file");
+    }
+
+    #[test]
+    fn long_lines_and_bad_endings() {
+        let (a, b) = pair();
+        let long = vec![b'x'; 20_000];
+        send(&a, &long, &[]).expect("send");
+        assert_eq!(
+            recv(&b).expect("recv").0,
+            long,
+            "a line longer than one read"
+        );
+        assert!(matches!(
+            send(&a, &vec![b'x'; MAX_MESSAGE], &[]),
+            Err(Error::TooLong)
+        ));
+        drop(a);
+        assert!(
+            matches!(recv(&b), Err(Error::Closed { got: 0 })),
+            "closed before a line"
+        );
+        let (a, b) = pair();
+        let file = tempfile::tempfile().expect("file");
+        let many = [file.as_fd(); MAX_FDS + 1];
+        assert!(matches!(send(&a, b"{}", &many), Err(Error::TooManyFds)));
+        drop(b);
+    }
+
+    #[test]
+    fn the_peer_is_known() {
+        let (a, _b) = pair();
+        let peer = peer(&a).expect("peer");
+        assert_eq!(peer.uid, rustix::process::geteuid().as_raw());
+        assert_eq!(peer.pid, Some(std::process::id()));
+    }
+}
