@@ -90,4 +90,11 @@ pub enum Error {
     /// A held lease failed.
     #[error(transparent)]
     Held(worklane_lease::held::Error),
+    /// A name handed over as a slot is none (`agent-<i>.lock`, `test-<i>.lock`,
+    /// `full-run.lock`).
+    #[error("{name:?} is not a slot's name (agent-<i>.lock, test-<i>.lock or full-run.lock)")]
+    NotASlot {
+        /// The name given.
+        name: String,
+    },
 }

@@ -133,6 +133,14 @@ impl Slot {
         self.lease.annotate(fields).map_err(Error::Held)
     }
 
+    /// Gives the slot up without releasing it: its record stays and its held guard is returned,
+    /// for a holder that passes the guard's descriptor to another process, which takes the
+    /// slot over with [`Pool::adopt`].
+    #[must_use]
+    pub fn hand_over(self) -> Option<worklane_guard::Guard> {
+        self.lease.hand_over()
+    }
+
     /// Releases the slot now, reporting errors.
     pub fn release(self) -> Result<(), Error> {
         self.lease.release().map_err(Error::Held)
@@ -602,6 +610,31 @@ impl Pool {
     pub fn idle(&self) -> Result<bool, Error> {
         let path = self.dir.file(FULL_RUN_LOCK)?;
         Ok(!self.state_of(&path, &ProcessLiveness)?.is_held())
+    }
+
+    /// Takes over the slot `name` whose held guard another process handed to this one (`fd`,
+    /// received over `SCM_RIGHTS`): checks that `fd` is that slot's guard and holds its lock,
+    /// then rewrites the record to name this process, keeping the epoch.
+    pub fn adopt(
+        &self,
+        name: &str,
+        fd: std::os::fd::OwnedFd,
+        request: &Request,
+    ) -> Result<Slot, Error> {
+        let kind = if slot_index("agent", name).is_some() {
+            Kind::Agent
+        } else if slot_index("test", name).is_some() {
+            Kind::Test { limit_ms: None }
+        } else if name == FULL_RUN_LOCK {
+            Kind::FullRun
+        } else {
+            return Err(Error::NotASlot {
+                name: name.to_owned(),
+            });
+        };
+        let guard = worklane_guard::Guard::from_received(fd, &self.dir, self.dir.path(), name)?;
+        let lease = worklane_lease::adopt(&self.dir, name, guard, request, &self.options())?;
+        Ok(Slot { kind, lease })
     }
 
     /// Every slot, run, lease and lock file with its verdict, plus caps, STOP and drain.

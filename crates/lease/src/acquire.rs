@@ -453,7 +453,7 @@ fn clear_claims(
 /// This process's place and identity, as written into records and claims.
 ///
 /// Read once per process and cached by pid: a forked child (another pid) reads its own.
-fn me() -> Result<Recorded, Error> {
+pub(crate) fn me() -> Result<Recorded, Error> {
     static ME: std::sync::Mutex<Option<(u32, Recorded)>> = std::sync::Mutex::new(None);
     let pid = std::process::id();
     let mut cached = ME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -600,6 +600,60 @@ fn publish_ours(
         options.clone(),
         now,
     )))
+}
+
+/// Takes over a lease whose guard was handed to this process by its holder (a descriptor
+/// received over `SCM_RIGHTS` and checked with `Guard::from_received`, which re-asserts the
+/// lock): under that guard, the record is rewritten to name this process, keeping the
+/// resource's epoch (a hand-over is no new acquisition: nobody else held it in between). The
+/// lease must be of a liveness that holds its guard for life.
+///
+/// From then the lease is this process's as if it had acquired it: a SIGKILL frees it at once
+/// (the record declares the held guard), and release removes the record.
+pub fn adopt(
+    dir: &SlotDir,
+    name: &str,
+    guard: Guard,
+    request: &Request,
+    options: &Options,
+) -> Result<Lease, Error> {
+    if let Some(key) = request
+        .fields
+        .keys()
+        .find(|k| RESERVED_FIELDS.contains(&k.as_str()))
+    {
+        return Err(Error::ReservedField(key.clone()));
+    }
+    let path = dir.file(name)?;
+    let epoch = crate::epoch::current(&path)?;
+    let now = Now::of(&*options.clock);
+    let mut record = Record {
+        holder: me()?,
+        owner: Some(request.owner.clone()),
+        acquired_at: Some(rfc3339_ms(now.wall_ms)),
+        epoch: Some(epoch),
+        extra: request.fields.clone(),
+        ..Record::default()
+    };
+    options.liveness.stamp(&mut record, &now);
+    let bytes = record.to_bytes();
+    path.replace(&bytes, RECORD_MODE)?;
+    let guard = match options.liveness.guard_hold() {
+        GuardHold::ForLife => Some(guard),
+        GuardHold::WhileChanging => {
+            drop(guard);
+            None
+        }
+    };
+    Ok(Lease::new(
+        path,
+        guard,
+        bytes,
+        record,
+        epoch,
+        options.clone(),
+        now,
+    ))
 }
 
 #[cfg(test)]

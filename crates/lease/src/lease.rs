@@ -296,6 +296,17 @@ impl Lease {
         out
     }
 
+    /// Gives the lease up without releasing the resource: the record stays as it is and the held
+    /// guard is returned (process liveness; `None` under TTL liveness), for a holder that passes
+    /// the guard's descriptor to another process, which takes the lease over with
+    /// [`adopt`](crate::adopt). Once every copy of the guard is closed, the record, which
+    /// declares the held guard, is free to take.
+    #[must_use]
+    pub fn hand_over(mut self) -> Option<Guard> {
+        self.state = State::Released;
+        self.guard.take()
+    }
+
     /// Whether the guard is held the whole time (process liveness).
     #[must_use]
     pub fn holds_guard_for_life(&self) -> bool {

@@ -2003,3 +2003,62 @@ mod model {
         }
     }
 }
+
+mod hand_over {
+    //! A lease handed to another holder through its guard's descriptor: no moment in which a
+    //! competing owner could take it, the epoch kept, the record naming the new holder.
+    use super::*;
+    use worklane_guard::Guard;
+    use worklane_lease::adopt;
+
+    #[test]
+    fn a_handed_over_guard_is_adopted_with_its_epoch_and_no_gap() {
+        let site = Site::new();
+        let first = site
+            .held("launcher", &Options::process())
+            .end(|lease| lease);
+        let epoch = first.epoch();
+        let guard = first.hand_over().expect("process liveness holds its guard");
+        // The descriptor as another process receives it: a copy of the same open file.
+        let copy = rustix::io::dup(&guard).expect("dup");
+        let received = Guard::from_received(copy, &site.dir, site.path(), LOCK)
+            .expect("the copy holds the lock");
+        gate::quietly(|| drop(guard));
+        let refusal = site.refused("rival", &Options::process());
+        assert_eq!(
+            refusal.why,
+            LiveWhy::GuardHeld,
+            "no gap: the copy still holds it"
+        );
+        assert_eq!(
+            site.record().expect("kept").owner.as_deref(),
+            Some("launcher"),
+            "handing over leaves the record"
+        );
+        let adopted = adopt(
+            &site.dir,
+            LOCK,
+            received,
+            &Request::new("driver"),
+            &Options::process(),
+        )
+        .expect("adopt");
+        assert_eq!(adopted.epoch(), epoch, "a hand-over keeps the epoch");
+        let record = site.record().expect("rewritten");
+        assert_eq!(record.owner.as_deref(), Some("driver"));
+        assert_eq!(record.epoch, Some(epoch));
+        assert_eq!(record.holds_guard, Some(true));
+        assert_eq!(record.pid(), Some(std::process::id()));
+        gate::quietly(|| adopted.release()).expect("release");
+        assert_eq!(
+            site.record(),
+            None,
+            "the adopter's release removes the record"
+        );
+        let next = site.held("next", &Options::process());
+        assert!(
+            next.epoch() > epoch,
+            "the next acquisition advances the epoch"
+        );
+    }
+}

@@ -4,6 +4,7 @@
 //! - [`env`]: the environment a queued attempt keeps (allowed prefixes, no secret-shaped
 //!   names, values under 4,096 characters).
 //! - [`store`] (feature `dispatcher`): the SQLite queue, one row per attempt.
+//! - [`wire`]: the messages (`enqueue`, `claim`, `list`, `cancel`) and their replies.
 //! - [`transport`] (feature `dispatcher`): one JSON line per message over a Unix stream
 //!   socket, descriptors as `SCM_RIGHTS`, peer credentials.
 
@@ -12,3 +13,4 @@ pub mod env;
 pub mod store;
 #[cfg(feature = "dispatcher")]
 pub mod transport;
+pub mod wire;

@@ -1,0 +1,221 @@
+//! The dispatcher's messages (PROTOCOL.md, "The dispatcher socket"). Each is one JSON object
+//! on one line; see [`super::transport`] for the framing and descriptors.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The protocol version a reply carries.
+pub const VERSION: u32 = 1;
+
+/// A request, by its `op`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "kebab-case")]
+pub enum Request {
+    /// Hand a held lane over to the queue (exactly one descriptor: the lane's guard).
+    Enqueue(Enqueue),
+    /// Claim an admitted attempt with its token (no descriptor; two come back).
+    Claim {
+        /// The attempt id.
+        attempt: String,
+        /// The admitted-start token.
+        token: String,
+    },
+    /// Every attempt the dispatcher holds.
+    List,
+    /// Drop a queued or starting attempt (its lane and slot are freed).
+    Cancel {
+        /// The attempt id.
+        attempt: String,
+    },
+}
+
+/// An enqueue: the row's fields as the launcher prepared them. Any other field (stale slot or
+/// pre-claimed start metadata) is ignored and never stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Enqueue {
+    /// The lane's name: its lock is `lane-<lane>.lock`.
+    pub lane: String,
+    /// When the work was first queued, ms since the Unix epoch (required; kept as given).
+    #[serde(default)]
+    pub start_ms: Option<u64>,
+    /// Higher goes first (required; kept as given).
+    #[serde(default)]
+    pub priority: Option<i64>,
+    /// Where the launcher placed the work.
+    #[serde(default)]
+    pub placement: String,
+    /// The stage it is at.
+    #[serde(default)]
+    pub stage: String,
+    /// The driver command.
+    pub args: Vec<String>,
+    /// The environment for the driver (filtered again by the dispatcher).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+/// An attempt as `list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptView {
+    /// The attempt id.
+    pub attempt: String,
+    /// The lane.
+    pub lane: String,
+    /// `queued` or `starting`.
+    pub state: String,
+    /// Original queue start, ms since the Unix epoch.
+    pub start_ms: u64,
+    /// Priority.
+    pub priority: i64,
+    /// Stage.
+    pub stage: String,
+    /// Placement.
+    pub placement: String,
+    /// When it entered its state, ms.
+    pub state_at_ms: u64,
+    /// The slot reserved for it while starting.
+    pub slot: Option<String>,
+    /// The driver command.
+    pub args: Vec<String>,
+}
+
+/// A reply. `ok` tells success; a refusal carries `error` (a code) and `message`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Reply {
+    /// The protocol version.
+    pub version: u32,
+    /// Whether the request was done.
+    pub ok: bool,
+    /// On refusal, a stable code (PROTOCOL.md lists them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// On refusal, what a person should know.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The attempt (enqueue, claim, cancel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<String>,
+    /// Claim: the lane lock's name (first descriptor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lane: Option<String>,
+    /// Claim: the slot's name (second descriptor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<String>,
+    /// Claim: the driver command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<Vec<String>>,
+    /// Claim: the driver's environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<BTreeMap<String, String>>,
+    /// List: every attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<Vec<AttemptView>>,
+    /// The dispatcher's pid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+}
+
+impl Reply {
+    /// A success.
+    #[must_use]
+    pub fn ok() -> Reply {
+        Reply {
+            version: VERSION,
+            ok: true,
+            ..Reply::default()
+        }
+    }
+
+    /// A refusal with its code and message.
+    #[must_use]
+    pub fn refused(code: &str, message: impl Into<String>) -> Reply {
+        Reply {
+            version: VERSION,
+            ok: false,
+            error: Some(code.to_owned()),
+            message: Some(message.into()),
+            ..Reply::default()
+        }
+    }
+}
+
+/// The refusal codes.
+pub mod code {
+    /// Not exactly one descriptor came with an enqueue (or any with another request).
+    pub const DESCRIPTORS: &str = "descriptors";
+    /// The descriptor is not the lane's guard (device and inode compared).
+    pub const NOT_THE_LANE: &str = "not-the-lane";
+    /// The descriptor is the lane's guard, but another open file description holds its lock.
+    pub const NOT_HELD: &str = "not-held";
+    /// The host admits by waiting, not through the dispatcher.
+    pub const WAITER_MODE: &str = "waiter-mode";
+    /// The entry has no start or no priority.
+    pub const MISSING_FIELD: &str = "missing-field";
+    /// The request is not a valid message.
+    pub const BAD_REQUEST: &str = "bad-request";
+    /// The lane is already queued.
+    pub const LANE_QUEUED: &str = "lane-queued";
+    /// The peer may not use this dispatcher (not root, the directory's owner or its group).
+    pub const PERMISSION: &str = "permission";
+    /// Claim: no starting row with this attempt and token (the seed's error).
+    pub const NO_ADMITTED_ROW: &str = "no-admitted-row";
+    /// Cancel: no such attempt.
+    pub const NO_SUCH_ATTEMPT: &str = "no-such-attempt";
+    /// The dispatcher failed (its database, the directory).
+    pub const INTERNAL: &str = "internal";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_parse_by_op_and_ignore_stale_fields() {
+        let text = r#"{"op":"enqueue","lane":"docs","start_ms":5,"priority":2,"args":["x"],"slot":"agent-3.lock","claimed_start":7}"#;
+        let Request::Enqueue(e) = serde_json::from_str(text).expect("parse") else {
+            panic!("an enqueue")
+        };
+        assert_eq!(
+            (e.lane.as_str(), e.start_ms, e.priority),
+            ("docs", Some(5), Some(2))
+        );
+        let again = serde_json::to_string(&Request::Enqueue(e)).expect("json");
+        assert!(
+            !again.contains("claimed_start") && !again.contains("agent-3"),
+            "stripped: {again}"
+        );
+        let claim: Request =
+            serde_json::from_str(r#"{"op":"claim","attempt":"a-1","token":"t"}"#).expect("claim");
+        assert_eq!(
+            claim,
+            Request::Claim {
+                attempt: "a-1".into(),
+                token: "t".into()
+            }
+        );
+        assert!(serde_json::from_str::<Request>(r#"{"op":"nope"}"#).is_err());
+        let missing: Request = serde_json::from_str(r#"{"op":"enqueue","lane":"d","args":[]}"#)
+            .expect("start and priority are checked by the dispatcher, not the parser");
+        assert!(matches!(
+            missing,
+            Request::Enqueue(Enqueue {
+                start_ms: None,
+                priority: None,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn replies_say_only_what_applies() {
+        let text = serde_json::to_string(&Reply::refused(
+            code::NO_ADMITTED_ROW,
+            "no admitted row for this token",
+        ))
+        .expect("json");
+        assert_eq!(
+            text,
+            r#"{"version":1,"ok":false,"error":"no-admitted-row","message":"no admitted row for this token"}"#
+        );
+    }
+}
