@@ -254,6 +254,12 @@ impl Pool {
         self
     }
 
+    /// The clock it decides by.
+    #[must_use]
+    pub fn clock(&self) -> Arc<dyn Clock> {
+        Arc::clone(&self.clock)
+    }
+
     /// The slot directory.
     #[must_use]
     pub fn dir(&self) -> &SlotDir {

@@ -789,3 +789,450 @@ mod model {
         }
     }
 }
+
+mod dispatcher {
+    //! The dispatcher's decisions on real files, guards, descriptors and SQLite, in one
+    //! process: the launcher's hand-over is a duplicated descriptor of its held lane guard.
+    use super::*;
+    use std::os::fd::{AsFd, OwnedFd};
+    use worklane_admission::dispatch::service::{Dispatcher, Mode, Settings, lane_lock};
+    use worklane_admission::dispatch::store::Store;
+    use worklane_admission::dispatch::wire::{Enqueue, code};
+    use worklane_lease::{Acquired, Options, Request as LeaseRequest};
+
+    const T0: u64 = 1_800_000_000_000;
+
+    struct Bench {
+        site: Site,
+        clock: ManualClock,
+        dispatcher: Dispatcher,
+    }
+
+    impl Bench {
+        fn new(config: &str, settings: Settings) -> Bench {
+            let site = Site::new(config);
+            let clock = ManualClock::at(T0);
+            let pool = Pool::new(
+                SlotDir::resolve_in(
+                    &Environment::from_process().var("AGENT_SLOTS_DIR", site.temp.path()),
+                )
+                .expect("resolve"),
+            )
+            .with_clock(Arc::new(clock.clone()));
+            let store = Store::open(&site.temp.path().join("queue.db")).expect("store");
+            let dispatcher = Dispatcher::recover(pool, store, settings).expect("dispatcher");
+            Bench {
+                site,
+                clock,
+                dispatcher,
+            }
+        }
+
+        /// Takes lane `name` as a launcher would and returns a copy of its held guard's
+        /// descriptor, as the dispatcher receives it; the launcher's own copy is closed.
+        fn launch(&self, name: &str) -> OwnedFd {
+            let dir = self.dispatcher.pool().dir();
+            let lease = match gate::quietly(|| {
+                worklane_lease::acquire(
+                    dir,
+                    &lane_lock(name),
+                    &LeaseRequest::new("launcher"),
+                    &Options::process(),
+                )
+            })
+            .expect("acquire the lane")
+            {
+                Acquired::Held(lease) => lease,
+                Acquired::Refused(r) => panic!("lane {name} must be free: {r}"),
+            };
+            let guard = lease.hand_over().expect("a held guard");
+            let copy = rustix::io::dup(&guard).expect("dup");
+            gate::quietly(|| drop(guard));
+            copy
+        }
+
+        fn entry(name: &str, start_ms: u64, priority: i64) -> Enqueue {
+            Enqueue {
+                lane: name.to_owned(),
+                start_ms: Some(start_ms),
+                priority: Some(priority),
+                placement: "wt-1".into(),
+                stage: "build".into(),
+                args: vec!["driver".into()],
+                env: [
+                    ("LANE_X".to_owned(), "1".to_owned()),
+                    ("API_TOKEN".to_owned(), "s".to_owned()),
+                ]
+                .into_iter()
+                .collect(),
+            }
+        }
+
+        fn enqueue(&mut self, name: &str, start_ms: u64, priority: i64) -> String {
+            let fd = self.launch(name);
+            let reply = self
+                .dispatcher
+                .enqueue(Bench::entry(name, start_ms, priority), vec![fd])
+                .expect("enqueue");
+            assert!(reply.ok, "accepted: {reply:?}");
+            reply.attempt.expect("an attempt id")
+        }
+
+        /// Whether another process finds the lane free (`flock -n` on its guard).
+        fn lane_free(&self, name: &str) -> bool {
+            let guard = self
+                .site
+                .temp
+                .path()
+                .join(format!(".{}.flock", lane_lock(name)));
+            Command::new("flock")
+                .arg("-n")
+                .arg(&guard)
+                .arg("true")
+                .status_gated()
+                .expect("flock")
+                .success()
+        }
+    }
+
+    /// How many descriptors of this process refer to a lane's guard (counted in
+    /// `/proc/self/fd` by device and inode, so other tests' descriptors never count).
+    fn fds_on(bench: &Bench, lanes: &[&str]) -> usize {
+        use std::os::unix::fs::MetadataExt;
+        let ids: Vec<(u64, u64)> = lanes
+            .iter()
+            .filter_map(|name| {
+                let path = bench
+                    .site
+                    .temp
+                    .path()
+                    .join(format!(".{}.flock", lane_lock(name)));
+                std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+            })
+            .collect();
+        std::fs::read_dir("/proc/self/fd")
+            .expect("fds")
+            .flatten()
+            .filter_map(|fd| std::fs::metadata(fd.path()).ok())
+            .filter(|m| ids.contains(&(m.dev(), m.ino())))
+            .count()
+    }
+
+    #[test]
+    fn every_refused_enqueue_closes_every_descriptor() {
+        let _quiet = gate::quiet();
+        let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+        let two = vec![bench.launch("a"), bench.launch("b")];
+        let reply = bench
+            .dispatcher
+            .enqueue(Bench::entry("a", T0, 0), two)
+            .expect("enqueue");
+        assert_eq!(reply.error.as_deref(), Some(code::DESCRIPTORS), "{reply:?}");
+        let reply = bench
+            .dispatcher
+            .enqueue(Bench::entry("a", T0, 0), vec![])
+            .expect("enqueue");
+        assert_eq!(reply.error.as_deref(), Some(code::DESCRIPTORS), "{reply:?}");
+        let other = bench.launch("b");
+        let reply = bench
+            .dispatcher
+            .enqueue(Bench::entry("a", T0, 0), vec![other])
+            .expect("enqueue");
+        assert_eq!(
+            reply.error.as_deref(),
+            Some(code::NOT_THE_LANE),
+            "another lane's guard: {reply:?}"
+        );
+        let mut missing = Bench::entry("a", T0, 0);
+        missing.priority = None;
+        let reply = bench
+            .dispatcher
+            .enqueue(missing, vec![bench.launch("a")])
+            .expect("enqueue");
+        assert_eq!(
+            reply.error.as_deref(),
+            Some(code::MISSING_FIELD),
+            "{reply:?}"
+        );
+        let mut missing = Bench::entry("a", T0, 0);
+        missing.start_ms = None;
+        let reply = bench
+            .dispatcher
+            .enqueue(missing, vec![bench.launch("a")])
+            .expect("enqueue");
+        assert_eq!(
+            reply.error.as_deref(),
+            Some(code::MISSING_FIELD),
+            "{reply:?}"
+        );
+        assert_eq!(
+            fds_on(&bench, &["a", "b"]),
+            0,
+            "every refused descriptor is closed"
+        );
+        assert!(
+            bench.lane_free("a") && bench.lane_free("b"),
+            "and the lanes are free again"
+        );
+        // A sender that never held the lock: its guard, but another description holds it.
+        let holder = bench.launch("c");
+        let path = bench
+            .site
+            .temp
+            .path()
+            .join(format!(".{}.flock", lane_lock("c")));
+        let unlocked: OwnedFd = std::fs::File::open(&path).expect("open the guard").into();
+        let reply = bench
+            .dispatcher
+            .enqueue(Bench::entry("c", T0, 0), vec![unlocked])
+            .expect("enqueue");
+        assert_eq!(reply.error.as_deref(), Some(code::NOT_HELD), "{reply:?}");
+        drop(holder);
+        let mut waiter = Bench::new(
+            "{}",
+            Settings {
+                mode: Mode::Waiter,
+                ..Settings::default()
+            },
+        );
+        let fd = waiter.launch("w");
+        let reply = waiter
+            .dispatcher
+            .enqueue(Bench::entry("w", T0, 0), vec![fd])
+            .expect("enqueue");
+        assert_eq!(reply.error.as_deref(), Some(code::WAITER_MODE), "{reply:?}");
+        assert!(
+            waiter.lane_free("w"),
+            "refused in waiter mode, descriptor closed"
+        );
+    }
+
+    #[test]
+    fn an_accepted_enqueue_holds_the_lane_and_keeps_start_and_priority() {
+        let _quiet = gate::quiet();
+        let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+        let id = bench.enqueue("docs", T0 - 5_000, 7);
+        assert!(
+            !bench.lane_free("docs"),
+            "the dispatcher's copy holds the lane after the sender closed its own"
+        );
+        let listed = bench.dispatcher.list().expect("list");
+        assert_eq!(listed.len(), 1);
+        let row = &listed[0];
+        assert_eq!(
+            (row.attempt.as_str(), row.state.as_str()),
+            (id.as_str(), "queued")
+        );
+        assert_eq!(
+            (row.start_ms, row.priority),
+            (T0 - 5_000, 7),
+            "kept exactly"
+        );
+        let store = Store::open(&bench.site.temp.path().join("queue.db")).expect("reopen");
+        let stored = store.get(&id).expect("get").expect("committed");
+        assert_eq!(
+            stored.env.keys().collect::<Vec<_>>(),
+            ["LANE_X"],
+            "a secret-shaped name is never stored"
+        );
+        assert!(bench.dispatcher.cancel(&id).expect("cancel"));
+        assert!(bench.lane_free("docs"), "cancel closes the lane");
+    }
+
+    #[test]
+    fn admit_claim_and_the_seeds_refusals() {
+        let _quiet = gate::quiet();
+        let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+        let first = bench.enqueue("a", T0, 0);
+        let second = bench.enqueue("b", T0 + 1, 0);
+        let admitted = bench
+            .dispatcher
+            .admit_next()
+            .expect("admit")
+            .expect("room for one");
+        assert_eq!(admitted.attempt.id, first);
+        assert_eq!(admitted.token.len(), 32, "128 bits of token");
+        assert_eq!(admitted.slot, "agent-0.lock");
+        assert!(
+            bench.dispatcher.admit_next().expect("admit").is_none(),
+            "at cap 1: a starting row holds its slot"
+        );
+        let refusals = [
+            (first.as_str(), "wrong"),
+            (second.as_str(), admitted.token.as_str()),
+            ("a-absent", admitted.token.as_str()),
+        ];
+        for (id, token) in refusals {
+            let refused = bench
+                .dispatcher
+                .claim(id, token)
+                .expect("claim")
+                .expect_err("refused");
+            assert_eq!(
+                refused.message.as_deref(),
+                Some("no admitted row for this token")
+            );
+        }
+        assert_eq!(
+            bench.dispatcher.list().expect("list").len(),
+            2,
+            "the rows stay"
+        );
+        assert!(!bench.lane_free("a"), "and their descriptors");
+        let claimed = bench
+            .dispatcher
+            .claim(&first, &admitted.token)
+            .expect("claim")
+            .expect("claimed");
+        assert_eq!(claimed.fds.len(), 2, "the lane and the slot");
+        assert_eq!(claimed.reply.slot.as_deref(), Some("agent-0.lock"));
+        assert_eq!(claimed.reply.lane.as_deref(), Some("lane-a.lock"));
+        assert_eq!(
+            bench.dispatcher.list().expect("list").len(),
+            1,
+            "the row left the queue"
+        );
+        // The driver's side: adopt the slot from the received descriptor.
+        let slot_fd = rustix::io::dup(claimed.fds[1].as_fd()).expect("dup");
+        let lane_fd = rustix::io::dup(claimed.fds[0].as_fd()).expect("dup");
+        drop(claimed);
+        let slot = bench
+            .dispatcher
+            .pool()
+            .adopt("agent-0.lock", slot_fd, &LeaseRequest::new("driver"))
+            .expect("adopt the slot");
+        assert!(!bench.lane_free("a"), "the driver holds the lane");
+        drop(lane_fd);
+        assert!(bench.lane_free("a"), "closing the last copy frees it");
+        assert!(
+            bench.dispatcher.admit_next().expect("admit").is_none(),
+            "the driver's slot counts"
+        );
+        slot.release().expect("release");
+        let next = bench
+            .dispatcher
+            .admit_next()
+            .expect("admit")
+            .expect("room again");
+        assert_eq!(next.attempt.id, second);
+    }
+
+    #[test]
+    fn expiry_is_strictly_after_the_interval_and_keeps_the_place() {
+        let _quiet = gate::quiet();
+        let mut bench = Bench::new(
+            r#"{"max_agents": 1}"#,
+            Settings {
+                claim_interval_ms: 60_000,
+                ..Settings::default()
+            },
+        );
+        let id = bench.enqueue("a", T0 - 9, 3);
+        let admitted = bench
+            .dispatcher
+            .admit_next()
+            .expect("admit")
+            .expect("admitted");
+        bench.clock.advance(60_000);
+        assert!(
+            bench.dispatcher.expire().expect("expire").is_empty(),
+            "at exactly 60 s it is still starting"
+        );
+        bench.clock.advance(1);
+        assert_eq!(
+            bench.dispatcher.expire().expect("expire"),
+            std::slice::from_ref(&id),
+            "1 ms later it is queued"
+        );
+        let row = bench.dispatcher.list().expect("list").remove(0);
+        assert_eq!(
+            (row.state.as_str(), row.start_ms, row.priority),
+            ("queued", T0 - 9, 3)
+        );
+        assert!(
+            bench
+                .dispatcher
+                .claim(&id, &admitted.token)
+                .expect("claim")
+                .is_err(),
+            "the old token is refused"
+        );
+        let again = bench
+            .dispatcher
+            .admit_next()
+            .expect("admit")
+            .expect("its slot was returned");
+        assert_ne!(again.token, admitted.token, "a fresh token");
+    }
+
+    #[test]
+    fn admission_goes_by_priority_then_original_start() {
+        let _quiet = gate::quiet();
+        let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+        let ids = [
+            bench.enqueue("p0-old", T0, 0),
+            bench.enqueue("p5", T0 + 50, 5),
+            bench.enqueue("p0-new", T0 + 10, 0),
+            bench.enqueue("p5-old", T0 + 20, 5),
+            bench.enqueue("n1", T0 - 100, -1),
+        ];
+        let mut order = Vec::new();
+        for _ in 0..5 {
+            let admitted = bench.dispatcher.admit_next().expect("admit").expect("one");
+            order.push(admitted.attempt.lane.clone());
+            let claimed = bench
+                .dispatcher
+                .claim(&admitted.attempt.id, &admitted.token)
+                .expect("claim")
+                .expect("claimed");
+            drop(claimed);
+        }
+        assert_eq!(order, ["p5-old", "p5", "p0-old", "p0-new", "n1"], "{ids:?}");
+    }
+
+    #[test]
+    fn recovery_keeps_free_lanes_and_leaves_held_ones_alone() {
+        let _quiet = gate::quiet();
+        let mut bench = Bench::new(r#"{"max_agents": 2}"#, Settings::default());
+        let kept = bench.enqueue("kept", T0, 0);
+        let taken = bench.enqueue("taken", T0 + 1, 0);
+        let admitted = bench
+            .dispatcher
+            .admit_next()
+            .expect("admit")
+            .expect("admitted");
+        assert_eq!(admitted.attempt.id, kept);
+        // The dispatcher dies: its descriptors close. Meanwhile someone takes lane "taken".
+        let Bench {
+            site,
+            clock,
+            dispatcher,
+        } = bench;
+        let pool = dispatcher.pool().clone();
+        drop(dispatcher);
+        let other = match worklane_lease::acquire(
+            pool.dir(),
+            &lane_lock("taken"),
+            &LeaseRequest::new("someone"),
+            &Options::process(),
+        )
+        .expect("acquire")
+        {
+            Acquired::Held(lease) => lease,
+            Acquired::Refused(r) => panic!("free after the dispatcher died: {r}"),
+        };
+        let store = Store::open(&site.temp.path().join("queue.db")).expect("store");
+        let recovered = Dispatcher::recover(pool, store, Settings::default()).expect("recover");
+        let rows = recovered.list().expect("list");
+        let ids: Vec<&str> = rows.iter().map(|r| r.attempt.as_str()).collect();
+        assert_eq!(
+            ids,
+            [kept.as_str()],
+            "the held lane's row is dropped: {taken}"
+        );
+        assert_eq!(rows[0].state, "queued", "starting becomes queued again");
+        assert_eq!(rows[0].start_ms, T0, "its place kept");
+        drop(other);
+        let _ = clock;
+    }
+}

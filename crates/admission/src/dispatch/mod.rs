@@ -10,6 +10,8 @@
 
 pub mod env;
 #[cfg(feature = "dispatcher")]
+pub mod service;
+#[cfg(feature = "dispatcher")]
 pub mod store;
 #[cfg(feature = "dispatcher")]
 pub mod transport;

@@ -1,0 +1,415 @@
+//! The dispatcher's decisions: enqueue, admit, claim, expire, cancel and recover, on the
+//! store, the slot pool and the held lane descriptors. No socket here (see
+//! [`super::server`]); time comes from the pool's clock, and starting a driver is the caller's
+//! callback.
+
+use super::env::EnvFilter;
+use super::store::{Attempt, State, Store};
+use super::wire::{AttemptView, Enqueue, Reply, code};
+use crate::{Error as PoolError, Kind, Pool, Slot, Take};
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use worklane_guard::Guard;
+use worklane_lease::{Acquired, Clock, Options, Request};
+
+/// The default claim interval: a starting attempt not claimed within it is queued again.
+pub const DEFAULT_CLAIM_INTERVAL_MS: u64 = 60_000;
+
+/// The lock of lane `name`.
+#[must_use]
+pub fn lane_lock(name: &str) -> String {
+    format!("lane-{name}.lock")
+}
+
+/// Whether `name` can name a lane: 1 to 64 ASCII letters, digits, `-`, `_` or `.`, not
+/// starting with `.`.
+#[must_use]
+pub fn valid_lane(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// How the host admits work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Waiting work is queued with the dispatcher (the default).
+    Dispatcher,
+    /// Each launcher waits for itself; the dispatcher refuses enqueues.
+    Waiter,
+}
+
+/// The dispatcher's settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// How long a starting attempt waits for its claim (strictly greater expires).
+    pub claim_interval_ms: u64,
+    /// Which variables a row keeps.
+    pub env: EnvFilter,
+    /// Dispatcher or waiter mode.
+    pub mode: Mode,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            claim_interval_ms: DEFAULT_CLAIM_INTERVAL_MS,
+            env: EnvFilter::default(),
+            mode: Mode::Dispatcher,
+        }
+    }
+}
+
+/// What the dispatcher holds for one attempt besides its row.
+struct Held {
+    /// The lane's guard, received from the launcher (or retaken at recovery).
+    lane: Guard,
+    /// The agent slot reserved while the attempt is starting.
+    slot: Option<Slot>,
+}
+
+/// An admitted attempt whose driver the caller starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admitted {
+    /// The attempt (state `starting`).
+    pub attempt: Attempt,
+    /// Its token.
+    pub token: String,
+    /// The slot reserved for it.
+    pub slot: String,
+}
+
+/// A successful claim: what to send (the lane's guard, then the slot's).
+#[derive(Debug)]
+pub struct Claimed {
+    /// The reply to send.
+    pub reply: Reply,
+    /// The descriptors to send with it, lane first.
+    pub fds: Vec<Guard>,
+}
+
+/// Errors of the dispatcher's own state (a refusal of a request is a [`Reply`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The queue database failed.
+    #[error(transparent)]
+    Store(#[from] super::store::db::Error),
+    /// The slot pool failed.
+    #[error(transparent)]
+    Pool(#[from] PoolError),
+    /// A lane's lock could not be probed.
+    #[error(transparent)]
+    Lease(#[from] worklane_lease::Error),
+}
+
+/// The dispatcher.
+pub struct Dispatcher {
+    pool: Pool,
+    store: Store,
+    settings: Settings,
+    held: HashMap<String, Held>,
+}
+
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("pool", &self.pool)
+            .field("attempts", &self.held.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// 128 random bits as 32 lowercase hex digits, from the system's random source.
+fn random_hex() -> String {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .is_err()
+    {
+        // No /dev/urandom: fall back to the guard crate's token twice (not for secrets, but a
+        // token only has to be unguessable by the cooperating processes of one machine).
+        let a = worklane_guard::random_token();
+        let b = worklane_guard::random_token();
+        return format!("{a}{b}");
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Dispatcher {
+    /// A dispatcher over `pool` and `store`, recovering the rows the store already holds:
+    /// each stored row's lane lock is probed; free, the dispatcher retakes it and keeps the row
+    /// (a starting row is queued again, its token cleared); held by someone else, the row is
+    /// dropped and the holder left alone.
+    pub fn recover(pool: Pool, store: Store, settings: Settings) -> Result<Dispatcher, Error> {
+        let mut dispatcher = Dispatcher {
+            pool,
+            store,
+            settings,
+            held: HashMap::new(),
+        };
+        let now = dispatcher.now();
+        for attempt in dispatcher.store.all()? {
+            let lock = lane_lock(&attempt.lane);
+            let request = Request::new("worklane dispatcher").field("attempt", attempt.id.clone());
+            match worklane_lease::acquire(
+                dispatcher.pool.dir(),
+                &lock,
+                &request,
+                &Options::process(),
+            )? {
+                Acquired::Held(lease) => {
+                    let Some(lane) = lease.hand_over() else {
+                        continue;
+                    };
+                    if attempt.state == State::Starting {
+                        dispatcher
+                            .store
+                            .set_state(&attempt.id, State::Queued, None, now)?;
+                    }
+                    dispatcher
+                        .held
+                        .insert(attempt.id.clone(), Held { lane, slot: None });
+                }
+                Acquired::Refused(_) => {
+                    dispatcher.store.remove(&attempt.id)?;
+                }
+            }
+        }
+        Ok(dispatcher)
+    }
+
+    fn now(&self) -> u64 {
+        self.pool_clock().now_ms()
+    }
+
+    fn pool_clock(&self) -> std::sync::Arc<dyn Clock> {
+        self.pool.clock()
+    }
+
+    /// The pool it admits into.
+    #[must_use]
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Handles an enqueue with the descriptors that came with it. Every refusal closes every
+    /// descriptor (they are dropped); an accepted row is committed before the reply.
+    pub fn enqueue(&mut self, entry: Enqueue, mut fds: Vec<OwnedFd>) -> Result<Reply, Error> {
+        if fds.len() != 1 {
+            return Ok(Reply::refused(
+                code::DESCRIPTORS,
+                format!(
+                    "an enqueue carries exactly one descriptor (the lane's guard), not {}",
+                    fds.len()
+                ),
+            ));
+        }
+        if self.settings.mode == Mode::Waiter {
+            return Ok(Reply::refused(
+                code::WAITER_MODE,
+                "this host admits in waiter mode (\"admission\": \"waiter\" in its config): run \
+                 the work with `worklane run` instead of queueing it",
+            ));
+        }
+        if !valid_lane(&entry.lane) {
+            return Ok(Reply::refused(
+                code::BAD_REQUEST,
+                format!(
+                    "lane {:?}: 1 to 64 letters, digits, `-`, `_` or `.`",
+                    entry.lane
+                ),
+            ));
+        }
+        let (Some(start_ms), Some(priority)) = (entry.start_ms, entry.priority) else {
+            return Ok(Reply::refused(
+                code::MISSING_FIELD,
+                "an enqueue must carry its queue start (start_ms) and priority",
+            ));
+        };
+        let lock = lane_lock(&entry.lane);
+        let dir = self.pool.dir();
+        let lane = match Guard::from_received(fds.remove(0), dir, dir.path(), &lock) {
+            Ok(guard) => guard,
+            Err(worklane_guard::acquire::Error::NotHeld { .. }) => {
+                return Ok(Reply::refused(
+                    code::NOT_HELD,
+                    format!(
+                        "the descriptor is {lock}'s guard but does not hold its lock: another process does"
+                    ),
+                ));
+            }
+            Err(e) => {
+                return Ok(Reply::refused(
+                    code::NOT_THE_LANE,
+                    format!("the descriptor is not the guard of {lock}: {e}"),
+                ));
+            }
+        };
+        if self.store.all()?.iter().any(|a| a.lane == entry.lane) {
+            return Ok(Reply::refused(
+                code::LANE_QUEUED,
+                format!("lane {} is already queued", entry.lane),
+            ));
+        }
+        let now = self.now();
+        let attempt = Attempt {
+            id: format!("a-{}", random_hex()),
+            lane: entry.lane,
+            state: State::Queued,
+            token: None,
+            queued_at_ms: start_ms,
+            priority,
+            placement: entry.placement,
+            args: entry.args,
+            stage: entry.stage,
+            env: self
+                .settings
+                .env
+                .keep(entry.env.into_iter().map(|(k, v)| (k.into(), v.into()))),
+            state_at_ms: now,
+        };
+        self.store.insert(&attempt)?;
+        let mut reply = Reply::ok();
+        reply.attempt = Some(attempt.id.clone());
+        self.held.insert(attempt.id, Held { lane, slot: None });
+        Ok(reply)
+    }
+
+    /// Returns every starting attempt older than the claim interval to the queue (its slot
+    /// released, its token cleared, its start and priority kept): strictly greater, so at
+    /// exactly the interval it is still starting.
+    pub fn expire(&mut self) -> Result<Vec<String>, Error> {
+        let now = self.now();
+        let mut expired = Vec::new();
+        for attempt in self.store.all()? {
+            if attempt.state == State::Starting
+                && now.saturating_sub(attempt.state_at_ms) > self.settings.claim_interval_ms
+            {
+                self.store
+                    .set_state(&attempt.id, State::Queued, None, now)?;
+                if let Some(held) = self.held.get_mut(&attempt.id) {
+                    held.slot = None;
+                }
+                expired.push(attempt.id);
+            }
+        }
+        Ok(expired)
+    }
+
+    /// Admits the next queued attempt if the pool has room (STOP, drain and `max_agents` as for
+    /// `worklane run`): it takes an agent slot for it and makes it `starting` with a fresh
+    /// token. `None` when nothing is queued or the pool is full or refusing.
+    pub fn admit_next(&mut self) -> Result<Option<Admitted>, Error> {
+        let Some(attempt) = self.store.next_queued()? else {
+            return Ok(None);
+        };
+        let request = Request::new("worklane dispatcher")
+            .field("attempt", attempt.id.clone())
+            .field("lane", attempt.lane.clone());
+        let slot = match self.pool.try_take(Kind::Agent, &request)? {
+            Take::Held(slot) => slot,
+            Take::Blocked(_) => return Ok(None),
+        };
+        let token = random_hex();
+        let now = self.now();
+        self.store
+            .set_state(&attempt.id, State::Starting, Some(&token), now)?;
+        let name = slot.name().to_owned();
+        if let Some(held) = self.held.get_mut(&attempt.id) {
+            held.slot = Some(slot);
+        }
+        Ok(Some(Admitted {
+            attempt: Attempt {
+                state: State::Starting,
+                token: Some(token.clone()),
+                state_at_ms: now,
+                ..attempt
+            },
+            token,
+            slot: name,
+        }))
+    }
+
+    /// A start that failed (its driver could not be started): the attempt is queued again at
+    /// once, its slot released.
+    pub fn unadmit(&mut self, id: &str) -> Result<(), Error> {
+        let now = self.now();
+        self.store.set_state(id, State::Queued, None, now)?;
+        if let Some(held) = self.held.get_mut(id) {
+            held.slot = None;
+        }
+        Ok(())
+    }
+
+    /// Claims a starting attempt with its token: only then does the row leave the queue, and the
+    /// lane's and slot's guards are returned to be sent. A wrong token, a queued row, an expired
+    /// or absent one is refused, and the row and its descriptors stay.
+    pub fn claim(&mut self, id: &str, token: &str) -> Result<Result<Claimed, Reply>, Error> {
+        self.expire()?;
+        let refused = || Reply::refused(code::NO_ADMITTED_ROW, "no admitted row for this token");
+        let Some(attempt) = self.store.get(id)? else {
+            return Ok(Err(refused()));
+        };
+        if attempt.state != State::Starting || attempt.token.as_deref() != Some(token) {
+            return Ok(Err(refused()));
+        }
+        let Some(held) = self.held.remove(id) else {
+            return Ok(Err(refused()));
+        };
+        let Some(slot) = held.slot else {
+            self.held.insert(id.to_owned(), held);
+            return Ok(Err(refused()));
+        };
+        self.store.remove(id)?;
+        let slot_name = slot.name().to_owned();
+        let Some(slot_guard) = slot.hand_over() else {
+            return Ok(Err(refused()));
+        };
+        let mut reply = Reply::ok();
+        reply.attempt = Some(attempt.id);
+        reply.lane = Some(lane_lock(&attempt.lane));
+        reply.slot = Some(slot_name);
+        reply.args = Some(attempt.args);
+        reply.env = Some(attempt.env);
+        Ok(Ok(Claimed {
+            reply,
+            fds: vec![held.lane, slot_guard],
+        }))
+    }
+
+    /// Drops an attempt: its row, its lane and its reserved slot. `false` if there is none.
+    pub fn cancel(&mut self, id: &str) -> Result<bool, Error> {
+        self.held.remove(id);
+        Ok(self.store.remove(id)?)
+    }
+
+    /// Every attempt, in admission order.
+    pub fn list(&self) -> Result<Vec<AttemptView>, Error> {
+        Ok(self
+            .store
+            .all()?
+            .into_iter()
+            .map(|a| AttemptView {
+                slot: self
+                    .held
+                    .get(&a.id)
+                    .and_then(|h| h.slot.as_ref())
+                    .map(|s| s.name().to_owned()),
+                attempt: a.id,
+                lane: a.lane,
+                state: a.state.word().to_owned(),
+                start_ms: a.queued_at_ms,
+                priority: a.priority,
+                stage: a.stage,
+                placement: a.placement,
+                state_at_ms: a.state_at_ms,
+                args: a.args,
+            })
+            .collect())
+    }
+}
