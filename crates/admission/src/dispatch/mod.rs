@@ -10,7 +10,10 @@
 
 pub mod env;
 #[cfg(feature = "dispatcher")]
+pub mod server;
+#[cfg(feature = "dispatcher")]
 pub mod service;
+pub mod status;
 #[cfg(feature = "dispatcher")]
 pub mod store;
 #[cfg(feature = "dispatcher")]

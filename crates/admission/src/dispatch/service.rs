@@ -104,6 +104,9 @@ pub enum Error {
     /// A lane's lock could not be probed.
     #[error(transparent)]
     Lease(#[from] worklane_lease::Error),
+    /// The socket failed.
+    #[error("the dispatcher cannot {0}")]
+    Io(&'static str, #[source] std::io::Error),
 }
 
 /// The dispatcher.

@@ -1,0 +1,334 @@
+//! The dispatcher's service loop: accept connections on a listening Unix socket, check each
+//! peer, answer one request per connection, and between requests expire starting attempts,
+//! admit queued ones and beat the status entries' heartbeat.
+
+use super::service::{Admitted, Dispatcher, Error as ServiceError};
+use super::status;
+use super::transport::{self, Peer};
+use super::wire::{Reply, Request, code};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// How often the loop looks at the queue without a request (expiry, admission after a slot
+/// was freed elsewhere, STOP lifted).
+pub const TICK: Duration = Duration::from_millis(100);
+/// How often every status entry's heartbeat is rewritten.
+pub const HEARTBEAT: Duration = Duration::from_secs(5);
+/// How long a connection may take to send its request.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Who may use the dispatcher: root, the slot directory's owner, or a member of its group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Trust {
+    /// The directory's owner.
+    pub owner: u32,
+    /// The directory's group.
+    pub group: u32,
+}
+
+impl Trust {
+    /// Whether `peer` may enqueue, claim, list or cancel. Supplementary groups are read from
+    /// `/proc/<pid>/status` where there is one.
+    #[must_use]
+    pub fn admits(&self, peer: &Peer) -> bool {
+        peer.uid == 0
+            || peer.uid == self.owner
+            || peer.gid == self.group
+            || peer
+                .pid
+                .is_some_and(|pid| groups_of(pid).contains(&self.group))
+    }
+}
+
+/// The supplementary groups of `pid` (`Groups:` of `/proc/<pid>/status`).
+fn groups_of(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("Groups:").map(str::to_owned))
+        })
+        .map(|groups| {
+            groups
+                .split_whitespace()
+                .filter_map(|g| g.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What the loop reports to its caller (the CLI logs it).
+#[derive(Debug)]
+pub enum Event {
+    /// An attempt was admitted and its driver started (pid).
+    Started {
+        /// The attempt.
+        attempt: String,
+        /// The driver's pid.
+        pid: u32,
+    },
+    /// An admitted attempt's driver could not be started; it is queued again.
+    StartFailed {
+        /// The attempt.
+        attempt: String,
+        /// Why.
+        error: String,
+    },
+    /// A request was answered.
+    Answered {
+        /// The request's op.
+        op: &'static str,
+        /// The reply's error code, if refused.
+        refused: Option<String>,
+    },
+    /// Starting attempts expired back to the queue.
+    Expired(Vec<String>),
+    /// A connection failed (a peer that went away, a malformed message).
+    Connection(String),
+}
+
+/// Starts an admitted attempt's driver and returns its pid.
+type Launch<'a> = Box<dyn FnMut(&Admitted) -> std::io::Result<u32> + 'a>;
+
+/// The dispatcher serving `listener` until `stop` is set.
+pub struct Server<'a> {
+    dispatcher: Dispatcher,
+    listener: UnixListener,
+    trust: Trust,
+    launch: Launch<'a>,
+    report: Box<dyn FnMut(Event) + 'a>,
+}
+
+impl std::fmt::Debug for Server<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("dispatcher", &self.dispatcher)
+            .field("trust", &self.trust)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Server<'a> {
+    /// A server of `dispatcher` on `listener`, starting each admitted attempt's driver with
+    /// `launch` (which returns the driver's pid) and telling `report` what happens.
+    pub fn new(
+        dispatcher: Dispatcher,
+        listener: UnixListener,
+        trust: Trust,
+        launch: impl FnMut(&Admitted) -> std::io::Result<u32> + 'a,
+        report: impl FnMut(Event) + 'a,
+    ) -> Server<'a> {
+        Server {
+            dispatcher,
+            listener,
+            trust,
+            launch: Box::new(launch),
+            report: Box::new(report),
+        }
+    }
+
+    /// Serves until `stop` is set (checked at least every [`TICK`]). Rows stay in the database
+    /// when it returns; the lanes are freed with the descriptors and recovered at the next
+    /// start.
+    pub fn run(&mut self, stop: &AtomicBool) -> Result<(), ServiceError> {
+        self.listener
+            .set_nonblocking(true)
+            .map_err(|e| ServiceError::Io("make the socket nonblocking", e))?;
+        self.refresh_entries()?;
+        let mut last_heartbeat = Instant::now();
+        while !stop.load(Ordering::SeqCst) {
+            let mut fds = [rustix::event::PollFd::new(
+                &self.listener,
+                rustix::event::PollFlags::IN,
+            )];
+            let timeout = rustix::event::Timespec {
+                tv_sec: 0,
+                tv_nsec: i64::try_from(TICK.as_nanos()).unwrap_or(100_000_000),
+            };
+            match rustix::event::poll(&mut fds, Some(&timeout)) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(ServiceError::Io("wait for connections", e.into())),
+            }
+            loop {
+                match self.listener.accept() {
+                    Ok((stream, _)) => self.answer(stream)?,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        (self.report)(Event::Connection(format!("accept: {e}")));
+                        break;
+                    }
+                }
+            }
+            self.tick()?;
+            if last_heartbeat.elapsed() >= HEARTBEAT {
+                self.refresh_entries()?;
+                last_heartbeat = Instant::now();
+            }
+        }
+        Ok(())
+    }
+
+    /// Expires, then admits while the pool has room.
+    pub fn tick(&mut self) -> Result<(), ServiceError> {
+        let expired = self.dispatcher.expire()?;
+        if !expired.is_empty() {
+            (self.report)(Event::Expired(expired));
+            self.refresh_entries()?;
+        }
+        while let Some(admitted) = self.dispatcher.admit_next()? {
+            match (self.launch)(&admitted) {
+                Ok(pid) => (self.report)(Event::Started {
+                    attempt: admitted.attempt.id.clone(),
+                    pid,
+                }),
+                Err(e) => {
+                    self.dispatcher.unadmit(&admitted.attempt.id)?;
+                    (self.report)(Event::StartFailed {
+                        attempt: admitted.attempt.id.clone(),
+                        error: e.to_string(),
+                    });
+                    break;
+                }
+            }
+            self.refresh_entries()?;
+        }
+        Ok(())
+    }
+
+    /// Rewrites every status entry with this dispatcher's pid and the time.
+    fn refresh_entries(&mut self) -> Result<(), ServiceError> {
+        let now = self.dispatcher.pool().clock().now_ms();
+        let pid = std::process::id();
+        for view in self.dispatcher.list()? {
+            let _ = status::write_entry(self.dispatcher.pool().dir(), &view, pid, now);
+        }
+        Ok(())
+    }
+
+    /// Answers one connection: its peer checked, one request read, one reply written. A
+    /// connection's own failure is reported, never the server's.
+    fn answer(&mut self, stream: UnixStream) -> Result<(), ServiceError> {
+        let _ = stream.set_nonblocking(false);
+        let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
+        let _ = stream.set_write_timeout(Some(REQUEST_TIMEOUT));
+        let (line, fds) = match transport::recv(&stream) {
+            Ok(got) => got,
+            Err(e) => {
+                (self.report)(Event::Connection(e.to_string()));
+                return Ok(());
+            }
+        };
+        let trusted = transport::peer(&stream).is_ok_and(|peer| self.trust.admits(&peer));
+        let (op, reply, send): (&'static str, Reply, Vec<worklane_guard::Guard>) = if !trusted {
+            drop(fds);
+            (
+                "unknown",
+                Reply::refused(
+                    code::PERMISSION,
+                    "only root, the slot directory's owner or a member of its group may use the \
+                     dispatcher",
+                ),
+                Vec::new(),
+            )
+        } else {
+            self.dispatch(&line, fds)?
+        };
+        let borrowed: Vec<_> = send.iter().map(AsFd::as_fd).collect();
+        let bytes = serde_json::to_vec(&reply).unwrap_or_default();
+        if let Err(e) = transport::send(&stream, &bytes, &borrowed) {
+            (self.report)(Event::Connection(format!("reply to {op}: {e}")));
+        }
+        drop(borrowed);
+        // Sent or not, our copies go: after a claim the driver holds the lane and the slot,
+        // or, if the reply was lost, nobody does (`worklane reconcile` tells which).
+        drop(send);
+        (self.report)(Event::Answered {
+            op,
+            refused: reply.error.clone(),
+        });
+        Ok(())
+    }
+
+    fn dispatch(
+        &mut self,
+        line: &[u8],
+        fds: Vec<OwnedFd>,
+    ) -> Result<(&'static str, Reply, Vec<worklane_guard::Guard>), ServiceError> {
+        let request = match serde_json::from_slice::<Request>(line) {
+            Ok(request) => request,
+            Err(e) => {
+                drop(fds);
+                return Ok((
+                    "unknown",
+                    Reply::refused(code::BAD_REQUEST, format!("not a request: {e}")),
+                    Vec::new(),
+                ));
+            }
+        };
+        let dir = self.dispatcher.pool().dir().clone();
+        Ok(match request {
+            Request::Enqueue(entry) => {
+                let reply = self.dispatcher.enqueue(entry, fds)?;
+                if reply.ok {
+                    self.refresh_entries()?;
+                    self.tick()?;
+                }
+                ("enqueue", reply, Vec::new())
+            }
+            other if !fds.is_empty() => {
+                drop(fds);
+                let op = match other {
+                    Request::Claim { .. } => "claim",
+                    Request::List => "list",
+                    _ => "cancel",
+                };
+                (
+                    op,
+                    Reply::refused(code::DESCRIPTORS, format!("a {op} carries no descriptor")),
+                    Vec::new(),
+                )
+            }
+            Request::Claim { attempt, token } => match self.dispatcher.claim(&attempt, &token)? {
+                Ok(claimed) => {
+                    if let Some(lane) = claimed.reply.lane.as_deref() {
+                        let name = lane.trim_start_matches("lane-").trim_end_matches(".lock");
+                        let _ = status::remove_entry(&dir, name);
+                    }
+                    ("claim", claimed.reply, claimed.fds)
+                }
+                Err(refused) => ("claim", refused, Vec::new()),
+            },
+            Request::List => {
+                let mut reply = Reply::ok();
+                reply.attempts = Some(self.dispatcher.list()?);
+                reply.pid = Some(std::process::id());
+                ("list", reply, Vec::new())
+            }
+            Request::Cancel { attempt } => {
+                let lane = self
+                    .dispatcher
+                    .list()?
+                    .into_iter()
+                    .find(|a| a.attempt == attempt)
+                    .map(|a| a.lane);
+                if self.dispatcher.cancel(&attempt)? {
+                    if let Some(lane) = lane {
+                        let _ = status::remove_entry(&dir, &lane);
+                    }
+                    let mut reply = Reply::ok();
+                    reply.attempt = Some(attempt);
+                    ("cancel", reply, Vec::new())
+                } else {
+                    (
+                        "cancel",
+                        Reply::refused(code::NO_SUCH_ATTEMPT, format!("no attempt {attempt}")),
+                        Vec::new(),
+                    )
+                }
+            }
+        })
+    }
+}
