@@ -75,7 +75,24 @@ pub(crate) enum Command {
     /// Role leases: one owner per role on this machine.
     #[command(subcommand)]
     Lease(LeaseCommand),
-    /// Queue work in a detached runner.
+    /// Serve the admission queue of this slot directory in the foreground (one per
+    /// directory): keep waiting work as rows, admit it under the slot pool, hand lanes over.
+    Dispatcher(DispatcherArgs),
+    /// Hand COMMAND's lane to the dispatcher as a queued attempt and exit; the dispatcher
+    /// starts its driver when the pool has room.
+    Enqueue(EnqueueArgs),
+    /// Claim an admitted attempt (from WORKLANE_ATTEMPT, WORKLANE_TOKEN, WORKLANE_SOCKET) and
+    /// run COMMAND holding its lane and slot, as `run` does.
+    Claim(ClaimArgs),
+    /// Tell who holds an attempt now: the dispatcher (queued or starting), a driver, or nobody.
+    Reconcile {
+        /// The attempt id (`a-...`).
+        attempt: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Queue work: the dispatcher's attempts, or a full run in a detached runner.
     #[command(subcommand)]
     Queue(QueueCommand),
     /// The API rate-limit budget each credential shares across the machine.
@@ -165,6 +182,17 @@ pub(crate) struct LeaseRunArgs {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum QueueCommand {
+    /// List the attempts the dispatcher holds (queued and starting), with their logs.
+    Ls {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Drop a queued or starting attempt: its row goes, its lane and slot are freed.
+    Cancel {
+        /// The attempt id (`a-...`).
+        attempt: String,
+    },
     /// Run COMMAND as a full run in a detached runner, once the full-run lock is free, no STOP
     /// or drain is in force, and the idle probe (if given) passes; survives this shell.
     FullRun {
@@ -175,6 +203,56 @@ pub(crate) enum QueueCommand {
         #[arg(last = true, required = true)]
         command: Vec<OsString>,
     },
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DispatcherArgs {
+    /// The socket to serve (default: dispatcher.sock in the slot directory).
+    #[arg(long)]
+    pub(crate) socket: Option<std::path::PathBuf>,
+    /// How long an admitted attempt waits for its driver's claim before it is queued again.
+    #[arg(long, value_parser = parse_duration, default_value = "60s")]
+    pub(crate) claim_interval: Duration,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct EnqueueArgs {
+    /// The lane (its lock is lane-NAME.lock); default: a lane of its own.
+    #[arg(long)]
+    pub(crate) lane: Option<String>,
+    /// Higher goes first (the same scale as everywhere in worklane); default 0.
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    pub(crate) priority: i64,
+    /// The stage the work is at (free text, shown in `queue ls`).
+    #[arg(long, default_value = "")]
+    pub(crate) stage: String,
+    /// Where the work was placed (free text, e.g. a worktree).
+    #[arg(long, default_value = "")]
+    pub(crate) placement: String,
+    /// COMMAND is itself the driver and claims over the socket (a harness in another
+    /// language); without it, the driver is `worklane claim -- COMMAND`.
+    #[arg(long)]
+    pub(crate) driver: bool,
+    /// The dispatcher's socket (default: WORKLANE_SOCKET, else dispatcher.sock in the slot
+    /// directory).
+    #[arg(long)]
+    pub(crate) socket: Option<std::path::PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    pub(crate) command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ClaimArgs {
+    /// Print the claim as JSON on stderr before COMMAND runs.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    pub(crate) command: Vec<OsString>,
 }
 
 #[derive(Debug, Args)]

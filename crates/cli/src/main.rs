@@ -5,6 +5,11 @@
 
 mod budget;
 mod cli;
+#[cfg(feature = "dispatcher")]
+mod dispatch;
+#[cfg(not(feature = "dispatcher"))]
+#[path = "dispatch_off.rs"]
+mod dispatch;
 mod enforce;
 mod exit;
 mod nesting;
@@ -57,6 +62,12 @@ fn main() -> ExitCode {
         Command::Undrain => ops::undrain(),
         Command::Idle => ops::idle(),
         Command::Lease(LeaseCommand::Run(args)) => run::lease_run(args),
+        Command::Dispatcher(args) => dispatch::serve(&args),
+        Command::Enqueue(args) => dispatch::enqueue(&args),
+        Command::Claim(args) => dispatch::claim(&args),
+        Command::Reconcile { attempt, json } => dispatch::reconcile(&attempt, json),
+        Command::Queue(QueueCommand::Ls { json }) => dispatch::list(json),
+        Command::Queue(QueueCommand::Cancel { attempt }) => dispatch::cancel(&attempt),
         Command::Queue(QueueCommand::FullRun {
             idle_probe,
             command,

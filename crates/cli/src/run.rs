@@ -148,7 +148,12 @@ pub(crate) fn slot_launch<'a>(command: &'a [OsString], slot: &Slot) -> Result<La
     Ok(Launch {
         command,
         grace: crate::supervise::GRACE,
-        inherit: lease.guard().map(inheritable).transpose()?,
+        inherit: lease
+            .guard()
+            .map(inheritable)
+            .transpose()?
+            .into_iter()
+            .collect(),
         env: fencing_env(lease),
     })
 }
@@ -251,7 +256,7 @@ pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
     let launch = Launch {
         command: &args.command,
         grace: lease_grace(ttl),
-        inherit: None,
+        inherit: Vec::new(),
         env: fencing_env(&lease),
     };
     let mut watch = RoleWatch {

@@ -87,7 +87,7 @@ pub(crate) struct Launch<'a> {
     /// the lock is on the open file description, so the slot stays held for as long as any
     /// process of the run has it open, even if worklane itself is killed. Closed in worklane
     /// right after the start.
-    pub(crate) inherit: Option<OwnedFd>,
+    pub(crate) inherit: Vec<OwnedFd>,
     /// Variables set in the command's environment.
     pub(crate) env: Vec<(&'static str, OsString)>,
 }

@@ -39,3 +39,35 @@ pub(crate) fn die_with_parent(cmd: &mut Command) {
 /// No parent-death signal off Linux.
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn die_with_parent(_cmd: &mut Command) {}
+
+/// Makes the command start a session of its own (`setsid` between fork and exec): a detached
+/// driver has no controlling terminal and outlives the dispatcher's session.
+pub(crate) fn detach(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec and makes one system call,
+    // setsid(2), through rustix: no allocation, no lock, no state shared with the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            rustix::process::setsid()?;
+            Ok(())
+        });
+    }
+}
+
+/// The listening socket systemd passed (socket activation: `LISTEN_PID` is this process and
+/// `LISTEN_FDS` is at least 1), taken as descriptor 3 and made close-on-exec.
+pub(crate) fn systemd_listener() -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let ours = std::env::var("LISTEN_PID").ok()?.parse::<u32>().ok()? == std::process::id();
+    let count = std::env::var("LISTEN_FDS").ok()?.parse::<u32>().ok()?;
+    if !ours || count < 1 {
+        return None;
+    }
+    // SAFETY: systemd's contract: with LISTEN_PID naming this process and LISTEN_FDS >= 1,
+    // descriptor 3 is open and passed to this process to own. This runs once, at start,
+    // before anything else in the process opens or closes a descriptor, so nothing else owns
+    // the number.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(3) };
+    let _ = rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC);
+    Some(fd)
+}

@@ -419,6 +419,24 @@ impl SlotPath {
         Ok(to)
     }
 
+    /// Creates this file new (it must not exist) for appending, with mode exactly `mode` and the
+    /// directory's group, and returns its descriptor (close-on-exec): for a log that another
+    /// process writes as its output. Never follows a link; an existing file is
+    /// `AlreadyExists`-shaped I/O error.
+    pub fn create_log(&self, mode_bits: u32) -> Result<OwnedFd, write::Error> {
+        let flags = OFlags::WRONLY
+            | OFlags::APPEND
+            | OFlags::CREATE
+            | OFlags::EXCL
+            | OFlags::NOFOLLOW
+            | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(self.dir.as_fd(), &*self.name, flags, mode(0o600))
+            .map_err(|e| self.error("create", e))?;
+        give_group(&fd, self.dir.gid());
+        rustix::fs::fchmod(&fd, mode(mode_bits)).map_err(|e| self.error("set the mode of", e))?;
+        Ok(fd)
+    }
+
     /// Device and inode of this file's guard (`.{name}.flock`), without opening or locking it:
     /// `None` when there is no regular file at the guard's name. For tools that look for the
     /// processes holding a copy of the guard's descriptor.

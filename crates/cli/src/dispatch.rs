@@ -1,0 +1,612 @@
+//! The dispatcher commands: `dispatcher` (the service), `enqueue` (a launcher hands its held
+//! lane over), `claim` (a driver takes the lane and slot and runs its command), `queue ls`,
+//! `queue cancel` and `reconcile`. The decisions live in `worklane_admission::dispatch`; this
+//! module is the process around them: the socket, signals, systemd, detached drivers, output.
+
+use crate::cli::{ClaimArgs, DispatcherArgs, EnqueueArgs};
+use crate::exit::{self, Failure};
+use crate::out::{errln, outln};
+use crate::run::{SlotWatch, slot_launch};
+use crate::supervise::{describe, inheritable, supervise};
+use std::ffi::OsString;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use worklane_admission::Pool;
+use worklane_admission::dispatch::env::EnvFilter;
+use worklane_admission::dispatch::server::{Event, Server, Trust};
+use worklane_admission::dispatch::service::{
+    Admitted, Dispatcher, Mode, Settings, lane_lock, valid_lane,
+};
+use worklane_admission::dispatch::store::Store;
+use worklane_admission::dispatch::transport;
+use worklane_admission::dispatch::wire::{Enqueue, Reply, Request as Wire, code};
+use worklane_lease::{Acquired, Clock, Options, Request, SystemClock, acquire, rfc3339_ms};
+
+/// The socket's name in the slot directory.
+const SOCKET: &str = "dispatcher.sock";
+/// The queue database's name in the slot directory.
+const DATABASE: &str = "queue.db";
+/// The lock one dispatcher per directory holds for its life.
+const DISPATCHER_LOCK: &str = "dispatcher.lock";
+
+/// The log a driver writes, named after its attempt, in the slot directory.
+pub(crate) fn log_name(attempt: &str) -> String {
+    format!("queue-{attempt}.log")
+}
+
+fn socket_path(pool: &Pool, given: Option<&Path>) -> PathBuf {
+    given
+        .map(Path::to_owned)
+        .or_else(|| std::env::var_os("WORKLANE_SOCKET").map(PathBuf::from))
+        .unwrap_or_else(|| pool.dir().path().join(SOCKET))
+}
+
+/// The host's admission mode, from the config's `admission` field (default `dispatcher`).
+fn admission_mode(pool: &Pool) -> Result<Mode, Failure> {
+    let path = &pool.locations().config;
+    let raw = worklane_slotfile::read::read_path(path)
+        .map_err(|e| Failure::new(exit::CONFIG, exit::chain(&e)))?;
+    let value = raw
+        .and_then(|raw| serde_json::from_slice::<serde_json::Value>(&raw).ok())
+        .and_then(|v| v.get("admission").cloned());
+    match value.as_ref().map(|v| v.as_str()) {
+        None | Some(Some("dispatcher")) => Ok(Mode::Dispatcher),
+        Some(Some("waiter")) => Ok(Mode::Waiter),
+        Some(_) => Err(Failure::new(
+            exit::CONFIG,
+            format!(
+                "config {}: field `admission` must be \"dispatcher\" or \"waiter\"",
+                path.display()
+            ),
+        )),
+    }
+}
+
+fn connect(path: &Path) -> Result<UnixStream, Failure> {
+    UnixStream::connect(path).map_err(|e| {
+        Failure::new(
+            exit::UNAVAILABLE,
+            format!(
+                "no dispatcher answers at {} ({e}): start one with `worklane dispatcher` (or the \
+                 systemd units in contrib/systemd)",
+                path.display()
+            ),
+        )
+    })
+}
+
+/// Sends one request and reads its reply.
+fn ask(
+    path: &Path,
+    request: &Wire,
+    fds: &[std::os::fd::BorrowedFd<'_>],
+) -> Result<(Reply, Vec<OwnedFd>), Failure> {
+    let stream = connect(path)?;
+    let line = serde_json::to_vec(request).unwrap_or_default();
+    let io = |e: transport::Error| Failure::new(exit::OS_ERROR, exit::chain(&e));
+    transport::send(&stream, &line, fds).map_err(io)?;
+    let (reply, fds) = transport::recv(&stream).map_err(io)?;
+    let reply: Reply = serde_json::from_slice(&reply).map_err(|e| {
+        Failure::new(
+            exit::OS_ERROR,
+            format!("the dispatcher's reply is not one: {e}"),
+        )
+    })?;
+    Ok((reply, fds))
+}
+
+fn refused(reply: &Reply) -> Failure {
+    let code = match reply.error.as_deref() {
+        Some(code::WAITER_MODE | code::PERMISSION) => exit::UNAVAILABLE,
+        Some(code::LANE_QUEUED | code::NO_ADMITTED_ROW | code::NO_SUCH_ATTEMPT) => exit::TEMP_FAIL,
+        Some(code::BAD_REQUEST | code::MISSING_FIELD) => exit::USAGE,
+        _ => exit::OS_ERROR,
+    };
+    Failure::new(
+        code,
+        format!(
+            "the dispatcher refused: {} ({})",
+            reply.message.as_deref().unwrap_or("no reason given"),
+            reply.error.as_deref().unwrap_or("?")
+        ),
+    )
+}
+
+/// `sd_notify(3)`: tells systemd (when it started us with `NOTIFY_SOCKET`) about our state.
+fn notify(state: &str) {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let Ok(socket) = std::os::unix::net::UnixDatagram::unbound() else {
+        return;
+    };
+    let path = PathBuf::from(path);
+    #[cfg(target_os = "linux")]
+    if let Some(name) = path.to_str().and_then(|p| p.strip_prefix('@')) {
+        use std::os::linux::net::SocketAddrExt;
+        if let Ok(addr) = std::os::unix::net::SocketAddr::from_abstract_name(name) {
+            let _ = socket.send_to_addr(state.as_bytes(), &addr);
+        }
+        return;
+    }
+    let _ = socket.send_to(state.as_bytes(), &path);
+}
+
+/// Binds the dispatcher's socket: the one systemd passed, or a new one at `path` (a stale
+/// socket left by a dead dispatcher is removed first: we hold the dispatcher lock), mode 0660
+/// and the directory's group (the directory is setgid).
+fn listen(path: &Path) -> Result<UnixListener, Failure> {
+    if let Some(fd) = crate::sys::systemd_listener() {
+        return Ok(UnixListener::from(fd));
+    }
+    let io = |what: &str, e: std::io::Error| {
+        Failure::new(
+            exit::OS_ERROR,
+            format!(
+                "cannot {what} the dispatcher socket {}: {e}",
+                path.display()
+            ),
+        )
+    };
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        use std::os::unix::fs::FileTypeExt;
+        if !meta.file_type().is_socket() {
+            return Err(Failure::new(
+                exit::CONFIG,
+                format!(
+                    "{} exists and is not a socket; move it aside or give --socket",
+                    path.display()
+                ),
+            ));
+        }
+        std::fs::remove_file(path).map_err(|e| io("remove the stale", e))?;
+    }
+    let old = rustix::process::umask(rustix::fs::Mode::from_bits_truncate(0o117));
+    let bound = UnixListener::bind(path);
+    rustix::process::umask(old);
+    bound.map_err(|e| io("bind", e))
+}
+
+/// Starts an admitted attempt's driver, detached (a session of its own), with its output in
+/// `queue-<attempt>.log` in the slot directory and the attempt's variables.
+fn launch(pool: &Pool, socket: &Path, admitted: &Admitted) -> std::io::Result<u32> {
+    let attempt = &admitted.attempt;
+    let (program, args) = attempt
+        .args
+        .split_first()
+        .ok_or_else(|| std::io::Error::other("the attempt has no driver command"))?;
+    let log = pool
+        .dir()
+        .file(&log_name(&attempt.id))
+        .map_err(std::io::Error::other)?
+        .create_log(0o640)
+        .map_err(std::io::Error::other)?;
+    let err = log.try_clone()?;
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .envs(&attempt.env)
+        .env("WORKLANE_ATTEMPT", &attempt.id)
+        .env("WORKLANE_TOKEN", &admitted.token)
+        .env("WORKLANE_SOCKET", socket)
+        .env("WORKLANE_LANE", &attempt.lane)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log))
+        .stderr(Stdio::from(err));
+    crate::sys::detach(&mut cmd);
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "product code: the dispatcher starts each admitted attempt's driver"
+    )]
+    let child = cmd.spawn()?;
+    Ok(child.id())
+}
+
+/// Reaps the dispatcher's exited drivers as they end (they run detached, but are its children).
+fn reap_drivers() {
+    std::thread::spawn(|| {
+        loop {
+            match rustix::process::wait(rustix::process::WaitOptions::empty()) {
+                Ok(_) => {}
+                Err(_) => std::thread::sleep(std::time::Duration::from_secs(1)),
+            }
+        }
+    });
+}
+
+pub(crate) fn serve(args: &DispatcherArgs) -> Result<ExitCode, Failure> {
+    let pool = crate::pool()?;
+    let mode = admission_mode(&pool)?;
+    let dir = pool.dir().clone();
+    let held = match acquire(
+        &dir,
+        DISPATCHER_LOCK,
+        &Request::new("worklane dispatcher"),
+        &Options::process(),
+    )? {
+        Acquired::Held(lease) => lease,
+        Acquired::Refused(refusal) => {
+            return Err(Failure::new(
+                exit::TEMP_FAIL,
+                format!(
+                    "another dispatcher already serves {}: {refusal}",
+                    dir.path().display()
+                ),
+            ));
+        }
+    };
+    let socket = socket_path(&pool, args.socket.as_deref());
+    let listener = listen(&socket)?;
+    let store = Store::open(&dir.path().join(DATABASE))
+        .map_err(|e| Failure::new(exit::OS_ERROR, exit::chain(&e)))?;
+    let settings = Settings {
+        claim_interval_ms: u64::try_from(args.claim_interval.as_millis()).unwrap_or(u64::MAX),
+        env: EnvFilter::default(),
+        mode,
+    };
+    let dispatcher = Dispatcher::recover(pool.clone(), store, settings)
+        .map_err(|e| Failure::new(exit::OS_ERROR, exit::chain(&e)))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(signal, Arc::clone(&stop))
+            .map_err(|e| Failure::new(exit::OS_ERROR, format!("cannot handle signals: {e}")))?;
+    }
+    reap_drivers();
+    let stat = rustix::fs::fstat(&dir).map_err(|e| {
+        Failure::new(
+            exit::OS_ERROR,
+            format!("cannot stat {}: {e}", dir.path().display()),
+        )
+    })?;
+    let trust = Trust {
+        owner: stat.st_uid,
+        group: stat.st_gid,
+    };
+    let mut server = Server::new(
+        dispatcher,
+        listener,
+        trust,
+        |admitted| launch(&pool, &socket, admitted),
+        |event| log(&event),
+    );
+    errln!(
+        "worklane: dispatcher {} serving {} ({} mode, claim interval {} s)",
+        std::process::id(),
+        socket.display(),
+        match mode {
+            Mode::Dispatcher => "dispatcher",
+            Mode::Waiter => "waiter",
+        },
+        crate::supervise::seconds(args.claim_interval)
+    );
+    notify(&format!("READY=1\nSTATUS=serving {}", socket.display()));
+    let served = server.run(&stop);
+    notify("STOPPING=1");
+    drop(held);
+    served.map_err(|e| Failure::new(exit::OS_ERROR, exit::chain(&e)))?;
+    errln!("worklane: dispatcher stopped; queued attempts stay in the database for the next one");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn log(event: &Event) {
+    let now = rfc3339_ms(SystemClock.now_ms());
+    match event {
+        Event::Started { attempt, pid } => {
+            errln!("worklane: {now} started the driver of {attempt} (pid {pid})");
+        }
+        Event::StartFailed { attempt, error } => {
+            errln!("worklane: {now} cannot start the driver of {attempt}: {error}; queued again");
+        }
+        Event::Expired(ids) => {
+            errln!(
+                "worklane: {now} not claimed in time, queued again: {}",
+                ids.join(", ")
+            );
+        }
+        Event::Answered { op, refused } => {
+            if let Some(code) = refused {
+                errln!("worklane: {now} refused a {op}: {code}");
+            }
+        }
+        Event::Connection(what) => errln!("worklane: {now} connection: {what}"),
+    }
+}
+
+/// Command-line arguments as the queue stores them (UTF-8 only).
+fn utf8(args: &[OsString]) -> Result<Vec<String>, Failure> {
+    args.iter()
+        .map(|a| {
+            a.clone().into_string().map_err(|a| {
+                Failure::new(
+                    exit::USAGE,
+                    format!("{a:?}: queued commands must be UTF-8 to be stored"),
+                )
+            })
+        })
+        .collect()
+}
+
+pub(crate) fn enqueue(args: &EnqueueArgs) -> Result<ExitCode, Failure> {
+    let lane = args
+        .lane
+        .clone()
+        .unwrap_or_else(|| format!("q-{}", worklane_guard::random_token()));
+    if !valid_lane(&lane) {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!(
+                "--lane {lane:?}: 1 to 64 letters, digits, `-`, `_` or `.`, not starting with `.`"
+            ),
+        ));
+    }
+    let command = utf8(&args.command)?;
+    let driver = if args.driver {
+        command
+    } else {
+        let me = std::env::current_exe()
+            .map_err(|e| Failure::new(exit::OS_ERROR, format!("cannot find this worklane: {e}")))?;
+        let mut driver = vec![
+            me.to_string_lossy().into_owned(),
+            "claim".to_owned(),
+            "--".to_owned(),
+        ];
+        driver.extend(command);
+        driver
+    };
+    let pool = crate::pool()?;
+    let lock = lane_lock(&lane);
+    let lease = match acquire(
+        pool.dir(),
+        &lock,
+        &Request::new("worklane enqueue").field("lane", lane.clone()),
+        &Options::process(),
+    )? {
+        Acquired::Held(lease) => lease,
+        Acquired::Refused(refusal) => {
+            return Err(Failure::new(
+                exit::TEMP_FAIL,
+                format!("lane {lane} is taken: {refusal}"),
+            ));
+        }
+    };
+    let socket = socket_path(&pool, args.socket.as_deref());
+    let entry = Enqueue {
+        lane: lane.clone(),
+        start_ms: Some(SystemClock.now_ms()),
+        priority: Some(args.priority),
+        placement: args.placement.clone(),
+        stage: args.stage.clone(),
+        args: driver,
+        env: EnvFilter::default().keep(std::env::vars_os()),
+    };
+    let guard = lease
+        .guard()
+        .ok_or_else(|| Failure::new(exit::SOFTWARE, "a lane lease without its guard"))?;
+    let (reply, _) = ask(&socket, &Wire::Enqueue(entry), &[guard.as_fd()])?;
+    if !reply.ok {
+        return Err(refused(&reply));
+    }
+    // The dispatcher's copy holds the lane now; ours closes without removing the record.
+    drop(lease.hand_over());
+    let attempt = reply.attempt.unwrap_or_default();
+    if args.json {
+        outln!(
+            "{}",
+            serde_json::json!({"version": 1, "attempt": attempt, "lane": lane})
+        )?;
+    } else {
+        outln!("{attempt}")?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn var(name: &str) -> Result<String, Failure> {
+    std::env::var(name).map_err(|_| {
+        Failure::new(
+            exit::USAGE,
+            format!(
+                "{name} is not set: `worklane claim` is the driver the dispatcher starts for an \
+                 admitted attempt, with WORKLANE_ATTEMPT, WORKLANE_TOKEN and WORKLANE_SOCKET"
+            ),
+        )
+    })
+}
+
+pub(crate) fn claim(args: &ClaimArgs) -> Result<ExitCode, Failure> {
+    let attempt = var("WORKLANE_ATTEMPT")?;
+    let token = var("WORKLANE_TOKEN")?;
+    let socket = PathBuf::from(var("WORKLANE_SOCKET")?);
+    let pool = crate::pool()?;
+    let (reply, mut fds) = ask(
+        &socket,
+        &Wire::Claim {
+            attempt: attempt.clone(),
+            token,
+        },
+        &[],
+    )?;
+    if !reply.ok {
+        return Err(refused(&reply));
+    }
+    let (Some(lane), Some(slot_name), 2) = (reply.lane.clone(), reply.slot.clone(), fds.len())
+    else {
+        return Err(Failure::new(
+            exit::OS_ERROR,
+            format!(
+                "the dispatcher's claim reply carries {} descriptors, not the lane's and the slot's",
+                fds.len()
+            ),
+        ));
+    };
+    let slot_fd = fds.pop().expect("two descriptors");
+    let lane_fd = fds.pop().expect("two descriptors");
+    let request = Request::new("worklane claim")
+        .field("attempt", attempt.clone())
+        .field("command", describe(&args.command));
+    let dir = pool.dir();
+    let lane_guard = worklane_guard::Guard::from_received(lane_fd, dir, dir.path(), &lane)
+        .map_err(|e| Failure::new(exit::OS_ERROR, exit::chain(&e)))?;
+    let lane_lease = worklane_lease::adopt(dir, &lane, lane_guard, &request, &Options::process())?;
+    let mut slot = pool.adopt(&slot_name, slot_fd, &request)?;
+    if args.json {
+        errln!(
+            "{}",
+            serde_json::json!({"version": 1, "attempt": attempt, "lane": lane, "slot": slot_name,
+                               "lane_epoch": lane_lease.epoch(), "slot_epoch": slot.lease().epoch()})
+        );
+    }
+    let mut launch = slot_launch(&args.command, &slot)?;
+    // The command keeps the lane too, as it keeps the slot.
+    if let Some(guard) = lane_lease.guard() {
+        launch.inherit.push(inheritable(guard)?);
+    }
+    let outcome = supervise(
+        launch,
+        &mut SlotWatch {
+            pool: &pool,
+            slot: &mut slot,
+        },
+    );
+    let released = slot.release();
+    let _ = lane_lease.release();
+    let outcome = outcome?;
+    if let Err(e) = released {
+        errln!("worklane: releasing {slot_name}: {}", exit::chain(&e));
+    }
+    Ok(ExitCode::from(outcome.code))
+}
+
+pub(crate) fn list(json: bool) -> Result<ExitCode, Failure> {
+    let pool = crate::pool()?;
+    let (reply, _) = ask(&socket_path(&pool, None), &Wire::List, &[])?;
+    if !reply.ok {
+        return Err(refused(&reply));
+    }
+    let attempts = reply.attempts.unwrap_or_default();
+    if json {
+        outln!(
+            "{}",
+            serde_json::json!({"version": 1, "dispatcher_pid": reply.pid, "attempts": attempts,
+                               "logs": attempts.iter().map(|a| pool.dir().path().join(log_name(&a.attempt)).display().to_string()).collect::<Vec<_>>()})
+        )?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    outln!(
+        "dispatcher pid {}: {} attempt(s)",
+        reply.pid.unwrap_or(0),
+        attempts.len()
+    )?;
+    for a in &attempts {
+        outln!(
+            "{}  lane {}  {}  priority {}  queued {}  stage {:?}  slot {}  log {}",
+            a.attempt,
+            a.lane,
+            a.state,
+            a.priority,
+            rfc3339_ms(a.start_ms),
+            a.stage,
+            a.slot.as_deref().unwrap_or("-"),
+            pool.dir().path().join(log_name(&a.attempt)).display()
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn cancel(attempt: &str) -> Result<ExitCode, Failure> {
+    let pool = crate::pool()?;
+    let (reply, _) = ask(
+        &socket_path(&pool, None),
+        &Wire::Cancel {
+            attempt: attempt.to_owned(),
+        },
+        &[],
+    )?;
+    if !reply.ok {
+        return Err(refused(&reply));
+    }
+    outln!("{attempt} cancelled: its row is gone, its lane and slot are free")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn reconcile(attempt: &str, json: bool) -> Result<ExitCode, Failure> {
+    let pool = crate::pool()?;
+    // 1. The dispatcher's rows (if one answers).
+    if let Ok((reply, _)) = ask(&socket_path(&pool, None), &Wire::List, &[])
+        && let Some(row) = reply
+            .attempts
+            .unwrap_or_default()
+            .into_iter()
+            .find(|a| a.attempt == attempt)
+    {
+        return say(
+            json,
+            serde_json::json!({"version": 1, "attempt": attempt, "holder": "dispatcher",
+                               "state": row.state, "lane": row.lane, "pid": reply.pid}),
+            &format!(
+                "{attempt}: the dispatcher (pid {}) holds it, {} on lane {}",
+                reply.pid.unwrap_or(0),
+                row.state,
+                row.lane
+            ),
+        );
+    }
+    // 2. A lane whose record names the attempt: held by its driver, or free.
+    let lanes = pool
+        .dir()
+        .list_prefixed("lane-")
+        .map_err(|e| Failure::new(exit::OS_ERROR, exit::chain(&e)))?;
+    for path in lanes {
+        let Some(record) = path
+            .read()
+            .ok()
+            .flatten()
+            .and_then(|raw| worklane_lease::Record::parse(&raw).ok())
+        else {
+            continue;
+        };
+        if record.extra_str("attempt") != Some(attempt) {
+            continue;
+        }
+        let held = matches!(path.try_guard(), Ok(None));
+        let pid = record.pid();
+        return if held {
+            say(
+                json,
+                serde_json::json!({"version": 1, "attempt": attempt, "holder": "driver",
+                                   "lane": path.name(), "pid": pid}),
+                &format!(
+                    "{attempt}: a driver holds {} (pid {})",
+                    path.name(),
+                    pid.map_or("?".to_owned(), |p| p.to_string())
+                ),
+            )
+        } else {
+            say(
+                json,
+                serde_json::json!({"version": 1, "attempt": attempt, "holder": null,
+                                   "lane": path.name()}),
+                &format!(
+                    "{attempt}: nobody holds it (its driver left {} free)",
+                    path.name()
+                ),
+            )
+        };
+    }
+    say(
+        json,
+        serde_json::json!({"version": 1, "attempt": attempt, "holder": null}),
+        &format!("{attempt}: nobody holds it (no queued row and no lane names it)"),
+    )
+}
+
+fn say(json: bool, doc: serde_json::Value, text: &str) -> Result<ExitCode, Failure> {
+    if json {
+        outln!("{doc}")?;
+    } else {
+        outln!("{text}")?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

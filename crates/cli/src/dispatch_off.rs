@@ -1,0 +1,38 @@
+//! The dispatcher commands of a worklane built without its `dispatcher` feature (no SQLite):
+//! each says so and exits 69.
+
+use crate::cli::{ClaimArgs, DispatcherArgs, EnqueueArgs};
+use crate::exit::{self, Failure};
+use std::process::ExitCode;
+
+fn off() -> Result<ExitCode, Failure> {
+    Err(Failure::new(
+        exit::UNAVAILABLE,
+        "this worklane was built without the dispatcher (cargo feature `dispatcher`); rebuild \
+         it with default features",
+    ))
+}
+
+pub(crate) fn serve(_: &DispatcherArgs) -> Result<ExitCode, Failure> {
+    off()
+}
+
+pub(crate) fn enqueue(_: &EnqueueArgs) -> Result<ExitCode, Failure> {
+    off()
+}
+
+pub(crate) fn claim(_: &ClaimArgs) -> Result<ExitCode, Failure> {
+    off()
+}
+
+pub(crate) fn reconcile(_: &str, _: bool) -> Result<ExitCode, Failure> {
+    off()
+}
+
+pub(crate) fn list(_: bool) -> Result<ExitCode, Failure> {
+    off()
+}
+
+pub(crate) fn cancel(_: &str) -> Result<ExitCode, Failure> {
+    off()
+}
