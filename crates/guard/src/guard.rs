@@ -534,3 +534,30 @@ fn publish_once(
 pub fn guard_path(dir_path: &Path, resource: &str) -> PathBuf {
     dir_path.join(guard_name(resource))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::describe_file_type;
+    use rustix::fs::FileType;
+
+    #[test]
+    fn every_file_type_has_its_own_name() {
+        let named = [
+            (FileType::RegularFile, "regular file"),
+            (FileType::Directory, "directory"),
+            (FileType::Symlink, "symbolic link"),
+            (FileType::Fifo, "FIFO"),
+            (FileType::Socket, "socket"),
+            (FileType::CharacterDevice, "character device"),
+            (FileType::BlockDevice, "block device"),
+            (FileType::Unknown, "file of unknown type"),
+        ];
+        for (kind, name) in named {
+            assert_eq!(
+                describe_file_type(kind),
+                name,
+                "what a {kind:?} is called in messages"
+            );
+        }
+    }
+}
