@@ -710,6 +710,37 @@ mod publication {
     }
 }
 
+mod tokens {
+    use super::*;
+
+    #[test]
+    fn a_child_forked_without_exec_draws_other_tokens_than_its_parent() {
+        // The child shares the parent's seed and counter: only the pid tells them apart.
+        let out = Command::new(env!("CARGO_BIN_EXE_guard-holder"))
+            .arg("fork-tokens")
+            .output()
+            .expect("run the holder");
+        assert!(out.status.success(), "the holder must fork: {}", out.status);
+        let out = String::from_utf8(out.stdout).expect("utf-8 output");
+        let lines: Vec<&str> = out.lines().collect();
+        let [child, parent] = lines.as_slice() else {
+            panic!("the holder prints the child's token and its own: {out:?}");
+        };
+        let child = child.strip_prefix("child ").expect("the child's token");
+        let parent = parent.strip_prefix("parent ").expect("the parent's token");
+        for token in [child, parent] {
+            assert!(
+                token.len() == 16 && token.bytes().all(|b| b.is_ascii_hexdigit()),
+                "a token is 16 hex digits: {out:?}"
+            );
+        }
+        assert_ne!(
+            child, parent,
+            "the same draw in a forked child and its parent must differ"
+        );
+    }
+}
+
 mod probe {
     use super::*;
     use worklane_guard::is_held;
