@@ -286,7 +286,8 @@ impl Guard {
     /// Releases the guard now by closing this descriptor. The same as dropping it; a duplicate
     /// of the descriptor held elsewhere keeps the lock until it closes too.
     pub fn release(self) {
-        drop(self);
+        // Taking `self` by value is the whole release: it is dropped, and its descriptor
+        // closed, as this call returns.
     }
 }
 
@@ -324,6 +325,27 @@ fn io<'a>(op: &'static str, shown: Shown<'a>) -> impl FnOnce(Errno) -> Error + '
     }
 }
 
+/// How a guard is opened: read-only (a guard is never written), never through a symlink, never
+/// blocking (a FIFO planted at the name would block an open without `O_NONBLOCK` forever), not
+/// inherited by programs this process executes, and never becoming a controlling terminal
+/// should a terminal device sit at the name.
+const OPEN_GUARD: OFlags = OFlags::RDONLY
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::NONBLOCK)
+    .union(OFlags::CLOEXEC)
+    .union(OFlags::NOCTTY);
+
+/// How a guard's temp alias is created: read-only (a guard is never written, and should this
+/// descriptor land on a closed standard stream for a moment, a stray print to it fails instead
+/// of filling the guard with bytes; `fchmod` needs no write access), only if the name is new
+/// (`O_EXCL`, which also never follows a symlink; `O_NOFOLLOW` says so again), and not inherited
+/// by programs this process executes.
+const CREATE_TEMP_ALIAS: OFlags = OFlags::RDONLY
+    .union(OFlags::CREATE)
+    .union(OFlags::EXCL)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
+
 /// Opens the guard named `name` in `dir` without following a symlink or blocking on a FIFO,
 /// creating it first when `create` is given (the hook runs just before the link), and checks
 /// every property a guard must have.
@@ -332,10 +354,8 @@ fn open_checked(
     shown: Shown<'_>,
     mut create: Option<&mut dyn FnMut()>,
 ) -> Result<(OwnedFd, FileId), Error> {
-    let flags =
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
     let fd = loop {
-        match rustix::fs::openat(dir, shown.name, flags, Mode::empty()) {
+        match rustix::fs::openat(dir, shown.name, OPEN_GUARD, Mode::empty()) {
             Ok(fd) => break fd,
             // Published at most once: a guard missing again right after is an error.
             Err(Errno::NOENT) => match create.take() {
@@ -496,12 +516,7 @@ fn publish_once(
     let resource = &name[1..name.len() - crate::name::GUARD_SUFFIX.len()];
     let temp = loop {
         let temp = guard_temp_name(resource, &random_token());
-        let flags =
-            // Read-only: a guard is never written, and should this descriptor land on a closed
-            // standard stream for a moment, a stray print to it fails instead of filling the
-            // guard with bytes (fchmod needs no write access).
-            OFlags::RDONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        match rustix::fs::openat(dir, temp.as_str(), flags, mode(0o400)) {
+        match rustix::fs::openat(dir, temp.as_str(), CREATE_TEMP_ALIAS, mode(0o400)) {
             Ok(fd) => {
                 let chmod = rustix::fs::fchmod(&fd, mode(GUARD_MODE));
                 drop(fd);
@@ -533,4 +548,31 @@ fn publish_once(
 #[must_use]
 pub fn guard_path(dir_path: &Path, resource: &str) -> PathBuf {
     dir_path.join(guard_name(resource))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::describe_file_type;
+    use rustix::fs::FileType;
+
+    #[test]
+    fn every_file_type_has_its_own_name() {
+        let named = [
+            (FileType::RegularFile, "regular file"),
+            (FileType::Directory, "directory"),
+            (FileType::Symlink, "symbolic link"),
+            (FileType::Fifo, "FIFO"),
+            (FileType::Socket, "socket"),
+            (FileType::CharacterDevice, "character device"),
+            (FileType::BlockDevice, "block device"),
+            (FileType::Unknown, "file of unknown type"),
+        ];
+        for (kind, name) in named {
+            assert_eq!(
+                describe_file_type(kind),
+                name,
+                "what a {kind:?} is called in messages"
+            );
+        }
+    }
 }

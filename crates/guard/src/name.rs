@@ -244,6 +244,59 @@ mod tests {
         }
     }
 
+    #[test]
+    fn every_name_problem_says_what_is_wrong() {
+        let said = [
+            (NameProblem::Empty, "empty"),
+            (NameProblem::Dots, "`.` and `..`"),
+            (NameProblem::Slash, "`/`"),
+            (NameProblem::Nul, "NUL"),
+            (NameProblem::LeadingDot, "starting with `.`"),
+            (NameProblem::Reserved, "`.F.flock`"),
+            (NameProblem::TooLong, "255-byte"),
+        ];
+        let mut messages = std::collections::HashSet::new();
+        for (problem, point) in said {
+            let message = problem.to_string();
+            assert!(
+                message.contains(point),
+                "{problem:?} must say {point:?}, said {message:?}"
+            );
+            assert!(
+                messages.insert(message.clone()),
+                "{problem:?} must not share its message with another problem: {message:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn normalization_folds_again_when_lowercasing_exposes_a_composition() {
+        // One fold lowercases a capital with a combining mark that has no precomposed capital;
+        // the lowercase letter with that mark does have a precomposed form, which only a second
+        // NFKC finds (and in the last case, a canonical reordering).
+        for (name, folded) in [
+            ("J\u{30C}", "\u{1F0}"),
+            ("H\u{331}", "\u{1E96}"),
+            ("T\u{308}", "\u{1E97}"),
+            ("W\u{30A}", "\u{1E98}"),
+            ("Y\u{30A}", "\u{1E99}"),
+            ("\u{130}\u{316}", "i\u{316}\u{307}"),
+        ] {
+            let once = fold(name);
+            assert_ne!(
+                fold(&once),
+                once,
+                "{name:?}: one fold alone is not yet the normal form"
+            );
+            assert_eq!(normalize(name), folded, "{name:?} normalizes to {folded:?}");
+            assert_eq!(
+                normalize(folded),
+                folded,
+                "{folded:?} is its own normal form"
+            );
+        }
+    }
+
     /// Replaces ASCII letters and `.` and `-` by a compatibility form that NFKC maps back.
     fn fullwidth(c: char) -> char {
         match c {

@@ -51,4 +51,26 @@ mod tests {
         );
         assert_ne!(a, b, "two tokens in a row must differ");
     }
+
+    #[test]
+    fn a_hundred_thousand_tokens_of_one_process_all_differ() {
+        // splitmix64 of distinct counters is a bijection: no two calls of one process agree.
+        // A mix that lost bits (a digit taken from the wrong place, a mixing step that is not
+        // invertible) repeats itself within this many tokens.
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..100_000 {
+            let token = super::random_token();
+            assert_eq!(token.len(), crate::name::TOKEN_LEN, "token {i}: {token}");
+            assert!(
+                token
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
+                "token {i} is lowercase hex: {token}"
+            );
+            assert!(
+                seen.insert(token.clone()),
+                "token {i} repeats an earlier one: {token}"
+            );
+        }
+    }
 }

@@ -63,6 +63,16 @@ impl Site {
     }
 }
 
+/// The names in `dir`, sorted.
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("list the directory")
+        .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
+        .collect();
+    names.sort();
+    names
+}
+
 fn holder(mode: &str, site: &Site) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_guard-holder"));
     cmd.args([mode, site.path().to_str().expect("utf-8 temp path"), RES]);
@@ -229,6 +239,53 @@ mod duplicates {
         // The holder waits for its child, so once it exits the child's descriptors are closed.
         child.wait().expect("wait for the holder");
         site.assert_free("the inheriting child is dead");
+    }
+}
+
+mod inheritance {
+    use super::*;
+
+    /// What the descriptors of a freshly executed `ls` refer to, one per line.
+    fn descriptors_of_an_executed_child() -> String {
+        let out = Command::new("ls")
+            .args(["-l", "/proc/self/fd/"])
+            .output_gated()
+            .expect("run ls");
+        assert!(out.status.success(), "ls of /proc/self/fd must run");
+        String::from_utf8(out.stdout).expect("utf-8 listing")
+    }
+
+    #[test]
+    fn a_program_executed_while_the_guard_is_held_does_not_inherit_it() {
+        let site = Site::new();
+        // The kernel shows a descriptor's file by its canonical path.
+        let guard = std::fs::canonicalize(site.path())
+            .expect("canonical temp dir")
+            .join(".agent-0.lock.flock");
+        let guard = guard.to_str().expect("utf-8 path");
+        let held = site.held();
+
+        // The check sees an inherited descriptor: a duplicate without close-on-exec is listed.
+        // Quiet: no other test's child may be started while an inheritable copy exists.
+        let listing = gate::quietly(|| {
+            let inheritable = rustix::io::dup(&*held).expect("dup the guard without close-on-exec");
+            let listing = descriptors_of_an_executed_child();
+            drop(inheritable);
+            listing
+        });
+        assert!(
+            listing.contains(guard),
+            "a descriptor without close-on-exec must show in the child's listing: {listing}"
+        );
+
+        // The guard's own descriptor is close-on-exec: a program this holder executes (a
+        // command it runs) never holds the guard, whatever it does and however long it lives.
+        let listing = descriptors_of_an_executed_child();
+        assert!(
+            !listing.contains(guard),
+            "the guard's descriptor must not be inherited across exec: {listing}"
+        );
+        drop(held);
     }
 }
 
@@ -479,6 +536,103 @@ mod publication {
         );
     }
 
+    /// The temp aliases among `names` (anything but the guard).
+    fn temp_aliases(names: Vec<String>) -> Vec<String> {
+        names
+            .into_iter()
+            .filter(|n| n != ".agent-0.lock.flock")
+            .collect()
+    }
+
+    #[test]
+    fn a_publisher_whose_temp_alias_was_swept_starts_over() {
+        let site = Site::new();
+        // The slot directory's temp sweep removes an alias a minute old: here, the first one,
+        // between its creation and its link.
+        let mut aliases = Vec::new();
+        let ours = Guard::try_acquire_observed(&site.fd, site.path(), RES, &mut || {
+            let now = temp_aliases(names_in(site.path()));
+            assert_eq!(
+                now.len(),
+                1,
+                "one complete temp alias before the link: {now:?}"
+            );
+            if aliases.is_empty() {
+                std::fs::remove_file(site.path().join(&now[0])).expect("sweep the temp alias");
+            }
+            aliases.extend(now);
+        })
+        .expect("a publisher whose temp alias vanished must start over, not fail")
+        .expect("nobody else holds the guard");
+        assert_eq!(
+            aliases.len(),
+            2,
+            "published on the second attempt, through a second alias: {aliases:?}"
+        );
+        assert_ne!(
+            aliases[0], aliases[1],
+            "the second attempt draws a new alias"
+        );
+        for alias in &aliases {
+            let token = alias
+                .strip_prefix(".agent-0.lock.flock.tmp-")
+                .unwrap_or_else(|| panic!("the alias is `.F.flock.tmp-<token>`: {alias}"));
+            assert!(
+                token.len() == 16 && token.bytes().all(|b| b.is_ascii_hexdigit()),
+                "the token is 16 hex digits: {alias}"
+            );
+            assert_eq!(
+                token,
+                token.to_lowercase(),
+                "the token is lowercase: {alias}"
+            );
+        }
+        assert_eq!(
+            names_in(site.path()),
+            vec![".agent-0.lock.flock".to_owned()],
+            "the guard is published and no temp alias is left"
+        );
+        assert_eq!(
+            std::fs::metadata(site.guard()).expect("guard").ino(),
+            ours.file_id().ino,
+            "we hold the published guard"
+        );
+    }
+
+    #[test]
+    fn a_link_that_fails_for_another_reason_is_reported_at_once() {
+        let site = Site::new();
+        // A directory in place of the alias: linking it fails with EPERM, which no new attempt
+        // would change, so it is reported without another alias being made.
+        let mut attempts = 0;
+        let err = Guard::try_acquire_observed(&site.fd, site.path(), RES, &mut || {
+            attempts += 1;
+            let now = temp_aliases(names_in(site.path()));
+            let alias = site.path().join(now.last().expect("a temp alias"));
+            std::fs::remove_file(&alias).expect("remove the temp alias");
+            std::fs::create_dir(&alias).expect("a directory in its place");
+        })
+        .expect_err("linking a directory must fail");
+        assert_eq!(
+            attempts, 1,
+            "a failure other than a vanished alias is not retried"
+        );
+        let acquire::Error::Io { op, path, source } = &err else {
+            panic!("a failed link is an I/O error, got {err:?}");
+        };
+        assert_eq!(
+            *op, "publish (link) the temp alias of",
+            "names the step: {err}"
+        );
+        assert_eq!(path, &site.guard(), "names the guard: {err}");
+        assert_eq!(
+            source.raw_os_error(),
+            Some(rustix::io::Errno::PERM.raw_os_error()),
+            "carries the link's error: {source}"
+        );
+        assert!(!site.guard().exists(), "no guard is published");
+    }
+
     #[test]
     fn a_guard_unlinked_between_open_and_lock_is_reopened_by_name() {
         let site = Site::new();
@@ -559,6 +713,62 @@ mod publication {
             std::fs::metadata(&alias).expect("alias").ino(),
             "the alias names the same inode"
         );
+    }
+}
+
+mod tokens {
+    use super::*;
+
+    #[test]
+    fn a_child_forked_without_exec_draws_other_tokens_than_its_parent() {
+        // The child shares the parent's seed and counter: only the pid tells them apart.
+        let out = Command::new(env!("CARGO_BIN_EXE_guard-holder"))
+            .arg("fork-tokens")
+            .output_gated()
+            .expect("run the holder");
+        assert!(out.status.success(), "the holder must fork: {}", out.status);
+        let out = String::from_utf8(out.stdout).expect("utf-8 output");
+        let lines: Vec<&str> = out.lines().collect();
+        let [child, parent] = lines.as_slice() else {
+            panic!("the holder prints the child's token and its own: {out:?}");
+        };
+        let child = child.strip_prefix("child ").expect("the child's token");
+        let parent = parent.strip_prefix("parent ").expect("the parent's token");
+        for token in [child, parent] {
+            assert!(
+                token.len() == 16 && token.bytes().all(|b| b.is_ascii_hexdigit()),
+                "a token is 16 hex digits: {out:?}"
+            );
+        }
+        assert_ne!(
+            child, parent,
+            "the same draw in a forked child and its parent must differ"
+        );
+    }
+}
+
+mod probe {
+    use super::*;
+    use worklane_guard::is_held;
+
+    #[test]
+    fn is_held_tells_a_held_guard_from_a_free_one() {
+        let site = Site::new();
+        assert!(
+            !is_held(&site.fd, site.path(), RES).expect("probe a guard nobody holds"),
+            "a guard nobody holds is not held"
+        );
+        assert!(
+            site.guard().exists(),
+            "the probe published the guard it took and released"
+        );
+        let held = site.held();
+        assert!(
+            is_held(&site.fd, site.path(), RES).expect("probe a held guard"),
+            "a guard another open file description holds is held"
+        );
+        drop(held);
+        site.assert_free("the probes released what they took");
     }
 }
 

@@ -7,9 +7,12 @@
 //! duplicate of the held descriptor and reads this helper's standard input (so it ends when
 //! the test closes that pipe, even if the test fails before it kills it), drops its own copy
 //! and waits for that child.
+//! `guard-holder fork-tokens`: draws a token, forks, and prints `child <token>` and
+//! `parent <token>`, the next token each process draws (see `fork_tokens`).
 #![allow(clippy::print_stdout, missing_docs)]
 
 use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 use worklane_guard::Guard;
@@ -24,8 +27,50 @@ fn close_stdin() {
     drop(unsafe { OwnedFd::from_raw_fd(0) });
 }
 
+/// Draws a token, so that this process has its token seed; forks a child that draws the next
+/// token (in `pre_exec`, which runs in the child between fork and exec, with a copy of the seed
+/// and the counter); then draws the next token here. Prints both.
+#[allow(unsafe_code)]
+fn fork_tokens() -> ExitCode {
+    let _first = worklane_guard::random_token();
+    let (mut reader, writer) = std::io::pipe().expect("create a pipe");
+    let mut child = Command::new("true");
+    child.stdin(Stdio::null()).stdout(Stdio::null());
+    // SAFETY: this helper is single-threaded, so in the forked child no lock (the allocator's
+    // included) can be held by a thread that no longer exists: the closure may allocate. It
+    // touches only the child's copies of the token state and of the pipe's write end.
+    unsafe {
+        child.pre_exec(move || {
+            let token = worklane_guard::random_token();
+            (&writer).write_all(token.as_bytes())
+        });
+    }
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a single-threaded helper process, not a test binary: no gate to keep"
+    )]
+    let status = child.status().expect("run the forked child");
+    // The closure, and with it this process's write end, goes with the command.
+    drop(child);
+    let mut forked = String::new();
+    reader
+        .read_to_string(&mut forked)
+        .expect("read the child's token");
+    let here = worklane_guard::random_token();
+    println!("child {forked}");
+    println!("parent {here}");
+    if status.success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args == ["fork-tokens"] {
+        return fork_tokens();
+    }
     let [mode, dir, resource] = args.as_slice() else {
         eprintln!("usage: guard-holder try|hold|hold-inherit DIR RESOURCE");
         return ExitCode::from(64);
