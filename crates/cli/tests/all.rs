@@ -167,7 +167,7 @@ const HOLD: &str = r#"touch "$T/up.$K"; while [ ! -e "$T/release.$K" ]; do sleep
 mod cap {
     use super::*;
 
-    const OVERLAP: &str = r#"
+    pub(super) const OVERLAP: &str = r#"
 bump() { flock "$T/count.lock" sh -c "$1"; }
 bump 'n=$(cat "$T/n" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "$T/n"; echo $n >> "$T/log"; if [ $n -ge 4 ]; then touch "$T/reached"; fi'
 i=0; while [ ! -e "$T/reached" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done
@@ -2831,5 +2831,269 @@ mod strays {
         );
         std::fs::remove_dir(site.slots().join(".slots.lock.flock")).expect("the fix");
         assert_eq!(site.code(&["run", "--no-wait", "--", "true"]), 0, "fixed");
+    }
+}
+
+mod dispatcher {
+    //! The dispatcher flow on real processes: a dispatcher serving a temp slot directory,
+    //! launchers that enqueue and exit, drivers that claim and run, kills at each step.
+    use super::*;
+
+    /// Starts `worklane dispatcher` and waits for its socket.
+    fn start(site: &Site, extra: &[&str]) -> Running {
+        let running = Running::new(
+            site.worklane()
+                .arg("dispatcher")
+                .args(extra)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn_gated()
+                .expect("spawn the dispatcher"),
+        );
+        let socket = site.slots().join("dispatcher.sock");
+        wait_until("the dispatcher's socket", || {
+            std::os::unix::net::UnixStream::connect(&socket).is_ok()
+        });
+        running
+    }
+
+    fn enqueue(site: &Site, args: &[&str], script: &str) -> Output {
+        site.worklane()
+            .arg("enqueue")
+            .args(args)
+            .args(["--", "sh", "-c", script])
+            .output_gated()
+            .expect("enqueue")
+    }
+
+    fn lane_free(site: &Site, lane: &str) -> bool {
+        Command::new("flock")
+            .arg("-n")
+            .arg(site.slots().join(format!(".lane-{lane}.lock.flock")))
+            .arg("true")
+            .status_gated()
+            .expect("flock")
+            .success()
+    }
+
+    #[test]
+    fn five_enqueued_at_cap_1_run_one_at_a_time_by_priority_then_start() {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        let _dispatcher = start(&site, &[]);
+        // Held back by STOP while all five are queued, so that only the order decides.
+        assert_eq!(site.code(&["stop-all", "queueing"]), 0);
+        let script = r#"echo "start $L" >> "$T/order"; sleep 0.1; echo "end $L" >> "$T/order""#;
+        for (lane, priority) in [("a", "0"), ("b", "5"), ("c", "0"), ("d", "5"), ("e", "-1")] {
+            let out = enqueue(
+                &site,
+                &["--lane", lane, "--priority", priority],
+                &script.replace("$L", lane),
+            );
+            assert!(
+                out.status.success(),
+                "{lane}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(
+                String::from_utf8_lossy(&out.stdout).starts_with("a-"),
+                "prints the attempt id"
+            );
+        }
+        let listed = site.output(&["queue", "ls", "--json"]);
+        let doc: serde_json::Value = serde_json::from_slice(&listed.stdout).expect("json");
+        assert_eq!(doc["attempts"].as_array().map(Vec::len), Some(5), "{doc}");
+        assert_eq!(site.code(&["resume-all"]), 0);
+        wait_until("all five to end", || {
+            std::fs::read_to_string(site.file("order")).is_ok_and(|t| t.lines().count() == 10)
+        });
+        let order = std::fs::read_to_string(site.file("order")).expect("order");
+        assert_eq!(
+            order,
+            "start b\nend b\nstart d\nend d\nstart a\nend a\nstart c\nend c\nstart e\nend e\n",
+            "one at a time, by priority then original start"
+        );
+    }
+
+    #[test]
+    fn no_dispatcher_is_69_and_a_taken_lane_is_75() {
+        let site = Site::new(None);
+        let out = enqueue(&site, &["--lane", "x"], "true");
+        assert_eq!(
+            out.status.code(),
+            Some(69),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("worklane dispatcher"),
+            "says how to start one"
+        );
+        assert!(lane_free(&site, "x"), "the lane is released again");
+        let _dispatcher = start(&site, &[]);
+        assert_eq!(site.code(&["stop-all", "hold"]), 0);
+        let out = enqueue(&site, &["--lane", "x"], "true");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            !lane_free(&site, "x"),
+            "the dispatcher holds the lane after enqueue exited"
+        );
+        let out = enqueue(&site, &["--lane", "x"], "true");
+        assert_eq!(
+            out.status.code(),
+            Some(75),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(site.code(&["resume-all"]), 0);
+    }
+
+    #[test]
+    fn reconcile_tells_dispatcher_driver_and_nobody_apart() {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        let _dispatcher = start(&site, &[]);
+        assert_eq!(site.code(&["stop-all", "hold"]), 0);
+        let out = enqueue(
+            &site,
+            &["--lane", "r"],
+            r#"echo $$ > "$T/driver.pid"; while [ ! -e "$T/go" ]; do sleep 0.02; done"#,
+        );
+        let attempt = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        let holder = |site: &Site| {
+            let out = site.output(&["reconcile", &attempt, "--json"]);
+            let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+            doc["holder"].clone()
+        };
+        assert_eq!(holder(&site), "dispatcher", "queued");
+        assert_eq!(site.code(&["resume-all"]), 0);
+        wait_until("the driver's command", || site.file("driver.pid").exists());
+        assert_eq!(holder(&site), "driver", "claimed and running");
+        assert!(!lane_free(&site, "r"), "the driver holds the lane");
+        std::fs::write(site.file("go"), b"").expect("go");
+        wait_until("the lane to be free", || lane_free(&site, "r"));
+        assert_eq!(holder(&site), serde_json::Value::Null, "done: nobody");
+    }
+
+    #[test]
+    fn a_killed_driver_frees_lane_and_slot() {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        let _dispatcher = start(&site, &[]);
+        let out = enqueue(
+            &site,
+            &["--lane", "k"],
+            r#"echo $PPID > "$T/claim.pid"; exec sleep 60"#,
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        wait_until("the driver", || {
+            std::fs::read_to_string(site.file("claim.pid")).is_ok_and(|t| t.ends_with('\n'))
+        });
+        assert_eq!(
+            site.code(&["run", "--no-wait", "--", "true"]),
+            75,
+            "the driver holds the one slot"
+        );
+        let claim: i32 = std::fs::read_to_string(site.file("claim.pid"))
+            .expect("pid")
+            .trim()
+            .parse()
+            .expect("a pid");
+        let pid = rustix::process::Pid::from_raw(claim).expect("pid");
+        rustix::process::kill_process(pid, rustix::process::Signal::KILL)
+            .expect("SIGKILL the driver");
+        // Its command gets SIGTERM (the parent-death signal) and with it the last copies go.
+        wait_until("the lane free", || lane_free(&site, "k"));
+        let mut code = 75;
+        wait_until("the slot free", || {
+            code = site.code(&["run", "--no-wait", "--", "true"]);
+            code == 0
+        });
+    }
+
+    #[test]
+    fn runs_and_enqueued_work_share_one_cap() {
+        let site = Site::new(Some(r#"{"max_agents": 4}"#));
+        let _dispatcher = start(&site, &[]);
+        let script = site.write_script("overlap.sh", super::cap::OVERLAP);
+        for i in 0..8 {
+            let out = site
+                .worklane()
+                .args(["enqueue", "--lane", &format!("o{i}"), "--", "sh", &script])
+                .output_gated()
+                .expect("enqueue");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let runs: Vec<Running> = (0..8)
+            .map(|i| {
+                Running::new(
+                    site.worklane()
+                        .args(["run", "--", "sh", &script])
+                        .env("K", i.to_string())
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .spawn_gated()
+                        .expect("spawn"),
+                )
+            })
+            .collect();
+        for run in runs {
+            let out = run.wait_with_output().expect("wait");
+            assert!(out.status.success(), "every run completes");
+        }
+        wait_until("all sixteen to have run", || {
+            std::fs::read_to_string(site.file("log")).is_ok_and(|t| t.lines().count() == 16)
+        });
+        let log = std::fs::read_to_string(site.file("log")).expect("log");
+        let max = log
+            .lines()
+            .map(|l| l.parse::<u32>().expect("a count"))
+            .max();
+        assert_eq!(
+            max,
+            Some(4),
+            "never more than 4 at once across both kinds: {log}"
+        );
+    }
+
+    #[test]
+    fn one_dispatcher_per_directory_and_a_restart_recovers_the_queue() {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        let mut first = start(&site, &[]);
+        let second = site.output(&["dispatcher"]);
+        assert_eq!(second.status.code(), Some(75), "a second one is refused");
+        assert!(
+            String::from_utf8_lossy(&second.stderr).contains(&first.id().to_string()),
+            "naming the first: {}",
+            String::from_utf8_lossy(&second.stderr)
+        );
+        assert_eq!(site.code(&["stop-all", "hold"]), 0);
+        let out = enqueue(&site, &["--lane", "s"], r#"touch "$T/ran""#);
+        assert!(out.status.success());
+        let pid =
+            rustix::process::Pid::from_raw(i32::try_from(first.id()).expect("pid")).expect("pid");
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("SIGTERM");
+        let status = wait_exit(&mut first, "the dispatcher");
+        assert!(status.success(), "a clean stop");
+        assert!(
+            lane_free(&site, "s"),
+            "its lanes are freed with its descriptors"
+        );
+        let _again = start(&site, &[]);
+        assert!(
+            !lane_free(&site, "s"),
+            "recovered: the new dispatcher holds the lane again"
+        );
+        assert_eq!(site.code(&["resume-all"]), 0);
+        wait_until("the recovered attempt to run", || site.file("ran").exists());
     }
 }
