@@ -265,12 +265,24 @@ pub(crate) fn serve(args: &DispatcherArgs) -> Result<ExitCode, Failure> {
         owner: stat.st_uid,
         group: stat.st_gid,
     };
+    let alive = Arc::new(std::sync::atomic::AtomicU64::new(
+        worklane_identity::Place::boot_clock_ms(),
+    ));
+    watchdog(Arc::clone(&alive));
     let mut server = Server::new(
         dispatcher,
         listener,
         trust,
         |admitted| launch(&pool, &socket, admitted),
-        |event| log(&event),
+        |event| {
+            if matches!(event, Event::Tick) {
+                alive.store(
+                    worklane_identity::Place::boot_clock_ms(),
+                    std::sync::atomic::Ordering::SeqCst,
+                );
+            }
+            log(&event);
+        },
     );
     errln!(
         "worklane: dispatcher {} serving {} ({} mode, claim interval {} s)",
@@ -312,7 +324,31 @@ fn log(event: &Event) {
             }
         }
         Event::Connection(what) => errln!("worklane: {now} connection: {what}"),
+        Event::Tick => {}
     }
+}
+
+/// systemd's watchdog (`WATCHDOG_USEC`): a thread sends `WATCHDOG=1` every half interval, but
+/// only while the service loop has gone round within the interval (`alive` holds the time of
+/// its last round, ms on the boot clock), so a stuck loop is restarted.
+fn watchdog(alive: Arc<std::sync::atomic::AtomicU64>) {
+    let Some(usec) = std::env::var("WATCHDOG_USEC")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&u| u > 0)
+    else {
+        return;
+    };
+    let interval_ms = usec / 1000;
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis((interval_ms / 2).max(1)));
+            let last = alive.load(std::sync::atomic::Ordering::SeqCst);
+            if worklane_identity::Place::boot_clock_ms().saturating_sub(last) <= interval_ms {
+                notify("WATCHDOG=1");
+            }
+        }
+    });
 }
 
 /// Command-line arguments as the queue stores them (UTF-8 only).

@@ -87,6 +87,8 @@ pub enum Event {
     Expired(Vec<String>),
     /// A connection failed (a peer that went away, a malformed message).
     Connection(String),
+    /// The loop went round (at least every [`TICK`]): it is alive.
+    Tick,
 }
 
 /// Starts an admitted attempt's driver and returns its pid.
@@ -163,6 +165,7 @@ impl<'a> Server<'a> {
                 }
             }
             self.tick()?;
+            (self.report)(Event::Tick);
             if last_heartbeat.elapsed() >= HEARTBEAT {
                 self.refresh_entries()?;
                 last_heartbeat = Instant::now();
@@ -234,7 +237,16 @@ impl<'a> Server<'a> {
                 Vec::new(),
             )
         } else {
-            self.dispatch(&line, fds)?
+            match self.dispatch(&line, fds) {
+                Ok(answer) => answer,
+                // The dispatcher's own failure (its database, the directory): the client is
+                // told, the service goes on.
+                Err(e) => (
+                    "unknown",
+                    Reply::refused(code::INTERNAL, format!("the dispatcher failed: {e}")),
+                    Vec::new(),
+                ),
+            }
         };
         let borrowed: Vec<_> = send.iter().map(AsFd::as_fd).collect();
         let bytes = serde_json::to_vec(&reply).unwrap_or_default();
