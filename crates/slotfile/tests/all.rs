@@ -1434,7 +1434,12 @@ mod unprivileged {
             std::fs::set_permissions(temp.path(), std::fs::Permissions::from_mode(0o755))
                 .expect("chmod");
             let exe = temp.path().join("slot-writer");
-            std::fs::copy(env!("CARGO_BIN_EXE_slot-writer"), &exe).expect("copy the writer");
+            // Copied quietly: a child another test thread forks meanwhile would hold the copy's
+            // write descriptor until it execs, and executing a file open for writing fails
+            // with "Text file busy".
+            worklane_testkit::gate::quietly(|| {
+                std::fs::copy(env!("CARGO_BIN_EXE_slot-writer"), &exe).expect("copy the writer")
+            });
             std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).expect("chmod");
             Subject { temp, exe }
         }
