@@ -75,7 +75,50 @@ fn count(snapshot: &Snapshot, kind: &str) -> usize {
 }
 
 /// The JSON document of `slots --json` (schema in README.md).
-pub(crate) fn to_json(snapshot: &Snapshot, budgets: &[CredentialView]) -> Value {
+/// The dispatcher's queue as the slot directory shows it: the dispatcher (its lock's record
+/// and whether its guard is held) and the status entries `queue-<lane>.json` it keeps.
+pub(crate) struct QueueView {
+    /// The dispatcher's pid, from `dispatcher.lock`, if there is a record.
+    pub(crate) pid: Option<u32>,
+    /// Whether a dispatcher holds `dispatcher.lock` now.
+    pub(crate) alive: bool,
+    /// The status entries (JSON objects).
+    pub(crate) attempts: Vec<Value>,
+}
+
+pub(crate) fn queue_view(dir: &worklane_slotfile::SlotDir) -> QueueView {
+    let lock = dir.file("dispatcher.lock").ok();
+    let pid = lock
+        .as_ref()
+        .and_then(|l| l.read().ok().flatten())
+        .and_then(|raw| worklane_lease::Record::parse(&raw).ok())
+        .and_then(|r| r.pid());
+    // A held guard is a live dispatcher (it holds it for life); probing a free one takes it
+    // for a moment, as `slots` does for every lock.
+    let alive = lock.is_some_and(|l| matches!(l.try_guard(), Ok(None)));
+    let attempts = dir
+        .list_prefixed("queue-")
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| p.name().ends_with(".json"))
+        .filter_map(|p| p.read().ok().flatten())
+        .filter_map(|raw| serde_json::from_slice::<Value>(&raw).ok())
+        .collect();
+    QueueView {
+        pid,
+        alive,
+        attempts,
+    }
+}
+
+fn queue_json(queue: &QueueView) -> Value {
+    json!({
+        "dispatcher": {"pid": queue.pid, "alive": queue.alive},
+        "attempts": queue.attempts,
+    })
+}
+
+pub(crate) fn to_json(snapshot: &Snapshot, budgets: &[CredentialView], queue: &QueueView) -> Value {
     json!({
         "dir": snapshot.dir.display().to_string(),
         "max_agents": snapshot.config.max_agents,
@@ -87,6 +130,7 @@ pub(crate) fn to_json(snapshot: &Snapshot, budgets: &[CredentialView]) -> Value 
         "drain": drain_json(&snapshot.drain),
         "slots": snapshot.slots.iter().map(slot_json).collect::<Vec<_>>(),
         "problems": problems_json(snapshot),
+        "queue": queue_json(queue),
         "budgets": crate::budget::views_json(budgets),
     })
 }
@@ -116,10 +160,11 @@ pub(crate) fn show(as_json: bool) -> Result<ExitCode, Failure> {
     let snapshot = pool.snapshot()?;
     // The budgets are a view, never a reason to fail: an unlistable directory shows none.
     let budgets = Ledger::new(pool.dir().clone()).health().unwrap_or_default();
+    let queue = queue_view(pool.dir());
     if as_json {
         outln!(
             "{}",
-            serde_json::to_string_pretty(&to_json(&snapshot, &budgets)).unwrap_or_default()
+            serde_json::to_string_pretty(&to_json(&snapshot, &budgets, &queue)).unwrap_or_default()
         )?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -154,6 +199,28 @@ pub(crate) fn show(as_json: bool) -> Result<ExitCode, Failure> {
         }
     }
     crate::budget::print_views(&budgets)?;
+    if queue.pid.is_some() || !queue.attempts.is_empty() {
+        outln!(
+            "dispatcher: {}; {} attempt(s) queued or starting",
+            match (queue.pid, queue.alive) {
+                (Some(pid), true) => format!("pid {pid}, serving"),
+                (Some(pid), false) => format!("not running (last pid {pid})"),
+                (None, _) => "not running".to_owned(),
+            },
+            queue.attempts.len()
+        )?;
+        for a in &queue.attempts {
+            let field = |k: &str| a[k].as_str().unwrap_or("-").to_owned();
+            outln!(
+                "  {} lane {} {} priority {} since {}",
+                field("attempt"),
+                field("lane"),
+                field("state"),
+                a["priority"],
+                field("since")
+            )?;
+        }
+    }
     let problems = problem_lines(&snapshot);
     if !problems.is_empty() {
         outln!("stray or broken files ({}):", problems.len())?;

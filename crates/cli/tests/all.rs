@@ -2941,6 +2941,18 @@ mod dispatcher {
             !lane_free(&site, "x"),
             "the dispatcher holds the lane after enqueue exited"
         );
+        let out = site.output(&["slots", "--json"]);
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(doc["queue"]["dispatcher"]["alive"], true, "{doc}");
+        let attempts = doc["queue"]["attempts"].as_array().expect("attempts");
+        assert_eq!(attempts.len(), 1, "{doc}");
+        assert_eq!(attempts[0]["lane"], "x");
+        assert_eq!(attempts[0]["state"], "queued");
+        assert_eq!(
+            attempts[0]["dispatcher"]["pid"],
+            _dispatcher.id(),
+            "the entry names the dispatcher that keeps the wait"
+        );
         let out = enqueue(&site, &["--lane", "x"], "true");
         assert_eq!(
             out.status.code(),
