@@ -45,25 +45,51 @@ fn socket_path(pool: &Pool, given: Option<&Path>) -> PathBuf {
         .unwrap_or_else(|| pool.dir().path().join(SOCKET))
 }
 
-/// The host's admission mode, from the config's `admission` field (default `dispatcher`).
-fn admission_mode(pool: &Pool) -> Result<Mode, Failure> {
+/// The dispatcher's part of the config: `admission` (`"dispatcher"`, the default, or
+/// `"waiter"`), and the environment filter's `env_allow_prefixes` and `env_secret_words`
+/// (arrays of strings; each replaces its default when given).
+fn dispatcher_config(pool: &Pool) -> Result<(Mode, EnvFilter), Failure> {
     let path = &pool.locations().config;
     let raw = worklane_slotfile::read::read_path(path)
         .map_err(|e| Failure::new(exit::CONFIG, exit::chain(&e)))?;
-    let value = raw
+    let doc = raw
         .and_then(|raw| serde_json::from_slice::<serde_json::Value>(&raw).ok())
-        .and_then(|v| v.get("admission").cloned());
-    match value.as_ref().map(|v| v.as_str()) {
-        None | Some(Some("dispatcher")) => Ok(Mode::Dispatcher),
-        Some(Some("waiter")) => Ok(Mode::Waiter),
-        Some(_) => Err(Failure::new(
+        .unwrap_or_default();
+    let bad = |field: &str, expected: &str| {
+        Failure::new(
             exit::CONFIG,
             format!(
-                "config {}: field `admission` must be \"dispatcher\" or \"waiter\"",
+                "config {}: field `{field}` must be {expected}",
                 path.display()
             ),
-        )),
-    }
+        )
+    };
+    let mode = match doc.get("admission").map(|v| v.as_str()) {
+        None | Some(Some("dispatcher")) => Mode::Dispatcher,
+        Some(Some("waiter")) => Mode::Waiter,
+        Some(_) => return Err(bad("admission", "\"dispatcher\" or \"waiter\"")),
+    };
+    let strings = |field: &str, default: &[&str]| -> Result<Vec<String>, Failure> {
+        match doc.get(field) {
+            None => Ok(default.iter().map(|s| (*s).to_owned()).collect()),
+            Some(serde_json::Value::Array(items)) => items
+                .iter()
+                .map(|i| {
+                    i.as_str()
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_owned)
+                        .ok_or_else(|| bad(field, "an array of non-empty strings"))
+                })
+                .collect(),
+            Some(_) => Err(bad(field, "an array of non-empty strings")),
+        }
+    };
+    use worklane_admission::dispatch::env::{DEFAULT_PREFIXES, DEFAULT_SECRET_WORDS};
+    let env = EnvFilter::new(
+        strings("env_allow_prefixes", DEFAULT_PREFIXES)?,
+        strings("env_secret_words", DEFAULT_SECRET_WORDS)?,
+    );
+    Ok((mode, env))
 }
 
 fn connect(path: &Path) -> Result<UnixStream, Failure> {
@@ -219,7 +245,7 @@ fn reap_drivers() {
 
 pub(crate) fn serve(args: &DispatcherArgs) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
-    let mode = admission_mode(&pool)?;
+    let (mode, env) = dispatcher_config(&pool)?;
     let dir = pool.dir().clone();
     let held = match acquire(
         &dir,
@@ -244,7 +270,7 @@ pub(crate) fn serve(args: &DispatcherArgs) -> Result<ExitCode, Failure> {
         .map_err(|e| Failure::new(exit::OS_ERROR, exit::chain(&e)))?;
     let settings = Settings {
         claim_interval_ms: u64::try_from(args.claim_interval.as_millis()).unwrap_or(u64::MAX),
-        env: EnvFilter::default(),
+        env,
         mode,
     };
     let dispatcher = Dispatcher::recover(pool.clone(), store, settings)
@@ -416,7 +442,7 @@ pub(crate) fn enqueue(args: &EnqueueArgs) -> Result<ExitCode, Failure> {
         placement: args.placement.clone(),
         stage: args.stage.clone(),
         args: driver,
-        env: EnvFilter::default().keep(std::env::vars_os()),
+        env: dispatcher_config(&pool)?.1.keep(std::env::vars_os()),
     };
     let guard = lease
         .guard()

@@ -2964,6 +2964,64 @@ mod dispatcher {
     }
 
     #[test]
+    fn the_config_sets_waiter_mode_and_the_environment_filter() {
+        let site = Site::new(Some(r#"{"admission": "waiter"}"#));
+        let _dispatcher = start(&site, &[]);
+        let out = enqueue(&site, &["--lane", "w"], "true");
+        assert_eq!(
+            out.status.code(),
+            Some(69),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("waiter"),
+            "says why: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        drop(_dispatcher);
+        let site = Site::new(Some(
+            r#"{"env_allow_prefixes": ["MY_"], "env_secret_words": ["PIN"]}"#,
+        ));
+        let _dispatcher = start(&site, &[]);
+        let out = site
+            .worklane()
+            .args(["enqueue", "--lane", "e", "--"])
+            .args([
+                "sh",
+                "-c",
+                r#"env | grep -E '^(MY_|LANE_)' | sort > "$T/env""#,
+            ])
+            .env("MY_STAGE", "kept")
+            .env("MY_PIN", "dropped: a secret word")
+            .env("LANE_X", "dropped: not an allowed prefix here")
+            .output_gated()
+            .expect("enqueue");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        wait_until("the driver's environment", || {
+            site.file("env").exists()
+                && std::fs::read_to_string(site.file("env")).is_ok_and(|t| !t.is_empty())
+        });
+        let seen = std::fs::read_to_string(site.file("env")).expect("env");
+        assert_eq!(
+            seen, "MY_STAGE=kept\n",
+            "only the configured filter's variables reach the driver"
+        );
+        let bad = Site::new(Some(r#"{"env_allow_prefixes": "MY_"}"#));
+        let out = bad.output(&["dispatcher"]);
+        assert_eq!(
+            out.status.code(),
+            Some(78),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    #[test]
     fn reconcile_tells_dispatcher_driver_and_nobody_apart() {
         let site = Site::new(Some(r#"{"max_agents": 1}"#));
         let _dispatcher = start(&site, &[]);
