@@ -266,6 +266,7 @@ pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
         ),
     ];
     let first = answers.iter().find(|(_, a)| a.blocks == Some(true));
+    let queued = queued_attempts(&pool, &snapshot);
     if args.json {
         let mut doc = serde_json::Map::new();
         for (question, answer) in &answers {
@@ -278,6 +279,10 @@ pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
         doc.insert(
             "problems".to_owned(),
             crate::slots::problems_json(&snapshot),
+        );
+        doc.insert(
+            "queued".to_owned(),
+            Value::Array(queued.iter().map(|q| q.json()).collect()),
         );
         outln!("{}", Value::Object(doc))?;
     } else {
@@ -296,6 +301,87 @@ pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
                 outln!("  {line}")?;
             }
         }
+        if !queued.is_empty() {
+            outln!("queued with the dispatcher:")?;
+            for q in &queued {
+                outln!(
+                    "  {} (lane {}): {}; waited {} s",
+                    q.attempt,
+                    q.lane,
+                    q.held_by,
+                    q.waited_ms / 1000
+                )?;
+            }
+        }
     }
     Ok(ExitCode::from(first.map_or(0, |(_, a)| a.code)))
+}
+
+/// A queued attempt and what holds it.
+struct Queued {
+    attempt: String,
+    lane: String,
+    state: String,
+    waited_ms: u64,
+    held_by: String,
+}
+
+impl Queued {
+    fn json(&self) -> Value {
+        json!({"attempt": self.attempt, "lane": self.lane, "state": self.state,
+               "waited_ms": self.waited_ms, "held_by": self.held_by})
+    }
+}
+
+/// What holds each attempt the dispatcher keeps (its status entries): a starting one waits for
+/// its driver's claim; a queued one for the resource-admission question of an agent slot
+/// (STOP, a drain, the cap) and for the attempts ahead of it, by priority then start.
+fn queued_attempts(pool: &worklane_admission::Pool, snapshot: &Snapshot) -> Vec<Queued> {
+    let queue = crate::slots::queue_view(pool.dir());
+    let now = worklane_lease::Clock::now_ms(&worklane_lease::SystemClock);
+    let admission = admission(KindArg::Agent, snapshot);
+    let mut entries: Vec<&Value> = queue.attempts.iter().collect();
+    let key = |e: &&Value| {
+        (
+            std::cmp::Reverse(e["priority"].as_i64().unwrap_or(0)),
+            e["start"]
+                .as_str()
+                .and_then(worklane_lease::parse_rfc3339_ms)
+                .unwrap_or(0),
+        )
+    };
+    entries.sort_by_key(key);
+    let mut ahead = 0;
+    entries
+        .into_iter()
+        .map(|e| {
+            let text = |k: &str| e[k].as_str().unwrap_or("-").to_owned();
+            let state = text("state");
+            let start = e["start"]
+                .as_str()
+                .and_then(worklane_lease::parse_rfc3339_ms)
+                .unwrap_or(now);
+            let held_by = if state == "starting" {
+                "admitted: waiting for its driver's claim".to_owned()
+            } else if admission.blocks == Some(true) {
+                format!("resource admission: {}", admission.why)
+            } else if ahead > 0 {
+                format!("{ahead} attempt(s) ahead of it in the queue")
+            } else if !queue.alive {
+                "no dispatcher serves the queue (`worklane dispatcher` starts one)".to_owned()
+            } else {
+                "next to be admitted".to_owned()
+            };
+            if state == "queued" {
+                ahead += 1;
+            }
+            Queued {
+                attempt: text("attempt"),
+                lane: text("lane"),
+                state,
+                waited_ms: now.saturating_sub(start),
+                held_by,
+            }
+        })
+        .collect()
 }

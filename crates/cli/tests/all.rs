@@ -2902,6 +2902,20 @@ mod dispatcher {
         let listed = site.output(&["queue", "ls", "--json"]);
         let doc: serde_json::Value = serde_json::from_slice(&listed.stdout).expect("json");
         assert_eq!(doc["attempts"].as_array().map(Vec::len), Some(5), "{doc}");
+        let why = site.output(&["why", "--json"]);
+        let why: serde_json::Value = serde_json::from_slice(&why.stdout).expect("why --json");
+        let queued = why["queued"].as_array().expect("queued");
+        assert_eq!(queued.len(), 5, "{why}");
+        assert!(
+            queued.iter().all(|q| q["held_by"]
+                .as_str()
+                .is_some_and(|h| h.starts_with("resource admission") && h.contains("queueing"))),
+            "each is held by STOP, the resource-admission question: {why}"
+        );
+        assert!(
+            queued[0]["waited_ms"].as_u64().is_some(),
+            "and for how long: {why}"
+        );
         assert_eq!(site.code(&["resume-all"]), 0);
         wait_until("all five to end", || {
             std::fs::read_to_string(site.file("order")).is_ok_and(|t| t.lines().count() == 10)
