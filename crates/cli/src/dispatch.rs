@@ -295,7 +295,7 @@ pub(crate) fn serve(args: &DispatcherArgs) -> Result<ExitCode, Failure> {
         worklane_identity::Place::boot_clock_ms(),
     ));
     watchdog(Arc::clone(&alive));
-    let mut server = Server::new(
+    let server = Server::new(
         dispatcher,
         listener,
         trust,
@@ -310,6 +310,15 @@ pub(crate) fn serve(args: &DispatcherArgs) -> Result<ExitCode, Failure> {
             log(&event);
         },
     );
+    let mut server = match test_crash_point() {
+        Some(point) => server.crash_at(point, || {
+            let _ = rustix::process::kill_process(
+                rustix::process::getpid(),
+                rustix::process::Signal::KILL,
+            );
+        }),
+        None => server,
+    };
     errln!(
         "worklane: dispatcher {} serving {} ({} mode, claim interval {} s)",
         std::process::id(),
@@ -327,6 +336,23 @@ pub(crate) fn serve(args: &DispatcherArgs) -> Result<ExitCode, Failure> {
     served.map_err(|e| Failure::new(exit::OS_ERROR, exit::chain(&e)))?;
     errln!("worklane: dispatcher stopped; queued attempts stay in the database for the next one");
     Ok(ExitCode::SUCCESS)
+}
+
+/// In a test run only (see `Environment::test_run`), `WORKLANE_TEST_DISPATCHER_CRASH`
+/// (`after-insert`, `after-admit`, `after-claim-remove`) makes the dispatcher SIGKILL itself at
+/// that point: the crash tests' seam. Ignored everywhere else.
+fn test_crash_point() -> Option<worklane_admission::dispatch::server::CrashPoint> {
+    use worklane_admission::dispatch::server::CrashPoint;
+    worklane_slotfile::Environment::from_process().test_run()?;
+    match std::env::var("WORKLANE_TEST_DISPATCHER_CRASH")
+        .ok()?
+        .as_str()
+    {
+        "after-insert" => Some(CrashPoint::AfterInsert),
+        "after-admit" => Some(CrashPoint::AfterAdmit),
+        "after-claim-remove" => Some(CrashPoint::AfterClaimRemove),
+        _ => None,
+    }
 }
 
 fn log(event: &Event) {
@@ -447,7 +473,20 @@ pub(crate) fn enqueue(args: &EnqueueArgs) -> Result<ExitCode, Failure> {
     let guard = lease
         .guard()
         .ok_or_else(|| Failure::new(exit::SOFTWARE, "a lane lease without its guard"))?;
-    let (reply, _) = ask(&socket, &Wire::Enqueue(entry), &[guard.as_fd()])?;
+    let (reply, _) = ask(&socket, &Wire::Enqueue(entry), &[guard.as_fd()]).map_err(|f| {
+        if f.code == exit::OS_ERROR {
+            Failure::new(
+                exit::OS_ERROR,
+                format!(
+                    "{}; the dispatcher may have queued it before it failed: `worklane queue \
+                     ls` lists lane {lane} if so (do not enqueue it again before you look)",
+                    f.message
+                ),
+            )
+        } else {
+            f
+        }
+    })?;
     if !reply.ok {
         return Err(refused(&reply));
     }

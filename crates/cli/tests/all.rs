@@ -2838,13 +2838,20 @@ mod dispatcher {
     //! The dispatcher flow on real processes: a dispatcher serving a temp slot directory,
     //! launchers that enqueue and exit, drivers that claim and run, kills at each step.
     use super::*;
+    use std::os::unix::process::ExitStatusExt;
 
     /// Starts `worklane dispatcher` and waits for its socket.
     pub(super) fn start(site: &Site, extra: &[&str]) -> Running {
+        start_crashing(site, extra, "")
+    }
+
+    /// Starts a dispatcher that SIGKILLs itself at `crash` (the test seam; "" for none).
+    fn start_crashing(site: &Site, extra: &[&str], crash: &str) -> Running {
         let running = Running::new(
             site.worklane()
                 .arg("dispatcher")
                 .args(extra)
+                .env("WORKLANE_TEST_DISPATCHER_CRASH", crash)
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .spawn_gated()
@@ -2975,6 +2982,105 @@ mod dispatcher {
             String::from_utf8_lossy(&out.stderr)
         );
         assert_eq!(site.code(&["resume-all"]), 0);
+    }
+
+    fn queue_len(site: &Site) -> usize {
+        let out = site.output(&["queue", "ls", "--json"]);
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("queue ls");
+        doc["attempts"].as_array().map_or(0, Vec::len)
+    }
+
+    const COUNT_RUNS: &str = r#"echo x >> "$T/ran""#;
+
+    fn runs(site: &Site) -> usize {
+        std::fs::read_to_string(site.file("ran")).map_or(0, |t| t.lines().count())
+    }
+
+    #[test]
+    fn a_dispatcher_killed_after_the_insert_before_the_reply_loses_no_row() {
+        let site = Site::new(None);
+        assert_eq!(site.code(&["stop-all", "hold"]), 0);
+        let mut dying = start_crashing(&site, &[], "after-insert");
+        let out = enqueue(&site, &["--lane", "i"], COUNT_RUNS);
+        assert_ne!(out.status.code(), Some(0), "no reply came");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("queue ls"),
+            "the launcher says where to look: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let status = wait_exit(&mut dying, "the dispatcher's crash");
+        assert_eq!(
+            status.signal(),
+            Some(9),
+            "it SIGKILLed itself after the insert"
+        );
+        assert!(lane_free(&site, "i"), "nobody holds the lane meanwhile");
+        let _dispatcher = start(&site, &[]);
+        assert_eq!(queue_len(&site), 1, "the committed row was recovered");
+        assert_eq!(site.code(&["resume-all"]), 0);
+        wait_until("the recovered attempt to run", || runs(&site) == 1);
+        wait_until("the queue to empty", || queue_len(&site) == 0);
+        assert_eq!(runs(&site), 1, "exactly once");
+    }
+
+    #[test]
+    fn a_dispatcher_killed_after_admitting_before_the_driver_starts_admits_it_again() {
+        let site = Site::new(None);
+        assert_eq!(site.code(&["stop-all", "hold"]), 0);
+        let mut dying = start_crashing(&site, &[], "after-admit");
+        let out = enqueue(&site, &["--lane", "a"], COUNT_RUNS);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(site.code(&["resume-all"]), 0);
+        let status = wait_exit(&mut dying, "the dispatcher's crash at admission");
+        assert_eq!(status.signal(), Some(9));
+        assert_eq!(
+            site.code(&["run", "--no-wait", "--", "true"]),
+            0,
+            "its reserved slot is free"
+        );
+        let _dispatcher = start(&site, &[]);
+        wait_until("the attempt to run", || runs(&site) == 1);
+        wait_until("the queue to empty", || queue_len(&site) == 0);
+        assert_eq!(runs(&site), 1, "exactly once, never two drivers");
+    }
+
+    #[test]
+    fn a_dispatcher_killed_after_removing_a_claimed_row_leaves_nobody_holding_it() {
+        let site = Site::new(None);
+        let mut dying = start_crashing(&site, &[], "after-claim-remove");
+        let out = enqueue(&site, &["--lane", "c"], COUNT_RUNS);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let attempt = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        let status = wait_exit(&mut dying, "the dispatcher's crash at the claim");
+        assert_eq!(status.signal(), Some(9));
+        wait_until("the lane to be free", || lane_free(&site, "c"));
+        assert_eq!(
+            site.code(&["run", "--no-wait", "--", "true"]),
+            0,
+            "and the slot"
+        );
+        let out = site.output(&["reconcile", &attempt, "--json"]);
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(
+            doc["holder"],
+            serde_json::Value::Null,
+            "nobody holds it: {doc}"
+        );
+        let _dispatcher = start(&site, &[]);
+        assert_eq!(queue_len(&site), 0, "the row was removed before the crash");
+        assert_eq!(
+            runs(&site),
+            0,
+            "and its command never ran: the reply was lost"
+        );
     }
 
     #[test]

@@ -94,6 +94,18 @@ pub enum Event {
 /// Starts an admitted attempt's driver and returns its pid.
 type Launch<'a> = Box<dyn FnMut(&Admitted) -> std::io::Result<u32> + 'a>;
 
+/// A point of the loop where a crash test stops the process (test seam).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashPoint {
+    /// An enqueue's row is committed, its reply not yet sent.
+    AfterInsert,
+    /// An attempt is admitted (starting, its slot taken), its driver not yet started.
+    AfterAdmit,
+    /// A claimed row is removed, its descriptors not yet sent.
+    AfterClaimRemove,
+}
+
 /// The dispatcher serving `listener` until `stop` is set.
 pub struct Server<'a> {
     dispatcher: Dispatcher,
@@ -101,6 +113,7 @@ pub struct Server<'a> {
     trust: Trust,
     launch: Launch<'a>,
     report: Box<dyn FnMut(Event) + 'a>,
+    crash: Option<(CrashPoint, Box<dyn Fn() + 'a>)>,
 }
 
 impl std::fmt::Debug for Server<'_> {
@@ -128,6 +141,23 @@ impl<'a> Server<'a> {
             trust,
             launch: Box::new(launch),
             report: Box::new(report),
+            crash: None,
+        }
+    }
+
+    /// Test seam: calls `die` (which must not return: it kills the process) at `point`.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn crash_at(mut self, point: CrashPoint, die: impl Fn() + 'a) -> Server<'a> {
+        self.crash = Some((point, Box::new(die)));
+        self
+    }
+
+    fn at(&self, point: CrashPoint) {
+        if let Some((at, die)) = &self.crash
+            && *at == point
+        {
+            die();
         }
     }
 
@@ -182,6 +212,7 @@ impl<'a> Server<'a> {
             self.refresh_entries()?;
         }
         while let Some(admitted) = self.dispatcher.admit_next()? {
+            self.at(CrashPoint::AfterAdmit);
             match (self.launch)(&admitted) {
                 Ok(pid) => (self.report)(Event::Started {
                     attempt: admitted.attempt.id.clone(),
@@ -285,6 +316,7 @@ impl<'a> Server<'a> {
             Request::Enqueue(entry) => {
                 let reply = self.dispatcher.enqueue(entry, fds)?;
                 if reply.ok {
+                    self.at(CrashPoint::AfterInsert);
                     self.refresh_entries()?;
                     self.tick()?;
                 }
@@ -305,6 +337,7 @@ impl<'a> Server<'a> {
             }
             Request::Claim { attempt, token } => match self.dispatcher.claim(&attempt, &token)? {
                 Ok(claimed) => {
+                    self.at(CrashPoint::AfterClaimRemove);
                     if let Some(lane) = claimed.reply.lane.as_deref() {
                         let name = lane.trim_start_matches("lane-").trim_end_matches(".lock");
                         let _ = status::remove_entry(&dir, name);
