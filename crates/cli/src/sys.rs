@@ -42,6 +42,7 @@ pub(crate) fn die_with_parent(_cmd: &mut Command) {}
 
 /// Makes the command start a session of its own (`setsid` between fork and exec): a detached
 /// driver has no controlling terminal and outlives the dispatcher's session.
+#[cfg(feature = "dispatcher")]
 pub(crate) fn detach(cmd: &mut Command) {
     use std::os::unix::process::CommandExt;
     // SAFETY: the closure runs in the child between fork and exec and makes one system call,
@@ -56,6 +57,7 @@ pub(crate) fn detach(cmd: &mut Command) {
 
 /// The listening socket systemd passed (socket activation: `LISTEN_PID` is this process and
 /// `LISTEN_FDS` is at least 1), taken as descriptor 3 and made close-on-exec.
+#[cfg(feature = "dispatcher")]
 pub(crate) fn systemd_listener() -> Option<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
     let ours = std::env::var("LISTEN_PID").ok()?.parse::<u32>().ok()? == std::process::id();
