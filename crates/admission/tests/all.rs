@@ -1776,7 +1776,7 @@ mod retries {
         let guard = ".slots.lock.flock";
         let mut counter = Some(hold(&dir, worklane_admission::SLOTS_LOCK));
         let watch = watch(site.temp.path());
-        let mut reports = Vec::new();
+        let mut tries = None;
         let got = site
             .pool
             .take(
@@ -1786,12 +1786,18 @@ mod retries {
                     // A watchdog only: the counter finishes at the first report.
                     timeout: Some(Duration::from_secs(600)),
                     on_wait: &mut |blocker, _| {
-                        reports.push((blocker.clone(), opens(&watch, guard)));
-                        if let Some(counter) = counter.take() {
-                            counter
-                                .end(worklane_lease::Lease::release)
-                                .expect("the counter finishes");
-                        }
+                        // Checked here, so that a take that would wait on fails at once.
+                        assert!(
+                            *blocker == Blocker::Counting && tries.is_none(),
+                            "one report, of the counter (tried {tries:?} times before): \
+                             {blocker}"
+                        );
+                        tries = Some(opens(&watch, guard));
+                        counter
+                            .take()
+                            .expect("the counter is held until the first report")
+                            .end(worklane_lease::Lease::release)
+                            .expect("the counter finishes");
                     },
                 },
             )
@@ -1805,12 +1811,9 @@ mod retries {
             Take::Blocked(b) => panic!("the take must get its slot once the counter is done: {b}"),
         };
         assert_eq!(got, "agent-0.lock", "the take got its slot");
-        let [(blocker, tries)] = &reports[..] else {
-            panic!("one report, of the counter: {reports:?}")
-        };
-        assert_eq!(*blocker, Blocker::Counting, "{reports:?}");
+        let tries = tries.expect("the busy counter was reported");
         assert!(
-            *tries > 1,
+            tries > 1,
             "slots.lock is tried again inside the deadline before the take reports it busy \
              (tried {tries} times)"
         );
