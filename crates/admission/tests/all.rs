@@ -82,6 +82,45 @@ impl Site {
     }
 }
 
+/// Sets `path`'s modification time to `secs` seconds after the Unix epoch.
+fn set_mtime(path: &std::path::Path, secs: u64) {
+    std::fs::File::open(path)
+        .and_then(|f| f.set_modified(std::time::UNIX_EPOCH + Duration::from_secs(secs)))
+        .unwrap_or_else(|e| panic!("set the mtime of {}: {e}", path.display()));
+}
+
+/// Sets `path`'s modification time `secs` seconds back, as a writer killed that long ago
+/// leaves its file.
+fn age(path: &std::path::Path, secs: u64) {
+    let then = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after the epoch")
+        .as_secs()
+        - secs;
+    set_mtime(path, then);
+}
+
+/// Releases `slot` but keeps a copy of its guard's descriptor, so the guard stays held with no
+/// record behind it: what the processes a finished run left running leave.
+fn leave_running(slot: QuietDrop<Slot>) -> std::os::fd::OwnedFd {
+    use std::os::fd::AsFd;
+    let copy = slot
+        .lease()
+        .guard()
+        .expect("a slot holds its guard for life")
+        .as_fd()
+        .try_clone_to_owned()
+        .expect("copy the guard's descriptor");
+    slot.end(Slot::release).expect("release");
+    copy
+}
+
+fn set_mode(path: &std::path::Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .unwrap_or_else(|e| panic!("chmod {mode:o} {}: {e}", path.display()));
+}
+
 fn dead_record() -> Record {
     let mut child = Command::new("sleep")
         .arg("600")
@@ -1234,5 +1273,1135 @@ mod dispatcher {
         assert_eq!(rows[0].start_ms, T0, "its place kept");
         drop(other);
         let _ = clock;
+    }
+}
+
+mod texts {
+    //! What operators and scripts read: kind names, STOP, drain and blocker texts.
+    use super::*;
+
+    #[test]
+    fn kinds_are_named_as_the_cli_and_slots_json_show_them() {
+        let labels = [
+            Kind::Agent.label(),
+            Kind::Test {
+                limit_ms: Some(60_000),
+            }
+            .label(),
+            Kind::Test { limit_ms: None }.label(),
+            Kind::FullRun.label(),
+        ];
+        assert_eq!(
+            labels,
+            ["agent", "test", "test", "full-run"],
+            "the labels scripts match on"
+        );
+    }
+
+    #[test]
+    fn a_stop_says_who_when_and_why() {
+        let stop = Stop {
+            by: "ops".into(),
+            at: "2026-11-30T00:00:00.000Z".into(),
+            reason: "incident".into(),
+        };
+        assert_eq!(
+            stop.to_string(),
+            "STOP by ops at 2026-11-30T00:00:00.000Z: incident",
+            "a full STOP"
+        );
+        assert_eq!(
+            Blocker::Stop(stop).to_string(),
+            "STOP by ops at 2026-11-30T00:00:00.000Z: incident (worklane resume-all lifts it)",
+            "a STOP refusal says how to lift it"
+        );
+        let anonymous = Stop {
+            by: String::new(),
+            at: String::new(),
+            reason: String::new(),
+        };
+        assert_eq!(
+            anonymous.to_string(),
+            "STOP by (unknown) at (unknown)",
+            "what a STOP does not say is shown as unknown, and no empty reason"
+        );
+    }
+
+    #[test]
+    fn a_drain_says_until_when_and_to_what() {
+        let mut drain = Drain {
+            since: "2026-11-30T04:25:59.008Z".into(),
+            until: "2026-11-30T05:25:59.008Z".into(),
+            to: Some("2.0.0".into()),
+        };
+        assert_eq!(
+            drain.to_string(),
+            "drain until 2026-11-30T05:25:59.008Z (updating to 2.0.0)",
+            "a drain with a version"
+        );
+        assert_eq!(
+            Blocker::Drain(drain.clone()).to_string(),
+            "an update is draining the machine: drain until 2026-11-30T05:25:59.008Z \
+             (updating to 2.0.0) (worklane undrain ends it early)",
+            "a drain refusal says how to end it"
+        );
+        drain.to = None;
+        assert_eq!(
+            drain.to_string(),
+            "drain until 2026-11-30T05:25:59.008Z",
+            "a drain without a version"
+        );
+    }
+
+    #[test]
+    fn a_blocker_at_cap_says_how_many_of_how_many() {
+        assert_eq!(
+            Blocker::AtCap { held: 3, cap: 4 }.to_string(),
+            "at cap: 3 of 4 held",
+            "the count and the cap"
+        );
+    }
+
+    #[test]
+    fn a_pool_shows_its_directory_and_config_when_debugged() {
+        let site = Site::new("{}");
+        let shown = format!("{:?}", site.pool);
+        let config = format!("{:?}", site.temp.path().join("config.json"));
+        assert!(
+            shown.starts_with("Pool") && shown.contains(&config),
+            "the pool's Debug names its config {config}: {shown}"
+        );
+    }
+}
+
+mod handles {
+    //! What a held slot does: its record takes annotations, its release removes it.
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_annotation_reaches_the_record_on_disk_and_reserved_fields_are_refused() {
+        let site = Site::new("{}");
+        let mut slot = site.take(Kind::Agent);
+        let path = site.temp.path().join(slot.name());
+        let command = json!({"pid": 4242, "start": 99, "group": true});
+        let mut fields = serde_json::Map::new();
+        fields.insert("commandProcess".into(), command.clone());
+        slot.annotate(fields).expect("annotate");
+        let on_disk =
+            Record::parse(&std::fs::read(&path).expect("the record")).expect("the record parses");
+        assert_eq!(
+            on_disk.extra.get("commandProcess"),
+            Some(&command),
+            "the annotation is in the record others read"
+        );
+        let mut reserved = serde_json::Map::new();
+        reserved.insert("pid".into(), json!(1));
+        let refused = slot.annotate(reserved);
+        assert!(
+            refused.is_err(),
+            "a field the core writes cannot be annotated: {refused:?}"
+        );
+        let after = std::fs::read(&path).expect("the record");
+        assert_eq!(
+            Record::parse(&after).expect("parses").pid(),
+            on_disk.pid(),
+            "a refused annotation leaves the record alone"
+        );
+    }
+
+    #[test]
+    fn a_release_removes_the_record() {
+        let site = Site::new("{}");
+        let slot = site.take(Kind::Agent);
+        let path = site.temp.path().join(slot.name());
+        assert!(path.exists(), "a held slot has its record");
+        slot.end(Slot::release).expect("release");
+        assert!(!path.exists(), "a released slot has none");
+        assert_eq!(
+            site.take(Kind::Agent).name(),
+            "agent-0.lock",
+            "and is free at once"
+        );
+    }
+}
+
+mod leftovers {
+    //! Guards held with no record behind them: processes a finished run left running still
+    //! hold a copy of the slot's guard descriptor, so the slot stays live until they exit.
+    use super::*;
+
+    #[test]
+    fn an_agent_guard_held_without_a_record_counts_and_is_shown_once() {
+        let site = Site::new(r#"{"max_agents": 2}"#);
+        let first = site.take(Kind::Agent);
+        let second = site.take(Kind::Agent);
+        let left = leave_running(first);
+        assert!(
+            !site.temp.path().join("agent-0.lock").exists(),
+            "the run's record is gone"
+        );
+        assert_eq!(
+            site.blocked(Kind::Agent),
+            Blocker::AtCap { held: 2, cap: 2 },
+            "what the first run left running still holds its slot, beside the second run"
+        );
+        let snapshot = site.snapshot();
+        let shown: Vec<(&str, &str, &SlotState, bool)> = snapshot
+            .slots
+            .iter()
+            .map(|s| (&s.name[..], s.kind, &s.state, s.record.is_some()))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("agent-0.lock", "agent", &SlotState::GuardHeld, false),
+                ("agent-1.lock", "agent", &SlotState::GuardHeld, true),
+            ],
+            "the leftover is shown once, held, with no record"
+        );
+        second.end(Slot::release).expect("release");
+        assert_eq!(
+            site.take(Kind::Agent).name(),
+            "agent-1.lock",
+            "index 0 stays held while the leftover runs"
+        );
+        gate::quietly(|| drop(left));
+        assert_eq!(
+            site.take(Kind::Agent).name(),
+            "agent-0.lock",
+            "free once the leftover is gone"
+        );
+    }
+
+    #[test]
+    fn a_test_run_guard_held_without_a_record_is_shown_as_a_test_slot() {
+        let site = Site::new("{}");
+        let left = leave_running(site.take(Kind::Test { limit_ms: None }));
+        let snapshot = site.snapshot();
+        let shown: Vec<(&str, &str, &SlotState)> = snapshot
+            .slots
+            .iter()
+            .map(|s| (&s.name[..], s.kind, &s.state))
+            .collect();
+        assert_eq!(
+            shown,
+            [("test-0.lock", "test", &SlotState::GuardHeld)],
+            "{snapshot:?}"
+        );
+        drop(left);
+    }
+
+    #[test]
+    fn a_full_run_guard_held_without_a_record_refuses() {
+        let site = Site::new("{}");
+        let left = leave_running(site.take(Kind::FullRun));
+        let blocker = site.blocked(Kind::FullRun);
+        assert!(
+            matches!(&blocker, Blocker::FullRunHeld(r) if r.why == LiveWhy::GuardHeld && r.holder.is_none()),
+            "a guard held for longer than a probe is a full run in progress: {blocker:?}"
+        );
+        assert!(!site.idle(), "and the machine is not idle");
+        gate::quietly(|| drop(left));
+        assert!(site.idle(), "idle once the leftover is gone");
+        assert_eq!(site.take(Kind::FullRun).name(), "full-run.lock");
+    }
+}
+
+mod strays {
+    //! A stray file where a free index's guard belongs is skipped, never counted, and never
+    //! stops the pool.
+    use super::*;
+
+    pub(super) fn fifo(path: &std::path::Path) {
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            path,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap_or_else(|e| panic!("mkfifo {}: {e}", path.display()));
+    }
+
+    #[test]
+    fn broken_guards_at_free_indexes_are_skipped_and_not_counted() {
+        let site = Site::new(r#"{"max_agents": 2}"#);
+        let dir = site.temp.path();
+        std::fs::create_dir(dir.join(".agent-0.lock.flock")).expect("a directory");
+        fifo(&dir.join(".agent-1.lock.flock"));
+        std::os::unix::fs::symlink("/etc/passwd", dir.join(".agent-2.lock.flock"))
+            .expect("a symlink");
+        std::fs::write(dir.join(".agent-3.lock.flock"), b"x").expect("a non-empty file");
+        let first = site.take(Kind::Agent);
+        assert_eq!(
+            first.name(),
+            "agent-4.lock",
+            "the directory, FIFO, symlink and non-empty file are skipped"
+        );
+        let second = site.take(Kind::Agent);
+        assert_eq!(second.name(), "agent-5.lock", "and skipped again");
+        assert_eq!(
+            site.blocked(Kind::Agent),
+            Blocker::AtCap { held: 2, cap: 2 },
+            "the strays are not counted, the two holders are"
+        );
+    }
+
+    #[test]
+    fn an_index_whose_epoch_is_exhausted_is_skipped() {
+        let site = Site::new("{}");
+        let marker = format!("agent-0.lock.epoch.{}", u64::MAX);
+        std::fs::write(site.temp.path().join(marker), b"").expect("plant");
+        assert_eq!(
+            site.take(Kind::Agent).name(),
+            "agent-1.lock",
+            "an index that can never get a larger epoch is never taken again"
+        );
+    }
+}
+
+mod problems {
+    //! `Pool::snapshot().problems`: every stray or broken file, what it does and its fix.
+    use super::*;
+    use worklane_admission::{Problem, Snapshot};
+
+    fn problem<'a>(snapshot: &'a Snapshot, name: &str) -> &'a Problem {
+        snapshot
+            .problems
+            .iter()
+            .find(|p| p.name == name)
+            .unwrap_or_else(|| panic!("{name} is reported: {:#?}", snapshot.problems))
+    }
+
+    fn names(snapshot: &Snapshot) -> Vec<&str> {
+        let mut names: Vec<&str> = snapshot.problems.iter().map(|p| &p.name[..]).collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// The path of `name`, quoted for a shell as the fixes quote it.
+    fn quoted(snapshot: &Snapshot, name: &str) -> String {
+        format!("'{}'", snapshot.dir.join(name).display())
+    }
+
+    #[test]
+    fn strays_where_slot_guards_belong_are_named_with_their_effect_and_fix() {
+        let site = Site::new("{}");
+        let dir = site.temp.path();
+        // A held slot's guard and an unheld one's are what guards should be.
+        let held = site.take(Kind::Agent);
+        drop(site.take(Kind::Test { limit_ms: None }));
+        std::fs::create_dir(dir.join(".agent-1.lock.flock")).expect("a directory");
+        strays::fifo(&dir.join(".agent-2.lock.flock"));
+        std::os::unix::fs::symlink("/etc/passwd", dir.join(".agent-3.lock.flock"))
+            .expect("a symlink");
+        std::fs::write(dir.join(".test-1.lock.flock"), b"x").expect("a non-empty guard");
+        std::fs::write(dir.join(".agent-4.lock.flock"), b"").expect("an unreadable guard");
+        set_mode(&dir.join(".agent-4.lock.flock"), 0o600);
+        std::fs::write(dir.join(".agent-5.lock.flock"), b"xy").expect("a non-empty 0600 guard");
+        set_mode(&dir.join(".agent-5.lock.flock"), 0o600);
+        std::fs::write(dir.join(".agent-6.lock.flock"), b"").expect("a group-readable guard");
+        set_mode(&dir.join(".agent-6.lock.flock"), 0o640);
+        std::fs::create_dir(dir.join(".other.lock.flock")).expect("a directory");
+        let snapshot = site.snapshot();
+        assert_eq!(
+            names(&snapshot),
+            [
+                ".agent-1.lock.flock",
+                ".agent-2.lock.flock",
+                ".agent-3.lock.flock",
+                ".agent-4.lock.flock",
+                ".agent-5.lock.flock",
+                ".other.lock.flock",
+                ".test-1.lock.flock",
+            ],
+            "every broken guard, and no sound one: {:#?}",
+            snapshot.problems
+        );
+        for (name, kind, resource) in [
+            (".agent-1.lock.flock", "directory", "agent-1.lock"),
+            (".agent-2.lock.flock", "FIFO", "agent-2.lock"),
+            (".agent-3.lock.flock", "symbolic link", "agent-3.lock"),
+        ] {
+            let p = problem(&snapshot, name);
+            assert_eq!(
+                p.what,
+                format!(
+                    "a {kind} sits where the guard of {resource} belongs: no process can hold \
+                     {resource}: takes skip that index"
+                ),
+                "{name}"
+            );
+            assert_eq!(
+                p.fix,
+                format!(
+                    "rm -r -- {} (nobody can hold it; worklane recreates the guard)",
+                    quoted(&snapshot, name)
+                ),
+                "{name}"
+            );
+            assert_eq!(p.blocks, None, "{name} stops only its own index");
+        }
+        let p = problem(&snapshot, ".test-1.lock.flock");
+        assert_eq!(
+            p.what,
+            "the guard of test-1.lock holds 1 bytes: no process can hold test-1.lock: takes \
+             skip that index",
+            "a guard with contents"
+        );
+        assert_eq!(
+            p.fix,
+            format!(
+                "in a quiescent window (`worklane stop-all`, nothing held): rm -- {}",
+                quoted(&snapshot, ".test-1.lock.flock")
+            ),
+            "a guard with contents may be written into while held: removed only when quiet"
+        );
+        assert_eq!(
+            problem(&snapshot, ".agent-5.lock.flock").what,
+            "the guard of agent-5.lock holds 2 bytes: no process can hold agent-5.lock: takes \
+             skip that index",
+            "contents first, whatever its mode"
+        );
+        let p = problem(&snapshot, ".agent-4.lock.flock");
+        assert_eq!(
+            p.what,
+            "the guard of agent-4.lock has mode 0600: only its owner can open it, so every \
+             other user's take of agent-4.lock fails",
+            "an unreadable guard"
+        );
+        assert_eq!(
+            p.fix,
+            format!("chmod 0444 -- {}", quoted(&snapshot, ".agent-4.lock.flock")),
+            "its fix"
+        );
+        assert_eq!(p.blocks, None, "its owner can still take it");
+        let p = problem(&snapshot, ".other.lock.flock");
+        assert_eq!(
+            p.what,
+            "a directory sits where the guard of other.lock belongs: no process can take \
+             other.lock",
+            "a lock that is no slot has no index to skip"
+        );
+        assert_eq!(p.blocks, None, "{p:?}");
+        drop(held);
+    }
+
+    #[test]
+    fn a_broken_guard_of_slots_lock_or_the_full_run_stops_every_take_of_its_kind() {
+        let site = Site::new("{}");
+        let dir = site.temp.path();
+        std::fs::create_dir(dir.join(".slots.lock.flock")).expect("a directory");
+        std::fs::write(dir.join(".full-run.lock.flock"), b"x").expect("a non-empty guard");
+        let snapshot = site.snapshot();
+        let p = problem(&snapshot, ".slots.lock.flock");
+        assert_eq!(
+            p.what,
+            "a directory sits where the guard of slots.lock belongs: no process can take \
+             slots.lock, so every take of agent and test-run slots fails",
+            "slots.lock"
+        );
+        assert_eq!(p.blocks, Some("agent and test-run slots"), "{p:?}");
+        let p = problem(&snapshot, ".full-run.lock.flock");
+        assert_eq!(
+            p.what,
+            "the guard of full-run.lock holds 1 bytes: no process can take full-run.lock, so \
+             every take of the full run fails",
+            "full-run.lock"
+        );
+        assert_eq!(p.blocks, Some("the full run"), "{p:?}");
+        for kind in [Kind::Agent, Kind::FullRun] {
+            let got = gate::quietly(|| site.pool.try_take(kind, &Request::new("t")));
+            assert!(
+                got.is_err(),
+                "{}: a take fails, naming the file: {got:?}",
+                kind.label()
+            );
+        }
+    }
+
+    #[test]
+    fn exhausted_epochs_are_named_with_what_they_stop() {
+        let site = Site::new("{}");
+        let max = u64::MAX;
+        for marker in [
+            format!("agent-0.lock.epoch.{max}"),
+            format!("slots.lock.epoch.{max}"),
+            format!("full-run.lock.epoch.{max}"),
+            "agent-1.lock.epoch.5".to_owned(),
+        ] {
+            std::fs::write(site.temp.path().join(marker), b"").expect("plant");
+        }
+        let snapshot = site.snapshot();
+        let agent = format!("agent-0.lock.epoch.{max}");
+        let slots = format!("slots.lock.epoch.{max}");
+        let full = format!("full-run.lock.epoch.{max}");
+        let mut expected = vec![&agent[..], &full[..], &slots[..]];
+        expected.sort_unstable();
+        assert_eq!(
+            names(&snapshot),
+            expected,
+            "every exhausted epoch, and not one that can still grow"
+        );
+        let p = problem(&snapshot, &agent);
+        assert_eq!(
+            p.what,
+            "the fencing epoch of agent-0.lock is at its largest value, so agent-0.lock can \
+             never be taken again (takes skip it)",
+            "an index"
+        );
+        assert_eq!(
+            p.fix,
+            format!(
+                "in a quiescent window, only if nothing fences on agent-0.lock's epoch: rm -- {} \
+                 (its epochs start over at 1)",
+                quoted(&snapshot, &agent)
+            ),
+            "its fix"
+        );
+        assert_eq!(p.blocks, None, "takes skip an index");
+        let p = problem(&snapshot, &slots);
+        assert_eq!(
+            p.what,
+            "the fencing epoch of slots.lock is at its largest value, so slots.lock can never \
+             be taken again",
+            "slots.lock"
+        );
+        assert_eq!(p.blocks, Some("agent and test-run slots"), "{p:?}");
+        assert_eq!(
+            problem(&snapshot, &full).blocks,
+            Some("the full run"),
+            "full-run.lock"
+        );
+    }
+
+    #[test]
+    fn files_named_like_claims_that_are_no_claims_are_named() {
+        let site = Site::new("{}");
+        let dir = site.temp.path();
+        std::fs::write(dir.join("slots.lock.0123456789abcdef.claim"), b"garbage\n")
+            .expect("a garbage claim");
+        std::fs::create_dir(dir.join("agent-1.lock.0123456789abcdef.claim"))
+            .expect("a directory named like a claim");
+        // A claim as a taker writes it (a lock record), and a name that is no claim name.
+        site.write_record("agent-0.lock.0123456789abcdef.claim", &dead_record());
+        std::fs::write(dir.join("agent-2.lock.0123456789abcde.claim"), b"garbage")
+            .expect("no claim name");
+        let snapshot = site.snapshot();
+        assert_eq!(
+            names(&snapshot),
+            [
+                "agent-1.lock.0123456789abcdef.claim",
+                "slots.lock.0123456789abcdef.claim",
+            ],
+            "{:#?}",
+            snapshot.problems
+        );
+        let p = problem(&snapshot, "slots.lock.0123456789abcdef.claim");
+        assert_eq!(
+            p.what,
+            "a takeover claim of slots.lock that is not a lock record (garbage); the next take \
+             of slots.lock clears it",
+            "garbage"
+        );
+        assert_eq!(
+            p.fix,
+            format!(
+                "rm -r -- {}",
+                quoted(&snapshot, "slots.lock.0123456789abcdef.claim")
+            ),
+            "its fix"
+        );
+        assert_eq!(p.blocks, None, "{p:?}");
+        let p = problem(&snapshot, "agent-1.lock.0123456789abcdef.claim");
+        assert!(
+            p.what
+                .starts_with("named like a takeover claim of agent-1.lock but no claim ("),
+            "a directory: {p:?}"
+        );
+    }
+
+    #[test]
+    fn temp_files_are_named_from_a_minute_old() {
+        let site = Site::new("{}");
+        let dir = site.temp.path();
+        let born: u64 = 1_796_012_839;
+        let temp = ".agent-0.lock.tmp-0123456789abcdef";
+        let alias = ".agent-0.lock.flock.tmp-0123456789abcdec";
+        let other = ".notes";
+        for name in [temp, alias, other] {
+            std::fs::write(dir.join(name), b"").expect("plant");
+            set_mtime(&dir.join(name), born);
+        }
+        let at = |now_ms: u64| {
+            let pool = site
+                .pool
+                .clone()
+                .with_clock(Arc::new(ManualClock::at(now_ms)));
+            gate::quietly(|| pool.snapshot()).expect("snapshot")
+        };
+        let young = at(born * 1000 + 59_999);
+        assert!(
+            young.problems.is_empty(),
+            "a temp file under a minute old may be a writer at work: {:#?}",
+            young.problems
+        );
+        let old = at(born * 1000 + 60_000);
+        assert_eq!(
+            names(&old),
+            [alias, temp],
+            "a temp file and a guard temp alias a minute old, and no other hidden file"
+        );
+        let p = problem(&old, temp);
+        assert_eq!(
+            p.what,
+            "a temp file left by a killed writer, over a minute old; the next agent or test-run \
+             take removes it unless a writer still holds it",
+            "what it is"
+        );
+        assert_eq!(p.fix, format!("rm -- {}", quoted(&old, temp)), "its fix");
+        assert_eq!(p.blocks, None, "{p:?}");
+    }
+}
+
+mod sweep {
+    //! Temp files killed writers leave are removed by ordinary takes.
+    use super::*;
+
+    #[test]
+    fn a_take_removes_old_temp_files_nobody_holds_and_keeps_the_rest() {
+        let site = Site::new("{}");
+        let dir = site.temp.path();
+        let old_temp = dir.join(".agent-0.lock.tmp-0123456789abcdef");
+        let young_temp = dir.join(".slots.lock.tmp-0123456789abcdee");
+        let held_temp = dir.join(".STOP.tmp-0123456789abcded");
+        let old_alias = dir.join(".agent-0.lock.flock.tmp-0123456789abcdec");
+        for path in [&old_temp, &young_temp, &held_temp, &old_alias] {
+            std::fs::write(path, b"").expect("plant");
+        }
+        for path in [&old_temp, &held_temp, &old_alias] {
+            age(path, 120);
+        }
+        // A writer stopped mid-write still holds its temp file's lock.
+        let writer = std::fs::File::open(&held_temp).expect("open");
+        writer.try_lock().expect("lock the held temp file");
+        let slot = site.take(Kind::Agent);
+        assert!(
+            !old_temp.exists(),
+            "an old temp file nobody holds is removed"
+        );
+        assert!(!old_alias.exists(), "an old guard temp alias is removed");
+        assert!(
+            young_temp.exists(),
+            "a young temp file may be a writer at work"
+        );
+        assert!(
+            held_temp.exists(),
+            "a held temp file belongs to a live writer"
+        );
+        drop(slot);
+        drop(writer);
+    }
+}
+
+mod commands {
+    //! `Pool::recorded_commands`: what STOP's enforcement reads from the records.
+    use super::*;
+    use serde_json::json;
+    use std::os::unix::fs::MetadataExt;
+    use worklane_admission::RecordedCommand;
+
+    fn naming(command: serde_json::Value) -> Record {
+        let mut record = Record {
+            owner: Some("supervisor".into()),
+            ..Record::default()
+        };
+        record.extra.insert("commandProcess".into(), command);
+        record
+    }
+
+    #[test]
+    fn records_naming_a_command_are_listed_with_their_writer_and_guard() {
+        let site = Site::new("{}");
+        let dir = site.temp.path();
+        let mut slot = site.take(Kind::Agent);
+        let mut fields = serde_json::Map::new();
+        fields.insert(
+            "commandProcess".into(),
+            json!({"pid": 4242, "start": 99, "group": true}),
+        );
+        slot.annotate(fields).expect("annotate");
+        site.write_record(
+            "role-build.lease",
+            &naming(json!({"pid": 77, "group": false})),
+        );
+        site.write_record("agent-1.lock", &naming(json!({"pid": 5, "group": "yes"})));
+        std::fs::hard_link(dir.join("agent-1.lock"), dir.join("agent-1.lock.bak"))
+            .expect("a second name");
+        site.write_record("test-0.lock", &naming(json!({"pid": 0, "group": true})));
+        site.write_record("test-1.lock", &naming(json!({"pid": 4_294_967_296_u64})));
+        site.write_record("test-2.lock", &naming(json!({"group": true})));
+        site.write_record("agent-2.lock", &dead_record());
+        site.write_record("notes.json", &naming(json!({"pid": 6})));
+        std::fs::write(dir.join("agent-3.lock"), b"{").expect("a malformed record");
+        set_mode(&dir.join("role-build.lease"), 0o666);
+
+        let found = site.pool.recorded_commands().expect("recorded commands");
+        let by_name: std::collections::BTreeMap<&str, &RecordedCommand> =
+            found.iter().map(|c| (&c.resource[..], c)).collect();
+        assert_eq!(
+            by_name.keys().copied().collect::<Vec<_>>(),
+            ["agent-0.lock", "agent-1.lock", "role-build.lease"],
+            "only lock and lease records that name a command with a real pid: {found:#?}"
+        );
+
+        let me = std::fs::metadata(dir.join("agent-0.lock"))
+            .expect("stat")
+            .uid();
+        let guard = std::fs::metadata(dir.join(".agent-0.lock.flock")).expect("the guard");
+        let ours = by_name["agent-0.lock"];
+        assert_eq!(
+            (ours.pid, ours.start, ours.group),
+            (4242, Some(99), true),
+            "the annotated command"
+        );
+        assert_eq!(
+            ours.record.owner.as_deref(),
+            Some("test"),
+            "with the supervisor's record"
+        );
+        assert_eq!(
+            ours.guard,
+            Some(worklane_guard::FileId {
+                dev: guard.dev(),
+                ino: guard.ino(),
+            }),
+            "the guard whose holders are the run's processes"
+        );
+        assert_eq!(
+            (ours.writer.uid, ours.writer.mode, ours.writer.links),
+            (me, RECORD_MODE, 1),
+            "written by its owner alone"
+        );
+        assert!(ours.writer.only_by_owner(), "{:?}", ours.writer);
+
+        let linked = by_name["agent-1.lock"];
+        assert_eq!(
+            (linked.pid, linked.start, linked.group),
+            (5, None, false),
+            "a group that is not `true` is no group"
+        );
+        assert_eq!(linked.writer.links, 2, "a record with two names");
+        assert_eq!(linked.guard, None, "no guard file: never taken");
+
+        let lease = by_name["role-build.lease"];
+        assert_eq!(
+            (lease.pid, lease.group),
+            (77, false),
+            "a role lease's command"
+        );
+        assert_eq!(lease.writer.mode, 0o666, "writable by anyone");
+        assert!(!lease.writer.only_by_owner(), "{:?}", lease.writer);
+        assert_eq!(
+            lease.guard, None,
+            "a TTL lease's guard is held by nobody's run"
+        );
+        drop(slot);
+    }
+}
+
+mod kinds {
+    //! `Pool::snapshot` shows every lock and lease file with its kind.
+    use super::*;
+
+    #[test]
+    fn every_lock_and_lease_file_is_shown_with_its_kind() {
+        let site = Site::new("{}");
+        let run = site.take(Kind::FullRun);
+        for name in [
+            "role-build.lease",
+            "cache.lease",
+            "role-x.lock",
+            "other.lock",
+            "notes.json",
+        ] {
+            site.write_record(name, &dead_record());
+        }
+        let snapshot = site.snapshot();
+        let kinds: Vec<(&str, &str)> = snapshot
+            .slots
+            .iter()
+            .map(|s| (&s.name[..], s.kind))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("cache.lease", "lease"),
+                ("full-run.lock", "full-run"),
+                ("other.lock", "lock"),
+                ("role-build.lease", "role"),
+                ("role-x.lock", "lock"),
+            ],
+            "config.json and notes.json are not locks"
+        );
+        drop(run);
+    }
+
+    #[test]
+    fn a_slot_whose_guard_is_broken_is_shown_without_a_record() {
+        let site = Site::new("{}");
+        site.write_record("agent-0.lock", &dead_record());
+        std::fs::write(site.temp.path().join(".agent-0.lock.flock"), b"x").expect("plant");
+        let snapshot = site.snapshot();
+        let slot = &snapshot.slots[0];
+        assert!(
+            matches!(&slot.state, SlotState::Live(LiveWhy::Other(why)) if why.contains("guard")),
+            "{slot:?}"
+        );
+        assert_eq!(
+            slot.record, None,
+            "no record is shown that the state was not judged from (nothing guarded its read)"
+        );
+    }
+}
+
+mod drains {
+    //! The drain flag: how far ahead it holds, where it lives, and undrain.
+    use super::*;
+    use worklane_admission::MAX_DRAIN_AHEAD_MS;
+    use worklane_admission::drain::Ignored;
+
+    const NOW: u64 = 1_796_012_839_000;
+    const HOUR: u64 = 3_600_000;
+
+    fn drain_until(pool: &Pool, until: u64) {
+        pool.write_drain(&Drain {
+            since: rfc3339_ms(NOW),
+            until: rfc3339_ms(until),
+            to: None,
+        })
+        .expect("write drain");
+    }
+
+    #[test]
+    fn a_drain_holds_for_at_most_four_hours_ahead() {
+        assert_eq!(MAX_DRAIN_AHEAD_MS, 4 * HOUR, "the documented limit");
+        let site = Site::new("{}");
+        let pool = site.pool.clone().with_clock(Arc::new(ManualClock::at(NOW)));
+        for (until, in_force) in [(NOW + 3 * HOUR, true), (NOW + 4 * HOUR, true)] {
+            drain_until(&pool, until);
+            assert_eq!(
+                matches!(pool.drain().expect("drain"), DrainState::InForce(_)),
+                in_force,
+                "{} h ahead",
+                (until - NOW) / HOUR
+            );
+        }
+        drain_until(&pool, NOW + 4 * HOUR + 1);
+        assert!(
+            matches!(
+                pool.drain().expect("drain"),
+                DrainState::Ignored(Ignored::TooFarAhead { .. })
+            ),
+            "more than 4 h ahead is a mistake, not a drain"
+        );
+    }
+
+    #[test]
+    fn undrain_says_whether_there_was_a_flag() {
+        let site = Site::new("{}");
+        assert!(
+            !site.pool.remove_drain().expect("remove"),
+            "no flag to remove"
+        );
+        drain_until(&site.pool, NOW + HOUR);
+        assert!(site.pool.remove_drain().expect("remove"), "a flag removed");
+        assert!(!site.pool.remove_drain().expect("remove"), "and it is gone");
+    }
+
+    #[test]
+    fn with_the_system_layout_the_flag_lives_in_the_state_directory() {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let state = temp.path().join(worklane_slotfile::SYSTEM_STATE_DIR);
+        let slots = temp.path().join(worklane_slotfile::SYSTEM_SLOTS_DIR);
+        std::fs::create_dir_all(&slots).expect("the system slot directory");
+        let env = Environment::with_root(temp.path());
+        let pool = Pool::new(SlotDir::resolve_in(&env).expect("resolve"))
+            .with_clock(Arc::new(ManualClock::at(NOW)));
+        assert_ne!(
+            pool.locations().drain_dir,
+            pool.locations().slot_dir,
+            "the system layout keeps the flag apart"
+        );
+        drain_until(&pool, NOW + HOUR);
+        assert!(
+            state.join("update-drain.json").exists(),
+            "the flag is in {}",
+            state.display()
+        );
+        assert!(
+            !slots.join("update-drain.json").exists(),
+            "not in the slot directory"
+        );
+        assert!(
+            matches!(pool.drain().expect("drain"), DrainState::InForce(_)),
+            "and read from there"
+        );
+        assert!(pool.remove_drain().expect("undrain"), "removed from there");
+        assert!(!state.join("update-drain.json").exists(), "gone");
+    }
+}
+
+mod retries {
+    //! A busy guard is tried again before a take gives up on it: `slots.lock` while another
+    //! counter finishes, a slot's guard while a probe looks at it. Each try opens the guard,
+    //! so the tries are counted with inotify (counts of attempts, never durations).
+    use super::*;
+    use rustix::fs::inotify;
+    use std::mem::MaybeUninit;
+    use std::os::fd::OwnedFd;
+
+    /// Watches the opens in `dir`, and the closes that separate them (the kernel merges an
+    /// event into an identical one still unread, so opens alone would count as one).
+    fn watch(dir: &std::path::Path) -> OwnedFd {
+        let watch = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)
+            .expect("inotify");
+        inotify::add_watch(
+            &watch,
+            dir,
+            inotify::WatchFlags::OPEN | inotify::WatchFlags::CLOSE_NOWRITE,
+        )
+        .expect("watch the directory");
+        watch
+    }
+
+    /// How many times `name` was opened since the last call (every event already queued).
+    fn opens(watch: &OwnedFd, name: &str) -> usize {
+        let mut buf = [MaybeUninit::uninit(); 4096];
+        let mut events = inotify::Reader::new(watch, &mut buf);
+        let mut count = 0;
+        loop {
+            match events.next() {
+                Ok(event) => {
+                    assert!(
+                        !event.events().contains(inotify::ReadFlags::QUEUE_OVERFLOW),
+                        "the inotify queue overflowed"
+                    );
+                    if event.events().contains(inotify::ReadFlags::OPEN)
+                        && event
+                            .file_name()
+                            .is_some_and(|n| n.to_bytes() == name.as_bytes())
+                    {
+                        count += 1;
+                    }
+                }
+                Err(rustix::io::Errno::AGAIN) => return count,
+                Err(e) => panic!("read inotify events: {e}"),
+            }
+        }
+    }
+
+    fn hold(dir: &SlotDir, name: &str) -> QuietDrop<worklane_lease::Lease> {
+        match worklane_lease::acquire(
+            dir,
+            name,
+            &Request::new("another counter"),
+            &worklane_lease::Options::process(),
+        )
+        .expect("acquire")
+        {
+            worklane_lease::Acquired::Held(lease) => QuietDrop::new(lease),
+            worklane_lease::Acquired::Refused(r) => panic!("free: {r}"),
+        }
+    }
+
+    #[test]
+    fn a_blocking_take_tries_a_busy_slots_lock_again_before_it_reports_counting() {
+        let site = Site::new("{}");
+        let dir = SlotDir::open(site.temp.path()).expect("open");
+        let guard = ".slots.lock.flock";
+        let mut counter = Some(hold(&dir, worklane_admission::SLOTS_LOCK));
+        let watch = watch(site.temp.path());
+        let mut tries = None;
+        let got = site
+            .pool
+            .take(
+                Kind::Agent,
+                &Request::new("waiter"),
+                Wait {
+                    // A watchdog only: the counter finishes at the first report.
+                    timeout: Some(Duration::from_secs(600)),
+                    on_wait: &mut |blocker, _| {
+                        // Checked here, so that a take that would wait on fails at once.
+                        assert!(
+                            *blocker == Blocker::Counting && tries.is_none(),
+                            "one report, of the counter (tried {tries:?} times before): \
+                             {blocker}"
+                        );
+                        tries = Some(opens(&watch, guard));
+                        counter
+                            .take()
+                            .expect("the counter is held until the first report")
+                            .end(worklane_lease::Lease::release)
+                            .expect("the counter finishes");
+                    },
+                },
+            )
+            .expect("take");
+        let got = match got {
+            Take::Held(slot) => {
+                let name = slot.name().to_owned();
+                gate::quietly(|| drop(slot));
+                name
+            }
+            Take::Blocked(b) => panic!("the take must get its slot once the counter is done: {b}"),
+        };
+        assert_eq!(got, "agent-0.lock", "the take got its slot");
+        let tries = tries.expect("the busy counter was reported");
+        assert!(
+            tries > 1,
+            "slots.lock is tried again inside the deadline before the take reports it busy \
+             (tried {tries} times)"
+        );
+    }
+
+    #[test]
+    fn a_guard_held_without_a_record_is_tried_again_before_a_refusal() {
+        let site = Site::new("{}");
+        // A guard held with no record: a reader's probe, a leftover of a run.
+        let left = leave_running(site.take(Kind::FullRun));
+        let watch = watch(site.temp.path());
+        let blocker = site.blocked(Kind::FullRun);
+        assert!(
+            matches!(&blocker, Blocker::FullRunHeld(r) if r.why == LiveWhy::GuardHeld && r.holder.is_none()),
+            "{blocker:?}"
+        );
+        let tries = opens(&watch, ".full-run.lock.flock");
+        assert!(
+            tries > 1,
+            "a guard held with no record may be a momentary probe: it is tried again before \
+             the take is refused (tried {tries} times)"
+        );
+        drop(left);
+    }
+
+    #[test]
+    fn a_holder_with_a_record_is_refused_at_the_first_try() {
+        let site = Site::new("{}");
+        let run = site.take(Kind::FullRun);
+        let watch = watch(site.temp.path());
+        let blocker = site.blocked(Kind::FullRun);
+        assert!(
+            matches!(&blocker, Blocker::FullRunHeld(r) if r.why == LiveWhy::GuardHeld && r.holder.is_some()),
+            "{blocker:?}"
+        );
+        assert_eq!(
+            opens(&watch, ".full-run.lock.flock"),
+            1,
+            "a holder that wrote its record is no probe: refused without trying again"
+        );
+        drop(run);
+    }
+}
+
+mod other_user {
+    //! As root, the test re-runs its own binary as user 65534 (nobody) under `setpriv`, with a
+    //! slot directory of nobody's that holds a guard only root can open. In that run the same
+    //! test is the subject: it takes a slot and releases one it cannot check, and prints what
+    //! happened; the parent checks it.
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    const DIR_VAR: &str = "WORKLANE_ADMISSION_TEST_SUBJECT_DIR";
+    const TEST_NAME: &str = "other_user::a_guard_this_user_cannot_open_is_skipped";
+    const NOBODY: u32 = 65_534;
+
+    #[test]
+    fn a_guard_this_user_cannot_open_is_skipped() {
+        if let Some(dir) = std::env::var_os(DIR_VAR) {
+            subject(std::path::Path::new(&dir));
+            return;
+        }
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "this test runs the subject as user {NOBODY} with setpriv and must start as root"
+        );
+        let temp = tempfile::tempdir().expect("temp dir");
+        std::fs::set_permissions(temp.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod temp dir");
+        let slots = temp.path().join("slots");
+        std::fs::create_dir(&slots).expect("the slot directory");
+        std::os::unix::fs::chown(&slots, Some(NOBODY), Some(NOBODY)).expect("chown");
+        std::fs::set_permissions(&slots, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        // Root's guard of agent-0.lock, which only root can open.
+        let guard = slots.join(".agent-0.lock.flock");
+        std::fs::write(&guard, b"").expect("plant");
+        std::fs::set_permissions(&guard, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        // Our own binary may sit under directories user 65534 cannot enter: run a copy.
+        let exe = temp.path().join("admission-subject");
+        // Copied with the gate quiet: a child started meanwhile would hold the descriptor the
+        // copy is written through, and exec of a file open for writing fails (ETXTBSY).
+        gate::quietly(|| std::fs::copy(std::env::current_exe().expect("the test binary"), &exe))
+            .expect("copy the test binary");
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let output = Command::new("setpriv")
+            .args([
+                format!("--reuid={NOBODY}"),
+                format!("--regid={NOBODY}"),
+                "--clear-groups".into(),
+            ])
+            .arg("--")
+            .arg(&exe)
+            .args(["--exact", TEST_NAME, "--nocapture", "--test-threads=1"])
+            .env(DIR_VAR, &slots)
+            .output_gated()
+            .expect("run setpriv");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let report = format!(
+            "subject status {}\nstdout:\n{stdout}\nstderr:\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(output.status.success(), "the subject must pass\n{report}");
+        assert!(
+            stdout.contains(&format!("SUBJECT euid={NOBODY}\n")),
+            "the subject runs as nobody\n{report}"
+        );
+        assert!(
+            stdout.contains("SUBJECT took agent-1.lock\n"),
+            "a guard this user cannot open is skipped like any stray\n{report}"
+        );
+        assert!(
+            stdout.contains("SUBJECT release failed\n"),
+            "a release that cannot read its record says so\n{report}"
+        );
+    }
+
+    /// Run as user 65534: takes a slot, then releases it with its record unreadable, and
+    /// reports each step on stdout.
+    fn subject(dir: &std::path::Path) {
+        use std::io::Write;
+        let report = |line: &str| {
+            writeln!(std::io::stdout(), "SUBJECT {line}").expect("write to stdout");
+        };
+        report(&format!("euid={}", rustix::process::geteuid().as_raw()));
+        let env = Environment::from_process().var("AGENT_SLOTS_DIR", dir);
+        let pool = Pool::new(SlotDir::resolve_in(&env).expect("resolve"));
+        let slot = match pool.try_take(Kind::Agent, &Request::new("nobody")) {
+            Ok(Take::Held(slot)) => slot,
+            other => panic!("SUBJECT took nothing: {other:?}"),
+        };
+        report(&format!("took {}", slot.name()));
+        // A record its releaser cannot read back cannot be checked before it is removed.
+        std::fs::set_permissions(
+            dir.join(slot.name()),
+            std::fs::Permissions::from_mode(0o000),
+        )
+        .expect("chmod the record");
+        match slot.release() {
+            Ok(()) => report("release succeeded"),
+            Err(e) => report(&format!("release failed\n{e}")),
+        }
     }
 }
