@@ -116,9 +116,10 @@ impl Observation {
 #[must_use]
 pub fn whole(text: &str) -> Option<u64> {
     let text = text.trim();
-    if text.is_empty() || text.len() > 16 || !text.bytes().all(|b| b.is_ascii_digit()) {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
+    // Leading zeros are plain digits too; a value past u64 does not parse.
     text.parse().ok().filter(|&n| n <= MAX_SAFE)
 }
 
@@ -147,7 +148,7 @@ pub fn is_resource_name(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{Observation, whole};
+    use super::{MAX_SAFE, Observation, whole};
     use proptest::prelude::*;
 
     fn observe(status: u16, headers: &[(&str, &str)]) -> Observation {
@@ -264,6 +265,36 @@ mod tests {
         );
         assert!(!observe(500, &[("Retry-After", "5")]).is_secondary_limit());
         assert!(!observe(200, &[("Retry-After", "5")]).is_secondary_limit());
+    }
+
+    #[test]
+    fn whole_numbers_are_plain_digits_up_to_2_pow_53_minus_1() {
+        assert_eq!(whole("0"), Some(0), "zero is a count");
+        assert_eq!(whole("9007199254740990"), Some(MAX_SAFE - 1), "one below");
+        assert_eq!(
+            whole("9007199254740991"),
+            Some(MAX_SAFE),
+            "exactly 2^53 - 1"
+        );
+        assert_eq!(whole("9007199254740992"), None, "one above");
+        assert_eq!(
+            whole("00000000000000000042"),
+            Some(42),
+            "leading zeros are plain digits, however many"
+        );
+        assert_eq!(
+            whole("0009007199254740991"),
+            Some(MAX_SAFE),
+            "2^53 - 1 with leading zeros"
+        );
+        assert_eq!(
+            whole("99999999999999999999999"),
+            None,
+            "a number past u64 is not known"
+        );
+        assert_eq!(whole("\t7 "), Some(7), "surrounding white space");
+        assert_eq!(whole("7 7"), None, "two numbers are not one");
+        assert_eq!(whole("\u{0667}"), None, "only ASCII digits");
     }
 
     proptest! {
