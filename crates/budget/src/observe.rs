@@ -148,7 +148,7 @@ pub fn is_resource_name(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{MAX_SAFE, Observation, whole};
+    use super::{MAX_SAFE, Observation, is_resource_name, whole};
     use proptest::prelude::*;
 
     fn observe(status: u16, headers: &[(&str, &str)]) -> Observation {
@@ -297,6 +297,66 @@ mod tests {
         assert_eq!(whole("\u{0667}"), None, "only ASCII digits");
     }
 
+    #[test]
+    fn resource_names_are_1_to_32_letters_digits_underscores_or_hyphens() {
+        for name in [
+            "a",
+            "core",
+            "code_scanning_upload",
+            "source-import",
+            "Graph9",
+            "abcdefghijklmnopqrstuvwxyz_-0123",
+        ] {
+            assert!(is_resource_name(name), "{name:?} is a resource name");
+            let o = observe(200, &[("X-RateLimit-Resource", name)]);
+            assert_eq!(o.resource(), Some(name), "{name:?} is read as sent");
+        }
+        for name in [
+            "",
+            "abcdefghijklmnopqrstuvwxyz_-01234",
+            "a.b",
+            "a b",
+            "../core",
+            "caf\u{e9}",
+            "core\n",
+        ] {
+            assert!(!is_resource_name(name), "{name:?} is not a resource name");
+        }
+        let o = observe(200, &[("X-RateLimit-Resource", "  graphql ")]);
+        assert_eq!(o.resource(), Some("graphql"), "trimmed");
+        let o = observe(200, &[("X-RateLimit-Resource", "")]);
+        assert_eq!(o.resource(), None, "an empty resource is not core");
+    }
+
+    #[test]
+    fn retry_after_is_plain_delta_seconds_and_seen_in_any_form() {
+        for (value, seconds) in [
+            ("30", Some(30)),
+            (" 30 ", Some(30)),
+            ("0", Some(0)),
+            ("18446744073709551615", Some(u64::MAX)),
+            ("18446744073709551616", Some(u64::MAX)),
+            ("", None),
+            ("-5", None),
+            ("1.5", None),
+            ("+5", None),
+            ("Wed, 21 Oct 2026 07:28:00 GMT", None),
+        ] {
+            let o = observe(403, &[("Retry-After", value)]);
+            assert_eq!(o.retry_after_s, seconds, "Retry-After {value:?}");
+            assert!(o.retry_after_seen, "Retry-After {value:?} was carried");
+            assert!(
+                o.is_secondary_limit(),
+                "a 403 with Retry-After {value:?} is a secondary limit"
+            );
+        }
+        let o = observe(403, &[]);
+        assert!(
+            !o.retry_after_seen && o.retry_after_s.is_none(),
+            "no Retry-After"
+        );
+    }
+
     proptest! {
         #[test]
         fn whole_accepts_exactly_the_plain_numbers(n in 0u64..=((1u64 << 53) - 1)) {
@@ -352,6 +412,36 @@ mod tests {
             o.resource(),
             None,
             "a resource that is not text is not core"
+        );
+        assert!(!o.retry_after_seen, "no Retry-After was carried");
+    }
+
+    #[cfg(feature = "http")]
+    #[test]
+    fn the_http_adapter_sees_a_retry_after_that_is_not_text() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            "retry-after",
+            http::HeaderValue::from_bytes(b"\xff30").expect("bytes"),
+        );
+        let o = Observation::from_http(http::StatusCode::FORBIDDEN, &headers);
+        assert!(o.retry_after_seen, "carried, though not text");
+        assert_eq!(o.retry_after_s, None, "its value is not known");
+        assert!(
+            o.is_secondary_limit(),
+            "a 403 with a Retry-After of any form is a secondary limit"
+        );
+        assert!(!o.window_seen, "no window headers");
+        assert_eq!(o.resource(), Some("core"), "no resource header: core");
+        assert_eq!(o.status, 403, "the status");
+        let o = Observation::from_http(http::StatusCode::OK, &http::HeaderMap::new());
+        assert_eq!(
+            o,
+            Observation {
+                status: 200,
+                ..Observation::default()
+            },
+            "a response without any of the headers says nothing"
         );
     }
 }
