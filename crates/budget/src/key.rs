@@ -74,7 +74,11 @@ mod tests {
         );
         assert_eq!(key.state_name(), "github-budget-ba7816bf8f01cfea.json");
         assert_eq!(key.lock_name(), "github-budget-ba7816bf8f01cfea.lock");
-        assert!(!format!("{key:?}").contains("abc"), "the token never shows");
+        assert_eq!(
+            format!("{key:?}"),
+            "CredentialKey(ba7816bf8f01cfea)",
+            "Debug shows the key and never the token"
+        );
     }
 
     #[test]

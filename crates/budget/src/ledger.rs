@@ -624,3 +624,29 @@ fn key_of(path: &SlotPath) -> Option<CredentialKey> {
 fn unchanged_for(path: &SlotPath, now: u64) -> bool {
     matches!(path.modified_ms(), Ok(Some(at)) if now.saturating_sub(at) > STALE_MS)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{RealSleep, Sleep, millis};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn real_sleep_sleeps_at_least_the_time_asked() {
+        // A lower bound the platform guarantees (`std::thread::sleep` never returns early), not
+        // a measure of speed: the ledger's waits on the real clock depend on it.
+        let asked = Duration::from_millis(20);
+        let started = Instant::now();
+        RealSleep.sleep(asked);
+        assert!(
+            started.elapsed() >= asked,
+            "RealSleep returned before {asked:?} had passed"
+        );
+    }
+
+    #[test]
+    fn millis_are_whole_and_saturate() {
+        assert_eq!(millis(Duration::from_micros(1_999)), 1, "whole ms, cut");
+        assert_eq!(millis(Duration::from_secs(10)), 10_000, "10 s");
+        assert_eq!(millis(Duration::MAX), u64::MAX, "saturates");
+    }
+}

@@ -116,9 +116,10 @@ impl Observation {
 #[must_use]
 pub fn whole(text: &str) -> Option<u64> {
     let text = text.trim();
-    if text.is_empty() || text.len() > 16 || !text.bytes().all(|b| b.is_ascii_digit()) {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
+    // Leading zeros are plain digits too; a value past u64 does not parse.
     text.parse().ok().filter(|&n| n <= MAX_SAFE)
 }
 
@@ -147,7 +148,7 @@ pub fn is_resource_name(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{Observation, whole};
+    use super::{MAX_SAFE, Observation, is_resource_name, whole};
     use proptest::prelude::*;
 
     fn observe(status: u16, headers: &[(&str, &str)]) -> Observation {
@@ -266,6 +267,96 @@ mod tests {
         assert!(!observe(200, &[("Retry-After", "5")]).is_secondary_limit());
     }
 
+    #[test]
+    fn whole_numbers_are_plain_digits_up_to_2_pow_53_minus_1() {
+        assert_eq!(whole("0"), Some(0), "zero is a count");
+        assert_eq!(whole("9007199254740990"), Some(MAX_SAFE - 1), "one below");
+        assert_eq!(
+            whole("9007199254740991"),
+            Some(MAX_SAFE),
+            "exactly 2^53 - 1"
+        );
+        assert_eq!(whole("9007199254740992"), None, "one above");
+        assert_eq!(
+            whole("00000000000000000042"),
+            Some(42),
+            "leading zeros are plain digits, however many"
+        );
+        assert_eq!(
+            whole("0009007199254740991"),
+            Some(MAX_SAFE),
+            "2^53 - 1 with leading zeros"
+        );
+        assert_eq!(
+            whole("99999999999999999999999"),
+            None,
+            "a number past u64 is not known"
+        );
+        assert_eq!(whole("\t7 "), Some(7), "surrounding white space");
+        assert_eq!(whole("7 7"), None, "two numbers are not one");
+        assert_eq!(whole("\u{0667}"), None, "only ASCII digits");
+    }
+
+    #[test]
+    fn resource_names_are_1_to_32_letters_digits_underscores_or_hyphens() {
+        for name in [
+            "a",
+            "core",
+            "code_scanning_upload",
+            "source-import",
+            "Graph9",
+            "abcdefghijklmnopqrstuvwxyz_-0123",
+        ] {
+            assert!(is_resource_name(name), "{name:?} is a resource name");
+            let o = observe(200, &[("X-RateLimit-Resource", name)]);
+            assert_eq!(o.resource(), Some(name), "{name:?} is read as sent");
+        }
+        for name in [
+            "",
+            "abcdefghijklmnopqrstuvwxyz_-01234",
+            "a.b",
+            "a b",
+            "../core",
+            "caf\u{e9}",
+            "core\n",
+        ] {
+            assert!(!is_resource_name(name), "{name:?} is not a resource name");
+        }
+        let o = observe(200, &[("X-RateLimit-Resource", "  graphql ")]);
+        assert_eq!(o.resource(), Some("graphql"), "trimmed");
+        let o = observe(200, &[("X-RateLimit-Resource", "")]);
+        assert_eq!(o.resource(), None, "an empty resource is not core");
+    }
+
+    #[test]
+    fn retry_after_is_plain_delta_seconds_and_seen_in_any_form() {
+        for (value, seconds) in [
+            ("30", Some(30)),
+            (" 30 ", Some(30)),
+            ("0", Some(0)),
+            ("18446744073709551615", Some(u64::MAX)),
+            ("18446744073709551616", Some(u64::MAX)),
+            ("", None),
+            ("-5", None),
+            ("1.5", None),
+            ("+5", None),
+            ("Wed, 21 Oct 2026 07:28:00 GMT", None),
+        ] {
+            let o = observe(403, &[("Retry-After", value)]);
+            assert_eq!(o.retry_after_s, seconds, "Retry-After {value:?}");
+            assert!(o.retry_after_seen, "Retry-After {value:?} was carried");
+            assert!(
+                o.is_secondary_limit(),
+                "a 403 with Retry-After {value:?} is a secondary limit"
+            );
+        }
+        let o = observe(403, &[]);
+        assert!(
+            !o.retry_after_seen && o.retry_after_s.is_none(),
+            "no Retry-After"
+        );
+    }
+
     proptest! {
         #[test]
         fn whole_accepts_exactly_the_plain_numbers(n in 0u64..=((1u64 << 53) - 1)) {
@@ -321,6 +412,36 @@ mod tests {
             o.resource(),
             None,
             "a resource that is not text is not core"
+        );
+        assert!(!o.retry_after_seen, "no Retry-After was carried");
+    }
+
+    #[cfg(feature = "http")]
+    #[test]
+    fn the_http_adapter_sees_a_retry_after_that_is_not_text() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            "retry-after",
+            http::HeaderValue::from_bytes(b"\xff30").expect("bytes"),
+        );
+        let o = Observation::from_http(http::StatusCode::FORBIDDEN, &headers);
+        assert!(o.retry_after_seen, "carried, though not text");
+        assert_eq!(o.retry_after_s, None, "its value is not known");
+        assert!(
+            o.is_secondary_limit(),
+            "a 403 with a Retry-After of any form is a secondary limit"
+        );
+        assert!(!o.window_seen, "no window headers");
+        assert_eq!(o.resource(), Some("core"), "no resource header: core");
+        assert_eq!(o.status, 403, "the status");
+        let o = Observation::from_http(http::StatusCode::OK, &http::HeaderMap::new());
+        assert_eq!(
+            o,
+            Observation {
+                status: 200,
+                ..Observation::default()
+            },
+            "a response without any of the headers says nothing"
         );
     }
 }

@@ -412,6 +412,16 @@ mod tests {
         let mut state = State::default();
         state.apply(&seen(200, Some(3), Some(NOW / 1000)), NOW);
         assert!(state.window("core", NOW).is_none(), "a reset that is now");
+        assert!(
+            state.resources.is_empty(),
+            "a window ending exactly now is not kept (it would count again on a clock set back)"
+        );
+        let mut state = with_window(3, NOW + 60_000);
+        state.apply(&seen(200, Some(3), Some(NOW / 1000)), NOW);
+        assert!(
+            state.resources.is_empty(),
+            "a response whose window ends now drops the window it replaces"
+        );
     }
 
     #[test]
@@ -657,5 +667,211 @@ mod tests {
         let back: Value = serde_json::from_slice(&state.to_bytes(NOW)).expect("json");
         assert_eq!(back["writer"]["lang"], "go");
         assert_eq!(back["updatedAt"], NOW);
+    }
+
+    // The bounds of the design, written as plain numbers (not through the constants, so that a
+    // wrong constant fails here): each exactly at, one below and one above.
+
+    #[test]
+    fn a_pause_read_counts_up_to_exactly_15_minutes_ahead() {
+        for (ahead, counts) in [(899_999, true), (900_000, true), (900_001, false)] {
+            let state = State {
+                paused_until: Some(NOW + ahead),
+                ..State::default()
+            };
+            assert_eq!(
+                state.pause(NOW),
+                counts.then_some(NOW + ahead),
+                "a pause {ahead} ms ahead: counts {counts}"
+            );
+        }
+        let state = State {
+            paused_until: Some(NOW),
+            ..State::default()
+        };
+        assert_eq!(state.pause(NOW), None, "a pause ending now is over");
+        assert_eq!(
+            state.pause(NOW - 1),
+            Some(NOW),
+            "and in force one ms before its end"
+        );
+    }
+
+    #[test]
+    fn retry_after_is_cut_to_exactly_15_minutes_and_defaults_to_one() {
+        for (retry_after_s, pause_ms) in [
+            (Some(0), 0),
+            (Some(1), 1_000),
+            (Some(899), 899_000),
+            (Some(900), 900_000),
+            (Some(901), 900_000),
+            (None, 60_000),
+        ] {
+            let mut limited = seen(429, None, None);
+            limited.window_seen = false;
+            limited.retry_after_s = retry_after_s;
+            limited.retry_after_seen = true;
+            let mut state = State::default();
+            state.apply(&limited, NOW);
+            assert_eq!(
+                state.paused_until,
+                Some(NOW + pause_ms),
+                "Retry-After {retry_after_s:?} pauses {pause_ms} ms"
+            );
+        }
+    }
+
+    #[test]
+    fn a_window_read_counts_up_to_exactly_65_minutes_ahead() {
+        for (ahead, counts) in [(3_899_999, true), (3_900_000, true), (3_900_001, false)] {
+            let mut state = with_window(5, NOW + 60_000);
+            state.resources.get_mut("core").expect("window").reset_at = NOW + ahead;
+            assert_eq!(
+                state.window("core", NOW).is_some(),
+                counts,
+                "a window resetting {ahead} ms ahead: counts {counts}"
+            );
+            let expected = if counts {
+                Decision::Go { counted: true }
+            } else {
+                Decision::Go { counted: false }
+            };
+            assert_eq!(
+                state.decide("core", "c", NOW),
+                expected,
+                "a take {ahead} ms before the reset"
+            );
+        }
+    }
+
+    #[test]
+    fn a_response_window_is_kept_up_to_exactly_65_minutes_ahead() {
+        // Resets come in whole seconds: one second below, at, and one above the bound.
+        for (ahead, kept) in [
+            (1_000, true),
+            (3_899_000, true),
+            (3_900_000, true),
+            (3_901_000, false),
+        ] {
+            let mut state = State::default();
+            state.apply(&seen(200, Some(5), Some((NOW + ahead) / 1000)), NOW);
+            assert_eq!(
+                state.resources.contains_key("core"),
+                kept,
+                "a response whose window resets {ahead} ms ahead: kept {kept}"
+            );
+        }
+    }
+
+    #[test]
+    fn consumer_names_are_1_to_32_plain_characters() {
+        for name in [
+            "a",
+            "Z9",
+            "backlog-2.x_y",
+            "abcdefghijklmnopqrstuvwxyz012345",
+        ] {
+            assert_eq!(consumer_name(name), name, "{name:?} is a consumer name");
+        }
+        for name in [
+            "",
+            "abcdefghijklmnopqrstuvwxyz0123456",
+            "a b",
+            "a/b",
+            "caf\u{e9}",
+            "a\u{0}",
+            "(other)",
+        ] {
+            assert_eq!(
+                consumer_name(name),
+                OTHER_CONSUMER,
+                "{name:?} is counted as (other)"
+            );
+        }
+    }
+
+    #[test]
+    fn the_first_64_consumers_of_a_window_are_named_and_the_rest_are_other() {
+        let mut state = with_window(1000, NOW + 60_000);
+        for i in 0..64 {
+            let _ = state.decide("core", &format!("c{i:02}"), NOW);
+        }
+        let w = state.window("core", NOW).expect("known");
+        assert_eq!(w.by_consumer.len(), 64, "64 consumers are named");
+        assert!(
+            !w.by_consumer.contains_key(OTHER_CONSUMER),
+            "the 64th is still named"
+        );
+        let _ = state.decide("core", "c64", NOW);
+        let _ = state.decide("core", "c00", NOW);
+        let w = state.window("core", NOW).expect("known");
+        assert_eq!(
+            w.by_consumer.get(OTHER_CONSUMER),
+            Some(&1),
+            "the 65th is counted as (other)"
+        );
+        assert_eq!(
+            w.by_consumer.get("c00"),
+            Some(&2),
+            "a consumer already named keeps its name past 64"
+        );
+        assert_eq!(w.by_consumer.get("c64"), None, "the 65th is not named");
+    }
+
+    #[test]
+    fn a_file_with_more_than_64_consumers_is_read_as_64_and_other() {
+        let consumers: Vec<String> = (0..70).map(|i| format!("\"c{i:02}\": 1")).collect();
+        let text = format!(
+            r#"{{"resources": {{"core": {{"remaining": 100, "resetAt": {}, "byConsumer": {{{}}}}}}}}}"#,
+            NOW + 60_000,
+            consumers.join(", ")
+        );
+        let state = State::parse(text.as_bytes()).expect("parse");
+        let by_consumer = &state.resources["core"].by_consumer;
+        assert_eq!(
+            by_consumer.len(),
+            65,
+            "64 named and (other): {by_consumer:?}"
+        );
+        assert_eq!(by_consumer.get("c63"), Some(&1), "the 64th is named");
+        assert_eq!(by_consumer.get("c64"), None, "the 65th is not");
+        assert_eq!(
+            by_consumer.get(OTHER_CONSUMER),
+            Some(&6),
+            "the 6 beyond the first 64 are counted as (other)"
+        );
+    }
+
+    #[test]
+    fn counts_in_the_file_are_whole_numbers_up_to_2_pow_53_minus_1() {
+        let window = |remaining: &str, granted: &str| {
+            let text = format!(
+                r#"{{"resources": {{"core": {{"remaining": {remaining}, "resetAt": {},
+                    "granted": {granted}}}}}}}"#,
+                NOW + 60_000
+            );
+            State::parse(text.as_bytes())
+                .expect("an object")
+                .resources
+                .get("core")
+                .map(|w| (w.remaining, w.granted))
+        };
+        assert_eq!(
+            window("9007199254740991", "9007199254740991"),
+            Some((MAX_SAFE, MAX_SAFE)),
+            "2^53 - 1 is kept exactly"
+        );
+        assert_eq!(window("9007199254740992", "0"), None, "2^53 is not known");
+        assert_eq!(window("0", "9007199254740992"), None, "nor as granted");
+        assert_eq!(window("0", "0"), Some((0, 0)), "0 is a count");
+        assert_eq!(window("-1", "0"), None, "a negative remaining is not known");
+        let paused = |until: &str| {
+            State::parse(format!(r#"{{"pausedUntil": {until}}}"#).as_bytes())
+                .expect("an object")
+                .paused_until
+        };
+        assert_eq!(paused("9007199254740991"), Some(MAX_SAFE), "2^53 - 1");
+        assert_eq!(paused("9007199254740992"), None, "2^53 is not known");
+        assert_eq!(paused("1.0"), None, "a fraction is not known");
     }
 }

@@ -3,8 +3,8 @@
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, UNIX_EPOCH};
-use worklane_budget::ledger::{LOCK_PATIENCE_MS, MAX_WAIT_MS, STALE_MS, SWEEP_EVERY_MS};
 use worklane_budget::{
     CredentialKey, Grant, Ledger, Observation, Observed, Refused, Sleep, Trouble,
 };
@@ -15,11 +15,36 @@ use worklane_testkit::{Gated, gate};
 /// 2025-11-30T05:20:00Z.
 const T0: u64 = 1_764_480_000_000;
 
-/// Sleeping advances the manual clock by exactly the time asked for.
-struct ManualSleep(ManualClock);
+// The design's bounds, written out here rather than imported from the crate, so that a wrong
+// constant there fails these tests instead of moving them along with it.
+/// A take waits at most 10 s for calls to be left or a pause to end.
+const MAX_WAIT_MS: u64 = 10_000;
+/// A take waits at most 0.5 s for a busy lock.
+const LOCK_PATIENCE_MS: u64 = 500;
+/// A state unchanged for more than 2 h is removed.
+const STALE_MS: u64 = 2 * 60 * 60 * 1000;
+/// At most one sweep per process every 10 min.
+const SWEEP_EVERY_MS: u64 = 10 * 60 * 1000;
+
+/// Sleeping advances the manual clock by exactly the time asked for. A ledger never sleeps
+/// more than about a hundred times in one of these tests (0.5 s of 10 ms lock polls, 10 s of
+/// 1 s looks): far more means a wait that should have ended goes on, and the sleeper says so
+/// at once rather than letting the test spin until real time ends it.
+struct ManualSleep(ManualClock, AtomicUsize);
+
+impl ManualSleep {
+    fn new(clock: ManualClock) -> ManualSleep {
+        ManualSleep(clock, AtomicUsize::new(0))
+    }
+}
 
 impl Sleep for ManualSleep {
     fn sleep(&self, duration: Duration) {
+        let sleeps = self.1.fetch_add(1, Ordering::Relaxed) + 1;
+        assert!(
+            sleeps <= 1_000,
+            "the ledger slept {sleeps} times: a wait that should have ended did not"
+        );
         self.0
             .advance(u64::try_from(duration.as_millis()).expect("ms"));
     }
@@ -54,7 +79,7 @@ impl Site {
     fn ledger(&self) -> Ledger {
         Ledger::new(self.dir())
             .clock(Arc::new(self.clock.clone()))
-            .sleeper(Arc::new(ManualSleep(self.clock.clone())))
+            .sleeper(Arc::new(ManualSleep::new(self.clock.clone())))
             .owner("test")
     }
 
@@ -181,6 +206,128 @@ mod take {
             .expect("goes after the reset");
         assert_eq!(site.now() - start, 4_000, "went exactly at the reset");
         assert!(!grant.counted, "the new window is not known yet");
+    }
+
+    #[test]
+    fn a_spent_window_resetting_by_the_10_s_mark_goes_then_and_one_second_later_refuses() {
+        for (reset_in_ms, goes) in [(9_000, true), (10_000, true), (11_000, false)] {
+            let site = Site::new();
+            let ledger = site.ledger();
+            let key = key();
+            // The reset is a whole second: the clock is on one.
+            ledger.observe(&key, &window(site.now(), 0, reset_in_ms));
+            let start = site.now();
+            let taken = ledger.take(&key, "core", "a");
+            if goes {
+                assert_eq!(
+                    taken,
+                    Ok(Grant {
+                        counted: false,
+                        left: None,
+                        unaccounted: None
+                    }),
+                    "a reset {reset_in_ms} ms ahead: the call goes, the new window not known yet"
+                );
+                assert_eq!(
+                    site.now() - start,
+                    reset_in_ms,
+                    "a reset {reset_in_ms} ms ahead: went exactly at the reset"
+                );
+            } else {
+                assert_eq!(
+                    taken,
+                    Err(Refused::RateLimited {
+                        resource: "core".to_owned(),
+                        reset_at: start + reset_in_ms,
+                        waited_ms: 10_000
+                    }),
+                    "a reset {reset_in_ms} ms ahead: refused after 10 s"
+                );
+                assert_eq!(site.now() - start, 10_000, "waited exactly 10 s");
+            }
+        }
+    }
+
+    #[test]
+    fn refusals_and_troubles_say_what_a_person_needs() {
+        let spent = Refused::RateLimited {
+            resource: "graphql".to_owned(),
+            reset_at: T0 + 61_500,
+            waited_ms: 10_000,
+        };
+        assert_eq!(
+            spent.to_string(),
+            "rate_limited (429): no graphql calls are left for this credential until \
+             2025-11-30T05:21:01.500Z (waited 10000 ms); the call was not made: retry after the \
+             reset",
+            "a spent window's refusal"
+        );
+        assert_eq!(
+            (spent.kind(), spent.status()),
+            ("rate_limited", 429),
+            "its kind and status"
+        );
+        let paused = Refused::SecondaryRateLimited {
+            until: T0 + 60_000,
+            waited_ms: 10_000,
+        };
+        assert_eq!(
+            paused.to_string(),
+            "secondary_rate_limited (429): every call on this credential is paused until \
+             2025-11-30T05:21:00.000Z after a secondary rate limit (waited 10000 ms); the call \
+             was not made: retry after the pause",
+            "a pause's refusal"
+        );
+        assert_eq!(
+            (paused.kind(), paused.status()),
+            ("secondary_rate_limited", 429),
+            "its kind and status"
+        );
+        let lock = key().lock_name();
+        for (trouble, text) in [
+            (
+                Trouble::LockBusy {
+                    lock: lock.clone(),
+                    waited_ms: 500,
+                    holder: "held by pid 7".to_owned(),
+                },
+                format!("the budget lock {lock} stayed busy for 500 ms: held by pid 7"),
+            ),
+            (
+                Trouble::Lock {
+                    lock: lock.clone(),
+                    detail: "EIO".to_owned(),
+                },
+                format!("cannot take the budget lock {lock}: EIO"),
+            ),
+            (
+                Trouble::NotWritten {
+                    what: "response",
+                    detail: "EROFS".to_owned(),
+                },
+                "cannot record the response: EROFS".to_owned(),
+            ),
+            (
+                Trouble::Name {
+                    detail: "a refused name".to_owned(),
+                },
+                "a refused name".to_owned(),
+            ),
+        ] {
+            assert_eq!(trouble.to_string(), text, "{trouble:?}");
+        }
+    }
+
+    #[test]
+    fn a_ledger_shows_its_directory_and_owner() {
+        let site = Site::new();
+        let shown = format!("{:?}", site.ledger());
+        assert!(
+            shown.starts_with("Ledger {")
+                && shown.contains(&format!("{:?}", site.temp.path()))
+                && shown.contains("owner: \"test\""),
+            "Debug names the directory and the owner: {shown}"
+        );
     }
 
     #[test]
@@ -490,6 +637,38 @@ mod pause {
     }
 
     #[test]
+    fn a_pause_ending_by_the_10_s_mark_lets_the_call_go_and_one_second_later_refuses() {
+        for (pause_s, goes) in [(9, true), (10, true), (11, false)] {
+            let site = Site::new();
+            let key = key();
+            site.ledger().observe(&key, &secondary(Some(pause_s)));
+            let start = site.now();
+            let taken = site.ledger().take(&key, "core", "a");
+            if goes {
+                assert!(
+                    taken.is_ok(),
+                    "a {pause_s} s pause: the call goes: {taken:?}"
+                );
+                assert_eq!(
+                    site.now() - start,
+                    pause_s * 1000,
+                    "a {pause_s} s pause: went exactly at its end"
+                );
+            } else {
+                assert_eq!(
+                    taken,
+                    Err(Refused::SecondaryRateLimited {
+                        until: start + pause_s * 1000,
+                        waited_ms: 10_000
+                    }),
+                    "a {pause_s} s pause: refused after 10 s"
+                );
+                assert_eq!(site.now() - start, 10_000, "waited exactly 10 s");
+            }
+        }
+    }
+
+    #[test]
     fn a_forbidden_call_does_not_pause_the_credential() {
         let site = Site::new();
         let key = key();
@@ -581,6 +760,110 @@ mod lock {
         assert_eq!(site.now(), start, "no wait");
         held.release().expect("release");
         assert!(counted(&site.ledger().take(&key, "core", "a")));
+    }
+
+    /// Advances the clock like [`ManualSleep`], and releases a held lock once the clock
+    /// reaches `free_at`, as its holder finishing would.
+    struct FreeAt {
+        clock: ManualClock,
+        free_at: u64,
+        held: std::sync::Mutex<Option<worklane_lease::Lease>>,
+    }
+
+    impl Sleep for FreeAt {
+        fn sleep(&self, duration: Duration) {
+            self.clock
+                .advance(u64::try_from(duration.as_millis()).expect("ms"));
+            if self.clock.now_ms() >= self.free_at
+                && let Some(lease) = self.held.lock().expect("not poisoned").take()
+            {
+                lease.release().expect("release");
+            }
+        }
+    }
+
+    #[test]
+    fn a_lock_freed_by_the_half_second_mark_is_taken_and_later_is_not() {
+        for (free_in_ms, taken) in [(490, true), (500, true), (510, false)] {
+            let site = Site::new();
+            let key = key();
+            site.ledger().observe(&key, &window(site.now(), 5, 60_000));
+            let start = site.now();
+            let sleeper = FreeAt {
+                clock: site.clock.clone(),
+                free_at: start + free_in_ms,
+                held: std::sync::Mutex::new(Some(hold_lock(&site, &key))),
+            };
+            let ledger = Ledger::new(site.dir())
+                .clock(Arc::new(site.clock.clone()))
+                .sleeper(Arc::new(sleeper));
+            let grant = ledger.take(&key, "core", "a").expect("goes");
+            if taken {
+                assert_eq!(
+                    grant,
+                    Grant {
+                        counted: true,
+                        left: Some(4),
+                        unaccounted: None
+                    },
+                    "a lock freed {free_in_ms} ms into the wait is taken and the call counted"
+                );
+                assert_eq!(site.now() - start, free_in_ms, "taken when it was freed");
+            } else {
+                assert!(
+                    matches!(
+                        &grant.unaccounted,
+                        Some(Trouble::LockBusy { waited_ms: 500, .. })
+                    ),
+                    "a lock still busy after 0.5 s: the call goes unaccounted: {grant:?}"
+                );
+                assert_eq!(site.now() - start, 500, "after exactly 0.5 s");
+            }
+        }
+    }
+
+    /// Really sleeps, and fails the test past `cap` sleeps: a wait the real clock should have
+    /// ended went on.
+    struct CappedRealSleep {
+        cap: usize,
+        sleeps: AtomicUsize,
+    }
+
+    impl Sleep for CappedRealSleep {
+        fn sleep(&self, duration: Duration) {
+            let sleeps = self.sleeps.fetch_add(1, Ordering::Relaxed) + 1;
+            assert!(
+                sleeps <= self.cap,
+                "slept {sleeps} times ({duration:?} each) and still waiting for the lock"
+            );
+            worklane_budget::RealSleep.sleep(duration);
+        }
+    }
+
+    #[test]
+    fn a_clock_that_stands_still_cannot_stretch_the_lock_patience() {
+        let site = Site::new();
+        let key = key();
+        site.ledger().observe(&key, &window(site.now(), 5, 60_000));
+        let held = hold_lock(&site, &key);
+        // The manual clock never moves here; 0.5 s of monotonic time ends the patience. Each
+        // real sleep is at least 10 ms, so 50 looks span it; 200 would be 2 s.
+        let ledger = Ledger::new(site.dir())
+            .clock(Arc::new(site.clock.clone()))
+            .sleeper(Arc::new(CappedRealSleep {
+                cap: 200,
+                sleeps: AtomicUsize::new(0),
+            }));
+        let grant = ledger.take(&key, "core", "a").expect("goes");
+        assert!(
+            matches!(
+                &grant.unaccounted,
+                Some(Trouble::LockBusy { waited_ms: 500, .. })
+            ),
+            "the call goes unaccounted after 0.5 s of monotonic time: {grant:?}"
+        );
+        assert_eq!(site.now(), T0, "the clock stood still throughout");
+        held.release().expect("release");
     }
 
     #[test]
@@ -734,6 +1017,12 @@ mod sweep {
         ledger.observe(&old, &window(site.now(), 5, 60_000));
         let file = site.path(&old.state_name());
         set_mtime(&file, T0);
+        site.clock.set(T0 + STALE_MS - 1);
+        assert_eq!(
+            ledger.remove_stale().expect("sweep"),
+            0,
+            "one ms under 2 h: kept"
+        );
         site.clock.set(T0 + STALE_MS);
         assert_eq!(
             ledger.remove_stale().expect("sweep"),
@@ -881,6 +1170,35 @@ mod health {
         let held = hold_lock(&site, &keys[8]);
         assert_eq!(ledger.health().expect("health").len(), 8);
         drop(held);
+    }
+
+    #[test]
+    fn a_state_of_exactly_64_kib_is_shown_and_one_byte_more_is_not() {
+        let site = Site::new();
+        let ledger = site.ledger();
+        let sized = |token: &str, remaining: u64, size: usize, mtime: u64| {
+            let key = CredentialKey::of_token(token);
+            let head = format!(
+                r#"{{"resources": {{"core": {{"remaining": {remaining}, "resetAt": {}}}}}, "pad": ""#,
+                T0 + 60_000
+            );
+            let text = format!("{head}{}\"}}", "x".repeat(size - head.len() - 2));
+            assert_eq!(text.len(), size, "the state is {size} bytes");
+            std::fs::write(site.path(&key.state_name()), text).expect("write");
+            set_mtime(&site.path(&key.state_name()), mtime);
+        };
+        sized("exactly 64 KiB", 64, 64 * 1024, T0);
+        sized("one byte more", 65, 64 * 1024 + 1, T0 + 1000);
+        let views = ledger.health().expect("health");
+        let shown: Vec<u64> = views
+            .iter()
+            .flat_map(|v| v.resources.iter().map(|r| r.remaining))
+            .collect();
+        assert_eq!(
+            shown,
+            vec![64],
+            "64 KiB is read, 64 KiB and one byte is not: {views:?}"
+        );
     }
 
     #[test]
