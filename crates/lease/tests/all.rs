@@ -2067,8 +2067,10 @@ mod hand_over {
             .end(|lease| lease);
         let epoch = first.epoch();
         let guard = first.hand_over().expect("process liveness holds its guard");
-        // The descriptor as another process receives it: a copy of the same open file.
-        let copy = rustix::io::dup(&guard).expect("dup");
+        // The descriptor as another process receives it: a close-on-exec copy of the same
+        // open file. (A plain `dup` would be inherited across exec by any child another test
+        // thread starts meanwhile, and would keep the lock for that child's whole life.)
+        let copy = rustix::io::fcntl_dupfd_cloexec(&guard, 0).expect("dup");
         let received = Guard::from_received(copy, &site.dir, site.path(), LOCK)
             .expect("the copy holds the lock");
         gate::quietly(|| drop(guard));
