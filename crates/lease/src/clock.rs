@@ -404,4 +404,224 @@ mod tests {
             "a wall clock set back"
         );
     }
+
+    /// The Gregorian leap rule, written independently of the code under test.
+    fn leap(y: i64) -> bool {
+        if y % 400 == 0 {
+            true
+        } else if y % 100 == 0 {
+            false
+        } else {
+            y % 4 == 0
+        }
+    }
+
+    fn month_lengths(y: i64) -> [i64; 12] {
+        let february = if leap(y) { 29 } else { 28 };
+        [31, february, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
+    }
+
+    #[test]
+    fn month_lengths_follow_the_leap_rules_for_4_100_and_400() {
+        for (y, is_leap) in [
+            (1900, false),
+            (1970, false),
+            (1972, true),
+            (2000, true),
+            (2023, false),
+            (2024, true),
+            (2100, false),
+            (2400, true),
+        ] {
+            assert_eq!(leap(y), is_leap, "the test's own rule for {y}");
+            for (m, len) in (1..=12).zip(month_lengths(y)) {
+                assert_eq!(days_in_month(y, m), len, "{y}-{m:02} has {len} days");
+            }
+        }
+    }
+
+    #[test]
+    fn the_last_day_of_each_month_parses_and_the_day_after_does_not() {
+        for y in [1970, 1972, 2000, 2023, 2024, 2100, 2400, 9999] {
+            for (m, len) in (1..=12).zip(month_lengths(y)) {
+                let last = format!("{y:04}-{m:02}-{len:02}T12:00:00Z");
+                let expected = (days_from_civil(y, m, len) * 86_400 + 12 * 3600) * 1000;
+                assert_eq!(
+                    parse_rfc3339_ms(&last),
+                    u64::try_from(expected).ok(),
+                    "{last} is the last day of its month"
+                );
+                let after = format!("{y:04}-{m:02}-{:02}T12:00:00Z", len + 1);
+                assert_eq!(parse_rfc3339_ms(&after), None, "{after} does not exist");
+                let zeroth = format!("{y:04}-{m:02}-00T12:00:00Z");
+                assert_eq!(parse_rfc3339_ms(&zeroth), None, "{zeroth} does not exist");
+            }
+        }
+    }
+
+    #[test]
+    fn every_day_from_1970_to_9999_converts_both_ways() {
+        let mut z = 0i64;
+        for y in 1970..=9999 {
+            for (m, len) in (1..=12).zip(month_lengths(y)) {
+                for d in 1..=len {
+                    let civil = (
+                        y,
+                        u32::try_from(m).unwrap_or(0),
+                        u32::try_from(d).unwrap_or(0),
+                    );
+                    let found = civil_from_days(z);
+                    assert!(found == civil, "day {z} is {civil:?}, not {found:?}");
+                    let back = days_from_civil(y, m, d);
+                    assert!(back == z, "{civil:?} is day {z}, not {back}");
+                    z += 1;
+                }
+            }
+        }
+        assert_eq!(z, 2_932_897, "9999-12-31 is day 2932896");
+    }
+
+    #[test]
+    fn formats_century_and_era_boundaries() {
+        for (ms, text) in [
+            (68_169_600_000, "1972-02-29T00:00:00.000Z"),
+            (951_868_800_000, "2000-03-01T00:00:00.000Z"),
+            (978_307_199_999, "2000-12-31T23:59:59.999Z"),
+            (978_307_200_000, "2001-01-01T00:00:00.000Z"),
+            (4_107_456_000_000, "2100-02-28T00:00:00.000Z"),
+            (4_107_542_400_000, "2100-03-01T00:00:00.000Z"),
+            (4_133_894_400_000, "2100-12-31T00:00:00.000Z"),
+            (13_574_563_200_000, "2400-02-29T00:00:00.000Z"),
+            (13_574_649_600_000, "2400-03-01T00:00:00.000Z"),
+            (253_402_300_799_999, "9999-12-31T23:59:59.999Z"),
+            (3_723_004, "1970-01-01T01:02:03.004Z"),
+            (86_399_999, "1970-01-01T23:59:59.999Z"),
+        ] {
+            assert_eq!(rfc3339_ms(ms), text, "format {ms}");
+            assert_eq!(parse_rfc3339_ms(text), Some(ms), "parse {text}");
+        }
+    }
+
+    #[test]
+    fn parse_bounds_of_each_field() {
+        for (text, expected) in [
+            ("1970-01-01T00:00:60Z", Some(60_000)),
+            ("2016-12-31T23:59:60Z", Some(1_483_228_800_000)),
+            ("1970-01-01T00:00:61Z", None),
+            ("1970-01-01T00:59:00Z", Some(3_540_000)),
+            ("1970-01-01T00:60:00Z", None),
+            ("1970-01-01T23:00:00Z", Some(82_800_000)),
+            ("1970-01-01T24:00:00Z", None),
+            ("1970-12-01T00:00:00Z", Some(28_857_600_000)),
+            ("1970-13-01T00:00:00Z", None),
+            ("1970-00-01T00:00:00Z", None),
+            ("1970-04-31T00:00:00Z", None),
+            ("1970-01-01t00:00:01Z", Some(1_000)),
+            ("1970-01-01 00:00:01Z", Some(1_000)),
+            ("1970-01-01T00:00:01z", Some(1_000)),
+            ("1970-01-01x00:00:01Z", None),
+            ("1970x01-01T00:00:01Z", None),
+            ("1970-01x01T00:00:01Z", None),
+            ("1970-01-01T00x00:01Z", None),
+            ("1970-01-01T00:00x01Z", None),
+            ("1970-01-01T00:00:1Z", None),
+            ("1970-01-01T00:00:01", None),
+            ("1970-01-01T00:00:01ZZ", None),
+            ("1970-01-01T0a:00:01Z", None),
+        ] {
+            assert_eq!(parse_rfc3339_ms(text), expected, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn parse_offsets_up_to_23_59_either_way() {
+        const DAY: u64 = 86_400_000;
+        for (text, expected) in [
+            ("1970-01-02T23:59:00+23:59", Some(DAY)),
+            ("1970-01-01T00:00:00-23:59", Some(DAY - 60_000)),
+            ("1970-01-02T05:30:00+05:30", Some(DAY)),
+            ("1970-01-01T23:00:00-01:00", Some(DAY)),
+            ("1970-01-02T00:00:00+00:00", Some(DAY)),
+            ("1970-01-02T00:00:00-00:00", Some(DAY)),
+            ("1970-01-02T00:00:00.5+00:30", Some(DAY - 1_800_000 + 500)),
+            ("1970-01-02T00:00:00+24:00", None),
+            ("1970-01-02T00:00:00-24:00", None),
+            ("1970-01-02T00:00:00+00:60", None),
+            ("1970-01-02T00:00:00+01:00x", None),
+            ("1970-01-02T00:00:00+01x00", None),
+            ("1970-01-02T00:00:00+01:0", None),
+            ("1970-01-02T00:00:00+1:00", None),
+            ("1970-01-02T00:00:00+0a:00", None),
+            ("1970-01-02T00:00:00+01:0a", None),
+            ("1970-01-01T00:00:00+00:01", None),
+        ] {
+            assert_eq!(parse_rfc3339_ms(text), expected, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn parse_fractions_of_1_to_9_digits() {
+        for (fraction, millis) in [
+            ("1", 100),
+            ("12", 120),
+            ("123", 123),
+            ("1234", 123),
+            ("12345", 123),
+            ("123456", 123),
+            ("1234567", 123),
+            ("12345678", 123),
+            ("123456789", 123),
+            ("009", 9),
+            ("05", 50),
+            ("999999999", 999),
+        ] {
+            let text = format!("1970-01-01T00:00:01.{fraction}Z");
+            assert_eq!(parse_rfc3339_ms(&text), Some(1_000 + millis), "{text}");
+        }
+        for bad in [
+            "1970-01-01T00:00:01.Z",
+            "1970-01-01T00:00:01.1a",
+            "1970-01-01T00:00:01.+01:00",
+        ] {
+            assert_eq!(parse_rfc3339_ms(bad), None, "{bad:?} must not parse");
+        }
+    }
+
+    /// The largest instant RFC 3339's four-digit years can write: 9999-12-31T23:59:59.999Z.
+    const LAST_MS: u64 = 253_402_300_799_999;
+
+    proptest::proptest! {
+        #[test]
+        fn formatting_round_trips_through_parsing(ms in 0..=LAST_MS) {
+            let text = rfc3339_ms(ms);
+            proptest::prop_assert_eq!(text.len(), 24, "{}", text);
+            proptest::prop_assert_eq!(parse_rfc3339_ms(&text), Some(ms), "{}", text);
+        }
+
+        #[test]
+        fn an_offset_names_the_same_instant(ms in 0..=LAST_MS, offset in -1439i64..=1439) {
+            let utc = i64::try_from(ms).unwrap_or(i64::MAX);
+            let local = u64::try_from(utc + offset * 60_000).ok().filter(|&l| l <= LAST_MS);
+            proptest::prop_assume!(local.is_some());
+            let local = rfc3339_ms(local.unwrap_or_default());
+            let sign = if offset < 0 { '-' } else { '+' };
+            let (oh, om) = (offset.abs() / 60, offset.abs() % 60);
+            let text = format!("{}{sign}{oh:02}:{om:02}", &local[..23]);
+            proptest::prop_assert_eq!(parse_rfc3339_ms(&text), Some(ms), "{}", text);
+        }
+
+        #[test]
+        fn a_fraction_of_any_length_is_read_to_the_millisecond(
+            ms in 0..=LAST_MS,
+            digits in 1usize..=9,
+            extra in 0u64..1_000_000,
+        ) {
+            let text = rfc3339_ms(ms);
+            let fraction = format!("{:03}{extra:06}", ms % 1000);
+            let text = format!("{}.{}Z", &text[..19], &fraction[..digits]);
+            let kept: u64 = fraction[..digits.min(3)].parse().unwrap_or(0);
+            let millis = kept * 10u64.pow(3 - u32::try_from(digits.min(3)).unwrap_or(3));
+            proptest::prop_assert_eq!(parse_rfc3339_ms(&text), Some(ms - ms % 1000 + millis), "{}", text);
+        }
+    }
 }

@@ -89,6 +89,16 @@ mod tests {
     fn epoch_names() {
         assert_eq!(parse_epoch_name("a.lock", "a.lock.epoch.1"), Some(1));
         assert_eq!(parse_epoch_name("a.lock", "a.lock.epoch.907"), Some(907));
+        assert_eq!(
+            parse_epoch_name("a.lock", "a.lock.epoch.0"),
+            Some(0),
+            "a lone zero is a plain number, not a leading zero"
+        );
+        assert_eq!(
+            parse_epoch_name("a.lock", "a.lock.epoch.10"),
+            Some(10),
+            "a zero that does not lead"
+        );
         for bad in [
             "a.lock.epoch.",
             "a.lock.epoch.01",

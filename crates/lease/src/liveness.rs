@@ -385,4 +385,46 @@ mod tests {
             "startedAt kept for diagnostics"
         );
     }
+
+    #[test]
+    fn only_ttl_liveness_has_a_ttl() {
+        assert_eq!(
+            ProcessLiveness.ttl_ms(),
+            None,
+            "process liveness never re-verifies by time"
+        );
+        assert_eq!(
+            TtlLiveness::new(Duration::from_millis(1_500)).ttl_ms(),
+            Some(1_500)
+        );
+        assert_eq!(
+            TtlLiveness::default().ttl_ms(),
+            Some(60_000),
+            "the default TTL"
+        );
+    }
+
+    #[test]
+    fn dead_reasons_say_why() {
+        for (why, says) in [
+            (DeadWhy::GuardReleased, "the guard is free"),
+            (
+                DeadWhy::Stale {
+                    age_ms: 61_000,
+                    ttl_ms: 60_000,
+                },
+                "no pulse for 61000 ms, longer than its TTL of 60000 ms",
+            ),
+            (DeadWhy::Other("injected".into()), "injected"),
+        ] {
+            let text = why.to_string();
+            assert!(text.contains(says), "{why:?} must say {says:?}: {text:?}");
+        }
+        let gone = GoneReason::NoSuchProcess { pid: 4_000_000 };
+        assert_eq!(
+            DeadWhy::Gone(gone.clone()).to_string(),
+            gone.to_string(),
+            "a proof of exit is told as identity tells it"
+        );
+    }
 }

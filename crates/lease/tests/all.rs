@@ -1442,6 +1442,54 @@ mod epoch_overflow {
     use super::*;
 
     #[test]
+    fn the_longest_lock_name_still_takes_the_largest_epoch() {
+        let site = Site::new();
+        let longest = "a".repeat(worklane_lease::MAX_LOCK_NAME);
+        std::fs::write(
+            site.path()
+                .join(format!("{longest}.epoch.{}", u64::MAX - 1)),
+            b"",
+        )
+        .expect("plant the last epoch but one");
+        let Acquired::Held(lease) = gate::quietly(|| {
+            acquire(
+                &site.dir,
+                &longest,
+                &Request::new("me"),
+                &Options::process(),
+            )
+        })
+        .expect("a 20-digit epoch marker fits beside the longest name") else {
+            panic!("free");
+        };
+        assert_eq!(lease.epoch(), u64::MAX, "the last epoch there is");
+        assert!(
+            site.path()
+                .join(format!("{longest}.epoch.{}", u64::MAX))
+                .exists(),
+            "its marker is written under the longest name: {:?}",
+            site.names()
+        );
+        gate::quietly(|| lease.release()).expect("release");
+    }
+
+    #[test]
+    fn older_epoch_files_are_tidied_when_the_epoch_advances() {
+        let site = Site::new();
+        for n in [3, 5, 7] {
+            std::fs::write(site.path().join(format!("{LOCK}.epoch.{n}")), b"").expect("plant");
+        }
+        let lease = site.held("me", &Options::process());
+        assert_eq!(lease.epoch(), 8, "the largest present, plus one");
+        assert_eq!(
+            site.names(),
+            [LOCK.to_owned(), format!("{LOCK}.epoch.8")],
+            "only the current epoch file is left"
+        );
+        drop(lease);
+    }
+
+    #[test]
     fn an_epoch_that_cannot_grow_fails_the_acquisition() {
         let site = Site::new();
         std::fs::write(site.path().join(format!("{LOCK}.epoch.{}", u64::MAX)), b"").expect("max");
@@ -2019,8 +2067,10 @@ mod hand_over {
             .end(|lease| lease);
         let epoch = first.epoch();
         let guard = first.hand_over().expect("process liveness holds its guard");
-        // The descriptor as another process receives it: a copy of the same open file.
-        let copy = rustix::io::dup(&guard).expect("dup");
+        // The descriptor as another process receives it: a close-on-exec copy of the same
+        // open file. (A plain `dup` would be inherited across exec by any child another test
+        // thread starts meanwhile, and would keep the lock for that child's whole life.)
+        let copy = rustix::io::fcntl_dupfd_cloexec(&guard, 0).expect("dup");
         let received = Guard::from_received(copy, &site.dir, site.path(), LOCK)
             .expect("the copy holds the lock");
         gate::quietly(|| drop(guard));
@@ -2035,17 +2085,33 @@ mod hand_over {
             Some("launcher"),
             "handing over leaves the record"
         );
+        const WALL: u64 = 1_800_000_000_123;
         let adopted = adopt(
             &site.dir,
             LOCK,
             received,
-            &Request::new("driver"),
-            &Options::process(),
+            &Request::new("driver").field("role", "dispatch"),
+            &Options::process().clock(Arc::new(ManualClock::at(WALL))),
         )
         .expect("adopt");
         assert_eq!(adopted.epoch(), epoch, "a hand-over keeps the epoch");
         let record = site.record().expect("rewritten");
+        assert_eq!(
+            &record,
+            adopted.record(),
+            "the file holds what the lease says"
+        );
         assert_eq!(record.owner.as_deref(), Some("driver"));
+        assert_eq!(
+            record.acquired_at,
+            Some(worklane_lease::rfc3339_ms(WALL)),
+            "adopted now"
+        );
+        assert_eq!(
+            record.extra_str("role"),
+            Some("dispatch"),
+            "the adopter's fields"
+        );
         assert_eq!(record.epoch, Some(epoch));
         assert_eq!(record.holds_guard, Some(true));
         assert_eq!(record.pid(), Some(std::process::id()));
@@ -2060,5 +2126,283 @@ mod hand_over {
             next.epoch() > epoch,
             "the next acquisition advances the epoch"
         );
+    }
+}
+
+mod holding {
+    //! What a held lease shows and does beyond pulse and release: its accessors, annotations,
+    //! a lost lease that stays lost, and a release that reports what it could not do.
+    use super::*;
+    use worklane_identity::Field;
+
+    const TTL: u64 = 60_000;
+
+    #[test]
+    fn a_lease_shows_its_resource_and_guard() {
+        let site = Site::new();
+        let process = site.held("p", &Options::process());
+        assert_eq!(process.resource(), LOCK, "the resource's file name");
+        assert!(
+            process.guard().is_some(),
+            "process liveness holds the guard"
+        );
+        assert!(process.holds_guard_for_life(), "process liveness: for life");
+        process.end(Lease::release).expect("release");
+        let clock = ManualClock::at(0);
+        let ttl = site.held("t", &ttl_options(TTL, &clock));
+        assert_eq!(ttl.resource(), LOCK, "the resource's file name");
+        assert!(
+            ttl.guard().is_none(),
+            "TTL liveness holds no guard between changes"
+        );
+        assert!(
+            !ttl.holds_guard_for_life(),
+            "TTL liveness: only while changing"
+        );
+    }
+
+    #[test]
+    fn options_show_their_liveness_in_debug_output() {
+        let process = format!("{:?}", Options::process());
+        assert!(
+            process.contains("ForLife") && process.contains("ttl_ms: None"),
+            "{process}"
+        );
+        assert!(process.contains("hooked: false"), "{process}");
+        let ttl = format!(
+            "{:?}",
+            Options::ttl(Duration::from_millis(TTL))
+                .with_hook(|_| worklane_lease::Control::Continue)
+        );
+        assert!(
+            ttl.contains("WhileChanging") && ttl.contains("ttl_ms: Some(60000)"),
+            "{ttl}"
+        );
+        assert!(ttl.contains("hooked: true"), "{ttl}");
+    }
+
+    #[test]
+    fn a_process_lease_never_writes_pulse_fields() {
+        let site = Site::new();
+        let clock = ManualClock::at(1_000).with_boot(1_000);
+        let options = Options::process().clock(Arc::new(clock.clone()));
+        let mut lease = site.held("p", &options);
+        let written = site.record().expect("record");
+        clock.advance(10 * TTL);
+        lease.ensure_held().expect("the held guard is the proof");
+        assert_eq!(
+            site.record().as_ref(),
+            Some(&written),
+            "ensure_held reads and writes nothing under process liveness"
+        );
+        lease.pulse().expect("a pulse is harmless");
+        let pulsed = site.record().expect("record");
+        assert_eq!(
+            (pulsed.last_pulse, pulsed.ttl_ms, pulsed.pulse_boot.as_ref()),
+            (None, None, None),
+            "no TTL fields under process liveness"
+        );
+        assert_eq!(pulsed, written, "the record is unchanged");
+    }
+
+    fn fields(pairs: &[(&str, serde_json::Value)]) -> serde_json::Map<String, serde_json::Value> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn annotate_adds_fields_without_a_pulse_and_refuses_core_fields() {
+        for process in [true, false] {
+            let site = Site::new();
+            let clock = ManualClock::at(1_000);
+            let options = match process {
+                true => Options::process().clock(Arc::new(clock.clone())),
+                false => ttl_options(TTL, &clock),
+            };
+            let mut lease = site.held("annotator", &options);
+            let before = site.record().expect("record");
+            clock.advance(TTL / 2);
+            gate::quietly(|| lease.annotate(fields(&[("child", 42.into())])))
+                .expect("annotate a held lease");
+            let after = site.record().expect("record");
+            assert_eq!(
+                after.extra.get("child"),
+                Some(&42.into()),
+                "process {process}: the field is on disk"
+            );
+            assert_eq!(
+                &after,
+                lease.record(),
+                "process {process}: as the lease says"
+            );
+            assert_eq!(
+                after.last_pulse, before.last_pulse,
+                "process {process}: an annotation is no pulse"
+            );
+            let err = gate::quietly(|| lease.annotate(fields(&[("lastPulse", 5.into())])))
+                .expect_err("a core field is refused");
+            assert!(
+                matches!(&err, held::Error::ReservedField { field, .. } if field == "lastPulse"),
+                "process {process}: {err:?}"
+            );
+            assert_eq!(site.record().as_ref(), Some(&after), "nothing written");
+            gate::quietly(|| lease.pulse()).expect("the annotated record is still ours");
+            assert_eq!(
+                site.record().expect("record").extra.get("child"),
+                Some(&42.into()),
+                "process {process}: a pulse keeps the annotation"
+            );
+        }
+    }
+
+    #[test]
+    fn a_lost_lease_stays_lost_even_if_its_bytes_come_back() {
+        let site = Site::new();
+        let clock = ManualClock::at(1_000);
+        let mut lease = site.held("holder", &ttl_options(TTL, &clock));
+        let ours = std::fs::read(site.path().join(LOCK)).expect("our bytes");
+        // An intruder's record naming a pid but no owner.
+        let intruder = Record {
+            holder: Recorded::new(
+                ProcessIdentity::of_self().expect("me"),
+                Place::current().expect("place").clone(),
+            ),
+            ..Record::default()
+        };
+        site.write_record(&intruder);
+        let named = format!("pid {} holds it now", std::process::id());
+        let lost = gate::quietly(|| lease.pulse()).expect_err("the record is not ours");
+        assert!(lost.to_string().contains(&named), "{lost}");
+        let again = gate::quietly(|| lease.ensure_held()).expect_err("a lost lease stays lost");
+        let held::Error::LeaseLost { now, .. } = &again else {
+            panic!("lost, not {again:?}");
+        };
+        assert_eq!(
+            now.as_deref(),
+            Some(&intruder),
+            "the error shows the record that stands now"
+        );
+        assert!(again.to_string().contains(&named), "{again}");
+        std::fs::write(site.path().join(LOCK), &ours).expect("our bytes come back");
+        let still = gate::quietly(|| lease.pulse()).expect_err("lost for good");
+        assert!(matches!(still, held::Error::LeaseLost { .. }), "{still:?}");
+        std::fs::remove_file(site.path().join(LOCK)).expect("rm");
+        let gone = gate::quietly(|| lease.pulse()).expect_err("still lost");
+        assert!(gone.to_string().contains("its record is gone"), "{gone}");
+    }
+
+    #[test]
+    fn a_lost_process_lease_fails_ensure_held() {
+        let site = Site::new();
+        let mut lease = site.held("holder", &Options::process());
+        let mut other = site.record().expect("record");
+        other.owner = Some("intruder".into());
+        site.write_record(&other);
+        let lost = lease.pulse().expect_err("the record is not ours");
+        assert!(lost.to_string().contains("(intruder)"), "{lost}");
+        let again = lease
+            .ensure_held()
+            .expect_err("under process liveness too, a lost lease stays lost");
+        assert!(matches!(again, held::Error::LeaseLost { .. }), "{again:?}");
+    }
+
+    #[test]
+    fn a_release_that_cannot_take_the_guard_says_so() {
+        let site = Site::new();
+        let clock = ManualClock::at(1_000);
+        let lease = site.held("holder", &ttl_options(TTL, &clock));
+        let inspector = site
+            .dir
+            .file(LOCK)
+            .expect("valid")
+            .try_guard()
+            .expect("take the guard")
+            .expect("the guard is free between changes");
+        let err = lease.end(Lease::release).expect_err("the guard stays busy");
+        assert!(matches!(err, held::Error::Busy { .. }), "{err:?}");
+        assert!(err.to_string().contains("retry"), "says what to do: {err}");
+        gate::quietly(|| drop(inspector));
+        assert_eq!(
+            site.record().expect("kept").owner.as_deref(),
+            Some("holder"),
+            "an unverified release touches nothing"
+        );
+    }
+
+    #[test]
+    fn a_takeover_claim_names_its_taker_and_time() {
+        let site = Site::new();
+        let stale = dead_record("dead");
+        site.write_record(&stale);
+        const WALL: u64 = 1_800_000_000_000;
+        let clock = ManualClock::at(WALL).with_boot(5_000);
+        let options =
+            Options::process()
+                .clock(Arc::new(clock.clone()))
+                .with_hook(|step| match step {
+                    worklane_lease::Step::ClaimTaken => worklane_lease::Control::Crash,
+                    _ => worklane_lease::Control::Continue,
+                });
+        let err = gate::quietly(|| acquire(&site.dir, LOCK, &Request::new("taker"), &options))
+            .expect_err("stopped at the claim");
+        assert!(
+            matches!(
+                err,
+                worklane_lease::Error::Crashed(worklane_lease::Step::ClaimTaken)
+            ),
+            "{err:?}"
+        );
+        let raw = std::fs::read(site.path().join(claim_name(LOCK, &stale.to_bytes())))
+            .expect("the claim stays after a crash");
+        let claim = Record::parse(&raw).expect("a claim is a record");
+        assert_eq!(claim.pid(), Some(std::process::id()), "the taker's pid");
+        assert!(
+            matches!(claim.holder.place, Field::Present(_)),
+            "the taker's place"
+        );
+        assert!(
+            matches!(claim.holder.identity, Field::Present(_)),
+            "the taker's identity"
+        );
+        assert_eq!(claim.owner.as_deref(), Some("taker"), "the taker's owner");
+        assert_eq!(
+            claim.acquired_at,
+            Some(worklane_lease::rfc3339_ms(WALL)),
+            "when it claimed"
+        );
+        assert_eq!(claim.last_pulse, Some(WALL), "its pulse, for TTL judges");
+        assert_eq!(
+            claim.pulse_boot.map(|b| b.ms),
+            Some(5_000),
+            "and the boot clock"
+        );
+        assert_eq!(claim.holds_guard, Some(true), "every taker holds the guard");
+        let lease = site.held("next", &Options::process());
+        assert_eq!(site.names(), [LOCK.to_owned(), format!("{LOCK}.epoch.1")]);
+        drop(lease);
+    }
+
+    #[test]
+    fn a_child_forked_without_exec_records_its_own_pid() {
+        let site = Site::new();
+        let out = Command::new(env!("CARGO_BIN_EXE_lease-holder"))
+            .arg(site.path())
+            .args([LOCK, "forker", "--fork-acquire"])
+            .stdin(Stdio::null())
+            .output_gated()
+            .expect("run the holder");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "the holder must fork: {text}");
+        let words: Vec<&str> = text.split_whitespace().collect();
+        let ["forked", recorded, own] = words.as_slice() else {
+            panic!("forked RECORD_PID CHILD_PID: {text:?}");
+        };
+        assert_eq!(
+            recorded, own,
+            "the child's record names the child, not its parent's cached identity"
+        );
+        assert_eq!(site.record(), None, "both released");
     }
 }

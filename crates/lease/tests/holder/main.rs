@@ -15,11 +15,17 @@
 //! refusals, and under each lease checks and bumps a counter in `DIR/counter` with an
 //! exclusive in-use marker `DIR/inuse`: a marker already there means two owners at once, and
 //! the helper prints `DOUBLE` and exits 3.
+//!
+//! `lease-holder DIR NAME OWNER --fork-acquire` acquires and releases `NAME` once (so this
+//! process has read its own identity), then forks a child that acquires it between fork and
+//! exec, and prints `forked RECORD_PID CHILD_PID`: the pid the child's record names and the
+//! child's own (see `fork_acquire`).
 #![allow(clippy::print_stdout, missing_docs)]
 
-use std::io::{BufRead, Write};
+use std::io::{BufRead, Read, Write};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
+use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 use worklane_lease::{
@@ -81,6 +87,10 @@ fn main() -> ExitCode {
             "--pause-at" => pause = it.next().cloned(),
             "--wait-start" => wait = true,
             "--cycles" => cycles = it.next().and_then(|v| v.parse::<u64>().ok()),
+            "--fork-acquire" => {
+                let dir = SlotDir::open(Path::new(dir)).expect("open the slot directory");
+                return fork_acquire(&dir, name, owner);
+            }
             other => {
                 eprintln!("unknown flag {other}");
                 return ExitCode::from(64);
@@ -171,4 +181,58 @@ fn stress(dir: &SlotDir, name: &str, owner: &str, options: &Options, n: u64) -> 
     }
     say("done");
     ExitCode::SUCCESS
+}
+
+/// Acquires and releases `name` here, so this process has read (and cached) its identity;
+/// forks a child that acquires `name` in `pre_exec` (between fork and exec, with a copy of
+/// that cache) and writes the pid its record names and its own pid; prints both.
+#[allow(unsafe_code)]
+fn fork_acquire(dir: &SlotDir, name: &str, owner: &str) -> ExitCode {
+    let request = Request::new(owner);
+    let options = Options::process();
+    match acquire(dir, name, &request, &options) {
+        Ok(Acquired::Held(lease)) => lease.release().expect("release"),
+        other => {
+            say(&format!("error: the first acquisition: {other:?}"));
+            return ExitCode::from(2);
+        }
+    }
+    let (mut reader, writer) = std::io::pipe().expect("create a pipe");
+    let mut child = Command::new("true");
+    child.stdin(Stdio::null()).stdout(Stdio::null());
+    let (dir, name) = (dir.clone(), name.to_owned());
+    // SAFETY: this helper is single-threaded, so in the forked child no lock (the allocator's
+    // and the identity cache's included) can be held by a thread that no longer exists: the
+    // closure may allocate and take locks. It touches only the child's copies of the slot
+    // directory, the lease state and the pipe's write end.
+    unsafe {
+        child.pre_exec(move || {
+            let text = match acquire(&dir, &name, &request, &options) {
+                Ok(Acquired::Held(lease)) => {
+                    let pid = lease.record().pid().map_or(0, |p| p);
+                    lease.release().map_err(std::io::Error::other)?;
+                    format!("{pid} {}", std::process::id())
+                }
+                other => format!("error {other:?}"),
+            };
+            (&writer).write_all(text.as_bytes())
+        });
+    }
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a single-threaded helper process, not a test binary: no gate to keep"
+    )]
+    let status = child.status().expect("run the forked child");
+    // The closure, and with it this process's write end, goes with the command.
+    drop(child);
+    let mut forked = String::new();
+    reader
+        .read_to_string(&mut forked)
+        .expect("read the child's answer");
+    say(&format!("forked {forked}"));
+    if status.success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    }
 }
