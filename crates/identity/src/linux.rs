@@ -73,3 +73,35 @@ pub(crate) fn snapshot(pid: u32) -> Result<Snapshot, process::Error> {
     };
     proc_stat::snapshot(pid, &bytes, &path)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_namespace_is_its_inode_and_a_missing_kind_is_none() {
+        let inode = fs::metadata(PID_NS).expect("stat the pid namespace").ino();
+        assert_eq!(
+            namespace(PID_NS).ok(),
+            Some(Some(inode)),
+            "the inode of the pid namespace"
+        );
+        assert_eq!(
+            namespace("/proc/self/ns/no-such-kind").ok(),
+            Some(None),
+            "a kind of namespace this kernel lacks is none"
+        );
+        let error = namespace("/proc/self/ns/pid/below")
+            .expect_err("a path through a namespace is no namespace");
+        assert!(
+            matches!(
+                error,
+                place::Error::Read {
+                    path: "/proc/self/ns/pid/below",
+                    ..
+                }
+            ),
+            "any other failure is an error naming the path, got {error:?}"
+        );
+    }
+}

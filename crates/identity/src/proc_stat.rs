@@ -213,6 +213,37 @@ mod tests {
     }
 
     #[test]
+    fn each_wrong_shape_is_named_by_the_part_that_is_wrong() {
+        let digit_state = line(12, b"sleep", b'5', 1);
+        let not_number = b"12 (sleep) S 1 12 12 34816 12 4194560 110 0 0 0 0 0 0 0 20 0 1 0 12x3 0";
+        let cases: &[(&[u8], &str)] = &[
+            (b"", "no '(' opens the command name"),
+            (b"12 (sleep S 1", "no ')' closes the command name"),
+            (b"12 )sleep( S 1", "the last ')' comes before the first '('"),
+            (
+                b"12(sleep) S 1",
+                "no space between the pid and the command name",
+            ),
+            (b"0 (sleep) S", "field 1 (pid) is not a process id"),
+            (b"12 (sleep)S 1", "no space after the command name"),
+            (&digit_state, "field 3 (state) is not one letter"),
+            (
+                b"12 (sleep) S 1 2 3",
+                "the line ends before field 22 (start time)",
+            ),
+            (not_number, "field 22 (start time) is not a number"),
+        ];
+        for (input, why) in cases {
+            assert_eq!(
+                parse(input),
+                Err(Malformed(why)),
+                "{:?} is refused for what is wrong with it",
+                String::from_utf8_lossy(input)
+            );
+        }
+    }
+
+    #[test]
     fn a_snapshot_is_of_the_process_asked_for() {
         let path = "/proc/12/stat";
         let running = snapshot(12, &line(12, b"sleep", b'S', 77), path);
@@ -238,8 +269,9 @@ mod tests {
         );
         let garbled = snapshot(12, b"12 (sleep", path).expect_err("a cut line is malformed");
         assert!(
-            matches!(&garbled, process::Error::Malformed { detail, .. } if detail.starts_with(path)),
-            "names the file, got {garbled:?}"
+            matches!(&garbled, process::Error::Malformed { detail, .. }
+                if detail == "/proc/12/stat: no ')' closes the command name"),
+            "names the file and what is wrong, got {garbled:?}"
         );
     }
 

@@ -259,8 +259,14 @@ mod tests {
                 b"Fri Feb 29 04:27:19 2019 Ss\n",
                 "leap day of a common year",
             ),
+            // The weekday of March 1, which a Feb 29 would fall on if 2100 had one.
+            (
+                b"Mon Feb 29 12:00:00 2100 Ss\n",
+                "leap day of a century year not divisible by 400",
+            ),
             (b"Mon Nov 30 24:00:00 2026 Ss\n", "hour 24"),
             (b"Mon Nov 30 04:60:19 2026 Ss\n", "minute 60"),
+            (b"Mon Nov 30 04:27:60 2026 Ss\n", "second 60"),
             (b"Mon Nov 30 4:27:19 2026 Ss\n", "one-digit hour"),
             (b"Mon Nov 30 04:27 2026 Ss\n", "no seconds"),
             (b"Mon Nov 30 04:27:19:00 2026 Ss\n", "four clock parts"),

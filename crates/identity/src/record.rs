@@ -206,6 +206,16 @@ mod tests {
             assert!(malformed, "{name} must read as malformed: {record:?}");
         }
         assert_eq!(record.pid.present(), None, "a malformed pid is not present");
+        assert_eq!(
+            Field::Present(9).present(),
+            Some(&9),
+            "a present field is its value"
+        );
+        assert_eq!(
+            Field::<u32>::Missing.present(),
+            None,
+            "a missing field is not present"
+        );
         let back = serde_json::to_value(&record).expect("a malformed record serializes");
         assert_eq!(back, input, "malformed fields serialize back unchanged");
     }

@@ -219,3 +219,21 @@ impl fmt::Display for UnknownReason {
 fn namespace(inode: Option<u64>) -> String {
     inode.map_or_else(|| "none".to_owned(), |inode| inode.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_gone_permits_a_takeover() {
+        assert!(
+            Verdict::Gone(GoneReason::NoSuchProcess { pid: 7 }).is_gone(),
+            "gone is gone"
+        );
+        assert!(!Verdict::Alive.is_gone(), "alive is not gone");
+        assert!(
+            !Verdict::Unknown(UnknownReason::Legacy { missing: "place" }).is_gone(),
+            "unknown is not gone"
+        );
+    }
+}

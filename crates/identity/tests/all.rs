@@ -103,6 +103,42 @@ mod place {
         assert_eq!(place.host, host.trim(), "host is the uname nodename");
     }
 
+    /// `/proc/uptime`'s first field (`CLOCK_BOOTTIME` of this time namespace, in seconds with
+    /// two decimals) as whole milliseconds: the kernel's own reading of the boot clock.
+    fn uptime_ms() -> u64 {
+        let text = fs::read_to_string("/proc/uptime").expect("read /proc/uptime");
+        let first = text
+            .split_whitespace()
+            .next()
+            .expect("uptime has a first field");
+        let (secs, hundredths) = first.split_once('.').expect("uptime has two decimals");
+        let secs: u64 = secs.parse().expect("whole seconds");
+        let hundredths: u64 = hundredths.parse().expect("hundredths");
+        secs * 1000 + hundredths * 10
+    }
+
+    #[test]
+    fn the_boot_clock_is_the_kernels_and_never_goes_back() {
+        // Bracketed by the kernel's readings of the same clock, which /proc/uptime truncates
+        // to hundredths: an ordering, not a duration.
+        let before = uptime_ms();
+        let first = Place::boot_clock_ms();
+        let second = Place::boot_clock_ms();
+        let after = uptime_ms();
+        assert!(
+            before <= first,
+            "the boot clock ({first} ms) is not behind /proc/uptime read before it ({before} ms)"
+        );
+        assert!(
+            first <= second,
+            "the boot clock never goes back ({first} ms, then {second} ms)"
+        );
+        assert!(
+            second < after + 10,
+            "the boot clock ({second} ms) is not ahead of /proc/uptime read after it ({after} ms)"
+        );
+    }
+
     #[test]
     fn current_place_is_read_once() {
         let first = Place::current().expect("read this place");
@@ -473,6 +509,115 @@ mod eperm {
             out,
             "SUBJECT euid={}\nSUBJECT signal0={signal}\nSUBJECT verdict={verdict:?}\n",
             geteuid().as_raw()
+        )
+        .expect("write to stdout");
+    }
+}
+
+/// A `/proc` mounted with `hidepid=1` (`noaccess`) shows every pid but refuses other users'
+/// entries: such a process exists (signal 0 answers EPERM) and its identity cannot be read, so
+/// it is unknown, never gone.
+///
+/// As root, the test re-runs its own binary in a mount namespace of its own (`unshare`), where
+/// a fresh `/proc` of the same pid namespace is mounted with `hidepid=1`, as user 65534
+/// (`setpriv`); in that run the same test is the subject, as in [`eperm`](crate::eperm).
+mod hidepid {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    use std::process::{Command, Stdio};
+    use std::{env, fs};
+    use worklane_testkit::{Gated, gate};
+
+    use rustix::process::geteuid;
+    use worklane_identity::{Field, ProcessIdentity, Recorded, probe, process};
+
+    use crate::support::{Sleeper, edited_record};
+
+    const RECORD_VAR: &str = "WORKLANE_IDENTITY_TEST_HIDEPID_RECORD";
+    const TEST_NAME: &str = "hidepid::a_process_whose_entry_is_refused_is_unknown";
+
+    #[test]
+    fn a_process_whose_entry_is_refused_is_unknown() {
+        if let Ok(record) = env::var(RECORD_VAR) {
+            subject(&record);
+            return;
+        }
+        assert!(
+            geteuid().is_root(),
+            "this test mounts a /proc and runs the subject as user 65534, and must start as root"
+        );
+        let root_owned = Sleeper::spawn();
+        let record =
+            serde_json::to_string(&edited_record(root_owned.pid(), |_| {})).expect("serialize");
+
+        // Our own binary may sit under directories user 65534 cannot enter: run a copy, copied
+        // with the fork gate quiet (see `eperm`).
+        let dir = tempfile::tempdir().expect("make a temp dir");
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).expect("chmod temp dir");
+        let exe = dir.path().join("identity-subject");
+        gate::quietly(|| fs::copy(env::current_exe().expect("find the test binary"), &exe))
+            .expect("copy the test binary");
+        fs::set_permissions(&exe, fs::Permissions::from_mode(0o755)).expect("chmod the copy");
+
+        let script = "mount -t proc -o hidepid=1 proc /proc && \
+                      exec setpriv --reuid=65534 --regid=65534 --clear-groups -- \"$0\" \"$@\"";
+        let output = Command::new("unshare")
+            .args([
+                "--mount",
+                "--propagation",
+                "private",
+                "--",
+                "sh",
+                "-c",
+                script,
+            ])
+            .arg(&exe)
+            .args(["--exact", TEST_NAME, "--nocapture", "--test-threads=1"])
+            .env(RECORD_VAR, &record)
+            .stdin(Stdio::null())
+            .output_gated()
+            .expect("run unshare");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let report = format!(
+            "subject status {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+            output.status
+        );
+        assert!(output.status.success(), "the subject must pass\n{report}");
+        let path = format!("/proc/{}/stat", root_owned.pid());
+        assert!(
+            stdout.contains(&format!("SUBJECT identity=cannot read {path}\n")),
+            "the entry exists and cannot be read: a read error naming the file, not \"not \
+             found\"\n{report}"
+        );
+        assert!(
+            stdout.contains(&format!("SUBJECT hidden=true cannot read {path}\n")),
+            "the verdict is unknown because the entry is hidden, naming the file\n{report}"
+        );
+    }
+
+    /// Run as user 65534 under `hidepid=1`: read the identity, probe the record, and report.
+    fn subject(record: &str) {
+        let record: Recorded = serde_json::from_str(record).expect("the parent's record parses");
+        let Field::Present(pid) = record.pid else {
+            panic!("the parent's record has a pid: {record:?}")
+        };
+        let identity = match ProcessIdentity::of(pid) {
+            Err(error @ process::Error::Read { .. }) => error.to_string(),
+            other => format!("not a read error: {other:?}"),
+        };
+        let verdict = probe(&record);
+        let hidden = match &verdict {
+            worklane_identity::Verdict::Unknown(worklane_identity::UnknownReason::Hidden {
+                detail,
+                ..
+            }) => format!("true {}", detail.split(':').next().unwrap_or_default()),
+            other => format!("false {other:?}"),
+        };
+        let mut out = std::io::stdout().lock();
+        write!(
+            out,
+            "SUBJECT identity={identity}\nSUBJECT hidden={hidden}\n"
         )
         .expect("write to stdout");
     }

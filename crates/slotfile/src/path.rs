@@ -15,6 +15,14 @@ pub const RECORD_MODE: u32 = 0o644;
 /// Mode for shared state that coordinators of the group replace (budgets, STOP, config).
 pub const SHARED_MODE: u32 = 0o660;
 
+/// How a temp file is created: write-only, new (never an existing file, never through a
+/// symbolic link), never inherited by a child.
+const TEMP_FLAGS: OFlags = OFlags::WRONLY
+    .union(OFlags::CREATE)
+    .union(OFlags::EXCL)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
+
 /// A file in a slot directory: the directory's descriptor and one validated name.
 ///
 /// Only this crate makes, reads, lists, removes or writes one. It is deliberately not a path:
@@ -319,11 +327,9 @@ impl SlotPath {
     /// temp is renamed or linked. On failure the temp file is removed.
     fn write_temp(&self, bytes: &[u8], mode_bits: u32) -> Result<(String, OwnedFd), write::Error> {
         let dir = self.dir.as_fd();
-        let flags =
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let (temp, fd): (String, OwnedFd) = loop {
             let temp = format!(".{}.tmp-{}", self.name, random_token());
-            match rustix::fs::openat(dir, temp.as_str(), flags, mode(0o600)) {
+            match rustix::fs::openat(dir, temp.as_str(), TEMP_FLAGS, mode(0o600)) {
                 Ok(fd) => break (temp, fd),
                 // A leftover from a crash, or a collision: draw another name.
                 Err(Errno::EXIST) => continue,

@@ -9,6 +9,15 @@ use std::path::{Path, PathBuf};
 /// The largest file a slot-file read accepts: 64 KiB.
 pub const MAX_READ: u64 = 64 * 1024;
 
+/// How every slot file is opened to be read: read-only, never following a symbolic link at the
+/// name, never blocking on a FIFO, never inherited by a child, never becoming a controlling
+/// terminal.
+pub(crate) const READ_FLAGS: OFlags = OFlags::RDONLY
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::NONBLOCK)
+    .union(OFlags::CLOEXEC)
+    .union(OFlags::NOCTTY);
+
 /// Why a file could not be read.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -87,11 +96,9 @@ pub(crate) fn read_owned_at(
     name: &Path,
     path: &Path,
 ) -> Result<Option<(Vec<u8>, Written)>, Error> {
-    let flags =
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
     let opened = match dir {
-        Some(dir) => rustix::fs::openat(dir, name, flags, Mode::empty()),
-        None => rustix::fs::open(name, flags, Mode::empty()),
+        Some(dir) => rustix::fs::openat(dir, name, READ_FLAGS, Mode::empty()),
+        None => rustix::fs::open(name, READ_FLAGS, Mode::empty()),
     };
     let fd = match opened {
         Ok(fd) => fd,
@@ -166,33 +173,24 @@ pub(crate) fn read_compare(
     expected: &[u8],
     path: &Path,
 ) -> Result<Option<bool>, Error> {
-    let flags =
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
-    let fd = match rustix::fs::openat(dir, name, flags, Mode::empty()) {
+    let fd = match rustix::fs::openat(dir, name, READ_FLAGS, Mode::empty()) {
         Ok(fd) => fd,
         Err(Errno::NOENT) => return Ok(None),
         Err(Errno::LOOP | Errno::NXIO) => return Ok(Some(false)),
         Err(e) => return Err(io(path, e)),
     };
+    // One read decides: a short read of a regular file is its end, and a full one has read a
+    // byte more than `expected`, so the file is not `expected` whatever follows.
     let mut bytes = vec![0u8; expected.len() + 1];
-    let mut len = 0;
-    loop {
-        match rustix::io::read(&fd, &mut bytes[len..]) {
-            Ok(0) => break,
-            Ok(n) => {
-                // A short read of a regular file is its end.
-                let asked = bytes.len() - len;
-                len += n;
-                if len == bytes.len() || n < asked {
-                    break;
-                }
-            }
+    let len = loop {
+        match rustix::io::read(&fd, &mut bytes) {
+            Ok(n) => break n,
             Err(Errno::INTR) => continue,
             // A directory (EISDIR), an empty FIFO (EAGAIN): not our record.
             Err(Errno::ISDIR | Errno::AGAIN) => return Ok(Some(false)),
             Err(e) => return Err(io(path, e)),
         }
-    }
+    };
     Ok(Some(&bytes[..len] == expected))
 }
 

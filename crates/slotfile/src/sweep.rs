@@ -7,8 +7,9 @@
 //! to `worklane-guard`, which removes them by age ([`worklane_guard::reclaim`]).
 
 use crate::dir::{SlotDir, open};
+use crate::read::READ_FLAGS;
 use rustix::fd::AsFd;
-use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags};
+use rustix::fs::{AtFlags, FileType, FlockOperation, Mode};
 use rustix::io::Errno;
 use worklane_guard::reclaim::{self, Entry};
 
@@ -134,9 +135,7 @@ impl SlotDir {
     /// can be taken: `Ok(false)` when it is too young, gone or not a regular file, `Err` (why)
     /// when a writer holds it or the system refuses.
     fn remove_unheld_temp(&self, name: &str, now_ms: u64, min_age_ms: u64) -> Result<bool, String> {
-        let flags =
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
-        let fd = match rustix::fs::openat(self.as_fd(), name, flags, Mode::empty()) {
+        let fd = match rustix::fs::openat(self.as_fd(), name, READ_FLAGS, Mode::empty()) {
             Ok(fd) => fd,
             Err(Errno::NOENT | Errno::LOOP | Errno::NXIO) => return Ok(false),
             Err(e) => return Err(format!("cannot open it: {e}")),

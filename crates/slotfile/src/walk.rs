@@ -41,7 +41,25 @@ const PARENT: OFlags = OFlags::PATH;
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 const PARENT: OFlags = OFlags::RDONLY;
 
+/// How every directory of the walk is opened: as a directory, never through a symbolic link
+/// at its name, never inherited by a child.
+const DIR: OFlags = OFlags::DIRECTORY
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
+/// A directory on the way ([`PARENT`] access).
+const ON_THE_WAY: OFlags = PARENT.union(DIR);
+/// The slot directory itself: opened for reading (listing).
+const FINAL: OFlags = OFlags::RDONLY.union(DIR);
+
 const S_ISVTX: u32 = 0o1000;
+
+/// Runs between an open refused because a link sat at the name and the `lstat` that says what
+/// sits there now: the moment another process may have replaced the link by a directory. A
+/// no-op but in this module's unit tests, which replace it exactly then.
+#[cfg(not(test))]
+fn after_refused_open(_at: &Path) {}
+#[cfg(test)]
+use tests::after_refused_open;
 
 /// The opened slot directory and what its `fstat` said.
 pub(crate) struct Opened {
@@ -117,22 +135,13 @@ pub(crate) fn open(path: &Path, create: bool) -> Result<Opened, Error> {
     let root_path = PathBuf::from("/");
     if steps.is_empty() {
         // The root itself: opened for reading, as any slot directory is.
-        let fd =
-            rustix::fs::open("/", final_flags(), Mode::empty()).map_err(|e| walk.io("open", e))?;
+        let fd = rustix::fs::open("/", FINAL, Mode::empty()).map_err(|e| walk.io("open", e))?;
         return walk.finish(fd, std::ffi::OsStr::new("/"), &root_path, false);
     }
-    let root = rustix::fs::open("/", PARENT | dir_flags(), Mode::empty())
+    let root = rustix::fs::open("/", ON_THE_WAY, Mode::empty())
         .map_err(|e| walk.parent_io(&root_path, e))?;
     walk.enter(root, root_path)?;
     walk.run(steps, create)
-}
-
-fn dir_flags() -> OFlags {
-    OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
-}
-
-fn final_flags() -> OFlags {
-    OFlags::RDONLY | dir_flags()
 }
 
 impl Walk<'_> {
@@ -212,16 +221,13 @@ impl Walk<'_> {
             let last = steps.is_empty();
             let (dir, here) = self.current();
             let at = here.join(&name);
-            let flags = if last {
-                final_flags()
-            } else {
-                PARENT | dir_flags()
-            };
+            let flags = if last { FINAL } else { ON_THE_WAY };
             match rustix::fs::openat(dir, name.as_os_str(), flags, Mode::empty()) {
                 Ok(fd) if last => return self.finish(fd, &name, &at, created),
                 Ok(fd) => self.enter(fd, at)?,
                 // O_NOFOLLOW on a link: ELOOP, or ENOTDIR with O_DIRECTORY on Linux.
                 Err(Errno::LOOP | Errno::NOTDIR) => {
+                    after_refused_open(&at);
                     let stat = rustix::fs::statat(dir, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW)
                         .map_err(|e| self.parent_io(&at, e))?;
                     match FileType::from_raw_mode(stat.st_mode) {
@@ -388,6 +394,20 @@ impl Walk<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::RefCell;
+
+    type Hook = Box<dyn FnOnce(&Path)>;
+
+    thread_local! {
+        /// What [`after_refused_open`] runs next on this thread (once).
+        static AFTER_REFUSED_OPEN: RefCell<Option<Hook>> = const { RefCell::new(None) };
+    }
+
+    pub(super) fn after_refused_open(at: &Path) {
+        if let Some(hook) = AFTER_REFUSED_OPEN.with_borrow_mut(Option::take) {
+            hook(at);
+        }
+    }
 
     // The integration tests cover the rest; these need the walk without the test-isolation
     // rule in front of it (which refuses `..` on its own).
@@ -406,6 +426,37 @@ mod tests {
                 Err(Error::ParentComponent { .. })
             ),
             "a trailing `..` too"
+        );
+    }
+
+    #[test]
+    fn a_link_replaced_by_a_directory_after_the_open_is_looked_at_again() {
+        let t = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir_all(t.path().join("real/slots")).expect("mkdir");
+        std::fs::create_dir_all(t.path().join("new/slots")).expect("mkdir");
+        let mid = t.path().join("mid");
+        std::os::unix::fs::symlink(t.path().join("real"), &mid).expect("symlink");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (new, swapped) = (t.path().join("new"), mid.clone());
+        AFTER_REFUSED_OPEN.set(Some(Box::new(move |at: &Path| {
+            // As another process could: the link goes and a directory takes its name.
+            std::fs::remove_file(&swapped).expect("remove the link");
+            std::fs::rename(&new, &swapped).expect("a directory at the link's name");
+            tx.send(at.to_owned()).expect("report");
+        })));
+        let opened = open(&mid.join("slots"), false).expect("the directory now at the name");
+        assert_eq!(
+            rx.try_recv().expect("the open was refused at the link"),
+            mid,
+            "refused at the link"
+        );
+        let stat = rustix::fs::fstat(&opened.fd).expect("fstat");
+        let want = std::fs::metadata(mid.join("slots")).expect("stat");
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(
+            stat.st_ino,
+            want.ino(),
+            "the walk looked again and went through the directory"
         );
     }
 

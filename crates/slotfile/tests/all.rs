@@ -142,6 +142,43 @@ mod names {
             "sorted, no guards or temps"
         );
     }
+
+    #[test]
+    fn slot_paths_are_equal_by_directory_and_name_and_show_both() {
+        let t = temp();
+        let u = temp();
+        let dir = slots(&t);
+        let stop = dir.file("STOP").expect("valid");
+        assert_eq!(
+            stop,
+            dir.file("STOP").expect("valid"),
+            "same directory, same name"
+        );
+        assert_ne!(
+            stop,
+            dir.file("agent-0.lock").expect("valid"),
+            "same directory, another name"
+        );
+        assert_ne!(
+            stop,
+            slots(&u).file("STOP").expect("valid"),
+            "same name, another directory"
+        );
+        assert_eq!(stop.name(), "STOP", "its name");
+        assert_eq!(stop.dir().path(), t.path(), "its directory");
+        let shown = format!("{stop:?}");
+        assert!(
+            shown.contains("SlotPath")
+                && shown.contains("\"STOP\"")
+                && shown.contains(path_str(t.path())),
+            "the debug form names the type, the file and its directory: {shown}"
+        );
+        let shown = format!("{dir:?}");
+        assert!(
+            shown.contains("SlotDir") && shown.contains(path_str(t.path())),
+            "the debug form of a directory names its path: {shown}"
+        );
+    }
 }
 
 mod read {
@@ -237,6 +274,101 @@ mod read {
                 }
             ),
             "got {err:?}"
+        );
+    }
+
+    #[test]
+    fn read_with_owner_says_who_may_have_written_the_bytes() {
+        use worklane_slotfile::Written;
+        let t = temp();
+        let p = slots(&t).file("STOP").expect("valid");
+        assert_eq!(p.read_with_owner().expect("read"), None, "absent file");
+        p.replace(b"{}", 0o644).expect("write");
+        let (bytes, written) = p.read_with_owner().expect("read").expect("present");
+        assert_eq!(bytes, b"{}", "the bytes of the file");
+        let me = rustix::process::geteuid().as_raw();
+        assert_eq!(
+            written,
+            Written {
+                uid: me,
+                mode: 0o644,
+                links: 1
+            },
+            "owner, permission bits and links of the file read"
+        );
+        assert!(
+            written.only_by_owner(),
+            "0644 with one name: only its owner"
+        );
+
+        let stop = t.path().join("STOP");
+        for mode in [0o664, 0o646, 0o666, 0o620] {
+            std::fs::set_permissions(&stop, std::fs::Permissions::from_mode(mode)).expect("chmod");
+            let (_, written) = p.read_with_owner().expect("read").expect("present");
+            assert_eq!(written.mode, mode, "the mode as fstat says it");
+            assert!(
+                !written.only_by_owner(),
+                "{mode:o}: a group or other write bit lets others write it"
+            );
+        }
+        std::fs::set_permissions(&stop, std::fs::Permissions::from_mode(0o4755)).expect("chmod");
+        let (_, written) = p.read_with_owner().expect("read").expect("present");
+        assert_eq!(written.mode, 0o4755, "the special bits are kept");
+        assert!(written.only_by_owner(), "setuid is no write bit");
+
+        std::fs::hard_link(&stop, t.path().join("other")).expect("link");
+        let (_, written) = p.read_with_owner().expect("read").expect("present");
+        assert_eq!(written.links, 2, "two names");
+        assert!(
+            !written.only_by_owner(),
+            "a file with two names may have been written through the other"
+        );
+    }
+
+    /// Starts `sleep` with exactly the environment `vars`, so its `/proc/<pid>/environ` holds
+    /// known bytes: a regular file whose `fstat` size (0) says nothing about its length.
+    fn sleeper_with_env(vars: &[(&str, &str)]) -> worklane_testkit::Child {
+        let mut sleep = Command::new("/bin/sleep");
+        sleep.arg("3600").env_clear();
+        for (name, value) in vars {
+            sleep.env(name, value);
+        }
+        sleep
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn_gated()
+            .expect("spawn sleep")
+    }
+
+    #[test]
+    fn a_file_longer_than_its_size_is_read_to_its_end_within_the_bound() {
+        let t = temp();
+        let env = Environment::from_process().var("WORKLANE_TEST_ROOT", t.path());
+        let small = sleeper_with_env(&[("A", "b"), ("CC", "dd")]);
+        let big_value = "x".repeat(70_000);
+        let big = sleeper_with_env(&[("BIG", &big_value)]);
+        for (name, child) in [("small", &small), ("big", &big)] {
+            std::os::unix::fs::symlink(format!("/proc/{}", child.id()), t.path().join(name))
+                .expect("symlink to the child's /proc entry");
+        }
+        let environ = t.path().join("small/environ");
+        assert_eq!(
+            std::fs::metadata(&environ).expect("stat environ").len(),
+            0,
+            "procfs reports no size: the read cannot trust fstat"
+        );
+        let got = worklane_slotfile::read::read_path_in(&env, &environ)
+            .expect("read a growing file")
+            .expect("present");
+        assert_eq!(
+            got, b"A=b\0CC=dd\0",
+            "read on past the reported size, to the end"
+        );
+        let err = worklane_slotfile::read::read_path_in(&env, &t.path().join("big/environ"))
+            .expect_err("70 000 bytes are over the bound");
+        assert!(
+            matches!(err, Error::TooLarge { size, .. } if size > worklane_slotfile::MAX_READ),
+            "a file that turns out larger than 64 KiB is refused, not cut: {err:?}"
         );
     }
 }
@@ -508,6 +640,52 @@ mod write {
         assert_eq!(p.read().expect("read").as_deref(), Some(&b"after"[..]));
     }
 
+    /// What the descriptors of a child started now point at: `ls -l` of its own fd directory.
+    fn descriptors_of_a_child() -> String {
+        let out = Command::new("ls")
+            .args(["-l", "/proc/self/fd/"])
+            .output_gated()
+            .expect("run ls");
+        assert!(out.status.success(), "ls lists its descriptors");
+        String::from_utf8(out.stdout).expect("utf-8 paths")
+    }
+
+    #[test]
+    fn a_child_started_during_a_write_inherits_neither_the_temp_file_nor_the_directory() {
+        let t = temp();
+        let dir = slots(&t);
+        for op in ["replace", "publish"] {
+            let p = dir.file(&format!("{op}.lock")).expect("valid");
+            let mut seen = None;
+            let mut at = |step| {
+                if step == worklane_slotfile::Step::TempWritten {
+                    seen = Some(descriptors_of_a_child());
+                }
+            };
+            match op {
+                "replace" => p
+                    .replace_observed(b"x", RECORD_MODE, &mut at)
+                    .expect("replace"),
+                _ => {
+                    let published = p
+                        .publish_observed(b"x", RECORD_MODE, &mut at)
+                        .expect("publish");
+                    assert_eq!(published, Publish::Published, "a new name");
+                }
+            }
+            let seen = seen.expect("the temp file was written");
+            assert!(
+                seen.lines().any(|l| l.ends_with(" -> /dev/null")),
+                "{op}: the listing works (the child's stdin is /dev/null): {seen}"
+            );
+            assert!(
+                !seen.contains(path_str(t.path())),
+                "{op}: a child holds no descriptor of the slot directory or its temp file (which \
+                 would keep the temp's lock after the writer ended): {seen}"
+            );
+        }
+    }
+
     #[test]
     fn publish_is_exclusive_under_a_race_of_12_processes() {
         let t = temp();
@@ -689,6 +867,216 @@ mod remove {
         p.replace(b"{}", 0o644).expect("write");
         assert!(p.remove().expect("remove"), "removed");
         assert!(names_in(t.path()).is_empty());
+    }
+}
+
+/// What ordinary listings skip: guards, temp files, the hidden names a tool reports, and the
+/// sweep that removes what killed writers left.
+mod inspect {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+    use worklane_slotfile::{Hidden, TEMP_MIN_AGE_MS};
+    use worklane_testkit::gate;
+
+    /// A whole second since the epoch: mtimes are compared in whole seconds.
+    const T: u64 = 1_764_480_000;
+
+    fn set_mtime(path: &Path, secs: u64) {
+        std::fs::File::open(path)
+            .expect("open to set the mtime")
+            .set_modified(UNIX_EPOCH + Duration::from_secs(secs))
+            .expect("set mtime");
+    }
+
+    fn mkfifo(path: &Path) {
+        assert!(
+            Command::new("mkfifo")
+                .arg(path)
+                .status_gated()
+                .expect("mkfifo")
+                .success(),
+            "mkfifo {}",
+            path.display()
+        );
+    }
+
+    #[test]
+    fn hidden_names_are_listed_with_kind_size_age_and_mode() {
+        let t = temp();
+        let dir = slots(&t);
+        let _guard = dir
+            .file("agent-0.lock")
+            .expect("valid")
+            .try_guard()
+            .expect("guard")
+            .expect("free");
+        dir.file("STOP")
+            .expect("valid")
+            .replace(b"{}", RECORD_MODE)
+            .expect("an ordinary file");
+        let temp_file = t.path().join(".STOP.tmp-0123456789abcdef");
+        std::fs::write(&temp_file, b"12345").expect("write");
+        std::fs::set_permissions(&temp_file, std::fs::Permissions::from_mode(0o600))
+            .expect("chmod");
+        set_mtime(&temp_file, T);
+        let stray = t.path().join(".stray");
+        std::fs::create_dir(&stray).expect("mkdir");
+        std::fs::set_permissions(&stray, std::fs::Permissions::from_mode(0o750)).expect("chmod");
+
+        let names = [
+            ".STOP.tmp-0123456789abcdef",
+            ".agent-0.lock.flock",
+            ".stray",
+        ];
+        assert_eq!(
+            dir.hidden_names().expect("hidden names"),
+            names,
+            "every name with a leading dot, sorted, without `.` and `..`"
+        );
+        let hidden = dir.hidden().expect("hidden");
+        assert_eq!(
+            hidden.iter().map(|h| h.name.as_str()).collect::<Vec<_>>(),
+            names,
+            "the same names"
+        );
+        assert_eq!(
+            hidden[0],
+            Hidden {
+                name: names[0].to_owned(),
+                kind: "regular file",
+                size: 5,
+                modified_ms: T * 1000,
+                mode: 0o600,
+            },
+            "a temp file as lstat shows it"
+        );
+        assert!(hidden[0].is_regular(), "a temp file is a regular file");
+        assert_eq!(
+            (hidden[1].kind, hidden[1].size, hidden[1].mode),
+            ("regular file", 0, worklane_guard::GUARD_MODE),
+            "the guard: empty, read-only"
+        );
+        assert_eq!(hidden[2].kind, "directory", "the stray directory");
+        assert_eq!(hidden[2].mode, 0o750, "its permission bits alone");
+        assert!(!hidden[2].is_regular(), "a directory is not a regular file");
+    }
+
+    #[test]
+    fn guard_id_names_the_guard_inode_without_taking_it() {
+        let t = temp();
+        let dir = slots(&t);
+        let lock = dir.file("agent-0.lock").expect("valid");
+        assert_eq!(lock.guard_id(), None, "no guard yet");
+        let guard = lock.try_guard().expect("guard").expect("free");
+        let meta = std::fs::symlink_metadata(t.path().join(".agent-0.lock.flock")).expect("stat");
+        let id = worklane_guard::FileId {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        };
+        assert_eq!(lock.guard_id(), Some(id), "device and inode of the guard");
+        assert_eq!(guard.file_id(), id, "the inode the guard holds");
+        assert!(
+            lock.try_guard().expect("guard").is_none(),
+            "still held: guard_id neither took nor released it"
+        );
+        std::fs::create_dir(t.path().join(".agent-1.lock.flock")).expect("mkdir");
+        assert_eq!(
+            dir.file("agent-1.lock").expect("valid").guard_id(),
+            None,
+            "a directory at the guard's name is no guard"
+        );
+        gate::quietly(|| drop(guard));
+    }
+
+    #[test]
+    fn sweep_removes_old_temps_nobody_holds_and_nothing_else() {
+        let t = temp();
+        let dir = slots(&t);
+        let at = |name: &str| t.path().join(name);
+        let guard = dir
+            .file("agent-0.lock")
+            .expect("valid")
+            .try_guard()
+            .expect("guard")
+            .expect("free");
+        dir.file("STOP")
+            .expect("valid")
+            .replace(b"{}", RECORD_MODE)
+            .expect("an ordinary file");
+        let old = ".STOP.tmp-0000000000000001";
+        let young = ".STOP.tmp-0000000000000002";
+        let held = ".STOP.tmp-0000000000000003";
+        let link = ".STOP.tmp-0000000000000004";
+        let fifo = ".STOP.tmp-0000000000000005";
+        let subdir = ".STOP.tmp-0000000000000006";
+        let alias = ".agent-1.lock.flock.tmp-0000000000000007";
+        let odd = ".STOP.tmp-000000000000000g";
+        for name in [old, young, held, alias, odd] {
+            std::fs::write(at(name), b"x").expect("write");
+            set_mtime(&at(name), T);
+        }
+        set_mtime(&at(young), T + 1);
+        // A writer still at work holds its temp file's lock.
+        let writer = std::fs::File::open(at(held)).expect("open");
+        rustix::fs::flock(
+            &writer,
+            rustix::fs::FlockOperation::NonBlockingLockExclusive,
+        )
+        .expect("lock");
+        // A link named as a temp, to the held file: never followed.
+        std::os::unix::fs::symlink(at(held), at(link)).expect("symlink");
+        mkfifo(&at(fifo));
+        std::fs::create_dir(at(subdir)).expect("mkdir");
+        let everything = names_in(t.path());
+
+        let swept = dir
+            .sweep_temps(T * 1000 + TEMP_MIN_AGE_MS - 1, TEMP_MIN_AGE_MS)
+            .expect("sweep");
+        assert_eq!(
+            (swept.removed.len(), swept.kept.len()),
+            (0, 0),
+            "a millisecond short of a minute, nothing is old: {swept:?}"
+        );
+        assert_eq!(names_in(t.path()), everything, "nothing removed");
+
+        // On a thread, with a watchdog: an open that blocks on the FIFO never returns.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sweeper = dir.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(sweeper.sweep_temps(T * 1000 + TEMP_MIN_AGE_MS, TEMP_MIN_AGE_MS));
+        });
+        let swept = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a sweep must return instead of blocking on a FIFO")
+            .expect("sweep");
+        assert_eq!(
+            swept.removed,
+            [old, alias],
+            "exactly a minute old and unheld: the temp file and the guard's temp alias"
+        );
+        assert_eq!(
+            swept.kept,
+            [(held.to_owned(), "its writer still holds it".to_owned())],
+            "the held temp is kept and said so; the link, FIFO and directory are not temp files"
+        );
+        let mut left = everything.clone();
+        left.retain(|n| n != old && n != alias);
+        assert_eq!(names_in(t.path()), left, "nothing else removed");
+
+        gate::quietly(|| drop(writer));
+        let swept = dir
+            .sweep_temps(T * 1000 + 2 * TEMP_MIN_AGE_MS, TEMP_MIN_AGE_MS)
+            .expect("sweep");
+        assert_eq!(
+            (swept.removed, swept.kept),
+            (vec![young.to_owned(), held.to_owned()], vec![]),
+            "once old and released, both go"
+        );
+        assert!(at(link).symlink_metadata().is_ok(), "the link is kept");
+        assert!(at(odd).exists(), "a name that is not a temp name is kept");
+        assert!(at(".agent-0.lock.flock").exists(), "the guard is kept");
+        assert!(at("STOP").exists(), "the ordinary file is kept");
+        gate::quietly(|| drop(guard));
     }
 }
 
@@ -1015,6 +1403,46 @@ mod isolation {
     }
 
     #[test]
+    fn a_refusal_says_what_made_this_a_test_run() {
+        let t = temp();
+        let plain = Environment::with_root("/").temp_dir(t.path());
+        for (env, signal, says) in [
+            (
+                plain.clone().var("WORKLANE_TEST_ROOT", t.path()),
+                TestSignal::Marker,
+                "WORKLANE_TEST_ROOT is set",
+            ),
+            (
+                plain.clone().var("NEXTEST", "1"),
+                TestSignal::Nextest,
+                "NEXTEST is set",
+            ),
+            (
+                plain.clone().var("CARGO_BIN_EXE_worklane", "/x"),
+                TestSignal::CargoTest,
+                "a CARGO_BIN_EXE_* variable from cargo test is set",
+            ),
+            (
+                plain
+                    .clone()
+                    .exe("/w/target/debug/deps/all-00112233aabbccdd"),
+                TestSignal::TestHarness,
+                "this executable is a cargo test harness",
+            ),
+        ] {
+            assert_eq!(signal.to_string(), says, "{signal:?} in words");
+            let err = env
+                .var("AGENT_SLOTS_DIR", "/srv/slots")
+                .locate()
+                .expect_err("outside the test root");
+            assert!(
+                err.to_string().contains(&format!("in a test run ({says})")),
+                "the refusal says why this is a test run: {err}"
+            );
+        }
+    }
+
+    #[test]
     fn an_injected_environment_cannot_lift_the_process_confinement() {
         // No test signal in the injected environment: the real process's test run still holds.
         let env = Environment::with_root("/");
@@ -1296,6 +1724,42 @@ mod ownership {
     }
 
     #[test]
+    fn forty_links_are_followed_and_the_forty_first_is_refused() {
+        let t = temp();
+        std::fs::create_dir_all(t.path().join("real/slots")).expect("mkdir");
+        // `{prefix}0` -> `{prefix}1` -> ... -> `{prefix}{n-1}` -> real: n links on the way.
+        let chain = |prefix: &str, n: usize| {
+            for i in 0..n {
+                let target = if i + 1 == n {
+                    t.path().join("real")
+                } else {
+                    t.path().join(format!("{prefix}{}", i + 1))
+                };
+                symlink(target, t.path().join(format!("{prefix}{i}"))).expect("symlink");
+            }
+            t.path().join(format!("{prefix}0/slots"))
+        };
+        let forty = chain("a", worklane_slotfile::MAX_LINKS);
+        opened(&forty).expect("40 links, as many as the kernel follows");
+        let err = opened(&chain("b", worklane_slotfile::MAX_LINKS + 1)).expect_err("41 links");
+        assert!(matches!(err, Error::TooManyLinks { .. }), "{err:?}");
+        assert!(err.to_string().contains("more than 40"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_directory_is_named_as_missing_and_not_created_by_open() {
+        let t = temp();
+        let missing = t.path().join("slots");
+        let err = opened(&missing).expect_err("missing");
+        assert!(matches!(err, Error::Missing { .. }), "{err:?}");
+        assert!(
+            err.to_string().contains("does not exist"),
+            "says what is wrong: {err}"
+        );
+        assert!(!missing.exists(), "open creates nothing");
+    }
+
+    #[test]
     fn a_loop_of_links_is_refused() {
         let t = temp();
         symlink(t.path().join("l2"), t.path().join("l1")).expect("symlink");
@@ -1337,6 +1801,10 @@ mod ownership {
             problem(&err),
             Some(Problem::ParentGroupWritable { dir_group: 0 }),
             "{err:?}"
+        );
+        assert!(
+            matches!(&err, Error::Unsafe { at, owner: 0, group: SHARED, mode: 0o775, .. } if at == &group),
+            "names the parent with its owner, group and permission bits: {err:?}"
         );
         assert!(err.to_string().contains("chmod g-w"), "{err}");
         chown(&slots, None, Some(SHARED)).expect("chgrp");
@@ -1508,6 +1976,32 @@ mod unprivileged {
         assert!(
             matches!(err, worklane_slotfile::open::Error::UntrustedLink { .. }),
             "{err:?}"
+        );
+    }
+
+    #[test]
+    fn a_directory_the_user_cannot_search_is_named_at_the_step_that_failed() {
+        let s = Subject::new();
+        let locked = dir_in(s.path(), "locked", 0, 0, 0o700);
+        dir_in(&locked, "slots", 0, 0, 0o755);
+        dir_in(&locked, "sub/slots", 0, 0, 0o755);
+        let slots = locked.join("slots");
+        let said = s.run(AS_NOBODY, &["open", path_str(&slots)]);
+        assert!(
+            said.starts_with(&format!(
+                "error: cannot open slot directory {}:",
+                slots.display()
+            )) && said.contains("Permission denied"),
+            "the slot directory itself could not be opened: {said}"
+        );
+        let sub = locked.join("sub");
+        let said = s.run(AS_NOBODY, &["open", path_str(&sub.join("slots"))]);
+        assert!(
+            said.starts_with(&format!(
+                "error: cannot open {}, on the way to",
+                sub.display()
+            )) && said.contains("Permission denied"),
+            "a directory on the way could not be opened: {said}"
         );
     }
 
