@@ -63,8 +63,8 @@ mod liveness;
 mod record;
 
 pub use acquire::{
-    Acquired, Control, Error, MAX_LOCK_NAME, Options, Refusal, Request, Step, acquire, adopt,
-    claim_name,
+    Acquired, Control, Error, MAX_LOCK_NAME, Options, Refusal, Request, Step, acquire,
+    acquire_each, adopt, claim_name,
 };
 pub use clock::{BootTime, Clock, ManualClock, Now, SystemClock, parse_rfc3339_ms, rfc3339_ms};
 pub use epoch::{current as current_epoch, epoch_prefix, parse_epoch_name};

@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use worklane_identity::{Place, ProcessIdentity, Recorded};
 use worklane_lease::{
-    Acquired, Lease, LiveWhy, ManualClock, Options, Record, Refusal, Request, acquire, claim_name,
-    current_epoch, held,
+    Acquired, Lease, LiveWhy, ManualClock, Options, Record, Refusal, Request, acquire,
+    acquire_each, claim_name, current_epoch, held,
 };
 use worklane_slotfile::{RECORD_MODE, SlotDir};
 use worklane_testkit::gate::{self, QuietDrop};
@@ -576,6 +576,148 @@ mod guard_held_records {
             site.record().expect("kept").owner.as_deref(),
             Some("ttl"),
             "kept"
+        );
+    }
+}
+
+mod many_at_once {
+    //! `acquire_each`: the leases of many resources from one listing, each decided as
+    //! `acquire` decides it alone.
+    use super::*;
+
+    fn write_record_at(site: &Site, name: &str, record: &Record) {
+        site.dir
+            .file(name)
+            .expect("valid")
+            .replace(&record.to_bytes(), RECORD_MODE)
+            .expect("write record");
+    }
+
+    #[test]
+    fn each_resource_is_decided_from_its_own_files() {
+        let site = Site::new();
+        // "lane-a.lock": free, but with an epoch from before (5) and garbage named as its claim.
+        for _ in 0..5 {
+            let lease = gate::quietly(|| {
+                acquire(
+                    &site.dir,
+                    "lane-a.lock",
+                    &Request::new("before"),
+                    &Options::process(),
+                )
+            })
+            .expect("acquire");
+            let Acquired::Held(lease) = lease else {
+                panic!("free");
+            };
+            gate::quietly(|| lease.release()).expect("release");
+        }
+        std::fs::write(
+            site.path().join("lane-a.lock.0123456789abcdef.claim"),
+            "garbage",
+        )
+        .expect("plant");
+        // "lane-a.lock.more": a name the first is a prefix of, held by a dead holder.
+        write_record_at(&site, "lane-a.lock.more", &dead_record("dead"));
+        // "lane-b.lock": held by a live lease of this process.
+        let live = match gate::quietly(|| {
+            acquire(
+                &site.dir,
+                "lane-b.lock",
+                &Request::new("live"),
+                &Options::process(),
+            )
+        })
+        .expect("acquire")
+        {
+            Acquired::Held(lease) => QuietDrop::new(lease),
+            Acquired::Refused(r) => panic!("free: {r}"),
+        };
+        // "lane-c.lock": a malformed record, which stays busy.
+        std::fs::write(site.path().join("lane-c.lock"), "{").expect("plant");
+        let each = [
+            ("lane-a.lock", Request::new("one")),
+            ("lane-a.lock.more", Request::new("two")),
+            ("lane-b.lock", Request::new("three")),
+            ("lane-c.lock", Request::new("four")),
+            ("lane-d.lock", Request::new("five")),
+            ("lane-d.lock", Request::new("six")),
+        ];
+        let got = gate::quietly(|| acquire_each(&site.dir, &each, &Options::process()))
+            .expect("acquire each");
+        assert_eq!(got.len(), 6, "one result per name");
+        let mut got = got.into_iter();
+        let held = |a: Option<Acquired>, what: &str| match a {
+            Some(Acquired::Held(lease)) => QuietDrop::new(lease),
+            Some(Acquired::Refused(r)) => panic!("{what} must be held, was refused: {r}"),
+            None => panic!("{what}: no result"),
+        };
+        let refused = |a: Option<Acquired>, what: &str| match a {
+            Some(Acquired::Refused(r)) => r,
+            Some(Acquired::Held(l)) => panic!("{what} must be refused, got epoch {}", l.epoch()),
+            None => panic!("{what}: no result"),
+        };
+        let a = held(got.next(), "a free resource");
+        assert_eq!(a.epoch(), 6, "its epoch follows the five before");
+        let more = held(got.next(), "a dead holder's resource");
+        assert_eq!(
+            more.epoch(),
+            1,
+            "its first epoch: a's epoch files are not its own"
+        );
+        let b = refused(got.next(), "a live lease's resource");
+        assert_eq!(b.why, LiveWhy::GuardHeld, "its guard is held");
+        let c = refused(got.next(), "a malformed record");
+        assert!(matches!(c.why, LiveWhy::Malformed { .. }), "{:?}", c.why);
+        let d = held(got.next(), "a new resource");
+        assert_eq!(d.epoch(), 1, "first epoch");
+        let again = refused(got.next(), "a name given twice");
+        assert_eq!(again.why, LiveWhy::GuardHeld, "the second time");
+        let names = site.names();
+        assert!(
+            !names.iter().any(|n| n.ends_with(".claim")),
+            "a's garbage claim is cleared: {names:?}"
+        );
+        for (name, owner) in [
+            ("lane-a.lock", "one"),
+            ("lane-a.lock.more", "two"),
+            ("lane-d.lock", "five"),
+        ] {
+            let raw = std::fs::read(site.path().join(name)).expect("record");
+            let record = Record::parse(&raw).expect("parses");
+            assert_eq!(
+                record.owner.as_deref(),
+                Some(owner),
+                "{name} names its own request"
+            );
+        }
+        let raw = std::fs::read(site.path().join("lane-b.lock")).expect("record");
+        assert_eq!(
+            Record::parse(&raw).expect("parses").owner.as_deref(),
+            Some("live"),
+            "the live lease's record is untouched"
+        );
+        drop((a, more, d, live));
+    }
+
+    #[test]
+    fn a_bad_name_or_field_fails_before_any_guard_is_taken() {
+        let site = Site::new();
+        let long = "x".repeat(worklane_lease::MAX_LOCK_NAME + 1);
+        let each = [
+            ("lane-a.lock", Request::new("one")),
+            (long.as_str(), Request::new("two")),
+        ];
+        let error = acquire_each(&site.dir, &each, &Options::process())
+            .expect_err("a name too long fails the call");
+        assert!(error.to_string().contains(&long), "{error}");
+        let reserved = [("lane-a.lock", Request::new("one").field("pid", 1))];
+        acquire_each(&site.dir, &reserved, &Options::process())
+            .expect_err("a reserved field fails the call");
+        assert!(
+            site.names().is_empty(),
+            "nothing written: {:?}",
+            site.names()
         );
     }
 }

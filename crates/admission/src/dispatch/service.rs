@@ -156,15 +156,21 @@ impl Dispatcher {
             held: HashMap::new(),
         };
         let now = dispatcher.now();
-        for attempt in dispatcher.store.all()? {
-            let lock = lane_lock(&attempt.lane);
-            let request = Request::new("worklane dispatcher").field("attempt", attempt.id.clone());
-            match worklane_lease::acquire(
-                dispatcher.pool.dir(),
-                &lock,
-                &request,
-                &Options::process(),
-            )? {
+        let attempts = dispatcher.store.all()?;
+        let locks: Vec<String> = attempts.iter().map(|a| lane_lock(&a.lane)).collect();
+        let each: Vec<(&str, Request)> = locks
+            .iter()
+            .zip(&attempts)
+            .map(|(lock, a)| {
+                let request = Request::new("worklane dispatcher").field("attempt", a.id.clone());
+                (lock.as_str(), request)
+            })
+            .collect();
+        // All lanes at once: one listing of the directory, not one per row.
+        let acquired =
+            worklane_lease::acquire_each(dispatcher.pool.dir(), &each, &Options::process())?;
+        for (attempt, acquired) in attempts.into_iter().zip(acquired) {
+            match acquired {
                 Acquired::Held(lease) => {
                     let Some(lane) = lease.hand_over() else {
                         continue;
