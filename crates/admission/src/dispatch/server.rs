@@ -33,23 +33,34 @@ impl Trust {
     /// `/proc/<pid>/status` where there is one.
     #[must_use]
     pub fn admits(&self, peer: &Peer) -> bool {
+        self.admits_with(peer, groups_of)
+    }
+
+    /// [`Trust::admits`] with the supplementary groups of a pid from `groups`, asked only
+    /// when nothing else admits the peer.
+    fn admits_with(&self, peer: &Peer, groups: impl FnOnce(u32) -> Vec<u32>) -> bool {
         peer.uid == 0
             || peer.uid == self.owner
             || peer.gid == self.group
             || peer
                 .pid
-                .is_some_and(|pid| groups_of(pid).contains(&self.group))
+                .is_some_and(|pid| groups(pid).contains(&self.group))
     }
 }
 
-/// The supplementary groups of `pid` (`Groups:` of `/proc/<pid>/status`).
+/// The supplementary groups of `pid` (`Groups:` of `/proc/<pid>/status`), none if it cannot
+/// be read.
 fn groups_of(pid: u32) -> Vec<u32> {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|text| {
-            text.lines()
-                .find_map(|l| l.strip_prefix("Groups:").map(str::to_owned))
-        })
+        .map(|status| parse_groups(&status))
+        .unwrap_or_default()
+}
+
+/// The numbers of the `Groups:` line of a `/proc/<pid>/status` text, none without one.
+fn parse_groups(status: &str) -> Vec<u32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
         .map(|groups| {
             groups
                 .split_whitespace()
@@ -375,5 +386,105 @@ impl<'a> Server<'a> {
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+    use worklane_testkit::Gated;
+
+    const TRUST: Trust = Trust {
+        owner: 1000,
+        group: 2000,
+    };
+
+    fn peer(pid: Option<u32>, uid: u32, gid: u32) -> Peer {
+        Peer { pid, uid, gid }
+    }
+
+    #[test]
+    fn root_the_owner_and_the_group_are_admitted_and_no_one_else() {
+        let none = |_| Vec::new();
+        assert!(TRUST.admits_with(&peer(Some(5), 0, 9), none), "root");
+        assert!(
+            TRUST.admits_with(&peer(Some(5), 1000, 9), none),
+            "the owner"
+        );
+        assert!(
+            TRUST.admits_with(&peer(Some(5), 9, 2000), none),
+            "the primary group"
+        );
+        assert!(
+            TRUST.admits_with(&peer(Some(5), 9, 9), |pid| {
+                assert_eq!(pid, 5, "the peer's own groups are asked");
+                vec![7, 2000]
+            }),
+            "a supplementary group"
+        );
+        assert!(
+            !TRUST.admits_with(&peer(Some(5), 9, 9), |_| vec![7, 8]),
+            "a stranger in other groups"
+        );
+        assert!(
+            !TRUST.admits_with(&peer(None, 9, 9), |_| panic!("no pid, no groups to ask")),
+            "a stranger whose pid the platform does not tell"
+        );
+        assert!(
+            !TRUST.admits_with(&peer(Some(5), 1, 1), none),
+            "uid and gid 1 are nobody special"
+        );
+    }
+
+    #[test]
+    fn the_groups_line_is_read_from_a_status_text() {
+        let status = "Name:\tsh\nUid:\t0\t0\t0\t0\nGroups:\t4 24 27 \nNgid:\t0\n";
+        assert_eq!(parse_groups(status), vec![4, 24, 27]);
+        assert_eq!(
+            parse_groups("Groups:\t\n"),
+            Vec::<u32>::new(),
+            "in no group"
+        );
+        assert_eq!(parse_groups("Name:\tsh\n"), Vec::<u32>::new(), "no line");
+        assert_eq!(
+            parse_groups("Groups: 5 x 6\n"),
+            vec![5, 6],
+            "garbage is skipped"
+        );
+    }
+
+    #[test]
+    fn a_live_process_s_supplementary_groups_are_read_from_proc() {
+        // The subject drops to uid 65534 with two supplementary groups, then sleeps: setpriv
+        // sets the groups before it execs `sleep`.
+        let mut child = Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--groups=4242,4343",
+                "sleep",
+                "30",
+            ])
+            .spawn_gated()
+            .expect("setpriv");
+        let pid = child.id();
+        // Until setpriv has set them (before, the process has root's groups).
+        let mut groups = Vec::new();
+        for _ in 0..2000 {
+            groups = groups_of(pid);
+            if groups == [4242, 4343] {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(groups, vec![4242, 4343], "the groups setpriv gave it");
+        child.kill().expect("kill");
+        let _ = child.wait();
+        assert_eq!(
+            groups_of(u32::MAX),
+            Vec::<u32>::new(),
+            "no such process: none"
+        );
     }
 }
