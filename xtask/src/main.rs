@@ -7,9 +7,9 @@
 //!   aliases older than a minute. A dry run unless `--apply`. Exit 0 done, 1 refused (it says
 //!   what is live), 64 usage, 78 any other error (the directory, its config, a file it cannot
 //!   list, stat or unlink).
-//! - `cargo xtask mutants [--crate NAME]... [--shard K/N] [--list]`: mutation testing of the
-//!   library crates with `cargo mutants` (installed separately), each crate measured by its
-//!   own tests; see MUTANTS.md.
+//! - `cargo xtask mutants [--crate NAME]... [--shard K/N] [--iterate] [--list]`: mutation
+//!   testing of the library crates with `cargo mutants` (installed separately), each crate
+//!   measured by its own tests; see MUTANTS.md.
 
 #![allow(clippy::print_stdout)]
 
@@ -101,7 +101,7 @@ fn ci() -> ExitCode {
 }
 
 const USAGE: &str = "usage: cargo xtask ci | cargo xtask reclaim-guards [--dir DIR] [--apply] | \
-                     cargo xtask mutants [--crate NAME]... [--shard K/N] [--list]";
+                     cargo xtask mutants [--crate NAME]... [--shard K/N] [--iterate] [--list]";
 
 /// The crates whose tests mutation testing measures (MUTANTS.md).
 const MUTATED_CRATES: &[&str] = &[
@@ -117,11 +117,13 @@ const MUTATED_CRATES: &[&str] = &[
 /// `--crate`), one shard of it with `--shard K/N`, with the exclusions of
 /// `.cargo/mutants.toml` (test helpers). Each crate's mutants are tested by that crate's own
 /// tests; results go to `target/mutants/<crate>[-K-of-N]/mutants.out`. A full run takes hours
-/// on 2 cores: shard it.
+/// on 2 cores: shard it. `--iterate` tests again only what the last run there did not catch
+/// (after new tests, the survivors).
 fn mutants(args: &[String]) -> ExitCode {
     let mut crates = Vec::new();
     let mut shard = None;
     let mut list = false;
+    let mut iterate = false;
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -145,6 +147,7 @@ fn mutants(args: &[String]) -> ExitCode {
                 }
             },
             "--list" => list = true,
+            "--iterate" => iterate = true,
             other => {
                 eprintln!("xtask mutants: unknown argument {other:?}\n{USAGE}");
                 return ExitCode::from(64);
@@ -174,6 +177,9 @@ fn mutants(args: &[String]) -> ExitCode {
                 return ExitCode::FAILURE;
             }
             cmd.arg("--output").arg(&out);
+            if iterate {
+                cmd.arg("--iterate");
+            }
         }
         cmd.current_dir(workspace_root());
         eprintln!("==> cargo mutants for worklane-{krate}");
