@@ -1,0 +1,210 @@
+//! The admission dispatcher.
+//!
+//! - `dispatcher_round_trip`: one enqueue, admission and claim through a real dispatcher
+//!   (its service loop in a thread of this process, on a Unix socket), the launcher's lane
+//!   descriptor passed in and the lane's and slot's passed out: the in-process client's cost of
+//!   handing one piece of work over and back.
+//! - `dispatcher_next_row/{10,10000}`: choosing the next row to admit with 10 and with 10 000
+//!   queued (the `attempts_order` index).
+//! - `dispatcher_recovery_10000`: a dispatcher starting over 10 000 stored rows whose lanes are
+//!   free (each lane's lock taken again).
+//!
+//! `cargo bench -p worklane-benches --bench dispatcher`
+
+// One thread starts no process here; nothing needs the test binaries' fork gate.
+#![allow(clippy::disallowed_methods)]
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use std::collections::BTreeMap;
+use std::os::fd::AsFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+use worklane_admission::Pool;
+use worklane_admission::dispatch::server::{Server, Trust};
+use worklane_admission::dispatch::service::{Dispatcher, Settings, lane_lock};
+use worklane_admission::dispatch::store::{Attempt, State, Store};
+use worklane_admission::dispatch::transport;
+use worklane_admission::dispatch::wire::{Enqueue, Reply, Request as Wire};
+use worklane_guard::Guard;
+use worklane_lease::{Acquired, Options, Request, acquire, adopt};
+use worklane_slotfile::{Environment, SlotDir, TEST_ROOT_VAR};
+
+fn pool_in(dir: &Path, root: &Path) -> Pool {
+    std::fs::write(dir.join("config.json"), r#"{"max_agents": 64}"#).expect("config");
+    let env = Environment::from_process()
+        .var(TEST_ROOT_VAR, root)
+        .var("AGENT_SLOTS_DIR", dir);
+    Pool::new(SlotDir::resolve_in(&env).expect("resolve"))
+}
+
+fn ask(
+    path: &Path,
+    request: &Wire,
+    fds: &[std::os::fd::BorrowedFd<'_>],
+) -> (Reply, Vec<std::os::fd::OwnedFd>) {
+    let stream = UnixStream::connect(path).expect("connect");
+    transport::send(&stream, &serde_json::to_vec(request).expect("json"), fds).expect("send");
+    let (line, fds) = transport::recv(&stream).expect("recv");
+    (serde_json::from_slice(&line).expect("reply"), fds)
+}
+
+fn round_trip(c: &mut Criterion) {
+    let root = std::env::temp_dir();
+    let temp = tempfile::tempdir_in(&root).expect("temp");
+    let pool = pool_in(temp.path(), &root);
+    let socket = temp.path().join("dispatcher.sock");
+    let listener = UnixListener::bind(&socket).expect("bind");
+    let store = Store::open(&temp.path().join("queue.db")).expect("store");
+    let dispatcher =
+        Dispatcher::recover(pool.clone(), store, Settings::default()).expect("dispatcher");
+    let stop = Arc::new(AtomicBool::new(false));
+    let (admitted_tx, admitted_rx) = mpsc::channel::<(String, String)>();
+    let stat = rustix::fs::fstat(pool.dir()).expect("fstat");
+    let trust = Trust {
+        owner: stat.st_uid,
+        group: stat.st_gid,
+    };
+    let server = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut server = Server::new(
+                dispatcher,
+                listener,
+                trust,
+                |admitted| {
+                    // The "driver": told the attempt and its token, as a started process would be.
+                    admitted_tx
+                        .send((admitted.attempt.id.clone(), admitted.token.clone()))
+                        .expect("send");
+                    Ok(0)
+                },
+                |_| {},
+            );
+            server.run(&stop).expect("serve");
+        })
+    };
+    let mut group = c.benchmark_group("dispatcher_round_trip");
+    let mut round = 0u64;
+    group.bench_function("enqueue_admit_claim", |b| {
+        b.iter(|| {
+            // A lane of its own each round: the dispatcher closes its copies of the handed-over
+            // descriptors just after its reply, so the lane of the last round may still be
+            // held for a moment.
+            round += 1;
+            let lane = format!("bench-{round}");
+            let lease = match acquire(
+                pool.dir(),
+                &lane_lock(&lane),
+                &Request::new("launcher"),
+                &Options::process(),
+            )
+            .expect("acquire")
+            {
+                Acquired::Held(lease) => lease,
+                Acquired::Refused(r) => panic!("a new lane is free: {r}"),
+            };
+            let entry = Enqueue {
+                lane: lane.clone(),
+                start_ms: Some(1),
+                priority: Some(0),
+                placement: String::new(),
+                stage: String::new(),
+                args: vec!["driver".into()],
+                env: BTreeMap::new(),
+            };
+            let guard = lease.guard().expect("held");
+            let (reply, _) = ask(&socket, &Wire::Enqueue(entry), &[guard.as_fd()]);
+            assert!(reply.ok, "{reply:?}");
+            drop(lease.hand_over());
+            let (attempt, token) = admitted_rx.recv().expect("admitted");
+            let (reply, mut fds) = ask(&socket, &Wire::Claim { attempt, token }, &[]);
+            assert!(reply.ok && fds.len() == 2, "{reply:?}");
+            // The driver's side, as `worklane claim` does it: adopt both, then release both.
+            let slot_fd = fds.pop().expect("slot");
+            let lane_fd = fds.pop().expect("lane");
+            let dir = pool.dir();
+            let name = lane_lock(&lane);
+            let lane_guard =
+                Guard::from_received(lane_fd, dir, dir.path(), &name).expect("lane guard");
+            let claimer = Request::new("driver");
+            let lane_lease = adopt(dir, &name, lane_guard, &claimer, &Options::process())
+                .expect("adopt the lane");
+            let slot = pool
+                .adopt(reply.slot.as_deref().expect("slot name"), slot_fd, &claimer)
+                .expect("adopt the slot");
+            slot.release().expect("release the slot");
+            lane_lease.release().expect("release the lane");
+        });
+    });
+    group.finish();
+    stop.store(true, Ordering::SeqCst);
+    server.join().expect("server");
+}
+
+fn attempt(i: usize, state: State) -> Attempt {
+    Attempt {
+        id: format!("a-{i:032x}"),
+        lane: format!("l{i}"),
+        state,
+        token: None,
+        queued_at_ms: 1_000_000 + (i as u64 * 7919) % 100_000,
+        priority: (i % 5) as i64,
+        placement: String::new(),
+        args: vec!["driver".into()],
+        stage: String::new(),
+        env: BTreeMap::new(),
+        state_at_ms: 1,
+    }
+}
+
+fn next_row(c: &mut Criterion) {
+    let mut group = c.benchmark_group("dispatcher_next_row");
+    for n in [10usize, 10_000] {
+        let temp = tempfile::tempdir().expect("temp");
+        let store = Store::open(&temp.path().join("queue.db")).expect("store");
+        for i in 0..n {
+            store.insert(&attempt(i, State::Queued)).expect("insert");
+        }
+        group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
+            b.iter(|| store.next_queued().expect("next").expect("a row"));
+        });
+    }
+    group.finish();
+}
+
+fn recovery(c: &mut Criterion) {
+    let root = std::env::temp_dir();
+    let mut group = c.benchmark_group("dispatcher_recovery");
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(30));
+    group.bench_function("10000_rows", |b| {
+        b.iter_batched(
+            || {
+                let temp = tempfile::tempdir_in(&root).expect("temp");
+                let store = Store::open(&temp.path().join("queue.db")).expect("store");
+                for i in 0..10_000 {
+                    store.insert(&attempt(i, State::Queued)).expect("insert");
+                }
+                drop(store);
+                temp
+            },
+            |temp| {
+                let pool = pool_in(temp.path(), &root);
+                let store = Store::open(&temp.path().join("queue.db")).expect("store");
+                let recovered =
+                    Dispatcher::recover(pool, store, Settings::default()).expect("recover");
+                drop(recovered);
+                temp
+            },
+            criterion::BatchSize::PerIteration,
+        );
+    });
+    group.finish();
+}
+
+criterion_group!(benches, round_trip, next_row, recovery);
+criterion_main!(benches);
