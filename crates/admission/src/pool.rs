@@ -804,6 +804,44 @@ mod tests {
     use super::slot_index;
 
     #[test]
+    fn only_a_stray_file_or_a_forbidden_guard_is_a_broken_guard() {
+        use std::path::PathBuf;
+        use worklane_guard::acquire::Error as G;
+        let path = PathBuf::from("/slots/.agent-0.lock.flock");
+        let io = |kind: std::io::ErrorKind| G::Io {
+            op: "open",
+            path: path.clone(),
+            source: std::io::Error::from(kind),
+        };
+        let broken = [
+            G::Symlink { path: path.clone() },
+            G::NotRegular {
+                path: path.clone(),
+                kind: "directory",
+            },
+            G::NotEmpty {
+                path: path.clone(),
+                size: 3,
+            },
+            io(std::io::ErrorKind::PermissionDenied),
+        ];
+        for e in &broken {
+            assert!(super::broken_guard(e), "skipped: {e}");
+        }
+        let not = [
+            G::StdStreamClosed {
+                path: path.clone(),
+                fd: 0,
+            },
+            G::NotHeld { path: path.clone() },
+            io(std::io::ErrorKind::OutOfMemory),
+        ];
+        for e in &not {
+            assert!(!super::broken_guard(e), "an error, not a skip: {e}");
+        }
+    }
+
+    #[test]
     fn slot_names() {
         assert_eq!(slot_index("agent", "agent-0.lock"), Some(0));
         assert_eq!(slot_index("agent", "agent-17.lock"), Some(17));

@@ -1377,6 +1377,41 @@ mod texts {
 mod handles {
     //! What a held slot does: its record takes annotations, its release removes it.
     use super::*;
+
+    #[test]
+    fn a_handed_over_slot_is_adopted_as_its_kind_and_nothing_else_is_a_slot() {
+        let site = Site::new(r#"{"max_agents": 2, "max_test_runs": 2}"#);
+        for kind in [Kind::Agent, Kind::Test { limit_ms: None }, Kind::FullRun] {
+            let Take::Held(slot) = site.try_take(kind) else {
+                panic!("{} is free", kind.label());
+            };
+            let name = slot.name().to_owned();
+            let guard = slot.hand_over().expect("a held guard");
+            // What the receiver gets: another descriptor of the same open file description.
+            let fd = rustix::io::fcntl_dupfd_cloexec(&guard, 3).expect("dup");
+            gate::quietly(|| drop(guard));
+            let adopted = site
+                .pool
+                .adopt(&name, fd, &Request::new("driver"))
+                .expect("adopt");
+            assert_eq!(
+                adopted.kind().label(),
+                kind.label(),
+                "{name} keeps its kind"
+            );
+            assert_eq!(adopted.name(), name);
+            gate::quietly(|| adopted.release()).expect("release");
+        }
+        let file = tempfile::tempfile().expect("file");
+        let error = site
+            .pool
+            .adopt("lane-x.lock", file.into(), &Request::new("driver"))
+            .expect_err("a lane is no slot");
+        assert!(
+            matches!(error, worklane_admission::Error::NotASlot { ref name } if name == "lane-x.lock"),
+            "{error}"
+        );
+    }
     use serde_json::json;
 
     #[test]
