@@ -333,11 +333,22 @@ mod read {
         for (name, value) in vars {
             sleep.env(name, value);
         }
-        sleep
+        let child = sleep
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .spawn_gated()
-            .expect("spawn sleep")
+            .expect("spawn sleep");
+        // The start returns once exec has closed the child's close-on-exec descriptors, a
+        // moment before the new program's environment is in place (until then `environ`
+        // reads empty): wait for it.
+        let environ = format!("/proc/{}/environ", child.id());
+        for _ in 0..2000 {
+            if std::fs::read(&environ).is_ok_and(|bytes| !bytes.is_empty()) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        child
     }
 
     #[test]
