@@ -835,7 +835,7 @@ mod dispatcher {
     use super::*;
     use std::os::fd::{AsFd, OwnedFd};
     use worklane_admission::dispatch::service::{Dispatcher, Mode, Settings, lane_lock};
-    use worklane_admission::dispatch::store::Store;
+    use worklane_admission::dispatch::store::{State, Store};
     use worklane_admission::dispatch::wire::{Enqueue, code};
     use worklane_lease::{Acquired, Options, Request as LeaseRequest};
 
@@ -1154,6 +1154,29 @@ mod dispatcher {
             .expect("admit")
             .expect("room again");
         assert_eq!(next.attempt.id, second);
+    }
+
+    #[test]
+    fn an_admitted_attempt_is_starting_with_its_token_and_time() {
+        let _quiet = gate::quiet();
+        let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+        let id = bench.enqueue("a", T0 - 9, 3);
+        bench.clock.advance(7);
+        let admitted = bench
+            .dispatcher
+            .admit_next()
+            .expect("admit")
+            .expect("admitted");
+        assert_eq!(admitted.attempt.id, id);
+        assert_eq!(admitted.attempt.state, State::Starting);
+        assert_eq!(
+            admitted.attempt.token.as_deref(),
+            Some(admitted.token.as_str())
+        );
+        assert_eq!(admitted.attempt.state_at_ms, T0 + 7, "admitted now");
+        assert_eq!(admitted.attempt.queued_at_ms, T0 - 9, "its place kept");
+        assert_eq!(admitted.slot, "agent-0.lock");
+        assert!(!admitted.token.is_empty());
     }
 
     #[test]

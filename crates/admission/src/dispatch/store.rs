@@ -442,6 +442,31 @@ mod tests {
     }
 
     #[test]
+    fn state_changes_and_removals_say_whether_a_row_was_there() {
+        let dir = tempfile::tempdir().expect("temp");
+        let store = Store::open(&dir.path().join("q.db")).expect("open");
+        store.insert(&attempt("a-1", "l", 0, 5)).expect("insert");
+        assert!(
+            store
+                .set_state("a-1", State::Starting, Some("t"), 9)
+                .expect("update")
+        );
+        assert!(
+            !store
+                .set_state("a-2", State::Starting, Some("t"), 9)
+                .expect("update"),
+            "no row"
+        );
+        let row = store.get("a-1").expect("get").expect("row");
+        assert_eq!(
+            (row.state, row.token.as_deref(), row.state_at_ms),
+            (State::Starting, Some("t"), 9)
+        );
+        assert!(store.remove("a-1").expect("remove"));
+        assert!(!store.remove("a-1").expect("remove"), "gone already");
+    }
+
+    #[test]
     fn one_attempt_per_lane() {
         let dir = tempfile::tempdir().expect("temp");
         let store = Store::open(&dir.path().join("queue.db")).expect("open");

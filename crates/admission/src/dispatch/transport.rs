@@ -250,6 +250,120 @@ mod tests {
         drop(b);
     }
 
+    /// Sends `bytes` as they are (no newline added, no limit) with `fds`, as a peer that
+    /// does not follow the framing would.
+    fn raw(socket: &OwnedFd, bytes: &[u8], fds: &[BorrowedFd<'_>]) {
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(8))];
+        let mut control = SendAncillaryBuffer::new(&mut space);
+        assert!(control.push(SendAncillaryMessage::ScmRights(fds)), "room");
+        let sent = sendmsg(
+            socket,
+            &[IoSlice::new(bytes)],
+            &mut control,
+            SendFlags::NOSIGNAL,
+        )
+        .expect("sendmsg");
+        assert_eq!(sent, bytes.len());
+    }
+
+    #[test]
+    fn the_limits_are_exact() {
+        let (a, b) = pair();
+        // A line whose message (with its newline) is exactly the limit goes; a byte more does not.
+        let longest = vec![b'x'; MAX_MESSAGE - 1];
+        let reader = std::thread::spawn(move || recv(&b).map(|(line, _)| line.len()));
+        send(&a, &longest, &[]).expect("the longest message");
+        assert_eq!(
+            reader.join().expect("reader").expect("recv"),
+            MAX_MESSAGE - 1
+        );
+        assert!(matches!(
+            send(&a, &vec![b'x'; MAX_MESSAGE], &[]),
+            Err(Error::TooLong)
+        ));
+        // Exactly MAX_FDS descriptors go and arrive.
+        let (a, b) = pair();
+        let file = tempfile::tempfile().expect("file");
+        send(&a, b"{}", &[file.as_fd(); MAX_FDS]).expect("MAX_FDS descriptors");
+        assert_eq!(recv(&b).expect("recv").1.len(), MAX_FDS);
+        // A receiver refuses a line that runs to the limit without a newline.
+        let (a, b) = pair();
+        let writer = std::thread::spawn(move || {
+            let _ = rustix::io::write(&a, &vec![b'x'; MAX_MESSAGE]);
+            a
+        });
+        assert!(
+            matches!(recv(&b), Err(Error::TooLong)),
+            "no newline within the limit"
+        );
+        drop(writer.join().expect("writer"));
+    }
+
+    #[test]
+    fn more_descriptors_than_allowed_are_refused_in_one_message_or_across_several() {
+        let file = tempfile::tempfile().expect("file");
+        let (a, b) = pair();
+        raw(&a, b"{}\n", &[file.as_fd(); MAX_FDS + 1]);
+        assert!(
+            matches!(recv(&b), Err(Error::TooManyFds)),
+            "cut short by the kernel"
+        );
+        let (a, b) = pair();
+        raw(&a, b"{", &[file.as_fd(); 3]);
+        raw(&a, b"}\n", &[file.as_fd(); 3]);
+        assert!(
+            matches!(recv(&b), Err(Error::TooManyFds)),
+            "six across two reads"
+        );
+        let (a, b) = pair();
+        raw(&a, b"{", &[file.as_fd(); 2]);
+        raw(&a, b"}\n", &[file.as_fd(); 2]);
+        let (line, fds) = recv(&b).expect("four across two reads are allowed");
+        assert_eq!((line.as_slice(), fds.len()), (&b"{}"[..], 4));
+    }
+
+    #[test]
+    fn a_message_larger_than_the_socket_buffer_is_sent_whole() {
+        let (a, b) = pair();
+        rustix::net::sockopt::set_socket_send_buffer_size(&a, 4096).expect("SO_SNDBUF");
+        let file = tempfile::tempfile().expect("file");
+        let line = vec![b'y'; 60_000];
+        let expected = line.clone();
+        let reader = std::thread::spawn(move || recv(&b));
+        send(&a, &line, &[file.as_fd()]).expect("send in parts");
+        let (got, fds) = reader.join().expect("reader").expect("recv");
+        assert!(
+            got == expected,
+            "all {} bytes arrive in order",
+            expected.len()
+        );
+        assert_eq!(fds.len(), 1, "with the descriptor");
+    }
+
+    #[test]
+    fn set_cloexec_sets_the_flag_and_keeps_the_others() {
+        let file = tempfile::tempfile().expect("file");
+        let fd = rustix::io::dup(&file).expect("dup: not close-on-exec");
+        assert!(
+            !rustix::io::fcntl_getfd(&fd)
+                .expect("flags")
+                .contains(rustix::io::FdFlags::CLOEXEC)
+        );
+        set_cloexec(&fd);
+        assert!(
+            rustix::io::fcntl_getfd(&fd)
+                .expect("flags")
+                .contains(rustix::io::FdFlags::CLOEXEC)
+        );
+        set_cloexec(&fd);
+        assert!(
+            rustix::io::fcntl_getfd(&fd)
+                .expect("flags")
+                .contains(rustix::io::FdFlags::CLOEXEC),
+            "idempotent"
+        );
+    }
+
     #[test]
     fn the_peer_is_known() {
         let (a, _b) = pair();

@@ -170,6 +170,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn replies_carry_the_protocol_version() {
+        let ok = Reply::ok();
+        assert_eq!((ok.version, ok.ok, ok.error), (VERSION, true, None));
+        let refused = Reply::refused(code::PERMISSION, "no");
+        assert_eq!(refused.version, VERSION);
+        assert!(!refused.ok);
+        assert_eq!(refused.error.as_deref(), Some(code::PERMISSION));
+        assert_eq!(refused.message.as_deref(), Some("no"));
+    }
+
+    #[test]
     fn requests_parse_by_op_and_ignore_stale_fields() {
         let text = r#"{"op":"enqueue","lane":"docs","start_ms":5,"priority":2,"args":["x"],"slot":"agent-3.lock","claimed_start":7}"#;
         let Request::Enqueue(e) = serde_json::from_str(text).expect("parse") else {
