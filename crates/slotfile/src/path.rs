@@ -23,6 +23,15 @@ const TEMP_FLAGS: OFlags = OFlags::WRONLY
     .union(OFlags::NOFOLLOW)
     .union(OFlags::CLOEXEC);
 
+/// How a log is created: for appending only, new (never an existing file, never through a
+/// symbolic link), never inherited by a child.
+const LOG_FLAGS: OFlags = OFlags::WRONLY
+    .union(OFlags::APPEND)
+    .union(OFlags::CREATE)
+    .union(OFlags::EXCL)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
+
 /// A file in a slot directory: the directory's descriptor and one validated name.
 ///
 /// Only this crate makes, reads, lists, removes or writes one. It is deliberately not a path:
@@ -430,13 +439,7 @@ impl SlotPath {
     /// process writes as its output. Never follows a link; an existing file is
     /// `AlreadyExists`-shaped I/O error.
     pub fn create_log(&self, mode_bits: u32) -> Result<OwnedFd, write::Error> {
-        let flags = OFlags::WRONLY
-            | OFlags::APPEND
-            | OFlags::CREATE
-            | OFlags::EXCL
-            | OFlags::NOFOLLOW
-            | OFlags::CLOEXEC;
-        let fd = rustix::fs::openat(self.dir.as_fd(), &*self.name, flags, mode(0o600))
+        let fd = rustix::fs::openat(self.dir.as_fd(), &*self.name, LOG_FLAGS, mode(0o600))
             .map_err(|e| self.error("create", e))?;
         give_group(&fd, self.dir.gid());
         rustix::fs::fchmod(&fd, mode(mode_bits)).map_err(|e| self.error("set the mode of", e))?;

@@ -439,6 +439,52 @@ mod write {
     use super::*;
 
     #[test]
+    fn a_log_is_created_new_for_appending_with_its_mode_and_never_inherited() {
+        use std::io::{Seek, Write};
+        use std::os::unix::fs::PermissionsExt;
+        let t = temp();
+        let dir = slots(&t);
+        let log = dir.file("queue-a-1.log").expect("valid");
+        let fd = log.create_log(0o640).expect("create the log");
+        let flags = rustix::io::fcntl_getfd(&fd).expect("fd flags");
+        assert!(
+            flags.contains(rustix::io::FdFlags::CLOEXEC),
+            "close-on-exec"
+        );
+        let mut file = std::fs::File::from(fd);
+        file.write_all(b"one\n").expect("write");
+        file.rewind().expect("seek to the start");
+        file.write_all(b"two\n").expect("write again");
+        drop(file);
+        let path = t.path().join("queue-a-1.log");
+        assert_eq!(
+            std::fs::read(&path).expect("read"),
+            b"one\ntwo\n",
+            "appended, not overwritten"
+        );
+        let meta = std::fs::metadata(&path).expect("stat");
+        assert_eq!(
+            meta.permissions().mode() & 0o7777,
+            0o640,
+            "its mode exactly"
+        );
+        let again = log
+            .create_log(0o640)
+            .expect_err("an existing log is not reused");
+        assert!(again.to_string().contains("queue-a-1.log"), "{again}");
+        std::os::unix::fs::symlink(t.path().join("target"), t.path().join("queue-a-2.log"))
+            .expect("symlink");
+        dir.file("queue-a-2.log")
+            .expect("valid")
+            .create_log(0o640)
+            .expect_err("never through a link");
+        assert!(
+            !t.path().join("target").exists(),
+            "nothing made at the link's target"
+        );
+    }
+
+    #[test]
     fn replace_writes_whole_files_with_exact_modes() {
         let t = temp();
         let p = slots(&t).file("config.json").expect("valid");
