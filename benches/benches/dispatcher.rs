@@ -1,13 +1,13 @@
 //! The admission dispatcher.
 //!
-//! - `dispatcher_round_trip`: one enqueue, admission and claim through a real dispatcher
-//!   (its service loop in a thread of this process, on a Unix socket), the launcher's lane
-//!   descriptor passed in and the lane's and slot's passed out: the in-process client's cost of
-//!   handing one piece of work over and back.
+//! - `dispatcher_round_trip/{disk,tmpfs}`: one enqueue, admission and claim through a real
+//!   dispatcher (its service loop in a thread of this process, on a Unix socket), the
+//!   launcher's lane descriptor passed in and the lane's and slot's passed out, then the
+//!   driver's adopt and release of both: handing one piece of work over and back.
 //! - `dispatcher_next_row/{10,10000}`: choosing the next row to admit with 10 and with 10 000
 //!   queued (the `attempts_order` index).
-//! - `dispatcher_recovery_10000`: a dispatcher starting over 10 000 stored rows whose lanes are
-//!   free (each lane's lock taken again).
+//! - `dispatcher_recovery_10000_rows/{disk,tmpfs}`: a dispatcher starting over 10 000 stored
+//!   rows whose lanes are free (each lane's lock taken again).
 //!
 //! `cargo bench -p worklane-benches --bench dispatcher`
 
@@ -53,9 +53,21 @@ fn ask(
 }
 
 fn round_trip(c: &mut Criterion) {
-    let root = std::env::temp_dir();
-    let temp = tempfile::tempdir_in(&root).expect("temp");
-    let pool = pool_in(temp.path(), &root);
+    let mut group = c.benchmark_group("dispatcher_round_trip");
+    for (label, root) in worklane_benches::filesystems() {
+        round_trip_in(&mut group, label, &root);
+    }
+    group.finish();
+}
+
+/// One enqueue, admission and claim through a dispatcher serving a slot directory in `root`.
+fn round_trip_in(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    label: &str,
+    root: &Path,
+) {
+    let temp = tempfile::tempdir_in(root).expect("temp");
+    let pool = pool_in(temp.path(), root);
     let socket = temp.path().join("dispatcher.sock");
     let listener = UnixListener::bind(&socket).expect("bind");
     let store = Store::open(&temp.path().join("queue.db")).expect("store");
@@ -87,14 +99,13 @@ fn round_trip(c: &mut Criterion) {
             server.run(&stop).expect("serve");
         })
     };
-    let mut group = c.benchmark_group("dispatcher_round_trip");
     let mut round = 0u64;
-    group.bench_function("enqueue_admit_claim", |b| {
+    group.bench_function(label, |b| {
         b.iter(|| {
-            // A lane of its own each round: the dispatcher closes its copies of the handed-over
-            // descriptors just after its reply, so the lane of the last round may still be
-            // held for a moment.
-            round += 1;
+            // 64 lanes in turn, as a harness reuses its lanes: the dispatcher closes its copies
+            // of the handed-over descriptors just after its reply, so the lane of the last
+            // round may still be held for a moment, never that of 64 rounds ago.
+            round = (round + 1) % 64;
             let lane = format!("bench-{round}");
             let lease = match acquire(
                 pool.dir(),
@@ -140,7 +151,6 @@ fn round_trip(c: &mut Criterion) {
             lane_lease.release().expect("release the lane");
         });
     });
-    group.finish();
     stop.store(true, Ordering::SeqCst);
     server.join().expect("server");
 }
@@ -177,32 +187,33 @@ fn next_row(c: &mut Criterion) {
 }
 
 fn recovery(c: &mut Criterion) {
-    let root = std::env::temp_dir();
-    let mut group = c.benchmark_group("dispatcher_recovery");
+    let mut group = c.benchmark_group("dispatcher_recovery_10000_rows");
     group.sample_size(10);
     group.measurement_time(Duration::from_secs(30));
-    group.bench_function("10000_rows", |b| {
-        b.iter_batched(
-            || {
-                let temp = tempfile::tempdir_in(&root).expect("temp");
-                let store = Store::open(&temp.path().join("queue.db")).expect("store");
-                for i in 0..10_000 {
-                    store.insert(&attempt(i, State::Queued)).expect("insert");
-                }
-                drop(store);
-                temp
-            },
-            |temp| {
-                let pool = pool_in(temp.path(), &root);
-                let store = Store::open(&temp.path().join("queue.db")).expect("store");
-                let recovered =
-                    Dispatcher::recover(pool, store, Settings::default()).expect("recover");
-                drop(recovered);
-                temp
-            },
-            criterion::BatchSize::PerIteration,
-        );
-    });
+    for (label, root) in worklane_benches::filesystems() {
+        group.bench_function(label, |b| {
+            b.iter_batched(
+                || {
+                    let temp = tempfile::tempdir_in(&root).expect("temp");
+                    let store = Store::open(&temp.path().join("queue.db")).expect("store");
+                    for i in 0..10_000 {
+                        store.insert(&attempt(i, State::Queued)).expect("insert");
+                    }
+                    drop(store);
+                    temp
+                },
+                |temp| {
+                    let pool = pool_in(temp.path(), &root);
+                    let store = Store::open(&temp.path().join("queue.db")).expect("store");
+                    let recovered =
+                        Dispatcher::recover(pool, store, Settings::default()).expect("recover");
+                    drop(recovered);
+                    temp
+                },
+                criterion::BatchSize::PerIteration,
+            );
+        });
+    }
     group.finish();
 }
 
