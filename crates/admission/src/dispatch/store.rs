@@ -212,9 +212,8 @@ impl Store {
     /// Stores a new attempt (committed when this returns).
     pub fn insert(&self, attempt: &Attempt) -> Result<(), Error> {
         self.conn
-            .execute(
-                &format!("INSERT INTO attempts ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"),
-                params![
+            .prepare_cached(&format!("INSERT INTO attempts ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"))
+            .and_then(|mut statement| statement.execute(params![
                     attempt.id,
                     attempt.lane,
                     attempt.state.word(),
@@ -226,8 +225,7 @@ impl Store {
                     attempt.stage,
                     serde_json::to_string(&attempt.env).unwrap_or_default(),
                     to_i64(attempt.state_at_ms),
-                ],
-            )
+                ]))
             .map_err(self.query("insert an attempt"))?;
         Ok(())
     }
@@ -242,10 +240,12 @@ impl Store {
     ) -> Result<bool, Error> {
         let n = self
             .conn
-            .execute(
+            .prepare_cached(
                 "UPDATE attempts SET state = ?2, token = ?3, state_at_ms = ?4 WHERE id = ?1",
-                params![id, state.word(), token, to_i64(at_ms)],
             )
+            .and_then(|mut statement| {
+                statement.execute(params![id, state.word(), token, to_i64(at_ms)])
+            })
             .map_err(self.query("update an attempt"))?;
         Ok(n > 0)
     }
@@ -254,7 +254,8 @@ impl Store {
     pub fn remove(&self, id: &str) -> Result<bool, Error> {
         let n = self
             .conn
-            .execute("DELETE FROM attempts WHERE id = ?1", params![id])
+            .prepare_cached("DELETE FROM attempts WHERE id = ?1")
+            .and_then(|mut statement| statement.execute(params![id]))
             .map_err(self.query("remove an attempt"))?;
         Ok(n > 0)
     }
@@ -263,11 +264,8 @@ impl Store {
     pub fn get(&self, id: &str) -> Result<Option<Attempt>, Error> {
         let raw = self
             .conn
-            .query_row(
-                &format!("SELECT {COLUMNS} FROM attempts WHERE id = ?1"),
-                params![id],
-                Raw::from_row,
-            )
+            .prepare_cached(&format!("SELECT {COLUMNS} FROM attempts WHERE id = ?1"))
+            .and_then(|mut statement| statement.query_row(params![id], Raw::from_row))
             .optional()
             .map_err(self.query("read an attempt"))?;
         raw.map(|r| r.into_attempt(&self.path)).transpose()
@@ -278,14 +276,11 @@ impl Store {
     pub fn next_queued(&self) -> Result<Option<Attempt>, Error> {
         let raw = self
             .conn
-            .query_row(
-                &format!(
-                    "SELECT {COLUMNS} FROM attempts INDEXED BY attempts_order WHERE state = 'queued' \
-                     ORDER BY priority DESC, queued_at_ms, id LIMIT 1"
-                ),
-                [],
-                Raw::from_row,
-            )
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM attempts INDEXED BY attempts_order WHERE state = 'queued' \
+                 ORDER BY priority DESC, queued_at_ms, id LIMIT 1"
+            ))
+            .and_then(|mut statement| statement.query_row([], Raw::from_row))
             .optional()
             .map_err(self.query("choose the next attempt"))?;
         raw.map(|r| r.into_attempt(&self.path)).transpose()
@@ -295,7 +290,7 @@ impl Store {
     pub fn all(&self) -> Result<Vec<Attempt>, Error> {
         let mut statement = self
             .conn
-            .prepare(&format!(
+            .prepare_cached(&format!(
                 "SELECT {COLUMNS} FROM attempts ORDER BY state DESC, priority DESC, queued_at_ms, id"
             ))
             .map_err(self.query("list the attempts"))?;
