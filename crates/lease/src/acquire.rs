@@ -629,16 +629,13 @@ fn claimed_takeover(
     publish_ours(path, guard, listed, request, options)
 }
 
-/// Advances the epoch and publishes our record; on success the lease is held.
-fn publish_ours(
-    path: SlotPath,
-    guard: Guard,
-    listed: &[SlotPath],
+/// This process's record for `request` at `epoch`, stamped by the liveness, with its bytes and
+/// the time it was made.
+fn our_record(
     request: &Request,
+    epoch: u64,
     options: &Options,
-) -> Result<Acquired, Error> {
-    let epoch = crate::epoch::advance(&path, listed)?;
-    options.at(Step::EpochAdvanced)?;
+) -> Result<(Record, Vec<u8>, Now), Error> {
     let now = Now::of(&*options.clock);
     let mut record = Record {
         holder: me()?,
@@ -650,6 +647,20 @@ fn publish_ours(
     };
     options.liveness.stamp(&mut record, &now);
     let bytes = record.to_bytes();
+    Ok((record, bytes, now))
+}
+
+/// Advances the epoch and publishes our record; on success the lease is held.
+fn publish_ours(
+    path: SlotPath,
+    guard: Guard,
+    listed: &[SlotPath],
+    request: &Request,
+    options: &Options,
+) -> Result<Acquired, Error> {
+    let epoch = crate::epoch::advance(&path, listed)?;
+    options.at(Step::EpochAdvanced)?;
+    let (record, bytes, now) = our_record(request, epoch, options)?;
     match path.publish(&bytes, RECORD_MODE)? {
         Publish::Published => {}
         Publish::AlreadyExists => {
@@ -694,26 +705,10 @@ pub fn adopt(
     request: &Request,
     options: &Options,
 ) -> Result<Lease, Error> {
-    if let Some(key) = request
-        .fields
-        .keys()
-        .find(|k| RESERVED_FIELDS.contains(&k.as_str()))
-    {
-        return Err(Error::ReservedField(key.clone()));
-    }
+    check_request(request)?;
     let path = dir.file(name)?;
     let epoch = crate::epoch::current(&path)?;
-    let now = Now::of(&*options.clock);
-    let mut record = Record {
-        holder: me()?,
-        owner: Some(request.owner.clone()),
-        acquired_at: Some(rfc3339_ms(now.wall_ms)),
-        epoch: Some(epoch),
-        extra: request.fields.clone(),
-        ..Record::default()
-    };
-    options.liveness.stamp(&mut record, &now);
-    let bytes = record.to_bytes();
+    let (record, bytes, now) = our_record(request, epoch, options)?;
     path.replace(&bytes, RECORD_MODE)?;
     let guard = match options.liveness.guard_hold() {
         GuardHold::ForLife => Some(guard),
