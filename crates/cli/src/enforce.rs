@@ -88,17 +88,11 @@ pub(crate) fn guard_holders(guards: &HashSet<FileId>) -> HashMap<FileId, Vec<u32
     if guards.is_empty() {
         return found;
     }
-    let Ok(procs) = std::fs::read_dir("/proc") else {
+    // Only a `/proc` of our own pid namespace: its pids are the ones signals reach.
+    let Some(pids) = crate::tree::proc_pids() else {
         return found;
     };
-    for entry in procs.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
+    for pid in pids {
         let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
             continue;
         };

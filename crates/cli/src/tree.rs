@@ -56,18 +56,8 @@ pub(crate) fn descendants(root: u32, table: &[Entry]) -> Vec<u32> {
 /// namespace (a `/proc` mounted from another namespace would name other processes).
 #[cfg(target_os = "linux")]
 pub(crate) fn table() -> Option<Vec<Entry>> {
-    if !proc_is_ours() {
-        return None;
-    }
     let mut table = Vec::new();
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
+    for pid in proc_pids()? {
         // A process can exit between the listing and the read: skip it.
         let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
             continue;
@@ -77,6 +67,22 @@ pub(crate) fn table() -> Option<Vec<Entry>> {
         }
     }
     Some(table)
+}
+
+/// The pids listed in `/proc`, or `None` when `/proc` is not this pid namespace's (a pid read
+/// there would name another process here) or cannot be listed.
+#[cfg(target_os = "linux")]
+pub(crate) fn proc_pids() -> Option<Vec<u32>> {
+    if !proc_is_ours() {
+        return None;
+    }
+    Some(
+        std::fs::read_dir("/proc")
+            .ok()?
+            .flatten()
+            .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+            .collect(),
+    )
 }
 
 /// Whether `/proc` numbers processes as our pid namespace does (its `self` is our pid).
