@@ -5,7 +5,7 @@
 //!   names, values under 4,096 characters).
 //! - [`store`] (feature `dispatcher`): the SQLite queue, one row per attempt.
 //! - [`wire`]: the messages (`enqueue`, `claim`, `list`, `cancel`) and their replies.
-//! - [`transport`] (feature `dispatcher`): one JSON line per message over a Unix stream
+//! - [`transport`]: one JSON line per message over a Unix stream
 //!   socket, descriptors as `SCM_RIGHTS`, peer credentials.
 
 pub mod env;
@@ -16,6 +16,5 @@ pub mod service;
 pub mod status;
 #[cfg(feature = "dispatcher")]
 pub mod store;
-#[cfg(feature = "dispatcher")]
 pub mod transport;
 pub mod wire;

@@ -13,6 +13,13 @@ use rustix::net::{
 use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
 
+/// A peer gone is an error of the send, never a SIGPIPE (on Apple systems the socket option
+/// `SO_NOSIGPIPE`, set by [`send`], does this).
+#[cfg(not(target_vendor = "apple"))]
+const NO_SIGPIPE: SendFlags = SendFlags::NOSIGNAL;
+#[cfg(target_vendor = "apple")]
+const NO_SIGPIPE: SendFlags = SendFlags::empty();
+
 /// The longest message, with its newline.
 pub const MAX_MESSAGE: usize = 64 * 1024;
 /// The most descriptors one message carries.
@@ -63,18 +70,17 @@ pub fn send(socket: impl AsFd, line: &[u8], fds: &[BorrowedFd<'_>]) -> Result<()
     if fds.len() > MAX_FDS {
         return Err(Error::TooManyFds);
     }
+    // Where a send cannot say "no SIGPIPE", the socket says it (a peer gone is an error).
+    #[cfg(target_vendor = "apple")]
+    rustix::net::sockopt::set_socket_nosigpipe(&socket, true)
+        .map_err(io("setting SO_NOSIGPIPE"))?;
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     if !fds.is_empty() {
         control.push(SendAncillaryMessage::ScmRights(fds));
     }
     let mut sent = loop {
-        match sendmsg(
-            &socket,
-            &[IoSlice::new(&message)],
-            &mut control,
-            SendFlags::NOSIGNAL,
-        ) {
+        match sendmsg(&socket, &[IoSlice::new(&message)], &mut control, NO_SIGPIPE) {
             Err(Errno::INTR) => continue,
             other => break other.map_err(io("sending"))?,
         }
@@ -86,7 +92,7 @@ pub fn send(socket: impl AsFd, line: &[u8], fds: &[BorrowedFd<'_>]) -> Result<()
             &socket,
             &[IoSlice::new(&message[sent..])],
             &mut none,
-            SendFlags::NOSIGNAL,
+            NO_SIGPIPE,
         ) {
             Ok(n) => sent += n,
             Err(Errno::INTR) => {}
@@ -182,6 +188,33 @@ pub fn peer(socket: impl AsFd) -> Result<Peer, Error> {
         pid: u32::try_from(cred.pid.as_raw_nonzero().get()).ok(),
         uid: cred.uid.as_raw(),
         gid: cred.gid.as_raw(),
+    })
+}
+
+/// The credentials of the peer of `socket` (`getpeereid`; macOS does not tell the pid).
+#[cfg(target_os = "macos")]
+pub fn peer(socket: impl AsFd) -> Result<Peer, Error> {
+    let (uid, gid) = nix::unistd::getpeereid(socket.as_fd()).map_err(|e| Error::Io {
+        op: "reading the peer's credentials",
+        source: std::io::Error::from_raw_os_error(e as i32),
+    })?;
+    Ok(Peer {
+        pid: None,
+        uid: uid.as_raw(),
+        gid: gid.as_raw(),
+    })
+}
+
+/// Elsewhere the peer cannot be known, so every peer is refused (the dispatcher serves nobody
+/// it cannot check).
+#[cfg(not(any(target_os = "linux", target_os = "android", target_os = "macos")))]
+pub fn peer(_socket: impl AsFd) -> Result<Peer, Error> {
+    Err(Error::Io {
+        op: "reading the peer's credentials",
+        source: std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "this platform has no peer credentials worklane can read (Linux and macOS do)",
+        ),
     })
 }
 
