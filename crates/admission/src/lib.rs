@@ -52,8 +52,8 @@ pub mod stop;
 
 pub use drain::{Drain, DrainState, MAX_DRAIN_AHEAD_MS};
 pub use pool::{
-    Blocker, FULL_RUN_LOCK, Kind, Pool, RecordedCommand, SLOTS_LOCK, Slot, SlotState, SlotView,
-    Snapshot, Take, Wait, slot_index,
+    Blocker, FULL_RUN_LOCK, Kind, Pool, RecordedCommand, SLOTS_LOCK, SWEEP_EVERY_MS, Slot,
+    SlotState, SlotView, Snapshot, Take, Wait, slot_index,
 };
 pub use problems::Problem;
 pub use stop::{STOP_FILE, Stop};

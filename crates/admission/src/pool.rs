@@ -5,6 +5,7 @@ use crate::drain::{DRAIN_FILE, DrainState};
 use crate::stop::{self, Stop};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use worklane_lease::{
     Acquired, Clock, Judgement, Lease, LiveWhy, Liveness, Options, ProcessLiveness, Record,
@@ -224,7 +225,14 @@ pub struct Pool {
     locations: Locations,
     env: Environment,
     clock: Arc<dyn Clock>,
+    /// When this pool (and its clones) last swept temp files, on its clock (0: never).
+    last_sweep_ms: Arc<AtomicU64>,
 }
+
+/// How often one pool sweeps temp files: only temps older than a minute are removed, so a
+/// long-lived pool (the dispatcher) lists the directory for them at most every 10 s instead of
+/// at every take. A pool's first take always sweeps.
+pub const SWEEP_EVERY_MS: u64 = worklane_slotfile::TEMP_MIN_AGE_MS / 6;
 
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -244,6 +252,7 @@ impl Pool {
             locations: resolved.locations,
             env: resolved.env,
             clock: Arc::new(SystemClock),
+            last_sweep_ms: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -251,6 +260,8 @@ impl Pool {
     #[must_use]
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Pool {
         self.clock = clock;
+        // Sweep times are on the clock: a new clock starts a new count.
+        self.last_sweep_ms = Arc::new(AtomicU64::new(0));
         self
     }
 
@@ -409,10 +420,18 @@ impl Pool {
     /// Removes temp files that killed writers left (older than a minute, held by nobody), so
     /// the directory cannot grow without bound. Best effort: what it cannot remove stays for
     /// the next take, and `worklane slots` reports it.
+    ///
+    /// At most once per [`SWEEP_EVERY_MS`] per pool; a clock that went back sweeps at once.
     fn sweep(&self) {
+        let now = self.clock.now_ms();
+        let last = self.last_sweep_ms.load(Ordering::Relaxed);
+        if last != 0 && now >= last && now - last < SWEEP_EVERY_MS {
+            return;
+        }
+        self.last_sweep_ms.store(now.max(1), Ordering::Relaxed);
         let _ = self
             .dir
-            .sweep_temps(self.clock.now_ms(), worklane_slotfile::TEMP_MIN_AGE_MS);
+            .sweep_temps(now, worklane_slotfile::TEMP_MIN_AGE_MS);
     }
 
     /// Takes `slots.lock`, waiting up to about 2 s (or until `deadline`, if sooner) for another
@@ -496,14 +515,15 @@ impl Pool {
     /// Slots of one kind: `(index, path, state)` for every `<prefix>-<i>.lock`.
     fn kind_slots(&self, prefix: &str) -> Result<Vec<(u32, SlotPath, SlotState)>, Error> {
         let mut out = Vec::new();
-        for path in self.dir.list()? {
+        let (files, hidden) = self.dir.list_with_hidden()?;
+        for path in files {
             let Some(index) = slot_index(prefix, path.name()) else {
                 continue;
             };
             let state = self.state_of(&path, &ProcessLiveness)?;
             out.push((index, path, state));
         }
-        for (index, path) in self.recordless_held(prefix)? {
+        for (index, path) in self.recordless_held(prefix, &hidden)? {
             if !out.iter().any(|(i, _, _)| *i == index) {
                 out.push((index, path, SlotState::GuardHeld));
             }
@@ -517,11 +537,15 @@ impl Pool {
     ///
     /// A guard found busy is probed again twice, a millisecond apart: a reader's momentary
     /// probe (`worklane slots`, the idle probe) lasts microseconds.
-    fn recordless_held(&self, prefix: &str) -> Result<Vec<(u32, SlotPath)>, Error> {
+    fn recordless_held(
+        &self,
+        prefix: &str,
+        hidden: &[String],
+    ) -> Result<Vec<(u32, SlotPath)>, Error> {
         let mut held = Vec::new();
-        for name in self.dir.hidden_names()? {
+        for name in hidden {
             let Some(worklane_guard::reclaim::Entry::Guard { resource }) =
-                worklane_guard::reclaim::classify(&name)
+                worklane_guard::reclaim::classify(name)
             else {
                 continue;
             };
@@ -646,7 +670,8 @@ impl Pool {
     /// Every slot, run, lease and lock file with its verdict, plus caps, STOP and drain.
     pub fn snapshot(&self) -> Result<Snapshot, Error> {
         let mut slots = Vec::new();
-        for path in self.dir.list()? {
+        let (files, hidden) = self.dir.list_with_hidden()?;
+        for path in files {
             let name = path.name();
             let (kind, liveness): (&'static str, Box<dyn Liveness>) =
                 if slot_index("agent", name).is_some() {
@@ -684,7 +709,7 @@ impl Pool {
         }
         // Guards held with no record: what a finished run left running still holds its slot.
         for (prefix, kind) in [("agent", "agent"), ("test", "test")] {
-            for (_, path) in self.recordless_held(prefix)? {
+            for (_, path) in self.recordless_held(prefix, &hidden)? {
                 if !slots.iter().any(|v| v.name == path.name()) {
                     slots.push(SlotView {
                         name: path.name().to_owned(),

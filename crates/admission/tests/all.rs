@@ -1961,6 +1961,53 @@ mod sweep {
         drop(slot);
         drop(writer);
     }
+
+    #[test]
+    fn one_pool_sweeps_at_most_once_per_interval_of_its_clock() {
+        use worklane_admission::SWEEP_EVERY_MS;
+        let site = Site::new(r#"{"max_agents": 4}"#);
+        let dir = site.temp.path();
+        let now_ms = u64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("after the epoch")
+                .as_millis(),
+        )
+        .expect("ms");
+        let clock = ManualClock::at(now_ms);
+        let pool = site.pool.clone().with_clock(Arc::new(clock.clone()));
+        let take =
+            |pool: &Pool| match gate::quietly(|| pool.try_take(Kind::Agent, &Request::new("t")))
+                .expect("take")
+            {
+                Take::Held(slot) => QuietDrop::new(slot),
+                Take::Blocked(b) => panic!("free: {b}"),
+            };
+        let plant = |name: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, b"").expect("plant");
+            age(&path, 120);
+            path
+        };
+        let first = plant(".agent-0.lock.tmp-0123456789abcdef");
+        let a = take(&pool);
+        assert!(!first.exists(), "a pool's first take sweeps");
+        let second = plant(".agent-1.lock.tmp-0123456789abcdee");
+        clock.advance(SWEEP_EVERY_MS - 1);
+        let b = take(&pool);
+        assert!(
+            second.exists(),
+            "within the interval the take does not list for temps"
+        );
+        clock.advance(1);
+        let c = take(&pool);
+        assert!(!second.exists(), "at the interval it sweeps again");
+        let third = plant(".agent-2.lock.tmp-0123456789abcded");
+        clock.set(now_ms - 1);
+        let d = take(&pool);
+        assert!(!third.exists(), "a clock that went back sweeps at once");
+        drop((a, b, c, d));
+    }
 }
 
 mod commands {

@@ -707,7 +707,15 @@ pub fn adopt(
 ) -> Result<Lease, Error> {
     check_request(request)?;
     let path = dir.file(name)?;
-    let epoch = crate::epoch::current(&path)?;
+    // The record the guard's last holder wrote names the epoch it advanced to; trusted only
+    // when the epoch files agree (else the directory is listed).
+    let claimed = path
+        .read()
+        .ok()
+        .flatten()
+        .and_then(|raw| Record::parse(&raw).ok())
+        .and_then(|r| r.epoch);
+    let epoch = crate::epoch::current_claimed(&path, claimed)?;
     let (record, bytes, now) = our_record(request, epoch, options)?;
     path.replace(&bytes, RECORD_MODE)?;
     let guard = match options.liveness.guard_hold() {

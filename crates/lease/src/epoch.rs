@@ -36,6 +36,26 @@ pub fn current(lock: &SlotPath) -> Result<u64, Error> {
     Ok(largest(lock.name(), &listed).map_or(0, |(n, _)| n))
 }
 
+/// The current epoch of `lock` when a record read under its guard claims `claimed`: that value
+/// when `<lock>.epoch.<claimed>` is present and `<lock>.epoch.<claimed+1>` is not (two lookups
+/// instead of a listing), else the largest present, as [`current`]. Under a guard held since
+/// the epoch was last advanced nobody following the protocol can have changed it, which is
+/// when [`crate::adopt`] asks.
+pub(crate) fn current_claimed(lock: &SlotPath, claimed: Option<u64>) -> Result<u64, Error> {
+    if let Some(n) = claimed.filter(|n| *n > 0 && *n < u64::MAX) {
+        let present = |n: u64| -> Result<bool, Error> {
+            let file = lock
+                .dir()
+                .file(&format!("{}{n}", epoch_prefix(lock.name())))?;
+            Ok(file.modified_ms().is_ok_and(|m| m.is_some()))
+        };
+        if present(n)? && !present(n + 1)? {
+            return Ok(n);
+        }
+    }
+    current(lock)
+}
+
 fn largest<'a>(lock: &str, listed: &'a [SlotPath]) -> Option<(u64, &'a SlotPath)> {
     listed
         .iter()

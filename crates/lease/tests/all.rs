@@ -2269,6 +2269,52 @@ mod hand_over {
             "the next acquisition advances the epoch"
         );
     }
+
+    /// Adopts the lock's guard (handed over by a fresh holder) after `meddle` has changed the
+    /// record or the epoch files, and returns the adopted epoch.
+    fn adopted_epoch(meddle: impl FnOnce(&Site, u64)) -> u64 {
+        let site = Site::new();
+        let first = site.held("launcher", &Options::process()).end(|l| l);
+        let epoch = first.epoch();
+        let guard = first.hand_over().expect("held");
+        meddle(&site, epoch);
+        let adopted = adopt(
+            &site.dir,
+            LOCK,
+            guard,
+            &Request::new("driver"),
+            &Options::process(),
+        )
+        .expect("adopt");
+        let got = adopted.epoch();
+        assert_eq!(site.record().and_then(|r| r.epoch), Some(got), "recorded");
+        gate::quietly(|| adopted.release()).expect("release");
+        got
+    }
+
+    #[test]
+    fn adopting_trusts_the_records_epoch_only_where_the_epoch_files_agree() {
+        let epoch_file = |site: &Site, n: u64| site.path().join(format!("{LOCK}.epoch.{n}"));
+        assert_eq!(adopted_epoch(|_, _| {}), 1, "record and files agree");
+        // The record claims an epoch whose file is not there: the files decide.
+        let got = adopted_epoch(|site, epoch| {
+            let mut record = site.record().expect("record");
+            record.epoch = Some(epoch + 5);
+            site.write_record(&record);
+        });
+        assert_eq!(got, 1, "the largest epoch file, not the record's claim");
+        // A larger epoch file beside the record's (outside the protocol): the largest wins.
+        let got = adopted_epoch(|site, epoch| {
+            std::fs::write(epoch_file(site, epoch + 1), b"").expect("plant");
+        });
+        assert_eq!(got, 2, "the next epoch present: listed, the largest");
+        // No epoch in the record, or no record: listed.
+        let got = adopted_epoch(|site, epoch| {
+            std::fs::rename(epoch_file(site, epoch), epoch_file(site, 9)).expect("rename");
+            std::fs::remove_file(site.path().join(LOCK)).expect("remove record");
+        });
+        assert_eq!(got, 9, "no record: the largest epoch file");
+    }
 }
 
 mod holding {

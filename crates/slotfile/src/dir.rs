@@ -391,6 +391,27 @@ impl SlotDir {
             .collect())
     }
 
+    /// [`SlotDir::list`] and [`SlotDir::hidden_names`] from one reading of the directory, for
+    /// callers that need both (the slot count: records, and guards held with no record).
+    pub fn list_with_hidden(&self) -> Result<(Vec<SlotPath>, Vec<String>), open::Error> {
+        let mut names = Vec::new();
+        let mut hidden = Vec::new();
+        self.each_name(|name| {
+            if name.starts_with('.') {
+                hidden.push(name.to_owned());
+            } else if worklane_guard::check_resource_name(name).is_ok() {
+                names.push(name.to_owned());
+            }
+        })?;
+        names.sort();
+        hidden.sort();
+        let files = names
+            .into_iter()
+            .map(|n| SlotPath::new(self.clone(), &n))
+            .collect();
+        Ok((files, hidden))
+    }
+
     /// Calls `each` with every UTF-8 name in the directory (`.` and `..` excepted), through one
     /// directory stream kept open and rewound.
     pub(crate) fn each_name(&self, mut each: impl FnMut(&str)) -> Result<(), open::Error> {

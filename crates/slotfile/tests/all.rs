@@ -141,6 +141,20 @@ mod names {
             ["STOP", "agent-0.lock", "agent-1.lock"],
             "sorted, no guards or temps"
         );
+        let (files, hidden) = dir.list_with_hidden().expect("list both");
+        let files: Vec<&str> = files
+            .iter()
+            .map(worklane_slotfile::SlotPath::name)
+            .collect();
+        assert_eq!(
+            files, listed,
+            "the same ordinary names from the one reading"
+        );
+        assert_eq!(
+            hidden,
+            [".agent-0.lock.flock", ".agent-0.lock.tmp-0011223344556677"],
+            "and the hidden ones, sorted: the guard a probe made and the temp file"
+        );
     }
 
     #[test]
