@@ -4,6 +4,9 @@
 //!   dispatcher (its service loop in a thread of this process, on a Unix socket), the
 //!   launcher's lane descriptor passed in and the lane's and slot's passed out, then the
 //!   driver's adopt and release of both: handing one piece of work over and back.
+//!   `{disk,tmpfs}/enqueue-to-claim` times only the dispatcher's part of that cycle: from the
+//!   enqueue's request (the lane already held) to the claim's reply (both descriptors
+//!   received), the launcher's acquire and the driver's adopt and release left out.
 //! - `dispatcher_next_row/{10,10000}`: choosing the next row to admit with 10 and with 10 000
 //!   queued (the `attempts_order` index).
 //! - `dispatcher_recovery_10000_rows/{disk,tmpfs}`: a dispatcher starting over 10 000 stored
@@ -22,7 +25,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use worklane_admission::Pool;
 use worklane_admission::dispatch::server::{Server, Trust};
 use worklane_admission::dispatch::service::{Dispatcher, Settings, lane_lock};
@@ -100,56 +103,61 @@ fn round_trip_in(
         })
     };
     let mut round = 0u64;
-    group.bench_function(label, |b| {
-        b.iter(|| {
-            // 64 lanes in turn, as a harness reuses its lanes: the dispatcher closes its copies
-            // of the handed-over descriptors just after its reply, so the lane of the last
-            // round may still be held for a moment, never that of 64 rounds ago.
-            round = (round + 1) % 64;
-            let lane = format!("bench-{round}");
-            let lease = match acquire(
-                pool.dir(),
-                &lane_lock(&lane),
-                &Request::new("launcher"),
-                &Options::process(),
-            )
-            .expect("acquire")
-            {
-                Acquired::Held(lease) => lease,
-                Acquired::Refused(r) => panic!("a new lane is free: {r}"),
-            };
-            let entry = Enqueue {
-                lane: lane.clone(),
-                start_ms: Some(1),
-                priority: Some(0),
-                placement: String::new(),
-                stage: String::new(),
-                args: vec!["driver".into()],
-                env: BTreeMap::new(),
-            };
-            let guard = lease.guard().expect("held");
-            let (reply, _) = ask(&socket, &Wire::Enqueue(entry), &[guard.as_fd()]);
-            assert!(reply.ok, "{reply:?}");
-            drop(lease.hand_over());
-            let (attempt, token) = admitted_rx.recv().expect("admitted");
-            let (reply, mut fds) = ask(&socket, &Wire::Claim { attempt, token }, &[]);
-            assert!(reply.ok && fds.len() == 2, "{reply:?}");
-            // The driver's side, as `worklane claim` does it: adopt both, then release both.
-            let slot_fd = fds.pop().expect("slot");
-            let lane_fd = fds.pop().expect("lane");
-            let dir = pool.dir();
-            let name = lane_lock(&lane);
-            let lane_guard =
-                Guard::from_received(lane_fd, dir, dir.path(), &name).expect("lane guard");
-            let claimer = Request::new("driver");
-            let lane_lease = adopt(dir, &name, lane_guard, &claimer, &Options::process())
-                .expect("adopt the lane");
-            let slot = pool
-                .adopt(reply.slot.as_deref().expect("slot name"), slot_fd, &claimer)
-                .expect("adopt the slot");
-            slot.release().expect("release the slot");
-            lane_lease.release().expect("release the lane");
-        });
+    // One whole cycle; returns the time from the enqueue's request to the claim's reply.
+    let mut one_round = || -> Duration {
+        // 64 lanes in turn, as a harness reuses its lanes: the dispatcher closes its copies
+        // of the handed-over descriptors just after its reply, so the lane of the last
+        // round may still be held for a moment, never that of 64 rounds ago.
+        round = (round + 1) % 64;
+        let lane = format!("bench-{round}");
+        let lease = match acquire(
+            pool.dir(),
+            &lane_lock(&lane),
+            &Request::new("launcher"),
+            &Options::process(),
+        )
+        .expect("acquire")
+        {
+            Acquired::Held(lease) => lease,
+            Acquired::Refused(r) => panic!("a new lane is free: {r}"),
+        };
+        let entry = Enqueue {
+            lane: lane.clone(),
+            start_ms: Some(1),
+            priority: Some(0),
+            placement: String::new(),
+            stage: String::new(),
+            args: vec!["driver".into()],
+            env: BTreeMap::new(),
+        };
+        let guard = lease.guard().expect("held");
+        let started = Instant::now();
+        let (reply, _) = ask(&socket, &Wire::Enqueue(entry), &[guard.as_fd()]);
+        assert!(reply.ok, "{reply:?}");
+        drop(lease.hand_over());
+        let (attempt, token) = admitted_rx.recv().expect("admitted");
+        let (reply, mut fds) = ask(&socket, &Wire::Claim { attempt, token }, &[]);
+        let span = started.elapsed();
+        assert!(reply.ok && fds.len() == 2, "{reply:?}");
+        // The driver's side, as `worklane claim` does it: adopt both, then release both.
+        let slot_fd = fds.pop().expect("slot");
+        let lane_fd = fds.pop().expect("lane");
+        let dir = pool.dir();
+        let name = lane_lock(&lane);
+        let lane_guard = Guard::from_received(lane_fd, dir, dir.path(), &name).expect("lane guard");
+        let claimer = Request::new("driver");
+        let lane_lease =
+            adopt(dir, &name, lane_guard, &claimer, &Options::process()).expect("adopt the lane");
+        let slot = pool
+            .adopt(reply.slot.as_deref().expect("slot name"), slot_fd, &claimer)
+            .expect("adopt the slot");
+        slot.release().expect("release the slot");
+        lane_lease.release().expect("release the lane");
+        span
+    };
+    group.bench_function(label, |b| b.iter(&mut one_round));
+    group.bench_function(format!("{label}/enqueue-to-claim"), |b| {
+        b.iter_custom(|iters| (0..iters).map(|_| one_round()).sum());
     });
     stop.store(true, Ordering::SeqCst);
     server.join().expect("server");

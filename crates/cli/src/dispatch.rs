@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use worklane_admission::Pool;
 use worklane_admission::dispatch::env::EnvFilter;
+use worklane_admission::dispatch::lane::{is_own_lane, own_lane, retire_own_lane};
 use worklane_admission::dispatch::server::{Event, Server, Trust};
 use worklane_admission::dispatch::service::{
     Admitted, Dispatcher, Mode, Settings, lane_lock, valid_lane,
@@ -418,10 +419,17 @@ fn utf8(args: &[OsString]) -> Result<Vec<String>, Failure> {
 }
 
 pub(crate) fn enqueue(args: &EnqueueArgs) -> Result<ExitCode, Failure> {
-    let lane = args
-        .lane
-        .clone()
-        .unwrap_or_else(|| format!("q-{}", worklane_guard::random_token()));
+    let lane = args.lane.clone().unwrap_or_else(own_lane);
+    if args.lane.is_some() && is_own_lane(&lane) {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!(
+                "--lane {lane}: names of `q-` and 16 hex digits are reserved for lanes of their \
+                 own (enqueue without --lane), which are removed when their attempt ends; choose \
+                 another name"
+            ),
+        ));
+    }
     if !valid_lane(&lane) {
         return Err(Failure::new(
             exit::USAGE,
@@ -572,7 +580,17 @@ pub(crate) fn claim(args: &ClaimArgs) -> Result<ExitCode, Failure> {
         },
     );
     let released = slot.release();
-    let _ = lane_lease.release();
+    if lane_lease.release().is_ok()
+        && let Some(name) = lane
+            .strip_prefix("lane-")
+            .and_then(|l| l.strip_suffix(".lock"))
+        && let Err(e) = retire_own_lane(dir, name)
+    {
+        errln!(
+            "worklane: removing the files of {lane}: {}",
+            exit::chain(&e)
+        );
+    }
     let outcome = outcome?;
     if let Err(e) = released {
         errln!("worklane: releasing {slot_name}: {}", exit::chain(&e));

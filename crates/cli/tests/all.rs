@@ -2984,6 +2984,97 @@ mod dispatcher {
         assert_eq!(site.code(&["resume-all"]), 0);
     }
 
+    /// The names in the slot directory that belong to lane `lane` (record, epoch, claims,
+    /// guard).
+    fn lane_files(site: &Site, lane: &str) -> Vec<String> {
+        let lock = format!("lane-{lane}.lock");
+        let mut names: Vec<String> = std::fs::read_dir(site.slots())
+            .expect("list")
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with(&lock) || n.starts_with(&format!(".{lock}")))
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_lane_of_its_own_leaves_no_files_when_its_attempt_ends_or_is_cancelled() {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        let _dispatcher = start(&site, &[]);
+        let reserved = enqueue(&site, &["--lane", "q-0123456789abcdef"], "true");
+        assert_eq!(reserved.status.code(), Some(64), "a reserved lane name");
+        assert!(
+            String::from_utf8_lossy(&reserved.stderr).contains("reserved"),
+            "{}",
+            String::from_utf8_lossy(&reserved.stderr)
+        );
+        let lane_of = |attempt: &str| -> String {
+            let out = site.output(&["queue", "ls", "--json"]);
+            let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+            doc["attempts"]
+                .as_array()
+                .and_then(|a| a.iter().find(|a| a["attempt"] == attempt))
+                .and_then(|a| a["lane"].as_str())
+                .expect("the attempt's lane")
+                .to_owned()
+        };
+        // Run to its end: the driver retires the lane once the command is over.
+        assert_eq!(site.code(&["stop-all", "hold"]), 0);
+        let out = enqueue(&site, &[], r#"echo ran > "$T/ran-own""#);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let attempt = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        let lane = lane_of(&attempt);
+        assert!(lane.starts_with("q-"), "a lane of its own: {lane}");
+        assert!(
+            !lane_files(&site, &lane).is_empty(),
+            "while queued its lock has its files"
+        );
+        assert_eq!(site.code(&["resume-all"]), 0);
+        wait_until("the attempt to run and its lane to go", || {
+            site.file("ran-own").exists() && lane_files(&site, &lane).is_empty()
+        });
+        assert!(
+            site.slots().join(format!("queue-{attempt}.log")).exists(),
+            "its log stays for the operator"
+        );
+        // Cancelled while queued: the dispatcher retires it.
+        assert_eq!(site.code(&["stop-all", "hold"]), 0);
+        let out = enqueue(&site, &[], "true");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let attempt = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        let lane = lane_of(&attempt);
+        assert_eq!(site.code(&["queue", "cancel", &attempt]), 0);
+        assert_eq!(
+            lane_files(&site, &lane),
+            Vec::<String>::new(),
+            "cancel removes them"
+        );
+        // A named lane keeps its guard and epoch (its next holder's fencing needs them).
+        let out = enqueue(&site, &["--lane", "named"], "true");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let attempt = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert_eq!(site.code(&["queue", "cancel", &attempt]), 0);
+        let kept = lane_files(&site, "named");
+        assert!(
+            kept.iter().any(|n| n.contains(".epoch."))
+                && kept.iter().any(|n| n.ends_with(".flock")),
+            "{kept:?}"
+        );
+        assert_eq!(site.code(&["resume-all"]), 0);
+    }
+
     fn queue_len(site: &Site) -> usize {
         let out = site.output(&["queue", "ls", "--json"]);
         let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("queue ls");

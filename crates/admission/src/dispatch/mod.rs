@@ -3,12 +3,14 @@
 //!
 //! - [`env`]: the environment a queued attempt keeps (allowed prefixes, no secret-shaped
 //!   names, values under 4,096 characters).
+//! - [`lane`]: lane names, and retiring a lane of its own when its attempt is over.
 //! - [`store`] (feature `dispatcher`): the SQLite queue, one row per attempt.
 //! - [`wire`]: the messages (`enqueue`, `claim`, `list`, `cancel`) and their replies.
 //! - [`transport`]: one JSON line per message over a Unix stream
 //!   socket, descriptors as `SCM_RIGHTS`, peer credentials.
 
 pub mod env;
+pub mod lane;
 #[cfg(feature = "dispatcher")]
 pub mod server;
 #[cfg(feature = "dispatcher")]

@@ -4,6 +4,7 @@
 //! callback.
 
 use super::env::EnvFilter;
+pub use super::lane::{lane_lock, valid_lane};
 use super::store::{Attempt, State, Store};
 use super::wire::{AttemptView, Enqueue, Reply, code};
 use crate::{Error as PoolError, Kind, Pool, Slot, Take};
@@ -14,24 +15,6 @@ use worklane_lease::{Acquired, Clock, Options, Request};
 
 /// The default claim interval: a starting attempt not claimed within it is queued again.
 pub const DEFAULT_CLAIM_INTERVAL_MS: u64 = 60_000;
-
-/// The lock of lane `name`.
-#[must_use]
-pub fn lane_lock(name: &str) -> String {
-    format!("lane-{name}.lock")
-}
-
-/// Whether `name` can name a lane: 1 to 64 ASCII letters, digits, `-`, `_` or `.`, not
-/// starting with `.`.
-#[must_use]
-pub fn valid_lane(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 64
-        && !name.starts_with('.')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-}
 
 /// How the host admits work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -392,9 +375,17 @@ impl Dispatcher {
     }
 
     /// Drops an attempt: its row, its lane and its reserved slot. `false` if there is none.
+    ///
+    /// A lane of its own is then retired (its files removed, see
+    /// [`super::lane::retire_own_lane`]): nothing will ever take it again.
     pub fn cancel(&mut self, id: &str) -> Result<bool, Error> {
-        self.held.remove(id);
-        Ok(self.store.remove(id)?)
+        let lane = self.store.get(id)?.map(|a| a.lane);
+        drop(self.held.remove(id));
+        let removed = self.store.remove(id)?;
+        if let Some(lane) = lane {
+            let _ = super::lane::retire_own_lane(self.pool.dir(), &lane);
+        }
+        Ok(removed)
     }
 
     /// Every attempt, in admission order.

@@ -1,0 +1,71 @@
+//! Lanes: the resource a queued attempt holds (`lane-<name>.lock`), named by the launcher or
+//! of its own. A lane of its own (`q-` and 16 lowercase hex digits, made by [`own_lane`]) is
+//! used once: when its attempt is over, [`retire_own_lane`] removes what it left (its record,
+//! epoch file and guard), so a day of enqueues does not leave the slot directory thousands of
+//! files longer for every listing.
+
+use worklane_guard::reclaim::{self, Removal};
+use worklane_slotfile::SlotDir;
+
+/// The lock of lane `name`.
+#[must_use]
+pub fn lane_lock(name: &str) -> String {
+    format!("lane-{name}.lock")
+}
+
+/// Whether `name` can name a lane: 1 to 64 ASCII letters, digits, `-`, `_` or `.`, not
+/// starting with `.`.
+#[must_use]
+pub fn valid_lane(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// A new lane of its own: `q-` and 16 random lowercase hex digits.
+#[must_use]
+pub fn own_lane() -> String {
+    format!("q-{}", worklane_guard::random_token())
+}
+
+/// Whether `name` has the shape of a lane of its own (`q-` and 16 lowercase hex digits). Such
+/// names are reserved: a launcher that names its lane may not choose one.
+#[must_use]
+pub fn is_own_lane(name: &str) -> bool {
+    name.strip_prefix("q-").is_some_and(|hex| {
+        hex.len() == 16 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
+}
+
+/// Removes what the lane of its own `lane` left, once its attempt is over: under its guard
+/// (taken here, so the caller must have let its own go), the record, every epoch file and any
+/// claim,
+/// then the guard's name while still held (an acquirer that opened the guard meanwhile finds
+/// the name gone and opens it again, see `worklane_guard::reclaim`). A guard someone holds,
+/// such as a process the attempt's command left running, is left alone with everything else.
+/// Lanes of other names are never touched (`Ok(None)`).
+pub fn retire_own_lane(dir: &SlotDir, lane: &str) -> Result<Option<Removal>, reclaim::Error> {
+    if !is_own_lane(lane) {
+        return Ok(None);
+    }
+    let lock = lane_lock(lane);
+    let removal = reclaim::remove_guard(dir, dir.path(), &lock, || {
+        let Ok(listed) = dir.list_prefixed(&lock) else {
+            return false;
+        };
+        for path in listed {
+            let name = path.name();
+            let ours = name == lock
+                || worklane_lease::parse_epoch_name(&lock, name).is_some()
+                || (name.starts_with(&format!("{lock}.")) && name.ends_with(".claim"));
+            if ours && path.remove().is_err() {
+                return false;
+            }
+        }
+        true
+    })?;
+    Ok(Some(removal))
+}
