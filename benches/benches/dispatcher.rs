@@ -10,7 +10,10 @@
 //! - `dispatcher_next_row/{10,10000}`: choosing the next row to admit with 10 and with 10 000
 //!   queued (the `attempts_order` index).
 //! - `dispatcher_recovery_10000_rows/{disk,tmpfs}`: a dispatcher starting over 10 000 stored
-//!   rows whose lanes are free (each lane's lock taken again).
+//!   rows whose lanes are free (each lane's lock taken again), as after a restart: each lane
+//!   has the guard, epoch file and record its launcher left. `/fresh`: the same rows in a
+//!   directory without any lane file (as after a reboot with the slot directory on tmpfs),
+//!   so each lane's guard and first epoch file are created too.
 //!
 //! `cargo bench -p worklane-benches --bench dispatcher`
 
@@ -198,7 +201,15 @@ fn recovery(c: &mut Criterion) {
     let mut group = c.benchmark_group("dispatcher_recovery_10000_rows");
     group.sample_size(10);
     group.measurement_time(Duration::from_secs(30));
-    for (label, root) in worklane_benches::filesystems() {
+    for ((label, root), fresh) in worklane_benches::filesystems()
+        .into_iter()
+        .flat_map(|fs| [(fs.clone(), false), (fs, true)])
+    {
+        let label = if fresh {
+            format!("{label}/fresh")
+        } else {
+            label.to_owned()
+        };
         group.bench_function(label, |b| {
             b.iter_batched(
                 || {
@@ -208,6 +219,26 @@ fn recovery(c: &mut Criterion) {
                         store.insert(&attempt(i, State::Queued)).expect("insert");
                     }
                     drop(store);
+                    if fresh {
+                        return temp;
+                    }
+                    // As a dispatcher finds them after a restart: each row's lane was taken by
+                    // its launcher (guard, epoch file, record), and is free now.
+                    let pool = pool_in(temp.path(), &root);
+                    let names: Vec<String> =
+                        (0..10_000).map(|i| lane_lock(&format!("l{i}"))).collect();
+                    let each: Vec<(&str, Request)> = names
+                        .iter()
+                        .map(|n| (n.as_str(), Request::new("launcher")))
+                        .collect();
+                    for got in worklane_lease::acquire_each(pool.dir(), &each, &Options::process())
+                        .expect("launchers")
+                    {
+                        match got {
+                            Acquired::Held(lease) => drop(lease.hand_over()),
+                            Acquired::Refused(r) => panic!("free: {r}"),
+                        }
+                    }
                     temp
                 },
                 |temp| {

@@ -219,8 +219,10 @@ impl<'a> Server<'a> {
     pub fn tick(&mut self) -> Result<(), ServiceError> {
         let expired = self.dispatcher.expire()?;
         if !expired.is_empty() {
+            for id in &expired {
+                self.write_entry(id)?;
+            }
             (self.report)(Event::Expired(expired));
-            self.refresh_entries()?;
         }
         while let Some(admitted) = self.dispatcher.admit_next()? {
             self.at(CrashPoint::AfterAdmit);
@@ -238,7 +240,17 @@ impl<'a> Server<'a> {
                     break;
                 }
             }
-            self.refresh_entries()?;
+            self.write_entry(&admitted.attempt.id)?;
+        }
+        Ok(())
+    }
+
+    /// Rewrites the status entry of attempt `id` (after its state changed).
+    fn write_entry(&mut self, id: &str) -> Result<(), ServiceError> {
+        let now = self.dispatcher.pool().clock().now_ms();
+        if let Some(view) = self.dispatcher.view(id)? {
+            let _ =
+                status::write_entry(self.dispatcher.pool().dir(), &view, std::process::id(), now);
         }
         Ok(())
     }
@@ -326,9 +338,9 @@ impl<'a> Server<'a> {
         Ok(match request {
             Request::Enqueue(entry) => {
                 let reply = self.dispatcher.enqueue(entry, fds)?;
-                if reply.ok {
+                if let (true, Some(id)) = (reply.ok, reply.attempt.as_deref()) {
                     self.at(CrashPoint::AfterInsert);
-                    self.refresh_entries()?;
+                    self.write_entry(id)?;
                     self.tick()?;
                 }
                 ("enqueue", reply, Vec::new())
@@ -364,12 +376,7 @@ impl<'a> Server<'a> {
                 ("list", reply, Vec::new())
             }
             Request::Cancel { attempt } => {
-                let lane = self
-                    .dispatcher
-                    .list()?
-                    .into_iter()
-                    .find(|a| a.attempt == attempt)
-                    .map(|a| a.lane);
+                let lane = self.dispatcher.view(&attempt)?.map(|a| a.lane);
                 if self.dispatcher.cancel(&attempt)? {
                     if let Some(lane) = lane {
                         let _ = status::remove_entry(&dir, &lane);

@@ -242,7 +242,7 @@ impl Dispatcher {
                 ));
             }
         };
-        if self.store.all()?.iter().any(|a| a.lane == entry.lane) {
+        if self.store.lane_queued(&entry.lane)? {
             return Ok(Reply::refused(
                 code::LANE_QUEUED,
                 format!("lane {} is already queued", entry.lane),
@@ -278,10 +278,8 @@ impl Dispatcher {
     pub fn expire(&mut self) -> Result<Vec<String>, Error> {
         let now = self.now();
         let mut expired = Vec::new();
-        for attempt in self.store.all()? {
-            if attempt.state == State::Starting
-                && now.saturating_sub(attempt.state_at_ms) > self.settings.claim_interval_ms
-            {
+        for attempt in self.store.starting()? {
+            if now.saturating_sub(attempt.state_at_ms) > self.settings.claim_interval_ms {
                 self.store
                     .set_state(&attempt.id, State::Queued, None, now)?;
                 if let Some(held) = self.held.get_mut(&attempt.id) {
@@ -394,22 +392,31 @@ impl Dispatcher {
             .store
             .all()?
             .into_iter()
-            .map(|a| AttemptView {
-                slot: self
-                    .held
-                    .get(&a.id)
-                    .and_then(|h| h.slot.as_ref())
-                    .map(|s| s.name().to_owned()),
-                attempt: a.id,
-                lane: a.lane,
-                state: a.state.word().to_owned(),
-                start_ms: a.queued_at_ms,
-                priority: a.priority,
-                stage: a.stage,
-                placement: a.placement,
-                state_at_ms: a.state_at_ms,
-                args: a.args,
-            })
+            .map(|a| self.view_of(a))
             .collect())
+    }
+
+    /// The attempt `id` as [`Dispatcher::list`] shows it, if stored.
+    pub fn view(&self, id: &str) -> Result<Option<AttemptView>, Error> {
+        Ok(self.store.get(id)?.map(|a| self.view_of(a)))
+    }
+
+    fn view_of(&self, a: Attempt) -> AttemptView {
+        AttemptView {
+            slot: self
+                .held
+                .get(&a.id)
+                .and_then(|h| h.slot.as_ref())
+                .map(|s| s.name().to_owned()),
+            attempt: a.id,
+            lane: a.lane,
+            state: a.state.word().to_owned(),
+            start_ms: a.queued_at_ms,
+            priority: a.priority,
+            stage: a.stage,
+            placement: a.placement,
+            state_at_ms: a.state_at_ms,
+            args: a.args,
+        }
     }
 }

@@ -288,21 +288,42 @@ impl Store {
 
     /// Every attempt, in admission order (starting ones first).
     pub fn all(&self) -> Result<Vec<Attempt>, Error> {
-        let mut statement = self
-            .conn
-            .prepare_cached(&format!(
+        self.select(
+            &format!(
                 "SELECT {COLUMNS} FROM attempts ORDER BY state DESC, priority DESC, queued_at_ms, id"
-            ))
-            .map_err(self.query("list the attempts"))?;
+            ),
+            "list the attempts",
+        )
+    }
+
+    /// The starting attempts (at most as many as the pool has slots), from the
+    /// `attempts_order` index: what expiry looks at, without reading the queued rows.
+    pub fn starting(&self) -> Result<Vec<Attempt>, Error> {
+        self.select(
+            &format!(
+                "SELECT {COLUMNS} FROM attempts INDEXED BY attempts_order \
+                 WHERE state = 'starting' ORDER BY priority DESC, queued_at_ms, id"
+            ),
+            "list the starting attempts",
+        )
+    }
+
+    /// Whether an attempt of lane `lane` is stored (from the `attempts_lane` index).
+    pub fn lane_queued(&self, lane: &str) -> Result<bool, Error> {
+        self.conn
+            .prepare_cached("SELECT 1 FROM attempts INDEXED BY attempts_lane WHERE lane = ?1")
+            .and_then(|mut statement| statement.exists(params![lane]))
+            .map_err(self.query("look up a lane"))
+    }
+
+    fn select(&self, sql: &str, op: &'static str) -> Result<Vec<Attempt>, Error> {
+        let mut statement = self.conn.prepare_cached(sql).map_err(self.query(op))?;
         let rows = statement
             .query_map([], Raw::from_row)
-            .map_err(self.query("list the attempts"))?;
+            .map_err(self.query(op))?;
         let mut out = Vec::new();
         for row in rows {
-            out.push(
-                row.map_err(self.query("list the attempts"))?
-                    .into_attempt(&self.path)?,
-            );
+            out.push(row.map_err(self.query(op))?.into_attempt(&self.path)?);
         }
         Ok(out)
     }
@@ -459,6 +480,45 @@ mod tests {
         );
         assert!(store.remove("a-1").expect("remove"));
         assert!(!store.remove("a-1").expect("remove"), "gone already");
+    }
+
+    #[test]
+    fn starting_rows_and_queued_lanes_are_looked_up_alone() {
+        let dir = tempfile::tempdir().expect("temp");
+        let store = Store::open(&dir.path().join("queue.db")).expect("open");
+        for (id, lane, priority, start) in
+            [("a-1", "x", 0, 10), ("a-2", "y", 3, 20), ("a-3", "z", 0, 5)]
+        {
+            store
+                .insert(&attempt(id, lane, priority, start))
+                .expect("insert");
+        }
+        assert!(store.starting().expect("starting").is_empty(), "none yet");
+        for id in ["a-1", "a-2"] {
+            assert!(
+                store
+                    .set_state(id, State::Starting, Some("t"), 40)
+                    .expect("set")
+            );
+        }
+        let ids: Vec<String> = store
+            .starting()
+            .expect("starting")
+            .into_iter()
+            .map(|a| a.id)
+            .collect();
+        assert_eq!(ids, ["a-2", "a-1"], "only the starting ones, in order");
+        assert!(
+            store.lane_queued("z").expect("lookup"),
+            "a queued row's lane"
+        );
+        assert!(
+            store.lane_queued("x").expect("lookup"),
+            "a starting row's lane"
+        );
+        assert!(!store.lane_queued("w").expect("lookup"), "no row");
+        assert!(store.remove("a-3").expect("remove"));
+        assert!(!store.lane_queued("z").expect("lookup"), "its row gone");
     }
 
     #[test]
