@@ -10,8 +10,9 @@
 //! - `dispatcher_next_row/{10,10000}`: choosing the next row to admit with 10 and with 10 000
 //!   queued (the `attempts_order` index).
 //! - `dispatcher_recovery_10000_rows/{disk,tmpfs}`: a dispatcher starting over 10 000 stored
-//!   rows whose lanes are free (each lane's lock taken again), as after a restart: each lane
-//!   has the guard, epoch file and record its launcher left. `/fresh`: the same rows in a
+//!   rows whose lanes are free (each lane's lock taken again) and every row's status entry
+//!   rewritten, as after a restart: each lane has the guard, epoch file and record its
+//!   launcher left, and each row the status entry the dead dispatcher wrote. `/fresh`: the same rows in a
 //!   directory without any lane file (as after a reboot with the slot directory on tmpfs),
 //!   so each lane's guard and first epoch file are created too.
 //!
@@ -32,6 +33,7 @@ use std::time::{Duration, Instant};
 use worklane_admission::Pool;
 use worklane_admission::dispatch::server::{Server, Trust};
 use worklane_admission::dispatch::service::{Dispatcher, Settings, lane_lock};
+use worklane_admission::dispatch::status;
 use worklane_admission::dispatch::store::{Attempt, State, Store};
 use worklane_admission::dispatch::transport;
 use worklane_admission::dispatch::wire::{Enqueue, Reply, Request as Wire};
@@ -179,6 +181,7 @@ fn attempt(i: usize, state: State) -> Attempt {
         stage: String::new(),
         env: BTreeMap::new(),
         state_at_ms: 1,
+        lane_epoch: Some(1),
     }
 }
 
@@ -195,6 +198,16 @@ fn next_row(c: &mut Criterion) {
         });
     }
     group.finish();
+}
+
+/// What a starting server does after recovery: every row's status entry rewritten with its
+/// pid and the time.
+fn write_entries(dispatcher: &Dispatcher) {
+    let now = dispatcher.pool().clock().now_ms();
+    for view in dispatcher.list().expect("list") {
+        status::write_entry(dispatcher.pool().dir(), &view, std::process::id(), now)
+            .expect("entry");
+    }
 }
 
 fn recovery(c: &mut Criterion) {
@@ -239,6 +252,12 @@ fn recovery(c: &mut Criterion) {
                             Acquired::Refused(r) => panic!("free: {r}"),
                         }
                     }
+                    // And a dispatcher served them, wrote their status entries and died.
+                    let store = Store::open(&temp.path().join("queue.db")).expect("store");
+                    let served = Dispatcher::recover(pool, store, Settings::default())
+                        .expect("a first dispatcher");
+                    write_entries(&served);
+                    drop(served);
                     temp
                 },
                 |temp| {
@@ -246,6 +265,7 @@ fn recovery(c: &mut Criterion) {
                     let store = Store::open(&temp.path().join("queue.db")).expect("store");
                     let recovered =
                         Dispatcher::recover(pool, store, Settings::default()).expect("recover");
+                    write_entries(&recovered);
                     drop(recovered);
                     temp
                 },

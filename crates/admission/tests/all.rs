@@ -1297,6 +1297,87 @@ mod dispatcher {
         drop(other);
         let _ = clock;
     }
+
+    /// The record of lane `name`, as the dispatcher's recovery leaves it.
+    fn lane_record(site: &Site, name: &str) -> Record {
+        let raw = std::fs::read(site.temp.path().join(lane_lock(name))).expect("lane record");
+        Record::parse(&raw).expect("parses")
+    }
+
+    fn epochs(site: &Site, name: &str) -> Vec<String> {
+        let prefix = format!("{}.epoch.", lane_lock(name));
+        let mut names: Vec<String> = std::fs::read_dir(site.temp.path())
+            .expect("list")
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with(&prefix))
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn recovery_resumes_a_lane_nobody_took_and_acquires_one_someone_did() {
+        let _quiet = gate::quiet();
+        let mut bench = Bench::new(r#"{"max_agents": 2}"#, Settings::default());
+        let untouched = bench.enqueue("untouched", T0, 0);
+        let passed = bench.enqueue("passed", T0 + 1, 0);
+        let Bench {
+            site, dispatcher, ..
+        } = bench;
+        let pool = dispatcher.pool().clone();
+        drop(dispatcher);
+        // While no dispatcher runs, someone takes lane "passed" and gives it back.
+        let other = match worklane_lease::acquire(
+            pool.dir(),
+            &lane_lock("passed"),
+            &LeaseRequest::new("someone"),
+            &Options::process(),
+        )
+        .expect("acquire")
+        {
+            Acquired::Held(lease) => lease,
+            Acquired::Refused(r) => panic!("free after the dispatcher died: {r}"),
+        };
+        other.release().expect("release");
+        assert_eq!(epochs(&site, "passed"), ["lane-passed.lock.epoch.2"]);
+        let store = Store::open(&site.temp.path().join("queue.db")).expect("store");
+        let recovered = Dispatcher::recover(pool, store, Settings::default()).expect("recover");
+        let ids: Vec<String> = recovered
+            .list()
+            .expect("list")
+            .into_iter()
+            .map(|r| r.attempt)
+            .collect();
+        assert_eq!(ids, [untouched.clone(), passed.clone()], "both kept");
+        // Nobody took "untouched": held again as the dead dispatcher held it, the launcher's
+        // record and epoch as they were.
+        assert_eq!(
+            lane_record(&site, "untouched").owner.as_deref(),
+            Some("launcher")
+        );
+        assert_eq!(lane_record(&site, "untouched").epoch, Some(1));
+        assert_eq!(epochs(&site, "untouched"), ["lane-untouched.lock.epoch.1"]);
+        // "passed" changed hands in between: acquired anew, so its epoch moves past the one
+        // its interim holder had.
+        let record = lane_record(&site, "passed");
+        assert_eq!(record.owner.as_deref(), Some("worklane dispatcher"));
+        assert_eq!(record.epoch, Some(3), "a new acquisition, a new epoch");
+        let probe = |name: &str| {
+            Command::new("flock")
+                .arg("-n")
+                .arg(site.temp.path().join(format!(".{}.flock", lane_lock(name))))
+                .arg("true")
+                .status_gated()
+                .expect("flock")
+                .success()
+        };
+        assert!(!probe("untouched") && !probe("passed"), "both lanes held");
+        drop(recovered);
+        assert!(
+            probe("untouched") && probe("passed"),
+            "and freed with the dispatcher"
+        );
+    }
 }
 
 mod texts {

@@ -92,6 +92,16 @@ pub enum Error {
     Io(&'static str, #[source] std::io::Error),
 }
 
+/// What [`Dispatcher::resume`] found for a stored row's lane.
+enum Resumed {
+    /// Nobody acquired it since the row was queued: held again by its guard.
+    Held(Guard),
+    /// Its guard is held by someone else.
+    Busy,
+    /// Taken by someone in between, or not known: acquire it as any taker would.
+    Acquire,
+}
+
 /// The dispatcher.
 pub struct Dispatcher {
     pool: Pool,
@@ -139,7 +149,16 @@ impl Dispatcher {
             held: HashMap::new(),
         };
         let now = dispatcher.now();
-        let attempts = dispatcher.store.all()?;
+        let mut attempts = Vec::new();
+        for attempt in dispatcher.store.all()? {
+            match dispatcher.resume(&attempt)? {
+                Resumed::Held(lane) => dispatcher.keep(attempt, lane, now)?,
+                Resumed::Busy => {
+                    dispatcher.store.remove(&attempt.id)?;
+                }
+                Resumed::Acquire => attempts.push(attempt),
+            }
+        }
         let locks: Vec<String> = attempts.iter().map(|a| lane_lock(&a.lane)).collect();
         let each: Vec<(&str, Request)> = locks
             .iter()
@@ -158,14 +177,7 @@ impl Dispatcher {
                     let Some(lane) = lease.hand_over() else {
                         continue;
                     };
-                    if attempt.state == State::Starting {
-                        dispatcher
-                            .store
-                            .set_state(&attempt.id, State::Queued, None, now)?;
-                    }
-                    dispatcher
-                        .held
-                        .insert(attempt.id.clone(), Held { lane, slot: None });
+                    dispatcher.keep(attempt, lane, now)?;
                 }
                 Acquired::Refused(_) => {
                     dispatcher.store.remove(&attempt.id)?;
@@ -173,6 +185,55 @@ impl Dispatcher {
             }
         }
         Ok(dispatcher)
+    }
+
+    /// Keeps a recovered row whose lane it holds: a starting row is queued again.
+    fn keep(&mut self, attempt: Attempt, lane: Guard, now: u64) -> Result<(), Error> {
+        if attempt.state == State::Starting {
+            self.store
+                .set_state(&attempt.id, State::Queued, None, now)?;
+        }
+        self.held.insert(attempt.id, Held { lane, slot: None });
+        Ok(())
+    }
+
+    /// Takes a stored row's lane back without a new acquisition when nobody acquired it since
+    /// the row was queued: its guard is free, and its record (the launcher's) still names the
+    /// epoch the row was queued at, which is still the lane's newest (`<lock>.epoch.<n>` there,
+    /// `<lock>.epoch.<n+1>` not; every acquisition advances it). The chain of hands (launcher,
+    /// dispatcher, this dispatcher) is then unbroken, so the lane is held as the dead
+    /// dispatcher held it: by its guard, the record untouched. Anything else is left to a full
+    /// acquisition ([`Resumed::Acquire`]), or the row dropped if the guard is held.
+    fn resume(&self, attempt: &Attempt) -> Result<Resumed, Error> {
+        let Some(epoch) = attempt.lane_epoch.filter(|e| *e > 0 && *e < u64::MAX) else {
+            return Ok(Resumed::Acquire);
+        };
+        let dir = self.pool.dir();
+        let Ok(path) = dir.file(&lane_lock(&attempt.lane)) else {
+            return Ok(Resumed::Acquire);
+        };
+        // A guard that is not there yet, or broken, is the full acquisition's to report.
+        let Ok(taken) = path.try_guard() else {
+            return Ok(Resumed::Acquire);
+        };
+        let Some(guard) = taken else {
+            return Ok(Resumed::Busy);
+        };
+        let recorded = path
+            .read()
+            .ok()
+            .flatten()
+            .and_then(|raw| worklane_lease::Record::parse(&raw).ok())
+            .and_then(|r| r.epoch);
+        let present = |n: u64| {
+            dir.file(&format!("{}{n}", worklane_lease::epoch_prefix(path.name())))
+                .is_ok_and(|f| f.modified_ms().is_ok_and(|m| m.is_some()))
+        };
+        if recorded == Some(epoch) && present(epoch) && !present(epoch + 1) {
+            return Ok(Resumed::Held(guard));
+        }
+        drop(guard);
+        Ok(Resumed::Acquire)
     }
 
     fn now(&self) -> u64 {
@@ -249,6 +310,14 @@ impl Dispatcher {
             ));
         }
         let now = self.now();
+        // The launcher's record names the epoch it acquired the lane at (read under the guard
+        // we now hold); recovery compares it with the lane's epoch then.
+        let lane_epoch = dir
+            .file(&lock)
+            .ok()
+            .and_then(|path| path.read().ok().flatten())
+            .and_then(|raw| worklane_lease::Record::parse(&raw).ok())
+            .and_then(|r| r.epoch);
         let attempt = Attempt {
             id: format!("a-{}", random_hex()),
             lane: entry.lane,
@@ -264,6 +333,7 @@ impl Dispatcher {
                 .env
                 .keep(entry.env.into_iter().map(|(k, v)| (k.into(), v.into()))),
             state_at_ms: now,
+            lane_epoch,
         };
         self.store.insert(&attempt)?;
         let mut reply = Reply::ok();

@@ -9,10 +9,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The schema version this code writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// The schema, by version: `MIGRATIONS[v - 1]` takes a database from version `v - 1` to `v`.
-const MIGRATIONS: &[&str] = &["
+const MIGRATIONS: &[&str] = &[
+    "
     CREATE TABLE attempts (
         id           TEXT PRIMARY KEY NOT NULL,
         lane         TEXT NOT NULL,
@@ -28,7 +29,11 @@ const MIGRATIONS: &[&str] = &["
     ) STRICT;
     CREATE UNIQUE INDEX attempts_lane ON attempts (lane);
     CREATE INDEX attempts_order ON attempts (state, priority DESC, queued_at_ms, id);
-"];
+",
+    "
+    ALTER TABLE attempts ADD COLUMN lane_epoch INTEGER;
+",
+];
 
 /// Where an attempt is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +88,9 @@ pub struct Attempt {
     pub env: BTreeMap<String, String>,
     /// When it entered its state (ms since the Unix epoch).
     pub state_at_ms: u64,
+    /// The lane's fencing epoch when the dispatcher received it (from the launcher's record),
+    /// if known: at recovery, a lane still at that epoch was acquired by nobody in between.
+    pub lane_epoch: Option<u64>,
 }
 
 /// Errors of the queue database.
@@ -150,8 +158,8 @@ pub struct Store {
     path: PathBuf,
 }
 
-const COLUMNS: &str =
-    "id, lane, state, token, queued_at_ms, priority, placement, args, stage, env, state_at_ms";
+const COLUMNS: &str = "id, lane, state, token, queued_at_ms, priority, placement, args, stage, \
+                       env, state_at_ms, lane_epoch";
 
 impl Store {
     /// Opens (creating if needed) the database at `path`, in WAL mode, migrated to
@@ -212,7 +220,7 @@ impl Store {
     /// Stores a new attempt (committed when this returns).
     pub fn insert(&self, attempt: &Attempt) -> Result<(), Error> {
         self.conn
-            .prepare_cached(&format!("INSERT INTO attempts ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"))
+            .prepare_cached(&format!("INSERT INTO attempts ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"))
             .and_then(|mut statement| statement.execute(params![
                     attempt.id,
                     attempt.lane,
@@ -225,6 +233,7 @@ impl Store {
                     attempt.stage,
                     serde_json::to_string(&attempt.env).unwrap_or_default(),
                     to_i64(attempt.state_at_ms),
+                    attempt.lane_epoch.map(to_i64),
                 ]))
             .map_err(self.query("insert an attempt"))?;
         Ok(())
@@ -346,6 +355,7 @@ struct Raw {
     stage: String,
     env: String,
     state_at_ms: i64,
+    lane_epoch: Option<i64>,
 }
 
 impl Raw {
@@ -362,6 +372,7 @@ impl Raw {
             stage: row.get(8)?,
             env: row.get(9)?,
             state_at_ms: row.get(10)?,
+            lane_epoch: row.get(11)?,
         })
     }
 
@@ -389,6 +400,7 @@ impl Raw {
             stage: self.stage,
             env,
             state_at_ms: u64::try_from(self.state_at_ms).unwrap_or(0),
+            lane_epoch: self.lane_epoch.and_then(|e| u64::try_from(e).ok()),
         })
     }
 }
@@ -410,6 +422,7 @@ mod tests {
             stage: "build".into(),
             env: BTreeMap::from([("LANE_X".to_owned(), "1".to_owned())]),
             state_at_ms: queued_at_ms,
+            lane_epoch: Some(1),
         }
     }
 
@@ -547,6 +560,40 @@ mod tests {
         drop(conn);
         let err = Store::open(&path).expect_err("newer");
         assert!(err.to_string().contains("newer"), "{err}");
+    }
+
+    #[test]
+    fn a_version_1_queue_is_migrated_with_its_rows() {
+        let dir = tempfile::tempdir().expect("temp");
+        let path = dir.path().join("queue.db");
+        let conn = Connection::open(&path).expect("raw");
+        conn.execute_batch(MIGRATIONS[0]).expect("version 1 schema");
+        conn.pragma_update(None, "user_version", 1)
+            .expect("version");
+        conn.execute(
+            "INSERT INTO attempts (id, lane, state, token, queued_at_ms, priority, placement, \
+             args, stage, env, state_at_ms) VALUES ('a-1', 'l', 'queued', NULL, 7, 2, '', \
+             '[\"true\"]', '', '{}', 7)",
+            [],
+        )
+        .expect("a version 1 row");
+        drop(conn);
+        let store = Store::open(&path).expect("migrate");
+        let version: i64 = store
+            .conn
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .expect("version");
+        assert_eq!(version, SCHEMA_VERSION);
+        let row = store.get("a-1").expect("get").expect("kept");
+        assert_eq!(
+            (row.queued_at_ms, row.priority, row.lane_epoch),
+            (7, 2, None)
+        );
+        store.insert(&attempt("a-2", "m", 0, 9)).expect("a new row");
+        assert_eq!(
+            store.get("a-2").expect("get").expect("row").lane_epoch,
+            Some(1)
+        );
     }
 
     #[test]
