@@ -46,14 +46,16 @@
 
 pub mod dispatch;
 pub mod drain;
+pub mod line;
 mod pool;
 mod problems;
 pub mod stop;
+mod watch;
 
 pub use drain::{Drain, DrainState, MAX_DRAIN_AHEAD_MS};
 pub use pool::{
-    Blocker, FULL_RUN_LOCK, Kind, Pool, RecordedCommand, SLOTS_LOCK, SWEEP_EVERY_MS, Slot,
-    SlotState, SlotView, Snapshot, Take, Wait, slot_index,
+    Blocker, FULL_RUN_LOCK, Kind, LOOK_AGAIN_AT_MOST, Pool, RecordedCommand, SLOTS_LOCK,
+    SWEEP_EVERY_MS, Slot, SlotState, SlotView, Snapshot, Take, Wait, Waiting, slot_index,
 };
 pub use problems::Problem;
 pub use stop::{STOP_FILE, Stop};
@@ -90,6 +92,15 @@ pub enum Error {
     /// A held lease failed.
     #[error(transparent)]
     Held(worklane_lease::held::Error),
+    /// A waiter's entry could not be retired, or a dead one's removed.
+    #[error(transparent)]
+    Reclaim(#[from] worklane_guard::reclaim::Error),
+    /// No place in line could be taken: every random entry name tried was taken already.
+    #[error(
+        "cannot take a place in the waiting line: 4 random entry names were taken (a writer \
+         outside the protocol is making line-* files?)"
+    )]
+    LineFull,
     /// A name handed over as a slot is none (`agent-<i>.lock`, `test-<i>.lock`,
     /// `full-run.lock`).
     #[error("{name:?} is not a slot's name (agent-<i>.lock, test-<i>.lock or full-run.lock)")]

@@ -71,6 +71,15 @@ pub enum Blocker {
     /// Another process has held `slots.lock` for over 2 s (counting takes milliseconds: it
     /// may be stopped, and the machine's pool with it, until it continues or dies).
     Counting,
+    /// Waiters of the kind stand in line before this place (the line, `crate::line`).
+    InLine {
+        /// Live entries before it (the first proved live, the rest as listed).
+        ahead: u32,
+        /// Records of the kind's slots present (as listed, not probed).
+        held: u32,
+        /// The kind's cap.
+        cap: u32,
+    },
 }
 
 impl Blocker {
@@ -91,6 +100,9 @@ impl std::fmt::Display for Blocker {
             ),
             Blocker::AtCap { held, cap } => write!(f, "at cap: {held} of {cap} held"),
             Blocker::FullRunHeld(refusal) => write!(f, "a full run is in progress: {refusal}"),
+            Blocker::InLine { ahead, held, cap } => {
+                write!(f, "{ahead} waiting in line before it, {held} of {cap} held")
+            }
             Blocker::Counting => f.write_str(
                 "slots.lock has been held for over 2 s (is its holder stopped? `worklane slots` \
                  names it)",
@@ -214,9 +226,30 @@ pub struct Snapshot {
 pub struct Wait<'a> {
     /// Give up after this long (`None`: wait for ever).
     pub timeout: Option<Duration>,
-    /// Called on each retry with what blocks and how long we have waited.
-    pub on_wait: &'a mut dyn FnMut(&Blocker, Duration),
+    /// Its place in line: a higher priority goes first (default 0); equal priorities go in
+    /// order of arrival.
+    pub priority: i64,
+    /// Called on each look at the line with what blocks, how long we have waited and where it
+    /// stands.
+    pub on_wait: &'a mut dyn FnMut(&Waiting<'_>),
 }
+
+/// What a waiting take reports each time it looks.
+#[derive(Debug)]
+pub struct Waiting<'a> {
+    /// What keeps it waiting.
+    pub blocker: &'a Blocker,
+    /// How long it has waited.
+    pub waited: Duration,
+    /// Its place in the line of its kind: 1 is the head.
+    pub position: u32,
+    /// Entries of its kind in line, itself included.
+    pub in_line: u32,
+}
+
+/// The longest a waiter sleeps between looks when no change in the directory wakes it (a
+/// SIGKILLed holder or waiter removes no file; only its freed guard tells).
+pub const LOOK_AGAIN_AT_MOST: Duration = Duration::from_millis(250);
 
 /// The machine's slot pool in one slot directory.
 #[derive(Clone)]
@@ -346,8 +379,66 @@ impl Pool {
 
     /// Tries once to take a slot of `kind` for `request`. It waits only for another counter
     /// to release `slots.lock` (milliseconds; at most about 2 s before [`Blocker::Counting`]).
+    ///
+    /// It takes its turn in the line too: while a live waiter of its kind stands in line at
+    /// priority 0 or above, it is [`Blocker::InLine`] ([`Pool::try_take_at`] for another
+    /// priority).
     pub fn try_take(&self, kind: Kind, request: &Request) -> Result<Take, Error> {
+        self.try_take_at(kind, request, 0, self.clock.now_ms())
+    }
+
+    /// [`Pool::try_take`] for a place of `priority` that started waiting at `start_ms` (the
+    /// dispatcher's rows keep their original start): refused while a live entry of the line
+    /// stands before it.
+    pub fn try_take_at(
+        &self,
+        kind: Kind,
+        request: &Request,
+        priority: i64,
+        start_ms: u64,
+    ) -> Result<Take, Error> {
+        if let Some(blocker) = self.operator_blocker()? {
+            return Ok(Take::Blocked(blocker));
+        }
+        let standing = self.standing(kind, priority, start_ms, None)?;
+        if standing.ahead > 0 {
+            return Ok(Take::Blocked(self.in_line(kind, standing.ahead)?));
+        }
         self.try_take_until(kind, request, None)
+    }
+
+    /// [`Blocker::InLine`] for `ahead` entries: the kind's cap and its records as listed.
+    fn in_line(&self, kind: Kind, ahead: u32) -> Result<Blocker, Error> {
+        let names = self.dir.list()?;
+        let (held, cap) = match kind.prefix() {
+            Some(prefix) => (
+                names
+                    .iter()
+                    .filter(|p| slot_index(prefix, p.name()).is_some())
+                    .count(),
+                self.cap(kind)?,
+            ),
+            None => (
+                names.iter().filter(|p| p.name() == FULL_RUN_LOCK).count(),
+                1,
+            ),
+        };
+        Ok(Blocker::InLine {
+            ahead,
+            held: u32::try_from(held).unwrap_or(u32::MAX),
+            cap,
+        })
+    }
+
+    /// Whether a change to `name` may let a waiter of `kind` on: a slot of its kind released,
+    /// a place in its line left, STOP, the drain flag or the config changed.
+    fn wakes(kind: Kind, name: &str) -> bool {
+        let slot = match kind.prefix() {
+            Some(prefix) => slot_index(prefix, name).is_some(),
+            None => name == FULL_RUN_LOCK,
+        };
+        slot || crate::line::Entry::parse(name).is_some_and(|e| e.kind == kind.label())
+            || matches!(name, crate::STOP_FILE | DRAIN_FILE | "config.json")
     }
 
     /// [`Pool::try_take`] that also gives up on a busy `slots.lock` at `deadline`.
@@ -482,33 +573,60 @@ impl Pool {
         })
     }
 
-    /// Takes a slot of `kind`, waiting with backoff while the cap or another full run blocks
-    /// it. A STOP or drain in force is a refusal, returned at once as `Ok(Take::Blocked)`;
-    /// otherwise `Ok(Take::Blocked)` comes only on timeout, with the last blocker.
+    /// Takes a slot of `kind`, waiting in line (`crate::line`) while the cap, another full
+    /// run or waiters before it block it: it stands in the line of its kind at
+    /// `wait.priority`, and takes a slot only at the head. A STOP or drain in force is a
+    /// refusal, returned at once as `Ok(Take::Blocked)`; otherwise `Ok(Take::Blocked)` comes
+    /// only on timeout, with the last blocker. It leaves the line on every way out.
+    ///
+    /// It looks again as soon as a slot of its kind is released or a place before it is left
+    /// (inotify on Linux), and at least every [`LOOK_AGAIN_AT_MOST`].
     pub fn take(&self, kind: Kind, request: &Request, wait: Wait<'_>) -> Result<Take, Error> {
         let started = Instant::now();
+        let deadline = wait.timeout.map(|t| started + t);
+        if let Some(blocker) = self.operator_blocker()? {
+            return Ok(Take::Blocked(blocker));
+        }
+        let mut watch = crate::watch::Watch::new(&self.dir);
+        let place = self.join_line(kind, wait.priority, request)?;
         let mut pause = Duration::from_millis(25);
         loop {
-            let deadline = wait.timeout.map(|t| started + t);
-            match self.try_take_until(kind, request, deadline)? {
-                Take::Held(slot) => return Ok(Take::Held(slot)),
-                Take::Blocked(blocker) if blocker.is_operator_refusal() => {
-                    return Ok(Take::Blocked(blocker));
-                }
-                Take::Blocked(blocker) => {
-                    let waited = started.elapsed();
-                    if wait.timeout.is_some_and(|t| waited >= t) {
-                        return Ok(Take::Blocked(blocker));
+            let me = place.entry();
+            let standing = self.standing(kind, me.priority, me.start_ms, Some(me))?;
+            let blocker = if standing.ahead == 0 {
+                match self.try_take_until(kind, request, deadline)? {
+                    Take::Held(slot) => {
+                        place.leave()?;
+                        return Ok(Take::Held(slot));
                     }
-                    (wait.on_wait)(&blocker, waited);
-                    let mut nap = pause;
-                    if let Some(t) = wait.timeout {
-                        nap = nap.min(t.saturating_sub(waited));
-                    }
-                    std::thread::sleep(nap);
-                    pause = (pause * 2).min(Duration::from_millis(500));
+                    Take::Blocked(blocker) => blocker,
                 }
+            } else if let Some(blocker) = self.operator_blocker()? {
+                blocker
+            } else {
+                self.in_line(kind, standing.ahead)?
+            };
+            if blocker.is_operator_refusal() {
+                place.leave()?;
+                return Ok(Take::Blocked(blocker));
             }
+            let waited = started.elapsed();
+            if wait.timeout.is_some_and(|t| waited >= t) {
+                place.leave()?;
+                return Ok(Take::Blocked(blocker));
+            }
+            (wait.on_wait)(&Waiting {
+                blocker: &blocker,
+                waited,
+                position: standing.ahead.saturating_add(1),
+                in_line: standing.in_line,
+            });
+            let mut nap = pause;
+            if let Some(t) = wait.timeout {
+                nap = nap.min(t.saturating_sub(waited));
+            }
+            watch.wait(nap, &|name| Pool::wakes(kind, name));
+            pause = (pause * 2).min(LOOK_AGAIN_AT_MOST);
         }
     }
 

@@ -337,7 +337,8 @@ mod operator {
                 Wait {
                     // A watchdog only: the take must return before its first retry.
                     timeout: Some(Duration::from_secs(30)),
-                    on_wait: &mut |b, _| panic!("an operator refusal is not waited on: {b}"),
+                    priority: 0,
+                    on_wait: &mut |w| panic!("an operator refusal is not waited on: {}", w.blocker),
                 },
             )
             .expect("take")
@@ -584,7 +585,8 @@ mod waiting {
                 &Request::new("waiter"),
                 Wait {
                     timeout: Some(Duration::from_millis(200)),
-                    on_wait: &mut |b, _| seen.push(b.clone()),
+                    priority: 0,
+                    on_wait: &mut |w| seen.push(w.blocker.clone()),
                 },
             )
         })
@@ -612,7 +614,8 @@ mod waiting {
                 &Request::new("impatient"),
                 Wait {
                     timeout: Some(Duration::ZERO),
-                    on_wait: &mut |_, _| {},
+                    priority: 0,
+                    on_wait: &mut |_| {},
                 },
             )
             .expect("take");
@@ -644,7 +647,8 @@ mod waiting {
                 &Request::new("waiter"),
                 Wait {
                     timeout: Some(Duration::from_millis(100)),
-                    on_wait: &mut |_, _| {},
+                    priority: 0,
+                    on_wait: &mut |_| {},
                 },
             )
             .expect("take");
@@ -681,7 +685,8 @@ mod waiting {
                     &Request::new("waiter"),
                     Wait {
                         timeout: None,
-                        on_wait: &mut |_, _| {
+                        priority: 0,
+                        on_wait: &mut |_| {
                             if !told {
                                 told = true;
                                 tx.send(()).expect("tell");
@@ -2517,7 +2522,9 @@ mod retries {
                 Wait {
                     // A watchdog only: the counter finishes at the first report.
                     timeout: Some(Duration::from_secs(600)),
-                    on_wait: &mut |blocker, _| {
+                    priority: 0,
+                    on_wait: &mut |waiting| {
+                        let blocker = waiting.blocker;
                         // Checked here, so that a take that would wait on fails at once.
                         assert!(
                             *blocker == Blocker::Counting && tries.is_none(),

@@ -140,6 +140,10 @@ pub(crate) struct RunArgs {
     /// Give up waiting after DUR (e.g. 90s, 5m) and exit 75.
     #[arg(long, value_parser = parse_duration)]
     pub(crate) timeout: Option<Duration>,
+    /// Place in the waiting line: higher goes first, default 0; equal priorities go in order
+    /// of arrival (the same scale as `enqueue --priority`).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub(crate) priority: i64,
     /// Time limit recorded in a test-run slot (`limit_ms`), e.g. 30m.
     #[arg(long, value_parser = parse_duration)]
     pub(crate) limit: Option<Duration>,

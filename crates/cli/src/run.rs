@@ -9,7 +9,7 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
-use worklane_admission::{Blocker, Kind, Pool, Slot, Take, Wait};
+use worklane_admission::{Blocker, Kind, Pool, Slot, Take, Wait, Waiting};
 use worklane_lease::{Acquired, Lease, Options, Request, TtlLiveness, acquire, held};
 
 /// A live "waiting" line on a terminal; silent otherwise.
@@ -28,14 +28,15 @@ impl Progress {
         }
     }
 
-    fn update(&mut self, blocker: &Blocker, waited: Duration) {
+    fn update(&mut self, waiting: &Waiting<'_>) {
         if !self.on_terminal {
             return;
         }
         crate::out::to_stderr(format_args!(
-            "\r\x1b[2Kworklane: waiting for {}: {blocker}; waited {}s",
+            "\r\x1b[2Kworklane: waiting for {}: {}; waited {}s",
             self.what,
-            waited.as_secs()
+            waiting_line(waiting),
+            waiting.waited.as_secs()
         ));
         self.shown = true;
     }
@@ -45,6 +46,30 @@ impl Progress {
             crate::out::to_stderr(format_args!("\r\x1b[2K"));
             self.shown = false;
         }
+    }
+}
+
+/// `1st`, `2nd`, `3rd`, `4th`, ... `11th`, `12th`, `13th`, `21st`.
+fn ordinal(n: u32) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
+}
+
+/// What the waiting line says: `3rd in line, 2 of 2 held`, or the blocker itself when it is
+/// not the line or the cap.
+fn waiting_line(waiting: &Waiting<'_>) -> String {
+    let place = format!("{} in line", ordinal(waiting.position));
+    match waiting.blocker {
+        Blocker::AtCap { held, cap } | Blocker::InLine { held, cap, .. } => {
+            format!("{place}, {held} of {cap} held")
+        }
+        other => format!("{place}: {other}"),
     }
 }
 
@@ -87,14 +112,16 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     let request = Request::new(owner).field("command", describe(&args.command));
     let mut progress = Progress::new(what);
     let taken = if args.no_wait {
-        pool.try_take(kind, &request)?
+        let now = pool.clock().now_ms();
+        pool.try_take_at(kind, &request, args.priority, now)?
     } else {
         pool.take(
             kind,
             &request,
             Wait {
                 timeout: args.timeout,
-                on_wait: &mut |b, waited| progress.update(b, waited),
+                priority: args.priority,
+                on_wait: &mut |waiting| progress.update(waiting),
             },
         )?
     };

@@ -1190,7 +1190,7 @@ mod terminal {
             while let Ok(chunk) = rx.try_recv() {
                 seen.extend(chunk);
             }
-            String::from_utf8_lossy(&seen).contains("at cap: 1 of 1 held")
+            String::from_utf8_lossy(&seen).contains("1st in line, 1 of 1 held")
         });
         let text = String::from_utf8_lossy(&seen).into_owned();
         assert!(
@@ -2831,6 +2831,170 @@ mod strays {
         );
         std::fs::remove_dir(site.slots().join(".slots.lock.flock")).expect("the fix");
         assert_eq!(site.code(&["run", "--no-wait", "--", "true"]), 0, "fixed");
+    }
+}
+
+mod line {
+    //! The waiting line on real processes: every waiting `worklane run` stands in one order,
+    //! by priority then arrival, and only the head takes a free slot.
+    use super::*;
+
+    /// The entries of the agents' line in the slot directory (their record names).
+    fn entries(site: &Site) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(site.slots())
+            .expect("list")
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with("line-agent.") && n.split('.').count() == 4)
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Everything the line leaves in the directory: entries, their epochs and guards.
+    fn line_files(site: &Site) -> Vec<String> {
+        std::fs::read_dir(site.slots())
+            .expect("list")
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with("line-") || n.starts_with(".line-"))
+            .collect()
+    }
+
+    const RECORD: &str = r#"echo "$K" >> "$T/order""#;
+
+    /// Starts a waiting run of key `key` and waits until it stands in line (`in_line` entries).
+    fn join(site: &Site, args: &[&str], key: &str, in_line: usize) -> Running {
+        let mut all = vec!["run"];
+        all.extend_from_slice(args);
+        let waiter = site.spawn(&all, RECORD, key);
+        wait_until(&format!("waiter {key} in line"), || {
+            entries(site).len() == in_line
+        });
+        waiter
+    }
+
+    fn order(site: &Site) -> Vec<String> {
+        std::fs::read_to_string(site.file("order"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn twenty_waiters_started_in_turn_at_cap_1_are_admitted_in_arrival_order() {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        let mut holder = site.spawn(&["run"], HOLD, "h");
+        wait_until("the holder", || site.file("up.h").exists());
+        let mut waiters: Vec<Running> = (1..=20)
+            .map(|i| join(&site, &[], &i.to_string(), i))
+            .collect();
+        std::fs::write(site.file("release.h"), b"").expect("release");
+        assert!(wait_exit(&mut holder, "the holder").success());
+        for w in &mut waiters {
+            assert!(wait_exit(w, "a waiter").success());
+        }
+        let expected: Vec<String> = (1..=20).map(|i| i.to_string()).collect();
+        assert_eq!(order(&site), expected, "exactly in arrival order");
+        assert!(line_files(&site).is_empty(), "{:?}", line_files(&site));
+    }
+
+    #[test]
+    fn a_later_waiter_with_a_higher_priority_goes_first() {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        let mut holder = site.spawn(&["run"], HOLD, "h");
+        wait_until("the holder", || site.file("up.h").exists());
+        let mut low = join(&site, &[], "low", 1);
+        let mut negative = join(&site, &["--priority", "-3"], "negative", 2);
+        let mut high = join(&site, &["--priority", "5"], "high", 3);
+        // A run that does not wait is refused while waiters of its priority stand in line.
+        let out = site.output(&["run", "--no-wait", "--", "true"]);
+        assert_eq!(out.status.code(), Some(75));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("waiting in line before it"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::write(site.file("release.h"), b"").expect("release");
+        assert!(wait_exit(&mut holder, "the holder").success());
+        for w in [&mut low, &mut negative, &mut high] {
+            assert!(wait_exit(w, "a waiter").success());
+        }
+        assert_eq!(order(&site), ["high", "low", "negative"]);
+    }
+
+    #[test]
+    fn a_sigkilled_waiter_at_the_head_is_skipped_and_a_timed_out_one_leaves() {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        let mut holder = site.spawn(&["run"], HOLD, "h");
+        wait_until("the holder", || site.file("up.h").exists());
+        let mut head = join(&site, &[], "head", 1);
+        let mut second = join(&site, &[], "second", 2);
+        let mut impatient = join(&site, &["--timeout", "1s"], "impatient", 3);
+        let mut last = join(&site, &[], "last", 4);
+        let out = wait_exit(&mut impatient, "the impatient waiter");
+        assert_eq!(out.code(), Some(75), "a timed out wait exits 75");
+        wait_until("the impatient waiter's entry to go", || {
+            entries(&site).len() == 3
+        });
+        head.kill().expect("SIGKILL the head");
+        head.wait().expect("reap");
+        assert_eq!(entries(&site).len(), 3, "a killed waiter removes nothing");
+        std::fs::write(site.file("release.h"), b"").expect("release");
+        assert!(wait_exit(&mut holder, "the holder").success());
+        for w in [&mut second, &mut last] {
+            assert!(wait_exit(w, "a waiter").success());
+        }
+        assert_eq!(
+            order(&site),
+            ["second", "last"],
+            "the rest keep their order"
+        );
+        assert!(
+            line_files(&site).is_empty(),
+            "the dead entry was retired: {:?}",
+            line_files(&site)
+        );
+    }
+
+    #[test]
+    fn eight_waiters_at_cap_2_never_run_more_than_2() {
+        let site = Site::new(Some(r#"{"max_agents": 2}"#));
+        let script = r#"
+bump() { flock "$T/count.lock" sh -c "$1"; }
+bump 'n=$(cat "$T/n" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "$T/n"; echo $n >> "$T/log"'
+sleep 0.1
+bump 'n=$(cat "$T/n"); echo $((n-1)) > "$T/n"'
+"#;
+        let script = site.write_script("overlap.sh", script);
+        let children: Vec<Running> = (0..8)
+            .map(|i| {
+                Running::new(
+                    site.worklane()
+                        .args(["run", "--", "sh", &script])
+                        .env("K", i.to_string())
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::piped())
+                        .spawn_gated()
+                        .expect("spawn"),
+                )
+            })
+            .collect();
+        for c in children {
+            let out = c.wait_with_output().expect("wait");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let log = std::fs::read_to_string(site.file("log")).expect("log");
+        let counts: Vec<u32> = log.lines().map(|l| l.parse().expect("count")).collect();
+        assert_eq!(counts.len(), 8, "{counts:?}");
+        assert!(
+            counts.iter().all(|n| *n <= 2),
+            "never more than 2: {counts:?}"
+        );
+        assert!(line_files(&site).is_empty(), "{:?}", line_files(&site));
     }
 }
 

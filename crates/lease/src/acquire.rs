@@ -459,7 +459,7 @@ pub fn claim_name(lock: &str, stale_record: &[u8]) -> String {
     format!("{lock}.{hex}.claim")
 }
 
-fn is_claim_of(lock: &str, name: &str) -> bool {
+pub(crate) fn is_claim_of(lock: &str, name: &str) -> bool {
     name.strip_prefix(lock)
         .and_then(|rest| rest.strip_prefix('.'))
         .and_then(|rest| rest.strip_suffix(".claim"))

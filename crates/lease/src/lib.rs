@@ -61,6 +61,7 @@ mod epoch;
 mod lease;
 mod liveness;
 mod record;
+mod retire;
 
 pub use acquire::{
     Acquired, Control, Error, MAX_LOCK_NAME, Options, Refusal, Request, Step, acquire,
@@ -74,3 +75,4 @@ pub use liveness::{
     ProcessLiveness, TtlLiveness, judge_pulse, judge_ttl,
 };
 pub use record::{RESERVED_FIELDS, Record};
+pub use retire::retire;

@@ -40,32 +40,13 @@ pub fn is_own_lane(name: &str) -> bool {
     })
 }
 
-/// Removes what the lane of its own `lane` left, once its attempt is over: under its guard
-/// (taken here, so the caller must have let its own go), the record, every epoch file and any
-/// claim,
-/// then the guard's name while still held (an acquirer that opened the guard meanwhile finds
-/// the name gone and opens it again, see `worklane_guard::reclaim`). A guard someone holds,
-/// such as a process the attempt's command left running, is left alone with everything else.
-/// Lanes of other names are never touched (`Ok(None)`).
+/// Removes what the lane of its own `lane` left once its attempt is over (its record, epoch
+/// files, claims and guard: [`worklane_lease::retire`]). A guard someone holds, such as a
+/// process the attempt's command left running, is left alone with everything else. Lanes of
+/// other names are never touched (`Ok(None)`).
 pub fn retire_own_lane(dir: &SlotDir, lane: &str) -> Result<Option<Removal>, reclaim::Error> {
     if !is_own_lane(lane) {
         return Ok(None);
     }
-    let lock = lane_lock(lane);
-    let removal = reclaim::remove_guard(dir, dir.path(), &lock, || {
-        let Ok(listed) = dir.list_prefixed(&lock) else {
-            return false;
-        };
-        for path in listed {
-            let name = path.name();
-            let ours = name == lock
-                || worklane_lease::parse_epoch_name(&lock, name).is_some()
-                || (name.starts_with(&format!("{lock}.")) && name.ends_with(".claim"));
-            if ours && path.remove().is_err() {
-                return false;
-            }
-        }
-        true
-    })?;
-    Ok(Some(removal))
+    worklane_lease::retire(dir, &lane_lock(lane)).map(Some)
 }

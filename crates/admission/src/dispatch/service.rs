@@ -371,7 +371,14 @@ impl Dispatcher {
         let request = Request::new("worklane dispatcher")
             .field("attempt", attempt.id.clone())
             .field("lane", attempt.lane.clone());
-        let slot = match self.pool.try_take(Kind::Agent, &request)? {
+        // In the line of agents at the row's own place: a waiting `worklane run` before it
+        // (higher priority, or the same and an earlier start) goes first.
+        let slot = match self.pool.try_take_at(
+            Kind::Agent,
+            &request,
+            attempt.priority,
+            attempt.queued_at_ms,
+        )? {
             Take::Held(slot) => slot,
             Take::Blocked(_) => return Ok(None),
         };

@@ -1,0 +1,256 @@
+//! The waiting line: one order for every waiter of a kind, by priority (higher first), then
+//! original start (earlier first), then token.
+//!
+//! A waiter stands in line with an *entry*, the lock `line-<kind>.<priority>.<start>.<token>`
+//! held under process liveness like any lock (its guard held for the waiter's life, its record
+//! naming the waiter). The entry's name carries its place, so one listing orders the line. A
+//! waiter takes a slot only when no live entry of its kind stands before it; a take that does
+//! not wait (`--no-wait`) is refused while a live entry of its kind stands before the place it
+//! would take (its priority, now). An entry whose guard is free is a dead waiter's: whoever
+//! finds it retires it (record, epoch and guard removed) and looks on.
+
+use crate::{Error, Kind, Pool};
+use worklane_guard::reclaim::Removal;
+use worklane_lease::{Acquired, Lease, Options, Request};
+use worklane_slotfile::SlotDir;
+
+/// The prefix of every entry's name.
+pub const LINE_PREFIX: &str = "line-";
+
+/// A place in line, as an entry's name spells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The kind waited for ([`Kind::label`]).
+    pub kind: String,
+    /// Higher goes first.
+    pub priority: i64,
+    /// When the waiter started waiting, milliseconds since the Unix epoch.
+    pub start_ms: u64,
+    /// 16 lowercase hex digits, random: ties are broken by it, and it makes the name unique.
+    pub token: String,
+}
+
+impl Entry {
+    /// The entry's file name: `line-<kind>.<priority>.<start_ms>.<token>`.
+    #[must_use]
+    pub fn name(&self) -> String {
+        format!(
+            "{LINE_PREFIX}{}.{}.{}.{}",
+            self.kind, self.priority, self.start_ms, self.token
+        )
+    }
+
+    /// Reads an entry's name; `None` for any other name (its epoch files and claims too).
+    /// Numbers are plain decimal (a `-` before a negative priority), without leading zeros.
+    #[must_use]
+    pub fn parse(name: &str) -> Option<Entry> {
+        let rest = name.strip_prefix(LINE_PREFIX)?;
+        let mut parts = rest.split('.');
+        let (kind, priority, start, token) =
+            (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() || !matches!(kind, "agent" | "test" | "full-run") {
+            return None;
+        }
+        let plain = |digits: &str| {
+            !digits.is_empty()
+                && digits.bytes().all(|b| b.is_ascii_digit())
+                && (digits == "0" || !digits.starts_with('0'))
+        };
+        let magnitude = priority.strip_prefix('-').unwrap_or(priority);
+        if !plain(magnitude) || priority == "-0" || !plain(start) {
+            return None;
+        }
+        let token_ok = token.len() == 16
+            && token
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        if !token_ok {
+            return None;
+        }
+        Some(Entry {
+            kind: kind.to_owned(),
+            priority: priority.parse().ok()?,
+            start_ms: start.parse().ok()?,
+            token: token.to_owned(),
+        })
+    }
+
+    /// The line's order: higher priority, then earlier start, then smaller token.
+    fn key(&self) -> (std::cmp::Reverse<i64>, u64, &str) {
+        (std::cmp::Reverse(self.priority), self.start_ms, &self.token)
+    }
+
+    /// Whether this entry stands before a place of `priority` taken at `start_ms` (ties go to
+    /// whoever was there first: an entry at the same priority and start stands before).
+    #[must_use]
+    pub fn before(&self, priority: i64, start_ms: u64) -> bool {
+        (std::cmp::Reverse(self.priority), self.start_ms) <= (std::cmp::Reverse(priority), start_ms)
+    }
+}
+
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Entry {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.key().cmp(&other.key())
+    }
+}
+
+/// A waiter's place in line. Leaving the line ([`Place::leave`], or dropping it) removes the
+/// entry; a killed waiter's entry is dead at once (its guard free) and retired by whoever
+/// finds it.
+#[derive(Debug)]
+#[must_use = "the place is left as soon as it is dropped"]
+pub struct Place {
+    dir: SlotDir,
+    entry: Entry,
+    lease: Option<Lease>,
+}
+
+impl Place {
+    /// Where it stands.
+    #[must_use]
+    pub fn entry(&self) -> &Entry {
+        &self.entry
+    }
+
+    /// Leaves the line: the record released, then the entry retired (its epoch file and guard
+    /// removed). Nothing of the entry is left in the directory.
+    pub fn leave(mut self) -> Result<(), Error> {
+        self.leave_now()
+    }
+
+    fn leave_now(&mut self) -> Result<(), Error> {
+        let Some(lease) = self.lease.take() else {
+            return Ok(());
+        };
+        lease.release().map_err(Error::Held)?;
+        worklane_lease::retire(&self.dir, &self.entry.name())?;
+        Ok(())
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let _ = self.leave_now();
+    }
+}
+
+/// Where a place stands, seen at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Standing {
+    /// Entries of its kind before it; the first of them is live (proved by its held guard),
+    /// the rest are as listed. 0: it is at the head.
+    pub ahead: u32,
+    /// Every entry of its kind in line, itself included if it stands in it.
+    pub in_line: u32,
+}
+
+impl Pool {
+    /// Takes a place in the line for `kind` at `priority`, starting now (the pool's clock):
+    /// an entry held by this process for as long as the [`Place`] lives.
+    pub fn join_line(&self, kind: Kind, priority: i64, request: &Request) -> Result<Place, Error> {
+        let start_ms = self.clock().now_ms();
+        for _ in 0..4 {
+            let entry = Entry {
+                kind: kind.label().to_owned(),
+                priority,
+                start_ms,
+                token: worklane_guard::random_token(),
+            };
+            let request = request
+                .clone()
+                .field("kind", kind.label())
+                .field("priority", priority);
+            let options = Options::process().clock(self.clock());
+            match worklane_lease::acquire(self.dir(), &entry.name(), &request, &options)? {
+                Acquired::Held(lease) => {
+                    return Ok(Place {
+                        dir: self.dir().clone(),
+                        entry,
+                        lease: Some(lease),
+                    });
+                }
+                // A random name taken: only a writer outside the protocol made it. Another.
+                Acquired::Refused(_) => {}
+            }
+        }
+        Err(Error::LineFull)
+    }
+
+    /// The live line for `kind`, in order (dead entries found are retired on the way).
+    pub fn line(&self, kind: Kind) -> Result<Vec<Entry>, Error> {
+        let mut live = Vec::new();
+        for entry in self.listed_line(kind.label())? {
+            if self.is_live(&entry)? {
+                live.push(entry);
+            }
+        }
+        Ok(live)
+    }
+
+    /// Where a place of `priority` taken at `start_ms` stands in the line for `kind`, not
+    /// counting the entry `own` (the place's own, if it stands in line). Entries before it are
+    /// probed from the front until a live one is found; dead ones are retired.
+    pub fn standing(
+        &self,
+        kind: Kind,
+        priority: i64,
+        start_ms: u64,
+        own: Option<&Entry>,
+    ) -> Result<Standing, Error> {
+        let listed = self.listed_line(kind.label())?;
+        let in_line = u32::try_from(listed.len()).unwrap_or(u32::MAX);
+        let before: Vec<&Entry> = listed
+            .iter()
+            .filter(|e| Some(*e) != own)
+            .filter(|e| match own {
+                Some(own) => *e < own,
+                None => e.before(priority, start_ms),
+            })
+            .collect();
+        let mut dead = 0u32;
+        for entry in &before {
+            if self.is_live(entry)? {
+                let ahead = u32::try_from(before.len()).unwrap_or(u32::MAX) - dead;
+                return Ok(Standing {
+                    ahead,
+                    in_line: in_line - dead,
+                });
+            }
+            dead += 1;
+        }
+        Ok(Standing {
+            ahead: 0,
+            in_line: in_line - dead,
+        })
+    }
+
+    /// The entries of `label` as listed, in line order (not probed).
+    fn listed_line(&self, label: &str) -> Result<Vec<Entry>, Error> {
+        let prefix = format!("{LINE_PREFIX}{label}.");
+        let mut entries: Vec<Entry> = self
+            .dir()
+            .list_prefixed(&prefix)?
+            .iter()
+            .filter_map(|p| Entry::parse(p.name()))
+            .collect();
+        entries.sort();
+        Ok(entries)
+    }
+
+    /// Whether `entry`'s waiter lives (its guard held); a dead one's entry is retired.
+    fn is_live(&self, entry: &Entry) -> Result<bool, Error> {
+        Ok(match worklane_lease::retire(self.dir(), &entry.name())? {
+            Removal::Busy => true,
+            Removal::Removed => false,
+            // Its guard was free, so its waiter is gone, but a file of it could not be removed
+            // (`worklane slots` shows it): it no longer stands in anyone's way.
+            Removal::Needed => false,
+        })
+    }
+}
