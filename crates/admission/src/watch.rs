@@ -1,11 +1,12 @@
 //! Waking a waiter as soon as the slot directory changes in a way that may let it on: a
 //! record removed (a slot released, a place in line left), STOP or the config changed. On
 //! Linux through inotify; where inotify is missing or refused, and on other platforms, the
-//! wait is a plain sleep (the polling fallback). A waiter always looks again after its
+//! wait is a plain sleep (the polling fallback: macOS's kqueue would need `unsafe` through
+//! rustix, which this crate does not use). A waiter always looks again after its
 //! fallback interval too: a SIGKILLed holder or waiter removes no file, and only its freed
 //! guard tells.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use worklane_slotfile::SlotDir;
 
 /// A watch on one slot directory.
@@ -67,6 +68,7 @@ fn wait_inotify(fd: &rustix::fd::OwnedFd, timeout: Duration, wanted: &dyn Fn(&st
     use rustix::event::{PollFd, PollFlags, Timespec, poll};
     use rustix::fs::inotify::{ReadFlags, Reader};
     use std::mem::MaybeUninit;
+    use std::time::Instant;
     let deadline = Instant::now() + timeout;
     let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
     loop {
@@ -116,6 +118,7 @@ fn wait_inotify(fd: &rustix::fd::OwnedFd, timeout: Duration, wanted: &dyn Fn(&st
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
     use worklane_slotfile::{Environment, RECORD_MODE};
 
     #[test]
