@@ -150,7 +150,44 @@ pub struct Standing {
     pub in_line: u32,
 }
 
+/// An entry as `worklane slots` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LineView {
+    /// Its place.
+    pub entry: Entry,
+    /// Its waiter's record, if readable.
+    pub record: Option<worklane_lease::Record>,
+    /// Whether its guard was held when probed (a free one is a dead waiter's, retired by the
+    /// next waiter).
+    pub live: bool,
+}
+
 impl Pool {
+    /// Every entry of every kind's line, in line order within each kind (agents, test runs,
+    /// the full run), each probed for a moment and never removed: what `worklane slots` shows.
+    pub fn line_views(&self) -> Result<Vec<LineView>, Error> {
+        let mut views = Vec::new();
+        for label in ["agent", "test", "full-run"] {
+            for entry in self.listed_line(label)? {
+                let Ok(path) = self.dir().file(&entry.name()) else {
+                    continue;
+                };
+                let live = matches!(path.try_guard(), Ok(None));
+                let record = path
+                    .read()
+                    .ok()
+                    .flatten()
+                    .and_then(|raw| worklane_lease::Record::parse(&raw).ok());
+                views.push(LineView {
+                    entry,
+                    record,
+                    live,
+                });
+            }
+        }
+        Ok(views)
+    }
+
     /// Takes a place in the line for `kind` at `priority`, starting now (the pool's clock):
     /// an entry held by this process for as long as the [`Place`] lives.
     pub fn join_line(&self, kind: Kind, priority: i64, request: &Request) -> Result<Place, Error> {

@@ -220,6 +220,8 @@ pub struct Snapshot {
     pub slots: Vec<SlotView>,
     /// Stray and broken files, each with what it does and its fix.
     pub problems: Vec<crate::Problem>,
+    /// The waiting lines, each kind's in order.
+    pub line: Vec<crate::line::LineView>,
 }
 
 /// How a blocking take waits.
@@ -846,6 +848,7 @@ impl Pool {
             drain: self.drain()?,
             slots,
             problems: crate::problems::scan(&self.dir, self.clock.now_ms()),
+            line: self.line_views()?,
         })
     }
 }

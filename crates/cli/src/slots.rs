@@ -111,6 +111,37 @@ pub(crate) fn queue_view(dir: &worklane_slotfile::SlotDir) -> QueueView {
     }
 }
 
+/// The waiting lines: each live entry with its place in its kind's line (dead ones, waiting
+/// to be retired by the next waiter, are listed with `"live": false` and no position).
+pub(crate) fn line_json(snapshot: &Snapshot) -> Value {
+    let mut positions: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
+    Value::Array(
+        snapshot
+            .line
+            .iter()
+            .map(|v| {
+                let position = v.live.then(|| {
+                    let n = positions.entry(v.entry.kind.as_str()).or_insert(0);
+                    *n += 1;
+                    *n
+                });
+                let r = v.record.as_ref();
+                json!({
+                    "kind": v.entry.kind,
+                    "position": position,
+                    "priority": v.entry.priority,
+                    "start": rfc3339_ms(v.entry.start_ms),
+                    "pid": r.and_then(|r| r.pid()),
+                    "owner": r.and_then(|r| r.owner.clone()),
+                    "command": r.and_then(|r| r.extra_str("command")),
+                    "live": v.live,
+                    "name": v.entry.name(),
+                })
+            })
+            .collect(),
+    )
+}
+
 fn queue_json(queue: &QueueView) -> Value {
     json!({
         "dispatcher": {"pid": queue.pid, "alive": queue.alive},
@@ -131,6 +162,7 @@ pub(crate) fn to_json(snapshot: &Snapshot, budgets: &[CredentialView], queue: &Q
         "slots": snapshot.slots.iter().map(slot_json).collect::<Vec<_>>(),
         "problems": problems_json(snapshot),
         "queue": queue_json(queue),
+        "line": line_json(snapshot),
         "budgets": crate::budget::views_json(budgets),
     })
 }
@@ -218,6 +250,32 @@ pub(crate) fn show(as_json: bool) -> Result<ExitCode, Failure> {
                 field("state"),
                 a["priority"],
                 field("since")
+            )?;
+        }
+    }
+    let waiting = line_json(&snapshot);
+    let waiting = waiting.as_array().map(Vec::as_slice).unwrap_or_default();
+    if !waiting.is_empty() {
+        outln!(
+            "waiting in line ({}):",
+            waiting.iter().filter(|w| w["live"] == true).count()
+        )?;
+        for w in waiting {
+            outln!(
+                "  {} {:<8} priority {} pid {} owner {} since {}{}",
+                w["position"]
+                    .as_u64()
+                    .map_or("-".to_owned(), |p| format!("{p}.")),
+                w["kind"].as_str().unwrap_or("-"),
+                w["priority"],
+                w["pid"].as_u64().map_or("-".to_owned(), |p| p.to_string()),
+                w["owner"].as_str().unwrap_or("-"),
+                w["start"].as_str().unwrap_or("-"),
+                if w["live"] == true {
+                    ""
+                } else {
+                    " (dead: removed by the next waiter)"
+                },
             )?;
         }
     }

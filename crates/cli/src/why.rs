@@ -146,15 +146,46 @@ fn admission(kind: KindArg, snapshot: &Snapshot) -> Answer {
     };
     let n = held(label);
     let cap = usize::try_from(cap).unwrap_or(usize::MAX);
+    let line = in_line(snapshot, label);
     if n >= cap {
         Answer::blocked(
             asked,
-            format!("at cap: {n} of {cap} held (`worklane slots` shows who)"),
+            format!("at cap: {n} of {cap} held{line} (`worklane slots` shows who)"),
+            exit::TEMP_FAIL,
+        )
+    } else if !line.is_empty() {
+        // A slot is free but waiters stand in line: a new run takes its turn after them.
+        Answer::blocked(
+            asked,
+            format!("{n} of {cap} held{line}: a new run waits its turn"),
             exit::TEMP_FAIL,
         )
     } else {
         Answer::clear(asked, format!("{n} of {cap} held"))
     }
+}
+
+/// `; 3 waiting in line, first pid 42 (owner) since T` for the live line of `label`, or "".
+fn in_line(snapshot: &Snapshot, label: &str) -> String {
+    let live: Vec<_> = snapshot
+        .line
+        .iter()
+        .filter(|v| v.live && v.entry.kind == label)
+        .collect();
+    let Some(first) = live.first() else {
+        return String::new();
+    };
+    let r = first.record.as_ref();
+    format!(
+        "; {} waiting in line, first pid {} ({}) at priority {} since {}",
+        live.len(),
+        r.and_then(|r| r.pid())
+            .map_or("-".to_owned(), |p| p.to_string()),
+        r.and_then(|r| r.owner.clone())
+            .unwrap_or_else(|| "-".to_owned()),
+        first.entry.priority,
+        rfc3339_ms(first.entry.start_ms)
+    )
 }
 
 fn quota(args: &WhyArgs, ledger: &Ledger) -> Answer {

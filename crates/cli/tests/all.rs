@@ -2906,6 +2906,36 @@ mod line {
         let mut low = join(&site, &[], "low", 1);
         let mut negative = join(&site, &["--priority", "-3"], "negative", 2);
         let mut high = join(&site, &["--priority", "5"], "high", 3);
+        // Seen from outside: the line in order, with each waiter's pid.
+        let out = site.output(&["slots", "--json"]);
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("slots --json");
+        let line = doc["line"].as_array().expect("line");
+        let seen: Vec<(u64, i64, u64)> = line
+            .iter()
+            .map(|w| {
+                (
+                    w["position"].as_u64().expect("live"),
+                    w["priority"].as_i64().expect("priority"),
+                    w["pid"].as_u64().expect("pid"),
+                )
+            })
+            .collect();
+        let pid = |w: &Running| u64::from(w.id());
+        assert_eq!(
+            seen,
+            [
+                (1, 5, pid(&high)),
+                (2, 0, pid(&low)),
+                (3, -3, pid(&negative))
+            ],
+            "{doc}"
+        );
+        let why = site.output(&["why"]);
+        let text = String::from_utf8_lossy(&why.stdout);
+        assert!(
+            text.contains(&format!("3 waiting in line, first pid {}", high.id())),
+            "why names who is first: {text}"
+        );
         // A run that does not wait is refused while waiters of its priority stand in line.
         let out = site.output(&["run", "--no-wait", "--", "true"]);
         assert_eq!(out.status.code(), Some(75));
@@ -2954,6 +2984,28 @@ mod line {
             "the dead entry was retired: {:?}",
             line_files(&site)
         );
+    }
+
+    #[test]
+    fn stop_refuses_the_whole_line() {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        let mut holder = site.spawn(&["run"], HOLD, "h");
+        wait_until("the holder", || site.file("up.h").exists());
+        let mut waiters: Vec<Running> = (1..=3)
+            .map(|i| join(&site, &[], &i.to_string(), i))
+            .collect();
+        assert_eq!(site.code(&["stop-all", "maintenance"]), 0);
+        for w in &mut waiters {
+            assert_eq!(
+                wait_exit(w, "a waiter").code(),
+                Some(69),
+                "refused, not waiting"
+            );
+        }
+        assert!(line_files(&site).is_empty(), "{:?}", line_files(&site));
+        assert!(order(&site).is_empty(), "none ran");
+        let _ = wait_exit(&mut holder, "the holder halted by STOP");
+        assert_eq!(site.code(&["resume-all"]), 0);
     }
 
     #[test]
