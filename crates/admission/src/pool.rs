@@ -262,6 +262,8 @@ pub struct Pool {
     clock: Arc<dyn Clock>,
     /// When this pool (and its clones) last swept temp files, on its clock (0: never).
     last_sweep_ms: Arc<AtomicU64>,
+    /// The inotify instances its waiting takes use, kept for reuse (`crate::watch`).
+    watches: Arc<crate::watch::Watches>,
 }
 
 /// How often one pool sweeps temp files: only temps older than a minute are removed, so a
@@ -288,6 +290,7 @@ impl Pool {
             env: resolved.env,
             clock: Arc::new(SystemClock),
             last_sweep_ms: Arc::new(AtomicU64::new(0)),
+            watches: Arc::default(),
         }
     }
 
@@ -589,8 +592,9 @@ impl Pool {
         if let Some(blocker) = self.operator_blocker()? {
             return Ok(Take::Blocked(blocker));
         }
-        let mut watch = crate::watch::Watch::new(&self.dir);
         let place = self.join_line(kind, wait.priority, request)?;
+        // Made only when a look finds it must wait: a take that goes at once watches nothing.
+        let mut watch = None;
         let mut pause = Duration::from_millis(25);
         loop {
             let me = place.entry();
@@ -627,8 +631,19 @@ impl Pool {
             if let Some(t) = wait.timeout {
                 nap = nap.min(t.saturating_sub(waited));
             }
-            watch.wait(nap, &|name| Pool::wakes(kind, name));
-            pause = (pause * 2).min(LOOK_AGAIN_AT_MOST);
+            let Some(watch) = watch.as_mut() else {
+                // Watching from now on, then one more look: a release since the last look
+                // made no event this watch could see.
+                watch = Some(self.watches.watch(&self.dir));
+                continue;
+            };
+            pause = if watch.wait(nap, &|name| Pool::wakes(kind, name)) {
+                // Woken by a change: a holder's release removes its record a moment before
+                // it closes its guard, so a look that comes too soon is repeated shortly.
+                Duration::from_millis(2)
+            } else {
+                (pause * 2).min(LOOK_AGAIN_AT_MOST)
+            };
         }
     }
 

@@ -9,62 +9,118 @@
 use std::time::Duration;
 use worklane_slotfile::SlotDir;
 
-/// A watch on one slot directory.
-pub(crate) struct Watch {
+/// The inotify instances of one pool, kept between takes: closing an instance that has
+/// watched makes the kernel wait for a grace period (about 8 to 16 ms here), which a waiter
+/// would otherwise pay between the release it was woken by and its command's start. A watch
+/// only removes its mark when done (microseconds); the instance is closed with the pool.
+#[derive(Default)]
+pub(crate) struct Watches {
     #[cfg(target_os = "linux")]
-    fd: Option<rustix::fd::OwnedFd>,
+    idle: std::sync::Mutex<Vec<rustix::fd::OwnedFd>>,
 }
 
-impl Watch {
+impl std::fmt::Debug for Watches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watches").finish_non_exhaustive()
+    }
+}
+
+impl Watches {
     /// Watches `dir` (best effort: without inotify, [`Watch::wait`] only sleeps).
-    pub(crate) fn new(dir: &SlotDir) -> Watch {
+    pub(crate) fn watch(&self, dir: &SlotDir) -> Watch<'_> {
         #[cfg(target_os = "linux")]
         {
             use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
-            let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)
-                .ok()
-                .filter(|fd| {
-                    let flags = WatchFlags::DELETE
-                        | WatchFlags::MOVED_FROM
-                        | WatchFlags::MOVED_TO
-                        | WatchFlags::CREATE
-                        | WatchFlags::ONLYDIR;
-                    inotify::add_watch(fd, dir.path(), flags).is_ok()
-                });
-            Watch { fd }
+            let reused = self
+                .idle
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .pop();
+            let fd =
+                reused.or_else(|| inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok());
+            let flags = WatchFlags::DELETE
+                | WatchFlags::MOVED_FROM
+                | WatchFlags::MOVED_TO
+                | WatchFlags::CREATE
+                | WatchFlags::ONLYDIR;
+            let watched = fd.and_then(|fd| match inotify::add_watch(&fd, dir.path(), flags) {
+                Ok(wd) => Some((fd, wd)),
+                Err(_) => {
+                    self.keep(fd);
+                    None
+                }
+            });
+            Watch {
+                watched,
+                home: self,
+            }
         }
         #[cfg(not(target_os = "linux"))]
         {
             let _ = dir;
-            Watch {}
+            Watch { home: self }
         }
     }
 
+    #[cfg(target_os = "linux")]
+    fn keep(&self, fd: rustix::fd::OwnedFd) {
+        self.idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(fd);
+    }
+}
+
+/// A watch on one slot directory, for one take; dropping it removes its mark.
+pub(crate) struct Watch<'a> {
+    #[cfg(target_os = "linux")]
+    watched: Option<(rustix::fd::OwnedFd, i32)>,
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    home: &'a Watches,
+}
+
+impl Drop for Watch<'_> {
+    fn drop(&mut self) {
+        #[cfg(target_os = "linux")]
+        if let Some((fd, wd)) = self.watched.take() {
+            let _ = rustix::fs::inotify::remove_watch(&fd, wd);
+            self.home.keep(fd);
+        }
+    }
+}
+
+impl Watch<'_> {
     /// Whether changes wake it (else it only sleeps).
     #[cfg(test)]
     pub(crate) fn is_watching(&self) -> bool {
         #[cfg(target_os = "linux")]
-        return self.fd.is_some();
+        return self.watched.is_some();
         #[cfg(not(target_os = "linux"))]
         return false;
     }
 
     /// Waits at most `timeout`, returning early when a file whose name `wanted` accepts is
     /// created, removed or renamed in the directory (or the kernel dropped events: then
-    /// anything may have happened).
-    pub(crate) fn wait(&mut self, timeout: Duration, wanted: &dyn Fn(&str) -> bool) {
+    /// anything may have happened). `true` when such a change ended the wait. Changes from
+    /// before this watch (a reused instance's leftovers) may end a wait early: the caller
+    /// looks again, no harm done.
+    pub(crate) fn wait(&mut self, timeout: Duration, wanted: &dyn Fn(&str) -> bool) -> bool {
         #[cfg(target_os = "linux")]
-        if let Some(fd) = &self.fd {
-            wait_inotify(fd, timeout, wanted);
-            return;
+        if let Some((fd, _)) = &self.watched {
+            return wait_inotify(fd, timeout, wanted);
         }
         let _ = wanted;
         std::thread::sleep(timeout);
+        false
     }
 }
 
 #[cfg(target_os = "linux")]
-fn wait_inotify(fd: &rustix::fd::OwnedFd, timeout: Duration, wanted: &dyn Fn(&str) -> bool) {
+fn wait_inotify(
+    fd: &rustix::fd::OwnedFd,
+    timeout: Duration,
+    wanted: &dyn Fn(&str) -> bool,
+) -> bool {
     use rustix::event::{PollFd, PollFlags, Timespec, poll};
     use rustix::fs::inotify::{ReadFlags, Reader};
     use std::mem::MaybeUninit;
@@ -74,7 +130,7 @@ fn wait_inotify(fd: &rustix::fd::OwnedFd, timeout: Duration, wanted: &dyn Fn(&st
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return;
+            return false;
         }
         let mut fds = [PollFd::new(fd, PollFlags::IN)];
         let spec = Timespec {
@@ -82,12 +138,12 @@ fn wait_inotify(fd: &rustix::fd::OwnedFd, timeout: Duration, wanted: &dyn Fn(&st
             tv_nsec: i64::from(left.subsec_nanos()),
         };
         match poll(&mut fds, Some(&spec)) {
-            Ok(0) => return,
+            Ok(0) => return false,
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             // The watch is broken: sleep out the rest instead of spinning.
             Err(_) => {
                 std::thread::sleep(left);
-                return;
+                return false;
             }
         }
         let mut reader = Reader::new(fd, &mut buf);
@@ -110,7 +166,7 @@ fn wait_inotify(fd: &rustix::fd::OwnedFd, timeout: Duration, wanted: &dyn Fn(&st
             }
         }
         if woken {
-            return;
+            return true;
         }
     }
 }
@@ -128,14 +184,18 @@ mod tests {
         let dir = worklane_slotfile::SlotDir::resolve_in(&env)
             .expect("resolve")
             .dir;
-        let mut watch = Watch::new(&dir);
+        let watches = Watches::default();
+        let mut watch = watches.watch(&dir);
         assert!(watch.is_watching(), "inotify is there on Linux");
         let file = dir.file("agent-0.lock").expect("name");
         file.replace(b"{}", RECORD_MODE).expect("write");
         let other = dir.file("slots.lock").expect("name");
         other.replace(b"{}", RECORD_MODE).expect("write");
         // Leftover events of the writes above: drained by a wait that wants nothing.
-        watch.wait(Duration::from_millis(20), &|_| false);
+        assert!(
+            !watch.wait(Duration::from_millis(20), &|_| false),
+            "nothing wanted"
+        );
         let started = Instant::now();
         let remover = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(50));
@@ -143,8 +203,9 @@ mod tests {
             std::thread::sleep(Duration::from_millis(50));
             file.remove().expect("remove agent-0.lock");
         });
-        watch.wait(Duration::from_secs(20), &|name| name == "agent-0.lock");
+        let woken = watch.wait(Duration::from_secs(20), &|name| name == "agent-0.lock");
         let waited = started.elapsed();
+        assert!(woken, "a wanted change ended the wait");
         remover.join().expect("remover");
         assert!(
             waited >= Duration::from_millis(100),
