@@ -200,7 +200,12 @@ fn listen(path: &Path) -> Result<UnixListener, Failure> {
 
 /// Starts an admitted attempt's driver, detached (a session of its own), with its output in
 /// `queue-<attempt>.log` in the slot directory and the attempt's variables.
-fn launch(pool: &Pool, socket: &Path, admitted: &Admitted) -> std::io::Result<u32> {
+fn launch(
+    pool: &Pool,
+    socket: &Path,
+    admitted: &Admitted,
+    nofile: Option<rustix::process::Rlimit>,
+) -> std::io::Result<u32> {
     let attempt = &admitted.attempt;
     let (program, args) = attempt
         .args
@@ -223,7 +228,8 @@ fn launch(pool: &Pool, socket: &Path, admitted: &Admitted) -> std::io::Result<u3
         .stdin(Stdio::null())
         .stdout(Stdio::from(log))
         .stderr(Stdio::from(err));
-    crate::sys::detach(&mut cmd);
+    // The driver gets the descriptor limit the dispatcher was started with.
+    crate::sys::detach(&mut cmd, nofile);
     #[allow(
         clippy::disallowed_methods,
         reason = "product code: the dispatcher starts each admitted attempt's driver"
@@ -274,6 +280,9 @@ pub(crate) fn serve(args: &DispatcherArgs) -> Result<ExitCode, Failure> {
         env,
         mode,
     };
+    // One descriptor per queued lane (and per reserved slot): a soft limit of 1 024 would
+    // refuse enqueues long before the queue is large.
+    let nofile = crate::sys::raise_nofile();
     let dispatcher = Dispatcher::recover(pool.clone(), store, settings)
         .map_err(|e| Failure::new(exit::OS_ERROR, exit::chain(&e)))?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -300,7 +309,7 @@ pub(crate) fn serve(args: &DispatcherArgs) -> Result<ExitCode, Failure> {
         dispatcher,
         listener,
         trust,
-        |admitted| launch(&pool, &socket, admitted),
+        |admitted| launch(&pool, &socket, admitted, nofile),
         |event| {
             if matches!(event, Event::Tick) {
                 alive.store(

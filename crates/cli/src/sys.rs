@@ -43,16 +43,35 @@ pub(crate) fn die_with_parent(_cmd: &mut Command) {}
 /// Makes the command start a session of its own (`setsid` between fork and exec): a detached
 /// driver has no controlling terminal and outlives the dispatcher's session.
 #[cfg(feature = "dispatcher")]
-pub(crate) fn detach(cmd: &mut Command) {
+pub(crate) fn detach(cmd: &mut Command, nofile: Option<rustix::process::Rlimit>) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs in the child between fork and exec and makes one system call,
-    // setsid(2), through rustix: no allocation, no lock, no state shared with the parent.
+    // SAFETY: the closure runs in the child between fork and exec and makes at most two
+    // system calls, setsid(2) and setrlimit(2), through rustix, on a copied plain value: no
+    // allocation, no lock, no state shared with the parent.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             rustix::process::setsid()?;
+            if let Some(limit) = nofile {
+                rustix::process::setrlimit(rustix::process::Resource::Nofile, limit)?;
+            }
             Ok(())
         });
     }
+}
+
+/// Raises this process's soft limit of open descriptors to its hard limit (the dispatcher
+/// holds one descriptor per queued lane; a soft limit of 1 024 is common), and returns the
+/// limit it had, for the processes it starts to get back. `None` if it could not be raised
+/// (then nothing changed).
+#[cfg(feature = "dispatcher")]
+pub(crate) fn raise_nofile() -> Option<rustix::process::Rlimit> {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let before = getrlimit(Resource::Nofile);
+    let raised = Rlimit {
+        current: before.maximum,
+        maximum: before.maximum,
+    };
+    (raised != before && setrlimit(Resource::Nofile, raised).is_ok()).then_some(before)
 }
 
 /// The listening socket systemd passed (socket activation: `LISTEN_PID` is this process and

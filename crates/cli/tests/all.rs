@@ -3080,6 +3080,57 @@ mod dispatcher {
         running
     }
 
+    #[test]
+    fn a_queue_longer_than_the_soft_descriptor_limit_is_kept_and_drivers_get_the_old_limit() {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        // A dispatcher started with a soft limit of 40 descriptors (the hard limit as it is).
+        let _dispatcher = Running::new(
+            site.command("sh")
+                .args(["-c", r#"ulimit -Sn 40 && exec "$0" dispatcher"#])
+                .arg(env!("CARGO_BIN_EXE_worklane"))
+                .env("AGENT_SLOTS_DIR", site.slots())
+                .env("T", site.temp.path())
+                .env_remove("AGENT_SLOTS_CONFIG")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn_gated()
+                .expect("spawn the dispatcher"),
+        );
+        let socket = site.slots().join("dispatcher.sock");
+        wait_until("the dispatcher's socket", || {
+            std::os::unix::net::UnixStream::connect(&socket).is_ok()
+        });
+        assert_eq!(site.code(&["stop-all", "queueing"]), 0);
+        let first = enqueue(&site, &[], r#"ulimit -n > "$T/limit""#);
+        assert!(
+            first.status.success(),
+            "{}",
+            String::from_utf8_lossy(&first.stderr)
+        );
+        for i in 0..59 {
+            let out = enqueue(&site, &[], "true");
+            assert!(
+                out.status.success(),
+                "enqueue {i} beyond the soft limit: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        assert_eq!(queue_len(&site), 60, "every row kept, each lane held");
+        assert_eq!(site.code(&["resume-all"]), 0);
+        wait_until("the first driver", || site.file("limit").exists());
+        wait_until("its line", || {
+            std::fs::read_to_string(site.file("limit")).is_ok_and(|t| t.ends_with('\n'))
+        });
+        assert_eq!(
+            std::fs::read_to_string(site.file("limit"))
+                .expect("limit")
+                .trim(),
+            "40",
+            "the driver runs with the limit the dispatcher was started with"
+        );
+    }
+
     fn enqueue(site: &Site, args: &[&str], script: &str) -> Output {
         site.worklane()
             .arg("enqueue")

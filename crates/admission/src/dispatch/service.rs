@@ -296,6 +296,23 @@ impl Dispatcher {
                     ),
                 ));
             }
+            // The dispatcher's own trouble (no descriptor left to open the guard with) is not
+            // the sender's: said as the dispatcher's failure.
+            Err(worklane_guard::acquire::Error::Io { source, .. })
+                if matches!(
+                    rustix::io::Errno::from_io_error(&source),
+                    Some(rustix::io::Errno::MFILE | rustix::io::Errno::NFILE)
+                ) =>
+            {
+                return Ok(Reply::refused(
+                    code::INTERNAL,
+                    format!(
+                        "the dispatcher cannot open {lock}'s guard to check it: it has no \
+                         descriptor left ({source}); raise its limit of open files \
+                         (LimitNOFILE= under systemd)"
+                    ),
+                ));
+            }
             Err(e) => {
                 return Ok(Reply::refused(
                     code::NOT_THE_LANE,
