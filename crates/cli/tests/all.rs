@@ -3131,6 +3131,60 @@ mod dispatcher {
         );
     }
 
+    #[test]
+    fn a_dispatcher_out_of_descriptors_refuses_with_the_reason_and_serves_on() {
+        // Two limits of each parity: whichever step of an enqueue finds none left (accepting,
+        // receiving the lane's descriptor, opening its guard to check it), the launcher is
+        // told why.
+        for limit in [40, 41, 42, 43] {
+            out_of_descriptors(limit);
+        }
+    }
+
+    fn out_of_descriptors(limit: u32) {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        // Soft and hard limit the same: nothing to raise it to.
+        let mut dispatcher = Running::new(
+            site.command("sh")
+                .args([
+                    "-c",
+                    &format!(r#"ulimit -n {limit} && exec "$0" dispatcher"#),
+                ])
+                .arg(env!("CARGO_BIN_EXE_worklane"))
+                .env("AGENT_SLOTS_DIR", site.slots())
+                .env("T", site.temp.path())
+                .env_remove("AGENT_SLOTS_CONFIG")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn_gated()
+                .expect("spawn the dispatcher"),
+        );
+        let socket = site.slots().join("dispatcher.sock");
+        wait_until("the dispatcher's socket", || {
+            std::os::unix::net::UnixStream::connect(&socket).is_ok()
+        });
+        assert_eq!(site.code(&["stop-all", "queueing"]), 0);
+        let mut refused = None;
+        for _ in 0..60 {
+            let out = enqueue(&site, &[], "true");
+            if !out.status.success() {
+                refused = Some(String::from_utf8_lossy(&out.stderr).into_owned());
+                break;
+            }
+        }
+        let refused = refused.expect("a queue of 60 does not fit");
+        assert!(
+            refused.contains("no descriptor left"),
+            "limit {limit}: {refused}"
+        );
+        assert!(
+            dispatcher.try_wait().expect("try_wait").is_none(),
+            "the dispatcher serves on"
+        );
+        assert_eq!(site.code(&["resume-all"]), 0);
+    }
+
     fn enqueue(site: &Site, args: &[&str], script: &str) -> Output {
         site.worklane()
             .arg("enqueue")

@@ -125,6 +125,14 @@ pub struct Server<'a> {
     launch: Launch<'a>,
     report: Box<dyn FnMut(Event) + 'a>,
     crash: Option<(CrashPoint, Box<dyn Fn() + 'a>)>,
+    /// A descriptor kept in reserve: when the process has no other left, it is closed to
+    /// accept the waiting connection and refuse it, instead of leaving it pending (and the
+    /// listener readable, so the loop would spin).
+    spare: Option<std::fs::File>,
+}
+
+fn spare() -> Option<std::fs::File> {
+    std::fs::File::open("/dev/null").ok()
 }
 
 impl std::fmt::Debug for Server<'_> {
@@ -153,6 +161,7 @@ impl<'a> Server<'a> {
             launch: Box::new(launch),
             report: Box::new(report),
             crash: None,
+            spare: spare(),
         }
     }
 
@@ -199,6 +208,14 @@ impl<'a> Server<'a> {
                     Ok((stream, _)) => self.answer(stream)?,
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e)
+                        if matches!(
+                            rustix::io::Errno::from_io_error(&e),
+                            Some(rustix::io::Errno::MFILE | rustix::io::Errno::NFILE)
+                        ) && self.spare.is_some() =>
+                    {
+                        self.refuse_for_want_of_descriptors(&e);
+                    }
                     Err(e) => {
                         (self.report)(Event::Connection(format!("accept: {e}")));
                         break;
@@ -213,6 +230,30 @@ impl<'a> Server<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Out of descriptors: the spare one is given up to accept the waiting connection, which
+    /// is told why and closed (with any descriptor it sent), then the spare is taken again.
+    fn refuse_for_want_of_descriptors(&mut self, error: &std::io::Error) {
+        drop(self.spare.take());
+        if let Ok((stream, _)) = self.listener.accept() {
+            let _ = stream.set_nonblocking(false);
+            let _ = stream.set_write_timeout(Some(REQUEST_TIMEOUT));
+            let reply = Reply::refused(
+                code::INTERNAL,
+                format!(
+                    "the dispatcher has no descriptor left ({error}): it holds one per queued \
+                     lane; raise its limit of open files (LimitNOFILE= under systemd)"
+                ),
+            );
+            let _ = transport::send(
+                &stream,
+                &serde_json::to_vec(&reply).unwrap_or_default(),
+                &[],
+            );
+        }
+        (self.report)(Event::Connection(format!("accept: {error}")));
+        self.spare = spare();
     }
 
     /// Expires, then admits while the pool has room; returns the attempts it admitted (their
@@ -277,6 +318,13 @@ impl<'a> Server<'a> {
         let (line, fds) = match transport::recv(&stream) {
             Ok(got) => got,
             Err(e) => {
+                // A message that cannot be taken whole is answered with why (a peer that
+                // is gone does not read it), so a client never waits on silence.
+                if matches!(e, transport::Error::TooManyFds | transport::Error::TooLong) {
+                    let reply = Reply::refused(code::BAD_REQUEST, e.to_string());
+                    let bytes = serde_json::to_vec(&reply).unwrap_or_default();
+                    let _ = transport::send(&stream, &bytes, &[]);
+                }
                 (self.report)(Event::Connection(e.to_string()));
                 return Ok(());
             }

@@ -47,8 +47,12 @@ pub enum Error {
     /// More than [`MAX_MESSAGE`] bytes without a newline.
     #[error("a message longer than {MAX_MESSAGE} bytes")]
     TooLong,
-    /// More descriptors than [`MAX_FDS`], or the kernel cut them short.
-    #[error("a message with more than {MAX_FDS} descriptors; all were closed")]
+    /// More descriptors than [`MAX_FDS`], or the kernel cut them short (the receiver had no
+    /// descriptor left to take them in).
+    #[error(
+        "a message with more than {MAX_FDS} descriptors, or more than the receiver could take \
+         in (it has no descriptor left: raise its limit of open files); all were closed"
+    )]
     TooManyFds,
 }
 
