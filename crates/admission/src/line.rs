@@ -191,7 +191,18 @@ impl Pool {
     /// Takes a place in the line for `kind` at `priority`, starting now (the pool's clock):
     /// an entry held by this process for as long as the [`Place`] lives.
     pub fn join_line(&self, kind: Kind, priority: i64, request: &Request) -> Result<Place, Error> {
-        let start_ms = self.clock().now_ms();
+        self.join_line_at(kind, priority, self.clock().now_ms(), request)
+    }
+
+    /// [`Pool::join_line`] at a place that started waiting at `start_ms` (the dispatcher's
+    /// rows keep their original start).
+    pub fn join_line_at(
+        &self,
+        kind: Kind,
+        priority: i64,
+        start_ms: u64,
+        request: &Request,
+    ) -> Result<Place, Error> {
         for _ in 0..4 {
             let entry = Entry {
                 kind: kind.label().to_owned(),

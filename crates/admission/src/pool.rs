@@ -412,6 +412,24 @@ impl Pool {
         self.try_take_until(kind, request, None)
     }
 
+    /// [`Pool::try_take`] for the holder of the place `own` in line: refused while a live entry
+    /// stands before that place (its own entry does not count).
+    pub fn try_take_as(
+        &self,
+        kind: Kind,
+        request: &Request,
+        own: &crate::line::Entry,
+    ) -> Result<Take, Error> {
+        if let Some(blocker) = self.operator_blocker()? {
+            return Ok(Take::Blocked(blocker));
+        }
+        let standing = self.standing(kind, own.priority, own.start_ms, Some(own))?;
+        if standing.ahead > 0 {
+            return Ok(Take::Blocked(self.in_line(kind, standing.ahead)?));
+        }
+        self.try_take_until(kind, request, None)
+    }
+
     /// [`Blocker::InLine`] for `ahead` entries: the kind's cap and its records as listed.
     fn in_line(&self, kind: Kind, ahead: u32) -> Result<Blocker, Error> {
         let names = self.dir.list()?;

@@ -2987,6 +2987,43 @@ mod line {
     }
 
     #[test]
+    fn runs_and_dispatched_rows_at_one_cap_interleave_in_line_order() {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        let _dispatcher = super::dispatcher::start(&site, &[]);
+        let mut holder = site.spawn(&["run"], HOLD, "h");
+        wait_until("the holder", || site.file("up.h").exists());
+        let enqueue = |key: &str| {
+            let out = site
+                .worklane()
+                .args(["enqueue", "--", "sh", "-c"])
+                .arg(format!(r#"echo {key} >> "$T/order""#))
+                .output_gated()
+                .expect("enqueue");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        // Row A, then a waiting run R, then row B: one line, A R B.
+        enqueue("rowA");
+        wait_until("row A standing in line", || entries(&site).len() == 1);
+        let mut run = join(&site, &[], "run", 2);
+        enqueue("rowB");
+        assert_eq!(
+            entries(&site).len(),
+            2,
+            "the dispatcher stands once, for its first row"
+        );
+        std::fs::write(site.file("release.h"), b"").expect("release");
+        assert!(wait_exit(&mut holder, "the holder").success());
+        assert!(wait_exit(&mut run, "the run").success());
+        wait_until("all three", || order(&site).len() == 3);
+        assert_eq!(order(&site), ["rowA", "run", "rowB"], "in line order");
+        wait_until("the line to empty", || entries(&site).is_empty());
+    }
+
+    #[test]
     fn stop_refuses_the_whole_line() {
         let site = Site::new(Some(r#"{"max_agents": 1}"#));
         let mut holder = site.spawn(&["run"], HOLD, "h");

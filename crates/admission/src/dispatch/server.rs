@@ -286,6 +286,8 @@ impl<'a> Server<'a> {
             self.write_entry(&admitted.attempt.id)?;
             admitted_ids.push(admitted.attempt.id);
         }
+        // Rows queued by an enqueue, an expiry or a failed start stand in the agents' line.
+        self.dispatcher.stand()?;
         Ok(admitted_ids)
     }
 
@@ -432,7 +434,9 @@ impl<'a> Server<'a> {
             }
             Request::Cancel { attempt } => {
                 let lane = self.dispatcher.view(&attempt)?.map(|a| a.lane);
-                if self.dispatcher.cancel(&attempt)? {
+                let cancelled = self.dispatcher.cancel(&attempt)?;
+                self.dispatcher.stand()?;
+                if cancelled {
                     if let Some(lane) = lane {
                         let _ = status::remove_entry(&dir, &lane);
                     }

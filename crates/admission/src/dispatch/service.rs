@@ -108,6 +108,8 @@ pub struct Dispatcher {
     store: Store,
     settings: Settings,
     held: HashMap<String, Held>,
+    /// Its place in the agents' line: the entry of its first queued row (`stand`).
+    place: Option<crate::line::Place>,
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -147,6 +149,7 @@ impl Dispatcher {
             store,
             settings,
             held: HashMap::new(),
+            place: None,
         };
         let now = dispatcher.now();
         let mut attempts = Vec::new();
@@ -184,7 +187,40 @@ impl Dispatcher {
                 }
             }
         }
+        dispatcher.stand()?;
         Ok(dispatcher)
+    }
+
+    /// Stands in the agents' line for its first queued row: an entry at that row's priority
+    /// and original start, moved as rows are admitted, queued or cancelled (the new entry is
+    /// made before the old is left, so no run slips in between), none when nothing is queued.
+    ///
+    /// One entry stands for all the rows: they are admitted in the line's own order, so the
+    /// first row's place is where the next of them stands, and a run behind it waits for it,
+    /// while a run before it goes first. (An entry per row would make the directory that many
+    /// files longer for every take's listings.)
+    pub fn stand(&mut self) -> Result<(), Error> {
+        let Some(head) = self.store.next_queued()? else {
+            if let Some(place) = self.place.take() {
+                place.leave()?;
+            }
+            return Ok(());
+        };
+        if self.place.as_ref().is_some_and(|p| {
+            p.entry().priority == head.priority && p.entry().start_ms == head.queued_at_ms
+        }) {
+            return Ok(());
+        }
+        let request = Request::new("worklane dispatcher")
+            .field("attempt", head.id.clone())
+            .field("lane", head.lane.clone());
+        let place =
+            self.pool
+                .join_line_at(Kind::Agent, head.priority, head.queued_at_ms, &request)?;
+        if let Some(old) = self.place.replace(place) {
+            old.leave()?;
+        }
+        Ok(())
     }
 
     /// Keeps a recovered row whose lane it holds: a starting row is queued again.
@@ -390,12 +426,20 @@ impl Dispatcher {
             .field("lane", attempt.lane.clone());
         // In the line of agents at the row's own place: a waiting `worklane run` before it
         // (higher priority, or the same and an earlier start) goes first.
-        let slot = match self.pool.try_take_at(
-            Kind::Agent,
-            &request,
-            attempt.priority,
-            attempt.queued_at_ms,
-        )? {
+        let taken = match self.place.as_ref().map(crate::line::Place::entry) {
+            Some(own)
+                if own.priority == attempt.priority && own.start_ms == attempt.queued_at_ms =>
+            {
+                self.pool.try_take_as(Kind::Agent, &request, own)?
+            }
+            _ => self.pool.try_take_at(
+                Kind::Agent,
+                &request,
+                attempt.priority,
+                attempt.queued_at_ms,
+            )?,
+        };
+        let slot = match taken {
             Take::Held(slot) => slot,
             Take::Blocked(_) => return Ok(None),
         };
@@ -407,6 +451,8 @@ impl Dispatcher {
         if let Some(held) = self.held.get_mut(&attempt.id) {
             held.slot = Some(slot);
         }
+        // The next queued row stands in line now (before the admitted row's entry goes).
+        self.stand()?;
         Ok(Some(Admitted {
             attempt: Attempt {
                 state: State::Starting,
