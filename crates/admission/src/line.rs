@@ -88,6 +88,17 @@ impl Entry {
     }
 }
 
+/// The entries of `label` among `listed`, in line order.
+fn entries_of(label: &str, listed: &[worklane_slotfile::SlotPath]) -> Vec<Entry> {
+    let mut entries: Vec<Entry> = listed
+        .iter()
+        .filter_map(|p| Entry::parse(p.name()))
+        .filter(|e| e.kind == label)
+        .collect();
+    entries.sort();
+    entries
+}
+
 impl PartialOrd for Entry {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))
@@ -252,6 +263,16 @@ impl Pool {
         own: Option<&Entry>,
     ) -> Result<Standing, Error> {
         let listed = self.listed_line(kind.label())?;
+        self.standing_among(&listed, priority, start_ms, own)
+    }
+
+    fn standing_among(
+        &self,
+        listed: &[Entry],
+        priority: i64,
+        start_ms: u64,
+        own: Option<&Entry>,
+    ) -> Result<Standing, Error> {
         let in_line = u32::try_from(listed.len()).unwrap_or(u32::MAX);
         let before: Vec<&Entry> = listed
             .iter()
@@ -281,14 +302,22 @@ impl Pool {
     /// The entries of `label` as listed, in line order (not probed).
     fn listed_line(&self, label: &str) -> Result<Vec<Entry>, Error> {
         let prefix = format!("{LINE_PREFIX}{label}.");
-        let mut entries: Vec<Entry> = self
-            .dir()
-            .list_prefixed(&prefix)?
-            .iter()
-            .filter_map(|p| Entry::parse(p.name()))
-            .collect();
-        entries.sort();
-        Ok(entries)
+        Ok(entries_of(label, &self.dir().list_prefixed(&prefix)?))
+    }
+
+    /// How many live entries of `kind`'s line stand before the place (`priority`, `start_ms`,
+    /// and `own` if it stands in line), from a listing already made (`listed`): the first one
+    /// before it is probed (dead ones retired on the way), the rest counted as listed.
+    pub(crate) fn ahead_in(
+        &self,
+        kind: Kind,
+        listed: &[worklane_slotfile::SlotPath],
+        priority: i64,
+        start_ms: u64,
+        own: Option<&Entry>,
+    ) -> Result<u32, Error> {
+        let entries = entries_of(kind.label(), listed);
+        Ok(self.standing_among(&entries, priority, start_ms, own)?.ahead)
     }
 
     /// Whether `entry`'s waiter lives (its guard held); a dead one's entry is retired.

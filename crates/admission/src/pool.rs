@@ -402,14 +402,7 @@ impl Pool {
         priority: i64,
         start_ms: u64,
     ) -> Result<Take, Error> {
-        if let Some(blocker) = self.operator_blocker()? {
-            return Ok(Take::Blocked(blocker));
-        }
-        let standing = self.standing(kind, priority, start_ms, None)?;
-        if standing.ahead > 0 {
-            return Ok(Take::Blocked(self.in_line(kind, standing.ahead)?));
-        }
-        self.try_take_until(kind, request, None)
+        self.try_take_until(kind, request, None, Some((priority, start_ms, None)))
     }
 
     /// [`Pool::try_take`] for the holder of the place `own` in line: refused while a live entry
@@ -420,14 +413,12 @@ impl Pool {
         request: &Request,
         own: &crate::line::Entry,
     ) -> Result<Take, Error> {
-        if let Some(blocker) = self.operator_blocker()? {
-            return Ok(Take::Blocked(blocker));
-        }
-        let standing = self.standing(kind, own.priority, own.start_ms, Some(own))?;
-        if standing.ahead > 0 {
-            return Ok(Take::Blocked(self.in_line(kind, standing.ahead)?));
-        }
-        self.try_take_until(kind, request, None)
+        self.try_take_until(
+            kind,
+            request,
+            None,
+            Some((own.priority, own.start_ms, Some(own))),
+        )
     }
 
     /// [`Blocker::InLine`] for `ahead` entries: the kind's cap and its records as listed.
@@ -465,11 +456,16 @@ impl Pool {
     }
 
     /// [`Pool::try_take`] that also gives up on a busy `slots.lock` at `deadline`.
+    ///
+    /// `line`: the place (priority, start, own entry) whose turn in the waiting line it checks,
+    /// or `None` for a waiter already found at the head. For agents and test runs the check is
+    /// made under `slots.lock` from the count's own listing; for the full run, before.
     fn try_take_until(
         &self,
         kind: Kind,
         request: &Request,
         deadline: Option<Instant>,
+        line: Option<(i64, u64, Option<&crate::line::Entry>)>,
     ) -> Result<Take, Error> {
         if let Some(blocker) = self.operator_blocker()? {
             return Ok(Take::Blocked(blocker));
@@ -482,6 +478,13 @@ impl Pool {
             request = request.field("limit_ms", limit);
         }
         let Some((prefix, cap)) = kind.prefix().map(|p| (p, self.cap(kind))) else {
+            if let Some((priority, start_ms, own)) = line {
+                let listed = self.dir.list_prefixed(crate::line::LINE_PREFIX)?;
+                let ahead = self.ahead_in(kind, &listed, priority, start_ms, own)?;
+                if ahead > 0 {
+                    return Ok(Take::Blocked(self.in_line(kind, ahead)?));
+                }
+            }
             return match self.acquire_settled(FULL_RUN_LOCK, &request)? {
                 Acquired::Held(lease) => Ok(Take::Held(Slot { kind, lease })),
                 Acquired::Refused(refusal) => {
@@ -496,7 +499,15 @@ impl Pool {
         if let Some(blocker) = self.operator_blocker()? {
             return Ok(Take::Blocked(blocker));
         }
-        let slots = self.kind_slots(prefix)?;
+        let (files, hidden) = self.dir.list_with_hidden()?;
+        if let Some((priority, start_ms, own)) = line {
+            let ahead = self.ahead_in(kind, &files, priority, start_ms, own)?;
+            if ahead > 0 {
+                counting.release().map_err(Error::Held)?;
+                return Ok(Take::Blocked(self.in_line(kind, ahead)?));
+            }
+        }
+        let slots = self.kind_slots_in(prefix, files, &hidden)?;
         let held: Vec<u32> = slots
             .iter()
             .filter(|(_, _, state)| state.is_held())
@@ -618,7 +629,7 @@ impl Pool {
             let me = place.entry();
             let standing = self.standing(kind, me.priority, me.start_ms, Some(me))?;
             let blocker = if standing.ahead == 0 {
-                match self.try_take_until(kind, request, deadline)? {
+                match self.try_take_until(kind, request, deadline, None)? {
                     Take::Held(slot) => {
                         place.leave()?;
                         return Ok(Take::Held(slot));
@@ -666,9 +677,13 @@ impl Pool {
     }
 
     /// Slots of one kind: `(index, path, state)` for every `<prefix>-<i>.lock`.
-    fn kind_slots(&self, prefix: &str) -> Result<Vec<(u32, SlotPath, SlotState)>, Error> {
+    fn kind_slots_in(
+        &self,
+        prefix: &str,
+        files: Vec<SlotPath>,
+        hidden: &[String],
+    ) -> Result<Vec<(u32, SlotPath, SlotState)>, Error> {
         let mut out = Vec::new();
-        let (files, hidden) = self.dir.list_with_hidden()?;
         for path in files {
             let Some(index) = slot_index(prefix, path.name()) else {
                 continue;
@@ -676,7 +691,7 @@ impl Pool {
             let state = self.state_of(&path, &ProcessLiveness)?;
             out.push((index, path, state));
         }
-        for (index, path) in self.recordless_held(prefix, &hidden)? {
+        for (index, path) in self.recordless_held(prefix, hidden)? {
             if !out.iter().any(|(i, _, _)| *i == index) {
                 out.push((index, path, SlotState::GuardHeld));
             }
