@@ -317,7 +317,9 @@ impl Pool {
         own: Option<&Entry>,
     ) -> Result<u32, Error> {
         let entries = entries_of(kind.label(), listed);
-        Ok(self.standing_among(&entries, priority, start_ms, own)?.ahead)
+        Ok(self
+            .standing_among(&entries, priority, start_ms, own)?
+            .ahead)
     }
 
     /// Whether `entry`'s waiter lives (its guard held); a dead one's entry is retired.
@@ -329,5 +331,87 @@ impl Pool {
             // (`worklane slots` shows it): it no longer stands in anyone's way.
             Removal::Needed => false,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(priority: i64, start_ms: u64, token: &str) -> Entry {
+        Entry {
+            kind: "agent".into(),
+            priority,
+            start_ms,
+            token: token.into(),
+        }
+    }
+
+    #[test]
+    fn names_round_trip_and_only_entries_parse() {
+        let e = entry(-3, 1_800_000_000_123, "0123456789abcdef");
+        assert_eq!(e.name(), "line-agent.-3.1800000000123.0123456789abcdef");
+        assert_eq!(Entry::parse(&e.name()), Some(e));
+        for kind in ["agent", "test", "full-run"] {
+            let name = format!("line-{kind}.0.0.0123456789abcdef");
+            assert_eq!(Entry::parse(&name).map(|e| e.kind), Some(kind.to_owned()));
+        }
+        for not in [
+            "line-agent.0.5.0123456789abcdef.epoch.1",
+            "line-agent.0.5.0123456789abcdef.0123456789abcdef.claim",
+            "line-agent.0.5",
+            "line-other.0.5.0123456789abcdef",
+            "line-agent.00.5.0123456789abcdef",
+            "line-agent.-0.5.0123456789abcdef",
+            "line-agent.-.5.0123456789abcdef",
+            "line-agent.+1.5.0123456789abcdef",
+            "line-agent.0.05.0123456789abcdef",
+            "line-agent.0..0123456789abcdef",
+            "line-agent.0.5.0123456789ABCDEF",
+            "line-agent.0.5.0123456789abcde",
+            "line-agent.0.5.0123456789abcdef0",
+            "line-agent.99999999999999999999.5.0123456789abcdef",
+            "agent-0.lock",
+            "xline-agent.0.5.0123456789abcdef",
+        ] {
+            assert_eq!(Entry::parse(not), None, "{not}");
+        }
+        assert_eq!(
+            Entry::parse("line-agent.0.0.0123456789abcdef").map(|e| (e.priority, e.start_ms)),
+            Some((0, 0)),
+            "zero is written 0"
+        );
+    }
+
+    #[test]
+    fn the_line_goes_by_priority_then_start_then_token() {
+        let mut line = vec![
+            entry(0, 20, "00000000000000aa"),
+            entry(5, 30, "00000000000000aa"),
+            entry(0, 10, "00000000000000bb"),
+            entry(0, 10, "00000000000000aa"),
+            entry(-1, 1, "00000000000000aa"),
+        ];
+        line.sort();
+        let keys: Vec<(i64, u64, &str)> = line
+            .iter()
+            .map(|e| (e.priority, e.start_ms, &e.token[14..]))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                (5, 30, "aa"),
+                (0, 10, "aa"),
+                (0, 10, "bb"),
+                (0, 20, "aa"),
+                (-1, 1, "aa")
+            ]
+        );
+        let e = entry(0, 10, "00000000000000aa");
+        assert!(e.before(0, 10), "a tie goes to whoever stands in line");
+        assert!(e.before(0, 11), "an earlier start");
+        assert!(!e.before(0, 9), "a later start");
+        assert!(e.before(-1, 0), "a higher priority, whatever the start");
+        assert!(!e.before(1, 99), "a lower priority");
     }
 }

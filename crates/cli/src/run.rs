@@ -419,3 +419,55 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod line_tests {
+    use super::*;
+
+    #[test]
+    fn places_in_line_are_ordinals() {
+        let got: Vec<String> = [1, 2, 3, 4, 11, 12, 13, 21, 22, 23, 101, 111, 112]
+            .into_iter()
+            .map(ordinal)
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "23rd",
+                "101st", "111th", "112th"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_waiting_line_says_the_place_and_the_count() {
+        let at = |blocker: &Blocker, position| {
+            waiting_line(&Waiting {
+                blocker,
+                waited: Duration::from_secs(12),
+                position,
+                in_line: 3,
+            })
+        };
+        assert_eq!(
+            at(
+                &Blocker::InLine {
+                    ahead: 2,
+                    held: 2,
+                    cap: 2
+                },
+                3
+            ),
+            "3rd in line, 2 of 2 held"
+        );
+        assert_eq!(
+            at(&Blocker::AtCap { held: 1, cap: 1 }, 1),
+            "1st in line, 1 of 1 held"
+        );
+        assert!(
+            at(&Blocker::Counting, 1).starts_with("1st in line: slots.lock has been held"),
+            "{}",
+            at(&Blocker::Counting, 1)
+        );
+    }
+}
