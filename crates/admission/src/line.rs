@@ -385,7 +385,7 @@ mod tests {
 
     #[test]
     fn the_line_goes_by_priority_then_start_then_token() {
-        let mut line = vec![
+        let mut line = [
             entry(0, 20, "00000000000000aa"),
             entry(5, 30, "00000000000000aa"),
             entry(0, 10, "00000000000000bb"),
