@@ -323,14 +323,20 @@ impl Pool {
     }
 
     /// Whether `entry`'s waiter lives (its guard held); a dead one's entry is retired.
+    ///
+    /// Only a held guard makes an entry live. An entry whose record is gone has left (or is
+    /// being retired by another waiter: its guard may be unlinked and made again under us);
+    /// one whose guard cannot be taken or removed cannot stand in anyone's way either: at
+    /// worst someone goes before it, and the cap is kept by the count whatever the line says.
     fn is_live(&self, entry: &Entry) -> Result<bool, Error> {
-        Ok(match worklane_lease::retire(self.dir(), &entry.name())? {
-            Removal::Busy => true,
-            Removal::Removed => false,
-            // Its guard was free, so its waiter is gone, but a file of it could not be removed
-            // (`worklane slots` shows it): it no longer stands in anyone's way.
-            Removal::Needed => false,
-        })
+        let path = self.dir().file(&entry.name())?;
+        if !path.modified_ms().is_ok_and(|m| m.is_some()) {
+            return Ok(false);
+        }
+        Ok(matches!(
+            worklane_lease::retire(self.dir(), &entry.name()),
+            Ok(Removal::Busy)
+        ))
     }
 }
 

@@ -631,7 +631,9 @@ impl Pool {
             let blocker = if standing.ahead == 0 {
                 match self.try_take_until(kind, request, deadline, None)? {
                     Take::Held(slot) => {
-                        place.leave()?;
+                        // Best effort: once its record is gone the entry is out of the line; a file
+                        // left behind is litter, never a reason to fail the take.
+                        let _ = place.leave();
                         return Ok(Take::Held(slot));
                     }
                     Take::Blocked(blocker) => blocker,
@@ -642,12 +644,12 @@ impl Pool {
                 self.in_line(kind, standing.ahead)?
             };
             if blocker.is_operator_refusal() {
-                place.leave()?;
+                let _ = place.leave();
                 return Ok(Take::Blocked(blocker));
             }
             let waited = started.elapsed();
             if wait.timeout.is_some_and(|t| waited >= t) {
-                place.leave()?;
+                let _ = place.leave();
                 return Ok(Take::Blocked(blocker));
             }
             (wait.on_wait)(&Waiting {

@@ -2890,8 +2890,13 @@ mod line {
             .collect();
         std::fs::write(site.file("release.h"), b"").expect("release");
         assert!(wait_exit(&mut holder, "the holder").success());
-        for w in &mut waiters {
-            assert!(wait_exit(w, "a waiter").success());
+        for w in waiters {
+            let out = w.wait_with_output().expect("a waiter");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         let expected: Vec<String> = (1..=20).map(|i| i.to_string()).collect();
         assert_eq!(order(&site), expected, "exactly in arrival order");
@@ -2968,7 +2973,8 @@ mod line {
         });
         head.kill().expect("SIGKILL the head");
         head.wait().expect("reap");
-        assert_eq!(entries(&site).len(), 3, "a killed waiter removes nothing");
+        // Its entry stays until a waiter behind it looks (at the latest 250 ms on) and
+        // retires it; the release below may come first.
         std::fs::write(site.file("release.h"), b"").expect("release");
         assert!(wait_exit(&mut holder, "the holder").success());
         for w in [&mut second, &mut last] {
