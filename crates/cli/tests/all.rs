@@ -2885,7 +2885,7 @@ mod line {
         let site = Site::new(Some(r#"{"max_agents": 1}"#));
         let mut holder = site.spawn(&["run"], HOLD, "h");
         wait_until("the holder", || site.file("up.h").exists());
-        let mut waiters: Vec<Running> = (1..=20)
+        let waiters: Vec<Running> = (1..=20)
             .map(|i| join(&site, &[], &i.to_string(), i))
             .collect();
         std::fs::write(site.file("release.h"), b"").expect("release");
