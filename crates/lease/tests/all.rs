@@ -2314,6 +2314,14 @@ mod hand_over {
             std::fs::remove_file(site.path().join(LOCK)).expect("remove record");
         });
         assert_eq!(got, 9, "no record: the largest epoch file");
+        // The last epoch there is: the record's claim is checked without looking past it.
+        let got = adopted_epoch(|site, epoch| {
+            std::fs::rename(epoch_file(site, epoch), epoch_file(site, u64::MAX)).expect("rename");
+            let mut record = site.record().expect("record");
+            record.epoch = Some(u64::MAX);
+            site.write_record(&record);
+        });
+        assert_eq!(got, u64::MAX, "the largest there is");
     }
 }
 
