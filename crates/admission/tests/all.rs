@@ -2047,6 +2047,9 @@ mod lanes {
 
     #[test]
     fn retiring_removes_an_own_lanes_files_unless_someone_holds_it() {
+        // No child of another test may be forked while this one's descriptors exist: it would
+        // hold the lane's lock for as long as it lives.
+        let _quiet = gate::quiet();
         let site = Site::new("{}");
         let dir = site.pool.dir();
         let lane = "q-00112233445566ff";
@@ -2068,7 +2071,9 @@ mod lanes {
         )
         .expect("claim");
         // What the command left running still holds the lane: nothing is removed.
-        let leftover = rustix::io::dup(lease.guard().expect("held")).expect("dup");
+        // Close-on-exec: a child another test starts meanwhile must not inherit the lock.
+        let leftover =
+            rustix::io::fcntl_dupfd_cloexec(lease.guard().expect("held"), 0).expect("dup");
         gate::quietly(|| lease.release()).expect("release");
         let before = names(&site);
         assert_eq!(
