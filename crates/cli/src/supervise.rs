@@ -1,7 +1,7 @@
 //! Running the command: spawn it, forward signals, halt it on request, report its status.
 
 use crate::exit::{self, Failure};
-use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
+use signal_hook::consts::{SIGALRM, SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
 use std::ffi::OsString;
 use std::io::IsTerminal;
@@ -17,6 +17,10 @@ pub(crate) const CHECK_EVERY: Duration = Duration::from_millis(250);
 /// How long a halted command has between SIGTERM and SIGKILL. With the check interval this
 /// keeps a halt within about 5 s of a STOP.
 pub(crate) const GRACE: Duration = Duration::from_secs(3);
+
+/// The signals `worklane run` passes on to its command (each one's default would end the
+/// wrapper and leave the command running without its supervisor).
+const FORWARDED: [i32; 7] = [SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM];
 
 enum Event {
     /// The command has exited (or waiting failed); it is not reaped yet.
@@ -128,7 +132,16 @@ pub(crate) fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Out
     let (program, args) = command
         .split_first()
         .ok_or_else(|| Failure::new(exit::USAGE, "no command given after --"))?;
-    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(|e| {
+    // Every signal a caller may send a job is passed on to the command, except those the
+    // caller ignores (`nohup`, `trap '' HUP`): they stay ignored, here and in the command,
+    // which inherits the disposition through exec as under `flock(1)` or `env`.
+    let ignored = crate::sys::ignored_signals();
+    let forwarded: Vec<i32> = FORWARDED
+        .iter()
+        .copied()
+        .filter(|s| !ignored.contains(s))
+        .collect();
+    let mut signals = Signals::new(&forwarded).map_err(|e| {
         Failure::new(
             exit::OS_ERROR,
             format!("cannot install signal handlers: {e}"),
@@ -219,7 +232,13 @@ pub(crate) fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Out
                 let forwarded = match signal {
                     SIGTERM => Some(rustix::process::Signal::TERM),
                     SIGHUP => Some(rustix::process::Signal::HUP),
+                    SIGUSR1 => Some(rustix::process::Signal::USR1),
+                    SIGUSR2 => Some(rustix::process::Signal::USR2),
+                    SIGALRM => Some(rustix::process::Signal::ALARM),
+                    // From a terminal, Ctrl-C and Ctrl-\ reach the command in its foreground
+                    // group already.
                     SIGINT if !interactive => Some(rustix::process::Signal::INT),
+                    SIGQUIT if !interactive => Some(rustix::process::Signal::QUIT),
                     _ => None,
                 };
                 if let Some(signal) = forwarded {

@@ -92,3 +92,44 @@ pub(crate) fn systemd_listener() -> Option<std::os::fd::OwnedFd> {
     let _ = rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC);
     Some(fd)
 }
+
+/// The signals this process ignores (inherited `SIG_IGN`), from the `SigIgn` mask of
+/// `/proc/self/status` (Linux; elsewhere none are known to be ignored).
+pub(crate) fn ignored_signals() -> Vec<i32> {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| parse_sigign(&status))
+        .unwrap_or_default()
+}
+
+/// The signal numbers in the `SigIgn:` line of a `/proc/<pid>/status` text (a hexadecimal
+/// mask, bit N-1 for signal N); `None` without a readable line.
+pub(crate) fn parse_sigign(status: &str) -> Option<Vec<i32>> {
+    let hex = status
+        .lines()
+        .find_map(|line| line.strip_prefix("SigIgn:"))?
+        .trim();
+    let mask = u64::from_str_radix(hex, 16).ok()?;
+    Some(
+        (0..64)
+            .filter(|bit| mask & (1u64 << bit) != 0)
+            .map(|bit| bit + 1)
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ignored_mask_is_read_bit_by_signal() {
+        let status =
+            "Name:\tsh\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000000203\nSigCgt:\t0\n";
+        assert_eq!(parse_sigign(status), Some(vec![1, 2, 10]));
+        assert_eq!(parse_sigign("SigIgn:\t8000000000000000\n"), Some(vec![64]));
+        assert_eq!(parse_sigign("SigIgn:\t0000000000000000\n"), Some(vec![]));
+        assert_eq!(parse_sigign("SigIgn:\tzz\n"), None, "not hexadecimal");
+        assert_eq!(parse_sigign("Name:\tsh\n"), None, "no line");
+    }
+}

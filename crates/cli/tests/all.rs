@@ -418,6 +418,79 @@ mod exits {
     }
 
     #[test]
+    fn every_catchable_job_signal_is_forwarded_and_the_slot_kept_meanwhile() {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        for (signal, name) in [
+            (rustix::process::Signal::USR1, "USR1"),
+            (rustix::process::Signal::USR2, "USR2"),
+            (rustix::process::Signal::ALARM, "ALRM"),
+            (rustix::process::Signal::QUIT, "QUIT"),
+            (rustix::process::Signal::HUP, "HUP"),
+        ] {
+            let script = format!(
+                r#"trap 'echo {name} >> "$T/got"; touch "$T/seen.$K"' {name}; touch "$T/up.$K"; while [ ! -e "$T/seen.$K" ]; do sleep 0.02; done; while [ ! -e "$T/end.$K" ]; do sleep 0.02; done"#
+            );
+            let mut run = site.spawn(&["run"], &script, name);
+            wait_until("the command", || site.file(&format!("up.{name}")).exists());
+            let pid = rustix::process::Pid::from_raw(run.id() as i32).expect("pid");
+            rustix::process::kill_process(pid, signal).expect("signal");
+            wait_until("the command's trap", || {
+                site.file(&format!("seen.{name}")).exists()
+            });
+            assert!(
+                run.try_wait().expect("try_wait").is_none(),
+                "{name}: the wrapper lives on"
+            );
+            assert_eq!(
+                site.code(&["run", "--no-wait", "--", "true"]),
+                75,
+                "{name}: the slot is still the command's"
+            );
+            std::fs::write(site.file(&format!("end.{name}")), b"").expect("end");
+            assert!(wait_exit(&mut run, "worklane run").success(), "{name}");
+        }
+        let got = std::fs::read_to_string(site.file("got")).expect("got");
+        assert_eq!(got, "USR1\nUSR2\nALRM\nQUIT\nHUP\n");
+    }
+
+    #[test]
+    fn signals_the_caller_ignores_stay_ignored_in_the_command() {
+        let site = Site::new(None);
+        // As `nohup` and `trap '' HUP INT` leave them: HUP (bit 0), INT (bit 1), USR1 (bit 9).
+        let out = site
+            .command("sh")
+            .args([
+                "-c",
+                r#"trap '' HUP INT USR1; exec "$0" run -- sh -c 'grep SigIgn /proc/self/status'"#,
+            ])
+            .arg(env!("CARGO_BIN_EXE_worklane"))
+            .env("AGENT_SLOTS_DIR", site.slots())
+            .env_remove("AGENT_SLOTS_CONFIG")
+            .stdin(Stdio::null())
+            .output_gated()
+            .expect("run");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mask = text
+            .trim()
+            .strip_prefix("SigIgn:")
+            .map(str::trim)
+            .and_then(|h| u64::from_str_radix(h, 16).ok())
+            .expect("a SigIgn line");
+        for (bit, name) in [(0, "HUP"), (1, "INT"), (9, "USR1")] {
+            assert!(mask & (1 << bit) != 0, "{name} is still ignored: {text}");
+        }
+        assert!(
+            mask & (1 << 14) == 0,
+            "TERM, never ignored by the caller, is not: {text}"
+        );
+    }
+
+    #[test]
     fn a_malformed_config_exits_78_naming_the_file() {
         for (config, field) in [
             (r#"{"max_agents": 0}"#, "max_agents"),
