@@ -165,6 +165,9 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     if let Err(e) = released {
         errln!("worklane: releasing {what}: {}", exit::chain(&e));
     }
+    if let Some(signal) = outcome.signal {
+        crate::sys::die_by(signal);
+    }
     Ok(ExitCode::from(outcome.code))
 }
 
@@ -308,6 +311,9 @@ pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
                 outcome.halted.unwrap_or_default()
             ),
         ));
+    }
+    if let Some(signal) = outcome.signal {
+        crate::sys::die_by(signal);
     }
     Ok(ExitCode::from(outcome.code))
 }

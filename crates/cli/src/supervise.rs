@@ -112,6 +112,10 @@ pub(crate) struct Outcome {
     pub(crate) code: u8,
     /// Why it was halted, if it was.
     pub(crate) halted: Option<String>,
+    /// The signal that ended it, when worklane did not halt it: the wrapper, once it has let
+    /// go of what it holds, ends by the same signal ([`crate::sys::die_by`]), so that a shell
+    /// loop sees its job killed by SIGINT and stops, as it would without the wrapper.
+    pub(crate) signal: Option<i32>,
 }
 
 /// Runs `command`, calling `check` every [`CHECK_EVERY`]; when `check` returns a reason, the
@@ -296,6 +300,7 @@ pub(crate) fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Out
     };
     Ok(Outcome {
         code,
+        signal: status.signal().filter(|_| halting.is_none()),
         halted: halting.map(|(reason, _)| reason),
     })
 }

@@ -93,6 +93,23 @@ pub(crate) fn systemd_listener() -> Option<std::os::fd::OwnedFd> {
     Some(fd)
 }
 
+/// Ends this process by `signal`, as the command it ran ended: its default disposition
+/// restored and the signal raised, with core dumps off (the command may have dumped core;
+/// the wrapper has nothing to show). Returns only if that did not end it (a signal whose
+/// default is to be ignored, or a failure): the caller then exits with 128+N.
+pub(crate) fn die_by(signal: i32) {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let core = getrlimit(Resource::Core);
+    let _ = setrlimit(
+        Resource::Core,
+        Rlimit {
+            current: Some(0),
+            maximum: core.maximum,
+        },
+    );
+    let _ = signal_hook::low_level::emulate_default_handler(signal);
+}
+
 /// The signals this process ignores (inherited `SIG_IGN`), from the `SigIgn` mask of
 /// `/proc/self/status` (Linux; elsewhere none are known to be ignored).
 pub(crate) fn ignored_signals() -> Vec<i32> {
