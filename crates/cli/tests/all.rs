@@ -1242,7 +1242,48 @@ AGENT_SLOTS_DIR="$T/other" "$W" run --no-wait -- true; echo $? > "$T/other.code"
 
 mod terminal {
     use super::*;
-    use std::io::Read;
+    use std::io::{Read, Write};
+
+    #[test]
+    fn ctrl_c_on_a_terminal_stops_a_shell_loop_of_runs() {
+        let site = Site::new(None);
+        // A script's loop, on a pseudo-terminal: Ctrl-C reaches the shell, worklane and the
+        // command (the terminal's foreground group); the shell stops the loop only if its job
+        // died of SIGINT.
+        let inner = format!(
+            r#"bash -c 'for i in 1 2 3; do {wl} run -- sh -c "touch \"$T/up.\$0\"; exec sleep 100" $i; echo next-$i; done; echo loop-done'"#,
+            wl = env!("CARGO_BIN_EXE_worklane")
+        );
+        let mut shell = site
+            .command("script")
+            .args(["-qfec", &inner, "/dev/null"])
+            .env("AGENT_SLOTS_DIR", site.slots())
+            .env("T", site.temp.path())
+            .env_remove("AGENT_SLOTS_CONFIG")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn_gated()
+            .expect("spawn script");
+        let mut stdin = shell.stdin.take().expect("stdin");
+        wait_until("the first command", || site.file("up.1").exists());
+        stdin.write_all(b"\x03").expect("Ctrl-C");
+        stdin.flush().expect("flush");
+        let mut stdout = shell.stdout.take().expect("stdout");
+        let status = wait_exit(&mut shell, "the shell");
+        drop(stdin);
+        let mut text = String::new();
+        let _ = stdout.read_to_string(&mut text);
+        assert!(
+            !text.contains("next-1") && !text.contains("loop-done"),
+            "the loop stopped at the first Ctrl-C: {text:?} ({status})"
+        );
+        assert!(!site.file("up.2").exists(), "no second run: {text:?}");
+        assert_eq!(
+            site.code(&["run", "--no-wait", "--", "true"]),
+            0,
+            "the slot was let go"
+        );
+    }
 
     #[test]
     fn a_run_waiting_on_a_terminal_shows_what_blocks_it() {
