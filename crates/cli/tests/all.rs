@@ -431,6 +431,28 @@ mod exits {
     }
 
     #[test]
+    fn a_script_without_a_shebang_runs_with_the_shell_as_execvp_does() {
+        let site = Site::new(None);
+        let script = site.file("no-shebang");
+        std::fs::write(&script, "echo ran-by-sh > \"$T/ran\"\nexit 3\n").expect("script");
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+        let out = site.output(&["run", "--", script.to_str().expect("utf-8")]);
+        assert_eq!(
+            out.status.code(),
+            Some(3),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            std::fs::read_to_string(site.file("ran"))
+                .expect("ran")
+                .trim(),
+            "ran-by-sh"
+        );
+    }
+
+    #[test]
     fn every_catchable_job_signal_is_forwarded_and_the_slot_kept_meanwhile() {
         let site = Site::new(Some(r#"{"max_agents": 1}"#));
         for (signal, name) in [
