@@ -1000,6 +1000,31 @@ mod tests {
     use super::slot_index;
 
     #[test]
+    fn a_waiter_wakes_for_its_kinds_slots_its_line_stop_drain_and_config() {
+        use super::{Kind, Pool};
+        let test = Kind::Test { limit_ms: None };
+        for (kind, name, wakes) in [
+            (Kind::Agent, "agent-3.lock", true),
+            (Kind::Agent, "test-3.lock", false),
+            (test, "test-0.lock", true),
+            (Kind::FullRun, "full-run.lock", true),
+            (Kind::Agent, "full-run.lock", false),
+            (Kind::Agent, "line-agent.0.5.0123456789abcdef", true),
+            (Kind::Agent, "line-test.0.5.0123456789abcdef", false),
+            (test, "line-test.0.5.0123456789abcdef", true),
+            (Kind::Agent, "line-agent.0.5.0123456789abcdef.epoch.1", false),
+            (Kind::FullRun, "STOP", true),
+            (Kind::Agent, "update-drain.json", true),
+            (Kind::Agent, "config.json", true),
+            (Kind::Agent, "slots.lock", false),
+            (Kind::Agent, ".agent-0.lock.tmp-0123456789abcdef", false),
+            (Kind::Agent, "queue-x.json", false),
+        ] {
+            assert_eq!(Pool::wakes(kind, name), wakes, "{} {name}", kind.label());
+        }
+    }
+
+    #[test]
     fn only_a_stray_file_or_a_forbidden_guard_is_a_broken_guard() {
         use std::path::PathBuf;
         use worklane_guard::acquire::Error as G;
