@@ -1012,7 +1012,11 @@ mod tests {
             (Kind::Agent, "line-agent.0.5.0123456789abcdef", true),
             (Kind::Agent, "line-test.0.5.0123456789abcdef", false),
             (test, "line-test.0.5.0123456789abcdef", true),
-            (Kind::Agent, "line-agent.0.5.0123456789abcdef.epoch.1", false),
+            (
+                Kind::Agent,
+                "line-agent.0.5.0123456789abcdef.epoch.1",
+                false,
+            ),
             (Kind::FullRun, "STOP", true),
             (Kind::Agent, "update-drain.json", true),
             (Kind::Agent, "config.json", true),

@@ -245,6 +245,20 @@ pub(crate) fn judge(
     }
 }
 
+/// The supervisor a record names (its writer: pid and start time), if it is stopped (state
+/// `T` or `t`) and ours to signal (root, or its own user).
+fn stopped_supervisor(command: &RecordedCommand, me: &Me) -> Option<Target> {
+    let pid = command.record.pid()?;
+    let start = command.record.holder.identity.present().map(|i| i.start)?;
+    let s = observe(pid)?;
+    (s.start == start && matches!(s.state, b'T' | b't') && (me.uid == 0 || me.uid == s.uid))
+        .then_some(Target {
+            pid,
+            start,
+            group: false,
+        })
+}
+
 /// Sends `signal` to `target`, if it is still the process observed (a pidfd pins it on
 /// Linux, so a pid reused since cannot be hit).
 fn send(target: &Target, signal: Signal) {
@@ -311,6 +325,7 @@ pub(crate) fn enforce_stop(pool: &Pool) -> Report {
     let mut termed: BTreeMap<Target, Instant> = BTreeMap::new();
     let mut killed: BTreeSet<Target> = BTreeSet::new();
     let mut signalled: BTreeSet<String> = BTreeSet::new();
+    let mut continued: BTreeSet<u32> = BTreeSet::new();
     let mut report = Report::default();
     let mut first = true;
     loop {
@@ -331,6 +346,15 @@ pub(crate) fn enforce_stop(pool: &Pool) -> Report {
                     supervised,
                     targets,
                 } => {
+                    // A supervisor stopped with its job (Ctrl-Z) is continued too: it holds a
+                    // copy of the slot's guard, and only it can let go of the slot (it then
+                    // finds its command halted and exits).
+                    if !supervised
+                        && let Some(supervisor) = stopped_supervisor(command, &me)
+                        && continued.insert(supervisor.pid)
+                    {
+                        send(&supervisor, Signal::CONT);
+                    }
                     let now = Instant::now();
                     for target in &targets {
                         if !supervised && !termed.contains_key(target) {

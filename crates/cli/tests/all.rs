@@ -2596,7 +2596,8 @@ mod supervisor_gone {
             "stop-all returns once the command is halted: {}",
             String::from_utf8_lossy(&out.stdout)
         );
-        signal(supervisor, Signal::CONT);
+        // Continued by stop-all (it holds a copy of the slot's guard): it lets go and exits
+        // with nobody resuming it by hand.
         let status = wait_exit(&mut run, "the supervisor");
         assert_eq!(
             status.code().or(status.signal().map(|s| 128 + s)),
@@ -2604,6 +2605,11 @@ mod supervisor_gone {
             "the command died of SIGTERM, and the supervisor says so as a shell shows it"
         );
         assert_eq!(site.code(&["resume-all"]), 0);
+        assert_eq!(
+            site.code(&["run", "--no-wait", "--", "true"]),
+            0,
+            "the slot is free once the supervisor has gone"
+        );
     }
 
     #[test]
