@@ -16,6 +16,16 @@ use worklane_slotfile::{Environment, SlotDir};
 pub(crate) const TEMP_MIN_AGE_MS: u64 = 60_000;
 
 /// How a reclaim run ended.
+/// A slot's state as a person reads it.
+fn state_words(state: &worklane_admission::SlotState) -> String {
+    use worklane_admission::SlotState;
+    match state {
+        SlotState::GuardHeld => "a live process holds its guard".to_owned(),
+        SlotState::Live(why) => why.to_string(),
+        SlotState::Dead(why) => format!("free to take over: {why}"),
+    }
+}
+
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Outcome {
     /// Not a maintenance window, or something is live: nothing was touched.
@@ -48,6 +58,32 @@ pub(crate) fn run(
     let slot_dir = pool.dir().clone();
     let path = slot_dir.path().to_owned();
 
+    // What is live, in words: said whether or not this is a window, so that an operator
+    // outside one sees what would hold it up.
+    let mut live = Vec::new();
+    let mut named = std::collections::HashSet::new();
+    for view in pool.snapshot().map_err(|e| chain(&e))?.slots {
+        if view.state.is_held() {
+            live.push(format!(
+                "{} is live: {}",
+                view.name,
+                state_words(&view.state)
+            ));
+            named.insert(view.name.clone());
+        }
+    }
+    let entries = reclaim::scan(&slot_dir, &path).map_err(|e| chain(&e))?;
+    for entry in &entries {
+        if let Entry::Guard { resource } = entry
+            && !named.contains(resource)
+            && worklane_guard::is_held(&slot_dir, &path, resource).map_err(|e| chain(&e))?
+        {
+            live.push(format!("the guard of {resource} is held"));
+        }
+    }
+    live.sort();
+    live.dedup();
+
     let stop = pool.stop().map_err(|e| chain(&e))?;
     let draining = matches!(pool.drain().map_err(|e| chain(&e))?, DrainState::InForce(_));
     if stop.is_none() && !draining {
@@ -57,26 +93,19 @@ pub(crate) fn run(
             path.display()
         );
         let _ = writeln!(out, "refused: {why}");
-        return Ok(Outcome::Refused(vec![why]));
-    }
-
-    let mut live = Vec::new();
-    for view in pool.snapshot().map_err(|e| chain(&e))?.slots {
-        if view.state.is_held() {
-            live.push(format!("{} is live ({:?})", view.name, view.state));
+        if live.is_empty() {
+            let _ = writeln!(out, "nothing is live now");
+        } else {
+            let _ = writeln!(out, "live now ({}):", live.len());
+            for line in &live {
+                let _ = writeln!(out, "  {line}");
+            }
         }
-    }
-    let entries = reclaim::scan(&slot_dir, &path).map_err(|e| chain(&e))?;
-    for entry in &entries {
-        if let Entry::Guard { resource } = entry
-            && worklane_guard::is_held(&slot_dir, &path, resource).map_err(|e| chain(&e))?
-        {
-            live.push(format!("the guard of {resource} is held"));
-        }
+        let mut said = vec![why];
+        said.extend(live);
+        return Ok(Outcome::Refused(said));
     }
     if !live.is_empty() {
-        live.sort();
-        live.dedup();
         let _ = writeln!(
             out,
             "refused: {} is not quiescent; nothing was removed:",
@@ -297,6 +326,10 @@ mod tests {
         let (outcome, said) = site.run(true);
         assert!(matches!(outcome, Outcome::Refused(_)), "{said}");
         assert!(said.contains("stop-all"), "says what to do: {said}");
+        assert!(
+            said.contains("nothing is live now"),
+            "and what is live: {said}"
+        );
         assert!(exists(
             &site.path(".github-budget-0123456789abcdef.lock.flock")
         ));
@@ -315,10 +348,21 @@ mod tests {
         let (outcome, said) = site.run(true);
         assert!(matches!(outcome, Outcome::Refused(_)), "{said}");
         assert!(
-            said.contains("agent-0.lock"),
-            "names the live holder: {said}"
+            said.contains("agent-0.lock is live: a live process holds its guard"),
+            "names the live holder, in words: {said}"
         );
+        assert!(!said.contains("GuardHeld"), "no debug text: {said}");
         assert!(exists(&site.path(".old.lock.flock")), "nothing removed");
+        // Outside a window, what is live is said too.
+        std::fs::remove_file(site.path("STOP")).expect("lift STOP");
+        let (outcome, said) = site.run(false);
+        assert!(matches!(outcome, Outcome::Refused(_)), "{said}");
+        assert!(said.contains("not in a maintenance window"), "{said}");
+        assert!(
+            said.contains("live now (1):") && said.contains("agent-0.lock is live"),
+            "{said}"
+        );
+        site.stop();
         release(lease);
 
         // A held guard with no record behind it is live too.
