@@ -446,7 +446,7 @@ impl Pool {
 
     /// Whether a change to `name` may let a waiter of `kind` on: a slot of its kind released,
     /// a place in its line left, STOP, the drain flag or the config changed.
-    fn wakes(kind: Kind, name: &str) -> bool {
+    pub(crate) fn wakes(kind: Kind, name: &str) -> bool {
         let slot = match kind.prefix() {
             Some(prefix) => slot_index(prefix, name).is_some(),
             None => name == FULL_RUN_LOCK,

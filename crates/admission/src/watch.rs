@@ -99,6 +99,30 @@ impl Watch<'_> {
         return false;
     }
 
+    /// The descriptor that becomes readable when a change is seen, for a caller that waits on
+    /// other descriptors too (the dispatcher's `poll`); `None` without inotify.
+    #[cfg(feature = "dispatcher")]
+    pub(crate) fn fd(&self) -> Option<rustix::fd::BorrowedFd<'_>> {
+        #[cfg(target_os = "linux")]
+        return self
+            .watched
+            .as_ref()
+            .map(|(fd, _)| rustix::fd::AsFd::as_fd(fd));
+        #[cfg(not(target_os = "linux"))]
+        return None;
+    }
+
+    /// Reads every change seen so far without waiting: `true` if one was wanted.
+    #[cfg(feature = "dispatcher")]
+    pub(crate) fn drain(&mut self, wanted: &dyn Fn(&str) -> bool) -> bool {
+        #[cfg(target_os = "linux")]
+        if let Some((fd, _)) = &self.watched {
+            return read_events(fd, wanted);
+        }
+        let _ = wanted;
+        false
+    }
+
     /// Waits at most `timeout`, returning early when a file whose name `wanted` accepts is
     /// created, removed or renamed in the directory (or the kernel dropped events: then
     /// anything may have happened). `true` when such a change ended the wait. Changes from
@@ -122,11 +146,8 @@ fn wait_inotify(
     wanted: &dyn Fn(&str) -> bool,
 ) -> bool {
     use rustix::event::{PollFd, PollFlags, Timespec, poll};
-    use rustix::fs::inotify::{ReadFlags, Reader};
-    use std::mem::MaybeUninit;
     use std::time::Instant;
     let deadline = Instant::now() + timeout;
-    let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -146,27 +167,36 @@ fn wait_inotify(
                 return false;
             }
         }
-        let mut reader = Reader::new(fd, &mut buf);
-        let mut woken = false;
-        loop {
-            match reader.next() {
-                Ok(event) => {
-                    if event.events().contains(ReadFlags::QUEUE_OVERFLOW)
-                        || event
-                            .file_name()
-                            .and_then(|n| n.to_str().ok())
-                            .is_some_and(wanted)
-                    {
-                        woken = true;
-                    }
-                }
-                Err(rustix::io::Errno::INTR) => {}
-                // Drained (AGAIN), or broken: either way, stop reading.
-                Err(_) => break,
-            }
-        }
-        if woken {
+        if read_events(fd, wanted) {
             return true;
+        }
+    }
+}
+
+/// Reads the events queued on `fd` (nonblocking) until none is left: `true` if one names a
+/// file `wanted` accepts, or the kernel dropped some.
+#[cfg(target_os = "linux")]
+fn read_events(fd: &rustix::fd::OwnedFd, wanted: &dyn Fn(&str) -> bool) -> bool {
+    use rustix::fs::inotify::{ReadFlags, Reader};
+    use std::mem::MaybeUninit;
+    let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
+    let mut reader = Reader::new(fd, &mut buf);
+    let mut woken = false;
+    loop {
+        match reader.next() {
+            Ok(event) => {
+                if event.events().contains(ReadFlags::QUEUE_OVERFLOW)
+                    || event
+                        .file_name()
+                        .and_then(|n| n.to_str().ok())
+                        .is_some_and(wanted)
+                {
+                    woken = true;
+                }
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            // Drained (AGAIN), or broken: either way, stop reading.
+            Err(_) => return woken,
         }
     }
 }

@@ -190,19 +190,32 @@ impl<'a> Server<'a> {
             .map_err(|e| ServiceError::Io("make the socket nonblocking", e))?;
         self.refresh_entries()?;
         let mut last_heartbeat = Instant::now();
+        // Woken as a `worklane run` is: a slot released or a place in the agents' line left
+        // lets a queued row on at once, not at the next tick.
+        let watches = crate::watch::Watches::default();
+        let mut watch = watches.watch(self.dispatcher.pool().dir());
         while !stop.load(Ordering::SeqCst) {
-            let mut fds = [rustix::event::PollFd::new(
-                &self.listener,
-                rustix::event::PollFlags::IN,
-            )];
+            let listener = rustix::event::PollFd::new(&self.listener, rustix::event::PollFlags::IN);
             let timeout = rustix::event::Timespec {
                 tv_sec: 0,
                 tv_nsec: i64::try_from(TICK.as_nanos()).unwrap_or(100_000_000),
             };
-            match rustix::event::poll(&mut fds, Some(&timeout)) {
+            let polled = match watch.fd() {
+                Some(changes) => rustix::event::poll(
+                    &mut [
+                        listener,
+                        rustix::event::PollFd::new(&changes, rustix::event::PollFlags::IN),
+                    ],
+                    Some(&timeout),
+                ),
+                None => rustix::event::poll(&mut [listener], Some(&timeout)),
+            };
+            match polled {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
                 Err(e) => return Err(ServiceError::Io("wait for connections", e.into())),
             }
+            // Whatever changed, the tick below looks again; the events are only a wake-up.
+            watch.drain(&|name| crate::Pool::wakes(crate::Kind::Agent, name));
             loop {
                 match self.listener.accept() {
                     Ok((stream, _)) => self.answer(stream)?,
