@@ -618,8 +618,15 @@ impl Pool {
     pub fn take(&self, kind: Kind, request: &Request, wait: Wait<'_>) -> Result<Take, Error> {
         let started = Instant::now();
         let deadline = wait.timeout.map(|t| started + t);
-        if let Some(blocker) = self.operator_blocker()? {
-            return Ok(Take::Blocked(blocker));
+        // A take that finds nobody in line before it and a slot free goes at once, with no
+        // entry of its own (the common case, and the cheap one); otherwise it joins the line.
+        let now = self.clock.now_ms();
+        match self.try_take_until(kind, request, deadline, Some((wait.priority, now, None)))? {
+            Take::Held(slot) => return Ok(Take::Held(slot)),
+            Take::Blocked(blocker) if blocker.is_operator_refusal() => {
+                return Ok(Take::Blocked(blocker));
+            }
+            Take::Blocked(_) => {}
         }
         let place = self.join_line(kind, wait.priority, request)?;
         // Made only when a look finds it must wait: a take that goes at once watches nothing.
