@@ -2194,6 +2194,80 @@ mod model {
     }
 }
 
+mod retiring {
+    //! `retire`: what a resource used once leaves is removed under its guard, nothing else.
+    use super::*;
+    use worklane_guard::reclaim::Removal;
+
+    fn names(site: &Site) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(site.path())
+            .expect("list")
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn its_record_epochs_claims_and_guard_go_and_nothing_else() {
+        let _quiet = gate::quiet();
+        let site = Site::new();
+        let lease = site.held("once", &Options::process()).end(|l| l);
+        for other in [
+            format!("{LOCK}.bak"),
+            format!("{LOCK}x"),
+            format!("{LOCK}.0123456789abcdef.clam"),
+            "agent-1.lock.epoch.1".to_owned(),
+        ] {
+            std::fs::write(site.path().join(other), b"").expect("plant");
+        }
+        std::fs::write(
+            site.path().join(format!("{LOCK}.0123456789abcdef.claim")),
+            b"{}",
+        )
+        .expect("claim");
+        std::fs::write(site.path().join(format!("{LOCK}.epoch.7")), b"").expect("epoch");
+        // Held: nothing goes.
+        let before = names(&site);
+        assert_eq!(
+            worklane_lease::retire(&site.dir, LOCK).expect("retire"),
+            Removal::Busy
+        );
+        assert_eq!(names(&site), before, "a held resource keeps every file");
+        drop(lease);
+        assert_eq!(
+            worklane_lease::retire(&site.dir, LOCK).expect("retire"),
+            Removal::Removed
+        );
+        assert_eq!(
+            names(&site),
+            [
+                "agent-0.lock.0123456789abcdef.clam",
+                "agent-0.lock.bak",
+                "agent-0.lockx",
+                "agent-1.lock.epoch.1",
+            ],
+            "its record, epoch files, claim and guard are gone; the rest stays"
+        );
+    }
+
+    #[test]
+    fn a_file_it_cannot_remove_keeps_the_guard() {
+        let _quiet = gate::quiet();
+        let site = Site::new();
+        // A directory where an epoch file belongs: no unlink removes it.
+        std::fs::create_dir(site.path().join(format!("{LOCK}.epoch.3"))).expect("dir");
+        assert_eq!(
+            worklane_lease::retire(&site.dir, LOCK).expect("retire"),
+            Removal::Needed
+        );
+        assert!(
+            site.path().join(format!(".{LOCK}.flock")).exists(),
+            "the guard stays while a file of the resource does"
+        );
+    }
+}
+
 mod hand_over {
     //! A lease handed to another holder through its guard's descriptor: no moment in which a
     //! competing owner could take it, the epoch kept, the record naming the new holder.
