@@ -245,5 +245,26 @@ mod tests {
             waited < Duration::from_secs(20),
             "agent-0.lock's removal woke it: {waited:?}"
         );
+        // A file replaced whole (renamed over its name) and one published (linked at its
+        // name) wake it too; the changes are already queued, so each wait ends at once.
+        let config = dir.file("config.json").expect("name");
+        config.replace(b"{}", RECORD_MODE).expect("replace");
+        assert!(
+            watch.wait(Duration::from_secs(20), &|name| name == "config.json"),
+            "a rename onto a wanted name"
+        );
+        let stop = dir.file("STOP").expect("name");
+        stop.publish(b"{}", RECORD_MODE).expect("publish");
+        assert!(
+            watch.wait(Duration::from_secs(20), &|name| name == "STOP"),
+            "a link at a wanted name"
+        );
+        stop.rename("STOP.old").expect("rename away");
+        assert!(
+            watch.drain(&|name| name == "STOP"),
+            "a rename away from a wanted name, read without waiting"
+        );
+        assert!(!watch.drain(&|_| true), "nothing left to read");
+        assert!(format!("{watches:?}").starts_with("Watches"));
     }
 }

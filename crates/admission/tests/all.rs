@@ -2123,6 +2123,17 @@ mod line {
         let _quiet = gate::quiet();
         let site = Site::new(r#"{"max_agents": 1}"#);
         let dead = dead_entry(&site, 0, 100);
+        assert_eq!(
+            standing(&site, 0, 50, None),
+            (0, 1),
+            "an entry after the place is not before it"
+        );
+        assert_eq!(
+            standing(&site, 0, 300, None),
+            (0, 0),
+            "a dead entry alone: the head, and the dead one retired"
+        );
+        let dead = dead_entry(&site, 0, 100);
         let live = join(&site, 0, 200);
         let views = gate::quietly(|| site.pool.line_views()).expect("views");
         let dead_view = views
@@ -2191,6 +2202,42 @@ mod line {
             drop(waiting);
         });
         assert!(matches!(take(0, 200), Take::Held(_)), "the line is empty");
+    }
+
+    #[test]
+    fn the_full_runs_line_is_its_own() {
+        // Held throughout: no child of another test may inherit a place's guard.
+        let _quiet = gate::quiet();
+        let site = Site::new(r#"{"max_agents": 1}"#);
+        let waiting = gate::quietly(|| {
+            site.pool
+                .join_line_at(Kind::FullRun, 0, 100, &Request::new("full run"))
+        })
+        .expect("join");
+        let take = |kind| {
+            gate::quietly(|| site.pool.try_take_at(kind, &Request::new("t"), 0, 200)).expect("take")
+        };
+        match take(Kind::FullRun) {
+            Take::Blocked(Blocker::InLine { ahead, held, cap }) => {
+                assert_eq!(
+                    (ahead, held, cap),
+                    (1, 0, 1),
+                    "one before it, none held of 1"
+                );
+            }
+            other => panic!("behind the waiting full run: {other:?}"),
+        }
+        let Take::Held(agent) = take(Kind::Agent) else {
+            panic!("an agent does not wait for the full run's line");
+        };
+        gate::quietly(|| {
+            drop(agent);
+            drop(waiting);
+        });
+        assert!(
+            matches!(take(Kind::FullRun), Take::Held(_)),
+            "its line is empty now"
+        );
     }
 
     #[test]
@@ -2414,6 +2461,10 @@ mod sweep {
     #[test]
     fn one_pool_sweeps_at_most_once_per_interval_of_its_clock() {
         use worklane_admission::SWEEP_EVERY_MS;
+        assert_eq!(
+            SWEEP_EVERY_MS, 10_000,
+            "a sixth of the temp files' minimum age"
+        );
         let site = Site::new(r#"{"max_agents": 4}"#);
         let dir = site.temp.path();
         let now_ms = u64::try_from(
