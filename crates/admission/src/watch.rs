@@ -254,7 +254,10 @@ mod tests {
             "a rename onto a wanted name"
         );
         let stop = dir.file("STOP").expect("name");
-        stop.publish(b"{}", RECORD_MODE).expect("publish");
+        assert_eq!(
+            stop.publish(b"{}", RECORD_MODE).expect("publish"),
+            worklane_slotfile::Publish::Published
+        );
         assert!(
             watch.wait(Duration::from_secs(20), &|name| name == "STOP"),
             "a link at a wanted name"
