@@ -2122,7 +2122,7 @@ mod line {
         // Held throughout: no child of another test may inherit a place's guard.
         let _quiet = gate::quiet();
         let site = Site::new(r#"{"max_agents": 1}"#);
-        let dead = dead_entry(&site, 0, 100);
+        dead_entry(&site, 0, 100);
         assert_eq!(
             standing(&site, 0, 50, None),
             (0, 1),
