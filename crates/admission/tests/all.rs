@@ -3179,6 +3179,25 @@ mod served {
     }
 
     #[test]
+    fn a_row_that_waits_has_its_entry_as_queued_and_one_admitted_at_once_as_starting() {
+        let served = Served::start(None, false, None);
+        let dir = served.entry("x").parent().expect("dir").to_owned();
+        let state = |lane: &str| -> String {
+            let raw = std::fs::read(served.entry(lane)).expect("entry");
+            let entry: serde_json::Value = serde_json::from_slice(&raw).expect("json");
+            entry["state"].as_str().expect("state").to_owned()
+        };
+        assert!(served.enqueue("now").ok);
+        assert_eq!(state("now"), "starting", "admitted at once");
+        // Held back by STOP: queued, and its entry says so.
+        std::fs::write(dir.join("STOP"), br#"{"by":"t","at":"","reason":"r"}"#).expect("STOP");
+        assert!(served.enqueue("later").ok);
+        assert_eq!(state("later"), "queued", "written although not admitted");
+        std::fs::remove_file(dir.join("STOP")).expect("lift");
+        drop(served.stop());
+    }
+
+    #[test]
     fn enqueue_admit_list_claim_and_each_refusal_over_the_socket() {
         let served = Served::start(None, false, None);
         let reply = served.enqueue("one");
