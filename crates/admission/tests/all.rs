@@ -1321,6 +1321,52 @@ mod dispatcher {
     }
 
     #[test]
+    fn the_dispatcher_stands_in_line_for_its_first_queued_row() {
+        let _quiet = gate::quiet();
+        let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+        let stop = Stop {
+            by: "ops".into(),
+            at: "2026-11-30T00:00:00.000Z".into(),
+            reason: "holding the queue".into(),
+        };
+        worklane_admission::stop::write(bench.dispatcher.pool().dir(), &stop).expect("STOP");
+        let entries = |bench: &Bench| -> Vec<(i64, u64)> {
+            bench
+                .dispatcher
+                .pool()
+                .line(Kind::Agent)
+                .expect("line")
+                .iter()
+                .map(|e| (e.priority, e.start_ms))
+                .collect()
+        };
+        bench.dispatcher.stand().expect("stand");
+        assert_eq!(entries(&bench), [], "nothing queued, no entry");
+        let low = bench.enqueue("low", T0, 0);
+        bench.dispatcher.stand().expect("stand");
+        assert_eq!(entries(&bench), [(0, T0)], "the first row's place");
+        let high = bench.enqueue("high", T0 + 5, 3);
+        bench.dispatcher.stand().expect("stand");
+        assert_eq!(
+            entries(&bench),
+            [(3, T0 + 5)],
+            "moved to the new first row, one entry"
+        );
+        bench.dispatcher.stand().expect("stand");
+        assert_eq!(
+            entries(&bench),
+            [(3, T0 + 5)],
+            "standing again changes nothing"
+        );
+        assert!(bench.dispatcher.cancel(&high).expect("cancel"));
+        bench.dispatcher.stand().expect("stand");
+        assert_eq!(entries(&bench), [(0, T0)], "back to the next row's place");
+        assert!(bench.dispatcher.cancel(&low).expect("cancel"));
+        bench.dispatcher.stand().expect("stand");
+        assert_eq!(entries(&bench), [], "none once nothing is queued");
+    }
+
+    #[test]
     fn recovery_resumes_a_lane_nobody_took_and_acquires_one_someone_did() {
         let _quiet = gate::quiet();
         let mut bench = Bench::new(r#"{"max_agents": 2}"#, Settings::default());
