@@ -40,8 +40,8 @@ pub fn current(lock: &SlotPath) -> Result<u64, Error> {
 /// when `<lock>.epoch.<claimed>` is present and `<lock>.epoch.<claimed+1>` is not (two lookups
 /// instead of a listing), else the largest present, as [`current`]. Under a guard held since
 /// the epoch was last advanced nobody following the protocol can have changed it, which is
-/// when [`crate::adopt`] asks.
-pub(crate) fn current_claimed(lock: &SlotPath, claimed: Option<u64>) -> Result<u64, Error> {
+/// when [`crate::adopt`] and the dispatcher's recovery ask.
+pub fn current_claimed(lock: &SlotPath, claimed: Option<u64>) -> Result<u64, Error> {
     if let Some(n) = claimed.filter(|n| *n > 0 && *n < u64::MAX) {
         let present = |n: u64| -> Result<bool, Error> {
             let file = lock

@@ -68,7 +68,10 @@ pub use acquire::{
     acquire_each, adopt, claim_name,
 };
 pub use clock::{BootTime, Clock, ManualClock, Now, SystemClock, parse_rfc3339_ms, rfc3339_ms};
-pub use epoch::{current as current_epoch, epoch_prefix, parse_epoch_name};
+pub use epoch::{
+    current as current_epoch, current_claimed as current_epoch_claimed, epoch_prefix,
+    parse_epoch_name,
+};
 pub use lease::{Lease, held};
 pub use liveness::{
     DEFAULT_PULSE, DEFAULT_TTL, DeadWhy, GuardHold, Judgement, LiveWhy, Liveness, MAX_SKEW_MS,

@@ -261,11 +261,11 @@ impl Dispatcher {
             .flatten()
             .and_then(|raw| worklane_lease::Record::parse(&raw).ok())
             .and_then(|r| r.epoch);
-        let present = |n: u64| {
-            dir.file(&format!("{}{n}", worklane_lease::epoch_prefix(path.name())))
-                .is_ok_and(|f| f.modified_ms().is_ok_and(|m| m.is_some()))
-        };
-        if recorded == Some(epoch) && present(epoch) && !present(epoch + 1) {
+        // The lane's epoch, as `adopt` reads it: the record's claim where the epoch files
+        // agree (two lookups), the largest epoch file otherwise.
+        if recorded == Some(epoch)
+            && worklane_lease::current_epoch_claimed(&path, recorded).is_ok_and(|e| e == epoch)
+        {
             return Ok(Resumed::Held(guard));
         }
         drop(guard);
