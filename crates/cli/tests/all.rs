@@ -175,11 +175,11 @@ sleep 0.1
 bump 'n=$(cat "$T/n"); echo $((n-1)) > "$T/n"'
 "#;
 
-    #[test]
-    fn eight_runs_under_a_cap_of_four_overlap_to_four_and_never_more() {
-        let site = Site::new(Some(r#"{"max_agents": 4}"#));
-        let script = site.write_script("overlap.sh", OVERLAP);
-        let children: Vec<Running> = (0..8)
+    /// Starts `n` runs of `sh SCRIPT` at once (`SCRIPT` counts how many run at a time into
+    /// `$T/log` through `$T/n`), waits until each has succeeded, and returns the counts.
+    pub(super) fn overlaps(site: &Site, script: &str, n: usize) -> Vec<u32> {
+        let script = site.write_script("overlap.sh", script);
+        let children: Vec<Running> = (0..n)
             .map(|i| {
                 Running::new(
                     site.worklane()
@@ -201,7 +201,13 @@ bump 'n=$(cat "$T/n"); echo $((n-1)) > "$T/n"'
             );
         }
         let log = std::fs::read_to_string(site.file("log")).expect("the children's log");
-        let counts: Vec<u32> = log.lines().map(|l| l.parse().expect("a count")).collect();
+        log.lines().map(|l| l.parse().expect("a count")).collect()
+    }
+
+    #[test]
+    fn eight_runs_under_a_cap_of_four_overlap_to_four_and_never_more() {
+        let site = Site::new(Some(r#"{"max_agents": 4}"#));
+        let counts = overlaps(&site, OVERLAP, 8);
         assert_eq!(
             counts.len(),
             8,
@@ -3220,30 +3226,7 @@ bump 'n=$(cat "$T/n" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "$T/n"; echo 
 sleep 0.1
 bump 'n=$(cat "$T/n"); echo $((n-1)) > "$T/n"'
 "#;
-        let script = site.write_script("overlap.sh", script);
-        let children: Vec<Running> = (0..8)
-            .map(|i| {
-                Running::new(
-                    site.worklane()
-                        .args(["run", "--", "sh", &script])
-                        .env("K", i.to_string())
-                        .stdout(Stdio::null())
-                        .stderr(Stdio::piped())
-                        .spawn_gated()
-                        .expect("spawn"),
-                )
-            })
-            .collect();
-        for c in children {
-            let out = c.wait_with_output().expect("wait");
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        let log = std::fs::read_to_string(site.file("log")).expect("log");
-        let counts: Vec<u32> = log.lines().map(|l| l.parse().expect("count")).collect();
+        let counts = super::cap::overlaps(&site, script, 8);
         assert_eq!(counts.len(), 8, "{counts:?}");
         assert!(
             counts.iter().all(|n| *n <= 2),
