@@ -114,6 +114,10 @@ pub(crate) enum Command {
     QueuedFullRun {
         #[arg(long)]
         idle_probe: Option<String>,
+        #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+        priority: i64,
+        #[arg(long)]
+        log: Option<std::path::PathBuf>,
         #[arg(last = true, required = true)]
         command: Vec<OsString>,
     },
@@ -192,9 +196,10 @@ pub(crate) enum QueueCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Drop a queued or starting attempt: its row goes, its lane and slot are freed.
+    /// Drop a queued or starting attempt (`a-...`: its row goes, its lane and slot are freed),
+    /// or a queued full run still waiting (`fr-<runner pid>`: its runner leaves the line).
     Cancel {
-        /// The attempt id (`a-...`).
+        /// The attempt id (`a-...`) or queued full run (`fr-<pid>`), as `queue ls` shows it.
         attempt: String,
     },
     /// Run COMMAND as a full run in a detached runner, once the full-run lock is free, no STOP
@@ -203,6 +208,9 @@ pub(crate) enum QueueCommand {
         /// A shell command that must exit 0 before the run starts (e.g. a project's idle_probe).
         #[arg(long)]
         idle_probe: Option<String>,
+        /// Its place in the full-run line: higher goes first; default 0.
+        #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+        priority: i64,
         /// The command and its arguments.
         #[arg(last = true, required = true)]
         command: Vec<OsString>,

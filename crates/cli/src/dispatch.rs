@@ -112,11 +112,19 @@ fn ask(
     request: &Wire,
     fds: &[std::os::fd::BorrowedFd<'_>],
 ) -> Result<(Reply, Vec<OwnedFd>), Failure> {
-    let stream = connect(path)?;
+    ask_on(&connect(path)?, request, fds)
+}
+
+/// Sends one request on a connected stream and reads its reply.
+fn ask_on(
+    stream: &UnixStream,
+    request: &Wire,
+    fds: &[std::os::fd::BorrowedFd<'_>],
+) -> Result<(Reply, Vec<OwnedFd>), Failure> {
     let line = serde_json::to_vec(request).unwrap_or_default();
     let io = |e: transport::Error| Failure::new(exit::OS_ERROR, exit::chain(&e));
-    transport::send(&stream, &line, fds).map_err(io)?;
-    let (reply, fds) = transport::recv(&stream).map_err(io)?;
+    transport::send(stream, &line, fds).map_err(io)?;
+    let (reply, fds) = transport::recv(stream).map_err(io)?;
     let reply: Reply = serde_json::from_slice(&reply).map_err(|e| {
         Failure::new(
             exit::OS_ERROR,
@@ -607,28 +615,46 @@ pub(crate) fn claim(args: &ClaimArgs) -> Result<ExitCode, Failure> {
     Ok(ExitCode::from(outcome.code))
 }
 
-pub(crate) fn list(json: bool) -> Result<ExitCode, Failure> {
-    let pool = crate::pool()?;
-    let (reply, _) = ask(&socket_path(&pool, None), &Wire::List, &[])?;
+/// The dispatcher's part of `queue ls`. A dispatcher that does not answer (none started) has no
+/// attempts, and says so; one that answers and refuses is an error.
+pub(crate) fn listing(pool: &Pool) -> Result<crate::queue::Listing, Failure> {
+    let path = socket_path(pool, None);
+    let stream = match connect(&path) {
+        Ok(stream) => stream,
+        Err(failure) => {
+            let mut json = serde_json::Map::new();
+            json.insert("dispatcher_pid".into(), serde_json::Value::Null);
+            json.insert("attempts".into(), serde_json::json!([]));
+            json.insert("logs".into(), serde_json::json!([]));
+            json.insert("dispatcher".into(), failure.message.clone().into());
+            return Ok(crate::queue::Listing {
+                json,
+                lines: vec![format!("attempts: none ({})", failure.message)],
+            });
+        }
+    };
+    let (reply, _) = ask_on(&stream, &Wire::List, &[])?;
     if !reply.ok {
         return Err(refused(&reply));
     }
     let attempts = reply.attempts.unwrap_or_default();
-    if json {
-        outln!(
-            "{}",
-            serde_json::json!({"version": 1, "dispatcher_pid": reply.pid, "attempts": attempts,
-                               "logs": attempts.iter().map(|a| pool.dir().path().join(log_name(&a.attempt)).display().to_string()).collect::<Vec<_>>()})
-        )?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    outln!(
+    let logs: Vec<String> = attempts
+        .iter()
+        .map(|a| {
+            pool.dir()
+                .path()
+                .join(log_name(&a.attempt))
+                .display()
+                .to_string()
+        })
+        .collect();
+    let mut lines = vec![format!(
         "dispatcher pid {}: {} attempt(s)",
         reply.pid.unwrap_or(0),
         attempts.len()
-    )?;
-    for a in &attempts {
-        outln!(
+    )];
+    for (a, log) in attempts.iter().zip(&logs) {
+        lines.push(format!(
             "{}  lane {}  {}  priority {}  queued {}  stage {:?}  slot {}  log {}",
             a.attempt,
             a.lane,
@@ -637,10 +663,17 @@ pub(crate) fn list(json: bool) -> Result<ExitCode, Failure> {
             rfc3339_ms(a.start_ms),
             a.stage,
             a.slot.as_deref().unwrap_or("-"),
-            pool.dir().path().join(log_name(&a.attempt)).display()
-        )?;
+            log
+        ));
     }
-    Ok(ExitCode::SUCCESS)
+    let mut json = serde_json::Map::new();
+    json.insert("dispatcher_pid".into(), reply.pid.into());
+    json.insert(
+        "attempts".into(),
+        serde_json::to_value(&attempts).unwrap_or_default(),
+    );
+    json.insert("logs".into(), logs.into());
+    Ok(crate::queue::Listing { json, lines })
 }
 
 pub(crate) fn cancel(attempt: &str) -> Result<ExitCode, Failure> {

@@ -134,6 +134,7 @@ pub(crate) fn line_json(snapshot: &Snapshot) -> Value {
                     "pid": r.and_then(|r| r.pid()),
                     "owner": r.and_then(|r| r.owner.clone()),
                     "command": r.and_then(|r| r.extra_str("command")),
+                    "log": r.and_then(|r| r.extra_str("log")),
                     "live": v.live,
                     "name": v.entry.name(),
                 })

@@ -93,6 +93,39 @@ pub(crate) fn systemd_listener() -> Option<std::os::fd::OwnedFd> {
     Some(fd)
 }
 
+/// Closes every descriptor above 2 that this process inherited (the queued full run's
+/// runner, which outlives its caller: a pipe the caller reads to its end, or a lock it holds,
+/// must not stay open for hours in a detached process). Call it first, before this process
+/// opens anything of its own. Descriptors are listed from `/proc/self/fd` (`/dev/fd`
+/// elsewhere); where neither can be read, nothing is closed.
+pub(crate) fn close_inherited() {
+    let listing = if cfg!(target_os = "linux") {
+        "/proc/self/fd"
+    } else {
+        "/dev/fd"
+    };
+    let Ok(entries) = std::fs::read_dir(listing) else {
+        return;
+    };
+    let listed: Vec<i32> = entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&fd| fd > 2)
+        .collect();
+    // The listing's own descriptor is among them, closed by now: each is checked first.
+    for fd in listed {
+        // SAFETY: at this point (the runner's first act, one thread) no object of this process
+        // owns a descriptor above 2: each is either one the caller left open across exec,
+        // which nothing here uses, or not open at all (the listing's own, already closed),
+        // which `fcntl(F_GETFD)` tells apart before the close.
+        unsafe {
+            let borrowed = std::os::fd::BorrowedFd::borrow_raw(fd);
+            if rustix::io::fcntl_getfd(borrowed).is_ok() {
+                rustix::io::close(fd);
+            }
+        }
+    }
+}
+
 /// Ends this process by `signal`, as the command it ran ended: its default disposition
 /// restored and the signal raised, with core dumps off (the command may have dumped core;
 /// the wrapper has nothing to show). Returns only if that did not end it (a signal whose

@@ -1791,6 +1791,139 @@ mod queue {
                 .exists()
         );
     }
+
+    /// `queue ls --json`'s queued full runs.
+    fn full_runs(site: &Site) -> Vec<serde_json::Value> {
+        let out = site.output(&["queue", "ls", "--json"]);
+        assert!(out.status.success(), "{out:?}");
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        doc["full_runs"].as_array().expect("full_runs").clone()
+    }
+
+    #[test]
+    fn a_queued_full_run_is_listed_in_line_and_cancelled_with_a_line_in_its_log() {
+        let site = Site::new(None);
+        let mut blocker = site.spawn(&["run", "--kind", "full-run"], HOLD, "0");
+        wait_until("the first full run", || site.file("up.0").exists());
+        // Queued from a shell that leaves its stdout open as descriptor 3 too: the runner must
+        // close it, or this caller would wait for the runner (hours) to see its output end.
+        let mut queue = site.command("sh");
+        queue
+            .args([
+                "-c",
+                r#"exec "$W" queue full-run --priority 3 -- sh -c 'echo ran > "$T/never"' 3>&1"#,
+            ])
+            .env("W", env!("CARGO_BIN_EXE_worklane"))
+            .env("AGENT_SLOTS_DIR", site.slots())
+            .env_remove("AGENT_SLOTS_CONFIG")
+            .env("T", site.temp.path())
+            .env("TMPDIR", site.temp.path())
+            .stdin(Stdio::null());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(queue.output_gated());
+        });
+        // A watchdog, not a timing assertion: without the close this never returns while the
+        // first full run holds the lock.
+        let out = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("queue full-run's output ends when it exits, not when its runner does")
+            .expect("run sh");
+        assert!(out.status.success(), "{out:?}");
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        let id = said
+            .split_whitespace()
+            .find(|w| w.starts_with("fr-"))
+            .expect("names its id")
+            .to_owned();
+        let pid: u32 = id["fr-".len()..].parse().expect("fr-<pid>");
+        let log = PathBuf::from(said.split("log ").nth(1).expect("names its log").trim());
+
+        wait_until("the runner in line", || full_runs(&site).len() == 1);
+        let listed = &full_runs(&site)[0];
+        assert_eq!(listed["id"], id.as_str(), "{listed}");
+        assert_eq!(listed["pid"], pid, "{listed}");
+        assert_eq!(listed["state"], "waiting", "{listed}");
+        assert_eq!(listed["position"], 1, "{listed}");
+        assert_eq!(listed["priority"], 3, "{listed}");
+        assert_eq!(
+            listed["log"],
+            log.display().to_string().as_str(),
+            "{listed}"
+        );
+        assert!(
+            listed["command"]
+                .as_str()
+                .is_some_and(|c| c.contains("never")),
+            "{listed}"
+        );
+        let text = site.output(&["queue", "ls"]);
+        let text = String::from_utf8_lossy(&text.stdout).into_owned();
+        assert!(
+            text.contains(&format!("{id}  waiting, 1. in line  priority 3")),
+            "{text}"
+        );
+        // `slots` shows its place in the full-run line.
+        let slots = site.output(&["slots", "--json"]);
+        let slots: serde_json::Value = serde_json::from_slice(&slots.stdout).expect("slots json");
+        let line = slots["line"].as_array().expect("line");
+        assert!(
+            line.iter().any(|e| e["kind"] == "full-run"
+                && e["owner"] == "queued full run"
+                && e["pid"] == pid
+                && e["live"] == true),
+            "{slots}"
+        );
+
+        assert_eq!(site.code(&["queue", "cancel", "fr-x"]), 64, "not an id");
+        assert_eq!(
+            site.code(&["queue", "cancel", &format!("fr-{}", u32::MAX)]),
+            75,
+            "no such queued run"
+        );
+        let cancelled = site.output(&["queue", "cancel", &id]);
+        assert!(cancelled.status.success(), "{cancelled:?}");
+        assert!(
+            String::from_utf8_lossy(&cancelled.stdout).contains("cancelled"),
+            "{cancelled:?}"
+        );
+        assert!(full_runs(&site).is_empty(), "out of the line");
+        wait_until("the log's cancel line", || {
+            std::fs::read_to_string(&log).is_ok_and(|l| l.contains("cancelled"))
+        });
+        // The lock freed, the cancelled run never starts.
+        std::fs::write(site.file("release.0"), b"").expect("release");
+        assert!(wait_exit(&mut blocker, "the first full run").success());
+        let again = site.output(&["run", "--kind", "full-run", "--no-wait", "--", "true"]);
+        assert!(again.status.success(), "the lock is free: {again:?}");
+        assert!(!site.file("never").exists(), "a cancelled run never runs");
+    }
+
+    #[test]
+    fn a_running_queued_full_run_is_listed_and_not_cancelled_as_queued() {
+        let site = Site::new(None);
+        let out = site
+            .worklane()
+            .env("TMPDIR", site.temp.path())
+            .env("K", "1")
+            .args(["queue", "full-run", "--", "sh", "-c", HOLD])
+            .output_gated()
+            .expect("queue");
+        assert!(out.status.success(), "{out:?}");
+        wait_until("the queued run", || site.file("up.1").exists());
+        let listed = full_runs(&site);
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        assert_eq!(listed[0]["state"], "running", "{listed:?}");
+        let id = listed[0]["id"].as_str().expect("id").to_owned();
+        let refused = site.output(&["queue", "cancel", &id]);
+        assert_eq!(refused.status.code(), Some(75), "{refused:?}");
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains("no longer queued"),
+            "{refused:?}"
+        );
+        std::fs::write(site.file("release.1"), b"").expect("release");
+        wait_until("the run's end", || full_runs(&site).is_empty());
+    }
 }
 
 mod budget {
@@ -2616,6 +2749,72 @@ mod supervisor_gone {
             0,
             "the slot is free once the supervisor has gone"
         );
+    }
+
+    /// The state letter of `/proc/<pid>/stat` (`T`: stopped).
+    fn state(pid: i32) -> Option<char> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(") ")?.1.chars().next()
+    }
+
+    #[test]
+    fn stop_all_halts_a_run_suspended_with_ctrl_z_on_a_terminal() {
+        use std::io::Write;
+        let site = Site::new(None);
+        // On a pseudo-terminal, under a shell with job control (as at a prompt): the run is a
+        // job, a foreground process group of its own; Ctrl-Z stops that group, worklane and its
+        // command (which stays in it so that it can read the terminal), and the shell goes
+        // on. (Without job control the group would be orphaned, and the kernel drops a
+        // terminal's stop signals to orphaned groups.)
+        let inner = format!(
+            r#"bash -c 'set -m; {wl} run -- sh -c "echo \$PPID > \"$T/wl.pid\"; echo \$\$ > \"$T/cmd.pid\"; exec sleep 100"; sleep 100'"#,
+            wl = env!("CARGO_BIN_EXE_worklane")
+        );
+        let mut shell = site
+            .command("script")
+            .args(["-qfec", &inner, "/dev/null"])
+            .env("AGENT_SLOTS_DIR", site.slots())
+            .env("T", site.temp.path())
+            .env_remove("AGENT_SLOTS_CONFIG")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn_gated()
+            .expect("spawn script");
+        let mut stdin = shell.stdin.take().expect("stdin");
+        let command = pid_of(&site.file("cmd.pid"));
+        let supervisor = pid_of(&site.file("wl.pid"));
+        let _cleanup = (KillOnDrop(command), KillOnDrop(supervisor));
+        stdin.write_all(b"\x1a").expect("Ctrl-Z");
+        stdin.flush().expect("flush");
+        wait_until("Ctrl-Z to stop the run", || {
+            state(supervisor) == Some('T') && state(command) == Some('T')
+        });
+        assert_eq!(
+            site.code(&["run", "--no-wait", "--", "true"]),
+            0,
+            "cap 2: one slot is held by the suspended run, one is free"
+        );
+        let out = site.output(&["stop-all", "incident"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            gone(command),
+            "stop-all returns once the suspended command is halted: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        // The supervisor, continued by stop-all, lets go of its slot and exits by itself.
+        wait_until("the suspended supervisor to exit", || gone(supervisor));
+        assert_eq!(site.code(&["resume-all"]), 0);
+        let snapshot = site.output(&["slots", "--json"]);
+        let snapshot: serde_json::Value =
+            serde_json::from_slice(&snapshot.stdout).expect("slots json");
+        assert_eq!(snapshot["agents_held"], 0, "{snapshot}");
+        drop(stdin);
+        let _ = shell.kill();
+        let _ = shell.wait();
     }
 
     #[test]
