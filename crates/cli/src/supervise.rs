@@ -2,14 +2,13 @@
 
 use crate::exit::{self, Failure};
 use signal_hook::consts::{SIGALRM, SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
-use signal_hook::iterator::Signals;
 use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::Command;
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, mpsc};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// How often the halt check runs (STOP, lease pulse).
@@ -21,12 +20,6 @@ pub(crate) const GRACE: Duration = Duration::from_secs(3);
 /// The signals `worklane run` passes on to its command (each one's default would end the
 /// wrapper and leave the command running without its supervisor).
 const FORWARDED: [i32; 7] = [SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM];
-
-enum Event {
-    /// The command has exited (or waiting failed); it is not reaped yet.
-    Exited(std::io::Result<()>),
-    Signal(i32),
-}
 
 /// Where signals go: the command's own process group (when it has one) or its pid.
 #[derive(Clone, Copy)]
@@ -145,21 +138,24 @@ pub(crate) fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Out
         .copied()
         .filter(|s| !ignored.contains(s))
         .collect();
-    let mut signals = Signals::new(&forwarded).map_err(|e| {
+    // A parent that ignores SIGCHLD passes that on through exec, and with SIGCHLD ignored the
+    // kernel reaps our children itself: the command's status would be lost and the wait for
+    // it fail. Any handler restores normal child reporting; ours also wakes the loop below
+    // when the command (or an orphan of its tree) exits.
+    let mut wake = Wakeup::new().map_err(|e| {
         Failure::new(
             exit::OS_ERROR,
             format!("cannot install signal handlers: {e}"),
         )
     })?;
-    // A parent that ignores SIGCHLD passes that on through exec, and with SIGCHLD ignored the
-    // kernel reaps our children itself: the command's status would be lost and the wait for
-    // it fail. Any handler restores normal child reporting.
-    signal_hook::flag::register(SIGCHLD, Arc::new(AtomicBool::new(false))).map_err(|e| {
-        Failure::new(
-            exit::OS_ERROR,
-            format!("cannot install a SIGCHLD handler: {e}"),
-        )
-    })?;
+    for &signal in forwarded.iter().chain(&[SIGCHLD]) {
+        wake.register(signal).map_err(|e| {
+            Failure::new(
+                exit::OS_ERROR,
+                format!("cannot install a handler for signal {signal}: {e}"),
+            )
+        })?;
+    }
     let interactive = std::io::stdin().is_terminal();
     // Orphans of the command's tree are re-parented to us (Linux), so a halt still finds them.
     let reaping = crate::tree::become_subreaper();
@@ -204,55 +200,37 @@ pub(crate) fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Out
         group: !interactive,
     });
 
-    let (tx, rx) = mpsc::channel();
-    let exited = tx.clone();
     let mut child = child;
-    std::thread::spawn(move || {
-        let _ = exited.send(Event::Exited(wait_for_exit(pid, reaping)));
-    });
-    let handle = signals.handle();
-    std::thread::spawn(move || {
-        for signal in signals.forever() {
-            if tx.send(Event::Signal(signal)).is_err() {
-                break;
-            }
-        }
-    });
-
     let mut next_check = Instant::now() + CHECK_EVERY;
     let mut halting: Option<(String, Instant)> = None;
     let mut killed = false;
+    // One thread: the loop sleeps in poll(2) on the signal handlers' wake-up socket until a
+    // signal (SIGCHLD included) or the next check is due. Handlers set a flag, then write a
+    // byte; the loop drains the bytes, then reads the flags, so no signal is lost.
     let waited = loop {
-        let now = Instant::now();
-        let mut wake = next_check;
-        if let Some((_, since)) = &halting
-            && !killed
-        {
-            wake = wake.min(*since + grace);
+        let mut forward = Vec::new();
+        let child_changed = wake.drain(&mut forward);
+        for signal in forward {
+            let forwarded = match signal {
+                SIGTERM => Some(rustix::process::Signal::TERM),
+                SIGHUP => Some(rustix::process::Signal::HUP),
+                SIGUSR1 => Some(rustix::process::Signal::USR1),
+                SIGUSR2 => Some(rustix::process::Signal::USR2),
+                SIGALRM => Some(rustix::process::Signal::ALARM),
+                // From a terminal, Ctrl-C and Ctrl-\ reach the command in its foreground
+                // group already.
+                SIGINT if !interactive => Some(rustix::process::Signal::INT),
+                SIGQUIT if !interactive => Some(rustix::process::Signal::QUIT),
+                _ => None,
+            };
+            if let Some(signal) = forwarded {
+                target.send(signal);
+            }
         }
-        match rx.recv_timeout(wake.saturating_duration_since(now)) {
-            Ok(Event::Exited(waited)) => break waited,
-            Ok(Event::Signal(signal)) => {
-                let forwarded = match signal {
-                    SIGTERM => Some(rustix::process::Signal::TERM),
-                    SIGHUP => Some(rustix::process::Signal::HUP),
-                    SIGUSR1 => Some(rustix::process::Signal::USR1),
-                    SIGUSR2 => Some(rustix::process::Signal::USR2),
-                    SIGALRM => Some(rustix::process::Signal::ALARM),
-                    // From a terminal, Ctrl-C and Ctrl-\ reach the command in its foreground
-                    // group already.
-                    SIGINT if !interactive => Some(rustix::process::Signal::INT),
-                    SIGQUIT if !interactive => Some(rustix::process::Signal::QUIT),
-                    _ => None,
-                };
-                if let Some(signal) = forwarded {
-                    target.send(signal);
-                }
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                break Err(std::io::Error::other("lost track of the command"));
-            }
+        match exited(pid, reaping && child_changed) {
+            Ok(true) => break Ok(()),
+            Ok(false) => {}
+            Err(e) => break Err(e),
         }
         let now = Instant::now();
         if now >= next_check {
@@ -280,8 +258,15 @@ pub(crate) fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Out
             halt(target, pid, &[rustix::process::Signal::KILL]);
             killed = true;
         }
+        let mut due = next_check;
+        if let Some((_, since)) = &halting
+            && !killed
+        {
+            due = due.min(*since + grace);
+        }
+        wake.sleep(due.saturating_duration_since(Instant::now()));
     };
-    handle.close();
+    drop(wake);
     // A halted command's processes go with it: whatever of it outlived the command (a child
     // that ignored SIGTERM, in its group or not) is killed before the slot is released. The
     // command is not reaped yet, so its pid, and the pgid of its group, cannot have been
@@ -330,34 +315,98 @@ fn raw_pid(pid: rustix::process::Pid) -> u32 {
     pid.as_raw_nonzero().get().unsigned_abs()
 }
 
-/// Waits until the command has exited, without reaping it (WNOWAIT): while it is an unreaped
+/// Whether the command has exited, without reaping it (WNOWAIT): while it is an unreaped
 /// zombie its pid, and so the pgid of its group, cannot be reused, so the kill of its leftovers
-/// after a halt cannot reach an unrelated process. As a subreaper (`reaping`), orphans of the
-/// command's tree become our children: they are reaped here as they exit, so a long run does
-/// not collect zombies. Nothing else in worklane spawns children while a command runs.
-fn wait_for_exit(pid: rustix::process::Pid, reaping: bool) -> std::io::Result<()> {
+/// after a halt cannot reach an unrelated process. As a subreaper, orphans of the command's
+/// tree become our children: `reap` (a SIGCHLD came) reaps those that have exited, so a long
+/// run does not collect zombies. Nothing else in worklane spawns children while a command runs.
+fn exited(pid: rustix::process::Pid, reap: bool) -> std::io::Result<bool> {
     use rustix::io::Errno;
     use rustix::process::{WaitId, WaitIdOptions, waitid};
-    let exited = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT;
+    let options = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT | WaitIdOptions::NOHANG;
     loop {
-        if !reaping {
-            match waitid(WaitId::Pid(pid), exited) {
-                Err(Errno::INTR) => continue,
-                other => return other.map(drop).map_err(std::io::Error::from),
+        match waitid(WaitId::Pid(pid), options) {
+            Ok(Some(_)) => return Ok(true),
+            Ok(None) => break,
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if reap {
+        crate::tree::reap_orphans(raw_pid(pid));
+    }
+    Ok(false)
+}
+
+/// The signal handlers of a supervision: each signal sets its flag, then writes a byte to a
+/// socket the supervising loop sleeps on (the self-pipe pattern, `signal_hook::low_level::pipe`).
+/// Dropping it removes the handlers' actions.
+struct Wakeup {
+    read: std::os::unix::net::UnixStream,
+    write: std::os::unix::net::UnixStream,
+    flags: Vec<(i32, Arc<AtomicBool>)>,
+    ids: Vec<signal_hook::SigId>,
+}
+
+impl Wakeup {
+    fn new() -> std::io::Result<Wakeup> {
+        let (read, write) = std::os::unix::net::UnixStream::pair()?;
+        read.set_nonblocking(true)?;
+        Ok(Wakeup {
+            read,
+            write,
+            flags: Vec::new(),
+            ids: Vec::new(),
+        })
+    }
+
+    /// Catches `signal`: its flag is set, then the loop woken.
+    fn register(&mut self, signal: i32) -> std::io::Result<()> {
+        let flag = Arc::new(AtomicBool::new(false));
+        self.ids
+            .push(signal_hook::flag::register(signal, Arc::clone(&flag))?);
+        self.ids.push(signal_hook::low_level::pipe::register(
+            signal,
+            self.write.try_clone()?,
+        )?);
+        self.flags.push((signal, flag));
+        Ok(())
+    }
+
+    /// Empties the socket, then collects the signals that came: those to forward into
+    /// `forward`; returns whether SIGCHLD came.
+    fn drain(&mut self, forward: &mut Vec<i32>) -> bool {
+        use std::io::Read;
+        let mut buf = [0u8; 64];
+        while matches!((&self.read).read(&mut buf), Ok(n) if n > 0) {}
+        let mut child = false;
+        for (signal, flag) in &self.flags {
+            if flag.swap(false, Ordering::SeqCst) {
+                if *signal == SIGCHLD {
+                    child = true;
+                } else {
+                    forward.push(*signal);
+                }
             }
         }
-        match waitid(WaitId::All, exited) {
-            Ok(_) | Err(Errno::INTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-        match waitid(WaitId::Pid(pid), exited | WaitIdOptions::NOHANG) {
-            Ok(Some(_)) => return Ok(()),
-            Ok(None) | Err(Errno::INTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-        if crate::tree::reap_orphans(raw_pid(pid)) == 0 {
-            // An exited child the process table did not show us: do not spin on it.
-            std::thread::sleep(CHECK_EVERY);
+        child
+    }
+
+    /// Sleeps until a signal comes or `timeout` has passed.
+    fn sleep(&self, timeout: Duration) {
+        let mut fds = [rustix::event::PollFd::new(
+            &self.read,
+            rustix::event::PollFlags::IN,
+        )];
+        let timeout = rustix::event::Timespec::try_from(timeout).ok();
+        let _ = rustix::event::poll(&mut fds, timeout.as_ref());
+    }
+}
+
+impl Drop for Wakeup {
+    fn drop(&mut self) {
+        for id in self.ids.drain(..) {
+            signal_hook::low_level::unregister(id);
         }
     }
 }

@@ -146,9 +146,22 @@ pub(crate) fn die_by(signal: i32) {
 /// The signals this process ignores (inherited `SIG_IGN`), from the `SigIgn` mask of
 /// `/proc/self/status` (Linux; elsewhere none are known to be ignored).
 pub(crate) fn ignored_signals() -> Vec<i32> {
-    std::fs::read_to_string("/proc/self/status")
+    // One read into a page-sized buffer (the file is about 1.4 KiB): `read_to_string` would
+    // grow its buffer from 32 bytes, a read call each time.
+    use std::io::Read;
+    let mut buf = vec![0u8; 8192];
+    let mut len = 0;
+    if let Ok(mut file) = std::fs::File::open("/proc/self/status") {
+        while len < buf.len() {
+            match file.read(&mut buf[len..]) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => len += n,
+            }
+        }
+    }
+    std::str::from_utf8(&buf[..len])
         .ok()
-        .and_then(|status| parse_sigign(&status))
+        .and_then(parse_sigign)
         .unwrap_or_default()
 }
 

@@ -88,15 +88,12 @@ pub(crate) fn proc_pids() -> Option<Vec<u32>> {
 /// Whether `/proc` numbers processes as our pid namespace does (its `self` is our pid).
 #[cfg(target_os = "linux")]
 fn proc_is_ours() -> bool {
+    // `/proc/self` is a link to our pid as that `/proc`'s namespace numbers it: one call.
     let ours = rustix::process::getpid().as_raw_nonzero().get();
-    std::fs::read("/proc/self/stat").ok().and_then(|stat| {
-        std::str::from_utf8(&stat)
-            .ok()?
-            .split(' ')
-            .next()?
-            .parse::<i32>()
-            .ok()
-    }) == Some(ours)
+    std::fs::read_link("/proc/self")
+        .ok()
+        .and_then(|link| link.to_str()?.parse::<i32>().ok())
+        == Some(ours)
 }
 
 /// No process table off Linux: a halt reaches the command's group or pid only.
