@@ -25,6 +25,7 @@ const MACOS_CRATES: &[&str] = &[
     "worklane-lease",
     "worklane-admission",
     "worklane-budget",
+    "worklane-fleet",
     "worklane",
 ];
 
@@ -67,6 +68,16 @@ fn steps() -> Vec<Step> {
             // The README's test command.
             what: "tests",
             args: words("test --workspace"),
+        },
+        Step {
+            what: "fleet clippy, with its etcd client",
+            args: words("clippy -p worklane-fleet --features etcd --all-targets -- -D warnings"),
+        },
+        Step {
+            // A 3-member etcd cluster started by the tests themselves (etcd from Debian's
+            // etcd-server; the client's build needs protoc, from protobuf-compiler).
+            what: "fleet tests against a real etcd",
+            args: words("test -p worklane-fleet --features etcd"),
         },
         Step {
             what: "macOS compile check",

@@ -1,0 +1,688 @@
+//! The fleet on etcd: connect, pools (cap and holders), roles, and the held place's lease.
+//!
+//! Every call blocks: the client drives etcd-client on a current-thread tokio runtime of its
+//! own, one request at a time, with a deadline on each.
+
+use crate::decide::{self, Listed, Standing};
+use crate::keys;
+use crate::value::Holder;
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper,
+    SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The longest one request to etcd may take before it counts as unanswered.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How often a waiting take or claim looks again.
+pub const LOOK_EVERY: Duration = Duration::from_millis(100);
+
+/// Errors of [`Fleet::connect`].
+pub mod connect {
+    /// Why no client could be made.
+    #[derive(Debug, thiserror::Error)]
+    #[non_exhaustive]
+    pub enum Error {
+        /// No endpoint given.
+        #[error("no etcd endpoint given: name at least one, as http://HOST:PORT")]
+        NoEndpoint,
+        /// The runtime could not start.
+        #[error("cannot start the fleet client's runtime")]
+        Runtime(#[source] std::io::Error),
+        /// The endpoints did not answer.
+        #[error("cannot reach etcd at {endpoints}")]
+        Unreachable {
+            /// The endpoints, comma-separated.
+            endpoints: String,
+            /// The client's error.
+            #[source]
+            source: etcd_client::Error,
+        },
+    }
+}
+
+/// A request etcd did not answer, or answered with an error: what was being done, where.
+#[derive(Debug, thiserror::Error)]
+#[error("etcd at {endpoints} did not answer while {doing}")]
+pub struct Unavailable {
+    /// The endpoints, comma-separated.
+    pub endpoints: String,
+    /// What was being done.
+    pub doing: String,
+    /// The client's error, or `None` on a timeout.
+    #[source]
+    pub source: Option<etcd_client::Error>,
+}
+
+/// Errors of taking or claiming ([`Fleet::take`], [`Fleet::claim_role`]) and of the pool's
+/// administration ([`Fleet::set_cap`], [`Fleet::status`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A pool or role name that cannot be part of a key.
+    #[error(transparent)]
+    Name(#[from] keys::NameError),
+    /// etcd did not answer.
+    #[error(transparent)]
+    Unavailable(#[from] Unavailable),
+    /// The cap stored in etcd is not a whole number.
+    #[error(
+        "the cap of pool {pool:?} in etcd ({key}) is {value:?}, not a whole number: set it again with `worklane fleet set-cap`"
+    )]
+    BadCap {
+        /// The pool.
+        pool: String,
+        /// Its cap's key.
+        key: String,
+        /// What the key holds.
+        value: String,
+    },
+    /// A waiting take's own key vanished: its lease expired while it waited.
+    #[error("the place taken in pool {pool:?} was lost while waiting (its etcd lease expired)")]
+    LostWhileWaiting {
+        /// The pool.
+        pool: String,
+    },
+}
+
+/// Why a held place must be given up (see [`Hold::pulse`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Lost {
+    /// No keepalive was confirmed for half the TTL: the lease may lapse before long.
+    #[error(
+        "the fleet lease of {what} has gone unconfirmed for {unconfirmed_ms} ms (etcd at \
+         {endpoints} does not answer); its TTL is {ttl_ms} ms"
+    )]
+    Unconfirmed {
+        /// The place (`pool agents`, `role coordinator`).
+        what: String,
+        /// How long since the last confirmed keepalive was sent.
+        unconfirmed_ms: u128,
+        /// The TTL.
+        ttl_ms: u128,
+        /// The endpoints.
+        endpoints: String,
+    },
+    /// etcd says the lease is gone (it expired, or was revoked).
+    #[error("the fleet lease of {what} has expired in etcd: another holder may hold it now")]
+    Expired {
+        /// The place.
+        what: String,
+    },
+}
+
+/// How a take or claim waits.
+pub struct Wait<'a> {
+    /// Give up after this long; `Some(ZERO)`: do not wait; `None`: wait for ever.
+    pub timeout: Option<Duration>,
+    /// Called on each look with who is ahead.
+    pub on_wait: &'a mut dyn FnMut(&Waiting),
+}
+
+/// What a waiting take sees on each look.
+#[derive(Debug)]
+pub struct Waiting {
+    /// Keys created before it (holders and earlier waiters).
+    pub ahead: usize,
+    /// The pool's cap.
+    pub cap: u32,
+}
+
+/// The outcome of a take or claim.
+#[derive(Debug)]
+pub enum Taken {
+    /// Held: keep it alive with [`Hold::pulse`], give it up with [`Hold::release`].
+    Held(Box<Hold>),
+    /// Not held.
+    Refused(Refusal),
+}
+
+/// Why a take or claim was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The pool has no cap in etcd: it admits nobody until one is set.
+    NoCap {
+        /// The pool.
+        pool: String,
+    },
+    /// Every place of the pool is held (and waiting was not asked, or timed out).
+    Full {
+        /// The pool.
+        pool: String,
+        /// Its cap.
+        cap: u32,
+        /// Who holds its places, as far as their values tell.
+        holders: Vec<Holder>,
+    },
+    /// The role is held by another.
+    RoleHeld {
+        /// The role.
+        role: String,
+        /// Its holder, if its value could be read.
+        holder: Option<Holder>,
+    },
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::NoCap { pool } => write!(
+                f,
+                "fleet pool {pool:?} has no cap set, so it admits nobody: set one with \
+                 `worklane fleet set-cap --pool {pool} N`"
+            ),
+            Refusal::Full { pool, cap, holders } => {
+                write!(f, "fleet pool {pool:?} is full ({cap} of {cap} held")?;
+                for (i, h) in holders.iter().enumerate() {
+                    write!(f, "{}{h}", if i == 0 { ": " } else { "; " })?;
+                }
+                write!(f, ")")
+            }
+            Refusal::RoleHeld { role, holder } => match holder {
+                Some(h) => write!(f, "fleet role {role:?} is held by {h}"),
+                None => write!(
+                    f,
+                    "fleet role {role:?} is held (its holder's value is unreadable)"
+                ),
+            },
+        }
+    }
+}
+
+/// A pool's state in etcd, for `worklane fleet status`.
+#[derive(Debug, Clone)]
+pub struct PoolStatus {
+    /// The pool.
+    pub pool: String,
+    /// Its cap, if set.
+    pub cap: Option<u32>,
+    /// Its keys in order of creation: the first `cap` hold, the rest wait.
+    pub keys: Vec<Listed>,
+}
+
+struct Inner {
+    runtime: tokio::runtime::Runtime,
+    client: Client,
+    endpoints: String,
+}
+
+impl Inner {
+    /// Runs one request, made by `request` from a client handle, with the deadline. A request
+    /// that fails at once (an endpoint that is down: the client balances over all of them)
+    /// is tried again, every 50 ms, until the deadline.
+    fn call<T, F, Fut>(&self, doing: impl FnOnce() -> String, request: F) -> Result<T, Unavailable>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let deadline = tokio::time::Instant::now() + REQUEST_TIMEOUT;
+        let outcome = self.runtime.block_on(async {
+            let mut last = None;
+            loop {
+                match tokio::time::timeout_at(deadline, request(self.client.clone())).await {
+                    Ok(Ok(value)) => return Ok(value),
+                    Ok(Err(e)) => last = Some(e),
+                    Err(_) => return Err(last),
+                }
+                if tokio::time::Instant::now() + Duration::from_millis(50) >= deadline {
+                    return Err(last);
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        outcome.map_err(|source| Unavailable {
+            endpoints: self.endpoints.clone(),
+            doing: doing(),
+            source,
+        })
+    }
+}
+
+/// A connection to the fleet's etcd.
+#[derive(Clone)]
+pub struct Fleet {
+    inner: Arc<Inner>,
+    ttl: Duration,
+}
+
+impl std::fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fleet")
+            .field("endpoints", &self.inner.endpoints)
+            .field("ttl", &self.ttl)
+            .finish()
+    }
+}
+
+impl Fleet {
+    /// Connects to etcd at `endpoints` (`http://HOST:PORT`); holders' leases get `ttl`
+    /// (rounded up to whole seconds, as etcd counts them).
+    pub fn connect(endpoints: &[String], ttl: Duration) -> Result<Fleet, connect::Error> {
+        if endpoints.is_empty() {
+            return Err(connect::Error::NoEndpoint);
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(connect::Error::Runtime)?;
+        let joined = endpoints.join(",");
+        let options = ConnectOptions::new()
+            .with_connect_timeout(REQUEST_TIMEOUT)
+            .with_timeout(REQUEST_TIMEOUT);
+        let client = runtime
+            .block_on(async {
+                tokio::time::timeout(
+                    REQUEST_TIMEOUT * 2,
+                    Client::connect(endpoints, Some(options)),
+                )
+                .await
+            })
+            .map_err(|_| connect::Error::Unreachable {
+                endpoints: joined.clone(),
+                source: etcd_client::Error::InvalidArgs("connecting timed out".into()),
+            })?
+            .map_err(|source| connect::Error::Unreachable {
+                endpoints: joined.clone(),
+                source,
+            })?;
+        Ok(Fleet {
+            inner: Arc::new(Inner {
+                runtime,
+                client,
+                endpoints: joined,
+            }),
+            ttl,
+        })
+    }
+
+    /// The endpoints, comma-separated.
+    #[must_use]
+    pub fn endpoints(&self) -> &str {
+        &self.inner.endpoints
+    }
+
+    /// The TTL holders' leases get.
+    #[must_use]
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Sets the cap of `pool`.
+    pub fn set_cap(&self, pool: &str, cap: u32) -> Result<(), Error> {
+        keys::check_name("pool", pool)?;
+        self.inner.call(
+            || format!("setting the cap of pool {pool:?}"),
+            |mut c| async move { c.put(keys::pool_cap(pool), cap.to_string(), None).await },
+        )?;
+        Ok(())
+    }
+
+    /// The cap and keys of `pool`, read at one revision.
+    pub fn status(&self, pool: &str) -> Result<PoolStatus, Error> {
+        keys::check_name("pool", pool)?;
+        let (cap, keys) = self.read_pool(pool)?;
+        Ok(PoolStatus {
+            pool: pool.to_owned(),
+            cap,
+            keys,
+        })
+    }
+
+    fn read_pool(&self, pool: &str) -> Result<(Option<u32>, Vec<Listed>), Error> {
+        let sorted = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend);
+        let txn = Txn::new().and_then([
+            TxnOp::get(keys::pool_cap(pool), None),
+            TxnOp::get(keys::pool_holders(pool), Some(sorted)),
+        ]);
+        let response = self.inner.call(
+            || format!("reading pool {pool:?}"),
+            |mut c| {
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
+            },
+        )?;
+        let mut cap = None;
+        let mut listed = Vec::new();
+        for (i, op) in response.op_responses().into_iter().enumerate() {
+            let TxnOpResponse::Get(get) = op else {
+                continue;
+            };
+            if i == 0 {
+                if let Some(kv) = get.kvs().first() {
+                    let text = String::from_utf8_lossy(kv.value()).into_owned();
+                    cap = Some(text.trim().parse::<u32>().map_err(|_| Error::BadCap {
+                        pool: pool.to_owned(),
+                        key: keys::pool_cap(pool),
+                        value: text.clone(),
+                    })?);
+                }
+            } else {
+                listed.extend(get.kvs().iter().map(|kv| Listed {
+                    key: String::from_utf8_lossy(kv.key()).into_owned(),
+                    create_revision: kv.create_revision(),
+                    holder: Holder::parse(kv.value()),
+                }));
+            }
+        }
+        Ok((cap, listed))
+    }
+
+    /// Grants a lease of the fleet's TTL: its id and the TTL etcd gave.
+    fn grant(&self, doing: &str) -> Result<(i64, Duration), Error> {
+        let seconds = i64::try_from(self.ttl.as_millis().div_ceil(1000).max(1)).unwrap_or(i64::MAX);
+        let granted = self.inner.call(
+            || format!("granting a lease for {doing}"),
+            |mut c| async move { c.lease_grant(seconds, None).await },
+        )?;
+        let ttl = Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(0).max(1));
+        Ok((granted.id(), ttl.min(self.ttl.max(Duration::from_secs(1)))))
+    }
+
+    fn revoke(&self, lease: i64) {
+        let _ = self.inner.call(
+            || "revoking a lease".to_owned(),
+            |mut c| async move { c.lease_revoke(lease).await },
+        );
+    }
+
+    /// Takes a place in `pool` for `holder`: one of its first `cap` keys by creation. The key
+    /// is put at once (attached to a lease of its own), so a waiter keeps its place in line;
+    /// it is removed on refusal. The held place's epoch is its key's create revision.
+    pub fn take(&self, pool: &str, holder: &Holder, wait: Wait<'_>) -> Result<Taken, Error> {
+        keys::check_name("pool", pool)?;
+        let what = format!("pool {pool}");
+        let (lease, ttl) = self.grant(&what)?;
+        let key = keys::pool_holder(pool, &format!("{lease:016x}"));
+        let put = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key.clone(),
+                holder.to_bytes(),
+                Some(etcd_client::PutOptions::new().with_lease(lease)),
+            )]);
+        let put = self.inner.call(
+            || format!("joining pool {pool:?}"),
+            |mut c| {
+                let put = put.clone();
+                async move { c.txn(put).await }
+            },
+        );
+        let epoch = match put {
+            Ok(r) => r.header().map_or(0, |h| h.revision()),
+            Err(e) => {
+                self.revoke(lease);
+                return Err(e.into());
+            }
+        };
+        let mut hold = Hold::new(self.clone(), what, key.clone(), lease, ttl, epoch);
+        let started = Instant::now();
+        loop {
+            let (cap, listed) = match self.read_pool(pool) {
+                Ok(read) => read,
+                Err(e) => {
+                    hold.abandon();
+                    return Err(e);
+                }
+            };
+            let Some(cap) = cap else {
+                hold.abandon();
+                return Ok(Taken::Refused(Refusal::NoCap {
+                    pool: pool.to_owned(),
+                }));
+            };
+            match decide::standing(&listed, &key, cap) {
+                Standing::Holds => return Ok(Taken::Held(Box::new(hold))),
+                Standing::Gone => {
+                    hold.abandon();
+                    return Err(Error::LostWhileWaiting {
+                        pool: pool.to_owned(),
+                    });
+                }
+                Standing::Waits { ahead } => {
+                    if wait.timeout.is_some_and(|t| started.elapsed() >= t) {
+                        hold.abandon();
+                        let holders = decide::holders(&listed, cap)
+                            .into_iter()
+                            .filter_map(|l| l.holder.clone())
+                            .collect();
+                        return Ok(Taken::Refused(Refusal::Full {
+                            pool: pool.to_owned(),
+                            cap,
+                            holders,
+                        }));
+                    }
+                    (wait.on_wait)(&Waiting { ahead, cap });
+                    if let Err(lost) = hold.pulse() {
+                        hold.abandon();
+                        return Err(match lost {
+                            Lost::Unconfirmed { .. } => Error::Unavailable(Unavailable {
+                                endpoints: self.inner.endpoints.clone(),
+                                doing: format!("keeping a place in line in pool {pool:?}"),
+                                source: None,
+                            }),
+                            Lost::Expired { .. } => Error::LostWhileWaiting {
+                                pool: pool.to_owned(),
+                            },
+                        });
+                    }
+                    std::thread::sleep(LOOK_EVERY);
+                }
+            }
+        }
+    }
+
+    /// Claims `role` for `holder`: its one key, created only if absent. The epoch is the
+    /// key's create revision.
+    pub fn claim_role(&self, role: &str, holder: &Holder, wait: Wait<'_>) -> Result<Taken, Error> {
+        keys::check_name("role", role)?;
+        let key = keys::role(role);
+        let mut value = holder.clone();
+        value.role = Some(role.to_owned());
+        let started = Instant::now();
+        loop {
+            let what = format!("role {role}");
+            let (lease, ttl) = self.grant(&what)?;
+            let txn = Txn::new()
+                .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(
+                    key.clone(),
+                    value.to_bytes(),
+                    Some(etcd_client::PutOptions::new().with_lease(lease)),
+                )])
+                .or_else([TxnOp::get(key.clone(), None)]);
+            let response = match self.inner.call(
+                || format!("claiming role {role:?}"),
+                |mut c| {
+                    let txn = txn.clone();
+                    async move { c.txn(txn).await }
+                },
+            ) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.revoke(lease);
+                    return Err(e.into());
+                }
+            };
+            if response.succeeded() {
+                let epoch = response.header().map_or(0, |h| h.revision());
+                return Ok(Taken::Held(Box::new(Hold::new(
+                    self.clone(),
+                    what,
+                    key,
+                    lease,
+                    ttl,
+                    epoch,
+                ))));
+            }
+            self.revoke(lease);
+            let holder = response.op_responses().into_iter().find_map(|op| match op {
+                TxnOpResponse::Get(get) => {
+                    get.kvs().first().and_then(|kv| Holder::parse(kv.value()))
+                }
+                _ => None,
+            });
+            if wait.timeout.is_none_or(|t| started.elapsed() < t) {
+                (wait.on_wait)(&Waiting { ahead: 1, cap: 1 });
+                std::thread::sleep(LOOK_EVERY);
+                continue;
+            }
+            return Ok(Taken::Refused(Refusal::RoleHeld {
+                role: role.to_owned(),
+                holder,
+            }));
+        }
+    }
+}
+
+/// A held place (a pool's or a role's): its key lives as long as its etcd lease, which
+/// [`Hold::pulse`] keeps alive. Dropping it revokes the lease (best effort).
+pub struct Hold {
+    fleet: Fleet,
+    what: String,
+    key: String,
+    lease: i64,
+    ttl: Duration,
+    epoch: i64,
+    keeper: Option<(LeaseKeeper, LeaseKeepAliveStream)>,
+    /// When the last keepalive that etcd confirmed was sent.
+    confirmed: Instant,
+    /// When the last keepalive was tried.
+    tried: Instant,
+    released: bool,
+}
+
+impl std::fmt::Debug for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hold")
+            .field("what", &self.what)
+            .field("key", &self.key)
+            .field("lease", &self.lease)
+            .field("epoch", &self.epoch)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Hold {
+    fn new(fleet: Fleet, what: String, key: String, lease: i64, ttl: Duration, epoch: i64) -> Hold {
+        // The grant was sent before now: counting from now errs late by the grant's round
+        // trip, which the halt rule's margin (TTL/2 before the lapse) covers.
+        let now = Instant::now();
+        Hold {
+            fleet,
+            what,
+            key,
+            lease,
+            ttl,
+            epoch,
+            keeper: None,
+            confirmed: now,
+            tried: now,
+            released: false,
+        }
+    }
+
+    /// The fencing epoch: the key's create revision, larger than every earlier holder's.
+    #[must_use]
+    pub fn epoch(&self) -> i64 {
+        self.epoch
+    }
+
+    /// The key held.
+    #[must_use]
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The lease's TTL as etcd granted it.
+    #[must_use]
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Keeps the lease alive: call it often (every 250 ms is right). It sends a keepalive
+    /// every [`decide::pulse_every`] and returns [`Lost`] when the lease is gone in etcd or
+    /// has gone unconfirmed for half its TTL ([`decide::must_halt`]): then stop using what
+    /// it protects at once.
+    pub fn pulse(&mut self) -> Result<(), Lost> {
+        let now = Instant::now();
+        let unconfirmed = now.saturating_duration_since(self.confirmed);
+        if decide::must_halt(unconfirmed, self.ttl) {
+            return Err(Lost::Unconfirmed {
+                what: self.what.clone(),
+                unconfirmed_ms: unconfirmed.as_millis(),
+                ttl_ms: self.ttl.as_millis(),
+                endpoints: self.fleet.inner.endpoints.clone(),
+            });
+        }
+        // After a keepalive that got no answer, the next call tries again at once (a new
+        // stream: the client may reach another member); otherwise every `pulse_every`.
+        if self.keeper.is_some()
+            && now.saturating_duration_since(self.tried) < decide::pulse_every(self.ttl)
+        {
+            return Ok(());
+        }
+        self.tried = now;
+        let sent = now;
+        let budget = (self.ttl / 10).clamp(Duration::from_millis(100), Duration::from_secs(1));
+        let inner = Arc::clone(&self.fleet.inner);
+        let lease = self.lease;
+        let keeper = self.keeper.take();
+        let outcome = inner.runtime.block_on(async {
+            tokio::time::timeout(budget, async {
+                let (mut keeper, mut stream) = match keeper {
+                    Some(pair) => pair,
+                    None => inner.client.clone().lease_keep_alive(lease).await?,
+                };
+                keeper.keep_alive().await?;
+                let answer = stream.message().await?;
+                Ok::<_, etcd_client::Error>((answer.map(|a| a.ttl()), (keeper, stream)))
+            })
+            .await
+        });
+        match outcome {
+            Ok(Ok((Some(ttl), pair))) if ttl > 0 => {
+                self.keeper = Some(pair);
+                self.confirmed = sent;
+                Ok(())
+            }
+            Ok(Ok((Some(_), _))) => Err(Lost::Expired {
+                what: self.what.clone(),
+            }),
+            // No answer, an error or a closed stream: a new stream next time, and the halt
+            // rule decides.
+            _ => Ok(()),
+        }
+    }
+
+    /// Gives the place up: the lease is revoked, which removes the key.
+    pub fn release(mut self) -> Result<(), Unavailable> {
+        self.released = true;
+        let what = self.what.clone();
+        let lease = self.lease;
+        self.fleet
+            .inner
+            .call(
+                || format!("releasing {what}"),
+                |mut c| async move { c.lease_revoke(lease).await },
+            )
+            .map(drop)
+    }
+
+    fn abandon(&mut self) {
+        self.released = true;
+        self.fleet.revoke(self.lease);
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        if !self.released {
+            self.abandon();
+        }
+    }
+}

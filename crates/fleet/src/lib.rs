@@ -1,0 +1,61 @@
+//! Fleet-wide caps, role leases and budgets for worklane, kept in etcd v3.
+//!
+//! worklane decides for one host; a fleet of hosts needs an authority outside any of them.
+//! This crate does not build one: it keeps its state in etcd, with etcd's leases (a TTL kept
+//! alive) and transactions (compare on revisions), with the vocabulary of the lease core:
+//! claim, refuse, release.
+//!
+//! - A **pool** has a cap (`worklane fleet set-cap`) and holders: each holder is a key
+//!   attached to its own etcd lease; the first `cap` keys by creation hold, later ones wait in
+//!   order ([`decide::standing`]). A holder's fencing epoch is its key's create revision,
+//!   which grows across the fleet.
+//! - A **role** has one key, created only if absent; a refusal names the holder's host, pid,
+//!   role and since when.
+//! - A holder that cannot confirm its lease for half its TTL must stop
+//!   ([`decide::must_halt`]): losing the fleet never makes two owners.
+//!
+//! The key layout and values are in PROTOCOL.md section 15 ([`keys`], [`value`]), so that a
+//! harness in another language can join with any etcd client.
+//!
+//! # Limitations
+//! - The etcd client is behind the cargo feature `etcd` (building it needs `protoc`); without
+//!   it this crate holds the layout and the decisions only.
+//! - Time: the halt rule assumes this host's monotonic clock and etcd's run at the same rate;
+//!   a holder suspended (SIGSTOP) past half its TTL halts when it resumes, before anything
+//!   else.
+//! - Waiting polls etcd every [`LOOK_EVERY`](client::LOOK_EVERY) instead of watching.
+//!
+//! # Example
+//! ```no_run
+//! # #[cfg(feature = "etcd")] {
+//! use std::time::Duration;
+//! use worklane_fleet::{Fleet, Holder, Taken, Wait};
+//! let fleet = Fleet::connect(&["http://127.0.0.1:2379".to_owned()], Duration::from_secs(15))?;
+//! fleet.set_cap("agents", 4)?;
+//! let me = Holder::this_process("my-agent", "2026-12-01T00:00:00.000Z".into());
+//! match fleet.take("agents", &me, Wait { timeout: Some(Duration::ZERO), on_wait: &mut |_| {} })? {
+//!     Taken::Held(mut hold) => {
+//!         println!("epoch {}", hold.epoch());
+//!         hold.pulse()?; // every 250 ms while working
+//!         hold.release()?;
+//!     }
+//!     Taken::Refused(why) => println!("refused: {why}"),
+//! }
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![deny(unsafe_code)]
+
+#[cfg(feature = "etcd")]
+mod client;
+pub mod decide;
+pub mod keys;
+pub mod value;
+
+#[cfg(feature = "etcd")]
+pub use client::{
+    Error, Fleet, Hold, LOOK_EVERY, Lost, PoolStatus, REQUEST_TIMEOUT, Refusal, Taken, Unavailable,
+    Wait, Waiting, connect,
+};
+pub use value::Holder;

@@ -1,0 +1,82 @@
+//! A fleet holder for the integration tests: one process per holder, on any "host".
+//!
+//! `fleet-holder ENDPOINTS TTL_MS pool|role NAME [wait]` takes a place in pool NAME (or claims
+//! role NAME), prints `held <epoch>`, `refused <why>` or `error <why>`, then keeps the place
+//! alive (a pulse every 50 ms) until its stdin closes (`released`, exit 0) or the place is
+//! lost (`lost <why>`, exit 3).
+
+use std::io::{BufRead, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use worklane_fleet::{Fleet, Holder, Taken, Wait};
+
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let endpoints: Vec<String> = args[1].split(',').map(str::to_owned).collect();
+    let ttl = Duration::from_millis(args[2].parse().expect("TTL_MS"));
+    let (what, name) = (args[3].as_str(), args[4].as_str());
+    let wait = args.get(5).is_some_and(|w| w == "wait");
+    let fleet = match Fleet::connect(&endpoints, ttl) {
+        Ok(f) => f,
+        Err(e) => {
+            say(&format!("error {e}"));
+            std::process::exit(69);
+        }
+    };
+    let me = Holder::this_process("fleet-holder", "2026-12-01T00:00:00.000Z".into());
+    let timeout = if wait { None } else { Some(Duration::ZERO) };
+    let taken = match what {
+        "pool" => fleet.take(
+            name,
+            &me,
+            Wait {
+                timeout,
+                on_wait: &mut |_| {},
+            },
+        ),
+        _ => fleet.claim_role(
+            name,
+            &me,
+            Wait {
+                timeout,
+                on_wait: &mut |_| {},
+            },
+        ),
+    };
+    let mut hold = match taken {
+        Ok(Taken::Held(hold)) => hold,
+        Ok(Taken::Refused(why)) => {
+            say(&format!("refused {why}"));
+            std::process::exit(75);
+        }
+        Err(e) => {
+            say(&format!("error {e}"));
+            std::process::exit(69);
+        }
+    };
+    say(&format!("held {}", hold.epoch()));
+    let done = Arc::new(AtomicBool::new(false));
+    let stdin_done = Arc::clone(&done);
+    std::thread::spawn(move || {
+        for _ in std::io::stdin().lock().lines() {}
+        stdin_done.store(true, Ordering::SeqCst);
+    });
+    while !done.load(Ordering::SeqCst) {
+        if let Err(lost) = hold.pulse() {
+            say(&format!("lost {lost}"));
+            std::process::exit(3);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    match hold.release() {
+        Ok(()) => say("released"),
+        Err(e) => say(&format!("release failed {e}")),
+    }
+}
