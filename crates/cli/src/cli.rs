@@ -15,6 +15,12 @@ use std::time::Duration;
 #[derive(Debug, Parser)]
 #[command(name = "worklane", version, about, long_about = None, after_help = EXIT_CODES)]
 pub(crate) struct Cli {
+    /// The slot directory, as `AGENT_SLOTS_DIR` names it (this option wins over the variable
+    /// and is passed on to every process worklane starts); a relative PATH is taken from the
+    /// current directory. The config is then PATH/config.json unless AGENT_SLOTS_CONFIG is
+    /// set.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub(crate) dir: Option<std::path::PathBuf>,
     #[command(subcommand)]
     pub(crate) command: Command,
 }
@@ -29,11 +35,11 @@ Exit codes:
   74   output could not be written (stdout; a closed pipe is no error)
   75   busy: at cap (--no-wait), timed out, full run or role held, not idle,
        API budget spent or paused (budget take), a blocker other than STOP or
-       a drain (why)
+       a drain (why); `run -E N` exits N instead when at cap or timed out
   78   configuration error (config file, slot directory)
   126  command cannot be executed   127  command not found
 
-Environment: AGENT_SLOTS_DIR, AGENT_SLOTS_CONFIG. `run` gives its command
+Environment: AGENT_SLOTS_DIR (or --dir), AGENT_SLOTS_CONFIG. `run` gives its command
 WORKLANE_AGENT_SLOT, WORKLANE_TEST_SLOT or WORKLANE_FULL_RUN_SLOT (see README.md).";
 
 #[derive(Debug, Subcommand)]
@@ -138,12 +144,16 @@ pub(crate) struct RunArgs {
     /// Wait for a slot (the default).
     #[arg(long, overrides_with = "no_wait")]
     pub(crate) wait: bool,
-    /// Exit 75 at once instead of waiting for a slot.
-    #[arg(long)]
+    /// Exit 75 (or -E's code) at once instead of waiting for a slot.
+    #[arg(short = 'n', long)]
     pub(crate) no_wait: bool,
-    /// Give up waiting after DUR (e.g. 90s, 5m) and exit 75.
-    #[arg(long, value_parser = parse_duration)]
+    /// Give up waiting after DUR (e.g. 90s, 5m, 1h30m) and exit 75 (or -E's code).
+    #[arg(short = 'w', long, value_parser = parse_duration)]
     pub(crate) timeout: Option<Duration>,
+    /// The exit code when the run is refused because it is busy (at cap with --no-wait, timed
+    /// out), as flock(1) -E has it; default 75. A STOP or a drain still exits 69.
+    #[arg(short = 'E', long, value_name = "N", default_value_t = crate::exit::TEMP_FAIL)]
+    pub(crate) conflict_exit_code: u8,
     /// Place in the waiting line: higher goes first, default 0; equal priorities go in order
     /// of arrival (the same scale as `enqueue --priority`).
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]

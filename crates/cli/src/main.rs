@@ -36,6 +36,24 @@ fn pool() -> Result<Pool, Failure> {
     Ok(Pool::new(SlotDir::resolve()?))
 }
 
+/// `--dir PATH`: the slot directory for this process and every process it starts, exactly as
+/// `AGENT_SLOTS_DIR=PATH` would name it (a relative PATH taken from the current directory).
+/// Exported rather than passed along, so that every path that resolves the directory (the
+/// pool, the budget ledger, a queued full run's runner, a dispatcher's drivers) sees it.
+fn use_slot_dir(dir: &std::path::Path) -> Result<(), Failure> {
+    if dir.as_os_str().is_empty() {
+        return Err(Failure::new(exit::USAGE, "--dir needs a directory"));
+    }
+    let dir = std::path::absolute(dir).map_err(|e| {
+        Failure::new(
+            exit::USAGE,
+            format!("--dir {}: cannot make it absolute: {e}", dir.display()),
+        )
+    })?;
+    sys::set_slots_dir(&dir);
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -52,6 +70,11 @@ fn main() -> ExitCode {
             };
         }
     };
+    if let Some(dir) = &cli.dir
+        && let Err(failure) = use_slot_dir(dir)
+    {
+        return failure.exit();
+    }
     let result = match cli.command {
         Command::Run(args) => run::run(args),
         Command::Slots { json } => slots::show(json),

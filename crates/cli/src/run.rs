@@ -141,7 +141,7 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode, Failure> {
                 "timed out"
             };
             return Err(Failure::new(
-                exit::TEMP_FAIL,
+                args.conflict_exit_code,
                 format!(
                     "cannot take {what} ({why}): {blocker}; try again later (`worklane slots` \
                      shows who holds what)"

@@ -1,5 +1,6 @@
 //! The one module of the CLI with `unsafe`: std's `Command::pre_exec` is an unsafe API (the
-//! closure runs in the forked child), and the parent-death signal can only be set there.
+//! closure runs in the forked child), and the parent-death signal can only be set there;
+//! setting a variable of the process's environment (`--dir`) is unsafe too.
 
 #![allow(unsafe_code)]
 
@@ -39,6 +40,18 @@ pub(crate) fn die_with_parent(cmd: &mut Command) {
 /// No parent-death signal off Linux.
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn die_with_parent(_cmd: &mut Command) {}
+
+/// Sets `AGENT_SLOTS_DIR` to `dir` in this process's environment (`--dir`), so that every
+/// resolution of the slot directory here and in every process worklane starts uses it.
+///
+/// Call it only from `main` before any thread is started: the environment is process-wide
+/// state that another thread could be reading.
+pub(crate) fn set_slots_dir(dir: &std::path::Path) {
+    // SAFETY: called once from `main`, right after the command line is parsed and before
+    // anything starts a thread (signal-hook's and the supervisor's threads come later), so no
+    // other thread can read or write the environment concurrently.
+    unsafe { std::env::set_var(worklane_slotfile::SLOTS_DIR_VAR, dir) };
+}
 
 /// Makes the command start a session of its own (`setsid` between fork and exec): a detached
 /// driver has no controlling terminal and outlives the dispatcher's session.
