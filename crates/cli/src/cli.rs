@@ -60,7 +60,11 @@ pub(crate) enum Command {
     },
     /// Lift an emergency stop.
     ResumeAll,
-    /// Set the machine's cap on concurrent coordinator test runs (1 to 8).
+    /// Read or change the config file in force: the caps and the dispatcher's settings.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Set the machine's cap on concurrent coordinator test runs (1 to 8); the same as
+    /// `config set max_test_runs N`.
     SetTestSlots {
         /// The new cap.
         n: u32,
@@ -127,6 +131,55 @@ pub(crate) enum Command {
         #[arg(last = true, required = true)]
         command: Vec<OsString>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ConfigCommand {
+    /// Print KEY's value in force (its default when the file does not set it); without KEY,
+    /// the file in force and every key.
+    Get {
+        /// The key.
+        key: Option<ConfigKey>,
+        /// Print JSON: KEY's value, or without KEY `{"version", "file", "exists", "values",
+        /// "set"}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set KEY to VALUE in the config file in force, keeping its other keys; the file is
+    /// checked whole and replaced atomically. A list takes A,B or a JSON array.
+    Set {
+        /// The key.
+        key: ConfigKey,
+        /// The value: a whole number for the caps, dispatcher or waiter for admission, a list
+        /// for env_allow_prefixes and env_secret_words.
+        value: String,
+    },
+    /// Remove KEY from the config file, so that its default holds (any key, so that a
+    /// misspelt one can be removed).
+    Unset {
+        /// The key, as written in the file.
+        key: String,
+    },
+}
+
+/// A key of the config file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ConfigKey {
+    /// The cap on concurrent agents (1 to 4294967295, default 2).
+    #[value(name = "max_agents")]
+    MaxAgents,
+    /// The cap on concurrent test runs (1 to 8, default 2).
+    #[value(name = "max_test_runs")]
+    MaxTestRuns,
+    /// How waiting work is admitted: dispatcher (the default) or waiter.
+    #[value(name = "admission")]
+    Admission,
+    /// The variable prefixes a queued attempt keeps (replaces the defaults).
+    #[value(name = "env_allow_prefixes")]
+    EnvAllowPrefixes,
+    /// The words that make a variable secret-shaped (replaces the defaults).
+    #[value(name = "env_secret_words")]
+    EnvSecretWords,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

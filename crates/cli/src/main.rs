@@ -5,6 +5,7 @@
 
 mod budget;
 mod cli;
+mod config;
 #[cfg(feature = "dispatcher")]
 mod dispatch;
 #[cfg(not(feature = "dispatcher"))]
@@ -80,7 +81,8 @@ fn main() -> ExitCode {
         Command::Slots { json } => slots::show(json),
         Command::StopAll { reason } => ops::stop_all(&reason.join(" ")),
         Command::ResumeAll => ops::resume_all(),
-        Command::SetTestSlots { n } => ops::set_test_slots(n),
+        Command::SetTestSlots { n } => config::set_test_slots(n),
+        Command::Config(command) => config::command(command),
         Command::Drain { until, to } => ops::drain(&until, to),
         Command::Undrain => ops::undrain(),
         Command::Idle => ops::idle(),

@@ -1,13 +1,11 @@
-//! Operator commands: stop-all, resume-all, set-test-slots, drain, undrain, idle,
+//! Operator commands: stop-all, resume-all, drain, undrain, idle,
 //! completions, man.
 
 use crate::exit::{self, Failure};
 use crate::out::outln;
-use serde_json::{Map, Value};
 use std::process::ExitCode;
 use worklane_admission::{Drain, MAX_DRAIN_AHEAD_MS, Stop, stop};
 use worklane_lease::{Clock, SystemClock, parse_rfc3339_ms, rfc3339_ms};
-use worklane_slotfile::{SlotDir, TEST_RUNS_RANGE};
 
 /// `USER@HOST` of this process (`uid N@HOST` without `USER`), for STOP and role leases.
 pub(crate) fn who() -> String {
@@ -62,61 +60,6 @@ pub(crate) fn resume_all() -> Result<ExitCode, Failure> {
     } else {
         outln!("no STOP was in force")?;
     }
-    Ok(ExitCode::SUCCESS)
-}
-
-pub(crate) fn set_test_slots(n: u32) -> Result<ExitCode, Failure> {
-    if !TEST_RUNS_RANGE.contains(&n) {
-        return Err(Failure::new(
-            exit::USAGE,
-            format!("set-test-slots {n}: the cap on test runs must be from 1 to 8"),
-        ));
-    }
-    let pool = crate::pool()?;
-    let config = &pool.locations().config;
-    let (Some(parent), Some(name)) = (config.parent(), config.file_name()) else {
-        return Err(Failure::new(
-            exit::CONFIG,
-            format!("config path {} has no directory", config.display()),
-        ));
-    };
-    let name = name.to_string_lossy();
-    let dir = SlotDir::open(parent).map_err(|e| Failure::new(exit::CONFIG, exit::chain(&e)))?;
-    // The config path is configuration, not a command-line argument: a name worklane cannot
-    // write (a dot-file, a guard-like name) is a configuration error.
-    let file = dir.file(&name).map_err(|e| {
-        Failure::new(
-            exit::CONFIG,
-            format!(
-                "cannot write config {}: {}; edit max_test_runs in it by hand, or move it to a \
-                 plain name",
-                config.display(),
-                exit::chain(&e)
-            ),
-        )
-    })?;
-    // Keep every other field the operator wrote; refuse to overwrite a file we cannot parse.
-    let mut fields = match file.read() {
-        Ok(None) => Map::new(),
-        Ok(Some(raw)) => match serde_json::from_slice::<Value>(&raw) {
-            Ok(Value::Object(map)) => map,
-            _ => {
-                return Err(Failure::new(
-                    exit::CONFIG,
-                    format!(
-                        "config {} is not a JSON object; fix it by hand before set-test-slots",
-                        config.display()
-                    ),
-                ));
-            }
-        },
-        Err(e) => return Err(Failure::new(exit::CONFIG, exit::chain(&e))),
-    };
-    fields.insert("max_test_runs".to_owned(), Value::from(n));
-    let mut bytes = serde_json::to_vec_pretty(&Value::Object(fields)).unwrap_or_default();
-    bytes.push(b'\n');
-    file.replace(&bytes, 0o644)?;
-    outln!("max_test_runs = {n} in {}", config.display())?;
     Ok(ExitCode::SUCCESS)
 }
 
