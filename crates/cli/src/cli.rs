@@ -217,6 +217,11 @@ pub(crate) struct RunArgs {
     /// Who holds the slot, shown to others (default: the command's name).
     #[arg(long)]
     pub(crate) owner: Option<String>,
+    /// Write worklane's own events as JSON lines to descriptor N (3 or above, open for
+    /// writing; not passed on to the command): taken, then end with the exit status, or
+    /// refused or error (schema in README.md).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(0..))]
+    pub(crate) status_fd: Option<i32>,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub(crate) command: Vec<OsString>,
@@ -246,6 +251,9 @@ pub(crate) struct LeaseRunArgs {
     /// On a refusal, also print it as one JSON object on stdout (schema in README.md).
     #[arg(long)]
     pub(crate) json: bool,
+    /// Write worklane's own events as JSON lines to descriptor N, as `run --status-fd` does.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(0..))]
+    pub(crate) status_fd: Option<i32>,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub(crate) command: Vec<OsString>,

@@ -20,6 +20,7 @@ mod queue;
 mod role;
 mod run;
 mod slots;
+mod status;
 mod supervise;
 mod sys;
 mod tree;

@@ -4,7 +4,8 @@ use crate::cli::{KindArg, LeaseRunArgs, RunArgs};
 use crate::exit::{self, Failure};
 use crate::out::errln;
 use crate::role::Refused;
-use crate::supervise::{Launch, Started, Watch, describe, inheritable, supervise};
+use crate::status::{HaltedBy, Status};
+use crate::supervise::{Launch, Outcome, Started, Watch, describe, inheritable, supervise};
 use std::ffi::OsString;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -87,6 +88,37 @@ fn basename(command: &[std::ffi::OsString]) -> String {
 }
 
 pub(crate) fn run(args: RunArgs) -> Result<ExitCode, Failure> {
+    // Claimed before anything opens a descriptor, so N can only be the caller's.
+    let mut status = Status::claim(args.status_fd)?;
+    let result = run_holding(args, &mut status);
+    if let Err(failure) = &result {
+        status.failed(failure);
+    }
+    result
+}
+
+/// The `kind` word of `--status-fd` and messages.
+fn kind_word(kind: KindArg) -> &'static str {
+    match kind {
+        KindArg::Agent => "agent",
+        KindArg::Test => "test",
+        KindArg::FullRun => "full-run",
+    }
+}
+
+/// What halted the command, for `--status-fd`'s `end`: a halt worklane made (`halt`), else a
+/// signal that ended it.
+fn halted_by(outcome: &Outcome, halt: HaltedBy) -> Option<HaltedBy> {
+    if outcome.halted.is_some() {
+        Some(halt)
+    } else if outcome.signal.is_some() {
+        Some(HaltedBy::Signal)
+    } else {
+        None
+    }
+}
+
+fn run_holding(args: RunArgs, status: &mut Status) -> Result<ExitCode, Failure> {
     let limit_ms = args
         .limit
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
@@ -121,7 +153,10 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode, Failure> {
             Wait {
                 timeout: args.timeout,
                 priority: args.priority,
-                on_wait: &mut |waiting| progress.update(waiting),
+                on_wait: &mut |waiting| {
+                    progress.update(waiting);
+                    status.waiting(kind_word(args.kind), &waiting_line(waiting));
+                },
             },
         )?
     };
@@ -129,10 +164,9 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     let slot = match taken {
         Take::Held(slot) => slot,
         Take::Blocked(blocker) if blocker.is_operator_refusal() => {
-            return Err(Failure::new(
-                exit::UNAVAILABLE,
-                format!("refused {what}: {blocker}"),
-            ));
+            let failure = Failure::new(exit::UNAVAILABLE, format!("refused {what}: {blocker}"));
+            status.refused(&failure);
+            return Err(failure);
         }
         Take::Blocked(blocker) => {
             let why = if args.no_wait {
@@ -140,15 +174,18 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode, Failure> {
             } else {
                 "timed out"
             };
-            return Err(Failure::new(
+            let failure = Failure::new(
                 args.conflict_exit_code,
                 format!(
                     "cannot take {what} ({why}): {blocker}; try again later (`worklane slots` \
                      shows who holds what)"
                 ),
-            ));
+            );
+            status.refused(&failure);
+            return Err(failure);
         }
     };
+    status.taken(kind_word(args.kind), slot.name(), slot.lease().epoch());
     let mut slot = slot;
     let mut launch = slot_launch(&args.command, &slot)?;
     let nesting = crate::nesting::env(args.kind, pool.dir().path(), slot.name());
@@ -165,6 +202,7 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     if let Err(e) = released {
         errln!("worklane: releasing {what}: {}", exit::chain(&e));
     }
+    status.end(outcome.code, halted_by(&outcome, HaltedBy::Stop));
     if let Some(signal) = outcome.signal {
         crate::sys::die_by(signal);
     }
@@ -237,6 +275,16 @@ fn lease_grace(ttl: Duration) -> Duration {
 }
 
 pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
+    // Claimed before anything opens a descriptor, so N can only be the caller's.
+    let mut status = Status::claim(args.status_fd)?;
+    let result = lease_run_holding(args, &mut status);
+    if let Err(failure) = &result {
+        status.failed(failure);
+    }
+    result
+}
+
+fn lease_run_holding(args: LeaseRunArgs, status: &mut Status) -> Result<ExitCode, Failure> {
     let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
     if args.role.is_empty() || args.role.starts_with('.') || !args.role.chars().all(plain) {
         return Err(Failure::new(
@@ -266,7 +314,9 @@ pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
     // An emergency STOP halts role holders too (below), so it refuses a new one up front
     // rather than start the command only to halt it a moment later.
     if let Some(stop) = pool.stop()? {
-        return Err(Refused::stop(&args.role, &name, &ours, &stop).fail(args.json));
+        let failure = Refused::stop(&args.role, &name, &ours, &stop).fail(args.json);
+        status.refused(&failure);
+        return Err(failure);
     }
     let identity = args.agent_identity.clone().unwrap_or_else(crate::ops::who);
     let request = Request::new(identity.clone())
@@ -279,9 +329,12 @@ pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
         Acquired::Held(lease) => lease,
         Acquired::Refused(refusal) => {
             let refused = Refused::held(&args.role, pool.dir().path(), &refusal, &ours);
-            return Err(refused.fail(args.json));
+            let failure = refused.fail(args.json);
+            status.refused(&failure);
+            return Err(failure);
         }
     };
+    status.taken("role", lease.resource(), lease.epoch());
     let ttl = args.ttl;
     let launch = Launch {
         command: &args.command,
@@ -303,6 +356,7 @@ pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
     let outcome = outcome?;
     let _ = lease.release();
     if lost {
+        status.end(exit::UNAVAILABLE, Some(HaltedBy::LeaseLost));
         return Err(Failure::new(
             exit::UNAVAILABLE,
             format!(
@@ -312,6 +366,7 @@ pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
             ),
         ));
     }
+    status.end(outcome.code, halted_by(&outcome, HaltedBy::Stop));
     if let Some(signal) = outcome.signal {
         crate::sys::die_by(signal);
     }
