@@ -248,6 +248,14 @@ pub(crate) struct LeaseRunArgs {
     /// Who holds it (default: USER@HOST).
     #[arg(long)]
     pub(crate) agent_identity: Option<String>,
+    /// While someone else holds the role, wait for it (trying again every 250 ms) instead of
+    /// exiting 75 at once; a STOP still refuses with 69.
+    #[arg(long)]
+    pub(crate) wait: bool,
+    /// Wait for the role, but give up after DUR (e.g. 90s, 5m, 1h30m) and exit 75; implies
+    /// --wait.
+    #[arg(short = 'w', long, value_parser = parse_duration)]
+    pub(crate) timeout: Option<Duration>,
     /// On a refusal, also print it as one JSON object on stdout (schema in README.md).
     #[arg(long)]
     pub(crate) json: bool,
@@ -369,7 +377,7 @@ pub(crate) enum BudgetCommand {
         json: bool,
     },
     /// Take one unit before an API call: exit 0 when the call may go, 75 when the budget is
-    /// spent or paused and stayed so for 10 s (the call must not be made).
+    /// spent or paused and stayed so for --wait-max (default 10s; the call must not be made).
     Take(BudgetTakeArgs),
     /// Record what an API response said (its rate-limit headers and status); never waits.
     Observe(BudgetObserveArgs),
@@ -386,6 +394,11 @@ pub(crate) struct BudgetTakeArgs {
     /// The environment variable holding the API token (read, hashed, never printed).
     #[arg(long, default_value = "GITHUB_TOKEN")]
     pub(crate) token_env: String,
+    /// How long to wait for calls to be left or a pause to end before refusing (75): 0
+    /// refuses at once; default 10s. A take that loses a race for the last call may wait up
+    /// to 10 s more.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s")]
+    pub(crate) wait_max: Duration,
     /// Print the outcome as JSON.
     #[arg(long)]
     pub(crate) json: bool,
@@ -394,11 +407,20 @@ pub(crate) struct BudgetTakeArgs {
 #[derive(Debug, Args)]
 pub(crate) struct BudgetObserveArgs {
     /// The response's HTTP status.
-    #[arg(long)]
-    pub(crate) status: u16,
+    #[arg(
+        long,
+        required_unless_present = "headers_file",
+        conflicts_with = "headers_file"
+    )]
+    pub(crate) status: Option<u16>,
     /// A response header as "Name: value" (repeat; X-RateLimit-* and Retry-After are read).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "headers_file")]
     pub(crate) header: Vec<String>,
+    /// Read the status and headers from a raw HTTP header dump, as `curl -D FILE` writes it
+    /// (a status line, then `Name: value` lines; CRLF or LF; of several responses, such as
+    /// redirects, the last counts); `-` reads stdin.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) headers_file: Option<std::path::PathBuf>,
     /// The response body says a secondary rate limit was exceeded (pause every caller even
     /// without Retry-After).
     #[arg(long)]

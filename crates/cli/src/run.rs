@@ -30,14 +30,17 @@ impl Progress {
     }
 
     fn update(&mut self, waiting: &Waiting<'_>) {
+        self.show(&waiting_line(waiting), waiting.waited);
+    }
+
+    fn show(&mut self, line: &str, waited: Duration) {
         if !self.on_terminal {
             return;
         }
         crate::out::to_stderr(format_args!(
-            "\r\x1b[2Kworklane: waiting for {}: {}; waited {}s",
+            "\r\x1b[2Kworklane: waiting for {}: {line}; waited {}s",
             self.what,
-            waiting_line(waiting),
-            waiting.waited.as_secs()
+            waited.as_secs()
         ));
         self.shown = true;
     }
@@ -311,13 +314,6 @@ fn lease_run_holding(args: LeaseRunArgs, status: &mut Status) -> Result<ExitCode
     let pool = crate::pool()?;
     let name = format!("role-{}.lease", args.role);
     let ours = describe(&args.command);
-    // An emergency STOP halts role holders too (below), so it refuses a new one up front
-    // rather than start the command only to halt it a moment later.
-    if let Some(stop) = pool.stop()? {
-        let failure = Refused::stop(&args.role, &name, &ours, &stop).fail(args.json);
-        status.refused(&failure);
-        return Err(failure);
-    }
     let identity = args.agent_identity.clone().unwrap_or_else(crate::ops::who);
     let request = Request::new(identity.clone())
         .field("role", args.role.clone())
@@ -325,15 +321,41 @@ fn lease_run_holding(args: LeaseRunArgs, status: &mut Status) -> Result<ExitCode
         .field("agentIdentity", identity)
         .field("entrypoint", ours.clone());
     let options = Options::with_liveness(Arc::new(TtlLiveness::new(args.ttl)));
-    let mut lease = match acquire(pool.dir(), &name, &request, &options)? {
-        Acquired::Held(lease) => lease,
-        Acquired::Refused(refusal) => {
+    let wait = args.wait || args.timeout.is_some();
+    let started = std::time::Instant::now();
+    let mut progress = Progress::new("the role");
+    let mut lease = loop {
+        // An emergency STOP halts role holders too (below), so it refuses a new one up front
+        // rather than start the command only to halt it a moment later; a waiter is refused
+        // as soon as one is written.
+        if let Some(stop) = pool.stop()? {
+            progress.clear();
+            let failure = Refused::stop(&args.role, &name, &ours, &stop).fail(args.json);
+            status.refused(&failure);
+            return Err(failure);
+        }
+        let refusal = match acquire(pool.dir(), &name, &request, &options)? {
+            Acquired::Held(lease) => break lease,
+            Acquired::Refused(refusal) => refusal,
+        };
+        let waited = started.elapsed();
+        let left = args.timeout.map(|t| t.saturating_sub(waited));
+        if !wait || left == Some(Duration::ZERO) {
+            progress.clear();
             let refused = Refused::held(&args.role, pool.dir().path(), &refusal, &ours);
             let failure = refused.fail(args.json);
             status.refused(&failure);
             return Err(failure);
         }
+        let why = format!("held: {}", refusal.why);
+        progress.show(&why, waited);
+        status.waiting("role", &why);
+        // A role is given up by its holder's release or lapses one TTL after its last pulse;
+        // either is seen at the next look.
+        let nap = crate::supervise::CHECK_EVERY;
+        std::thread::sleep(left.map_or(nap, |left| left.min(nap)));
     };
+    progress.clear();
     status.taken("role", lease.resource(), lease.epoch());
     let ttl = args.ttl;
     let launch = Launch {
