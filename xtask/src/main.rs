@@ -8,6 +8,9 @@
 //!   done, 69 refused for want of a window (no STOP or drain in force), 75 refused because
 //!   something is live (it says what), 64 usage, 78 any other error (the directory, its
 //!   config, a file it cannot list, stat or unlink).
+//! - `cargo xtask man [DIR]`: writes the man pages, `worklane.1` and `worklane-<command>.1`
+//!   for every command (nested ones as `worklane-lease-run.1`), into DIR (default
+//!   `target/man`), by running the CLI's own `worklane man --all DIR`.
 //! - `cargo xtask mutants [--crate NAME]... [--shard K/N] [--iterate] [--list]`: mutation
 //!   testing of the library crates with `cargo mutants` (installed separately), each crate
 //!   measured by its own tests; see MUTANTS.md.
@@ -115,7 +118,69 @@ fn ci() -> ExitCode {
 }
 
 const USAGE: &str = "usage: cargo xtask ci | cargo xtask reclaim-guards [--dir DIR] [--apply] | \
+                     cargo xtask man [DIR] | \
                      cargo xtask mutants [--crate NAME]... [--shard K/N] [--iterate] [--list]";
+
+/// `cargo xtask man [DIR]`: the man pages of every command, from the clap definitions, by
+/// `cargo run -p worklane -- man --all DIR`.
+///
+/// The pages come from the binary rather than from a library: the CLI crate is a binary only,
+/// and giving it a library target just to hand its clap `Command` to xtask would make its
+/// argument types a public API (every field documented, kept stable) and link clap and the
+/// dispatcher's SQLite into xtask. Running the built CLI renders exactly the pages of the
+/// binary that gets installed.
+fn man(args: &[String]) -> ExitCode {
+    let dir = match args {
+        [] => std::env::var_os("CARGO_TARGET_DIR")
+            .map_or_else(|| workspace_root().join("target"), std::path::PathBuf::from)
+            .join("man"),
+        [dir] if !dir.starts_with('-') => std::path::PathBuf::from(dir),
+        _ => {
+            eprintln!("xtask man: takes at most one directory\n{USAGE}");
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    // Taken from where xtask was called, as the user wrote it; cargo runs in the workspace.
+    let dir = match std::path::absolute(&dir) {
+        Ok(dir) => dir,
+        Err(e) => {
+            eprintln!("xtask man: {}: {e}", dir.display());
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "not a test: runs the CLI in the foreground, holding no guard"
+    )]
+    let ran = Command::new(&cargo)
+        .args([
+            "run",
+            "--quiet",
+            "--package",
+            "worklane",
+            "--",
+            "man",
+            "--all",
+        ])
+        .arg(&dir)
+        .current_dir(workspace_root())
+        .status();
+    match ran {
+        Ok(status) if status.success() => {
+            eprintln!("xtask man: pages written to {}", dir.display());
+            ExitCode::SUCCESS
+        }
+        Ok(status) => {
+            eprintln!("xtask man: `worklane man --all` failed ({status})");
+            ExitCode::from(u8::try_from(status.code().unwrap_or(1)).unwrap_or(1))
+        }
+        Err(e) => {
+            eprintln!("xtask man: cannot run cargo: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
 
 /// The crates whose tests mutation testing measures (MUTANTS.md).
 const MUTATED_CRATES: &[&str] = &[
@@ -284,6 +349,7 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("reclaim-guards") => reclaim_guards(&args[1..]),
         Some("mutants") => mutants(&args[1..]),
+        Some("man") => man(&args[1..]),
         _ => {
             eprintln!("{USAGE}");
             ExitCode::from(exit::USAGE)

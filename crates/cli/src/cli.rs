@@ -117,8 +117,15 @@ pub(crate) enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff).
-    Man,
+    /// Print the man page (roff) of worklane or of one of its commands, or write every page.
+    Man {
+        /// The command whose page to print, e.g. `lease run` (default: worklane's own).
+        command: Vec<String>,
+        /// Write every page into DIR instead: worklane.1 and worklane-<command>.1 for every
+        /// command, nested ones as worklane-lease-run.1.
+        #[arg(long, value_name = "DIR", conflicts_with = "command")]
+        all: Option<std::path::PathBuf>,
+    },
     /// The detached runner behind `queue full-run` (not for direct use).
     #[command(hide = true)]
     QueuedFullRun {

@@ -110,7 +110,7 @@ fn main() -> ExitCode {
         Command::Budget(BudgetCommand::Observe(args)) => budget::observe(&args),
         Command::Why(args) => why::why(&args),
         Command::Completions { shell } => ops::completions(shell),
-        Command::Man => ops::man(),
+        Command::Man { command, all } => ops::man(&command, all.as_deref()),
     };
     match result {
         Ok(code) => code,

@@ -137,13 +137,128 @@ pub(crate) fn completions(shell: clap_complete::Shell) -> Result<ExitCode, Failu
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) fn man() -> Result<ExitCode, Failure> {
+/// Every man page: worklane's own, then one per command that is not hidden, nested ones
+/// named by their path (`worklane-lease-run.1`), each as (file name, roff).
+pub(crate) fn man_pages() -> Result<Vec<(String, Vec<u8>)>, Failure> {
     use clap::CommandFactory;
-    let cmd = crate::cli::Cli::command();
-    let mut page = Vec::new();
-    clap_mangen::Man::new(cmd)
-        .render(&mut page)
-        .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot render the man page: {e}")))?;
-    crate::out::bytes(&page)?;
+    fn walk(cmd: &clap::Command, pages: &mut Vec<(String, Vec<u8>)>) -> std::io::Result<()> {
+        // Rendered into memory (clap_mangen fails mid-write on a failed write).
+        let man = clap_mangen::Man::new(cmd.clone());
+        let mut page = Vec::new();
+        man.render(&mut page)?;
+        pages.push((man.get_filename(), page));
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            walk(sub, pages)?;
+        }
+        Ok(())
+    }
+    // Built whole first, so that each command knows its path: its page is titled
+    // `worklane-lease-run` and its synopsis says `worklane lease run`.
+    let mut cmd = crate::cli::Cli::command().disable_help_subcommand(true);
+    cmd.build();
+    let mut pages = Vec::new();
+    walk(&cmd, &mut pages)
+        .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot render a man page: {e}")))?;
+    Ok(pages)
+}
+
+/// `man [COMMAND...]` prints one page; `man --all DIR` writes every page into DIR.
+pub(crate) fn man(command: &[String], all: Option<&std::path::Path>) -> Result<ExitCode, Failure> {
+    let pages = man_pages()?;
+    if let Some(dir) = all {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            Failure::new(
+                exit::IO_ERROR,
+                format!("man --all: cannot create {}: {e}", dir.display()),
+            )
+        })?;
+        for (name, page) in &pages {
+            let path = dir.join(name);
+            std::fs::write(&path, page).map_err(|e| {
+                Failure::new(
+                    exit::IO_ERROR,
+                    format!("man --all: cannot write {}: {e}", path.display()),
+                )
+            })?;
+            outln!("{}", path.display())?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let name = std::iter::once("worklane")
+        .chain(command.iter().map(String::as_str))
+        .collect::<Vec<_>>()
+        .join("-");
+    let file = format!("{name}.1");
+    let Some((_, page)) = pages.iter().find(|(n, _)| *n == file) else {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!(
+                "man {}: no such command (`worklane --help` lists them)",
+                command.join(" ")
+            ),
+        ));
+    };
+    crate::out::bytes(page)?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every command that is not hidden, as its path (`["lease", "run"]`).
+    fn paths(cmd: &clap::Command, prefix: &[String], out: &mut Vec<Vec<String>>) {
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            let mut path = prefix.to_vec();
+            path.push(sub.get_name().to_owned());
+            out.push(path.clone());
+            paths(sub, &path, out);
+        }
+    }
+
+    #[test]
+    fn every_command_gets_a_man_page_named_by_its_path() {
+        let pages = super::man_pages().expect("pages");
+        let names: Vec<&str> = pages.iter().map(|(n, _)| n.as_str()).collect();
+        let mut commands = Vec::new();
+        paths(&crate::cli::Cli::command(), &[], &mut commands);
+        assert!(
+            commands.len() > 20 && commands.contains(&vec!["lease".into(), "run".into()]),
+            "the walk sees nested commands: {commands:?}"
+        );
+        let mut want = vec!["worklane.1".to_owned()];
+        want.extend(
+            commands
+                .iter()
+                .map(|p| format!("worklane-{}.1", p.join("-"))),
+        );
+        for name in &want {
+            assert!(names.contains(&name.as_str()), "a page {name}: {names:?}");
+        }
+        assert_eq!(names.len(), want.len(), "one page each, no more: {names:?}");
+        for (name, page) in &pages {
+            let text = String::from_utf8_lossy(page);
+            let title = name.trim_end_matches(".1");
+            assert!(
+                text.contains(&format!("\n.TH {title} 1 ")),
+                "{name} is a roff page titled {title}: {}",
+                &text[..text.len().min(80)]
+            );
+        }
+        assert!(
+            !names
+                .iter()
+                .any(|n| n.contains("queued-full-run") || n.contains("help")),
+            "no page for hidden commands or help: {names:?}"
+        );
+        let lease_run = &pages
+            .iter()
+            .find(|(n, _)| n == "worklane-lease-run.1")
+            .expect("lease run")
+            .1;
+        assert!(
+            String::from_utf8_lossy(lease_run).contains("worklane lease run"),
+            "the synopsis names the whole command"
+        );
+    }
 }
