@@ -4,9 +4,13 @@
 //!   then calls this), in order, stopping at the first failure.
 //! - `cargo xtask reclaim-guards [--dir DIR] [--apply]`: in a maintenance window (STOP or a
 //!   drain in force, nothing live), removes guard inodes no resource file needs and temp
-//!   aliases older than a minute. A dry run unless `--apply`. Exit 0 done, 1 refused (it says
-//!   what is live), 64 usage, 78 any other error (the directory, its config, a file it cannot
-//!   list, stat or unlink).
+//!   aliases older than a minute. A dry run unless `--apply`. Exit with the CLI's codes: 0
+//!   done, 69 refused for want of a window (no STOP or drain in force), 75 refused because
+//!   something is live (it says what), 64 usage, 78 any other error (the directory, its
+//!   config, a file it cannot list, stat or unlink).
+//! - `cargo xtask man [DIR]`: writes the man pages, `worklane.1` and `worklane-<command>.1`
+//!   for every command (nested ones as `worklane-lease-run.1`), into DIR (default
+//!   `target/man`), by running the CLI's own `worklane man --all DIR`.
 //! - `cargo xtask mutants [--crate NAME]... [--shard K/N] [--iterate] [--list]`: mutation
 //!   testing of the library crates with `cargo mutants` (installed separately), each crate
 //!   measured by its own tests; see MUTANTS.md.
@@ -16,6 +20,19 @@
 mod reclaim;
 
 use std::process::{Command, ExitCode};
+
+/// The exit codes xtask shares with the `worklane` CLI (`crates/cli/src/exit.rs`, sysexits
+/// values), so that a script treats a refusal of either the same way.
+mod exit {
+    /// The command line is wrong.
+    pub(crate) const USAGE: u8 = 64;
+    /// Refused by the machine's state an operator sets: no maintenance window is open.
+    pub(crate) const UNAVAILABLE: u8 = 69;
+    /// Busy: something is live; try again later.
+    pub(crate) const TEMP_FAIL: u8 = 75;
+    /// The directory, its config or a file in it is wrong.
+    pub(crate) const CONFIG: u8 = 78;
+}
 
 /// The crates that must compile for macOS: every crate that does not link SQLite.
 const MACOS_CRATES: &[&str] = &[
@@ -112,7 +129,69 @@ fn ci() -> ExitCode {
 }
 
 const USAGE: &str = "usage: cargo xtask ci | cargo xtask reclaim-guards [--dir DIR] [--apply] | \
+                     cargo xtask man [DIR] | \
                      cargo xtask mutants [--crate NAME]... [--shard K/N] [--iterate] [--list]";
+
+/// `cargo xtask man [DIR]`: the man pages of every command, from the clap definitions, by
+/// `cargo run -p worklane -- man --all DIR`.
+///
+/// The pages come from the binary rather than from a library: the CLI crate is a binary only,
+/// and giving it a library target just to hand its clap `Command` to xtask would make its
+/// argument types a public API (every field documented, kept stable) and link clap and the
+/// dispatcher's SQLite into xtask. Running the built CLI renders exactly the pages of the
+/// binary that gets installed.
+fn man(args: &[String]) -> ExitCode {
+    let dir = match args {
+        [] => std::env::var_os("CARGO_TARGET_DIR")
+            .map_or_else(|| workspace_root().join("target"), std::path::PathBuf::from)
+            .join("man"),
+        [dir] if !dir.starts_with('-') => std::path::PathBuf::from(dir),
+        _ => {
+            eprintln!("xtask man: takes at most one directory\n{USAGE}");
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    // Taken from where xtask was called, as the user wrote it; cargo runs in the workspace.
+    let dir = match std::path::absolute(&dir) {
+        Ok(dir) => dir,
+        Err(e) => {
+            eprintln!("xtask man: {}: {e}", dir.display());
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "not a test: runs the CLI in the foreground, holding no guard"
+    )]
+    let ran = Command::new(&cargo)
+        .args([
+            "run",
+            "--quiet",
+            "--package",
+            "worklane",
+            "--",
+            "man",
+            "--all",
+        ])
+        .arg(&dir)
+        .current_dir(workspace_root())
+        .status();
+    match ran {
+        Ok(status) if status.success() => {
+            eprintln!("xtask man: pages written to {}", dir.display());
+            ExitCode::SUCCESS
+        }
+        Ok(status) => {
+            eprintln!("xtask man: `worklane man --all` failed ({status})");
+            ExitCode::from(u8::try_from(status.code().unwrap_or(1)).unwrap_or(1))
+        }
+        Err(e) => {
+            eprintln!("xtask man: cannot run cargo: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
 
 /// The crates whose tests mutation testing measures (MUTANTS.md).
 const MUTATED_CRATES: &[&str] = &[
@@ -147,21 +226,21 @@ fn mutants(args: &[String]) -> ExitCode {
                         "xtask mutants: --crate takes one of {} (got {other:?})",
                         MUTATED_CRATES.join(", ")
                     );
-                    return ExitCode::from(64);
+                    return ExitCode::from(exit::USAGE);
                 }
             },
             "--shard" => match args.next() {
                 Some(k_n) if parse_shard(k_n).is_some() => shard = Some(k_n.clone()),
                 other => {
                     eprintln!("xtask mutants: --shard takes K/N with 0 <= K < N (got {other:?})");
-                    return ExitCode::from(64);
+                    return ExitCode::from(exit::USAGE);
                 }
             },
             "--list" => list = true,
             "--iterate" => iterate = true,
             other => {
                 eprintln!("xtask mutants: unknown argument {other:?}\n{USAGE}");
-                return ExitCode::from(64);
+                return ExitCode::from(exit::USAGE);
             }
         }
     }
@@ -247,23 +326,31 @@ fn reclaim_guards(args: &[String]) -> ExitCode {
                 Some(d) => dir = Some(std::path::PathBuf::from(d)),
                 None => {
                     eprintln!("xtask reclaim-guards: --dir needs a directory\n{USAGE}");
-                    return ExitCode::from(64);
+                    return ExitCode::from(exit::USAGE);
                 }
             },
             other => {
                 eprintln!("xtask reclaim-guards: unknown argument {other:?}\n{USAGE}");
-                return ExitCode::from(64);
+                return ExitCode::from(exit::USAGE);
             }
         }
     }
     let env = worklane_slotfile::Environment::from_process();
     match reclaim::run(&env, dir.as_deref(), apply, &mut std::io::stdout()) {
-        Ok(reclaim::Outcome::Done { .. }) => ExitCode::SUCCESS,
-        Ok(reclaim::Outcome::Refused(_)) => ExitCode::FAILURE,
+        Ok(outcome) => ExitCode::from(reclaim_code(&outcome)),
         Err(e) => {
             eprintln!("xtask reclaim-guards: {e}");
-            ExitCode::from(78)
+            ExitCode::from(exit::CONFIG)
         }
+    }
+}
+
+/// The exit code of a reclaim run: 0 done, 69 no window, 75 something live.
+fn reclaim_code(outcome: &reclaim::Outcome) -> u8 {
+    match outcome {
+        reclaim::Outcome::Done { .. } => 0,
+        reclaim::Outcome::NoWindow(_) => exit::UNAVAILABLE,
+        reclaim::Outcome::Live(_) => exit::TEMP_FAIL,
     }
 }
 
@@ -273,16 +360,51 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("reclaim-guards") => reclaim_guards(&args[1..]),
         Some("mutants") => mutants(&args[1..]),
+        Some("man") => man(&args[1..]),
         _ => {
             eprintln!("{USAGE}");
-            ExitCode::from(64)
+            ExitCode::from(exit::USAGE)
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::parse_shard;
+    use super::{exit, parse_shard, reclaim, reclaim_code};
+
+    #[test]
+    fn a_refused_reclaim_exits_with_the_clis_codes() {
+        assert_eq!(
+            reclaim_code(&reclaim::Outcome::NoWindow(Vec::new())),
+            69,
+            "no window: unavailable, as a STOP or drain is in the CLI"
+        );
+        assert_eq!(
+            reclaim_code(&reclaim::Outcome::Live(Vec::new())),
+            75,
+            "something live: busy, try again later"
+        );
+        let done = reclaim::Outcome::Done {
+            removed: Vec::new(),
+            busy: Vec::new(),
+        };
+        assert_eq!(reclaim_code(&done), 0);
+    }
+
+    #[test]
+    fn the_shared_codes_are_the_clis() {
+        let cli = std::fs::read_to_string(super::workspace_root().join("crates/cli/src/exit.rs"))
+            .expect("the CLI's exit codes");
+        for (name, code) in [
+            ("USAGE", exit::USAGE),
+            ("UNAVAILABLE", exit::UNAVAILABLE),
+            ("TEMP_FAIL", exit::TEMP_FAIL),
+            ("CONFIG", exit::CONFIG),
+        ] {
+            let line = format!("pub(crate) const {name}: u8 = {code};");
+            assert!(cli.contains(&line), "crates/cli/src/exit.rs has `{line}`");
+        }
+    }
 
     #[test]
     fn shards_are_k_of_n() {

@@ -28,8 +28,11 @@ fn state_words(state: &worklane_admission::SlotState) -> String {
 
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Outcome {
-    /// Not a maintenance window, or something is live: nothing was touched.
-    Refused(Vec<String>),
+    /// Not a maintenance window (no STOP, no drain in force): nothing was touched. What is
+    /// live is said all the same.
+    NoWindow(Vec<String>),
+    /// A window, but something is live: nothing was touched.
+    Live(Vec<String>),
     /// Done (or, in a dry run, planned): what was (or would be) removed, and guards found
     /// busy while applying.
     Done {
@@ -103,7 +106,7 @@ pub(crate) fn run(
         }
         let mut said = vec![why];
         said.extend(live);
-        return Ok(Outcome::Refused(said));
+        return Ok(Outcome::NoWindow(said));
     }
     if !live.is_empty() {
         let _ = writeln!(
@@ -114,7 +117,7 @@ pub(crate) fn run(
         for line in &live {
             let _ = writeln!(out, "  {line}");
         }
-        return Ok(Outcome::Refused(live));
+        return Ok(Outcome::Live(live));
     }
 
     let exists = |name: &str| {
@@ -324,7 +327,7 @@ mod tests {
         let site = Site::new();
         site.orphan_guard("github-budget-0123456789abcdef.lock");
         let (outcome, said) = site.run(true);
-        assert!(matches!(outcome, Outcome::Refused(_)), "{said}");
+        assert!(matches!(outcome, Outcome::NoWindow(_)), "{said}");
         assert!(said.contains("stop-all"), "says what to do: {said}");
         assert!(
             said.contains("nothing is live now"),
@@ -346,7 +349,7 @@ mod tests {
             &Options::process(),
         );
         let (outcome, said) = site.run(true);
-        assert!(matches!(outcome, Outcome::Refused(_)), "{said}");
+        assert!(matches!(outcome, Outcome::Live(_)), "{said}");
         assert!(
             said.contains("agent-0.lock is live: a live process holds its guard"),
             "names the live holder, in words: {said}"
@@ -356,7 +359,7 @@ mod tests {
         // Outside a window, what is live is said too.
         std::fs::remove_file(site.path("STOP")).expect("lift STOP");
         let (outcome, said) = site.run(false);
-        assert!(matches!(outcome, Outcome::Refused(_)), "{said}");
+        assert!(matches!(outcome, Outcome::NoWindow(_)), "{said}");
         assert!(said.contains("not in a maintenance window"), "{said}");
         assert!(
             said.contains("live now (1):") && said.contains("agent-0.lock is live"),
@@ -370,7 +373,7 @@ mod tests {
             .expect("guard")
             .expect("free");
         let (outcome, said) = site.run(true);
-        assert!(matches!(outcome, Outcome::Refused(_)), "{said}");
+        assert!(matches!(outcome, Outcome::Live(_)), "{said}");
         assert!(said.contains("x.lock"), "{said}");
         gate::quietly(|| drop(held));
     }
@@ -461,7 +464,7 @@ mod tests {
             "the guard is free between pulses"
         );
         let (outcome, said) = site.run(true);
-        assert!(matches!(outcome, Outcome::Refused(_)), "{said}");
+        assert!(matches!(outcome, Outcome::Live(_)), "{said}");
         assert!(said.contains("role-planner.lease"), "{said}");
         assert!(exists(&site.path(".old.lock.flock")));
         release(lease);

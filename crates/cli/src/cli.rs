@@ -15,6 +15,12 @@ use std::time::Duration;
 #[derive(Debug, Parser)]
 #[command(name = "worklane", version, about, long_about = None, after_help = EXIT_CODES)]
 pub(crate) struct Cli {
+    /// The slot directory, as `AGENT_SLOTS_DIR` names it (this option wins over the variable
+    /// and is passed on to every process worklane starts); a relative PATH is taken from the
+    /// current directory. The config is then PATH/config.json unless AGENT_SLOTS_CONFIG is
+    /// set.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub(crate) dir: Option<std::path::PathBuf>,
     #[command(subcommand)]
     pub(crate) command: Command,
 }
@@ -29,11 +35,11 @@ Exit codes:
   74   output could not be written (stdout; a closed pipe is no error)
   75   busy: at cap (--no-wait), timed out, full run or role held, not idle,
        API budget spent or paused (budget take), a blocker other than STOP or
-       a drain (why)
+       a drain (why); `run -E N` exits N instead when at cap or timed out
   78   configuration error (config file, slot directory)
   126  command cannot be executed   127  command not found
 
-Environment: AGENT_SLOTS_DIR, AGENT_SLOTS_CONFIG. `run` gives its command
+Environment: AGENT_SLOTS_DIR (or --dir), AGENT_SLOTS_CONFIG. `run` gives its command
 WORKLANE_AGENT_SLOT, WORKLANE_TEST_SLOT or WORKLANE_FULL_RUN_SLOT (see README.md).";
 
 #[derive(Debug, Subcommand)]
@@ -54,7 +60,11 @@ pub(crate) enum Command {
     },
     /// Lift an emergency stop.
     ResumeAll,
-    /// Set the machine's cap on concurrent coordinator test runs (1 to 8).
+    /// Read or change the config file in force: the caps and the dispatcher's settings.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Set the machine's cap on concurrent coordinator test runs (1 to 8); the same as
+    /// `config set max_test_runs N`.
     SetTestSlots {
         /// The new cap.
         n: u32,
@@ -107,8 +117,15 @@ pub(crate) enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff).
-    Man,
+    /// Print the man page (roff) of worklane or of one of its commands, or write every page.
+    Man {
+        /// The command whose page to print, e.g. `lease run` (default: worklane's own).
+        command: Vec<String>,
+        /// Write every page into DIR instead: worklane.1 and worklane-<command>.1 for every
+        /// command, nested ones as worklane-lease-run.1.
+        #[arg(long, value_name = "DIR", conflicts_with = "command")]
+        all: Option<std::path::PathBuf>,
+    },
     /// The detached runner behind `queue full-run` (not for direct use).
     #[command(hide = true)]
     QueuedFullRun {
@@ -121,6 +138,55 @@ pub(crate) enum Command {
         #[arg(last = true, required = true)]
         command: Vec<OsString>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ConfigCommand {
+    /// Print KEY's value in force (its default when the file does not set it); without KEY,
+    /// the file in force and every key.
+    Get {
+        /// The key.
+        key: Option<ConfigKey>,
+        /// Print JSON: KEY's value, or without KEY `{"version", "file", "exists", "values",
+        /// "set"}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set KEY to VALUE in the config file in force, keeping its other keys; the file is
+    /// checked whole and replaced atomically. A list takes A,B or a JSON array.
+    Set {
+        /// The key.
+        key: ConfigKey,
+        /// The value: a whole number for the caps, dispatcher or waiter for admission, a list
+        /// for env_allow_prefixes and env_secret_words.
+        value: String,
+    },
+    /// Remove KEY from the config file, so that its default holds (any key, so that a
+    /// misspelt one can be removed).
+    Unset {
+        /// The key, as written in the file.
+        key: String,
+    },
+}
+
+/// A key of the config file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ConfigKey {
+    /// The cap on concurrent agents (1 to 4294967295, default 2).
+    #[value(name = "max_agents")]
+    MaxAgents,
+    /// The cap on concurrent test runs (1 to 8, default 2).
+    #[value(name = "max_test_runs")]
+    MaxTestRuns,
+    /// How waiting work is admitted: dispatcher (the default) or waiter.
+    #[value(name = "admission")]
+    Admission,
+    /// The variable prefixes a queued attempt keeps (replaces the defaults).
+    #[value(name = "env_allow_prefixes")]
+    EnvAllowPrefixes,
+    /// The words that make a variable secret-shaped (replaces the defaults).
+    #[value(name = "env_secret_words")]
+    EnvSecretWords,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -138,12 +204,16 @@ pub(crate) struct RunArgs {
     /// Wait for a slot (the default).
     #[arg(long, overrides_with = "no_wait")]
     pub(crate) wait: bool,
-    /// Exit 75 at once instead of waiting for a slot.
-    #[arg(long)]
+    /// Exit 75 (or -E's code) at once instead of waiting for a slot.
+    #[arg(short = 'n', long)]
     pub(crate) no_wait: bool,
-    /// Give up waiting after DUR (e.g. 90s, 5m) and exit 75.
-    #[arg(long, value_parser = parse_duration)]
+    /// Give up waiting after DUR (e.g. 90s, 5m, 1h30m) and exit 75 (or -E's code).
+    #[arg(short = 'w', long, value_parser = parse_duration)]
     pub(crate) timeout: Option<Duration>,
+    /// The exit code when the run is refused because it is busy (at cap with --no-wait, timed
+    /// out), as flock(1) -E has it; default 75. A STOP or a drain still exits 69.
+    #[arg(short = 'E', long, value_name = "N", default_value_t = crate::exit::TEMP_FAIL)]
+    pub(crate) conflict_exit_code: u8,
     /// Place in the waiting line: higher goes first, default 0; equal priorities go in order
     /// of arrival (the same scale as `enqueue --priority`).
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
@@ -154,6 +224,11 @@ pub(crate) struct RunArgs {
     /// Who holds the slot, shown to others (default: the command's name).
     #[arg(long)]
     pub(crate) owner: Option<String>,
+    /// Write worklane's own events as JSON lines to descriptor N (3 or above, open for
+    /// writing; not passed on to the command): taken, then end with the exit status, or
+    /// refused or error (schema in README.md).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(0..))]
+    pub(crate) status_fd: Option<i32>,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub(crate) command: Vec<OsString>,
@@ -180,9 +255,20 @@ pub(crate) struct LeaseRunArgs {
     /// Who holds it (default: USER@HOST).
     #[arg(long)]
     pub(crate) agent_identity: Option<String>,
+    /// While someone else holds the role, wait for it (trying again every 250 ms) instead of
+    /// exiting 75 at once; a STOP still refuses with 69.
+    #[arg(long)]
+    pub(crate) wait: bool,
+    /// Wait for the role, but give up after DUR (e.g. 90s, 5m, 1h30m) and exit 75; implies
+    /// --wait.
+    #[arg(short = 'w', long, value_parser = parse_duration)]
+    pub(crate) timeout: Option<Duration>,
     /// On a refusal, also print it as one JSON object on stdout (schema in README.md).
     #[arg(long)]
     pub(crate) json: bool,
+    /// Write worklane's own events as JSON lines to descriptor N, as `run --status-fd` does.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(0..))]
+    pub(crate) status_fd: Option<i32>,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub(crate) command: Vec<OsString>,
@@ -298,7 +384,7 @@ pub(crate) enum BudgetCommand {
         json: bool,
     },
     /// Take one unit before an API call: exit 0 when the call may go, 75 when the budget is
-    /// spent or paused and stayed so for 10 s (the call must not be made).
+    /// spent or paused and stayed so for --wait-max (default 10s; the call must not be made).
     Take(BudgetTakeArgs),
     /// Record what an API response said (its rate-limit headers and status); never waits.
     Observe(BudgetObserveArgs),
@@ -315,6 +401,11 @@ pub(crate) struct BudgetTakeArgs {
     /// The environment variable holding the API token (read, hashed, never printed).
     #[arg(long, default_value = "GITHUB_TOKEN")]
     pub(crate) token_env: String,
+    /// How long to wait for calls to be left or a pause to end before refusing (75): 0
+    /// refuses at once; default 10s. A take that loses a race for the last call may wait up
+    /// to 10 s more.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s")]
+    pub(crate) wait_max: Duration,
     /// Print the outcome as JSON.
     #[arg(long)]
     pub(crate) json: bool,
@@ -323,11 +414,20 @@ pub(crate) struct BudgetTakeArgs {
 #[derive(Debug, Args)]
 pub(crate) struct BudgetObserveArgs {
     /// The response's HTTP status.
-    #[arg(long)]
-    pub(crate) status: u16,
+    #[arg(
+        long,
+        required_unless_present = "headers_file",
+        conflicts_with = "headers_file"
+    )]
+    pub(crate) status: Option<u16>,
     /// A response header as "Name: value" (repeat; X-RateLimit-* and Retry-After are read).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "headers_file")]
     pub(crate) header: Vec<String>,
+    /// Read the status and headers from a raw HTTP header dump, as `curl -D FILE` writes it
+    /// (a status line, then `Name: value` lines; CRLF or LF; of several responses, such as
+    /// redirects, the last counts); `-` reads stdin.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) headers_file: Option<std::path::PathBuf>,
     /// The response body says a secondary rate limit was exceeded (pause every caller even
     /// without Retry-After).
     #[arg(long)]
@@ -348,30 +448,91 @@ pub(crate) fn parse_resource(text: &str) -> Result<String, String> {
     }
 }
 
-/// Parses `500ms`, `90s`, `5m`, `2h`, `1d`, or a plain number of seconds.
+/// What every duration message suggests.
+const DURATION_FORMS: &str = "use e.g. 500ms, 90s, 5m, 2h, 1d, 1h30m, or a plain number of seconds";
+
+/// Parses a duration: a plain number of seconds (`90`), or one or more parts of a number and a
+/// unit (`ms`, `s`, `m`, `h`, `d`) from the largest unit to the smallest, each unit at most
+/// once: `500ms`, `90s`, `5m`, `2h`, `1d`, `1h30m`, `2m30s`, `1s500ms`. A number without a
+/// unit after a part (`1h30`) is refused rather than guessed.
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration: use e.g. 500ms, 90s, 5m, 2h"))?;
-    let ms = match unit {
-        "ms" => Some(n),
-        "" | "s" => n.checked_mul(1000),
-        "m" => n.checked_mul(60_000),
-        "h" => n.checked_mul(3_600_000),
-        "d" => n.checked_mul(86_400_000),
-        _ => {
+    if text.is_empty() {
+        return Err(format!("an empty duration: {DURATION_FORMS}"));
+    }
+    let too_long = || format!("{text:?} is too long a duration");
+    if text.bytes().all(|b| b.is_ascii_digit()) {
+        let secs: u64 = text.parse().map_err(|_| too_long())?;
+        return secs
+            .checked_mul(1000)
+            .map(Duration::from_millis)
+            .ok_or_else(too_long);
+    }
+    let mut rest = text;
+    let mut total: u64 = 0;
+    // The unit of the part before, with its rank (0 for `d` .. 4 for `ms`).
+    let mut before: Option<(&str, u8)> = None;
+    while !rest.is_empty() {
+        let digits_end = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let (digits, after) = rest.split_at(digits_end);
+        let unit_end = after
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(after.len());
+        let (unit, next) = after.split_at(unit_end);
+        if digits.is_empty() {
             return Err(format!(
-                "{text:?}: unknown unit {unit:?}; use ms, s, m, h or d"
+                "{text:?} is not a duration: expected a number at {rest:?}; {DURATION_FORMS}"
             ));
         }
-    };
-    ms.map(Duration::from_millis)
-        .ok_or_else(|| format!("{text:?} is too long"))
+        let (rank, per_unit_ms): (u8, u64) = match unit {
+            "d" => (0, 86_400_000),
+            "h" => (1, 3_600_000),
+            "m" => (2, 60_000),
+            "s" => (3, 1_000),
+            "ms" => (4, 1),
+            "" => {
+                let (prev, _) = before.unwrap_or_default();
+                return Err(format!(
+                    "{text:?}: {digits} after {prev:?} has no unit; give every part its unit \
+                     (e.g. 1h30m, 2m30s)"
+                ));
+            }
+            _ => {
+                // `1hm`: a unit and then another with no number between them.
+                let empty = ["ms", "d", "h", "m", "s"].iter().find_map(|known| {
+                    unit.strip_prefix(known)
+                        .filter(|tail| ["d", "h", "m", "s"].iter().any(|u| tail.starts_with(u)))
+                });
+                return Err(match empty {
+                    Some(tail) => format!(
+                        "{text:?} is not a duration: expected a number at {tail:?}; \
+                         {DURATION_FORMS}"
+                    ),
+                    None => format!(
+                        "{text:?}: unknown unit {unit:?}; use ms, s, m, h or d (e.g. 1h30m)"
+                    ),
+                });
+            }
+        };
+        if let Some((prev, prev_rank)) = before
+            && prev_rank >= rank
+        {
+            return Err(format!(
+                "{text:?}: {unit:?} after {prev:?}; give the units from the largest to the \
+                 smallest, each once (e.g. 1h30m)"
+            ));
+        }
+        let n: u64 = digits.parse().map_err(|_| too_long())?;
+        total = n
+            .checked_mul(per_unit_ms)
+            .and_then(|ms| total.checked_add(ms))
+            .ok_or_else(too_long)?;
+        before = Some((unit, rank));
+        rest = next;
+    }
+    Ok(Duration::from_millis(total))
 }
 
 #[cfg(test)]
@@ -382,10 +543,89 @@ mod tests {
     fn durations() {
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
         assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("1d"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(parse_duration(" 0 "), Ok(Duration::ZERO));
         for bad in ["", "m", "5x", "-1s", "1.5s"] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn compound_durations_add_their_parts() {
+        for (text, ms) in [
+            ("1h30m", 5_400_000),
+            ("2m30s", 150_000),
+            ("1h", 3_600_000),
+            ("1d2h3m4s5ms", 93_784_005),
+            ("1s500ms", 1_500),
+            ("0h5m", 300_000),
+            ("1h0m", 3_600_000),
+        ] {
+            assert_eq!(
+                parse_duration(text),
+                Ok(Duration::from_millis(ms)),
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_compound_durations_say_what_is_wrong() {
+        for (text, says) in [
+            ("1h30", "has no unit"),
+            ("2m30", "has no unit"),
+            ("1hm", "expected a number at \"m\""),
+            ("h30m", "expected a number"),
+            ("1h 30m", "unknown unit"),
+            ("1m1h", "from the largest to the smallest"),
+            ("1s1s", "from the largest to the smallest"),
+            ("500ms1s", "from the largest to the smallest"),
+            ("1h30x", "unknown unit \"x\""),
+            ("1H", "unknown unit"),
+            ("abc", "expected a number"),
+            ("   ", "empty"),
+        ] {
+            let err = parse_duration(text).expect_err(text);
+            assert!(err.contains(says), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn overflowing_durations_are_refused_not_wrapped() {
+        for text in [
+            "18446744073709551616",
+            "18446744073709551615",
+            "99999999999999999999ms",
+            "213503982335d",
+            "5124095576030431h",
+            "1d18446744073709551615ms",
+        ] {
+            let err = parse_duration(text).expect_err(text);
+            assert!(err.contains("too long"), "{text:?}: {err}");
+        }
+        assert_eq!(
+            parse_duration("18446744073709551615ms"),
+            Ok(Duration::from_millis(u64::MAX)),
+            "the largest count of milliseconds"
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_duration_written_in_parts_is_their_sum(
+            d in 0u64..1000, h in 0u64..1000, m in 0u64..1000, s in 0u64..1000, ms in 0u64..1000
+        ) {
+            let text = format!("{d}d{h}h{m}m{s}s{ms}ms");
+            let want = (((d * 24 + h) * 60 + m) * 60 + s) * 1000 + ms;
+            proptest::prop_assert_eq!(parse_duration(&text), Ok(Duration::from_millis(want)));
+        }
+
+        #[test]
+        fn no_text_makes_the_parser_panic(text in "[0-9a-z. ]{0,12}") {
+            let _ = parse_duration(&text);
         }
     }
 

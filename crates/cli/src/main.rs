@@ -5,6 +5,7 @@
 
 mod budget;
 mod cli;
+mod config;
 #[cfg(feature = "dispatcher")]
 mod dispatch;
 #[cfg(not(feature = "dispatcher"))]
@@ -19,6 +20,7 @@ mod queue;
 mod role;
 mod run;
 mod slots;
+mod status;
 mod supervise;
 mod sys;
 mod tree;
@@ -34,6 +36,24 @@ use worklane_slotfile::SlotDir;
 /// Resolves the machine's slot directory and config into a pool (78 on any config problem).
 fn pool() -> Result<Pool, Failure> {
     Ok(Pool::new(SlotDir::resolve()?))
+}
+
+/// `--dir PATH`: the slot directory for this process and every process it starts, exactly as
+/// `AGENT_SLOTS_DIR=PATH` would name it (a relative PATH taken from the current directory).
+/// Exported rather than passed along, so that every path that resolves the directory (the
+/// pool, the budget ledger, a queued full run's runner, a dispatcher's drivers) sees it.
+fn use_slot_dir(dir: &std::path::Path) -> Result<(), Failure> {
+    if dir.as_os_str().is_empty() {
+        return Err(Failure::new(exit::USAGE, "--dir needs a directory"));
+    }
+    let dir = std::path::absolute(dir).map_err(|e| {
+        Failure::new(
+            exit::USAGE,
+            format!("--dir {}: cannot make it absolute: {e}", dir.display()),
+        )
+    })?;
+    sys::set_slots_dir(&dir);
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -52,12 +72,18 @@ fn main() -> ExitCode {
             };
         }
     };
+    if let Some(dir) = &cli.dir
+        && let Err(failure) = use_slot_dir(dir)
+    {
+        return failure.exit();
+    }
     let result = match cli.command {
         Command::Run(args) => run::run(args),
         Command::Slots { json } => slots::show(json),
         Command::StopAll { reason } => ops::stop_all(&reason.join(" ")),
         Command::ResumeAll => ops::resume_all(),
-        Command::SetTestSlots { n } => ops::set_test_slots(n),
+        Command::SetTestSlots { n } => config::set_test_slots(n),
+        Command::Config(command) => config::command(command),
         Command::Drain { until, to } => ops::drain(&until, to),
         Command::Undrain => ops::undrain(),
         Command::Idle => ops::idle(),
@@ -84,7 +110,7 @@ fn main() -> ExitCode {
         Command::Budget(BudgetCommand::Observe(args)) => budget::observe(&args),
         Command::Why(args) => why::why(&args),
         Command::Completions { shell } => ops::completions(shell),
-        Command::Man => ops::man(),
+        Command::Man { command, all } => ops::man(&command, all.as_deref()),
     };
     match result {
         Ok(code) => code,

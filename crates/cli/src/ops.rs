@@ -1,13 +1,11 @@
-//! Operator commands: stop-all, resume-all, set-test-slots, drain, undrain, idle,
+//! Operator commands: stop-all, resume-all, drain, undrain, idle,
 //! completions, man.
 
 use crate::exit::{self, Failure};
 use crate::out::outln;
-use serde_json::{Map, Value};
 use std::process::ExitCode;
 use worklane_admission::{Drain, MAX_DRAIN_AHEAD_MS, Stop, stop};
 use worklane_lease::{Clock, SystemClock, parse_rfc3339_ms, rfc3339_ms};
-use worklane_slotfile::{SlotDir, TEST_RUNS_RANGE};
 
 /// `USER@HOST` of this process (`uid N@HOST` without `USER`), for STOP and role leases.
 pub(crate) fn who() -> String {
@@ -62,61 +60,6 @@ pub(crate) fn resume_all() -> Result<ExitCode, Failure> {
     } else {
         outln!("no STOP was in force")?;
     }
-    Ok(ExitCode::SUCCESS)
-}
-
-pub(crate) fn set_test_slots(n: u32) -> Result<ExitCode, Failure> {
-    if !TEST_RUNS_RANGE.contains(&n) {
-        return Err(Failure::new(
-            exit::USAGE,
-            format!("set-test-slots {n}: the cap on test runs must be from 1 to 8"),
-        ));
-    }
-    let pool = crate::pool()?;
-    let config = &pool.locations().config;
-    let (Some(parent), Some(name)) = (config.parent(), config.file_name()) else {
-        return Err(Failure::new(
-            exit::CONFIG,
-            format!("config path {} has no directory", config.display()),
-        ));
-    };
-    let name = name.to_string_lossy();
-    let dir = SlotDir::open(parent).map_err(|e| Failure::new(exit::CONFIG, exit::chain(&e)))?;
-    // The config path is configuration, not a command-line argument: a name worklane cannot
-    // write (a dot-file, a guard-like name) is a configuration error.
-    let file = dir.file(&name).map_err(|e| {
-        Failure::new(
-            exit::CONFIG,
-            format!(
-                "cannot write config {}: {}; edit max_test_runs in it by hand, or move it to a \
-                 plain name",
-                config.display(),
-                exit::chain(&e)
-            ),
-        )
-    })?;
-    // Keep every other field the operator wrote; refuse to overwrite a file we cannot parse.
-    let mut fields = match file.read() {
-        Ok(None) => Map::new(),
-        Ok(Some(raw)) => match serde_json::from_slice::<Value>(&raw) {
-            Ok(Value::Object(map)) => map,
-            _ => {
-                return Err(Failure::new(
-                    exit::CONFIG,
-                    format!(
-                        "config {} is not a JSON object; fix it by hand before set-test-slots",
-                        config.display()
-                    ),
-                ));
-            }
-        },
-        Err(e) => return Err(Failure::new(exit::CONFIG, exit::chain(&e))),
-    };
-    fields.insert("max_test_runs".to_owned(), Value::from(n));
-    let mut bytes = serde_json::to_vec_pretty(&Value::Object(fields)).unwrap_or_default();
-    bytes.push(b'\n');
-    file.replace(&bytes, 0o644)?;
-    outln!("max_test_runs = {n} in {}", config.display())?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -194,13 +137,128 @@ pub(crate) fn completions(shell: clap_complete::Shell) -> Result<ExitCode, Failu
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) fn man() -> Result<ExitCode, Failure> {
+/// Every man page: worklane's own, then one per command that is not hidden, nested ones
+/// named by their path (`worklane-lease-run.1`), each as (file name, roff).
+pub(crate) fn man_pages() -> Result<Vec<(String, Vec<u8>)>, Failure> {
     use clap::CommandFactory;
-    let cmd = crate::cli::Cli::command();
-    let mut page = Vec::new();
-    clap_mangen::Man::new(cmd)
-        .render(&mut page)
-        .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot render the man page: {e}")))?;
-    crate::out::bytes(&page)?;
+    fn walk(cmd: &clap::Command, pages: &mut Vec<(String, Vec<u8>)>) -> std::io::Result<()> {
+        // Rendered into memory (clap_mangen fails mid-write on a failed write).
+        let man = clap_mangen::Man::new(cmd.clone());
+        let mut page = Vec::new();
+        man.render(&mut page)?;
+        pages.push((man.get_filename(), page));
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            walk(sub, pages)?;
+        }
+        Ok(())
+    }
+    // Built whole first, so that each command knows its path: its page is titled
+    // `worklane-lease-run` and its synopsis says `worklane lease run`.
+    let mut cmd = crate::cli::Cli::command().disable_help_subcommand(true);
+    cmd.build();
+    let mut pages = Vec::new();
+    walk(&cmd, &mut pages)
+        .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot render a man page: {e}")))?;
+    Ok(pages)
+}
+
+/// `man [COMMAND...]` prints one page; `man --all DIR` writes every page into DIR.
+pub(crate) fn man(command: &[String], all: Option<&std::path::Path>) -> Result<ExitCode, Failure> {
+    let pages = man_pages()?;
+    if let Some(dir) = all {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            Failure::new(
+                exit::IO_ERROR,
+                format!("man --all: cannot create {}: {e}", dir.display()),
+            )
+        })?;
+        for (name, page) in &pages {
+            let path = dir.join(name);
+            std::fs::write(&path, page).map_err(|e| {
+                Failure::new(
+                    exit::IO_ERROR,
+                    format!("man --all: cannot write {}: {e}", path.display()),
+                )
+            })?;
+            outln!("{}", path.display())?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let name = std::iter::once("worklane")
+        .chain(command.iter().map(String::as_str))
+        .collect::<Vec<_>>()
+        .join("-");
+    let file = format!("{name}.1");
+    let Some((_, page)) = pages.iter().find(|(n, _)| *n == file) else {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!(
+                "man {}: no such command (`worklane --help` lists them)",
+                command.join(" ")
+            ),
+        ));
+    };
+    crate::out::bytes(page)?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every command that is not hidden, as its path (`["lease", "run"]`).
+    fn paths(cmd: &clap::Command, prefix: &[String], out: &mut Vec<Vec<String>>) {
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            let mut path = prefix.to_vec();
+            path.push(sub.get_name().to_owned());
+            out.push(path.clone());
+            paths(sub, &path, out);
+        }
+    }
+
+    #[test]
+    fn every_command_gets_a_man_page_named_by_its_path() {
+        let pages = super::man_pages().expect("pages");
+        let names: Vec<&str> = pages.iter().map(|(n, _)| n.as_str()).collect();
+        let mut commands = Vec::new();
+        paths(&crate::cli::Cli::command(), &[], &mut commands);
+        assert!(
+            commands.len() > 20 && commands.contains(&vec!["lease".into(), "run".into()]),
+            "the walk sees nested commands: {commands:?}"
+        );
+        let mut want = vec!["worklane.1".to_owned()];
+        want.extend(
+            commands
+                .iter()
+                .map(|p| format!("worklane-{}.1", p.join("-"))),
+        );
+        for name in &want {
+            assert!(names.contains(&name.as_str()), "a page {name}: {names:?}");
+        }
+        assert_eq!(names.len(), want.len(), "one page each, no more: {names:?}");
+        for (name, page) in &pages {
+            let text = String::from_utf8_lossy(page);
+            let title = name.trim_end_matches(".1");
+            assert!(
+                text.contains(&format!("\n.TH {title} 1 ")),
+                "{name} is a roff page titled {title}: {}",
+                &text[..text.len().min(80)]
+            );
+        }
+        assert!(
+            !names
+                .iter()
+                .any(|n| n.contains("queued-full-run") || n.contains("help")),
+            "no page for hidden commands or help: {names:?}"
+        );
+        let lease_run = &pages
+            .iter()
+            .find(|(n, _)| n == "worklane-lease-run.1")
+            .expect("lease run")
+            .1;
+        assert!(
+            String::from_utf8_lossy(lease_run).contains("worklane lease run"),
+            "the synopsis names the whole command"
+        );
+    }
 }

@@ -4,7 +4,8 @@ use crate::cli::{KindArg, LeaseRunArgs, RunArgs};
 use crate::exit::{self, Failure};
 use crate::out::errln;
 use crate::role::Refused;
-use crate::supervise::{Launch, Started, Watch, describe, inheritable, supervise};
+use crate::status::{HaltedBy, Status};
+use crate::supervise::{Launch, Outcome, Started, Watch, describe, inheritable, supervise};
 use std::ffi::OsString;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -29,14 +30,17 @@ impl Progress {
     }
 
     fn update(&mut self, waiting: &Waiting<'_>) {
+        self.show(&waiting_line(waiting), waiting.waited);
+    }
+
+    fn show(&mut self, line: &str, waited: Duration) {
         if !self.on_terminal {
             return;
         }
         crate::out::to_stderr(format_args!(
-            "\r\x1b[2Kworklane: waiting for {}: {}; waited {}s",
+            "\r\x1b[2Kworklane: waiting for {}: {line}; waited {}s",
             self.what,
-            waiting_line(waiting),
-            waiting.waited.as_secs()
+            waited.as_secs()
         ));
         self.shown = true;
     }
@@ -87,6 +91,37 @@ fn basename(command: &[std::ffi::OsString]) -> String {
 }
 
 pub(crate) fn run(args: RunArgs) -> Result<ExitCode, Failure> {
+    // Claimed before anything opens a descriptor, so N can only be the caller's.
+    let mut status = Status::claim(args.status_fd)?;
+    let result = run_holding(args, &mut status);
+    if let Err(failure) = &result {
+        status.failed(failure);
+    }
+    result
+}
+
+/// The `kind` word of `--status-fd` and messages.
+fn kind_word(kind: KindArg) -> &'static str {
+    match kind {
+        KindArg::Agent => "agent",
+        KindArg::Test => "test",
+        KindArg::FullRun => "full-run",
+    }
+}
+
+/// What halted the command, for `--status-fd`'s `end`: a halt worklane made (`halt`), else a
+/// signal that ended it.
+fn halted_by(outcome: &Outcome, halt: HaltedBy) -> Option<HaltedBy> {
+    if outcome.halted.is_some() {
+        Some(halt)
+    } else if outcome.signal.is_some() {
+        Some(HaltedBy::Signal)
+    } else {
+        None
+    }
+}
+
+fn run_holding(args: RunArgs, status: &mut Status) -> Result<ExitCode, Failure> {
     let limit_ms = args
         .limit
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
@@ -121,7 +156,10 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode, Failure> {
             Wait {
                 timeout: args.timeout,
                 priority: args.priority,
-                on_wait: &mut |waiting| progress.update(waiting),
+                on_wait: &mut |waiting| {
+                    progress.update(waiting);
+                    status.waiting(kind_word(args.kind), &waiting_line(waiting));
+                },
             },
         )?
     };
@@ -129,10 +167,9 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     let slot = match taken {
         Take::Held(slot) => slot,
         Take::Blocked(blocker) if blocker.is_operator_refusal() => {
-            return Err(Failure::new(
-                exit::UNAVAILABLE,
-                format!("refused {what}: {blocker}"),
-            ));
+            let failure = Failure::new(exit::UNAVAILABLE, format!("refused {what}: {blocker}"));
+            status.refused(&failure);
+            return Err(failure);
         }
         Take::Blocked(blocker) => {
             let why = if args.no_wait {
@@ -140,15 +177,18 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode, Failure> {
             } else {
                 "timed out"
             };
-            return Err(Failure::new(
-                exit::TEMP_FAIL,
+            let failure = Failure::new(
+                args.conflict_exit_code,
                 format!(
                     "cannot take {what} ({why}): {blocker}; try again later (`worklane slots` \
                      shows who holds what)"
                 ),
-            ));
+            );
+            status.refused(&failure);
+            return Err(failure);
         }
     };
+    status.taken(kind_word(args.kind), slot.name(), slot.lease().epoch());
     let mut slot = slot;
     let mut launch = slot_launch(&args.command, &slot)?;
     let nesting = crate::nesting::env(args.kind, pool.dir().path(), slot.name());
@@ -165,6 +205,7 @@ pub(crate) fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     if let Err(e) = released {
         errln!("worklane: releasing {what}: {}", exit::chain(&e));
     }
+    status.end(outcome.code, halted_by(&outcome, HaltedBy::Stop));
     if let Some(signal) = outcome.signal {
         crate::sys::die_by(signal);
     }
@@ -237,6 +278,16 @@ fn lease_grace(ttl: Duration) -> Duration {
 }
 
 pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
+    // Claimed before anything opens a descriptor, so N can only be the caller's.
+    let mut status = Status::claim(args.status_fd)?;
+    let result = lease_run_holding(args, &mut status);
+    if let Err(failure) = &result {
+        status.failed(failure);
+    }
+    result
+}
+
+fn lease_run_holding(args: LeaseRunArgs, status: &mut Status) -> Result<ExitCode, Failure> {
     let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
     if args.role.is_empty() || args.role.starts_with('.') || !args.role.chars().all(plain) {
         return Err(Failure::new(
@@ -263,11 +314,6 @@ pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
     let name = format!("role-{}.lease", args.role);
     let ours = describe(&args.command);
-    // An emergency STOP halts role holders too (below), so it refuses a new one up front
-    // rather than start the command only to halt it a moment later.
-    if let Some(stop) = pool.stop()? {
-        return Err(Refused::stop(&args.role, &name, &ours, &stop).fail(args.json));
-    }
     let identity = args.agent_identity.clone().unwrap_or_else(crate::ops::who);
     let request = Request::new(identity.clone())
         .field("role", args.role.clone())
@@ -275,13 +321,42 @@ pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
         .field("agentIdentity", identity)
         .field("entrypoint", ours.clone());
     let options = Options::with_liveness(Arc::new(TtlLiveness::new(args.ttl)));
-    let mut lease = match acquire(pool.dir(), &name, &request, &options)? {
-        Acquired::Held(lease) => lease,
-        Acquired::Refused(refusal) => {
-            let refused = Refused::held(&args.role, pool.dir().path(), &refusal, &ours);
-            return Err(refused.fail(args.json));
+    let wait = args.wait || args.timeout.is_some();
+    let started = std::time::Instant::now();
+    let mut progress = Progress::new("the role");
+    let mut lease = loop {
+        // An emergency STOP halts role holders too (below), so it refuses a new one up front
+        // rather than start the command only to halt it a moment later; a waiter is refused
+        // as soon as one is written.
+        if let Some(stop) = pool.stop()? {
+            progress.clear();
+            let failure = Refused::stop(&args.role, &name, &ours, &stop).fail(args.json);
+            status.refused(&failure);
+            return Err(failure);
         }
+        let refusal = match acquire(pool.dir(), &name, &request, &options)? {
+            Acquired::Held(lease) => break lease,
+            Acquired::Refused(refusal) => refusal,
+        };
+        let waited = started.elapsed();
+        let left = args.timeout.map(|t| t.saturating_sub(waited));
+        if !wait || left == Some(Duration::ZERO) {
+            progress.clear();
+            let refused = Refused::held(&args.role, pool.dir().path(), &refusal, &ours);
+            let failure = refused.fail(args.json);
+            status.refused(&failure);
+            return Err(failure);
+        }
+        let why = format!("held: {}", refusal.why);
+        progress.show(&why, waited);
+        status.waiting("role", &why);
+        // A role is given up by its holder's release or lapses one TTL after its last pulse;
+        // either is seen at the next look.
+        let nap = crate::supervise::CHECK_EVERY;
+        std::thread::sleep(left.map_or(nap, |left| left.min(nap)));
     };
+    progress.clear();
+    status.taken("role", lease.resource(), lease.epoch());
     let ttl = args.ttl;
     let launch = Launch {
         command: &args.command,
@@ -303,6 +378,7 @@ pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
     let outcome = outcome?;
     let _ = lease.release();
     if lost {
+        status.end(exit::UNAVAILABLE, Some(HaltedBy::LeaseLost));
         return Err(Failure::new(
             exit::UNAVAILABLE,
             format!(
@@ -312,6 +388,7 @@ pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
             ),
         ));
     }
+    status.end(outcome.code, halted_by(&outcome, HaltedBy::Stop));
     if let Some(signal) = outcome.signal {
         crate::sys::die_by(signal);
     }

@@ -150,9 +150,30 @@ fn queue_json(queue: &QueueView) -> Value {
     })
 }
 
-pub(crate) fn to_json(snapshot: &Snapshot, budgets: &[CredentialView], queue: &QueueView) -> Value {
+/// The config file in force and whether it exists (when not, the defaults hold).
+pub(crate) struct ConfigFile {
+    pub(crate) path: std::path::PathBuf,
+    pub(crate) exists: bool,
+}
+
+impl ConfigFile {
+    fn of(pool: &worklane_admission::Pool) -> ConfigFile {
+        let path = pool.locations().config.clone();
+        // It was just read to load the caps; read again only to tell a file from the defaults.
+        let exists = matches!(worklane_slotfile::read::read_path(&path), Ok(Some(_)));
+        ConfigFile { path, exists }
+    }
+}
+
+pub(crate) fn to_json(
+    snapshot: &Snapshot,
+    config: &ConfigFile,
+    budgets: &[CredentialView],
+    queue: &QueueView,
+) -> Value {
     json!({
         "dir": snapshot.dir.display().to_string(),
+        "config": {"path": config.path.display().to_string(), "exists": config.exists},
         "max_agents": snapshot.config.max_agents,
         "max_test_runs": snapshot.config.max_test_runs,
         "agents_held": count(snapshot, "agent"),
@@ -194,14 +215,20 @@ pub(crate) fn show(as_json: bool) -> Result<ExitCode, Failure> {
     // The budgets are a view, never a reason to fail: an unlistable directory shows none.
     let budgets = Ledger::new(pool.dir().clone()).health().unwrap_or_default();
     let queue = queue_view(pool.dir());
+    let config = ConfigFile::of(&pool);
     if as_json {
         outln!(
             "{}",
-            serde_json::to_string_pretty(&to_json(&snapshot, &budgets, &queue)).unwrap_or_default()
+            serde_json::to_string_pretty(&to_json(&snapshot, &config, &budgets, &queue))
+                .unwrap_or_default()
         )?;
         return Ok(ExitCode::SUCCESS);
     }
     outln!("slot directory: {}", snapshot.dir.display())?;
+    outln!(
+        "{}",
+        crate::config::describe_file(&config.path, config.exists)
+    )?;
     outln!(
         "agents: {} of {} held; test runs: {} of {}; full run: {}",
         count(&snapshot, "agent"),

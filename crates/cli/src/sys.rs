@@ -1,5 +1,7 @@
 //! The one module of the CLI with `unsafe`: std's `Command::pre_exec` is an unsafe API (the
-//! closure runs in the forked child), and the parent-death signal can only be set there.
+//! closure runs in the forked child), and the parent-death signal can only be set there;
+//! setting a variable of the process's environment (`--dir`) and taking an inherited
+//! descriptor by its number (`--status-fd`) are unsafe too.
 
 #![allow(unsafe_code)]
 
@@ -39,6 +41,54 @@ pub(crate) fn die_with_parent(cmd: &mut Command) {
 /// No parent-death signal off Linux.
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn die_with_parent(_cmd: &mut Command) {}
+
+/// Sets `AGENT_SLOTS_DIR` to `dir` in this process's environment (`--dir`), so that every
+/// resolution of the slot directory here and in every process worklane starts uses it.
+///
+/// Call it only from `main` before any thread is started: the environment is process-wide
+/// state that another thread could be reading.
+pub(crate) fn set_slots_dir(dir: &std::path::Path) {
+    // SAFETY: called once from `main`, right after the command line is parsed and before
+    // anything starts a thread (signal-hook's and the supervisor's threads come later), so no
+    // other thread can read or write the environment concurrently.
+    unsafe { std::env::set_var(worklane_slotfile::SLOTS_DIR_VAR, dir) };
+}
+
+/// Why a descriptor given on the command line cannot be used.
+#[derive(Debug)]
+pub(crate) enum BadFd {
+    /// It is not open in this process.
+    Closed,
+    /// It is open for reading only.
+    ReadOnly,
+    /// Another failure of fcntl(2) on it.
+    Other(rustix::io::Errno),
+}
+
+/// Takes descriptor `n`, inherited from the caller (`--status-fd N`), as this process's own:
+/// checks that it is open for writing and marks it close-on-exec, so that the command worklane
+/// starts does not inherit it. Call it before anything else opens a descriptor, so that `n`
+/// can only be one the caller passed, and at most once per descriptor.
+pub(crate) fn claim_writable_fd(n: i32) -> Result<std::os::fd::OwnedFd, BadFd> {
+    use rustix::io::{Errno, FdFlags, fcntl_getfd, fcntl_setfd};
+    use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd};
+    // SAFETY: the borrow lives only for these fcntl(2) queries. If `n` is not open they fail
+    // with EBADF and touch nothing; no other code of this process has opened or owns a
+    // descriptor yet (the caller claims it first), so `n` cannot be closed under us.
+    let fd = unsafe { BorrowedFd::borrow_raw(n) };
+    let flags = fcntl_getfd(fd).map_err(|e| match e {
+        Errno::BADF => BadFd::Closed,
+        other => BadFd::Other(other),
+    })?;
+    let mode = rustix::fs::fcntl_getfl(fd).map_err(BadFd::Other)? & rustix::fs::OFlags::RWMODE;
+    if mode == rustix::fs::OFlags::RDONLY {
+        return Err(BadFd::ReadOnly);
+    }
+    fcntl_setfd(fd, flags | FdFlags::CLOEXEC).map_err(BadFd::Other)?;
+    // SAFETY: `n` is open (checked above) and was inherited from the caller: nothing else in
+    // this process owns it, so it gets exactly one owner, which closes it once.
+    Ok(unsafe { OwnedFd::from_raw_fd(n) })
+}
 
 /// Makes the command start a session of its own (`setsid` between fork and exec): a detached
 /// driver has no controlling terminal and outlives the dispatcher's session.

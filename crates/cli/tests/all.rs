@@ -904,7 +904,7 @@ mod operator {
 
     #[test]
     fn the_test_run_cap_is_set_by_set_test_slots() {
-        let site = Site::new(Some(r#"{"max_agents": 1, "note": "kept"}"#));
+        let site = Site::new(Some(r#"{"max_agents": 1, "admission": "waiter"}"#));
         assert_eq!(site.code(&["set-test-slots", "9"]), 64, "out of range");
         assert_eq!(site.code(&["set-test-slots", "2"]), 0);
         let config: serde_json::Value = serde_json::from_slice(
@@ -912,7 +912,7 @@ mod operator {
         )
         .expect("json");
         assert_eq!(config["max_test_runs"], 2);
-        assert_eq!(config["note"], "kept", "other fields survive");
+        assert_eq!(config["admission"], "waiter", "other fields survive");
         let mut holders: Vec<Running> = (0..2)
             .map(|i| {
                 site.spawn(
@@ -4140,5 +4140,868 @@ mod python_examples {
             0,
             "and the slot"
         );
+    }
+}
+
+/// The options a script replacing `flock -n F cmd` relies on: `--dir`, `-n`, `-w`, `-E`.
+mod flock_like {
+    use super::*;
+
+    fn slots_dir_of(out: &Output) -> String {
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "slots --json prints JSON ({e}): {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        doc["dir"].as_str().expect("dir").to_owned()
+    }
+
+    #[test]
+    fn dir_names_the_slot_directory_and_its_config_for_every_subcommand() {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        let other = site.file("other");
+        std::fs::create_dir(&other).expect("other dir");
+        // The option wins over the variable, before or after the subcommand.
+        for args in [
+            vec![
+                "--dir",
+                site.slots().to_str().expect("utf-8"),
+                "slots",
+                "--json",
+            ],
+            vec![
+                "slots",
+                "--json",
+                "--dir",
+                site.slots().to_str().expect("utf-8"),
+            ],
+        ] {
+            let out = site
+                .worklane()
+                .env("AGENT_SLOTS_DIR", &other)
+                .args(&args)
+                .output_gated()
+                .expect("slots");
+            assert!(out.status.success(), "{args:?}: {out:?}");
+            assert_eq!(
+                slots_dir_of(&out),
+                site.slots().display().to_string(),
+                "{args:?}: --dir names the directory"
+            );
+        }
+        // A relative path is taken from the current directory; its config.json is the cap.
+        let mut holder = Running::new(
+            site.worklane()
+                .env_remove("AGENT_SLOTS_DIR")
+                .current_dir(site.temp.path())
+                .args(["--dir", "slots", "run", "--", "sh", "-c", HOLD])
+                .env("K", "0")
+                .stderr(Stdio::piped())
+                .spawn_gated()
+                .expect("spawn"),
+        );
+        wait_until("the holder", || site.file("up.0").exists());
+        let out = site
+            .worklane()
+            .env_remove("AGENT_SLOTS_DIR")
+            .args(["run", "-n", "--dir"])
+            .arg(site.slots())
+            .args(["--", "true"])
+            .output_gated()
+            .expect("run");
+        assert_eq!(
+            out.status.code(),
+            Some(75),
+            "the cap of 1 from <dir>/config.json is reached: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The command of a run finds the directory too (it is passed on as AGENT_SLOTS_DIR).
+        let out = site
+            .worklane()
+            .env_remove("AGENT_SLOTS_DIR")
+            .arg("--dir")
+            .arg(site.slots())
+            .args(["run", "--kind", "test", "--", "sh", "-c"])
+            .arg(r#"printf %s "$AGENT_SLOTS_DIR""#)
+            .output_gated()
+            .expect("run");
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            site.slots().display().to_string(),
+            "the command sees the directory worklane used"
+        );
+        std::fs::write(site.file("release.0"), b"").expect("release");
+        assert!(wait_exit(&mut holder, "the holder").success());
+    }
+
+    #[test]
+    fn short_options_and_the_conflict_exit_code_keep_a_flock_scripts_contract() {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        let mut holder = site.spawn(&["run"], HOLD, "0");
+        wait_until("the holder", || site.file("up.0").exists());
+        assert_eq!(
+            site.code(&["run", "-n", "--", "true"]),
+            75,
+            "-n is --no-wait"
+        );
+        assert_eq!(
+            site.code(&["run", "-n", "-E", "1", "--", "true"]),
+            1,
+            "-E sets the busy code, as flock -n -E 1"
+        );
+        assert_eq!(
+            site.code(&["run", "--conflict-exit-code", "3", "-w", "0", "--", "true"]),
+            3,
+            "-w is --timeout, and a timed-out wait exits with -E's code"
+        );
+        assert_eq!(
+            site.code(&["run", "-E", "300", "-n", "--", "true"]),
+            64,
+            "an exit code is 0 to 255"
+        );
+        std::fs::write(site.file("release.0"), b"").expect("release");
+        assert!(wait_exit(&mut holder, "the holder").success());
+        assert_eq!(
+            site.code(&["run", "-n", "-E", "1", "--", "sh", "-c", "exit 7"]),
+            7,
+            "a run that is not refused exits with its command's status"
+        );
+        site.code(&["stop-all", "test"]);
+        assert_eq!(
+            site.code(&["run", "-n", "-E", "1", "--", "true"]),
+            69,
+            "a STOP is no conflict: still 69"
+        );
+    }
+}
+
+/// `worklane config`: the config file in force, read and written from the command line.
+mod config {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn stdout(site: &Site, args: &[&str]) -> String {
+        let out = site.output(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn file(site: &Site) -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(site.slots().join("config.json")).expect("read"))
+            .expect("the written config is JSON")
+    }
+
+    #[test]
+    fn an_unknown_key_is_a_config_error_naming_the_key_and_the_file() {
+        let site = Site::new(Some(r#"{"max_agent": 3}"#));
+        for args in [
+            &["run", "--", "true"][..],
+            &["slots"],
+            &["config", "get", "max_agents"],
+        ] {
+            let out = site.output(args);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(78), "{args:?}: {err}");
+            assert!(err.contains("`max_agent`"), "{args:?} names the key: {err}");
+            assert!(
+                err.contains(&site.slots().join("config.json").display().to_string()),
+                "{args:?} names the file: {err}"
+            );
+        }
+        // A write keeps the file's other keys, so it refuses while the bad one is there...
+        let out = site.output(&["config", "set", "max_agents", "3"]);
+        assert_eq!(
+            out.status.code(),
+            Some(78),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            file(&site),
+            serde_json::json!({"max_agent": 3}),
+            "untouched"
+        );
+        // ...and unset removes it.
+        assert!(stdout(&site, &["config", "unset", "max_agent"]).contains("removed"));
+        stdout(&site, &["config", "set", "max_agents", "3"]);
+        assert_eq!(stdout(&site, &["config", "get", "max_agents"]), "3\n");
+    }
+
+    #[test]
+    fn set_replaces_the_file_keeping_its_other_keys_and_get_reads_it() {
+        let site = Site::new(Some(r#"{"admission": "waiter", "max_test_runs": 3}"#));
+        assert_eq!(
+            stdout(&site, &["config", "get", "max_agents"]),
+            "2\n",
+            "the default"
+        );
+        assert_eq!(stdout(&site, &["config", "get", "admission"]), "waiter\n");
+        assert_eq!(
+            stdout(&site, &["config", "get", "env_allow_prefixes"]),
+            "WORKLANE_,LANE_,GIT_AUTHOR_,GIT_COMMITTER_\n",
+            "a list's default, comma-separated"
+        );
+        let said = stdout(&site, &["config", "set", "max_agents", "5"]);
+        assert!(said.contains("max_agents = 5"), "{said}");
+        stdout(&site, &["config", "set", "env_secret_words", "TOKEN,KEY"]);
+        assert_eq!(
+            file(&site),
+            serde_json::json!({
+                "admission": "waiter",
+                "max_test_runs": 3,
+                "max_agents": 5,
+                "env_secret_words": ["TOKEN", "KEY"],
+            }),
+            "every other key kept"
+        );
+        let mode = std::fs::metadata(site.slots().join("config.json"))
+            .expect("stat")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o644, "readable by every harness");
+        let names: Vec<String> = std::fs::read_dir(site.slots())
+            .expect("list")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains("config.json"))
+            .collect();
+        assert_eq!(
+            names,
+            ["config.json"],
+            "no temp file left: replaced by rename"
+        );
+        assert_eq!(stdout(&site, &["config", "get", "max_agents"]), "5\n");
+        let doc: serde_json::Value =
+            serde_json::from_str(&stdout(&site, &["config", "get", "--json"])).expect("json");
+        assert_eq!(doc["version"], 1);
+        assert_eq!(doc["exists"], true);
+        assert_eq!(doc["values"]["max_agents"], 5);
+        assert_eq!(doc["values"]["max_test_runs"], 3);
+        assert_eq!(
+            doc["set"],
+            serde_json::json!([
+                "max_agents",
+                "max_test_runs",
+                "admission",
+                "env_secret_words"
+            ])
+        );
+        let all = stdout(&site, &["config", "get"]);
+        assert!(all.contains("max_agents = 5\n"), "{all}");
+        assert!(
+            all.contains(
+                "env_allow_prefixes = WORKLANE_,LANE_,GIT_AUTHOR_,GIT_COMMITTER_ (default)"
+            ),
+            "{all}"
+        );
+        // Bad values are usage errors and write nothing; unknown keys are clap's.
+        let before = file(&site);
+        for args in [
+            &["config", "set", "max_agents", "0"][..],
+            &["config", "set", "max_test_runs", "9"],
+            &["config", "set", "admission", "queue"],
+            &["config", "set", "env_allow_prefixes", "A,,B"],
+            &["config", "set", "max_agent", "3"],
+            &["config", "get", "nope"],
+        ] {
+            assert_eq!(site.code(args), 64, "{args:?}");
+        }
+        assert_eq!(file(&site), before, "nothing written by a refused set");
+        // The cap written is the cap in force.
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&stdout(&site, &["slots", "--json"]))
+                .expect("json")["max_agents"],
+            5
+        );
+    }
+
+    #[test]
+    fn slots_says_which_config_file_is_in_force() {
+        let site = Site::new(None);
+        let path = site.slots().join("config.json").display().to_string();
+        let doc: serde_json::Value =
+            serde_json::from_str(&stdout(&site, &["slots", "--json"])).expect("json");
+        assert_eq!(
+            doc["config"],
+            serde_json::json!({"path": path, "exists": false})
+        );
+        let text = stdout(&site, &["slots"]);
+        assert!(
+            text.contains(&format!(
+                "config: {path} (absent: the defaults are in force)"
+            )),
+            "{text}"
+        );
+        // AGENT_SLOTS_CONFIG names another file: config set writes there, slots names it.
+        let caps = site.file("caps.json");
+        let out = site
+            .worklane()
+            .env("AGENT_SLOTS_CONFIG", &caps)
+            .args(["config", "set", "max_agents", "4"])
+            .output_gated()
+            .expect("config set");
+        assert!(out.status.success(), "{out:?}");
+        assert!(
+            !site.slots().join("config.json").exists(),
+            "not the slot directory's"
+        );
+        let out = site
+            .worklane()
+            .env("AGENT_SLOTS_CONFIG", &caps)
+            .args(["slots"])
+            .output_gated()
+            .expect("slots");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains(&format!("config: {}\n", caps.display())),
+            "{text}"
+        );
+        assert!(text.contains("agents: 0 of 4 held"), "{text}");
+    }
+}
+
+/// `--status-fd N`: worklane's own events as JSON lines, apart from the command's output.
+mod status_fd {
+    use super::*;
+
+    /// `sh -c 'exec worklane ARGS 3>&1 1>&2'`: descriptor 3 is the pipe the test reads as
+    /// stdout; worklane's (and the command's) stdout goes to stderr.
+    fn through_fd_3(site: &Site) -> Command {
+        let mut cmd = site.command("sh");
+        cmd.args(["-c", r#"exec "$0" "$@" 3>&1 1>&2"#])
+            .arg(env!("CARGO_BIN_EXE_worklane"))
+            .env("AGENT_SLOTS_DIR", site.slots())
+            .env_remove("AGENT_SLOTS_CONFIG")
+            .env("T", site.temp.path())
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs worklane with the status on descriptor 3: its exit status, the events, stderr.
+    fn with_status(site: &Site, args: &[&str]) -> (ExitStatus, Vec<serde_json::Value>, String) {
+        let out = through_fd_3(site)
+            .args(args)
+            .output_gated()
+            .expect("worklane");
+        let events = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+            .collect();
+        (
+            out.status,
+            events,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Whether the command found descriptor 3 open (printed on its stdout, here stderr).
+    const PROBE: &str =
+        r#"if { true >&3; } 2>/dev/null; then echo "fd3=open"; else echo "fd3=closed"; fi"#;
+
+    #[test]
+    fn a_run_says_taken_then_end_and_its_command_never_gets_the_descriptor() {
+        let site = Site::new(None);
+        let script = format!("{PROBE}; exit 7");
+        let (status, events, err) = with_status(
+            &site,
+            &["run", "--status-fd", "3", "--", "sh", "-c", &script],
+        );
+        assert_eq!(status.code(), Some(7), "the command's status: {err}");
+        assert_eq!(events.len(), 2, "taken and end: {events:?}");
+        assert_eq!(events[0]["version"], 1);
+        assert_eq!(events[0]["event"], "taken");
+        assert_eq!(events[0]["kind"], "agent");
+        assert_eq!(events[0]["slot"], "agent-0.lock");
+        assert!(events[0]["epoch"].as_u64().is_some(), "{events:?}");
+        assert_eq!(
+            events[1],
+            serde_json::json!({"version": 1, "event": "end", "exit": 7, "halted_by": null})
+        );
+        assert!(err.contains("fd3=closed"), "not passed on: {err}");
+
+        // A command ended by a signal: worklane ends by it too, and says so first.
+        let (status, events, _) = with_status(
+            &site,
+            &[
+                "run",
+                "--kind",
+                "test",
+                "--status-fd",
+                "3",
+                "--",
+                "sh",
+                "-c",
+                "kill -TERM $$",
+            ],
+        );
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(15), "ends by the command's signal");
+        assert_eq!(events[0]["kind"], "test");
+        assert_eq!(
+            events.last(),
+            Some(
+                &serde_json::json!({"version": 1, "event": "end", "exit": 143, "halted_by": "signal"})
+            )
+        );
+    }
+
+    #[test]
+    fn refusals_and_errors_are_told_apart_from_the_commands_status() {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        let mut holder = site.spawn(&["run"], HOLD, "0");
+        wait_until("the holder", || site.file("up.0").exists());
+        for (args, code) in [
+            (&["run", "-n", "--status-fd", "3", "--", "true"][..], 75),
+            (
+                &["run", "-n", "-E", "1", "--status-fd", "3", "--", "true"],
+                1,
+            ),
+        ] {
+            let (status, events, err) = with_status(&site, args);
+            assert_eq!(status.code(), Some(code), "{args:?}: {err}");
+            assert_eq!(events.len(), 1, "{events:?}");
+            assert_eq!(events[0]["event"], "refused", "{events:?}");
+            assert_eq!(events[0]["exit"], code, "{events:?}");
+            assert!(
+                events[0]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("at cap")),
+                "{events:?}"
+            );
+        }
+        // A usage error after the descriptor was claimed is worklane's, not the command's.
+        let (status, events, _) = with_status(
+            &site,
+            &["run", "--limit", "1m", "--status-fd", "3", "--", "true"],
+        );
+        assert_eq!(status.code(), Some(64));
+        assert_eq!(events[0]["event"], "error", "{events:?}");
+        assert_eq!(events[0]["exit"], 64, "{events:?}");
+        std::fs::write(site.file("release.0"), b"").expect("release");
+        assert!(wait_exit(&mut holder, "the holder").success());
+        assert_eq!(site.code(&["stop-all", "test"]), 0);
+        let (status, events, _) = with_status(&site, &["run", "--status-fd", "3", "--", "true"]);
+        assert_eq!(status.code(), Some(69));
+        assert_eq!(events[0]["event"], "refused");
+        assert_eq!(events[0]["exit"], 69);
+    }
+
+    #[test]
+    fn a_descriptor_that_is_not_open_for_writing_is_a_usage_error_naming_it() {
+        let site = Site::new(None);
+        for (args, says) in [
+            (
+                &["run", "--status-fd", "9", "--", "true"][..],
+                "--status-fd 9: it is not open",
+            ),
+            (&["run", "--status-fd", "1", "--", "true"], "--status-fd 1"),
+            (
+                &[
+                    "lease",
+                    "run",
+                    "--role",
+                    "r",
+                    "--status-fd",
+                    "7",
+                    "--",
+                    "true",
+                ],
+                "--status-fd 7: it is not open",
+            ),
+        ] {
+            let out = site.output(args);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(64), "{args:?}: {err}");
+            assert!(err.contains(says), "{args:?}: {err}");
+        }
+        let out = site
+            .command("sh")
+            .args(["-c", r#"exec "$0" "$@" 3</dev/null"#])
+            .arg(env!("CARGO_BIN_EXE_worklane"))
+            .args(["run", "--status-fd", "3", "--", "true"])
+            .env("AGENT_SLOTS_DIR", site.slots())
+            .output_gated()
+            .expect("worklane");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{err}");
+        assert!(err.contains("for reading only"), "{err}");
+        assert!(
+            !site.slots().join("agent-0.lock").exists(),
+            "nothing was taken"
+        );
+    }
+
+    #[test]
+    fn a_lease_run_says_taken_refused_and_halted_by_stop() {
+        let site = Site::new(None);
+        let (status, events, err) = with_status(
+            &site,
+            &[
+                "lease",
+                "run",
+                "--role",
+                "r",
+                "--status-fd",
+                "3",
+                "--",
+                "sh",
+                "-c",
+                PROBE,
+            ],
+        );
+        assert!(status.success(), "{err}");
+        assert_eq!(events[0]["event"], "taken");
+        assert_eq!(events[0]["kind"], "role");
+        assert_eq!(events[0]["slot"], "role-r.lease");
+        assert_eq!(events[1]["exit"], 0);
+        assert!(err.contains("fd3=closed"), "not passed on: {err}");
+
+        let mut holder = Running::new(
+            through_fd_3(&site)
+                .args([
+                    "lease",
+                    "run",
+                    "--role",
+                    "r",
+                    "--status-fd",
+                    "3",
+                    "--",
+                    "sh",
+                    "-c",
+                ])
+                .arg(r#"touch "$T/up.0"; exec sleep 600"#)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn_gated()
+                .expect("spawn"),
+        );
+        wait_until("the role holder", || site.file("up.0").exists());
+        let (status, events, _) = with_status(
+            &site,
+            &[
+                "lease",
+                "run",
+                "--role",
+                "r",
+                "--status-fd",
+                "3",
+                "--",
+                "true",
+            ],
+        );
+        assert_eq!(status.code(), Some(75));
+        assert_eq!(events[0]["event"], "refused", "{events:?}");
+        assert_eq!(events[0]["exit"], 75, "{events:?}");
+        assert_eq!(site.code(&["stop-all", "test"]), 0);
+        let status = wait_exit(&mut holder, "the halted holder");
+        assert_eq!(status.code(), Some(143));
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut holder.stdout.take().expect("stdout"), &mut out)
+            .expect("read");
+        let last: serde_json::Value =
+            serde_json::from_str(out.lines().last().expect("an event")).expect("json");
+        assert_eq!(
+            last,
+            serde_json::json!({"version": 1, "event": "end", "exit": 143, "halted_by": "stop"})
+        );
+    }
+
+    #[test]
+    fn a_waiting_run_says_so_once_then_taken() {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        let mut holder = site.spawn(&["run"], HOLD, "0");
+        wait_until("the holder", || site.file("up.0").exists());
+        let file = site.file("status");
+        let mut waiter = Running::new(
+            site.command("sh")
+                .args(["-c", r#"exec "$0" "$@" 3>"$T/status""#])
+                .arg(env!("CARGO_BIN_EXE_worklane"))
+                .args(["run", "--status-fd", "3", "--", "true"])
+                .env("AGENT_SLOTS_DIR", site.slots())
+                .env("T", site.temp.path())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn_gated()
+                .expect("spawn"),
+        );
+        let read = || -> Vec<serde_json::Value> {
+            std::fs::read_to_string(&file)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect()
+        };
+        wait_until("the waiting event", || !read().is_empty());
+        let first = read();
+        assert_eq!(first[0]["event"], "waiting", "{first:?}");
+        assert_eq!(first[0]["kind"], "agent", "{first:?}");
+        std::fs::write(site.file("release.0"), b"").expect("release");
+        assert!(wait_exit(&mut holder, "the holder").success());
+        assert!(wait_exit(&mut waiter, "the waiter").success());
+        let all: Vec<String> = read()
+            .iter()
+            .map(|e| e["event"].as_str().unwrap_or("?").to_owned())
+            .collect();
+        assert_eq!(all, ["waiting", "taken", "end"], "waiting is said once");
+    }
+}
+
+/// `lease run --wait/--timeout`, `budget take --wait-max` and `budget observe --headers-file`.
+mod waits {
+    use super::*;
+
+    const TOKEN: &str = "ghp_cli_wait_token_not_real";
+
+    fn events(path: &Path) -> Vec<String> {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .map(|e| e["event"].as_str().unwrap_or("?").to_owned())
+            .collect()
+    }
+
+    /// `worklane lease run --wait ... --status-fd 3 -- true`, its events in `$T/<name>`.
+    fn waiter(site: &Site, name: &str, extra: &[&str]) -> Running {
+        Running::new(
+            site.command("sh")
+                .args(["-c", r#"exec "$0" "$@" 3>"$T/$N""#])
+                .arg(env!("CARGO_BIN_EXE_worklane"))
+                .args(["lease", "run", "--role", "r", "--status-fd", "3"])
+                .args(extra)
+                .args(["--", "true"])
+                .env("AGENT_SLOTS_DIR", site.slots())
+                .env("T", site.temp.path())
+                .env("N", name)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn_gated()
+                .expect("spawn"),
+        )
+    }
+
+    #[test]
+    fn lease_run_waits_for_a_held_role_until_it_is_free_or_the_timeout() {
+        let site = Site::new(None);
+        let mut holder = site.spawn(&["lease", "run", "--role", "r"], HOLD, "0");
+        wait_until("the role holder", || site.file("up.0").exists());
+        assert_eq!(
+            site.code(&["lease", "run", "--role", "r", "--", "true"]),
+            75,
+            "without --wait a held role refuses at once, as before"
+        );
+        assert_eq!(
+            site.code(&[
+                "lease",
+                "run",
+                "--role",
+                "r",
+                "--timeout",
+                "0",
+                "--",
+                "true"
+            ]),
+            75,
+            "a timeout of 0 tries once"
+        );
+        let mut timed = waiter(&site, "timed", &["-w", "300ms"]);
+        let status = wait_exit(&mut timed, "the timed-out waiter");
+        assert_eq!(status.code(), Some(75), "gave up after its timeout");
+        assert_eq!(events(&site.file("timed")), ["waiting", "refused"]);
+
+        let mut patient = waiter(&site, "patient", &["--wait"]);
+        wait_until("the waiter to wait", || {
+            events(&site.file("patient")) == ["waiting"]
+        });
+        std::fs::write(site.file("release.0"), b"").expect("release");
+        assert!(wait_exit(&mut holder, "the holder").success());
+        let status = wait_exit(&mut patient, "the waiter");
+        assert!(status.success(), "took the role once it was free: {status}");
+        assert_eq!(
+            events(&site.file("patient")),
+            ["waiting", "taken", "end"],
+            "waited, then held it"
+        );
+    }
+
+    #[test]
+    fn a_stop_refuses_a_waiting_lease_run_with_69() {
+        let site = Site::new(None);
+        let _holder = site.spawn(&["lease", "run", "--role", "r"], HOLD, "0");
+        wait_until("the role holder", || site.file("up.0").exists());
+        let mut waiting = waiter(&site, "w", &["--wait"]);
+        wait_until("the waiter to wait", || {
+            events(&site.file("w")) == ["waiting"]
+        });
+        assert_eq!(site.code(&["stop-all", "test"]), 0);
+        let status = wait_exit(&mut waiting, "the waiter");
+        assert_eq!(status.code(), Some(69), "STOP refuses a waiter too");
+        assert_eq!(events(&site.file("w")), ["waiting", "refused"]);
+    }
+
+    fn budget(site: &Site, args: &[&str]) -> Output {
+        site.worklane()
+            .arg("budget")
+            .args(args)
+            .env("GITHUB_TOKEN", TOKEN)
+            .output_gated()
+            .expect("run worklane budget")
+    }
+
+    fn observe_dump(site: &Site, dump: &str) -> Output {
+        let path = site.file("headers");
+        std::fs::write(&path, dump).expect("dump");
+        budget(
+            site,
+            &["observe", "--headers-file", path.to_str().expect("utf-8")],
+        )
+    }
+
+    fn now_s() -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_secs()
+    }
+
+    #[test]
+    fn take_with_wait_max_0_refuses_at_once_with_retry_at() {
+        let site = Site::new(None);
+        // A 429 with Retry-After, as curl -D writes it (CRLF), after a redirect.
+        let out = observe_dump(
+            &site,
+            "HTTP/1.1 302 Found\r\nLocation: /x\r\n\r\nHTTP/2 429 \r\nretry-after: 600\r\n\r\n",
+        );
+        assert!(out.status.success(), "{out:?}");
+        let out = budget(
+            &site,
+            &["take", "--consumer", "c", "--wait-max", "0", "--json"],
+        );
+        assert_eq!(out.status.code(), Some(75), "{out:?}");
+        let said: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(said["kind"], "secondary_rate_limited", "{said}");
+        let slots: serde_json::Value =
+            serde_json::from_slice(&site.output(&["slots", "--json"]).stdout).expect("slots");
+        assert_eq!(
+            said["retry_at"], slots["budgets"][0]["paused_until"],
+            "retry when the pause ends: {said}"
+        );
+        assert!(
+            said["retry_at"].as_str().is_some_and(|t| t.ends_with('Z')),
+            "RFC 3339: {said}"
+        );
+    }
+
+    #[test]
+    fn a_header_dump_is_observed_from_a_file_or_stdin() {
+        let site = Site::new(None);
+        let reset = now_s() + 600;
+        let dump = format!(
+            "HTTP/1.1 200 OK\nX-RateLimit-Limit: 5000\nX-RateLimit-Remaining: 1\nX-RateLimit-Reset: {reset}\n\n"
+        );
+        let mut child = site
+            .worklane()
+            .args(["budget", "observe", "--headers-file", "-"])
+            .env("GITHUB_TOKEN", TOKEN)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn_gated()
+            .expect("spawn");
+        std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), dump.as_bytes())
+            .expect("write the dump");
+        let out = child.wait_with_output().expect("wait");
+        assert!(out.status.success(), "{out:?}");
+        let out = budget(&site, &["take", "--consumer", "c", "--json"]);
+        let took: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(took["left"], 0, "the window the dump said: {took}");
+        let out = budget(
+            &site,
+            &["take", "--consumer", "c", "--wait-max", "0", "--json"],
+        );
+        assert_eq!(out.status.code(), Some(75), "{out:?}");
+        let said: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(said["kind"], "rate_limited", "{said}");
+        let slots: serde_json::Value =
+            serde_json::from_slice(&site.output(&["slots", "--json"]).stdout).expect("slots");
+        assert_eq!(
+            said["retry_at"], slots["budgets"][0]["resources"][0]["reset"],
+            "retry at the window's reset: {said}"
+        );
+        // Bad input is a usage error.
+        let out = observe_dump(&site, "X-RateLimit-Remaining: 3\n");
+        assert_eq!(out.status.code(), Some(64), "{out:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("no status line"));
+        assert_eq!(
+            budget(
+                &site,
+                &["observe", "--status", "200", "--headers-file", "-"]
+            )
+            .status
+            .code(),
+            Some(64),
+            "one source of headers"
+        );
+        assert_eq!(
+            budget(&site, &["observe"]).status.code(),
+            Some(64),
+            "a status is needed"
+        );
+    }
+}
+
+/// `worklane man`: one page per command, as `cargo xtask man` installs them.
+mod man {
+    use super::*;
+
+    #[test]
+    fn man_all_writes_a_page_per_command_and_man_prints_one() {
+        let site = Site::new(None);
+        let dir = site.file("man");
+        let out = site.output(&["man", "--all", dir.to_str().expect("utf-8")]);
+        assert!(out.status.success(), "{out:?}");
+        let mut written: Vec<String> = std::fs::read_dir(&dir)
+            .expect("the pages' directory")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        written.sort();
+        let listed = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            listed.lines().count(),
+            written.len(),
+            "each page listed: {listed}"
+        );
+        for name in [
+            "worklane.1",
+            "worklane-run.1",
+            "worklane-lease.1",
+            "worklane-lease-run.1",
+            "worklane-config-set.1",
+            "worklane-budget-observe.1",
+            "worklane-queue-full-run.1",
+            "worklane-man.1",
+        ] {
+            assert!(written.iter().any(|n| n == name), "{name} in {written:?}");
+        }
+        let page = std::fs::read_to_string(dir.join("worklane-run.1")).expect("run's page");
+        assert!(page.contains(".TH worklane-run 1"), "{page}");
+        assert!(page.contains("status\\-fd"), "run's own options: {page}");
+
+        let out = site.output(&["man", "lease", "run"]);
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(
+            out.stdout,
+            std::fs::read(dir.join("worklane-lease-run.1")).expect("page"),
+            "`man lease run` prints the page --all writes"
+        );
+        let out = site.output(&["man", "no-such"]);
+        assert_eq!(out.status.code(), Some(64), "{out:?}");
     }
 }

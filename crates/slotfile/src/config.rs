@@ -12,7 +12,19 @@ pub const TEST_RUNS_RANGE: std::ops::RangeInclusive<u32> = 1..=8;
 /// Valid range of `max_agents`: at least one, at most what a 32-bit count holds.
 pub const AGENTS_RANGE: std::ops::RangeInclusive<u32> = 1..=u32::MAX;
 
-/// The machine's caps. Unknown fields in the file are ignored (and kept by writers).
+/// Every key a config file may hold: the caps, read here, and the dispatcher's settings
+/// (`admission`, `env_allow_prefixes`, `env_secret_words`), read by the dispatcher. Any other
+/// key is refused ([`Error::UnknownKey`]): a misspelt `max_agent` would otherwise leave the
+/// default cap in force without a word.
+pub const KEYS: [&str; 5] = [
+    "max_agents",
+    "max_test_runs",
+    "admission",
+    "env_allow_prefixes",
+    "env_secret_words",
+];
+
+/// The machine's caps. A key outside [`KEYS`] makes the whole file an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Config {
     /// Concurrent agents across all harnesses (>= 1).
@@ -72,6 +84,17 @@ pub enum Error {
         /// The config file.
         path: PathBuf,
     },
+    /// A key that is none of [`KEYS`] (a misspelling, or a setting of another tool).
+    #[error(
+        "config {path}: unknown key `{key}`; the keys are max_agents, max_test_runs, \
+         admission, env_allow_prefixes and env_secret_words (fix its spelling or remove it)"
+    )]
+    UnknownKey {
+        /// The config file.
+        path: PathBuf,
+        /// The key, as written.
+        key: String,
+    },
     /// A field has a wrong type or value.
     #[error("config {path}: field `{field}` is {value}, but it must be {expected}")]
     Field {
@@ -104,6 +127,12 @@ impl Config {
                 path: path.to_owned(),
             });
         };
+        if let Some(key) = map.keys().find(|k| !KEYS.contains(&k.as_str())) {
+            return Err(Error::UnknownKey {
+                path: path.to_owned(),
+                key: key.clone(),
+            });
+        }
         let field =
             |name: &'static str, default: u32, min: u32, max: u32, expected| match map.get(name) {
                 None => Ok(default),
@@ -254,7 +283,11 @@ mod tests {
     #[test]
     fn defaults_and_values() {
         assert_eq!(parse("{}").expect("empty object"), Config::default());
-        let c = parse(r#"{"max_agents": 7, "max_test_runs": 8, "note": "kept"}"#).expect("valid");
+        let c = parse(
+            r#"{"max_agents": 7, "max_test_runs": 8, "admission": "waiter",
+                "env_allow_prefixes": ["CI_"], "env_secret_words": []}"#,
+        )
+        .expect("valid: the dispatcher's keys are known too");
         assert_eq!(
             c,
             Config {
@@ -291,6 +324,25 @@ mod tests {
     }
 
     #[test]
+    fn an_unknown_key_is_refused_by_name() {
+        for (text, key) in [
+            (r#"{"max_agent": 3}"#, "max_agent"),
+            (r#"{"max_agents": 3, "note": "kept"}"#, "note"),
+            (r#"{"Max_Agents": 3}"#, "Max_Agents"),
+            (r#"{"max_agents ": 3}"#, "max_agents "),
+        ] {
+            let err = parse(text).expect_err(text);
+            assert!(
+                matches!(&err, Error::UnknownKey { key: k, .. } if k == key),
+                "{text}: wrong error {err:?}"
+            );
+            let msg = err.to_string();
+            assert!(msg.contains(&format!("`{key}`")), "names the key: {msg}");
+            assert!(msg.contains("slots.json"), "names the file: {msg}");
+        }
+    }
+
+    #[test]
     fn a_repeated_key_is_refused_by_name() {
         for (text, key) in [
             (r#"{"max_agents": 1, "max_agents": 8}"#, "max_agents"),
@@ -316,10 +368,9 @@ mod tests {
             r#"{"a": {"b": 1}, "c": {"b": 2}}"#,
             r#"{"a": [{"b": 1}, {"b": 2}]}"#,
         ] {
-            assert_eq!(
-                parse(text).expect(text),
-                Config::default(),
-                "equal keys in different objects are no repeat"
+            assert!(
+                matches!(parse(text), Err(Error::UnknownKey { .. })),
+                "equal keys in different objects are no repeat (only the unknown key counts)"
             );
         }
     }

@@ -1,0 +1,420 @@
+//! `worklane config get | set | unset` and `set-test-slots`: the config file in force, read
+//! and rewritten from the command line.
+//!
+//! A write reads the file, changes one key, checks the whole result as every reader will
+//! (the caps and the unknown-key rule of `worklane_slotfile::Config`, the dispatcher's keys
+//! here), and replaces the file atomically through its `SlotPath` (temp file, fchmod, rename),
+//! keeping every other key. A file that is not a valid config is never rewritten, except by an
+//! `unset` that makes it one (so `worklane config unset max_agent` repairs a misspelling).
+
+use crate::cli::{ConfigCommand, ConfigKey};
+use crate::exit::{self, Failure};
+use crate::out::outln;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use worklane_admission::dispatch::env::{DEFAULT_PREFIXES, DEFAULT_SECRET_WORDS};
+use worklane_slotfile::{
+    AGENTS_RANGE, Config, DEFAULT_MAX_AGENTS, DEFAULT_MAX_TEST_RUNS, Environment, SlotDir,
+    TEST_RUNS_RANGE,
+};
+
+/// The `version` of `config get --json`; raised when a field changes meaning or goes away.
+const VERSION: u32 = 1;
+
+/// The mode a written config gets (readable by every harness, as before).
+const CONFIG_MODE: u32 = 0o644;
+
+impl ConfigKey {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            ConfigKey::MaxAgents => "max_agents",
+            ConfigKey::MaxTestRuns => "max_test_runs",
+            ConfigKey::Admission => "admission",
+            ConfigKey::EnvAllowPrefixes => "env_allow_prefixes",
+            ConfigKey::EnvSecretWords => "env_secret_words",
+        }
+    }
+
+    const ALL: [ConfigKey; 5] = [
+        ConfigKey::MaxAgents,
+        ConfigKey::MaxTestRuns,
+        ConfigKey::Admission,
+        ConfigKey::EnvAllowPrefixes,
+        ConfigKey::EnvSecretWords,
+    ];
+
+    /// Its value when the file does not set it.
+    fn default_value(self) -> Value {
+        let strings =
+            |s: &[&str]| Value::from(s.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>());
+        match self {
+            ConfigKey::MaxAgents => Value::from(DEFAULT_MAX_AGENTS),
+            ConfigKey::MaxTestRuns => Value::from(DEFAULT_MAX_TEST_RUNS),
+            ConfigKey::Admission => Value::from("dispatcher"),
+            ConfigKey::EnvAllowPrefixes => strings(DEFAULT_PREFIXES),
+            ConfigKey::EnvSecretWords => strings(DEFAULT_SECRET_WORDS),
+        }
+    }
+
+    /// VALUE as given on the command line, as this key's JSON value; `Err` says what it must
+    /// be (a usage error).
+    fn parse(self, text: &str) -> Result<Value, String> {
+        let whole = |range: std::ops::RangeInclusive<u32>| {
+            text.trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|n| range.contains(n))
+                .map(Value::from)
+                .ok_or_else(|| format!("a whole number from {} to {}", range.start(), range.end()))
+        };
+        match self {
+            ConfigKey::MaxAgents => whole(AGENTS_RANGE),
+            ConfigKey::MaxTestRuns => whole(TEST_RUNS_RANGE),
+            ConfigKey::Admission => match text {
+                "dispatcher" | "waiter" => Ok(Value::from(text)),
+                _ => Err("dispatcher or waiter".to_owned()),
+            },
+            ConfigKey::EnvAllowPrefixes | ConfigKey::EnvSecretWords => {
+                let items: Vec<String> = if text.trim_start().starts_with('[') {
+                    serde_json::from_str(text).map_err(|_| LIST.to_owned())?
+                } else if text.is_empty() {
+                    Vec::new()
+                } else {
+                    text.split(',').map(str::to_owned).collect()
+                };
+                if items.iter().any(String::is_empty) {
+                    return Err(LIST.to_owned());
+                }
+                Ok(Value::from(items))
+            }
+        }
+    }
+}
+
+/// What a list key takes on the command line.
+const LIST: &str = "a comma-separated list of non-empty strings (A,B) or a JSON array of them";
+
+/// The config file in force and its directory, opened for a write.
+struct Target {
+    path: PathBuf,
+    file: worklane_slotfile::SlotPath,
+}
+
+/// Where the config in force is: resolved as every harness resolves it, without loading it
+/// (a broken file must still be repairable), with its directory opened and checked as every
+/// directory worklane writes in.
+fn target() -> Result<Target, Failure> {
+    let env = Environment::from_process();
+    let path = env
+        .locate()
+        .map_err(|e| Failure::new(exit::CONFIG, exit::chain(&e)))?
+        .config;
+    // The slot directory is created (and checked) as for any command, even when the config
+    // lies elsewhere: a config write is an operator's first step on a new machine.
+    SlotDir::resolve_dir_in(&env).map_err(|e| Failure::new(exit::CONFIG, exit::chain(&e)))?;
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(Failure::new(
+            exit::CONFIG,
+            format!("config path {} has no directory", path.display()),
+        ));
+    };
+    let name = name.to_string_lossy();
+    let dir = SlotDir::open(parent).map_err(|e| Failure::new(exit::CONFIG, exit::chain(&e)))?;
+    // The config path is configuration, not a command-line argument: a name worklane cannot
+    // write (a dot-file, a guard-like name) is a configuration error.
+    let file = dir.file(&name).map_err(|e| {
+        Failure::new(
+            exit::CONFIG,
+            format!(
+                "cannot write config {}: {}; edit it by hand, or move it to a plain name",
+                path.display(),
+                exit::chain(&e)
+            ),
+        )
+    })?;
+    Ok(Target { path, file })
+}
+
+/// The file's keys (none when it does not exist); 78 for a file that is not a JSON object.
+fn read_keys(path: &Path, raw: Option<Vec<u8>>) -> Result<Map<String, Value>, Failure> {
+    let Some(raw) = raw else {
+        return Ok(Map::new());
+    };
+    // Syntax and repeated keys are reported as every reader reports them.
+    use worklane_slotfile::config::Error as E;
+    if let Err(e @ (E::Syntax { .. } | E::DuplicateKey { .. } | E::NotAnObject { .. })) =
+        Config::parse(&raw, path)
+    {
+        return Err(Failure::new(
+            exit::CONFIG,
+            format!("{}; fix it by hand", exit::chain(&e)),
+        ));
+    }
+    match serde_json::from_slice::<Value>(&raw) {
+        Ok(Value::Object(map)) => Ok(map),
+        _ => Err(Failure::new(
+            exit::CONFIG,
+            format!(
+                "config {} is not a JSON object; fix it by hand",
+                path.display()
+            ),
+        )),
+    }
+}
+
+/// Checks a whole config as its readers will: the caps and unknown keys as
+/// `worklane_slotfile::Config` does, the dispatcher's keys as the dispatcher does.
+fn check(path: &Path, keys: &Map<String, Value>) -> Result<(), Failure> {
+    let bytes = serde_json::to_vec(keys).unwrap_or_default();
+    Config::parse(&bytes, path).map_err(|e| Failure::new(exit::CONFIG, exit::chain(&e)))?;
+    for key in [
+        ConfigKey::Admission,
+        ConfigKey::EnvAllowPrefixes,
+        ConfigKey::EnvSecretWords,
+    ] {
+        let Some(value) = keys.get(key.name()) else {
+            continue;
+        };
+        let valid = match key {
+            ConfigKey::Admission => matches!(value.as_str(), Some("dispatcher" | "waiter")),
+            _ => value.as_array().is_some_and(|items| {
+                items
+                    .iter()
+                    .all(|i| i.as_str().is_some_and(|s| !s.is_empty()))
+            }),
+        };
+        if !valid {
+            let expected = match key {
+                ConfigKey::Admission => "\"dispatcher\" or \"waiter\"",
+                _ => "an array of non-empty strings",
+            };
+            return Err(Failure::new(
+                exit::CONFIG,
+                format!(
+                    "config {}: field `{}` is {value}, but it must be {expected}",
+                    path.display(),
+                    key.name()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Changes the config file in force with `change`, checks the result and replaces the file
+/// atomically, keeping every other key. Returns the file's path.
+fn edit(change: impl FnOnce(&mut Map<String, Value>)) -> Result<PathBuf, Failure> {
+    let Target { path, file } = target()?;
+    let raw = file
+        .read()
+        .map_err(|e| Failure::new(exit::CONFIG, exit::chain(&e)))?;
+    let mut keys = read_keys(&path, raw)?;
+    change(&mut keys);
+    check(&path, &keys)?;
+    let mut bytes = serde_json::to_vec_pretty(&Value::Object(keys)).unwrap_or_default();
+    bytes.push(b'\n');
+    file.replace(&bytes, CONFIG_MODE)?;
+    Ok(path)
+}
+
+/// The config in force, read and checked as its readers read it: its path, whether the file
+/// exists, and its keys.
+fn in_force() -> Result<(PathBuf, bool, Map<String, Value>), Failure> {
+    let env = Environment::from_process();
+    let path = env
+        .locate()
+        .map_err(|e| Failure::new(exit::CONFIG, exit::chain(&e)))?
+        .config;
+    let raw = worklane_slotfile::read::read_path_in(&env, &path)
+        .map_err(|e| Failure::new(exit::CONFIG, exit::chain(&e)))?;
+    let exists = raw.is_some();
+    let keys = read_keys(&path, raw)?;
+    check(&path, &keys)?;
+    Ok((path, exists, keys))
+}
+
+/// A value as a shell script reads it: numbers and strings bare, lists comma-separated.
+fn plain(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Array(items) => items
+            .iter()
+            .map(|i| i.as_str().map_or_else(|| i.to_string(), str::to_owned))
+            .collect::<Vec<_>>()
+            .join(","),
+        other => other.to_string(),
+    }
+}
+
+/// `config get --json` without a key.
+#[derive(Serialize)]
+struct Shown {
+    version: u32,
+    /// The config file in force.
+    file: String,
+    /// Whether it exists (when not, every key has its default).
+    exists: bool,
+    /// Every key with its value in force.
+    values: Map<String, Value>,
+    /// The keys the file sets (the others have their defaults).
+    set: Vec<String>,
+}
+
+fn get(key: Option<ConfigKey>, as_json: bool) -> Result<ExitCode, Failure> {
+    let (path, exists, keys) = in_force()?;
+    let value = |k: ConfigKey| {
+        keys.get(k.name())
+            .cloned()
+            .unwrap_or_else(|| k.default_value())
+    };
+    if let Some(key) = key {
+        let value = value(key);
+        if as_json {
+            outln!("{value}")?;
+        } else {
+            outln!("{}", plain(&value))?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if as_json {
+        let shown = Shown {
+            version: VERSION,
+            file: path.display().to_string(),
+            exists,
+            values: ConfigKey::ALL
+                .iter()
+                .map(|k| (k.name().to_owned(), value(*k)))
+                .collect(),
+            set: ConfigKey::ALL
+                .iter()
+                .filter(|k| keys.contains_key(k.name()))
+                .map(|k| k.name().to_owned())
+                .collect(),
+        };
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&shown).unwrap_or_default()
+        )?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    outln!("{}", describe_file(&path, exists))?;
+    for k in ConfigKey::ALL {
+        let default = if keys.contains_key(k.name()) {
+            ""
+        } else {
+            " (default)"
+        };
+        outln!("{} = {}{default}", k.name(), plain(&value(k)))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `config: PATH`, saying when the file does not exist and the defaults hold.
+pub(crate) fn describe_file(path: &Path, exists: bool) -> String {
+    if exists {
+        format!("config: {}", path.display())
+    } else {
+        format!(
+            "config: {} (absent: the defaults are in force)",
+            path.display()
+        )
+    }
+}
+
+/// `set-test-slots N`: `config set max_test_runs N` under its older name.
+pub(crate) fn set_test_slots(n: u32) -> Result<ExitCode, Failure> {
+    if !TEST_RUNS_RANGE.contains(&n) {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!("set-test-slots {n}: the cap on test runs must be from 1 to 8"),
+        ));
+    }
+    let path = edit(|keys| {
+        keys.insert("max_test_runs".to_owned(), Value::from(n));
+    })?;
+    outln!("max_test_runs = {n} in {}", path.display())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn command(command: ConfigCommand) -> Result<ExitCode, Failure> {
+    match command {
+        ConfigCommand::Get { key, json } => get(key, json),
+        ConfigCommand::Set { key, value } => {
+            let parsed = key.parse(&value).map_err(|expected| {
+                Failure::new(
+                    exit::USAGE,
+                    format!(
+                        "config set {} {value:?}: the value must be {expected}",
+                        key.name()
+                    ),
+                )
+            })?;
+            let shown = plain(&parsed);
+            let path = edit(|keys| {
+                keys.insert(key.name().to_owned(), parsed);
+            })?;
+            outln!("{} = {shown} in {}", key.name(), path.display())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        ConfigCommand::Unset { key } => {
+            let mut had = false;
+            let path = edit(|keys| had = keys.remove(&key).is_some())?;
+            if had {
+                outln!("{key} removed from {}", path.display())?;
+            } else {
+                outln!("{key} was not set in {}", path.display())?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_the_config_knows_can_be_named() {
+        let names: Vec<&str> = ConfigKey::ALL.iter().map(|k| k.name()).collect();
+        assert_eq!(
+            names,
+            worklane_slotfile::config::KEYS,
+            "the same keys, in order"
+        );
+        use clap::ValueEnum;
+        for key in ConfigKey::ALL {
+            let possible = key.to_possible_value().expect("a value");
+            assert_eq!(possible.get_name(), key.name(), "spelt as in the file");
+        }
+    }
+
+    #[test]
+    fn values_are_parsed_per_key() {
+        assert_eq!(ConfigKey::MaxAgents.parse("4"), Ok(Value::from(4)));
+        assert!(ConfigKey::MaxAgents.parse("0").is_err());
+        assert!(ConfigKey::MaxAgents.parse("4294967296").is_err());
+        assert!(ConfigKey::MaxAgents.parse("two").is_err());
+        assert!(ConfigKey::MaxTestRuns.parse("9").is_err());
+        assert_eq!(
+            ConfigKey::Admission.parse("waiter"),
+            Ok(Value::from("waiter"))
+        );
+        assert!(ConfigKey::Admission.parse("queue").is_err());
+        assert_eq!(
+            ConfigKey::EnvAllowPrefixes.parse("CI_,WORKLANE_"),
+            Ok(serde_json::json!(["CI_", "WORKLANE_"]))
+        );
+        assert_eq!(
+            ConfigKey::EnvSecretWords.parse(r#"["TOKEN"]"#),
+            Ok(serde_json::json!(["TOKEN"]))
+        );
+        assert_eq!(
+            ConfigKey::EnvSecretWords.parse(""),
+            Ok(serde_json::json!([]))
+        );
+        assert!(ConfigKey::EnvAllowPrefixes.parse("A,,B").is_err());
+        assert!(ConfigKey::EnvAllowPrefixes.parse("[1]").is_err());
+    }
+}
