@@ -2800,11 +2800,9 @@ mod supervisor_gone {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        assert!(
-            gone(command),
-            "stop-all returns once the suspended command is halted: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
+        // stop-all waits about 5 s for the halt; on a loaded machine the continued
+        // supervisor may still be at it then, so the halt itself is awaited here (bounded).
+        wait_until("the suspended command to be halted", || gone(command));
         // The supervisor, continued by stop-all, lets go of its slot and exits by itself.
         wait_until("the suspended supervisor to exit", || gone(supervisor));
         assert_eq!(site.code(&["resume-all"]), 0);
