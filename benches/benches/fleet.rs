@@ -101,10 +101,12 @@ fn bench(c: &mut Criterion) {
         });
     });
     group.bench_function("local_lease", |b| {
-        b.iter(|| match acquire(&slots, "agent-0.lock", &request, &options).expect("acquire") {
-            Acquired::Held(lease) => lease.release().expect("release"),
-            Acquired::Refused(r) => panic!("uncontended: {r}"),
-        });
+        b.iter(
+            || match acquire(&slots, "agent-0.lock", &request, &options).expect("acquire") {
+                Acquired::Held(lease) => lease.release().expect("release"),
+                Acquired::Refused(r) => panic!("uncontended: {r}"),
+            },
+        );
     });
     group.finish();
 }

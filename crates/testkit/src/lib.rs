@@ -48,6 +48,7 @@
 #![deny(missing_docs)]
 
 mod child;
+pub mod etcd;
 pub mod gate;
 #[cfg(target_os = "linux")]
 mod scope;

@@ -1,0 +1,203 @@
+//! A real etcd cluster for tests: members on loopback ports, each with its own temp data
+//! directory, started and stopped by the test (the `etcd` binary: Debian's `etcd-server`).
+
+use crate::{Child, Gated, Scope};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A cluster of three etcd members on loopback ports, each with its own temp data directory;
+/// every member is killed when it is dropped.
+pub struct Cluster {
+    /// The scope its members run in: mark the test's own processes with it too.
+    pub scope: Scope,
+    _dir: tempfile::TempDir,
+    members: Vec<Member>,
+}
+
+struct Member {
+    name: String,
+    client: String,
+    child: Option<Child>,
+    args: Vec<String>,
+}
+
+/// Free loopback ports: bound to port 0, read, released (another process could take one in
+/// between; a member that cannot bind fails the start, and the test says so).
+fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port"))
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().expect("addr").port())
+        .collect()
+}
+
+/// `GET path` on a member, the body if it answered 200.
+fn http_get(endpoint: &str, path: &str) -> Option<String> {
+    let addr = endpoint.trim_start_matches("http://");
+    let mut stream =
+        TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_millis(500)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.0 200")
+        .then(|| body.to_owned())
+        .or_else(|| head.starts_with("HTTP/1.1 200").then(|| body.to_owned()))
+}
+
+/// `POST path` with a JSON body on a member.
+fn http_post(endpoint: &str, path: &str, body: &str) -> Option<String> {
+    let addr = endpoint.trim_start_matches("http://");
+    let mut stream =
+        TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_millis(500)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(
+        stream,
+        "POST {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    Some(text.split_once("\r\n\r\n")?.1.to_owned())
+}
+
+fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if cond() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("gave up waiting for {what}");
+}
+
+impl Cluster {
+    /// Starts three members and waits (at most 30 s) until each answers healthy.
+    #[must_use]
+    pub fn start() -> Cluster {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let ports = free_ports(6);
+        let names = ["m1", "m2", "m3"];
+        let initial = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| format!("{n}=http://127.0.0.1:{}", ports[3 + i]))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cluster = Cluster {
+            scope: Scope::new(),
+            members: Vec::new(),
+            _dir: dir,
+        };
+        for (i, name) in names.iter().enumerate() {
+            let client = format!("http://127.0.0.1:{}", ports[i]);
+            let peer = format!("http://127.0.0.1:{}", ports[3 + i]);
+            let data = cluster._dir.path().join(name);
+            let args = vec![
+                format!("--name={name}"),
+                format!("--data-dir={}", data.display()),
+                format!("--listen-client-urls={client}"),
+                format!("--advertise-client-urls={client}"),
+                format!("--listen-peer-urls={peer}"),
+                format!("--initial-advertise-peer-urls={peer}"),
+                format!("--initial-cluster={initial}"),
+                "--initial-cluster-state=new".to_owned(),
+                "--initial-cluster-token=worklane-test".to_owned(),
+                "--heartbeat-interval=50".to_owned(),
+                "--election-timeout=500".to_owned(),
+                "--log-level=error".to_owned(),
+            ];
+            cluster.members.push(Member {
+                name: (*name).to_owned(),
+                client,
+                child: None,
+                args,
+            });
+            cluster.run(i);
+        }
+        for m in &cluster.members {
+            wait_until(
+                &format!("etcd member {} to be healthy", m.name),
+                Duration::from_secs(30),
+                || http_get(&m.client, "/health").is_some_and(|b| b.contains("true")),
+            );
+        }
+        cluster
+    }
+
+    fn run(&mut self, i: usize) {
+        let member = &mut self.members[i];
+        let mut cmd = Command::new("etcd");
+        cmd.args(&member.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        self.scope.mark(&mut cmd);
+        member.child = Some(
+            cmd.spawn_gated()
+                .expect("start etcd (is etcd-server installed?)"),
+        );
+    }
+
+    /// The members' client URLs, comma-separated.
+    #[must_use]
+    pub fn endpoints(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| m.client.clone())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The index of the current leader.
+    #[must_use]
+    pub fn leader(&self) -> usize {
+        let mut found = None;
+        wait_until("a leader", Duration::from_secs(10), || {
+            let status = self
+                .members
+                .iter()
+                .find(|m| m.child.is_some())
+                .and_then(|m| http_post(&m.client, "/v3/maintenance/status", "{}"));
+            let Some(leader) = status.as_deref().and_then(|s| field(s, "leader")) else {
+                return false;
+            };
+            found = self.members.iter().position(|m| {
+                m.child.is_some()
+                    && http_post(&m.client, "/v3/maintenance/status", "{}")
+                        .is_some_and(|s| field(&s, "member_id").as_deref() == Some(leader.as_str()))
+            });
+            found.is_some()
+        });
+        found.expect("a leader")
+    }
+
+    /// SIGKILLs member `i`.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.members[i].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+    }
+}
+
+/// The string value of `"name":"..."` in a JSON text (etcd's status answers: ids as strings).
+fn field(json: &str, name: &str) -> Option<String> {
+    let at = json.find(&format!("\"{name}\":\""))? + name.len() + 4;
+    Some(json[at..].split('"').next()?.to_owned())
+}
