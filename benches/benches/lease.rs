@@ -18,7 +18,12 @@
 
 // A benchmark starts its processes from one thread and releases nothing another process must
 // see free meanwhile: the fork gate of the test binaries (worklane-testkit) is not needed here.
-#![allow(clippy::disallowed_methods)]
+// The raw floor calls `flock`, `linkat` and `unlinkat` itself, which only guard and slotfile
+// may in worklane's code.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "processes started from one thread; the raw floor makes the syscalls itself"
+)]
 
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags};

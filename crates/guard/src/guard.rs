@@ -1,5 +1,10 @@
 //! The held guard: open, check, lock, release.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "this module publishes a guard (link, temp alias unlinked) and takes its lock"
+)]
+
 use crate::name::{check_resource_name, guard_name, guard_temp_name};
 use crate::token::random_token;
 use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};

@@ -9,6 +9,11 @@
 //! inode and opens the guard again (see [`Guard::try_acquire`]), so a reclaimed guard is never
 //! held twice.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "this module is the only code that unlinks a guard or a guard temp alias"
+)]
+
 use crate::guard::Guard;
 use crate::name::{GUARD_SUFFIX, GUARD_TEMP_INFIX, TOKEN_LEN, guard_name};
 use rustix::fd::{AsFd, BorrowedFd};

@@ -1,5 +1,10 @@
 //! `SlotPath`: the only handle to a file in a slot directory, and every operation on it.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "this module writes slot files: temp files locked, renamed, linked and unlinked"
+)]
+
 use crate::dir::SlotDir;
 use crate::read;
 use rustix::fd::{AsFd, OwnedFd};
