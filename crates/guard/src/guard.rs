@@ -475,7 +475,9 @@ fn mode(bits: u32) -> Mode {
     Mode::from_bits_truncate((bits & 0o7777) as rustix::fs::RawMode)
 }
 
-/// What a file type is called in messages ("regular file", "FIFO", ...).
+/// What a file type is called in this crate's errors ("regular file", "FIFO", ...): the
+/// `kind` of [`acquire::Error::NotRegular`]. `worklane-slotfile` names file types in its
+/// errors and reports with the same words.
 #[must_use]
 pub fn describe_file_type(kind: FileType) -> &'static str {
     match kind {
