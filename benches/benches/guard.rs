@@ -6,7 +6,11 @@
 
 // A benchmark starts its processes from one thread and releases nothing another process must
 // see free meanwhile: the fork gate of the test binaries (worklane-testkit) is not needed here.
-#![allow(clippy::disallowed_methods)]
+// The raw baseline calls `flock` itself, which only guard and slotfile may in worklane's code.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "processes started from one thread; the raw baseline calls flock itself"
+)]
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use rustix::fs::{FlockOperation, Mode, OFlags};

@@ -14,11 +14,16 @@
 //! The stress runs the `lease-holder` helper binary of `worklane-lease`, which cargo does not
 //! build for this crate; build it first:
 //!
-//! `cargo build --release -p worklane-lease --bin lease-holder && cargo bench -p worklane-benches --bench lease`
+//! `cargo build --release -p worklane-lease --features test-seams --bin lease-holder && cargo bench -p worklane-benches --bench lease`
 
 // A benchmark starts its processes from one thread and releases nothing another process must
 // see free meanwhile: the fork gate of the test binaries (worklane-testkit) is not needed here.
-#![allow(clippy::disallowed_methods)]
+// The raw floor calls `flock`, `linkat` and `unlinkat` itself, which only guard and slotfile
+// may in worklane's code.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "processes started from one thread; the raw floor makes the syscalls itself"
+)]
 
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags};
@@ -211,7 +216,7 @@ fn stress_run(holder: &Path) -> Duration {
 fn stress(c: &mut Criterion) {
     let holder = worklane_benches::sibling_binary(
         "lease-holder",
-        "cargo build --release -p worklane-lease --bin lease-holder",
+        "cargo build --release -p worklane-lease --features test-seams --bin lease-holder",
     );
     let mut group = c.benchmark_group("lease_stress");
     group.sample_size(10);

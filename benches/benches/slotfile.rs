@@ -4,6 +4,13 @@
 //!
 //! `cargo bench -p worklane-benches --bench slotfile`
 
+// The baseline is the raw syscall sequence (link, unlink) that only guard and slotfile may
+// call in worklane's own code.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the baseline calls linkat and unlinkat itself"
+)]
+
 use criterion::{Criterion, criterion_group, criterion_main};
 use rustix::fs::{AtFlags, Mode, OFlags};
 use std::hint::black_box;

@@ -87,6 +87,16 @@ fn steps() -> Vec<Step> {
             args: words("test --workspace"),
         },
         Step {
+            // Every published crate packages and its package builds on its own, siblings
+            // taken from the packages just made (not from the workspace). `--allow-dirty`:
+            // the check is of the packages, so it also runs before a commit.
+            what: "packaging",
+            args: words(
+                "package --workspace --exclude worklane-testkit --exclude xtask \
+                 --exclude worklane-benches --allow-dirty",
+            ),
+        },
+        Step {
             what: "fleet clippy, with its etcd client",
             args: words("clippy -p worklane-fleet --features etcd --all-targets -- -D warnings"),
         },

@@ -1,5 +1,10 @@
 //! The held guard: open, check, lock, release.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "this module publishes a guard (link, temp alias unlinked) and takes its lock"
+)]
+
 use crate::name::{check_resource_name, guard_name, guard_temp_name};
 use crate::token::random_token;
 use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -154,25 +159,26 @@ impl Guard {
         dir_path: &Path,
         resource: &str,
     ) -> Result<Option<Guard>, Error> {
-        Self::try_acquire_observed(dir, dir_path, resource, &mut || {})
+        Self::acquire_with(dir.as_fd(), dir_path, resource, &mut || {}, &mut || {})
     }
 
-    /// [`Guard::try_acquire`] that calls `before_link` when it publishes a new guard, after the
-    /// complete temp alias exists and before it is linked to the guard name (the test seam for
-    /// a rival publishing first).
-    #[doc(hidden)]
+    /// Test seam (feature `test-seams`): [`Guard::try_acquire`] that calls `before_link` when it
+    /// publishes a new guard, after the complete temp alias exists and before it is linked to
+    /// the guard name (a rival publishing first).
+    #[cfg(feature = "test-seams")]
     pub fn try_acquire_observed(
         dir: impl AsFd,
         dir_path: &Path,
         resource: &str,
         before_link: &mut dyn FnMut(),
     ) -> Result<Option<Guard>, Error> {
-        Self::try_acquire_seams(dir, dir_path, resource, before_link, &mut || {})
+        Self::acquire_with(dir.as_fd(), dir_path, resource, before_link, &mut || {})
     }
 
-    /// [`Guard::try_acquire_observed`] that also calls `before_lock` after the guard is opened
-    /// and before it is locked (the test seam for a guard unlinked in that moment).
-    #[doc(hidden)]
+    /// Test seam (feature `test-seams`): [`Guard::try_acquire_observed`] that also calls
+    /// `before_lock` after the guard is opened and before it is locked (a guard unlinked in
+    /// that moment).
+    #[cfg(feature = "test-seams")]
     pub fn try_acquire_seams(
         dir: impl AsFd,
         dir_path: &Path,
@@ -180,7 +186,17 @@ impl Guard {
         before_link: &mut dyn FnMut(),
         before_lock: &mut dyn FnMut(),
     ) -> Result<Option<Guard>, Error> {
-        let dir = dir.as_fd();
+        Self::acquire_with(dir.as_fd(), dir_path, resource, before_link, before_lock)
+    }
+
+    /// [`Guard::try_acquire`], calling the test seams' `before_link` and `before_lock`.
+    fn acquire_with(
+        dir: BorrowedFd<'_>,
+        dir_path: &Path,
+        resource: &str,
+        before_link: &mut dyn FnMut(),
+        before_lock: &mut dyn FnMut(),
+    ) -> Result<Option<Guard>, Error> {
         check_resource_name(resource).map_err(|problem| Error::InvalidName {
             dir: dir_path.to_owned(),
             resource: resource.to_owned(),
@@ -224,13 +240,13 @@ impl Guard {
         dir_path: &Path,
         resource: &str,
     ) -> Result<Guard, Error> {
-        Self::from_received_seams(fd, dir, dir_path, resource, &mut || {})
+        Self::received_with(fd, dir.as_fd(), dir_path, resource, &mut || {})
     }
 
-    /// [`Guard::from_received`] that calls `before_lock` after the descriptor is compared with
-    /// the guard at the name and before the lock is re-asserted (the test seam for a guard
-    /// reclaimed in that moment).
-    #[doc(hidden)]
+    /// Test seam (feature `test-seams`): [`Guard::from_received`] that calls `before_lock` after
+    /// the descriptor is compared with the guard at the name and before the lock is re-asserted
+    /// (a guard reclaimed in that moment).
+    #[cfg(feature = "test-seams")]
     pub fn from_received_seams(
         fd: OwnedFd,
         dir: impl AsFd,
@@ -238,7 +254,17 @@ impl Guard {
         resource: &str,
         before_lock: &mut dyn FnMut(),
     ) -> Result<Guard, Error> {
-        let dir = dir.as_fd();
+        Self::received_with(fd, dir.as_fd(), dir_path, resource, before_lock)
+    }
+
+    /// [`Guard::from_received`], calling the test seam's `before_lock`.
+    fn received_with(
+        fd: OwnedFd,
+        dir: BorrowedFd<'_>,
+        dir_path: &Path,
+        resource: &str,
+        before_lock: &mut dyn FnMut(),
+    ) -> Result<Guard, Error> {
         check_resource_name(resource).map_err(|problem| Error::InvalidName {
             dir: dir_path.to_owned(),
             resource: resource.to_owned(),
@@ -449,7 +475,9 @@ fn mode(bits: u32) -> Mode {
     Mode::from_bits_truncate((bits & 0o7777) as rustix::fs::RawMode)
 }
 
-/// What a file type is called in messages ("regular file", "FIFO", ...).
+/// What a file type is called in this crate's errors ("regular file", "FIFO", ...): the
+/// `kind` of [`acquire::Error::NotRegular`]. `worklane-slotfile` names file types in its
+/// errors and reports with the same words.
 #[must_use]
 pub fn describe_file_type(kind: FileType) -> &'static str {
     match kind {

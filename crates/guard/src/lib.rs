@@ -74,6 +74,6 @@ mod token;
 pub use guard::{FileId, GUARD_MODE, Guard, acquire, describe_file_type, guard_path, is_held};
 pub use name::{
     GUARD_SUFFIX, GUARD_TEMP_INFIX, NAME_MAX, NameProblem, RESOURCE_NAME_MAX, TOKEN_LEN,
-    check_resource_name, guard_name, guard_temp_name, is_default_ignorable, is_reserved, normalize,
+    check_resource_name, guard_name, guard_temp_name, is_reserved,
 };
 pub use token::random_token;

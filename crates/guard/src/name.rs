@@ -41,7 +41,7 @@ pub fn guard_temp_name(resource: &str, token: &str) -> String {
 /// The canonical form of a name for reservation checks: default-ignorable code points removed,
 /// NFKC, lowercase, then both again (lowercasing and NFKC can each expose work for the other).
 #[must_use]
-pub fn normalize(name: &str) -> String {
+pub(crate) fn normalize(name: &str) -> String {
     // ASCII is its own NFKC form and holds no default-ignorable code point.
     if name.is_ascii() {
         return name.to_ascii_lowercase();
@@ -63,7 +63,8 @@ fn fold(name: &str) -> String {
 /// Whether `name` is, or could be taken by a filesystem or a person for, a guard name or a
 /// guard's temp alias.
 ///
-/// True when the normalized name ends with `.flock` or contains `.flock.tmp-`. This is a
+/// True when the normalized name (default-ignorable code points such as U+200B removed, NFKC,
+/// lowercase) ends with `.flock` or contains `.flock.tmp-`. This is a
 /// deliberate superset of the names the guard crate creates: `x.flock` is reserved too, so no
 /// ordinary file's temp alias (`.x.flock.tmp-…`) can ever look like a guard's.
 #[must_use]
@@ -88,7 +89,7 @@ pub fn is_reserved(name: &str) -> bool {
 /// These render as nothing, so `.x.f\u{200B}lock` would look like a guard to a person while
 /// being a different file to the kernel.
 #[must_use]
-pub fn is_default_ignorable(c: char) -> bool {
+pub(crate) fn is_default_ignorable(c: char) -> bool {
     const RANGES: &[(u32, u32)] = &[
         (0x00AD, 0x00AD),
         (0x034F, 0x034F),

@@ -9,9 +9,14 @@
 //! inode and opens the guard again (see [`Guard::try_acquire`]), so a reclaimed guard is never
 //! held twice.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "this module is the only code that unlinks a guard or a guard temp alias"
+)]
+
 use crate::guard::Guard;
 use crate::name::{GUARD_SUFFIX, GUARD_TEMP_INFIX, TOKEN_LEN, guard_name};
-use rustix::fd::AsFd;
+use rustix::fd::{AsFd, BorrowedFd};
 use rustix::fs::{AtFlags, FileType};
 use rustix::io::Errno;
 use std::path::{Path, PathBuf};
@@ -109,12 +114,12 @@ pub fn remove_guard(
     resource: &str,
     unneeded: impl FnOnce() -> bool,
 ) -> Result<Removal, Error> {
-    remove_guard_seams(dir, dir_path, resource, unneeded, &mut || {})
+    remove_with(dir.as_fd(), dir_path, resource, unneeded, &mut || {})
 }
 
-/// [`remove_guard`] that calls `unlinked` after the guard's name is unlinked and before the
-/// guard is released (the test seam for an acquirer arriving in that moment).
-#[doc(hidden)]
+/// Test seam (feature `test-seams`): [`remove_guard`] that calls `unlinked` after the guard's
+/// name is unlinked and before the guard is released (an acquirer arriving in that moment).
+#[cfg(feature = "test-seams")]
 pub fn remove_guard_seams(
     dir: impl AsFd,
     dir_path: &Path,
@@ -122,7 +127,17 @@ pub fn remove_guard_seams(
     unneeded: impl FnOnce() -> bool,
     unlinked: &mut dyn FnMut(),
 ) -> Result<Removal, Error> {
-    let dir = dir.as_fd();
+    remove_with(dir.as_fd(), dir_path, resource, unneeded, unlinked)
+}
+
+/// [`remove_guard`], calling the test seam's `unlinked`.
+fn remove_with(
+    dir: BorrowedFd<'_>,
+    dir_path: &Path,
+    resource: &str,
+    unneeded: impl FnOnce() -> bool,
+    unlinked: &mut dyn FnMut(),
+) -> Result<Removal, Error> {
     let Some(guard) = Guard::try_acquire(dir, dir_path, resource)? else {
         return Ok(Removal::Busy);
     };

@@ -4,7 +4,13 @@ use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// A random 64-bit token as 16 lowercase hex digits, for temp file names.
+/// A random 64-bit token as [`TOKEN_LEN`](crate::TOKEN_LEN) lowercase hex digits, for temp
+/// file names.
+///
+/// It is the token of a guard's temp alias ([`guard_temp_name`](crate::guard_temp_name)),
+/// which [`reclaim`](crate::reclaim) recognizes by its form. Other writers in a slot directory
+/// draw their temp names from it too (`worklane-slotfile`'s `.{name}.tmp-{token}`), so every
+/// temp name there has one form.
 ///
 /// A process draws one seed from the operating system's randomness (through `RandomState`,
 /// mixed with the time), and each call mixes in the current pid (a forked child shares the

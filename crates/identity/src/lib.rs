@@ -10,7 +10,10 @@
 //!   proves it) or [`Verdict::Unknown`] (with an [`UnknownReason`] a person can act on).
 //!
 //! Linux reads `/proc` and `uname`; Darwin runs `/usr/sbin/sysctl` once and `/bin/ps` per
-//! probe. Everything that parses or decides is plain Rust, tested on every platform.
+//! probe. The crate compiles on other Unixes too, where reading a place or an identity fails at
+//! run time with `Unsupported` ([`place::Error::Unsupported`],
+//! [`process::Error::Unsupported`]), so every probe there is [`Verdict::Unknown`]. Everything
+//! that parses or decides is plain Rust, tested on every platform.
 //!
 //! # Limitations
 //!
@@ -72,7 +75,9 @@ mod macos;
 use macos as sys;
 
 #[cfg(not(any(target_os = "linux", target_os = "macos")))]
-compile_error!("worklane-identity supports Linux and macOS only");
+mod other;
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
+use other as sys;
 
 pub use crate::place::Place;
 pub use crate::probe::probe;

@@ -41,7 +41,8 @@ impl Place {
     ///
     /// # Errors
     ///
-    /// The boot id cannot be read or is not a UUID, or a namespace link cannot be read.
+    /// The boot id cannot be read or is not a UUID, a namespace link cannot be read, or the
+    /// platform is neither Linux nor macOS ([`Error::Unsupported`]).
     pub fn current() -> Result<&'static Place, Error> {
         if let Some(place) = CURRENT.get() {
             return Ok(place);
@@ -69,6 +70,10 @@ impl Place {
 }
 
 /// The host name of this machine, from `uname`; bytes that are not UTF-8 are replaced.
+#[cfg_attr(
+    not(any(target_os = "linux", target_os = "macos")),
+    allow(dead_code, reason = "read by the linux and macos modules only")
+)]
 pub(crate) fn hostname() -> String {
     String::from_utf8_lossy(rustix::system::uname().nodename().to_bytes()).into_owned()
 }
@@ -109,6 +114,12 @@ pub enum Error {
         command: &'static str,
         /// Its exit status.
         status: std::process::ExitStatus,
+    },
+    /// This platform is neither Linux nor macOS: where a process runs cannot be read.
+    #[error("cannot read where this process runs on {os}: worklane supports Linux and macOS")]
+    Unsupported {
+        /// The platform (`std::env::consts::OS`).
+        os: &'static str,
     },
 }
 

@@ -198,7 +198,8 @@ fn check_process(pid: u32, target: Pid, recorded: u64, observe: &mut impl Observ
         Err(
             error @ (process::Error::InvalidPid { .. }
             | process::Error::Spawn { .. }
-            | process::Error::Malformed { .. }),
+            | process::Error::Malformed { .. }
+            | process::Error::Unsupported { .. }),
         ) => unknown(UnknownReason::UnreadableIdentity {
             pid,
             detail: chain(&error),

@@ -30,7 +30,8 @@ impl ProcessIdentity {
     /// # Errors
     ///
     /// The pid is not a process id, no such process is visible, its entry cannot be read or
-    /// parsed, or (Darwin) `ps` cannot run.
+    /// parsed, (Darwin) `ps` cannot run, or the platform is neither Linux nor macOS
+    /// ([`Error::Unsupported`]).
     pub fn of(pid: u32) -> Result<Self, Error> {
         if crate::probe::to_pid(pid).is_none() {
             return Err(Error::InvalidPid { pid });
@@ -111,5 +112,13 @@ pub enum Error {
         pid: u32,
         /// Which part was wrong.
         detail: String,
+    },
+    /// This platform is neither Linux nor macOS: a process's identity cannot be read.
+    #[error("cannot read the identity of process {pid} on {os}: worklane supports Linux and macOS")]
+    Unsupported {
+        /// The pid.
+        pid: u32,
+        /// The platform (`std::env::consts::OS`).
+        os: &'static str,
     },
 }

@@ -12,9 +12,14 @@ use worklane_guard::Guard;
 use worklane_identity::{Place, ProcessIdentity, Recorded};
 use worklane_slotfile::{Publish, RECORD_MODE, Removal, SlotDir, SlotPath};
 
-/// A step of acquisition, reported to the test seam [`Options::with_hook`].
+/// A step of acquisition, reported to the test seam [`Options::with_hook`] (feature
+/// `test-seams`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
+#[cfg_attr(
+    not(feature = "test-seams"),
+    allow(unreachable_pub, reason = "exported with the test-seams feature")
+)]
 pub enum Step {
     /// The resource's guard is held.
     GuardTaken,
@@ -30,7 +35,8 @@ pub enum Step {
     Published,
 }
 
-/// What a hook tells acquisition to do next.
+/// What a hook tells acquisition to do next (feature `test-seams`).
+#[cfg(feature = "test-seams")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Control {
     /// Go on.
@@ -40,6 +46,7 @@ pub enum Control {
     Crash,
 }
 
+#[cfg(feature = "test-seams")]
 type Hook = Arc<dyn Fn(Step) -> Control + Send + Sync>;
 
 /// How a lease is judged, timed and (in tests) interrupted.
@@ -47,16 +54,18 @@ type Hook = Arc<dyn Fn(Step) -> Control + Send + Sync>;
 pub struct Options {
     pub(crate) liveness: Arc<dyn Liveness>,
     pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) hook: Option<Hook>,
+    #[cfg(feature = "test-seams")]
+    hook: Option<Hook>,
 }
 
 impl std::fmt::Debug for Options {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Options")
-            .field("guard_hold", &self.liveness.guard_hold())
-            .field("ttl_ms", &self.liveness.ttl_ms())
-            .field("hooked", &self.hook.is_some())
-            .finish()
+        let mut f = f.debug_struct("Options");
+        f.field("guard_hold", &self.liveness.guard_hold())
+            .field("ttl_ms", &self.liveness.ttl_ms());
+        #[cfg(feature = "test-seams")]
+        f.field("hooked", &self.hook.is_some());
+        f.finish()
     }
 }
 
@@ -79,6 +88,7 @@ impl Options {
         Options {
             liveness,
             clock: Arc::new(SystemClock),
+            #[cfg(feature = "test-seams")]
             hook: None,
         }
     }
@@ -90,19 +100,28 @@ impl Options {
         self
     }
 
-    /// Test seam: calls `hook` at each [`Step`] of acquisition.
-    #[doc(hidden)]
+    /// Test seam (feature `test-seams`): calls `hook` at each [`Step`] of acquisition.
+    #[cfg(feature = "test-seams")]
     #[must_use]
     pub fn with_hook(mut self, hook: impl Fn(Step) -> Control + Send + Sync + 'static) -> Options {
         self.hook = Some(Arc::new(hook));
         self
     }
 
+    /// Acquisition reached `step`: asks the test seam's hook whether to go on.
+    #[cfg(feature = "test-seams")]
     fn at(&self, step: Step) -> Result<(), Error> {
         match self.hook.as_ref().map_or(Control::Continue, |h| h(step)) {
             Control::Continue => Ok(()),
             Control::Crash => Err(Error::Crashed(step)),
         }
+    }
+
+    /// Acquisition reached `step`: without the test seams, it always goes on.
+    #[cfg(not(feature = "test-seams"))]
+    #[inline]
+    fn at(&self, _step: Step) -> Result<(), Error> {
+        Ok(())
     }
 }
 
@@ -232,7 +251,8 @@ pub enum Error {
         /// What it holds.
         found: String,
     },
-    /// A hook stopped acquisition at this step (test seam).
+    /// A hook stopped acquisition at this step (test seam, feature `test-seams`).
+    #[cfg(feature = "test-seams")]
     #[error("acquisition stopped at {0:?} by a test hook")]
     Crashed(Step),
 }
@@ -591,6 +611,7 @@ fn take_over(
     }
     options.at(Step::ClaimTaken)?;
     let outcome = claimed_takeover(path, guard, listed, stale, request, options);
+    #[cfg(feature = "test-seams")]
     if let Err(Error::Crashed(_)) = outcome {
         // The test seam stands for a process that died here: its claim stays, for the next
         // contender to clear.

@@ -170,7 +170,10 @@ impl Now {
 }
 
 /// Formats milliseconds since the epoch as RFC 3339 UTC with milliseconds
-/// (`2026-11-30T04:27:19.123Z`), the form of `acquiredAt` and `startedAt`.
+/// (`2026-11-30T04:27:19.123Z`): the protocol's form of a time, as in a record's `acquiredAt`
+/// ([`Record::acquired_at`](crate::Record::acquired_at)). The layers above write every other
+/// time in the slot directory with it too (STOP's `at`, the drain's `since` and `until`), so
+/// all of them read alike.
 #[must_use]
 pub fn rfc3339_ms(ms: u64) -> String {
     let secs = ms / 1000;
@@ -206,7 +209,9 @@ fn push_digits(out: &mut String, value: u64, width: u32) {
 }
 
 /// Parses an RFC 3339 timestamp (`2026-11-30T04:27:19Z`, optional fraction, `Z` or `±HH:MM`)
-/// into milliseconds since the epoch. `None` for anything else, or a time before 1970.
+/// into milliseconds since the epoch: the reader of [`rfc3339_ms`]'s form and of the other
+/// forms PROTOCOL.md accepts from other writers (a drain's `until`). `None` for anything else,
+/// or a time before 1970.
 #[must_use]
 pub fn parse_rfc3339_ms(text: &str) -> Option<u64> {
     let b = text.as_bytes();

@@ -64,9 +64,11 @@ mod record;
 mod retire;
 
 pub use acquire::{
-    Acquired, Control, Error, MAX_LOCK_NAME, Options, Refusal, Request, Step, acquire,
-    acquire_each, adopt, claim_name,
+    Acquired, Error, MAX_LOCK_NAME, Options, Refusal, Request, acquire, acquire_each, adopt,
+    claim_name,
 };
+#[cfg(feature = "test-seams")]
+pub use acquire::{Control, Step};
 pub use clock::{BootTime, Clock, ManualClock, Now, SystemClock, parse_rfc3339_ms, rfc3339_ms};
 pub use epoch::{
     current as current_epoch, current_claimed as current_epoch_claimed, epoch_prefix,

@@ -71,7 +71,9 @@ pub use env::{
     DEFAULT_SLOTS_DIR, Environment, Layout, Locations, SLOTS_CONFIG_VAR, SLOTS_DIR_VAR,
     SYSTEM_CONFIG, SYSTEM_SLOTS_DIR, SYSTEM_STATE_DIR, TEST_ROOT_VAR, TestRun, TestSignal, resolve,
 };
-pub use path::{Publish, RECORD_MODE, Removal, SHARED_MODE, SlotPath, Step, remove, write};
+#[cfg(feature = "test-seams")]
+pub use path::Step;
+pub use path::{Publish, RECORD_MODE, Removal, SHARED_MODE, SlotPath, remove, write};
 pub use read::{MAX_READ, Written};
 pub use sweep::{Hidden, Swept, TEMP_MIN_AGE_MS, is_temp_name};
 pub use walk::MAX_LINKS;

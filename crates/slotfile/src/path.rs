@@ -1,5 +1,10 @@
 //! `SlotPath`: the only handle to a file in a slot directory, and every operation on it.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "this module writes slot files: temp files locked, renamed, linked and unlinked"
+)]
+
 use crate::dir::SlotDir;
 use crate::read;
 use rustix::fd::{AsFd, OwnedFd};
@@ -115,8 +120,13 @@ pub enum Removal {
     Absent,
 }
 
-/// A step of a write, reported to the crash-test seam [`SlotPath::replace_observed`].
+/// A step of a write, reported to the crash-test seam [`SlotPath::replace_observed`] (feature
+/// `test-seams`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(
+    not(feature = "test-seams"),
+    allow(unreachable_pub, reason = "exported with the test-seams feature")
+)]
 #[non_exhaustive]
 pub enum Step {
     /// The temp file is complete (mode set, bytes written); it is not yet renamed or linked.
@@ -279,12 +289,22 @@ impl SlotPath {
     /// created exclusively, given its mode through its descriptor, written, then renamed over
     /// the file. Readers see the old bytes or the new, never a mix.
     pub fn replace(&self, bytes: &[u8], mode: u32) -> Result<(), write::Error> {
-        self.replace_observed(bytes, mode, &mut |_| {})
+        self.replace_with(bytes, mode, &mut |_| {})
     }
 
-    /// [`SlotPath::replace`] that calls `at` at each [`Step`] (the crash-test seam).
-    #[doc(hidden)]
+    /// Crash-test seam (feature `test-seams`): [`SlotPath::replace`] that calls `at` at each
+    /// [`Step`].
+    #[cfg(feature = "test-seams")]
     pub fn replace_observed(
+        &self,
+        bytes: &[u8],
+        mode: u32,
+        at: &mut dyn FnMut(Step),
+    ) -> Result<(), write::Error> {
+        self.replace_with(bytes, mode, at)
+    }
+
+    fn replace_with(
         &self,
         bytes: &[u8],
         mode: u32,
@@ -306,12 +326,22 @@ impl SlotPath {
     /// temp file as [`SlotPath::replace`], then an exclusive hard link to the name. A lock
     /// published this way is never visible half-written. The temp name is removed in every case.
     pub fn publish(&self, bytes: &[u8], mode: u32) -> Result<Publish, write::Error> {
-        self.publish_observed(bytes, mode, &mut |_| {})
+        self.publish_with(bytes, mode, &mut |_| {})
     }
 
-    /// [`SlotPath::publish`] that calls `at` at each [`Step`] (the crash-test seam).
-    #[doc(hidden)]
+    /// Crash-test seam (feature `test-seams`): [`SlotPath::publish`] that calls `at` at each
+    /// [`Step`].
+    #[cfg(feature = "test-seams")]
     pub fn publish_observed(
+        &self,
+        bytes: &[u8],
+        mode: u32,
+        at: &mut dyn FnMut(Step),
+    ) -> Result<Publish, write::Error> {
+        self.publish_with(bytes, mode, at)
+    }
+
+    fn publish_with(
         &self,
         bytes: &[u8],
         mode: u32,

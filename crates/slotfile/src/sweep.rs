@@ -6,6 +6,11 @@
 //! taken belongs to a writer that is gone. Guard temp aliases (`.F.flock.tmp-{16 hex}`) belong
 //! to `worklane-guard`, which removes them by age ([`worklane_guard::reclaim`]).
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "this module removes the temp files of dead writers, after taking their lock"
+)]
+
 use crate::dir::{SlotDir, open};
 use crate::read::READ_FLAGS;
 use rustix::fd::AsFd;

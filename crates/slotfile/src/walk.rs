@@ -21,6 +21,11 @@
 //! (`mkdirat` 0700, then opened without following a link, checked to be ours, and `fchmod` to
 //! [`DIR_MODE`](crate::DIR_MODE) setgid, whatever the umask).
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "this module removes a slot directory it created and then refused"
+)]
+
 use crate::dir::open::{Error, Problem};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};

@@ -1089,6 +1089,10 @@ mod inspect {
         set_mtime(&at(young), T + 1);
         // A writer still at work holds its temp file's lock.
         let writer = std::fs::File::open(at(held)).expect("open");
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "plays slotfile's own writer, which locks its temp file"
+        )]
         rustix::fs::flock(
             &writer,
             rustix::fs::FlockOperation::NonBlockingLockExclusive,

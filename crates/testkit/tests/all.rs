@@ -55,6 +55,10 @@ mod gate_ {
         let (stop, forker) = forks_in_flight(Duration::from_millis(5));
         for round in 0..40 {
             let file = std::fs::File::create(&path).expect("open the lock file");
+            #[allow(
+                clippy::disallowed_methods,
+                reason = "testkit depends on none of our crates: a bare flock stands for a guard"
+            )]
             rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive)
                 .unwrap_or_else(|e| panic!("round {round}: the lock must be free to take: {e}"));
             gate::quietly(|| drop(file));

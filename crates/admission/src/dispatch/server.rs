@@ -105,16 +105,32 @@ pub enum Event {
 /// Starts an admitted attempt's driver and returns its pid.
 type Launch<'a> = Box<dyn FnMut(&Admitted) -> std::io::Result<u32> + 'a>;
 
-/// A point of the loop where a crash test stops the process (test seam).
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CrashPoint {
-    /// An enqueue's row is committed, its reply not yet sent.
-    AfterInsert,
-    /// An attempt is admitted (starting, its slot taken), its driver not yet started.
-    AfterAdmit,
-    /// A claimed row is removed, its descriptors not yet sent.
-    AfterClaimRemove,
+#[cfg(feature = "test-seams")]
+pub use crash::CrashPoint;
+#[cfg(not(feature = "test-seams"))]
+use crash::CrashPoint;
+
+/// The crash-test seam's points, public with the `test-seams` feature only.
+mod crash {
+    /// A point of the loop where a crash test stops the process (test seam, feature
+    /// `test-seams`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    #[cfg_attr(
+        not(feature = "test-seams"),
+        allow(
+            unreachable_pub,
+            clippy::enum_variant_names,
+            reason = "exported with the test-seams feature, and named as it exports them"
+        )
+    )]
+    pub enum CrashPoint {
+        /// An enqueue's row is committed, its reply not yet sent.
+        AfterInsert,
+        /// An attempt is admitted (starting, its slot taken), its driver not yet started.
+        AfterAdmit,
+        /// A claimed row is removed, its descriptors not yet sent.
+        AfterClaimRemove,
+    }
 }
 
 /// The dispatcher serving `listener` until `stop` is set.
@@ -124,6 +140,7 @@ pub struct Server<'a> {
     trust: Trust,
     launch: Launch<'a>,
     report: Box<dyn FnMut(Event) + 'a>,
+    #[cfg(feature = "test-seams")]
     crash: Option<(CrashPoint, Box<dyn Fn() + 'a>)>,
     /// A descriptor kept in reserve: when the process has no other left, it is closed to
     /// accept the waiting connection and refuse it, instead of leaving it pending (and the
@@ -160,19 +177,23 @@ impl<'a> Server<'a> {
             trust,
             launch: Box::new(launch),
             report: Box::new(report),
+            #[cfg(feature = "test-seams")]
             crash: None,
             spare: spare(),
         }
     }
 
-    /// Test seam: calls `die` (which must not return: it kills the process) at `point`.
-    #[doc(hidden)]
+    /// Test seam (feature `test-seams`): calls `die` (which must not return: it kills the
+    /// process) at `point`.
+    #[cfg(feature = "test-seams")]
     #[must_use]
     pub fn crash_at(mut self, point: CrashPoint, die: impl Fn() + 'a) -> Server<'a> {
         self.crash = Some((point, Box::new(die)));
         self
     }
 
+    /// The loop reached `point`: the test seam's `die` runs if it was set for it.
+    #[cfg(feature = "test-seams")]
     fn at(&self, point: CrashPoint) {
         if let Some((at, die)) = &self.crash
             && *at == point
@@ -180,6 +201,11 @@ impl<'a> Server<'a> {
             die();
         }
     }
+
+    /// The loop reached `point`: without the test seams, nothing happens.
+    #[cfg(not(feature = "test-seams"))]
+    #[inline]
+    fn at(&self, _point: CrashPoint) {}
 
     /// Serves until `stop` is set (checked at least every [`TICK`]). Rows stay in the database
     /// when it returns; the lanes are freed with the descriptors and recovered at the next

@@ -489,6 +489,30 @@ fn an_unreadable_own_place_is_unknown() {
 }
 
 #[test]
+fn an_unsupported_platform_is_unknown_and_says_which() {
+    // What `other.rs` returns everywhere but Linux and macOS: its own place first, so no pid
+    // is looked at.
+    let error = place::Error::Unsupported { os: "freebsd" };
+    let verdict = decide(&record(), Err(error), &mut Fake::untouchable());
+    assert!(
+        matches!(&verdict, Verdict::Unknown(UnknownReason::PlaceUnavailable { detail })
+            if detail.contains("freebsd") && detail.contains("Linux and macOS")),
+        "an unsupported platform is no proof of anything: got {verdict:?}"
+    );
+    // And a process's identity, should a place be known.
+    let error = process::Error::Unsupported {
+        pid: PID,
+        os: "freebsd",
+    };
+    let (verdict, _) = judge(&record(), Fake::new(&[Signal::Exists], Some(Err(error))));
+    assert!(
+        matches!(&verdict, Verdict::Unknown(UnknownReason::UnreadableIdentity { pid: PID, detail })
+            if detail.contains("freebsd")),
+        "an identity that cannot be read here is unknown, never gone: got {verdict:?}"
+    );
+}
+
+#[test]
 fn every_reason_reads_as_a_sentence_naming_what_it_is_about() {
     let verdicts = [
         (Verdict::Alive, "alive"),
