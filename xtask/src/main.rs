@@ -97,14 +97,21 @@ fn steps() -> Vec<Step> {
             ),
         },
         Step {
-            what: "fleet clippy, with its etcd client",
-            args: words("clippy -p worklane-fleet --features etcd --all-targets -- -D warnings"),
+            what: "fleet clippy, with its etcd client and the CLI's --fleet",
+            args: words(
+                "clippy -p worklane-fleet -p worklane --features worklane-fleet/etcd,worklane/fleet \
+                 --all-targets -- -D warnings",
+            ),
         },
         Step {
             // A 3-member etcd cluster started by the tests themselves (etcd from Debian's
             // etcd-server; the client's build needs protoc, from protobuf-compiler).
             what: "fleet tests against a real etcd",
             args: words("test -p worklane-fleet --features etcd"),
+        },
+        Step {
+            what: "the CLI's --fleet against a real etcd",
+            args: words("test -p worklane --features fleet --test all fleet::"),
         },
         Step {
             what: "macOS compile check",

@@ -85,6 +85,9 @@ pub(crate) enum Command {
     /// Role leases: one owner per role on this machine.
     #[command(subcommand)]
     Lease(LeaseCommand),
+    /// The fleet on etcd: pools shared by several hosts (their caps and holders).
+    #[command(subcommand)]
+    Fleet(FleetCommand),
     /// Serve the admission queue of this slot directory in the foreground (one per
     /// directory): keep waiting work as rows, admit it under the slot pool, hand lanes over.
     Dispatcher(DispatcherArgs),
@@ -229,9 +232,52 @@ pub(crate) struct RunArgs {
     /// refused or error (schema in README.md).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(0..))]
     pub(crate) status_fd: Option<i32>,
+    /// Past this host: also take a place in a fleet pool on etcd.
+    #[command(flatten)]
+    pub(crate) fleet: FleetArgs,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub(crate) command: Vec<OsString>,
+}
+
+/// The fleet's etcd and the place taken in it (`run --fleet`, `worklane fleet`).
+#[derive(Debug, Clone, Args)]
+pub(crate) struct FleetArgs {
+    /// The fleet's etcd endpoints (http://HOST:PORT, comma-separated): after this host's slot,
+    /// take a place in the fleet pool `--pool`, held as long as the command runs.
+    #[arg(
+        long = "fleet",
+        env = "WORKLANE_FLEET",
+        value_name = "URL[,URL...]",
+        value_delimiter = ','
+    )]
+    pub(crate) endpoints: Vec<String>,
+    /// The TTL of the fleet place's etcd lease: a holder that cannot renew it for half of it
+    /// halts its command.
+    #[arg(long, value_parser = parse_duration, default_value = "15s", value_name = "DUR")]
+    pub(crate) fleet_ttl: Duration,
+    /// The fleet pool (its cap is set with `worklane fleet set-cap`).
+    #[arg(long, default_value = "agents", value_name = "NAME")]
+    pub(crate) pool: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum FleetCommand {
+    /// Set the cap of a fleet pool (kept in etcd; a pool without one admits nobody).
+    SetCap {
+        #[command(flatten)]
+        fleet: FleetArgs,
+        /// The cap.
+        cap: u32,
+    },
+    /// Show a fleet pool: its cap, its holders (host, pid, since) and who waits.
+    Status {
+        #[command(flatten)]
+        fleet: FleetArgs,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -13,6 +13,11 @@ mod dispatch;
 mod dispatch;
 mod enforce;
 mod exit;
+#[cfg(feature = "fleet")]
+mod fleet;
+#[cfg(not(feature = "fleet"))]
+#[path = "fleet_off.rs"]
+mod fleet;
 mod nesting;
 mod ops;
 mod out;
@@ -27,7 +32,7 @@ mod tree;
 mod why;
 
 use clap::Parser;
-use cli::{BudgetCommand, Cli, Command, LeaseCommand, QueueCommand};
+use cli::{BudgetCommand, Cli, Command, FleetCommand, LeaseCommand, QueueCommand};
 use exit::Failure;
 use std::process::ExitCode;
 use worklane_admission::Pool;
@@ -88,6 +93,8 @@ fn main() -> ExitCode {
         Command::Undrain => ops::undrain(),
         Command::Idle => ops::idle(),
         Command::Lease(LeaseCommand::Run(args)) => run::lease_run(args),
+        Command::Fleet(FleetCommand::SetCap { fleet: args, cap }) => fleet::set_cap(&args, cap),
+        Command::Fleet(FleetCommand::Status { fleet: args, json }) => fleet::status(&args, json),
         Command::Dispatcher(args) => dispatch::serve(&args),
         Command::Enqueue(args) => dispatch::enqueue(&args),
         Command::Claim(args) => dispatch::claim(&args),

@@ -122,6 +122,7 @@ fn halted_by(outcome: &Outcome, halt: HaltedBy) -> Option<HaltedBy> {
 }
 
 fn run_holding(args: RunArgs, status: &mut Status) -> Result<ExitCode, Failure> {
+    let started = std::time::Instant::now();
     let limit_ms = args
         .limit
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
@@ -188,24 +189,80 @@ fn run_holding(args: RunArgs, status: &mut Status) -> Result<ExitCode, Failure> 
             return Err(failure);
         }
     };
-    status.taken(kind_word(args.kind), slot.name(), slot.lease().epoch());
+    // Past this host: a place in the fleet pool too, taken after the slot (so a host at its
+    // cap never holds a fleet place it cannot use), within what is left of --timeout.
+    let left = args.timeout.map(|t| t.saturating_sub(started.elapsed()));
     let mut slot = slot;
+    let fleet = crate::fleet::take(
+        &args.fleet,
+        &request.owner,
+        &describe(&args.command),
+        args.no_wait,
+        left,
+        args.conflict_exit_code,
+    );
+    let mut fleet = match fleet {
+        Ok(fleet) => fleet,
+        Err(failure) => {
+            if let Err(e) = slot.release() {
+                errln!("worklane: releasing {what}: {}", exit::chain(&e));
+            }
+            if failure.code == exit::UNAVAILABLE || failure.code == args.conflict_exit_code {
+                status.refused(&failure);
+            }
+            return Err(failure);
+        }
+    };
+    status.taken(
+        kind_word(args.kind),
+        slot.name(),
+        fleet
+            .as_ref()
+            .map_or(slot.lease().epoch(), |f| f.epoch().unsigned_abs()),
+    );
     let mut launch = slot_launch(&args.command, &slot)?;
     let nesting = crate::nesting::env(args.kind, pool.dir().path(), slot.name());
     launch.env.push(nesting);
-    let outcome = supervise(
-        launch,
-        &mut SlotWatch {
+    if let Some(place) = &fleet {
+        // The command fences with the fleet's epoch (it grows across hosts); the host slot's
+        // own epoch stays at hand.
+        launch.env.retain(|(name, _)| *name != "WORKLANE_EPOCH");
+        launch
+            .env
+            .push(("WORKLANE_EPOCH", place.epoch().to_string().into()));
+        launch.env.push((
+            "WORKLANE_SLOT_EPOCH",
+            slot.lease().epoch().to_string().into(),
+        ));
+        launch.env.push(("WORKLANE_FLEET_KEY", place.key().into()));
+        launch.grace = launch.grace.min(place.ttl() / 4);
+    }
+    let mut watch = FleetWatch {
+        slot: SlotWatch {
             pool: &pool,
             slot: &mut slot,
         },
-    );
+        place: fleet.as_mut(),
+        lost: false,
+    };
+    let outcome = supervise(launch, &mut watch);
+    let lost = watch.lost;
+    if let Some(place) = fleet
+        && let Err(e) = place.release()
+    {
+        errln!("worklane: releasing the fleet place: {e}");
+    }
     let released = slot.release();
     let outcome = outcome?;
     if let Err(e) = released {
         errln!("worklane: releasing {what}: {}", exit::chain(&e));
     }
-    status.end(outcome.code, halted_by(&outcome, HaltedBy::Stop));
+    let halt = if lost {
+        HaltedBy::LeaseLost
+    } else {
+        HaltedBy::Stop
+    };
+    status.end(outcome.code, halted_by(&outcome, halt));
     if let Some(signal) = outcome.signal {
         crate::sys::die_by(signal);
     }
@@ -236,6 +293,29 @@ fn fencing_env(lease: &Lease) -> Vec<(&'static str, OsString)> {
         ("WORKLANE_RESOURCE", lease.resource().into()),
         ("WORKLANE_EPOCH", lease.epoch().to_string().into()),
     ]
+}
+
+/// A run's supervision with a fleet place (`--fleet`): the slot's, and the place kept alive;
+/// a place lost (or unconfirmed for half its TTL) halts the command.
+struct FleetWatch<'a, 'b> {
+    slot: SlotWatch<'a>,
+    place: Option<&'b mut crate::fleet::Place>,
+    lost: bool,
+}
+
+impl Watch for FleetWatch<'_, '_> {
+    fn started(&mut self, command: &Started) {
+        self.slot.started(command);
+    }
+
+    fn check(&mut self) -> Option<String> {
+        if let Some(reason) = self.slot.check() {
+            return Some(reason);
+        }
+        let reason = self.place.as_mut()?.check()?;
+        self.lost = true;
+        Some(reason)
+    }
 }
 
 /// A slot's supervision: the record names the command, and an emergency STOP halts it.

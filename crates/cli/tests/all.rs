@@ -5003,3 +5003,165 @@ mod man {
         assert_eq!(out.status.code(), Some(64), "{out:?}");
     }
 }
+
+/// `--fleet` against a real 3-member etcd cluster that each test starts on loopback and stops
+/// (`cargo test -p worklane --features fleet`; CI runs it).
+#[cfg(feature = "fleet")]
+mod fleet {
+    use super::*;
+    use worklane_testkit::etcd::Cluster;
+
+    /// `worklane ARGS -- sh -c SCRIPT` in the background with the fleet's endpoints.
+    fn spawn(site: &Site, cluster: &Cluster, args: &[&str], script: &str, key: &str) -> Running {
+        Running::new(
+            site.worklane()
+                .env("WORKLANE_FLEET", cluster.endpoints())
+                .args(args)
+                .args(["--", "sh", "-c", script])
+                .env("K", key)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn_gated()
+                .expect("spawn worklane"),
+        )
+    }
+
+    fn fleet(site: &Site, cluster: &Cluster, args: &[&str]) -> Output {
+        site.worklane()
+            .env("WORKLANE_FLEET", cluster.endpoints())
+            .args(args)
+            .output_gated()
+            .expect("run worklane")
+    }
+
+    const HOLD_EPOCH: &str = r#"echo "$WORKLANE_EPOCH $WORKLANE_SLOT_EPOCH" > "$T/epoch.$K"; touch "$T/up.$K"; while [ ! -e "$T/release.$K" ]; do sleep 0.02; done"#;
+
+    #[test]
+    fn two_hosts_share_the_fleet_cap_and_each_holder_gets_the_fleet_epoch() {
+        let cluster = Cluster::start();
+        let hosts = [
+            Site::new(Some(r#"{"max_agents": 3}"#)),
+            Site::new(Some(r#"{"max_agents": 3}"#)),
+        ];
+        let set = fleet(
+            &hosts[0],
+            &cluster,
+            &["fleet", "set-cap", "--pool", "agents", "2"],
+        );
+        assert!(set.status.success(), "{set:?}");
+        let mut runs: Vec<(usize, String, Running)> = Vec::new();
+        for i in 0..6 {
+            let host = i % 2;
+            let key = i.to_string();
+            let run = spawn(&hosts[host], &cluster, &["run", "-n"], HOLD_EPOCH, &key);
+            runs.push((host, key, run));
+        }
+        // Each run either holds (its command is up) or was refused (it exited).
+        let mut refused = Vec::new();
+        for (host, key, run) in &mut runs {
+            let site = &hosts[*host];
+            wait_until("each run to hold or be refused", || {
+                site.file(&format!("up.{key}")).exists() || matches!(run.try_wait(), Ok(Some(_)))
+            });
+            if let Ok(Some(status)) = run.try_wait() {
+                refused.push(status.code());
+            }
+        }
+        assert_eq!(
+            refused.len(),
+            4,
+            "exactly the fleet's cap of 2 hold: {refused:?}"
+        );
+        assert!(refused.iter().all(|c| *c == Some(75)), "busy: {refused:?}");
+        let status = fleet(&hosts[1], &cluster, &["fleet", "status", "--json"]);
+        let doc: serde_json::Value = serde_json::from_slice(&status.stdout).expect("json");
+        assert_eq!(doc["cap"], 2, "{doc}");
+        assert_eq!(doc["held"], 2, "{doc}");
+        let mut epochs = Vec::new();
+        for (host, key, run) in &mut runs {
+            let site = &hosts[*host];
+            if site.file(&format!("up.{key}")).exists() {
+                let text =
+                    std::fs::read_to_string(site.file(&format!("epoch.{key}"))).expect("epoch");
+                let mut parts = text.split_whitespace();
+                let fleet_epoch: i64 = parts
+                    .next()
+                    .and_then(|e| e.parse().ok())
+                    .expect("fleet epoch");
+                assert!(parts.next().is_some(), "the slot's own epoch too: {text:?}");
+                assert!(
+                    doc["keys"]
+                        .as_array()
+                        .expect("keys")
+                        .iter()
+                        .any(|k| k["epoch"] == fleet_epoch && k["holds"] == true),
+                    "WORKLANE_EPOCH is the fleet key's create revision: {fleet_epoch} in {doc}"
+                );
+                epochs.push(fleet_epoch);
+                std::fs::write(site.file(&format!("release.{key}")), b"").expect("release");
+                assert!(wait_exit(run, "a holder").success());
+            }
+        }
+        assert_eq!(epochs.len(), 2);
+        let after = fleet(&hosts[0], &cluster, &["fleet", "status", "--json"]);
+        let after: serde_json::Value = serde_json::from_slice(&after.stdout).expect("json");
+        assert_eq!(after["held"], 0, "both released: {after}");
+    }
+
+    #[test]
+    fn a_pool_without_a_cap_or_an_unreachable_fleet_refuses_and_frees_the_host_slot() {
+        let cluster = Cluster::start();
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        let out = fleet(&site, &cluster, &["run", "--pool", "nocap", "--", "true"]);
+        assert_eq!(out.status.code(), Some(69), "{out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("no cap set"),
+            "{out:?}"
+        );
+        assert_eq!(
+            site.code(&["run", "-n", "--", "true"]),
+            0,
+            "the host's slot was let go"
+        );
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .expect("port")
+            .local_addr()
+            .expect("addr")
+            .port();
+        let nowhere = format!("http://127.0.0.1:{port}");
+        let out = site.output(&["run", "--fleet", &nowhere, "--", "true"]);
+        assert_eq!(out.status.code(), Some(69), "{out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(&nowhere),
+            "names the endpoints: {out:?}"
+        );
+        assert_eq!(site.code(&["run", "-n", "--", "true"]), 0, "let go again");
+    }
+
+    #[test]
+    fn losing_the_whole_fleet_halts_the_command_before_its_lease_can_lapse() {
+        let mut cluster = Cluster::start();
+        let site = Site::new(None);
+        let set = fleet(&site, &cluster, &["fleet", "set-cap", "1"]);
+        assert!(set.status.success(), "{set:?}");
+        let mut run = spawn(
+            &site,
+            &cluster,
+            &["run", "--fleet-ttl", "2s"],
+            HOLD_EPOCH,
+            "0",
+        );
+        wait_until("the run to hold", || site.file("up.0").exists());
+        for i in 0..3 {
+            cluster.kill(i);
+        }
+        let status = wait_exit(&mut run, "the halted run");
+        assert_eq!(status.code(), Some(143), "halted with SIGTERM: {status}");
+        let mut err = String::new();
+        let _ = std::io::Read::read_to_string(&mut run.stderr.take().expect("stderr"), &mut err);
+        assert!(
+            err.contains("fleet pool") && err.contains("unconfirmed"),
+            "{err}"
+        );
+    }
+}

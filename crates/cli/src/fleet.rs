@@ -1,0 +1,205 @@
+//! `--fleet` and `worklane fleet`: a place in a fleet pool on etcd, held beside this host's
+//! slot (`worklane-fleet`, PROTOCOL.md section 15).
+
+use crate::cli::FleetArgs;
+use crate::exit::{self, Failure};
+use crate::out::outln;
+use std::process::ExitCode;
+use std::time::Duration;
+use worklane_fleet::{Fleet, Hold, Holder, Refusal, Taken, Wait};
+use worklane_lease::{Clock, SystemClock, rfc3339_ms};
+
+/// A place held in a fleet pool while the command runs.
+pub(crate) struct Place {
+    hold: Box<Hold>,
+    pool: String,
+}
+
+fn connect(args: &FleetArgs) -> Result<Fleet, Failure> {
+    Fleet::connect(&args.endpoints, args.fleet_ttl).map_err(|e| {
+        Failure::new(
+            exit::UNAVAILABLE,
+            format!(
+                "{}; nothing is admitted under --fleet while etcd does not answer",
+                exit::chain(&e)
+            ),
+        )
+    })
+}
+
+fn failure(e: &worklane_fleet::Error) -> Failure {
+    let code = match e {
+        worklane_fleet::Error::Name(_) => exit::USAGE,
+        _ => exit::UNAVAILABLE,
+    };
+    Failure::new(code, exit::chain(e))
+}
+
+/// Takes a place in the fleet pool of `args` (none without `--fleet`): at once or not at all
+/// with `no_wait`, else waiting at most `timeout` (`None`: for ever). A full pool is refused
+/// with `conflict`; a pool without a cap, or an etcd that does not answer, with 69.
+pub(crate) fn take(
+    args: &FleetArgs,
+    owner: &str,
+    command: &str,
+    no_wait: bool,
+    timeout: Option<Duration>,
+    conflict: u8,
+) -> Result<Option<Place>, Failure> {
+    if args.endpoints.is_empty() {
+        return Ok(None);
+    }
+    let fleet = connect(args)?;
+    let mut me = Holder::this_process(owner, rfc3339_ms(SystemClock.now_ms()));
+    me.command = Some(command.to_owned());
+    let timeout = if no_wait {
+        Some(Duration::ZERO)
+    } else {
+        timeout
+    };
+    let taken = fleet
+        .take(
+            &args.pool,
+            &me,
+            Wait {
+                timeout,
+                on_wait: &mut |_| {},
+            },
+        )
+        .map_err(|e| failure(&e))?;
+    match taken {
+        Taken::Held(hold) => Ok(Some(Place {
+            hold,
+            pool: args.pool.clone(),
+        })),
+        Taken::Refused(why @ Refusal::NoCap { .. }) => {
+            Err(Failure::new(exit::UNAVAILABLE, format!("refused: {why}")))
+        }
+        Taken::Refused(why) => Err(Failure::new(
+            conflict,
+            format!(
+                "cannot take a place in the fleet ({}): {why}",
+                if no_wait { "not waiting" } else { "timed out" }
+            ),
+        )),
+    }
+}
+
+impl Place {
+    /// The fencing epoch: the place's key's create revision in etcd.
+    pub(crate) fn epoch(&self) -> i64 {
+        self.hold.epoch()
+    }
+
+    /// The place's key.
+    pub(crate) fn key(&self) -> &str {
+        self.hold.key()
+    }
+
+    /// The etcd lease's TTL.
+    pub(crate) fn ttl(&self) -> Duration {
+        self.hold.ttl()
+    }
+
+    /// Keeps the place alive; a reason to halt the command once it is lost (or may be).
+    pub(crate) fn check(&mut self) -> Option<String> {
+        self.hold
+            .pulse()
+            .err()
+            .map(|lost| format!("fleet pool {:?}: {lost}", self.pool))
+    }
+
+    /// Gives the place up (its lease revoked); a message if etcd did not answer (the lease
+    /// then lapses at its TTL).
+    pub(crate) fn release(self) -> Result<(), String> {
+        let Place { hold, .. } = self;
+        hold.release().map_err(|e| exit::chain(&e))
+    }
+}
+
+/// `worklane fleet set-cap`.
+pub(crate) fn set_cap(args: &FleetArgs, cap: u32) -> Result<ExitCode, Failure> {
+    needs_endpoints(args)?;
+    let fleet = connect(args)?;
+    fleet.set_cap(&args.pool, cap).map_err(|e| failure(&e))?;
+    outln!("fleet pool {:?}: cap {cap}", args.pool)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `worklane fleet status`.
+pub(crate) fn status(args: &FleetArgs, json: bool) -> Result<ExitCode, Failure> {
+    needs_endpoints(args)?;
+    let fleet = connect(args)?;
+    let status = fleet.status(&args.pool).map_err(|e| failure(&e))?;
+    let holding = status.cap.unwrap_or(0) as usize;
+    let keys: Vec<serde_json::Value> = status
+        .keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            let h = k.holder.as_ref();
+            serde_json::json!({
+                "key": k.key,
+                "epoch": k.create_revision,
+                "holds": i < holding,
+                "host": h.map(|h| h.host.clone()),
+                "pid": h.map(|h| h.pid),
+                "owner": h.map(|h| h.owner.clone()),
+                "since": h.map(|h| h.since.clone()),
+                "command": h.and_then(|h| h.command.clone()),
+            })
+        })
+        .collect();
+    if json {
+        outln!(
+            "{}",
+            serde_json::json!({
+                "version": 1,
+                "endpoints": fleet.endpoints(),
+                "pool": status.pool,
+                "cap": status.cap,
+                "held": keys.iter().filter(|k| k["holds"] == true).count(),
+                "keys": keys,
+            })
+        )?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    match status.cap {
+        Some(cap) => outln!(
+            "fleet pool {:?} at {}: {} of {cap} held, {} waiting",
+            status.pool,
+            fleet.endpoints(),
+            keys.iter().filter(|k| k["holds"] == true).count(),
+            keys.iter().filter(|k| k["holds"] == false).count()
+        )?,
+        None => outln!(
+            "fleet pool {:?} at {}: no cap set, so it admits nobody (`worklane fleet set-cap \
+             --pool {} N`)",
+            status.pool,
+            fleet.endpoints(),
+            status.pool
+        )?,
+    }
+    for k in &keys {
+        outln!(
+            "  {} epoch {} pid {} on {} owner {} since {}",
+            if k["holds"] == true { "holds" } else { "waits" },
+            k["epoch"],
+            k["pid"],
+            k["host"].as_str().unwrap_or("?"),
+            k["owner"].as_str().unwrap_or("?"),
+            k["since"].as_str().unwrap_or("?")
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn needs_endpoints(args: &FleetArgs) -> Result<(), Failure> {
+    if args.endpoints.is_empty() {
+        return Err(Failure::new(
+            exit::USAGE,
+            "name the fleet's etcd with --fleet URL[,URL...] (or WORKLANE_FLEET)",
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,64 @@
+//! `--fleet` and `worklane fleet` in a worklane built without its `fleet` feature (no etcd
+//! client): each says so and exits 69.
+
+use crate::cli::FleetArgs;
+use crate::exit::{self, Failure};
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// No place can be held without the feature.
+pub(crate) enum Place {}
+
+fn off() -> Failure {
+    Failure::new(
+        exit::UNAVAILABLE,
+        "this worklane was built without the fleet (cargo feature `fleet`, which needs protoc to \
+         build); rebuild it with `--features fleet`",
+    )
+}
+
+/// Without `--fleet`, nothing to take; with it, the refusal of a build without the fleet.
+pub(crate) fn take(
+    args: &FleetArgs,
+    _owner: &str,
+    _command: &str,
+    _no_wait: bool,
+    _timeout: Option<Duration>,
+    _conflict: u8,
+) -> Result<Option<Place>, Failure> {
+    if args.endpoints.is_empty() {
+        Ok(None)
+    } else {
+        Err(off())
+    }
+}
+
+impl Place {
+    pub(crate) fn epoch(&self) -> i64 {
+        match *self {}
+    }
+
+    pub(crate) fn key(&self) -> &str {
+        match *self {}
+    }
+
+    pub(crate) fn ttl(&self) -> Duration {
+        match *self {}
+    }
+
+    pub(crate) fn check(&mut self) -> Option<String> {
+        match *self {}
+    }
+
+    pub(crate) fn release(self) -> Result<(), String> {
+        match self {}
+    }
+}
+
+pub(crate) fn set_cap(_: &FleetArgs, _: u32) -> Result<ExitCode, Failure> {
+    Err(off())
+}
+
+pub(crate) fn status(_: &FleetArgs, _: bool) -> Result<ExitCode, Failure> {
+    Err(off())
+}
