@@ -261,6 +261,24 @@ pub(crate) struct FleetArgs {
     pub(crate) pool: String,
 }
 
+/// The fleet's etcd for a fleet-wide role (`lease run --fleet`).
+#[derive(Debug, Clone, Args)]
+pub(crate) struct FleetRoleArgs {
+    /// The fleet's etcd endpoints (http://HOST:PORT, comma-separated): after this host's role
+    /// lease, claim the role across the fleet, held as long as the command runs.
+    #[arg(
+        long = "fleet",
+        env = "WORKLANE_FLEET",
+        value_name = "URL[,URL...]",
+        value_delimiter = ','
+    )]
+    pub(crate) endpoints: Vec<String>,
+    /// The TTL of the fleet role's etcd lease: a holder that cannot renew it for half of it
+    /// halts its command.
+    #[arg(long, value_parser = parse_duration, default_value = "15s", value_name = "DUR")]
+    pub(crate) fleet_ttl: Duration,
+}
+
 #[derive(Debug, Subcommand)]
 pub(crate) enum FleetCommand {
     /// Set the cap of a fleet pool (kept in etcd; a pool without one admits nobody).
@@ -315,6 +333,9 @@ pub(crate) struct LeaseRunArgs {
     /// Write worklane's own events as JSON lines to descriptor N, as `run --status-fd` does.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(0..))]
     pub(crate) status_fd: Option<i32>,
+    /// Past this host: also claim the role across the fleet on etcd.
+    #[command(flatten)]
+    pub(crate) fleet: FleetRoleArgs,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub(crate) command: Vec<OsString>,

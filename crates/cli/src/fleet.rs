@@ -1,7 +1,7 @@
 //! `--fleet` and `worklane fleet`: a place in a fleet pool on etcd, held beside this host's
 //! slot (`worklane-fleet`, PROTOCOL.md section 15).
 
-use crate::cli::FleetArgs;
+use crate::cli::{FleetArgs, FleetRoleArgs};
 use crate::exit::{self, Failure};
 use crate::out::outln;
 use std::process::ExitCode;
@@ -9,14 +9,19 @@ use std::time::Duration;
 use worklane_fleet::{Fleet, Hold, Holder, Refusal, Taken, Wait};
 use worklane_lease::{Clock, SystemClock, rfc3339_ms};
 
-/// A place held in a fleet pool while the command runs.
+/// A place held in a fleet pool, or a fleet-wide role, while the command runs.
 pub(crate) struct Place {
     hold: Box<Hold>,
+    /// What it is, for messages: `pool "agents"`, `role "coordinator"`.
     pool: String,
 }
 
 fn connect(args: &FleetArgs) -> Result<Fleet, Failure> {
-    Fleet::connect(&args.endpoints, args.fleet_ttl).map_err(|e| {
+    connect_to(&args.endpoints, args.fleet_ttl)
+}
+
+fn connect_to(endpoints: &[String], ttl: Duration) -> Result<Fleet, Failure> {
+    Fleet::connect(endpoints, ttl).map_err(|e| {
         Failure::new(
             exit::UNAVAILABLE,
             format!(
@@ -70,7 +75,7 @@ pub(crate) fn take(
     match taken {
         Taken::Held(hold) => Ok(Some(Place {
             hold,
-            pool: args.pool.clone(),
+            pool: format!("pool {:?}", args.pool),
         })),
         Taken::Refused(why @ Refusal::NoCap { .. }) => {
             Err(Failure::new(exit::UNAVAILABLE, format!("refused: {why}")))
@@ -202,4 +207,47 @@ fn needs_endpoints(args: &FleetArgs) -> Result<(), Failure> {
         ));
     }
     Ok(())
+}
+
+/// Claims `role` across the fleet of `args` (none without `--fleet`): refused at once unless
+/// `wait`, then waiting at most `timeout` (`None`: for ever). Held by another: 75; an etcd
+/// that does not answer: 69.
+pub(crate) fn claim_role(
+    args: &FleetRoleArgs,
+    role: &str,
+    owner: &str,
+    command: &str,
+    wait: bool,
+    timeout: Option<Duration>,
+) -> Result<Option<Place>, Failure> {
+    if args.endpoints.is_empty() {
+        return Ok(None);
+    }
+    let fleet = connect_to(&args.endpoints, args.fleet_ttl)?;
+    let mut me = Holder::this_process(owner, rfc3339_ms(SystemClock.now_ms()));
+    me.command = Some(command.to_owned());
+    let timeout = if wait { timeout } else { Some(Duration::ZERO) };
+    let claimed = fleet
+        .claim_role(
+            role,
+            &me,
+            Wait {
+                timeout,
+                on_wait: &mut |_| {},
+            },
+        )
+        .map_err(|e| failure(&e))?;
+    match claimed {
+        Taken::Held(hold) => Ok(Some(Place {
+            hold,
+            pool: format!("role {role:?}"),
+        })),
+        Taken::Refused(why) => Err(Failure::new(
+            exit::TEMP_FAIL,
+            format!(
+                "cannot claim role {role} across the fleet ({}): {why}",
+                if wait { "timed out" } else { "not waiting" }
+            ),
+        )),
+    }
 }

@@ -1,7 +1,7 @@
 //! `--fleet` and `worklane fleet` in a worklane built without its `fleet` feature (no etcd
 //! client): each says so and exits 69.
 
-use crate::cli::FleetArgs;
+use crate::cli::{FleetArgs, FleetRoleArgs};
 use crate::exit::{self, Failure};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -61,4 +61,20 @@ pub(crate) fn set_cap(_: &FleetArgs, _: u32) -> Result<ExitCode, Failure> {
 
 pub(crate) fn status(_: &FleetArgs, _: bool) -> Result<ExitCode, Failure> {
     Err(off())
+}
+
+/// Without `--fleet`, nothing to claim; with it, the refusal of a build without the fleet.
+pub(crate) fn claim_role(
+    args: &FleetRoleArgs,
+    _role: &str,
+    _owner: &str,
+    _command: &str,
+    _wait: bool,
+    _timeout: Option<Duration>,
+) -> Result<Option<Place>, Failure> {
+    if args.endpoints.is_empty() {
+        Ok(None)
+    } else {
+        Err(off())
+    }
 }

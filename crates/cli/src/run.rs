@@ -231,7 +231,7 @@ fn run_holding(args: RunArgs, status: &mut Status) -> Result<ExitCode, Failure> 
             .env
             .push(("WORKLANE_EPOCH", place.epoch().to_string().into()));
         launch.env.push((
-            "WORKLANE_SLOT_EPOCH",
+            "WORKLANE_HOST_EPOCH",
             slot.lease().epoch().to_string().into(),
         ));
         launch.env.push(("WORKLANE_FLEET_KEY", place.key().into()));
@@ -404,46 +404,89 @@ fn lease_run_holding(args: LeaseRunArgs, status: &mut Status) -> Result<ExitCode
     let wait = args.wait || args.timeout.is_some();
     let started = std::time::Instant::now();
     let mut progress = Progress::new("the role");
-    let mut lease = loop {
-        // An emergency STOP halts role holders too (below), so it refuses a new one up front
-        // rather than start the command only to halt it a moment later; a waiter is refused
-        // as soon as one is written.
-        if let Some(stop) = pool.stop()? {
-            progress.clear();
-            let failure = Refused::stop(&args.role, &name, &ours, &stop).fail(args.json);
-            status.refused(&failure);
-            return Err(failure);
-        }
-        let refusal = match acquire(pool.dir(), &name, &request, &options)? {
-            Acquired::Held(lease) => break lease,
-            Acquired::Refused(refusal) => refusal,
+    // The host's role lease, then the role across the fleet (`--fleet`), tried at once: while
+    // the fleet's role is held elsewhere, the host's lease is given back before waiting, so a
+    // waiter never holds a TTL lease it does not pulse.
+    let owner = request.owner.clone();
+    let (mut lease, mut fleet) = loop {
+        let lease = loop {
+            // An emergency STOP halts role holders too (below), so it refuses a new one up front
+            // rather than start the command only to halt it a moment later; a waiter is refused
+            // as soon as one is written.
+            if let Some(stop) = pool.stop()? {
+                progress.clear();
+                let failure = Refused::stop(&args.role, &name, &ours, &stop).fail(args.json);
+                status.refused(&failure);
+                return Err(failure);
+            }
+            let refusal = match acquire(pool.dir(), &name, &request, &options)? {
+                Acquired::Held(lease) => break lease,
+                Acquired::Refused(refusal) => refusal,
+            };
+            let waited = started.elapsed();
+            let left = args.timeout.map(|t| t.saturating_sub(waited));
+            if !wait || left == Some(Duration::ZERO) {
+                progress.clear();
+                let refused = Refused::held(&args.role, pool.dir().path(), &refusal, &ours);
+                let failure = refused.fail(args.json);
+                status.refused(&failure);
+                return Err(failure);
+            }
+            let why = format!("held: {}", refusal.why);
+            progress.show(&why, waited);
+            status.waiting("role", &why);
+            // A role is given up by its holder's release or lapses one TTL after its last pulse;
+            // either is seen at the next look.
+            let nap = crate::supervise::CHECK_EVERY;
+            std::thread::sleep(left.map_or(nap, |left| left.min(nap)));
         };
         let waited = started.elapsed();
         let left = args.timeout.map(|t| t.saturating_sub(waited));
-        if !wait || left == Some(Duration::ZERO) {
-            progress.clear();
-            let refused = Refused::held(&args.role, pool.dir().path(), &refusal, &ours);
-            let failure = refused.fail(args.json);
-            status.refused(&failure);
-            return Err(failure);
+        match crate::fleet::claim_role(&args.fleet, &args.role, &owner, &ours, false, None) {
+            Ok(fleet) => break (lease, fleet),
+            Err(failure)
+                if failure.code == exit::TEMP_FAIL && wait && left != Some(Duration::ZERO) =>
+            {
+                let _ = lease.release();
+                progress.show(&failure.message, waited);
+                status.waiting("role", &failure.message);
+                let nap = crate::supervise::CHECK_EVERY;
+                std::thread::sleep(left.map_or(nap, |left| left.min(nap)));
+            }
+            Err(failure) => {
+                progress.clear();
+                let _ = lease.release();
+                status.refused(&failure);
+                return Err(failure);
+            }
         }
-        let why = format!("held: {}", refusal.why);
-        progress.show(&why, waited);
-        status.waiting("role", &why);
-        // A role is given up by its holder's release or lapses one TTL after its last pulse;
-        // either is seen at the next look.
-        let nap = crate::supervise::CHECK_EVERY;
-        std::thread::sleep(left.map_or(nap, |left| left.min(nap)));
     };
     progress.clear();
-    status.taken("role", lease.resource(), lease.epoch());
+    status.taken(
+        "role",
+        lease.resource(),
+        fleet
+            .as_ref()
+            .map_or(lease.epoch(), |f| f.epoch().unsigned_abs()),
+    );
     let ttl = args.ttl;
-    let launch = Launch {
+    let mut launch = Launch {
         command: &args.command,
         grace: lease_grace(ttl),
         inherit: Vec::new(),
         env: fencing_env(&lease),
     };
+    if let Some(place) = &fleet {
+        launch.env.retain(|(name, _)| *name != "WORKLANE_EPOCH");
+        launch
+            .env
+            .push(("WORKLANE_EPOCH", place.epoch().to_string().into()));
+        launch
+            .env
+            .push(("WORKLANE_HOST_EPOCH", lease.epoch().to_string().into()));
+        launch.env.push(("WORKLANE_FLEET_KEY", place.key().into()));
+        launch.grace = launch.grace.min(place.ttl() / 4);
+    }
     let mut watch = RoleWatch {
         pool: &pool,
         lease: &mut lease,
@@ -452,10 +495,16 @@ fn lease_run_holding(args: LeaseRunArgs, status: &mut Status) -> Result<ExitCode
         last_attempt: BootInstant::now(),
         last_ok: BootInstant::now(),
         lost: false,
+        fleet: fleet.as_mut(),
     };
     let outcome = supervise(launch, &mut watch);
     let lost = watch.lost;
     let outcome = outcome?;
+    if let Some(place) = fleet
+        && let Err(e) = place.release()
+    {
+        errln!("worklane: releasing the fleet role: {e}");
+    }
     let _ = lease.release();
     if lost {
         status.end(exit::UNAVAILABLE, Some(HaltedBy::LeaseLost));
@@ -501,6 +550,8 @@ struct RoleWatch<'a> {
     last_attempt: BootInstant,
     last_ok: BootInstant,
     lost: bool,
+    /// The role across the fleet (`--fleet`), kept alive at each check.
+    fleet: Option<&'a mut crate::fleet::Place>,
 }
 
 impl Watch for RoleWatch<'_> {
@@ -518,6 +569,12 @@ impl Watch for RoleWatch<'_> {
         // An emergency STOP halts everything, role holders included.
         if let Some(stop) = self.pool.stop().ok().flatten() {
             return Some(stop.to_string());
+        }
+        if let Some(place) = self.fleet.as_mut()
+            && let Some(reason) = place.check()
+        {
+            self.lost = true;
+            return Some(reason);
         }
         if self.last_attempt.elapsed() < self.every {
             return None;

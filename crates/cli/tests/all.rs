@@ -5034,7 +5034,7 @@ mod fleet {
             .expect("run worklane")
     }
 
-    const HOLD_EPOCH: &str = r#"echo "$WORKLANE_EPOCH $WORKLANE_SLOT_EPOCH" > "$T/epoch.$K"; touch "$T/up.$K"; while [ ! -e "$T/release.$K" ]; do sleep 0.02; done"#;
+    const HOLD_EPOCH: &str = r#"echo "$WORKLANE_EPOCH $WORKLANE_HOST_EPOCH" > "$T/epoch.$K"; touch "$T/up.$K"; while [ ! -e "$T/release.$K" ]; do sleep 0.02; done"#;
 
     #[test]
     fn two_hosts_share_the_fleet_cap_and_each_holder_gets_the_fleet_epoch() {
@@ -5136,6 +5136,48 @@ mod fleet {
             "names the endpoints: {out:?}"
         );
         assert_eq!(site.code(&["run", "-n", "--", "true"]), 0, "let go again");
+    }
+
+    #[test]
+    fn a_fleet_role_has_one_holder_across_two_hosts() {
+        let cluster = Cluster::start();
+        let hosts = [Site::new(None), Site::new(None)];
+        let role = ["lease", "run", "--role", "coordinator"];
+        let mut first = spawn(&hosts[0], &cluster, &role, HOLD_EPOCH, "0");
+        wait_until("the first holder", || hosts[0].file("up.0").exists());
+        // The other host's own role file is free: only the fleet refuses.
+        let refused = fleet(&hosts[1], &cluster, &[&role[..], &["--", "true"]].concat());
+        assert_eq!(refused.status.code(), Some(75), "{refused:?}");
+        let err = String::from_utf8_lossy(&refused.stderr);
+        for part in ["coordinator", &format!("pid {}", first.id()), "since"] {
+            assert!(err.contains(part), "names {part}: {err}");
+        }
+        let mut second = spawn(
+            &hosts[1],
+            &cluster,
+            &[&role[..], &["--wait"]].concat(),
+            HOLD_EPOCH,
+            "1",
+        );
+        std::fs::write(hosts[0].file("release.0"), b"").expect("release");
+        assert!(wait_exit(&mut first, "the first holder").success());
+        wait_until("the waiting holder on the other host", || {
+            hosts[1].file("up.1").exists()
+        });
+        let epoch = |site: &Site, k: &str| -> i64 {
+            std::fs::read_to_string(site.file(&format!("epoch.{k}")))
+                .expect("epoch")
+                .split_whitespace()
+                .next()
+                .and_then(|e| e.parse().ok())
+                .expect("a fleet epoch")
+        };
+        assert!(
+            epoch(&hosts[1], "1") > epoch(&hosts[0], "0"),
+            "the fleet epoch grows across hosts"
+        );
+        std::fs::write(hosts[1].file("release.1"), b"").expect("release");
+        assert!(wait_exit(&mut second, "the second holder").success());
     }
 
     #[test]

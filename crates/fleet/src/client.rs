@@ -539,6 +539,29 @@ impl Fleet {
     }
 }
 
+/// A moment on the boot clock (`CLOCK_BOOTTIME` on Linux, which counts a suspend, as etcd's
+/// own clock does while this host sleeps; the monotonic clock elsewhere).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct BootInstant(Duration);
+
+impl BootInstant {
+    fn now() -> BootInstant {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        let id = rustix::time::ClockId::Boottime;
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        let id = rustix::time::ClockId::Monotonic;
+        let t = rustix::time::clock_gettime(id);
+        BootInstant(Duration::new(
+            u64::try_from(t.tv_sec).unwrap_or(0),
+            u32::try_from(t.tv_nsec).unwrap_or(0),
+        ))
+    }
+
+    fn saturating_duration_since(self, earlier: BootInstant) -> Duration {
+        self.0.saturating_sub(earlier.0)
+    }
+}
+
 /// A held place (a pool's or a role's): its key lives as long as its etcd lease, which
 /// [`Hold::pulse`] keeps alive. Dropping it revokes the lease (best effort).
 pub struct Hold {
@@ -550,9 +573,9 @@ pub struct Hold {
     epoch: i64,
     keeper: Option<(LeaseKeeper, LeaseKeepAliveStream)>,
     /// When the last keepalive that etcd confirmed was sent.
-    confirmed: Instant,
+    confirmed: BootInstant,
     /// When the last keepalive was tried.
-    tried: Instant,
+    tried: BootInstant,
     released: bool,
 }
 
@@ -571,7 +594,7 @@ impl Hold {
     fn new(fleet: Fleet, what: String, key: String, lease: i64, ttl: Duration, epoch: i64) -> Hold {
         // The grant was sent before now: counting from now errs late by the grant's round
         // trip, which the halt rule's margin (TTL/2 before the lapse) covers.
-        let now = Instant::now();
+        let now = BootInstant::now();
         Hold {
             fleet,
             what,
@@ -609,7 +632,7 @@ impl Hold {
     /// has gone unconfirmed for half its TTL ([`decide::must_halt`]): then stop using what
     /// it protects at once.
     pub fn pulse(&mut self) -> Result<(), Lost> {
-        let now = Instant::now();
+        let now = BootInstant::now();
         let unconfirmed = now.saturating_duration_since(self.confirmed);
         if decide::must_halt(unconfirmed, self.ttl) {
             return Err(Lost::Unconfirmed {
