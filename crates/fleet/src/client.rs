@@ -203,7 +203,7 @@ pub struct PoolStatus {
     pub keys: Vec<Listed>,
 }
 
-struct Inner {
+pub(crate) struct Inner {
     runtime: tokio::runtime::Runtime,
     client: Client,
     endpoints: String,
@@ -213,7 +213,11 @@ impl Inner {
     /// Runs one request, made by `request` from a client handle, with the deadline. A request
     /// that fails at once (an endpoint that is down: the client balances over all of them)
     /// is tried again, every 50 ms, until the deadline.
-    fn call<T, F, Fut>(&self, doing: impl FnOnce() -> String, request: F) -> Result<T, Unavailable>
+    pub(crate) fn call<T, F, Fut>(
+        &self,
+        doing: impl FnOnce() -> String,
+        request: F,
+    ) -> Result<T, Unavailable>
     where
         F: Fn(Client) -> Fut,
         Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
@@ -244,7 +248,7 @@ impl Inner {
 /// A connection to the fleet's etcd.
 #[derive(Clone)]
 pub struct Fleet {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
     ttl: Duration,
 }
 

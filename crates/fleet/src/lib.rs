@@ -11,6 +11,8 @@
 //!   which grows across the fleet.
 //! - A **role** has one key, created only if absent; a refusal names the holder's host, pid,
 //!   role and since when.
+//! - A credential's **budget** ([`budget`]) is the local ledger's state, kept in etcd and
+//!   changed only by compare-and-swap, so hosts sharing a token share its calls.
 //! - A holder that cannot confirm its lease for half its TTL must stop
 //!   ([`decide::must_halt`]): losing the fleet never makes two owners.
 //!
@@ -47,6 +49,8 @@
 
 #![deny(unsafe_code)]
 
+#[cfg(feature = "etcd")]
+pub mod budget;
 #[cfg(feature = "etcd")]
 mod client;
 pub mod decide;

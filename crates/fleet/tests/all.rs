@@ -266,3 +266,56 @@ fn stopping_the_whole_cluster_halts_every_holder_and_admits_nobody() {
         "names the endpoints: {line}"
     );
 }
+
+#[test]
+fn eight_processes_on_two_hosts_never_take_more_than_the_shared_budget_has_left() {
+    let cluster = Cluster::start();
+    let endpoints: Vec<String> = cluster.endpoints().split(',').map(str::to_owned).collect();
+    let fleet =
+        worklane_fleet::Fleet::connect(&endpoints, Duration::from_secs(5)).expect("connect");
+    let token = "ghp_fleet_budget_test_token_not_real";
+    let credential = worklane_budget::CredentialKey::of_token(token);
+    let now = || {
+        u64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis()),
+        )
+        .unwrap_or(0)
+    };
+    // An answer seen: 5 calls left of `core` until an hour from now.
+    let reset = (now() / 1000 + 3600).to_string();
+    let headers = [
+        ("x-ratelimit-limit", "5000"),
+        ("x-ratelimit-remaining", "5"),
+        ("x-ratelimit-reset", reset.as_str()),
+        ("x-ratelimit-resource", "core"),
+    ];
+    let observation = worklane_budget::Observation::from_headers(200, |name| {
+        headers.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+    });
+    fleet
+        .budget_observe(&credential, &observation, &now)
+        .expect("observe");
+    // Eight takers at once (as from two hosts: nothing of the host is involved).
+    let takers: Vec<HolderProc> = (0..8)
+        .map(|_| HolderProc::start(&cluster, TTL_MS, "budget", token, false))
+        .collect();
+    let said: Vec<String> = takers.iter().map(|t| t.next(LIMIT)).collect();
+    let went = said.iter().filter(|l| *l == "go counted").count();
+    let refused = said.iter().filter(|l| *l == "refused").count();
+    assert_eq!(
+        (went, refused),
+        (5, 3),
+        "exactly the 5 calls left go: {said:?}"
+    );
+    let state = fleet.budget_show(&credential).expect("show");
+    let window = state.resources.get("core").expect("the core window");
+    assert_eq!(window.left(), 0, "{window:?}");
+    assert_eq!(window.granted, 5, "{window:?}");
+    let stored = String::from_utf8_lossy(&state.to_bytes(now())).into_owned();
+    assert!(
+        !stored.contains(token),
+        "the token never leaves the host: {stored}"
+    );
+}

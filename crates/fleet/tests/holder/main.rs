@@ -30,6 +30,28 @@ fn main() {
             std::process::exit(69);
         }
     };
+    if what == "budget" {
+        // `budget TOKEN`: take one call of `core` at once, print `go counted`, `go uncounted`
+        // or `refused`.
+        let credential = worklane_budget::CredentialKey::of_token(name);
+        let now = || {
+            u64::try_from(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis()),
+            )
+            .unwrap_or(0)
+        };
+        match fleet.budget_take(&credential, "core", "holder", Duration::ZERO, &now) {
+            Ok(worklane_fleet::budget::BudgetTake::Go { counted: true, .. }) => say("go counted"),
+            Ok(worklane_fleet::budget::BudgetTake::Go { counted: false, .. }) => {
+                say("go uncounted")
+            }
+            Ok(worklane_fleet::budget::BudgetTake::Refused { .. }) => say("refused"),
+            Err(e) => say(&format!("error {e}")),
+        }
+        return;
+    }
     let me = Holder::this_process("fleet-holder", "2026-12-01T00:00:00.000Z".into());
     let timeout = if wait { None } else { Some(Duration::ZERO) };
     let taken = match what {

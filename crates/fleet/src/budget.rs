@@ -1,0 +1,147 @@
+//! The API budget of a credential shared by the fleet: the local ledger's state (the same
+//! JSON, `worklane_budget::State`) kept at `/worklane/v1/budget/<key>` and changed only by
+//! compare-and-swap on the key's mod revision, with the same rules (take before the call,
+//! observe the answer's headers, pause after a secondary limit). The token never leaves the
+//! host: the key is the ledger's own hash of it.
+
+use crate::client::{Error, Fleet};
+use crate::keys;
+use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+use std::time::{Duration, Instant};
+use worklane_budget::state::Decision;
+use worklane_budget::{CredentialKey, Observation, State, WaitWhy};
+
+/// How often a waiting take looks again (at most).
+pub const BUDGET_POLL: Duration = Duration::from_millis(250);
+
+/// A take's outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BudgetTake {
+    /// The call may go; `counted` when a unit was taken from a known window, leaving `left`.
+    Go {
+        /// Whether a unit was taken from a known window.
+        counted: bool,
+        /// Calls left in that window after this one.
+        left: Option<u64>,
+    },
+    /// The call must not go before `until` (ms since the Unix epoch); waiting was not asked
+    /// for that long.
+    Refused {
+        /// When it may go.
+        until: u64,
+        /// Why.
+        why: WaitWhy,
+    },
+}
+
+/// The state and its mod revision (0: no key).
+fn read(fleet: &Fleet, key: &str) -> Result<(State, i64), Error> {
+    let k = key.to_owned();
+    let got = fleet.inner.call(
+        || format!("reading the budget {key}"),
+        |mut c| {
+            let k = k.clone();
+            async move { c.get(k, None).await }
+        },
+    )?;
+    Ok(match got.kvs().first() {
+        // A value that is not a state is taken afresh, as the local ledger does.
+        Some(kv) => (
+            State::parse(kv.value()).unwrap_or_default(),
+            kv.mod_revision(),
+        ),
+        None => (State::default(), 0),
+    })
+}
+
+/// Writes `bytes` if the key is still at `revision` (0: still absent); whether it was.
+fn swap(fleet: &Fleet, key: &str, revision: i64, bytes: Vec<u8>) -> Result<bool, Error> {
+    let compare = if revision == 0 {
+        Compare::create_revision(key.to_owned(), CompareOp::Equal, 0)
+    } else {
+        Compare::mod_revision(key.to_owned(), CompareOp::Equal, revision)
+    };
+    let txn = Txn::new()
+        .when([compare])
+        .and_then([TxnOp::put(key.to_owned(), bytes, None)]);
+    let done = fleet.inner.call(
+        || format!("writing the budget {key}"),
+        |mut c| {
+            let txn = txn.clone();
+            async move { c.txn(txn).await }
+        },
+    )?;
+    Ok(done.succeeded())
+}
+
+impl Fleet {
+    /// Takes one call of `resource` from the fleet's budget of `credential` for `consumer`,
+    /// waiting at most `max_wait` while the window is spent or the credential paused. `now`
+    /// is the wall clock in ms (the windows' resets are wall-clock times).
+    pub fn budget_take(
+        &self,
+        credential: &CredentialKey,
+        resource: &str,
+        consumer: &str,
+        max_wait: Duration,
+        now: &dyn Fn() -> u64,
+    ) -> Result<BudgetTake, Error> {
+        let key = keys::budget(credential.as_str());
+        let started = Instant::now();
+        loop {
+            let (mut state, revision) = read(self, &key)?;
+            let at = now();
+            match state.decide(resource, consumer, at) {
+                Decision::Go { counted: false } => {
+                    return Ok(BudgetTake::Go {
+                        counted: false,
+                        left: None,
+                    });
+                }
+                Decision::Go { counted: true } => {
+                    let left = state.window(resource, at).map(|w| w.left());
+                    if swap(self, &key, revision, state.to_bytes(at))? {
+                        return Ok(BudgetTake::Go {
+                            counted: true,
+                            left,
+                        });
+                    }
+                    // Another host changed it first: decide again on what it wrote.
+                }
+                Decision::Wait { until, why } => {
+                    let waited = started.elapsed();
+                    if waited >= max_wait {
+                        return Ok(BudgetTake::Refused { until, why });
+                    }
+                    let nap = Duration::from_millis(until.saturating_sub(at).max(1))
+                        .min(BUDGET_POLL)
+                        .min(max_wait - waited);
+                    std::thread::sleep(nap);
+                }
+            }
+        }
+    }
+
+    /// Records an answer's rate-limit headers in the fleet's budget of `credential`.
+    pub fn budget_observe(
+        &self,
+        credential: &CredentialKey,
+        observation: &Observation,
+        now: &dyn Fn() -> u64,
+    ) -> Result<(), Error> {
+        let key = keys::budget(credential.as_str());
+        loop {
+            let (mut state, revision) = read(self, &key)?;
+            let at = now();
+            state.apply(observation, at);
+            if swap(self, &key, revision, state.to_bytes(at))? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The fleet's budget of `credential` (empty if none was written).
+    pub fn budget_show(&self, credential: &CredentialKey) -> Result<State, Error> {
+        Ok(read(self, &keys::budget(credential.as_str()))?.0)
+    }
+}
