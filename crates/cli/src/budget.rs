@@ -107,10 +107,14 @@ pub(crate) fn print_views(views: &[CredentialView]) -> Result<(), Failure> {
     Ok(())
 }
 
-pub(crate) fn show(as_json: bool) -> Result<ExitCode, Failure> {
-    let views = ledger("worklane")?
-        .health()
-        .map_err(|e| Failure::new(exit::CONFIG, exit::chain(&e)))?;
+pub(crate) fn show(as_json: bool, fleet: &crate::cli::FleetAt) -> Result<ExitCode, Failure> {
+    let views = if fleet.endpoints.is_empty() {
+        ledger("worklane")?
+            .health()
+            .map_err(|e| Failure::new(exit::CONFIG, exit::chain(&e)))?
+    } else {
+        crate::fleet::budget_views(fleet)?
+    };
     if as_json {
         outln!(
             "{}",
@@ -124,6 +128,27 @@ pub(crate) fn show(as_json: bool) -> Result<ExitCode, Failure> {
 
 pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
     let key = key_from_env(&args.token_env)?;
+    if !args.fleet.endpoints.is_empty() {
+        let taken = crate::fleet::budget_take(
+            &args.fleet,
+            &key,
+            &args.resource,
+            &args.consumer,
+            args.wait_max,
+        )?;
+        return match taken {
+            Ok((counted, left)) => {
+                if args.json {
+                    outln!(
+                        "{}",
+                        json!({"go": true, "counted": counted, "left": left, "unaccounted": null})
+                    )?;
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(refused) => refuse(args, &refused),
+        };
+    }
     // The ledger never holds a call back for its own trouble, a slot directory it cannot
     // reach included: the call goes, unaccounted, and stderr says why.
     let ledger = match ledger(&args.consumer) {
@@ -160,22 +185,25 @@ pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Err(refused) => {
-            if args.json {
-                outln!(
-                    "{}",
-                    json!({
-                        "go": false,
-                        "kind": refused.kind(),
-                        "status": refused.status(),
-                        "retry_at": retry_at(&refused).map(rfc3339_ms),
-                        "message": refused.to_string(),
-                    })
-                )?;
-            }
-            Err(Failure::new(exit::TEMP_FAIL, refused.to_string()))
-        }
+        Err(refused) => refuse(args, &refused),
     }
+}
+
+/// A refused take: its JSON (with `--json`) and exit 75.
+fn refuse(args: &BudgetTakeArgs, refused: &Refused) -> Result<ExitCode, Failure> {
+    if args.json {
+        outln!(
+            "{}",
+            json!({
+                "go": false,
+                "kind": refused.kind(),
+                "status": refused.status(),
+                "retry_at": retry_at(refused).map(rfc3339_ms),
+                "message": refused.to_string(),
+            })
+        )?;
+    }
+    Err(Failure::new(exit::TEMP_FAIL, refused.to_string()))
 }
 
 /// When a refused call may be tried again: the window's reset or the pause's end (ms since
@@ -309,6 +337,10 @@ pub(crate) fn observe(args: &BudgetObserveArgs) -> Result<ExitCode, Failure> {
             .map(|(_, v)| v.as_str())
     })
     .with_secondary_limit(args.secondary_limit);
+    if !args.fleet.endpoints.is_empty() {
+        crate::fleet::budget_observe(&args.fleet, &key, &observation)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let ledger = match ledger("worklane") {
         Ok(ledger) => ledger,
         Err(failure) => {

@@ -261,6 +261,20 @@ pub(crate) struct FleetArgs {
     pub(crate) pool: String,
 }
 
+/// The fleet's etcd for a budget shared by the fleet (`budget take|observe|show --fleet`).
+#[derive(Debug, Clone, Args)]
+pub(crate) struct FleetAt {
+    /// The fleet's etcd endpoints (http://HOST:PORT, comma-separated): use the budget the
+    /// fleet shares there (changed by compare-and-swap) instead of this host's.
+    #[arg(
+        long = "fleet",
+        env = "WORKLANE_FLEET",
+        value_name = "URL[,URL...]",
+        value_delimiter = ','
+    )]
+    pub(crate) endpoints: Vec<String>,
+}
+
 /// The fleet's etcd for a fleet-wide role (`lease run --fleet`).
 #[derive(Debug, Clone, Args)]
 pub(crate) struct FleetRoleArgs {
@@ -449,6 +463,9 @@ pub(crate) enum BudgetCommand {
         /// Print JSON (schema in README.md) instead of text.
         #[arg(long)]
         json: bool,
+        /// Show the budgets the fleet shares in etcd instead of this host's.
+        #[command(flatten)]
+        fleet: FleetAt,
     },
     /// Take one unit before an API call: exit 0 when the call may go, 75 when the budget is
     /// spent or paused and stayed so for --wait-max (default 10s; the call must not be made).
@@ -473,6 +490,9 @@ pub(crate) struct BudgetTakeArgs {
     /// to 10 s more.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s")]
     pub(crate) wait_max: Duration,
+    /// Take from the budget the fleet shares in etcd.
+    #[command(flatten)]
+    pub(crate) fleet: FleetAt,
     /// Print the outcome as JSON.
     #[arg(long)]
     pub(crate) json: bool,
@@ -499,6 +519,9 @@ pub(crate) struct BudgetObserveArgs {
     /// without Retry-After).
     #[arg(long)]
     pub(crate) secondary_limit: bool,
+    /// Record it in the budget the fleet shares in etcd.
+    #[command(flatten)]
+    pub(crate) fleet: FleetAt,
     /// The environment variable holding the API token (read, hashed, never printed).
     #[arg(long, default_value = "GITHUB_TOKEN")]
     pub(crate) token_env: String,

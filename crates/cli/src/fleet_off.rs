@@ -1,7 +1,7 @@
 //! `--fleet` and `worklane fleet` in a worklane built without its `fleet` feature (no etcd
 //! client): each says so and exits 69.
 
-use crate::cli::{FleetArgs, FleetRoleArgs};
+use crate::cli::{FleetArgs, FleetAt, FleetRoleArgs};
 use crate::exit::{self, Failure};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -77,4 +77,26 @@ pub(crate) fn claim_role(
     } else {
         Err(off())
     }
+}
+
+pub(crate) fn budget_take(
+    _: &FleetAt,
+    _: &worklane_budget::CredentialKey,
+    _: &str,
+    _: &str,
+    _: Duration,
+) -> Result<Result<(bool, Option<u64>), worklane_budget::Refused>, Failure> {
+    Err(off())
+}
+
+pub(crate) fn budget_observe(
+    _: &FleetAt,
+    _: &worklane_budget::CredentialKey,
+    _: &worklane_budget::Observation,
+) -> Result<(), Failure> {
+    Err(off())
+}
+
+pub(crate) fn budget_views(_: &FleetAt) -> Result<Vec<worklane_budget::CredentialView>, Failure> {
+    Err(off())
 }

@@ -112,7 +112,7 @@ fn main() -> ExitCode {
             log,
             command,
         } => queue::runner(idle_probe, priority, log, command),
-        Command::Budget(BudgetCommand::Show { json }) => budget::show(json),
+        Command::Budget(BudgetCommand::Show { json, fleet }) => budget::show(json, &fleet),
         Command::Budget(BudgetCommand::Take(args)) => budget::take(&args),
         Command::Budget(BudgetCommand::Observe(args)) => budget::observe(&args),
         Command::Why(args) => why::why(&args),

@@ -5181,6 +5181,84 @@ mod fleet {
     }
 
     #[test]
+    fn two_hosts_share_one_budget_in_the_fleet() {
+        let cluster = Cluster::start();
+        let hosts = [Site::new(None), Site::new(None)];
+        let token = "ghp_cli_fleet_budget_not_real";
+        let reset = (std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("now")
+            .as_secs()
+            + 3600)
+            .to_string();
+        let observed = hosts[0]
+            .worklane()
+            .env("WORKLANE_FLEET", cluster.endpoints())
+            .env("GITHUB_TOKEN", token)
+            .args([
+                "budget",
+                "observe",
+                "--status",
+                "200",
+                "--header",
+                "X-RateLimit-Remaining: 2",
+                "--header",
+                &format!("X-RateLimit-Reset: {reset}"),
+                "--header",
+                "X-RateLimit-Resource: core",
+            ])
+            .output_gated()
+            .expect("observe");
+        assert!(observed.status.success(), "{observed:?}");
+        let take = |site: &Site| {
+            site.worklane()
+                .env("WORKLANE_FLEET", cluster.endpoints())
+                .env("GITHUB_TOKEN", token)
+                .args([
+                    "budget",
+                    "take",
+                    "--consumer",
+                    "t",
+                    "--wait-max",
+                    "0",
+                    "--json",
+                ])
+                .output_gated()
+                .expect("take")
+        };
+        let outs = [take(&hosts[0]), take(&hosts[1]), take(&hosts[1])];
+        let codes: Vec<Option<i32>> = outs.iter().map(|o| o.status.code()).collect();
+        assert_eq!(
+            codes,
+            [Some(0), Some(0), Some(75)],
+            "2 calls left for both hosts: {outs:?}"
+        );
+        let last: serde_json::Value = serde_json::from_slice(&outs[2].stdout).expect("json");
+        assert_eq!(last["kind"], "rate_limited", "{last}");
+        assert!(last["retry_at"].as_str().is_some(), "{last}");
+        let shown = hosts[1]
+            .worklane()
+            .env("WORKLANE_FLEET", cluster.endpoints())
+            .args(["budget", "show", "--json"])
+            .output_gated()
+            .expect("show");
+        let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("json");
+        assert_eq!(shown[0]["resources"][0]["name"], "core", "{shown}");
+        assert_eq!(shown[0]["resources"][0]["left"], 0, "{shown}");
+        assert_eq!(shown[0]["resources"][0]["granted"], 2, "{shown}");
+        // The hosts' own ledgers were not used.
+        for site in &hosts {
+            let local = site.output(&["budget", "show", "--json"]);
+            let local: serde_json::Value = serde_json::from_slice(&local.stdout).expect("json");
+            assert_eq!(
+                local,
+                serde_json::json!([]),
+                "no host ledger written: {local}"
+            );
+        }
+    }
+
+    #[test]
     fn losing_the_whole_fleet_halts_the_command_before_its_lease_can_lapse() {
         let mut cluster = Cluster::start();
         let site = Site::new(None);

@@ -140,6 +140,27 @@ impl Fleet {
         }
     }
 
+    /// Every credential's budget in the fleet, as stored (keys are hashes: no token).
+    pub fn budgets(&self) -> Result<Vec<State>, Error> {
+        let prefix = format!("{}budget/", keys::PREFIX);
+        let p = prefix.clone();
+        let got = self.inner.call(
+            || "reading the fleet's budgets".to_owned(),
+            |mut c| {
+                let p = p.clone();
+                async move {
+                    c.get(p, Some(etcd_client::GetOptions::new().with_prefix()))
+                        .await
+                }
+            },
+        )?;
+        Ok(got
+            .kvs()
+            .iter()
+            .map(|kv| State::parse(kv.value()).unwrap_or_default())
+            .collect())
+    }
+
     /// The fleet's budget of `credential` (empty if none was written).
     pub fn budget_show(&self, credential: &CredentialKey) -> Result<State, Error> {
         Ok(read(self, &keys::budget(credential.as_str()))?.0)
