@@ -8,6 +8,8 @@
 //!   done, 69 refused for want of a window (no STOP or drain in force), 75 refused because
 //!   something is live (it says what), 64 usage, 78 any other error (the directory, its
 //!   config, a file it cannot list, stat or unlink).
+//! - `cargo xtask conformance [--only ID] [--list] [-v]`: builds the CLI and runs the
+//!   protocol conformance kit (`conformance/run.py`) against it.
 //! - `cargo xtask man [DIR]`: writes the man pages, `worklane.1` and `worklane-<command>.1`
 //!   for every command (nested ones as `worklane-lease-run.1`), into DIR (default
 //!   `target/man`), by running the CLI's own `worklane man --all DIR`.
@@ -97,6 +99,11 @@ fn steps() -> Vec<Step> {
             ),
         },
         Step {
+            // The protocol's conformance kit against worklane itself (python3, stdlib only).
+            what: "protocol conformance kit",
+            args: words("run --quiet -p xtask -- conformance"),
+        },
+        Step {
             what: "fleet clippy, with its etcd client and the CLI's --fleet",
             args: words(
                 "clippy -p worklane-fleet -p worklane --features worklane-fleet/etcd,worklane/fleet \
@@ -145,7 +152,8 @@ fn ci() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-const USAGE: &str = "usage: cargo xtask ci | cargo xtask reclaim-guards [--dir DIR] [--apply] | \
+const USAGE: &str = "usage: cargo xtask ci | cargo xtask conformance [--only ID] [--list] [-v] | \
+                     cargo xtask reclaim-guards [--dir DIR] [--apply] | \
                      cargo xtask man [DIR] | \
                      cargo xtask mutants [--crate NAME]... [--shard K/N] [--iterate] [--list]";
 
@@ -157,6 +165,47 @@ const USAGE: &str = "usage: cargo xtask ci | cargo xtask reclaim-guards [--dir D
 /// argument types a public API (every field documented, kept stable) and link clap and the
 /// dispatcher's SQLite into xtask. Running the built CLI renders exactly the pages of the
 /// binary that gets installed.
+/// `cargo xtask conformance [RUNNER ARGS]`: builds the CLI and runs the protocol conformance
+/// kit (`conformance/run.py`, Python 3) against it, through the kit's worklane adapter.
+fn conformance(args: &[String]) -> ExitCode {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let root = workspace_root();
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "not a test: builds the CLI and runs the kit in the foreground, holding no guard"
+    )]
+    let built = Command::new(&cargo)
+        .args(["build", "--quiet", "--package", "worklane"])
+        .current_dir(&root)
+        .status();
+    if !built.is_ok_and(|s| s.success()) {
+        eprintln!("xtask conformance: cannot build the worklane CLI");
+        return ExitCode::FAILURE;
+    }
+    let binary = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| root.join("target"), std::path::PathBuf::from)
+        .join("debug")
+        .join("worklane");
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "not a test: runs the kit in the foreground, holding no guard"
+    )]
+    let ran = Command::new("python3")
+        .arg(root.join("conformance").join("run.py"))
+        .args(args)
+        .env("WORKLANE", &binary)
+        .current_dir(&root)
+        .status();
+    match ran {
+        Ok(status) if status.success() => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("xtask conformance: cannot run python3 conformance/run.py: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn man(args: &[String]) -> ExitCode {
     let dir = match args {
         [] => std::env::var_os("CARGO_TARGET_DIR")
@@ -378,6 +427,7 @@ fn main() -> ExitCode {
         Some("reclaim-guards") => reclaim_guards(&args[1..]),
         Some("mutants") => mutants(&args[1..]),
         Some("man") => man(&args[1..]),
+        Some("conformance") => conformance(&args[1..]),
         _ => {
             eprintln!("{USAGE}");
             ExitCode::from(exit::USAGE)

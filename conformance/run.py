@@ -1,0 +1,351 @@
+#!/usr/bin/env python3
+"""The worklane protocol conformance kit: drive an implementation through every case.
+
+Each case (cases/*.json) is a directory state (files, modes, records of live or dead holders,
+held guards), one action (take a slot, take a role, STOP, drain, ...) done by the
+implementation under test through its adapter, and the expected outcome (admitted, busy,
+refused, error; the files present while the slot is held and after its release). Every case
+names the PROTOCOL.md section it tests.
+
+    python3 conformance/run.py [--adapter CMD] [--only SUBSTRING] [--list] [-v]
+
+The adapter contract is in conformance/README.md. Linux only (records name real processes
+by /proc). Python 3.9 or later, standard library only.
+"""
+
+import argparse
+import fcntl
+import glob
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_ADAPTER = [sys.executable, os.path.join(HERE, "adapters", "worklane.py")]
+ACTION_TIMEOUT = 20.0
+
+
+# --- who a record names -------------------------------------------------------------------
+
+def _read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def place():
+    """This machine as a record's `place` (PROTOCOL.md section 5)."""
+    def ns(kind):
+        try:
+            return os.stat(f"/proc/self/ns/{kind}").st_ino
+        except OSError:
+            return None
+    return {
+        "host": socket.gethostname() if not os.path.exists("/proc/sys/kernel/hostname")
+        else _read("/proc/sys/kernel/hostname").strip(),
+        "boot": _read("/proc/sys/kernel/random/boot_id").strip(),
+        "pidns": ns("pid"),
+        "timens": ns("time"),
+    }
+
+
+def start_of(pid):
+    """Field 22 of /proc/<pid>/stat, parsed after the last `)`."""
+    stat = _read(f"/proc/{pid}/stat")
+    return int(stat[stat.rindex(")") + 2:].split()[19])
+
+
+def now_ms():
+    return int(time.time() * 1000)
+
+
+def rfc3339(ms):
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
+
+
+class Holders:
+    """The processes records name: live ones (kept until the case ends) and dead ones."""
+
+    def __init__(self):
+        self.live = []
+        # The records the set-up wrote, by name: an admitted record must be new.
+        self.written = {}
+
+    def spawn_live(self):
+        child = subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL)
+        self.live.append(child)
+        return child.pid
+
+    def dead(self):
+        child = subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL)
+        start = start_of(child.pid)
+        child.kill()
+        child.wait()
+        return child.pid, start
+
+    def end(self):
+        for child in self.live:
+            child.kill()
+            child.wait()
+
+
+def record(kind, holders, extra):
+    """A lock record (section 5) for a holder of `kind`:
+    live        a live process of this machine (a child of the runner), no `holdsGuard`
+    dead        a process of this machine that has exited, no `holdsGuard`
+    declared    a process that has exited, `holdsGuard: true` (its guard is free)
+    other-host  a live-looking holder on another host
+    other-boot  a holder on this host's previous boot
+    legacy      no `place` or `identity`
+    """
+    p = place()
+    if kind == "live":
+        pid = holders.spawn_live()
+        start = start_of(pid)
+    elif kind in ("dead", "declared", "other-boot", "other-host"):
+        pid, start = holders.dead()
+    elif kind == "legacy":
+        pid, start = holders.dead()
+    else:
+        raise ValueError(f"unknown holder kind {kind!r}")
+    rec = {"pid": pid, "owner": f"conformance-{kind}", "acquiredAt": rfc3339(now_ms()), "epoch": 1}
+    if kind != "legacy":
+        rec["place"] = dict(p)
+        rec["identity"] = {"boot": p["boot"], "start": start}
+    if kind == "other-host":
+        rec["place"]["host"] = p["host"] + "-elsewhere"
+    if kind == "other-boot":
+        rec["place"]["boot"] = "00000000-0000-4000-8000-000000000000"
+        rec["identity"]["boot"] = rec["place"]["boot"]
+    if kind == "declared":
+        rec["holdsGuard"] = True
+    rec.update(extra or {})
+    return resolve(rec, p)
+
+
+def resolve(value, p):
+    """Placeholders in a case's values: `@boot` (this boot's id), `@now`, `@now-N`, `@now+N`
+    (milliseconds since the Unix epoch, now and N ms before or after)."""
+    if isinstance(value, dict):
+        return {k: resolve(v, p) for k, v in value.items()}
+    if isinstance(value, list):
+        return [resolve(v, p) for v in value]
+    if value == "@boot":
+        return p["boot"]
+    if isinstance(value, str) and value.startswith("@now"):
+        rest = value[4:]
+        return now_ms() + (int(rest) if rest else 0)
+    return value
+
+
+# --- setting a case up ----------------------------------------------------------------------
+
+def write(path, data, mode):
+    with open(path, "wb") as f:
+        f.write(data)
+    os.chmod(path, mode)
+
+
+def held_guard(d, name, keep):
+    """Publish `.NAME.flock` (empty, 0444) if absent and lock it; kept in `keep`."""
+    path = os.path.join(d, f".{name}.flock")
+    if not os.path.exists(path):
+        write(path, b"", 0o444)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    keep.append(fd)
+
+
+def set_up(d, steps, holders, keep):
+    for step in steps:
+        if "file" in step:
+            content = step.get("content", "")
+            data = content.encode() if isinstance(content, str) else json.dumps(content).encode() + b"\n"
+            path = os.path.join(d, step["file"])
+            write(path, data, int(step.get("mode", "0644"), 8))
+            if "age_s" in step:
+                then = time.time() - step["age_s"]
+                os.utime(path, (then, then))
+        elif "record" in step:
+            rec = record(step.get("holder", "dead"), holders, step.get("extra"))
+            raw = step.get("raw")
+            data = raw.encode() if raw is not None else json.dumps(rec, separators=(",", ":")).encode() + b"\n"
+            write(os.path.join(d, step["record"]), data, 0o644)
+            holders.written[step["record"]] = data
+            if step.get("guard") == "held":
+                held_guard(d, step["record"], keep)
+            elif step.get("guard", "published") == "published":
+                g = os.path.join(d, f".{step['record']}.flock")
+                if not os.path.exists(g):
+                    write(g, b"", 0o444)
+        elif "guard" in step:
+            if step.get("held", True):
+                held_guard(d, step["guard"], keep)
+            else:
+                write(os.path.join(d, f".{step['guard']}.flock"), b"", 0o444)
+        elif "dir" in step:
+            os.mkdir(os.path.join(d, step["dir"]))
+        elif "symlink" in step:
+            os.symlink(step["to"], os.path.join(d, step["symlink"]))
+        elif "fifo" in step:
+            os.mkfifo(os.path.join(d, step["fifo"]))
+        elif "epoch" in step:
+            write(os.path.join(d, f"{step['epoch']}.epoch.{step['n']}"), b"", 0o660)
+        elif "stop" in step:
+            write(os.path.join(d, "STOP"), (json.dumps(step["stop"]) + "\n").encode(), 0o660)
+        elif "drain_ms_ahead" in step:
+            until = now_ms() + step["drain_ms_ahead"]
+            flag = {"since": rfc3339(now_ms()), "until": rfc3339(until), "to": None}
+            write(os.path.join(d, "update-drain.json"), (json.dumps(flag) + "\n").encode(), 0o644)
+        else:
+            raise ValueError(f"unknown setup step {step}")
+
+
+# --- running one case ------------------------------------------------------------------------
+
+def check_files(d, spec, when, problems):
+    names = set(os.listdir(d))
+    for name in spec.get("exists", []):
+        if not glob.fnmatch.filter(names, name):
+            problems.append(f"{when}: expected {name} to exist (have {sorted(names)})")
+    for name in spec.get("absent", []):
+        if glob.fnmatch.filter(names, name):
+            problems.append(f"{when}: expected no {name} (have {sorted(names)})")
+    for name, fields in spec.get("records", {}).items():
+        try:
+            rec = json.loads(_read(os.path.join(d, name)))
+        except (OSError, ValueError) as e:
+            problems.append(f"{when}: {name} is not a readable record: {e}")
+            continue
+        for key, want in fields.items():
+            if rec.get(key) != want:
+                problems.append(f"{when}: {name}.{key} is {rec.get(key)!r}, expected {want!r}")
+
+
+def run_case(case, adapter, verbose):
+    root = tempfile.mkdtemp(prefix="worklane-conformance-")
+    d = os.path.join(root, "slots")
+    os.mkdir(d, 0o2770)
+    holders, keep, problems = Holders(), [], []
+    try:
+        set_up(d, case.get("setup", []), holders, keep)
+        env = dict(os.environ, CONFORMANCE_DIR=d)
+        action = [str(a) for a in case["action"]]
+        child = subprocess.Popen(adapter + action, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, env=env, text=True)
+        line = _first_line(child)
+        words = line.split(" ", 2)
+        expect = case["expect"]
+        outcome = words[0] if words else ""
+        if outcome != expect["outcome"]:
+            problems.append(f"outcome {line!r}, expected {expect['outcome']}")
+        if outcome == "admitted":
+            if "name" in expect and (len(words) < 2 or words[1] != expect["name"]):
+                problems.append(f"admitted {words[1:2]}, expected {expect['name']}")
+            if "epoch" in expect and (len(words) < 3 or words[2] != str(expect["epoch"])):
+                problems.append(f"epoch {words[2:3]}, expected {expect['epoch']}")
+            # Whatever the case, what was admitted stands in the directory: its record, with
+            # the epoch reported (section 9), and its guard (section 3).
+            if len(words) >= 3:
+                try:
+                    held = json.loads(_read(os.path.join(d, words[1])))
+                    if str(held.get("epoch")) != words[2]:
+                        problems.append(f"{words[1]} records epoch {held.get('epoch')}, reported {words[2]}")
+                    with open(os.path.join(d, words[1]), "rb") as f:
+                        if f.read() == holders.written.get(words[1]):
+                            problems.append(f"{words[1]} is still the set-up's record")
+                except (OSError, ValueError) as e:
+                    problems.append(f"admitted {words[1]}, but its record is not there: {e}")
+                if not os.path.isfile(os.path.join(d, f".{words[1]}.flock")):
+                    problems.append(f"admitted {words[1]} without its guard .{words[1]}.flock")
+            else:
+                problems.append(f"`admitted` needs NAME and EPOCH: {line!r}")
+            check_files(d, case.get("held", {}), "while held", problems)
+        for contains in expect.get("says", []):
+            if contains not in line:
+                problems.append(f"{line!r} does not say {contains!r}")
+        try:
+            # Closing the adapter's stdin (communicate does) tells it to release.
+            rest, err = child.communicate(timeout=ACTION_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            rest, err = child.communicate()
+            problems.append("the adapter did not end after its stdin closed")
+        if outcome == "admitted" and "released" not in rest:
+            problems.append(f"no `released` after stdin closed: {rest!r} {err!r}")
+        for fd in keep:
+            os.close(fd)
+        keep.clear()
+        check_files(d, case.get("after", {}), "after", problems)
+        if verbose and problems:
+            problems.append(f"adapter stderr: {err.strip()!r}")
+    except Exception as e:  # a broken case or adapter: reported, the next case runs
+        problems.append(f"{type(e).__name__}: {e}")
+    finally:
+        for fd in keep:
+            os.close(fd)
+        holders.end()
+        subprocess.run(["rm", "-rf", root], check=False)
+    return problems
+
+
+def _first_line(child):
+    """The adapter's first line, within the action timeout."""
+    import selectors
+    sel = selectors.DefaultSelector()
+    sel.register(child.stdout, selectors.EVENT_READ)
+    if not sel.select(ACTION_TIMEOUT):
+        child.kill()
+        return "timeout"
+    return (child.stdout.readline() or "").strip()
+
+
+def load_cases(only):
+    cases = []
+    for path in sorted(glob.glob(os.path.join(HERE, "cases", "*.json"))):
+        with open(path) as f:
+            for case in json.load(f):
+                case["file"] = os.path.basename(path)
+                if only is None or only in case["id"]:
+                    cases.append(case)
+    ids = [c["id"] for c in cases]
+    dup = {i for i in ids if ids.count(i) > 1}
+    if dup:
+        raise SystemExit(f"duplicate case ids: {sorted(dup)}")
+    return cases
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--adapter", help="the adapter command (default: the worklane adapter)")
+    ap.add_argument("--only", help="run the cases whose id contains this")
+    ap.add_argument("--list", action="store_true", help="list the cases and their sections")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args()
+    adapter = shlex.split(args.adapter) if args.adapter else DEFAULT_ADAPTER
+    cases = load_cases(args.only)
+    if args.list:
+        for c in cases:
+            print(f"{c['section']:>6}  {c['id']}  {c['title']}")
+        print(f"{len(cases)} cases")
+        return 0
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    failed = 0
+    for c in cases:
+        problems = run_case(c, adapter, args.verbose)
+        status = "ok" if not problems else "FAIL"
+        print(f"{status:4}  {c['section']:>6}  {c['id']}")
+        for p in problems:
+            print(f"        {p}")
+        failed += bool(problems)
+    print(f"{len(cases) - failed} of {len(cases)} cases passed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
