@@ -16,6 +16,7 @@ by /proc). Python 3.9 or later, standard library only.
 import argparse
 import fcntl
 import glob
+import hashlib
 import json
 import os
 import shlex
@@ -161,26 +162,60 @@ def held_guard(d, name, keep):
     keep.append(fd)
 
 
+def name_of(name):
+    """A file name with `@name-now+N` standing for now plus N ms (a line entry's start)."""
+    if "@name-now" in name:
+        head, rest = name.split("@name-now", 1)
+        sign_num, tail = rest.split(".", 1)
+        return f"{head}{now_ms() + int(sign_num)}.{tail}"
+    return name
+
+
+def content_of(content):
+    """A file's bytes: a string, a JSON value, or a generator: `@64KiB+1` (65 537 bytes),
+    `@drain-offset` (a drain flag in force, its `until` written with a +02:00 offset)."""
+    if content == "@64KiB+1":
+        return b"{" + b" " * 65535 + b"}"
+    if content == "@drain-offset":
+        until = now_ms() + 600_000 + 2 * 3600 * 1000
+        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(until // 1000)) + "+02:00"
+        return (json.dumps({"since": rfc3339(now_ms()), "until": text, "to": None}) + "\n").encode()
+    if isinstance(content, str):
+        return content.encode()
+    return json.dumps(content).encode() + b"\n"
+
+
 def set_up(d, steps, holders, keep):
     for step in steps:
         if "file" in step:
-            content = step.get("content", "")
-            data = content.encode() if isinstance(content, str) else json.dumps(content).encode() + b"\n"
-            path = os.path.join(d, step["file"])
+            data = content_of(step.get("content", ""))
+            path = os.path.join(d, name_of(step["file"]))
             write(path, data, int(step.get("mode", "0644"), 8))
             if "age_s" in step:
                 then = time.time() - step["age_s"]
                 os.utime(path, (then, then))
+            if step.get("locked"):
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                keep.append(fd)
+        elif "claim_for" in step:
+            target = step["claim_for"]
+            with open(os.path.join(d, target), "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()[:16]
+            rec = record(step.get("holder", "dead"), holders, step.get("extra"))
+            data = json.dumps(rec, separators=(",", ":")).encode() + b"\n"
+            write(os.path.join(d, f"{target}.{digest}.claim"), data, 0o644)
         elif "record" in step:
+            name = name_of(step["record"])
             rec = record(step.get("holder", "dead"), holders, step.get("extra"))
             raw = step.get("raw")
             data = raw.encode() if raw is not None else json.dumps(rec, separators=(",", ":")).encode() + b"\n"
-            write(os.path.join(d, step["record"]), data, 0o644)
-            holders.written[step["record"]] = data
+            write(os.path.join(d, name), data, 0o644)
+            holders.written[name] = data
             if step.get("guard") == "held":
-                held_guard(d, step["record"], keep)
+                held_guard(d, name, keep)
             elif step.get("guard", "published") == "published":
-                g = os.path.join(d, f".{step['record']}.flock")
+                g = os.path.join(d, f".{name}.flock")
                 if not os.path.exists(g):
                     write(g, b"", 0o444)
         elif "guard" in step:
