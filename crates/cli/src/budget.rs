@@ -3,8 +3,8 @@
 
 use crate::cli::{BudgetObserveArgs, BudgetTakeArgs};
 use crate::exit::{self, Failure};
+use crate::json;
 use crate::out::{errln, outln};
-use serde_json::{Value, json};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use worklane_budget::{
@@ -37,30 +37,28 @@ fn key_from_env(var: &str) -> Result<CredentialKey, Failure> {
 }
 
 /// The health view as JSON: credentials numbered, never named by key.
-pub(crate) fn views_json(views: &[CredentialView]) -> Value {
-    Value::Array(
-        views
-            .iter()
-            .map(|v| {
-                json!({
-                    "credential": v.number,
-                    "updated": rfc3339_ms(v.updated_ms),
-                    "paused_until": v.paused_until.map(rfc3339_ms),
-                    "resources": v.resources.iter().map(|r| json!({
-                        "name": r.name,
-                        "limit": r.limit,
-                        "remaining": r.remaining,
-                        "granted": r.granted,
-                        "left": r.left,
-                        "reset": rfc3339_ms(r.reset_at),
-                        "by_consumer": r.by_consumer.iter()
-                            .map(|(name, n)| (name.clone(), Value::from(*n)))
-                            .collect::<serde_json::Map<_, _>>(),
-                    })).collect::<Vec<_>>(),
+pub(crate) fn views_json(views: &[CredentialView]) -> Vec<json::Budget> {
+    views
+        .iter()
+        .map(|v| json::Budget {
+            credential: v.number,
+            updated: rfc3339_ms(v.updated_ms),
+            paused_until: v.paused_until.map(rfc3339_ms),
+            resources: v
+                .resources
+                .iter()
+                .map(|r| json::BudgetResource {
+                    name: r.name.clone(),
+                    limit: r.limit,
+                    remaining: r.remaining,
+                    granted: r.granted,
+                    left: r.left,
+                    reset: rfc3339_ms(r.reset_at),
+                    by_consumer: r.by_consumer.iter().cloned().collect(),
                 })
-            })
-            .collect(),
-    )
+                .collect(),
+        })
+        .collect()
 }
 
 /// The health view for people, one block per credential.
@@ -116,10 +114,7 @@ pub(crate) fn show(as_json: bool, fleet: &crate::cli::FleetAt) -> Result<ExitCod
         crate::fleet::budget_views(fleet)?
     };
     if as_json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&views_json(&views)).unwrap_or_default()
-        )?;
+        outln!("{}", json::pretty(&views_json(&views)))?;
     } else {
         print_views(&views)?;
     }
@@ -141,7 +136,15 @@ pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
                 if args.json {
                     outln!(
                         "{}",
-                        json!({"go": true, "counted": counted, "left": left, "unaccounted": null})
+                        json::line(&json::Take {
+                            version: json::VERSION,
+                            answer: json::TakeAnswer::Go {
+                                go: json::True,
+                                counted,
+                                left,
+                                unaccounted: None,
+                            },
+                        })
                     )?;
                 }
                 Ok(ExitCode::SUCCESS)
@@ -158,7 +161,15 @@ pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
             if args.json {
                 outln!(
                     "{}",
-                    json!({"go": true, "counted": false, "left": null, "unaccounted": why})
+                    json::line(&json::Take {
+                        version: json::VERSION,
+                        answer: json::TakeAnswer::Go {
+                            go: json::True,
+                            counted: false,
+                            left: None,
+                            unaccounted: Some(why.clone()),
+                        },
+                    })
                 )?;
             }
             errln!("worklane: the call may go, unaccounted: {why}");
@@ -171,11 +182,14 @@ pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
             if args.json {
                 outln!(
                     "{}",
-                    json!({
-                        "go": true,
-                        "counted": grant.counted,
-                        "left": grant.left,
-                        "unaccounted": unaccounted,
+                    json::line(&json::Take {
+                        version: json::VERSION,
+                        answer: json::TakeAnswer::Go {
+                            go: json::True,
+                            counted: grant.counted,
+                            left: grant.left,
+                            unaccounted: unaccounted.clone(),
+                        },
                     })
                 )?;
             }
@@ -194,12 +208,15 @@ fn refuse(args: &BudgetTakeArgs, refused: &Refused) -> Result<ExitCode, Failure>
     if args.json {
         outln!(
             "{}",
-            json!({
-                "go": false,
-                "kind": refused.kind(),
-                "status": refused.status(),
-                "retry_at": retry_at(refused).map(rfc3339_ms),
-                "message": refused.to_string(),
+            json::line(&json::Take {
+                version: json::VERSION,
+                answer: json::TakeAnswer::Refused {
+                    go: json::False,
+                    kind: refused.kind(),
+                    status: refused.status(),
+                    retry_at: retry_at(refused).map(rfc3339_ms),
+                    message: refused.to_string(),
+                },
             })
         )?;
     }

@@ -48,7 +48,7 @@ pub(crate) enum Command {
     Run(RunArgs),
     /// Show every held slot, run and lease, the caps, STOP, drain and the API budgets.
     Slots {
-        /// Print JSON (schema in README.md) instead of a table.
+        /// Print JSON (schema in docs/json.md) instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -229,7 +229,7 @@ pub(crate) struct RunArgs {
     pub(crate) owner: Option<String>,
     /// Write worklane's own events as JSON lines to descriptor N (3 or above, open for
     /// writing; not passed on to the command): taken, then end with the exit status, or
-    /// refused or error (schema in README.md).
+    /// refused or error (schema in docs/json.md).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(0..))]
     pub(crate) status_fd: Option<i32>,
     /// Past this host: also take a place in a fleet pool on etcd.
@@ -341,7 +341,7 @@ pub(crate) struct LeaseRunArgs {
     /// --wait.
     #[arg(short = 'w', long, value_parser = parse_duration)]
     pub(crate) timeout: Option<Duration>,
-    /// On a refusal, also print it as one JSON object on stdout (schema in README.md).
+    /// On a refusal, also print it as one JSON object on stdout (schema in docs/json.md).
     #[arg(long)]
     pub(crate) json: bool,
     /// Write worklane's own events as JSON lines to descriptor N, as `run --status-fd` does.
@@ -451,7 +451,7 @@ pub(crate) struct WhyArgs {
     /// Ask who owns this lock file (a name in the slot directory, e.g. full-run.lock).
     #[arg(long)]
     pub(crate) lock: Option<String>,
-    /// Print JSON (schema in README.md).
+    /// Print JSON (schema in docs/json.md).
     #[arg(long)]
     pub(crate) json: bool,
 }
@@ -460,7 +460,7 @@ pub(crate) struct WhyArgs {
 pub(crate) enum BudgetCommand {
     /// Show the budgets of the credentials used recently (numbered, never named by key).
     Show {
-        /// Print JSON (schema in README.md) instead of text.
+        /// Print JSON (schema in docs/json.md) instead of text.
         #[arg(long)]
         json: bool,
         /// Show the budgets the fleet shares in etcd instead of this host's.

@@ -10,7 +10,6 @@
 use crate::cli::{ConfigCommand, ConfigKey};
 use crate::exit::{self, Failure};
 use crate::out::outln;
-use serde::Serialize;
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -19,9 +18,6 @@ use worklane_slotfile::{
     AGENTS_RANGE, Config, DEFAULT_MAX_AGENTS, DEFAULT_MAX_TEST_RUNS, Environment, SlotDir,
     TEST_RUNS_RANGE,
 };
-
-/// The `version` of `config get --json`; raised when a field changes meaning or goes away.
-const VERSION: u32 = 1;
 
 /// The mode a written config gets (readable by every harness, as before).
 const CONFIG_MODE: u32 = 0o644;
@@ -248,20 +244,6 @@ fn plain(value: &Value) -> String {
     }
 }
 
-/// `config get --json` without a key.
-#[derive(Serialize)]
-struct Shown {
-    version: u32,
-    /// The config file in force.
-    file: String,
-    /// Whether it exists (when not, every key has its default).
-    exists: bool,
-    /// Every key with its value in force.
-    values: Map<String, Value>,
-    /// The keys the file sets (the others have their defaults).
-    set: Vec<String>,
-}
-
 fn get(key: Option<ConfigKey>, as_json: bool) -> Result<ExitCode, Failure> {
     let (path, exists, keys) = in_force()?;
     let value = |k: ConfigKey| {
@@ -279,8 +261,8 @@ fn get(key: Option<ConfigKey>, as_json: bool) -> Result<ExitCode, Failure> {
         return Ok(ExitCode::SUCCESS);
     }
     if as_json {
-        let shown = Shown {
-            version: VERSION,
+        let shown = crate::json::Config {
+            version: crate::json::VERSION,
             file: path.display().to_string(),
             exists,
             values: ConfigKey::ALL
@@ -293,10 +275,7 @@ fn get(key: Option<ConfigKey>, as_json: bool) -> Result<ExitCode, Failure> {
                 .map(|k| k.name().to_owned())
                 .collect(),
         };
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&shown).unwrap_or_default()
-        )?;
+        outln!("{}", crate::json::pretty(&shown))?;
         return Ok(ExitCode::SUCCESS);
     }
     outln!("{}", describe_file(&path, exists))?;

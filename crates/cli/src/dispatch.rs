@@ -5,6 +5,7 @@
 
 use crate::cli::{ClaimArgs, DispatcherArgs, EnqueueArgs};
 use crate::exit::{self, Failure};
+use crate::json;
 use crate::out::{errln, outln};
 use crate::run::{SlotWatch, slot_launch};
 use crate::supervise::{describe, inheritable, supervise};
@@ -521,7 +522,11 @@ pub(crate) fn enqueue(args: &EnqueueArgs) -> Result<ExitCode, Failure> {
     if args.json {
         outln!(
             "{}",
-            serde_json::json!({"version": 1, "attempt": attempt, "lane": lane})
+            json::line(&json::Enqueued {
+                version: json::VERSION,
+                attempt: &attempt,
+                lane: &lane,
+            })
         )?;
     } else {
         outln!("{attempt}")?;
@@ -580,8 +585,14 @@ pub(crate) fn claim(args: &ClaimArgs) -> Result<ExitCode, Failure> {
     if args.json {
         errln!(
             "{}",
-            serde_json::json!({"version": 1, "attempt": attempt, "lane": lane, "slot": slot_name,
-                               "lane_epoch": lane_lease.epoch(), "slot_epoch": slot.lease().epoch()})
+            json::line(&json::Claimed {
+                version: json::VERSION,
+                attempt: &attempt,
+                lane: &lane,
+                slot: &slot_name,
+                lane_epoch: lane_lease.epoch(),
+                slot_epoch: slot.lease().epoch(),
+            })
         );
     }
     let mut launch = slot_launch(&args.command, &slot)?;
@@ -622,13 +633,8 @@ pub(crate) fn listing(pool: &Pool) -> Result<crate::queue::Listing, Failure> {
     let stream = match connect(&path) {
         Ok(stream) => stream,
         Err(failure) => {
-            let mut json = serde_json::Map::new();
-            json.insert("dispatcher_pid".into(), serde_json::Value::Null);
-            json.insert("attempts".into(), serde_json::json!([]));
-            json.insert("logs".into(), serde_json::json!([]));
-            json.insert("dispatcher".into(), failure.message.clone().into());
             return Ok(crate::queue::Listing {
-                json,
+                json: json::DispatcherList::none(failure.message.clone()),
                 lines: vec![format!("attempts: none ({})", failure.message)],
             });
         }
@@ -666,13 +672,12 @@ pub(crate) fn listing(pool: &Pool) -> Result<crate::queue::Listing, Failure> {
             log
         ));
     }
-    let mut json = serde_json::Map::new();
-    json.insert("dispatcher_pid".into(), reply.pid.into());
-    json.insert(
-        "attempts".into(),
-        serde_json::to_value(&attempts).unwrap_or_default(),
-    );
-    json.insert("logs".into(), logs.into());
+    let json = json::DispatcherList {
+        dispatcher_pid: reply.pid,
+        attempts,
+        logs,
+        dispatcher: None,
+    };
     Ok(crate::queue::Listing { json, lines })
 }
 
@@ -692,7 +697,7 @@ pub(crate) fn cancel(attempt: &str) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) fn reconcile(attempt: &str, json: bool) -> Result<ExitCode, Failure> {
+pub(crate) fn reconcile(attempt: &str, as_json: bool) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
     // 1. The dispatcher's rows (if one answers).
     if let Ok((reply, _)) = ask(&socket_path(&pool, None), &Wire::List, &[])
@@ -702,16 +707,17 @@ pub(crate) fn reconcile(attempt: &str, json: bool) -> Result<ExitCode, Failure> 
             .into_iter()
             .find(|a| a.attempt == attempt)
     {
+        let text = format!(
+            "{attempt}: the dispatcher (pid {}) holds it, {} on lane {}",
+            reply.pid.unwrap_or(0),
+            row.state,
+            row.lane
+        );
         return say(
-            json,
-            serde_json::json!({"version": 1, "attempt": attempt, "holder": "dispatcher",
-                               "state": row.state, "lane": row.lane, "pid": reply.pid}),
-            &format!(
-                "{attempt}: the dispatcher (pid {}) holds it, {} on lane {}",
-                reply.pid.unwrap_or(0),
-                row.state,
-                row.lane
-            ),
+            as_json,
+            attempt,
+            json::Holder::dispatcher(row.state, row.lane, reply.pid),
+            &text,
         );
     }
     // 2. A lane whose record names the attempt: held by its driver, or free.
@@ -735,9 +741,9 @@ pub(crate) fn reconcile(attempt: &str, json: bool) -> Result<ExitCode, Failure> 
         let pid = record.pid();
         return if held {
             say(
-                json,
-                serde_json::json!({"version": 1, "attempt": attempt, "holder": "driver",
-                                   "lane": path.name(), "pid": pid}),
+                as_json,
+                attempt,
+                json::Holder::driver(path.name().to_owned(), pid),
                 &format!(
                     "{attempt}: a driver holds {} (pid {})",
                     path.name(),
@@ -746,9 +752,12 @@ pub(crate) fn reconcile(attempt: &str, json: bool) -> Result<ExitCode, Failure> 
             )
         } else {
             say(
-                json,
-                serde_json::json!({"version": 1, "attempt": attempt, "holder": null,
-                                   "lane": path.name()}),
+                as_json,
+                attempt,
+                json::Holder::FreeLane {
+                    holder: json::Nobody,
+                    lane: path.name().to_owned(),
+                },
                 &format!(
                     "{attempt}: nobody holds it (its driver left {} free)",
                     path.name()
@@ -757,15 +766,30 @@ pub(crate) fn reconcile(attempt: &str, json: bool) -> Result<ExitCode, Failure> 
         };
     }
     say(
-        json,
-        serde_json::json!({"version": 1, "attempt": attempt, "holder": null}),
+        as_json,
+        attempt,
+        json::Holder::Nowhere {
+            holder: json::Nobody,
+        },
         &format!("{attempt}: nobody holds it (no queued row and no lane names it)"),
     )
 }
 
-fn say(json: bool, doc: serde_json::Value, text: &str) -> Result<ExitCode, Failure> {
-    if json {
-        outln!("{doc}")?;
+fn say(
+    as_json: bool,
+    attempt: &str,
+    holder: json::Holder,
+    text: &str,
+) -> Result<ExitCode, Failure> {
+    if as_json {
+        outln!(
+            "{}",
+            json::line(&json::Reconciled {
+                version: json::VERSION,
+                attempt,
+                holder,
+            })
+        )?;
     } else {
         outln!("{text}")?;
     }

@@ -32,13 +32,8 @@ pub(crate) fn reconcile(_: &str, _: bool) -> Result<ExitCode, Failure> {
 /// No attempts: this build has no dispatcher.
 pub(crate) fn listing(_: &worklane_admission::Pool) -> Result<crate::queue::Listing, Failure> {
     let why = "attempts: none (this worklane was built without the dispatcher)";
-    let mut json = serde_json::Map::new();
-    json.insert("dispatcher_pid".into(), serde_json::Value::Null);
-    json.insert("attempts".into(), serde_json::json!([]));
-    json.insert("logs".into(), serde_json::json!([]));
-    json.insert("dispatcher".into(), why.into());
     Ok(crate::queue::Listing {
-        json,
+        json: crate::json::DispatcherList::none(why.to_owned()),
         lines: vec![why.to_owned()],
     })
 }

@@ -3,6 +3,7 @@
 
 use crate::cli::{FleetArgs, FleetAt, FleetRoleArgs};
 use crate::exit::{self, Failure};
+use crate::json;
 use crate::out::outln;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -132,39 +133,40 @@ pub(crate) fn set_cap(args: &FleetArgs, cap: u32) -> Result<ExitCode, Failure> {
 }
 
 /// `worklane fleet status`.
-pub(crate) fn status(args: &FleetArgs, json: bool) -> Result<ExitCode, Failure> {
+pub(crate) fn status(args: &FleetArgs, as_json: bool) -> Result<ExitCode, Failure> {
     needs_endpoints(args)?;
     let fleet = connect(args)?;
     let status = fleet.status(&args.pool).map_err(|e| failure(&e))?;
     let holding = status.cap.unwrap_or(0) as usize;
-    let keys: Vec<serde_json::Value> = status
+    let keys: Vec<json::FleetKey> = status
         .keys
         .iter()
         .enumerate()
         .map(|(i, k)| {
             let h = k.holder.as_ref();
-            serde_json::json!({
-                "key": k.key,
-                "epoch": k.create_revision,
-                "holds": i < holding,
-                "host": h.map(|h| h.host.clone()),
-                "pid": h.map(|h| h.pid),
-                "owner": h.map(|h| h.owner.clone()),
-                "since": h.map(|h| h.since.clone()),
-                "command": h.and_then(|h| h.command.clone()),
-            })
+            json::FleetKey {
+                key: k.key.clone(),
+                epoch: k.create_revision,
+                holds: i < holding,
+                host: h.map(|h| h.host.clone()),
+                pid: h.map(|h| h.pid),
+                owner: h.map(|h| h.owner.clone()),
+                since: h.map(|h| h.since.clone()),
+                command: h.and_then(|h| h.command.clone()),
+            }
         })
         .collect();
-    if json {
+    let held = keys.iter().filter(|k| k.holds).count();
+    if as_json {
         outln!(
             "{}",
-            serde_json::json!({
-                "version": 1,
-                "endpoints": fleet.endpoints(),
-                "pool": status.pool,
-                "cap": status.cap,
-                "held": keys.iter().filter(|k| k["holds"] == true).count(),
-                "keys": keys,
+            json::line(&json::FleetStatus {
+                version: json::VERSION,
+                endpoints: fleet.endpoints().to_owned(),
+                pool: status.pool.clone(),
+                cap: status.cap,
+                held,
+                keys,
             })
         )?;
         return Ok(ExitCode::SUCCESS);
@@ -174,8 +176,8 @@ pub(crate) fn status(args: &FleetArgs, json: bool) -> Result<ExitCode, Failure> 
             "fleet pool {:?} at {}: {} of {cap} held, {} waiting",
             status.pool,
             fleet.endpoints(),
-            keys.iter().filter(|k| k["holds"] == true).count(),
-            keys.iter().filter(|k| k["holds"] == false).count()
+            held,
+            keys.len() - held
         )?,
         None => outln!(
             "fleet pool {:?} at {}: no cap set, so it admits nobody (`worklane fleet set-cap \
@@ -188,12 +190,12 @@ pub(crate) fn status(args: &FleetArgs, json: bool) -> Result<ExitCode, Failure> 
     for k in &keys {
         outln!(
             "  {} epoch {} pid {} on {} owner {} since {}",
-            if k["holds"] == true { "holds" } else { "waits" },
-            k["epoch"],
-            k["pid"],
-            k["host"].as_str().unwrap_or("?"),
-            k["owner"].as_str().unwrap_or("?"),
-            k["since"].as_str().unwrap_or("?")
+            if k.holds { "holds" } else { "waits" },
+            k.epoch,
+            k.pid.map_or("null".to_owned(), |p| p.to_string()),
+            k.host.as_deref().unwrap_or("?"),
+            k.owner.as_deref().unwrap_or("?"),
+            k.since.as_deref().unwrap_or("?")
         )?;
     }
     Ok(ExitCode::SUCCESS)

@@ -18,6 +18,7 @@ mod fleet;
 #[cfg(not(feature = "fleet"))]
 #[path = "fleet_off.rs"]
 mod fleet;
+mod json;
 mod nesting;
 mod ops;
 mod out;

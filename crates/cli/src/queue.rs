@@ -272,17 +272,17 @@ struct Queued {
 }
 
 impl Queued {
-    fn json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "id": format!("{ID_PREFIX}{}", self.pid),
-            "pid": self.pid,
-            "state": self.state,
-            "position": self.position,
-            "priority": self.priority,
-            "since": self.since,
-            "command": self.command,
-            "log": self.log,
-        })
+    fn json(&self) -> crate::json::FullRun {
+        crate::json::FullRun {
+            id: format!("{ID_PREFIX}{}", self.pid),
+            pid: self.pid,
+            state: self.state,
+            position: self.position,
+            priority: self.priority,
+            since: self.since.clone(),
+            command: self.command.clone(),
+            log: self.log.clone(),
+        }
     }
 }
 
@@ -340,7 +340,7 @@ fn queued_full_runs(pool: &Pool) -> Result<Vec<Queued>, Failure> {
 
 /// The dispatcher's part of `queue ls`: JSON fields and lines for a person.
 pub(crate) struct Listing {
-    pub(crate) json: serde_json::Map<String, serde_json::Value>,
+    pub(crate) json: crate::json::DispatcherList,
     pub(crate) lines: Vec<String>,
 }
 
@@ -350,14 +350,14 @@ pub(crate) fn list(json: bool) -> Result<ExitCode, Failure> {
     let full_runs = queued_full_runs(&pool)?;
     let dispatcher = crate::dispatch::listing(&pool)?;
     if json {
-        let mut doc = serde_json::Map::new();
-        doc.insert("version".into(), 1.into());
-        doc.insert(
-            "full_runs".into(),
-            full_runs.iter().map(Queued::json).collect(),
-        );
-        doc.extend(dispatcher.json);
-        outln!("{}", serde_json::Value::Object(doc))?;
+        outln!(
+            "{}",
+            crate::json::line(&crate::json::QueueList {
+                version: crate::json::VERSION,
+                full_runs: full_runs.iter().map(Queued::json).collect(),
+                dispatcher: dispatcher.json,
+            })
+        )?;
         return Ok(ExitCode::SUCCESS);
     }
     outln!("queued full runs: {}", full_runs.len())?;

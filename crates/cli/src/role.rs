@@ -1,16 +1,14 @@
 //! A refused `lease run`: the message for people and, with `--json`, one JSON object on
-//! stdout (schema in README.md). Seed 004: a refusal names the holder's pid, role,
+//! stdout (schema in docs/json.md). Seed 004: a refusal names the holder's pid, role,
 //! agentIdentity and profile, and both entrypoints: the holder's and the refused caller's.
 
 use crate::exit::{self, Failure};
+use crate::json::VERSION;
 use crate::out::outln;
 use serde::Serialize;
 use std::path::Path;
 use worklane_admission::{SlotState, Stop};
 use worklane_lease::{LiveWhy, Record, Refusal, rfc3339_ms};
-
-/// The `version` of the JSON object; raised when a field changes meaning or goes away.
-const VERSION: u32 = 1;
 
 /// What refused the lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -1,8 +1,9 @@
 //! `worklane slots`: what is held, by whom, and what is in force.
 
 use crate::exit::Failure;
+use crate::json;
 use crate::out::outln;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::process::ExitCode;
 use worklane_admission::{DrainState, SlotState, SlotView, Snapshot, drain::Ignored};
 use worklane_budget::{CredentialView, Ledger};
@@ -29,40 +30,41 @@ fn reason(state: &SlotState) -> String {
     }
 }
 
-fn slot_json(view: &SlotView) -> Value {
+fn slot_json(view: &SlotView) -> json::Slot {
     let r = view.record.as_ref();
-    json!({
-        "name": view.name,
-        "kind": view.kind,
-        "pid": r.and_then(|r| r.pid()),
-        "owner": r.and_then(|r| r.owner.clone()),
-        "since": r.and_then(|r| r.acquired_at.clone()),
-        "role": r.and_then(|r| r.extra_str("role")),
-        "command": r.and_then(|r| r.extra_str("command").or_else(|| r.extra_str("entrypoint"))),
-        "epoch": r.and_then(|r| r.epoch),
-        "limit_ms": r.and_then(|r| r.extra.get("limit_ms").and_then(Value::as_u64)),
-        "last_pulse": r.and_then(|r| r.last_pulse).map(rfc3339_ms),
-        "state": state_word(&view.state),
-        "counts": view.state.is_held(),
-        "reason": reason(&view.state),
-    })
+    json::Slot {
+        name: view.name.clone(),
+        kind: view.kind,
+        pid: r.and_then(|r| r.pid()),
+        owner: r.and_then(|r| r.owner.clone()),
+        since: r.and_then(|r| r.acquired_at.clone()),
+        role: r.and_then(|r| r.extra_str("role")).map(str::to_owned),
+        command: r
+            .and_then(|r| r.extra_str("command").or_else(|| r.extra_str("entrypoint")))
+            .map(str::to_owned),
+        epoch: r.and_then(|r| r.epoch),
+        limit_ms: r.and_then(|r| r.extra.get("limit_ms").and_then(Value::as_u64)),
+        last_pulse: r.and_then(|r| r.last_pulse).map(rfc3339_ms),
+        state: state_word(&view.state),
+        counts: view.state.is_held(),
+        reason: reason(&view.state),
+    }
 }
 
-fn drain_json(drain: &DrainState) -> Value {
+fn drain_json(drain: &DrainState) -> json::Drain {
+    let flag = |d: &worklane_admission::Drain| json::DrainFlag {
+        since: d.since.clone(),
+        until: d.until.clone(),
+        to: d.to.clone(),
+    };
     match drain {
-        DrainState::None => json!({"state": "none"}),
-        DrainState::InForce(d) => {
-            json!({"state": "in-force", "since": d.since, "until": d.until, "to": d.to})
-        }
-        DrainState::Ignored(Ignored::Expired { drain: d }) => {
-            json!({"state": "expired", "since": d.since, "until": d.until, "to": d.to})
-        }
-        DrainState::Ignored(Ignored::TooFarAhead { drain: d }) => {
-            json!({"state": "too-far-ahead", "since": d.since, "until": d.until, "to": d.to})
-        }
-        DrainState::Ignored(Ignored::Unreadable { detail }) => {
-            json!({"state": "unreadable", "detail": detail})
-        }
+        DrainState::None => json::Drain::None,
+        DrainState::InForce(d) => json::Drain::InForce(flag(d)),
+        DrainState::Ignored(Ignored::Expired { drain: d }) => json::Drain::Expired(flag(d)),
+        DrainState::Ignored(Ignored::TooFarAhead { drain: d }) => json::Drain::TooFarAhead(flag(d)),
+        DrainState::Ignored(Ignored::Unreadable { detail }) => json::Drain::Unreadable {
+            detail: detail.clone(),
+        },
     }
 }
 
@@ -74,7 +76,6 @@ fn count(snapshot: &Snapshot, kind: &str) -> usize {
         .count()
 }
 
-/// The JSON document of `slots --json` (schema in README.md).
 /// The dispatcher's queue as the slot directory shows it: the dispatcher (its lock's record
 /// and whether its guard is held) and the status entries `queue-<lane>.json` it keeps.
 pub(crate) struct QueueView {
@@ -113,41 +114,32 @@ pub(crate) fn queue_view(dir: &worklane_slotfile::SlotDir) -> QueueView {
 
 /// The waiting lines: each live entry with its place in its kind's line (dead ones, waiting
 /// to be retired by the next waiter, are listed with `"live": false` and no position).
-pub(crate) fn line_json(snapshot: &Snapshot) -> Value {
+pub(crate) fn line_json(snapshot: &Snapshot) -> Vec<json::LineEntry> {
     let mut positions: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
-    Value::Array(
-        snapshot
-            .line
-            .iter()
-            .map(|v| {
-                let position = v.live.then(|| {
-                    let n = positions.entry(v.entry.kind.as_str()).or_insert(0);
-                    *n += 1;
-                    *n
-                });
-                let r = v.record.as_ref();
-                json!({
-                    "kind": v.entry.kind,
-                    "position": position,
-                    "priority": v.entry.priority,
-                    "start": rfc3339_ms(v.entry.start_ms),
-                    "pid": r.and_then(|r| r.pid()),
-                    "owner": r.and_then(|r| r.owner.clone()),
-                    "command": r.and_then(|r| r.extra_str("command")),
-                    "log": r.and_then(|r| r.extra_str("log")),
-                    "live": v.live,
-                    "name": v.entry.name(),
-                })
-            })
-            .collect(),
-    )
-}
-
-fn queue_json(queue: &QueueView) -> Value {
-    json!({
-        "dispatcher": {"pid": queue.pid, "alive": queue.alive},
-        "attempts": queue.attempts,
-    })
+    snapshot
+        .line
+        .iter()
+        .map(|v| {
+            let position = v.live.then(|| {
+                let n = positions.entry(v.entry.kind.as_str()).or_insert(0);
+                *n += 1;
+                *n
+            });
+            let r = v.record.as_ref();
+            json::LineEntry {
+                kind: v.entry.kind.clone(),
+                position,
+                priority: v.entry.priority,
+                start: rfc3339_ms(v.entry.start_ms),
+                pid: r.and_then(|r| r.pid()),
+                owner: r.and_then(|r| r.owner.clone()),
+                command: r.and_then(|r| r.extra_str("command")).map(str::to_owned),
+                log: r.and_then(|r| r.extra_str("log")).map(str::to_owned),
+                live: v.live,
+                name: v.entry.name(),
+            }
+        })
+        .collect()
 }
 
 /// The config file in force and whether it exists (when not, the defaults hold).
@@ -165,39 +157,57 @@ impl ConfigFile {
     }
 }
 
+/// The document of `slots --json` (schema in docs/json.md).
 pub(crate) fn to_json(
     snapshot: &Snapshot,
     config: &ConfigFile,
     budgets: &[CredentialView],
-    queue: &QueueView,
-) -> Value {
-    json!({
-        "dir": snapshot.dir.display().to_string(),
-        "config": {"path": config.path.display().to_string(), "exists": config.exists},
-        "max_agents": snapshot.config.max_agents,
-        "max_test_runs": snapshot.config.max_test_runs,
-        "agents_held": count(snapshot, "agent"),
-        "test_runs_held": count(snapshot, "test"),
-        "full_run_held": count(snapshot, "full-run") > 0,
-        "stop": snapshot.stop.as_ref().map(|s| json!({"by": s.by, "at": s.at, "reason": s.reason})),
-        "drain": drain_json(&snapshot.drain),
-        "slots": snapshot.slots.iter().map(slot_json).collect::<Vec<_>>(),
-        "problems": problems_json(snapshot),
-        "queue": queue_json(queue),
-        "line": line_json(snapshot),
-        "budgets": crate::budget::views_json(budgets),
-    })
+    queue: QueueView,
+) -> json::Slots {
+    json::Slots {
+        version: json::VERSION,
+        dir: snapshot.dir.display().to_string(),
+        config: json::ConfigFile {
+            path: config.path.display().to_string(),
+            exists: config.exists,
+        },
+        max_agents: snapshot.config.max_agents,
+        max_test_runs: snapshot.config.max_test_runs,
+        agents_held: count(snapshot, "agent"),
+        test_runs_held: count(snapshot, "test"),
+        full_run_held: count(snapshot, "full-run") > 0,
+        stop: snapshot.stop.as_ref().map(|s| json::Stop {
+            by: s.by.clone(),
+            at: s.at.clone(),
+            reason: s.reason.clone(),
+        }),
+        drain: drain_json(&snapshot.drain),
+        slots: snapshot.slots.iter().map(slot_json).collect(),
+        problems: problems_json(snapshot),
+        queue: json::Queue {
+            dispatcher: json::Dispatcher {
+                pid: queue.pid,
+                alive: queue.alive,
+            },
+            attempts: queue.attempts,
+        },
+        line: line_json(snapshot),
+        budgets: crate::budget::views_json(budgets),
+    }
 }
 
 /// Stray and broken files, as `slots --json` and `why --json` list them.
-pub(crate) fn problems_json(snapshot: &Snapshot) -> Value {
-    Value::Array(
-        snapshot
-            .problems
-            .iter()
-            .map(|p| json!({"name": p.name, "what": p.what, "fix": p.fix, "blocks": p.blocks}))
-            .collect(),
-    )
+pub(crate) fn problems_json(snapshot: &Snapshot) -> Vec<json::Problem> {
+    snapshot
+        .problems
+        .iter()
+        .map(|p| json::Problem {
+            name: p.name.clone(),
+            what: p.what.clone(),
+            fix: p.fix.clone(),
+            blocks: p.blocks,
+        })
+        .collect()
 }
 
 /// Stray and broken files as lines for a person: `NAME: WHAT; fix: FIX`.
@@ -219,8 +229,7 @@ pub(crate) fn show(as_json: bool) -> Result<ExitCode, Failure> {
     if as_json {
         outln!(
             "{}",
-            serde_json::to_string_pretty(&to_json(&snapshot, &config, &budgets, &queue))
-                .unwrap_or_default()
+            json::pretty(&to_json(&snapshot, &config, &budgets, queue))
         )?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -282,24 +291,21 @@ pub(crate) fn show(as_json: bool) -> Result<ExitCode, Failure> {
         }
     }
     let waiting = line_json(&snapshot);
-    let waiting = waiting.as_array().map(Vec::as_slice).unwrap_or_default();
     if !waiting.is_empty() {
         outln!(
             "waiting in line ({}):",
-            waiting.iter().filter(|w| w["live"] == true).count()
+            waiting.iter().filter(|w| w.live).count()
         )?;
-        for w in waiting {
+        for w in &waiting {
             outln!(
                 "  {} {:<8} priority {} pid {} owner {} since {}{}",
-                w["position"]
-                    .as_u64()
-                    .map_or("-".to_owned(), |p| format!("{p}.")),
-                w["kind"].as_str().unwrap_or("-"),
-                w["priority"],
-                w["pid"].as_u64().map_or("-".to_owned(), |p| p.to_string()),
-                w["owner"].as_str().unwrap_or("-"),
-                w["start"].as_str().unwrap_or("-"),
-                if w["live"] == true {
+                w.position.map_or("-".to_owned(), |p| format!("{p}.")),
+                w.kind,
+                w.priority,
+                w.pid.map_or("-".to_owned(), |p| p.to_string()),
+                w.owner.as_deref().unwrap_or("-"),
+                w.start,
+                if w.live {
                     ""
                 } else {
                     " (dead: removed by the next waiter)"

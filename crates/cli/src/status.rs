@@ -1,6 +1,6 @@
 //! `--status-fd N` of `run` and `lease run`: worklane's own account of a run, one JSON line per
 //! event, on a descriptor the caller passed, so that a harness can tell worklane's exit codes
-//! (64, 69, 75, 78...) from its command's (schema in README.md).
+//! (64, 69, 75, 78...) from its command's (schema in docs/json.md).
 //!
 //! Events: `waiting` (once, when the run first has to wait), `taken` (the slot or lease is held;
 //! the command starts next), then exactly one of `end` (after `taken`: the exit status worklane
@@ -12,11 +12,9 @@
 //! the run does; the first failure is reported on stderr and later events are dropped.
 
 use crate::exit::{self, Failure};
+use crate::json::VERSION;
 use serde::Serialize;
 use std::io::Write;
-
-/// The `version` of every line; raised when a field changes meaning or goes away.
-const VERSION: u32 = 1;
 
 /// What halted the command, in an `end` event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -7,8 +7,9 @@
 
 use crate::cli::{KindArg, WhyArgs};
 use crate::exit::{self, Failure};
+use crate::json;
 use crate::out::outln;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::process::ExitCode;
 use worklane_admission::{DrainState, Snapshot};
 use worklane_budget::{CredentialKey, Ledger, Peek, WaitWhy};
@@ -67,13 +68,13 @@ impl Answer {
         }
     }
 
-    fn json(&self) -> Value {
-        json!({
-            "asked": self.asked,
-            "blocks": self.blocks,
-            "decided_here": !self.outside,
-            "why": self.why,
-        })
+    fn json(&self) -> json::Answer {
+        json::Answer {
+            asked: self.asked.clone(),
+            blocks: self.blocks,
+            decided_here: !self.outside,
+            why: self.why.clone(),
+        }
     }
 
     fn word(&self) -> &'static str {
@@ -285,11 +286,11 @@ pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
     let snapshot = pool.snapshot()?;
     let ledger = Ledger::new(pool.dir().clone());
     let answers = [
-        ("resource admission", admission(args.kind, &snapshot)),
-        ("provider quota", quota(args, &ledger)),
-        ("task ownership", ownership(args, &snapshot, pool.dir())?),
+        ("resource_admission", admission(args.kind, &snapshot)),
+        ("provider_quota", quota(args, &ledger)),
+        ("task_ownership", ownership(args, &snapshot, pool.dir())?),
         (
-            "release authority",
+            "release_authority",
             Answer::outside(
                 "no slot, lease or budget implies the right to merge, deploy or publish: ask \
                  your release process",
@@ -299,23 +300,20 @@ pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
     let first = answers.iter().find(|(_, a)| a.blocks == Some(true));
     let queued = queued_attempts(&pool, &snapshot);
     if args.json {
-        let mut doc = serde_json::Map::new();
-        for (question, answer) in &answers {
-            doc.insert(question.replace(' ', "_"), answer.json());
-        }
-        doc.insert(
-            "blocked_by".to_owned(),
-            first.map_or(Value::Null, |(q, _)| Value::from(q.replace(' ', "_"))),
-        );
-        doc.insert(
-            "problems".to_owned(),
-            crate::slots::problems_json(&snapshot),
-        );
-        doc.insert(
-            "queued".to_owned(),
-            Value::Array(queued.iter().map(|q| q.json()).collect()),
-        );
-        outln!("{}", Value::Object(doc))?;
+        let [admission, quota, ownership, release] = &answers;
+        outln!(
+            "{}",
+            json::line(&json::Why {
+                version: json::VERSION,
+                resource_admission: admission.1.json(),
+                provider_quota: quota.1.json(),
+                task_ownership: ownership.1.json(),
+                release_authority: release.1.json(),
+                blocked_by: first.map(|(key, _)| *key),
+                problems: crate::slots::problems_json(&snapshot),
+                queued: queued.iter().map(Queued::json).collect(),
+            })
+        )?;
     } else {
         for (question, answer) in &answers {
             let asked = if answer.asked.is_empty() {
@@ -323,6 +321,7 @@ pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
             } else {
                 format!(" ({})", answer.asked)
             };
+            let question = question.replace('_', " ");
             outln!("{question}{asked}: {}: {}", answer.word(), answer.why)?;
         }
         let problems = crate::slots::problem_lines(&snapshot);
@@ -358,9 +357,14 @@ struct Queued {
 }
 
 impl Queued {
-    fn json(&self) -> Value {
-        json!({"attempt": self.attempt, "lane": self.lane, "state": self.state,
-               "waited_ms": self.waited_ms, "held_by": self.held_by})
+    fn json(&self) -> json::QueuedAttempt {
+        json::QueuedAttempt {
+            attempt: self.attempt.clone(),
+            lane: self.lane.clone(),
+            state: self.state.clone(),
+            waited_ms: self.waited_ms,
+            held_by: self.held_by.clone(),
+        }
     }
 }
 

@@ -93,8 +93,15 @@ pub(crate) fn parse_lstart(words: &[&str]) -> Result<u64, Malformed> {
         .ok_or(Malformed(
             "the start time's year is not between 1970 and 9999",
         ))?;
-    let day = number(day, 1, 2)
-        .filter(|&day| day >= 1 && day <= days_in_month(year, month))
+    let date = number(day, 1, 2)
+        .and_then(|day| {
+            jiff::civil::Date::new(
+                i16::try_from(year).ok()?,
+                i8::try_from(month).ok()?,
+                i8::try_from(day).ok()?,
+            )
+            .ok()
+        })
         .ok_or(Malformed(
             "the start time's day does not exist in its month",
         ))?;
@@ -111,14 +118,20 @@ pub(crate) fn parse_lstart(words: &[&str]) -> Result<u64, Malformed> {
         return Err(Malformed("the start time's clock is not a valid HH:MM:SS"));
     };
 
-    let days = days_since_epoch(year, month, day);
-    let weekday_of_date = WEEKDAYS[usize::try_from((days + 4).rem_euclid(7)).unwrap_or(0)];
+    let weekday_of_date =
+        WEEKDAYS[usize::try_from(date.weekday().to_sunday_zero_offset()).unwrap_or(0)];
     if weekday != weekday_of_date {
         return Err(Malformed(
             "the start time's weekday does not match its date",
         ));
     }
-    let secs = days * 86_400 + hours * 3_600 + minutes * 60 + seconds;
+    // In range by construction: a valid date and a valid clock, in UTC.
+    let clock = |n: i64| i8::try_from(n).unwrap_or(0);
+    let at = date.at(clock(hours), clock(minutes), clock(seconds), 0);
+    // Civil (UTC) arithmetic: jiff's timestamps end at 9999-12-30T22:00:00Z, before the last
+    // start a four-digit year can print.
+    let epoch = jiff::civil::DateTime::constant(1970, 1, 1, 0, 0, 0, 0);
+    let secs = at.duration_since(epoch).as_secs();
     u64::try_from(secs).map_err(|_| Malformed("the start time is before 1970"))
 }
 
@@ -128,32 +141,6 @@ fn number(text: &str, min: usize, max: usize) -> Option<i64> {
         return None;
     }
     text.parse().ok()
-}
-
-fn is_leap(year: i64) -> bool {
-    (year % 4 == 0 && year % 100 != 0) || year % 400 == 0
-}
-
-fn days_in_month(year: i64, month: u32) -> i64 {
-    match month {
-        2 if is_leap(year) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Days from 1970-01-01 to the given proleptic Gregorian date (Howard Hinnant's
-/// `days_from_civil`).
-fn days_since_epoch(year: i64, month: u32, day: i64) -> i64 {
-    let month = i64::from(month);
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let month_from_march = (month + 9) % 12;
-    let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
 }
 
 #[cfg(test)]
@@ -302,28 +289,58 @@ mod tests {
 
     #[test]
     fn every_day_for_a_decade_has_the_right_weekday_and_is_one_day_apart() {
-        let mut previous = None;
+        // Counted independently of the code under test: the Gregorian month lengths, and
+        // weekdays from 2020-01-01, a Wednesday.
+        let leap = |y: i32| (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+        let mut previous: Option<u64> = None;
+        let mut weekday = 3;
         for year in 2020..2030 {
-            for month in 1..=12u32 {
-                for day in 1..=days_in_month(year, month) {
-                    let days = days_since_epoch(year, month, day);
+            let lengths = [
+                31,
+                if leap(year) { 29 } else { 28 },
+                31,
+                30,
+                31,
+                30,
+                31,
+                31,
+                30,
+                31,
+                30,
+                31,
+            ];
+            for (month, len) in MONTHS.iter().zip(lengths) {
+                for day in 1..=len {
+                    let words = [
+                        WEEKDAYS[weekday],
+                        month,
+                        &day.to_string(),
+                        "00:00:00",
+                        &year.to_string(),
+                    ];
+                    let start =
+                        parse_lstart(&words).unwrap_or_else(|e| panic!("{words:?} parses: {e:?}"));
                     if let Some(previous) = previous {
-                        assert_eq!(
-                            days,
-                            previous + 1,
-                            "{year}-{month}-{day} follows the day before"
-                        );
+                        assert_eq!(start, previous + 86_400, "{words:?} follows the day before");
+                    } else {
+                        assert_eq!(start, 1_577_836_800, "2020-01-01 00:00:00 UTC");
                     }
-                    previous = Some(days);
+                    previous = Some(start);
+                    let other = WEEKDAYS[(weekday + 1) % 7];
+                    let words = [
+                        other,
+                        month,
+                        &day.to_string(),
+                        "00:00:00",
+                        &year.to_string(),
+                    ];
+                    assert!(
+                        parse_lstart(&words).is_err(),
+                        "{words:?}: the wrong weekday"
+                    );
+                    weekday = (weekday + 1) % 7;
                 }
             }
         }
-        // 2020-01-01 was a Wednesday.
-        let wednesday = days_since_epoch(2020, 1, 1);
-        assert_eq!(
-            (wednesday + 4).rem_euclid(7),
-            3,
-            "2020-01-01 is a Wednesday"
-        );
     }
 }

@@ -173,45 +173,38 @@ impl Now {
 /// (`2026-11-30T04:27:19.123Z`): the protocol's form of a time, as in a record's `acquiredAt`
 /// ([`Record::acquired_at`](crate::Record::acquired_at)). The layers above write every other
 /// time in the slot directory with it too (STOP's `at`, the drain's `since` and `until`), so
-/// all of them read alike.
+/// all of them read alike. An instant past 9999-12-31T23:59:59.999Z, which four-digit years
+/// cannot write, is written as that last instant (jiff's last civil time, at millisecond
+/// precision).
 #[must_use]
 pub fn rfc3339_ms(ms: u64) -> String {
-    let secs = ms / 1000;
-    let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX);
-    let rem = secs % 86_400;
-    let (y, m, d) = civil_from_days(days);
-    // Written digit by digit: this runs on every acquisition, and `format!` costs several
-    // times more.
-    let mut out = String::with_capacity(24);
-    push_digits(&mut out, u64::try_from(y).unwrap_or(0), 4);
-    out.push('-');
-    push_digits(&mut out, u64::from(m), 2);
-    out.push('-');
-    push_digits(&mut out, u64::from(d), 2);
-    out.push('T');
-    push_digits(&mut out, rem / 3600, 2);
-    out.push(':');
-    push_digits(&mut out, rem % 3600 / 60, 2);
-    out.push(':');
-    push_digits(&mut out, rem % 60, 2);
-    out.push('.');
-    push_digits(&mut out, ms % 1000, 3);
-    out.push('Z');
-    out
+    let civil = i64::try_from(ms)
+        .ok()
+        .and_then(|ms| {
+            EPOCH
+                .checked_add(jiff::SignedDuration::from_millis(ms))
+                .ok()
+        })
+        .unwrap_or(jiff::civil::DateTime::MAX);
+    format!("{civil:.3}Z")
 }
 
-/// Appends the last `width` decimal digits of `value`, zero-padded.
-fn push_digits(out: &mut String, value: u64, width: u32) {
-    for i in (0..width).rev() {
-        let digit = (value / 10u64.pow(i)) % 10;
-        out.push(char::from(b'0' + u8::try_from(digit).unwrap_or(0)));
-    }
-}
+/// 1970-01-01T00:00:00, the Unix epoch as a UTC civil time. The conversions here are civil
+/// (UTC) arithmetic, not `jiff::Timestamp`: jiff's timestamps end at 9999-12-30T22:00:00Z (so
+/// that every offset keeps a valid civil time), short of the last instant a four-digit year
+/// writes, which the protocol's times may name.
+const EPOCH: jiff::civil::DateTime = jiff::civil::DateTime::constant(1970, 1, 1, 0, 0, 0, 0);
 
 /// Parses an RFC 3339 timestamp (`2026-11-30T04:27:19Z`, optional fraction, `Z` or `±HH:MM`)
 /// into milliseconds since the epoch: the reader of [`rfc3339_ms`]'s form and of the other
 /// forms PROTOCOL.md accepts from other writers (a drain's `until`). `None` for anything else,
 /// or a time before 1970.
+///
+/// The grammar is PROTOCOL.md 12.6's, checked here; the calendar (which days exist, how many
+/// days lie between a date and the epoch) is jiff's. jiff's own parser is not used: it accepts
+/// more than the protocol does (basic formats such as `20261130T042719Z`, omitted seconds,
+/// `±HH` and `±HHMM` offsets, bracketed annotations) and reads a leap second `:60` as `:59`,
+/// where the protocol reads it as the minute's end.
 #[must_use]
 pub fn parse_rfc3339_ms(text: &str) -> Option<u64> {
     let b = text.as_bytes();
@@ -229,7 +222,7 @@ pub fn parse_rfc3339_ms(text: &str) -> Option<u64> {
     }
     let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
     let (h, mi, s) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&mo) || d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 || s > 60 {
+    if s > 60 {
         return None;
     }
     let mut i = 19;
@@ -258,43 +251,22 @@ pub fn parse_rfc3339_ms(text: &str) -> Option<u64> {
         }
         _ => return None,
     };
-    let days = days_from_civil(y, mo, d);
-    let secs = days * 86_400 + h * 3600 + mi * 60 + s - offset_min * 60;
-    u64::try_from(secs * 1000 + millis).ok()
-}
-
-fn days_in_month(y: i64, m: i64) -> i64 {
-    match m {
-        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// A proleptic Gregorian date to days since 1970-01-01 (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = u32::try_from(doy - (153 * mp + 2) / 5 + 1).unwrap_or(1);
-    let m = u32::try_from(if mp < 10 { mp + 3 } else { mp - 9 }).unwrap_or(1);
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
+    // A leap second is the last second of its minute, read as the next minute's start.
+    let (second, leap_ms) = if s == 60 { (59, 1000) } else { (s, 0) };
+    let civil = jiff::civil::DateTime::new(
+        i16::try_from(y).ok()?,
+        i8::try_from(mo).ok()?,
+        i8::try_from(d).ok()?,
+        i8::try_from(h).ok()?,
+        i8::try_from(mi).ok()?,
+        i8::try_from(second).ok()?,
+        0,
+    )
+    .ok()?;
+    // As UTC first, then the offset applied by hand, so that an offset that carries the
+    // instant past year 9999 still names it.
+    let utc_ms = i64::try_from(civil.duration_since(EPOCH).as_millis()).ok()?;
+    u64::try_from(utc_ms + leap_ms + millis - offset_min * 60_000).ok()
 }
 
 #[cfg(test)]
@@ -439,10 +411,16 @@ mod tests {
             (2400, true),
         ] {
             assert_eq!(leap(y), is_leap, "the test's own rule for {y}");
-            for (m, len) in (1..=12).zip(month_lengths(y)) {
-                assert_eq!(days_in_month(y, m), len, "{y}-{m:02} has {len} days");
-            }
         }
+    }
+
+    /// Milliseconds of `y-m-d` at 00:00 UTC, counted by the test's own month lengths.
+    fn day_ms(y: i64, m: i64, d: i64) -> i64 {
+        let years: i64 = (1970..y).map(|y| if leap(y) { 366 } else { 365 }).sum();
+        let months: i64 = month_lengths(y)[..usize::try_from(m - 1).unwrap_or(0)]
+            .iter()
+            .sum();
+        (years + months + d - 1) * 86_400_000
     }
 
     #[test]
@@ -450,7 +428,7 @@ mod tests {
         for y in [1970, 1972, 2000, 2023, 2024, 2100, 2400, 9999] {
             for (m, len) in (1..=12).zip(month_lengths(y)) {
                 let last = format!("{y:04}-{m:02}-{len:02}T12:00:00Z");
-                let expected = (days_from_civil(y, m, len) * 86_400 + 12 * 3600) * 1000;
+                let expected = day_ms(y, m, len) + 12 * 3_600_000;
                 assert_eq!(
                     parse_rfc3339_ms(&last),
                     u64::try_from(expected).ok(),
@@ -465,25 +443,23 @@ mod tests {
     }
 
     #[test]
-    fn every_day_from_1970_to_9999_converts_both_ways() {
-        let mut z = 0i64;
-        for y in 1970..=9999 {
-            for (m, len) in (1..=12).zip(month_lengths(y)) {
-                for d in 1..=len {
-                    let civil = (
-                        y,
-                        u32::try_from(m).unwrap_or(0),
-                        u32::try_from(d).unwrap_or(0),
-                    );
-                    let found = civil_from_days(z);
-                    assert!(found == civil, "day {z} is {civil:?}, not {found:?}");
-                    let back = days_from_civil(y, m, d);
-                    assert!(back == z, "{civil:?} is day {z}, not {back}");
-                    z += 1;
+    fn every_day_of_the_centuries_and_era_boundaries_converts_both_ways() {
+        // Every day of 1970 to 2100 and of the years around 2400 and 9999, counted by the
+        // test's own month lengths.
+        for years in [1970..=2100, 2398..=2401, 9998..=9999] {
+            let mut ms = day_ms(*years.start(), 1, 1);
+            for y in years {
+                for (m, len) in (1..=12).zip(month_lengths(y)) {
+                    for d in 1..=len {
+                        let text = format!("{y:04}-{m:02}-{d:02}T00:00:00.000Z");
+                        let at = u64::try_from(ms).unwrap_or(0);
+                        assert!(rfc3339_ms(at) == text, "{ms} is {text}");
+                        assert!(parse_rfc3339_ms(&text) == Some(at), "{text} is {ms}");
+                        ms += 86_400_000;
+                    }
                 }
             }
         }
-        assert_eq!(z, 2_932_897, "9999-12-31 is day 2932896");
     }
 
     #[test]
@@ -601,6 +577,26 @@ mod tests {
             let text = rfc3339_ms(ms);
             proptest::prop_assert_eq!(text.len(), 24, "{}", text);
             proptest::prop_assert_eq!(parse_rfc3339_ms(&text), Some(ms), "{}", text);
+        }
+
+        #[test]
+        fn jiffs_rfc3339_at_any_precision_and_offset_parses_to_its_instant(
+            ms in 0..=LAST_MS,
+            precision in 0usize..=9,
+            offset in -1439i32..=1439,
+        ) {
+            // jiff's timestamps end at 9999-12-30T22:00:00Z.
+            let ts = jiff::Timestamp::from_millisecond(i64::try_from(ms).unwrap_or(0));
+            proptest::prop_assume!(ts.is_ok());
+            let ts = ts.expect("in range");
+            let kept = ms - ms % 10u64.pow(3 - u32::try_from(precision.min(3)).unwrap_or(3));
+            let utc = format!("{ts:.precision$}");
+            proptest::prop_assert_eq!(parse_rfc3339_ms(&utc), Some(kept), "{}", utc);
+            let offset = jiff::tz::Offset::from_seconds(offset * 60).expect("an offset");
+            let local = ts.display_with_offset(offset).to_string();
+            // Four-digit years only (an offset can carry 0000 or 9999 past them).
+            proptest::prop_assume!(local.as_bytes().get(4) == Some(&b'-'));
+            proptest::prop_assert_eq!(parse_rfc3339_ms(&local), Some(ms), "{}", local);
         }
 
         #[test]
