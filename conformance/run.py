@@ -95,7 +95,7 @@ class Holders:
             child.wait()
 
 
-def record(kind, holders, extra):
+def record(kind, holders, extra, drop=None):
     """A lock record (section 5) for a holder of `kind`:
     live        a live process of this machine (a child of the runner), no `holdsGuard`
     dead        a process of this machine that has exited, no `holdsGuard`
@@ -126,6 +126,8 @@ def record(kind, holders, extra):
     if kind == "declared":
         rec["holdsGuard"] = True
     rec.update(extra or {})
+    for field in drop or []:
+        rec.pop(field, None)
     return resolve(rec, p)
 
 
@@ -136,8 +138,10 @@ def resolve(value, p):
         return {k: resolve(v, p) for k, v in value.items()}
     if isinstance(value, list):
         return [resolve(v, p) for v in value]
-    if value == "@boot":
-        return p["boot"]
+    if isinstance(value, str) and value.startswith("@boot"):
+        return p["boot"] + value[len("@boot"):]
+    if value in ("@host", "@pidns", "@timens"):
+        return p[value[1:]]
     if isinstance(value, str) and value.startswith("@now"):
         rest = value[4:]
         return now_ms() + (int(rest) if rest else 0)
@@ -202,12 +206,14 @@ def set_up(d, steps, holders, keep):
             target = step["claim_for"]
             with open(os.path.join(d, target), "rb") as f:
                 digest = hashlib.sha256(f.read()).hexdigest()[:16]
+            if step.get("upper"):
+                digest = digest.upper()
             rec = record(step.get("holder", "dead"), holders, step.get("extra"))
             data = json.dumps(rec, separators=(",", ":")).encode() + b"\n"
             write(os.path.join(d, f"{target}.{digest}.claim"), data, 0o644)
         elif "record" in step:
             name = name_of(step["record"])
-            rec = record(step.get("holder", "dead"), holders, step.get("extra"))
+            rec = record(step.get("holder", "dead"), holders, step.get("extra"), step.get("drop"))
             raw = step.get("raw")
             data = raw.encode() if raw is not None else json.dumps(rec, separators=(",", ":")).encode() + b"\n"
             write(os.path.join(d, name), data, 0o644)
@@ -340,9 +346,9 @@ def _first_line(child):
     return (child.stdout.readline() or "").strip()
 
 
-def load_cases(only):
+def load_cases(only, where):
     cases = []
-    for path in sorted(glob.glob(os.path.join(HERE, "cases", "*.json"))):
+    for path in sorted(glob.glob(os.path.join(where, "*.json"))):
         with open(path) as f:
             for case in json.load(f):
                 case["file"] = os.path.basename(path)
@@ -360,10 +366,11 @@ def main():
     ap.add_argument("--adapter", help="the adapter command (default: the worklane adapter)")
     ap.add_argument("--only", help="run the cases whose id contains this")
     ap.add_argument("--list", action="store_true", help="list the cases and their sections")
+    ap.add_argument("--cases", default=os.path.join(HERE, "cases"), help="the directory of case files")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     adapter = shlex.split(args.adapter) if args.adapter else DEFAULT_ADAPTER
-    cases = load_cases(args.only)
+    cases = load_cases(args.only, args.cases)
     if args.list:
         for c in cases:
             print(f"{c['section']:>6}  {c['id']}  {c['title']}")
