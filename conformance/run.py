@@ -268,6 +268,97 @@ def check_files(d, spec, when, problems):
                 problems.append(f"{when}: {name}.{key} is {rec.get(key)!r}, expected {want!r}")
 
 
+def socket_steps(d, steps, keep, problems):
+    """Sends each step's request to the dispatcher's socket (section 14.2) and checks the reply.
+    A step: `send` (a JSON object, or `raw` bytes as a string), `fds` (descriptors to pass:
+    `{"guard_of": NAME, "held": bool}` the guard of NAME, locked by the runner on that very
+    descriptor or opened beside a lock held on another; `{"file": NAME}` any file), and
+    `reply`: fields the reply must have (`$N.field` stands for field of step N's reply)."""
+    path = os.path.join(d, "dispatcher.sock")
+    replies = []
+    held_guards = {}
+
+    def subst(value):
+        if isinstance(value, dict):
+            return {k: subst(v) for k, v in value.items()}
+        if isinstance(value, str) and value.startswith("$") and "." in value:
+            n, field = value[1:].split(".", 1)
+            return replies[int(n)].get(field)
+        return value
+
+    for i, step in enumerate(steps):
+        fds = []
+        for spec in step.get("fds", []):
+            if "guard_of" in spec and spec.get("again") and spec["guard_of"] in held_guards:
+                # The same open file description, still holding the lock (a launcher that
+                # sends its lane twice).
+                fd = os.dup(held_guards[spec["guard_of"]])
+            elif "guard_of" in spec:
+                g = os.path.join(d, f".{spec['guard_of']}.flock")
+                if not os.path.exists(g):
+                    write(g, b"", 0o444)
+                fd = os.open(g, os.O_RDONLY | os.O_CLOEXEC)
+                if spec.get("held", True):
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    held_guards[spec["guard_of"]] = fd
+                else:
+                    other = os.open(g, os.O_RDONLY | os.O_CLOEXEC)
+                    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    keep.append(other)
+            else:
+                target = os.path.join(d, spec["file"])
+                if not os.path.exists(target):
+                    write(target, b"", 0o644)
+                fd = os.open(target, os.O_RDONLY | os.O_CLOEXEC)
+            fds.append(fd)
+        if step.get("raw", "").startswith("@"):
+            line = b'{"op": "list", "pad": "' + b"x" * int(step["raw"][1:]) + b'"}\n'
+        elif "raw" in step:
+            line = step["raw"].encode()
+        else:
+            line = json.dumps(subst(step["send"])).encode() + b"\n"
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(ACTION_TIMEOUT)
+        try:
+            sock.connect(path)
+            socket.send_fds(sock, [line], fds)
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk, got, _, _ = socket.recv_fds(sock, 65536, 4)
+                for fd in got:
+                    os.close(fd)
+                if not chunk:
+                    break
+                data += chunk
+        finally:
+            sock.close()
+            for fd in fds:
+                # The runner keeps the lanes it enqueued held (as a launcher hands them over).
+                keep.append(fd)
+        try:
+            reply = json.loads(data)
+        except ValueError:
+            problems.append(f"step {i}: the reply is not JSON: {data[:200]!r}")
+            replies.append({})
+            continue
+        replies.append(reply)
+        for key, want in subst(step.get("reply", {})).items():
+            got = reply.get(key)
+            if want == "@attempt-id":
+                ok = isinstance(got, str) and got.startswith("a-") and len(got) == 34
+            elif want == "@present":
+                ok = got is not None
+            else:
+                ok = got == want
+            if not ok:
+                problems.append(f"step {i} ({step.get('send', step.get('raw', ''))!s:.80}): "
+                                f"{key} is {got!r}, expected {want!r} (reply {reply})")
+        if "attempts" in step:
+            have = len(reply.get("attempts") or [])
+            if have != step["attempts"]:
+                problems.append(f"step {i}: {have} attempts listed, expected {step['attempts']}")
+
+
 def run_case(case, adapter, verbose):
     root = tempfile.mkdtemp(prefix="worklane-conformance-")
     d = os.path.join(root, "slots")
@@ -285,6 +376,8 @@ def run_case(case, adapter, verbose):
         outcome = words[0] if words else ""
         if outcome != expect["outcome"]:
             problems.append(f"outcome {line!r}, expected {expect['outcome']}")
+        if outcome == "ok" and "socket" in case:
+            socket_steps(d, case["socket"], keep, problems)
         if outcome == "admitted":
             if "name" in expect and (len(words) < 2 or words[1] != expect["name"]):
                 problems.append(f"admitted {words[1:2]}, expected {expect['name']}")

@@ -58,6 +58,34 @@ def hold(argv):
     say(f"error worklane exited {child.returncode} without a status: {child.stderr.read().strip()}")
 
 
+def serve():
+    """Starts the dispatcher on the slot directory's socket; `ok` once it answers; stopped
+    (SIGTERM) when our stdin closes."""
+    import socket
+    import time
+    path = os.path.join(os.environ["CONFORMANCE_DIR"], "dispatcher.sock")
+    child = subprocess.Popen([WORKLANE, "dispatcher"], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env())
+    deadline = time.time() + 15
+    while time.time() < deadline:
+        if child.poll() is not None:
+            say(f"error the dispatcher exited {child.returncode}: {child.stderr.read().strip()}")
+            return
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                probe.connect(path)
+                probe.sendall(b'{"op": "list"}\n')
+                probe.recv(65536)
+            break
+        except OSError:
+            time.sleep(0.02)
+    say("ok")
+    sys.stdin.read()
+    child.terminate()
+    child.wait()
+    say("released")
+
+
 def simple(argv):
     done = subprocess.run([WORKLANE] + argv, env=env(), capture_output=True, text=True)
     if done.returncode == 0:
@@ -80,6 +108,8 @@ def main():
         simple(["drain", "--until", f"{args[0]}s"])
     elif action == "undrain":
         simple(["undrain"])
+    elif action == "serve":
+        serve()
     else:
         say(f"unsupported {action}")
 
