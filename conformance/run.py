@@ -180,6 +180,25 @@ def content_of(content):
     `@drain-offset` (a drain flag in force, its `until` written with a +02:00 offset)."""
     if content == "@64KiB+1":
         return b"{" + b" " * 65535 + b"}"
+    if isinstance(content, str) and content.startswith("@drain-form:"):
+        # A drain in force 10 minutes from now, its `until` written in the given form:
+        # lower (t and z), space, micro (6 fraction digits), basic-offset (+0000), null, dup.
+        form = content.split(":", 1)[1]
+        until = now_ms() + 600_000
+        base = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(until // 1000))
+        text = {
+            "lower": base.replace("T", "t") + "z",
+            "space": base.replace("T", " ") + "Z",
+            "micro": base + f".{until % 1000:03d}999Z",
+            "basic-offset": base + "+0000",
+            "no-seconds": base[:-3] + "Z",
+        }.get(form)
+        if form == "null":
+            return b'{"until": null}\n'
+        if form == "dup":
+            far = rfc3339(now_ms() - 600_000)
+            return f'{{"until": "{rfc3339(until)}", "until": "{far}"}}\n'.encode()
+        return (json.dumps({"until": text, "to": None}) + "\n").encode()
     if content == "@drain-offset":
         until = now_ms() + 600_000 + 2 * 3600 * 1000
         text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(until // 1000)) + "+02:00"
@@ -215,7 +234,14 @@ def set_up(d, steps, holders, keep):
             name = name_of(step["record"])
             rec = record(step.get("holder", "dead"), holders, step.get("extra"), step.get("drop"))
             raw = step.get("raw")
-            data = raw.encode() if raw is not None else json.dumps(rec, separators=(",", ":")).encode() + b"\n"
+            if raw == "@dup-pid":
+                # The record with its pid written twice (the second a live process's).
+                body = json.dumps(rec, separators=(",", ":"))
+                data = (body[:-1] + f',"pid":{os.getpid()}}}').encode() + b"\n"
+            elif raw is not None:
+                data = raw.encode()
+            else:
+                data = json.dumps(rec, separators=(",", ":")).encode() + b"\n"
             write(os.path.join(d, name), data, 0o644)
             holders.written[name] = data
             if step.get("guard") == "held":
