@@ -79,5 +79,5 @@ pub use liveness::{
     DEFAULT_PULSE, DEFAULT_TTL, DeadWhy, GuardHold, Judgement, LiveWhy, Liveness, MAX_SKEW_MS,
     ProcessLiveness, TtlLiveness, judge_pulse, judge_ttl,
 };
-pub use record::{RESERVED_FIELDS, Record};
+pub use record::{RECORD_VERSION, RESERVED_FIELDS, Record, Version};
 pub use retire::retire;

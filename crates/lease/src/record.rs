@@ -6,6 +6,7 @@ use worklane_identity::Recorded;
 
 /// Record fields the lease core writes itself; a [`Request`](crate::Request) may not set them.
 pub const RESERVED_FIELDS: &[&str] = &[
+    "version",
     "pid",
     "place",
     "identity",
@@ -25,6 +26,15 @@ pub const RESERVED_FIELDS: &[&str] = &[
 /// `identity` is legacy and its holder is never judged gone by process liveness.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Record {
+    /// The record format's version, 1: written in every record (first); a record without one
+    /// is read as version 1 (older writers), and a record of any other version does not parse
+    /// (a malformed, busy record: a reader never judges what it cannot read).
+    #[serde(
+        default,
+        deserialize_with = "version_one",
+        serialize_with = "write_version"
+    )]
+    pub version: Version,
     /// `pid`, `place` and `identity` of the holder, read tolerantly.
     #[serde(flatten)]
     pub holder: Recorded,
@@ -110,6 +120,32 @@ impl Record {
     }
 }
 
+/// The version of the record format this crate reads and writes.
+pub const RECORD_VERSION: u64 = 1;
+
+/// The record format's version: always [`RECORD_VERSION`] in a parsed or built record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Version;
+
+fn version_one<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Version, D::Error> {
+    let v = u64::deserialize(d)?;
+    if v == RECORD_VERSION {
+        Ok(Version)
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "record version {v} is not known here (this reader reads version {RECORD_VERSION})"
+        )))
+    }
+}
+
+#[allow(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's serialize_with passes the field by reference"
+)]
+fn write_version<S: serde::Serializer>(_: &Version, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(RECORD_VERSION)
+}
+
 /// `holdsGuard`: only JSON `true` is the declaration; any other value (a string, a number,
 /// `null`) is kept as "not declared" rather than making the whole record malformed, since a
 /// malformed record is busy and this field only ever frees a record.
@@ -129,6 +165,27 @@ fn boot_time<'de, D: serde::Deserializer<'de>>(
 mod tests {
     use super::*;
     use worklane_identity::Field;
+
+    #[test]
+    fn every_record_says_version_1_and_other_versions_are_malformed() {
+        let written = Record::default().to_bytes();
+        assert!(
+            written.starts_with(br#"{"version":1"#),
+            "written first: {}",
+            String::from_utf8_lossy(&written)
+        );
+        assert!(
+            Record::parse(br#"{"pid":7}"#).is_ok(),
+            "none: version 1 (older writers)"
+        );
+        assert!(Record::parse(br#"{"version":1,"pid":7}"#).is_ok());
+        let err = Record::parse(br#"{"version":2,"pid":7}"#).expect_err("version 2");
+        assert!(err.to_string().contains("version 2"), "{err}");
+        assert!(
+            Record::parse(br#"{"version":"1","pid":7}"#).is_err(),
+            "not a number"
+        );
+    }
 
     #[test]
     fn core_fields_and_extras_round_trip() {
