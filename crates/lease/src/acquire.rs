@@ -1,128 +1,35 @@
 //! Acquisition: take the guard, read the record, publish ours, refuse, or take over.
 
-use crate::clock::{Clock, Now, SystemClock, rfc3339_ms};
+use crate::clock::{Now, rfc3339_ms};
+use crate::error::Error;
 use crate::lease::Lease;
-use crate::liveness::{GuardHold, Judgement, LiveWhy, Liveness, ProcessLiveness, TtlLiveness};
+use crate::liveness::{GuardHold, Judgement, LiveWhy};
+#[cfg(feature = "test-seams")]
+use crate::options::Control;
+use crate::options::{Options, Step};
 use crate::record::{RESERVED_FIELDS, Record};
+use crate::take::take_guard;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
-use std::sync::Arc;
-use std::time::Duration;
 use worklane_guard::Guard;
 use worklane_identity::{Place, ProcessIdentity, Recorded};
 use worklane_slotfile::{Publish, RECORD_MODE, Removal, SlotDir, SlotPath};
 
-/// A step of acquisition, reported to the test seam [`Options::with_hook`] (feature
-/// `test-seams`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-#[cfg_attr(
-    not(feature = "test-seams"),
-    allow(unreachable_pub, reason = "exported with the test-seams feature")
-)]
-pub enum Step {
-    /// The resource's guard is held.
-    GuardTaken,
-    /// The record has been read (or found absent) and not yet acted on.
-    RecordInspected,
-    /// The epoch file has been advanced for this acquisition.
-    EpochAdvanced,
-    /// Takeover: our claim on the stale record is published.
-    ClaimTaken,
-    /// Takeover: the stale record has been removed.
-    StaleRemoved,
-    /// Our record is published (on takeover, the claim is still there).
-    Published,
-}
-
-/// What a hook tells acquisition to do next (feature `test-seams`).
+/// Acquisition reached `step`: asks the test seam's hook (feature `test-seams`) whether to go
+/// on.
 #[cfg(feature = "test-seams")]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Control {
-    /// Go on.
-    Continue,
-    /// Stop here as if the process died: return [`Error::Crashed`], leaving every file as it
-    /// is and closing the guard, as the kernel would.
-    Crash,
-}
-
-#[cfg(feature = "test-seams")]
-type Hook = Arc<dyn Fn(Step) -> Control + Send + Sync>;
-
-/// How a lease is judged, timed and (in tests) interrupted.
-#[derive(Clone)]
-pub struct Options {
-    pub(crate) liveness: Arc<dyn Liveness>,
-    pub(crate) clock: Arc<dyn Clock>,
-    #[cfg(feature = "test-seams")]
-    hook: Option<Hook>,
-}
-
-impl std::fmt::Debug for Options {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut f = f.debug_struct("Options");
-        f.field("guard_hold", &self.liveness.guard_hold())
-            .field("ttl_ms", &self.liveness.ttl_ms());
-        #[cfg(feature = "test-seams")]
-        f.field("hooked", &self.hook.is_some());
-        f.finish()
+fn at(options: &Options, step: Step) -> Result<(), Error> {
+    match options.hook_at(step) {
+        Control::Continue => Ok(()),
+        Control::Crash => Err(Error::Crashed(step)),
     }
 }
 
-impl Options {
-    /// Process liveness on the system clock: the lock of an agent slot, `slots.lock`, a run.
-    #[must_use]
-    pub fn process() -> Options {
-        Options::with_liveness(Arc::new(ProcessLiveness))
-    }
-
-    /// TTL liveness with `ttl` on the system clock: a role lease.
-    #[must_use]
-    pub fn ttl(ttl: Duration) -> Options {
-        Options::with_liveness(Arc::new(TtlLiveness::new(ttl)))
-    }
-
-    /// Any liveness on the system clock.
-    #[must_use]
-    pub fn with_liveness(liveness: Arc<dyn Liveness>) -> Options {
-        Options {
-            liveness,
-            clock: Arc::new(SystemClock),
-            #[cfg(feature = "test-seams")]
-            hook: None,
-        }
-    }
-
-    /// Uses `clock` for every time decision.
-    #[must_use]
-    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Options {
-        self.clock = clock;
-        self
-    }
-
-    /// Test seam (feature `test-seams`): calls `hook` at each [`Step`] of acquisition.
-    #[cfg(feature = "test-seams")]
-    #[must_use]
-    pub fn with_hook(mut self, hook: impl Fn(Step) -> Control + Send + Sync + 'static) -> Options {
-        self.hook = Some(Arc::new(hook));
-        self
-    }
-
-    /// Acquisition reached `step`: asks the test seam's hook whether to go on.
-    #[cfg(feature = "test-seams")]
-    fn at(&self, step: Step) -> Result<(), Error> {
-        match self.hook.as_ref().map_or(Control::Continue, |h| h(step)) {
-            Control::Continue => Ok(()),
-            Control::Crash => Err(Error::Crashed(step)),
-        }
-    }
-
-    /// Acquisition reached `step`: without the test seams, it always goes on.
-    #[cfg(not(feature = "test-seams"))]
-    #[inline]
-    fn at(&self, _step: Step) -> Result<(), Error> {
-        Ok(())
-    }
+/// Acquisition reached `step`: without the test seams, it always goes on.
+#[cfg(not(feature = "test-seams"))]
+#[inline]
+fn at(_options: &Options, _step: Step) -> Result<(), Error> {
+    Ok(())
 }
 
 /// What the acquirer writes about itself beside the core fields.
@@ -200,89 +107,9 @@ pub enum Acquired {
     Refused(Refusal),
 }
 
-/// Why acquisition failed (a refusal is not a failure: it is [`Acquired::Refused`]).
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    /// The resource name cannot be a slot file.
-    #[error(transparent)]
-    Name(#[from] worklane_slotfile::name::Error),
-    /// The lock name leaves no room for its epoch marker and claim names.
-    #[error(
-        "lock name {name:?} is {len} bytes; a lock name may have at most {max} so that its \
-         epoch marker and takeover claims fit the filesystem's name limit: use a shorter name"
-    )]
-    NameTooLong {
-        /// The name given.
-        name: String,
-        /// Its length in bytes.
-        len: usize,
-        /// The longest accepted.
-        max: usize,
-    },
-    /// The request sets a field the core writes itself.
-    #[error("the lease request sets `{0}`, which worklane writes itself; rename the field")]
-    ReservedField(String),
-    /// The guard could not be taken (not busy: broken).
-    #[error(transparent)]
-    Guard(#[from] worklane_guard::acquire::Error),
-    /// The record or a claim could not be read.
-    #[error(transparent)]
-    Read(#[from] worklane_slotfile::read::Error),
-    /// The record, a claim or the epoch could not be written.
-    #[error(transparent)]
-    Write(#[from] worklane_slotfile::write::Error),
-    /// The slot directory could not be listed for claims.
-    #[error(transparent)]
-    List(#[from] worklane_slotfile::open::Error),
-    /// A stale record or claim could not be removed.
-    #[error(transparent)]
-    Remove(#[from] worklane_slotfile::remove::Error),
-    /// This process's own place or identity could not be read.
-    #[error("cannot read this process's identity for the lock record: {0}")]
-    Identity(String),
-    /// The epoch file could not be advanced.
-    #[error(
-        "cannot advance the epoch at {path}: {found}; remove stray epoch files by hand during a quiescent window"
-    )]
-    Epoch {
-        /// The epoch file.
-        path: String,
-        /// What it holds.
-        found: String,
-    },
-    /// A hook stopped acquisition at this step (test seam, feature `test-seams`).
-    #[cfg(feature = "test-seams")]
-    #[error("acquisition stopped at {0:?} by a test hook")]
-    Crashed(Step),
-}
-
 /// The longest lock name: its epoch marker `<name>.epoch.<20 digits>` (the longest of the
 /// names derived from it; a claim adds 23 bytes) must itself be a valid slot file name.
 pub const MAX_LOCK_NAME: usize = worklane_guard::RESOURCE_NAME_MAX - ".epoch.".len() - 20;
-
-/// How often a contender retries a guard that is held only while a record changes.
-const BRIEF_GUARD_TRIES: u32 = 200;
-const BRIEF_GUARD_PAUSE: Duration = Duration::from_micros(500);
-
-/// Takes `path`'s guard: once under [`GuardHold::ForLife`] (busy means a live holder), or
-/// retried for about 100 ms under [`GuardHold::WhileChanging`] (busy means someone is in the
-/// middle of a change, which takes microseconds).
-pub(crate) fn take_guard(path: &SlotPath, hold: GuardHold) -> Result<Option<Guard>, Error> {
-    let tries = match hold {
-        GuardHold::ForLife => 1,
-        GuardHold::WhileChanging => BRIEF_GUARD_TRIES,
-    };
-    for attempt in 0..tries {
-        if attempt > 0 {
-            std::thread::sleep(BRIEF_GUARD_PAUSE);
-        }
-        if let Some(guard) = path.try_guard()? {
-            return Ok(Some(guard));
-        }
-    }
-    Ok(None)
-}
 
 /// Acquires the lease on the resource file `name` in `dir`.
 ///
@@ -303,7 +130,7 @@ pub fn acquire(
     let Some(guard) = take_guard(&path, options.liveness.guard_hold())? else {
         return Ok(guard_held(&path));
     };
-    options.at(Step::GuardTaken)?;
+    at(options, Step::GuardTaken)?;
     // One listing under the guard serves the record's presence, the claim scan and the epoch.
     let listed = path.dir().list_prefixed(name)?;
     acquire_under(path, guard, &listed, request, options)
@@ -335,7 +162,7 @@ pub fn acquire_each(
         let path = dir.file(name)?;
         match take_guard(&path, hold)? {
             Some(guard) => {
-                options.at(Step::GuardTaken)?;
+                at(options, Step::GuardTaken)?;
                 taken.push(Ok((path, guard, request)));
             }
             None => taken.push(Err(guard_held(&path))),
@@ -412,7 +239,7 @@ fn acquire_under(
     if let Some(refusal) = clear_claims(&path, listed, raw.as_deref(), options)? {
         return Ok(Acquired::Refused(refusal));
     }
-    options.at(Step::RecordInspected)?;
+    at(options, Step::RecordInspected)?;
     let Some(raw) = raw else {
         return publish_ours(path, guard, listed, request, options);
     };
@@ -606,10 +433,10 @@ fn take_over(
                 },
             }));
         }
-        options.at(Step::ClaimTaken)?;
+        at(options, Step::ClaimTaken)?;
         return claimed_takeover(path, guard, listed, stale, request, options);
     }
-    options.at(Step::ClaimTaken)?;
+    at(options, Step::ClaimTaken)?;
     let outcome = claimed_takeover(path, guard, listed, stale, request, options);
     #[cfg(feature = "test-seams")]
     if let Err(Error::Crashed(_)) = outcome {
@@ -646,7 +473,7 @@ fn claimed_takeover(
             why: LiveWhy::Changed,
         }));
     }
-    options.at(Step::StaleRemoved)?;
+    at(options, Step::StaleRemoved)?;
     publish_ours(path, guard, listed, request, options)
 }
 
@@ -680,7 +507,7 @@ fn publish_ours(
     options: &Options,
 ) -> Result<Acquired, Error> {
     let epoch = crate::epoch::advance(&path, listed)?;
-    options.at(Step::EpochAdvanced)?;
+    at(options, Step::EpochAdvanced)?;
     let (record, bytes, now) = our_record(request, epoch, options)?;
     match path.publish(&bytes, RECORD_MODE)? {
         Publish::Published => {}
@@ -692,7 +519,7 @@ fn publish_ours(
             }));
         }
     }
-    options.at(Step::Published)?;
+    at(options, Step::Published)?;
     let guard = match options.liveness.guard_hold() {
         GuardHold::ForLife => Some(guard),
         GuardHold::WhileChanging => {

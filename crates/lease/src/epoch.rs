@@ -10,7 +10,7 @@
 //! of an acquisition together). A crash leaves the old name or the new, never neither. The
 //! first acquisition ever publishes `<lock>.epoch.1`. Readers take the largest number present.
 
-use crate::acquire::Error;
+use crate::error::Error;
 use worklane_slotfile::{Publish, SHARED_MODE, SlotPath};
 
 /// The prefix of the epoch file names of the lock `lock`: `<lock>.epoch.`.

@@ -1,9 +1,10 @@
 //! A held lease: pulse, re-verify, release.
 
-use crate::acquire::{Options, take_guard};
 use crate::clock::Now;
 use crate::liveness::GuardHold;
+use crate::options::Options;
 use crate::record::Record;
+use crate::take::take_guard;
 use worklane_guard::Guard;
 use worklane_slotfile::{RECORD_MODE, Removal, SlotPath};
 

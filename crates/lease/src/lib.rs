@@ -58,26 +58,30 @@
 mod acquire;
 mod clock;
 mod epoch;
+mod error;
 mod lease;
 mod liveness;
+mod options;
 mod record;
 mod retire;
+mod take;
 
 pub use acquire::{
-    Acquired, Error, MAX_LOCK_NAME, Options, Refusal, Request, acquire, acquire_each, adopt,
-    claim_name,
+    Acquired, MAX_LOCK_NAME, Refusal, Request, acquire, acquire_each, adopt, claim_name,
 };
-#[cfg(feature = "test-seams")]
-pub use acquire::{Control, Step};
 pub use clock::{BootTime, Clock, ManualClock, Now, SystemClock, parse_rfc3339_ms, rfc3339_ms};
 pub use epoch::{
     current as current_epoch, current_claimed as current_epoch_claimed, epoch_prefix,
     parse_epoch_name,
 };
+pub use error::Error;
 pub use lease::{Lease, held};
 pub use liveness::{
     DEFAULT_PULSE, DEFAULT_TTL, DeadWhy, GuardHold, Judgement, LiveWhy, Liveness, MAX_SKEW_MS,
     ProcessLiveness, TtlLiveness, judge_pulse, judge_ttl,
 };
+pub use options::Options;
+#[cfg(feature = "test-seams")]
+pub use options::{Control, Step};
 pub use record::{RESERVED_FIELDS, Record};
 pub use retire::retire;

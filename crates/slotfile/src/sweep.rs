@@ -11,7 +11,8 @@
     reason = "this module removes the temp files of dead writers, after taking their lock"
 )]
 
-use crate::dir::{SlotDir, open};
+use crate::dir::SlotDir;
+use crate::open;
 use crate::read::READ_FLAGS;
 use rustix::fd::AsFd;
 use rustix::fs::{AtFlags, FileType, FlockOperation, Mode};

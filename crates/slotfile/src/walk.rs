@@ -26,7 +26,7 @@
     reason = "this module removes a slot directory it created and then refused"
 )]
 
-use crate::dir::open::{Error, Problem};
+use crate::open::{Error, Problem};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
@@ -34,6 +34,10 @@ use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
+
+/// Mode of a slot directory that worklane creates: owner and group (coordinator users) write,
+/// and setgid, so that every file created in it gets the directory's group.
+pub const DIR_MODE: u32 = 0o2770;
 
 /// The most symbolic links followed on the way to a slot directory (as the kernel's
 /// `MAXSYMLINKS`).
@@ -356,7 +360,7 @@ impl Walk<'_> {
             // Exact mode through the descriptor, whatever the creator's umask. (Linux silently
             // leaves the setgid bit off if the caller is not in the group the directory got
             // from a setgid parent; files are then given the group one by one.)
-            rustix::fs::fchmod(&fd, crate::path::mode(crate::dir::DIR_MODE))
+            rustix::fs::fchmod(&fd, crate::mode::mode(DIR_MODE))
                 .map_err(|e| self.io("set the mode of", e))?;
             stat = rustix::fs::fstat(&fd).map_err(|e| self.io("inspect", e))?;
         }
