@@ -1,5 +1,6 @@
 //! Acquisition: take the guard, read the record, publish ours, refuse, or take over.
 
+use crate::claim::{claim_name, clear_claims};
 use crate::clock::{Now, rfc3339_ms};
 use crate::error::Error;
 use crate::lease::Lease;
@@ -7,10 +8,11 @@ use crate::liveness::{GuardHold, Judgement, LiveWhy};
 #[cfg(feature = "test-seams")]
 use crate::options::Control;
 use crate::options::{Options, Step};
-use crate::record::{RESERVED_FIELDS, Record};
+use crate::read::{read_hostile, read_record};
+use crate::record::Record;
+use crate::refusal::Refusal;
+use crate::request::Request;
 use crate::take::take_guard;
-use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 use worklane_guard::Guard;
 use worklane_identity::{Place, ProcessIdentity, Recorded};
 use worklane_slotfile::{Publish, RECORD_MODE, Removal, SlotDir, SlotPath};
@@ -30,71 +32,6 @@ fn at(options: &Options, step: Step) -> Result<(), Error> {
 #[inline]
 fn at(_options: &Options, _step: Step) -> Result<(), Error> {
     Ok(())
-}
-
-/// What the acquirer writes about itself beside the core fields.
-#[derive(Debug, Clone, Default)]
-pub struct Request {
-    /// Who takes it (a harness name, a user), shown to those refused.
-    pub owner: String,
-    /// Further fields: `role`, `profile`, `agentIdentity`, `limit_ms`... Names the core writes
-    /// itself ([`RESERVED_FIELDS`]) are refused.
-    pub fields: Map<String, Value>,
-}
-
-impl Request {
-    /// A request by `owner` with no further fields.
-    #[must_use]
-    pub fn new(owner: impl Into<String>) -> Request {
-        Request {
-            owner: owner.into(),
-            fields: Map::new(),
-        }
-    }
-
-    /// Adds a field.
-    #[must_use]
-    pub fn field(mut self, name: &str, value: impl Into<Value>) -> Request {
-        self.fields.insert(name.to_owned(), value.into());
-        self
-    }
-}
-
-/// A refused acquisition: who holds the resource and why that counts as held.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Refusal {
-    /// The resource's file name.
-    pub resource: String,
-    /// The holder's record, when it could be read and parsed.
-    pub holder: Option<Record>,
-    /// Why the holder counts as live.
-    pub why: LiveWhy,
-}
-
-impl std::fmt::Display for Refusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} is held", self.resource)?;
-        if let Some(h) = &self.holder {
-            if let Some(pid) = h.pid() {
-                write!(f, " by pid {pid}")?;
-            }
-            if let Some(owner) = &h.owner {
-                write!(f, " ({owner})")?;
-            }
-            for key in ["role", "profile", "agentIdentity"] {
-                if let Some(v) = h.extra_str(key) {
-                    write!(f, ", {key} {v}")?;
-                }
-            }
-            if let Some(at) = &h.acquired_at {
-                write!(f, ", since {at}")?;
-            }
-            if let Some(pulse) = h.last_pulse {
-                write!(f, ", last pulse {}", rfc3339_ms(pulse))?;
-            }
-        }
-        write!(f, ": {}", self.why)
-    }
 }
 
 /// The outcome of [`acquire`].
@@ -186,12 +123,8 @@ pub fn acquire_each(
 }
 
 fn check_request(request: &Request) -> Result<(), Error> {
-    match request
-        .fields
-        .keys()
-        .find(|k| RESERVED_FIELDS.contains(&k.as_str()))
-    {
-        Some(key) => Err(Error::ReservedField(key.clone())),
+    match request.reserved_field() {
+        Some(field) => Err(Error::ReservedField(field.to_owned())),
         None => Ok(()),
     }
 }
@@ -266,112 +199,12 @@ fn acquire_under(
     }
 }
 
-/// Reads and parses the record, `Ok(None)` when absent.
-fn read_record(path: &SlotPath) -> Result<Option<Record>, Error> {
-    Ok(path.read()?.and_then(|raw| Record::parse(&raw).ok()))
-}
-
 fn refusal(resource: &str, holder: Option<Record>, why: LiveWhy) -> Refusal {
     Refusal {
         resource: resource.to_owned(),
         holder,
         why,
     }
-}
-
-/// Reads a file that anyone in the directory's group may have put there: a symbolic link, a
-/// FIFO, a directory or a file over 64 KiB where a record or claim belongs is not an error of
-/// ours but a hostile or broken file, returned as `Ok(Err(why))`; only a failing system call
-/// is an error.
-fn read_hostile(path: &SlotPath) -> Result<Result<Option<Vec<u8>>, LiveWhy>, Error> {
-    use worklane_slotfile::read::Error as ReadError;
-    match path.read() {
-        Ok(raw) => Ok(Ok(raw)),
-        Err(
-            e @ (ReadError::Symlink { .. }
-            | ReadError::NotRegular { .. }
-            | ReadError::TooLarge { .. }),
-        ) => Ok(Err(LiveWhy::Malformed {
-            detail: e.to_string(),
-        })),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// The claim file name for a stale record: `<lock>.<first 16 hex of SHA-256(record)>.claim`.
-#[must_use]
-pub fn claim_name(lock: &str, stale_record: &[u8]) -> String {
-    let digest = Sha256::digest(stale_record);
-    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    format!("{lock}.{hex}.claim")
-}
-
-pub(crate) fn is_claim_of(lock: &str, name: &str) -> bool {
-    name.strip_prefix(lock)
-        .and_then(|rest| rest.strip_prefix('.'))
-        .and_then(|rest| rest.strip_suffix(".claim"))
-        .is_some_and(|hex| hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
-}
-
-/// Clears every takeover claim on `path` that cannot stand for a taker still at work, and
-/// refuses us if one may. Called with the guard held, so every claim found belongs to a taker
-/// that no longer holds it. A claim is cleared when:
-/// - it is not a record at all (claims are published whole, so garbage is never a taker's);
-/// - its name is not the hash of the record now at `path` (`record`, absent: `None`): it was
-///   made for a record that is gone, so no taker of the current record made it;
-/// - it declares that its taker held the guard (every worklane taker does), or the liveness
-///   judges its taker dead.
-///
-/// A claim that is not a regular file of at most 64 KiB is never a taker's: it is unlinked
-/// (a FIFO, a symbolic link, an oversized file), or skipped when it cannot be (a directory);
-/// `worklane slots` reports it, and a takeover whose own claim name it occupies goes on
-/// without a claim.
-fn clear_claims(
-    path: &SlotPath,
-    listed: &[SlotPath],
-    record: Option<&[u8]>,
-    options: &Options,
-) -> Result<Option<Refusal>, Error> {
-    let current = record.map(|raw| claim_name(path.name(), raw));
-    for claim in listed.iter().filter(|p| is_claim_of(path.name(), p.name())) {
-        let raw = match read_hostile(claim)? {
-            Ok(Some(raw)) => raw,
-            Ok(None) => continue,
-            Err(_) => {
-                // Not a regular file of at most 64 KiB: never a taker's claim. A FIFO, a link
-                // or an oversized file is unlinked; a directory cannot be, and is skipped.
-                let _ = claim.remove();
-                continue;
-            }
-        };
-        let judged = match Record::parse(&raw) {
-            Ok(_) if current.as_deref() != Some(claim.name()) => None,
-            Ok(record) => Some((
-                options
-                    .liveness
-                    .judge_claim(&record, &Now::of(&*options.clock)),
-                record.pid(),
-            )),
-            Err(_) => None,
-        };
-        match judged {
-            None | Some((Judgement::Dead(_), _)) => {
-                // Changed means it was replaced under us by a writer outside the protocol.
-                let _ = claim.remove_if_unchanged(&raw)?;
-            }
-            Some((Judgement::Live(_), claimant)) => {
-                return Ok(Some(Refusal {
-                    resource: path.name().to_owned(),
-                    holder: record.and_then(|raw| Record::parse(raw).ok()),
-                    why: LiveWhy::TakeoverInProgress {
-                        claim: claim.name().to_owned(),
-                        claimant,
-                    },
-                }));
-            }
-        }
-    }
-    Ok(None)
 }
 
 /// This process's place and identity, as written into records and claims.
@@ -479,7 +312,7 @@ fn claimed_takeover(
 
 /// This process's record for `request` at `epoch`, stamped by the liveness, with its bytes and
 /// the time it was made.
-fn our_record(
+pub(crate) fn our_record(
     request: &Request,
     epoch: u64,
     options: &Options,
@@ -536,77 +369,4 @@ fn publish_ours(
         options.clone(),
         now,
     )))
-}
-
-/// Takes over a lease whose guard was handed to this process by its holder (a descriptor
-/// received over `SCM_RIGHTS` and checked with `Guard::from_received`, which re-asserts the
-/// lock): under that guard, the record is rewritten to name this process, keeping the
-/// resource's epoch (a hand-over is no new acquisition: nobody else held it in between). The
-/// lease must be of a liveness that holds its guard for life.
-///
-/// From then the lease is this process's as if it had acquired it: a SIGKILL frees it at once
-/// (the record declares the held guard), and release removes the record.
-pub fn adopt(
-    dir: &SlotDir,
-    name: &str,
-    guard: Guard,
-    request: &Request,
-    options: &Options,
-) -> Result<Lease, Error> {
-    check_request(request)?;
-    let path = dir.file(name)?;
-    // The record the guard's last holder wrote names the epoch it advanced to; trusted only
-    // when the epoch files agree (else the directory is listed).
-    let claimed = path
-        .read()
-        .ok()
-        .flatten()
-        .and_then(|raw| Record::parse(&raw).ok())
-        .and_then(|r| r.epoch);
-    let epoch = crate::epoch::current_claimed(&path, claimed)?;
-    let (record, bytes, now) = our_record(request, epoch, options)?;
-    path.replace(&bytes, RECORD_MODE)?;
-    let guard = match options.liveness.guard_hold() {
-        GuardHold::ForLife => Some(guard),
-        GuardHold::WhileChanging => {
-            drop(guard);
-            None
-        }
-    };
-    Ok(Lease::new(
-        path,
-        guard,
-        bytes,
-        record,
-        epoch,
-        options.clone(),
-        now,
-    ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn claim_names_use_the_first_16_hex_of_sha256() {
-        // SHA-256("abc") = ba7816bf8f01cfea414140de5dae2223...
-        assert_eq!(
-            claim_name("agent-0.lock", b"abc"),
-            "agent-0.lock.ba7816bf8f01cfea.claim"
-        );
-        assert!(is_claim_of(
-            "agent-0.lock",
-            "agent-0.lock.ba7816bf8f01cfea.claim"
-        ));
-        assert!(
-            !is_claim_of("agent-0.lock", "agent-0.lock.ba7816bf8f01cfe.claim"),
-            "15 hex"
-        );
-        assert!(!is_claim_of(
-            "agent-0.lock",
-            "agent-1.lock.ba7816bf8f01cfea.claim"
-        ));
-        assert!(!is_claim_of("agent-0.lock", "agent-0.lock.epoch.1"));
-    }
 }

@@ -32,7 +32,7 @@ pub mod held {
             /// The resource.
             resource: String,
         },
-        /// [`Lease::annotate`] was asked to set a field the core writes itself.
+        /// [`Lease::annotate`](crate::Lease::annotate) was asked to set a field the core writes itself.
         #[error(
             "lease {resource}: `{field}` is written by worklane itself and cannot be annotated"
         )]

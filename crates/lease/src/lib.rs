@@ -56,19 +56,24 @@
 #![deny(missing_docs)]
 
 mod acquire;
+mod adopt;
+mod claim;
 mod clock;
 mod epoch;
 mod error;
 mod lease;
 mod liveness;
 mod options;
+mod read;
 mod record;
+mod refusal;
+mod request;
 mod retire;
 mod take;
 
-pub use acquire::{
-    Acquired, MAX_LOCK_NAME, Refusal, Request, acquire, acquire_each, adopt, claim_name,
-};
+pub use acquire::{Acquired, MAX_LOCK_NAME, acquire, acquire_each};
+pub use adopt::adopt;
+pub use claim::claim_name;
 pub use clock::{BootTime, Clock, ManualClock, Now, SystemClock, parse_rfc3339_ms, rfc3339_ms};
 pub use epoch::{
     current as current_epoch, current_claimed as current_epoch_claimed, epoch_prefix,
@@ -84,4 +89,6 @@ pub use options::Options;
 #[cfg(feature = "test-seams")]
 pub use options::{Control, Step};
 pub use record::{RESERVED_FIELDS, Record};
+pub use refusal::Refusal;
+pub use request::Request;
 pub use retire::retire;
