@@ -69,6 +69,7 @@ mod check;
 mod file;
 pub mod filesystem;
 mod guard;
+pub mod mode;
 mod name;
 mod publish;
 pub mod reclaim;

@@ -9,10 +9,11 @@
 use crate::GUARD_MODE;
 use crate::acquire::Error;
 use crate::check::{Shown, check_filesystem, io};
+use crate::mode::from_bits;
 use crate::name::guard_temp_name;
 use crate::token::random_token;
 use rustix::fd::BorrowedFd;
-use rustix::fs::{AtFlags, Mode, OFlags};
+use rustix::fs::{AtFlags, OFlags};
 use rustix::io::Errno;
 
 /// How a guard's temp alias is created: read-only (a guard is never written, and should this
@@ -25,12 +26,6 @@ const CREATE_TEMP_ALIAS: OFlags = OFlags::RDONLY
     .union(OFlags::EXCL)
     .union(OFlags::NOFOLLOW)
     .union(OFlags::CLOEXEC);
-
-/// Permission bits as the platform's `Mode` (`mode_t` is 16 bits on macOS, 32 on Linux).
-#[allow(clippy::unnecessary_cast)]
-fn mode(bits: u32) -> Mode {
-    Mode::from_bits_truncate((bits & 0o7777) as rustix::fs::RawMode)
-}
 
 /// Publishes the guard `name`: an empty file created exclusively under a random temp alias,
 /// given mode 0444 through its own descriptor (so no umask can change it), then hard-linked to
@@ -70,9 +65,9 @@ fn publish_once(
     let resource = &name[1..name.len() - crate::name::GUARD_SUFFIX.len()];
     let temp = loop {
         let temp = guard_temp_name(resource, &random_token());
-        match rustix::fs::openat(dir, temp.as_str(), CREATE_TEMP_ALIAS, mode(0o400)) {
+        match rustix::fs::openat(dir, temp.as_str(), CREATE_TEMP_ALIAS, from_bits(0o400)) {
             Ok(fd) => {
-                let chmod = rustix::fs::fchmod(&fd, mode(GUARD_MODE));
+                let chmod = rustix::fs::fchmod(&fd, from_bits(GUARD_MODE));
                 drop(fd);
                 if let Err(e) = chmod {
                     let _ = rustix::fs::unlinkat(dir, temp.as_str(), AtFlags::empty());

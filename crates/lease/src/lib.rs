@@ -69,6 +69,7 @@ mod record;
 mod refusal;
 mod request;
 mod retire;
+mod retry;
 mod take;
 
 pub use acquire::{Acquired, MAX_LOCK_NAME, acquire, acquire_each};
@@ -92,3 +93,4 @@ pub use record::{RESERVED_FIELDS, Record};
 pub use refusal::Refusal;
 pub use request::Request;
 pub use retire::retire;
+pub use retry::Backoff;

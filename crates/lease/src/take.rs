@@ -1,6 +1,7 @@
 //! Taking a resource's guard as its liveness holds it.
 
 use crate::liveness::GuardHold;
+use crate::retry::Backoff;
 use std::time::Duration;
 use worklane_guard::Guard;
 use worklane_slotfile::SlotPath;
@@ -16,17 +17,17 @@ pub(crate) fn take_guard(
     path: &SlotPath,
     hold: GuardHold,
 ) -> Result<Option<Guard>, worklane_guard::acquire::Error> {
-    let tries = match hold {
-        GuardHold::ForLife => 1,
-        GuardHold::WhileChanging => BRIEF_GUARD_TRIES,
+    let retries = match hold {
+        GuardHold::ForLife => 0,
+        GuardHold::WhileChanging => BRIEF_GUARD_TRIES - 1,
     };
-    for attempt in 0..tries {
-        if attempt > 0 {
-            std::thread::sleep(BRIEF_GUARD_PAUSE);
-        }
+    let mut backoff = Backoff::new(BRIEF_GUARD_PAUSE).retries(retries);
+    loop {
         if let Some(guard) = path.try_guard()? {
             return Ok(Some(guard));
         }
+        if !backoff.sleep() {
+            return Ok(None);
+        }
     }
-    Ok(None)
 }

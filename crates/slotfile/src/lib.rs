@@ -59,7 +59,6 @@ pub mod config;
 mod dir;
 mod env;
 mod list;
-mod mode;
 pub mod name;
 pub mod open;
 mod path;

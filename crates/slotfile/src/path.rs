@@ -6,7 +6,6 @@
 )]
 
 use crate::dir::SlotDir;
-use crate::mode::mode;
 use crate::name;
 use crate::read;
 use rustix::fd::{AsFd, OwnedFd};
@@ -14,6 +13,7 @@ use rustix::fs::{AtFlags, OFlags};
 use rustix::io::Errno;
 use std::io::Write;
 use std::path::PathBuf;
+use worklane_guard::mode::from_bits as mode;
 use worklane_guard::{Guard, random_token};
 
 /// Mode for lock records: everyone may read who holds what; only replacement (a directory

@@ -34,6 +34,7 @@ use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
+use worklane_guard::mode::of as permission_bits;
 
 /// Mode of a slot directory that worklane creates: owner and group (coordinator users) write,
 /// and setgid, so that every file created in it gets the directory's group.
@@ -103,12 +104,6 @@ struct Walk<'a> {
     links: usize,
 }
 
-/// The permission bits and file type of a `Stat`, as one `u32` on every platform.
-#[allow(clippy::unnecessary_cast)]
-fn mode_of(stat: &Stat) -> u32 {
-    stat.st_mode as u32
-}
-
 /// Opens the slot directory at `path`, creating it when missing and `create` is set.
 pub(crate) fn open(path: &Path, create: bool) -> Result<Opened, Error> {
     let absolute = if path.is_absolute() {
@@ -176,7 +171,7 @@ impl Walk<'_> {
             at: at.to_owned(),
             owner: stat.st_uid,
             group: stat.st_gid,
-            mode: mode_of(stat) & 0o7777,
+            mode: permission_bits(stat),
             caller: self.caller,
             problem,
         }
@@ -189,7 +184,7 @@ impl Walk<'_> {
     /// Checks a directory on the way and makes it the current one.
     fn enter(&mut self, fd: OwnedFd, at: PathBuf) -> Result<(), Error> {
         let stat = rustix::fs::fstat(&fd).map_err(|e| self.parent_io(&at, e))?;
-        let mode = mode_of(&stat);
+        let mode = permission_bits(&stat);
         if !self.trusted(stat.st_uid) {
             return Err(self.refuse(&at, &stat, Problem::ParentOwner));
         }
@@ -202,7 +197,7 @@ impl Walk<'_> {
                 at: at.clone(),
                 uid: stat.st_uid,
                 gid: stat.st_gid,
-                mode: mode & 0o7777,
+                mode,
             });
         }
         self.stack.push((fd, at));
@@ -274,7 +269,7 @@ impl Walk<'_> {
                     match rustix::fs::mkdirat(
                         dir,
                         name.as_os_str(),
-                        Mode::from_bits_truncate(0o700),
+                        worklane_guard::mode::from_bits(0o700),
                     ) {
                         Ok(()) => created = true,
                         // A concurrent creator won: theirs is opened and checked.
@@ -360,7 +355,7 @@ impl Walk<'_> {
             // Exact mode through the descriptor, whatever the creator's umask. (Linux silently
             // leaves the setgid bit off if the caller is not in the group the directory got
             // from a setgid parent; files are then given the group one by one.)
-            rustix::fs::fchmod(&fd, crate::mode::mode(DIR_MODE))
+            rustix::fs::fchmod(&fd, worklane_guard::mode::from_bits(DIR_MODE))
                 .map_err(|e| self.io("set the mode of", e))?;
             stat = rustix::fs::fstat(&fd).map_err(|e| self.io("inspect", e))?;
         }
@@ -380,7 +375,7 @@ impl Walk<'_> {
         if !self.trusted(stat.st_uid) {
             return Err(self.refuse(at, stat, Problem::Owner));
         }
-        if mode_of(stat) & 0o002 != 0 {
+        if permission_bits(stat) & 0o002 != 0 {
             return Err(self.refuse(at, stat, Problem::Writable));
         }
         match self.loose.iter().find(|l| l.gid != stat.st_gid) {

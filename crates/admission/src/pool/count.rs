@@ -3,7 +3,7 @@
 use super::{Pool, slot_index};
 use crate::Error;
 use std::time::Duration;
-use worklane_lease::{Judgement, LiveWhy, Liveness, ProcessLiveness, Record};
+use worklane_lease::{Backoff, Judgement, LiveWhy, Liveness, ProcessLiveness, Record};
 use worklane_slotfile::SlotPath;
 
 /// The verdict on a slot's holder.
@@ -74,12 +74,16 @@ impl Pool {
             if path.read().is_ok_and(|r| r.is_some()) {
                 continue;
             }
-            let busy = (0..3).all(|attempt| {
-                if attempt > 0 {
-                    std::thread::sleep(Duration::from_millis(1));
+            // 3 probes, 1 ms apart.
+            let mut backoff = Backoff::new(Duration::from_millis(1)).retries(2);
+            let busy = loop {
+                if !matches!(path.try_guard(), Ok(None)) {
+                    break false;
                 }
-                matches!(path.try_guard(), Ok(None))
-            });
+                if !backoff.sleep() {
+                    break true;
+                }
+            };
             if busy {
                 held.push((index, path));
             }

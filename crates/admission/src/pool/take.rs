@@ -7,7 +7,7 @@ use crate::drain::DRAIN_FILE;
 use crate::stop::Stop;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use worklane_lease::{Acquired, Lease, LiveWhy, Refusal, Request, acquire};
+use worklane_lease::{Acquired, Backoff, Lease, LiveWhy, Refusal, Request, acquire};
 
 /// What keeps a slot from being taken now.
 #[derive(Debug, Clone, PartialEq)]
@@ -264,34 +264,33 @@ impl Pool {
     /// least once. `None` only if it stays busy that long.
     fn hold_slots_lock(&self, deadline: Option<Instant>) -> Result<Option<Lease>, Error> {
         let request = Request::new("counting slots");
-        for _ in 0..2000 {
+        // 2000 tries, 1 ms apart.
+        let mut backoff = Backoff::new(Duration::from_millis(1)).retries(1999);
+        loop {
             if let Acquired::Held(lease) =
                 acquire(&self.dir, SLOTS_LOCK, &request, &self.options())?
             {
                 return Ok(Some(lease));
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                break;
+            if deadline.is_some_and(|d| Instant::now() >= d) || !backoff.sleep() {
+                return Ok(None);
             }
-            std::thread::sleep(Duration::from_millis(1));
         }
-        Ok(None)
     }
 
     /// Acquires `name`, retrying for a few milliseconds while its guard is held with no record
     /// behind it: that is a momentary probe (`worklane slots`, the idle probe, a child being
     /// forked by another thread), never a holder, which always has a record.
     fn acquire_settled(&self, name: &str, request: &Request) -> Result<Acquired, Error> {
-        let mut tries = 0;
+        // 50 tries, 1 ms apart.
+        let mut backoff = Backoff::new(Duration::from_millis(1)).retries(49);
         loop {
             let got = acquire(&self.dir, name, request, &self.options())?;
             match &got {
                 Acquired::Refused(r) if r.why == LiveWhy::GuardHeld && r.holder.is_none() => {
-                    tries += 1;
-                    if tries >= 50 {
+                    if !backoff.sleep() {
                         return Ok(got);
                     }
-                    std::thread::sleep(Duration::from_millis(1));
                 }
                 _ => return Ok(got),
             }

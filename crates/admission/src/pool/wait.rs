@@ -5,7 +5,7 @@ use super::take::{Blocker, Take};
 use super::{Kind, Pool};
 use crate::Error;
 use std::time::{Duration, Instant};
-use worklane_lease::Request;
+use worklane_lease::{Backoff, Request};
 
 /// How a blocking take waits.
 pub struct Wait<'a> {
@@ -61,7 +61,7 @@ impl Pool {
         let place = self.join_line(kind, wait.priority, request)?;
         // Made only when a look finds it must wait: a take that goes at once watches nothing.
         let mut watch = None;
-        let mut pause = Duration::from_millis(25);
+        let mut pause = Backoff::new(Duration::from_millis(25)).doubling_to(LOOK_AGAIN_AT_MOST);
         loop {
             let me = place.entry();
             let standing = self.standing(kind, me.priority, me.start_ms, Some(me))?;
@@ -95,7 +95,7 @@ impl Pool {
                 position: standing.ahead.saturating_add(1),
                 in_line: standing.in_line,
             });
-            let mut nap = pause;
+            let mut nap = pause.pause();
             if let Some(t) = wait.timeout {
                 nap = nap.min(t.saturating_sub(waited));
             }
@@ -105,13 +105,14 @@ impl Pool {
                 watch = Some(self.watches.watch(&self.dir));
                 continue;
             };
-            pause = if watch.wait(nap, &|name| Pool::wakes(kind, name)) {
+            if watch.wait(nap, &|name| Pool::wakes(kind, name)) {
                 // Woken by a change: a holder's release removes its record a moment before
                 // it closes its guard, so a look that comes too soon is repeated shortly.
-                Duration::from_millis(2)
+                pause.restart(Duration::from_millis(2));
             } else {
-                (pause * 2).min(LOOK_AGAIN_AT_MOST)
-            };
+                // Without end: only the caller's timeout ends the wait.
+                let _ = pause.next();
+            }
         }
     }
 }
