@@ -2,7 +2,8 @@
 
 use crate::claim::{claim_name, clear_claims};
 use crate::clock::{Now, rfc3339_ms};
-use crate::error::Error;
+pub use crate::error::Error;
+use crate::error::{Failure, Unknown};
 use crate::lease::Lease;
 use crate::liveness::{GuardHold, Judgement, LiveWhy};
 #[cfg(feature = "test-seams")]
@@ -20,17 +21,17 @@ use worklane_slotfile::{Publish, RECORD_MODE, Removal, SlotDir, SlotPath};
 /// Acquisition reached `step`: asks the test seam's hook (feature `test-seams`) whether to go
 /// on.
 #[cfg(feature = "test-seams")]
-fn at(options: &Options, step: Step) -> Result<(), Error> {
+fn at(options: &Options, step: Step) -> Result<(), Failure> {
     match options.hook_at(step) {
         Control::Continue => Ok(()),
-        Control::Crash => Err(Error::Crashed(step)),
+        Control::Crash => Err(Error::Crashed(step).into()),
     }
 }
 
 /// Acquisition reached `step`: without the test seams, it always goes on.
 #[cfg(not(feature = "test-seams"))]
 #[inline]
-fn at(_options: &Options, _step: Step) -> Result<(), Error> {
+fn at(_options: &Options, _step: Step) -> Result<(), Failure> {
     Ok(())
 }
 
@@ -63,6 +64,16 @@ pub fn acquire(
 ) -> Result<Acquired, Error> {
     check_request(request)?;
     check_name(name)?;
+    acquire_one(dir, name, request, options).map_err(|failure| failure.of(name))
+}
+
+/// [`acquire`] once the request and name are checked.
+fn acquire_one(
+    dir: &SlotDir,
+    name: &str,
+    request: &Request,
+    options: &Options,
+) -> Result<Acquired, Failure> {
     let path = dir.file(name)?;
     let Some(guard) = take_guard(&path, options.liveness.guard_hold())? else {
         return Ok(guard_held(&path));
@@ -96,17 +107,20 @@ pub fn acquire_each(
     let hold = options.liveness.guard_hold();
     let mut taken = Vec::with_capacity(each.len());
     for (name, request) in each {
-        let path = dir.file(name)?;
-        match take_guard(&path, hold)? {
+        let of = |failure: Failure| failure.of(name);
+        let path = dir.file(name).map_err(|e| of(e.into()))?;
+        match take_guard(&path, hold).map_err(|e| of(e.into()))? {
             Some(guard) => {
-                at(options, Step::GuardTaken)?;
+                at(options, Step::GuardTaken).map_err(of)?;
                 taken.push(Ok((path, guard, request)));
             }
             None => taken.push(Err(guard_held(&path))),
         }
     }
     // Sorted by name (`list` sorts), so each resource's files are one range of it.
-    let listed = dir.list()?;
+    let listed = dir
+        .list()
+        .map_err(|e| Failure::from(e).of(each.first().map_or("", |(name, _)| name)))?;
     let mut acquired = Vec::with_capacity(each.len());
     for one in taken {
         acquired.push(match one {
@@ -114,7 +128,8 @@ pub fn acquire_each(
                 let name = path.name().to_owned();
                 let from = listed.partition_point(|p| p.name() < name.as_str());
                 let to = from + listed[from..].partition_point(|p| p.name().starts_with(&name));
-                acquire_under(path, guard, &listed[from..to], request, options)?
+                acquire_under(path, guard, &listed[from..to], request, options)
+                    .map_err(|failure| failure.of(&name))?
             }
             Err(refused) => refused,
         });
@@ -122,9 +137,11 @@ pub fn acquire_each(
     Ok(acquired)
 }
 
-fn check_request(request: &Request) -> Result<(), Error> {
+pub(crate) fn check_request(request: &Request) -> Result<(), Error> {
     match request.reserved_field() {
-        Some(field) => Err(Error::ReservedField(field.to_owned())),
+        Some(field) => Err(Error::ReservedField {
+            field: field.to_owned(),
+        }),
         None => Ok(()),
     }
 }
@@ -157,7 +174,7 @@ fn acquire_under(
     listed: &[SlotPath],
     request: &Request,
     options: &Options,
-) -> Result<Acquired, Error> {
+) -> Result<Acquired, Failure> {
     let name = path.name().to_owned();
     let name = name.as_str();
     // Nobody following the protocol can create the record while we hold the guard, so a
@@ -210,7 +227,7 @@ fn refusal(resource: &str, holder: Option<Record>, why: LiveWhy) -> Refusal {
 /// This process's place and identity, as written into records and claims.
 ///
 /// Read once per process and cached by pid: a forked child (another pid) reads its own.
-pub(crate) fn me() -> Result<Recorded, Error> {
+pub(crate) fn me() -> Result<Recorded, Unknown> {
     static ME: std::sync::Mutex<Option<(u32, Recorded)>> = std::sync::Mutex::new(None);
     let pid = std::process::id();
     let mut cached = ME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -219,8 +236,8 @@ pub(crate) fn me() -> Result<Recorded, Error> {
     {
         return Ok(me.clone());
     }
-    let place = Place::current().map_err(|e| Error::Identity(e.to_string()))?;
-    let process = ProcessIdentity::of_self().map_err(|e| Error::Identity(e.to_string()))?;
+    let place = Place::current().map_err(Unknown::Place)?;
+    let process = ProcessIdentity::of_self().map_err(Unknown::Process)?;
     let me = Recorded::new(process, place.clone());
     *cached = Some((pid, me.clone()));
     Ok(me)
@@ -235,7 +252,7 @@ fn take_over(
     stale_record: Record,
     request: &Request,
     options: &Options,
-) -> Result<Acquired, Error> {
+) -> Result<Acquired, Failure> {
     let claim = path.dir().file(&claim_name(path.name(), stale))?;
     let now = Now::of(&*options.clock);
     let mut claim_record = Record {
@@ -272,7 +289,9 @@ fn take_over(
     at(options, Step::ClaimTaken)?;
     let outcome = claimed_takeover(path, guard, listed, stale, request, options);
     #[cfg(feature = "test-seams")]
-    if let Err(Error::Crashed(_)) = outcome {
+    if let Err(Failure::Said(error)) = &outcome
+        && matches!(**error, Error::Crashed(_))
+    {
         // The test seam stands for a process that died here: its claim stays, for the next
         // contender to clear.
         return outcome;
@@ -295,7 +314,7 @@ fn claimed_takeover(
     stale: &[u8],
     request: &Request,
     options: &Options,
-) -> Result<Acquired, Error> {
+) -> Result<Acquired, Failure> {
     // The byte-identical recheck and the removal in one: remove-if-unchanged reads the record
     // and unlinks it only if it still holds exactly the stale bytes. Changed or gone since we
     // judged it: someone else acted, so we refuse rather than guess.
@@ -316,7 +335,7 @@ pub(crate) fn our_record(
     request: &Request,
     epoch: u64,
     options: &Options,
-) -> Result<(Record, Vec<u8>, Now), Error> {
+) -> Result<(Record, Vec<u8>, Now), Unknown> {
     let now = Now::of(&*options.clock);
     let mut record = Record {
         holder: me()?,
@@ -338,7 +357,7 @@ fn publish_ours(
     listed: &[SlotPath],
     request: &Request,
     options: &Options,
-) -> Result<Acquired, Error> {
+) -> Result<Acquired, Failure> {
     let epoch = crate::epoch::advance(&path, listed)?;
     at(options, Step::EpochAdvanced)?;
     let (record, bytes, now) = our_record(request, epoch, options)?;

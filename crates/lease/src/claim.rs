@@ -1,7 +1,7 @@
 //! Takeover claims: their names, and clearing the ones that cannot stand.
 
 use crate::clock::Now;
-use crate::error::Error;
+use crate::error::Failure;
 use crate::liveness::{Judgement, LiveWhy};
 use crate::options::Options;
 use crate::read::read_hostile;
@@ -43,7 +43,7 @@ pub(crate) fn clear_claims(
     listed: &[SlotPath],
     record: Option<&[u8]>,
     options: &Options,
-) -> Result<Option<Refusal>, Error> {
+) -> Result<Option<Refusal>, Failure> {
     let current = record.map(|raw| claim_name(path.name(), raw));
     for claim in listed.iter().filter(|p| is_claim_of(path.name(), p.name())) {
         let raw = match read_hostile(claim)? {

@@ -1,7 +1,7 @@
 //! One claim / refuse / reclaim / release core for every lock in worklane, with the holder's
 //! liveness injected.
 //!
-//! - [`acquire`] takes a resource's kernel guard, reads its JSON record and either publishes
+//! - [`acquire()`] takes a resource's kernel guard, reads its JSON record and either publishes
 //!   ours, refuses us with a [`Refusal`] naming the holder and why it counts as live, or takes
 //!   over a dead holder's record by the claim protocol.
 //! - [`Liveness`] decides "live or dead": [`ProcessLiveness`] (the guard is held for the
@@ -55,11 +55,11 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
-mod acquire;
-mod adopt;
+pub mod acquire;
+pub mod adopt;
 mod claim;
 mod clock;
-mod epoch;
+pub mod epoch;
 mod error;
 mod lease;
 mod liveness;
@@ -80,7 +80,6 @@ pub use epoch::{
     current as current_epoch, current_claimed as current_epoch_claimed, epoch_prefix,
     parse_epoch_name,
 };
-pub use error::Error;
 pub use lease::{Lease, held};
 pub use liveness::{
     DEFAULT_PULSE, DEFAULT_TTL, DeadWhy, GuardHold, Judgement, LiveWhy, Liveness, MAX_SKEW_MS,

@@ -7,6 +7,7 @@ use crate::drain::DRAIN_FILE;
 use crate::stop::Stop;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+use worklane_lease::acquire::Error as LeaseError;
 use worklane_lease::{Acquired, Backoff, Lease, LiveWhy, Refusal, Request, acquire};
 
 /// What keeps a slot from being taken now.
@@ -228,10 +229,11 @@ impl Pool {
                     // A stray file where this index's guard belongs: nobody can hold this
                     // index, so it is skipped (and counted only if a record stands there);
                     // `worklane slots` names the file.
-                    Err(Error::Lease(worklane_lease::Error::Guard(e))) if broken_guard(&e) => {}
+                    Err(Error::Lease(LeaseError::Guard { source, .. }))
+                        if broken_guard(&source) => {}
                     // An epoch that cannot grow: that index cannot be taken again (never
                     // reused with the same epoch); `worklane slots` names the file.
-                    Err(Error::Lease(worklane_lease::Error::Epoch { .. })) => {}
+                    Err(Error::Lease(LeaseError::Epoch { .. })) => {}
                     Err(e) => return Err(e),
                 }
             }
