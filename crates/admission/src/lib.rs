@@ -88,7 +88,10 @@ pub enum Error {
     Guard(#[from] worklane_guard::acquire::Error),
     /// A lease could not be acquired.
     #[error(transparent)]
-    Lease(#[from] worklane_lease::Error),
+    Lease(#[from] worklane_lease::acquire::Error),
+    /// A handed-over slot could not be adopted.
+    #[error(transparent)]
+    Adopt(#[from] worklane_lease::adopt::Error),
     /// A held lease failed.
     #[error(transparent)]
     Held(worklane_lease::held::Error),

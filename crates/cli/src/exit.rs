@@ -42,16 +42,15 @@ impl Failure {
     }
 }
 
-/// Renders an error with its chain of causes: `outer: inner: innermost`.
+/// Renders an error with its chain of causes: `outer: inner: innermost`. Each library error
+/// says only what its own layer was doing and leaves its cause to its source, so every part is
+/// shown as it is.
 pub(crate) fn chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(e) = source {
-        let s = e.to_string();
-        if !text.contains(&s) {
-            text.push_str(": ");
-            text.push_str(&s);
-        }
+        text.push_str(": ");
+        text.push_str(&e.to_string());
         source = e.source();
     }
     text
@@ -80,12 +79,33 @@ fn open_code(e: &worklane_slotfile::open::Error) -> u8 {
     }
 }
 
-fn lease_code(e: &worklane_lease::Error) -> u8 {
-    use worklane_lease::Error as E;
+/// An epoch file's name refused is a lock name misused; a listing that failed is the
+/// directory's problem; anything else is a system error.
+fn epoch_code(e: &worklane_lease::epoch::Error) -> u8 {
+    use worklane_lease::epoch::Error as E;
     match e {
-        E::Name(_) | E::ReservedField(_) | E::NameTooLong { .. } => USAGE,
-        E::Guard(g) => guard_code(g),
-        E::List(o) => open_code(o),
+        E::Name { .. } => USAGE,
+        E::List { source, .. } => open_code(source),
+        _ => OS_ERROR,
+    }
+}
+
+fn lease_code(e: &worklane_lease::acquire::Error) -> u8 {
+    use worklane_lease::acquire::Error as E;
+    match e {
+        E::Name { .. } | E::ReservedField { .. } | E::NameTooLong { .. } => USAGE,
+        E::Guard { source, .. } => guard_code(source),
+        E::List { source, .. } => open_code(source),
+        E::EpochFiles { source, .. } => epoch_code(source),
+        _ => OS_ERROR,
+    }
+}
+
+fn adopt_code(e: &worklane_lease::adopt::Error) -> u8 {
+    use worklane_lease::adopt::Error as E;
+    match e {
+        E::Name { .. } | E::ReservedField { .. } => USAGE,
+        E::Epoch { source, .. } => epoch_code(source),
         _ => OS_ERROR,
     }
 }
@@ -98,15 +118,23 @@ impl From<worklane_admission::Error> for Failure {
             E::Open(o) => open_code(o),
             E::Guard(g) => guard_code(g),
             E::Lease(l) => lease_code(l),
+            E::Adopt(a) => adopt_code(a),
             _ => OS_ERROR,
         };
         Failure::new(code, chain(&e))
     }
 }
 
-impl From<worklane_lease::Error> for Failure {
-    fn from(e: worklane_lease::Error) -> Failure {
+impl From<worklane_lease::acquire::Error> for Failure {
+    fn from(e: worklane_lease::acquire::Error) -> Failure {
         let code = lease_code(&e);
+        Failure::new(code, chain(&e))
+    }
+}
+
+impl From<worklane_lease::adopt::Error> for Failure {
+    fn from(e: worklane_lease::adopt::Error) -> Failure {
+        let code = adopt_code(&e);
         Failure::new(code, chain(&e))
     }
 }
@@ -142,7 +170,9 @@ mod tests {
             "{}",
             failure.message
         );
-        let reserved = Failure::from(worklane_lease::Error::ReservedField("pid".into()));
+        let reserved = Failure::from(worklane_lease::acquire::Error::ReservedField {
+            field: "pid".into(),
+        });
         assert_eq!(reserved.code, USAGE, "{}", reserved.message);
         let temp = tempfile::tempdir().expect("temp dir");
         let dir = worklane_slotfile::SlotDir::open(temp.path()).expect("open");
@@ -150,7 +180,10 @@ mod tests {
             .file("role-a/b.lease")
             .expect_err("not one path component");
         assert_eq!(Failure::from(name).code, USAGE, "a bad role name");
-        let identity = Failure::from(worklane_lease::Error::Identity("no /proc".into()));
+        let identity = Failure::from(worklane_lease::acquire::Error::Process {
+            resource: "agent-0.lock".into(),
+            source: worklane_identity::process::Error::NotFound { pid: 7 },
+        });
         assert_eq!(identity.code, OS_ERROR, "{}", identity.message);
 
         // The same directory problem maps alike through either layer.
@@ -167,7 +200,11 @@ mod tests {
             OS_ERROR
         );
         assert_eq!(
-            Failure::from(worklane_lease::Error::List(io())).code,
+            Failure::from(worklane_lease::acquire::Error::List {
+                resource: "agent-0.lock".into(),
+                source: io()
+            })
+            .code,
             OS_ERROR
         );
         assert_eq!(
@@ -175,8 +212,82 @@ mod tests {
             CONFIG
         );
         assert_eq!(
-            Failure::from(worklane_lease::Error::List(missing())).code,
+            Failure::from(worklane_lease::acquire::Error::List {
+                resource: "agent-0.lock".into(),
+                source: missing()
+            })
+            .code,
             CONFIG
         );
+    }
+
+    /// Each error of the chain says its own part only: no message holds its cause's text.
+    fn assert_no_part_repeats(error: &dyn std::error::Error) {
+        let mut current = error;
+        while let Some(cause) = current.source() {
+            let (outer, inner) = (current.to_string(), cause.to_string());
+            assert!(
+                !outer.contains(&inner),
+                "{outer:?} repeats its cause {inner:?}, shown as {:?}",
+                chain(error)
+            );
+            current = cause;
+        }
+    }
+
+    #[test]
+    fn real_errors_render_each_part_once() {
+        use worklane_lease::{Options, Request, acquire};
+        let temp = tempfile::tempdir().expect("temp dir");
+        let dir = worklane_slotfile::SlotDir::open(temp.path()).expect("open");
+        let take = |name: &str| {
+            acquire(&dir, name, &Request::new("test"), &Options::process())
+                .expect_err("cannot be acquired")
+        };
+
+        let name = take("a/b.lock");
+        std::fs::create_dir(temp.path().join(".dir.lock.flock")).expect("a directory guard");
+        let guard = take("dir.lock");
+        std::fs::write(
+            temp.path().join(format!("max.lock.epoch.{}", u64::MAX)),
+            b"",
+        )
+        .expect("the last epoch");
+        let epoch = take("max.lock");
+        let missing = worklane_slotfile::SlotDir::open(&temp.path().join("nope"))
+            .expect_err("no such directory");
+        let config = worklane_slotfile::Config::parse(b"{", std::path::Path::new("config.json"))
+            .expect_err("a broken config");
+
+        for (what, error, code) in [
+            ("a bad name", &name as &dyn std::error::Error, USAGE),
+            ("a directory as the guard", &guard, OS_ERROR),
+            ("an epoch that cannot grow", &epoch, OS_ERROR),
+        ] {
+            assert_no_part_repeats(error);
+            let failure = Failure::from(match what {
+                "a bad name" => take("a/b.lock"),
+                "a directory as the guard" => take("dir.lock"),
+                _ => take("max.lock"),
+            });
+            assert_eq!(failure.code, code, "{what}: {}", failure.message);
+            assert_eq!(
+                failure.message,
+                chain(error),
+                "{what}: rendered alike twice"
+            );
+        }
+        assert!(
+            chain(&epoch).starts_with("cannot advance the epoch of lease max.lock at "),
+            "the step and the lease first: {}",
+            chain(&epoch)
+        );
+        assert!(
+            chain(&guard).starts_with("cannot take the guard of lease dir.lock: "),
+            "{}",
+            chain(&guard)
+        );
+        assert_no_part_repeats(&worklane_admission::Error::Open(missing));
+        assert_no_part_repeats(&worklane_admission::Error::Config(config));
     }
 }

@@ -1,14 +1,12 @@
 //! The held guard: open, check, lock, release.
 
-#![allow(
-    clippy::disallowed_methods,
-    reason = "this module publishes a guard (link, temp alias unlinked) and takes its lock"
-)]
-
-use crate::name::{check_resource_name, guard_name, guard_temp_name};
-use crate::token::random_token;
-use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags};
+use crate::acquire;
+use crate::check::{Shown, check_descriptor, io, lock_nonblocking, still_named};
+use crate::file::FileId;
+use crate::name::{check_resource_name, guard_name};
+use crate::publish::publish;
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 use std::path::{Path, PathBuf};
 
@@ -16,124 +14,6 @@ use std::path::{Path, PathBuf};
 /// guard to 0660); 0444 lets other coordinator users open it read-only and keeps ordinary
 /// writers from putting bytes in it.
 pub const GUARD_MODE: u32 = 0o444;
-
-/// Device and inode of a file: what identifies a guard across descriptors and processes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct FileId {
-    /// `st_dev` of the file.
-    pub dev: u64,
-    /// `st_ino` of the file.
-    pub ino: u64,
-}
-
-/// Errors of [`Guard::try_acquire`] and [`Guard::from_received`].
-pub mod acquire {
-    use super::FileId;
-    use crate::filesystem::Refused;
-    use crate::name::NameProblem;
-    use std::path::PathBuf;
-
-    /// Why a guard could not be acquired. Busy is not among them: it is `Ok(None)`.
-    #[derive(Debug, thiserror::Error)]
-    #[non_exhaustive]
-    pub enum Error {
-        /// The resource name cannot carry a guard.
-        #[error("cannot guard resource {resource:?} in {dir}: {problem}")]
-        InvalidName {
-            /// Directory the resource lives in.
-            dir: PathBuf,
-            /// The name given.
-            resource: String,
-            /// What is wrong with it.
-            problem: NameProblem,
-        },
-        /// A symbolic link sits at the guard name.
-        #[error(
-            "guard {path} is a symbolic link and is never followed; remove the link during a \
-             quiescent maintenance window (worklane recreates the guard)"
-        )]
-        Symlink {
-            /// The guard's path.
-            path: PathBuf,
-        },
-        /// Something other than a regular file sits at the guard name.
-        #[error(
-            "guard {path} is a {kind}, not an empty regular file; remove it during a quiescent \
-             maintenance window (worklane recreates the guard)"
-        )]
-        NotRegular {
-            /// The guard's path.
-            path: PathBuf,
-            /// What it is instead.
-            kind: &'static str,
-        },
-        /// The guard file has contents.
-        #[error(
-            "guard {path} holds {size} bytes but a guard is always empty; move it aside during a \
-             quiescent maintenance window (worklane recreates the guard)"
-        )]
-        NotEmpty {
-            /// The guard's path.
-            path: PathBuf,
-            /// Its size in bytes.
-            size: u64,
-        },
-        /// Opening the guard landed on a closed standard stream.
-        #[error(
-            "guard {path} opened as descriptor {fd}, a closed standard stream, and was closed \
-             again; keep descriptors 0, 1 and 2 open (redirect unused ones to /dev/null)"
-        )]
-        StdStreamClosed {
-            /// The guard's path.
-            path: PathBuf,
-            /// The descriptor number it landed on.
-            fd: i32,
-        },
-        /// The guard's filesystem does not give local `flock` semantics.
-        #[error("guard {path} is on a filesystem where worklane does not lock")]
-        Filesystem {
-            /// The guard's path.
-            path: PathBuf,
-            /// The filesystem verdict.
-            #[source]
-            refused: Refused,
-        },
-        /// A received descriptor refers to another file than the expected guard.
-        #[error(
-            "the received descriptor is not guard {path}: it is device {} inode {}, the guard is \
-             device {} inode {}",
-            got.dev, got.ino, want.dev, want.ino
-        )]
-        NotTheGuard {
-            /// The guard's path.
-            path: PathBuf,
-            /// What the descriptor refers to.
-            got: FileId,
-            /// What the guard at the path is.
-            want: FileId,
-        },
-        /// A received descriptor is the guard, but another open file description holds it.
-        #[error(
-            "the received descriptor for guard {path} does not hold its lock: another process \
-             does, so the sender never held it"
-        )]
-        NotHeld {
-            /// The guard's path.
-            path: PathBuf,
-        },
-        /// A system call failed.
-        #[error("cannot {op} guard {path}")]
-        Io {
-            /// What was being done.
-            op: &'static str,
-            /// The guard's (or its temp alias's) path.
-            path: PathBuf,
-            /// The system error.
-            #[source]
-            source: std::io::Error,
-        },
-    }
-}
 
 use acquire::Error;
 
@@ -329,28 +209,6 @@ pub fn is_held(dir: impl AsFd, dir_path: &Path, resource: &str) -> Result<bool, 
     Ok(Guard::try_acquire(dir, dir_path, resource)?.is_none())
 }
 
-/// A file in a directory, turned into a path only when a message needs one (the success path
-/// allocates no path).
-#[derive(Clone, Copy)]
-struct Shown<'a> {
-    dir: &'a Path,
-    name: &'a str,
-}
-
-impl Shown<'_> {
-    fn path(self) -> PathBuf {
-        self.dir.join(self.name)
-    }
-}
-
-fn io<'a>(op: &'static str, shown: Shown<'a>) -> impl FnOnce(Errno) -> Error + 'a {
-    move |e| Error::Io {
-        op,
-        path: shown.path(),
-        source: e.into(),
-    }
-}
-
 /// How a guard is opened: read-only (a guard is never written), never through a symlink, never
 /// blocking (a FIFO planted at the name would block an open without `O_NONBLOCK` forever), not
 /// inherited by programs this process executes, and never becoming a controlling terminal
@@ -360,17 +218,6 @@ const OPEN_GUARD: OFlags = OFlags::RDONLY
     .union(OFlags::NONBLOCK)
     .union(OFlags::CLOEXEC)
     .union(OFlags::NOCTTY);
-
-/// How a guard's temp alias is created: read-only (a guard is never written, and should this
-/// descriptor land on a closed standard stream for a moment, a stray print to it fails instead
-/// of filling the guard with bytes; `fchmod` needs no write access), only if the name is new
-/// (`O_EXCL`, which also never follows a symlink; `O_NOFOLLOW` says so again), and not inherited
-/// by programs this process executes.
-const CREATE_TEMP_ALIAS: OFlags = OFlags::RDONLY
-    .union(OFlags::CREATE)
-    .union(OFlags::EXCL)
-    .union(OFlags::NOFOLLOW)
-    .union(OFlags::CLOEXEC);
 
 /// Opens the guard named `name` in `dir` without following a symlink or blocking on a FIFO,
 /// creating it first when `create` is given (the hook runs just before the link), and checks
@@ -408,199 +255,8 @@ fn open_checked(
 /// it locked.
 const ATTEMPTS: usize = 3;
 
-/// Whether the guard's name still refers to the inode `id` (not unlinked or replaced).
-fn still_named(dir: BorrowedFd<'_>, shown: Shown<'_>, id: FileId) -> Result<bool, Error> {
-    match rustix::fs::statat(dir, shown.name, AtFlags::SYMLINK_NOFOLLOW) {
-        #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
-        Ok(stat) => Ok(FileId {
-            dev: stat.st_dev as u64,
-            ino: stat.st_ino as u64,
-        } == id),
-        Err(Errno::NOENT) => Ok(false),
-        Err(e) => Err(io("stat", shown)(e)),
-    }
-}
-
-/// Checks a guard descriptor: above the standard streams, an empty regular file, on a
-/// filesystem with local `flock`. Closes it (by dropping) on refusal.
-fn check_descriptor(fd: &OwnedFd, shown: Shown<'_>) -> Result<FileId, Error> {
-    let raw = fd.as_raw_fd();
-    if raw <= 2 {
-        return Err(Error::StdStreamClosed {
-            path: shown.path(),
-            fd: raw,
-        });
-    }
-    let stat = rustix::fs::fstat(fd).map_err(io("fstat", shown))?;
-    let kind = FileType::from_raw_mode(stat.st_mode);
-    if kind != FileType::RegularFile {
-        return Err(Error::NotRegular {
-            path: shown.path(),
-            kind: describe_file_type(kind),
-        });
-    }
-    if stat.st_size != 0 {
-        return Err(Error::NotEmpty {
-            path: shown.path(),
-            size: u64::try_from(stat.st_size).unwrap_or(u64::MAX),
-        });
-    }
-    check_filesystem(fd.as_fd(), shown)?;
-    #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
-    Ok(FileId {
-        dev: stat.st_dev as u64,
-        ino: stat.st_ino as u64,
-    })
-}
-
-/// Refuses a guard (or a directory about to hold one) on a filesystem without local `flock`.
-fn check_filesystem(fd: BorrowedFd<'_>, shown: Shown<'_>) -> Result<(), Error> {
-    match crate::sys::filesystem_of(fd) {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(refused)) => Err(Error::Filesystem {
-            path: shown.path(),
-            refused,
-        }),
-        Err(source) => Err(Error::Io {
-            op: "fstatfs",
-            path: shown.path(),
-            source,
-        }),
-    }
-}
-
-/// Permission bits as the platform's `Mode` (`mode_t` is 16 bits on macOS, 32 on Linux).
-#[allow(clippy::unnecessary_cast)]
-fn mode(bits: u32) -> Mode {
-    Mode::from_bits_truncate((bits & 0o7777) as rustix::fs::RawMode)
-}
-
-/// What a file type is called in this crate's errors ("regular file", "FIFO", ...): the
-/// `kind` of [`acquire::Error::NotRegular`]. `worklane-slotfile` names file types in its
-/// errors and reports with the same words.
-#[must_use]
-pub fn describe_file_type(kind: FileType) -> &'static str {
-    match kind {
-        FileType::RegularFile => "regular file",
-        FileType::Directory => "directory",
-        FileType::Symlink => "symbolic link",
-        FileType::Fifo => "FIFO",
-        FileType::Socket => "socket",
-        FileType::CharacterDevice => "character device",
-        FileType::BlockDevice => "block device",
-        _ => "file of unknown type",
-    }
-}
-
-/// `flock(LOCK_EX | LOCK_NB)` on `fd`: `Ok(true)` when held, `Ok(false)` when busy.
-///
-/// See <https://man7.org/linux/man-pages/man2/flock.2.html>.
-fn lock_nonblocking(fd: &OwnedFd, shown: Shown<'_>) -> Result<bool, Error> {
-    loop {
-        match rustix::fs::flock(fd, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => return Ok(true),
-            Err(Errno::WOULDBLOCK) => return Ok(false),
-            Err(Errno::INTR) => continue,
-            Err(e) => return Err(io("flock", shown)(e)),
-        }
-    }
-}
-
-/// Publishes the guard `name`: an empty file created exclusively under a random temp alias,
-/// given mode 0444 through its own descriptor (so no umask can change it), then hard-linked to
-/// `name` (already there: someone else published first, theirs is used), then the temp alias
-/// is unlinked. A crash before the link leaves no guard; after it, a complete guard.
-///
-/// The directory's filesystem is checked first, so nothing is created where no guard could be
-/// used (the guard's own descriptor is checked again after opening).
-fn publish(
-    dir: BorrowedFd<'_>,
-    shown: Shown<'_>,
-    before_link: &mut dyn FnMut(),
-) -> Result<(), Error> {
-    check_filesystem(dir, shown)?;
-    // A temp alias a minute old is removed by ordinary operation (the slot directory's temp
-    // sweep); a publisher stopped that long between creating and linking its alias finds it
-    // gone (ENOENT) and starts again with a new one.
-    for _ in 0..3 {
-        match publish_once(dir, shown, before_link) {
-            Err(Error::Io { source, .. })
-                if source.raw_os_error() == Some(Errno::NOENT.raw_os_error()) =>
-            {
-                continue;
-            }
-            other => return other,
-        }
-    }
-    publish_once(dir, shown, before_link)
-}
-
-fn publish_once(
-    dir: BorrowedFd<'_>,
-    shown: Shown<'_>,
-    before_link: &mut dyn FnMut(),
-) -> Result<(), Error> {
-    let name = shown.name;
-    let resource = &name[1..name.len() - crate::name::GUARD_SUFFIX.len()];
-    let temp = loop {
-        let temp = guard_temp_name(resource, &random_token());
-        match rustix::fs::openat(dir, temp.as_str(), CREATE_TEMP_ALIAS, mode(0o400)) {
-            Ok(fd) => {
-                let chmod = rustix::fs::fchmod(&fd, mode(GUARD_MODE));
-                drop(fd);
-                if let Err(e) = chmod {
-                    let _ = rustix::fs::unlinkat(dir, temp.as_str(), AtFlags::empty());
-                    let temp_shown = Shown {
-                        dir: shown.dir,
-                        name: &temp,
-                    };
-                    return Err(io("set the mode of the temp alias of", temp_shown)(e));
-                }
-                break temp;
-            }
-            Err(Errno::EXIST) => continue,
-            Err(e) => return Err(io("create a temp alias for", shown)(e)),
-        }
-    };
-    before_link();
-    let linked = rustix::fs::linkat(dir, temp.as_str(), dir, name, AtFlags::empty());
-    // The temp alias goes in every path; if removing it fails, it is a harmless extra link.
-    let _ = rustix::fs::unlinkat(dir, temp.as_str(), AtFlags::empty());
-    match linked {
-        Ok(()) | Err(Errno::EXIST) => Ok(()),
-        Err(e) => Err(io("publish (link) the temp alias of", shown)(e)),
-    }
-}
-
 /// The path of the guard of `resource` in the directory `dir_path` (for messages and tools).
 #[must_use]
 pub fn guard_path(dir_path: &Path, resource: &str) -> PathBuf {
     dir_path.join(guard_name(resource))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::describe_file_type;
-    use rustix::fs::FileType;
-
-    #[test]
-    fn every_file_type_has_its_own_name() {
-        let named = [
-            (FileType::RegularFile, "regular file"),
-            (FileType::Directory, "directory"),
-            (FileType::Symlink, "symbolic link"),
-            (FileType::Fifo, "FIFO"),
-            (FileType::Socket, "socket"),
-            (FileType::CharacterDevice, "character device"),
-            (FileType::BlockDevice, "block device"),
-            (FileType::Unknown, "file of unknown type"),
-        ];
-        for (kind, name) in named {
-            assert_eq!(
-                describe_file_type(kind),
-                name,
-                "what a {kind:?} is called in messages"
-            );
-        }
-    }
 }

@@ -64,14 +64,20 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod acquire;
+mod check;
+mod file;
 pub mod filesystem;
 mod guard;
+pub mod mode;
 mod name;
+mod publish;
 pub mod reclaim;
 mod sys;
 mod token;
 
-pub use guard::{FileId, GUARD_MODE, Guard, acquire, describe_file_type, guard_path, is_held};
+pub use file::{FileId, describe_file_type};
+pub use guard::{GUARD_MODE, Guard, guard_path, is_held};
 pub use name::{
     GUARD_SUFFIX, GUARD_TEMP_INFIX, NAME_MAX, NameProblem, RESOURCE_NAME_MAX, TOKEN_LEN,
     check_resource_name, guard_name, guard_temp_name, is_reserved,

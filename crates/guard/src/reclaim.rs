@@ -53,7 +53,7 @@ pub enum Removal {
 pub enum Error {
     /// Taking the guard failed.
     #[error(transparent)]
-    Acquire(#[from] crate::guard::acquire::Error),
+    Acquire(#[from] crate::acquire::Error),
     /// A system call failed.
     #[error("cannot {op} {path}")]
     Io {

@@ -9,7 +9,7 @@ use std::io;
 use rustix::io::Errno;
 use rustix::process::Pid;
 
-use crate::process::{self, Snapshot};
+use crate::process::{self, Snapshot, to_pid};
 use crate::verdict::{GoneReason, UnknownReason};
 use crate::{Field, Place, Recorded, Verdict, place};
 
@@ -35,11 +35,6 @@ use crate::{Field, Place, Recorded, Verdict, place};
 /// once per process); on Darwin it runs `/bin/ps` once.
 pub fn probe(recorded: &Recorded) -> Verdict {
     decide(recorded, Place::current(), &mut System)
-}
-
-/// A process id as rustix takes it: 1 to `i32::MAX`.
-pub(crate) fn to_pid(pid: u32) -> Option<Pid> {
-    i32::try_from(pid).ok().and_then(Pid::from_raw)
 }
 
 /// What signal 0 (`kill(pid, 0)`, see [kill(2)]) says about a pid.

@@ -3,6 +3,8 @@
 
 use std::io;
 
+use rustix::process::Pid;
+
 /// A process: its pid and its start identity.
 ///
 /// `start` is what the platform records when the process starts and never changes afterwards:
@@ -33,7 +35,7 @@ impl ProcessIdentity {
     /// parsed, (Darwin) `ps` cannot run, or the platform is neither Linux nor macOS
     /// ([`Error::Unsupported`]).
     pub fn of(pid: u32) -> Result<Self, Error> {
-        if crate::probe::to_pid(pid).is_none() {
+        if to_pid(pid).is_none() {
             return Err(Error::InvalidPid { pid });
         }
         match crate::sys::snapshot(pid)? {
@@ -57,6 +59,11 @@ impl ProcessIdentity {
     pub fn of_self() -> Result<Self, Error> {
         Self::of(std::process::id())
     }
+}
+
+/// A process id as rustix takes it: 1 to `i32::MAX`.
+pub(crate) fn to_pid(pid: u32) -> Option<Pid> {
+    i32::try_from(pid).ok().and_then(Pid::from_raw)
 }
 
 /// What one read of a process shows: its start and whether it has exited, from the same read.

@@ -1,193 +1,38 @@
 //! Acquisition: take the guard, read the record, publish ours, refuse, or take over.
 
-use crate::clock::{Clock, Now, SystemClock, rfc3339_ms};
+use crate::claim::{claim_name, clear_claims};
+use crate::clock::{Now, rfc3339_ms};
+pub use crate::error::Error;
+use crate::error::{Failure, Unknown};
 use crate::lease::Lease;
-use crate::liveness::{GuardHold, Judgement, LiveWhy, Liveness, ProcessLiveness, TtlLiveness};
-use crate::record::{RESERVED_FIELDS, Record};
-use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
-use std::sync::Arc;
-use std::time::Duration;
+use crate::liveness::{GuardHold, Judgement, LiveWhy};
+#[cfg(feature = "test-seams")]
+use crate::options::Control;
+use crate::options::{Options, Step};
+use crate::read::{read_hostile, read_record};
+use crate::record::Record;
+use crate::refusal::Refusal;
+use crate::request::Request;
+use crate::take::take_guard;
 use worklane_guard::Guard;
 use worklane_identity::{Place, ProcessIdentity, Recorded};
 use worklane_slotfile::{Publish, RECORD_MODE, Removal, SlotDir, SlotPath};
 
-/// A step of acquisition, reported to the test seam [`Options::with_hook`] (feature
-/// `test-seams`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-#[cfg_attr(
-    not(feature = "test-seams"),
-    allow(unreachable_pub, reason = "exported with the test-seams feature")
-)]
-pub enum Step {
-    /// The resource's guard is held.
-    GuardTaken,
-    /// The record has been read (or found absent) and not yet acted on.
-    RecordInspected,
-    /// The epoch file has been advanced for this acquisition.
-    EpochAdvanced,
-    /// Takeover: our claim on the stale record is published.
-    ClaimTaken,
-    /// Takeover: the stale record has been removed.
-    StaleRemoved,
-    /// Our record is published (on takeover, the claim is still there).
-    Published,
-}
-
-/// What a hook tells acquisition to do next (feature `test-seams`).
+/// Acquisition reached `step`: asks the test seam's hook (feature `test-seams`) whether to go
+/// on.
 #[cfg(feature = "test-seams")]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Control {
-    /// Go on.
-    Continue,
-    /// Stop here as if the process died: return [`Error::Crashed`], leaving every file as it
-    /// is and closing the guard, as the kernel would.
-    Crash,
-}
-
-#[cfg(feature = "test-seams")]
-type Hook = Arc<dyn Fn(Step) -> Control + Send + Sync>;
-
-/// How a lease is judged, timed and (in tests) interrupted.
-#[derive(Clone)]
-pub struct Options {
-    pub(crate) liveness: Arc<dyn Liveness>,
-    pub(crate) clock: Arc<dyn Clock>,
-    #[cfg(feature = "test-seams")]
-    hook: Option<Hook>,
-}
-
-impl std::fmt::Debug for Options {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut f = f.debug_struct("Options");
-        f.field("guard_hold", &self.liveness.guard_hold())
-            .field("ttl_ms", &self.liveness.ttl_ms());
-        #[cfg(feature = "test-seams")]
-        f.field("hooked", &self.hook.is_some());
-        f.finish()
+fn at(options: &Options, step: Step) -> Result<(), Failure> {
+    match options.hook_at(step) {
+        Control::Continue => Ok(()),
+        Control::Crash => Err(Error::Crashed(step).into()),
     }
 }
 
-impl Options {
-    /// Process liveness on the system clock: the lock of an agent slot, `slots.lock`, a run.
-    #[must_use]
-    pub fn process() -> Options {
-        Options::with_liveness(Arc::new(ProcessLiveness))
-    }
-
-    /// TTL liveness with `ttl` on the system clock: a role lease.
-    #[must_use]
-    pub fn ttl(ttl: Duration) -> Options {
-        Options::with_liveness(Arc::new(TtlLiveness::new(ttl)))
-    }
-
-    /// Any liveness on the system clock.
-    #[must_use]
-    pub fn with_liveness(liveness: Arc<dyn Liveness>) -> Options {
-        Options {
-            liveness,
-            clock: Arc::new(SystemClock),
-            #[cfg(feature = "test-seams")]
-            hook: None,
-        }
-    }
-
-    /// Uses `clock` for every time decision.
-    #[must_use]
-    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Options {
-        self.clock = clock;
-        self
-    }
-
-    /// Test seam (feature `test-seams`): calls `hook` at each [`Step`] of acquisition.
-    #[cfg(feature = "test-seams")]
-    #[must_use]
-    pub fn with_hook(mut self, hook: impl Fn(Step) -> Control + Send + Sync + 'static) -> Options {
-        self.hook = Some(Arc::new(hook));
-        self
-    }
-
-    /// Acquisition reached `step`: asks the test seam's hook whether to go on.
-    #[cfg(feature = "test-seams")]
-    fn at(&self, step: Step) -> Result<(), Error> {
-        match self.hook.as_ref().map_or(Control::Continue, |h| h(step)) {
-            Control::Continue => Ok(()),
-            Control::Crash => Err(Error::Crashed(step)),
-        }
-    }
-
-    /// Acquisition reached `step`: without the test seams, it always goes on.
-    #[cfg(not(feature = "test-seams"))]
-    #[inline]
-    fn at(&self, _step: Step) -> Result<(), Error> {
-        Ok(())
-    }
-}
-
-/// What the acquirer writes about itself beside the core fields.
-#[derive(Debug, Clone, Default)]
-pub struct Request {
-    /// Who takes it (a harness name, a user), shown to those refused.
-    pub owner: String,
-    /// Further fields: `role`, `profile`, `agentIdentity`, `limit_ms`... Names the core writes
-    /// itself ([`RESERVED_FIELDS`]) are refused.
-    pub fields: Map<String, Value>,
-}
-
-impl Request {
-    /// A request by `owner` with no further fields.
-    #[must_use]
-    pub fn new(owner: impl Into<String>) -> Request {
-        Request {
-            owner: owner.into(),
-            fields: Map::new(),
-        }
-    }
-
-    /// Adds a field.
-    #[must_use]
-    pub fn field(mut self, name: &str, value: impl Into<Value>) -> Request {
-        self.fields.insert(name.to_owned(), value.into());
-        self
-    }
-}
-
-/// A refused acquisition: who holds the resource and why that counts as held.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Refusal {
-    /// The resource's file name.
-    pub resource: String,
-    /// The holder's record, when it could be read and parsed.
-    pub holder: Option<Record>,
-    /// Why the holder counts as live.
-    pub why: LiveWhy,
-}
-
-impl std::fmt::Display for Refusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} is held", self.resource)?;
-        if let Some(h) = &self.holder {
-            if let Some(pid) = h.pid() {
-                write!(f, " by pid {pid}")?;
-            }
-            if let Some(owner) = &h.owner {
-                write!(f, " ({owner})")?;
-            }
-            for key in ["role", "profile", "agentIdentity"] {
-                if let Some(v) = h.extra_str(key) {
-                    write!(f, ", {key} {v}")?;
-                }
-            }
-            if let Some(at) = &h.acquired_at {
-                write!(f, ", since {at}")?;
-            }
-            if let Some(pulse) = h.last_pulse {
-                write!(f, ", last pulse {}", rfc3339_ms(pulse))?;
-            }
-        }
-        write!(f, ": {}", self.why)
-    }
+/// Acquisition reached `step`: without the test seams, it always goes on.
+#[cfg(not(feature = "test-seams"))]
+#[inline]
+fn at(_options: &Options, _step: Step) -> Result<(), Failure> {
+    Ok(())
 }
 
 /// The outcome of [`acquire`].
@@ -200,89 +45,9 @@ pub enum Acquired {
     Refused(Refusal),
 }
 
-/// Why acquisition failed (a refusal is not a failure: it is [`Acquired::Refused`]).
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    /// The resource name cannot be a slot file.
-    #[error(transparent)]
-    Name(#[from] worklane_slotfile::name::Error),
-    /// The lock name leaves no room for its epoch marker and claim names.
-    #[error(
-        "lock name {name:?} is {len} bytes; a lock name may have at most {max} so that its \
-         epoch marker and takeover claims fit the filesystem's name limit: use a shorter name"
-    )]
-    NameTooLong {
-        /// The name given.
-        name: String,
-        /// Its length in bytes.
-        len: usize,
-        /// The longest accepted.
-        max: usize,
-    },
-    /// The request sets a field the core writes itself.
-    #[error("the lease request sets `{0}`, which worklane writes itself; rename the field")]
-    ReservedField(String),
-    /// The guard could not be taken (not busy: broken).
-    #[error(transparent)]
-    Guard(#[from] worklane_guard::acquire::Error),
-    /// The record or a claim could not be read.
-    #[error(transparent)]
-    Read(#[from] worklane_slotfile::read::Error),
-    /// The record, a claim or the epoch could not be written.
-    #[error(transparent)]
-    Write(#[from] worklane_slotfile::write::Error),
-    /// The slot directory could not be listed for claims.
-    #[error(transparent)]
-    List(#[from] worklane_slotfile::open::Error),
-    /// A stale record or claim could not be removed.
-    #[error(transparent)]
-    Remove(#[from] worklane_slotfile::remove::Error),
-    /// This process's own place or identity could not be read.
-    #[error("cannot read this process's identity for the lock record: {0}")]
-    Identity(String),
-    /// The epoch file could not be advanced.
-    #[error(
-        "cannot advance the epoch at {path}: {found}; remove stray epoch files by hand during a quiescent window"
-    )]
-    Epoch {
-        /// The epoch file.
-        path: String,
-        /// What it holds.
-        found: String,
-    },
-    /// A hook stopped acquisition at this step (test seam, feature `test-seams`).
-    #[cfg(feature = "test-seams")]
-    #[error("acquisition stopped at {0:?} by a test hook")]
-    Crashed(Step),
-}
-
 /// The longest lock name: its epoch marker `<name>.epoch.<20 digits>` (the longest of the
 /// names derived from it; a claim adds 23 bytes) must itself be a valid slot file name.
 pub const MAX_LOCK_NAME: usize = worklane_guard::RESOURCE_NAME_MAX - ".epoch.".len() - 20;
-
-/// How often a contender retries a guard that is held only while a record changes.
-const BRIEF_GUARD_TRIES: u32 = 200;
-const BRIEF_GUARD_PAUSE: Duration = Duration::from_micros(500);
-
-/// Takes `path`'s guard: once under [`GuardHold::ForLife`] (busy means a live holder), or
-/// retried for about 100 ms under [`GuardHold::WhileChanging`] (busy means someone is in the
-/// middle of a change, which takes microseconds).
-pub(crate) fn take_guard(path: &SlotPath, hold: GuardHold) -> Result<Option<Guard>, Error> {
-    let tries = match hold {
-        GuardHold::ForLife => 1,
-        GuardHold::WhileChanging => BRIEF_GUARD_TRIES,
-    };
-    for attempt in 0..tries {
-        if attempt > 0 {
-            std::thread::sleep(BRIEF_GUARD_PAUSE);
-        }
-        if let Some(guard) = path.try_guard()? {
-            return Ok(Some(guard));
-        }
-    }
-    Ok(None)
-}
 
 /// Acquires the lease on the resource file `name` in `dir`.
 ///
@@ -299,11 +64,21 @@ pub fn acquire(
 ) -> Result<Acquired, Error> {
     check_request(request)?;
     check_name(name)?;
+    acquire_one(dir, name, request, options).map_err(|failure| failure.of(name))
+}
+
+/// [`acquire`] once the request and name are checked.
+fn acquire_one(
+    dir: &SlotDir,
+    name: &str,
+    request: &Request,
+    options: &Options,
+) -> Result<Acquired, Failure> {
     let path = dir.file(name)?;
     let Some(guard) = take_guard(&path, options.liveness.guard_hold())? else {
         return Ok(guard_held(&path));
     };
-    options.at(Step::GuardTaken)?;
+    at(options, Step::GuardTaken)?;
     // One listing under the guard serves the record's presence, the claim scan and the epoch.
     let listed = path.dir().list_prefixed(name)?;
     acquire_under(path, guard, &listed, request, options)
@@ -332,17 +107,20 @@ pub fn acquire_each(
     let hold = options.liveness.guard_hold();
     let mut taken = Vec::with_capacity(each.len());
     for (name, request) in each {
-        let path = dir.file(name)?;
-        match take_guard(&path, hold)? {
+        let of = |failure: Failure| failure.of(name);
+        let path = dir.file(name).map_err(|e| of(e.into()))?;
+        match take_guard(&path, hold).map_err(|e| of(e.into()))? {
             Some(guard) => {
-                options.at(Step::GuardTaken)?;
+                at(options, Step::GuardTaken).map_err(of)?;
                 taken.push(Ok((path, guard, request)));
             }
             None => taken.push(Err(guard_held(&path))),
         }
     }
     // Sorted by name (`list` sorts), so each resource's files are one range of it.
-    let listed = dir.list()?;
+    let listed = dir
+        .list()
+        .map_err(|e| Failure::from(e).of(each.first().map_or("", |(name, _)| name)))?;
     let mut acquired = Vec::with_capacity(each.len());
     for one in taken {
         acquired.push(match one {
@@ -350,7 +128,8 @@ pub fn acquire_each(
                 let name = path.name().to_owned();
                 let from = listed.partition_point(|p| p.name() < name.as_str());
                 let to = from + listed[from..].partition_point(|p| p.name().starts_with(&name));
-                acquire_under(path, guard, &listed[from..to], request, options)?
+                acquire_under(path, guard, &listed[from..to], request, options)
+                    .map_err(|failure| failure.of(&name))?
             }
             Err(refused) => refused,
         });
@@ -358,13 +137,11 @@ pub fn acquire_each(
     Ok(acquired)
 }
 
-fn check_request(request: &Request) -> Result<(), Error> {
-    match request
-        .fields
-        .keys()
-        .find(|k| RESERVED_FIELDS.contains(&k.as_str()))
-    {
-        Some(key) => Err(Error::ReservedField(key.clone())),
+pub(crate) fn check_request(request: &Request) -> Result<(), Error> {
+    match request.reserved_field() {
+        Some(field) => Err(Error::ReservedField {
+            field: field.to_owned(),
+        }),
         None => Ok(()),
     }
 }
@@ -397,7 +174,7 @@ fn acquire_under(
     listed: &[SlotPath],
     request: &Request,
     options: &Options,
-) -> Result<Acquired, Error> {
+) -> Result<Acquired, Failure> {
     let name = path.name().to_owned();
     let name = name.as_str();
     // Nobody following the protocol can create the record while we hold the guard, so a
@@ -412,7 +189,7 @@ fn acquire_under(
     if let Some(refusal) = clear_claims(&path, listed, raw.as_deref(), options)? {
         return Ok(Acquired::Refused(refusal));
     }
-    options.at(Step::RecordInspected)?;
+    at(options, Step::RecordInspected)?;
     let Some(raw) = raw else {
         return publish_ours(path, guard, listed, request, options);
     };
@@ -439,11 +216,6 @@ fn acquire_under(
     }
 }
 
-/// Reads and parses the record, `Ok(None)` when absent.
-fn read_record(path: &SlotPath) -> Result<Option<Record>, Error> {
-    Ok(path.read()?.and_then(|raw| Record::parse(&raw).ok()))
-}
-
 fn refusal(resource: &str, holder: Option<Record>, why: LiveWhy) -> Refusal {
     Refusal {
         resource: resource.to_owned(),
@@ -452,105 +224,10 @@ fn refusal(resource: &str, holder: Option<Record>, why: LiveWhy) -> Refusal {
     }
 }
 
-/// Reads a file that anyone in the directory's group may have put there: a symbolic link, a
-/// FIFO, a directory or a file over 64 KiB where a record or claim belongs is not an error of
-/// ours but a hostile or broken file, returned as `Ok(Err(why))`; only a failing system call
-/// is an error.
-fn read_hostile(path: &SlotPath) -> Result<Result<Option<Vec<u8>>, LiveWhy>, Error> {
-    use worklane_slotfile::read::Error as ReadError;
-    match path.read() {
-        Ok(raw) => Ok(Ok(raw)),
-        Err(
-            e @ (ReadError::Symlink { .. }
-            | ReadError::NotRegular { .. }
-            | ReadError::TooLarge { .. }),
-        ) => Ok(Err(LiveWhy::Malformed {
-            detail: e.to_string(),
-        })),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// The claim file name for a stale record: `<lock>.<first 16 hex of SHA-256(record)>.claim`.
-#[must_use]
-pub fn claim_name(lock: &str, stale_record: &[u8]) -> String {
-    let digest = Sha256::digest(stale_record);
-    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    format!("{lock}.{hex}.claim")
-}
-
-pub(crate) fn is_claim_of(lock: &str, name: &str) -> bool {
-    name.strip_prefix(lock)
-        .and_then(|rest| rest.strip_prefix('.'))
-        .and_then(|rest| rest.strip_suffix(".claim"))
-        .is_some_and(|hex| hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
-}
-
-/// Clears every takeover claim on `path` that cannot stand for a taker still at work, and
-/// refuses us if one may. Called with the guard held, so every claim found belongs to a taker
-/// that no longer holds it. A claim is cleared when:
-/// - it is not a record at all (claims are published whole, so garbage is never a taker's);
-/// - its name is not the hash of the record now at `path` (`record`, absent: `None`): it was
-///   made for a record that is gone, so no taker of the current record made it;
-/// - it declares that its taker held the guard (every worklane taker does), or the liveness
-///   judges its taker dead.
-///
-/// A claim that is not a regular file of at most 64 KiB is never a taker's: it is unlinked
-/// (a FIFO, a symbolic link, an oversized file), or skipped when it cannot be (a directory);
-/// `worklane slots` reports it, and a takeover whose own claim name it occupies goes on
-/// without a claim.
-fn clear_claims(
-    path: &SlotPath,
-    listed: &[SlotPath],
-    record: Option<&[u8]>,
-    options: &Options,
-) -> Result<Option<Refusal>, Error> {
-    let current = record.map(|raw| claim_name(path.name(), raw));
-    for claim in listed.iter().filter(|p| is_claim_of(path.name(), p.name())) {
-        let raw = match read_hostile(claim)? {
-            Ok(Some(raw)) => raw,
-            Ok(None) => continue,
-            Err(_) => {
-                // Not a regular file of at most 64 KiB: never a taker's claim. A FIFO, a link
-                // or an oversized file is unlinked; a directory cannot be, and is skipped.
-                let _ = claim.remove();
-                continue;
-            }
-        };
-        let judged = match Record::parse(&raw) {
-            Ok(_) if current.as_deref() != Some(claim.name()) => None,
-            Ok(record) => Some((
-                options
-                    .liveness
-                    .judge_claim(&record, &Now::of(&*options.clock)),
-                record.pid(),
-            )),
-            Err(_) => None,
-        };
-        match judged {
-            None | Some((Judgement::Dead(_), _)) => {
-                // Changed means it was replaced under us by a writer outside the protocol.
-                let _ = claim.remove_if_unchanged(&raw)?;
-            }
-            Some((Judgement::Live(_), claimant)) => {
-                return Ok(Some(Refusal {
-                    resource: path.name().to_owned(),
-                    holder: record.and_then(|raw| Record::parse(raw).ok()),
-                    why: LiveWhy::TakeoverInProgress {
-                        claim: claim.name().to_owned(),
-                        claimant,
-                    },
-                }));
-            }
-        }
-    }
-    Ok(None)
-}
-
 /// This process's place and identity, as written into records and claims.
 ///
 /// Read once per process and cached by pid: a forked child (another pid) reads its own.
-pub(crate) fn me() -> Result<Recorded, Error> {
+pub(crate) fn me() -> Result<Recorded, Unknown> {
     static ME: std::sync::Mutex<Option<(u32, Recorded)>> = std::sync::Mutex::new(None);
     let pid = std::process::id();
     let mut cached = ME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -559,8 +236,8 @@ pub(crate) fn me() -> Result<Recorded, Error> {
     {
         return Ok(me.clone());
     }
-    let place = Place::current().map_err(|e| Error::Identity(e.to_string()))?;
-    let process = ProcessIdentity::of_self().map_err(|e| Error::Identity(e.to_string()))?;
+    let place = Place::current().map_err(Unknown::Place)?;
+    let process = ProcessIdentity::of_self().map_err(Unknown::Process)?;
     let me = Recorded::new(process, place.clone());
     *cached = Some((pid, me.clone()));
     Ok(me)
@@ -575,7 +252,7 @@ fn take_over(
     stale_record: Record,
     request: &Request,
     options: &Options,
-) -> Result<Acquired, Error> {
+) -> Result<Acquired, Failure> {
     let claim = path.dir().file(&claim_name(path.name(), stale))?;
     let now = Now::of(&*options.clock);
     let mut claim_record = Record {
@@ -606,13 +283,15 @@ fn take_over(
                 },
             }));
         }
-        options.at(Step::ClaimTaken)?;
+        at(options, Step::ClaimTaken)?;
         return claimed_takeover(path, guard, listed, stale, request, options);
     }
-    options.at(Step::ClaimTaken)?;
+    at(options, Step::ClaimTaken)?;
     let outcome = claimed_takeover(path, guard, listed, stale, request, options);
     #[cfg(feature = "test-seams")]
-    if let Err(Error::Crashed(_)) = outcome {
+    if let Err(Failure::Said(error)) = &outcome
+        && matches!(**error, Error::Crashed(_))
+    {
         // The test seam stands for a process that died here: its claim stays, for the next
         // contender to clear.
         return outcome;
@@ -635,7 +314,7 @@ fn claimed_takeover(
     stale: &[u8],
     request: &Request,
     options: &Options,
-) -> Result<Acquired, Error> {
+) -> Result<Acquired, Failure> {
     // The byte-identical recheck and the removal in one: remove-if-unchanged reads the record
     // and unlinks it only if it still holds exactly the stale bytes. Changed or gone since we
     // judged it: someone else acted, so we refuse rather than guess.
@@ -646,17 +325,17 @@ fn claimed_takeover(
             why: LiveWhy::Changed,
         }));
     }
-    options.at(Step::StaleRemoved)?;
+    at(options, Step::StaleRemoved)?;
     publish_ours(path, guard, listed, request, options)
 }
 
 /// This process's record for `request` at `epoch`, stamped by the liveness, with its bytes and
 /// the time it was made.
-fn our_record(
+pub(crate) fn our_record(
     request: &Request,
     epoch: u64,
     options: &Options,
-) -> Result<(Record, Vec<u8>, Now), Error> {
+) -> Result<(Record, Vec<u8>, Now), Unknown> {
     let now = Now::of(&*options.clock);
     let mut record = Record {
         holder: me()?,
@@ -678,9 +357,9 @@ fn publish_ours(
     listed: &[SlotPath],
     request: &Request,
     options: &Options,
-) -> Result<Acquired, Error> {
+) -> Result<Acquired, Failure> {
     let epoch = crate::epoch::advance(&path, listed)?;
-    options.at(Step::EpochAdvanced)?;
+    at(options, Step::EpochAdvanced)?;
     let (record, bytes, now) = our_record(request, epoch, options)?;
     match path.publish(&bytes, RECORD_MODE)? {
         Publish::Published => {}
@@ -692,7 +371,7 @@ fn publish_ours(
             }));
         }
     }
-    options.at(Step::Published)?;
+    at(options, Step::Published)?;
     let guard = match options.liveness.guard_hold() {
         GuardHold::ForLife => Some(guard),
         GuardHold::WhileChanging => {
@@ -709,77 +388,4 @@ fn publish_ours(
         options.clone(),
         now,
     )))
-}
-
-/// Takes over a lease whose guard was handed to this process by its holder (a descriptor
-/// received over `SCM_RIGHTS` and checked with `Guard::from_received`, which re-asserts the
-/// lock): under that guard, the record is rewritten to name this process, keeping the
-/// resource's epoch (a hand-over is no new acquisition: nobody else held it in between). The
-/// lease must be of a liveness that holds its guard for life.
-///
-/// From then the lease is this process's as if it had acquired it: a SIGKILL frees it at once
-/// (the record declares the held guard), and release removes the record.
-pub fn adopt(
-    dir: &SlotDir,
-    name: &str,
-    guard: Guard,
-    request: &Request,
-    options: &Options,
-) -> Result<Lease, Error> {
-    check_request(request)?;
-    let path = dir.file(name)?;
-    // The record the guard's last holder wrote names the epoch it advanced to; trusted only
-    // when the epoch files agree (else the directory is listed).
-    let claimed = path
-        .read()
-        .ok()
-        .flatten()
-        .and_then(|raw| Record::parse(&raw).ok())
-        .and_then(|r| r.epoch);
-    let epoch = crate::epoch::current_claimed(&path, claimed)?;
-    let (record, bytes, now) = our_record(request, epoch, options)?;
-    path.replace(&bytes, RECORD_MODE)?;
-    let guard = match options.liveness.guard_hold() {
-        GuardHold::ForLife => Some(guard),
-        GuardHold::WhileChanging => {
-            drop(guard);
-            None
-        }
-    };
-    Ok(Lease::new(
-        path,
-        guard,
-        bytes,
-        record,
-        epoch,
-        options.clone(),
-        now,
-    ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn claim_names_use_the_first_16_hex_of_sha256() {
-        // SHA-256("abc") = ba7816bf8f01cfea414140de5dae2223...
-        assert_eq!(
-            claim_name("agent-0.lock", b"abc"),
-            "agent-0.lock.ba7816bf8f01cfea.claim"
-        );
-        assert!(is_claim_of(
-            "agent-0.lock",
-            "agent-0.lock.ba7816bf8f01cfea.claim"
-        ));
-        assert!(
-            !is_claim_of("agent-0.lock", "agent-0.lock.ba7816bf8f01cfe.claim"),
-            "15 hex"
-        );
-        assert!(!is_claim_of(
-            "agent-0.lock",
-            "agent-1.lock.ba7816bf8f01cfea.claim"
-        ));
-        assert!(!is_claim_of("agent-0.lock", "agent-0.lock.epoch.1"));
-    }
 }

@@ -10,8 +10,92 @@
 //! of an acquisition together). A crash leaves the old name or the new, never neither. The
 //! first acquisition ever publishes `<lock>.epoch.1`. Readers take the largest number present.
 
-use crate::acquire::Error;
-use worklane_slotfile::{Publish, SHARED_MODE, SlotPath};
+use std::path::PathBuf;
+use worklane_slotfile::{Publish, SHARED_MODE, SlotPath, name, open, write};
+
+/// Why the epoch of a lock could not be read or advanced.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An epoch file's name is refused (a lock name too long for its markers).
+    #[error("cannot name an epoch file of {lock}")]
+    Name {
+        /// The lock.
+        lock: String,
+        /// Why.
+        #[source]
+        source: name::Error,
+    },
+    /// The directory could not be listed for the lock's epoch files.
+    #[error("cannot list the epoch files of {lock}")]
+    List {
+        /// The lock.
+        lock: String,
+        /// Why.
+        #[source]
+        source: open::Error,
+    },
+    /// The first epoch file could not be created.
+    #[error("cannot create the first epoch file of {lock}")]
+    Create {
+        /// The lock.
+        lock: String,
+        /// Why.
+        #[source]
+        source: write::Error,
+    },
+    /// The epoch file could not be renamed to the next epoch.
+    #[error("cannot rename the epoch file of {lock} to epoch {next}")]
+    Rename {
+        /// The lock.
+        lock: String,
+        /// The epoch it was to be advanced to.
+        next: u64,
+        /// Why.
+        #[source]
+        source: write::Error,
+    },
+}
+
+/// Why the epoch of a lock cannot be advanced though its files are there to read: a refusal
+/// of the lease layer itself, not a failing call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Stuck {
+    /// The first epoch file appeared between the listing and its creation: only a writer
+    /// outside the lock's guard makes one.
+    #[error("an epoch file was created outside the lock's guard")]
+    Stray,
+    /// The epoch is already `u64::MAX`: no later holder could be told apart.
+    #[error(
+        "the epoch is already {current}, the largest there is, so no later holder could be told \
+         apart"
+    )]
+    Exhausted {
+        /// The epoch.
+        current: u64,
+    },
+}
+
+/// Why [`advance`] did not advance the epoch.
+#[derive(Debug)]
+pub(crate) enum Advance {
+    /// A call failed.
+    Failed(Error),
+    /// The epoch files are there but cannot be advanced.
+    Stuck {
+        /// The epoch file.
+        path: PathBuf,
+        /// Why.
+        stuck: Stuck,
+    },
+}
+
+impl From<Error> for Advance {
+    fn from(error: Error) -> Advance {
+        Advance::Failed(error)
+    }
+}
 
 /// The prefix of the epoch file names of the lock `lock`: `<lock>.epoch.`.
 #[must_use]
@@ -32,7 +116,13 @@ pub fn parse_epoch_name(lock: &str, name: &str) -> Option<u64> {
 
 /// The current epoch of `lock` (0 when it was never taken).
 pub fn current(lock: &SlotPath) -> Result<u64, Error> {
-    let listed = lock.dir().list_prefixed(&epoch_prefix(lock.name()))?;
+    let listed = lock
+        .dir()
+        .list_prefixed(&epoch_prefix(lock.name()))
+        .map_err(|source| Error::List {
+            lock: lock.name().to_owned(),
+            source,
+        })?;
     Ok(largest(lock.name(), &listed).map_or(0, |(n, _)| n))
 }
 
@@ -40,13 +130,17 @@ pub fn current(lock: &SlotPath) -> Result<u64, Error> {
 /// when `<lock>.epoch.<claimed>` is present and `<lock>.epoch.<claimed+1>` is not (two lookups
 /// instead of a listing), else the largest present, as [`current`]. Under a guard held since
 /// the epoch was last advanced nobody following the protocol can have changed it, which is
-/// when [`crate::adopt`] and the dispatcher's recovery ask.
+/// when [`adopt`](crate::adopt()) and the dispatcher's recovery ask.
 pub fn current_claimed(lock: &SlotPath, claimed: Option<u64>) -> Result<u64, Error> {
     if let Some(n) = claimed.filter(|n| *n > 0 && *n < u64::MAX) {
         let present = |n: u64| -> Result<bool, Error> {
             let file = lock
                 .dir()
-                .file(&format!("{}{n}", epoch_prefix(lock.name())))?;
+                .file(&format!("{}{n}", epoch_prefix(lock.name())))
+                .map_err(|source| Error::Name {
+                    lock: lock.name().to_owned(),
+                    source,
+                })?;
             Ok(file.modified_ms().is_ok_and(|m| m.is_some()))
         };
         if present(n)? && !present(n + 1)? {
@@ -65,31 +159,45 @@ fn largest<'a>(lock: &str, listed: &'a [SlotPath]) -> Option<(u64, &'a SlotPath)
 
 /// Advances the epoch of `lock` by one and returns the new value. Must run under the guard;
 /// `listed` is the directory's listing taken under it.
-pub(crate) fn advance(lock: &SlotPath, listed: &[SlotPath]) -> Result<u64, Error> {
+pub(crate) fn advance(lock: &SlotPath, listed: &[SlotPath]) -> Result<u64, Advance> {
     let name = lock.name();
     let Some((current, file)) = largest(name, listed) else {
-        let first = lock.dir().file(&format!("{}1", epoch_prefix(name)))?;
-        return match first.publish(b"", SHARED_MODE)? {
+        let first = lock
+            .dir()
+            .file(&format!("{}1", epoch_prefix(name)))
+            .map_err(|source| Error::Name {
+                lock: name.to_owned(),
+                source,
+            })?;
+        let published = first
+            .publish(b"", SHARED_MODE)
+            .map_err(|source| Error::Create {
+                lock: name.to_owned(),
+                source,
+            })?;
+        return match published {
             Publish::Published => Ok(1),
             // Only a writer outside the protocol can have made it since our listing.
-            Publish::AlreadyExists => Err(Error::Epoch {
-                path: first.dir().path().join(first.name()).display().to_string(),
-                found: "an epoch file created outside the lock's guard".to_owned(),
+            Publish::AlreadyExists => Err(Advance::Stuck {
+                path: first.dir().path().join(first.name()),
+                stuck: Stuck::Stray,
             }),
         };
     };
     // Epochs strictly increase or acquisition fails: an epoch that cannot grow would give
     // every later holder the same fencing token.
     let Some(next) = current.checked_add(1) else {
-        return Err(Error::Epoch {
-            path: file.dir().path().join(file.name()).display().to_string(),
-            found: format!(
-                "the epoch is already {current}, the largest there is, so no later holder could \
-                 be told apart"
-            ),
+        return Err(Advance::Stuck {
+            path: file.dir().path().join(file.name()),
+            stuck: Stuck::Exhausted { current },
         });
     };
-    file.rename(&format!("{name}.epoch.{next}"))?;
+    file.rename(&format!("{name}.epoch.{next}"))
+        .map_err(|source| Error::Rename {
+            lock: name.to_owned(),
+            next,
+            source,
+        })?;
     // Older names can only be left by hand or by a writer outside the protocol: tidy them.
     for (_, stale) in listed
         .iter()

@@ -1,9 +1,10 @@
 //! A held lease: pulse, re-verify, release.
 
-use crate::acquire::{Options, take_guard};
 use crate::clock::Now;
 use crate::liveness::GuardHold;
+use crate::options::Options;
 use crate::record::Record;
+use crate::take::take_guard;
 use worklane_guard::Guard;
 use worklane_slotfile::{RECORD_MODE, Removal, SlotPath};
 
@@ -31,7 +32,7 @@ pub mod held {
             /// The resource.
             resource: String,
         },
-        /// [`Lease::annotate`] was asked to set a field the core writes itself.
+        /// [`Lease::annotate`](crate::Lease::annotate) was asked to set a field the core writes itself.
         #[error(
             "lease {resource}: `{field}` is written by worklane itself and cannot be annotated"
         )]
@@ -47,14 +48,41 @@ pub mod held {
             /// The resource.
             resource: String,
         },
-        /// A file operation failed.
-        #[error("lease {resource}: {source}")]
-        Io {
+        /// The guard, taken briefly under TTL liveness, could not be taken (not busy: broken).
+        #[error("cannot take the guard of lease {resource}")]
+        Guard {
             /// The resource.
             resource: String,
-            /// What failed.
+            /// Why.
             #[source]
-            source: Box<dyn std::error::Error + Send + Sync>,
+            source: worklane_guard::acquire::Error,
+        },
+        /// The record could not be read to check that it is still ours.
+        #[error("cannot read the record of lease {resource}")]
+        Read {
+            /// The resource.
+            resource: String,
+            /// Why.
+            #[source]
+            source: worklane_slotfile::read::Error,
+        },
+        /// The record could not be rewritten (a pulse or an annotation).
+        #[error("cannot rewrite the record of lease {resource}")]
+        Write {
+            /// The resource.
+            resource: String,
+            /// Why.
+            #[source]
+            source: worklane_slotfile::write::Error,
+        },
+        /// The record could not be removed on release.
+        #[error("cannot remove the record of lease {resource}")]
+        Remove {
+            /// The resource.
+            resource: String,
+            /// Why (boxed: the largest cause).
+            #[source]
+            source: Box<worklane_slotfile::remove::Error>,
         },
     }
 
@@ -143,11 +171,8 @@ impl Lease {
         self.guard.as_ref()
     }
 
-    fn io(&self, source: impl std::error::Error + Send + Sync + 'static) -> Error {
-        Error::Io {
-            resource: self.path.name().to_owned(),
-            source: Box::new(source),
-        }
+    fn resource_owned(&self) -> String {
+        self.path.name().to_owned()
     }
 
     fn check_state(&self) -> Result<(), Error> {
@@ -187,7 +212,12 @@ impl Lease {
                     resource: self.path.name().to_owned(),
                 });
             }
-            Err(e) => return Err(self.io(e)),
+            Err(source) => {
+                return Err(Error::Guard {
+                    resource: self.resource_owned(),
+                    source,
+                });
+            }
         };
         let out = f(self);
         drop(brief);
@@ -225,7 +255,10 @@ impl Lease {
     fn rewrite(&mut self, pulse: bool, change: impl FnOnce(&mut Record)) -> Result<(), Error> {
         self.check_state()?;
         self.under_guard(|lease| {
-            let current = lease.path.read().map_err(|e| lease.io(e))?;
+            let current = lease.path.read().map_err(|source| Error::Read {
+                resource: lease.resource_owned(),
+                source,
+            })?;
             if current.as_deref() != Some(lease.bytes.as_slice()) {
                 lease.state = State::Lost;
                 return Err(Error::LeaseLost {
@@ -246,7 +279,10 @@ impl Lease {
             lease
                 .path
                 .replace(&bytes, RECORD_MODE)
-                .map_err(|e| lease.io(e))?;
+                .map_err(|source| Error::Write {
+                    resource: lease.resource_owned(),
+                    source,
+                })?;
             lease.record = record;
             lease.bytes = bytes;
             if pulse {
@@ -288,7 +324,10 @@ impl Lease {
             lease.bytes = bytes;
             match removed {
                 Ok(Removal::Removed | Removal::Absent | Removal::Changed) => Ok(()),
-                Err(e) => Err(lease.io(e)),
+                Err(source) => Err(Error::Remove {
+                    resource: lease.resource_owned(),
+                    source: Box::new(source),
+                }),
             }
         });
         self.state = State::Released;
@@ -299,7 +338,7 @@ impl Lease {
     /// Gives the lease up without releasing the resource: the record stays as it is and the held
     /// guard is returned (process liveness; `None` under TTL liveness), for a holder that passes
     /// the guard's descriptor to another process, which takes the lease over with
-    /// [`adopt`](crate::adopt). Once every copy of the guard is closed, the record, which
+    /// [`adopt`](crate::adopt()). Once every copy of the guard is closed, the record, which
     /// declares the held guard, is free to take.
     #[must_use]
     pub fn hand_over(mut self) -> Option<Guard> {

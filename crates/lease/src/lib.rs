@@ -1,7 +1,7 @@
 //! One claim / refuse / reclaim / release core for every lock in worklane, with the holder's
 //! liveness injected.
 //!
-//! - [`acquire`] takes a resource's kernel guard, reads its JSON record and either publishes
+//! - [`acquire()`] takes a resource's kernel guard, reads its JSON record and either publishes
 //!   ours, refuses us with a [`Refusal`] naming the holder and why it counts as live, or takes
 //!   over a dead holder's record by the claim protocol.
 //! - [`Liveness`] decides "live or dead": [`ProcessLiveness`] (the guard is held for the
@@ -55,20 +55,26 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
-mod acquire;
+pub mod acquire;
+pub mod adopt;
+mod claim;
 mod clock;
-mod epoch;
+pub mod epoch;
+mod error;
 mod lease;
 mod liveness;
+mod options;
+mod read;
 mod record;
+mod refusal;
+mod request;
 mod retire;
+mod retry;
+mod take;
 
-pub use acquire::{
-    Acquired, Error, MAX_LOCK_NAME, Options, Refusal, Request, acquire, acquire_each, adopt,
-    claim_name,
-};
-#[cfg(feature = "test-seams")]
-pub use acquire::{Control, Step};
+pub use acquire::{Acquired, MAX_LOCK_NAME, acquire, acquire_each};
+pub use adopt::adopt;
+pub use claim::claim_name;
 pub use clock::{BootTime, Clock, ManualClock, Now, SystemClock, parse_rfc3339_ms, rfc3339_ms};
 pub use epoch::{
     current as current_epoch, current_claimed as current_epoch_claimed, epoch_prefix,
@@ -79,5 +85,11 @@ pub use liveness::{
     DEFAULT_PULSE, DEFAULT_TTL, DeadWhy, GuardHold, Judgement, LiveWhy, Liveness, MAX_SKEW_MS,
     ProcessLiveness, TtlLiveness, judge_pulse, judge_ttl,
 };
+pub use options::Options;
+#[cfg(feature = "test-seams")]
+pub use options::{Control, Step};
 pub use record::{RECORD_VERSION, RESERVED_FIELDS, Record, Version};
+pub use refusal::Refusal;
+pub use request::Request;
 pub use retire::retire;
+pub use retry::Backoff;

@@ -22,7 +22,7 @@ pub fn retire(dir: &SlotDir, name: &str) -> Result<Removal, reclaim::Error> {
             let file = path.name();
             let ours = file == name
                 || crate::epoch::parse_epoch_name(name, file).is_some()
-                || crate::acquire::is_claim_of(name, file);
+                || crate::claim::is_claim_of(name, file);
             if ours && path.remove().is_err() {
                 return false;
             }

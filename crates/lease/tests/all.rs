@@ -289,7 +289,7 @@ mod basics {
         )
         .expect_err("one byte more is refused");
         assert!(
-            matches!(err, worklane_lease::Error::NameTooLong { .. }),
+            matches!(err, worklane_lease::acquire::Error::NameTooLong { .. }),
             "{err:?}"
         );
         assert!(
@@ -1016,7 +1016,7 @@ mod takeover {
     fn takeover_with_outsider(
         site: &Site,
         outsider: impl Fn(&Path) + Send + Sync + 'static,
-    ) -> Result<Acquired, worklane_lease::Error> {
+    ) -> Result<Acquired, worklane_lease::acquire::Error> {
         site.write_record(&dead_record("dead"));
         let dir = site.path().to_owned();
         let options = Options::process().with_hook(move |step| {
@@ -1079,7 +1079,7 @@ mod takeover {
         })
         .expect_err("the epoch cannot be advanced");
         assert!(
-            matches!(err, worklane_lease::Error::Epoch { .. }),
+            matches!(err, worklane_lease::acquire::Error::Epoch { .. }),
             "{err:?}"
         );
         assert!(
@@ -2083,7 +2083,7 @@ mod model {
                             prop_assert!(live, "{op:?}: refused though free ({disk:?}): {r}");
                             prop_assert!(crash_at.is_none_or(|s| !reached(s)), "{op:?}: no crash");
                         }
-                        Err(worklane_lease::Error::Crashed(step)) => {
+                        Err(worklane_lease::acquire::Error::Crashed(step)) => {
                             prop_assert_eq!(Some(step), crash_at);
                             prop_assert!(
                                 reached(step),
@@ -2620,7 +2620,7 @@ mod holding {
         assert!(
             matches!(
                 err,
-                worklane_lease::Error::Crashed(worklane_lease::Step::ClaimTaken)
+                worklane_lease::acquire::Error::Crashed(worklane_lease::Step::ClaimTaken)
             ),
             "{err:?}"
         );

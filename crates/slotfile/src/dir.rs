@@ -1,16 +1,12 @@
 //! The opened slot directory.
 
-use crate::config::{self, Config};
-use crate::env::{Environment, Layout, Locations, resolve};
-use crate::path::SlotPath;
+use crate::config::Config;
+use crate::env::{Environment, Layout, Locations};
+use crate::open;
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::io::Errno;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-
-/// Mode of a slot directory that worklane creates: owner and group (coordinator users) write,
-/// and setgid, so that every file created in it gets the directory's group.
-pub const DIR_MODE: u32 = 0o2770;
 
 /// An opened slot directory: a held descriptor (`O_DIRECTORY`, last component not followed)
 /// through which every slot file is reached. Cheap to clone.
@@ -37,203 +33,6 @@ impl std::fmt::Debug for SlotDir {
     }
 }
 
-/// Errors of opening a slot directory.
-pub mod open {
-    use std::path::{Path, PathBuf};
-
-    /// Why a slot directory could not be opened.
-    #[derive(Debug, thiserror::Error)]
-    #[non_exhaustive]
-    pub enum Error {
-        /// Resolution or the test-isolation rule refused it.
-        #[error(transparent)]
-        Resolve(#[from] super::resolve::Error),
-        /// The path has a `..` component.
-        #[error(
-            "slot directory {path} has a `..` component, which is never resolved; give the \
-             path without it"
-        )]
-        ParentComponent {
-            /// The path.
-            path: PathBuf,
-        },
-        /// The path is a symbolic link (in any spelling: `link`, `link/`, `link/.`).
-        #[error(
-            "slot directory {path} is a symbolic link, which is never followed; use the real directory's path"
-        )]
-        Symlink {
-            /// The path.
-            path: PathBuf,
-        },
-        /// A symbolic link on the way to the directory belongs to another user, who could
-        /// redirect it.
-        #[error(
-            "the symbolic link {link} on the way to slot directory {path} is owned by uid \
-             {owner}, not by root or you (uid {caller}), so that user could redirect it; use a \
-             path without it"
-        )]
-        UntrustedLink {
-            /// The path.
-            path: PathBuf,
-            /// The link.
-            link: PathBuf,
-            /// The link's owner.
-            owner: u32,
-            /// The caller's effective uid.
-            caller: u32,
-        },
-        /// More than [`MAX_LINKS`](crate::MAX_LINKS) symbolic links on the way.
-        #[error("more than 40 symbolic links on the way to slot directory {path}")]
-        TooManyLinks {
-            /// The path.
-            path: PathBuf,
-        },
-        /// The path is not a directory.
-        #[error(
-            "slot directory {path} is not a directory; move that file aside or point \
-             AGENT_SLOTS_DIR at a directory"
-        )]
-        NotADirectory {
-            /// The path.
-            path: PathBuf,
-        },
-        /// A component on the way is not a directory.
-        #[error("{parent}, on the way to slot directory {path}, is not a directory")]
-        ParentNotADirectory {
-            /// The path.
-            path: PathBuf,
-            /// The component that is not a directory.
-            parent: PathBuf,
-        },
-        /// The directory is missing and is not one worklane creates.
-        #[error(
-            "slot directory {path} does not exist; create it (mode 2770, owned by root or you, \
-             group of the coordinators) or unset AGENT_SLOTS_DIR"
-        )]
-        Missing {
-            /// The path.
-            path: PathBuf,
-        },
-        /// A directory on the way does not exist (worklane creates only the last component).
-        #[error(
-            "{parent}, on the way to slot directory {path}, does not exist; worklane creates \
-             only the slot directory itself"
-        )]
-        MissingParent {
-            /// The path.
-            path: PathBuf,
-            /// The missing directory.
-            parent: PathBuf,
-        },
-        /// The directory, or a directory on the way, could be changed by a user other than
-        /// root and the caller.
-        #[error("{}", unsafe_message(path, at, *owner, *group, *mode, *caller, problem))]
-        Unsafe {
-            /// The path.
-            path: PathBuf,
-            /// The directory refused (the slot directory's real path, or a parent's).
-            at: PathBuf,
-            /// Its owner's uid.
-            owner: u32,
-            /// Its group's gid.
-            group: u32,
-            /// Its permission bits (`& 0o7777`).
-            mode: u32,
-            /// The caller's effective uid.
-            caller: u32,
-            /// What is wrong.
-            problem: Problem,
-        },
-        /// A system call on a directory on the way failed.
-        #[error("cannot open {parent}, on the way to slot directory {path}")]
-        Parent {
-            /// The path.
-            path: PathBuf,
-            /// The directory on the way.
-            parent: PathBuf,
-            /// The system error.
-            #[source]
-            source: std::io::Error,
-        },
-        /// A system call failed.
-        #[error("cannot {op} slot directory {path}")]
-        Io {
-            /// What was being done.
-            op: &'static str,
-            /// The path.
-            path: PathBuf,
-            /// The system error.
-            #[source]
-            source: std::io::Error,
-        },
-    }
-
-    /// Why a directory is refused by [`Error::Unsafe`].
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    #[non_exhaustive]
-    pub enum Problem {
-        /// The slot directory is owned by a user other than root and the caller.
-        Owner,
-        /// The slot directory is writable by others (sticky or not).
-        Writable,
-        /// A directory on the way is owned by a user other than root and the caller.
-        ParentOwner,
-        /// A directory on the way is writable by others and not sticky.
-        ParentWritable,
-        /// A directory on the way is writable by its group, is not sticky, and its group is
-        /// not the slot directory's.
-        ParentGroupWritable {
-            /// The slot directory's group.
-            dir_group: u32,
-        },
-    }
-
-    fn unsafe_message(
-        path: &Path,
-        at: &Path,
-        owner: u32,
-        group: u32,
-        mode: u32,
-        caller: u32,
-        problem: &Problem,
-    ) -> String {
-        let (path, at) = (path.display(), at.display());
-        match problem {
-            Problem::Owner => format!(
-                "slot directory {path} is owned by uid {owner} (mode {mode:04o}), not by root or \
-                 you (uid {caller}): its owner controls every slot, cap and STOP in it; if you \
-                 did not make it, another user may have created it to take over: remove it \
-                 (`rm -r {at}`) and run again, or use a directory owned by root or you (such as \
-                 /var/lib/worklane/agent-slots, see the README)"
-            ),
-            Problem::Writable => format!(
-                "slot directory {path} is writable by every user (mode {mode:04o}, owner uid \
-                 {owner}): any user could remove a holder's records and guards, change the caps \
-                 or write STOP; run `chmod o-w {at}` as its owner (mode 2770 is what worklane \
-                 creates), or remove it if you did not make it"
-            ),
-            Problem::ParentOwner => format!(
-                "{at}, on the way to slot directory {path}, is owned by uid {owner} (mode \
-                 {mode:04o}), not by root or you (uid {caller}), so that user could replace the \
-                 slot directory; use a slot directory whose every parent is owned by root or you"
-            ),
-            Problem::ParentWritable => format!(
-                "{at}, on the way to slot directory {path}, is writable by every user and not \
-                 sticky (mode {mode:04o}, owner uid {owner}), so any user could replace the slot \
-                 directory; run `chmod o-w {at}` (or `chmod +t {at}`, as /tmp is), or use \
-                 another directory"
-            ),
-            Problem::ParentGroupWritable { dir_group } => format!(
-                "{at}, on the way to slot directory {path}, is writable by its group (gid \
-                 {group}, mode {mode:04o}, owner uid {owner}) and not sticky, and that is not the \
-                 slot directory's group (gid {dir_group}), so members of gid {group} could \
-                 replace the slot directory; run `chmod g-w {at}`, or give the slot directory \
-                 that group"
-            ),
-        }
-    }
-}
-
 /// Errors of [`SlotDir::resolve`].
 pub mod resolved {
     /// Why the machine's slot state could not be resolved.
@@ -242,28 +41,10 @@ pub mod resolved {
     pub enum Error {
         /// The directory could not be resolved or opened.
         #[error(transparent)]
-        Open(#[from] super::open::Error),
+        Open(#[from] crate::open::Error),
         /// The config is unreadable or invalid.
         #[error(transparent)]
-        Config(#[from] super::config::Error),
-    }
-}
-
-/// Errors of naming a file in a slot directory.
-pub mod name {
-    use std::path::PathBuf;
-    use worklane_guard::NameProblem;
-
-    /// Why a name cannot be a slot file.
-    #[derive(Debug, thiserror::Error)]
-    #[error("{name:?} cannot be a file in slot directory {dir}: {problem}")]
-    pub struct Error {
-        /// The directory.
-        pub dir: PathBuf,
-        /// The name given.
-        pub name: String,
-        /// What is wrong with it.
-        pub problem: NameProblem,
+        Config(#[from] crate::config::Error),
     }
 }
 
@@ -354,62 +135,6 @@ impl SlotDir {
     #[must_use]
     pub fn path(&self) -> &Path {
         &self.inner.path
-    }
-
-    /// Names the file `name` in this directory. Refuses anything that is not one ordinary path
-    /// component: `/`, NUL, `.`/`..`, a leading `.` (kept for guards and temp files), a guard
-    /// name or guard temp alias in any spelling, or a name too long for its guard.
-    pub fn file(&self, name: &str) -> Result<SlotPath, name::Error> {
-        worklane_guard::check_resource_name(name).map_err(|problem| name::Error {
-            dir: self.path().to_owned(),
-            name: name.to_owned(),
-            problem,
-        })?;
-        Ok(SlotPath::new(self.clone(), name))
-    }
-
-    /// Every ordinary file name in the directory, as slot paths, sorted by name. Guards, temp
-    /// files (leading `.`), and names that are not valid UTF-8 or not valid slot names are
-    /// skipped.
-    pub fn list(&self) -> Result<Vec<SlotPath>, open::Error> {
-        self.list_prefixed("")
-    }
-
-    /// [`SlotDir::list`], restricted to names starting with `prefix` (filtered before any
-    /// other work, for callers that look for one resource's claims or epoch).
-    pub fn list_prefixed(&self, prefix: &str) -> Result<Vec<SlotPath>, open::Error> {
-        let mut names = Vec::new();
-        self.each_name(|name| {
-            if name.starts_with(prefix) && worklane_guard::check_resource_name(name).is_ok() {
-                names.push(name.to_owned());
-            }
-        })?;
-        names.sort();
-        Ok(names
-            .into_iter()
-            .map(|n| SlotPath::new(self.clone(), &n))
-            .collect())
-    }
-
-    /// [`SlotDir::list`] and [`SlotDir::hidden_names`] from one reading of the directory, for
-    /// callers that need both (the slot count: records, and guards held with no record).
-    pub fn list_with_hidden(&self) -> Result<(Vec<SlotPath>, Vec<String>), open::Error> {
-        let mut names = Vec::new();
-        let mut hidden = Vec::new();
-        self.each_name(|name| {
-            if name.starts_with('.') {
-                hidden.push(name.to_owned());
-            } else if worklane_guard::check_resource_name(name).is_ok() {
-                names.push(name.to_owned());
-            }
-        })?;
-        names.sort();
-        hidden.sort();
-        let files = names
-            .into_iter()
-            .map(|n| SlotPath::new(self.clone(), &n))
-            .collect();
-        Ok((files, hidden))
     }
 
     /// Calls `each` with every UTF-8 name in the directory (`.` and `..` excepted), through one

@@ -58,6 +58,9 @@
 pub mod config;
 mod dir;
 mod env;
+mod list;
+pub mod name;
+pub mod open;
 mod path;
 pub mod read;
 mod sweep;
@@ -66,7 +69,7 @@ mod walk;
 pub use config::{
     AGENTS_RANGE, Config, DEFAULT_MAX_AGENTS, DEFAULT_MAX_TEST_RUNS, TEST_RUNS_RANGE,
 };
-pub use dir::{DIR_MODE, Resolved, SlotDir, name, open, resolved};
+pub use dir::{Resolved, SlotDir, resolved};
 pub use env::{
     DEFAULT_SLOTS_DIR, Environment, Layout, Locations, SLOTS_CONFIG_VAR, SLOTS_DIR_VAR,
     SYSTEM_CONFIG, SYSTEM_SLOTS_DIR, SYSTEM_STATE_DIR, TEST_ROOT_VAR, TestRun, TestSignal, resolve,
@@ -76,4 +79,4 @@ pub use path::Step;
 pub use path::{Publish, RECORD_MODE, Removal, SHARED_MODE, SlotPath, remove, write};
 pub use read::{MAX_READ, Written};
 pub use sweep::{Hidden, Swept, TEMP_MIN_AGE_MS, is_temp_name};
-pub use walk::MAX_LINKS;
+pub use walk::{DIR_MODE, MAX_LINKS};

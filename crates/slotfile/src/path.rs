@@ -6,12 +6,14 @@
 )]
 
 use crate::dir::SlotDir;
+use crate::name;
 use crate::read;
 use rustix::fd::{AsFd, OwnedFd};
-use rustix::fs::{AtFlags, Mode, OFlags};
+use rustix::fs::{AtFlags, OFlags};
 use rustix::io::Errno;
 use std::io::Write;
 use std::path::PathBuf;
+use worklane_guard::mode::from_bits as mode;
 use worklane_guard::{Guard, random_token};
 
 /// Mode for lock records: everyone may read who holds what; only replacement (a directory
@@ -180,12 +182,6 @@ pub mod remove {
     }
 }
 
-/// Permission bits as the platform's `Mode`.
-#[allow(clippy::unnecessary_cast)]
-pub(crate) fn mode(bits: u32) -> Mode {
-    Mode::from_bits_truncate((bits & 0o7777) as rustix::fs::RawMode)
-}
-
 /// Gives the new file `fd` the directory's group `gid` (`fchown` through the descriptor) when
 /// it got another one (a directory without the setgid bit gives the creator's group). Best
 /// effort: a writer that is not a member of that group may not (`EPERM`), and its file keeps
@@ -198,10 +194,24 @@ fn give_group(fd: &OwnedFd, gid: u32) {
 }
 
 impl SlotPath {
+    /// The file `name` of `dir`, a name already checked (a listing keeps only valid names).
     pub(crate) fn new(dir: SlotDir, name: &str) -> SlotPath {
         SlotPath {
             dir,
             name: name.into(),
+        }
+    }
+
+    /// The file `name` of `dir`, refused unless `name` is one ordinary path component that may
+    /// be a resource (see [`SlotDir::file`]).
+    pub(crate) fn named(dir: SlotDir, name: &str) -> Result<SlotPath, name::Error> {
+        match worklane_guard::check_resource_name(name) {
+            Ok(()) => Ok(SlotPath::new(dir, name)),
+            Err(problem) => Err(name::Error {
+                dir: dir.path().to_owned(),
+                name: name.to_owned(),
+                problem,
+            }),
         }
     }
 
@@ -453,7 +463,7 @@ impl SlotPath {
     /// file of that name, and returns the new path. For files whose name is their content (the
     /// lease layer's epoch markers); everything else is written with [`SlotPath::replace`].
     pub fn rename(&self, new_name: &str) -> Result<SlotPath, write::Error> {
-        let to = self.dir.file(new_name).map_err(|e| write::Error {
+        let to = SlotPath::named(self.dir.clone(), new_name).map_err(|e| write::Error {
             op: "rename",
             path: self.shown(),
             source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()),

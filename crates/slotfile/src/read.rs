@@ -158,7 +158,7 @@ pub(crate) fn read_owned_at(
     #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
     let written = Written {
         uid: stat.st_uid,
-        mode: (stat.st_mode as u32) & 0o7777,
+        mode: worklane_guard::mode::of(&stat),
         links: u64::try_from(stat.st_nlink).unwrap_or(u64::MAX),
     };
     Ok(Some((bytes, written)))

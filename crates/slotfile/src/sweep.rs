@@ -11,7 +11,8 @@
     reason = "this module removes the temp files of dead writers, after taking their lock"
 )]
 
-use crate::dir::{SlotDir, open};
+use crate::dir::SlotDir;
+use crate::open;
 use crate::read::READ_FLAGS;
 use rustix::fd::AsFd;
 use rustix::fs::{AtFlags, FileType, FlockOperation, Mode};
@@ -93,8 +94,7 @@ impl SlotDir {
                 kind: worklane_guard::describe_file_type(FileType::from_raw_mode(stat.st_mode)),
                 size: u64::try_from(stat.st_size).unwrap_or(u64::MAX),
                 modified_ms,
-                #[allow(clippy::unnecessary_cast)]
-                mode: (stat.st_mode as u32) & 0o7777,
+                mode: worklane_guard::mode::of(&stat),
             });
         }
         Ok(found)

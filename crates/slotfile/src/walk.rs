@@ -26,7 +26,7 @@
     reason = "this module removes a slot directory it created and then refused"
 )]
 
-use crate::dir::open::{Error, Problem};
+use crate::open::{Error, Problem};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
@@ -34,6 +34,11 @@ use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
+use worklane_guard::mode::of as permission_bits;
+
+/// Mode of a slot directory that worklane creates: owner and group (coordinator users) write,
+/// and setgid, so that every file created in it gets the directory's group.
+pub const DIR_MODE: u32 = 0o2770;
 
 /// The most symbolic links followed on the way to a slot directory (as the kernel's
 /// `MAXSYMLINKS`).
@@ -97,12 +102,6 @@ struct Walk<'a> {
     stack: Vec<(OwnedFd, PathBuf)>,
     loose: Vec<Loose>,
     links: usize,
-}
-
-/// The permission bits and file type of a `Stat`, as one `u32` on every platform.
-#[allow(clippy::unnecessary_cast)]
-fn mode_of(stat: &Stat) -> u32 {
-    stat.st_mode as u32
 }
 
 /// Opens the slot directory at `path`, creating it when missing and `create` is set.
@@ -172,7 +171,7 @@ impl Walk<'_> {
             at: at.to_owned(),
             owner: stat.st_uid,
             group: stat.st_gid,
-            mode: mode_of(stat) & 0o7777,
+            mode: permission_bits(stat),
             caller: self.caller,
             problem,
         }
@@ -185,7 +184,7 @@ impl Walk<'_> {
     /// Checks a directory on the way and makes it the current one.
     fn enter(&mut self, fd: OwnedFd, at: PathBuf) -> Result<(), Error> {
         let stat = rustix::fs::fstat(&fd).map_err(|e| self.parent_io(&at, e))?;
-        let mode = mode_of(&stat);
+        let mode = permission_bits(&stat);
         if !self.trusted(stat.st_uid) {
             return Err(self.refuse(&at, &stat, Problem::ParentOwner));
         }
@@ -198,7 +197,7 @@ impl Walk<'_> {
                 at: at.clone(),
                 uid: stat.st_uid,
                 gid: stat.st_gid,
-                mode: mode & 0o7777,
+                mode,
             });
         }
         self.stack.push((fd, at));
@@ -270,7 +269,7 @@ impl Walk<'_> {
                     match rustix::fs::mkdirat(
                         dir,
                         name.as_os_str(),
-                        Mode::from_bits_truncate(0o700),
+                        worklane_guard::mode::from_bits(0o700),
                     ) {
                         Ok(()) => created = true,
                         // A concurrent creator won: theirs is opened and checked.
@@ -356,7 +355,7 @@ impl Walk<'_> {
             // Exact mode through the descriptor, whatever the creator's umask. (Linux silently
             // leaves the setgid bit off if the caller is not in the group the directory got
             // from a setgid parent; files are then given the group one by one.)
-            rustix::fs::fchmod(&fd, crate::path::mode(crate::dir::DIR_MODE))
+            rustix::fs::fchmod(&fd, worklane_guard::mode::from_bits(DIR_MODE))
                 .map_err(|e| self.io("set the mode of", e))?;
             stat = rustix::fs::fstat(&fd).map_err(|e| self.io("inspect", e))?;
         }
@@ -376,7 +375,7 @@ impl Walk<'_> {
         if !self.trusted(stat.st_uid) {
             return Err(self.refuse(at, stat, Problem::Owner));
         }
-        if mode_of(stat) & 0o002 != 0 {
+        if permission_bits(stat) & 0o002 != 0 {
             return Err(self.refuse(at, stat, Problem::Writable));
         }
         match self.loose.iter().find(|l| l.gid != stat.st_gid) {
@@ -397,82 +396,4 @@ impl Walk<'_> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::cell::RefCell;
-
-    type Hook = Box<dyn FnOnce(&Path)>;
-
-    thread_local! {
-        /// What [`after_refused_open`] runs next on this thread (once).
-        static AFTER_REFUSED_OPEN: RefCell<Option<Hook>> = const { RefCell::new(None) };
-    }
-
-    pub(super) fn after_refused_open(at: &Path) {
-        if let Some(hook) = AFTER_REFUSED_OPEN.with_borrow_mut(Option::take) {
-            hook(at);
-        }
-    }
-
-    // The integration tests cover the rest; these need the walk without the test-isolation
-    // rule in front of it (which refuses `..` on its own).
-
-    #[test]
-    fn a_dot_dot_component_is_refused_before_anything_is_opened() {
-        let t = tempfile::tempdir().expect("temp dir");
-        std::fs::create_dir_all(t.path().join("a/slots")).expect("mkdir");
-        let path = t.path().join("a/../a/slots");
-        let err = open(&path, true).err().expect("`..` is refused");
-        assert!(matches!(err, Error::ParentComponent { .. }), "{err:?}");
-        assert!(err.to_string().contains("`..`"), "{err}");
-        assert!(
-            matches!(
-                open(&t.path().join("a/slots/.."), true),
-                Err(Error::ParentComponent { .. })
-            ),
-            "a trailing `..` too"
-        );
-    }
-
-    #[test]
-    fn a_link_replaced_by_a_directory_after_the_open_is_looked_at_again() {
-        let t = tempfile::tempdir().expect("temp dir");
-        std::fs::create_dir_all(t.path().join("real/slots")).expect("mkdir");
-        std::fs::create_dir_all(t.path().join("new/slots")).expect("mkdir");
-        let mid = t.path().join("mid");
-        std::os::unix::fs::symlink(t.path().join("real"), &mid).expect("symlink");
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (new, swapped) = (t.path().join("new"), mid.clone());
-        AFTER_REFUSED_OPEN.set(Some(Box::new(move |at: &Path| {
-            // As another process could: the link goes and a directory takes its name.
-            std::fs::remove_file(&swapped).expect("remove the link");
-            std::fs::rename(&new, &swapped).expect("a directory at the link's name");
-            tx.send(at.to_owned()).expect("report");
-        })));
-        let opened = open(&mid.join("slots"), false).expect("the directory now at the name");
-        assert_eq!(
-            rx.try_recv().expect("the open was refused at the link"),
-            mid,
-            "refused at the link"
-        );
-        let stat = rustix::fs::fstat(&opened.fd).expect("fstat");
-        let want = std::fs::metadata(mid.join("slots")).expect("stat");
-        use std::os::unix::fs::MetadataExt;
-        assert_eq!(
-            stat.st_ino,
-            want.ino(),
-            "the walk looked again and went through the directory"
-        );
-    }
-
-    #[test]
-    fn a_relative_path_is_walked_from_the_current_directory() {
-        // The current directory of a test process is its package root, which lies under a
-        // directory owned by root or the caller: walk to a directory that exists there.
-        let opened = open(Path::new("src"), false).expect("the package's src directory");
-        let stat = rustix::fs::fstat(&opened.fd).expect("fstat");
-        let want = std::fs::metadata("src").expect("stat src");
-        use std::os::unix::fs::MetadataExt;
-        assert_eq!(stat.st_ino, want.ino(), "the same directory");
-    }
-}
+mod tests;

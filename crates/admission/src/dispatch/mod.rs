@@ -1,7 +1,7 @@
 //! The admission dispatcher (seed 000): waiting work as durable rows, admitted centrally under
 //! the slot pool, and lanes handed over as held lock descriptors.
 //!
-//! - [`env`]: the environment a queued attempt keeps (allowed prefixes, no secret-shaped
+//! - [`env`](mod@env): the environment a queued attempt keeps (allowed prefixes, no secret-shaped
 //!   names, values under 4,096 characters).
 //! - [`lane`]: lane names, and retiring a lane of its own when its attempt is over.
 //! - [`store`] (feature `dispatcher`): the SQLite queue, one row per attempt.

@@ -86,7 +86,7 @@ pub enum Error {
     Pool(#[from] PoolError),
     /// A lane's lock could not be probed.
     #[error(transparent)]
-    Lease(#[from] worklane_lease::Error),
+    Lease(#[from] worklane_lease::acquire::Error),
     /// The socket failed.
     #[error("the dispatcher cannot {0}")]
     Io(&'static str, #[source] std::io::Error),

@@ -1,0 +1,62 @@
+//! The operator's state as the pool reads and writes it: STOP and the drain flag.
+
+use super::Pool;
+use super::take::Blocker;
+use crate::Error;
+use crate::drain::{DRAIN_FILE, DrainState};
+use crate::stop::{self, Stop};
+use worklane_slotfile::SlotDir;
+
+impl Pool {
+    /// The emergency STOP, if in force.
+    pub fn stop(&self) -> Result<Option<Stop>, Error> {
+        stop::read(&self.dir)
+    }
+
+    fn drain_dir(&self) -> Result<SlotDir, Error> {
+        if self.locations.drain_dir == self.locations.slot_dir {
+            Ok(self.dir.clone())
+        } else {
+            Ok(SlotDir::open_in(&self.env, &self.locations.drain_dir)?)
+        }
+    }
+
+    /// The drain flag and whether it is in force now.
+    pub fn drain(&self) -> Result<DrainState, Error> {
+        let raw = match self.drain_dir() {
+            Ok(dir) => match dir.file(DRAIN_FILE)?.read() {
+                Ok(None) => None,
+                Ok(Some(raw)) => Some(Ok(raw)),
+                Err(e) => Some(Err(e.to_string())),
+            },
+            // A missing /var/lib/worklane means no flag.
+            Err(Error::Open(worklane_slotfile::open::Error::Missing { .. })) => None,
+            Err(e) => Some(Err(e.to_string())),
+        };
+        Ok(DrainState::decide(raw, self.clock.now_ms()))
+    }
+
+    /// Writes the drain flag (`update-drain.json`, mode 0644).
+    pub fn write_drain(&self, drain: &crate::drain::Drain) -> Result<(), Error> {
+        let mut bytes = serde_json::to_vec(drain).unwrap_or_default();
+        bytes.push(b'\n');
+        self.drain_dir()?.file(DRAIN_FILE)?.replace(&bytes, 0o644)?;
+        Ok(())
+    }
+
+    /// Removes the drain flag; `Ok(false)` if there was none.
+    pub fn remove_drain(&self) -> Result<bool, Error> {
+        Ok(self.drain_dir()?.file(DRAIN_FILE)?.remove()?)
+    }
+
+    /// What STOP or drain blocks every new slot, if anything.
+    pub fn operator_blocker(&self) -> Result<Option<Blocker>, Error> {
+        if let Some(stop) = self.stop()? {
+            return Ok(Some(Blocker::Stop(stop)));
+        }
+        if let DrainState::InForce(drain) = self.drain()? {
+            return Ok(Some(Blocker::Drain(drain)));
+        }
+        Ok(None)
+    }
+}

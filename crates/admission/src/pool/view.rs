@@ -1,0 +1,181 @@
+//! What `worklane slots` shows and `stop-all` enforces: every slot and lease file with its
+//! verdict, the idle probe, and the commands records name.
+
+use super::count::SlotState;
+use super::{FULL_RUN_LOCK, Pool, slot_index};
+use crate::Error;
+use crate::drain::DrainState;
+use crate::stop::Stop;
+use std::path::PathBuf;
+use worklane_lease::{Liveness, ProcessLiveness, Record, TtlLiveness};
+use worklane_slotfile::Config;
+
+/// One slot or lease file as seen by [`Pool::snapshot`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlotView {
+    /// File name.
+    pub name: String,
+    /// `agent`, `test`, `full-run`, `role` or `lock`.
+    pub kind: &'static str,
+    /// The record, when it parses.
+    pub record: Option<Record>,
+    /// The verdict on its holder.
+    pub state: SlotState,
+}
+
+/// Everything `worklane slots` shows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    /// The slot directory.
+    pub dir: PathBuf,
+    /// The caps in force.
+    pub config: Config,
+    /// STOP, if in force.
+    pub stop: Option<Stop>,
+    /// The drain flag.
+    pub drain: DrainState,
+    /// Every slot, run and lease file, sorted by name.
+    pub slots: Vec<SlotView>,
+    /// Stray and broken files, each with what it does and its fix.
+    pub problems: Vec<crate::Problem>,
+    /// The waiting lines, each kind's in order.
+    pub line: Vec<crate::line::LineView>,
+}
+
+impl Pool {
+    /// Whether the machine is idle for a full run started outside any harness: no live full
+    /// run (decided from the lock, not from processes).
+    pub fn idle(&self) -> Result<bool, Error> {
+        let path = self.dir.file(FULL_RUN_LOCK)?;
+        Ok(!self.state_of(&path, &ProcessLiveness)?.is_held())
+    }
+
+    /// Every slot, run, lease and lock file with its verdict, plus caps, STOP and drain.
+    pub fn snapshot(&self) -> Result<Snapshot, Error> {
+        let mut slots = Vec::new();
+        let (files, hidden) = self.dir.list_with_hidden()?;
+        for path in files {
+            let name = path.name();
+            let (kind, liveness): (&'static str, Box<dyn Liveness>) =
+                if slot_index("agent", name).is_some() {
+                    ("agent", Box::new(ProcessLiveness))
+                } else if slot_index("test", name).is_some() {
+                    ("test", Box::new(ProcessLiveness))
+                } else if name == FULL_RUN_LOCK {
+                    ("full-run", Box::new(ProcessLiveness))
+                } else if name.starts_with("role-") && name.ends_with(".lease") {
+                    ("role", Box::new(TtlLiveness::default()))
+                } else if name.ends_with(".lease") {
+                    ("lease", Box::new(TtlLiveness::default()))
+                } else if name.ends_with(".lock") {
+                    ("lock", Box::new(ProcessLiveness))
+                } else {
+                    continue;
+                };
+            // The state first, then the record: a free guard's record is the one the state was
+            // judged from; a held guard's record is read after the probe, so it never names a
+            // holder that had already left before it. A record that cannot be read is shown
+            // without one; its state says why.
+            let (state, raw) = self.observe(&path, liveness.as_ref())?;
+            let raw = match raw {
+                Some(raw) => Some(raw),
+                None if matches!(state, SlotState::GuardHeld) => path.read().ok().flatten(),
+                None => None,
+            };
+            let record = raw.and_then(|raw| Record::parse(&raw).ok());
+            slots.push(SlotView {
+                name: name.to_owned(),
+                kind,
+                record,
+                state,
+            });
+        }
+        // Guards held with no record: what a finished run left running still holds its slot.
+        for (prefix, kind) in [("agent", "agent"), ("test", "test")] {
+            for (_, path) in self.recordless_held(prefix, &hidden)? {
+                if !slots.iter().any(|v| v.name == path.name()) {
+                    slots.push(SlotView {
+                        name: path.name().to_owned(),
+                        kind,
+                        record: None,
+                        state: SlotState::GuardHeld,
+                    });
+                }
+            }
+        }
+        slots.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(Snapshot {
+            dir: self.dir.path().to_owned(),
+            config: self.config()?,
+            stop: self.stop()?,
+            drain: self.drain()?,
+            slots,
+            problems: crate::problems::scan(&self.dir, self.clock.now_ms()),
+            line: self.line_views()?,
+        })
+    }
+}
+
+/// A command that a lock or lease record names as running under it (`commandProcess`, written
+/// by `worklane run`, `lease run` and the queued full run), read without any lock: the input
+/// of STOP's enforcement, which halts such commands when their supervisor cannot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedCommand {
+    /// The lock or lease file naming it.
+    pub resource: String,
+    /// The record (its holder is the supervisor).
+    pub record: Record,
+    /// The command's pid, in the record's pid namespace.
+    pub pid: u32,
+    /// The command's start identity when recorded.
+    pub start: Option<u64>,
+    /// Whether the command leads a process group of its own (signalled whole).
+    pub group: bool,
+    /// Who may have written the record file (owner, mode, links): a record that others than
+    /// its owner could have written proves nothing about the command it names.
+    pub writer: worklane_slotfile::Written,
+    /// The resource's guard (device and inode), when there is one: the processes holding a
+    /// copy of its descriptor are the run's (process-liveness locks).
+    pub guard: Option<worklane_guard::FileId>,
+}
+
+impl Pool {
+    /// Every command named by a record in the directory. Files that cannot be read or parsed,
+    /// or name no command, are skipped: this is a best-effort view for enforcement.
+    pub fn recorded_commands(&self) -> Result<Vec<RecordedCommand>, Error> {
+        let mut found = Vec::new();
+        for path in self.dir.list()? {
+            let name = path.name();
+            if !(name.ends_with(".lock") || name.ends_with(".lease")) {
+                continue;
+            }
+            let Ok(Some((raw, writer))) = path.read_with_owner() else {
+                continue;
+            };
+            let Ok(record) = Record::parse(&raw) else {
+                continue;
+            };
+            let Some(command) = record.extra.get("commandProcess") else {
+                continue;
+            };
+            let Some(pid) = command
+                .get("pid")
+                .and_then(serde_json::Value::as_u64)
+                .and_then(|p| u32::try_from(p).ok())
+                .filter(|&p| p > 0)
+            else {
+                continue;
+            };
+            found.push(RecordedCommand {
+                resource: name.to_owned(),
+                pid,
+                start: command.get("start").and_then(serde_json::Value::as_u64),
+                group: command.get("group") == Some(&serde_json::Value::Bool(true)),
+                guard: name.ends_with(".lock").then(|| path.guard_id()).flatten(),
+                record,
+                writer,
+            });
+        }
+        Ok(found)
+    }
+}

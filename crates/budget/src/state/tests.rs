@@ -1,0 +1,568 @@
+//! Unit tests of `state.rs`.
+
+use super::*;
+
+const NOW: u64 = 1_764_480_000_000;
+
+fn seen(status: u16, remaining: Option<u64>, reset_s: Option<u64>) -> Observation {
+    Observation {
+        status,
+        resource: None,
+        window_seen: true,
+        secondary_limit: false,
+        limit: Some(5000),
+        remaining,
+        reset_s,
+        retry_after_s: None,
+        retry_after_seen: false,
+    }
+}
+
+fn with_window(remaining: u64, reset_at: u64) -> State {
+    let mut state = State::default();
+    state.apply(&seen(200, Some(remaining), Some(reset_at / 1000)), NOW);
+    state
+}
+
+#[test]
+fn calls_are_counted_until_none_is_left_then_wait_for_the_reset() {
+    let reset = NOW + 60_000;
+    let mut state = with_window(2, reset);
+    assert_eq!(
+        state.decide("core", "backlog", NOW),
+        Decision::Go { counted: true }
+    );
+    assert_eq!(
+        state.decide("core", "triage", NOW),
+        Decision::Go { counted: true }
+    );
+    assert_eq!(
+        state.decide("core", "backlog", NOW),
+        Decision::Wait {
+            until: reset,
+            why: WaitWhy::Spent
+        }
+    );
+    let w = state.window("core", NOW).expect("known");
+    assert_eq!((w.granted, w.left()), (2, 0));
+    assert_eq!(w.by_consumer["backlog"], 1);
+    assert_eq!(w.by_consumer["triage"], 1);
+    assert_eq!(
+        state.decide("graphql", "backlog", NOW),
+        Decision::Go { counted: false },
+        "another resource is not known, so its call goes"
+    );
+}
+
+#[test]
+fn a_window_ends_exactly_at_its_reset() {
+    let reset = NOW + 60_000;
+    let mut state = with_window(0, reset);
+    assert!(matches!(
+        state.decide("core", "c", reset - 1),
+        Decision::Wait { .. }
+    ));
+    assert_eq!(
+        state.decide("core", "c", reset),
+        Decision::Go { counted: false }
+    );
+}
+
+#[test]
+fn a_window_counts_only_up_to_65_minutes_ahead() {
+    let state = with_window(5, NOW + MAX_WINDOW_MS);
+    assert!(
+        state.window("core", NOW).is_some(),
+        "exactly 1 h 5 min ahead"
+    );
+    let mut far = State::default();
+    far.apply(
+        &seen(200, Some(5), Some((NOW + MAX_WINDOW_MS + 1000) / 1000)),
+        NOW,
+    );
+    assert!(
+        far.window("core", NOW).is_none(),
+        "one second further is not known"
+    );
+    assert!(far.resources.is_empty(), "and is not kept");
+    // Written by another process with a far reset: bounded when read too.
+    let mut state = with_window(0, NOW + 60_000);
+    state.resources.get_mut("core").expect("w").reset_at = NOW + MAX_WINDOW_MS + 1;
+    assert_eq!(
+        state.decide("core", "c", NOW),
+        Decision::Go { counted: false }
+    );
+}
+
+#[test]
+fn a_missing_or_past_reset_or_remaining_is_not_known() {
+    let mut state = with_window(3, NOW + 60_000);
+    state.apply(&seen(200, None, Some((NOW + 60_000) / 1000)), NOW);
+    assert!(state.window("core", NOW).is_none(), "no remaining");
+    let mut state = with_window(3, NOW + 60_000);
+    state.apply(&seen(200, Some(3), None), NOW);
+    assert!(state.window("core", NOW).is_none(), "no reset");
+    let mut state = State::default();
+    state.apply(&seen(200, Some(3), Some(NOW / 1000)), NOW);
+    assert!(state.window("core", NOW).is_none(), "a reset that is now");
+    assert!(
+        state.resources.is_empty(),
+        "a window ending exactly now is not kept (it would count again on a clock set back)"
+    );
+    let mut state = with_window(3, NOW + 60_000);
+    state.apply(&seen(200, Some(3), Some(NOW / 1000)), NOW);
+    assert!(
+        state.resources.is_empty(),
+        "a response whose window ends now drops the window it replaces"
+    );
+}
+
+#[test]
+fn a_secondary_limit_pauses_every_resource_for_retry_after_at_most_15_minutes() {
+    let mut state = with_window(100, NOW + 60_000);
+    let mut limited = seen(403, Some(50), Some((NOW + 60_000) / 1000));
+    limited.retry_after_s = Some(30);
+    state.apply(&limited, NOW);
+    assert_eq!(state.pause(NOW), Some(NOW + 30_000));
+    assert_eq!(
+        state.decide("graphql", "c", NOW + 29_999),
+        Decision::Wait {
+            until: NOW + 30_000,
+            why: WaitWhy::Paused
+        }
+    );
+    assert_eq!(
+        state.decide("core", "c", NOW + 30_000),
+        Decision::Go { counted: true },
+        "the pause is over exactly at its end"
+    );
+
+    let mut state = State::default();
+    limited.retry_after_s = Some(3600);
+    state.apply(&limited, NOW);
+    assert_eq!(state.pause(NOW), Some(NOW + MAX_PAUSE_MS), "cut to 15 min");
+    let mut state = State::default();
+    limited.retry_after_s = Some(u64::MAX);
+    state.apply(&limited, NOW);
+    assert_eq!(
+        state.pause(NOW),
+        Some(NOW + MAX_PAUSE_MS),
+        "even from a huge value"
+    );
+
+    let mut state = State::default();
+    let mut bare = seen(429, None, None);
+    bare.window_seen = false;
+    state.apply(&bare, NOW);
+    assert_eq!(
+        state.pause(NOW),
+        Some(NOW + DEFAULT_PAUSE_MS),
+        "one minute by default"
+    );
+
+    // Written by another process further ahead than any writer may: not known.
+    let state = State {
+        paused_until: Some(NOW + MAX_PAUSE_MS),
+        ..State::default()
+    };
+    assert_eq!(
+        state.pause(NOW),
+        Some(NOW + MAX_PAUSE_MS),
+        "15 min ahead counts"
+    );
+    let state = State {
+        paused_until: Some(NOW + MAX_PAUSE_MS + 1),
+        ..State::default()
+    };
+    assert_eq!(state.pause(NOW), None, "one ms further is not known");
+    assert_eq!(
+        state.pause(NOW + 1),
+        Some(NOW + MAX_PAUSE_MS + 1),
+        "until it is near"
+    );
+}
+
+#[test]
+fn a_shorter_secondary_limit_never_shortens_a_pause_in_force() {
+    let mut state = State::default();
+    let mut limited = seen(429, None, None);
+    limited.retry_after_s = Some(600);
+    state.apply(&limited, NOW);
+    limited.retry_after_s = Some(10);
+    state.apply(&limited, NOW + 1000);
+    assert_eq!(state.pause(NOW + 1000), Some(NOW + 600_000));
+}
+
+#[test]
+fn grants_by_consumer_carry_over_within_one_window_only() {
+    let reset = NOW + 60_000;
+    let mut state = with_window(10, reset);
+    let _ = state.decide("core", "backlog", NOW);
+    state.apply(&seen(200, Some(8), Some(reset / 1000)), NOW + 1);
+    let w = state.window("core", NOW + 1).expect("known");
+    assert_eq!(
+        (w.remaining, w.granted),
+        (8, 0),
+        "the new remaining counts the call"
+    );
+    assert_eq!(w.by_consumer["backlog"], 1, "same window: kept");
+    state.apply(
+        &seen(200, Some(5000), Some((reset + 3_600_000) / 1000)),
+        reset + 1,
+    );
+    let w = state.window("core", reset + 1).expect("known");
+    assert!(
+        w.by_consumer.is_empty(),
+        "a new window starts its own count"
+    );
+}
+
+#[test]
+fn odd_consumer_names_are_counted_as_other() {
+    assert_eq!(consumer_name("backlog"), "backlog");
+    assert_eq!(consumer_name(""), OTHER_CONSUMER);
+    assert_eq!(consumer_name("a b"), OTHER_CONSUMER);
+    assert_eq!(consumer_name(&"x".repeat(33)), OTHER_CONSUMER);
+    assert_eq!(consumer_name("ghp_secret/../x"), OTHER_CONSUMER);
+}
+
+#[test]
+fn the_file_round_trips_and_bad_parts_are_not_known() {
+    let mut state = with_window(7, NOW + 60_000);
+    let _ = state.decide("core", "backlog", NOW);
+    state.paused_until = Some(NOW + 5000);
+    let back = State::parse(&state.to_bytes(NOW)).expect("parse");
+    assert_eq!(back, state);
+
+    assert!(State::parse(b"").is_err());
+    assert!(State::parse(b"[1]").is_err());
+    assert!(State::parse(b"{\"resources\":").is_err());
+    let odd = br#"{"pausedUntil": -5, "resources": {
+        "core": {"remaining": 1.5, "resetAt": 1764480060000},
+        "graphql": {"remaining": 3, "resetAt": 1764480060000, "granted": "2"},
+        "search": {"remaining": 3, "resetAt": 1764480060000, "byConsumer": {"a": 1, "b": -1}},
+        "bad name": {"remaining": 3, "resetAt": 1764480060000}
+    }}"#;
+    let state = State::parse(odd).expect("an object");
+    assert_eq!(state.paused_until, None, "a negative pause is not known");
+    assert!(
+        !state.resources.contains_key("core"),
+        "a fractional remaining"
+    );
+    assert!(
+        !state.resources.contains_key("graphql"),
+        "a granted that is a string"
+    );
+    assert!(!state.resources.contains_key("bad name"));
+    let search = &state.resources["search"];
+    assert_eq!(search.by_consumer.get("a"), Some(&1));
+    assert_eq!(
+        search.by_consumer.get("b"),
+        None,
+        "a negative count is dropped"
+    );
+}
+
+#[test]
+fn a_response_without_rate_limit_headers_keeps_the_window() {
+    let mut state = with_window(0, NOW + 60_000);
+    let mut bad_gateway = seen(502, None, None);
+    bad_gateway.window_seen = false;
+    state.apply(&bad_gateway, NOW + 1);
+    assert!(
+        matches!(state.decide("core", "c", NOW + 1), Decision::Wait { .. }),
+        "a 502 without headers says nothing about the spent window"
+    );
+}
+
+#[test]
+fn an_overtaken_response_never_gives_calls_back() {
+    let reset = NOW + 60_000;
+    let mut state = with_window(10, reset);
+    for _ in 0..3 {
+        let _ = state.decide("core", "c", NOW);
+    }
+    state.apply(&seen(200, Some(9), Some(reset / 1000)), NOW + 1);
+    assert_eq!(
+        state.window("core", NOW + 1).map(Window::left),
+        Some(7),
+        "an older response (9 left) does not undo 3 grants"
+    );
+    state.apply(&seen(200, Some(5), Some(reset / 1000)), NOW + 2);
+    assert_eq!(
+        state.window("core", NOW + 2).map(Window::left),
+        Some(5),
+        "a response showing fewer left than counted wins"
+    );
+    state.apply(
+        &seen(200, Some(5000), Some((reset + 3_600_000) / 1000)),
+        reset,
+    );
+    assert_eq!(
+        state.window("core", reset).map(Window::left),
+        Some(5000),
+        "a new window starts from what it says"
+    );
+}
+
+#[test]
+fn an_invalid_resource_header_leaves_every_window_alone() {
+    let mut state = with_window(10, NOW + 60_000);
+    let mut odd = seen(200, Some(0), Some((NOW + 60_000) / 1000));
+    odd.resource = Some("../core".to_owned());
+    state.apply(&odd, NOW);
+    assert_eq!(state.window("core", NOW).map(Window::left), Some(10));
+    assert_eq!(
+        state.resources.len(),
+        1,
+        "nothing recorded under another name"
+    );
+}
+
+#[test]
+fn counts_stay_safe_and_consumers_bounded() {
+    let mut state = with_window(100, NOW + 60_000);
+    for i in 0..MAX_CONSUMERS + 5 {
+        let _ = state.decide("core", &format!("c{i}"), NOW);
+    }
+    let w = state.window("core", NOW).expect("known");
+    assert_eq!(
+        w.by_consumer.len(),
+        MAX_CONSUMERS + 1,
+        "64 named, the rest as (other)"
+    );
+    assert_eq!(w.by_consumer[OTHER_CONSUMER], 5);
+    let huge = MAX_SAFE;
+    let text = format!(
+        r#"{{"resources": {{"core": {{"remaining": {huge}, "resetAt": {}, "granted": 1,
+            "byConsumer": {{"a b": {huge}, "c d": {huge}}}}}}}}}"#,
+        NOW + 60_000
+    );
+    let mut state = State::parse(text.as_bytes()).expect("parse");
+    assert_eq!(
+        state.resources["core"].by_consumer[OTHER_CONSUMER], MAX_SAFE,
+        "two huge counts merged stay at 2^53 - 1"
+    );
+    let _ = state.decide("core", "a b", NOW);
+    assert_eq!(
+        state.resources["core"].by_consumer[OTHER_CONSUMER],
+        MAX_SAFE
+    );
+    let back = State::parse(&state.to_bytes(NOW)).expect("written back");
+    assert_eq!(back.resources["core"].by_consumer[OTHER_CONSUMER], MAX_SAFE);
+}
+
+#[test]
+fn fields_of_other_writers_survive_a_rewrite() {
+    let mut state = State::parse(br#"{"resources": {}, "writer": {"lang": "go"}}"#).expect("parse");
+    state.apply(&seen(200, Some(5), Some((NOW + 60_000) / 1000)), NOW);
+    let back: Value = serde_json::from_slice(&state.to_bytes(NOW)).expect("json");
+    assert_eq!(back["writer"]["lang"], "go");
+    assert_eq!(back["updatedAt"], NOW);
+}
+
+// The bounds of the design, written as plain numbers (not through the constants, so that a
+// wrong constant fails here): each exactly at, one below and one above.
+
+#[test]
+fn a_pause_read_counts_up_to_exactly_15_minutes_ahead() {
+    for (ahead, counts) in [(899_999, true), (900_000, true), (900_001, false)] {
+        let state = State {
+            paused_until: Some(NOW + ahead),
+            ..State::default()
+        };
+        assert_eq!(
+            state.pause(NOW),
+            counts.then_some(NOW + ahead),
+            "a pause {ahead} ms ahead: counts {counts}"
+        );
+    }
+    let state = State {
+        paused_until: Some(NOW),
+        ..State::default()
+    };
+    assert_eq!(state.pause(NOW), None, "a pause ending now is over");
+    assert_eq!(
+        state.pause(NOW - 1),
+        Some(NOW),
+        "and in force one ms before its end"
+    );
+}
+
+#[test]
+fn retry_after_is_cut_to_exactly_15_minutes_and_defaults_to_one() {
+    for (retry_after_s, pause_ms) in [
+        (Some(0), 0),
+        (Some(1), 1_000),
+        (Some(899), 899_000),
+        (Some(900), 900_000),
+        (Some(901), 900_000),
+        (None, 60_000),
+    ] {
+        let mut limited = seen(429, None, None);
+        limited.window_seen = false;
+        limited.retry_after_s = retry_after_s;
+        limited.retry_after_seen = true;
+        let mut state = State::default();
+        state.apply(&limited, NOW);
+        assert_eq!(
+            state.paused_until,
+            Some(NOW + pause_ms),
+            "Retry-After {retry_after_s:?} pauses {pause_ms} ms"
+        );
+    }
+}
+
+#[test]
+fn a_window_read_counts_up_to_exactly_65_minutes_ahead() {
+    for (ahead, counts) in [(3_899_999, true), (3_900_000, true), (3_900_001, false)] {
+        let mut state = with_window(5, NOW + 60_000);
+        state.resources.get_mut("core").expect("window").reset_at = NOW + ahead;
+        assert_eq!(
+            state.window("core", NOW).is_some(),
+            counts,
+            "a window resetting {ahead} ms ahead: counts {counts}"
+        );
+        let expected = if counts {
+            Decision::Go { counted: true }
+        } else {
+            Decision::Go { counted: false }
+        };
+        assert_eq!(
+            state.decide("core", "c", NOW),
+            expected,
+            "a take {ahead} ms before the reset"
+        );
+    }
+}
+
+#[test]
+fn a_response_window_is_kept_up_to_exactly_65_minutes_ahead() {
+    // Resets come in whole seconds: one second below, at, and one above the bound.
+    for (ahead, kept) in [
+        (1_000, true),
+        (3_899_000, true),
+        (3_900_000, true),
+        (3_901_000, false),
+    ] {
+        let mut state = State::default();
+        state.apply(&seen(200, Some(5), Some((NOW + ahead) / 1000)), NOW);
+        assert_eq!(
+            state.resources.contains_key("core"),
+            kept,
+            "a response whose window resets {ahead} ms ahead: kept {kept}"
+        );
+    }
+}
+
+#[test]
+fn consumer_names_are_1_to_32_plain_characters() {
+    for name in [
+        "a",
+        "Z9",
+        "backlog-2.x_y",
+        "abcdefghijklmnopqrstuvwxyz012345",
+    ] {
+        assert_eq!(consumer_name(name), name, "{name:?} is a consumer name");
+    }
+    for name in [
+        "",
+        "abcdefghijklmnopqrstuvwxyz0123456",
+        "a b",
+        "a/b",
+        "caf\u{e9}",
+        "a\u{0}",
+        "(other)",
+    ] {
+        assert_eq!(
+            consumer_name(name),
+            OTHER_CONSUMER,
+            "{name:?} is counted as (other)"
+        );
+    }
+}
+
+#[test]
+fn the_first_64_consumers_of_a_window_are_named_and_the_rest_are_other() {
+    let mut state = with_window(1000, NOW + 60_000);
+    for i in 0..64 {
+        let _ = state.decide("core", &format!("c{i:02}"), NOW);
+    }
+    let w = state.window("core", NOW).expect("known");
+    assert_eq!(w.by_consumer.len(), 64, "64 consumers are named");
+    assert!(
+        !w.by_consumer.contains_key(OTHER_CONSUMER),
+        "the 64th is still named"
+    );
+    let _ = state.decide("core", "c64", NOW);
+    let _ = state.decide("core", "c00", NOW);
+    let w = state.window("core", NOW).expect("known");
+    assert_eq!(
+        w.by_consumer.get(OTHER_CONSUMER),
+        Some(&1),
+        "the 65th is counted as (other)"
+    );
+    assert_eq!(
+        w.by_consumer.get("c00"),
+        Some(&2),
+        "a consumer already named keeps its name past 64"
+    );
+    assert_eq!(w.by_consumer.get("c64"), None, "the 65th is not named");
+}
+
+#[test]
+fn a_file_with_more_than_64_consumers_is_read_as_64_and_other() {
+    let consumers: Vec<String> = (0..70).map(|i| format!("\"c{i:02}\": 1")).collect();
+    let text = format!(
+        r#"{{"resources": {{"core": {{"remaining": 100, "resetAt": {}, "byConsumer": {{{}}}}}}}}}"#,
+        NOW + 60_000,
+        consumers.join(", ")
+    );
+    let state = State::parse(text.as_bytes()).expect("parse");
+    let by_consumer = &state.resources["core"].by_consumer;
+    assert_eq!(
+        by_consumer.len(),
+        65,
+        "64 named and (other): {by_consumer:?}"
+    );
+    assert_eq!(by_consumer.get("c63"), Some(&1), "the 64th is named");
+    assert_eq!(by_consumer.get("c64"), None, "the 65th is not");
+    assert_eq!(
+        by_consumer.get(OTHER_CONSUMER),
+        Some(&6),
+        "the 6 beyond the first 64 are counted as (other)"
+    );
+}
+
+#[test]
+fn counts_in_the_file_are_whole_numbers_up_to_2_pow_53_minus_1() {
+    let window = |remaining: &str, granted: &str| {
+        let text = format!(
+            r#"{{"resources": {{"core": {{"remaining": {remaining}, "resetAt": {},
+                "granted": {granted}}}}}}}"#,
+            NOW + 60_000
+        );
+        State::parse(text.as_bytes())
+            .expect("an object")
+            .resources
+            .get("core")
+            .map(|w| (w.remaining, w.granted))
+    };
+    assert_eq!(
+        window("9007199254740991", "9007199254740991"),
+        Some((MAX_SAFE, MAX_SAFE)),
+        "2^53 - 1 is kept exactly"
+    );
+    assert_eq!(window("9007199254740992", "0"), None, "2^53 is not known");
+    assert_eq!(window("0", "9007199254740992"), None, "nor as granted");
+    assert_eq!(window("0", "0"), Some((0, 0)), "0 is a count");
+    assert_eq!(window("-1", "0"), None, "a negative remaining is not known");
+    let paused = |until: &str| {
+        State::parse(format!(r#"{{"pausedUntil": {until}}}"#).as_bytes())
+            .expect("an object")
+            .paused_until
+    };
+    assert_eq!(paused("9007199254740991"), Some(MAX_SAFE), "2^53 - 1");
+    assert_eq!(paused("9007199254740992"), None, "2^53 is not known");
+    assert_eq!(paused("1.0"), None, "a fraction is not known");
+}
