@@ -30,7 +30,7 @@ def main():
     slot_dir, *command = sys.argv[1:]
     attempt = os.environ["WORKLANE_ATTEMPT"]
     reply, fds = wl.ask(os.environ["WORKLANE_SOCKET"],
-                        {"op": "claim", "attempt": attempt, "token": os.environ["WORKLANE_TOKEN"]})
+                        {"version": 1, "op": "claim", "attempt": attempt, "token": os.environ["WORKLANE_TOKEN"]})
     if not reply["ok"] or len(fds) != 2:
         for fd in fds:
             os.close(fd)

@@ -32,7 +32,7 @@ def main():
     if not wl.publish(dirfd, lock, wl.record("python launcher", epoch, lane=lane)):
         return 75
     env = {k: v for k, v in os.environ.items() if k.startswith(("LANE_", "WORKLANE_"))}
-    request = {"op": "enqueue", "lane": lane, "start_ms": int(time.time() * 1000),
+    request = {"version": 1, "op": "enqueue", "lane": lane, "start_ms": int(time.time() * 1000),
                "priority": int(priority), "args": driver, "env": env, "stage": "example"}
     try:
         reply, _ = wl.ask(os.path.join(slot_dir, "dispatcher.sock"), request, [guard])

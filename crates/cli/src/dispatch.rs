@@ -122,7 +122,7 @@ fn ask_on(
     request: &Wire,
     fds: &[std::os::fd::BorrowedFd<'_>],
 ) -> Result<(Reply, Vec<OwnedFd>), Failure> {
-    let line = serde_json::to_vec(request).unwrap_or_default();
+    let line = worklane_admission::dispatch::wire::request_line(request);
     let io = |e: transport::Error| Failure::new(exit::OS_ERROR, exit::chain(&e));
     transport::send(stream, &line, fds).map_err(io)?;
     let (reply, fds) = transport::recv(stream).map_err(io)?;

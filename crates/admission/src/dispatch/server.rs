@@ -415,6 +415,21 @@ impl<'a> Server<'a> {
         line: &[u8],
         fds: Vec<OwnedFd>,
     ) -> Result<(&'static str, Reply, Vec<worklane_guard::Guard>), ServiceError> {
+        if let Some(unknown) = crate::dispatch::wire::unknown_version(line) {
+            drop(fds);
+            return Ok((
+                "unknown",
+                Reply::refused(
+                    code::BAD_REQUEST,
+                    format!(
+                        "protocol version {unknown} is not known here (this dispatcher speaks \
+                         version {})",
+                        crate::dispatch::wire::VERSION
+                    ),
+                ),
+                Vec::new(),
+            ));
+        }
         let request = match serde_json::from_slice::<Request>(line) {
             Ok(request) => request,
             Err(e) => {

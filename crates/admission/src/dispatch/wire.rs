@@ -4,8 +4,32 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// The protocol version a reply carries.
+/// The protocol version every message carries (a request may leave it out: version 1).
 pub const VERSION: u32 = 1;
+
+/// A request's `version` when it is present and not [`VERSION`] (shown as written): such a
+/// request is refused whole, whatever else it says. `None` when it is absent or 1, or the
+/// line is not a JSON object at all (the request's own parse says why).
+#[must_use]
+pub fn unknown_version(line: &[u8]) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Versioned {
+        #[serde(default)]
+        version: Option<serde_json::Value>,
+    }
+    let version = serde_json::from_slice::<Versioned>(line).ok()?.version?;
+    (version != VERSION).then(|| version.to_string())
+}
+
+/// A request's line as a client sends it: the request with `"version": 1`.
+#[must_use]
+pub fn request_line(request: &Request) -> Vec<u8> {
+    let mut value = serde_json::to_value(request).unwrap_or_default();
+    if let Some(object) = value.as_object_mut() {
+        object.insert("version".to_owned(), VERSION.into());
+    }
+    serde_json::to_vec(&value).unwrap_or_default()
+}
 
 /// A request, by its `op`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -163,6 +187,39 @@ pub mod code {
     pub const NO_SUCH_ATTEMPT: &str = "no-such-attempt";
     /// The dispatcher failed (its database, the directory).
     pub const INTERNAL: &str = "internal";
+}
+
+#[cfg(test)]
+mod version_tests {
+    use super::*;
+
+    #[test]
+    fn a_request_of_another_version_is_told_apart() {
+        assert_eq!(
+            unknown_version(br#"{"op":"list"}"#),
+            None,
+            "absent: version 1"
+        );
+        assert_eq!(unknown_version(br#"{"op":"list","version":1}"#), None);
+        assert_eq!(
+            unknown_version(br#"{"op":"list","version":2}"#).as_deref(),
+            Some("2")
+        );
+        assert_eq!(
+            unknown_version(br#"{"op":"list","version":"1"}"#).as_deref(),
+            Some("\"1\"")
+        );
+        assert_eq!(
+            unknown_version(b"garbage"),
+            None,
+            "the request's parse reports it"
+        );
+        let line = request_line(&Request::List);
+        let back: serde_json::Value = serde_json::from_slice(&line).expect("json");
+        assert_eq!(back["version"], 1, "{back}");
+        assert_eq!(back["op"], "list", "{back}");
+        assert_eq!(unknown_version(&line), None);
+    }
 }
 
 #[cfg(test)]
