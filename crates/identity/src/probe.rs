@@ -107,6 +107,19 @@ fn check_record(
     if place.boot.is_empty() {
         return Err(malformed("place.boot", "it is empty".to_owned()));
     }
+    // Compared as written, a boot id with a trailing newline (read from /proc and not
+    // trimmed) would differ from ours and prove a reboot that never happened: a live holder
+    // taken over. Only a well-formed boot id is compared.
+    if !is_boot_id(&place.boot) {
+        return Err(malformed(
+            "place.boot",
+            format!(
+                "{:?} is not a boot id (36 characters: hex digits with `-` at 8, 13, 18 and \
+                 23; no newline)",
+                place.boot
+            ),
+        ));
+    }
     if identity.boot != place.boot {
         return Err(malformed(
             "identity.boot",
@@ -147,6 +160,17 @@ fn check_record(
         }));
     }
     Ok((pid, target, identity.start))
+}
+
+/// Whether `text` has the shape of a boot id: a UUID as Linux prints it in
+/// `/proc/sys/kernel/random/boot_id` (lowercase) or macOS's `kern.bootsessionuuid` (uppercase),
+/// without the newline.
+pub(crate) fn is_boot_id(text: &str) -> bool {
+    text.len() == 36
+        && text.bytes().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => b == b'-',
+            _ => b.is_ascii_hexdigit(),
+        })
 }
 
 /// Rules 5 and 6: signal 0, then one read of the process's start and state.

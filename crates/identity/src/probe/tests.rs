@@ -289,7 +289,7 @@ fn foreign_places_are_unknown_before_any_pid_check() {
             "another host, even with another boot",
             with_place(|p| {
                 p.host = "elsewhere".into();
-                p.boot = "other".into();
+                p.boot = "99999999-8888-7777-6666-555555555555".into();
             }),
             |v| matches!(v, Verdict::Unknown(UnknownReason::ForeignHost { .. })),
         ),
@@ -574,4 +574,43 @@ fn every_reason_reads_as_a_sentence_naming_what_it_is_about() {
         );
         assert!(!text.ends_with('.'), "{text:?} ends without a period");
     }
+}
+
+#[test]
+fn a_boot_id_that_is_not_one_is_malformed_never_a_reboot() {
+    let ours = here().boot;
+    for bad in [
+        format!("{ours}\n"),
+        format!(" {ours}"),
+        ours.replace('-', "_"),
+        ours[..35].to_owned(),
+        format!("{ours}0"),
+        "not-a-boot-id".to_owned(),
+    ] {
+        let recorded = with_place(|p| p.boot.clone_from(&bad));
+        let recorded = Recorded {
+            identity: Field::Present(RecordIdentity {
+                boot: bad.clone(),
+                start: START,
+            }),
+            ..recorded
+        };
+        let (verdict, asked) = judge(&recorded, Fake::untouchable());
+        assert!(
+            matches!(
+                verdict,
+                Verdict::Unknown(UnknownReason::Malformed {
+                    field: "place.boot",
+                    ..
+                })
+            ),
+            "{bad:?}: malformed (busy), not a reboot: {verdict:?}"
+        );
+        assert!(asked.is_empty(), "no pid looked at: {asked:?}");
+    }
+    assert!(
+        super::is_boot_id("0F2C6A55-8E1B-4B7E-9D3C-2A1F00C0FFEE"),
+        "macOS: uppercase"
+    );
+    assert!(super::is_boot_id(&ours), "Linux: lowercase");
 }
