@@ -333,10 +333,11 @@ impl Pool {
         if !path.modified_ms().is_ok_and(|m| m.is_some()) {
             return Ok(false);
         }
-        Ok(matches!(
-            worklane_lease::retire(self.dir(), &entry.name()),
-            Ok(Removal::Busy)
-        ))
+        let retired = worklane_lease::retire(self.dir(), &entry.name());
+        if matches!(retired, Ok(Removal::Removed)) {
+            log::info!("retired {}: its waiter is gone", entry.name());
+        }
+        Ok(matches!(retired, Ok(Removal::Busy)))
     }
 }
 

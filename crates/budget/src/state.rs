@@ -214,6 +214,7 @@ impl State {
                 .min(MAX_PAUSE_MS);
             let until = now.saturating_add(wait);
             let kept = self.pause(now).unwrap_or(0);
+            log::info!("secondary rate limit: every caller of this credential pauses {wait} ms");
             self.paused_until = Some(until.max(kept));
         }
         if !observation.window_seen {

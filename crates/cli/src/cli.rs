@@ -21,6 +21,10 @@ pub(crate) struct Cli {
     /// set.
     #[arg(long, global = true, value_name = "PATH")]
     pub(crate) dir: Option<std::path::PathBuf>,
+    /// Show what worklane does on stderr (takeovers, cleared claims, retired waiters): -v
+    /// info, -vv debug, -vvv trace; WORKLANE_LOG=LEVEL wins over it.
+    #[arg(short = 'v', long = "verbose", global = true, action = clap::ArgAction::Count)]
+    pub(crate) verbose: u8,
     #[command(subcommand)]
     pub(crate) command: Command,
 }

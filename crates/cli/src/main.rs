@@ -19,6 +19,7 @@ mod fleet;
 #[path = "fleet_off.rs"]
 mod fleet;
 mod json;
+mod logging;
 mod nesting;
 mod ops;
 mod out;
@@ -78,6 +79,10 @@ fn main() -> ExitCode {
             };
         }
     };
+    match logging::level(cli.verbose, std::env::var("WORKLANE_LOG").ok().as_deref()) {
+        Ok(level) => logging::init(level),
+        Err(why) => return Failure::new(exit::USAGE, why).exit(),
+    }
     if let Some(dir) = &cli.dir
         && let Err(failure) = use_slot_dir(dir)
     {

@@ -2802,7 +2802,19 @@ mod supervisor_gone {
         );
         // stop-all waits about 5 s for the halt; on a loaded machine the continued
         // supervisor may still be at it then, so the halt itself is awaited here (bounded).
-        wait_until("the suspended command to be halted", || gone(command));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !gone(command) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            gone(command),
+            "DIAG command {:?} supervisor {:?} record {} stop-all said {} / {}",
+            state(command),
+            state(supervisor),
+            std::fs::read_to_string(site.slots().join("agent-0.lock")).unwrap_or_default(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
         // The supervisor, continued by stop-all, lets go of its slot and exits by itself.
         wait_until("the suspended supervisor to exit", || gone(supervisor));
         assert_eq!(site.code(&["resume-all"]), 0);
@@ -5614,5 +5626,61 @@ mod fleet {
             err.contains("fleet pool") && err.contains("unconfirmed"),
             "{err}"
         );
+    }
+}
+
+mod logging {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    /// A slot whose supervisor was SIGKILLed: its record stays, its guard is free.
+    fn leave_a_dead_holder(site: &Site) {
+        let out = site.output(&["run", "--", "sh", "-c", "kill -9 $PPID"]);
+        assert_eq!(out.status.signal(), Some(9), "the supervisor died: {out:?}");
+        // Its command (which held the guard's copy) has exited too: output() waits for every
+        // holder of the output pipe.
+        assert!(
+            site.slots().join("agent-0.lock").exists(),
+            "the record is left behind"
+        );
+    }
+
+    #[test]
+    fn a_takeover_is_logged_with_v_and_not_without() {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        leave_a_dead_holder(&site);
+        let quiet = site.output(&["run", "-n", "--", "true"]);
+        assert!(quiet.status.success(), "{quiet:?}");
+        assert!(
+            !String::from_utf8_lossy(&quiet.stderr).contains("taking over"),
+            "nothing logged without -v: {quiet:?}"
+        );
+        leave_a_dead_holder(&site);
+        let loud = site.output(&["-v", "run", "-n", "--", "true"]);
+        assert!(loud.status.success(), "{loud:?}");
+        let err = String::from_utf8_lossy(&loud.stderr);
+        assert!(
+            err.contains("worklane: info worklane_lease")
+                && err.contains("taking over agent-0.lock"),
+            "the takeover, at info: {err}"
+        );
+        leave_a_dead_holder(&site);
+        let env = site
+            .worklane()
+            .env("WORKLANE_LOG", "info")
+            .args(["run", "-n", "--", "true"])
+            .output_gated()
+            .expect("run");
+        assert!(
+            String::from_utf8_lossy(&env.stderr).contains("taking over agent-0.lock"),
+            "WORKLANE_LOG=info too: {env:?}"
+        );
+        let bad = site
+            .worklane()
+            .env("WORKLANE_LOG", "loud")
+            .args(["slots"])
+            .output_gated()
+            .expect("slots");
+        assert_eq!(bad.status.code(), Some(64), "{bad:?}");
     }
 }

@@ -639,6 +639,12 @@ impl Hold {
         let now = BootInstant::now();
         let unconfirmed = now.saturating_duration_since(self.confirmed);
         if decide::must_halt(unconfirmed, self.ttl) {
+            log::warn!(
+                "fleet lease of {} unconfirmed for {} ms (TTL {} ms): giving it up",
+                self.what,
+                unconfirmed.as_millis(),
+                self.ttl.as_millis()
+            );
             return Err(Lost::Unconfirmed {
                 what: self.what.clone(),
                 unconfirmed_ms: unconfirmed.as_millis(),
@@ -682,7 +688,13 @@ impl Hold {
             }),
             // No answer, an error or a closed stream: a new stream next time, and the halt
             // rule decides.
-            _ => Ok(()),
+            _ => {
+                log::debug!(
+                    "fleet keepalive of {} not confirmed; trying again",
+                    self.what
+                );
+                Ok(())
+            }
         }
     }
 

@@ -212,7 +212,16 @@ fn acquire_under(
             holder: Some(record),
             why,
         })),
-        Judgement::Dead(_) => take_over(path, guard, listed, &raw, record, request, options),
+        Judgement::Dead(why) => {
+            log::info!(
+                "taking over {name}: its holder (pid {}, {}) is gone: {why}",
+                record
+                    .pid()
+                    .map_or_else(|| "?".to_owned(), |p| p.to_string()),
+                record.owner.as_deref().unwrap_or("no owner named")
+            );
+            take_over(path, guard, listed, &raw, record, request, options)
+        }
     }
 }
 

@@ -52,6 +52,10 @@ pub(crate) fn clear_claims(
             Err(_) => {
                 // Not a regular file of at most 64 KiB: never a taker's claim. A FIFO, a link
                 // or an oversized file is unlinked; a directory cannot be, and is skipped.
+                log::info!(
+                    "clearing {}: not a regular file of at most 64 KiB",
+                    claim.name()
+                );
                 let _ = claim.remove();
                 continue;
             }
@@ -68,6 +72,11 @@ pub(crate) fn clear_claims(
         };
         match judged {
             None | Some((Judgement::Dead(_), _)) => {
+                log::info!(
+                    "clearing {}: a crashed takeover's, or not for the record now at {}",
+                    claim.name(),
+                    path.name()
+                );
                 // Changed means it was replaced under us by a writer outside the protocol.
                 let _ = claim.remove_if_unchanged(&raw)?;
             }

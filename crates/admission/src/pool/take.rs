@@ -216,6 +216,7 @@ impl Pool {
             .collect();
         let live = u32::try_from(held.len()).unwrap_or(u32::MAX);
         if live >= cap {
+            log::debug!("{prefix} slots at cap: {live} of {cap} live");
             counting.release().map_err(Error::Held)?;
             return Ok(Take::Blocked(Blocker::AtCap { held: live, cap }));
         }
