@@ -57,6 +57,37 @@ struct Step {
     args: Vec<String>,
 }
 
+/// Removes cargo's extractions of our own packages from earlier `cargo package` runs. Cargo
+/// verifies each package against its siblings' packages through a temporary registry whose
+/// sources it extracts into `$CARGO_HOME/registry/src/-<hash>/` (a directory name starting
+/// with `-`), and it never extracts a `name-version` again once that directory exists: a
+/// second run would build against the first run's sources (a sibling's API as it was) and
+/// fail. Only those temporary registries' `worklane-*` directories are removed.
+fn forget_packaged_siblings() {
+    let home = std::env::var_os("CARGO_HOME").map_or_else(
+        || {
+            std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cargo")
+        },
+        std::path::PathBuf::from,
+    );
+    let Ok(registries) = std::fs::read_dir(home.join("registry").join("src")) else {
+        return;
+    };
+    for registry in registries.flatten() {
+        if !registry.file_name().to_string_lossy().starts_with('-') {
+            continue;
+        }
+        let Ok(crates) = std::fs::read_dir(registry.path()) else {
+            continue;
+        };
+        for krate in crates.flatten() {
+            if krate.file_name().to_string_lossy().starts_with("worklane") {
+                let _ = std::fs::remove_dir_all(krate.path());
+            }
+        }
+    }
+}
+
 fn steps() -> Vec<Step> {
     let words = |s: &str| s.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
     let mut macos = words("check");
@@ -130,6 +161,9 @@ fn steps() -> Vec<Step> {
 fn ci() -> ExitCode {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     for step in steps() {
+        if step.args.first().is_some_and(|a| a == "package") {
+            forget_packaged_siblings();
+        }
         eprintln!("==> {}: cargo {}", step.what, step.args.join(" "));
         #[allow(
             clippy::disallowed_methods,
