@@ -65,9 +65,7 @@ struct Step {
 /// fail. Only those temporary registries' `worklane-*` directories are removed.
 fn forget_packaged_siblings() {
     let home = std::env::var_os("CARGO_HOME").map_or_else(
-        || {
-            std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cargo")
-        },
+        || std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cargo"),
         std::path::PathBuf::from,
     );
     let Ok(registries) = std::fs::read_dir(home.join("registry").join("src")) else {

@@ -311,6 +311,54 @@ fn me() -> Me {
     }
 }
 
+/// Continues, once each, the supervisors that were stopped (Ctrl-Z, SIGSTOP) before they
+/// named their command in their record: no command is known to halt, but the supervisor,
+/// continued, names it and halts it at its next check of STOP (and the wait below then sees
+/// it like any other run). A record of this host, boot and pid namespace only, whose writer is
+/// provably the process (start time) and ours to signal.
+fn continue_unnamed(
+    pool: &Pool,
+    here: &Place,
+    me: &Me,
+    continued: &mut BTreeSet<u32>,
+) -> Vec<Target> {
+    let mut woken = Vec::new();
+    let Ok(snapshot) = pool.snapshot() else {
+        return woken;
+    };
+    for view in snapshot.slots {
+        let Some(record) = view.record else {
+            continue;
+        };
+        if record.extra.contains_key(crate::supervise::COMMAND_PROCESS) {
+            continue;
+        }
+        let (Some(pid), Field::Present(identity), Field::Present(place)) =
+            (record.pid(), &record.holder.identity, &record.holder.place)
+        else {
+            continue;
+        };
+        if place.host != here.host || place.boot != here.boot || place.pidns != here.pidns {
+            continue;
+        }
+        if let Some(s) = observe(pid)
+            && s.start == identity.start
+            && matches!(s.state, b'T' | b't')
+            && (me.uid == 0 || me.uid == s.uid)
+            && continued.insert(pid)
+        {
+            let target = Target {
+                pid,
+                start: s.start,
+                group: false,
+            };
+            send(&target, Signal::CONT);
+            woken.push(target);
+        }
+    }
+    woken
+}
+
 /// After STOP is written: waits until nothing of any recorded run is left, signalling the
 /// runs whose supervisor cannot (SIGCONT and SIGTERM at once when the supervisor is gone or
 /// stopped, SIGKILL a grace later; SIGKILL when a live supervisor has not halted its command a
@@ -328,6 +376,7 @@ pub(crate) fn enforce_stop(pool: &Pool) -> Report {
     let mut continued: BTreeSet<u32> = BTreeSet::new();
     let mut report = Report::default();
     let mut first = true;
+    let woken = continue_unnamed(pool, here, &me, &mut continued);
     loop {
         let commands = pool.recorded_commands().unwrap_or_default();
         let guards: HashSet<FileId> = commands.iter().filter_map(|c| c.guard).collect();
@@ -376,6 +425,20 @@ pub(crate) fn enforce_stop(pool: &Pool) -> Report {
                     }
                     live.push(label);
                 }
+            }
+        }
+        // A supervisor continued above counts as running until it has named its command
+        // (then it is judged with the others) or is gone.
+        for target in &woken {
+            let named = commands.iter().any(|c| c.record.pid() == Some(target.pid));
+            if !named
+                && observe(target.pid)
+                    .is_some_and(|s| s.start == target.start && !matches!(s.state, b'Z' | b'X'))
+            {
+                live.push(format!(
+                    "pid {} (continued; it halts its command)",
+                    target.pid
+                ));
             }
         }
         if first {

@@ -2758,6 +2758,35 @@ mod supervisor_gone {
     }
 
     #[test]
+    fn stop_all_continues_a_supervisor_stopped_before_it_named_its_command() {
+        let site = Site::new(None);
+        // A supervisor stopped between starting its command and writing `commandProcess`
+        // into its record: stop-all knows no command to halt, and the supervisor cannot act.
+        let sleeper = site
+            .command("sleep")
+            .arg("100")
+            .spawn_gated()
+            .expect("spawn sleep");
+        let pid = i32::try_from(sleeper.id()).expect("pid");
+        let _cleanup = KillOnDrop(pid);
+        signal(pid, Signal::STOP);
+        wait_until("the supervisor stopped", || state(pid) == Some('T'));
+        let record = worklane_lease::Record {
+            holder: worklane_identity::Recorded::new(
+                worklane_identity::ProcessIdentity::of(sleeper.id()).expect("identity"),
+                worklane_identity::Place::current().expect("place").clone(),
+            ),
+            owner: Some("sh".into()),
+            ..worklane_lease::Record::default()
+        };
+        std::fs::write(site.slots().join("agent-0.lock"), record.to_bytes()).expect("record");
+        let out = site.output(&["stop-all", "incident"]);
+        assert!(out.status.success(), "{out:?}");
+        wait_until("the supervisor continued", || state(pid) != Some('T'));
+        assert_eq!(site.code(&["resume-all"]), 0);
+    }
+
+    #[test]
     fn stop_all_halts_a_run_suspended_with_ctrl_z_on_a_terminal() {
         use std::io::Write;
         let site = Site::new(None);
@@ -2802,19 +2831,7 @@ mod supervisor_gone {
         );
         // stop-all waits about 5 s for the halt; on a loaded machine the continued
         // supervisor may still be at it then, so the halt itself is awaited here (bounded).
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !gone(command) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        assert!(
-            gone(command),
-            "DIAG command {:?} supervisor {:?} record {} stop-all said {} / {}",
-            state(command),
-            state(supervisor),
-            std::fs::read_to_string(site.slots().join("agent-0.lock")).unwrap_or_default(),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        wait_until("the suspended command to be halted", || gone(command));
         // The supervisor, continued by stop-all, lets go of its slot and exits by itself.
         wait_until("the suspended supervisor to exit", || gone(supervisor));
         assert_eq!(site.code(&["resume-all"]), 0);
