@@ -57,6 +57,16 @@ struct Step {
     args: Vec<String>,
 }
 
+/// Where the packaging step builds: a directory of its own, emptied before each run. Cargo
+/// takes a registry crate's compiled artifacts for unchanged as long as its name, version
+/// and source are: built in the workspace's target directory, a sibling's package from an
+/// earlier run (with an older API) would be linked instead of today's.
+fn package_target_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace_root().join("target"), std::path::PathBuf::from)
+        .join("package-check")
+}
+
 /// Removes cargo's extractions of our own packages from earlier `cargo package` runs. Cargo
 /// verifies each package against its siblings' packages through a temporary registry whose
 /// sources it extracts into `$CARGO_HOME/registry/src/-<hash>/` (a directory name starting
@@ -64,6 +74,7 @@ struct Step {
 /// second run would build against the first run's sources (a sibling's API as it was) and
 /// fail. Only those temporary registries' `worklane-*` directories are removed.
 fn forget_packaged_siblings() {
+    let _ = std::fs::remove_dir_all(package_target_dir());
     let home = std::env::var_os("CARGO_HOME").map_or_else(
         || std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cargo"),
         std::path::PathBuf::from,
@@ -122,10 +133,14 @@ fn steps() -> Vec<Step> {
             // taken from the packages just made (not from the workspace). `--allow-dirty`:
             // the check is of the packages, so it also runs before a commit.
             what: "packaging",
-            args: words(
-                "package --workspace --exclude worklane-testkit --exclude xtask \
-                 --exclude worklane-benches --allow-dirty",
-            ),
+            args: {
+                let mut args = words(
+                    "package --workspace --exclude worklane-testkit --exclude xtask \
+                     --exclude worklane-benches --allow-dirty --target-dir",
+                );
+                args.push(package_target_dir().display().to_string());
+                args
+            },
         },
         Step {
             // The protocol's conformance kit against worklane itself (python3, stdlib only).

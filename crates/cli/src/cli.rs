@@ -55,6 +55,9 @@ pub(crate) enum Command {
         /// Print JSON (schema in docs/json.md) instead of a table.
         #[arg(long)]
         json: bool,
+        /// Past this host: show the fleet pool too.
+        #[command(flatten)]
+        fleet: FleetArgs,
     },
     /// Emergency stop: every `worklane run`, `lease run` and queued full run halts its command
     /// within about 5 s and no new slot is taken until `resume-all`.
@@ -455,6 +458,9 @@ pub(crate) struct WhyArgs {
     /// Ask who owns this lock file (a name in the slot directory, e.g. full-run.lock).
     #[arg(long)]
     pub(crate) lock: Option<String>,
+    /// Past this host: resource admission also asks the fleet pool on etcd.
+    #[command(flatten)]
+    pub(crate) fleet: FleetArgs,
     /// Print JSON (schema in docs/json.md).
     #[arg(long)]
     pub(crate) json: bool,

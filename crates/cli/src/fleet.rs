@@ -133,8 +133,8 @@ pub(crate) fn set_cap(args: &FleetArgs, cap: u32) -> Result<ExitCode, Failure> {
 }
 
 /// `worklane fleet status`.
-pub(crate) fn status(args: &FleetArgs, as_json: bool) -> Result<ExitCode, Failure> {
-    needs_endpoints(args)?;
+/// The fleet pool of `args` as `fleet status --json` shows it.
+fn document(args: &FleetArgs) -> Result<json::FleetStatus, Failure> {
     let fleet = connect(args)?;
     let status = fleet.status(&args.pool).map_err(|e| failure(&e))?;
     let holding = status.cap.unwrap_or(0) as usize;
@@ -156,38 +156,35 @@ pub(crate) fn status(args: &FleetArgs, as_json: bool) -> Result<ExitCode, Failur
             }
         })
         .collect();
-    let held = keys.iter().filter(|k| k.holds).count();
-    if as_json {
-        outln!(
-            "{}",
-            json::line(&json::FleetStatus {
-                version: json::VERSION,
-                endpoints: fleet.endpoints().to_owned(),
-                pool: status.pool.clone(),
-                cap: status.cap,
-                held,
-                keys,
-            })
-        )?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    match status.cap {
+    Ok(json::FleetStatus {
+        version: json::VERSION,
+        endpoints: fleet.endpoints().to_owned(),
+        pool: status.pool.clone(),
+        cap: status.cap,
+        held: keys.iter().filter(|k| k.holds).count(),
+        keys,
+    })
+}
+
+/// The pool for a person: its cap, then each key.
+fn print(doc: &json::FleetStatus) -> Result<(), Failure> {
+    match doc.cap {
         Some(cap) => outln!(
             "fleet pool {:?} at {}: {} of {cap} held, {} waiting",
-            status.pool,
-            fleet.endpoints(),
-            held,
-            keys.len() - held
+            doc.pool,
+            doc.endpoints,
+            doc.held,
+            doc.keys.len() - doc.held
         )?,
         None => outln!(
             "fleet pool {:?} at {}: no cap set, so it admits nobody (`worklane fleet set-cap \
              --pool {} N`)",
-            status.pool,
-            fleet.endpoints(),
-            status.pool
+            doc.pool,
+            doc.endpoints,
+            doc.pool
         )?,
     }
-    for k in &keys {
+    for k in &doc.keys {
         outln!(
             "  {} epoch {} pid {} on {} owner {} since {}",
             if k.holds { "holds" } else { "waits" },
@@ -198,7 +195,49 @@ pub(crate) fn status(args: &FleetArgs, as_json: bool) -> Result<ExitCode, Failur
             k.since.as_deref().unwrap_or("?")
         )?;
     }
+    Ok(())
+}
+
+/// `worklane fleet status`.
+pub(crate) fn status(args: &FleetArgs, as_json: bool) -> Result<ExitCode, Failure> {
+    needs_endpoints(args)?;
+    let doc = document(args)?;
+    if as_json {
+        outln!("{}", json::line(&doc))?;
+    } else {
+        print(&doc)?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `slots --fleet`: the fleet pool beside the host's slots (none without `--fleet`). The
+/// fleet never fails `slots`: an etcd that does not answer is shown as such.
+pub(crate) fn slots_section(args: &FleetArgs) -> Option<json::SlotsFleet> {
+    if args.endpoints.is_empty() {
+        return None;
+    }
+    Some(match document(args) {
+        Ok(doc) => json::SlotsFleet {
+            status: Some(doc),
+            error: None,
+        },
+        Err(failure) => json::SlotsFleet {
+            status: None,
+            error: Some(failure.message),
+        },
+    })
+}
+
+/// `slots --fleet` for a person.
+pub(crate) fn print_section(section: &json::SlotsFleet) -> Result<(), Failure> {
+    match (&section.status, &section.error) {
+        (Some(doc), _) => print(doc),
+        (None, Some(error)) => {
+            outln!("fleet: {error}")?;
+            Ok(())
+        }
+        (None, None) => Ok(()),
+    }
 }
 
 fn needs_endpoints(args: &FleetArgs) -> Result<(), Failure> {
@@ -337,4 +376,75 @@ pub(crate) fn budget_views(at: &FleetAt) -> Result<Vec<worklane_budget::Credenti
                 .collect(),
         })
         .collect())
+}
+
+/// What the fleet says to `worklane why`: whether its pool blocks a new place, why, and the
+/// exit code that stands for it.
+pub(crate) struct Question {
+    pub(crate) blocks: bool,
+    pub(crate) why: String,
+    pub(crate) code: u8,
+}
+
+/// `why --fleet`: the fleet pool's answer (none without `--fleet`). Takes nothing.
+pub(crate) fn question(args: &FleetArgs) -> Option<Question> {
+    if args.endpoints.is_empty() {
+        return None;
+    }
+    let blocked = |why: String, code: u8| Question {
+        blocks: true,
+        why,
+        code,
+    };
+    let fleet = match connect(args) {
+        Ok(fleet) => fleet,
+        Err(failure) => return Some(blocked(failure.message, failure.code)),
+    };
+    let status = match fleet.status(&args.pool) {
+        Ok(status) => status,
+        Err(e) => {
+            let failure = failure(&e);
+            return Some(blocked(failure.message, failure.code));
+        }
+    };
+    let Some(cap) = status.cap else {
+        return Some(blocked(
+            format!(
+                "{}",
+                Refusal::NoCap {
+                    pool: args.pool.clone()
+                }
+            ),
+            exit::UNAVAILABLE,
+        ));
+    };
+    let holders: Vec<Holder> = worklane_fleet::decide::holders(&status.keys, cap)
+        .into_iter()
+        .filter_map(|l| l.holder.clone())
+        .collect();
+    let taken = status.keys.len();
+    Some(if taken >= cap as usize {
+        blocked(
+            format!(
+                "{}{}",
+                Refusal::Full {
+                    pool: args.pool.clone(),
+                    cap,
+                    holders,
+                },
+                if taken > cap as usize {
+                    format!(", {} waiting", taken - cap as usize)
+                } else {
+                    String::new()
+                }
+            ),
+            exit::TEMP_FAIL,
+        )
+    } else {
+        Question {
+            blocks: false,
+            why: format!("fleet pool {:?}: {taken} of {cap} held", args.pool),
+            code: 0,
+        }
+    })
 }

@@ -100,3 +100,34 @@ pub(crate) fn budget_observe(
 pub(crate) fn budget_views(_: &FleetAt) -> Result<Vec<worklane_budget::CredentialView>, Failure> {
     Err(off())
 }
+
+/// What the fleet says to `worklane why`.
+pub(crate) struct Question {
+    pub(crate) blocks: bool,
+    pub(crate) why: String,
+    pub(crate) code: u8,
+}
+
+/// Without `--fleet`, no question; with it, a build without the fleet blocks.
+pub(crate) fn question(args: &FleetArgs) -> Option<Question> {
+    (!args.endpoints.is_empty()).then(|| Question {
+        blocks: true,
+        why: off().message,
+        code: exit::UNAVAILABLE,
+    })
+}
+
+/// `slots --fleet` in a build without the fleet: says so.
+pub(crate) fn slots_section(args: &FleetArgs) -> Option<crate::json::SlotsFleet> {
+    (!args.endpoints.is_empty()).then(|| crate::json::SlotsFleet {
+        status: None,
+        error: Some(off().message),
+    })
+}
+
+pub(crate) fn print_section(section: &crate::json::SlotsFleet) -> Result<(), Failure> {
+    if let Some(error) = &section.error {
+        crate::out::outln!("fleet: {error}")?;
+    }
+    Ok(())
+}

@@ -45,6 +45,18 @@ pub(crate) struct Slots {
     pub(crate) queue: Queue,
     pub(crate) line: Vec<LineEntry>,
     pub(crate) budgets: Vec<Budget>,
+    /// With `--fleet` only: the fleet pool, or why it could not be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) fleet: Option<SlotsFleet>,
+}
+
+/// `slots --fleet`'s `fleet`: the pool as `fleet status --json` shows it, or the error.
+#[derive(Debug, Serialize)]
+pub(crate) struct SlotsFleet {
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub(crate) status: Option<FleetStatus>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) error: Option<String>,
 }
 
 /// The config file in force; when it does not exist, the defaults hold.

@@ -90,7 +90,7 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::Run(args) => run::run(args),
-        Command::Slots { json } => slots::show(json),
+        Command::Slots { json, fleet } => slots::show(json, &fleet),
         Command::StopAll { reason } => ops::stop_all(&reason.join(" ")),
         Command::ResumeAll => ops::resume_all(),
         Command::SetTestSlots { n } => config::set_test_slots(n),

@@ -193,6 +193,7 @@ pub(crate) fn to_json(
         },
         line: line_json(snapshot),
         budgets: crate::budget::views_json(budgets),
+        fleet: None,
     }
 }
 
@@ -219,8 +220,9 @@ pub(crate) fn problem_lines(snapshot: &Snapshot) -> Vec<String> {
         .collect()
 }
 
-pub(crate) fn show(as_json: bool) -> Result<ExitCode, Failure> {
+pub(crate) fn show(as_json: bool, fleet: &crate::cli::FleetArgs) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
+    let fleet = crate::fleet::slots_section(fleet);
     let snapshot = pool.snapshot()?;
     // The budgets are a view, never a reason to fail: an unlistable directory shows none.
     let budgets = Ledger::new(pool.dir().clone()).health().unwrap_or_default();
@@ -229,7 +231,10 @@ pub(crate) fn show(as_json: bool) -> Result<ExitCode, Failure> {
     if as_json {
         outln!(
             "{}",
-            json::pretty(&to_json(&snapshot, &config, &budgets, queue))
+            json::pretty(&json::Slots {
+                fleet,
+                ..to_json(&snapshot, &config, &budgets, queue)
+            })
         )?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -349,6 +354,9 @@ pub(crate) fn show(as_json: bool) -> Result<ExitCode, Failure> {
             state_word(&view.state),
             reason(&view.state),
         )?;
+    }
+    if let Some(section) = &fleet {
+        crate::fleet::print_section(section)?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -87,6 +87,19 @@ impl Answer {
     }
 }
 
+/// Resource admission past this host (`--fleet`): when the host would admit, the fleet pool
+/// is asked too, and blocks when it is full, has no cap or does not answer.
+fn with_fleet(host: Answer, args: &WhyArgs) -> Answer {
+    if host.blocks == Some(true) {
+        return host;
+    }
+    match crate::fleet::question(&args.fleet) {
+        None => host,
+        Some(q) if q.blocks => Answer::blocked(&host.asked, q.why, q.code),
+        Some(q) => Answer::clear(host.asked, format!("{}; {}", host.why, q.why)),
+    }
+}
+
 fn admission(kind: KindArg, snapshot: &Snapshot) -> Answer {
     let asked = match kind {
         KindArg::Agent => "an agent slot",
@@ -286,7 +299,10 @@ pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
     let snapshot = pool.snapshot()?;
     let ledger = Ledger::new(pool.dir().clone());
     let answers = [
-        ("resource_admission", admission(args.kind, &snapshot)),
+        (
+            "resource_admission",
+            with_fleet(admission(args.kind, &snapshot), args),
+        ),
         ("provider_quota", quota(args, &ledger)),
         ("task_ownership", ownership(args, &snapshot, pool.dir())?),
         (

@@ -5619,6 +5619,65 @@ mod fleet {
     }
 
     #[test]
+    fn slots_and_why_show_the_fleet_and_name_it_when_it_blocks() {
+        let cluster = Cluster::start();
+        let site = Site::new(None);
+        // No cap yet: the fleet blocks what the host would admit.
+        let why = fleet(&site, &cluster, &["why", "--json"]);
+        assert_eq!(why.status.code(), Some(69), "{why:?}");
+        let doc: serde_json::Value = serde_json::from_slice(&why.stdout).expect("json");
+        assert_eq!(doc["blocked_by"], "resource_admission", "{doc}");
+        assert!(
+            doc["resource_admission"]["why"]
+                .as_str()
+                .is_some_and(|w| w.contains("no cap set")),
+            "{doc}"
+        );
+        let set = fleet(&site, &cluster, &["fleet", "set-cap", "1"]);
+        assert!(set.status.success(), "{set:?}");
+        let free = fleet(&site, &cluster, &["why"]);
+        assert_eq!(free.status.code(), Some(0), "room in both: {free:?}");
+        assert!(
+            String::from_utf8_lossy(&free.stdout).contains("0 of 1 held"),
+            "{free:?}"
+        );
+        let mut run = spawn(&site, &cluster, &["run"], HOLD_EPOCH, "0");
+        wait_until("the fleet holder", || site.file("up.0").exists());
+        let why = fleet(&site, &cluster, &["why", "--json"]);
+        assert_eq!(why.status.code(), Some(75), "{why:?}");
+        let doc: serde_json::Value = serde_json::from_slice(&why.stdout).expect("json");
+        assert!(
+            doc["resource_admission"]["why"].as_str().is_some_and(|w| w
+                .contains("is full (1 of 1 held")
+                && w.contains(&run.id().to_string())),
+            "the fleet named, with its holder's pid: {doc}"
+        );
+        let slots = fleet(&site, &cluster, &["slots", "--json"]);
+        let doc: serde_json::Value = serde_json::from_slice(&slots.stdout).expect("json");
+        assert_eq!(doc["fleet"]["pool"], "agents", "{doc}");
+        assert_eq!(doc["fleet"]["held"], 1, "{doc}");
+        assert_eq!(doc["fleet"]["keys"][0]["pid"], run.id(), "{doc}");
+        let text = fleet(&site, &cluster, &["slots"]);
+        assert!(
+            String::from_utf8_lossy(&text.stdout).contains("fleet pool \"agents\""),
+            "{text:?}"
+        );
+        std::fs::write(site.file("release.0"), b"").expect("release");
+        assert!(wait_exit(&mut run, "the fleet holder").success());
+        // An etcd that does not answer never fails `slots`; it is shown.
+        let nowhere = "http://127.0.0.1:9";
+        let out = site.output(&["slots", "--json", "--fleet", nowhere]);
+        assert!(out.status.success(), "{out:?}");
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert!(
+            doc["fleet"]["error"]
+                .as_str()
+                .is_some_and(|e| e.contains(nowhere)),
+            "{doc}"
+        );
+    }
+
+    #[test]
     fn losing_the_whole_fleet_halts_the_command_before_its_lease_can_lapse() {
         let mut cluster = Cluster::start();
         let site = Site::new(None);
