@@ -16,9 +16,15 @@
 //! - `cargo xtask mutants [--crate NAME]... [--shard K/N] [--iterate] [--list]`: mutation
 //!   testing of the library crates with `cargo mutants` (installed separately), each crate
 //!   measured by its own tests; see MUTANTS.md.
+//! - `cargo xtask bench [--measurement-time SECS] [--table-only]`: builds the release binaries
+//!   the benches run, runs every bench of `worklane-benches` but `fleet` (which needs etcd) with
+//!   short measurement times, and prints a Markdown table of the medians to stdout: the
+//!   "Current" table of BENCHMARKS.md. `--table-only` prints the table of the results already
+//!   in `target/criterion` without running anything.
 
 #![allow(clippy::print_stdout)]
 
+mod bench;
 mod reclaim;
 
 use std::process::{Command, ExitCode};
@@ -202,16 +208,9 @@ fn ci() -> ExitCode {
 const USAGE: &str = "usage: cargo xtask ci | cargo xtask conformance [--only ID] [--list] [-v] | \
                      cargo xtask reclaim-guards [--dir DIR] [--apply] | \
                      cargo xtask man [DIR] | \
+                     cargo xtask bench [--measurement-time SECS] [--table-only] | \
                      cargo xtask mutants [--crate NAME]... [--shard K/N] [--iterate] [--list]";
 
-/// `cargo xtask man [DIR]`: the man pages of every command, from the clap definitions, by
-/// `cargo run -p worklane -- man --all DIR`.
-///
-/// The pages come from the binary rather than from a library: the CLI crate is a binary only,
-/// and giving it a library target just to hand its clap `Command` to xtask would make its
-/// argument types a public API (every field documented, kept stable) and link clap and the
-/// dispatcher's SQLite into xtask. Running the built CLI renders exactly the pages of the
-/// binary that gets installed.
 /// `cargo xtask conformance [RUNNER ARGS]`: builds the CLI and runs the protocol conformance
 /// kit (`conformance/run.py`, Python 3) against it, through the kit's worklane adapter.
 fn conformance(args: &[String]) -> ExitCode {
@@ -253,6 +252,14 @@ fn conformance(args: &[String]) -> ExitCode {
     }
 }
 
+/// `cargo xtask man [DIR]`: the man pages of every command, from the clap definitions, by
+/// `cargo run -p worklane -- man --all DIR`.
+///
+/// The pages come from the binary rather than from a library: the CLI crate is a binary only,
+/// and giving it a library target just to hand its clap `Command` to xtask would make its
+/// argument types a public API (every field documented, kept stable) and link clap and the
+/// dispatcher's SQLite into xtask. Running the built CLI renders exactly the pages of the
+/// binary that gets installed.
 fn man(args: &[String]) -> ExitCode {
     let dir = match args {
         [] => std::env::var_os("CARGO_TARGET_DIR")
@@ -415,6 +422,102 @@ fn mutants(args: &[String]) -> ExitCode {
     }
 }
 
+/// `cargo xtask bench`: builds what the benches run ([`bench::PREREQUISITES`]), runs
+/// [`bench::BENCHES`] with short warm-up and measurement times, then prints the Markdown table
+/// of every result criterion holds (`target/criterion`, or `$CARGO_TARGET_DIR/criterion`).
+/// Criterion keeps the results of earlier runs, so a bench left out of this run (`fleet`)
+/// keeps its last row; remove `target/criterion` first for a table of this run alone.
+fn bench(args: &[String]) -> ExitCode {
+    let mut measurement = bench::MEASUREMENT_SECS.to_owned();
+    let mut table_only = false;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--table-only" => table_only = true,
+            "--measurement-time" => match args.next() {
+                Some(secs) if secs.parse::<f64>().is_ok_and(|s| s > 0.0) => {
+                    measurement.clone_from(secs);
+                }
+                other => {
+                    eprintln!(
+                        "xtask bench: --measurement-time takes seconds above 0 (got {other:?})"
+                    );
+                    return ExitCode::from(exit::USAGE);
+                }
+            },
+            other => {
+                eprintln!("xtask bench: unknown argument {other:?}\n{USAGE}");
+                return ExitCode::from(exit::USAGE);
+            }
+        }
+    }
+    let root = workspace_root();
+    if !table_only {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut runs: Vec<Vec<String>> = bench::PREREQUISITES
+            .iter()
+            .map(|args| args.iter().map(|a| (*a).to_owned()).collect())
+            .collect();
+        let mut run = vec![
+            "bench".to_owned(),
+            "-p".to_owned(),
+            "worklane-benches".to_owned(),
+        ];
+        for name in bench::BENCHES {
+            run.push("--bench".to_owned());
+            run.push((*name).to_owned());
+        }
+        run.extend(
+            [
+                "--",
+                "--warm-up-time",
+                bench::WARM_UP_SECS,
+                "--measurement-time",
+                &measurement,
+            ]
+            .map(str::to_owned),
+        );
+        runs.push(run);
+        for args in runs {
+            eprintln!("==> cargo {}", args.join(" "));
+            #[allow(
+                clippy::disallowed_methods,
+                reason = "not a test: builds and benches run in the foreground, holding no guard"
+            )]
+            let ran = Command::new(&cargo).args(&args).current_dir(&root).status();
+            match ran {
+                Ok(status) if status.success() => {}
+                Ok(status) => {
+                    eprintln!("xtask bench: cargo {} failed ({status})", args.join(" "));
+                    return ExitCode::FAILURE;
+                }
+                Err(e) => {
+                    eprintln!("xtask bench: cannot run cargo: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+    }
+    let dir = std::env::var_os("CRITERION_HOME").map_or_else(
+        || {
+            std::env::var_os("CARGO_TARGET_DIR")
+                .map_or_else(|| root.join("target"), std::path::PathBuf::from)
+                .join("criterion")
+        },
+        std::path::PathBuf::from,
+    );
+    match bench::collect(&dir).and_then(|found| bench::markdown_table(&found)) {
+        Ok(table) => {
+            print!("{table}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("xtask bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// The workspace's root directory (xtask's parent).
 fn workspace_root() -> std::path::PathBuf {
     let xtask = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -475,6 +578,7 @@ fn main() -> ExitCode {
         Some("mutants") => mutants(&args[1..]),
         Some("man") => man(&args[1..]),
         Some("conformance") => conformance(&args[1..]),
+        Some("bench") => bench(&args[1..]),
         _ => {
             eprintln!("{USAGE}");
             ExitCode::from(exit::USAGE)

@@ -1,0 +1,307 @@
+//! `cargo xtask bench`: runs the criterion benches that need nothing beyond the workspace, with
+//! short measurement times, and prints one Markdown table of their medians (the "Current" table
+//! at the top of BENCHMARKS.md).
+//!
+//! The table is built by [`markdown_table`], a pure function of the benches' `estimates.json`
+//! texts, so that its format is tested without running a bench.
+
+use std::path::{Path, PathBuf};
+
+/// The benches `cargo xtask bench` runs: every bench of `worklane-benches` except `fleet`,
+/// which needs an `etcd` binary and `protoc` (it is behind the crate's `fleet` feature, so a
+/// plain `cargo bench -p worklane-benches` leaves it out too).
+pub(crate) const BENCHES: &[&str] = &[
+    "guard",
+    "slotfile",
+    "identity",
+    "lease",
+    "admission",
+    "budget",
+    "dispatcher",
+    "line",
+];
+
+/// The release binaries the benches run, each with the cargo arguments that build it: the
+/// lease stress runs `lease-holder` (a test seam), the CLI bench runs `worklane`.
+pub(crate) const PREREQUISITES: &[&[&str]] = &[
+    &[
+        "build",
+        "--release",
+        "-p",
+        "worklane-lease",
+        "--features",
+        "test-seams",
+        "--bin",
+        "lease-holder",
+    ],
+    &["build", "--release", "-p", "worklane"],
+];
+
+/// Criterion's warm-up and measurement times, in seconds, unless `--measurement-time` says
+/// otherwise. Groups that set their own (the CLI per run, the dispatcher's recovery, the
+/// line's hand-over, spawning flock(1)) keep theirs.
+pub(crate) const WARM_UP_SECS: &str = "1";
+/// See [`WARM_UP_SECS`].
+pub(crate) const MEASUREMENT_SECS: &str = "3";
+
+/// One bench's result as criterion left it: its id (`group/function[/parameter]`) and the
+/// text of its `new/estimates.json`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Estimate {
+    pub(crate) id: String,
+    pub(crate) json: String,
+}
+
+/// Why the table could not be made.
+#[derive(Debug)]
+pub(crate) enum Error {
+    /// A directory or file under the criterion directory could not be read.
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// An `estimates.json` has no numeric `median.point_estimate`.
+    NoMedian { id: String },
+    /// No bench result was found.
+    Empty { dir: PathBuf },
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Read { path, source } => write!(f, "cannot read {}: {source}", path.display()),
+            Self::NoMedian { id } => {
+                write!(
+                    f,
+                    "the estimates of {id} have no numeric median.point_estimate"
+                )
+            }
+            Self::Empty { dir } => write!(
+                f,
+                "no bench results (*/new/estimates.json) under {}",
+                dir.display()
+            ),
+        }
+    }
+}
+
+/// The Markdown table of `estimates`, one row per bench sorted by id: `| group/bench | median |
+/// unit |`, the median (criterion's point estimate, in nanoseconds) shown in the largest unit
+/// of ns, µs, ms and s in which it is at least 1, to three significant figures.
+pub(crate) fn markdown_table(estimates: &[Estimate]) -> Result<String, Error> {
+    let mut rows = Vec::with_capacity(estimates.len());
+    for estimate in estimates {
+        let median = serde_json::from_str::<serde_json::Value>(&estimate.json)
+            .ok()
+            .and_then(|v| v["median"]["point_estimate"].as_f64())
+            .filter(|ns| ns.is_finite() && *ns >= 0.0)
+            .ok_or_else(|| Error::NoMedian {
+                id: estimate.id.clone(),
+            })?;
+        let (value, unit) = scaled(median);
+        rows.push((estimate.id.as_str(), value, unit));
+    }
+    rows.sort_by(|a, b| a.0.cmp(b.0));
+    let mut table = String::from("| group/bench | median | unit |\n|---|---:|---|\n");
+    for (id, value, unit) in rows {
+        table.push_str(&format!("| `{id}` | {value} | {unit} |\n"));
+    }
+    Ok(table)
+}
+
+/// `ns` nanoseconds as a number of three significant figures and its unit.
+fn scaled(ns: f64) -> (String, &'static str) {
+    let (value, unit) = if ns >= 1e9 {
+        (ns / 1e9, "s")
+    } else if ns >= 1e6 {
+        (ns / 1e6, "ms")
+    } else if ns >= 1e3 {
+        (ns / 1e3, "µs")
+    } else {
+        (ns, "ns")
+    };
+    let text = if value >= 100.0 {
+        format!("{value:.0}")
+    } else if value >= 10.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.2}")
+    };
+    (text, unit)
+}
+
+/// Every bench result under `dir` (criterion's output directory): each `new/estimates.json`,
+/// named by the `full_id` of the `new/benchmark.json` beside it, or else by its path below
+/// `dir`. Criterion's own `report` directories are not results.
+pub(crate) fn collect(dir: &Path) -> Result<Vec<Estimate>, Error> {
+    let mut found = Vec::new();
+    walk(dir, dir, &mut found)?;
+    if found.is_empty() {
+        return Err(Error::Empty {
+            dir: dir.to_owned(),
+        });
+    }
+    Ok(found)
+}
+
+fn walk(root: &Path, dir: &Path, found: &mut Vec<Estimate>) -> Result<(), Error> {
+    let read = |path: &Path| {
+        std::fs::read_to_string(path).map_err(|source| Error::Read {
+            path: path.to_owned(),
+            source,
+        })
+    };
+    let estimates = dir.join("new").join("estimates.json");
+    if estimates.is_file() {
+        let id = std::fs::read_to_string(dir.join("new").join("benchmark.json"))
+            .ok()
+            .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+            .and_then(|v| v["full_id"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| {
+                dir.strip_prefix(root)
+                    .unwrap_or(dir)
+                    .to_string_lossy()
+                    .into_owned()
+            });
+        found.push(Estimate {
+            id,
+            json: read(&estimates)?,
+        });
+        return Ok(());
+    }
+    let entries = std::fs::read_dir(dir).map_err(|source| Error::Read {
+        path: dir.to_owned(),
+        source,
+    })?;
+    for entry in entries {
+        let entry = entry.map_err(|source| Error::Read {
+            path: dir.to_owned(),
+            source,
+        })?;
+        let name = entry.file_name();
+        if name == "report" || name == "new" || name == "base" || name == "change" {
+            continue;
+        }
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            walk(root, &entry.path(), found)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Error, Estimate, collect, markdown_table};
+
+    fn estimates(median_ns: f64) -> String {
+        format!(
+            r#"{{"mean":{{"confidence_interval":{{"confidence_level":0.95,"lower_bound":1.0,"upper_bound":2.0}},"point_estimate":999999.0,"standard_error":1.0}},"median":{{"confidence_interval":{{"confidence_level":0.95,"lower_bound":1.0,"upper_bound":2.0}},"point_estimate":{median_ns},"standard_error":1.0}}}}"#
+        )
+    }
+
+    #[test]
+    fn the_table_shows_each_median_in_its_unit_sorted_by_id() {
+        let table = markdown_table(&[
+            Estimate {
+                id: "lease_acquire_release/disk/worklane_lease".into(),
+                json: estimates(28_213.4),
+            },
+            Estimate {
+                id: "guard_acquire_release/tmpfs/raw_open_flock_close".into(),
+                json: estimates(812.0),
+            },
+            Estimate {
+                id: "dispatcher_recovery_10000_rows/disk".into(),
+                json: estimates(1_061_000_000.0),
+            },
+            Estimate {
+                id: "line_handoff_gap/line".into(),
+                json: estimates(583_000.0),
+            },
+        ])
+        .expect("a table");
+        assert_eq!(
+            table,
+            "| group/bench | median | unit |\n\
+             |---|---:|---|\n\
+             | `dispatcher_recovery_10000_rows/disk` | 1.06 | s |\n\
+             | `guard_acquire_release/tmpfs/raw_open_flock_close` | 812 | ns |\n\
+             | `lease_acquire_release/disk/worklane_lease` | 28.2 | µs |\n\
+             | `line_handoff_gap/line` | 583 | µs |\n",
+            "the median (not the mean), three significant figures, sorted by id"
+        );
+    }
+
+    #[test]
+    fn estimates_without_a_median_name_their_bench() {
+        let err = markdown_table(&[Estimate {
+            id: "budget_take/disk/worklane_budget_take".into(),
+            json: r#"{"mean":{"point_estimate":1.0}}"#.into(),
+        }])
+        .expect_err("no median");
+        assert!(
+            matches!(&err, Error::NoMedian { id } if id == "budget_take/disk/worklane_budget_take"),
+            "the error names the bench: {err}"
+        );
+    }
+
+    #[test]
+    fn results_are_found_in_a_criterion_directory() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path();
+        let put = |rel: &str, text: &str| {
+            let path = root.join(rel);
+            std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+            std::fs::write(path, text).expect("write");
+        };
+        // A function with a benchmark.json naming it, one without (named by its path), a
+        // parameterised one three levels down, and criterion's own report and base copies.
+        put(
+            "guard_acquire_release_disk/worklane_guard/new/estimates.json",
+            &estimates(1500.0),
+        );
+        put(
+            "guard_acquire_release_disk/worklane_guard/new/benchmark.json",
+            r#"{"full_id":"guard_acquire_release/disk/worklane_guard"}"#,
+        );
+        put(
+            "guard_acquire_release_disk/worklane_guard/base/estimates.json",
+            &estimates(1.0),
+        );
+        put(
+            "identity_probe_live_pid/kill_pid_0_only/new/estimates.json",
+            &estimates(90.0),
+        );
+        put(
+            "dispatcher_next_row/1000/new/estimates.json",
+            &estimates(2_500.0),
+        );
+        put("report/index.html", "<html></html>");
+        let mut found = collect(root).expect("results");
+        found.sort_by(|a, b| a.id.cmp(&b.id));
+        let ids: Vec<&str> = found.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "dispatcher_next_row/1000",
+                "guard_acquire_release/disk/worklane_guard",
+                "identity_probe_live_pid/kill_pid_0_only",
+            ],
+            "one result per new/estimates.json, named by benchmark.json's full_id when there is one"
+        );
+        let table = markdown_table(&found).expect("a table");
+        assert!(
+            table.contains("| `guard_acquire_release/disk/worklane_guard` | 1.50 | µs |"),
+            "the new estimates, not the base ones: {table}"
+        );
+    }
+
+    #[test]
+    fn an_empty_criterion_directory_is_an_error() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        assert!(
+            matches!(collect(dir.path()), Err(Error::Empty { .. })),
+            "no results: nothing to tabulate"
+        );
+    }
+}
