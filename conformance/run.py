@@ -263,6 +263,14 @@ def set_up(d, steps, holders, keep):
             os.mkfifo(os.path.join(d, step["fifo"]))
         elif "epoch" in step:
             write(os.path.join(d, f"{step['epoch']}.epoch.{step['n']}"), b"", 0o660)
+        elif "budget" in step:
+            # A credential's budget state (section 13), for the token given: windows with
+            # `remaining`, `granted`, `resetAt` (`@now+N`), `pausedUntil`.
+            key = hashlib.sha256(step["budget"].encode()).hexdigest()[:16]
+            state = resolve(step.get("state", {}), place())
+            raw = step.get("raw")
+            data = raw.encode() if raw is not None else json.dumps(state).encode() + b"\n"
+            write(os.path.join(d, f"github-budget-{key}.json"), data, 0o660)
         elif "stop" in step:
             write(os.path.join(d, "STOP"), (json.dumps(step["stop"]) + "\n").encode(), 0o660)
         elif "drain_ms_ahead" in step:
@@ -442,6 +450,17 @@ def run_case(case, adapter, verbose):
             os.close(fd)
         keep.clear()
         check_files(d, case.get("after", {}), "after", problems)
+        if "budget_after" in case:
+            spec = case["budget_after"]
+            key = hashlib.sha256(spec["token"].encode()).hexdigest()[:16]
+            try:
+                state = json.loads(_read(os.path.join(d, f"github-budget-{key}.json")))
+                window = state["resources"][spec["resource"]]
+                for field, want in spec.get("window", {}).items():
+                    if window.get(field) != want:
+                        problems.append(f"after: window {field} is {window.get(field)!r}, expected {want!r}")
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                problems.append(f"after: no readable budget state: {e!r}")
         if verbose and problems:
             problems.append(f"adapter stderr: {err.strip()!r}")
     except Exception as e:  # a broken case or adapter: reported, the next case runs

@@ -86,6 +86,26 @@ def serve():
     say("released")
 
 
+def budget_take(token, resource, consumer):
+    """Takes one call of RESOURCE from TOKEN's budget without waiting: `ok counted LEFT`,
+    `ok uncounted`, or `busy WHY` (spent or paused)."""
+    e = env()
+    e["CONFORMANCE_TOKEN"] = token
+    done = subprocess.run(
+        [WORKLANE, "budget", "take", "--token-env", "CONFORMANCE_TOKEN", "--resource", resource,
+         "--consumer", consumer, "--wait-max", "0", "--json"],
+        env=e, capture_output=True, text=True)
+    try:
+        answer = json.loads(done.stdout)
+    except ValueError:
+        say(f"error {done.returncode} {done.stderr.strip()}")
+        return
+    if answer.get("go"):
+        say(f"ok counted {answer.get('left')}" if answer.get("counted") else "ok uncounted")
+    else:
+        say(f"busy {answer.get('kind')} {answer.get('message', '')}")
+
+
 def simple(argv):
     done = subprocess.run([WORKLANE] + argv, env=env(), capture_output=True, text=True)
     if done.returncode == 0:
@@ -110,6 +130,8 @@ def main():
         simple(["undrain"])
     elif action == "serve":
         serve()
+    elif action == "budget-take":
+        budget_take(*args)
     else:
         say(f"unsupported {action}")
 
