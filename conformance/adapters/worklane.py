@@ -130,6 +130,9 @@ def main():
         simple(["undrain"])
     elif action == "serve":
         serve()
+    elif action == "idle":
+        done = subprocess.run([WORKLANE, "idle"], env=env(), capture_output=True, text=True)
+        say({0: "ok", 75: "busy"}.get(done.returncode, f"error {done.returncode} {done.stderr.strip()}"))
     elif action == "budget-take":
         budget_take(*args)
     else:
