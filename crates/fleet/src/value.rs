@@ -80,6 +80,14 @@ pub fn host_name() -> String {
 mod tests {
     use super::*;
 
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_host_is_this_machines_node_name() {
+        let node = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
+        assert_eq!(host_name(), node.trim(), "uname -n, as the kernel has it");
+        assert!(!host_name().is_empty());
+    }
+
     #[test]
     fn a_holder_round_trips_and_other_versions_are_unreadable() {
         let mut h = Holder::this_process("agent", "2026-12-01T00:00:00.000Z".into());
