@@ -114,11 +114,13 @@ impl From<worklane_admission::Error> for Failure {
     fn from(e: worklane_admission::Error) -> Failure {
         use worklane_admission::Error as E;
         let code = match &e {
-            E::Config(_) => CONFIG,
-            E::Open(o) => open_code(o),
-            E::Guard(g) => guard_code(g),
-            E::Lease(l) => lease_code(l),
-            E::Adopt(a) => adopt_code(a),
+            E::Config { .. } => CONFIG,
+            E::List { source, .. } | E::DrainDir { source, .. } => open_code(source),
+            E::Probe { source, .. } | E::AdoptGuard { source, .. } => guard_code(source),
+            E::Count { source, .. } | E::Take { source, .. } | E::JoinLine { source, .. } => {
+                lease_code(source)
+            }
+            E::Adopt { source, .. } => adopt_code(source),
             _ => OS_ERROR,
         };
         Failure::new(code, chain(&e))
@@ -159,7 +161,7 @@ mod tests {
     fn library_errors_map_to_the_documented_codes() {
         let config = worklane_slotfile::Config::parse(b"{", std::path::Path::new("config.json"))
             .expect_err("a broken config");
-        let failure = Failure::from(worklane_admission::Error::Config(config));
+        let failure = Failure::from(worklane_admission::Error::Config { source: config });
         assert_eq!(
             failure.code, CONFIG,
             "a config re-read while running: {}",
@@ -196,7 +198,11 @@ mod tests {
             path: temp.path().join("nope"),
         };
         assert_eq!(
-            Failure::from(worklane_admission::Error::Open(io())).code,
+            Failure::from(worklane_admission::Error::List {
+                dir: temp.path().to_owned(),
+                source: io()
+            })
+            .code,
             OS_ERROR
         );
         assert_eq!(
@@ -208,7 +214,11 @@ mod tests {
             OS_ERROR
         );
         assert_eq!(
-            Failure::from(worklane_admission::Error::Open(missing())).code,
+            Failure::from(worklane_admission::Error::List {
+                dir: temp.path().to_owned(),
+                source: missing()
+            })
+            .code,
             CONFIG
         );
         assert_eq!(
@@ -287,7 +297,10 @@ mod tests {
             "{}",
             chain(&guard)
         );
-        assert_no_part_repeats(&worklane_admission::Error::Open(missing));
-        assert_no_part_repeats(&worklane_admission::Error::Config(config));
+        assert_no_part_repeats(&worklane_admission::Error::DrainDir {
+            dir: temp.path().join("nope"),
+            source: missing,
+        });
+        assert_no_part_repeats(&worklane_admission::Error::Config { source: config });
     }
 }
