@@ -297,6 +297,69 @@ mod tests {
             "{}",
             chain(&guard)
         );
+        // The slot pool's steps and the budget ledger's troubles, met for real.
+        let pool_dir = tempfile::tempdir().expect("temp dir");
+        let env =
+            worklane_slotfile::Environment::from_process().var("AGENT_SLOTS_DIR", pool_dir.path());
+        let pool = worklane_admission::Pool::new(
+            worklane_slotfile::SlotDir::resolve_in(&env).expect("resolve"),
+        );
+        std::fs::create_dir(pool_dir.path().join(".full-run.lock.flock"))
+            .expect("a directory as the full run's guard");
+        let request = worklane_lease::Request::new("test");
+        let taken = pool
+            .try_take(worklane_admission::Kind::FullRun, &request)
+            .expect_err("the guard is a directory");
+        std::fs::write(pool_dir.path().join("config.json"), b"{").expect("a broken config");
+        let caps = pool
+            .try_take(worklane_admission::Kind::Agent, &request)
+            .expect_err("the config is broken");
+        for (what, error, code, first) in [
+            (
+                "a guard that is a directory",
+                taken,
+                OS_ERROR,
+                "cannot take a slot of kind full-run: cannot take the guard of lease \
+                 full-run.lock: ",
+            ),
+            (
+                "a broken config",
+                caps,
+                CONFIG,
+                "cannot load the pool's caps: ",
+            ),
+        ] {
+            assert_no_part_repeats(&error);
+            let text = chain(&error);
+            assert!(
+                text.starts_with(first),
+                "{what}: the pool's step first: {text}"
+            );
+            let failure = Failure::from(error);
+            assert_eq!(failure.code, code, "{what}: {}", failure.message);
+            assert_eq!(failure.message, text, "{what}: rendered with its chain");
+        }
+        let key = worklane_budget::CredentialKey::of_token("ghp_test_token_not_real");
+        std::fs::create_dir(temp.path().join(format!(".{}.flock", key.lock_name())))
+            .expect("a directory as the budget lock's guard");
+        let grant = worklane_budget::Ledger::new(dir.clone())
+            .take(&key, "core", "test")
+            .expect("a broken lock lets the call go");
+        let trouble = grant.unaccounted.expect("unaccounted, saying why");
+        assert!(
+            matches!(trouble, worklane_budget::Trouble::Lock { .. }),
+            "{trouble:?}"
+        );
+        assert_no_part_repeats(&trouble);
+        assert!(
+            chain(&trouble).starts_with(&format!(
+                "cannot take the budget lock {}: cannot take the guard of lease {}: ",
+                key.lock_name(),
+                key.lock_name()
+            )),
+            "{}",
+            chain(&trouble)
+        );
         assert_no_part_repeats(&worklane_admission::Error::DrainDir {
             dir: temp.path().join("nope"),
             source: missing,
