@@ -139,8 +139,13 @@ impl Place {
         let Some(lease) = self.lease.take() else {
             return Ok(());
         };
-        lease.release().map_err(Error::Held)?;
-        worklane_lease::retire(&self.dir, &self.entry.name())?;
+        let entry = self.entry.name();
+        lease.release().map_err(|source| Error::LeaveLine {
+            entry: entry.clone(),
+            source: Box::new(source),
+        })?;
+        worklane_lease::retire(&self.dir, &entry)
+            .map_err(|source| Error::Retire { entry, source })?;
         Ok(())
     }
 }
@@ -226,7 +231,12 @@ impl Pool {
                 .field("kind", kind.label())
                 .field("priority", priority);
             let options = Options::process().clock(self.clock());
-            match worklane_lease::acquire(self.dir(), &entry.name(), &request, &options)? {
+            let joined = worklane_lease::acquire(self.dir(), &entry.name(), &request, &options)
+                .map_err(|source| Error::JoinLine {
+                    kind: kind.label(),
+                    source: Box::new(source),
+                })?;
+            match joined {
                 Acquired::Held(lease) => {
                     return Ok(Place {
                         dir: self.dir().clone(),
@@ -302,7 +312,8 @@ impl Pool {
     /// The entries of `label` as listed, in line order (not probed).
     fn listed_line(&self, label: &str) -> Result<Vec<Entry>, Error> {
         let prefix = format!("{LINE_PREFIX}{label}.");
-        Ok(entries_of(label, &self.dir().list_prefixed(&prefix)?))
+        let listed = self.dir().list_prefixed(&prefix).map_err(self.listing())?;
+        Ok(entries_of(label, &listed))
     }
 
     /// How many live entries of `kind`'s line stand before the place (`priority`, `start_ms`,
@@ -329,7 +340,7 @@ impl Pool {
     /// one whose guard cannot be taken or removed cannot stand in anyone's way either: at
     /// worst someone goes before it, and the cap is kept by the count whatever the line says.
     fn is_live(&self, entry: &Entry) -> Result<bool, Error> {
-        let path = self.dir().file(&entry.name())?;
+        let path = self.file(&entry.name())?;
         if !path.modified_ms().is_ok_and(|m| m.is_some()) {
             return Ok(false);
         }

@@ -94,7 +94,12 @@ impl Slot {
         &mut self,
         fields: serde_json::Map<String, serde_json::Value>,
     ) -> Result<(), Error> {
-        self.lease.annotate(fields).map_err(Error::Held)
+        self.lease
+            .annotate(fields)
+            .map_err(|source| Error::Annotate {
+                slot: self.lease.resource().to_owned(),
+                source: Box::new(source),
+            })
     }
 
     /// Gives the slot up without releasing it: its record stays and its held guard is returned,
@@ -107,7 +112,11 @@ impl Slot {
 
     /// Releases the slot now, reporting errors.
     pub fn release(self) -> Result<(), Error> {
-        self.lease.release().map_err(Error::Held)
+        let slot = self.lease.resource().to_owned();
+        self.lease.release().map_err(|source| Error::Release {
+            slot,
+            source: Box::new(source),
+        })
     }
 }
 
@@ -181,7 +190,21 @@ impl Pool {
 
     /// The caps, re-read from the config file (an operator may change them while we run).
     pub fn config(&self) -> Result<Config, Error> {
-        Ok(Config::load_in(&self.env, &self.locations.config)?)
+        Config::load_in(&self.env, &self.locations.config)
+            .map_err(|source| Error::Config { source })
+    }
+
+    /// The pool's file `name` in its slot directory.
+    pub(crate) fn file(&self, name: &str) -> Result<worklane_slotfile::SlotPath, Error> {
+        file_in(&self.dir, name)
+    }
+
+    /// The error of a listing of the slot directory that failed.
+    pub(crate) fn listing(&self) -> impl FnOnce(worklane_slotfile::open::Error) -> Error + '_ {
+        |source| Error::List {
+            dir: self.dir.path().to_owned(),
+            source,
+        }
     }
 
     fn options(&self) -> Options {
@@ -208,10 +231,26 @@ impl Pool {
                 name: name.to_owned(),
             });
         };
-        let guard = worklane_guard::Guard::from_received(fd, &self.dir, self.dir.path(), name)?;
-        let lease = worklane_lease::adopt(&self.dir, name, guard, request, &self.options())?;
+        let guard = worklane_guard::Guard::from_received(fd, &self.dir, self.dir.path(), name)
+            .map_err(|source| Error::AdoptGuard {
+                slot: name.to_owned(),
+                source,
+            })?;
+        let lease = worklane_lease::adopt(&self.dir, name, guard, request, &self.options())
+            .map_err(|source| Error::Adopt {
+                slot: name.to_owned(),
+                source,
+            })?;
         Ok(Slot { kind, lease })
     }
+}
+
+/// The file `name` in `dir`.
+pub(crate) fn file_in(dir: &SlotDir, name: &str) -> Result<worklane_slotfile::SlotPath, Error> {
+    dir.file(name).map_err(|source| Error::Name {
+        name: name.to_owned(),
+        source,
+    })
 }
 
 /// `Some(i)` when `name` is `<prefix>-<i>.lock` with `i` a plain decimal number.

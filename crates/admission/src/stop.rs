@@ -43,7 +43,7 @@ fn or_unknown(s: &str) -> &str {
 /// Reads STOP: `Ok(None)` when there is none. A STOP that is not valid JSON is reported with
 /// its reason saying so; it is in force all the same.
 pub fn read(dir: &SlotDir) -> Result<Option<Stop>, crate::Error> {
-    let file = dir.file(STOP_FILE)?;
+    let file = crate::pool::file_in(dir, STOP_FILE)?;
     Ok(match file.read() {
         Ok(None) => None,
         Ok(Some(raw)) => Some(serde_json::from_slice(&raw).unwrap_or_else(|e| Stop {
@@ -64,11 +64,20 @@ pub fn read(dir: &SlotDir) -> Result<Option<Stop>, crate::Error> {
 pub fn write(dir: &SlotDir, stop: &Stop) -> Result<(), crate::Error> {
     let mut bytes = serde_json::to_vec(stop).unwrap_or_default();
     bytes.push(b'\n');
-    dir.file(STOP_FILE)?.replace(&bytes, SHARED_MODE)?;
-    Ok(())
+    crate::pool::file_in(dir, STOP_FILE)?
+        .replace(&bytes, SHARED_MODE)
+        .map_err(|source| crate::Error::WriteStop {
+            dir: dir.path().to_owned(),
+            source,
+        })
 }
 
 /// Removes STOP; `Ok(false)` when there was none.
 pub fn remove(dir: &SlotDir) -> Result<bool, crate::Error> {
-    Ok(dir.file(STOP_FILE)?.remove()?)
+    crate::pool::file_in(dir, STOP_FILE)?
+        .remove()
+        .map_err(|source| crate::Error::RemoveStop {
+            dir: dir.path().to_owned(),
+            source: Box::new(source),
+        })
 }

@@ -45,7 +45,7 @@ impl Sleep for RealSleep {
 }
 
 /// A call may go.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Grant {
     /// Whether a unit was taken from a known window.
     pub counted: bool,
@@ -60,7 +60,7 @@ pub struct Grant {
 /// Why the ledger could not do its part for one take or observation: the call goes all the
 /// same (a take, with [`Grant::unaccounted`]), or the response is not recorded (an
 /// observation, [`Observed::Skipped`]).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Trouble {
     /// The budget's lock stayed busy: for [`LOCK_PATIENCE_MS`] (a take) or at its one try (an
@@ -75,37 +75,42 @@ pub enum Trouble {
         holder: String,
     },
     /// The budget's lock could not be taken at all.
-    #[error("cannot take the budget lock {lock}: {detail}")]
+    #[error("cannot take the budget lock {lock}")]
     Lock {
         /// The lock's file name.
         lock: String,
-        /// Why, with its causes.
-        detail: String,
+        /// Why (boxed: a large cause).
+        #[source]
+        source: Box<worklane_lease::acquire::Error>,
     },
     /// The state file exists but this process cannot read it (permissions, an I/O error). It
     /// is left exactly as it is: a process that could not read the counts never replaces them.
     #[error(
-        "the budget state exists but this process cannot read it ({detail}); it was left as \
-         it is: give it the slot directory's group and mode 0660, or run as a member of that \
-         group"
+        "the budget state exists but this process cannot read it; it was left as it is: give \
+         it the slot directory's group and mode 0660, or run as a member of that group"
     )]
     StateUnreadable {
-        /// The read error, with its causes.
-        detail: String,
+        /// The read error.
+        #[source]
+        source: worklane_slotfile::read::Error,
     },
     /// The state could not be written.
-    #[error("cannot record the {what}: {detail}")]
+    #[error("cannot record the {what}")]
     NotWritten {
         /// `call` (a take) or `response` (an observation).
         what: &'static str,
-        /// The write error, with its causes.
-        detail: String,
+        /// The write error.
+        #[source]
+        source: worklane_slotfile::write::Error,
     },
-    /// The credential's file names are refused by the slot directory.
-    #[error("{detail}")]
+    /// The credential's state file name is refused by the slot directory.
+    #[error("cannot name the budget state {name}")]
     Name {
+        /// The name.
+        name: String,
         /// Why.
-        detail: String,
+        #[source]
+        source: worklane_slotfile::name::Error,
     },
 }
 
@@ -161,7 +166,7 @@ impl Refused {
 }
 
 /// What became of an observation.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Observed {
     /// The state now reflects it.
     Recorded,
@@ -172,7 +177,7 @@ pub enum Observed {
 }
 
 /// What [`Ledger::peek`] found.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Peek {
     /// A take would go now; `left` calls in the resource's window, when known.
     Go {
@@ -320,7 +325,8 @@ impl Ledger {
             Err(e) => {
                 let _ = lease.release();
                 return unaccounted(Trouble::Name {
-                    detail: e.to_string(),
+                    name: key.state_name(),
+                    source: e,
                 });
             }
         };
@@ -352,7 +358,7 @@ impl Ledger {
                         left,
                         unaccounted: Some(Trouble::NotWritten {
                             what: "call",
-                            detail: chain(&e),
+                            source: e,
                         }),
                     }),
                 }
@@ -373,7 +379,8 @@ impl Ledger {
             Err(e) => {
                 let _ = lease.release();
                 return Observed::Skipped(Trouble::Name {
-                    detail: e.to_string(),
+                    name: key.state_name(),
+                    source: e,
                 });
             }
         };
@@ -392,7 +399,7 @@ impl Ledger {
             Ok(()) => Observed::Recorded,
             Err(e) => Observed::Skipped(Trouble::NotWritten {
                 what: "response",
-                detail: chain(&e),
+                source: e,
             }),
         };
         let _ = lease.release();
@@ -445,7 +452,7 @@ impl Ledger {
                 Err(e) => {
                     return Err(Trouble::Lock {
                         lock: key.lock_name(),
-                        detail: chain(&e),
+                        source: Box::new(e),
                     });
                 }
             }
@@ -590,26 +597,11 @@ fn read_state(path: &SlotPath) -> Result<State, Trouble> {
     match path.read() {
         Ok(None) => Ok(State::default()),
         Ok(Some(bytes)) => Ok(State::parse(&bytes).unwrap_or_default()),
-        Err(e @ worklane_slotfile::read::Error::Io { .. }) => {
-            Err(Trouble::StateUnreadable { detail: chain(&e) })
+        Err(source @ worklane_slotfile::read::Error::Io { .. }) => {
+            Err(Trouble::StateUnreadable { source })
         }
         Err(_) => Ok(State::default()),
     }
-}
-
-/// An error with its causes: `outer: inner`.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// The credential key of a state file's name (`github-budget-<key>.json`).

@@ -86,18 +86,25 @@ pub enum WaitWhy {
 }
 
 /// The state file could not be used; the ledger starts afresh.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the budget state is not a JSON object: {0}")]
-pub struct Unreadable(pub String);
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Unreadable {
+    /// It is not JSON.
+    #[error("the budget state is not JSON")]
+    Json(#[source] serde_json::Error),
+    /// It is JSON, but not an object.
+    #[error("the budget state is not a JSON object")]
+    NotAnObject,
+}
 
 impl State {
     /// Reads a state file. Anything but a JSON object is [`Unreadable`]; inside it, each part
     /// that is malformed (a count that is not a whole safe number, a window without its
     /// reset) is left out, so it is "not known".
     pub fn parse(bytes: &[u8]) -> Result<State, Unreadable> {
-        let value: Value = serde_json::from_slice(bytes).map_err(|e| Unreadable(e.to_string()))?;
+        let value: Value = serde_json::from_slice(bytes).map_err(Unreadable::Json)?;
         let Value::Object(top) = value else {
-            return Err(Unreadable("not an object".to_owned()));
+            return Err(Unreadable::NotAnObject);
         };
         let paused_until = top.get("pausedUntil").and_then(safe);
         let extra = top

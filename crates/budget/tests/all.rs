@@ -128,20 +128,21 @@ mod take {
         let site = Site::new();
         let ledger = site.ledger();
         let key = key();
-        assert_eq!(
-            ledger.observe(&key, &window(site.now(), 3, 60_000)),
-            Observed::Recorded
-        );
+        let observed = ledger.observe(&key, &window(site.now(), 3, 60_000));
+        assert!(matches!(observed, Observed::Recorded), "{observed:?}");
         let file = site.path(&key.state_name());
         let first_inode = std::fs::metadata(&file).expect("state").ino();
         let grant = ledger.take(&key, "core", "backlog").expect("a call left");
-        assert_eq!(
-            grant,
-            Grant {
-                counted: true,
-                left: Some(2),
-                unaccounted: None
-            }
+        assert!(
+            matches!(
+                grant,
+                Grant {
+                    counted: true,
+                    left: Some(2),
+                    unaccounted: None
+                }
+            ),
+            "{grant:?}"
         );
         let meta = std::fs::metadata(&file).expect("state");
         assert_eq!(meta.permissions().mode() & 0o7777, 0o660, "mode 0660");
@@ -219,14 +220,17 @@ mod take {
             let start = site.now();
             let taken = ledger.take(&key, "core", "a");
             if goes {
-                assert_eq!(
-                    taken,
-                    Ok(Grant {
-                        counted: false,
-                        left: None,
-                        unaccounted: None
-                    }),
-                    "a reset {reset_in_ms} ms ahead: the call goes, the new window not known yet"
+                assert!(
+                    matches!(
+                        taken,
+                        Ok(Grant {
+                            counted: false,
+                            left: None,
+                            unaccounted: None
+                        })
+                    ),
+                    "a reset {reset_in_ms} ms ahead: the call goes, the new window not known yet: \
+                     {taken:?}"
                 );
                 assert_eq!(
                     site.now() - start,
@@ -234,9 +238,10 @@ mod take {
                     "a reset {reset_in_ms} ms ahead: went exactly at the reset"
                 );
             } else {
+                assert!(taken.is_err(), "a reset {reset_in_ms} ms ahead: {taken:?}");
                 assert_eq!(
-                    taken,
-                    Err(Refused::RateLimited {
+                    taken.err(),
+                    Some(Refused::RateLimited {
                         resource: "core".to_owned(),
                         reset_at: start + reset_in_ms,
                         waited_ms: 10_000
@@ -284,7 +289,13 @@ mod take {
             "its kind and status"
         );
         let lock = key().lock_name();
-        for (trouble, text) in [
+        let temp = tempfile::tempdir().expect("temp dir");
+        let refused_name = worklane_slotfile::SlotDir::open(temp.path())
+            .expect("open")
+            .file("a/b.json")
+            .expect_err("not one path component");
+        let refused_text = refused_name.to_string();
+        for (trouble, text, cause) in [
             (
                 Trouble::LockBusy {
                     lock: lock.clone(),
@@ -292,29 +303,48 @@ mod take {
                     holder: "held by pid 7".to_owned(),
                 },
                 format!("the budget lock {lock} stayed busy for 500 ms: held by pid 7"),
+                None,
             ),
             (
                 Trouble::Lock {
                     lock: lock.clone(),
-                    detail: "EIO".to_owned(),
+                    source: Box::new(worklane_lease::acquire::Error::ReservedField {
+                        field: "pid".to_owned(),
+                    }),
                 },
-                format!("cannot take the budget lock {lock}: EIO"),
+                format!("cannot take the budget lock {lock}"),
+                Some(
+                    "the lease request sets `pid`, which worklane writes itself; rename the field"
+                        .to_owned(),
+                ),
             ),
             (
                 Trouble::NotWritten {
                     what: "response",
-                    detail: "EROFS".to_owned(),
+                    source: worklane_slotfile::write::Error {
+                        op: "write",
+                        path: "/slots/state.json".into(),
+                        source: std::io::Error::other("EROFS"),
+                    },
                 },
-                "cannot record the response: EROFS".to_owned(),
+                "cannot record the response".to_owned(),
+                Some("cannot write /slots/state.json".to_owned()),
             ),
             (
                 Trouble::Name {
-                    detail: "a refused name".to_owned(),
+                    name: "a/b.json".to_owned(),
+                    source: refused_name,
                 },
-                "a refused name".to_owned(),
+                "cannot name the budget state a/b.json".to_owned(),
+                Some(refused_text),
             ),
         ] {
             assert_eq!(trouble.to_string(), text, "{trouble:?}");
+            assert_eq!(
+                std::error::Error::source(&trouble).map(ToString::to_string),
+                cause,
+                "its cause is its source, not part of its message: {trouble:?}"
+            );
         }
     }
 
@@ -366,13 +396,16 @@ mod take {
         let ledger = site.ledger();
         let key = key();
         let grant = ledger.take(&key, "core", "a").expect("no state at all");
-        assert_eq!(
-            grant,
-            Grant {
-                counted: false,
-                left: None,
-                unaccounted: None
-            }
+        assert!(
+            matches!(
+                grant,
+                Grant {
+                    counted: false,
+                    left: None,
+                    unaccounted: None
+                }
+            ),
+            "{grant:?}"
         );
         ledger.observe(&key, &window(site.now(), 0, 60_000));
         let start = site.now();
@@ -390,10 +423,8 @@ mod take {
         let key = key();
         std::fs::write(site.path(&key.state_name()), b"\0garbage{").expect("garbage");
         assert!(ledger.take(&key, "core", "a").is_ok(), "the call goes");
-        assert_eq!(
-            ledger.observe(&key, &window(site.now(), 5, 60_000)),
-            Observed::Recorded
-        );
+        let observed = ledger.observe(&key, &window(site.now(), 5, 60_000));
+        assert!(matches!(observed, Observed::Recorded), "{observed:?}");
         assert_eq!(site.state(&key)["resources"]["core"]["remaining"], 5);
     }
 
@@ -580,16 +611,17 @@ mod peek {
         let site = Site::new();
         let ledger = site.ledger();
         let key = key();
-        assert_eq!(
-            ledger.peek(&key, "core"),
-            Peek::Go { left: None },
-            "no state"
+        let peek = ledger.peek(&key, "core");
+        assert!(
+            matches!(peek, Peek::Go { left: None }),
+            "no state: {peek:?}"
         );
         ledger.observe(&key, &window(site.now(), 2, 60_000));
         let held = hold_lock(&site, &key);
         let before = std::fs::read(site.path(&key.state_name())).expect("state");
         let start = site.now();
-        assert_eq!(ledger.peek(&key, "core"), Peek::Go { left: Some(2) });
+        let peek = ledger.peek(&key, "core");
+        assert!(matches!(peek, Peek::Go { left: Some(2) }), "{peek:?}");
         assert_eq!(site.now(), start, "no wait for the held lock");
         assert_eq!(
             std::fs::read(site.path(&key.state_name())).expect("state"),
@@ -599,12 +631,16 @@ mod peek {
         drop(held);
         assert!(counted(&ledger.take(&key, "core", "a")));
         assert!(counted(&ledger.take(&key, "core", "a")));
-        assert_eq!(
-            ledger.peek(&key, "core"),
-            Peek::Wait {
-                until: T0 + 60_000,
-                why: WaitWhy::Spent
-            }
+        let peek = ledger.peek(&key, "core");
+        assert!(
+            matches!(
+                peek,
+                Peek::Wait {
+                    until,
+                    why: WaitWhy::Spent
+                } if until == T0 + 60_000
+            ),
+            "{peek:?}"
         );
     }
 }
@@ -655,9 +691,10 @@ mod pause {
                     "a {pause_s} s pause: went exactly at its end"
                 );
             } else {
+                assert!(taken.is_err(), "a {pause_s} s pause: {taken:?}");
                 assert_eq!(
-                    taken,
-                    Err(Refused::SecondaryRateLimited {
+                    taken.err(),
+                    Some(Refused::SecondaryRateLimited {
                         until: start + pause_s * 1000,
                         waited_ms: 10_000
                     }),
@@ -799,14 +836,17 @@ mod lock {
                 .sleeper(Arc::new(sleeper));
             let grant = ledger.take(&key, "core", "a").expect("goes");
             if taken {
-                assert_eq!(
-                    grant,
-                    Grant {
-                        counted: true,
-                        left: Some(4),
-                        unaccounted: None
-                    },
-                    "a lock freed {free_in_ms} ms into the wait is taken and the call counted"
+                assert!(
+                    matches!(
+                        grant,
+                        Grant {
+                            counted: true,
+                            left: Some(4),
+                            unaccounted: None
+                        }
+                    ),
+                    "a lock freed {free_in_ms} ms into the wait is taken and the call counted: \
+                     {grant:?}"
                 );
                 assert_eq!(site.now() - start, free_in_ms, "taken when it was freed");
             } else {

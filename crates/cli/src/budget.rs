@@ -178,7 +178,10 @@ pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
     };
     match take_within(&ledger, &key, args) {
         Ok(grant) => {
-            let unaccounted = grant.unaccounted.as_ref().map(ToString::to_string);
+            let unaccounted = grant
+                .unaccounted
+                .as_ref()
+                .map(|why| crate::exit::chain(why));
             if args.json {
                 outln!(
                     "{}",
@@ -368,7 +371,12 @@ pub(crate) fn observe(args: &BudgetObserveArgs) -> Result<ExitCode, Failure> {
     match ledger.observe(&key, &observation) {
         Observed::Recorded => {}
         // Recording is best effort by design: the response was already received.
-        Observed::Skipped(why) => errln!("worklane: response not recorded: {why}"),
+        Observed::Skipped(why) => {
+            errln!(
+                "worklane: response not recorded: {}",
+                crate::exit::chain(&why)
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

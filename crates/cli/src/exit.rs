@@ -114,11 +114,13 @@ impl From<worklane_admission::Error> for Failure {
     fn from(e: worklane_admission::Error) -> Failure {
         use worklane_admission::Error as E;
         let code = match &e {
-            E::Config(_) => CONFIG,
-            E::Open(o) => open_code(o),
-            E::Guard(g) => guard_code(g),
-            E::Lease(l) => lease_code(l),
-            E::Adopt(a) => adopt_code(a),
+            E::Config { .. } => CONFIG,
+            E::List { source, .. } | E::DrainDir { source, .. } => open_code(source),
+            E::Probe { source, .. } | E::AdoptGuard { source, .. } => guard_code(source),
+            E::Count { source, .. } | E::Take { source, .. } | E::JoinLine { source, .. } => {
+                lease_code(source)
+            }
+            E::Adopt { source, .. } => adopt_code(source),
             _ => OS_ERROR,
         };
         Failure::new(code, chain(&e))
@@ -159,7 +161,7 @@ mod tests {
     fn library_errors_map_to_the_documented_codes() {
         let config = worklane_slotfile::Config::parse(b"{", std::path::Path::new("config.json"))
             .expect_err("a broken config");
-        let failure = Failure::from(worklane_admission::Error::Config(config));
+        let failure = Failure::from(worklane_admission::Error::Config { source: config });
         assert_eq!(
             failure.code, CONFIG,
             "a config re-read while running: {}",
@@ -196,7 +198,11 @@ mod tests {
             path: temp.path().join("nope"),
         };
         assert_eq!(
-            Failure::from(worklane_admission::Error::Open(io())).code,
+            Failure::from(worklane_admission::Error::List {
+                dir: temp.path().to_owned(),
+                source: io()
+            })
+            .code,
             OS_ERROR
         );
         assert_eq!(
@@ -208,7 +214,11 @@ mod tests {
             OS_ERROR
         );
         assert_eq!(
-            Failure::from(worklane_admission::Error::Open(missing())).code,
+            Failure::from(worklane_admission::Error::List {
+                dir: temp.path().to_owned(),
+                source: missing()
+            })
+            .code,
             CONFIG
         );
         assert_eq!(
@@ -287,7 +297,73 @@ mod tests {
             "{}",
             chain(&guard)
         );
-        assert_no_part_repeats(&worklane_admission::Error::Open(missing));
-        assert_no_part_repeats(&worklane_admission::Error::Config(config));
+        // The slot pool's steps and the budget ledger's troubles, met for real.
+        let pool_dir = tempfile::tempdir().expect("temp dir");
+        let env =
+            worklane_slotfile::Environment::from_process().var("AGENT_SLOTS_DIR", pool_dir.path());
+        let pool = worklane_admission::Pool::new(
+            worklane_slotfile::SlotDir::resolve_in(&env).expect("resolve"),
+        );
+        std::fs::create_dir(pool_dir.path().join(".full-run.lock.flock"))
+            .expect("a directory as the full run's guard");
+        let request = worklane_lease::Request::new("test");
+        let taken = pool
+            .try_take(worklane_admission::Kind::FullRun, &request)
+            .expect_err("the guard is a directory");
+        std::fs::write(pool_dir.path().join("config.json"), b"{").expect("a broken config");
+        let caps = pool
+            .try_take(worklane_admission::Kind::Agent, &request)
+            .expect_err("the config is broken");
+        for (what, error, code, first) in [
+            (
+                "a guard that is a directory",
+                taken,
+                OS_ERROR,
+                "cannot take a slot of kind full-run: cannot take the guard of lease \
+                 full-run.lock: ",
+            ),
+            (
+                "a broken config",
+                caps,
+                CONFIG,
+                "cannot load the pool's caps: ",
+            ),
+        ] {
+            assert_no_part_repeats(&error);
+            let text = chain(&error);
+            assert!(
+                text.starts_with(first),
+                "{what}: the pool's step first: {text}"
+            );
+            let failure = Failure::from(error);
+            assert_eq!(failure.code, code, "{what}: {}", failure.message);
+            assert_eq!(failure.message, text, "{what}: rendered with its chain");
+        }
+        let key = worklane_budget::CredentialKey::of_token("ghp_test_token_not_real");
+        std::fs::create_dir(temp.path().join(format!(".{}.flock", key.lock_name())))
+            .expect("a directory as the budget lock's guard");
+        let grant = worklane_budget::Ledger::new(dir.clone())
+            .take(&key, "core", "test")
+            .expect("a broken lock lets the call go");
+        let trouble = grant.unaccounted.expect("unaccounted, saying why");
+        assert!(
+            matches!(trouble, worklane_budget::Trouble::Lock { .. }),
+            "{trouble:?}"
+        );
+        assert_no_part_repeats(&trouble);
+        assert!(
+            chain(&trouble).starts_with(&format!(
+                "cannot take the budget lock {}: cannot take the guard of lease {}: ",
+                key.lock_name(),
+                key.lock_name()
+            )),
+            "{}",
+            chain(&trouble)
+        );
+        assert_no_part_repeats(&worklane_admission::Error::DrainDir {
+            dir: temp.path().join("nope"),
+            source: missing,
+        });
+        assert_no_part_repeats(&worklane_admission::Error::Config { source: config });
     }
 }

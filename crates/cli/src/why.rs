@@ -219,9 +219,10 @@ fn quota(args: &WhyArgs, ledger: &Ledger) -> Answer {
         Peek::Go { left: Some(left) } => Answer::clear(asked, format!("{left} left in the window")),
         Peek::Go { left: None } => Answer::clear(asked, "no window known: calls go"),
         // Not a blocker (the call would go), but never a silent "clear".
-        Peek::Unaccounted(trouble) => {
-            Answer::clear(asked, format!("calls go, unaccounted: {trouble}"))
-        }
+        Peek::Unaccounted(trouble) => Answer::clear(
+            asked,
+            format!("calls go, unaccounted: {}", crate::exit::chain(&trouble)),
+        ),
         Peek::Wait {
             until,
             why: WaitWhy::Spent,

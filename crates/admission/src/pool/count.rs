@@ -70,7 +70,7 @@ impl Pool {
             let Some(index) = slot_index(prefix, &resource) else {
                 continue;
             };
-            let path = self.dir.file(&resource)?;
+            let path = self.file(&resource)?;
             if path.read().is_ok_and(|r| r.is_some()) {
                 continue;
             }
@@ -126,7 +126,12 @@ impl Pool {
                     None,
                 ));
             }
-            Err(e) => return Err(e.into()),
+            Err(source) => {
+                return Err(Error::Probe {
+                    slot: path.name().to_owned(),
+                    source,
+                });
+            }
         };
         let raw = match path.read() {
             Ok(raw) => raw,
@@ -142,7 +147,12 @@ impl Pool {
                     None,
                 ));
             }
-            Err(e) => return Err(e.into()),
+            Err(source) => {
+                return Err(Error::Judge {
+                    slot: path.name().to_owned(),
+                    source,
+                });
+            }
         };
         let state = match &raw {
             None => SlotState::Dead(worklane_lease::DeadWhy::Other("no record".into())),

@@ -1,7 +1,7 @@
 //! The operator's state as the pool reads and writes it: STOP and the drain flag.
 
-use super::Pool;
 use super::take::Blocker;
+use super::{Pool, file_in};
 use crate::Error;
 use crate::drain::{DRAIN_FILE, DrainState};
 use crate::stop::{self, Stop};
@@ -13,24 +13,32 @@ impl Pool {
         stop::read(&self.dir)
     }
 
-    fn drain_dir(&self) -> Result<SlotDir, Error> {
+    fn drain_dir(&self) -> Result<SlotDir, worklane_slotfile::open::Error> {
         if self.locations.drain_dir == self.locations.slot_dir {
             Ok(self.dir.clone())
         } else {
-            Ok(SlotDir::open_in(&self.env, &self.locations.drain_dir)?)
+            SlotDir::open_in(&self.env, &self.locations.drain_dir)
         }
+    }
+
+    /// The drain flag's directory, opened to change the flag.
+    fn drain_dir_to_change(&self) -> Result<SlotDir, Error> {
+        self.drain_dir().map_err(|source| Error::DrainDir {
+            dir: self.locations.drain_dir.clone(),
+            source,
+        })
     }
 
     /// The drain flag and whether it is in force now.
     pub fn drain(&self) -> Result<DrainState, Error> {
         let raw = match self.drain_dir() {
-            Ok(dir) => match dir.file(DRAIN_FILE)?.read() {
+            Ok(dir) => match file_in(&dir, DRAIN_FILE)?.read() {
                 Ok(None) => None,
                 Ok(Some(raw)) => Some(Ok(raw)),
                 Err(e) => Some(Err(e.to_string())),
             },
             // A missing /var/lib/worklane means no flag.
-            Err(Error::Open(worklane_slotfile::open::Error::Missing { .. })) => None,
+            Err(worklane_slotfile::open::Error::Missing { .. }) => None,
             Err(e) => Some(Err(e.to_string())),
         };
         Ok(DrainState::decide(raw, self.clock.now_ms()))
@@ -40,13 +48,24 @@ impl Pool {
     pub fn write_drain(&self, drain: &crate::drain::Drain) -> Result<(), Error> {
         let mut bytes = serde_json::to_vec(drain).unwrap_or_default();
         bytes.push(b'\n');
-        self.drain_dir()?.file(DRAIN_FILE)?.replace(&bytes, 0o644)?;
-        Ok(())
+        let dir = self.drain_dir_to_change()?;
+        file_in(&dir, DRAIN_FILE)?
+            .replace(&bytes, 0o644)
+            .map_err(|source| Error::WriteDrain {
+                dir: dir.path().to_owned(),
+                source,
+            })
     }
 
     /// Removes the drain flag; `Ok(false)` if there was none.
     pub fn remove_drain(&self) -> Result<bool, Error> {
-        Ok(self.drain_dir()?.file(DRAIN_FILE)?.remove()?)
+        let dir = self.drain_dir_to_change()?;
+        file_in(&dir, DRAIN_FILE)?
+            .remove()
+            .map_err(|source| Error::RemoveDrain {
+                dir: dir.path().to_owned(),
+                source: Box::new(source),
+            })
     }
 
     /// What STOP or drain blocks every new slot, if anything.

@@ -124,7 +124,7 @@ impl Pool {
 
     /// [`Blocker::InLine`] for `ahead` entries: the kind's cap and its records as listed.
     pub(super) fn in_line(&self, kind: Kind, ahead: u32) -> Result<Blocker, Error> {
-        let names = self.dir.list()?;
+        let names = self.dir.list().map_err(self.listing())?;
         let (held, cap) = match kind.prefix() {
             Some(prefix) => (
                 names
@@ -180,13 +180,22 @@ impl Pool {
         }
         let Some((prefix, cap)) = kind.prefix().map(|p| (p, self.cap(kind))) else {
             if let Some((priority, start_ms, own)) = line {
-                let listed = self.dir.list_prefixed(crate::line::LINE_PREFIX)?;
+                let listed = self
+                    .dir
+                    .list_prefixed(crate::line::LINE_PREFIX)
+                    .map_err(self.listing())?;
                 let ahead = self.ahead_in(kind, &listed, priority, start_ms, own)?;
                 if ahead > 0 {
                     return Ok(Take::Blocked(self.in_line(kind, ahead)?));
                 }
             }
-            return match self.acquire_settled(FULL_RUN_LOCK, &request)? {
+            let taken = self
+                .acquire_settled(FULL_RUN_LOCK, &request)
+                .map_err(|source| Error::Take {
+                    kind: kind.label(),
+                    source: Box::new(source),
+                })?;
+            return match taken {
                 Acquired::Held(lease) => Ok(Take::Held(Slot { kind, lease })),
                 Acquired::Refused(refusal) => {
                     Ok(Take::Blocked(Blocker::FullRunHeld(Box::new(refusal))))
@@ -194,17 +203,21 @@ impl Pool {
             };
         };
         let cap = cap?;
-        let Some(counting) = self.hold_slots_lock(deadline)? else {
+        let counted = |source| Error::Counted {
+            kind: kind.label(),
+            source,
+        };
+        let Some(counting) = self.hold_slots_lock(kind, deadline)? else {
             return Ok(Take::Blocked(Blocker::Counting));
         }; // Re-check under slots.lock: a STOP written a moment ago wins.
         if let Some(blocker) = self.operator_blocker()? {
             return Ok(Take::Blocked(blocker));
         }
-        let (files, hidden) = self.dir.list_with_hidden()?;
+        let (files, hidden) = self.dir.list_with_hidden().map_err(self.listing())?;
         if let Some((priority, start_ms, own)) = line {
             let ahead = self.ahead_in(kind, &files, priority, start_ms, own)?;
             if ahead > 0 {
-                counting.release().map_err(Error::Held)?;
+                counting.release().map_err(counted)?;
                 return Ok(Take::Blocked(self.in_line(kind, ahead)?));
             }
         }
@@ -217,7 +230,7 @@ impl Pool {
         let live = u32::try_from(held.len()).unwrap_or(u32::MAX);
         if live >= cap {
             log::debug!("{prefix} slots at cap: {live} of {cap} live");
-            counting.release().map_err(Error::Held)?;
+            counting.release().map_err(counted)?;
             return Ok(Take::Blocked(Blocker::AtCap { held: live, cap }));
         }
         let mut index = 0u32;
@@ -230,18 +243,22 @@ impl Pool {
                     // A stray file where this index's guard belongs: nobody can hold this
                     // index, so it is skipped (and counted only if a record stands there);
                     // `worklane slots` names the file.
-                    Err(Error::Lease(LeaseError::Guard { source, .. }))
-                        if broken_guard(&source) => {}
+                    Err(LeaseError::Guard { source, .. }) if broken_guard(&source) => {}
                     // An epoch that cannot grow: that index cannot be taken again (never
                     // reused with the same epoch); `worklane slots` names the file.
-                    Err(Error::Lease(LeaseError::Epoch { .. })) => {}
-                    Err(e) => return Err(e),
+                    Err(LeaseError::Epoch { .. }) => {}
+                    Err(source) => {
+                        return Err(Error::Take {
+                            kind: kind.label(),
+                            source: Box::new(source),
+                        });
+                    }
                 }
             }
             index += 1;
         };
         self.sweep();
-        counting.release().map_err(Error::Held)?;
+        counting.release().map_err(counted)?;
         Ok(Take::Held(Slot { kind, lease: taken }))
     }
 
@@ -265,14 +282,23 @@ impl Pool {
     /// Takes `slots.lock`, waiting up to about 2 s (or until `deadline`, if sooner) for another
     /// counter to finish (counting takes microseconds to milliseconds). It is always tried at
     /// least once. `None` only if it stays busy that long.
-    fn hold_slots_lock(&self, deadline: Option<Instant>) -> Result<Option<Lease>, Error> {
+    fn hold_slots_lock(
+        &self,
+        kind: Kind,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Lease>, Error> {
         let request = Request::new("counting slots");
         // 2000 tries, 1 ms apart.
         let mut backoff = Backoff::new(Duration::from_millis(1)).retries(1999);
         loop {
-            if let Acquired::Held(lease) =
-                acquire(&self.dir, SLOTS_LOCK, &request, &self.options())?
-            {
+            let counting =
+                acquire(&self.dir, SLOTS_LOCK, &request, &self.options()).map_err(|source| {
+                    Error::Count {
+                        kind: kind.label(),
+                        source: Box::new(source),
+                    }
+                })?;
+            if let Acquired::Held(lease) = counting {
                 return Ok(Some(lease));
             }
             if deadline.is_some_and(|d| Instant::now() >= d) || !backoff.sleep() {
@@ -284,7 +310,7 @@ impl Pool {
     /// Acquires `name`, retrying for a few milliseconds while its guard is held with no record
     /// behind it: that is a momentary probe (`worklane slots`, the idle probe, a child being
     /// forked by another thread), never a holder, which always has a record.
-    fn acquire_settled(&self, name: &str, request: &Request) -> Result<Acquired, Error> {
+    fn acquire_settled(&self, name: &str, request: &Request) -> Result<Acquired, LeaseError> {
         // 50 tries, 1 ms apart.
         let mut backoff = Backoff::new(Duration::from_millis(1)).retries(49);
         loop {

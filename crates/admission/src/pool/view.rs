@@ -46,14 +46,14 @@ impl Pool {
     /// Whether the machine is idle for a full run started outside any harness: no live full
     /// run (decided from the lock, not from processes).
     pub fn idle(&self) -> Result<bool, Error> {
-        let path = self.dir.file(FULL_RUN_LOCK)?;
+        let path = self.file(FULL_RUN_LOCK)?;
         Ok(!self.state_of(&path, &ProcessLiveness)?.is_held())
     }
 
     /// Every slot, run, lease and lock file with its verdict, plus caps, STOP and drain.
     pub fn snapshot(&self) -> Result<Snapshot, Error> {
         let mut slots = Vec::new();
-        let (files, hidden) = self.dir.list_with_hidden()?;
+        let (files, hidden) = self.dir.list_with_hidden().map_err(self.listing())?;
         for path in files {
             let name = path.name();
             let (kind, liveness): (&'static str, Box<dyn Liveness>) =
@@ -144,7 +144,7 @@ impl Pool {
     /// or name no command, are skipped: this is a best-effort view for enforcement.
     pub fn recorded_commands(&self) -> Result<Vec<RecordedCommand>, Error> {
         let mut found = Vec::new();
-        for path in self.dir.list()? {
+        for path in self.dir.list().map_err(self.listing())? {
             let name = path.name();
             if !(name.ends_with(".lock") || name.ends_with(".lease")) {
                 continue;

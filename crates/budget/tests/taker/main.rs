@@ -31,9 +31,21 @@ fn observe(dir: &str, token: &str, remaining: &str, reset_s: &str) -> ExitCode {
         .observe(&CredentialKey::of_token(token), &observation)
     {
         Observed::Recorded => println!("recorded"),
-        Observed::Skipped(why) => println!("skipped {why}"),
+        Observed::Skipped(why) => println!("skipped {}", chain(&why)),
     }
     ExitCode::SUCCESS
+}
+
+/// An error with its causes, as the CLI shows it: `outer: inner`.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 fn main() -> ExitCode {
@@ -60,7 +72,7 @@ fn main() -> ExitCode {
     for _ in 0..takes {
         let line = match ledger.take(&key, resource, consumer) {
             Ok(grant) => match (grant.counted, grant.unaccounted) {
-                (_, Some(why)) => format!("unaccounted {why}"),
+                (_, Some(why)) => format!("unaccounted {}", chain(&why)),
                 (true, None) => format!("counted {}", grant.left.unwrap_or(0)),
                 (false, None) => "uncounted".to_owned(),
             },
