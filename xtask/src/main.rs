@@ -130,6 +130,17 @@ fn steps() -> Vec<Step> {
             args: words("clippy --workspace --all-targets -- -D warnings"),
         },
         Step {
+            // Every public item documented, every intra-doc link resolved.
+            what: "docs, warnings denied",
+            args: {
+                let mut args = words(
+                    "doc --no-deps --workspace --exclude xtask --exclude worklane-benches --config",
+                );
+                args.push("build.rustdocflags=[\"-D\", \"warnings\"]".to_owned());
+                args
+            },
+        },
+        Step {
             // The README's test command.
             what: "tests",
             args: words("test --workspace"),

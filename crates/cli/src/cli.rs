@@ -131,7 +131,7 @@ pub(crate) enum Command {
     Man {
         /// The command whose page to print, e.g. `lease run` (default: worklane's own).
         command: Vec<String>,
-        /// Write every page into DIR instead: worklane.1 and worklane-<command>.1 for every
+        /// Write every page into DIR instead: worklane.1 and `worklane-<command>.1` for every
         /// command, nested ones as worklane-lease-run.1.
         #[arg(long, value_name = "DIR", conflicts_with = "command")]
         all: Option<std::path::PathBuf>,

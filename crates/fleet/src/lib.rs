@@ -11,7 +11,7 @@
 //!   which grows across the fleet.
 //! - A **role** has one key, created only if absent; a refusal names the holder's host, pid,
 //!   role and since when.
-//! - A credential's **budget** ([`budget`]) is the local ledger's state, kept in etcd and
+//! - A credential's **budget** (module `budget`, feature `etcd`) is the local ledger's state, kept in etcd and
 //!   changed only by compare-and-swap, so hosts sharing a token share its calls.
 //! - A holder that cannot confirm its lease for half its TTL must stop
 //!   ([`decide::must_halt`]): losing the fleet never makes two owners.
@@ -25,7 +25,7 @@
 //! - Time: the halt rule assumes this host's monotonic clock and etcd's run at the same rate;
 //!   a holder suspended (SIGSTOP) past half its TTL halts when it resumes, before anything
 //!   else.
-//! - Waiting polls etcd every [`LOOK_EVERY`](client::LOOK_EVERY) instead of watching.
+//! - Waiting polls etcd every 100 ms (`LOOK_EVERY`) instead of watching.
 //!
 //! # Example
 //! ```no_run
