@@ -144,9 +144,19 @@ impl Place {
             entry: entry.clone(),
             source: Box::new(source),
         })?;
-        worklane_lease::retire(&self.dir, &entry)
-            .map_err(|source| Error::Retire { entry, source })?;
-        Ok(())
+        // A reader's momentary probe of the entry's guard (`worklane slots`, stop-all's look
+        // at the directory, another waiter judging it) makes the retire find it busy; it lasts
+        // microseconds, so try again for up to 50 ms before leaving the entry to the next
+        // waiter (its record is gone already: it no longer stands in line).
+        let mut backoff =
+            worklane_lease::Backoff::new(std::time::Duration::from_millis(1)).retries(49);
+        loop {
+            match worklane_lease::retire(&self.dir, &entry) {
+                Ok(Removal::Busy) if backoff.sleep() => {}
+                Ok(_) => return Ok(()),
+                Err(source) => return Err(Error::Retire { entry, source }),
+            }
+        }
     }
 }
 

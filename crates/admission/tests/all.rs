@@ -2098,6 +2098,50 @@ mod line {
     }
 
     #[test]
+    fn leaving_while_a_reader_probes_the_entry_still_removes_every_file() {
+        // Held throughout: no child of another test may inherit a guard.
+        let _quiet = gate::quiet();
+        let site = Site::new(r#"{"max_agents": 1}"#);
+        // A reader probing the entry's guard half of the time (`worklane slots`, stop-all):
+        // each leave meets it about every other look, and must still retire the entry.
+        for round in 0..6 {
+            let place = join(&site, 0, 100 + round);
+            let guard = site
+                .temp
+                .path()
+                .join(format!(".{}.flock", place.entry().name()));
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let probing = std::sync::Arc::clone(&stop);
+            #[allow(
+                clippy::disallowed_methods,
+                reason = "the test plays a reader outside the crates: a bare flock on the guard"
+            )]
+            let reader = std::thread::spawn(move || {
+                while !probing.load(std::sync::atomic::Ordering::SeqCst) {
+                    if let Ok(file) = std::fs::File::open(&guard)
+                        && rustix::fs::flock(
+                            &file,
+                            rustix::fs::FlockOperation::NonBlockingLockExclusive,
+                        )
+                        .is_ok()
+                    {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            });
+            place.leave().expect("leave");
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+            reader.join().expect("the reader");
+            assert!(
+                line_files(&site).is_empty(),
+                "round {round}: {:?}",
+                line_files(&site)
+            );
+        }
+    }
+
+    #[test]
     fn places_stand_in_order_and_leaving_removes_every_file() {
         // Held throughout: no child of another test may inherit a place's guard.
         let _quiet = gate::quiet();
