@@ -250,19 +250,9 @@ pub(crate) struct RunArgs {
 /// The fleet's etcd and the place taken in it (`run --fleet`, `worklane fleet`).
 #[derive(Debug, Clone, Args)]
 pub(crate) struct FleetArgs {
-    /// The fleet's etcd endpoints (http://HOST:PORT, comma-separated): after this host's slot,
-    /// take a place in the fleet pool `--pool`, held as long as the command runs.
-    #[arg(
-        long = "fleet",
-        env = "WORKLANE_FLEET",
-        value_name = "URL[,URL...]",
-        value_delimiter = ','
-    )]
-    pub(crate) endpoints: Vec<String>,
-    /// The TTL of the fleet place's etcd lease: a holder that cannot renew it for half of it
-    /// halts its command.
-    #[arg(long, value_parser = parse_duration, default_value = "15s", value_name = "DUR")]
-    pub(crate) fleet_ttl: Duration,
+    /// The fleet's etcd and the TTL of the place's lease (the same options as `lease run`'s).
+    #[command(flatten)]
+    pub(crate) lease: FleetRoleArgs,
     /// The fleet pool (its cap is set with `worklane fleet set-cap`).
     #[arg(long, default_value = "agents", value_name = "NAME")]
     pub(crate) pool: String,
@@ -282,11 +272,13 @@ pub(crate) struct FleetAt {
     pub(crate) endpoints: Vec<String>,
 }
 
-/// The fleet's etcd for a fleet-wide role (`lease run --fleet`).
+/// The fleet's etcd and the TTL of what is held there (`run`, `lease run`, `fleet`, `slots`,
+/// `why`).
 #[derive(Debug, Clone, Args)]
 pub(crate) struct FleetRoleArgs {
-    /// The fleet's etcd endpoints (http://HOST:PORT, comma-separated): after this host's role
-    /// lease, claim the role across the fleet, held as long as the command runs.
+    /// The fleet's etcd endpoints (http://HOST:PORT, comma-separated): past this host, a place
+    /// in a fleet pool (`run`) or the role across the fleet (`lease run`), held as long as the
+    /// command runs.
     #[arg(
         long = "fleet",
         env = "WORKLANE_FLEET",
@@ -294,8 +286,8 @@ pub(crate) struct FleetRoleArgs {
         value_delimiter = ','
     )]
     pub(crate) endpoints: Vec<String>,
-    /// The TTL of the fleet role's etcd lease: a holder that cannot renew it for half of it
-    /// halts its command.
+    /// The TTL of the fleet place's or role's etcd lease: a holder that cannot renew it for
+    /// half of it halts its command.
     #[arg(long, value_parser = parse_duration, default_value = "15s", value_name = "DUR")]
     pub(crate) fleet_ttl: Duration,
 }

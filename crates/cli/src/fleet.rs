@@ -18,7 +18,7 @@ pub(crate) struct Place {
 }
 
 fn connect(args: &FleetArgs) -> Result<Fleet, Failure> {
-    connect_to(&args.endpoints, args.fleet_ttl)
+    connect_to(&args.lease.endpoints, args.lease.fleet_ttl)
 }
 
 fn connect_to(endpoints: &[String], ttl: Duration) -> Result<Fleet, Failure> {
@@ -52,7 +52,7 @@ pub(crate) fn take(
     timeout: Option<Duration>,
     conflict: u8,
 ) -> Result<Option<Place>, Failure> {
-    if args.endpoints.is_empty() {
+    if args.lease.endpoints.is_empty() {
         return Ok(None);
     }
     let fleet = connect(args)?;
@@ -213,7 +213,7 @@ pub(crate) fn status(args: &FleetArgs, as_json: bool) -> Result<ExitCode, Failur
 /// `slots --fleet`: the fleet pool beside the host's slots (none without `--fleet`). The
 /// fleet never fails `slots`: an etcd that does not answer is shown as such.
 pub(crate) fn slots_section(args: &FleetArgs) -> Option<json::SlotsFleet> {
-    if args.endpoints.is_empty() {
+    if args.lease.endpoints.is_empty() {
         return None;
     }
     Some(match document(args) {
@@ -241,7 +241,7 @@ pub(crate) fn print_section(section: &json::SlotsFleet) -> Result<(), Failure> {
 }
 
 fn needs_endpoints(args: &FleetArgs) -> Result<(), Failure> {
-    if args.endpoints.is_empty() {
+    if args.lease.endpoints.is_empty() {
         return Err(Failure::new(
             exit::USAGE,
             "name the fleet's etcd with --fleet URL[,URL...] (or WORKLANE_FLEET)",
@@ -388,7 +388,7 @@ pub(crate) struct Question {
 
 /// `why --fleet`: the fleet pool's answer (none without `--fleet`). Takes nothing.
 pub(crate) fn question(args: &FleetArgs) -> Option<Question> {
-    if args.endpoints.is_empty() {
+    if args.lease.endpoints.is_empty() {
         return None;
     }
     let blocked = |why: String, code: u8| Question {

@@ -26,7 +26,7 @@ pub(crate) fn take(
     _timeout: Option<Duration>,
     _conflict: u8,
 ) -> Result<Option<Place>, Failure> {
-    if args.endpoints.is_empty() {
+    if args.lease.endpoints.is_empty() {
         Ok(None)
     } else {
         Err(off())
@@ -110,7 +110,7 @@ pub(crate) struct Question {
 
 /// Without `--fleet`, no question; with it, a build without the fleet blocks.
 pub(crate) fn question(args: &FleetArgs) -> Option<Question> {
-    (!args.endpoints.is_empty()).then(|| Question {
+    (!args.lease.endpoints.is_empty()).then(|| Question {
         blocks: true,
         why: off().message,
         code: exit::UNAVAILABLE,
@@ -119,7 +119,7 @@ pub(crate) fn question(args: &FleetArgs) -> Option<Question> {
 
 /// `slots --fleet` in a build without the fleet: says so.
 pub(crate) fn slots_section(args: &FleetArgs) -> Option<crate::json::SlotsFleet> {
-    (!args.endpoints.is_empty()).then(|| crate::json::SlotsFleet {
+    (!args.lease.endpoints.is_empty()).then(|| crate::json::SlotsFleet {
         status: None,
         error: Some(off().message),
     })
