@@ -323,11 +323,22 @@ fn continue_unnamed(
     continued: &mut BTreeSet<u32>,
 ) -> Vec<Target> {
     let mut woken = Vec::new();
-    let Ok(snapshot) = pool.snapshot() else {
+    // The records as written, read without taking any guard: a probe of a guard (as
+    // `Pool::snapshot` makes) publishes one that a leaving waiter has just removed.
+    let Ok(listed) = pool.dir().list() else {
         return woken;
     };
-    for view in snapshot.slots {
-        let Some(record) = view.record else {
+    for path in listed {
+        let name = path.name();
+        if !(name.ends_with(".lock") || name.ends_with(".lease")) {
+            continue;
+        }
+        let Some(record) = path
+            .read()
+            .ok()
+            .flatten()
+            .and_then(|raw| worklane_lease::Record::parse(&raw).ok())
+        else {
             continue;
         };
         if record.extra.contains_key(crate::supervise::COMMAND_PROCESS) {
