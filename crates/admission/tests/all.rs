@@ -1303,6 +1303,49 @@ mod dispatcher {
         let _ = clock;
     }
 
+    #[test]
+    fn a_failed_step_names_itself_and_its_attempt_and_keeps_its_cause() {
+        use worklane_admission::dispatch::service::Error;
+        let _quiet = gate::quiet();
+        let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+        let id = bench.enqueue("a", T0, 0);
+        bench.site.set_config("{");
+        let error =
+            gate::quietly(|| bench.dispatcher.admit_next()).expect_err("the caps cannot be loaded");
+        let Error::TakeSlot { attempt, source } = &error else {
+            panic!("the slot's step: {error:?}")
+        };
+        assert_eq!(attempt, &id, "the attempt it was for");
+        assert!(
+            matches!(**source, worklane_admission::Error::Config { .. }),
+            "the pool's own error, to match on: {source:?}"
+        );
+        // Each part of the chain says its own step once: the cause's text is not repeated.
+        let mut parts = vec![error.to_string()];
+        let mut cause = std::error::Error::source(&error);
+        while let Some(e) = cause {
+            let text = e.to_string();
+            assert!(
+                !parts.last().expect("a part").contains(&text),
+                "{parts:?} repeats its cause {text:?}"
+            );
+            parts.push(text);
+            cause = e.source();
+        }
+        assert_eq!(
+            parts[..2],
+            [
+                format!("cannot take an agent slot for attempt {id}"),
+                "cannot load the pool's caps".to_owned(),
+            ],
+            "the dispatcher's step, then the pool's: {parts:?}"
+        );
+        assert!(
+            parts.len() > 2 && parts[2].contains("config.json"),
+            "then the config's own error: {parts:?}"
+        );
+    }
+
     /// The record of lane `name`, as the dispatcher's recovery leaves it.
     fn lane_record(site: &Site, name: &str) -> Record {
         let raw = std::fs::read(site.temp.path().join(lane_lock(name))).expect("lane record");

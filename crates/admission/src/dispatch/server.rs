@@ -19,6 +19,19 @@ pub const HEARTBEAT: Duration = Duration::from_secs(5);
 /// How long a connection may take to send its request.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// An error and its causes, `outer: inner: innermost`, for a reply the client shows: each
+/// part says only its own step, so the client learns which one failed and why.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 /// Who may use the dispatcher: root, the slot directory's owner, or a member of its group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Trust {
@@ -213,7 +226,10 @@ impl<'a> Server<'a> {
     pub fn run(&mut self, stop: &AtomicBool) -> Result<(), ServiceError> {
         self.listener
             .set_nonblocking(true)
-            .map_err(|e| ServiceError::Io("make the socket nonblocking", e))?;
+            .map_err(|source| ServiceError::Socket {
+                op: "make the dispatcher's socket nonblocking",
+                source,
+            })?;
         self.refresh_entries()?;
         let mut last_heartbeat = Instant::now();
         // Woken as a `worklane run` is: a slot released or a place in the agents' line left
@@ -238,7 +254,12 @@ impl<'a> Server<'a> {
             };
             match polled {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                Err(e) => return Err(ServiceError::Io("wait for connections", e.into())),
+                Err(e) => {
+                    return Err(ServiceError::Socket {
+                        op: "wait for connections on the dispatcher's socket",
+                        source: e.into(),
+                    });
+                }
             }
             // Whatever changed, the tick below looks again; the events are only a wake-up.
             watch.drain(&|name| crate::Pool::wakes(crate::Kind::Agent, name));
@@ -389,7 +410,10 @@ impl<'a> Server<'a> {
                 // told, the service goes on.
                 Err(e) => (
                     "unknown",
-                    Reply::refused(code::INTERNAL, format!("the dispatcher failed: {e}")),
+                    Reply::refused(
+                        code::INTERNAL,
+                        format!("the dispatcher failed: {}", chain(&e)),
+                    ),
                     Vec::new(),
                 ),
             }

@@ -5,7 +5,7 @@
 
 use super::env::EnvFilter;
 pub use super::lane::{lane_lock, valid_lane};
-use super::store::{Attempt, State, Store};
+use super::store::{Attempt, State, Store, db};
 use super::wire::{AttemptView, Enqueue, Reply, code};
 use crate::{Error as PoolError, Kind, Pool, Slot, Take};
 use std::collections::HashMap;
@@ -74,22 +74,153 @@ pub struct Claimed {
     pub fds: Vec<Guard>,
 }
 
-/// Errors of the dispatcher's own state (a refusal of a request is a [`Reply`]).
+/// Errors of the dispatcher's own state (a refusal of a request is a [`Reply`]). Each variant
+/// says which step failed and for which attempt; the cause (the queue database, the slot pool,
+/// the lease layer, the socket) is its source.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The queue database failed.
-    #[error(transparent)]
-    Store(#[from] super::store::db::Error),
-    /// The slot pool failed.
-    #[error(transparent)]
-    Pool(#[from] PoolError),
-    /// A lane's lock could not be probed.
-    #[error(transparent)]
-    Lease(#[from] worklane_lease::acquire::Error),
-    /// The socket failed.
-    #[error("the dispatcher cannot {0}")]
-    Io(&'static str, #[source] std::io::Error),
+    /// The queue's rows could not be read.
+    #[error("cannot read the queue to {purpose}")]
+    ReadQueue {
+        /// What the rows were read for (`recover its attempts`, `choose the next attempt`...).
+        purpose: &'static str,
+        /// Why.
+        #[source]
+        source: Box<db::Error>,
+    },
+    /// One attempt's row could not be read.
+    #[error("cannot read attempt {attempt} from the queue")]
+    ReadAttempt {
+        /// The attempt.
+        attempt: String,
+        /// Why.
+        #[source]
+        source: Box<db::Error>,
+    },
+    /// Whether a lane is queued already could not be looked up.
+    #[error("cannot look up whether lane {lane} is queued")]
+    LookUpLane {
+        /// The lane.
+        lane: String,
+        /// Why.
+        #[source]
+        source: Box<db::Error>,
+    },
+    /// An accepted enqueue's row could not be stored.
+    #[error("cannot queue attempt {attempt} of lane {lane}")]
+    Insert {
+        /// The attempt.
+        attempt: String,
+        /// Its lane.
+        lane: String,
+        /// Why.
+        #[source]
+        source: Box<db::Error>,
+    },
+    /// An attempt's row could not be moved to a new state.
+    #[error("cannot mark attempt {attempt} {}", state.word())]
+    SetState {
+        /// The attempt.
+        attempt: String,
+        /// The state it was to enter.
+        state: State,
+        /// Why.
+        #[source]
+        source: Box<db::Error>,
+    },
+    /// An attempt's row could not be removed (claimed, cancelled, or its lane held by another
+    /// at recovery).
+    #[error("cannot remove attempt {attempt} from the queue")]
+    Remove {
+        /// The attempt.
+        attempt: String,
+        /// Why.
+        #[source]
+        source: Box<db::Error>,
+    },
+    /// At recovery, the lanes of the stored rows could not be acquired again (not busy:
+    /// broken).
+    #[error("cannot take back the lanes of {count} stored attempt(s)")]
+    RetakeLanes {
+        /// How many lanes were asked for.
+        count: usize,
+        /// Why; it names the lane (boxed: a large cause).
+        #[source]
+        source: Box<worklane_lease::acquire::Error>,
+    },
+    /// An agent slot could not be taken for a queued attempt (not full: broken).
+    #[error("cannot take an agent slot for attempt {attempt}")]
+    TakeSlot {
+        /// The attempt.
+        attempt: String,
+        /// Why (boxed: a large cause).
+        #[source]
+        source: Box<PoolError>,
+    },
+    /// The dispatcher could not stand in the agents' line for its first queued attempt.
+    #[error("cannot stand in the agents' line for attempt {attempt}")]
+    JoinLine {
+        /// The attempt at the head of the queue.
+        attempt: String,
+        /// Why (boxed: a large cause).
+        #[source]
+        source: Box<PoolError>,
+    },
+    /// The dispatcher's old place in the agents' line could not be left.
+    #[error("cannot leave the dispatcher's place in the agents' line")]
+    LeaveLine {
+        /// Why (boxed: a large cause).
+        #[source]
+        source: Box<PoolError>,
+    },
+    /// The listening socket failed.
+    #[error("cannot {op}")]
+    Socket {
+        /// What was being done (`make the dispatcher's socket nonblocking`, `wait for
+        /// connections on the dispatcher's socket`).
+        op: &'static str,
+        /// The system error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    fn read_queue(purpose: &'static str) -> impl FnOnce(db::Error) -> Error {
+        move |source| Error::ReadQueue {
+            purpose,
+            source: Box::new(source),
+        }
+    }
+
+    fn read_attempt(attempt: &str) -> impl FnOnce(db::Error) -> Error + '_ {
+        move |source| Error::ReadAttempt {
+            attempt: attempt.to_owned(),
+            source: Box::new(source),
+        }
+    }
+
+    fn set_state(attempt: &str, state: State) -> impl FnOnce(db::Error) -> Error + '_ {
+        move |source| Error::SetState {
+            attempt: attempt.to_owned(),
+            state,
+            source: Box::new(source),
+        }
+    }
+
+    fn remove(attempt: &str) -> impl FnOnce(db::Error) -> Error + '_ {
+        move |source| Error::Remove {
+            attempt: attempt.to_owned(),
+            source: Box::new(source),
+        }
+    }
+
+    fn leave_line(source: PoolError) -> Error {
+        Error::LeaveLine {
+            source: Box::new(source),
+        }
+    }
 }
 
 /// What [`Dispatcher::resume`] found for a stored row's lane.
@@ -153,11 +284,18 @@ impl Dispatcher {
         };
         let now = dispatcher.now();
         let mut attempts = Vec::new();
-        for attempt in dispatcher.store.all()? {
+        let stored = dispatcher
+            .store
+            .all()
+            .map_err(Error::read_queue("recover its attempts"))?;
+        for attempt in stored {
             match dispatcher.resume(&attempt)? {
                 Resumed::Held(lane) => dispatcher.keep(attempt, lane, now)?,
                 Resumed::Busy => {
-                    dispatcher.store.remove(&attempt.id)?;
+                    dispatcher
+                        .store
+                        .remove(&attempt.id)
+                        .map_err(Error::remove(&attempt.id))?;
                 }
                 Resumed::Acquire => attempts.push(attempt),
             }
@@ -173,7 +311,11 @@ impl Dispatcher {
             .collect();
         // All lanes at once: one listing of the directory, not one per row.
         let acquired =
-            worklane_lease::acquire_each(dispatcher.pool.dir(), &each, &Options::process())?;
+            worklane_lease::acquire_each(dispatcher.pool.dir(), &each, &Options::process())
+                .map_err(|source| Error::RetakeLanes {
+                    count: each.len(),
+                    source: Box::new(source),
+                })?;
         for (attempt, acquired) in attempts.into_iter().zip(acquired) {
             match acquired {
                 Acquired::Held(lease) => {
@@ -183,7 +325,10 @@ impl Dispatcher {
                     dispatcher.keep(attempt, lane, now)?;
                 }
                 Acquired::Refused(_) => {
-                    dispatcher.store.remove(&attempt.id)?;
+                    dispatcher
+                        .store
+                        .remove(&attempt.id)
+                        .map_err(Error::remove(&attempt.id))?;
                 }
             }
         }
@@ -200,9 +345,13 @@ impl Dispatcher {
     /// while a run before it goes first. (An entry per row would make the directory that many
     /// files longer for every take's listings.)
     pub fn stand(&mut self) -> Result<(), Error> {
-        let Some(head) = self.store.next_queued()? else {
+        let Some(head) = self
+            .store
+            .next_queued()
+            .map_err(Error::read_queue("find where to stand in the agents' line"))?
+        else {
             if let Some(place) = self.place.take() {
-                place.leave()?;
+                place.leave().map_err(Error::leave_line)?;
             }
             return Ok(());
         };
@@ -214,11 +363,15 @@ impl Dispatcher {
         let request = Request::new("worklane dispatcher")
             .field("attempt", head.id.clone())
             .field("lane", head.lane.clone());
-        let place =
-            self.pool
-                .join_line_at(Kind::Agent, head.priority, head.queued_at_ms, &request)?;
+        let place = self
+            .pool
+            .join_line_at(Kind::Agent, head.priority, head.queued_at_ms, &request)
+            .map_err(|source| Error::JoinLine {
+                attempt: head.id.clone(),
+                source: Box::new(source),
+            })?;
         if let Some(old) = self.place.replace(place) {
-            old.leave()?;
+            old.leave().map_err(Error::leave_line)?;
         }
         Ok(())
     }
@@ -227,7 +380,8 @@ impl Dispatcher {
     fn keep(&mut self, attempt: Attempt, lane: Guard, now: u64) -> Result<(), Error> {
         if attempt.state == State::Starting {
             self.store
-                .set_state(&attempt.id, State::Queued, None, now)?;
+                .set_state(&attempt.id, State::Queued, None, now)
+                .map_err(Error::set_state(&attempt.id, State::Queued))?;
         }
         self.held.insert(attempt.id, Held { lane, slot: None });
         Ok(())
@@ -356,7 +510,14 @@ impl Dispatcher {
                 ));
             }
         };
-        if self.store.lane_queued(&entry.lane)? {
+        let queued = self
+            .store
+            .lane_queued(&entry.lane)
+            .map_err(|source| Error::LookUpLane {
+                lane: entry.lane.clone(),
+                source: Box::new(source),
+            })?;
+        if queued {
             return Ok(Reply::refused(
                 code::LANE_QUEUED,
                 format!("lane {} is already queued", entry.lane),
@@ -388,7 +549,13 @@ impl Dispatcher {
             state_at_ms: now,
             lane_epoch,
         };
-        self.store.insert(&attempt)?;
+        self.store
+            .insert(&attempt)
+            .map_err(|source| Error::Insert {
+                attempt: attempt.id.clone(),
+                lane: attempt.lane.clone(),
+                source: Box::new(source),
+            })?;
         let mut reply = Reply::ok();
         reply.attempt = Some(attempt.id.clone());
         self.held.insert(attempt.id, Held { lane, slot: None });
@@ -401,10 +568,15 @@ impl Dispatcher {
     pub fn expire(&mut self) -> Result<Vec<String>, Error> {
         let now = self.now();
         let mut expired = Vec::new();
-        for attempt in self.store.starting()? {
+        let starting = self
+            .store
+            .starting()
+            .map_err(Error::read_queue("find the starting attempts"))?;
+        for attempt in starting {
             if now.saturating_sub(attempt.state_at_ms) > self.settings.claim_interval_ms {
                 self.store
-                    .set_state(&attempt.id, State::Queued, None, now)?;
+                    .set_state(&attempt.id, State::Queued, None, now)
+                    .map_err(Error::set_state(&attempt.id, State::Queued))?;
                 if let Some(held) = self.held.get_mut(&attempt.id) {
                     held.slot = None;
                 }
@@ -418,7 +590,11 @@ impl Dispatcher {
     /// `worklane run`): it takes an agent slot for it and makes it `starting` with a fresh
     /// token. `None` when nothing is queued or the pool is full or refusing.
     pub fn admit_next(&mut self) -> Result<Option<Admitted>, Error> {
-        let Some(attempt) = self.store.next_queued()? else {
+        let Some(attempt) = self
+            .store
+            .next_queued()
+            .map_err(Error::read_queue("choose the next attempt"))?
+        else {
             return Ok(None);
         };
         let request = Request::new("worklane dispatcher")
@@ -430,15 +606,19 @@ impl Dispatcher {
             Some(own)
                 if own.priority == attempt.priority && own.start_ms == attempt.queued_at_ms =>
             {
-                self.pool.try_take_as(Kind::Agent, &request, own)?
+                self.pool.try_take_as(Kind::Agent, &request, own)
             }
             _ => self.pool.try_take_at(
                 Kind::Agent,
                 &request,
                 attempt.priority,
                 attempt.queued_at_ms,
-            )?,
-        };
+            ),
+        }
+        .map_err(|source| Error::TakeSlot {
+            attempt: attempt.id.clone(),
+            source: Box::new(source),
+        })?;
         let slot = match taken {
             Take::Held(slot) => slot,
             Take::Blocked(_) => return Ok(None),
@@ -446,7 +626,8 @@ impl Dispatcher {
         let token = random_hex();
         let now = self.now();
         self.store
-            .set_state(&attempt.id, State::Starting, Some(&token), now)?;
+            .set_state(&attempt.id, State::Starting, Some(&token), now)
+            .map_err(Error::set_state(&attempt.id, State::Starting))?;
         let name = slot.name().to_owned();
         if let Some(held) = self.held.get_mut(&attempt.id) {
             held.slot = Some(slot);
@@ -469,7 +650,9 @@ impl Dispatcher {
     /// once, its slot released.
     pub fn unadmit(&mut self, id: &str) -> Result<(), Error> {
         let now = self.now();
-        self.store.set_state(id, State::Queued, None, now)?;
+        self.store
+            .set_state(id, State::Queued, None, now)
+            .map_err(Error::set_state(id, State::Queued))?;
         if let Some(held) = self.held.get_mut(id) {
             held.slot = None;
         }
@@ -482,7 +665,7 @@ impl Dispatcher {
     pub fn claim(&mut self, id: &str, token: &str) -> Result<Result<Claimed, Reply>, Error> {
         self.expire()?;
         let refused = || Reply::refused(code::NO_ADMITTED_ROW, "no admitted row for this token");
-        let Some(attempt) = self.store.get(id)? else {
+        let Some(attempt) = self.store.get(id).map_err(Error::read_attempt(id))? else {
             return Ok(Err(refused()));
         };
         if attempt.state != State::Starting || attempt.token.as_deref() != Some(token) {
@@ -495,7 +678,7 @@ impl Dispatcher {
             self.held.insert(id.to_owned(), held);
             return Ok(Err(refused()));
         };
-        self.store.remove(id)?;
+        self.store.remove(id).map_err(Error::remove(id))?;
         let slot_name = slot.name().to_owned();
         let Some(slot_guard) = slot.hand_over() else {
             return Ok(Err(refused()));
@@ -517,9 +700,13 @@ impl Dispatcher {
     /// A lane of its own is then retired (its files removed, see
     /// [`super::lane::retire_own_lane`]): nothing will ever take it again.
     pub fn cancel(&mut self, id: &str) -> Result<bool, Error> {
-        let lane = self.store.get(id)?.map(|a| a.lane);
+        let lane = self
+            .store
+            .get(id)
+            .map_err(Error::read_attempt(id))?
+            .map(|a| a.lane);
         drop(self.held.remove(id));
-        let removed = self.store.remove(id)?;
+        let removed = self.store.remove(id).map_err(Error::remove(id))?;
         if let Some(lane) = lane {
             let _ = super::lane::retire_own_lane(self.pool.dir(), &lane);
         }
@@ -530,7 +717,8 @@ impl Dispatcher {
     pub fn list(&self) -> Result<Vec<AttemptView>, Error> {
         Ok(self
             .store
-            .all()?
+            .all()
+            .map_err(Error::read_queue("list the attempts"))?
             .into_iter()
             .map(|a| self.view_of(a))
             .collect())
@@ -538,7 +726,11 @@ impl Dispatcher {
 
     /// The attempt `id` as [`Dispatcher::list`] shows it, if stored.
     pub fn view(&self, id: &str) -> Result<Option<AttemptView>, Error> {
-        Ok(self.store.get(id)?.map(|a| self.view_of(a)))
+        Ok(self
+            .store
+            .get(id)
+            .map_err(Error::read_attempt(id))?
+            .map(|a| self.view_of(a)))
     }
 
     fn view_of(&self, a: Attempt) -> AttemptView {

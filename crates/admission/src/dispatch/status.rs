@@ -37,19 +37,46 @@ struct Entry<'a> {
     dispatcher: Keeper,
 }
 
-/// Why an entry could not be written or removed.
+/// Why an entry could not be written or removed. Each variant names the step and the lane;
+/// the slot-file layer's cause is its source.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The lane's entry name is not a valid file name.
-    #[error(transparent)]
-    Name(#[from] name::Error),
+    #[error("cannot name the run-queue entry of lane {lane}")]
+    Name {
+        /// The lane.
+        lane: String,
+        /// Why.
+        #[source]
+        source: name::Error,
+    },
     /// The entry could not be written.
-    #[error(transparent)]
-    Write(#[from] write::Error),
+    #[error("cannot write the run-queue entry of lane {lane}")]
+    Write {
+        /// The lane.
+        lane: String,
+        /// Why.
+        #[source]
+        source: write::Error,
+    },
     /// The entry could not be removed.
-    #[error(transparent)]
-    Remove(#[from] remove::Error),
+    #[error("cannot remove the run-queue entry of lane {lane}")]
+    Remove {
+        /// The lane.
+        lane: String,
+        /// Why (boxed: a large cause).
+        #[source]
+        source: Box<remove::Error>,
+    },
+}
+
+/// The entry of `lane` in `dir`, or why its name is refused.
+fn entry_path(dir: &SlotDir, lane: &str) -> Result<worklane_slotfile::SlotPath, Error> {
+    dir.file(&entry_name(lane)).map_err(|source| Error::Name {
+        lane: lane.to_owned(),
+        source,
+    })
 }
 
 /// Writes (replaces) the entry of `attempt`, kept by dispatcher `pid` at `now_ms`.
@@ -77,13 +104,22 @@ pub fn write_entry(
     };
     let mut bytes = serde_json::to_vec(&entry).unwrap_or_default();
     bytes.push(b'\n');
-    dir.file(&entry_name(&attempt.lane))?
-        .replace(&bytes, worklane_slotfile::RECORD_MODE)?;
+    entry_path(dir, &attempt.lane)?
+        .replace(&bytes, worklane_slotfile::RECORD_MODE)
+        .map_err(|source| Error::Write {
+            lane: attempt.lane.clone(),
+            source,
+        })?;
     Ok(())
 }
 
 /// Removes the entry of lane `lane` (claimed, cancelled or dropped).
 pub fn remove_entry(dir: &SlotDir, lane: &str) -> Result<(), Error> {
-    dir.file(&entry_name(lane))?.remove()?;
+    entry_path(dir, lane)?
+        .remove()
+        .map_err(|source| Error::Remove {
+            lane: lane.to_owned(),
+            source: Box::new(source),
+        })?;
     Ok(())
 }

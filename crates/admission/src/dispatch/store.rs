@@ -134,17 +134,34 @@ pub mod db {
             #[source]
             source: rusqlite::Error,
         },
-        /// A stored row cannot be read back.
+        /// A stored row's state is neither `queued` nor `starting`.
         #[error(
-            "queue database {path}: row {id} is damaged ({what}); remove it with `worklane queue cancel {id}`"
+            "queue database {path}: row {id} is damaged (state {state:?}); remove it with \
+             `worklane queue cancel {id}`"
         )]
-        Damaged {
+        BadState {
             /// The database file.
             path: PathBuf,
             /// The attempt id.
             id: String,
-            /// What is wrong.
-            what: String,
+            /// The state stored.
+            state: String,
+        },
+        /// A stored row's JSON column (its arguments or environment) cannot be parsed.
+        #[error(
+            "queue database {path}: row {id} is damaged (its {column} cannot be parsed); remove \
+             it with `worklane queue cancel {id}`"
+        )]
+        BadColumn {
+            /// The database file.
+            path: PathBuf,
+            /// The attempt id.
+            id: String,
+            /// The column, in words (`arguments`, `environment`).
+            column: &'static str,
+            /// What the JSON parser said.
+            #[source]
+            source: serde_json::Error,
         },
     }
 }
@@ -377,17 +394,22 @@ impl Raw {
     }
 
     fn into_attempt(self, path: &Path) -> Result<Attempt, Error> {
-        let damaged = |what: String| Error::Damaged {
+        let column = |column: &'static str| {
+            let id = self.id.clone();
+            move |source| Error::BadColumn {
+                path: path.to_owned(),
+                id,
+                column,
+                source,
+            }
+        };
+        let state = State::parse(&self.state).ok_or_else(|| Error::BadState {
             path: path.to_owned(),
             id: self.id.clone(),
-            what,
-        };
-        let state =
-            State::parse(&self.state).ok_or_else(|| damaged(format!("state {:?}", self.state)))?;
-        let args =
-            serde_json::from_str(&self.args).map_err(|e| damaged(format!("arguments: {e}")))?;
-        let env =
-            serde_json::from_str(&self.env).map_err(|e| damaged(format!("environment: {e}")))?;
+            state: self.state.clone(),
+        })?;
+        let args = serde_json::from_str(&self.args).map_err(column("arguments"))?;
+        let env = serde_json::from_str(&self.env).map_err(column("environment"))?;
         Ok(Attempt {
             id: self.id,
             lane: self.lane,
@@ -560,6 +582,47 @@ mod tests {
         drop(conn);
         let err = Store::open(&path).expect_err("newer");
         assert!(err.to_string().contains("newer"), "{err}");
+    }
+
+    #[test]
+    fn a_damaged_row_is_named_with_its_column_and_the_parsers_cause() {
+        let dir = tempfile::tempdir().expect("temp");
+        let path = dir.path().join("queue.db");
+        let store = Store::open(&path).expect("open");
+        store
+            .insert(&attempt("a-1", "docs", 0, 10))
+            .expect("insert");
+        store
+            .conn
+            .execute("UPDATE attempts SET args = 'not json' WHERE id = 'a-1'", [])
+            .expect("damage the arguments");
+        let err = store.get("a-1").expect_err("damaged");
+        let Error::BadColumn {
+            id, column, source, ..
+        } = &err
+        else {
+            panic!("a damaged column: {err:?}")
+        };
+        assert_eq!((id.as_str(), *column), ("a-1", "arguments"), "{err}");
+        assert!(source.is_syntax(), "the parser's own error: {source:?}");
+        assert!(
+            !err.to_string().contains(&source.to_string()),
+            "the cause is not repeated in the message: {err}"
+        );
+        // The schema's CHECK keeps a state out; a damaged file is not held to it.
+        store
+            .conn
+            .pragma_update(None, "ignore_check_constraints", true)
+            .expect("pragma");
+        store
+            .conn
+            .execute("UPDATE attempts SET state = 'gone' WHERE id = 'a-1'", [])
+            .expect("damage the state");
+        let err = store.all().expect_err("damaged");
+        assert!(
+            matches!(&err, Error::BadState { state, .. } if state == "gone"),
+            "{err:?}"
+        );
     }
 
     #[test]
