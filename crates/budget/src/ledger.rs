@@ -8,7 +8,9 @@ use crate::observe::Observation;
 use crate::state::{Decision, State, WaitWhy};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use worklane_lease::{Acquired, Clock, Lease, Options, Request, SystemClock, acquire, rfc3339_ms};
+use worklane_lease::{
+    Acquired, Clock, Lease, Options, Refusal, Request, SystemClock, acquire, rfc3339_ms,
+};
 use worklane_slotfile::{SHARED_MODE, SlotDir, SlotPath};
 
 /// How long a take waits for calls to be left or a pause to end before it fails: 10 s.
@@ -65,14 +67,15 @@ pub struct Grant {
 pub enum Trouble {
     /// The budget's lock stayed busy: for [`LOCK_PATIENCE_MS`] (a take) or at its one try (an
     /// observation).
-    #[error("the budget lock {lock} stayed busy for {waited_ms} ms: {holder}")]
+    #[error("the budget lock {lock} stayed busy for {waited_ms} ms: {refusal}")]
     LockBusy {
         /// The lock's file name.
         lock: String,
         /// How long the ledger tried.
         waited_ms: u64,
-        /// Who holds it, as the lease layer's refusal says.
-        holder: String,
+        /// The lease layer's refusal at the last try: the holder's record as it was read (pid,
+        /// host, owner, since when), and why it counts as live (boxed: a large value).
+        refusal: Box<Refusal>,
     },
     /// The budget's lock could not be taken at all.
     #[error("cannot take the budget lock {lock}")]
@@ -445,7 +448,7 @@ impl Ledger {
                         return Err(Trouble::LockBusy {
                             lock: key.lock_name(),
                             waited_ms: patience_ms,
-                            holder: refusal.to_string(),
+                            refusal: Box::new(refusal),
                         });
                     }
                 }

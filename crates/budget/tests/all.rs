@@ -300,9 +300,16 @@ mod take {
                 Trouble::LockBusy {
                     lock: lock.clone(),
                     waited_ms: 500,
-                    holder: "held by pid 7".to_owned(),
+                    refusal: Box::new(worklane_lease::Refusal {
+                        resource: lock.clone(),
+                        holder: None,
+                        why: worklane_lease::LiveWhy::GuardHeld,
+                    }),
                 },
-                format!("the budget lock {lock} stayed busy for 500 ms: held by pid 7"),
+                format!(
+                    "the budget lock {lock} stayed busy for 500 ms: {lock} is held: a live \
+                     process holds its kernel guard"
+                ),
                 None,
             ),
             (
@@ -787,7 +794,23 @@ mod lock {
         assert_eq!(site.now() - start, LOCK_PATIENCE_MS, "waited exactly 0.5 s");
         assert!(!grant.counted);
         let why = grant.unaccounted.expect("says why");
-        assert!(matches!(why, Trouble::LockBusy { .. }), "{why:?}");
+        let Trouble::LockBusy { refusal, .. } = &why else {
+            panic!("the lock was busy: {why:?}")
+        };
+        let holder = refusal
+            .holder
+            .as_ref()
+            .expect("the holder's record was read");
+        assert_eq!(
+            (holder.pid(), holder.owner.as_deref()),
+            (Some(std::process::id()), Some("holder")),
+            "the holder, typed: {why}"
+        );
+        assert_eq!(
+            refusal.why,
+            worklane_lease::LiveWhy::GuardHeld,
+            "and why it counts as live: {why}"
+        );
         assert!(why.to_string().contains("busy"), "{why}");
         assert_eq!(site.state(&key)["resources"]["core"]["granted"], 0);
         // An observation tries once and never waits.
