@@ -5,6 +5,7 @@
 //! role lease that counts as held. Otherwise nothing is touched and the refusal says what is
 //! live. A dry run (the default) says what `--apply` would remove.
 
+use crate::chain::chain;
 use std::io::Write;
 use std::path::Path;
 use worklane_admission::{DrainState, Pool};
@@ -15,7 +16,6 @@ use worklane_slotfile::{Environment, SlotDir};
 /// A temp alias younger than this may belong to a publisher at work: left alone.
 pub(crate) const TEMP_MIN_AGE_MS: u64 = 60_000;
 
-/// How a reclaim run ended.
 /// A slot's state as a person reads it.
 fn state_words(state: &worklane_admission::SlotState) -> String {
     use worklane_admission::SlotState;
@@ -26,6 +26,7 @@ fn state_words(state: &worklane_admission::SlotState) -> String {
     }
 }
 
+/// How a reclaim run ended.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Outcome {
     /// Not a maintenance window (no STOP, no drain in force): nothing was touched. What is
@@ -187,24 +188,10 @@ pub(crate) fn run(
     Ok(Outcome::Done { removed, busy })
 }
 
-/// An error with its causes, for the report.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        let s = e.to_string();
-        if !text.contains(&s) {
-            text.push_str(": ");
-            text.push_str(&s);
-        }
-        source = e.source();
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
     use super::{Outcome, run};
+    use crate::chain::{assert_no_part_repeats, chain};
     use std::path::Path;
     use std::time::{Duration, SystemTime};
     use worklane_admission::{Stop, stop};
@@ -468,6 +455,38 @@ mod tests {
         assert!(said.contains("role-planner.lease"), "{said}");
         assert!(exists(&site.path(".old.lock.flock")));
         release(lease);
+    }
+
+    /// A run that fails, and its message.
+    fn failed(dir: &Path) -> String {
+        let mut out = Vec::new();
+        gate::quietly(|| run(&Environment::from_process(), Some(dir), true, &mut out))
+            .expect_err("the run fails")
+    }
+
+    #[test]
+    fn its_errors_are_said_with_each_part_once() {
+        // The errors a reclaim meets, met for real: each is said as the CLI says one (the same
+        // formatter), and no part repeats its cause, so nothing needs deduplicating.
+        let site = Site::new();
+        std::fs::write(site.path("config.json"), b"{").expect("a broken config");
+        let env = Environment::from_process().var("AGENT_SLOTS_DIR", site.temp.path());
+        let config = SlotDir::resolve_in(&env).expect_err("the config is broken");
+        assert_no_part_repeats(&config);
+        assert_eq!(failed(site.temp.path()), chain(&config), "a broken config");
+
+        let site = Site::new();
+        site.stop();
+        std::fs::create_dir(site.path(".x.lock.flock")).expect("a directory as a guard");
+        let guard =
+            gate::quietly(|| worklane_guard::is_held(site.dir(), site.temp.path(), "x.lock"))
+                .expect_err("a directory is no guard");
+        assert_no_part_repeats(&guard);
+        assert_eq!(
+            failed(site.temp.path()),
+            chain(&guard),
+            "a guard that cannot be probed"
+        );
     }
 
     #[test]

@@ -42,19 +42,8 @@ impl Failure {
     }
 }
 
-/// Renders an error with its chain of causes: `outer: inner: innermost`. Each library error
-/// says only what its own layer was doing and leaves its cause to its source, so every part is
-/// shown as it is.
-pub(crate) fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        text.push_str(": ");
-        text.push_str(&e.to_string());
-        source = e.source();
-    }
-    text
-}
+/// Errors are rendered with their chain of causes (shared with xtask, see `chain.rs`).
+pub(crate) use crate::chain::chain;
 
 impl From<worklane_slotfile::resolved::Error> for Failure {
     fn from(e: worklane_slotfile::resolved::Error) -> Failure {
@@ -156,6 +145,7 @@ impl From<worklane_slotfile::name::Error> for Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chain::assert_no_part_repeats;
 
     #[test]
     fn library_errors_map_to_the_documented_codes() {
@@ -229,20 +219,6 @@ mod tests {
             .code,
             CONFIG
         );
-    }
-
-    /// Each error of the chain says its own part only: no message holds its cause's text.
-    fn assert_no_part_repeats(error: &dyn std::error::Error) {
-        let mut current = error;
-        while let Some(cause) = current.source() {
-            let (outer, inner) = (current.to_string(), cause.to_string());
-            assert!(
-                !outer.contains(&inner),
-                "{outer:?} repeats its cause {inner:?}, shown as {:?}",
-                chain(error)
-            );
-            current = cause;
-        }
     }
 
     #[test]

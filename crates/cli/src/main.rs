@@ -4,6 +4,7 @@
 #![deny(unsafe_code)]
 
 mod budget;
+mod chain;
 mod cli;
 mod config;
 #[cfg(feature = "dispatcher")]

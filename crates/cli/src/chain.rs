@@ -1,0 +1,81 @@
+//! An error with its chain of causes, as both binaries print it: `outer: inner: innermost`.
+//!
+//! One formatter for the `worklane` CLI and for `cargo xtask` (which includes this file with
+//! `#[path]`: it is no library's API, so no library exports it for a sibling). Each library
+//! error says only what its own layer was doing and leaves its cause to `source()`, so every
+//! part is shown as it is, once, and nothing is deduplicated by searching the text.
+
+/// Renders `error` and each of its sources in turn, joined by `": "`.
+pub(crate) fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// Fails when a message of `error`'s chain holds its cause's text: the part would be shown
+/// twice by [`chain`].
+#[cfg(test)]
+pub(crate) fn assert_no_part_repeats(error: &dyn std::error::Error) {
+    let mut current = error;
+    while let Some(cause) = current.source() {
+        let (outer, inner) = (current.to_string(), cause.to_string());
+        assert!(
+            !outer.contains(&inner),
+            "{outer:?} repeats its cause {inner:?}, shown as {:?}",
+            chain(error)
+        );
+        current = cause;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{assert_no_part_repeats, chain};
+
+    /// A step of some layer, with the step below it as its source.
+    #[derive(Debug)]
+    struct Step(&'static str, Option<Box<Step>>);
+
+    impl std::fmt::Display for Step {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Step {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|s| s as _)
+        }
+    }
+
+    #[test]
+    fn every_part_is_shown_once_outermost_first() {
+        let error = Step(
+            "cannot take slot agent-0.lock",
+            Some(Box::new(Step(
+                "cannot read its record",
+                Some(Box::new(Step("permission denied", None))),
+            ))),
+        );
+        assert_eq!(
+            chain(&error),
+            "cannot take slot agent-0.lock: cannot read its record: permission denied"
+        );
+        assert_eq!(chain(&Step("alone", None)), "alone", "no cause, no colon");
+        assert_no_part_repeats(&error);
+    }
+
+    #[test]
+    #[should_panic(expected = "repeats its cause")]
+    fn a_message_holding_its_cause_is_caught() {
+        assert_no_part_repeats(&Step(
+            "cannot read: permission denied",
+            Some(Box::new(Step("permission denied", None))),
+        ));
+    }
+}
