@@ -79,6 +79,7 @@ mod other;
 #[cfg(not(any(target_os = "linux", target_os = "macos")))]
 use other as sys;
 
+pub use crate::parse::Malformed;
 pub use crate::place::Place;
 pub use crate::probe::probe;
 pub use crate::process::ProcessIdentity;

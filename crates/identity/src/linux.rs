@@ -5,6 +5,7 @@
 use std::fs;
 use std::io;
 use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
 
 use rustix::io::Errno;
 
@@ -31,9 +32,9 @@ pub(crate) fn read_place() -> Result<Place, place::Error> {
         path: BOOT_ID,
         source,
     })?;
-    let boot = uuid::parse_boot_id(&raw).map_err(|malformed| place::Error::MalformedBootId {
+    let boot = uuid::parse_boot_id(&raw).map_err(|source| place::Error::MalformedBootId {
         from: BOOT_ID,
-        detail: malformed.to_string(),
+        source,
     })?;
     let pidns = namespace(PID_NS)?.ok_or_else(|| place::Error::Read {
         path: PID_NS,
@@ -59,7 +60,7 @@ fn namespace(path: &'static str) -> Result<Option<u64>, place::Error> {
 
 /// Reads the start and state of `pid` from one read of `/proc/<pid>/stat`.
 pub(crate) fn snapshot(pid: u32) -> Result<Snapshot, process::Error> {
-    let path = format!("/proc/{pid}/stat");
+    let path = PathBuf::from(format!("/proc/{pid}/stat"));
     let bytes = match fs::read(&path) {
         Ok(bytes) => bytes,
         // ESRCH: the process was reaped between the open and the read.

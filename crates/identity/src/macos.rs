@@ -43,9 +43,9 @@ pub(crate) fn read_place() -> Result<Place, place::Error> {
         });
     }
     let boot =
-        uuid::parse_boot_id(&output.stdout).map_err(|malformed| place::Error::MalformedBootId {
+        uuid::parse_boot_id(&output.stdout).map_err(|source| place::Error::MalformedBootId {
             from: SYSCTL_COMMAND,
-            detail: malformed.to_string(),
+            source,
         })?;
     Ok(Place {
         host: place::hostname(),
@@ -75,9 +75,10 @@ pub(crate) fn snapshot(pid: u32) -> Result<Snapshot, process::Error> {
             exited: line.zombie,
         }),
         Ok(None) => Err(process::Error::NotFound { pid }),
-        Err(malformed) => Err(process::Error::Malformed {
+        Err(source) => Err(process::Error::Malformed {
             pid,
-            detail: format!("{}: {malformed}", ps::PS),
+            from: ps::PS.into(),
+            source,
         }),
     }
 }

@@ -6,12 +6,24 @@
 
 use std::fmt;
 
-/// Input that does not have the expected shape; the text names the part that was wrong.
+/// Input that does not have the expected shape: which part was wrong (`field 3 (state) is
+/// not one letter`). The cause of [`process::Error::Malformed`](crate::process::Error::Malformed)
+/// and [`place::Error::MalformedBootId`](crate::place::Error::MalformedBootId).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Malformed(pub(crate) &'static str);
+pub struct Malformed(pub(crate) &'static str);
+
+impl Malformed {
+    /// The part of the input that was wrong, in words.
+    #[must_use]
+    pub fn part(&self) -> &'static str {
+        self.0
+    }
+}
 
 impl fmt::Display for Malformed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.0)
     }
 }
+
+impl std::error::Error for Malformed {}

@@ -80,6 +80,7 @@ pub(crate) fn hostname() -> String {
 
 /// Why the place of the current process could not be read.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A file of `/proc` could not be read.
     #[error("cannot read {path}")]
@@ -91,12 +92,13 @@ pub enum Error {
         source: io::Error,
     },
     /// The boot id did not have the shape of a UUID.
-    #[error("the boot id read from {from} is malformed: {detail}")]
+    #[error("the boot id read from {from} is malformed")]
     MalformedBootId {
         /// The file or command it came from.
         from: &'static str,
         /// Which part was wrong.
-        detail: String,
+        #[source]
+        source: crate::parse::Malformed,
     },
     /// A helper program (Darwin `sysctl`) could not be run.
     #[error("cannot run {program}")]

@@ -218,6 +218,8 @@ fn check_process(pid: u32, target: Pid, recorded: u64, observe: &mut impl Observ
             error @ (process::Error::InvalidPid { .. }
             | process::Error::Spawn { .. }
             | process::Error::Malformed { .. }
+            | process::Error::OtherProcess { .. }
+            | process::Error::NoStart { .. }
             | process::Error::Unsupported { .. }),
         ) => unknown(UnknownReason::UnreadableIdentity {
             pid,

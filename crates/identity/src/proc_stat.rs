@@ -9,6 +9,7 @@
 
 use crate::parse::Malformed;
 use crate::process::{self, Snapshot};
+use std::path::Path;
 
 /// The fields of `/proc/<pid>/stat` that identity needs, all from one read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,15 +72,17 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Stat, Malformed> {
 /// What one read of `/proc/<pid>/stat` (its contents `bytes`, read from `path`) shows of
 /// `pid`: its start and whether it has exited. A file that names another process than the one
 /// asked for is malformed, never taken for it.
-pub(crate) fn snapshot(pid: u32, bytes: &[u8], path: &str) -> Result<Snapshot, process::Error> {
-    let stat = parse(bytes).map_err(|malformed| process::Error::Malformed {
+pub(crate) fn snapshot(pid: u32, bytes: &[u8], path: &Path) -> Result<Snapshot, process::Error> {
+    let stat = parse(bytes).map_err(|source| process::Error::Malformed {
         pid,
-        detail: format!("{path}: {malformed}"),
+        from: path.to_owned(),
+        source,
     })?;
     if stat.pid != pid {
-        return Err(process::Error::Malformed {
+        return Err(process::Error::OtherProcess {
             pid,
-            detail: format!("{path} names process {}", stat.pid),
+            path: path.to_owned(),
+            named: stat.pid,
         });
     }
     Ok(Snapshot {
@@ -245,7 +248,7 @@ mod tests {
 
     #[test]
     fn a_snapshot_is_of_the_process_asked_for() {
-        let path = "/proc/12/stat";
+        let path = Path::new("/proc/12/stat");
         let running = snapshot(12, &line(12, b"sleep", b'S', 77), path);
         assert_eq!(
             running.ok(),
@@ -264,14 +267,34 @@ mod tests {
         let other = snapshot(12, &line(13, b"sleep", b'S', 77), path)
             .expect_err("a stat file of process 13 must not be taken for process 12");
         assert!(
-            matches!(&other, process::Error::Malformed { pid: 12, detail } if detail.contains("names process 13")),
+            matches!(
+                &other,
+                process::Error::OtherProcess {
+                    pid: 12,
+                    named: 13,
+                    ..
+                }
+            ),
             "names both processes, got {other:?}"
         );
+        assert_eq!(
+            other.to_string(),
+            "/proc/12/stat names process 13, not 12",
+            "said with both"
+        );
         let garbled = snapshot(12, b"12 (sleep", path).expect_err("a cut line is malformed");
-        assert!(
-            matches!(&garbled, process::Error::Malformed { detail, .. }
-                if detail == "/proc/12/stat: no ')' closes the command name"),
-            "names the file and what is wrong, got {garbled:?}"
+        let process::Error::Malformed { from, source, .. } = &garbled else {
+            panic!("a cut line is malformed, got {garbled:?}")
+        };
+        assert_eq!(
+            (from.as_path(), source.part()),
+            (path, "no ')' closes the command name"),
+            "names the file, and what is wrong as its cause"
+        );
+        assert_eq!(
+            garbled.to_string(),
+            "the identity of process 12 read from /proc/12/stat is malformed",
+            "the cause is not repeated in the message"
         );
     }
 

@@ -1,7 +1,9 @@
 //! Who a process is: its pid and the start identity that tells it from a later process that
 //! reuses the pid.
 
+use crate::parse::Malformed;
 use std::io;
+use std::path::PathBuf;
 
 use rustix::process::Pid;
 
@@ -42,10 +44,7 @@ impl ProcessIdentity {
             Snapshot {
                 start: Some(start), ..
             } => Ok(Self { pid, start }),
-            Snapshot { start: None, .. } => Err(Error::Malformed {
-                pid,
-                detail: "the process has exited and its start time is gone".into(),
-            }),
+            Snapshot { start: None, .. } => Err(Error::NoStart { pid }),
         }
     }
 
@@ -77,6 +76,7 @@ pub(crate) struct Snapshot {
 
 /// Why the identity of a process could not be read.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The number cannot be a process id (0, or above the largest signed 32-bit integer).
     #[error("{pid} is not a process id")]
@@ -91,12 +91,12 @@ pub enum Error {
         pid: u32,
     },
     /// The process's entry exists but cannot be read.
-    #[error("cannot read {path}")]
+    #[error("cannot read {}", path.display())]
     Read {
         /// The pid.
         pid: u32,
         /// The file.
-        path: String,
+        path: PathBuf,
         /// The cause.
         #[source]
         source: io::Error,
@@ -113,12 +113,33 @@ pub enum Error {
         source: io::Error,
     },
     /// What was read does not have the expected shape.
-    #[error("the identity of process {pid} is malformed: {detail}")]
+    #[error("the identity of process {pid} read from {} is malformed", from.display())]
     Malformed {
         /// The pid.
         pid: u32,
+        /// The file read (Linux) or the program run (Darwin `ps`).
+        from: PathBuf,
         /// Which part was wrong.
-        detail: String,
+        #[source]
+        source: Malformed,
+    },
+    /// The process's entry names another process than the one asked for: it is never taken
+    /// for it.
+    #[error("{} names process {named}, not {pid}", path.display())]
+    OtherProcess {
+        /// The pid asked for.
+        pid: u32,
+        /// The file read.
+        path: PathBuf,
+        /// The pid the file names.
+        named: u32,
+    },
+    /// The process has exited and the platform no longer shows its start (a zombie under
+    /// Darwin `ps`): it has no identity left to read.
+    #[error("process {pid} has exited and its start time is gone")]
+    NoStart {
+        /// The pid.
+        pid: u32,
     },
     /// This platform is neither Linux nor macOS: a process's identity cannot be read.
     #[error("cannot read the identity of process {pid} on {os}: worklane supports Linux and macOS")]

@@ -219,8 +219,10 @@ fn malformed_process_output_is_unknown() {
     for error in [
         process::Error::Malformed {
             pid: PID,
-            detail: "ps printed more than one process".into(),
+            from: "/bin/ps".into(),
+            source: crate::Malformed("ps printed more than one process"),
         },
+        process::Error::NoStart { pid: PID },
         process::Error::Spawn {
             pid: PID,
             program: "/bin/ps",
