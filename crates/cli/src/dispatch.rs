@@ -381,7 +381,10 @@ fn log(event: &Event) {
             errln!("worklane: {now} started the driver of {attempt} (pid {pid})");
         }
         Event::StartFailed { attempt, error } => {
-            errln!("worklane: {now} cannot start the driver of {attempt}: {error}; queued again");
+            errln!(
+                "worklane: {now} cannot start the driver of {attempt}: {}; queued again",
+                exit::chain(error)
+            );
         }
         Event::Expired(ids) => {
             errln!(
@@ -394,7 +397,7 @@ fn log(event: &Event) {
                 errln!("worklane: {now} refused a {op}: {code}");
             }
         }
-        Event::Connection(what) => errln!("worklane: {now} connection: {what}"),
+        Event::Connection(error) => errln!("worklane: {now} connection: {}", exit::chain(error)),
         Event::Tick => {}
     }
 }

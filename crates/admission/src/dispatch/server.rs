@@ -97,8 +97,8 @@ pub enum Event {
     StartFailed {
         /// The attempt.
         attempt: String,
-        /// Why.
-        error: String,
+        /// Why (the launch callback's error).
+        error: std::io::Error,
     },
     /// A request was answered.
     Answered {
@@ -110,9 +110,30 @@ pub enum Event {
     /// Starting attempts expired back to the queue.
     Expired(Vec<String>),
     /// A connection failed (a peer that went away, a malformed message).
-    Connection(String),
+    Connection(ConnectionError),
     /// The loop went round (at least every [`TICK`]): it is alive.
     Tick,
+}
+
+/// Why one connection failed: its own trouble, reported as an [`Event`], never the server's.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectionError {
+    /// A waiting connection could not be accepted.
+    #[error("cannot accept a connection")]
+    Accept(#[source] std::io::Error),
+    /// The request could not be received whole.
+    #[error("cannot receive a request")]
+    Receive(#[source] transport::Error),
+    /// The reply could not be sent.
+    #[error("cannot send the reply to a {op}")]
+    Reply {
+        /// The request's op.
+        op: &'static str,
+        /// Why.
+        #[source]
+        source: transport::Error,
+    },
 }
 
 /// Starts an admitted attempt's driver and returns its pid.
@@ -274,10 +295,10 @@ impl<'a> Server<'a> {
                             Some(rustix::io::Errno::MFILE | rustix::io::Errno::NFILE)
                         ) && self.spare.is_some() =>
                     {
-                        self.refuse_for_want_of_descriptors(&e);
+                        self.refuse_for_want_of_descriptors(e);
                     }
                     Err(e) => {
-                        (self.report)(Event::Connection(format!("accept: {e}")));
+                        (self.report)(Event::Connection(ConnectionError::Accept(e)));
                         break;
                     }
                 }
@@ -294,7 +315,7 @@ impl<'a> Server<'a> {
 
     /// Out of descriptors: the spare one is given up to accept the waiting connection, which
     /// is told why and closed (with any descriptor it sent), then the spare is taken again.
-    fn refuse_for_want_of_descriptors(&mut self, error: &std::io::Error) {
+    fn refuse_for_want_of_descriptors(&mut self, error: std::io::Error) {
         drop(self.spare.take());
         if let Ok((stream, _)) = self.listener.accept() {
             let _ = stream.set_nonblocking(false);
@@ -312,7 +333,7 @@ impl<'a> Server<'a> {
                 &[],
             );
         }
-        (self.report)(Event::Connection(format!("accept: {error}")));
+        (self.report)(Event::Connection(ConnectionError::Accept(error)));
         self.spare = spare();
     }
 
@@ -334,11 +355,11 @@ impl<'a> Server<'a> {
                     attempt: admitted.attempt.id.clone(),
                     pid,
                 }),
-                Err(e) => {
+                Err(error) => {
                     self.dispatcher.unadmit(&admitted.attempt.id)?;
                     (self.report)(Event::StartFailed {
                         attempt: admitted.attempt.id.clone(),
-                        error: e.to_string(),
+                        error,
                     });
                     break;
                 }
@@ -387,7 +408,7 @@ impl<'a> Server<'a> {
                     let bytes = serde_json::to_vec(&reply).unwrap_or_default();
                     let _ = transport::send(&stream, &bytes, &[]);
                 }
-                (self.report)(Event::Connection(e.to_string()));
+                (self.report)(Event::Connection(ConnectionError::Receive(e)));
                 return Ok(());
             }
         };
@@ -420,8 +441,8 @@ impl<'a> Server<'a> {
         };
         let borrowed: Vec<_> = send.iter().map(AsFd::as_fd).collect();
         let bytes = serde_json::to_vec(&reply).unwrap_or_default();
-        if let Err(e) = transport::send(&stream, &bytes, &borrowed) {
-            (self.report)(Event::Connection(format!("reply to {op}: {e}")));
+        if let Err(source) = transport::send(&stream, &bytes, &borrowed) {
+            (self.report)(Event::Connection(ConnectionError::Reply { op, source }));
         }
         drop(borrowed);
         // Sent or not, our copies go: after a claim the driver holds the lane and the slot,
