@@ -78,7 +78,7 @@ pub fn write_entry(
     let mut bytes = serde_json::to_vec(&entry).unwrap_or_default();
     bytes.push(b'\n');
     dir.file(&entry_name(&attempt.lane))?
-        .replace(&bytes, worklane_slotfile::RECORD_MODE)?;
+        .rewrite(&bytes, worklane_slotfile::RECORD_MODE)?;
     Ok(())
 }
 
