@@ -13,6 +13,9 @@
 //! - `cargo xtask man [DIR]`: writes the man pages, `worklane.1` and `worklane-<command>.1`
 //!   for every command (nested ones as `worklane-lease-run.1`), into DIR (default
 //!   `target/man`), by running the CLI's own `worklane man --all DIR`.
+//! - `cargo xtask dist [DIR]`: builds the `worklane` binary to install (statically linked on
+//!   `*-linux-gnu`, so that it starts without the dynamic loader), checks that it takes a slot and runs a command
+//!   on a scratch directory, and copies it into DIR (default `target/dist`).
 //! - `cargo xtask mutants [--crate NAME]... [--shard K/N] [--iterate] [--list]`: mutation
 //!   testing of the library crates with `cargo mutants` (installed separately), each crate
 //!   measured by its own tests; see MUTANTS.md.
@@ -28,6 +31,7 @@ mod bench;
 /// The CLI's error-chain formatter, the same file: both binaries print an error's chain alike.
 #[path = "../../crates/cli/src/chain.rs"]
 mod chain;
+mod dist;
 mod reclaim;
 
 use std::process::{Command, ExitCode};
@@ -185,6 +189,11 @@ fn steps() -> Vec<Step> {
             args: words("test -p worklane --features fleet --test all fleet::"),
         },
         Step {
+            // The binary to install: statically linked, and run once on a scratch directory.
+            what: "the distributed binary",
+            args: words("run --quiet -p xtask -- dist"),
+        },
+        Step {
             what: "macOS compile check",
             args: macos,
         },
@@ -221,7 +230,7 @@ fn ci() -> ExitCode {
 
 const USAGE: &str = "usage: cargo xtask ci | cargo xtask conformance [--only ID] [--list] [-v] | \
                      cargo xtask reclaim-guards [--dir DIR] [--apply] | \
-                     cargo xtask man [DIR] | \
+                     cargo xtask man [DIR] | cargo xtask dist [DIR] | \
                      cargo xtask bench [--measurement-time SECS] [--table-only] | \
                      cargo xtask mutants [--crate NAME]... [--shard K/N] [--iterate] [--list]";
 
@@ -533,6 +542,12 @@ fn bench(args: &[String]) -> ExitCode {
 }
 
 /// The workspace's root directory (xtask's parent).
+/// The workspace's target directory (`CARGO_TARGET_DIR` or `target`).
+fn target_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace_root().join("target"), std::path::PathBuf::from)
+}
+
 fn workspace_root() -> std::path::PathBuf {
     let xtask = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     xtask.parent().unwrap_or(xtask).to_owned()
@@ -593,6 +608,7 @@ fn main() -> ExitCode {
         Some("man") => man(&args[1..]),
         Some("conformance") => conformance(&args[1..]),
         Some("bench") => bench(&args[1..]),
+        Some("dist") => dist::dist(&args[1..], &target_dir(), &workspace_root()),
         _ => {
             eprintln!("{USAGE}");
             ExitCode::from(exit::USAGE)

@@ -5,8 +5,7 @@ use signal_hook::consts::{SIGALRM, SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM, SI
 use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::Command;
+use std::os::unix::process::ExitStatusExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -159,17 +158,7 @@ pub(crate) fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Out
     let interactive = std::io::stdin().is_terminal();
     // Orphans of the command's tree are re-parented to us (Linux), so a halt still finds them.
     let reaping = crate::tree::become_subreaper();
-    let mut cmd = Command::new(program);
-    cmd.args(args).envs(env);
-    if !interactive {
-        cmd.process_group(0);
-    }
-    crate::sys::die_with_parent(&mut cmd);
-    #[allow(
-        clippy::disallowed_methods,
-        reason = "product code: the command is meant to inherit the slot it runs in"
-    )]
-    let spawned = cmd.spawn();
+    let spawned = crate::sys::spawn(program, args, &env, !interactive);
     // The command has its copy now (or failed to start): ours goes.
     drop(inherit);
     let child = spawned.map_err(|e| {
@@ -200,7 +189,6 @@ pub(crate) fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Out
         group: !interactive,
     });
 
-    let mut child = child;
     let mut next_check = Instant::now() + CHECK_EVERY;
     let mut halting: Option<(String, Instant)> = None;
     let mut killed = false;
@@ -343,7 +331,7 @@ fn exited(pid: rustix::process::Pid, reap: bool) -> std::io::Result<bool> {
 /// Dropping it removes the handlers' actions.
 struct Wakeup {
     read: std::os::unix::net::UnixStream,
-    write: std::os::unix::net::UnixStream,
+    write: Arc<std::os::fd::OwnedFd>,
     flags: Vec<(i32, Arc<AtomicBool>)>,
     ids: Vec<signal_hook::SigId>,
 }
@@ -354,7 +342,7 @@ impl Wakeup {
         read.set_nonblocking(true)?;
         Ok(Wakeup {
             read,
-            write,
+            write: Arc::new(write.into()),
             flags: Vec::new(),
             ids: Vec::new(),
         })
@@ -363,11 +351,10 @@ impl Wakeup {
     /// Catches `signal`: its flag is set, then the loop woken.
     fn register(&mut self, signal: i32) -> std::io::Result<()> {
         let flag = Arc::new(AtomicBool::new(false));
-        self.ids
-            .push(signal_hook::flag::register(signal, Arc::clone(&flag))?);
-        self.ids.push(signal_hook::low_level::pipe::register(
+        self.ids.push(crate::sys::on_signal(
             signal,
-            self.write.try_clone()?,
+            Arc::clone(&flag),
+            Arc::clone(&self.write),
         )?);
         self.flags.push((signal, flag));
         Ok(())

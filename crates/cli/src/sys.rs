@@ -1,46 +1,278 @@
-//! The one module of the CLI with `unsafe`: std's `Command::pre_exec` is an unsafe API (the
-//! closure runs in the forked child), and the parent-death signal can only be set there;
+//! The one module of the CLI with `unsafe`: starting the command (a `clone(CLONE_VM |
+//! CLONE_VFORK)` whose child sets the parent-death signal before its exec; rustix has no
+//! clone) and std's `Command::pre_exec` (its closure runs in the forked child) are unsafe;
 //! setting a variable of the process's environment (`--dir`) and taking an inherited
-//! descriptor by its number (`--status-fd`) are unsafe too.
+//! descriptor by its number (`--status-fd`) are unsafe too, and so is a signal handler's
+//! action.
 
 #![allow(unsafe_code)]
 
-use std::process::Command;
+/// A command started by [`spawn`]: its pid, reaped by [`Child::wait`].
+pub(crate) struct Child {
+    pid: rustix::process::Pid,
+}
 
-/// On Linux, makes the command's direct process receive SIGTERM when worklane dies
-/// (`PR_SET_PDEATHSIG`, see [prctl(2)]), so that a command whose supervisor was SIGKILLed does
-/// not run on without reason. It keeps its slot for as long as it runs (it inherits the
-/// slot's guard); the signal only tells it that nobody supervises it any more. If worklane died
-/// before the setting took effect (the child's parent is no longer worklane), the child sends
-/// itself the signal at once. Elsewhere this does nothing.
-///
-/// The signal fires when the thread that spawned the child ends: call this only from the
-/// thread that lives until the command is reaped (worklane's main thread).
-///
-/// [prctl(2)]: https://man7.org/linux/man-pages/man2/prctl.2.html
-#[cfg(target_os = "linux")]
-pub(crate) fn die_with_parent(cmd: &mut Command) {
-    use std::os::unix::process::CommandExt;
-    let parent = rustix::process::getpid();
-    // SAFETY: the closure runs in the child between fork and exec, where only async-signal-safe
-    // work is allowed. It makes three system calls through rustix (prctl, getppid, kill),
-    // which neither allocate nor take locks, and touches no state shared with the parent but
-    // the copied `Pid` value.
-    unsafe {
-        cmd.pre_exec(move || {
-            let signal = rustix::process::Signal::TERM;
-            rustix::process::set_parent_process_death_signal(Some(signal))?;
-            if rustix::process::getppid() != Some(parent) {
-                rustix::process::kill_process(rustix::process::getpid(), signal)?;
+impl Child {
+    /// Its pid.
+    pub(crate) fn id(&self) -> u32 {
+        self.pid.as_raw_nonzero().get().unsigned_abs()
+    }
+
+    /// Waits for it to end and reaps it.
+    pub(crate) fn wait(self) -> std::io::Result<std::process::ExitStatus> {
+        use std::os::unix::process::ExitStatusExt;
+        loop {
+            match rustix::process::waitpid(Some(self.pid), rustix::process::WaitOptions::empty()) {
+                Ok(Some((_, status))) => {
+                    return Ok(std::process::ExitStatus::from_raw(status.as_raw()));
+                }
+                Ok(None) => {}
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
             }
-            Ok(())
-        });
+        }
     }
 }
 
-/// No parent-death signal off Linux.
+/// Starts `program` with `args` (searched in `PATH` as execvp(3) does, a file without a
+/// `#!` line run by `/bin/sh`), this process's environment with `env` set, and every
+/// descriptor that is not close-on-exec. The command starts with the signal mask empty and
+/// SIGPIPE at its default (as std's `Command` does); a signal the caller ignores stays
+/// ignored. With `group`, it leads a process group of its own.
+///
+/// On Linux the command also gets SIGTERM when worklane dies (`PR_SET_PDEATHSIG`, see
+/// [prctl(2)]), so that a command whose supervisor was SIGKILLed does not run on without
+/// reason. It keeps its slot for as long as it runs (it inherits the slot's guard); the signal
+/// only tells it that nobody supervises it any more. If worklane died before the setting
+/// took effect (the child's parent is no longer worklane), the child sends itself the signal
+/// at once. The signal fires when the thread that spawned the child ends: call this only from
+/// the thread that lives until the command is reaped (worklane's main thread).
+///
+/// On Linux the child shares this process's memory until its exec (`clone(CLONE_VM |
+/// CLONE_VFORK)`, as `posix_spawn` does), instead of a copy of it (`fork`): the start costs
+/// no page tables copied and no page copied on write. Elsewhere std's `Command` starts it.
+///
+/// [prctl(2)]: https://man7.org/linux/man-pages/man2/prctl.2.html
+#[cfg(target_os = "linux")]
+pub(crate) fn spawn(
+    program: &std::ffi::OsStr,
+    args: &[std::ffi::OsString],
+    env: &[(&str, std::ffi::OsString)],
+    group: bool,
+) -> std::io::Result<Child> {
+    use std::ffi::{CString, OsStr, c_char, c_int, c_void};
+    use std::os::unix::ffi::OsStrExt;
+    use std::sync::atomic::{AtomicI32, Ordering};
+
+    let c = |bytes: &[u8]| {
+        CString::new(bytes).map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "the command line or the environment holds a NUL byte",
+            )
+        })
+    };
+    let program_c = c(program.as_bytes())?;
+    let mut argv_c = vec![program_c.clone()];
+    for arg in args {
+        argv_c.push(c(arg.as_bytes())?);
+    }
+    let mut env_c = Vec::new();
+    for (name, value) in std::env::vars_os() {
+        if !env.iter().any(|(set, _)| OsStr::new(set) == name) {
+            env_c.push(c(&[name.as_bytes(), b"=", value.as_bytes()].concat())?);
+        }
+    }
+    for (name, value) in env {
+        env_c.push(c(&[name.as_bytes(), b"=", value.as_bytes()].concat())?);
+    }
+    let argv: Vec<*const c_char> = argv_c
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    let envp: Vec<*const c_char> = env_c
+        .iter()
+        .map(|e| e.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+
+    /// What the child reads (the parent's memory, shared until the exec) and where it leaves
+    /// the error of a failed start.
+    struct Start {
+        program: *const c_char,
+        argv: *const *const c_char,
+        envp: *const *const c_char,
+        group: bool,
+        parent: c_int,
+        /// Signals this process catches (std's and the supervisor's handlers), which must be at
+        /// their default before the child can take a signal, and SIGPIPE (ignored by std).
+        defaults: [c_int; 11],
+        errno: AtomicI32,
+    }
+
+    /// The child, between clone and exec: only async-signal-safe calls, no allocation, and
+    /// nothing written but `errno` of `Start` (and, by libc, the shared thread's `errno`).
+    extern "C" fn child(start: *mut c_void) -> c_int {
+        // SAFETY: `start` points to the parent's `Start`, alive until the parent resumes,
+        // which is after this process has exec'd or exited (CLONE_VFORK).
+        let start = unsafe { &*(start as *const Start) };
+        let fail = |errno: c_int| -> c_int {
+            start.errno.store(errno.max(1), Ordering::SeqCst);
+            // SAFETY: _exit(2) ends this process at once, running nothing of the parent's.
+            unsafe { libc::_exit(127) }
+        };
+        // SAFETY: each call is async-signal-safe (signal-safety(7)) and is given pointers the
+        // parent prepared: the `Start` fields, or locals of this stack.
+        unsafe {
+            if start.group && libc::setpgid(0, 0) != 0 {
+                return fail(*libc::__errno_location());
+            }
+            for &signal in &start.defaults {
+                let mut old: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(signal, std::ptr::null(), &mut old) == 0
+                    && (signal == libc::SIGPIPE || old.sa_sigaction != libc::SIG_IGN)
+                    && old.sa_sigaction != libc::SIG_DFL
+                {
+                    let mut default: libc::sigaction = std::mem::zeroed();
+                    default.sa_sigaction = libc::SIG_DFL;
+                    libc::sigaction(signal, &default, std::ptr::null_mut());
+                }
+            }
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return fail(*libc::__errno_location());
+            }
+            if libc::getppid() != start.parent {
+                libc::kill(libc::getpid(), libc::SIGTERM);
+            }
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            libc::execvpe(start.program, start.argv, start.envp);
+            fail(*libc::__errno_location())
+        }
+    }
+
+    let start = Start {
+        program: program_c.as_ptr(),
+        argv: argv.as_ptr(),
+        envp: envp.as_ptr(),
+        group,
+        parent: rustix::process::getpid().as_raw_nonzero().get(),
+        defaults: [
+            libc::SIGPIPE,
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGCHLD,
+            libc::SIGTERM,
+            libc::SIGINT,
+            libc::SIGHUP,
+            libc::SIGQUIT,
+            libc::SIGUSR1,
+            libc::SIGUSR2,
+            libc::SIGALRM,
+        ],
+        errno: AtomicI32::new(0),
+    };
+    // The child's stack: room for execvp's own (a path buffer, and an argument vector when
+    // it runs a script through /bin/sh). Pages that are never touched cost nothing.
+    let size = 64 * 1024 + (argv.len() + 2) * std::mem::size_of::<*const c_char>() * 2;
+    let mut stack: Vec<u8> = Vec::with_capacity(size);
+    // SAFETY: within the allocation (capacity `size`); rounded down to the 16 bytes the ABI
+    // wants at a call.
+    let top = unsafe { stack.as_mut_ptr().add(size) };
+    let top = top.wrapping_sub(top as usize % 16);
+
+    // No handler may run in the child before its exec: every signal is blocked across the
+    // clone (the child unblocks them once their handlers are at their defaults).
+    // SAFETY: a sigset_t is plain bits (all zero is a valid value); sigfillset and
+    // pthread_sigmask write only to these locals, and the mask is restored below on every
+    // path.
+    let before = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut before: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut before);
+        before
+    };
+    // SAFETY: `child` runs on `stack` (alive across the call) with a pointer to `start`
+    // (alive too); CLONE_VFORK suspends this thread until the child has exec'd or exited, so
+    // nothing the child reads changes under it, and nothing of ours runs while it shares our
+    // memory. The flags ask for no thread, no shared descriptor table: a new process.
+    let pid = unsafe {
+        libc::clone(
+            child,
+            top.cast::<c_void>(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            std::ptr::addr_of!(start).cast_mut().cast::<c_void>(),
+        )
+    };
+    let cloned = (pid == -1).then(std::io::Error::last_os_error);
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &before, std::ptr::null_mut()) };
+    drop(stack);
+    if let Some(e) = cloned {
+        return Err(e);
+    }
+    let pid = rustix::process::Pid::from_raw(pid)
+        .ok_or_else(|| std::io::Error::other("clone(2) returned pid 0 to the parent"))?;
+    let child = Child { pid };
+    match start.errno.load(Ordering::SeqCst) {
+        0 => Ok(child),
+        errno => {
+            // It exited with 127 without running anything: reap it.
+            let _ = child.wait();
+            Err(std::io::Error::from_raw_os_error(errno))
+        }
+    }
+}
+
+/// Starts the command with std's `Command` (off Linux: no parent-death signal).
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn die_with_parent(_cmd: &mut Command) {}
+pub(crate) fn spawn(
+    program: &std::ffi::OsStr,
+    args: &[std::ffi::OsString],
+    env: &[(&str, std::ffi::OsString)],
+    group: bool,
+) -> std::io::Result<Child> {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(args).envs(env.iter().map(|(k, v)| (k, v)));
+    if group {
+        cmd.process_group(0);
+    }
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "product code: the command is meant to inherit the slot it runs in"
+    )]
+    let child = cmd.spawn()?;
+    let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX))
+        .ok_or_else(|| std::io::Error::other("the command got pid 0"))?;
+    // Reaped by `Child::wait` (dropping std's handle neither waits nor kills).
+    drop(child);
+    Ok(Child { pid })
+}
+
+/// Catches `signal`: its handler sets `flag`, then sends one byte on `wake` without waiting
+/// (a socket whose other end the supervisor's loop polls), so that the loop wakes and reads
+/// the flags. One handler per signal on one shared descriptor: registering costs two
+/// sigaction(2) calls, not a descriptor of its own per signal.
+pub(crate) fn on_signal(
+    signal: i32,
+    flag: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    wake: std::sync::Arc<std::os::fd::OwnedFd>,
+) -> std::io::Result<signal_hook::SigId> {
+    let action = move || {
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        // A full socket already holds a wake-up: losing this byte loses nothing.
+        let _ = rustix::net::send(&*wake, b"X", rustix::net::SendFlags::DONTWAIT);
+    };
+    // SAFETY: the action runs inside a signal handler, where only async-signal-safe work is
+    // allowed. It stores to an atomic and makes one send(2) through rustix's raw system call
+    // (no allocation, no lock, and errno untouched); the `Arc`s it holds are never dropped
+    // there (they go when the handler is unregistered, outside any handler).
+    unsafe { signal_hook::low_level::register(signal, action) }
+}
 
 /// Sets `AGENT_SLOTS_DIR` to `dir` in this process's environment (`--dir`), so that every
 /// resolution of the slot directory here and in every process worklane starts uses it.
@@ -93,7 +325,7 @@ pub(crate) fn claim_writable_fd(n: i32) -> Result<std::os::fd::OwnedFd, BadFd> {
 /// Makes the command start a session of its own (`setsid` between fork and exec): a detached
 /// driver has no controlling terminal and outlives the dispatcher's session.
 #[cfg(feature = "dispatcher")]
-pub(crate) fn detach(cmd: &mut Command, nofile: Option<rustix::process::Rlimit>) {
+pub(crate) fn detach(cmd: &mut std::process::Command, nofile: Option<rustix::process::Rlimit>) {
     use std::os::unix::process::CommandExt;
     // SAFETY: the closure runs in the child between fork and exec and makes at most two
     // system calls, setsid(2) and setrlimit(2), through rustix, on a copied plain value: no

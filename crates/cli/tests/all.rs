@@ -458,6 +458,56 @@ mod exits {
         );
     }
 
+    /// The command starts as a program started by a shell would: no signal blocked (worklane
+    /// blocks them all around its start), SIGPIPE at its default (std ignores it in
+    /// worklane) and no handler caught.
+    #[test]
+    fn the_command_starts_with_no_signal_blocked_and_sigpipe_at_its_default() {
+        let site = Site::new(None);
+        // grep itself is the command (a shell would block signals around its own forks).
+        let out = site.output(&[
+            "run",
+            "--",
+            "grep",
+            "-E",
+            "^Sig(Blk|Ign):",
+            "/proc/self/status",
+        ]);
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mask = |name: &str| {
+            let line = text
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .unwrap_or_else(|| panic!("{name} in {text}"));
+            u64::from_str_radix(line.trim(), 16).expect("hex")
+        };
+        assert_eq!(mask("SigBlk:"), 0, "nothing blocked: {text}");
+        assert_eq!(
+            mask("SigIgn:") & (1 << 12),
+            0,
+            "SIGPIPE not ignored: {text}"
+        );
+    }
+
+    #[test]
+    fn a_command_that_is_not_executable_exits_126_and_says_so() {
+        let site = Site::new(None);
+        let script = site.file("not-executable");
+        std::fs::write(&script, "#!/bin/sh\nexit 0\n").expect("script");
+        let out = site.output(&["run", "--", script.to_str().expect("utf-8")]);
+        assert_eq!(out.status.code(), Some(126), "{out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("permission denied"),
+            "{out:?}"
+        );
+        assert_eq!(
+            site.code(&["run", "--no-wait", "--", "true"]),
+            0,
+            "the slot is free again"
+        );
+    }
+
     #[test]
     fn every_catchable_job_signal_is_forwarded_and_the_slot_kept_meanwhile() {
         let site = Site::new(Some(r#"{"max_agents": 1}"#));

@@ -117,7 +117,7 @@ pub fn adopt(
             source,
         },
     })?;
-    path.replace(&bytes, RECORD_MODE)
+    path.rewrite(&bytes, RECORD_MODE)
         .map_err(|source| Error::Write {
             resource: resource(),
             source,

@@ -278,7 +278,7 @@ impl Lease {
             let bytes = record.to_bytes();
             lease
                 .path
-                .replace(&bytes, RECORD_MODE)
+                .rewrite(&bytes, RECORD_MODE)
                 .map_err(|source| Error::Write {
                     resource: lease.resource_owned(),
                     source,

@@ -314,22 +314,93 @@ impl SlotPath {
         self.replace_with(bytes, mode, at)
     }
 
+    /// Replaces a file whose contents matter only while the machine stays up (lock records:
+    /// a record of an earlier boot is stale whatever it holds), as [`SlotPath::replace`] does
+    /// for readers (old bytes or new, never a mix), but without the write-back that a rename
+    /// over a file with data starts on ext4 (`auto_da_alloc`), which the next removal of the
+    /// record then waits for: on Linux the temp file is exchanged with the file
+    /// (`renameat2(RENAME_EXCHANGE)`) and the temp name, now holding the old bytes, is
+    /// removed. Where the exchange is not supported, or there is no file to exchange with,
+    /// this is [`SlotPath::replace`]. After a power loss the new bytes may read as an empty
+    /// file, which every reader takes for a stale record (PROTOCOL.md section 4).
+    pub fn rewrite(&self, bytes: &[u8], mode: u32) -> Result<(), write::Error> {
+        self.replace_with_exchange(bytes, mode, &mut |_| {}, true)
+    }
+
+    /// Crash-test seam (feature `test-seams`): [`SlotPath::rewrite`] that calls `at` at each
+    /// [`Step`].
+    #[cfg(feature = "test-seams")]
+    pub fn rewrite_observed(
+        &self,
+        bytes: &[u8],
+        mode: u32,
+        at: &mut dyn FnMut(Step),
+    ) -> Result<(), write::Error> {
+        self.replace_with_exchange(bytes, mode, at, true)
+    }
+
     fn replace_with(
         &self,
         bytes: &[u8],
         mode: u32,
         at: &mut dyn FnMut(Step),
     ) -> Result<(), write::Error> {
+        self.replace_with_exchange(bytes, mode, at, false)
+    }
+
+    fn replace_with_exchange(
+        &self,
+        bytes: &[u8],
+        mode: u32,
+        at: &mut dyn FnMut(Step),
+        exchange: bool,
+    ) -> Result<(), write::Error> {
         // `_held` keeps the temp file's lock until the rename is done (see `write_temp`).
         let (temp, _held) = self.write_temp(bytes, mode)?;
         at(Step::TempWritten);
         let dir = self.dir.as_fd();
+        if exchange && self.exchange(&temp)? {
+            return Ok(());
+        }
         let renamed = rustix::fs::renameat(dir, temp.as_str(), dir, &*self.name);
         if let Err(e) = renamed {
             let _ = rustix::fs::unlinkat(dir, temp.as_str(), AtFlags::empty());
             return Err(self.error("rename a temp file over", e));
         }
         Ok(())
+    }
+
+    /// Exchanges the written temp file `temp` with the file and removes the temp name (which
+    /// then holds the old bytes). `Ok(false)` when the exchange cannot be made here (no file
+    /// to exchange with, a filesystem or system without it): the caller renames instead.
+    #[cfg(target_os = "linux")]
+    fn exchange(&self, temp: &str) -> Result<bool, write::Error> {
+        let dir = self.dir.as_fd();
+        match rustix::fs::renameat_with(
+            dir,
+            temp,
+            dir,
+            &*self.name,
+            rustix::fs::RenameFlags::EXCHANGE,
+        ) {
+            Ok(()) => {
+                // The old bytes under the temp name: a leftover if this fails (or a crash
+                // comes first), swept as any unheld temp file is (section 4).
+                let _ = rustix::fs::unlinkat(dir, temp, AtFlags::empty());
+                Ok(true)
+            }
+            Err(Errno::NOENT | Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP) => Ok(false),
+            Err(e) => {
+                let _ = rustix::fs::unlinkat(dir, temp, AtFlags::empty());
+                Err(self.error("exchange a temp file with", e))
+            }
+        }
+    }
+
+    /// No exchange off Linux: the caller renames.
+    #[cfg(not(target_os = "linux"))]
+    fn exchange(&self, _temp: &str) -> Result<bool, write::Error> {
+        Ok(false)
     }
 
     /// Publishes the file with `bytes` and mode exactly `mode` if no file has its name: the same

@@ -515,6 +515,46 @@ mod write {
         assert_eq!(names_in(t.path()), ["config.json"], "no temp left behind");
     }
 
+    /// `rewrite` (lock records): as `replace` for every reader, whether it exchanges the new
+    /// file with the old one (Linux) or renames over it; a reader that opened the old file
+    /// keeps reading the old bytes, and nothing is left under a temp name.
+    #[test]
+    fn rewrite_replaces_whole_records_creates_missing_ones_and_leaves_no_temp() {
+        let t = temp();
+        let p = slots(&t).file("agent-0.lock").expect("valid");
+        p.rewrite(b"first\n", RECORD_MODE)
+            .expect("a missing file is written (nothing to exchange with)");
+        let old = std::fs::File::open(t.path().join("agent-0.lock")).expect("open the old");
+        p.rewrite(b"second\n", 0o640).expect("rewrite");
+        assert_eq!(p.read().expect("read").as_deref(), Some(&b"second\n"[..]));
+        let meta = std::fs::metadata(t.path().join("agent-0.lock")).expect("stat");
+        assert_eq!(meta.mode() & 0o7777, 0o640, "the rewrite's mode");
+        assert_eq!(meta.nlink(), 1, "one name");
+        assert_eq!(
+            std::io::read_to_string(old).expect("read the old"),
+            "first\n",
+            "the old file is whole"
+        );
+        assert_eq!(
+            names_in(t.path()),
+            ["agent-0.lock"],
+            "the old bytes went with the temp name"
+        );
+        let victim = t.path().join("victim");
+        std::fs::write(&victim, b"precious").expect("write");
+        std::os::unix::fs::symlink(&victim, t.path().join("STOP")).expect("symlink");
+        let link = slots(&t).file("STOP").expect("valid");
+        link.rewrite(b"x", RECORD_MODE).expect("rewrite a link");
+        assert_eq!(std::fs::read(&victim).expect("read"), b"precious");
+        assert!(
+            std::fs::symlink_metadata(t.path().join("STOP"))
+                .expect("stat")
+                .is_file(),
+            "the name now holds a regular file"
+        );
+        assert_eq!(names_in(t.path()), ["STOP", "agent-0.lock", "victim"]);
+    }
+
     #[test]
     fn replace_over_a_read_only_file_works() {
         let t = temp();

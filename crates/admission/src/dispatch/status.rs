@@ -105,7 +105,7 @@ pub fn write_entry(
     let mut bytes = serde_json::to_vec(&entry).unwrap_or_default();
     bytes.push(b'\n');
     entry_path(dir, &attempt.lane)?
-        .replace(&bytes, worklane_slotfile::RECORD_MODE)
+        .rewrite(&bytes, worklane_slotfile::RECORD_MODE)
         .map_err(|source| Error::Write {
             lane: attempt.lane.clone(),
             source,
