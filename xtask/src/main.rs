@@ -222,37 +222,62 @@ const USAGE: &str = "usage: cargo xtask ci | cargo xtask conformance [--only ID]
                      cargo xtask bench [--measurement-time SECS] [--table-only] | \
                      cargo xtask mutants [--crate NAME]... [--shard K/N] [--iterate] [--list]";
 
-/// `cargo xtask conformance [RUNNER ARGS]`: builds the CLI and runs the protocol conformance
-/// kit (`conformance/run.py`, Python 3) against it, through the kit's worklane adapter.
+/// `cargo xtask conformance [RUNNER ARGS]`: builds the CLI (and `lease-holder`, the lease
+/// crate's helper the kit's `lock` action runs) and runs the protocol conformance kit
+/// (`conformance/run.py`, Python 3) against it, through the kit's worklane adapter.
 fn conformance(args: &[String]) -> ExitCode {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let root = workspace_root();
-    #[allow(
-        clippy::disallowed_methods,
-        reason = "not a test: builds the CLI and runs the kit in the foreground, holding no guard"
-    )]
-    let built = Command::new(&cargo)
-        .args(["build", "--quiet", "--package", "worklane"])
-        .current_dir(&root)
-        .status();
-    if !built.is_ok_and(|s| s.success()) {
-        eprintln!("xtask conformance: cannot build the worklane CLI");
-        return ExitCode::FAILURE;
+    // Two builds: the helper needs the lease crate's test seams, which must not reach the CLI
+    // under test (one build would unify the features).
+    let builds: [(&str, &[&str]); 2] = [
+        (
+            "the worklane CLI",
+            &["build", "--quiet", "--package", "worklane"],
+        ),
+        (
+            "lease-holder",
+            &[
+                "build",
+                "--quiet",
+                "--package",
+                "worklane-lease",
+                "--features",
+                "test-seams",
+                "--bin",
+                "lease-holder",
+            ],
+        ),
+    ];
+    for (what, args) in builds {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "not a test: builds the CLI and runs the kit in the foreground, holding no \
+                      guard"
+        )]
+        let built = Command::new(&cargo).args(args).current_dir(&root).status();
+        if !built.is_ok_and(|s| s.success()) {
+            eprintln!("xtask conformance: cannot build {what}");
+            return ExitCode::FAILURE;
+        }
     }
-    let binary = std::env::var_os("CARGO_TARGET_DIR")
+    let debug = std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| root.join("target"), std::path::PathBuf::from)
-        .join("debug")
-        .join("worklane");
-    #[allow(
-        clippy::disallowed_methods,
-        reason = "not a test: runs the kit in the foreground, holding no guard"
-    )]
-    let ran = Command::new("python3")
-        .arg(root.join("conformance").join("run.py"))
-        .args(args)
-        .env("WORKLANE", &binary)
-        .current_dir(&root)
-        .status();
+        .join("debug");
+    let run = |args: &[String]| {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "not a test: runs the kit in the foreground, holding no guard"
+        )]
+        Command::new("python3")
+            .arg(root.join("conformance").join("run.py"))
+            .args(args)
+            .env("WORKLANE", debug.join("worklane"))
+            .env("WORKLANE_LEASE_HOLDER", debug.join("lease-holder"))
+            .current_dir(&root)
+            .status()
+    };
+    let ran = run(args);
     match ran {
         Ok(status) if status.success() => ExitCode::SUCCESS,
         Ok(_) => ExitCode::FAILURE,
