@@ -9,6 +9,7 @@ names the PROTOCOL.md section it tests.
 
     python3 conformance/run.py [--adapter CMD] [--only SUBSTRING] [--list] [-v]
     python3 conformance/run.py --index > conformance/INDEX.md    # after adding cases
+    python3 conformance/run.py --cite                            # PROTOCOL.md's `Cases:` lines
 
 The adapter contract is in conformance/README.md. Linux only (records name real processes
 by /proc). Python 3.9 or later, standard library only.
@@ -891,6 +892,138 @@ def index(cases):
     return "\n".join(out)
 
 
+# --- PROTOCOL.md's citations of the cases -------------------------------------------------------
+
+PROTOCOL = os.path.join(os.path.dirname(HERE), "PROTOCOL.md")
+HEADING = re.compile(r"^(##|###) (\d+(?:\.\d+)?)\.? ")
+CITATION_WIDTH = 95
+
+
+def protocol_sections(lines):
+    """PROTOCOL.md's numbered sections, in order: `(number, heading line index, end index,
+    has subsections)`, a section's body being the lines after its heading up to the next
+    heading of either level (so a section with subsections has only its introduction).
+    Headings inside code fences are not headings."""
+    heads, fenced = [], False
+    for i, line in enumerate(lines):
+        if line.startswith("```"):
+            fenced = not fenced
+        m = None if fenced else HEADING.match(line)
+        if m:
+            heads.append((m.group(2), i, len(m.group(1))))
+        elif not fenced and line.startswith("#"):
+            heads.append((None, i, 0))
+    sections = []
+    for k, (number, at, level) in enumerate(heads):
+        if number is None:
+            continue
+        end = heads[k + 1][1] if k + 1 < len(heads) else len(lines)
+        parent = level == 2 and any(n and n.startswith(number + ".") for n, _, _ in heads)
+        sections.append((number, at, end, parent))
+    return sections
+
+
+def citation_at(lines, start, end):
+    """The `Cases:` paragraph in lines[start:end]: `(first, last + 1, text)` or None."""
+    for i in range(start, end):
+        if lines[i].startswith("Cases:"):
+            j = i + 1
+            while j < end and lines[j].strip() and not lines[j].startswith("#"):
+                j += 1
+            return i, j, " ".join(line.strip() for line in lines[i:j])
+    return None
+
+
+def citation(ids):
+    """The `Cases:` paragraph citing IDS, wrapped as the rest of PROTOCOL.md is."""
+    out, line = [], "Cases:"
+    for k, case_id in enumerate(ids):
+        word = f"`{case_id}`" + ("," if k + 1 < len(ids) else ".")
+        if len(line) + 1 + len(word) > CITATION_WIDTH:
+            out.append(line)
+            line = word
+        else:
+            line += " " + word
+    out.append(line)
+    return out
+
+
+def citation_problems(cases, text):
+    """Why PROTOCOL.md's citations are not the cases': each section that cases name must end
+    its text with the `Cases:` paragraph citing exactly them, in the kit's order (as `--cite`
+    writes it); a section without subsections that no case names must say `Cases: none`, with
+    why (it may point to other sections' cases, which must exist); no other section may cite
+    an id that is not one of its cases."""
+    lines = text.split("\n")
+    sections = protocol_sections(lines)
+    numbers = {number for number, _, _, _ in sections}
+    by_section = {}
+    for c in cases:
+        by_section.setdefault(c["section"], []).append(c["id"])
+    problems = [f"case {i} names section {s}, which PROTOCOL.md does not have"
+                for s, ids in by_section.items() if s not in numbers for i in ids]
+    known = {c["id"]: c["section"] for c in cases}
+    for number, at, end, parent in sections:
+        found = citation_at(lines, at + 1, end)
+        want = by_section.get(number, [])
+        if found is None:
+            if want:
+                problems.append(f"section {number} cites none of its {len(want)} cases")
+            elif not parent:
+                problems.append(f"section {number} has no `Cases:` line (`Cases: none`, and "
+                                f"why, when no case tests it)")
+            continue
+        # A case id is a section number, `-`, then words; other code in a `Cases: none` line
+        # (a path, a command) is not a citation.
+        cited = [w for w in re.findall(r"`([^`]+)`", found[2]) if re.match(r"^\d+(\.\d+)*-\S+$", w)]
+        none = found[2].startswith("Cases: none")
+        for case_id in cited:
+            if case_id not in known:
+                problems.append(f"section {number} cites `{case_id}`, which is no case")
+            elif known[case_id] != number and not none:
+                problems.append(f"section {number} cites `{case_id}`, a case of section "
+                                f"{known[case_id]}")
+        missing = [i for i in want if i not in cited]
+        if missing:
+            problems.append(f"section {number} does not cite its cases {', '.join(missing)}")
+        elif want and [i for i in cited if i in want] != want:
+            problems.append(f"section {number} cites its cases out of the kit's order, or one "
+                            f"twice (`--cite` writes them in order)")
+        if not want and not found[2].startswith("Cases: none"):
+            problems.append(f"section {number}: no case tests it, so its line is `Cases: none`")
+    return problems
+
+
+def cite(cases, text):
+    """PROTOCOL.md with every section's `Cases:` paragraph written from the cases: replaced
+    where it stands, else added at the end of the section's text (`Cases: none in the kit.`
+    for a section without subsections that no case names; say why by hand)."""
+    lines = text.split("\n")
+    by_section = {}
+    for c in cases:
+        by_section.setdefault(c["section"], []).append(c["id"])
+    # From the end, so that earlier line numbers hold.
+    for number, at, end, parent in reversed(protocol_sections(lines)):
+        found = citation_at(lines, at + 1, end)
+        want = by_section.get(number)
+        if want:
+            new = citation(want)
+        elif found is not None and found[2].startswith("Cases: none"):
+            continue
+        elif parent:
+            continue
+        else:
+            new = ["Cases: none in the kit."]
+        if found is not None:
+            lines[found[0]:found[1]] = new
+            continue
+        last = end
+        while last > at + 1 and not lines[last - 1].strip():
+            last -= 1
+        lines[last:last] = [""] + new
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--adapter", help="the adapter command (default: the worklane adapter)")
@@ -898,6 +1031,11 @@ def main():
     ap.add_argument("--list", action="store_true", help="list the cases and their sections")
     ap.add_argument("--index", action="store_true",
                     help="print INDEX.md: every case under the PROTOCOL.md section it tests")
+    ap.add_argument("--check-citations", action="store_true",
+                    help="check that PROTOCOL.md cites, under each section, exactly the cases "
+                         "that test it (its `Cases:` lines), and run nothing")
+    ap.add_argument("--cite", action="store_true",
+                    help="rewrite PROTOCOL.md's `Cases:` lines from the cases (after adding cases)")
     ap.add_argument("--cases", default=os.path.join(HERE, "cases"), help="the directory of case files")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
@@ -906,11 +1044,36 @@ def main():
     if args.index:
         sys.stdout.write(index(cases))
         return 0
+    if args.cite or args.check_citations:
+        every = load_cases(None, args.cases)
+        with open(PROTOCOL) as f:
+            text = f.read()
+        if args.cite:
+            with open(PROTOCOL, "w") as f:
+                f.write(cite(every, text))
+            return 0
+        problems = citation_problems(every, text)
+        for p in problems:
+            print(f"PROTOCOL.md: {p}")
+        print(f"PROTOCOL.md cites {len(every)} cases under their sections" if not problems else
+              "regenerate the citations with `python3 conformance/run.py --cite`")
+        return 1 if problems else 0
     if args.only is None and args.cases == os.path.join(HERE, "cases"):
         with open(os.path.join(HERE, "INDEX.md")) as f:
             if f.read() != index(cases):
                 print("conformance/INDEX.md is not the cases' index: regenerate it with "
                       "`python3 conformance/run.py --index > conformance/INDEX.md`")
+                return 1
+        # A copy of the kit without PROTOCOL.md beside it (a harness author's) runs all the
+        # same; in worklane's tree the citations must be the cases'.
+        if os.path.exists(PROTOCOL):
+            with open(PROTOCOL) as f:
+                problems = citation_problems(cases, f.read())
+            if problems:
+                for p in problems:
+                    print(f"PROTOCOL.md: {p}")
+                print("PROTOCOL.md does not cite the cases: regenerate its citations with "
+                      "`python3 conformance/run.py --cite`")
                 return 1
     if args.list:
         for c in cases:

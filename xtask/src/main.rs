@@ -9,7 +9,8 @@
 //!   something is live (it says what), 64 usage, 78 any other error (the directory, its
 //!   config, a file it cannot list, stat or unlink).
 //! - `cargo xtask conformance [--only ID] [--list] [-v]`: builds the CLI and runs the
-//!   protocol conformance kit (`conformance/run.py`) against it.
+//!   protocol conformance kit (`conformance/run.py`) against it, once PROTOCOL.md is seen to
+//!   cite every case under its section.
 //! - `cargo xtask man [DIR]`: writes the man pages, `worklane.1` and `worklane-<command>.1`
 //!   for every command (nested ones as `worklane-lease-run.1`), into DIR (default
 //!   `target/man`), by running the CLI's own `worklane man --all DIR`.
@@ -224,7 +225,8 @@ const USAGE: &str = "usage: cargo xtask ci | cargo xtask conformance [--only ID]
 
 /// `cargo xtask conformance [RUNNER ARGS]`: builds the CLI (and `lease-holder`, the lease
 /// crate's helper the kit's `lock` action runs) and runs the protocol conformance kit
-/// (`conformance/run.py`, Python 3) against it, through the kit's worklane adapter.
+/// (`conformance/run.py`, Python 3) against it, through the kit's worklane adapter, after
+/// checking that PROTOCOL.md cites every case under its section (`run.py --check-citations`).
 fn conformance(args: &[String]) -> ExitCode {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let root = workspace_root();
@@ -277,6 +279,15 @@ fn conformance(args: &[String]) -> ExitCode {
             .current_dir(&root)
             .status()
     };
+    // Whatever is asked (a subset, a listing), the citations must be the cases'.
+    match run(&["--check-citations".to_owned()]) {
+        Ok(status) if status.success() => {}
+        Ok(_) => return ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("xtask conformance: cannot run python3 conformance/run.py: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     let ran = run(args);
     match ran {
         Ok(status) if status.success() => ExitCode::SUCCESS,
