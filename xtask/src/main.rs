@@ -9,7 +9,8 @@
 //!   something is live (it says what), 64 usage, 78 any other error (the directory, its
 //!   config, a file it cannot list, stat or unlink).
 //! - `cargo xtask conformance [--only ID] [--list] [-v]`: builds the CLI and runs the
-//!   protocol conformance kit (`conformance/run.py`) against it.
+//!   protocol conformance kit (`conformance/run.py`) against it, once PROTOCOL.md is seen to
+//!   cite every case under its section.
 //! - `cargo xtask man [DIR]`: writes the man pages, `worklane.1` and `worklane-<command>.1`
 //!   for every command (nested ones as `worklane-lease-run.1`), into DIR (default
 //!   `target/man`), by running the CLI's own `worklane man --all DIR`.
@@ -234,37 +235,72 @@ const USAGE: &str = "usage: cargo xtask ci | cargo xtask conformance [--only ID]
                      cargo xtask bench [--measurement-time SECS] [--table-only] | \
                      cargo xtask mutants [--crate NAME]... [--shard K/N] [--iterate] [--list]";
 
-/// `cargo xtask conformance [RUNNER ARGS]`: builds the CLI and runs the protocol conformance
-/// kit (`conformance/run.py`, Python 3) against it, through the kit's worklane adapter.
+/// `cargo xtask conformance [RUNNER ARGS]`: builds the CLI (and `lease-holder`, the lease
+/// crate's helper the kit's `lock` action runs) and runs the protocol conformance kit
+/// (`conformance/run.py`, Python 3) against it, through the kit's worklane adapter, after
+/// checking that PROTOCOL.md cites every case under its section (`run.py --check-citations`).
 fn conformance(args: &[String]) -> ExitCode {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let root = workspace_root();
-    #[allow(
-        clippy::disallowed_methods,
-        reason = "not a test: builds the CLI and runs the kit in the foreground, holding no guard"
-    )]
-    let built = Command::new(&cargo)
-        .args(["build", "--quiet", "--package", "worklane"])
-        .current_dir(&root)
-        .status();
-    if !built.is_ok_and(|s| s.success()) {
-        eprintln!("xtask conformance: cannot build the worklane CLI");
-        return ExitCode::FAILURE;
+    // Two builds: the helper needs the lease crate's test seams, which must not reach the CLI
+    // under test (one build would unify the features).
+    let builds: [(&str, &[&str]); 2] = [
+        (
+            "the worklane CLI",
+            &["build", "--quiet", "--package", "worklane"],
+        ),
+        (
+            "lease-holder",
+            &[
+                "build",
+                "--quiet",
+                "--package",
+                "worklane-lease",
+                "--features",
+                "test-seams",
+                "--bin",
+                "lease-holder",
+            ],
+        ),
+    ];
+    for (what, args) in builds {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "not a test: builds the CLI and runs the kit in the foreground, holding no \
+                      guard"
+        )]
+        let built = Command::new(&cargo).args(args).current_dir(&root).status();
+        if !built.is_ok_and(|s| s.success()) {
+            eprintln!("xtask conformance: cannot build {what}");
+            return ExitCode::FAILURE;
+        }
     }
-    let binary = std::env::var_os("CARGO_TARGET_DIR")
+    let debug = std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| root.join("target"), std::path::PathBuf::from)
-        .join("debug")
-        .join("worklane");
-    #[allow(
-        clippy::disallowed_methods,
-        reason = "not a test: runs the kit in the foreground, holding no guard"
-    )]
-    let ran = Command::new("python3")
-        .arg(root.join("conformance").join("run.py"))
-        .args(args)
-        .env("WORKLANE", &binary)
-        .current_dir(&root)
-        .status();
+        .join("debug");
+    let run = |args: &[String]| {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "not a test: runs the kit in the foreground, holding no guard"
+        )]
+        Command::new("python3")
+            .arg(root.join("conformance").join("run.py"))
+            .args(args)
+            .env("WORKLANE", debug.join("worklane"))
+            .env("WORKLANE_LEASE_HOLDER", debug.join("lease-holder"))
+            .current_dir(&root)
+            .status()
+    };
+    // Whatever is asked (a subset, a listing), the citations must be the cases'.
+    match run(&["--check-citations".to_owned()]) {
+        Ok(status) if status.success() => {}
+        Ok(_) => return ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("xtask conformance: cannot run python3 conformance/run.py: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let ran = run(args);
     match ran {
         Ok(status) if status.success() => ExitCode::SUCCESS,
         Ok(_) => ExitCode::FAILURE,

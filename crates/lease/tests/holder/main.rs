@@ -1,7 +1,9 @@
 //! Test helper: a lease contender in a process of its own.
 //!
 //! `lease-holder DIR NAME OWNER [--ttl MS] [--clock-file PATH] [--pause-at STEP] [--wait-start]`
-//! acquires `NAME` in `DIR` and prints `held EPOCH PID` or `refused WHY`. Held, it then obeys
+//! acquires `NAME` in `DIR` and prints `held EPOCH PID` or `refused WHY` (or `error: name
+//! CLASS: WHY` when PROTOCOL.md section 2 refuses NAME, CLASS from the typed error: the
+//! conformance kit's `lock` action runs this helper for it). Held, it then obeys
 //! lines on stdin: `pulse`, `ensure`, `release` (each answered `ok`, `lost`, `busy` or
 //! `error: ...`); end of input drops the lease and exits.
 //!
@@ -28,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
+use worklane_guard::NameProblem;
 use worklane_lease::{
     Acquired, Clock, Control, Options, ProcessLiveness, Request, Step, TtlLiveness, acquire, held,
 };
@@ -69,6 +72,24 @@ fn answer(result: Result<(), held::Error>) -> &'static str {
         Err(held::Error::LeaseLost { .. }) => "lost",
         Err(held::Error::Busy { .. }) => "busy",
         Err(_) => "error",
+    }
+}
+
+/// The rule of PROTOCOL.md section 2 that refused a lock's name, as the conformance kit's
+/// `lock` action reports it (`error name CLASS`): read from the typed error, never its text.
+fn name_class(error: &acquire::Error) -> Option<&'static str> {
+    match error {
+        acquire::Error::NameTooLong { .. } => Some("too-long"),
+        acquire::Error::Name { source, .. } => Some(match source.problem {
+            NameProblem::Empty => "empty",
+            NameProblem::Dots => "dots",
+            NameProblem::Slash => "slash",
+            NameProblem::Nul => "nul",
+            NameProblem::LeadingDot => "leading-dot",
+            NameProblem::Reserved => "reserved",
+            NameProblem::TooLong => "too-long",
+        }),
+        _ => None,
     }
 }
 
@@ -131,7 +152,10 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
         Err(e) => {
-            say(&format!("error: {e}"));
+            match name_class(&e) {
+                Some(class) => say(&format!("error: name {class}: {e}")),
+                None => say(&format!("error: {e}")),
+            }
             return ExitCode::from(2);
         }
     };
