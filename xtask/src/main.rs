@@ -35,6 +35,7 @@ mod chain;
 mod dist;
 mod reclaim;
 
+use std::os::fd::AsFd;
 use std::process::{Command, ExitCode};
 
 /// The exit codes xtask shares with the `worklane` CLI (`crates/cli/src/exit.rs`, sysexits
@@ -543,7 +544,17 @@ fn bench(args: &[String]) -> ExitCode {
                 clippy::disallowed_methods,
                 reason = "not a test: builds and benches run in the foreground, holding no guard"
             )]
-            let ran = Command::new(&cargo).args(&args).current_dir(&root).status();
+            // Criterion reports on stdout: that goes to stderr, so that stdout is the table.
+            let ran = std::io::stderr()
+                .as_fd()
+                .try_clone_to_owned()
+                .and_then(|err| {
+                    Command::new(&cargo)
+                        .args(&args)
+                        .current_dir(&root)
+                        .stdout(err)
+                        .status()
+                });
             match ran {
                 Ok(status) if status.success() => {}
                 Ok(status) => {
