@@ -327,18 +327,6 @@ impl SlotPath {
         self.replace_with_exchange(bytes, mode, &mut |_| {}, true)
     }
 
-    /// Crash-test seam (feature `test-seams`): [`SlotPath::rewrite`] that calls `at` at each
-    /// [`Step`].
-    #[cfg(feature = "test-seams")]
-    pub fn rewrite_observed(
-        &self,
-        bytes: &[u8],
-        mode: u32,
-        at: &mut dyn FnMut(Step),
-    ) -> Result<(), write::Error> {
-        self.replace_with_exchange(bytes, mode, at, true)
-    }
-
     fn replace_with(
         &self,
         bytes: &[u8],

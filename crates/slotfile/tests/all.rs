@@ -555,6 +555,56 @@ mod write {
         assert_eq!(names_in(t.path()), ["STOP", "agent-0.lock", "victim"]);
     }
 
+    /// What `rewrite` is for: on ext4, a rename over a file that holds data starts writing the
+    /// new data back at once (`auto_da_alloc`: its blocks are allocated), which the release's
+    /// unlink then waits for; a record rewritten by exchange stays in delayed allocation.
+    /// `filefrag -v` shows which. Checked where the temp directory (`TMPDIR`) is on ext4 and
+    /// `filefrag` (e2fsprogs) is installed; `replace` is the control that the check can see a flush.
+    #[test]
+    fn a_rewritten_record_is_not_written_back_at_once_on_ext4() {
+        let t = temp();
+        let on_ext4 = rustix::fs::statfs(t.path()).is_ok_and(|s| s.f_type == 0xEF53);
+        let delalloc = |name: &str| -> Option<bool> {
+            let out = std::process::Command::new("filefrag")
+                .arg("-v")
+                .arg(t.path().join(name))
+                .output()
+                .ok()?;
+            out.status
+                .success()
+                .then(|| String::from_utf8_lossy(&out.stdout).contains("delalloc"))
+        };
+        let dir = slots(&t);
+        let replaced = dir.file("config.json").expect("valid");
+        replaced.publish(b"{}\n", RECORD_MODE).expect("publish");
+        replaced
+            .replace(b"{\"a\":1}\n", RECORD_MODE)
+            .expect("replace");
+        let Some(replace_delalloc) = delalloc("config.json").filter(|_| on_ext4) else {
+            eprintln!(
+                "skipped: {} is not on ext4, or filefrag is missing",
+                t.path().display()
+            );
+            return;
+        };
+        assert!(
+            !replace_delalloc,
+            "the control: ext4 allocated a renamed-over file's blocks"
+        );
+        let record = dir.file("agent-0.lock").expect("valid");
+        record.publish(b"first\n", RECORD_MODE).expect("publish");
+        record.rewrite(b"second\n", RECORD_MODE).expect("rewrite");
+        assert_eq!(
+            delalloc("agent-0.lock"),
+            Some(true),
+            "a rewritten record is not written back at the rewrite"
+        );
+        assert_eq!(
+            record.read().expect("read").as_deref(),
+            Some(&b"second\n"[..])
+        );
+    }
+
     #[test]
     fn replace_over_a_read_only_file_works() {
         let t = temp();
