@@ -568,7 +568,7 @@ mod write {
             let out = std::process::Command::new("filefrag")
                 .arg("-v")
                 .arg(t.path().join(name))
-                .output()
+                .output_gated()
                 .ok()?;
             out.status
                 .success()
