@@ -576,7 +576,10 @@ mod write {
         };
         let dir = slots(&t);
         let replaced = dir.file("config.json").expect("valid");
-        replaced.publish(b"{}\n", RECORD_MODE).expect("publish");
+        assert_eq!(
+            replaced.publish(b"{}\n", RECORD_MODE).expect("publish"),
+            Publish::Published
+        );
         replaced
             .replace(b"{\"a\":1}\n", RECORD_MODE)
             .expect("replace");
@@ -592,7 +595,10 @@ mod write {
             "the control: ext4 allocated a renamed-over file's blocks"
         );
         let record = dir.file("agent-0.lock").expect("valid");
-        record.publish(b"first\n", RECORD_MODE).expect("publish");
+        assert_eq!(
+            record.publish(b"first\n", RECORD_MODE).expect("publish"),
+            Publish::Published
+        );
         record.rewrite(b"second\n", RECORD_MODE).expect("rewrite");
         assert_eq!(
             delalloc("agent-0.lock"),
