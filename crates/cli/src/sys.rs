@@ -111,6 +111,10 @@ pub(crate) fn spawn(
         errno: AtomicI32,
     }
 
+    /// The handler of a job-control stop in the child before its exec: nothing (it runs on the
+    /// child's own stack, touching no memory), so that the stop is spent without stopping it.
+    extern "C" fn spend_stop(_: c_int) {}
+
     /// The child, between clone and exec: only async-signal-safe calls, no allocation, and
     /// nothing written but `errno` of `Start` (and, by libc, the shared thread's `errno`).
     extern "C" fn child(start: *mut c_void) -> c_int {
@@ -137,6 +141,24 @@ pub(crate) fn spawn(
                     let mut default: libc::sigaction = std::mem::zeroed();
                     default.sa_sigaction = libc::SIG_DFL;
                     libc::sigaction(signal, &default, std::ptr::null_mut());
+                }
+            }
+            // A job-control stop that reaches this child before its exec (Ctrl-Z, a shell's
+            // `kill -TSTP` of the job) would stop it here, and with it worklane, which waits
+            // for the exec unable to stop itself, so that no shell ever sees the job stopped
+            // and continues it (and without a terminal the child has left the job's group,
+            // which SIGCONT reaches). Caught by a handler that does nothing, it is spent before
+            // the exec instead; the exec resets the handler to the default, so the command
+            // starts as it would have, and worklane, which the stop reached too, stops itself.
+            for signal in [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU] {
+                let mut old: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(signal, std::ptr::null(), &mut old) == 0
+                    && old.sa_sigaction == libc::SIG_DFL
+                {
+                    let mut spend: libc::sigaction = std::mem::zeroed();
+                    spend.sa_sigaction = spend_stop as extern "C" fn(c_int) as libc::sighandler_t;
+                    spend.sa_flags = libc::SA_RESTART;
+                    libc::sigaction(signal, &spend, std::ptr::null_mut());
                 }
             }
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {

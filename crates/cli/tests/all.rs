@@ -622,6 +622,109 @@ mod exits {
     }
 }
 
+/// The start of the command (a `clone(CLONE_VM | CLONE_VFORK)`: worklane waits, unable to stop,
+/// until its child has exec'd) against signals that reach the child before its exec.
+mod start {
+    use super::*;
+    use rustix::process::{Pid, Signal};
+    use std::os::unix::process::CommandExt;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// The state letter of `/proc/PID/stat` (`T` stopped, `D` in the kernel, ...).
+    fn state(pid: u32) -> Option<char> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(") ")?.1.chars().next()
+    }
+
+    /// `pid`'s children and their states, for a message.
+    fn children(pid: u32) -> String {
+        let listed =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        listed
+            .split_whitespace()
+            .map(|c| format!("{c} {:?}", c.parse().ok().and_then(state)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Ctrl-Z at the moment `worklane run` starts its command, again and again, with a
+    /// job-control shell's answer: the job (worklane's group) is sent SIGTSTP, and SIGCONT
+    /// once the shell sees worklane stopped. A SIGTSTP that reached the child before its exec
+    /// used to stop it there (blocked across the clone, pending, acted on at the unmask, and,
+    /// without a terminal, after the child had left the job's group for its own): worklane,
+    /// waiting for the exec, never stopped, so the shell never continued anything, and the
+    /// run hung for good (SIGTERM and SIGINT are blocked there; only SIGKILL ended it). Now
+    /// a stop meant for the job stops worklane, and the command runs or stops after its exec.
+    #[test]
+    fn ctrl_z_at_the_moment_of_the_start_never_hangs_the_run() {
+        let site = Site::new(None);
+        for interactive in [false, true] {
+            for round in 0..60 {
+                let mut cmd = site.worklane();
+                cmd.args(["run", "--", "true"]).process_group(0);
+                if interactive {
+                    // A terminal on stdin (a pty's master side is one): the command stays in
+                    // worklane's group, as in a shell's foreground job.
+                    let tty = std::fs::OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .open("/dev/ptmx")
+                        .expect("open a pty");
+                    cmd.stdin(tty);
+                }
+                let mut run = cmd.spawn_gated().expect("spawn worklane");
+                let pid = run.id();
+                let group = Pid::from_raw(pid as i32).expect("pid");
+                let done = Arc::new(AtomicBool::new(false));
+                let shell = {
+                    let done = Arc::clone(&done);
+                    std::thread::spawn(move || {
+                        // Stops at varied moments, each followed by time to run.
+                        let mut pause = u64::from(pid);
+                        while !done.load(Ordering::SeqCst) {
+                            if rustix::process::kill_process_group(group, Signal::TSTP).is_err() {
+                                return;
+                            }
+                            std::thread::sleep(Duration::from_micros(200));
+                            if state(pid) == Some('T') {
+                                let _ = rustix::process::kill_process_group(group, Signal::CONT);
+                            }
+                            pause = (pause * 1_103_515_245 + 12_345) % (1 << 31);
+                            std::thread::sleep(Duration::from_micros(100 + pause % 1_500));
+                        }
+                    })
+                };
+                let deadline = Instant::now() + Duration::from_secs(10);
+                let status = loop {
+                    if let Some(status) = run.try_wait().expect("try_wait") {
+                        break Some(status);
+                    }
+                    if Instant::now() > deadline {
+                        break None;
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                };
+                done.store(true, Ordering::SeqCst);
+                shell.join().expect("the shell thread");
+                let Some(status) = status else {
+                    let seen =
+                        format!("worklane {:?}, its children: {}", state(pid), children(pid));
+                    let _ = rustix::process::kill_process(group, Signal::KILL);
+                    panic!(
+                        "run {round} (terminal: {interactive}) hung after a stop at its start: \
+                         {seen}"
+                    );
+                };
+                assert!(
+                    status.success(),
+                    "run {round} (terminal: {interactive}): {status}"
+                );
+            }
+        }
+    }
+}
+
 mod output {
     use super::*;
     use std::io::Read;
