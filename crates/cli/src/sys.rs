@@ -36,7 +36,9 @@ impl Child {
 
 /// Starts `program` with `args` (searched in `PATH` as execvp(3) does, a file without a
 /// `#!` line run by `/bin/sh`), this process's environment with `env` set, and every
-/// descriptor that is not close-on-exec. The command starts with the signal mask empty and
+/// descriptor that is not close-on-exec. The search reads this process's `PATH`, which is the
+/// command's as long as `env` does not set one (it never does: worklane's variables only);
+/// std's `Command`, and a shell's `PATH=... cmd`, would search the new one. The command starts with the signal mask empty and
 /// SIGPIPE at its default (as std's `Command` does); a signal the caller ignores stays
 /// ignored. With `group`, it leads a process group of its own.
 ///
@@ -72,6 +74,10 @@ pub(crate) fn spawn(
             )
         })
     };
+    debug_assert!(
+        env.iter().all(|(name, _)| *name != "PATH"),
+        "the search for the program reads worklane's PATH, not one set for the command"
+    );
     let program_c = c(program.as_bytes())?;
     let mut argv_c = vec![program_c.clone()];
     for arg in args {
@@ -296,6 +302,24 @@ pub(crate) fn on_signal(
     unsafe { signal_hook::low_level::register(signal, action) }
 }
 
+/// Unblocks `signals` in this thread's signal mask. A caller may start worklane with signals
+/// blocked (the mask is inherited through exec), and a blocked signal never reaches the
+/// handler installed for it: call this once the handlers are in place, from the thread that
+/// waits for them (a signal that came while blocked is handled now).
+pub(crate) fn unblock(signals: &[i32]) {
+    // SAFETY: a sigset_t is plain bits (all zero is a valid value); sigemptyset and sigaddset
+    // write only to this local, and pthread_sigmask only reads it and changes this thread's
+    // mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for &signal in signals {
+            libc::sigaddset(&mut set, signal);
+        }
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+    }
+}
+
 /// Sets `AGENT_SLOTS_DIR` to `dir` in this process's environment (`--dir`), so that every
 /// resolution of the slot directory here and in every process worklane starts uses it.
 ///
@@ -488,6 +512,31 @@ pub(crate) fn parse_sigign(status: &str) -> Option<Vec<i32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A NUL byte cannot be passed to exec(2): refused before anything starts, saying so
+    /// (`run` maps it to 126, the command cannot be executed). No caller's argument or
+    /// variable can hold one; this guards the values worklane sets itself.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_nul_byte_in_the_command_or_its_environment_is_refused_before_anything_starts() {
+        use std::ffi::{OsStr, OsString};
+        let plain = [OsString::from("x")];
+        let nul = [OsString::from("a\0b")];
+        let cases: [(&OsStr, &[OsString], Vec<(&str, OsString)>); 3] = [
+            (OsStr::new("tr\0ue"), &plain, vec![]),
+            (OsStr::new("true"), &nul, vec![]),
+            (
+                OsStr::new("true"),
+                &plain,
+                vec![("WORKLANE_RESOURCE", "a\0b".into())],
+            ),
+        ];
+        for (program, args, env) in cases {
+            let err = spawn(program, args, &env, true).err().expect("refused");
+            assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
+            assert!(err.to_string().contains("NUL byte"), "{err}");
+        }
+    }
 
     #[test]
     fn the_ignored_mask_is_read_bit_by_signal() {

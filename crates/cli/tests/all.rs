@@ -648,6 +648,153 @@ mod start {
             .join(", ")
     }
 
+    /// The child between clone and exec shares worklane's memory: every signal worklane
+    /// catches must be one whose handler the child puts back to its default first (the list
+    /// in `sys::spawn`), or a signal arriving there would run worklane's handler in the
+    /// child. The command itself starts with no handler (the child's own, for job-control
+    /// stops, is reset by the exec).
+    #[test]
+    fn worklane_catches_only_signals_its_child_resets_and_the_command_none() {
+        let site = Site::new(None);
+        let out = site.output(&[
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "grep SigCgt /proc/$PPID/status; exec cat /proc/self/status",
+        ]);
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let masks: Vec<u64> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("SigCgt:"))
+            .map(|h| u64::from_str_radix(h.trim(), 16).expect("hex"))
+            .collect();
+        let [worklane, command] = masks[..] else {
+            panic!("two SigCgt lines: {text}");
+        };
+        let reset = [
+            Signal::PIPE,
+            Signal::SEGV,
+            Signal::BUS,
+            Signal::CHILD,
+            Signal::TERM,
+            Signal::INT,
+            Signal::HUP,
+            Signal::QUIT,
+            Signal::USR1,
+            Signal::USR2,
+            Signal::ALARM,
+        ]
+        .iter()
+        .fold(0u64, |m, s| m | 1 << (s.as_raw() - 1));
+        assert_eq!(
+            worklane & !reset,
+            0,
+            "worklane catches signals its child leaves caught: {worklane:#x}"
+        );
+        assert_eq!(command, 0, "the command starts with no handler: {text}");
+    }
+
+    /// The child's stack holds what execvp(3) puts on it: a path buffer per entry of `PATH`
+    /// tried, and for a file without `#!` an argument vector for `/bin/sh` as long as the
+    /// command's. A name found after hundreds of entries of a `PATH` longer than `PATH_MAX`,
+    /// a script without a shebang, fifty thousand arguments: all arrive.
+    #[test]
+    fn a_long_argument_list_reaches_a_script_found_late_in_a_long_path() {
+        let site = Site::new(None);
+        let bin = site.file("bin");
+        std::fs::create_dir(&bin).expect("mkdir");
+        let script = bin.join("count-args");
+        std::fs::write(&script, "echo \"$# $1 ${50000}\"\n").expect("script");
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+        let mut path: String = (0..400)
+            .map(|i| format!("{}/missing-{i:04}:", site.temp.path().display()))
+            .collect();
+        path.push_str(bin.to_str().expect("utf-8"));
+        path.push_str(":/usr/bin:/bin");
+        assert!(path.len() > 4096, "longer than PATH_MAX");
+        let args: Vec<String> = (1..=50_000).map(|i| i.to_string()).collect();
+        let out = site
+            .worklane()
+            .args(["run", "--", "count-args"])
+            .args(&args)
+            .env("PATH", &path)
+            .output_gated()
+            .expect("run");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "50000 1 50000");
+    }
+
+    /// A caller that starts worklane with signals blocked (the mask is inherited through exec,
+    /// as from a thread that blocked them to wait for them itself): the command starts with
+    /// none blocked, and worklane still passes SIGTERM on and sees its command end at once.
+    /// A blocked signal never reached worklane's handler, so SIGTERM was never forwarded and
+    /// the command ran on.
+    #[test]
+    fn signals_the_caller_blocked_are_still_forwarded_and_the_command_starts_unblocked() {
+        let site = Site::new(None);
+        let mut run = Running::new(
+            site.command("python3")
+                .args([
+                    "-c",
+                    "import os, signal, sys\n\
+                     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT, \
+                     signal.SIGCHLD, signal.SIGHUP})\n\
+                     os.execv(sys.argv[1], sys.argv[1:])",
+                    env!("CARGO_BIN_EXE_worklane"),
+                    "run",
+                    "--",
+                    "sh",
+                    "-c",
+                    r#"grep SigBlk /proc/self/status > "$T/blocked"; trap 'echo got-term > "$T/term"; exit 9' TERM; touch "$T/up"; while :; do sleep 0.02; done"#,
+                ])
+                .env("AGENT_SLOTS_DIR", site.slots())
+                .env_remove("AGENT_SLOTS_CONFIG")
+                .env("T", site.temp.path())
+                .stdin(Stdio::null())
+                .spawn_gated()
+                .expect("spawn python3"),
+        );
+        wait_until("the command", || site.file("up").exists());
+        let blocked = std::fs::read_to_string(site.file("blocked")).expect("blocked");
+        assert_eq!(
+            blocked.trim().strip_prefix("SigBlk:").map(str::trim),
+            Some("0000000000000000"),
+            "the command starts with nothing blocked: {blocked}"
+        );
+        let pid = Pid::from_raw(run.id() as i32).expect("pid");
+        rustix::process::kill_process(pid, Signal::TERM).expect("TERM");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(status) = run.try_wait().expect("try_wait") {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "SIGTERM to worklane never reached its command (term file: {})",
+                site.file("term").exists()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(
+            status.code(),
+            Some(9),
+            "the command's status after its trap"
+        );
+        assert_eq!(
+            std::fs::read_to_string(site.file("term"))
+                .expect("the trap ran")
+                .trim(),
+            "got-term"
+        );
+    }
+
     /// Ctrl-Z at the moment `worklane run` starts its command, again and again, with a
     /// job-control shell's answer: the job (worklane's group) is sent SIGTSTP, and SIGCONT
     /// once the shell sees worklane stopped. A SIGTSTP that reached the child before its exec
