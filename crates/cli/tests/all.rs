@@ -353,6 +353,11 @@ mod exits {
     fn the_commands_status_is_the_exit_status() {
         let site = Site::new(None);
         assert_eq!(site.code(&["run", "--", "sh", "-c", "exit 7"]), 7);
+        assert_eq!(
+            site.code(&["run", "--", "sh", "-c", "exit 200"]),
+            200,
+            "above 127 too"
+        );
         assert_eq!(site.code(&["run", "--", "true"]), 0);
         let out = site.output(&["run", "--", "sh", "-c", "kill -TERM $$"]);
         assert_eq!(
@@ -729,6 +734,97 @@ mod start {
             String::from_utf8_lossy(&out.stderr)
         );
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "50000 1 50000");
+    }
+
+    /// A directory is no command, named by its path or found in `PATH` (where execvp(3)
+    /// goes on past it): 126, as a shell says, and the slot let go.
+    #[test]
+    fn a_directory_as_the_command_exits_126() {
+        let site = Site::new(None);
+        let bin = site.file("bin");
+        std::fs::create_dir_all(bin.join("tool")).expect("mkdir");
+        let out = site.output(&["run", "--", bin.to_str().expect("utf-8")]);
+        assert_eq!(out.status.code(), Some(126), "{out:?}");
+        let out = site
+            .worklane()
+            .args(["run", "--", "tool"])
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .output_gated()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(126), "{out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("tool: permission denied"),
+            "{out:?}"
+        );
+        assert_eq!(
+            site.code(&["run", "--no-wait", "--", "true"]),
+            0,
+            "released"
+        );
+    }
+
+    /// SIGUSR1 to worklane again and again from the moment its handler is in place, across
+    /// the start of the command: blocked in worklane while the child shares its memory,
+    /// never handled there, then forwarded. Every run ends, its command having got the
+    /// signal (its trap's status, or killed by it before the trap was set).
+    #[test]
+    fn a_signal_storm_across_the_start_is_forwarded_and_never_hangs() {
+        use std::os::unix::process::ExitStatusExt;
+        let site = Site::new(None);
+        let caught = |pid: u32| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            let mask = status.lines().find_map(|l| l.strip_prefix("SigCgt:"))?;
+            Some(u64::from_str_radix(mask.trim(), 16).ok()? & (1 << 9) != 0)
+        };
+        for round in 0..30 {
+            let mut run = site
+                .worklane()
+                .args(["run", "--", "sh", "-c"])
+                .arg(r#"trap 'exit 5' USR1; while :; do sleep 0.01; done"#)
+                .stderr(Stdio::piped())
+                .spawn_gated()
+                .expect("spawn worklane");
+            let pid = run.id();
+            // Until the handler is in place, SIGUSR1 would end worklane by its default.
+            while caught(pid) == Some(false) {
+                std::thread::yield_now();
+            }
+            let done = Arc::new(AtomicBool::new(false));
+            let storm = {
+                let done = Arc::clone(&done);
+                std::thread::spawn(move || {
+                    let target = Pid::from_raw(pid as i32).expect("pid");
+                    while !done.load(Ordering::SeqCst) {
+                        if rustix::process::kill_process(target, Signal::USR1).is_err() {
+                            return;
+                        }
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                })
+            };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let status = loop {
+                if let Some(status) = run.try_wait().expect("try_wait") {
+                    break Some(status);
+                }
+                if Instant::now() > deadline {
+                    break None;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            };
+            done.store(true, Ordering::SeqCst);
+            storm.join().expect("the storm");
+            let status = status.unwrap_or_else(|| panic!("run {round} hung: {:?}", state(pid)));
+            assert!(
+                status.code() == Some(5) || status.signal() == Some(Signal::USR1.as_raw()),
+                "run {round}: the command got SIGUSR1: {status}"
+            );
+        }
+        assert_eq!(
+            site.code(&["run", "--no-wait", "--", "true"]),
+            0,
+            "released"
+        );
     }
 
     /// A caller that starts worklane with signals blocked (the mask is inherited through exec,
