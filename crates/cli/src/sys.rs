@@ -520,19 +520,18 @@ mod tests {
     #[test]
     fn a_nul_byte_in_the_command_or_its_environment_is_refused_before_anything_starts() {
         use std::ffi::{OsStr, OsString};
-        let plain = [OsString::from("x")];
-        let nul = [OsString::from("a\0b")];
-        let cases: [(&OsStr, &[OsString], Vec<(&str, OsString)>); 3] = [
-            (OsStr::new("tr\0ue"), &plain, vec![]),
-            (OsStr::new("true"), &nul, vec![]),
-            (
-                OsStr::new("true"),
-                &plain,
-                vec![("WORKLANE_RESOURCE", "a\0b".into())],
-            ),
-        ];
-        for (program, args, env) in cases {
-            let err = spawn(program, args, &env, true).err().expect("refused");
+        let refused = |program: &str, args: &[&str], env: &[(&'static str, &str)]| {
+            let args: Vec<OsString> = args.iter().map(OsString::from).collect();
+            let env: Vec<(&str, OsString)> = env.iter().map(|(k, v)| (*k, v.into())).collect();
+            spawn(OsStr::new(program), &args, &env, true)
+                .err()
+                .expect("refused")
+        };
+        for err in [
+            refused("tr\0ue", &["x"], &[]),
+            refused("true", &["a\0b"], &[]),
+            refused("true", &["x"], &[("WORKLANE_RESOURCE", "a\0b")]),
+        ] {
             assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
             assert!(err.to_string().contains("NUL byte"), "{err}");
         }
