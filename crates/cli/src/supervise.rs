@@ -147,7 +147,8 @@ pub(crate) fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Out
             format!("cannot install signal handlers: {e}"),
         )
     })?;
-    for &signal in forwarded.iter().chain(&[SIGCHLD]) {
+    let handled: Vec<i32> = forwarded.iter().copied().chain([SIGCHLD]).collect();
+    for &signal in &handled {
         wake.register(signal).map_err(|e| {
             Failure::new(
                 exit::OS_ERROR,
@@ -155,6 +156,9 @@ pub(crate) fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Out
             )
         })?;
     }
+    // A caller may have started us with some of them blocked: they would never reach the
+    // handlers, and a SIGTERM for the command would stay pending here.
+    crate::sys::unblock(&handled);
     let interactive = std::io::stdin().is_terminal();
     // Orphans of the command's tree are re-parented to us (Linux), so a halt still finds them.
     let reaping = crate::tree::become_subreaper();

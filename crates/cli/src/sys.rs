@@ -36,7 +36,9 @@ impl Child {
 
 /// Starts `program` with `args` (searched in `PATH` as execvp(3) does, a file without a
 /// `#!` line run by `/bin/sh`), this process's environment with `env` set, and every
-/// descriptor that is not close-on-exec. The command starts with the signal mask empty and
+/// descriptor that is not close-on-exec. The search reads this process's `PATH`, which is the
+/// command's as long as `env` does not set one (it never does: worklane's variables only);
+/// std's `Command`, and a shell's `PATH=... cmd`, would search the new one. The command starts with the signal mask empty and
 /// SIGPIPE at its default (as std's `Command` does); a signal the caller ignores stays
 /// ignored. With `group`, it leads a process group of its own.
 ///
@@ -72,6 +74,10 @@ pub(crate) fn spawn(
             )
         })
     };
+    debug_assert!(
+        env.iter().all(|(name, _)| *name != "PATH"),
+        "the search for the program reads worklane's PATH, not one set for the command"
+    );
     let program_c = c(program.as_bytes())?;
     let mut argv_c = vec![program_c.clone()];
     for arg in args {
@@ -111,6 +117,10 @@ pub(crate) fn spawn(
         errno: AtomicI32,
     }
 
+    /// The handler of a job-control stop in the child before its exec: nothing (it runs on the
+    /// child's own stack, touching no memory), so that the stop is spent without stopping it.
+    extern "C" fn spend_stop(_: c_int) {}
+
     /// The child, between clone and exec: only async-signal-safe calls, no allocation, and
     /// nothing written but `errno` of `Start` (and, by libc, the shared thread's `errno`).
     extern "C" fn child(start: *mut c_void) -> c_int {
@@ -137,6 +147,24 @@ pub(crate) fn spawn(
                     let mut default: libc::sigaction = std::mem::zeroed();
                     default.sa_sigaction = libc::SIG_DFL;
                     libc::sigaction(signal, &default, std::ptr::null_mut());
+                }
+            }
+            // A job-control stop that reaches this child before its exec (Ctrl-Z, a shell's
+            // `kill -TSTP` of the job) would stop it here, and with it worklane, which waits
+            // for the exec unable to stop itself, so that no shell ever sees the job stopped
+            // and continues it (and without a terminal the child has left the job's group,
+            // which SIGCONT reaches). Caught by a handler that does nothing, it is spent before
+            // the exec instead; the exec resets the handler to the default, so the command
+            // starts as it would have, and worklane, which the stop reached too, stops itself.
+            for signal in [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU] {
+                let mut old: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(signal, std::ptr::null(), &mut old) == 0
+                    && old.sa_sigaction == libc::SIG_DFL
+                {
+                    let mut spend: libc::sigaction = std::mem::zeroed();
+                    spend.sa_sigaction = spend_stop as extern "C" fn(c_int) as libc::sighandler_t;
+                    spend.sa_flags = libc::SA_RESTART;
+                    libc::sigaction(signal, &spend, std::ptr::null_mut());
                 }
             }
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
@@ -272,6 +300,24 @@ pub(crate) fn on_signal(
     // (no allocation, no lock, and errno untouched); the `Arc`s it holds are never dropped
     // there (they go when the handler is unregistered, outside any handler).
     unsafe { signal_hook::low_level::register(signal, action) }
+}
+
+/// Unblocks `signals` in this thread's signal mask. A caller may start worklane with signals
+/// blocked (the mask is inherited through exec), and a blocked signal never reaches the
+/// handler installed for it: call this once the handlers are in place, from the thread that
+/// waits for them (a signal that came while blocked is handled now).
+pub(crate) fn unblock(signals: &[i32]) {
+    // SAFETY: a sigset_t is plain bits (all zero is a valid value); sigemptyset and sigaddset
+    // write only to this local, and pthread_sigmask only reads it and changes this thread's
+    // mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for &signal in signals {
+            libc::sigaddset(&mut set, signal);
+        }
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+    }
 }
 
 /// Sets `AGENT_SLOTS_DIR` to `dir` in this process's environment (`--dir`), so that every
@@ -466,6 +512,30 @@ pub(crate) fn parse_sigign(status: &str) -> Option<Vec<i32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A NUL byte cannot be passed to exec(2): refused before anything starts, saying so
+    /// (`run` maps it to 126, the command cannot be executed). No caller's argument or
+    /// variable can hold one; this guards the values worklane sets itself.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_nul_byte_in_the_command_or_its_environment_is_refused_before_anything_starts() {
+        use std::ffi::{OsStr, OsString};
+        let refused = |program: &str, args: &[&str], env: &[(&'static str, &str)]| {
+            let args: Vec<OsString> = args.iter().map(OsString::from).collect();
+            let env: Vec<(&str, OsString)> = env.iter().map(|(k, v)| (*k, v.into())).collect();
+            spawn(OsStr::new(program), &args, &env, true)
+                .err()
+                .expect("refused")
+        };
+        for err in [
+            refused("tr\0ue", &["x"], &[]),
+            refused("true", &["a\0b"], &[]),
+            refused("true", &["x"], &[("WORKLANE_RESOURCE", "a\0b")]),
+        ] {
+            assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
+            assert!(err.to_string().contains("NUL byte"), "{err}");
+        }
+    }
 
     #[test]
     fn the_ignored_mask_is_read_bit_by_signal() {

@@ -322,9 +322,22 @@ impl SlotPath {
     /// (`renameat2(RENAME_EXCHANGE)`) and the temp name, now holding the old bytes, is
     /// removed. Where the exchange is not supported, or there is no file to exchange with,
     /// this is [`SlotPath::replace`]. After a power loss the new bytes may read as an empty
-    /// file, which every reader takes for a stale record (PROTOCOL.md section 4).
+    /// file, which every reader takes for a stale record (PROTOCOL.md section 4). A directory
+    /// under the name fails the write, as `replace`'s rename over it does, and stays.
     pub fn rewrite(&self, bytes: &[u8], mode: u32) -> Result<(), write::Error> {
         self.replace_with_exchange(bytes, mode, &mut |_| {}, true)
+    }
+
+    /// Crash-test seam (feature `test-seams`): [`SlotPath::rewrite`] that calls `at` at each
+    /// [`Step`].
+    #[cfg(feature = "test-seams")]
+    pub fn rewrite_observed(
+        &self,
+        bytes: &[u8],
+        mode: u32,
+        at: &mut dyn FnMut(Step),
+    ) -> Result<(), write::Error> {
+        self.replace_with_exchange(bytes, mode, at, true)
     }
 
     fn replace_with(
@@ -371,12 +384,25 @@ impl SlotPath {
             &*self.name,
             rustix::fs::RenameFlags::EXCHANGE,
         ) {
-            Ok(()) => {
-                // The old bytes under the temp name: a leftover if this fails (or a crash
-                // comes first), swept as any unheld temp file is (section 4).
-                let _ = rustix::fs::unlinkat(dir, temp, AtFlags::empty());
-                Ok(true)
-            }
+            Ok(()) => match rustix::fs::unlinkat(dir, temp, AtFlags::empty()) {
+                // A directory had the name (the exchange, unlike a rename over it, takes one):
+                // it goes back to its name and the write fails as `replace`'s rename does,
+                // rather than leave it under a temp name, which no sweep removes.
+                Err(Errno::ISDIR) => {
+                    let _ = rustix::fs::renameat_with(
+                        dir,
+                        temp,
+                        dir,
+                        &*self.name,
+                        rustix::fs::RenameFlags::EXCHANGE,
+                    );
+                    let _ = rustix::fs::unlinkat(dir, temp, AtFlags::empty());
+                    Err(self.error("rename a temp file over", Errno::ISDIR))
+                }
+                // The old bytes under the temp name: a leftover if this fails otherwise (or a
+                // crash comes first), swept as any unheld temp file is (section 4).
+                _ => Ok(true),
+            },
             Err(Errno::NOENT | Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP) => Ok(false),
             Err(e) => {
                 let _ = rustix::fs::unlinkat(dir, temp, AtFlags::empty());

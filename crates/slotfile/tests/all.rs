@@ -611,6 +611,50 @@ mod write {
         );
     }
 
+    /// A directory under a record's name: `rewrite` fails as `replace` does (a rename over a
+    /// directory is refused), whether the directory was there before or took the name at the
+    /// moment of the exchange (which, unlike a rename, swaps a file with a directory), and it
+    /// stays under its name with what it holds; nothing is left under a temp name, where no
+    /// sweep would ever remove a directory.
+    #[test]
+    fn rewrite_over_a_directory_fails_as_replace_does_and_leaves_it_in_place() {
+        let t = temp();
+        let dir = slots(&t);
+        let record = t.path().join("agent-0.lock");
+        std::fs::create_dir(&record).expect("mkdir");
+        std::fs::write(record.join("inside"), b"kept").expect("write");
+        let p = dir.file("agent-0.lock").expect("valid");
+        let replaced = p.replace(b"x", RECORD_MODE).expect_err("replace refuses");
+        let rewritten = p.rewrite(b"x", RECORD_MODE).expect_err("rewrite refuses");
+        assert_eq!(
+            rewritten.source.raw_os_error(),
+            replaced.source.raw_os_error(),
+            "the same failure: {rewritten:?} / {replaced:?}"
+        );
+        assert!(record.is_dir(), "the directory keeps its name");
+        assert_eq!(std::fs::read(record.join("inside")).expect("read"), b"kept");
+        assert_eq!(names_in(t.path()), ["agent-0.lock"], "no temp left");
+
+        let q = dir.file("agent-1.lock").expect("valid");
+        q.rewrite(b"first\n", RECORD_MODE).expect("a record");
+        let other = t.path().join("agent-1.lock");
+        let err = q
+            .rewrite_observed(b"second\n", RECORD_MODE, &mut |step| {
+                if step == worklane_slotfile::Step::TempWritten {
+                    std::fs::remove_file(&other).expect("remove the record");
+                    std::fs::create_dir(&other).expect("a directory in its place");
+                }
+            })
+            .expect_err("a directory at the exchange is refused");
+        assert_eq!(err.source.raw_os_error(), replaced.source.raw_os_error());
+        assert!(other.is_dir(), "the directory keeps its name");
+        assert_eq!(
+            names_in(t.path()),
+            ["agent-0.lock", "agent-1.lock"],
+            "no temp left"
+        );
+    }
+
     #[test]
     fn replace_over_a_read_only_file_works() {
         let t = temp();
@@ -1248,6 +1292,75 @@ mod inspect {
         assert!(at(".agent-0.lock.flock").exists(), "the guard is kept");
         assert!(at("STOP").exists(), "the ordinary file is kept");
         gate::quietly(|| drop(guard));
+    }
+
+    /// `rewrite` beside a sweeper: the exchange leaves the old record, unlocked and with its
+    /// old mtime, under the temp name until the writer removes it, and the sweeper may take
+    /// it for a dead writer's and remove it first. Every rewrite still succeeds, a reader
+    /// always finds one whole record, the writer's own temp files (young, locked) are never
+    /// taken, and nothing is left under a temp name.
+    #[test]
+    fn rewrite_beside_a_sweeper_loses_nothing_and_leaves_no_temp() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let t = temp();
+        let dir = slots(&t);
+        let record = t.path().join("agent-0.lock");
+        let p = dir.file("agent-0.lock").expect("valid");
+        p.rewrite(b"record 0\n", RECORD_MODE).expect("first");
+        let now_ms = || {
+            u64::try_from(
+                std::time::SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .expect("after 1970")
+                    .as_millis(),
+            )
+            .expect("ms")
+        };
+        let done = Arc::new(AtomicBool::new(false));
+        let sweeper = {
+            let (dir, done) = (dir.clone(), Arc::clone(&done));
+            std::thread::spawn(move || {
+                let mut removed = 0;
+                while !done.load(Ordering::SeqCst) {
+                    let swept = dir.sweep_temps(now_ms(), TEMP_MIN_AGE_MS).expect("sweep");
+                    removed += swept.removed.len();
+                }
+                removed
+            })
+        };
+        let reader = {
+            let (p, done) = (p.clone(), Arc::clone(&done));
+            std::thread::spawn(move || {
+                while !done.load(Ordering::SeqCst) {
+                    let bytes = p.read().expect("read").expect("never absent");
+                    let text = String::from_utf8(bytes).expect("utf-8");
+                    assert!(
+                        text.starts_with("record ") && text.ends_with('\n'),
+                        "a whole record: {text:?}"
+                    );
+                }
+            })
+        };
+        for i in 1..=2000 {
+            // The record about to be exchanged away is a day old: once under the temp name it
+            // is a dead writer's leftover to the sweeper.
+            set_mtime(&record, T);
+            p.rewrite(format!("record {i}\n").as_bytes(), RECORD_MODE)
+                .expect("rewrite");
+        }
+        done.store(true, Ordering::SeqCst);
+        reader.join().expect("the reader");
+        let removed = sweeper.join().expect("the sweeper");
+        assert_eq!(
+            p.read().expect("read").as_deref(),
+            Some(&b"record 2000\n"[..])
+        );
+        assert_eq!(
+            names_in(t.path()),
+            ["agent-0.lock"],
+            "no temp left ({removed} old records removed by the sweeper)"
+        );
     }
 }
 
@@ -2203,6 +2316,62 @@ mod unprivileged {
         assert_eq!(meta.mode() & 0o7777, 0o2770, "setgid 2770 under umask 077");
         assert_eq!((meta.uid(), meta.gid()), (NOBODY, NOBODY), "the creator's");
         assert_eq!(s.run(AS_NOBODY, &["open", path_str(&slots)]), "ok");
+    }
+
+    /// `rewrite` as a user the directory refuses fails as `replace` does and changes nothing:
+    /// a directory the user cannot write (no temp file), and a sticky shared directory where
+    /// the record is another member's (the exchange, as a rename, may not move it); no temp
+    /// file is left in either.
+    #[test]
+    fn a_rewrite_the_directory_refuses_fails_as_replace_does_and_leaves_nothing() {
+        let s = Subject::new();
+        let read_only = dir_in(s.path(), "read-only", 0, 0, 0o755);
+        std::fs::write(read_only.join("agent-0.lock"), b"root's\n").expect("write");
+        let dir = path_str(&read_only);
+        let replaced = s.run(AS_NOBODY, &["replace", dir, "agent-0.lock", "x", "644"]);
+        let rewritten = s.run(AS_NOBODY, &["rewrite", dir, "agent-0.lock", "x", "644"]);
+        assert!(
+            rewritten.starts_with("error: cannot create a temp file for")
+                && rewritten.contains("Permission denied"),
+            "{rewritten}"
+        );
+        assert_eq!(rewritten, replaced, "as replace fails");
+        assert_eq!(
+            std::fs::read(read_only.join("agent-0.lock")).expect("read"),
+            b"root's\n"
+        );
+        assert_eq!(names_in(&read_only), ["agent-0.lock"]);
+
+        let sticky = dir_in(s.path(), "sticky", 0, SHARED, 0o3770);
+        let dir = path_str(&sticky);
+        let first = (NOBODY, 12_345, &[SHARED][..]);
+        let second = (MEMBER, 12_346, &[SHARED][..]);
+        assert_eq!(
+            s.run(first, &["rewrite", dir, "agent-0.lock", "first", "644"]),
+            "ok"
+        );
+        let replaced = s.run(second, &["replace", dir, "agent-0.lock", "x", "644"]);
+        let rewritten = s.run(second, &["rewrite", dir, "agent-0.lock", "x", "644"]);
+        assert!(
+            rewritten.starts_with("error: cannot exchange a temp file with")
+                && rewritten.contains("Operation not permitted"),
+            "{rewritten}"
+        );
+        assert!(
+            replaced.contains("Operation not permitted"),
+            "as replace fails: {replaced}"
+        );
+        assert_eq!(
+            std::fs::read(sticky.join("agent-0.lock")).expect("read"),
+            b"first"
+        );
+        assert_eq!(names_in(&sticky), ["agent-0.lock"], "no temp left");
+        assert_eq!(
+            s.run(first, &["rewrite", dir, "agent-0.lock", "again", "644"]),
+            "ok",
+            "its owner still rewrites it"
+        );
+        assert_eq!(names_in(&sticky), ["agent-0.lock"], "no temp left");
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //! - `publish DIR NAME CONTENT MODE`: waits for one line on stdin (a start barrier), publishes,
 //!   prints `published`, `exists` or `error: MESSAGE`.
 //! - `replace DIR NAME CONTENT MODE`: replaces, prints `ok` or `error: MESSAGE`.
+//! - `rewrite DIR NAME CONTENT MODE`: rewrites (a lock record's exchange), prints `ok` or
+//!   `error: MESSAGE`.
 //! - `replace-hang DIR NAME CONTENT`: writes the temp file, prints `written`, then waits for
 //!   stdin to close before renaming (the test SIGKILLs it there).
 //! - `resolve`: resolves the machine's slot directory, prints `ok DIR` or `error: MESSAGE`.
@@ -53,6 +55,12 @@ fn main() -> ExitCode {
         }
         ["replace", dir, name, content, m] => {
             match file(dir, name).replace(content.as_bytes(), mode(m)) {
+                Ok(()) => println!("ok"),
+                Err(e) => return failed(&e),
+            }
+        }
+        ["rewrite", dir, name, content, m] => {
+            match file(dir, name).rewrite(content.as_bytes(), mode(m)) {
                 Ok(()) => println!("ok"),
                 Err(e) => return failed(&e),
             }
