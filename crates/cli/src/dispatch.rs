@@ -299,6 +299,8 @@ pub(crate) fn serve(args: &DispatcherArgs) -> Result<ExitCode, Failure> {
         signal_hook::flag::register(signal, Arc::clone(&stop))
             .map_err(|e| Failure::new(exit::OS_ERROR, format!("cannot handle signals: {e}")))?;
     }
+    // A caller's blocked mask survives exec: unblocked, or SIGTERM could never stop us.
+    crate::sys::unblock(&[signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT]);
     reap_drivers();
     let stat = rustix::fs::fstat(&dir).map_err(|e| {
         Failure::new(

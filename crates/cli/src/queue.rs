@@ -118,6 +118,8 @@ pub(crate) fn runner(
             )
         },
     )?;
+    // A caller's blocked mask survives exec: unblocked, or `queue cancel` could never reach us.
+    crate::sys::unblock(&[signal_hook::consts::SIGTERM]);
     let pool = crate::pool()?;
     let mut request = Request::new(QUEUED_OWNER).field("command", describe(&command));
     if let Some(log) = &log {

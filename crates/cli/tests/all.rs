@@ -2295,6 +2295,57 @@ mod queue {
         assert!(!site.file("never").exists(), "a cancelled run never runs");
     }
 
+    /// A caller that blocks SIGTERM (the mask survives exec, into the detached runner) cannot
+    /// make its queued full run uncancellable: the runner unblocks what it handles.
+    #[test]
+    fn a_queued_full_run_from_a_caller_that_blocks_sigterm_is_still_cancelled() {
+        let site = Site::new(None);
+        let mut blocker = site.spawn(&["run", "--kind", "full-run"], HOLD, "0");
+        wait_until("the first full run", || site.file("up.0").exists());
+        let out = site
+            .command("python3")
+            .args([
+                "-c",
+                "import os, signal, sys\n\
+                 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\n\
+                 os.execv(sys.argv[1], sys.argv[1:])",
+                env!("CARGO_BIN_EXE_worklane"),
+                "queue",
+                "full-run",
+                "--",
+                "sh",
+                "-c",
+                r#"echo ran > "$T/never""#,
+            ])
+            .env("AGENT_SLOTS_DIR", site.slots())
+            .env_remove("AGENT_SLOTS_CONFIG")
+            .env("T", site.temp.path())
+            .env("TMPDIR", site.temp.path())
+            .stdin(Stdio::null())
+            .output_gated()
+            .expect("run python3");
+        assert!(out.status.success(), "{out:?}");
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        let id = said
+            .split_whitespace()
+            .find(|w| w.starts_with("fr-"))
+            .expect("names its id")
+            .to_owned();
+        let log = PathBuf::from(said.split("log ").nth(1).expect("names its log").trim());
+        wait_until("the runner in line", || full_runs(&site).len() == 1);
+        let cancelled = site.output(&["queue", "cancel", &id]);
+        assert!(cancelled.status.success(), "{cancelled:?}");
+        wait_until("the log's cancel line", || {
+            std::fs::read_to_string(&log).is_ok_and(|l| l.contains("cancelled"))
+        });
+        assert!(full_runs(&site).is_empty(), "out of the line");
+        std::fs::write(site.file("release.0"), b"").expect("release");
+        assert!(wait_exit(&mut blocker, "the first full run").success());
+        let again = site.output(&["run", "--kind", "full-run", "--no-wait", "--", "true"]);
+        assert!(again.status.success(), "the lock is free: {again:?}");
+        assert!(!site.file("never").exists(), "a cancelled run never runs");
+    }
+
     #[test]
     fn a_running_queued_full_run_is_listed_and_not_cancelled_as_queued() {
         let site = Site::new(None);
@@ -3886,6 +3937,39 @@ mod dispatcher {
             std::os::unix::net::UnixStream::connect(&socket).is_ok()
         });
         running
+    }
+
+    /// A dispatcher started by a caller that blocks SIGTERM and SIGINT (the mask survives
+    /// exec) still stops on SIGTERM: it unblocks what it handles.
+    #[test]
+    fn a_dispatcher_whose_caller_blocked_sigterm_still_stops_on_it() {
+        let site = Site::new(None);
+        let mut dispatcher = Running::new(
+            site.command("python3")
+                .args([
+                    "-c",
+                    "import os, signal, sys\n\
+                     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})\n\
+                     os.execv(sys.argv[1], sys.argv[1:])",
+                    env!("CARGO_BIN_EXE_worklane"),
+                    "dispatcher",
+                ])
+                .env("AGENT_SLOTS_DIR", site.slots())
+                .env_remove("AGENT_SLOTS_CONFIG")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn_gated()
+                .expect("spawn the dispatcher"),
+        );
+        let socket = site.slots().join("dispatcher.sock");
+        wait_until("the dispatcher's socket", || {
+            std::os::unix::net::UnixStream::connect(&socket).is_ok()
+        });
+        let pid = rustix::process::Pid::from_raw(dispatcher.id() as i32).expect("pid");
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("TERM");
+        let status = wait_exit(&mut dispatcher, "the dispatcher after SIGTERM");
+        assert!(status.success(), "it stopped as SIGTERM asks: {status:?}");
     }
 
     #[test]
