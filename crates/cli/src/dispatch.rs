@@ -295,12 +295,11 @@ pub(crate) fn serve(args: &DispatcherArgs) -> Result<ExitCode, Failure> {
     let dispatcher = Dispatcher::recover(pool.clone(), store, settings)
         .map_err(|e| Failure::new(exit::OS_ERROR, exit::chain(&e)))?;
     let stop = Arc::new(AtomicBool::new(false));
+    // Unblocked too (a caller's blocked mask survives exec), or SIGTERM never stops us.
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(signal, Arc::clone(&stop))
+        crate::sys::on_flag(signal, Arc::clone(&stop))
             .map_err(|e| Failure::new(exit::OS_ERROR, format!("cannot handle signals: {e}")))?;
     }
-    // A caller's blocked mask survives exec: unblocked, or SIGTERM could never stop us.
-    crate::sys::unblock(&[signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT]);
     reap_drivers();
     let stat = rustix::fs::fstat(&dir).map_err(|e| {
         Failure::new(

@@ -110,16 +110,13 @@ pub(crate) fn runner(
     }
     // SIGTERM (`queue cancel`) is noted, not fatal: the runner leaves the line and says why.
     let cancelled = Arc::new(AtomicBool::new(false));
-    signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&cancelled)).map_err(
-        |e| {
-            Failure::new(
-                exit::OS_ERROR,
-                format!("cannot install a SIGTERM handler: {e}"),
-            )
-        },
-    )?;
-    // A caller's blocked mask survives exec: unblocked, or `queue cancel` could never reach us.
-    crate::sys::unblock(&[signal_hook::consts::SIGTERM]);
+    // Unblocked too (a caller's blocked mask survives exec), or `queue cancel` never reaches us.
+    crate::sys::on_flag(signal_hook::consts::SIGTERM, Arc::clone(&cancelled)).map_err(|e| {
+        Failure::new(
+            exit::OS_ERROR,
+            format!("cannot install a SIGTERM handler: {e}"),
+        )
+    })?;
     let pool = crate::pool()?;
     let mut request = Request::new(QUEUED_OWNER).field("command", describe(&command));
     if let Some(log) = &log {

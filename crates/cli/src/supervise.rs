@@ -147,8 +147,9 @@ pub(crate) fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Out
             format!("cannot install signal handlers: {e}"),
         )
     })?;
-    let handled: Vec<i32> = forwarded.iter().copied().chain([SIGCHLD]).collect();
-    for &signal in &handled {
+    // Each is unblocked once caught: a caller may have started us with some of them blocked,
+    // and a SIGTERM for the command would stay pending here.
+    for &signal in forwarded.iter().chain(&[SIGCHLD]) {
         wake.register(signal).map_err(|e| {
             Failure::new(
                 exit::OS_ERROR,
@@ -156,9 +157,6 @@ pub(crate) fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Out
             )
         })?;
     }
-    // A caller may have started us with some of them blocked: they would never reach the
-    // handlers, and a SIGTERM for the command would stay pending here.
-    crate::sys::unblock(&handled);
     let interactive = std::io::stdin().is_terminal();
     // Orphans of the command's tree are re-parented to us (Linux), so a halt still finds them.
     let reaping = crate::tree::become_subreaper();

@@ -284,7 +284,8 @@ pub(crate) fn spawn(
 /// Catches `signal`: its handler sets `flag`, then sends one byte on `wake` without waiting
 /// (a socket whose other end the supervisor's loop polls), so that the loop wakes and reads
 /// the flags. One handler per signal on one shared descriptor: registering costs two
-/// sigaction(2) calls, not a descriptor of its own per signal.
+/// sigaction(2) calls, not a descriptor of its own per signal. The signal is then unblocked
+/// ([`unblock`]), so that a caller's blocked mask cannot keep it from the handler.
 pub(crate) fn on_signal(
     signal: i32,
     flag: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -299,14 +300,28 @@ pub(crate) fn on_signal(
     // allowed. It stores to an atomic and makes one send(2) through rustix's raw system call
     // (no allocation, no lock, and errno untouched); the `Arc`s it holds are never dropped
     // there (they go when the handler is unregistered, outside any handler).
-    unsafe { signal_hook::low_level::register(signal, action) }
+    let id = unsafe { signal_hook::low_level::register(signal, action) }?;
+    unblock(&[signal]);
+    Ok(id)
+}
+
+/// Catches `signal` by setting `flag` (`signal_hook::flag`), then unblocks it ([`unblock`]):
+/// every handler worklane installs is registered through here or [`on_signal`], so none can
+/// be kept from its signal by a mask the caller blocked.
+pub(crate) fn on_flag(
+    signal: i32,
+    flag: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::io::Result<signal_hook::SigId> {
+    let id = signal_hook::flag::register(signal, flag)?;
+    unblock(&[signal]);
+    Ok(id)
 }
 
 /// Unblocks `signals` in this thread's signal mask. A caller may start worklane with signals
 /// blocked (the mask is inherited through exec), and a blocked signal never reaches the
-/// handler installed for it: call this once the handlers are in place, from the thread that
-/// waits for them (a signal that came while blocked is handled now).
-pub(crate) fn unblock(signals: &[i32]) {
+/// handler installed for it: called once a handler is in place, from the thread that waits
+/// for it (a signal that came while blocked is handled now).
+fn unblock(signals: &[i32]) {
     // SAFETY: a sigset_t is plain bits (all zero is a valid value); sigemptyset and sigaddset
     // write only to this local, and pthread_sigmask only reads it and changes this thread's
     // mask.
