@@ -34,8 +34,9 @@ impl Child {
     }
 }
 
-/// Starts `program` with `args` (searched in `PATH` as execvp(3) does, a file without a
-/// `#!` line run by `/bin/sh`), this process's environment with `env` set, and every
+/// Starts `program` with `args` (searched in `PATH` as glibc's execvp(3) does, a file
+/// without a `#!` line run by `/bin/sh`: [`search`]), this process's environment with `env`
+/// set, and every
 /// descriptor that is not close-on-exec. The search reads this process's `PATH`, which is the
 /// command's as long as `env` does not set one (it never does: worklane's variables only);
 /// std's `Command`, and a shell's `PATH=... cmd`, would search the new one. The command starts with the signal mask empty and
@@ -78,8 +79,7 @@ pub(crate) fn spawn(
         env.iter().all(|(name, _)| *name != "PATH"),
         "the search for the program reads worklane's PATH, not one set for the command"
     );
-    let program_c = c(program.as_bytes())?;
-    let mut argv_c = vec![program_c.clone()];
+    let mut argv_c = vec![c(program.as_bytes())?];
     for arg in args {
         argv_c.push(c(arg.as_bytes())?);
     }
@@ -97,6 +97,18 @@ pub(crate) fn spawn(
         .map(|a| a.as_ptr())
         .chain(std::iter::once(std::ptr::null()))
         .collect();
+    let path = std::env::var_os("PATH");
+    let candidates_c = search(program, path.as_deref())
+        .into_iter()
+        .map(|p| c(&p))
+        .collect::<std::io::Result<Vec<CString>>>()?;
+    let candidates: Vec<*const c_char> = candidates_c.iter().map(|p| p.as_ptr()).collect();
+    // `/bin/sh FILE ARGS...` for a file the kernel cannot execute (ENOEXEC): the child puts
+    // the file's path at index 1.
+    let mut sh_argv: Vec<*const c_char> = [SHELL.as_ptr(), std::ptr::null()]
+        .into_iter()
+        .chain(argv[1..].iter().copied())
+        .collect();
     let envp: Vec<*const c_char> = env_c
         .iter()
         .map(|e| e.as_ptr())
@@ -106,8 +118,14 @@ pub(crate) fn spawn(
     /// What the child reads (the parent's memory, shared until the exec) and where it leaves
     /// the error of a failed start.
     struct Start {
-        program: *const c_char,
+        /// The paths to try, in order ([`search`]).
+        candidates: *const *const c_char,
+        candidates_len: usize,
+        /// Whether `program` was looked up in `PATH` (a name without `/`).
+        searched: bool,
         argv: *const *const c_char,
+        /// `argv` behind `/bin/sh` and a free slot for the file (written by the child only).
+        sh_argv: *mut *const c_char,
         envp: *const *const c_char,
         group: bool,
         parent: c_int,
@@ -176,14 +194,44 @@ pub(crate) fn spawn(
             let mut empty: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut empty);
             libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-            libc::execvpe(start.program, start.argv, start.envp);
-            fail(*libc::__errno_location())
+            // What glibc's execvpe does, so that the command starts alike whichever libc
+            // worklane was linked with (musl's runs no `#!`-less file through the shell).
+            let mut last = libc::ENOENT;
+            let mut denied = false;
+            for i in 0..start.candidates_len {
+                let path = *start.candidates.add(i);
+                libc::execve(path, start.argv, start.envp);
+                let mut errno = *libc::__errno_location();
+                if errno == libc::ENOEXEC {
+                    *start.sh_argv.add(1) = path;
+                    libc::execve(SHELL.as_ptr(), start.sh_argv, start.envp);
+                    errno = *libc::__errno_location();
+                }
+                if !start.searched {
+                    return fail(errno);
+                }
+                match errno {
+                    // Not here, or not ours to run: the next directory of `PATH` may have it.
+                    libc::EACCES => denied = true,
+                    libc::ENOENT
+                    | libc::ESTALE
+                    | libc::ENOTDIR
+                    | libc::ENODEV
+                    | libc::ETIMEDOUT => {}
+                    _ => return fail(errno),
+                }
+                last = errno;
+            }
+            fail(if denied { libc::EACCES } else { last })
         }
     }
 
     let start = Start {
-        program: program_c.as_ptr(),
+        candidates: candidates.as_ptr(),
+        candidates_len: candidates.len(),
+        searched: !program.as_bytes().contains(&b'/'),
         argv: argv.as_ptr(),
+        sh_argv: sh_argv.as_mut_ptr(),
         envp: envp.as_ptr(),
         group,
         parent: rustix::process::getpid().as_raw_nonzero().get(),
@@ -202,9 +250,9 @@ pub(crate) fn spawn(
         ],
         errno: AtomicI32::new(0),
     };
-    // The child's stack: room for execvp's own (a path buffer, and an argument vector when
-    // it runs a script through /bin/sh). Pages that are never touched cost nothing.
-    let size = 64 * 1024 + (argv.len() + 2) * std::mem::size_of::<*const c_char>() * 2;
+    // The child's stack: libc's calls need little (the search's paths and the shell's
+    // argument vector are prepared above). Pages that are never touched cost nothing.
+    let size = 64 * 1024;
     let mut stack: Vec<u8> = Vec::with_capacity(size);
     // SAFETY: within the allocation (capacity `size`); rounded down to the 16 bytes the ABI
     // wants at a call.
@@ -253,6 +301,36 @@ pub(crate) fn spawn(
             Err(std::io::Error::from_raw_os_error(errno))
         }
     }
+}
+
+/// The shell that runs a file without a `#!` line, as execvp(3) runs it.
+#[cfg(target_os = "linux")]
+const SHELL: &std::ffi::CStr = c"/bin/sh";
+
+/// The paths execvp(3) tries for `program`, in order, as glibc's does: `program` itself when
+/// it holds a `/`; else each entry of `path` (`PATH`; `/bin:/usr/bin` when unset, glibc's
+/// default) joined to it, an empty entry meaning the current directory (the bare name, as
+/// glibc tries it). An empty `program` has none (ENOENT).
+#[cfg(any(target_os = "linux", test))]
+pub(crate) fn search(program: &std::ffi::OsStr, path: Option<&std::ffi::OsStr>) -> Vec<Vec<u8>> {
+    use std::os::unix::ffi::OsStrExt;
+    let name = program.as_bytes();
+    if name.is_empty() {
+        return Vec::new();
+    }
+    if name.contains(&b'/') {
+        return vec![name.to_vec()];
+    }
+    let path = path.map_or(&b"/bin:/usr/bin"[..], OsStrExt::as_bytes);
+    path.split(|&b| b == b':')
+        .map(|dir| {
+            if dir.is_empty() {
+                name.to_vec()
+            } else {
+                [dir, b"/", name].concat()
+            }
+        })
+        .collect()
 }
 
 /// Starts the command with std's `Command` (off Linux: no parent-death signal).
@@ -527,6 +605,39 @@ pub(crate) fn parse_sigign(status: &str) -> Option<Vec<i32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn paths(program: &str, path: Option<&str>) -> Vec<String> {
+        search(
+            std::ffi::OsStr::new(program),
+            path.map(std::ffi::OsStr::new),
+        )
+        .into_iter()
+        .map(|p| String::from_utf8(p).expect("utf-8"))
+        .collect()
+    }
+
+    #[test]
+    fn search_tries_each_path_entry_in_order_and_the_bare_name_for_an_empty_one() {
+        assert_eq!(
+            paths("tool", Some("/a:/b/c::/d/")),
+            ["/a/tool", "/b/c/tool", "tool", "/d//tool"]
+        );
+        assert_eq!(paths("tool", Some("")), ["tool"]);
+        assert_eq!(paths("tool", Some(":")), ["tool", "tool"]);
+    }
+
+    #[test]
+    fn search_uses_glibcs_default_path_when_path_is_unset() {
+        assert_eq!(paths("tool", None), ["/bin/tool", "/usr/bin/tool"]);
+    }
+
+    #[test]
+    fn search_takes_a_name_with_a_slash_as_it_is_and_has_nothing_for_an_empty_name() {
+        assert_eq!(paths("./tool", Some("/a")), ["./tool"]);
+        assert_eq!(paths("/usr/bin/env", Some("/a")), ["/usr/bin/env"]);
+        assert_eq!(paths("dir/tool", None), ["dir/tool"]);
+        assert!(paths("", Some("/a")).is_empty());
+    }
 
     /// A NUL byte cannot be passed to exec(2): refused before anything starts, saying so
     /// (`run` maps it to 126, the command cannot be executed). No caller's argument or
