@@ -1,13 +1,27 @@
 //! `cargo xtask dist [DIR]`: the `worklane` binary to install, built for speed of start.
 //!
-//! On `*-linux-gnu` hosts the binary is linked statically (`-C target-feature=+crt-static`,
-//! a static PIE, so its addresses are still randomised): a dynamically linked Rust binary
-//! spends about as long in the loader (three shared libraries, then the relocations of its
-//! own data) as `worklane run` spends on its protocol, and `worklane` is started once per
-//! command it wraps. glibc's static library needs nothing at run time here: worklane makes
-//! no name-service lookups (users, groups, hosts). Other hosts get the ordinary release
-//! build. The binary is then run once on a scratch slot directory (`run -n -- true`), so a
-//! build that cannot take a slot and start a command is never handed out.
+//! `worklane run` is started once per command it wraps, so its start is its cost. On
+//! `*-linux-gnu` hosts the binary is built for the host's musl target (`*-linux-musl`),
+//! statically linked and not position-independent, with dlmalloc as its allocator; measured
+//! as whole processes (BENCHMARKS.md), each step matters:
+//! - glibc, even linked statically, spends its start probing the processor's caches with
+//!   `cpuid`, which a virtual machine traps (a third of a glibc `true`'s time on the machine
+//!   measured); musl's start does not.
+//! - A position-independent static binary relocates its own data at every start: every page
+//!   holding a pointer is copied on write (about 70 page faults of worklane's 140 before
+//!   `main`). A fixed address costs none, and the price is that the binary's own code and
+//!   data are not randomised (its stack, heap and mappings still are). worklane is safe Rust
+//!   but for one small module, and a user who wants the image randomised installs the plain
+//!   `cargo build --release` binary instead.
+//! - musl's allocator maps and unmaps a page for each new group of small allocations, about
+//!   130 system calls in one `run`; dlmalloc keeps what it gets.
+//!
+//! The build needs the musl target (`rustup target add <arch>-unknown-linux-musl`) and a musl
+//! C compiler for the dispatcher's SQLite (Debian's `musl-tools`); `dist` says which is
+//! missing. worklane makes no name-service lookups (users, groups, hosts), which a static
+//! binary could not make. Other hosts get the ordinary release build. The binary is then run
+//! once on a scratch slot directory (`run -n -- true`), so a build that cannot take a slot and
+//! start a command is never handed out; CI also runs the protocol conformance kit against it.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -26,19 +40,30 @@ fn host_triple() -> Option<String> {
         .map(str::to_owned)
 }
 
+/// The target the distributed binary is built for on `host`: its musl twin on a Linux host
+/// with glibc (`x86_64-unknown-linux-gnu` gives `x86_64-unknown-linux-musl`), else none (the
+/// host's own, as a plain release build).
+pub(crate) fn musl_target(host: &str) -> Option<String> {
+    host.strip_suffix("-linux-gnu")
+        .map(|arch| format!("{arch}-linux-musl"))
+}
+
 /// The `cargo build` arguments of the distributed binary for `host`.
 pub(crate) fn build_args(host: &str) -> Vec<String> {
     let mut args: Vec<String> = ["build", "--release", "--locked", "--package", "worklane"]
         .map(str::to_owned)
         .to_vec();
-    if host.ends_with("-linux-gnu") {
+    if let Some(musl) = musl_target(host) {
         // With an explicit --target the flags reach the binary and its dependencies but not
-        // build scripts and proc-macros, which cannot be linked statically.
+        // build scripts and proc-macros, which run on the host.
         args.extend([
             "--target".to_owned(),
-            host.to_owned(),
+            musl.clone(),
             "--config".to_owned(),
-            format!("target.{host}.rustflags=[\"-C\", \"target-feature=+crt-static\"]"),
+            format!(
+                "target.{musl}.rustflags=[\"-C\", \"relocation-model=static\", \"-C\", \
+                 \"target-feature=+crt-static\"]"
+            ),
         ]);
     }
     args
@@ -46,11 +71,55 @@ pub(crate) fn build_args(host: &str) -> Vec<String> {
 
 /// Where cargo leaves the binary built with [`build_args`].
 fn built_binary(target_dir: &Path, host: &str) -> PathBuf {
-    if host.ends_with("-linux-gnu") {
-        target_dir.join(host).join("release").join("worklane")
-    } else {
-        target_dir.join("release").join("worklane")
+    match musl_target(host) {
+        Some(musl) => target_dir.join(musl).join("release").join("worklane"),
+        None => target_dir.join("release").join("worklane"),
     }
+}
+
+/// What the musl build needs and this machine lacks, each with the command that installs it.
+fn missing_for_musl(musl: &str) -> Vec<String> {
+    let mut missing = Vec::new();
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "not a test: asks rustc where the target's library is, holding no guard"
+    )]
+    let libdir = Command::new(rustc)
+        .args(["--print", "target-libdir", "--target", musl])
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .and_then(|out| String::from_utf8(out.stdout).ok());
+    let installed = libdir.is_some_and(|dir| {
+        std::fs::read_dir(dir.trim()).is_ok_and(|entries| {
+            entries
+                .flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("libstd-"))
+        })
+    });
+    if !installed {
+        missing.push(format!(
+            "the Rust standard library for {musl} (`rustup target add {musl}`)"
+        ));
+    }
+    // cc-rs looks for these, in this order, to compile C for a musl target.
+    let arch = musl.split('-').next().unwrap_or(musl);
+    let compilers = [format!("{arch}-linux-musl-gcc"), "musl-gcc".to_owned()];
+    let on_path = |name: &str| {
+        std::env::var_os("PATH")
+            .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(name).is_file()))
+    };
+    if std::env::var_os(format!("CC_{}", musl.replace('-', "_"))).is_none()
+        && !compilers.iter().any(|c| on_path(c))
+    {
+        missing.push(format!(
+            "a C compiler for {musl}, for the dispatcher's SQLite ({} or {} on PATH; Debian: \
+             `apt-get install musl-tools`)",
+            compilers[0], compilers[1]
+        ));
+    }
+    missing
 }
 
 pub(crate) fn dist(args: &[String], target_dir: &Path, root: &Path) -> ExitCode {
@@ -66,6 +135,16 @@ pub(crate) fn dist(args: &[String], target_dir: &Path, root: &Path) -> ExitCode 
         eprintln!("xtask dist: cannot read the host's target triple from `rustc -vV`");
         return ExitCode::FAILURE;
     };
+    if let Some(musl) = musl_target(&host) {
+        let missing = missing_for_musl(&musl);
+        if !missing.is_empty() {
+            eprintln!(
+                "xtask dist: the binary is built for {musl}, and this machine lacks {}",
+                missing.join(", and ")
+            );
+            return ExitCode::FAILURE;
+        }
+    }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     #[allow(
         clippy::disallowed_methods,
@@ -93,7 +172,8 @@ pub(crate) fn dist(args: &[String], target_dir: &Path, root: &Path) -> ExitCode 
         eprintln!("xtask dist: {} does not work: {e}", binary.display());
         return ExitCode::FAILURE;
     }
-    eprintln!("xtask dist: {} ({host})", binary.display());
+    let target = musl_target(&host).unwrap_or(host);
+    eprintln!("xtask dist: {} ({target})", binary.display());
     ExitCode::SUCCESS
 }
 
@@ -128,27 +208,52 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_gnu_linux_host_gets_a_static_build_for_its_own_target_and_others_the_plain_one() {
+    fn a_gnu_linux_host_gets_a_static_fixed_address_musl_build_and_others_the_plain_one() {
         let gnu = build_args("x86_64-unknown-linux-gnu");
         let at = gnu.iter().position(|a| a == "--target").expect("--target");
-        assert_eq!(gnu[at + 1], "x86_64-unknown-linux-gnu");
-        assert!(
-            gnu.iter().any(|a| a.contains("target-feature=+crt-static")
-                && a.starts_with("target.x86_64-unknown-linux-gnu.")),
-            "{gnu:?}"
-        );
+        assert_eq!(gnu[at + 1], "x86_64-unknown-linux-musl");
+        let flags = gnu
+            .iter()
+            .find(|a| a.starts_with("target.x86_64-unknown-linux-musl.rustflags="))
+            .expect("rustflags for the musl target");
+        assert!(flags.contains("relocation-model=static"), "{flags}");
+        assert!(flags.contains("target-feature=+crt-static"), "{flags}");
         assert_eq!(
             built_binary(Path::new("t"), "x86_64-unknown-linux-gnu"),
-            Path::new("t/x86_64-unknown-linux-gnu/release/worklane")
-        );
-        let mac = build_args("aarch64-apple-darwin");
-        assert!(
-            !mac.iter()
-                .any(|a| a == "--target" || a.contains("crt-static"))
+            Path::new("t/x86_64-unknown-linux-musl/release/worklane")
         );
         assert_eq!(
-            built_binary(Path::new("t"), "aarch64-apple-darwin"),
-            Path::new("t/release/worklane")
+            musl_target("aarch64-unknown-linux-gnu").as_deref(),
+            Some("aarch64-unknown-linux-musl")
+        );
+        for other in [
+            "aarch64-apple-darwin",
+            "x86_64-unknown-freebsd",
+            "x86_64-unknown-linux-musl",
+        ] {
+            assert_eq!(musl_target(other), None, "{other}");
+            let args = build_args(other);
+            assert!(
+                !args
+                    .iter()
+                    .any(|a| a == "--target" || a.contains("rustflags")),
+                "{other}: {args:?}"
+            );
+            assert_eq!(
+                built_binary(Path::new("t"), other),
+                Path::new("t/release/worklane")
+            );
+        }
+    }
+
+    #[test]
+    fn a_missing_musl_target_is_named_with_the_command_that_installs_it() {
+        let missing = missing_for_musl("x86_64-unknown-nosuch-musl");
+        assert!(
+            missing
+                .iter()
+                .any(|m| m.contains("rustup target add x86_64-unknown-nosuch-musl")),
+            "{missing:?}"
         );
     }
 }

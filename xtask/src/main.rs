@@ -8,15 +8,17 @@
 //!   done, 69 refused for want of a window (no STOP or drain in force), 75 refused because
 //!   something is live (it says what), 64 usage, 78 any other error (the directory, its
 //!   config, a file it cannot list, stat or unlink).
-//! - `cargo xtask conformance [--only ID] [--list] [-v]`: builds the CLI and runs the
-//!   protocol conformance kit (`conformance/run.py`) against it, once PROTOCOL.md is seen to
-//!   cite every case under its section.
+//! - `cargo xtask conformance [--worklane PATH] [--only ID] [--list] [-v]`: builds the CLI
+//!   and runs the protocol conformance kit (`conformance/run.py`) against it (or against the
+//!   binary at PATH, such as the one `dist` made), once PROTOCOL.md is seen to cite every case
+//!   under its section.
 //! - `cargo xtask man [DIR]`: writes the man pages, `worklane.1` and `worklane-<command>.1`
 //!   for every command (nested ones as `worklane-lease-run.1`), into DIR (default
 //!   `target/man`), by running the CLI's own `worklane man --all DIR`.
-//! - `cargo xtask dist [DIR]`: builds the `worklane` binary to install (statically linked on
-//!   `*-linux-gnu`, so that it starts without the dynamic loader), checks that it takes a slot and runs a command
-//!   on a scratch directory, and copies it into DIR (default `target/dist`).
+//! - `cargo xtask dist [DIR]`: builds the `worklane` binary to install (on `*-linux-gnu`
+//!   hosts: for musl, statically linked at a fixed address, so that it starts in a fraction of
+//!   a dynamically linked build's time), checks that it takes a slot and runs a command on a
+//!   scratch directory, and copies it into DIR (default `target/dist`).
 //! - `cargo xtask mutants [--crate NAME]... [--shard K/N] [--iterate] [--list]`: mutation
 //!   testing of the library crates with `cargo mutants` (installed separately), each crate
 //!   measured by its own tests; see MUTANTS.md.
@@ -70,12 +72,21 @@ const MACOS_TARGET: &str = "x86_64-apple-darwin";
 struct Step {
     what: &'static str,
     args: Vec<String>,
+    /// Variables set for the step's cargo.
+    env: Vec<(&'static str, std::path::PathBuf)>,
 }
 
 /// Where the packaging step builds: a directory of its own, emptied before each run. Cargo
 /// takes a registry crate's compiled artifacts for unchanged as long as its name, version
 /// and source are: built in the workspace's target directory, a sibling's package from an
 /// earlier run (with an older API) would be linked instead of today's.
+/// Where `cargo xtask dist` leaves the binary by default.
+fn dist_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace_root().join("target"), std::path::PathBuf::from)
+        .join("dist")
+}
+
 fn package_target_dir() -> std::path::PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| workspace_root().join("target"), std::path::PathBuf::from)
@@ -133,10 +144,12 @@ fn steps() -> Vec<Step> {
         Step {
             what: "formatting",
             args: words("fmt --all -- --check"),
+            env: Vec::new(),
         },
         Step {
             what: "clippy, warnings denied",
             args: words("clippy --workspace --all-targets -- -D warnings"),
+            env: Vec::new(),
         },
         Step {
             // Every public item documented, every intra-doc link resolved.
@@ -148,11 +161,13 @@ fn steps() -> Vec<Step> {
                 args.push("build.rustdocflags=[\"-D\", \"warnings\"]".to_owned());
                 args
             },
+            env: Vec::new(),
         },
         Step {
             // The README's test command.
             what: "tests",
             args: words("test --workspace"),
+            env: Vec::new(),
         },
         Step {
             // Every published crate packages and its package builds on its own, siblings
@@ -167,11 +182,13 @@ fn steps() -> Vec<Step> {
                 args.push(package_target_dir().display().to_string());
                 args
             },
+            env: Vec::new(),
         },
         Step {
             // The protocol's conformance kit against worklane itself (python3, stdlib only).
             what: "protocol conformance kit",
             args: words("run --quiet -p xtask -- conformance"),
+            env: Vec::new(),
         },
         Step {
             what: "fleet clippy, with its etcd client and the CLI's --fleet",
@@ -179,25 +196,46 @@ fn steps() -> Vec<Step> {
                 "clippy -p worklane-fleet -p worklane --features worklane-fleet/etcd,worklane/fleet \
                  --all-targets -- -D warnings",
             ),
+            env: Vec::new(),
         },
         Step {
             // A 3-member etcd cluster started by the tests themselves (etcd from Debian's
             // etcd-server; the client's build needs protoc, from protobuf-compiler).
             what: "fleet tests against a real etcd",
             args: words("test -p worklane-fleet --features etcd"),
+            env: Vec::new(),
         },
         Step {
             what: "the CLI's --fleet against a real etcd",
             args: words("test -p worklane --features fleet --test all fleet::"),
+            env: Vec::new(),
         },
         Step {
             // The binary to install: statically linked, and run once on a scratch directory.
             what: "the distributed binary",
             args: words("run --quiet -p xtask -- dist"),
+            env: Vec::new(),
+        },
+        Step {
+            // The shipped binary (musl, static) must behave as the debug build does: the CLI's
+            // tests, then the protocol's kit, run against it.
+            what: "the CLI's tests against the distributed binary",
+            args: words("test -p worklane --test all"),
+            env: vec![("WORKLANE_TEST_BINARY", dist_dir().join("worklane"))],
+        },
+        Step {
+            what: "protocol conformance kit against the distributed binary",
+            args: {
+                let mut args = words("run --quiet -p xtask -- conformance --worklane");
+                args.push(dist_dir().join("worklane").display().to_string());
+                args
+            },
+            env: Vec::new(),
         },
         Step {
             what: "macOS compile check",
             args: macos,
+            env: Vec::new(),
         },
     ]
 }
@@ -208,12 +246,20 @@ fn ci() -> ExitCode {
         if step.args.first().is_some_and(|a| a == "package") {
             forget_packaged_siblings();
         }
-        eprintln!("==> {}: cargo {}", step.what, step.args.join(" "));
+        let env: String = step
+            .env
+            .iter()
+            .map(|(k, v)| format!("{k}={} ", v.display()))
+            .collect();
+        eprintln!("==> {}: {env}cargo {}", step.what, step.args.join(" "));
         #[allow(
             clippy::disallowed_methods,
             reason = "not a test: CI runs its cargo steps one after another, holding no guard"
         )]
-        let ran = Command::new(&cargo).args(&step.args).status();
+        let ran = Command::new(&cargo)
+            .args(&step.args)
+            .envs(step.env.iter().map(|(k, v)| (k, v)))
+            .status();
         match ran {
             Ok(status) if status.success() => {}
             Ok(status) => {
@@ -230,7 +276,8 @@ fn ci() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-const USAGE: &str = "usage: cargo xtask ci | cargo xtask conformance [--only ID] [--list] [-v] | \
+const USAGE: &str = "usage: cargo xtask ci | \
+                     cargo xtask conformance [--worklane PATH] [--only ID] [--list] [-v] | \
                      cargo xtask reclaim-guards [--dir DIR] [--apply] | \
                      cargo xtask man [DIR] | cargo xtask dist [DIR] | \
                      cargo xtask bench [--measurement-time SECS] [--table-only] | \
@@ -243,6 +290,19 @@ const USAGE: &str = "usage: cargo xtask ci | cargo xtask conformance [--only ID]
 fn conformance(args: &[String]) -> ExitCode {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let root = workspace_root();
+    // `--worklane PATH`: the kit runs against that binary (the distributed one) instead of a
+    // debug build made here.
+    let (given, args) = match args {
+        [flag, path, rest @ ..] if flag == "--worklane" => (
+            Some(std::path::absolute(path).unwrap_or_else(|_| path.into())),
+            rest,
+        ),
+        [flag] if flag == "--worklane" => {
+            eprintln!("xtask conformance: --worklane takes the binary's path\n{USAGE}");
+            return ExitCode::from(exit::USAGE);
+        }
+        _ => (None, args),
+    };
     // Two builds: the helper needs the lease crate's test seams, which must not reach the CLI
     // under test (one build would unify the features).
     let builds: [(&str, &[&str]); 2] = [
@@ -264,7 +324,10 @@ fn conformance(args: &[String]) -> ExitCode {
             ],
         ),
     ];
-    for (what, args) in builds {
+    for (what, args) in builds
+        .into_iter()
+        .filter(|(what, _)| given.is_none() || *what != "the worklane CLI")
+    {
         #[allow(
             clippy::disallowed_methods,
             reason = "not a test: builds the CLI and runs the kit in the foreground, holding no \
@@ -287,7 +350,10 @@ fn conformance(args: &[String]) -> ExitCode {
         Command::new("python3")
             .arg(root.join("conformance").join("run.py"))
             .args(args)
-            .env("WORKLANE", debug.join("worklane"))
+            .env(
+                "WORKLANE",
+                given.clone().unwrap_or_else(|| debug.join("worklane")),
+            )
             .env("WORKLANE_LEASE_HOLDER", debug.join("lease-holder"))
             .current_dir(&root)
             .status()

@@ -38,6 +38,13 @@ use clap::Parser;
 use cli::{BudgetCommand, Cli, Command, FleetCommand, LeaseCommand, QueueCommand};
 use exit::Failure;
 use std::process::ExitCode;
+
+/// With musl (the binary `cargo xtask dist` builds), dlmalloc: musl's own allocator maps and
+/// unmaps a page for each new group of small allocations, about 130 system calls in one
+/// `worklane run`, where dlmalloc keeps what it gets (BENCHMARKS.md).
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOC: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 use worklane_admission::Pool;
 use worklane_slotfile::SlotDir;
 

@@ -131,11 +131,10 @@ pub(crate) fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Out
     // Every signal a caller may send a job is passed on to the command, except those the
     // caller ignores (`nohup`, `trap '' HUP`): they stay ignored, here and in the command,
     // which inherits the disposition through exec as under `flock(1)` or `env`.
-    let ignored = crate::sys::ignored_signals();
     let forwarded: Vec<i32> = FORWARDED
         .iter()
         .copied()
-        .filter(|s| !ignored.contains(s))
+        .filter(|&s| !crate::sys::is_ignored(s))
         .collect();
     // A parent that ignores SIGCHLD passes that on through exec, and with SIGCHLD ignored the
     // kernel reaps our children itself: the command's status would be lost and the wait for

@@ -564,42 +564,16 @@ pub(crate) fn die_by(signal: i32) {
     let _ = signal_hook::low_level::emulate_default_handler(signal);
 }
 
-/// The signals this process ignores (inherited `SIG_IGN`), from the `SigIgn` mask of
-/// `/proc/self/status` (Linux; elsewhere none are known to be ignored).
-pub(crate) fn ignored_signals() -> Vec<i32> {
-    // One read into a page-sized buffer (the file is about 1.4 KiB): `read_to_string` would
-    // grow its buffer from 32 bytes, a read call each time.
-    use std::io::Read;
-    let mut buf = vec![0u8; 8192];
-    let mut len = 0;
-    if let Ok(mut file) = std::fs::File::open("/proc/self/status") {
-        while len < buf.len() {
-            match file.read(&mut buf[len..]) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => len += n,
-            }
-        }
+/// Whether this process ignores `signal` (an inherited `SIG_IGN`, as `nohup` and
+/// `trap '' SIG` leave it), asked of sigaction(2) without changing it.
+pub(crate) fn is_ignored(signal: i32) -> bool {
+    // SAFETY: a null new action only reads the disposition, into a zeroed local (all zero
+    // is a valid sigaction).
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signal, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction == libc::SIG_IGN
     }
-    std::str::from_utf8(&buf[..len])
-        .ok()
-        .and_then(parse_sigign)
-        .unwrap_or_default()
-}
-
-/// The signal numbers in the `SigIgn:` line of a `/proc/<pid>/status` text (a hexadecimal
-/// mask, bit N-1 for signal N); `None` without a readable line.
-pub(crate) fn parse_sigign(status: &str) -> Option<Vec<i32>> {
-    let hex = status
-        .lines()
-        .find_map(|line| line.strip_prefix("SigIgn:"))?
-        .trim();
-    let mask = u64::from_str_radix(hex, 16).ok()?;
-    Some(
-        (0..64)
-            .filter(|bit| mask & (1u64 << bit) != 0)
-            .map(|bit| bit + 1)
-            .collect(),
-    )
 }
 
 #[cfg(test)]
@@ -661,16 +635,5 @@ mod tests {
             assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
             assert!(err.to_string().contains("NUL byte"), "{err}");
         }
-    }
-
-    #[test]
-    fn the_ignored_mask_is_read_bit_by_signal() {
-        let status =
-            "Name:\tsh\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000000203\nSigCgt:\t0\n";
-        assert_eq!(parse_sigign(status), Some(vec![1, 2, 10]));
-        assert_eq!(parse_sigign("SigIgn:\t8000000000000000\n"), Some(vec![64]));
-        assert_eq!(parse_sigign("SigIgn:\t0000000000000000\n"), Some(vec![]));
-        assert_eq!(parse_sigign("SigIgn:\tzz\n"), None, "not hexadecimal");
-        assert_eq!(parse_sigign("Name:\tsh\n"), None, "no line");
     }
 }

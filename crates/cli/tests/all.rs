@@ -11,6 +11,16 @@ use std::process::{Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 use worklane_testkit::{Child, Gated, Scope};
 
+/// The binary under test: this build's, or the one `WORKLANE_TEST_BINARY` names (CI runs the
+/// suite again against the binary `cargo xtask dist` builds, linked with another libc).
+fn worklane_bin() -> &'static str {
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        std::env::var("WORKLANE_TEST_BINARY")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_worklane").to_owned())
+    })
+}
+
 struct Site {
     /// Declared first, so dropped first: the test's processes end before its directory goes.
     scope: Scope,
@@ -47,7 +57,7 @@ impl Site {
     }
 
     fn worklane(&self) -> Command {
-        let mut cmd = self.command(env!("CARGO_BIN_EXE_worklane"));
+        let mut cmd = self.command(worklane_bin());
         cmd.env("AGENT_SLOTS_DIR", self.slots())
             .env_remove("AGENT_SLOTS_CONFIG")
             .env("T", self.temp.path())
@@ -334,7 +344,7 @@ mod exits {
         let site = Site::new(None);
         let out = site
             .command("env")
-            .args(["--ignore-signal=CHLD", env!("CARGO_BIN_EXE_worklane")])
+            .args(["--ignore-signal=CHLD", worklane_bin()])
             .args(["run", "--", "sh", "-c", "exit 7"])
             .env("AGENT_SLOTS_DIR", site.slots())
             .env_remove("AGENT_SLOTS_CONFIG")
@@ -559,7 +569,7 @@ mod exits {
                 "-c",
                 r#"trap '' HUP INT USR1; exec "$0" run -- sh -c 'grep SigIgn /proc/self/status'"#,
             ])
-            .arg(env!("CARGO_BIN_EXE_worklane"))
+            .arg(worklane_bin())
             .env("AGENT_SLOTS_DIR", site.slots())
             .env_remove("AGENT_SLOTS_CONFIG")
             .stdin(Stdio::null())
@@ -843,7 +853,7 @@ mod start {
                      signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT, \
                      signal.SIGCHLD, signal.SIGHUP})\n\
                      os.execv(sys.argv[1], sys.argv[1:])",
-                    env!("CARGO_BIN_EXE_worklane"),
+                    worklane_bin(),
                     "run",
                     "--",
                     "sh",
@@ -1572,7 +1582,7 @@ mod nesting {
     fn outer(site: &Site, kind: &str, script: &str) -> Output {
         site.worklane()
             .args(["run", "--kind", kind, "--", "sh", "-c", script])
-            .env("W", env!("CARGO_BIN_EXE_worklane"))
+            .env("W", worklane_bin())
             .output_gated()
             .expect("outer run")
     }
@@ -1676,7 +1686,7 @@ mod terminal {
         // died of SIGINT.
         let inner = format!(
             r#"bash -c 'for i in 1 2 3; do {wl} run -- sh -c "touch \"$T/up.\$0\"; exec sleep 100" $i; echo next-$i; done; echo loop-done'"#,
-            wl = env!("CARGO_BIN_EXE_worklane")
+            wl = worklane_bin()
         );
         let mut shell = site
             .command("script")
@@ -1715,7 +1725,7 @@ mod terminal {
         let mut holder = site.spawn(&["run"], HOLD, "0");
         wait_until("the holder", || site.file("up.0").exists());
         // script(1) gives the waiting run a pseudo-terminal as stdin, stdout and stderr.
-        let inner = format!("{} run -- true", env!("CARGO_BIN_EXE_worklane"));
+        let inner = format!("{} run -- true", worklane_bin());
         let mut waiter = site
             .command("script")
             .args(["-qfec", &inner, "/dev/null"])
@@ -1910,7 +1920,7 @@ touch "$T/up.$K"; while [ ! -e "$T/release.$K" ]; do sleep 0.02; done"#;
         // terminal's hangup when the session ends cannot do the halt's work.
         let inner = format!(
             "{} run -- sh -c {}",
-            env!("CARGO_BIN_EXE_worklane"),
+            worklane_bin(),
             r#"'sh -c "trap \"\" TERM HUP; echo \$\$ > \"\$T/straggler\"; exec sleep 600" & touch "$T/up.0"; wait'"#
         );
         let mut run = site
@@ -2209,7 +2219,7 @@ mod queue {
                 "-c",
                 r#"exec "$W" queue full-run --priority 3 -- sh -c 'echo ran > "$T/never"' 3>&1"#,
             ])
-            .env("W", env!("CARGO_BIN_EXE_worklane"))
+            .env("W", worklane_bin())
             .env("AGENT_SLOTS_DIR", site.slots())
             .env_remove("AGENT_SLOTS_CONFIG")
             .env("T", site.temp.path())
@@ -2309,7 +2319,7 @@ mod queue {
                 "import os, signal, sys\n\
                  signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\n\
                  os.execv(sys.argv[1], sys.argv[1:])",
-                env!("CARGO_BIN_EXE_worklane"),
+                worklane_bin(),
                 "queue",
                 "full-run",
                 "--",
@@ -2693,7 +2703,7 @@ mod ownership {
                 "--regid=12345",
                 &format!("--groups={SHARED}"),
             ])
-            .arg(env!("CARGO_BIN_EXE_worklane"))
+            .arg(worklane_bin())
             .args(args)
             .env("AGENT_SLOTS_DIR", site.slots())
             .env_remove("AGENT_SLOTS_CONFIG")
@@ -3073,7 +3083,7 @@ mod supervisor_gone {
         let mut contained = Running::new(
             site.command("unshare")
                 .args(["--pid", "--fork", "--kill-child", "--mount-proc"])
-                .arg(env!("CARGO_BIN_EXE_worklane"))
+                .arg(worklane_bin())
                 .args(["run", "--", "sh", "-c", r#"touch "$T/up"; exec sleep 60"#])
                 .env("AGENT_SLOTS_DIR", site.slots())
                 .env("T", site.temp.path())
@@ -3244,7 +3254,7 @@ mod supervisor_gone {
         // terminal's stop signals to orphaned groups.)
         let inner = format!(
             r#"bash -c 'set -m; {wl} run -- sh -c "echo \$PPID > \"$T/wl.pid\"; echo \$\$ > \"$T/cmd.pid\"; exec sleep 100"; sleep 100'"#,
-            wl = env!("CARGO_BIN_EXE_worklane")
+            wl = worklane_bin()
         );
         let mut shell = site
             .command("script")
@@ -3951,7 +3961,7 @@ mod dispatcher {
                     "import os, signal, sys\n\
                      signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})\n\
                      os.execv(sys.argv[1], sys.argv[1:])",
-                    env!("CARGO_BIN_EXE_worklane"),
+                    worklane_bin(),
                     "dispatcher",
                 ])
                 .env("AGENT_SLOTS_DIR", site.slots())
@@ -3979,7 +3989,7 @@ mod dispatcher {
         let _dispatcher = Running::new(
             site.command("sh")
                 .args(["-c", r#"ulimit -Sn 40 && exec "$0" dispatcher"#])
-                .arg(env!("CARGO_BIN_EXE_worklane"))
+                .arg(worklane_bin())
                 .env("AGENT_SLOTS_DIR", site.slots())
                 .env("T", site.temp.path())
                 .env_remove("AGENT_SLOTS_CONFIG")
@@ -4042,7 +4052,7 @@ mod dispatcher {
                     "-c",
                     &format!(r#"ulimit -n {limit} && exec "$0" dispatcher"#),
                 ])
-                .arg(env!("CARGO_BIN_EXE_worklane"))
+                .arg(worklane_bin())
                 .env("AGENT_SLOTS_DIR", site.slots())
                 .env("T", site.temp.path())
                 .env_remove("AGENT_SLOTS_CONFIG")
@@ -4981,7 +4991,7 @@ mod status_fd {
     fn through_fd_3(site: &Site) -> Command {
         let mut cmd = site.command("sh");
         cmd.args(["-c", r#"exec "$0" "$@" 3>&1 1>&2"#])
-            .arg(env!("CARGO_BIN_EXE_worklane"))
+            .arg(worklane_bin())
             .env("AGENT_SLOTS_DIR", site.slots())
             .env_remove("AGENT_SLOTS_CONFIG")
             .env("T", site.temp.path())
@@ -5129,7 +5139,7 @@ mod status_fd {
         let out = site
             .command("sh")
             .args(["-c", r#"exec "$0" "$@" 3</dev/null"#])
-            .arg(env!("CARGO_BIN_EXE_worklane"))
+            .arg(worklane_bin())
             .args(["run", "--status-fd", "3", "--", "true"])
             .env("AGENT_SLOTS_DIR", site.slots())
             .output_gated()
@@ -5227,7 +5237,7 @@ mod status_fd {
         let mut waiter = Running::new(
             site.command("sh")
                 .args(["-c", r#"exec "$0" "$@" 3>"$T/status""#])
-                .arg(env!("CARGO_BIN_EXE_worklane"))
+                .arg(worklane_bin())
                 .args(["run", "--status-fd", "3", "--", "true"])
                 .env("AGENT_SLOTS_DIR", site.slots())
                 .env("T", site.temp.path())
@@ -5279,7 +5289,7 @@ mod waits {
         Running::new(
             site.command("sh")
                 .args(["-c", r#"exec "$0" "$@" 3>"$T/$N""#])
-                .arg(env!("CARGO_BIN_EXE_worklane"))
+                .arg(worklane_bin())
                 .args(["lease", "run", "--role", "r", "--status-fd", "3"])
                 .args(extra)
                 .args(["--", "true"])
@@ -5652,7 +5662,7 @@ mod json_docs {
         let out = site
             .command("sh")
             .args(["-c", r#"exec "$0" "$@" 3>&1 1>&2"#])
-            .arg(env!("CARGO_BIN_EXE_worklane"))
+            .arg(worklane_bin())
             .args(args)
             .env("AGENT_SLOTS_DIR", site.slots())
             .env_remove("AGENT_SLOTS_CONFIG")
@@ -5708,7 +5718,7 @@ mod json_docs {
         let mut waiter = Running::new(
             site.command("sh")
                 .args(["-c", r#"exec "$0" "$@" 3>"$T/events""#])
-                .arg(env!("CARGO_BIN_EXE_worklane"))
+                .arg(worklane_bin())
                 .args(["run", "--owner", "waiter", "--status-fd", "3", "--", "true"])
                 .env("AGENT_SLOTS_DIR", site.slots())
                 .env_remove("AGENT_SLOTS_CONFIG")

@@ -141,7 +141,7 @@ impl Environment {
         Environment {
             vars,
             root: PathBuf::from("/"),
-            current_exe: std::env::current_exe().ok(),
+            current_exe: process_exe(),
             temp_dir: std::env::temp_dir(),
         }
     }
@@ -296,6 +296,13 @@ impl Environment {
             layout,
         })
     }
+}
+
+/// This process's executable, read once (`/proc/self/exe` on Linux): it never changes, and
+/// an environment is made for every file resolved.
+fn process_exe() -> Option<PathBuf> {
+    static EXE: OnceLock<Option<PathBuf>> = OnceLock::new();
+    EXE.get_or_init(|| std::env::current_exe().ok()).clone()
 }
 
 /// The real process's test run, decided once.
