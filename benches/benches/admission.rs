@@ -2,13 +2,16 @@
 //!
 //! - `admission_take_release/{disk,tmpfs}`: library take + release of an agent slot with 8
 //!   live slot files present (each probed while counting), under a cap of 16.
-//! - `cli_per_run`: one whole process per iteration: `worklane run -- true`, plain `true`, and
+//! - `cli_per_run`: one whole process per iteration: `worklane run -- true` (the release
+//!   build, and the binary `cargo xtask dist` makes when it is there), plain `true`, and
 //!   `flock -n FILE true` (util-linux), so the difference is what wrapping a command costs.
+//!   Criterion times each apart; `benches/scripts/alternate.py` alternates them, run by run,
+//!   for the ratio.
 //!
 //! The CLI bench runs the release `worklane` binary, which cargo does not build for this
 //! crate; build it first:
 //!
-//! `cargo build --release -p worklane && cargo bench -p worklane-benches --bench admission`
+//! `cargo build --release -p worklane && cargo xtask dist && cargo bench -p worklane-benches --bench admission`
 
 // A benchmark starts its processes from one thread and releases nothing another process must
 // see free meanwhile: the fork gate of the test binaries (worklane-testkit) is not needed here.
@@ -86,6 +89,29 @@ fn cli_per_run(c: &mut Criterion) {
             );
         });
     });
+    // The binary `cargo xtask dist` builds (musl, static, fixed address): the one installed.
+    let dist = worklane
+        .parent()
+        .and_then(std::path::Path::parent)
+        .map(|target| target.join("dist").join("worklane"))
+        .filter(|dist| dist.is_file());
+    match &dist {
+        Some(dist) => {
+            group.bench_function("worklane_dist_run_true", |b| {
+                b.iter(|| {
+                    run_ok(
+                        Command::new(dist)
+                            .args(["run", "--no-wait", "--", "true"])
+                            .env("AGENT_SLOTS_DIR", &slots)
+                            .env(TEST_ROOT_VAR, &root),
+                    );
+                });
+            });
+        }
+        None => {
+            eprintln!("cli_per_run/worklane_dist_run_true skipped: run `cargo xtask dist` first")
+        }
+    }
     group.bench_function("plain_true", |b| {
         b.iter(|| run_ok(&mut Command::new("true")))
     });
