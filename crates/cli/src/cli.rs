@@ -47,7 +47,6 @@ Environment: AGENT_SLOTS_DIR (or --dir), AGENT_SLOTS_CONFIG. `run` gives its com
 WORKLANE_AGENT_SLOT, WORKLANE_TEST_SLOT or WORKLANE_FULL_RUN_SLOT (see README.md).";
 
 #[derive(Debug, Subcommand)]
-#[command(defer = true)]
 pub(crate) enum Command {
     /// Hold a slot while COMMAND runs; obey STOP; exit with COMMAND's status.
     Run(RunArgs),
@@ -152,7 +151,6 @@ pub(crate) enum Command {
 }
 
 #[derive(Debug, Subcommand)]
-#[command(defer = true)]
 pub(crate) enum ConfigCommand {
     /// Print KEY's value in force (its default when the file does not set it); without KEY,
     /// the file in force and every key.
@@ -295,7 +293,6 @@ pub(crate) struct FleetRoleArgs {
 }
 
 #[derive(Debug, Subcommand)]
-#[command(defer = true)]
 pub(crate) enum FleetCommand {
     /// Set the cap of a fleet pool (kept in etcd; a pool without one admits nobody).
     SetCap {
@@ -315,7 +312,6 @@ pub(crate) enum FleetCommand {
 }
 
 #[derive(Debug, Subcommand)]
-#[command(defer = true)]
 pub(crate) enum LeaseCommand {
     /// Hold the TTL lease of ROLE, with a heartbeat, while COMMAND runs.
     Run(LeaseRunArgs),
@@ -359,7 +355,6 @@ pub(crate) struct LeaseRunArgs {
 }
 
 #[derive(Debug, Subcommand)]
-#[command(defer = true)]
 pub(crate) enum QueueCommand {
     /// List the attempts the dispatcher holds (queued and starting), with their logs.
     Ls {
@@ -464,7 +459,6 @@ pub(crate) struct WhyArgs {
 }
 
 #[derive(Debug, Subcommand)]
-#[command(defer = true)]
 pub(crate) enum BudgetCommand {
     /// Show the budgets of the credentials used recently (numbered, never named by key).
     Show {

@@ -2,8 +2,8 @@
 //! CLONE_VFORK)` whose child sets the parent-death signal before its exec; rustix has no
 //! clone) and std's `Command::pre_exec` (its closure runs in the forked child) are unsafe;
 //! setting a variable of the process's environment (`--dir`) and taking an inherited
-//! descriptor by its number (`--status-fd`) are unsafe too, and so is a signal handler's
-//! action.
+//! descriptor by its number (`--status-fd`) are unsafe too, and so are a signal handler's
+//! action and asking sigaction(2) for a signal's disposition.
 
 #![allow(unsafe_code)]
 
@@ -36,8 +36,7 @@ impl Child {
 
 /// Starts `program` with `args` (searched in `PATH` as glibc's execvp(3) does, a file
 /// without a `#!` line run by `/bin/sh`: [`search`]), this process's environment with `env`
-/// set, and every
-/// descriptor that is not close-on-exec. The search reads this process's `PATH`, which is the
+/// set, and every descriptor that is not close-on-exec. The search reads this process's `PATH`, which is the
 /// command's as long as `env` does not set one (it never does: worklane's variables only);
 /// std's `Command`, and a shell's `PATH=... cmd`, would search the new one. The command starts with the signal mask empty and
 /// SIGPIPE at its default (as std's `Command` does); a signal the caller ignores stays
@@ -151,7 +150,9 @@ pub(crate) fn spawn(
             unsafe { libc::_exit(127) }
         };
         // SAFETY: each call is async-signal-safe (signal-safety(7)) and is given pointers the
-        // parent prepared: the `Start` fields, or locals of this stack.
+        // parent prepared: the `Start` fields, or locals of this stack. The one write to the
+        // parent's memory, slot 1 of `sh_argv` (in bounds: it holds `argv`'s length plus one),
+        // is to a vector the parent does not touch until this process has exec'd or exited.
         unsafe {
             if start.group && libc::setpgid(0, 0) != 0 {
                 return fail(*libc::__errno_location());

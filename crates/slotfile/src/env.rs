@@ -25,6 +25,9 @@ pub const SYSTEM_CONFIG: &str = "etc/worklane/slots.json";
 /// The default slot directory (created 2770, setgid, when missing).
 pub const DEFAULT_SLOTS_DIR: &str = "var/tmp/agent-slots";
 
+/// The variables `cargo test` sets for an integration test's binaries: one marks a test run.
+const CARGO_BIN_EXE_PREFIX: &str = "CARGO_BIN_EXE_";
+
 /// The machine's own paths, which a test run may never use whatever its temp root is.
 const MACHINE_PATHS: [&str; 3] = ["/var/lib/worklane", "/var/tmp/agent-slots", "/etc/worklane"];
 
@@ -132,11 +135,19 @@ pub mod resolve {
 }
 
 impl Environment {
-    /// The real process: its variables, `/`, its executable and temp dir.
+    /// The real process: its variables (those resolution reads), `/`, its executable and temp
+    /// dir.
     #[must_use]
     pub fn from_process() -> Environment {
+        // Only what `test_run` and `locate` read: a copy of every variable cost a fifth of a
+        // `worklane run`'s own instructions, for an environment made per file resolved.
+        let read = [TEST_ROOT_VAR, "NEXTEST", SLOTS_DIR_VAR, SLOTS_CONFIG_VAR];
         let vars = std::env::vars_os()
-            .filter_map(|(k, v)| Some((k.into_string().ok()?, v)))
+            .filter_map(|(k, v)| {
+                let k = k.into_string().ok()?;
+                (read.contains(&k.as_str()) || k.starts_with(CARGO_BIN_EXE_PREFIX))
+                    .then_some((k, v))
+            })
             .collect();
         Environment {
             vars,
@@ -198,7 +209,11 @@ impl Environment {
             TestSignal::Marker
         } else if self.get("NEXTEST").is_some() {
             TestSignal::Nextest
-        } else if self.vars.keys().any(|k| k.starts_with("CARGO_BIN_EXE_")) {
+        } else if self
+            .vars
+            .keys()
+            .any(|k| k.starts_with(CARGO_BIN_EXE_PREFIX))
+        {
             TestSignal::CargoTest
         } else if self.current_exe.as_deref().is_some_and(is_test_harness) {
             TestSignal::TestHarness
