@@ -120,8 +120,6 @@ pub(crate) fn spawn(
         /// The paths to try, in order ([`search`]).
         candidates: *const *const c_char,
         candidates_len: usize,
-        /// Whether `program` was looked up in `PATH` (a name without `/`).
-        searched: bool,
         argv: *const *const c_char,
         /// `argv` behind `/bin/sh` and a free slot for the file (written by the child only).
         sh_argv: *mut *const c_char,
@@ -208,9 +206,7 @@ pub(crate) fn spawn(
                     libc::execve(SHELL.as_ptr(), start.sh_argv, start.envp);
                     errno = *libc::__errno_location();
                 }
-                if !start.searched {
-                    return fail(errno);
-                }
+                // (A name with a `/` is the one candidate: its error is the answer.)
                 match errno {
                     // Not here, or not ours to run: the next directory of `PATH` may have it.
                     libc::EACCES => denied = true,
@@ -230,7 +226,6 @@ pub(crate) fn spawn(
     let start = Start {
         candidates: candidates.as_ptr(),
         candidates_len: candidates.len(),
-        searched: !program.as_bytes().contains(&b'/'),
         argv: argv.as_ptr(),
         sh_argv: sh_argv.as_mut_ptr(),
         envp: envp.as_ptr(),

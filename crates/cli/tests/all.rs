@@ -746,6 +746,37 @@ mod start {
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "50000 1 50000");
     }
 
+    /// The search stops, as execvp(3) does, at an error other than "not here" or "not ours
+    /// to run": a symbolic-link loop in the first directory of `PATH` is the answer (126),
+    /// and the program of the same name in the next one never runs.
+    #[test]
+    fn the_search_stops_at_a_link_loop_as_execvp_does() {
+        let site = Site::new(None);
+        let first = site.file("first");
+        let second = site.file("second");
+        std::fs::create_dir(&first).expect("mkdir");
+        std::fs::create_dir(&second).expect("mkdir");
+        std::os::unix::fs::symlink("tool", first.join("tool")).expect("a link to itself");
+        let tool = second.join("tool");
+        std::fs::write(&tool, "#!/bin/sh\necho ran > \"$T/ran\"\n").expect("script");
+        std::fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+        let out = site
+            .worklane()
+            .args(["run", "--", "tool"])
+            .env(
+                "PATH",
+                format!("{}:{}:/usr/bin:/bin", first.display(), second.display()),
+            )
+            .output_gated()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(126), "{out:?}");
+        assert!(
+            !site.file("ran").exists(),
+            "the second directory's tool ran"
+        );
+    }
+
     /// A directory is no command, named by its path or found in `PATH` (where execvp(3)
     /// goes on past it): 126, as a shell says, and the slot let go.
     #[test]
