@@ -4,7 +4,7 @@
 //! observe the answer's headers, pause after a secondary limit). The token never leaves the
 //! host: the key is the ledger's own hash of it.
 
-use crate::client::{Error, Fleet};
+use crate::client::{Doing, Error, Fleet};
 use crate::keys;
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use std::time::{Duration, Instant};
@@ -38,7 +38,9 @@ pub enum BudgetTake {
 fn read(fleet: &Fleet, key: &str) -> Result<(State, i64), Error> {
     let k = key.to_owned();
     let got = fleet.inner.call(
-        || format!("reading the budget {key}"),
+        || Doing::ReadingBudget {
+            key: key.to_owned(),
+        },
         |mut c| {
             let k = k.clone();
             async move { c.get(k, None).await }
@@ -65,7 +67,9 @@ fn swap(fleet: &Fleet, key: &str, revision: i64, bytes: Vec<u8>) -> Result<bool,
         .when([compare])
         .and_then([TxnOp::put(key.to_owned(), bytes, None)]);
     let done = fleet.inner.call(
-        || format!("writing the budget {key}"),
+        || Doing::WritingBudget {
+            key: key.to_owned(),
+        },
         |mut c| {
             let txn = txn.clone();
             async move { c.txn(txn).await }
@@ -145,7 +149,7 @@ impl Fleet {
         let prefix = format!("{}budget/", keys::PREFIX);
         let p = prefix.clone();
         let got = self.inner.call(
-            || "reading the fleet's budgets".to_owned(),
+            || Doing::ReadingBudgets,
             |mut c| {
                 let p = p.clone();
                 async move {

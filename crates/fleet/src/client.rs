@@ -8,7 +8,7 @@ use crate::keys;
 use crate::value::Holder;
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper,
-    SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+    SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, WatchOptions, WatchStream,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,8 +16,18 @@ use std::time::{Duration, Instant};
 /// The longest one request to etcd may take before it counts as unanswered.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// How often a waiting take or claim looks again.
-pub const LOOK_EVERY: Duration = Duration::from_millis(100);
+/// How often a waiting take wakes to keep its place in line alive ([`Hold::pulse`]) while
+/// it watches its pool for a change.
+pub const KEEP_EVERY: Duration = Duration::from_millis(250);
+
+/// The longest a waiter goes without reading its pool or role again, change or not: a
+/// watch that stopped delivering without an error (a member cut off from the others) cannot
+/// keep it waiting longer.
+pub const RECHECK_EVERY: Duration = Duration::from_secs(5);
+
+/// How long a waiter whose watch cannot be opened (etcd refused it) sleeps before it reads
+/// again: it then polls, as before watches.
+pub const POLL_EVERY: Duration = Duration::from_millis(100);
 
 /// Errors of [`Fleet::connect`].
 pub mod connect {
@@ -43,6 +53,81 @@ pub mod connect {
     }
 }
 
+/// What the fleet client was doing when etcd did not answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Doing {
+    /// Setting a pool's cap.
+    SettingCap {
+        /// The pool.
+        pool: String,
+    },
+    /// Reading a pool's cap and keys.
+    ReadingPool {
+        /// The pool.
+        pool: String,
+    },
+    /// Granting the lease of a place (`pool agents`, `role coordinator`).
+    GrantingLease {
+        /// The place.
+        what: String,
+    },
+    /// Revoking a lease no longer needed.
+    RevokingLease,
+    /// Putting a waiter's key into a pool.
+    JoiningPool {
+        /// The pool.
+        pool: String,
+    },
+    /// Keeping a waiter's place in line alive.
+    KeepingPlace {
+        /// The pool.
+        pool: String,
+    },
+    /// Claiming a role.
+    ClaimingRole {
+        /// The role.
+        role: String,
+    },
+    /// Giving a held place up.
+    Releasing {
+        /// The place.
+        what: String,
+    },
+    /// Reading a credential's budget.
+    ReadingBudget {
+        /// Its key.
+        key: String,
+    },
+    /// Writing a credential's budget.
+    WritingBudget {
+        /// Its key.
+        key: String,
+    },
+    /// Reading every credential's budget.
+    ReadingBudgets,
+}
+
+impl std::fmt::Display for Doing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Doing::SettingCap { pool } => write!(f, "setting the cap of pool {pool:?}"),
+            Doing::ReadingPool { pool } => write!(f, "reading pool {pool:?}"),
+            Doing::GrantingLease { what } => write!(f, "granting a lease for {what}"),
+            Doing::RevokingLease => f.write_str("revoking a lease"),
+            Doing::JoiningPool { pool } => write!(f, "joining pool {pool:?}"),
+            Doing::KeepingPlace { pool } => {
+                write!(f, "keeping a place in line in pool {pool:?}")
+            }
+            Doing::ClaimingRole { role } => write!(f, "claiming role {role:?}"),
+            Doing::Releasing { what } => write!(f, "releasing {what}"),
+            Doing::ReadingBudget { key } => write!(f, "reading the budget {key}"),
+            Doing::WritingBudget { key } => write!(f, "writing the budget {key}"),
+            Doing::ReadingBudgets => f.write_str("reading the fleet's budgets"),
+        }
+    }
+}
+
 /// A request etcd did not answer, or answered with an error: what was being done, where.
 #[derive(Debug, thiserror::Error)]
 #[error("etcd at {endpoints} did not answer while {doing}")]
@@ -50,7 +135,7 @@ pub struct Unavailable {
     /// The endpoints, comma-separated.
     pub endpoints: String,
     /// What was being done.
-    pub doing: String,
+    pub doing: Doing,
     /// The client's error, or `None` on a timeout.
     #[source]
     pub source: Option<etcd_client::Error>,
@@ -215,7 +300,7 @@ impl Inner {
     /// is tried again, every 50 ms, until the deadline.
     pub(crate) fn call<T, F, Fut>(
         &self,
-        doing: impl FnOnce() -> String,
+        doing: impl FnOnce() -> Doing,
         request: F,
     ) -> Result<T, Unavailable>
     where
@@ -250,6 +335,7 @@ impl Inner {
 pub struct Fleet {
     pub(crate) inner: Arc<Inner>,
     ttl: Duration,
+    recheck: Duration,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -257,6 +343,7 @@ impl std::fmt::Debug for Fleet {
         f.debug_struct("Fleet")
             .field("endpoints", &self.inner.endpoints)
             .field("ttl", &self.ttl)
+            .field("recheck", &self.recheck)
             .finish()
     }
 }
@@ -299,7 +386,16 @@ impl Fleet {
                 endpoints: joined,
             }),
             ttl,
+            recheck: RECHECK_EVERY,
         })
+    }
+
+    /// How long a waiter goes at most without reading its pool or role again, whatever its
+    /// watch says ([`RECHECK_EVERY`] unless set here).
+    #[must_use]
+    pub fn with_recheck(mut self, every: Duration) -> Fleet {
+        self.recheck = every;
+        self
     }
 
     /// The endpoints, comma-separated.
@@ -318,7 +414,9 @@ impl Fleet {
     pub fn set_cap(&self, pool: &str, cap: u32) -> Result<(), Error> {
         keys::check_name("pool", pool)?;
         self.inner.call(
-            || format!("setting the cap of pool {pool:?}"),
+            || Doing::SettingCap {
+                pool: pool.to_owned(),
+            },
             |mut c| async move { c.put(keys::pool_cap(pool), cap.to_string(), None).await },
         )?;
         Ok(())
@@ -327,7 +425,7 @@ impl Fleet {
     /// The cap and keys of `pool`, read at one revision.
     pub fn status(&self, pool: &str) -> Result<PoolStatus, Error> {
         keys::check_name("pool", pool)?;
-        let (cap, keys) = self.read_pool(pool)?;
+        let (cap, keys, _) = self.read_pool(pool)?;
         Ok(PoolStatus {
             pool: pool.to_owned(),
             cap,
@@ -335,7 +433,8 @@ impl Fleet {
         })
     }
 
-    fn read_pool(&self, pool: &str) -> Result<(Option<u32>, Vec<Listed>), Error> {
+    /// The pool's cap and keys, and the revision they were read at.
+    fn read_pool(&self, pool: &str) -> Result<(Option<u32>, Vec<Listed>, i64), Error> {
         let sorted = GetOptions::new()
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Ascend);
@@ -344,12 +443,15 @@ impl Fleet {
             TxnOp::get(keys::pool_holders(pool), Some(sorted)),
         ]);
         let response = self.inner.call(
-            || format!("reading pool {pool:?}"),
+            || Doing::ReadingPool {
+                pool: pool.to_owned(),
+            },
             |mut c| {
                 let txn = txn.clone();
                 async move { c.txn(txn).await }
             },
         )?;
+        let revision = response.header().map_or(0, |h| h.revision());
         let mut cap = None;
         let mut listed = Vec::new();
         for (i, op) in response.op_responses().into_iter().enumerate() {
@@ -373,14 +475,16 @@ impl Fleet {
                 }));
             }
         }
-        Ok((cap, listed))
+        Ok((cap, listed, revision))
     }
 
     /// Grants a lease of the fleet's TTL: its id and the TTL etcd gave.
     fn grant(&self, doing: &str) -> Result<(i64, Duration), Error> {
         let seconds = i64::try_from(self.ttl.as_millis().div_ceil(1000).max(1)).unwrap_or(i64::MAX);
         let granted = self.inner.call(
-            || format!("granting a lease for {doing}"),
+            || Doing::GrantingLease {
+                what: doing.to_owned(),
+            },
             |mut c| async move { c.lease_grant(seconds, None).await },
         )?;
         let ttl = Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(0).max(1));
@@ -389,7 +493,7 @@ impl Fleet {
 
     fn revoke(&self, lease: i64) {
         let _ = self.inner.call(
-            || "revoking a lease".to_owned(),
+            || Doing::RevokingLease,
             |mut c| async move { c.lease_revoke(lease).await },
         );
     }
@@ -410,7 +514,9 @@ impl Fleet {
                 Some(etcd_client::PutOptions::new().with_lease(lease)),
             )]);
         let put = self.inner.call(
-            || format!("joining pool {pool:?}"),
+            || Doing::JoiningPool {
+                pool: pool.to_owned(),
+            },
             |mut c| {
                 let put = put.clone();
                 async move { c.txn(put).await }
@@ -425,8 +531,9 @@ impl Fleet {
         };
         let mut hold = Hold::new(self.clone(), what, key.clone(), lease, ttl, epoch);
         let started = Instant::now();
+        let mut changes = Changes::new(keys::pool_root(pool), true);
         loop {
-            let (cap, listed) = match self.read_pool(pool) {
+            let (cap, listed, revision) = match self.read_pool(pool) {
                 Ok(read) => read,
                 Err(e) => {
                     hold.abandon();
@@ -448,6 +555,7 @@ impl Fleet {
                     });
                 }
                 Standing::Waits { ahead } => {
+                    changes.read_at(revision);
                     if wait.timeout.is_some_and(|t| started.elapsed() >= t) {
                         hold.abandon();
                         let holders = decide::holders(&listed, cap)
@@ -461,20 +569,32 @@ impl Fleet {
                         }));
                     }
                     (wait.on_wait)(&Waiting { ahead, cap });
-                    if let Err(lost) = hold.pulse() {
-                        hold.abandon();
-                        return Err(match lost {
-                            Lost::Unconfirmed { .. } => Error::Unavailable(Unavailable {
-                                endpoints: self.inner.endpoints.clone(),
-                                doing: format!("keeping a place in line in pool {pool:?}"),
-                                source: None,
-                            }),
-                            Lost::Expired { .. } => Error::LostWhileWaiting {
-                                pool: pool.to_owned(),
-                            },
-                        });
+                    // Until a key of the pool changes (a holder left, the cap was set), the
+                    // timeout comes or the recheck is due, keeping the place alive.
+                    let looked = Instant::now();
+                    loop {
+                        if let Err(lost) = hold.pulse() {
+                            hold.abandon();
+                            return Err(match lost {
+                                Lost::Unconfirmed { .. } => Error::Unavailable(Unavailable {
+                                    endpoints: self.inner.endpoints.clone(),
+                                    doing: Doing::KeepingPlace {
+                                        pool: pool.to_owned(),
+                                    },
+                                    source: None,
+                                }),
+                                Lost::Expired { .. } => Error::LostWhileWaiting {
+                                    pool: pool.to_owned(),
+                                },
+                            });
+                        }
+                        let left = wait_left(wait.timeout, started, looked, self.recheck);
+                        if left.is_zero()
+                            || self.wait_for_change(&mut changes, left.min(KEEP_EVERY))
+                        {
+                            break;
+                        }
                     }
-                    std::thread::sleep(LOOK_EVERY);
                 }
             }
         }
@@ -488,6 +608,7 @@ impl Fleet {
         let mut value = holder.clone();
         value.role = Some(role.to_owned());
         let started = Instant::now();
+        let mut changes = Changes::new(key.clone(), false);
         loop {
             let what = format!("role {role}");
             let (lease, ttl) = self.grant(&what)?;
@@ -500,7 +621,9 @@ impl Fleet {
                 )])
                 .or_else([TxnOp::get(key.clone(), None)]);
             let response = match self.inner.call(
-                || format!("claiming role {role:?}"),
+                || Doing::ClaimingRole {
+                    role: role.to_owned(),
+                },
                 |mut c| {
                     let txn = txn.clone();
                     async move { c.txn(txn).await }
@@ -532,7 +655,13 @@ impl Fleet {
             });
             if wait.timeout.is_none_or(|t| started.elapsed() < t) {
                 (wait.on_wait)(&Waiting { ahead: 1, cap: 1 });
-                std::thread::sleep(LOOK_EVERY);
+                // Until the role's key changes (its holder left or lapsed), the timeout comes
+                // or the recheck is due.
+                changes.read_at(response.header().map_or(0, |h| h.revision()));
+                let left = wait_left(wait.timeout, started, Instant::now(), self.recheck);
+                if !left.is_zero() {
+                    self.wait_for_change(&mut changes, left);
+                }
                 continue;
             }
             return Ok(Taken::Refused(Refusal::RoleHeld {
@@ -540,6 +669,124 @@ impl Fleet {
                 holder,
             }));
         }
+    }
+}
+
+/// How long a waiter may wait now before it must look again: until its timeout (`None`:
+/// none) counted from `started`, and at most `recheck` after its last look.
+fn wait_left(
+    timeout: Option<Duration>,
+    started: Instant,
+    looked: Instant,
+    recheck: Duration,
+) -> Duration {
+    let recheck = recheck.saturating_sub(looked.elapsed());
+    match timeout {
+        Some(t) => t.saturating_sub(started.elapsed()).min(recheck),
+        None => recheck,
+    }
+}
+
+/// A watch on a key (or the keys under a prefix), for a waiter: it reports changes after the
+/// revision the waiter last read, so that none between its read and its wait is missed.
+struct Changes {
+    key: String,
+    prefix: bool,
+    /// The first revision not yet seen: the last read's, plus one.
+    from: i64,
+    /// The open watch, if any: it delivers every change from the revision it started at.
+    stream: Option<WatchStream>,
+}
+
+impl Changes {
+    fn new(key: String, prefix: bool) -> Changes {
+        Changes {
+            key,
+            prefix,
+            from: 0,
+            stream: None,
+        }
+    }
+
+    /// The waiter read the keys at `revision`: changes up to it are known.
+    fn read_at(&mut self, revision: i64) {
+        if revision > 0 {
+            self.from = self.from.max(revision + 1);
+        }
+    }
+}
+
+impl Fleet {
+    /// Waits at most `max` for a change of the watched keys after the last read; whether
+    /// the waiter should read again (a change came, or the watch broke and cannot be
+    /// trusted). A watch that cannot be opened makes this a sleep of [`POLL_EVERY`].
+    fn wait_for_change(&self, changes: &mut Changes, max: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + max;
+        let inner = Arc::clone(&self.inner);
+        let mut stream = changes.stream.take();
+        let key = changes.key.clone();
+        // From the revision after the last read: a change between that read and this watch is
+        // reported too. (No read yet: from now.)
+        let mut options = WatchOptions::new();
+        if changes.from > 0 {
+            options = options.with_start_revision(changes.from);
+        }
+        if changes.prefix {
+            options = options.with_prefix();
+        }
+        let (change, stream) = inner.runtime.block_on(async {
+            let mut stream = match stream.take() {
+                Some(stream) => stream,
+                None => {
+                    let opened = tokio::time::timeout_at(
+                        deadline.min(tokio::time::Instant::now() + REQUEST_TIMEOUT),
+                        inner.client.clone().watch(key, Some(options)),
+                    )
+                    .await;
+                    match opened {
+                        Ok(Ok(stream)) => stream,
+                        Ok(Err(e)) => {
+                            log::debug!("fleet watch cannot be opened ({e}): polling");
+                            tokio::time::sleep_until(
+                                deadline.min(tokio::time::Instant::now() + POLL_EVERY),
+                            )
+                            .await;
+                            return (true, None);
+                        }
+                        // Not even opened before the deadline: nothing learned.
+                        Err(_) => return (false, None),
+                    }
+                }
+            };
+            loop {
+                match tokio::time::timeout_at(deadline, stream.message()).await {
+                    Err(_) => return (false, Some(stream)),
+                    Ok(Ok(Some(response))) => {
+                        if response.canceled() {
+                            // Compacted past our revision, or cancelled by etcd: read again
+                            // and watch afresh.
+                            return (true, None);
+                        }
+                        if !response.events().is_empty() {
+                            return (true, Some(stream));
+                        }
+                        // The creation's confirmation, or a progress notice: keep waiting.
+                    }
+                    // The stream ended or failed: read again, and open a new one next time,
+                    // after a pause, so that a member that keeps closing streams is not asked
+                    // in a tight loop.
+                    Ok(Ok(None) | Err(_)) => {
+                        tokio::time::sleep_until(
+                            deadline.min(tokio::time::Instant::now() + POLL_EVERY),
+                        )
+                        .await;
+                        return (true, None);
+                    }
+                }
+            }
+        });
+        changes.stream = stream;
+        change
     }
 }
 
@@ -706,7 +953,7 @@ impl Hold {
         self.fleet
             .inner
             .call(
-                || format!("releasing {what}"),
+                || Doing::Releasing { what },
                 |mut c| async move { c.lease_revoke(lease).await },
             )
             .map(drop)

@@ -32,16 +32,22 @@ pub fn check_name(what: &'static str, name: &str) -> Result<(), NameError> {
     Ok(())
 }
 
+/// `/worklane/v1/pool/<pool>/`: the prefix of all of a pool's keys (its cap and holders).
+#[must_use]
+pub fn pool_root(pool: &str) -> String {
+    format!("{PREFIX}pool/{pool}/")
+}
+
 /// `/worklane/v1/pool/<pool>/cap`: the pool's cap, a decimal whole number.
 #[must_use]
 pub fn pool_cap(pool: &str) -> String {
-    format!("{PREFIX}pool/{pool}/cap")
+    format!("{}cap", pool_root(pool))
 }
 
 /// `/worklane/v1/pool/<pool>/holder/`: the prefix of the pool's holders' keys.
 #[must_use]
 pub fn pool_holders(pool: &str) -> String {
-    format!("{PREFIX}pool/{pool}/holder/")
+    format!("{}holder/", pool_root(pool))
 }
 
 /// `/worklane/v1/pool/<pool>/holder/<token>`: one holder's (or waiter's) key.

@@ -25,7 +25,9 @@
 //! - Time: the halt rule assumes this host's monotonic clock and etcd's run at the same rate;
 //!   a holder suspended (SIGSTOP) past half its TTL halts when it resumes, before anything
 //!   else.
-//! - Waiting polls etcd every 100 ms (`LOOK_EVERY`) instead of watching.
+//! - A waiter watches its pool's keys (or its role's key) and reads them again when one
+//!   changes; it also reads them every [`RECHECK_EVERY`] whatever the watch says, and falls
+//!   back to reading every [`POLL_EVERY`] if etcd refuses to open the watch.
 //!
 //! # Example
 //! ```no_run
@@ -59,7 +61,7 @@ pub mod value;
 
 #[cfg(feature = "etcd")]
 pub use client::{
-    Error, Fleet, Hold, LOOK_EVERY, Lost, PoolStatus, REQUEST_TIMEOUT, Refusal, Taken, Unavailable,
-    Wait, Waiting, connect,
+    Doing, Error, Fleet, Hold, KEEP_EVERY, Lost, POLL_EVERY, PoolStatus, RECHECK_EVERY,
+    REQUEST_TIMEOUT, Refusal, Taken, Unavailable, Wait, Waiting, connect,
 };
 pub use value::Holder;

@@ -20,6 +20,17 @@ struct HolderProc {
 
 impl HolderProc {
     fn start(cluster: &Cluster, ttl_ms: u64, what: &str, name: &str, wait: bool) -> HolderProc {
+        Self::start_as(cluster, ttl_ms, what, name, if wait { "wait" } else { "" })
+    }
+
+    /// A holder that waits and says `waiting` when it starts to, and that reads again only
+    /// when its watch reports a change (its recheck is an hour away): only the watch can wake
+    /// it within a test's watchdog.
+    fn start_waiting_aloud(cluster: &Cluster, what: &str, name: &str) -> HolderProc {
+        Self::start_as(cluster, TTL_MS, what, name, "wait-aloud")
+    }
+
+    fn start_as(cluster: &Cluster, ttl_ms: u64, what: &str, name: &str, mode: &str) -> HolderProc {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_fleet-holder"));
         cmd.args([
             cluster.endpoints(),
@@ -27,8 +38,11 @@ impl HolderProc {
             what.to_owned(),
             name.to_owned(),
         ]);
-        if wait {
-            cmd.arg("wait");
+        if !mode.is_empty() {
+            cmd.arg(mode);
+        }
+        if mode == "wait-aloud" {
+            cmd.env("FLEET_HOLDER_RECHECK_MS", "3600000");
         }
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -156,6 +170,52 @@ fn a_sigkilled_holder_frees_its_place_within_its_ttl_and_the_next_epoch_is_highe
         "freed within its TTL (plus etcd's expiry sweep): {:?}",
         killed_at.elapsed()
     );
+    assert!(second_epoch > first_epoch, "{second_epoch} > {first_epoch}");
+    assert_eq!(waiter.release(), "released");
+}
+
+/// A waiter watches its pool: while nothing changes it reads nothing (a poller every 100 ms
+/// would have read the pool about fifteen times), and the holder's release wakes it (its
+/// recheck is an hour away: a watch that never fired would fail the watchdog).
+#[test]
+fn a_pool_waiter_watches_instead_of_reading_again_and_a_release_wakes_it() {
+    let cluster = Cluster::start();
+    set_cap(&cluster, "agents", 1);
+    let first = HolderProc::start(&cluster, TTL_MS, "pool", "agents", false);
+    let first_epoch = epoch(&first.next(LIMIT));
+    let waiter = HolderProc::start_waiting_aloud(&cluster, "pool", "agents");
+    assert_eq!(waiter.next(LIMIT), "waiting");
+    let before = cluster.grpc_calls("Txn");
+    std::thread::sleep(Duration::from_millis(1_500));
+    let reads = cluster.grpc_calls("Txn") - before;
+    assert!(
+        reads <= 2,
+        "a waiter with nothing changing reads its pool at most at a recheck: {reads} reads"
+    );
+    assert!(waiter.lines.try_recv().is_err(), "still waiting");
+    assert_eq!(first.release(), "released");
+    let second_epoch = epoch(&waiter.next(LIMIT));
+    assert!(second_epoch > first_epoch, "{second_epoch} > {first_epoch}");
+    assert_eq!(waiter.release(), "released");
+}
+
+/// A role's waiter watches the role's key in the same way, and claims it once it is free.
+#[test]
+fn a_role_waiter_watches_the_role_and_claims_it_when_its_holder_leaves() {
+    let cluster = Cluster::start();
+    let first = HolderProc::start(&cluster, TTL_MS, "role", "coordinator", false);
+    let first_epoch = epoch(&first.next(LIMIT));
+    let waiter = HolderProc::start_waiting_aloud(&cluster, "role", "coordinator");
+    assert_eq!(waiter.next(LIMIT), "waiting");
+    let before = cluster.grpc_calls("Txn");
+    std::thread::sleep(Duration::from_millis(1_500));
+    let claims = cluster.grpc_calls("Txn") - before;
+    assert!(
+        claims <= 2,
+        "a role's waiter with nothing changing tries again at most at a recheck: {claims}"
+    );
+    assert_eq!(first.release(), "released");
+    let second_epoch = epoch(&waiter.next(LIMIT));
     assert!(second_epoch > first_epoch, "{second_epoch} > {first_epoch}");
     assert_eq!(waiter.release(), "released");
 }

@@ -79,9 +79,23 @@ fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
 }
 
 impl Cluster {
-    /// Starts three members and waits (at most 30 s) until each answers healthy.
+    /// Starts three members and waits (at most 30 s) until each answers healthy. The ports
+    /// are found free and released before etcd binds them, so another test's process may take
+    /// one first: a member that exits, or a cluster not healthy in time, is stopped and
+    /// started again on new ports (three attempts in all).
     #[must_use]
     pub fn start() -> Cluster {
+        let mut why = Vec::new();
+        for _ in 0..3 {
+            match Self::try_start() {
+                Ok(cluster) => return cluster,
+                Err(e) => why.push(e),
+            }
+        }
+        panic!("cannot start a 3-member etcd cluster: {}", why.join("; "));
+    }
+
+    fn try_start() -> Result<Cluster, String> {
         let dir = tempfile::tempdir().expect("temp dir");
         let ports = free_ports(6);
         let names = ["m1", "m2", "m3"];
@@ -122,14 +136,30 @@ impl Cluster {
             });
             cluster.run(i);
         }
-        for m in &cluster.members {
-            wait_until(
-                &format!("etcd member {} to be healthy", m.name),
-                Duration::from_secs(30),
-                || http_get(&m.client, "/health").is_some_and(|b| b.contains("true")),
-            );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut healthy = vec![false; cluster.members.len()];
+        while healthy.iter().any(|h| !h) {
+            for (i, m) in cluster.members.iter_mut().enumerate() {
+                if healthy[i] {
+                    continue;
+                }
+                if let Some(child) = m.child.as_mut()
+                    && let Ok(Some(status)) = child.try_wait()
+                {
+                    // Dropping the cluster stops the others.
+                    return Err(format!(
+                        "member {} exited ({status}): a port taken first?",
+                        m.name
+                    ));
+                }
+                healthy[i] = http_get(&m.client, "/health").is_some_and(|b| b.contains("true"));
+            }
+            if Instant::now() >= deadline {
+                return Err("not every member healthy within 30 s".to_owned());
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
-        cluster
+        Ok(cluster)
     }
 
     fn run(&mut self, i: usize) {
@@ -177,6 +207,26 @@ impl Cluster {
             found.is_some()
         });
         found.expect("a leader")
+    }
+
+    /// How many gRPC calls of `method` (`Txn`, `Range`, `Watch`...) the live members have
+    /// answered so far, from their `/metrics` (`grpc_server_handled_total`), summed.
+    #[must_use]
+    pub fn grpc_calls(&self, method: &str) -> u64 {
+        let wanted = format!("grpc_method=\"{method}\"");
+        self.members
+            .iter()
+            .filter(|m| m.child.is_some())
+            .map(|m| {
+                let metrics = http_get(&m.client, "/metrics")
+                    .unwrap_or_else(|| panic!("no /metrics from {}", m.name));
+                metrics
+                    .lines()
+                    .filter(|l| l.starts_with("grpc_server_handled_total{") && l.contains(&wanted))
+                    .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+                    .sum::<f64>()
+            })
+            .sum::<f64>() as u64
     }
 
     /// SIGKILLs member `i`.

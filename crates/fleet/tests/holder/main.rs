@@ -1,7 +1,8 @@
 //! A fleet holder for the integration tests: one process per holder, on any "host".
 //!
-//! `fleet-holder ENDPOINTS TTL_MS pool|role NAME [wait]` takes a place in pool NAME (or claims
-//! role NAME), prints `held <epoch>`, `refused <why>` or `error <why>`, then keeps the place
+//! `fleet-holder ENDPOINTS TTL_MS pool|role NAME [wait|wait-aloud]` takes a place in pool NAME
+//! (or claims role NAME), waiting for it with `wait` (and printing `waiting` when it starts to
+//! with `wait-aloud`), prints `held <epoch>`, `refused <why>` or `error <why>`, then keeps the place
 //! alive (a pulse every 50 ms) until its stdin closes (`released`, exit 0) or the place is
 //! lost (`lost <why>`, exit 3).
 
@@ -22,9 +23,26 @@ fn main() {
     let endpoints: Vec<String> = args[1].split(',').map(str::to_owned).collect();
     let ttl = Duration::from_millis(args[2].parse().expect("TTL_MS"));
     let (what, name) = (args[3].as_str(), args[4].as_str());
-    let wait = args.get(5).is_some_and(|w| w == "wait");
+    let wait = args
+        .get(5)
+        .is_some_and(|w| w == "wait" || w == "wait-aloud");
+    let aloud = args.get(5).is_some_and(|w| w == "wait-aloud");
+    let mut said_waiting = false;
+    let mut on_wait = |_: &worklane_fleet::Waiting| {
+        if aloud && !said_waiting {
+            said_waiting = true;
+            say("waiting");
+        }
+    };
+    // `FLEET_HOLDER_RECHECK_MS`: how often a waiter reads again whatever its watch says.
+    let recheck = std::env::var("FLEET_HOLDER_RECHECK_MS")
+        .ok()
+        .map(|ms| Duration::from_millis(ms.parse().expect("FLEET_HOLDER_RECHECK_MS")));
     let fleet = match Fleet::connect(&endpoints, ttl) {
-        Ok(f) => f,
+        Ok(f) => match recheck {
+            Some(every) => f.with_recheck(every),
+            None => f,
+        },
         Err(e) => {
             say(&format!("error {e}"));
             std::process::exit(69);
@@ -60,7 +78,7 @@ fn main() {
             &me,
             Wait {
                 timeout,
-                on_wait: &mut |_| {},
+                on_wait: &mut on_wait,
             },
         ),
         _ => fleet.claim_role(
@@ -68,7 +86,7 @@ fn main() {
             &me,
             Wait {
                 timeout,
-                on_wait: &mut |_| {},
+                on_wait: &mut on_wait,
             },
         ),
     };
