@@ -26,8 +26,8 @@
 //!   a holder suspended (SIGSTOP) past half its TTL halts when it resumes, before anything
 //!   else.
 //! - A waiter watches its pool's keys (or its role's key) and reads them again when one
-//!   changes; it also reads them every [`RECHECK_EVERY`] whatever the watch says, and falls
-//!   back to reading every [`POLL_EVERY`] if etcd refuses to open the watch.
+//!   changes; it also reads them every `RECHECK_EVERY` whatever the watch says, and falls
+//!   back to reading every `POLL_EVERY` if etcd refuses to open the watch.
 //!
 //! # Example
 //! ```no_run
