@@ -391,10 +391,11 @@ impl Fleet {
     }
 
     /// How long a waiter goes at most without reading its pool or role again, whatever its
-    /// watch says ([`RECHECK_EVERY`] unless set here).
+    /// watch says ([`RECHECK_EVERY`] unless set here). At least [`POLL_EVERY`]: a shorter
+    /// one (zero) would make a waiter read again as fast as etcd answers.
     #[must_use]
     pub fn with_recheck(mut self, every: Duration) -> Fleet {
-        self.recheck = every;
+        self.recheck = every.max(POLL_EVERY);
         self
     }
 
@@ -547,7 +548,18 @@ impl Fleet {
                 }));
             };
             match decide::standing(&listed, &key, cap) {
-                Standing::Holds => return Ok(Taken::Held(Box::new(hold))),
+                // The read says the place is ours, but not that our lease will outlive the
+                // halt rule's margin: a waiter suspended past half its TTL (while it waited
+                // or read) must give the place up, not report it held.
+                Standing::Holds => {
+                    return match hold.check() {
+                        Ok(()) => Ok(Taken::Held(Box::new(hold))),
+                        Err(lost) => {
+                            hold.abandon();
+                            Err(self.lost_while_waiting(pool, lost))
+                        }
+                    };
+                }
                 Standing::Gone => {
                     hold.abandon();
                     return Err(Error::LostWhileWaiting {
@@ -575,18 +587,7 @@ impl Fleet {
                     loop {
                         if let Err(lost) = hold.pulse() {
                             hold.abandon();
-                            return Err(match lost {
-                                Lost::Unconfirmed { .. } => Error::Unavailable(Unavailable {
-                                    endpoints: self.inner.endpoints.clone(),
-                                    doing: Doing::KeepingPlace {
-                                        pool: pool.to_owned(),
-                                    },
-                                    source: None,
-                                }),
-                                Lost::Expired { .. } => Error::LostWhileWaiting {
-                                    pool: pool.to_owned(),
-                                },
-                            });
+                            return Err(self.lost_while_waiting(pool, lost));
                         }
                         let left = wait_left(wait.timeout, started, looked, self.recheck);
                         if left.is_zero()
@@ -597,6 +598,22 @@ impl Fleet {
                     }
                 }
             }
+        }
+    }
+
+    /// The error of a take whose place in `pool` was lost while it waited.
+    fn lost_while_waiting(&self, pool: &str, lost: Lost) -> Error {
+        match lost {
+            Lost::Unconfirmed { .. } => Error::Unavailable(Unavailable {
+                endpoints: self.inner.endpoints.clone(),
+                doing: Doing::KeepingPlace {
+                    pool: pool.to_owned(),
+                },
+                source: None,
+            }),
+            Lost::Expired { .. } => Error::LostWhileWaiting {
+                pool: pool.to_owned(),
+            },
         }
     }
 
@@ -883,22 +900,8 @@ impl Hold {
     /// has gone unconfirmed for half its TTL ([`decide::must_halt`]): then stop using what
     /// it protects at once.
     pub fn pulse(&mut self) -> Result<(), Lost> {
+        self.check()?;
         let now = BootInstant::now();
-        let unconfirmed = now.saturating_duration_since(self.confirmed);
-        if decide::must_halt(unconfirmed, self.ttl) {
-            log::warn!(
-                "fleet lease of {} unconfirmed for {} ms (TTL {} ms): giving it up",
-                self.what,
-                unconfirmed.as_millis(),
-                self.ttl.as_millis()
-            );
-            return Err(Lost::Unconfirmed {
-                what: self.what.clone(),
-                unconfirmed_ms: unconfirmed.as_millis(),
-                ttl_ms: self.ttl.as_millis(),
-                endpoints: self.fleet.inner.endpoints.clone(),
-            });
-        }
         // After a keepalive that got no answer, the next call tries again at once (a new
         // stream: the client may reach another member); otherwise every `pulse_every`.
         if self.keeper.is_some()
@@ -943,6 +946,27 @@ impl Hold {
                 Ok(())
             }
         }
+    }
+
+    /// The halt rule alone, without asking etcd: [`Lost::Unconfirmed`] once the last
+    /// confirmed keepalive was sent half the TTL ago or more.
+    fn check(&self) -> Result<(), Lost> {
+        let unconfirmed = BootInstant::now().saturating_duration_since(self.confirmed);
+        if decide::must_halt(unconfirmed, self.ttl) {
+            log::warn!(
+                "fleet lease of {} unconfirmed for {} ms (TTL {} ms): giving it up",
+                self.what,
+                unconfirmed.as_millis(),
+                self.ttl.as_millis()
+            );
+            return Err(Lost::Unconfirmed {
+                what: self.what.clone(),
+                unconfirmed_ms: unconfirmed.as_millis(),
+                ttl_ms: self.ttl.as_millis(),
+                endpoints: self.fleet.inner.endpoints.clone(),
+            });
+        }
+        Ok(())
     }
 
     /// Gives the place up: the lease is revoked, which removes the key.

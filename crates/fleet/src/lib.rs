@@ -24,7 +24,7 @@
 //!   it this crate holds the layout and the decisions only.
 //! - Time: the halt rule assumes this host's monotonic clock and etcd's run at the same rate;
 //!   a holder suspended (SIGSTOP) past half its TTL halts when it resumes, before anything
-//!   else.
+//!   else; a waiting take so suspended fails, even if its place came free meanwhile.
 //! - A waiter watches its pool's keys (or its role's key) and reads them again when one
 //!   changes; it also reads them every `RECHECK_EVERY` whatever the watch says, and falls
 //!   back to reading every `POLL_EVERY` if etcd refuses to open the watch.
