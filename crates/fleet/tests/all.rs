@@ -536,6 +536,50 @@ fn waiters_in_line_are_admitted_in_order_as_holders_leave() {
     assert_eq!(holding.release(), "released");
 }
 
+/// A waiter (recheck an hour away) whose watch's member, or the leader, is SIGKILLed must
+/// still wake when the holder leaves afterwards.
+fn a_waiter_survives_losing_a_member(what: &str, name: &str, leader: bool) {
+    let mut cluster = Cluster::start();
+    set_cap(&cluster, name, 1);
+    // A TTL a new leader's election fits in well (as in the leader test above).
+    let ttl_ms = 5_000;
+    let first = HolderProc::start(&cluster, ttl_ms, what, name, false);
+    let first_epoch = epoch(&first.next(LIMIT));
+    let waiter = HolderProc::start_as(&cluster, ttl_ms, what, name, "wait-aloud");
+    assert_eq!(waiter.next(LIMIT), "waiting");
+    let mut serving = None;
+    eventually("the waiter's watch to be open", || {
+        serving = cluster.open_streams("Watch").iter().position(|&n| n > 0);
+        serving.is_some()
+    });
+    let victim = if leader {
+        cluster.leader()
+    } else {
+        serving.expect("a member")
+    };
+    cluster.kill(victim);
+    let _ = cluster.leader();
+    assert_eq!(first.release(), "released");
+    let second_epoch = epoch(&waiter.next(LIMIT));
+    assert!(second_epoch > first_epoch, "{second_epoch} > {first_epoch}");
+    assert_eq!(waiter.release(), "released");
+}
+
+#[test]
+fn killing_the_member_that_serves_a_pool_waiters_watch_still_wakes_it() {
+    a_waiter_survives_losing_a_member("pool", "agents", false);
+}
+
+#[test]
+fn killing_the_member_that_serves_a_role_waiters_watch_still_wakes_it() {
+    a_waiter_survives_losing_a_member("role", "coordinator", false);
+}
+
+#[test]
+fn killing_the_leader_while_a_pool_waiter_waits_still_wakes_it() {
+    a_waiter_survives_losing_a_member("pool", "agents", true);
+}
+
 /// Every member SIGKILLed while a waiter waits: it fails, naming the endpoints, and spends
 /// little CPU meanwhile (no loop without a pause).
 fn stopping_the_cluster_fails_a_waiter_without_spinning(what: &str, name: &str) {
