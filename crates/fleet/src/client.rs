@@ -26,7 +26,9 @@ pub const KEEP_EVERY: Duration = Duration::from_millis(250);
 pub const RECHECK_EVERY: Duration = Duration::from_secs(5);
 
 /// How long a waiter whose watch cannot be opened (etcd refused it) sleeps before it reads
-/// again: it then polls, as before watches.
+/// again: it then polls, as before watches. Also the pause before a watch that broke, or
+/// whose member could not be reached, is opened again (from the same revision, without
+/// reading again: nothing is missed), and the shortest recheck ([`Fleet::with_recheck`]).
 pub const POLL_EVERY: Duration = Duration::from_millis(100);
 
 /// Errors of [`Fleet::connect`].
@@ -391,10 +393,11 @@ impl Fleet {
     }
 
     /// How long a waiter goes at most without reading its pool or role again, whatever its
-    /// watch says ([`RECHECK_EVERY`] unless set here).
+    /// watch says ([`RECHECK_EVERY`] unless set here). At least [`POLL_EVERY`]: a shorter
+    /// one (zero) would make a waiter read again as fast as etcd answers.
     #[must_use]
     pub fn with_recheck(mut self, every: Duration) -> Fleet {
-        self.recheck = every;
+        self.recheck = every.max(POLL_EVERY);
         self
     }
 
@@ -547,7 +550,18 @@ impl Fleet {
                 }));
             };
             match decide::standing(&listed, &key, cap) {
-                Standing::Holds => return Ok(Taken::Held(Box::new(hold))),
+                // The read says the place is ours, but not that our lease will outlive the
+                // halt rule's margin: a waiter suspended past half its TTL (while it waited
+                // or read) must give the place up, not report it held.
+                Standing::Holds => {
+                    return match hold.check() {
+                        Ok(()) => Ok(Taken::Held(Box::new(hold))),
+                        Err(lost) => {
+                            hold.abandon();
+                            Err(self.lost_while_waiting(pool, lost))
+                        }
+                    };
+                }
                 Standing::Gone => {
                     hold.abandon();
                     return Err(Error::LostWhileWaiting {
@@ -575,18 +589,7 @@ impl Fleet {
                     loop {
                         if let Err(lost) = hold.pulse() {
                             hold.abandon();
-                            return Err(match lost {
-                                Lost::Unconfirmed { .. } => Error::Unavailable(Unavailable {
-                                    endpoints: self.inner.endpoints.clone(),
-                                    doing: Doing::KeepingPlace {
-                                        pool: pool.to_owned(),
-                                    },
-                                    source: None,
-                                }),
-                                Lost::Expired { .. } => Error::LostWhileWaiting {
-                                    pool: pool.to_owned(),
-                                },
-                            });
+                            return Err(self.lost_while_waiting(pool, lost));
                         }
                         let left = wait_left(wait.timeout, started, looked, self.recheck);
                         if left.is_zero()
@@ -597,6 +600,22 @@ impl Fleet {
                     }
                 }
             }
+        }
+    }
+
+    /// The error of a take whose place in `pool` was lost while it waited.
+    fn lost_while_waiting(&self, pool: &str, lost: Lost) -> Error {
+        match lost {
+            Lost::Unconfirmed { .. } => Error::Unavailable(Unavailable {
+                endpoints: self.inner.endpoints.clone(),
+                doing: Doing::KeepingPlace {
+                    pool: pool.to_owned(),
+                },
+                source: None,
+            }),
+            Lost::Expired { .. } => Error::LostWhileWaiting {
+                pool: pool.to_owned(),
+            },
         }
     }
 
@@ -658,9 +677,12 @@ impl Fleet {
                 // Until the role's key changes (its holder left or lapsed), the timeout comes
                 // or the recheck is due.
                 changes.read_at(response.header().map_or(0, |h| h.revision()));
-                let left = wait_left(wait.timeout, started, Instant::now(), self.recheck);
-                if !left.is_zero() {
-                    self.wait_for_change(&mut changes, left);
+                let looked = Instant::now();
+                loop {
+                    let left = wait_left(wait.timeout, started, looked, self.recheck);
+                    if left.is_zero() || self.wait_for_change(&mut changes, left) {
+                        break;
+                    }
                 }
                 continue;
             }
@@ -696,6 +718,19 @@ struct Changes {
     from: i64,
     /// The open watch, if any: it delivers every change from the revision it started at.
     stream: Option<WatchStream>,
+    /// Since when no watch could be kept open (its stream broke, its member could not be
+    /// reached), if so.
+    broken_since: Option<Instant>,
+}
+
+/// What one wait for a change saw.
+enum Seen {
+    /// A change, or a reason to read again (a canceled watch, a refused one).
+    Change,
+    /// Nothing before the deadline.
+    Quiet,
+    /// The watch broke, or its member could not be reached.
+    Broken,
 }
 
 impl Changes {
@@ -705,6 +740,7 @@ impl Changes {
             prefix,
             from: 0,
             stream: None,
+            broken_since: None,
         }
     }
 
@@ -718,8 +754,12 @@ impl Changes {
 
 impl Fleet {
     /// Waits at most `max` for a change of the watched keys after the last read; whether
-    /// the waiter should read again (a change came, or the watch broke and cannot be
-    /// trusted). A watch that cannot be opened makes this a sleep of [`POLL_EVERY`].
+    /// the waiter should read again (a change came, or the watch was canceled). A watch
+    /// that etcd refuses to open makes this a sleep of [`POLL_EVERY`], then `true` (polling).
+    /// A watch that broke, or whose member could not be reached, is opened again from the
+    /// same revision after [`POLL_EVERY`] without reading; only once none could be kept open
+    /// for [`REQUEST_TIMEOUT`] (etcd may be gone altogether) does this say to read again, so
+    /// that the read fails and says so.
     fn wait_for_change(&self, changes: &mut Changes, max: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + max;
         let inner = Arc::clone(&self.inner);
@@ -734,7 +774,7 @@ impl Fleet {
         if changes.prefix {
             options = options.with_prefix();
         }
-        let (change, stream) = inner.runtime.block_on(async {
+        let (seen, stream) = inner.runtime.block_on(async {
             let mut stream = match stream.take() {
                 Some(stream) => stream,
                 None => {
@@ -746,47 +786,90 @@ impl Fleet {
                     match opened {
                         Ok(Ok(stream)) => stream,
                         Ok(Err(e)) => {
-                            log::debug!("fleet watch cannot be opened ({e}): polling");
+                            // A member that cannot be reached (dead, or its connection
+                            // broken): open it again from the same revision after a pause,
+                            // which loses nothing. etcd refusing the watch: poll.
+                            let refused = !unreachable(&e);
+                            log::debug!(
+                                "fleet watch cannot be opened ({e}): {}",
+                                if refused {
+                                    "polling"
+                                } else {
+                                    "opening it again"
+                                }
+                            );
                             tokio::time::sleep_until(
                                 deadline.min(tokio::time::Instant::now() + POLL_EVERY),
                             )
                             .await;
-                            return (true, None);
+                            return (if refused { Seen::Change } else { Seen::Broken }, None);
                         }
                         // Not even opened before the deadline: nothing learned.
-                        Err(_) => return (false, None),
+                        Err(_) => return (Seen::Quiet, None),
                     }
                 }
             };
             loop {
                 match tokio::time::timeout_at(deadline, stream.message()).await {
-                    Err(_) => return (false, Some(stream)),
+                    Err(_) => return (Seen::Quiet, Some(stream)),
                     Ok(Ok(Some(response))) => {
                         if response.canceled() {
                             // Compacted past our revision, or cancelled by etcd: read again
                             // and watch afresh.
-                            return (true, None);
+                            return (Seen::Change, None);
                         }
                         if !response.events().is_empty() {
-                            return (true, Some(stream));
+                            return (Seen::Change, Some(stream));
                         }
                         // The creation's confirmation, or a progress notice: keep waiting.
                     }
-                    // The stream ended or failed: read again, and open a new one next time,
-                    // after a pause, so that a member that keeps closing streams is not asked
-                    // in a tight loop.
+                    // The stream ended or failed (its member died, say): open a new one
+                    // next time, from the same revision (so nothing is missed and nothing
+                    // needs reading again: a read or claim now could fall in the election
+                    // of a new leader), after a pause, so that a member that keeps closing
+                    // streams is not asked in a tight loop.
                     Ok(Ok(None) | Err(_)) => {
                         tokio::time::sleep_until(
                             deadline.min(tokio::time::Instant::now() + POLL_EVERY),
                         )
                         .await;
-                        return (true, None);
+                        return (Seen::Broken, None);
                     }
                 }
             }
         });
         changes.stream = stream;
-        change
+        match seen {
+            Seen::Change => {
+                changes.broken_since = None;
+                true
+            }
+            Seen::Quiet => {
+                if changes.stream.is_some() {
+                    changes.broken_since = None;
+                }
+                false
+            }
+            Seen::Broken => {
+                let since = *changes.broken_since.get_or_insert_with(Instant::now);
+                if since.elapsed() < REQUEST_TIMEOUT {
+                    return false;
+                }
+                changes.broken_since = None;
+                true
+            }
+        }
+    }
+}
+
+/// Whether `e` says that the member asked could not be reached (rather than that etcd
+/// answered with a refusal).
+fn unreachable(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        // gRPC's UNAVAILABLE (14): what the client says of a member it cannot connect to.
+        etcd_client::Error::GRpcStatus(status) => status.code() as i32 == 14,
+        _ => false,
     }
 }
 
@@ -883,22 +966,8 @@ impl Hold {
     /// has gone unconfirmed for half its TTL ([`decide::must_halt`]): then stop using what
     /// it protects at once.
     pub fn pulse(&mut self) -> Result<(), Lost> {
+        self.check()?;
         let now = BootInstant::now();
-        let unconfirmed = now.saturating_duration_since(self.confirmed);
-        if decide::must_halt(unconfirmed, self.ttl) {
-            log::warn!(
-                "fleet lease of {} unconfirmed for {} ms (TTL {} ms): giving it up",
-                self.what,
-                unconfirmed.as_millis(),
-                self.ttl.as_millis()
-            );
-            return Err(Lost::Unconfirmed {
-                what: self.what.clone(),
-                unconfirmed_ms: unconfirmed.as_millis(),
-                ttl_ms: self.ttl.as_millis(),
-                endpoints: self.fleet.inner.endpoints.clone(),
-            });
-        }
         // After a keepalive that got no answer, the next call tries again at once (a new
         // stream: the client may reach another member); otherwise every `pulse_every`.
         if self.keeper.is_some()
@@ -943,6 +1012,27 @@ impl Hold {
                 Ok(())
             }
         }
+    }
+
+    /// The halt rule alone, without asking etcd: [`Lost::Unconfirmed`] once the last
+    /// confirmed keepalive was sent half the TTL ago or more.
+    fn check(&self) -> Result<(), Lost> {
+        let unconfirmed = BootInstant::now().saturating_duration_since(self.confirmed);
+        if decide::must_halt(unconfirmed, self.ttl) {
+            log::warn!(
+                "fleet lease of {} unconfirmed for {} ms (TTL {} ms): giving it up",
+                self.what,
+                unconfirmed.as_millis(),
+                self.ttl.as_millis()
+            );
+            return Err(Lost::Unconfirmed {
+                what: self.what.clone(),
+                unconfirmed_ms: unconfirmed.as_millis(),
+                ttl_ms: self.ttl.as_millis(),
+                endpoints: self.fleet.inner.endpoints.clone(),
+            });
+        }
+        Ok(())
     }
 
     /// Gives the place up: the lease is revoked, which removes the key.

@@ -24,10 +24,12 @@
 //!   it this crate holds the layout and the decisions only.
 //! - Time: the halt rule assumes this host's monotonic clock and etcd's run at the same rate;
 //!   a holder suspended (SIGSTOP) past half its TTL halts when it resumes, before anything
-//!   else.
+//!   else; a waiting take so suspended fails, even if its place came free meanwhile.
 //! - A waiter watches its pool's keys (or its role's key) and reads them again when one
 //!   changes; it also reads them every `RECHECK_EVERY` whatever the watch says, and falls
-//!   back to reading every `POLL_EVERY` if etcd refuses to open the watch.
+//!   back to reading every `POLL_EVERY` if etcd refuses to open the watch. A watch that
+//!   breaks (its member died) is opened again from the same revision, without reading: a
+//!   read or claim then could fall in a new leader's election and fail.
 //!
 //! # Example
 //! ```no_run

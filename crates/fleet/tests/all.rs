@@ -31,6 +31,19 @@ impl HolderProc {
     }
 
     fn start_as(cluster: &Cluster, ttl_ms: u64, what: &str, name: &str, mode: &str) -> HolderProc {
+        Self::start_with(cluster, ttl_ms, what, name, mode, &[])
+    }
+
+    /// A holder started with `mode` and the variables `env` (`FLEET_HOLDER_RECHECK_MS`,
+    /// `FLEET_HOLDER_TIMEOUT_MS`).
+    fn start_with(
+        cluster: &Cluster,
+        ttl_ms: u64,
+        what: &str,
+        name: &str,
+        mode: &str,
+        env: &[(&str, &str)],
+    ) -> HolderProc {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_fleet-holder"));
         cmd.args([
             cluster.endpoints(),
@@ -41,9 +54,10 @@ impl HolderProc {
         if !mode.is_empty() {
             cmd.arg(mode);
         }
-        if mode == "wait-aloud" {
+        if mode == "wait-aloud" || mode == "wait-stop" {
             cmd.env("FLEET_HOLDER_RECHECK_MS", "3600000");
         }
+        cmd.envs(env.iter().copied());
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
@@ -368,4 +382,373 @@ fn eight_processes_on_two_hosts_never_take_more_than_the_shared_budget_has_left(
         !stored.contains(token),
         "the token never leaves the host: {stored}"
     );
+}
+
+/// An hour: a waiter's recheck that only its watch (or its timeout) can beat in a test.
+const HOUR_MS: &str = "3600000";
+
+/// `/proc/PID/stat` of a holder: its state letter and its CPU time in clock ticks (user and
+/// system; Linux counts them at 100 a second).
+fn proc_stat(h: &HolderProc) -> (char, u64) {
+    let text = std::fs::read_to_string(format!("/proc/{}/stat", h.child.id())).expect("stat");
+    let after = &text[text.rfind(')').expect("(comm)") + 2..];
+    let fields: Vec<&str> = after.split(' ').collect();
+    let state = fields[0].chars().next().expect("a state");
+    // Fields 14 and 15 of the line (utime, stime) are 11 and 12 after the command's name.
+    let ticks =
+        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
+    (state, ticks)
+}
+
+/// Waits (a watchdog, not a timing) until `cond` holds, checking every 20 ms.
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + LIMIT;
+    while !cond() {
+        assert!(Instant::now() < deadline, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn signal(h: &HolderProc, sig: rustix::process::Signal) {
+    rustix::process::kill_process(h.pid(), sig).expect("signal the holder");
+}
+
+/// The keys of `pool` in etcd now (holders and waiters).
+fn pool_keys(cluster: &Cluster, pool: &str) -> usize {
+    let endpoints: Vec<String> = cluster.endpoints().split(',').map(str::to_owned).collect();
+    let fleet =
+        worklane_fleet::Fleet::connect(&endpoints, Duration::from_secs(2)).expect("connect");
+    fleet.status(pool).expect("status").keys.len()
+}
+
+/// A waiter that stopped itself right after its read, before it watched: a release in
+/// between must still wake it (its watch starts at the revision after its read), and its
+/// recheck is an hour away.
+fn a_release_between_the_read_and_the_watch_wakes_the_waiter(what: &str, name: &str) {
+    let cluster = Cluster::start();
+    set_cap(&cluster, name, 1);
+    let first = HolderProc::start(&cluster, TTL_MS, what, name, false);
+    let first_epoch = epoch(&first.next(LIMIT));
+    // A TTL its own stop cannot come near: the stop is the test's, not the lease's.
+    let waiter = HolderProc::start_as(&cluster, 20_000, what, name, "wait-stop");
+    assert_eq!(waiter.next(LIMIT), "waiting");
+    eventually("the waiter to stop", || proc_stat(&waiter).0 == 'T');
+    assert_eq!(first.release(), "released");
+    signal(&waiter, rustix::process::Signal::CONT);
+    let second_epoch = epoch(&waiter.next(LIMIT));
+    assert!(second_epoch > first_epoch, "{second_epoch} > {first_epoch}");
+    assert_eq!(waiter.release(), "released");
+}
+
+#[test]
+fn a_release_between_a_pool_waiters_read_and_its_watch_wakes_it() {
+    a_release_between_the_read_and_the_watch_wakes_the_waiter("pool", "agents");
+}
+
+#[test]
+fn a_release_between_a_role_waiters_claim_and_its_watch_wakes_it() {
+    a_release_between_the_read_and_the_watch_wakes_the_waiter("role", "coordinator");
+}
+
+/// A waiter stopped after its read, before its watch; etcd's history is then compacted past
+/// the revision its watch asks to start at, so etcd cancels that watch: the waiter must read
+/// again and watch afresh (no spin: a handful of transactions while nothing changes), and the
+/// holder's release must still wake it.
+fn a_watch_canceled_by_a_compaction_is_read_again(what: &str, name: &str) {
+    let cluster = Cluster::start();
+    set_cap(&cluster, "agents", 1);
+    let first = HolderProc::start(&cluster, TTL_MS, what, name, false);
+    let first_epoch = epoch(&first.next(LIMIT));
+    let waiter = HolderProc::start_as(&cluster, 20_000, what, name, "wait-stop");
+    assert_eq!(waiter.next(LIMIT), "waiting");
+    eventually("the waiter to stop", || proc_stat(&waiter).0 == 'T');
+    // Two revisions past the waiter's read, then compacted up to them.
+    set_cap(&cluster, "other", 1);
+    set_cap(&cluster, "other", 2);
+    let _ = cluster.compact();
+    let watches = cluster.grpc_calls("Watch");
+    signal(&waiter, rustix::process::Signal::CONT);
+    // Its canceled watch ends (etcd counts a Watch stream when it closes): it read again.
+    eventually("the canceled watch to close", || {
+        cluster.grpc_calls("Watch") > watches
+    });
+    let before = cluster.grpc_calls("Txn");
+    std::thread::sleep(Duration::from_millis(1_500));
+    let sent = cluster.grpc_calls("Txn") - before;
+    assert!(
+        sent <= 4,
+        "a {what} waiter after a compaction sent {sent} transactions in 1.5 s"
+    );
+    assert!(waiter.lines.try_recv().is_err(), "still waiting");
+    assert_eq!(first.release(), "released");
+    let second_epoch = epoch(&waiter.next(LIMIT));
+    assert!(second_epoch > first_epoch, "{second_epoch} > {first_epoch}");
+    assert_eq!(waiter.release(), "released");
+}
+
+#[test]
+fn a_pool_waiters_watch_canceled_by_a_compaction_is_read_again_and_still_wakes() {
+    a_watch_canceled_by_a_compaction_is_read_again("pool", "agents");
+}
+
+#[test]
+fn a_role_waiters_watch_canceled_by_a_compaction_is_read_again_and_still_wakes() {
+    a_watch_canceled_by_a_compaction_is_read_again("role", "coordinator");
+}
+
+#[test]
+fn raising_the_cap_wakes_a_pool_waiter() {
+    let cluster = Cluster::start();
+    set_cap(&cluster, "agents", 1);
+    let first = HolderProc::start(&cluster, TTL_MS, "pool", "agents", false);
+    let _ = epoch(&first.next(LIMIT));
+    let waiter = HolderProc::start_waiting_aloud(&cluster, "pool", "agents");
+    assert_eq!(waiter.next(LIMIT), "waiting");
+    set_cap(&cluster, "agents", 2);
+    let _ = epoch(&waiter.next(LIMIT));
+    assert_eq!(waiter.release(), "released");
+    assert_eq!(first.release(), "released");
+}
+
+#[test]
+fn waiters_in_line_are_admitted_in_order_as_holders_leave() {
+    let cluster = Cluster::start();
+    set_cap(&cluster, "agents", 1);
+    let first = HolderProc::start(&cluster, TTL_MS, "pool", "agents", false);
+    let mut last = epoch(&first.next(LIMIT));
+    let mut line: std::collections::VecDeque<HolderProc> = std::collections::VecDeque::new();
+    for _ in 0..4 {
+        let w = HolderProc::start_waiting_aloud(&cluster, "pool", "agents");
+        assert_eq!(w.next(LIMIT), "waiting");
+        line.push_back(w);
+    }
+    let mut holding = first;
+    while let Some(next) = line.pop_front() {
+        assert_eq!(holding.release(), "released");
+        let e = epoch(&next.next(LIMIT));
+        assert!(e > last, "admitted in order of arrival: {e} > {last}");
+        last = e;
+        for behind in &line {
+            assert!(behind.lines.try_recv().is_err(), "a later waiter waits");
+        }
+        holding = next;
+    }
+    assert_eq!(holding.release(), "released");
+}
+
+/// A waiter (recheck an hour away) whose watch's member, or the leader, is SIGKILLed must
+/// still wake when the holder leaves afterwards.
+fn a_waiter_survives_losing_a_member(what: &str, name: &str, leader: bool) {
+    let mut cluster = Cluster::start();
+    set_cap(&cluster, name, 1);
+    // A TTL a new leader's election fits in well (as in the leader test above).
+    let ttl_ms = 5_000;
+    let first = HolderProc::start(&cluster, ttl_ms, what, name, false);
+    let first_epoch = epoch(&first.next(LIMIT));
+    let waiter = HolderProc::start_as(&cluster, ttl_ms, what, name, "wait-aloud");
+    assert_eq!(waiter.next(LIMIT), "waiting");
+    let mut serving = None;
+    eventually("the waiter's watch to be open", || {
+        serving = cluster.open_streams("Watch").iter().position(|&n| n > 0);
+        serving.is_some()
+    });
+    let victim = if leader {
+        cluster.leader()
+    } else {
+        serving.expect("a member")
+    };
+    cluster.kill(victim);
+    let _ = cluster.leader();
+    assert_eq!(first.release(), "released");
+    let second_epoch = epoch(&waiter.next(LIMIT));
+    assert!(second_epoch > first_epoch, "{second_epoch} > {first_epoch}");
+    assert_eq!(waiter.release(), "released");
+}
+
+#[test]
+fn killing_the_member_that_serves_a_pool_waiters_watch_still_wakes_it() {
+    a_waiter_survives_losing_a_member("pool", "agents", false);
+}
+
+#[test]
+fn killing_the_member_that_serves_a_role_waiters_watch_still_wakes_it() {
+    a_waiter_survives_losing_a_member("role", "coordinator", false);
+}
+
+#[test]
+fn killing_the_leader_while_a_pool_waiter_waits_still_wakes_it() {
+    a_waiter_survives_losing_a_member("pool", "agents", true);
+}
+
+/// Every member SIGKILLed while a waiter waits: it fails, naming the endpoints, and spends
+/// little CPU meanwhile (no loop without a pause).
+fn stopping_the_cluster_fails_a_waiter_without_spinning(what: &str, name: &str) {
+    let mut cluster = Cluster::start();
+    set_cap(&cluster, name, 1);
+    let first = HolderProc::start(&cluster, TTL_MS, what, name, false);
+    let _ = epoch(&first.next(LIMIT));
+    let waiter = HolderProc::start_as(&cluster, TTL_MS, what, name, "wait-aloud");
+    assert_eq!(waiter.next(LIMIT), "waiting");
+    let (_, before) = proc_stat(&waiter);
+    for i in 0..3 {
+        cluster.kill(i);
+    }
+    let line = waiter.next(LIMIT);
+    assert!(
+        line.starts_with("error ") && line.contains("127.0.0.1"),
+        "{line}"
+    );
+    let (_, after) = proc_stat(&waiter);
+    assert!(
+        after - before < 50,
+        "the {what} waiter spent {} ticks of CPU while etcd was gone",
+        after - before
+    );
+}
+
+#[test]
+fn stopping_the_whole_cluster_fails_a_pool_waiter_without_spinning() {
+    stopping_the_cluster_fails_a_waiter_without_spinning("pool", "agents");
+}
+
+#[test]
+fn stopping_the_whole_cluster_fails_a_role_waiter_without_spinning() {
+    stopping_the_cluster_fails_a_waiter_without_spinning("role", "coordinator");
+}
+
+#[test]
+fn a_pool_waiter_stopped_past_its_ttl_reports_the_loss_on_resume_not_a_place() {
+    let cluster = Cluster::start();
+    set_cap(&cluster, "agents", 1);
+    let first = HolderProc::start(&cluster, TTL_MS, "pool", "agents", false);
+    let _ = epoch(&first.next(LIMIT));
+    let waiter = HolderProc::start_waiting_aloud(&cluster, "pool", "agents");
+    assert_eq!(waiter.next(LIMIT), "waiting");
+    signal(&waiter, rustix::process::Signal::STOP);
+    eventually("the stopped waiter's key to expire", || {
+        pool_keys(&cluster, "agents") == 1
+    });
+    // Its place would now be free: it must not take it.
+    assert_eq!(first.release(), "released");
+    signal(&waiter, rustix::process::Signal::CONT);
+    // Either way of noticing is a loss: its key gone, or its lease unconfirmed too long.
+    let line = waiter.next(LIMIT);
+    assert!(
+        line.starts_with("error ")
+            && (line.contains("lost while waiting") || line.contains("keeping a place")),
+        "{line}"
+    );
+}
+
+/// A waiter stopped for longer than half its TTL but (very likely) less than its TTL, while
+/// the place it waits for is freed: when it resumes, its lease is unconfirmed past the halt
+/// rule's limit, so it must not report the place as held (its lease may lapse any moment).
+/// (If the stop outlasts the lease, the waiter reports its key gone: also not held.)
+#[test]
+fn a_pool_waiter_unconfirmed_past_half_its_ttl_does_not_report_a_place() {
+    let cluster = Cluster::start();
+    set_cap(&cluster, "agents", 1);
+    let ttl_ms = 10_000;
+    let first = HolderProc::start(&cluster, ttl_ms, "pool", "agents", false);
+    let _ = epoch(&first.next(LIMIT));
+    let waiter = HolderProc::start_as(&cluster, ttl_ms, "pool", "agents", "wait-aloud");
+    assert_eq!(waiter.next(LIMIT), "waiting");
+    signal(&waiter, rustix::process::Signal::STOP);
+    eventually("the waiter to stop", || proc_stat(&waiter).0 == 'T');
+    assert_eq!(first.release(), "released");
+    // Past half the TTL: the stop's length is a lower bound the halt rule must see.
+    std::thread::sleep(Duration::from_millis(ttl_ms / 2 + 1_000));
+    signal(&waiter, rustix::process::Signal::CONT);
+    let line = waiter.next(LIMIT);
+    assert!(line.starts_with("error "), "not held: {line}");
+}
+
+/// A waiter with a timeout gives up at its timeout, not at its next recheck (an hour away).
+fn a_timed_waiter_gives_up_at_its_timeout(what: &str, name: &str) {
+    let cluster = Cluster::start();
+    set_cap(&cluster, name, 1);
+    let first = HolderProc::start(&cluster, TTL_MS, what, name, false);
+    let _ = epoch(&first.next(LIMIT));
+    let started = Instant::now();
+    let waiter = HolderProc::start_with(
+        &cluster,
+        TTL_MS,
+        what,
+        name,
+        "wait",
+        &[
+            ("FLEET_HOLDER_RECHECK_MS", HOUR_MS),
+            ("FLEET_HOLDER_TIMEOUT_MS", "1000"),
+        ],
+    );
+    let line = waiter.next(LIMIT);
+    assert!(line.starts_with("refused "), "{line}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "not before its timeout"
+    );
+    assert_eq!(first.release(), "released");
+}
+
+#[test]
+fn a_timed_pool_waiter_gives_up_at_its_timeout_not_at_its_recheck() {
+    a_timed_waiter_gives_up_at_its_timeout("pool", "agents");
+}
+
+#[test]
+fn a_timed_role_waiter_gives_up_at_its_timeout_not_at_its_recheck() {
+    a_timed_waiter_gives_up_at_its_timeout("role", "coordinator");
+}
+
+#[test]
+fn a_role_freed_by_its_holders_lease_expiry_wakes_its_waiter() {
+    let cluster = Cluster::start();
+    let mut first = HolderProc::start(&cluster, TTL_MS, "role", "coordinator", false);
+    let first_epoch = epoch(&first.next(LIMIT));
+    let waiter = HolderProc::start_waiting_aloud(&cluster, "role", "coordinator");
+    assert_eq!(waiter.next(LIMIT), "waiting");
+    first.child.kill().expect("SIGKILL the holder");
+    let _ = first.child.wait();
+    let second_epoch = epoch(&waiter.next(LIMIT));
+    assert!(second_epoch > first_epoch, "{second_epoch} > {first_epoch}");
+    assert_eq!(waiter.release(), "released");
+}
+
+/// A recheck of zero ("read again at once") must not make a waiter read in a loop without
+/// a pause: it reads no more often than a poller would (every `POLL_EVERY`, about fifteen
+/// transactions in 1.5 s), not as fast as etcd answers.
+fn a_zero_recheck_polls_instead_of_spinning(what: &str, name: &str) {
+    let cluster = Cluster::start();
+    set_cap(&cluster, name, 1);
+    let first = HolderProc::start(&cluster, TTL_MS, what, name, false);
+    let _ = epoch(&first.next(LIMIT));
+    let waiter = HolderProc::start_with(
+        &cluster,
+        TTL_MS,
+        what,
+        name,
+        "wait-aloud",
+        &[("FLEET_HOLDER_RECHECK_MS", "0")],
+    );
+    assert_eq!(waiter.next(LIMIT), "waiting");
+    let before = cluster.grpc_calls("Txn");
+    std::thread::sleep(Duration::from_millis(1_500));
+    let sent = cluster.grpc_calls("Txn") - before;
+    assert!(
+        sent <= 30,
+        "a {what} waiter with a zero recheck sent {sent} transactions in 1.5 s"
+    );
+    assert_eq!(first.release(), "released");
+    let _ = epoch(&waiter.next(LIMIT));
+    assert_eq!(waiter.release(), "released");
+}
+
+#[test]
+fn a_pool_waiter_with_a_zero_recheck_polls_instead_of_spinning() {
+    a_zero_recheck_polls_instead_of_spinning("pool", "agents");
+}
+
+#[test]
+fn a_role_waiter_with_a_zero_recheck_polls_instead_of_spinning() {
+    a_zero_recheck_polls_instead_of_spinning("role", "coordinator");
 }

@@ -229,6 +229,57 @@ impl Cluster {
             .sum::<f64>() as u64
     }
 
+    /// How many streams of `method` (`Watch`, `LeaseKeepAlive`) each member has open now
+    /// (`grpc_server_started_total` less `grpc_server_handled_total`; 0 for a dead member), by
+    /// member index.
+    #[must_use]
+    pub fn open_streams(&self, method: &str) -> Vec<u64> {
+        let wanted = format!("grpc_method=\"{method}\"");
+        let sum = |metrics: &str, name: &str| {
+            metrics
+                .lines()
+                .filter(|l| l.starts_with(name) && l.contains(&wanted))
+                .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+                .sum::<f64>() as u64
+        };
+        self.members
+            .iter()
+            .map(|m| {
+                if m.child.is_none() {
+                    return 0;
+                }
+                let metrics = http_get(&m.client, "/metrics")
+                    .unwrap_or_else(|| panic!("no /metrics from {}", m.name));
+                sum(&metrics, "grpc_server_started_total{")
+                    .saturating_sub(sum(&metrics, "grpc_server_handled_total{"))
+            })
+            .collect()
+    }
+
+    /// Compacts etcd's history up to its current revision (physically, waiting for it): a
+    /// watch asked to start before it is canceled. Returns that revision.
+    pub fn compact(&self) -> i64 {
+        let member = self
+            .members
+            .iter()
+            .find(|m| m.child.is_some())
+            .expect("a live member");
+        let status = http_post(&member.client, "/v3/maintenance/status", "{}")
+            .expect("the status of a member");
+        let revision: i64 = number(&status, "revision").expect("a revision in the status");
+        let answer = http_post(
+            &member.client,
+            "/v3/kv/compaction",
+            &format!("{{\"revision\":\"{revision}\",\"physical\":true}}"),
+        )
+        .expect("an answer to the compaction");
+        assert!(
+            !answer.contains("\"error\""),
+            "compacting at {revision}: {answer}"
+        );
+        revision
+    }
+
     /// SIGKILLs member `i`.
     pub fn kill(&mut self, i: usize) {
         if let Some(mut child) = self.members[i].child.take() {
@@ -250,4 +301,13 @@ impl Drop for Cluster {
 fn field(json: &str, name: &str) -> Option<String> {
     let at = json.find(&format!("\"{name}\":\""))? + name.len() + 4;
     Some(json[at..].split('"').next()?.to_owned())
+}
+
+/// The whole number in `"name":"123"` or `"name":123` of a JSON text (the gateway writes
+/// 64-bit numbers as strings).
+fn number(json: &str, name: &str) -> Option<i64> {
+    let at = json.find(&format!("\"{name}\":"))? + name.len() + 3;
+    let rest = json[at..].trim_start_matches('"');
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }

@@ -1,10 +1,12 @@
 //! A fleet holder for the integration tests: one process per holder, on any "host".
 //!
-//! `fleet-holder ENDPOINTS TTL_MS pool|role NAME [wait|wait-aloud]` takes a place in pool NAME
-//! (or claims role NAME), waiting for it with `wait` (and printing `waiting` when it starts to
-//! with `wait-aloud`), prints `held <epoch>`, `refused <why>` or `error <why>`, then keeps the place
-//! alive (a pulse every 50 ms) until its stdin closes (`released`, exit 0) or the place is
-//! lost (`lost <why>`, exit 3).
+//! `fleet-holder ENDPOINTS TTL_MS pool|role NAME [wait|wait-aloud|wait-stop]` takes a place in
+//! pool NAME (or claims role NAME), waiting for it with `wait` (and printing `waiting` when it
+//! starts to with `wait-aloud`; `wait-stop` also stops itself with SIGSTOP right after, before
+//! it watches, so that a test can change etcd between its read and its watch), prints
+//! `held <epoch>`, `refused <why>` or `error <why>`, then keeps the place alive (a pulse every
+//! 50 ms) until its stdin closes (`released`, exit 0) or the place is lost (`lost <why>`,
+//! exit 3). `FLEET_HOLDER_TIMEOUT_MS` bounds the wait.
 
 use std::io::{BufRead, Write};
 use std::sync::Arc;
@@ -25,13 +27,23 @@ fn main() {
     let (what, name) = (args[3].as_str(), args[4].as_str());
     let wait = args
         .get(5)
-        .is_some_and(|w| w == "wait" || w == "wait-aloud");
-    let aloud = args.get(5).is_some_and(|w| w == "wait-aloud");
+        .is_some_and(|w| w == "wait" || w == "wait-aloud" || w == "wait-stop");
+    let aloud = args
+        .get(5)
+        .is_some_and(|w| w == "wait-aloud" || w == "wait-stop");
+    let stop = args.get(5).is_some_and(|w| w == "wait-stop");
     let mut said_waiting = false;
     let mut on_wait = |_: &worklane_fleet::Waiting| {
         if aloud && !said_waiting {
             said_waiting = true;
             say("waiting");
+            if stop {
+                rustix::process::kill_process(
+                    rustix::process::getpid(),
+                    rustix::process::Signal::STOP,
+                )
+                .expect("SIGSTOP myself");
+            }
         }
     };
     // `FLEET_HOLDER_RECHECK_MS`: how often a waiter reads again whatever its watch says.
@@ -71,7 +83,14 @@ fn main() {
         return;
     }
     let me = Holder::this_process("fleet-holder", "2026-12-01T00:00:00.000Z".into());
-    let timeout = if wait { None } else { Some(Duration::ZERO) };
+    // `FLEET_HOLDER_TIMEOUT_MS`: how long a waiter waits at most.
+    let timeout = match std::env::var("FLEET_HOLDER_TIMEOUT_MS") {
+        Ok(ms) if wait => Some(Duration::from_millis(
+            ms.parse().expect("FLEET_HOLDER_TIMEOUT_MS"),
+        )),
+        _ if wait => None,
+        _ => Some(Duration::ZERO),
+    };
     let taken = match what {
         "pool" => fleet.take(
             name,
