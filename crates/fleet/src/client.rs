@@ -81,11 +81,6 @@ pub enum Doing {
         /// The pool.
         pool: String,
     },
-    /// Keeping a waiter's place in line alive.
-    KeepingPlace {
-        /// The pool.
-        pool: String,
-    },
     /// Claiming a role.
     ClaimingRole {
         /// The role.
@@ -118,9 +113,6 @@ impl std::fmt::Display for Doing {
             Doing::GrantingLease { what } => write!(f, "granting a lease for {what}"),
             Doing::RevokingLease => f.write_str("revoking a lease"),
             Doing::JoiningPool { pool } => write!(f, "joining pool {pool:?}"),
-            Doing::KeepingPlace { pool } => {
-                write!(f, "keeping a place in line in pool {pool:?}")
-            }
             Doing::ClaimingRole { role } => write!(f, "claiming role {role:?}"),
             Doing::Releasing { what } => write!(f, "releasing {what}"),
             Doing::ReadingBudget { key } => write!(f, "reading the budget {key}"),
@@ -166,6 +158,11 @@ pub enum Error {
         /// What the key holds.
         value: String,
     },
+    /// The place's lease went unconfirmed for half its TTL before the take or claim could
+    /// report it held (etcd did not answer in time, or this process was stopped): it was
+    /// given up, since etcd may expire the lease before the holder would know.
+    #[error("the place was given up before it could be used")]
+    GivenUp(#[source] Lost),
     /// A waiting take's own key vanished: its lease expired while it waited.
     #[error("the place taken in pool {pool:?} was lost while waiting (its etcd lease expired)")]
     LostWhileWaiting {
@@ -180,8 +177,9 @@ pub enum Error {
 pub enum Lost {
     /// No keepalive was confirmed for half the TTL: the lease may lapse before long.
     #[error(
-        "the fleet lease of {what} has gone unconfirmed for {unconfirmed_ms} ms (etcd at \
-         {endpoints} does not answer); its TTL is {ttl_ms} ms"
+        "the fleet lease of {what} has gone unconfirmed for {unconfirmed_ms} ms, half its TTL \
+         of {ttl_ms} ms or more (etcd at {endpoints} did not answer in time, or this process \
+         was stopped)"
     )]
     Unconfirmed {
         /// The place (`pool agents`, `role coordinator`).
@@ -338,6 +336,9 @@ pub struct Fleet {
     pub(crate) inner: Arc<Inner>,
     ttl: Duration,
     recheck: Duration,
+    /// Called between a lease's grant and the put that uses it (tests only).
+    #[cfg(feature = "test-seams")]
+    after_grant: Option<fn()>,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -389,6 +390,8 @@ impl Fleet {
             }),
             ttl,
             recheck: RECHECK_EVERY,
+            #[cfg(feature = "test-seams")]
+            after_grant: None,
         })
     }
 
@@ -398,6 +401,15 @@ impl Fleet {
     #[must_use]
     pub fn with_recheck(mut self, every: Duration) -> Fleet {
         self.recheck = every.max(POLL_EVERY);
+        self
+    }
+
+    /// Test seam: `hook` runs between each lease's grant and the put that uses it (a test
+    /// stops the process there).
+    #[cfg(feature = "test-seams")]
+    #[must_use]
+    pub fn with_after_grant(mut self, hook: fn()) -> Fleet {
+        self.after_grant = Some(hook);
         self
     }
 
@@ -481,9 +493,11 @@ impl Fleet {
         Ok((cap, listed, revision))
     }
 
-    /// Grants a lease of the fleet's TTL: its id and the TTL etcd gave.
-    fn grant(&self, doing: &str) -> Result<(i64, Duration), Error> {
+    /// Grants a lease of the fleet's TTL: its id, the TTL etcd gave, and when the grant was
+    /// sent (etcd counts the TTL from about then, so the halt rule must too).
+    fn grant(&self, doing: &str) -> Result<(i64, Duration, BootInstant), Error> {
         let seconds = i64::try_from(self.ttl.as_millis().div_ceil(1000).max(1)).unwrap_or(i64::MAX);
+        let sent = BootInstant::now();
         let granted = self.inner.call(
             || Doing::GrantingLease {
                 what: doing.to_owned(),
@@ -491,7 +505,15 @@ impl Fleet {
             |mut c| async move { c.lease_grant(seconds, None).await },
         )?;
         let ttl = Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(0).max(1));
-        Ok((granted.id(), ttl.min(self.ttl.max(Duration::from_secs(1)))))
+        #[cfg(feature = "test-seams")]
+        if let Some(hook) = self.after_grant {
+            hook();
+        }
+        Ok((
+            granted.id(),
+            ttl.min(self.ttl.max(Duration::from_secs(1))),
+            sent,
+        ))
     }
 
     fn revoke(&self, lease: i64) {
@@ -507,7 +529,7 @@ impl Fleet {
     pub fn take(&self, pool: &str, holder: &Holder, wait: Wait<'_>) -> Result<Taken, Error> {
         keys::check_name("pool", pool)?;
         let what = format!("pool {pool}");
-        let (lease, ttl) = self.grant(&what)?;
+        let (lease, ttl, granted) = self.grant(&what)?;
         let key = keys::pool_holder(pool, &format!("{lease:016x}"));
         let put = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
@@ -532,7 +554,7 @@ impl Fleet {
                 return Err(e.into());
             }
         };
-        let mut hold = Hold::new(self.clone(), what, key.clone(), lease, ttl, epoch);
+        let mut hold = Hold::new(self.clone(), what, key.clone(), lease, ttl, epoch, granted);
         let started = Instant::now();
         let mut changes = Changes::new(keys::pool_root(pool), true);
         loop {
@@ -606,13 +628,7 @@ impl Fleet {
     /// The error of a take whose place in `pool` was lost while it waited.
     fn lost_while_waiting(&self, pool: &str, lost: Lost) -> Error {
         match lost {
-            Lost::Unconfirmed { .. } => Error::Unavailable(Unavailable {
-                endpoints: self.inner.endpoints.clone(),
-                doing: Doing::KeepingPlace {
-                    pool: pool.to_owned(),
-                },
-                source: None,
-            }),
+            Lost::Unconfirmed { .. } => Error::GivenUp(lost),
             Lost::Expired { .. } => Error::LostWhileWaiting {
                 pool: pool.to_owned(),
             },
@@ -630,7 +646,7 @@ impl Fleet {
         let mut changes = Changes::new(key.clone(), false);
         loop {
             let what = format!("role {role}");
-            let (lease, ttl) = self.grant(&what)?;
+            let (lease, ttl, granted) = self.grant(&what)?;
             let txn = Txn::new()
                 .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
                 .and_then([TxnOp::put(
@@ -656,14 +672,18 @@ impl Fleet {
             };
             if response.succeeded() {
                 let epoch = response.header().map_or(0, |h| h.revision());
-                return Ok(Taken::Held(Box::new(Hold::new(
-                    self.clone(),
-                    what,
-                    key,
-                    lease,
-                    ttl,
-                    epoch,
-                ))));
+                let hold = Hold::new(self.clone(), what, key, lease, ttl, epoch, granted);
+                // As a take does: a claimant stopped past half the TTL since its grant must
+                // not report the role held (etcd may expire the lease before the halt rule,
+                // counted from later, would stop it).
+                return match hold.check() {
+                    Ok(()) => Ok(Taken::Held(Box::new(hold))),
+                    Err(lost) => {
+                        let mut hold = hold;
+                        hold.abandon();
+                        Err(Error::GivenUp(lost))
+                    }
+                };
             }
             self.revoke(lease);
             let holder = response.op_responses().into_iter().find_map(|op| match op {
@@ -925,10 +945,17 @@ impl std::fmt::Debug for Hold {
 }
 
 impl Hold {
-    fn new(fleet: Fleet, what: String, key: String, lease: i64, ttl: Duration, epoch: i64) -> Hold {
-        // The grant was sent before now: counting from now errs late by the grant's round
-        // trip, which the halt rule's margin (TTL/2 before the lapse) covers.
-        let now = BootInstant::now();
+    fn new(
+        fleet: Fleet,
+        what: String,
+        key: String,
+        lease: i64,
+        ttl: Duration,
+        epoch: i64,
+        granted: BootInstant,
+    ) -> Hold {
+        // The lease is confirmed as of its grant's sending: etcd counts its TTL from then, so
+        // a holder stopped between the grant and the put has that much less of it.
         Hold {
             fleet,
             what,
@@ -937,8 +964,8 @@ impl Hold {
             ttl,
             epoch,
             keeper: None,
-            confirmed: now,
-            tried: now,
+            confirmed: granted,
+            tried: granted,
             released: false,
         }
     }

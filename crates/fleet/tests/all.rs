@@ -752,3 +752,43 @@ fn a_pool_waiter_with_a_zero_recheck_polls_instead_of_spinning() {
 fn a_role_waiter_with_a_zero_recheck_polls_instead_of_spinning() {
     a_zero_recheck_polls_instead_of_spinning("role", "coordinator");
 }
+
+/// A holder stopped between its lease's grant and its put (`FLEET_HOLDER_STOP_AFTER_GRANT`)
+/// for more than half the TTL but less than all of it: the put still succeeds, but etcd counts
+/// the TTL from the grant and will expire the lease sooner than a halt rule counted from the
+/// put would stop the holder. It must give the place up, not report it held.
+fn a_holder_stopped_between_grant_and_put_does_not_hold(what: &str, name: &str) {
+    let cluster = Cluster::start();
+    if what == "pool" {
+        set_cap(&cluster, name, 1);
+    }
+    let h = HolderProc::start_with(
+        &cluster,
+        TTL_MS,
+        what,
+        name,
+        "",
+        &[("FLEET_HOLDER_STOP_AFTER_GRANT", "1")],
+    );
+    eventually("the holder to stop itself after the grant", || {
+        proc_stat(&h).0 == 'T'
+    });
+    // 0.7 of the TTL: past its half (the halt rule), short of its end (etcd's expiry).
+    std::thread::sleep(Duration::from_millis(TTL_MS * 7 / 10));
+    signal(&h, rustix::process::Signal::CONT);
+    let line = h.next(LIMIT);
+    assert!(
+        line.starts_with("error ") && line.contains("given up"),
+        "a {what} taken with a lease granted 0.7 TTL ago is given up: {line}"
+    );
+}
+
+#[test]
+fn a_pool_holder_stopped_between_grant_and_put_past_half_its_ttl_gives_the_place_up() {
+    a_holder_stopped_between_grant_and_put_does_not_hold("pool", "agents");
+}
+
+#[test]
+fn a_role_claimant_stopped_between_grant_and_put_past_half_its_ttl_gives_the_role_up() {
+    a_holder_stopped_between_grant_and_put_does_not_hold("role", "coordinator");
+}

@@ -14,6 +14,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use worklane_fleet::{Fleet, Holder, Taken, Wait};
 
+/// An error and its causes, as the CLI prints them: `error: cause: cause`.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+fn stop_self() {
+    let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::STOP);
+}
+
 fn say(line: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}");
@@ -50,11 +66,21 @@ fn main() {
     let recheck = std::env::var("FLEET_HOLDER_RECHECK_MS")
         .ok()
         .map(|ms| Duration::from_millis(ms.parse().expect("FLEET_HOLDER_RECHECK_MS")));
+    // `FLEET_HOLDER_STOP_AFTER_GRANT`: the holder stops itself (SIGSTOP) between its lease's
+    // grant and its put, for the test to continue it.
+    let stop_after_grant = std::env::var_os("FLEET_HOLDER_STOP_AFTER_GRANT").is_some();
     let fleet = match Fleet::connect(&endpoints, ttl) {
-        Ok(f) => match recheck {
-            Some(every) => f.with_recheck(every),
-            None => f,
-        },
+        Ok(f) => {
+            let f = match recheck {
+                Some(every) => f.with_recheck(every),
+                None => f,
+            };
+            if stop_after_grant {
+                f.with_after_grant(stop_self)
+            } else {
+                f
+            }
+        }
         Err(e) => {
             say(&format!("error {e}"));
             std::process::exit(69);
@@ -116,7 +142,7 @@ fn main() {
             std::process::exit(75);
         }
         Err(e) => {
-            say(&format!("error {e}"));
+            say(&format!("error {}", chain(&e)));
             std::process::exit(69);
         }
     };
