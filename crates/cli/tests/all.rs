@@ -4368,6 +4368,41 @@ mod dispatcher {
         assert_eq!(runs(&site), 1, "exactly once");
     }
 
+    /// A `--driver` command is run as `worklane run` runs its command, whichever libc the
+    /// binary was linked with: a script without a `#!` line is run by `/bin/sh`, which gets
+    /// the script's path, then its arguments. The installed binary (musl) started drivers
+    /// with musl's execvp(3), which refuses such a file (ENOEXEC): the attempt was queued
+    /// again at once, again and again, and never ran.
+    #[test]
+    fn a_driver_script_without_a_shebang_is_run_by_sh_with_its_arguments() {
+        let site = Site::new(None);
+        let script = site.write_script(
+            "plain-driver",
+            "echo \"$0|$1|$2\" > \"$T/driver-ran.tmp\" && mv \"$T/driver-ran.tmp\" \"$T/driver-ran\"\n",
+        );
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+        let _dispatcher = start(&site, &[]);
+        let out = site
+            .worklane()
+            .args(["enqueue", "--driver", "--", &script, "one", "two words"])
+            .output_gated()
+            .expect("enqueue");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        wait_until("the driver script", || site.file("driver-ran").exists());
+        assert_eq!(
+            std::fs::read_to_string(site.file("driver-ran"))
+                .expect("driver-ran")
+                .trim_end(),
+            format!("{script}|one|two words"),
+            "sh ran the script with its path as $0, then the arguments"
+        );
+    }
+
     #[test]
     fn a_dispatcher_killed_after_admitting_before_the_driver_starts_admits_it_again() {
         let site = Site::new(None);
