@@ -371,7 +371,11 @@ impl Exec {
 /// The paths execvp(3) tries for `program`, in order, as glibc's does: `program` itself when
 /// it holds a `/`; else each entry of `path` (`PATH`; `/bin:/usr/bin` when unset, glibc's
 /// default) joined to it, an empty entry meaning the current directory (the bare name, as
-/// glibc tries it). An empty `program` has none (ENOENT).
+/// glibc tries it). An empty `program` has none (ENOENT). An entry of `PATH_MAX` bytes or
+/// more is skipped, as glibc skips it (its exec could only fail with ENAMETOOLONG, which
+/// would end the search before the entries after it); glibc then also tries the bare name
+/// in the current directory, a quirk of its loop that is not copied: a file `PATH` never
+/// named is not run.
 #[cfg(any(target_os = "linux", test))]
 pub(crate) fn search(program: &std::ffi::OsStr, path: Option<&std::ffi::OsStr>) -> Vec<Vec<u8>> {
     use std::os::unix::ffi::OsStrExt;
@@ -384,6 +388,7 @@ pub(crate) fn search(program: &std::ffi::OsStr, path: Option<&std::ffi::OsStr>) 
     }
     let path = path.map_or(&b"/bin:/usr/bin"[..], OsStrExt::as_bytes);
     path.split(|&b| b == b':')
+        .filter(|dir| dir.len() < PATH_MAX)
         .map(|dir| {
             if dir.is_empty() {
                 name.to_vec()
@@ -393,6 +398,10 @@ pub(crate) fn search(program: &std::ffi::OsStr, path: Option<&std::ffi::OsStr>) 
         })
         .collect()
 }
+
+/// Linux's `PATH_MAX`: glibc's execvp(3) skips an entry of `PATH` this long or longer.
+#[cfg(any(target_os = "linux", test))]
+const PATH_MAX: usize = 4096;
 
 /// Starts the command with std's `Command` (off Linux: no parent-death signal).
 #[cfg(not(target_os = "linux"))]
@@ -680,6 +689,18 @@ mod tests {
         );
         assert_eq!(paths("tool", Some("")), ["tool"]);
         assert_eq!(paths("tool", Some(":")), ["tool", "tool"]);
+    }
+
+    #[test]
+    fn search_skips_an_entry_of_path_max_bytes_or_more_and_tries_no_other_path_for_it() {
+        let long = format!("/{}", "d".repeat(PATH_MAX - 1));
+        let shorter = format!("/{}", "d".repeat(PATH_MAX - 2));
+        assert_eq!(paths("tool", Some(&format!("{long}:/a"))), ["/a/tool"]);
+        assert_eq!(
+            paths("tool", Some(&format!("/a:{shorter}"))),
+            ["/a/tool".to_owned(), format!("{shorter}/tool")]
+        );
+        assert!(paths("tool", Some(&long)).is_empty());
     }
 
     #[test]

@@ -746,6 +746,23 @@ mod start {
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "50000 1 50000");
     }
 
+    /// An entry of `PATH` of `PATH_MAX` bytes or more is passed over, as execvp(3) (glibc)
+    /// passes over it for `env` and `flock`: the program is found in the entries after it.
+    /// Tried, it failed with ENAMETOOLONG, which ended the search: 126.
+    #[test]
+    fn an_entry_of_path_longer_than_path_max_is_passed_over() {
+        let site = Site::new(None);
+        let long = format!("/{}", "d".repeat(5000));
+        let out = site
+            .worklane()
+            .args(["run", "--", "sh", "-c", "echo found"])
+            .env("PATH", format!("{long}:/usr/bin:/bin"))
+            .output_gated()
+            .expect("run");
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "found");
+    }
+
     /// The search stops, as execvp(3) does, at an error other than "not here" or "not ours
     /// to run": a symbolic-link loop in the first directory of `PATH` is the answer (126),
     /// and the program of the same name in the next one never runs.
