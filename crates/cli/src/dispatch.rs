@@ -9,7 +9,7 @@ use crate::json;
 use crate::out::{errln, outln};
 use crate::run::{SlotWatch, slot_launch};
 use crate::supervise::{describe, inheritable, supervise};
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -227,18 +227,27 @@ fn launch(
         .create_log(0o640)
         .map_err(std::io::Error::other)?;
     let err = log.try_clone()?;
+    let env: Vec<(&OsStr, &OsStr)> = attempt
+        .env
+        .iter()
+        .map(|(name, value)| (OsStr::new(name), OsStr::new(value)))
+        .chain([
+            (OsStr::new("WORKLANE_ATTEMPT"), OsStr::new(&attempt.id)),
+            (OsStr::new("WORKLANE_TOKEN"), OsStr::new(&admitted.token)),
+            (OsStr::new("WORKLANE_SOCKET"), socket.as_os_str()),
+            (OsStr::new("WORKLANE_LANE"), OsStr::new(&attempt.lane)),
+        ])
+        .collect();
+    let args: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
     let mut cmd = Command::new(program);
-    cmd.args(args)
-        .envs(&attempt.env)
-        .env("WORKLANE_ATTEMPT", &attempt.id)
-        .env("WORKLANE_TOKEN", &admitted.token)
-        .env("WORKLANE_SOCKET", socket)
-        .env("WORKLANE_LANE", &attempt.lane)
+    cmd.args(&args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::from(log))
         .stderr(Stdio::from(err));
-    // The driver gets the descriptor limit the dispatcher was started with.
-    crate::sys::detach(&mut cmd, nofile);
+    // The driver gets the descriptor limit the dispatcher was started with, and is searched
+    // for and run as `worklane run`'s command is.
+    crate::sys::detach(&mut cmd, OsStr::new(program), &args, &env, nofile)?;
     #[allow(
         clippy::disallowed_methods,
         reason = "product code: the dispatcher starts each admitted attempt's driver"

@@ -62,68 +62,24 @@ pub(crate) fn spawn(
     env: &[(&str, std::ffi::OsString)],
     group: bool,
 ) -> std::io::Result<Child> {
-    use std::ffi::{CString, OsStr, c_char, c_int, c_void};
-    use std::os::unix::ffi::OsStrExt;
+    use std::ffi::{OsStr, c_int, c_void};
     use std::sync::atomic::{AtomicI32, Ordering};
 
-    let c = |bytes: &[u8]| {
-        CString::new(bytes).map_err(|_| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "the command line or the environment holds a NUL byte",
-            )
-        })
-    };
     debug_assert!(
         env.iter().all(|(name, _)| *name != "PATH"),
         "the search for the program reads worklane's PATH, not one set for the command"
     );
-    let mut argv_c = vec![c(program.as_bytes())?];
-    for arg in args {
-        argv_c.push(c(arg.as_bytes())?);
-    }
-    let mut env_c = Vec::new();
-    for (name, value) in std::env::vars_os() {
-        if !env.iter().any(|(set, _)| OsStr::new(set) == name) {
-            env_c.push(c(&[name.as_bytes(), b"=", value.as_bytes()].concat())?);
-        }
-    }
-    for (name, value) in env {
-        env_c.push(c(&[name.as_bytes(), b"=", value.as_bytes()].concat())?);
-    }
-    let argv: Vec<*const c_char> = argv_c
+    let env: Vec<(&OsStr, &OsStr)> = env
         .iter()
-        .map(|a| a.as_ptr())
-        .chain(std::iter::once(std::ptr::null()))
+        .map(|(name, value)| (OsStr::new(name), value.as_os_str()))
         .collect();
-    let path = std::env::var_os("PATH");
-    let candidates_c = search(program, path.as_deref())
-        .into_iter()
-        .map(|p| c(&p))
-        .collect::<std::io::Result<Vec<CString>>>()?;
-    let candidates: Vec<*const c_char> = candidates_c.iter().map(|p| p.as_ptr()).collect();
-    // `/bin/sh FILE ARGS...` for a file the kernel cannot execute (ENOEXEC): the child puts
-    // the file's path at index 1.
-    let mut sh_argv: Vec<*const c_char> = [SHELL.as_ptr(), std::ptr::null()]
-        .into_iter()
-        .chain(argv[1..].iter().copied())
-        .collect();
-    let envp: Vec<*const c_char> = env_c
-        .iter()
-        .map(|e| e.as_ptr())
-        .chain(std::iter::once(std::ptr::null()))
-        .collect();
+    let mut exec = Exec::new(program, args, &env)?;
 
     /// What the child reads (the parent's memory, shared until the exec) and where it leaves
     /// the error of a failed start.
     struct Start {
-        /// The paths to try, in order ([`search`]).
-        candidates: *const *const c_char,
-        candidates_len: usize,
-        argv: *const *const c_char,
-        /// `argv` behind `/bin/sh` and a free slot for the file (written by the child only).
-        sh_argv: *mut *const c_char,
-        envp: *const *const c_char,
+        /// What to exec (its `/bin/sh` vector written by the child only).
+        exec: *mut Exec,
         group: bool,
         parent: c_int,
         /// Signals this process catches (std's and the supervisor's handlers), which must be at
@@ -149,8 +105,8 @@ pub(crate) fn spawn(
         };
         // SAFETY: each call is async-signal-safe (signal-safety(7)) and is given pointers the
         // parent prepared: the `Start` fields, or locals of this stack. The one write to the
-        // parent's memory, slot 1 of `sh_argv` (in bounds: it holds `argv`'s length plus one),
-        // is to a vector the parent does not touch until this process has exec'd or exited.
+        // parent's memory, by `Exec::run` to its `/bin/sh` vector, is to a value the parent
+        // does not touch until this process has exec'd or exited.
         unsafe {
             if start.group && libc::setpgid(0, 0) != 0 {
                 return fail(*libc::__errno_location());
@@ -193,42 +149,12 @@ pub(crate) fn spawn(
             let mut empty: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut empty);
             libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-            // What glibc's execvpe does, so that the command starts alike whichever libc
-            // worklane was linked with (musl's runs no `#!`-less file through the shell).
-            let mut last = libc::ENOENT;
-            let mut denied = false;
-            for i in 0..start.candidates_len {
-                let path = *start.candidates.add(i);
-                libc::execve(path, start.argv, start.envp);
-                let mut errno = *libc::__errno_location();
-                if errno == libc::ENOEXEC {
-                    *start.sh_argv.add(1) = path;
-                    libc::execve(SHELL.as_ptr(), start.sh_argv, start.envp);
-                    errno = *libc::__errno_location();
-                }
-                // (A name with a `/` is the one candidate: its error is the answer.)
-                match errno {
-                    // Not here, or not ours to run: the next directory of `PATH` may have it.
-                    libc::EACCES => denied = true,
-                    libc::ENOENT
-                    | libc::ESTALE
-                    | libc::ENOTDIR
-                    | libc::ENODEV
-                    | libc::ETIMEDOUT => {}
-                    _ => return fail(errno),
-                }
-                last = errno;
-            }
-            fail(if denied { libc::EACCES } else { last })
+            fail((*start.exec).run())
         }
     }
 
     let start = Start {
-        candidates: candidates.as_ptr(),
-        candidates_len: candidates.len(),
-        argv: argv.as_ptr(),
-        sh_argv: sh_argv.as_mut_ptr(),
-        envp: envp.as_ptr(),
+        exec: std::ptr::addr_of_mut!(exec),
         group,
         parent: rustix::process::getpid().as_raw_nonzero().get(),
         defaults: [
@@ -303,10 +229,153 @@ pub(crate) fn spawn(
 #[cfg(target_os = "linux")]
 const SHELL: &std::ffi::CStr = c"/bin/sh";
 
+/// An exec(2) of a program, prepared before the clone or fork that runs it: the child of a
+/// process with threads may allocate nothing (another thread may hold the allocator's lock),
+/// so every path, argument and variable is made here. [`Exec::run`] then tries the paths as
+/// glibc's execvpe does, whichever libc worklane was linked with (musl's runs no `#!`-less
+/// file through the shell, and its default `PATH` is another).
+#[cfg(target_os = "linux")]
+struct Exec {
+    /// What the pointers below point into (a `CString`'s bytes stay put when it moves).
+    _owned: Vec<std::ffi::CString>,
+    /// The paths to try, in order ([`search`]).
+    candidates: Vec<*const std::ffi::c_char>,
+    argv: Vec<*const std::ffi::c_char>,
+    /// `/bin/sh`, a free slot for the file, then `argv` after its first: the command line of
+    /// a file the kernel cannot execute (ENOEXEC).
+    sh_argv: Vec<*const std::ffi::c_char>,
+    envp: Vec<*const std::ffi::c_char>,
+}
+
+// SAFETY: the pointers point into `_owned`, which the value owns and never changes, or to
+// `SHELL`, a static; the only write, `run`'s to a slot of `sh_argv`, takes `&mut self`. The
+// value moves into std's `pre_exec` closure, which needs it `Send` and `Sync`.
+#[cfg(target_os = "linux")]
+unsafe impl Send for Exec {}
+// SAFETY: as for `Send`: a shared `Exec` is only read.
+#[cfg(target_os = "linux")]
+unsafe impl Sync for Exec {}
+
+#[cfg(target_os = "linux")]
+impl Exec {
+    /// `program` with `args`, this process's environment with `env` set, searched in the
+    /// `PATH` that environment gives the program (`env`'s, else this process's).
+    fn new(
+        program: &std::ffi::OsStr,
+        args: &[std::ffi::OsString],
+        env: &[(&std::ffi::OsStr, &std::ffi::OsStr)],
+    ) -> std::io::Result<Exec> {
+        use std::ffi::{CString, OsStr, c_char};
+        use std::os::unix::ffi::OsStrExt;
+        let c = |bytes: &[u8]| {
+            CString::new(bytes).map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "the command line or the environment holds a NUL byte",
+                )
+            })
+        };
+        let pointers = |strings: &[CString]| -> Vec<*const c_char> {
+            strings
+                .iter()
+                .map(|s| s.as_ptr())
+                .chain(std::iter::once(std::ptr::null()))
+                .collect()
+        };
+        let mut argv_c = vec![c(program.as_bytes())?];
+        for arg in args {
+            argv_c.push(c(arg.as_bytes())?);
+        }
+        let mut env_c = Vec::new();
+        for (name, value) in std::env::vars_os() {
+            if !env.iter().any(|(set, _)| *set == name) {
+                env_c.push(c(&[name.as_bytes(), b"=", value.as_bytes()].concat())?);
+            }
+        }
+        for (name, value) in env {
+            env_c.push(c(&[name.as_bytes(), b"=", value.as_bytes()].concat())?);
+        }
+        let path = match env
+            .iter()
+            .rev()
+            .find(|(name, _)| *name == OsStr::new("PATH"))
+        {
+            Some((_, path)) => Some(path.to_os_string()),
+            None => std::env::var_os("PATH"),
+        };
+        let candidates_c = search(program, path.as_deref())
+            .into_iter()
+            .map(|p| c(&p))
+            .collect::<std::io::Result<Vec<CString>>>()?;
+        let argv = pointers(&argv_c);
+        let sh_argv = [SHELL.as_ptr(), std::ptr::null()]
+            .into_iter()
+            .chain(argv[1..].iter().copied())
+            .collect();
+        let envp = pointers(&env_c);
+        let mut candidates = pointers(&candidates_c);
+        candidates.pop();
+        let mut owned = argv_c;
+        owned.extend(env_c);
+        owned.extend(candidates_c);
+        Ok(Exec {
+            _owned: owned,
+            candidates,
+            argv,
+            sh_argv,
+            envp,
+        })
+    }
+
+    /// Tries each candidate with execve(2), runs one the kernel cannot execute (ENOEXEC) by
+    /// `/bin/sh`, goes on past "not here" and "not ours to run" (EACCES, remembered), and
+    /// stops at any other error, as glibc's execvpe does. Returns only if nothing was
+    /// executed, with the errno to report.
+    ///
+    /// # Safety
+    ///
+    /// Only async-signal-safe calls, and no allocation: call it in a child between clone or
+    /// fork and exec.
+    unsafe fn run(&mut self) -> std::ffi::c_int {
+        let mut last = libc::ENOENT;
+        let mut denied = false;
+        for &path in &self.candidates {
+            // SAFETY: `path`, `argv` and `envp` are NUL-terminated strings and null-terminated
+            // vectors of them, owned by `self`; execve(2) and `__errno_location` are
+            // async-signal-safe.
+            let mut errno = unsafe {
+                libc::execve(path, self.argv.as_ptr(), self.envp.as_ptr());
+                *libc::__errno_location()
+            };
+            if errno == libc::ENOEXEC {
+                self.sh_argv[1] = path;
+                // SAFETY: as above; `sh_argv` is null-terminated (it ends as `argv` does).
+                errno = unsafe {
+                    libc::execve(SHELL.as_ptr(), self.sh_argv.as_ptr(), self.envp.as_ptr());
+                    *libc::__errno_location()
+                };
+            }
+            // (A name with a `/` is the one candidate: its error is the answer.)
+            match errno {
+                // Not here, or not ours to run: the next directory of `PATH` may have it.
+                libc::EACCES => denied = true,
+                libc::ENOENT | libc::ESTALE | libc::ENOTDIR | libc::ENODEV | libc::ETIMEDOUT => {}
+                _ => return errno,
+            }
+            last = errno;
+        }
+        if denied { libc::EACCES } else { last }
+    }
+}
+
 /// The paths execvp(3) tries for `program`, in order, as glibc's does: `program` itself when
 /// it holds a `/`; else each entry of `path` (`PATH`; `/bin:/usr/bin` when unset, glibc's
 /// default) joined to it, an empty entry meaning the current directory (the bare name, as
-/// glibc tries it). An empty `program` has none (ENOENT).
+/// glibc tries it). An empty `program` has none (ENOENT). An entry of `PATH_MAX` bytes or
+/// more is skipped, as glibc skips it (its exec could only fail with ENAMETOOLONG, which
+/// would end the search before the entries after it); glibc then also tries the bare name
+/// in the current directory, a quirk of its loop that is not copied: a file `PATH` never
+/// named is not run.
 #[cfg(any(target_os = "linux", test))]
 pub(crate) fn search(program: &std::ffi::OsStr, path: Option<&std::ffi::OsStr>) -> Vec<Vec<u8>> {
     use std::os::unix::ffi::OsStrExt;
@@ -319,6 +388,7 @@ pub(crate) fn search(program: &std::ffi::OsStr, path: Option<&std::ffi::OsStr>) 
     }
     let path = path.map_or(&b"/bin:/usr/bin"[..], OsStrExt::as_bytes);
     path.split(|&b| b == b':')
+        .filter(|dir| dir.len() < PATH_MAX)
         .map(|dir| {
             if dir.is_empty() {
                 name.to_vec()
@@ -328,6 +398,10 @@ pub(crate) fn search(program: &std::ffi::OsStr, path: Option<&std::ffi::OsStr>) 
         })
         .collect()
 }
+
+/// Linux's `PATH_MAX`: glibc's execvp(3) skips an entry of `PATH` this long or longer.
+#[cfg(any(target_os = "linux", test))]
+const PATH_MAX: usize = 4096;
 
 /// Starts the command with std's `Command` (off Linux: no parent-death signal).
 #[cfg(not(target_os = "linux"))]
@@ -457,23 +531,44 @@ pub(crate) fn claim_writable_fd(n: i32) -> Result<std::os::fd::OwnedFd, BadFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(n) })
 }
 
-/// Makes the command start a session of its own (`setsid` between fork and exec): a detached
-/// driver has no controlling terminal and outlives the dispatcher's session.
+/// Makes `cmd` a detached driver's start: a session of its own (`setsid` between fork and
+/// exec: no controlling terminal, and it outlives the dispatcher's session) and the
+/// descriptor limit `nofile`. On Linux `program` (`cmd`'s) is then searched and run with
+/// `args` and `env` (`cmd`'s) as [`spawn`] runs a command, glibc's execvp(3) whichever libc
+/// worklane was linked with, in the `PATH` the driver gets; std's own exec, musl's execvp
+/// in the installed binary, would refuse a `#!`-less script (ENOEXEC) and search another
+/// default `PATH`.
 #[cfg(feature = "dispatcher")]
-pub(crate) fn detach(cmd: &mut std::process::Command, nofile: Option<rustix::process::Rlimit>) {
+pub(crate) fn detach(
+    cmd: &mut std::process::Command,
+    program: &std::ffi::OsStr,
+    args: &[std::ffi::OsString],
+    env: &[(&std::ffi::OsStr, &std::ffi::OsStr)],
+    nofile: Option<rustix::process::Rlimit>,
+) -> std::io::Result<()> {
     use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs in the child between fork and exec and makes at most two
-    // system calls, setsid(2) and setrlimit(2), through rustix, on a copied plain value: no
-    // allocation, no lock, no state shared with the parent.
+    #[cfg(target_os = "linux")]
+    let mut exec = Exec::new(program, args, env)?;
+    #[cfg(not(target_os = "linux"))]
+    let _ = (program, args, env);
+    // SAFETY: the closure runs in the child between fork and exec and makes only
+    // async-signal-safe calls: setsid(2) and setrlimit(2) through rustix on a copied plain
+    // value, then (Linux) execve(2) on the vectors `Exec` prepared before the fork; no
+    // allocation (`from_raw_os_error` makes none), no lock, nothing shared with the parent
+    // (the child writes only to its own copy of `exec`).
     unsafe {
         cmd.pre_exec(move || {
             rustix::process::setsid()?;
             if let Some(limit) = nofile {
                 rustix::process::setrlimit(rustix::process::Resource::Nofile, limit)?;
             }
+            #[cfg(target_os = "linux")]
+            return Err(std::io::Error::from_raw_os_error(exec.run()));
+            #[cfg(not(target_os = "linux"))]
             Ok(())
         });
     }
+    Ok(())
 }
 
 /// Raises this process's soft limit of open descriptors to its hard limit (the dispatcher
@@ -594,6 +689,18 @@ mod tests {
         );
         assert_eq!(paths("tool", Some("")), ["tool"]);
         assert_eq!(paths("tool", Some(":")), ["tool", "tool"]);
+    }
+
+    #[test]
+    fn search_skips_an_entry_of_path_max_bytes_or_more_and_tries_no_other_path_for_it() {
+        let long = format!("/{}", "d".repeat(PATH_MAX - 1));
+        let shorter = format!("/{}", "d".repeat(PATH_MAX - 2));
+        assert_eq!(paths("tool", Some(&format!("{long}:/a"))), ["/a/tool"]);
+        assert_eq!(
+            paths("tool", Some(&format!("/a:{shorter}"))),
+            ["/a/tool".to_owned(), format!("{shorter}/tool")]
+        );
+        assert!(paths("tool", Some(&long)).is_empty());
     }
 
     #[test]

@@ -746,6 +746,23 @@ mod start {
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "50000 1 50000");
     }
 
+    /// An entry of `PATH` of `PATH_MAX` bytes or more is passed over, as execvp(3) (glibc)
+    /// passes over it for `env` and `flock`: the program is found in the entries after it.
+    /// Tried, it failed with ENAMETOOLONG, which ended the search: 126.
+    #[test]
+    fn an_entry_of_path_longer_than_path_max_is_passed_over() {
+        let site = Site::new(None);
+        let long = format!("/{}", "d".repeat(5000));
+        let out = site
+            .worklane()
+            .args(["run", "--", "sh", "-c", "echo found"])
+            .env("PATH", format!("{long}:/usr/bin:/bin"))
+            .output_gated()
+            .expect("run");
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "found");
+    }
+
     /// The search stops, as execvp(3) does, at an error other than "not here" or "not ours
     /// to run": a symbolic-link loop in the first directory of `PATH` is the answer (126),
     /// and the program of the same name in the next one never runs.
@@ -4366,6 +4383,41 @@ mod dispatcher {
         wait_until("the recovered attempt to run", || runs(&site) == 1);
         wait_until("the queue to empty", || queue_len(&site) == 0);
         assert_eq!(runs(&site), 1, "exactly once");
+    }
+
+    /// A `--driver` command is run as `worklane run` runs its command, whichever libc the
+    /// binary was linked with: a script without a `#!` line is run by `/bin/sh`, which gets
+    /// the script's path, then its arguments. The installed binary (musl) started drivers
+    /// with musl's execvp(3), which refuses such a file (ENOEXEC): the attempt was queued
+    /// again at once, again and again, and never ran.
+    #[test]
+    fn a_driver_script_without_a_shebang_is_run_by_sh_with_its_arguments() {
+        let site = Site::new(None);
+        let script = site.write_script(
+            "plain-driver",
+            "echo \"$0|$1|$2\" > \"$T/driver-ran.tmp\" && mv \"$T/driver-ran.tmp\" \"$T/driver-ran\"\n",
+        );
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+        let _dispatcher = start(&site, &[]);
+        let out = site
+            .worklane()
+            .args(["enqueue", "--driver", "--", &script, "one", "two words"])
+            .output_gated()
+            .expect("enqueue");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        wait_until("the driver script", || site.file("driver-ran").exists());
+        assert_eq!(
+            std::fs::read_to_string(site.file("driver-ran"))
+                .expect("driver-ran")
+                .trim_end(),
+            format!("{script}|one|two words"),
+            "sh ran the script with its path as $0, then the arguments"
+        );
     }
 
     #[test]
