@@ -248,6 +248,11 @@ fn launch(
     // The driver gets the descriptor limit the dispatcher was started with, and is searched
     // for and run as `worklane run`'s command is.
     crate::sys::detach(&mut cmd, OsStr::new(program), &args, &env, nofile)?;
+    // Held across the start: std reaps a child whose exec failed itself, by its pid, and
+    // panics if the reaper took that child first.
+    let _starting = STARTING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     #[allow(
         clippy::disallowed_methods,
         reason = "product code: the dispatcher starts each admitted attempt's driver"
@@ -256,12 +261,30 @@ fn launch(
     Ok(child.id())
 }
 
+/// Held while a driver is being started ([`launch`]) and while the reaper reaps
+/// ([`reap_drivers`]): a child std is starting is never reaped by anyone but std.
+static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Reaps the dispatcher's exited drivers as they end (they run detached, but are its children).
+/// It learns that a child has exited without reaping it (`WNOWAIT`), then reaps every exited
+/// child under [`STARTING`]: a driver whose exec failed is reaped by std's `spawn`, which
+/// holds the lock until it has, and would panic if its child were gone.
 fn reap_drivers() {
+    use rustix::process::{WaitId, WaitIdOptions, WaitOptions};
     std::thread::spawn(|| {
         loop {
-            match rustix::process::wait(rustix::process::WaitOptions::empty()) {
-                Ok(_) => {}
+            match rustix::process::waitid(
+                WaitId::All,
+                WaitIdOptions::EXITED | WaitIdOptions::NOWAIT,
+            ) {
+                Ok(_) => {
+                    let _starting = STARTING
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    while let Ok(Some(_)) = rustix::process::wait(WaitOptions::NOHANG) {}
+                }
+                Err(rustix::io::Errno::INTR) => {}
+                // No child at all (ECHILD): look again later.
                 Err(_) => std::thread::sleep(std::time::Duration::from_secs(1)),
             }
         }
