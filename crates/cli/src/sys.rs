@@ -36,11 +36,11 @@ impl Child {
 
 /// Starts `program` with `args` (searched in `PATH` as glibc's execvp(3) does, a file
 /// without a `#!` line run by `/bin/sh`: [`search`]), this process's environment with `env`
-/// set, and every descriptor that is not close-on-exec. The search reads this process's `PATH`, which is the
-/// command's as long as `env` does not set one (it never does: worklane's variables only);
-/// std's `Command`, and a shell's `PATH=... cmd`, would search the new one. The command starts with the signal mask empty and
-/// SIGPIPE at its default (as std's `Command` does); a signal the caller ignores stays
-/// ignored. With `group`, it leads a process group of its own.
+/// set, and every descriptor that is not close-on-exec. The search reads the `PATH` the
+/// command gets (`env`'s if it sets one, as `env PATH=... cmd` does; worklane's variables
+/// never do). The command starts with the signal mask empty and SIGPIPE at its default (as
+/// std's `Command` does); a signal the caller ignores stays ignored. With `group`, it leads
+/// a process group of its own.
 ///
 /// On Linux the command also gets SIGTERM when worklane dies (`PR_SET_PDEATHSIG`, see
 /// [prctl(2)]), so that a command whose supervisor was SIGKILLed does not run on without
@@ -65,10 +65,6 @@ pub(crate) fn spawn(
     use std::ffi::{OsStr, c_int, c_void};
     use std::sync::atomic::{AtomicI32, Ordering};
 
-    debug_assert!(
-        env.iter().all(|(name, _)| *name != "PATH"),
-        "the search for the program reads worklane's PATH, not one set for the command"
-    );
     let env: Vec<(&OsStr, &OsStr)> = env
         .iter()
         .map(|(name, value)| (OsStr::new(name), value.as_os_str()))

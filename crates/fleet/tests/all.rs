@@ -197,14 +197,25 @@ fn a_waiter_watches_and_a_release_wakes_it(cluster: &Cluster, what: &str, name: 
     let first_epoch = epoch(&first.next(LIMIT));
     let waiter = HolderProc::start_waiting_aloud(cluster, what, name);
     assert_eq!(waiter.next(LIMIT), "waiting");
-    let before = cluster.grpc_calls("Txn");
-    std::thread::sleep(Duration::from_millis(1_500));
-    let sent = cluster.grpc_calls("Txn") - before;
+    let sent = transactions_in_1_5_s(cluster);
     assert!(
         sent <= 2,
         "a {what} waiter with nothing changing sent {sent} transactions in 1.5 s"
     );
     assert!(waiter.lines.try_recv().is_err(), "still waiting");
+    the_waiter_succeeds(first, first_epoch, waiter);
+}
+
+/// Transactions etcd answered while the test waited 1.5 s (a waiter with nothing changing
+/// should send few: a poller every 100 ms would send about fifteen).
+fn transactions_in_1_5_s(cluster: &Cluster) -> u64 {
+    let before = cluster.grpc_calls("Txn");
+    std::thread::sleep(Duration::from_millis(1_500));
+    cluster.grpc_calls("Txn") - before
+}
+
+/// `first` releases; `waiter` then holds, at an epoch above `first_epoch`, and releases.
+fn the_waiter_succeeds(first: HolderProc, first_epoch: i64, waiter: HolderProc) {
     assert_eq!(first.release(), "released");
     let second_epoch = epoch(&waiter.next(LIMIT));
     assert!(second_epoch > first_epoch, "{second_epoch} > {first_epoch}");
@@ -472,18 +483,13 @@ fn a_watch_canceled_by_a_compaction_is_read_again(what: &str, name: &str) {
     eventually("the canceled watch to close", || {
         cluster.grpc_calls("Watch") > watches
     });
-    let before = cluster.grpc_calls("Txn");
-    std::thread::sleep(Duration::from_millis(1_500));
-    let sent = cluster.grpc_calls("Txn") - before;
+    let sent = transactions_in_1_5_s(&cluster);
     assert!(
         sent <= 4,
         "a {what} waiter after a compaction sent {sent} transactions in 1.5 s"
     );
     assert!(waiter.lines.try_recv().is_err(), "still waiting");
-    assert_eq!(first.release(), "released");
-    let second_epoch = epoch(&waiter.next(LIMIT));
-    assert!(second_epoch > first_epoch, "{second_epoch} > {first_epoch}");
-    assert_eq!(waiter.release(), "released");
+    the_waiter_succeeds(first, first_epoch, waiter);
 }
 
 #[test]
@@ -559,10 +565,7 @@ fn a_waiter_survives_losing_a_member(what: &str, name: &str, leader: bool) {
     };
     cluster.kill(victim);
     let _ = cluster.leader();
-    assert_eq!(first.release(), "released");
-    let second_epoch = epoch(&waiter.next(LIMIT));
-    assert!(second_epoch > first_epoch, "{second_epoch} > {first_epoch}");
-    assert_eq!(waiter.release(), "released");
+    the_waiter_succeeds(first, first_epoch, waiter);
 }
 
 #[test]
@@ -731,9 +734,7 @@ fn a_zero_recheck_polls_instead_of_spinning(what: &str, name: &str) {
         &[("FLEET_HOLDER_RECHECK_MS", "0")],
     );
     assert_eq!(waiter.next(LIMIT), "waiting");
-    let before = cluster.grpc_calls("Txn");
-    std::thread::sleep(Duration::from_millis(1_500));
-    let sent = cluster.grpc_calls("Txn") - before;
+    let sent = transactions_in_1_5_s(&cluster);
     assert!(
         sent <= 30,
         "a {what} waiter with a zero recheck sent {sent} transactions in 1.5 s"

@@ -25,6 +25,10 @@ pub const SYSTEM_CONFIG: &str = "etc/worklane/slots.json";
 /// The default slot directory (created 2770, setgid, when missing).
 pub const DEFAULT_SLOTS_DIR: &str = "var/tmp/agent-slots";
 
+/// Every variable resolution reads by name ([`Environment::from_process`] keeps only these,
+/// and the `CARGO_BIN_EXE_` ones).
+const READ_VARS: [&str; 4] = [TEST_ROOT_VAR, "NEXTEST", SLOTS_DIR_VAR, SLOTS_CONFIG_VAR];
+
 /// The variables `cargo test` sets for an integration test's binaries: one marks a test run.
 const CARGO_BIN_EXE_PREFIX: &str = "CARGO_BIN_EXE_";
 
@@ -141,11 +145,10 @@ impl Environment {
     pub fn from_process() -> Environment {
         // Only what `test_run` and `locate` read: a copy of every variable cost a fifth of a
         // `worklane run`'s own instructions, for an environment made per file resolved.
-        let read = [TEST_ROOT_VAR, "NEXTEST", SLOTS_DIR_VAR, SLOTS_CONFIG_VAR];
         let vars = std::env::vars_os()
             .filter_map(|(k, v)| {
                 let k = k.into_string().ok()?;
-                (read.contains(&k.as_str()) || k.starts_with(CARGO_BIN_EXE_PREFIX))
+                (READ_VARS.contains(&k.as_str()) || k.starts_with(CARGO_BIN_EXE_PREFIX))
                     .then_some((k, v))
             })
             .collect();
@@ -199,6 +202,10 @@ impl Environment {
     }
 
     fn get(&self, name: &str) -> Option<&OsString> {
+        debug_assert!(
+            READ_VARS.contains(&name),
+            "{name} is read but `from_process` does not keep it: add it to READ_VARS"
+        );
         self.vars.get(name).filter(|v| !v.is_empty())
     }
 
