@@ -634,11 +634,12 @@ fn a_pool_waiter_stopped_past_its_ttl_reports_the_loss_on_resume_not_a_place() {
     // Its place would now be free: it must not take it.
     assert_eq!(first.release(), "released");
     signal(&waiter, rustix::process::Signal::CONT);
-    // Either way of noticing is a loss: its key gone, or its lease unconfirmed too long.
+    // Either way of noticing is a loss: its key gone, or its lease unconfirmed too long (the
+    // place given up: `Error::GivenUp`).
     let line = waiter.next(LIMIT);
     assert!(
         line.starts_with("error ")
-            && (line.contains("lost while waiting") || line.contains("keeping a place")),
+            && (line.contains("lost while waiting") || line.contains("given up")),
         "{line}"
     );
 }
