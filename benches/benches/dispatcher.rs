@@ -134,6 +134,7 @@ fn round_trip_in(
             stage: String::new(),
             args: vec!["driver".into()],
             env: BTreeMap::new(),
+            own_lane: false,
         };
         let guard = lease.guard().expect("held");
         let started = Instant::now();
@@ -170,18 +171,16 @@ fn round_trip_in(
 
 fn attempt(i: usize, state: State) -> Attempt {
     Attempt {
-        id: format!("a-{i:032x}"),
-        lane: format!("l{i}"),
         state,
-        token: None,
-        queued_at_ms: 1_000_000 + (i as u64 * 7919) % 100_000,
-        priority: (i % 5) as i64,
-        placement: String::new(),
         args: vec!["driver".into()],
-        stage: String::new(),
-        env: BTreeMap::new(),
-        state_at_ms: 1,
         lane_epoch: Some(1),
+        ..Attempt::queued(
+            format!("a-{i:032x}"),
+            format!("l{i}"),
+            1_000_000 + (i as u64 * 7919) % 100_000,
+            (i % 5) as i64,
+            1,
+        )
     }
 }
 
@@ -194,7 +193,7 @@ fn next_row(c: &mut Criterion) {
             store.insert(&attempt(i, State::Queued)).expect("insert");
         }
         group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
-            b.iter(|| store.next_queued().expect("next").expect("a row"));
+            b.iter(|| store.next_queued(u64::MAX).expect("next").expect("a row"));
         });
     }
     group.finish();

@@ -839,12 +839,26 @@ mod dispatcher {
     //! process: the launcher's hand-over is a duplicated descriptor of its held lane guard.
     use super::*;
     use std::os::fd::{AsFd, OwnedFd};
-    use worklane_admission::dispatch::service::{Dispatcher, Mode, Settings, lane_lock};
+    use worklane_admission::dispatch::service::{Caller, Dispatcher, Mode, Settings, lane_lock};
     use worklane_admission::dispatch::store::{State, Store};
     use worklane_admission::dispatch::wire::{Enqueue, code};
     use worklane_lease::{Acquired, Options, Request as LeaseRequest};
 
     const T0: u64 = 1_800_000_000_000;
+
+    /// This process as a caller of the dispatcher (its peer credentials).
+    pub(super) fn me() -> Caller {
+        Caller {
+            pid: Some(std::process::id()),
+            uid: rustix::process::geteuid().as_raw(),
+            gid: rustix::process::getegid().as_raw(),
+            groups: rustix::process::getgroups()
+                .expect("groups")
+                .into_iter()
+                .map(rustix::process::Gid::as_raw)
+                .collect(),
+        }
+    }
 
     struct Bench {
         site: Site,
@@ -909,6 +923,7 @@ mod dispatcher {
                 ]
                 .into_iter()
                 .collect(),
+                own_lane: false,
             }
         }
 
@@ -916,7 +931,7 @@ mod dispatcher {
             let fd = self.launch(name);
             let reply = self
                 .dispatcher
-                .enqueue(Bench::entry(name, start_ms, priority), vec![fd])
+                .enqueue(Bench::entry(name, start_ms, priority), vec![fd], &me())
                 .expect("enqueue");
             assert!(reply.ok, "accepted: {reply:?}");
             reply.attempt.expect("an attempt id")
@@ -969,18 +984,18 @@ mod dispatcher {
         let two = vec![bench.launch("a"), bench.launch("b")];
         let reply = bench
             .dispatcher
-            .enqueue(Bench::entry("a", T0, 0), two)
+            .enqueue(Bench::entry("a", T0, 0), two, &me())
             .expect("enqueue");
         assert_eq!(reply.error.as_deref(), Some(code::DESCRIPTORS), "{reply:?}");
         let reply = bench
             .dispatcher
-            .enqueue(Bench::entry("a", T0, 0), vec![])
+            .enqueue(Bench::entry("a", T0, 0), vec![], &me())
             .expect("enqueue");
         assert_eq!(reply.error.as_deref(), Some(code::DESCRIPTORS), "{reply:?}");
         let other = bench.launch("b");
         let reply = bench
             .dispatcher
-            .enqueue(Bench::entry("a", T0, 0), vec![other])
+            .enqueue(Bench::entry("a", T0, 0), vec![other], &me())
             .expect("enqueue");
         assert_eq!(
             reply.error.as_deref(),
@@ -991,7 +1006,7 @@ mod dispatcher {
         missing.priority = None;
         let reply = bench
             .dispatcher
-            .enqueue(missing, vec![bench.launch("a")])
+            .enqueue(missing, vec![bench.launch("a")], &me())
             .expect("enqueue");
         assert_eq!(
             reply.error.as_deref(),
@@ -1002,7 +1017,7 @@ mod dispatcher {
         missing.start_ms = None;
         let reply = bench
             .dispatcher
-            .enqueue(missing, vec![bench.launch("a")])
+            .enqueue(missing, vec![bench.launch("a")], &me())
             .expect("enqueue");
         assert_eq!(
             reply.error.as_deref(),
@@ -1028,7 +1043,7 @@ mod dispatcher {
         let unlocked: OwnedFd = std::fs::File::open(&path).expect("open the guard").into();
         let reply = bench
             .dispatcher
-            .enqueue(Bench::entry("c", T0, 0), vec![unlocked])
+            .enqueue(Bench::entry("c", T0, 0), vec![unlocked], &me())
             .expect("enqueue");
         assert_eq!(reply.error.as_deref(), Some(code::NOT_HELD), "{reply:?}");
         drop(holder);
@@ -1042,7 +1057,7 @@ mod dispatcher {
         let fd = waiter.launch("w");
         let reply = waiter
             .dispatcher
-            .enqueue(Bench::entry("w", T0, 0), vec![fd])
+            .enqueue(Bench::entry("w", T0, 0), vec![fd], &me())
             .expect("enqueue");
         assert_eq!(reply.error.as_deref(), Some(code::WAITER_MODE), "{reply:?}");
         assert!(
@@ -1079,7 +1094,7 @@ mod dispatcher {
             ["LANE_X"],
             "a secret-shaped name is never stored"
         );
-        assert!(bench.dispatcher.cancel(&id).expect("cancel"));
+        assert!(bench.dispatcher.cancel(&id, &me()).expect("cancel").ok);
         assert!(bench.lane_free("docs"), "cancel closes the lane");
     }
 
@@ -1109,7 +1124,7 @@ mod dispatcher {
         for (id, token) in refusals {
             let refused = bench
                 .dispatcher
-                .claim(id, token)
+                .claim(id, token, &me())
                 .expect("claim")
                 .expect_err("refused");
             assert_eq!(
@@ -1125,16 +1140,17 @@ mod dispatcher {
         assert!(!bench.lane_free("a"), "and their descriptors");
         let claimed = bench
             .dispatcher
-            .claim(&first, &admitted.token)
+            .claim(&first, &admitted.token, &me())
             .expect("claim")
             .expect("claimed");
         assert_eq!(claimed.fds.len(), 2, "the lane and the slot");
         assert_eq!(claimed.reply.slot.as_deref(), Some("agent-0.lock"));
         assert_eq!(claimed.reply.lane.as_deref(), Some("lane-a.lock"));
+        let rows = bench.dispatcher.list().expect("list");
         assert_eq!(
-            bench.dispatcher.list().expect("list").len(),
-            1,
-            "the row left the queue"
+            rows.iter().map(|r| r.state.as_str()).collect::<Vec<_>>(),
+            ["running", "queued"],
+            "the claimed row left the queue: it runs, holding nothing of the dispatcher's"
         );
         // The driver's side: adopt the slot from the received descriptor.
         let slot_fd = rustix::io::dup(claimed.fds[1].as_fd()).expect("dup");
@@ -1219,7 +1235,7 @@ mod dispatcher {
         assert!(
             bench
                 .dispatcher
-                .claim(&id, &admitted.token)
+                .claim(&id, &admitted.token, &me())
                 .expect("claim")
                 .is_err(),
             "the old token is refused"
@@ -1249,7 +1265,7 @@ mod dispatcher {
             order.push(admitted.attempt.lane.clone());
             let claimed = bench
                 .dispatcher
-                .claim(&admitted.attempt.id, &admitted.token)
+                .claim(&admitted.attempt.id, &admitted.token, &me())
                 .expect("claim")
                 .expect("claimed");
             drop(claimed);
@@ -1401,10 +1417,10 @@ mod dispatcher {
             [(3, T0 + 5)],
             "standing again changes nothing"
         );
-        assert!(bench.dispatcher.cancel(&high).expect("cancel"));
+        assert!(bench.dispatcher.cancel(&high, &me()).expect("cancel").ok);
         bench.dispatcher.stand().expect("stand");
         assert_eq!(entries(&bench), [(0, T0)], "back to the next row's place");
-        assert!(bench.dispatcher.cancel(&low).expect("cancel"));
+        assert!(bench.dispatcher.cancel(&low, &me()).expect("cancel").ok);
         bench.dispatcher.stand().expect("stand");
         assert_eq!(entries(&bench), [], "none once nothing is queued");
     }
@@ -3454,7 +3470,17 @@ mod served {
             "a claimed attempt's entry is removed"
         );
         let (list, _) = served.ask(serde_json::json!({"op": "list"}), &[]);
-        assert_eq!(list.attempts.map(|a| a.len()), Some(0), "its row is gone");
+        let rows = list.attempts.expect("rows");
+        assert_eq!(
+            rows.iter().map(|a| a.state.as_str()).collect::<Vec<_>>(),
+            ["running"],
+            "its row left the queue and runs: {rows:?}"
+        );
+        assert_eq!(
+            rows[0].driver_pid,
+            Some(std::process::id()),
+            "the claimer's pid"
+        );
         assert!(!served.lane_free("two", 1), "the claimer holds the lane");
         gate::quietly(|| drop(fds));
         assert!(

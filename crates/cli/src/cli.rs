@@ -356,14 +356,31 @@ pub(crate) struct LeaseRunArgs {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum QueueCommand {
-    /// List the attempts the dispatcher holds (queued and starting), with their logs.
+    /// List the attempts the dispatcher holds (queued, starting, running and failed), with
+    /// their logs.
     Ls {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// Also the history of ended attempts (how each ended, its log).
+        #[arg(long)]
+        all: bool,
     },
-    /// Drop a queued or starting attempt (`a-...`: its row goes, its lane and slot are freed),
-    /// or a queued full run still waiting (`fr-<runner pid>`: its runner leaves the line).
+    /// Queue a failed attempt again from the start (its failed starts forgotten).
+    Retry {
+        /// The attempt id (`a-...`), as `queue ls` shows it.
+        attempt: String,
+    },
+    /// Forget ended attempts and remove their logs: yours, or everyone's for root and the slot
+    /// directory's owner.
+    Prune {
+        /// Only those that ended longer ago than this (e.g. `1h`, `2d`); default: all.
+        #[arg(long, value_parser = parse_duration)]
+        older_than: Option<Duration>,
+    },
+    /// Drop a queued, starting or failed attempt (`a-...`: its row goes, its lane and slot are
+    /// freed), halt a running one's driver as STOP would, or take a queued full run still
+    /// waiting out of its line (`fr-<runner pid>`).
     Cancel {
         /// The attempt id (`a-...`) or queued full run (`fr-<pid>`), as `queue ls` shows it.
         attempt: String,
@@ -391,6 +408,18 @@ pub(crate) struct DispatcherArgs {
     /// How long an admitted attempt waits for its driver's claim before it is queued again.
     #[arg(long, value_parser = parse_duration, default_value = "60s")]
     pub(crate) claim_interval: Duration,
+    /// How many times a driver that cannot be started is tried before its attempt is parked
+    /// as failed (`queue retry` queues it again).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub(crate) start_attempts: u32,
+    /// The wait after a driver's first failed start; it doubles with each failure, up to a
+    /// minute.
+    #[arg(long, value_parser = parse_duration, default_value = "1s")]
+    pub(crate) start_backoff: Duration,
+    /// How long ended attempts stay in the history (`queue ls --all`) and their logs in the
+    /// slot directory.
+    #[arg(long, value_parser = parse_duration, default_value = "7d")]
+    pub(crate) retention: Duration,
 }
 
 #[derive(Debug, Args)]

@@ -8,12 +8,12 @@ use crate::exit::{self, Failure};
 use crate::json;
 use crate::out::{errln, outln};
 use crate::run::{SlotWatch, slot_launch};
-use crate::supervise::{describe, inheritable, supervise};
-use std::ffi::{OsStr, OsString};
+use crate::supervise::{Started, Watch, describe, inheritable, supervise};
+use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use worklane_admission::Pool;
@@ -21,9 +21,8 @@ use worklane_admission::dispatch::env::EnvFilter;
 use worklane_admission::dispatch::lane::{is_own_lane, own_lane, retire_own_lane};
 use worklane_admission::dispatch::server::{Event, Server, Trust};
 use worklane_admission::dispatch::service::{
-    Admitted, Dispatcher, Mode, Settings, lane_lock, valid_lane,
+    Dispatcher, Mode, Recovery, Settings, StartFailure, cancel_marker, lane_lock, valid_lane,
 };
-use worklane_admission::dispatch::store::Store;
 use worklane_admission::dispatch::transport;
 use worklane_admission::dispatch::wire::{Enqueue, Reply, Request as Wire, code};
 use worklane_lease::{Acquired, Clock, Options, Request, SystemClock, acquire, rfc3339_ms};
@@ -34,11 +33,6 @@ const SOCKET: &str = "dispatcher.sock";
 const DATABASE: &str = "queue.db";
 /// The lock one dispatcher per directory holds for its life.
 const DISPATCHER_LOCK: &str = "dispatcher.lock";
-
-/// The log a driver writes, named after its attempt, in the slot directory.
-pub(crate) fn log_name(attempt: &str) -> String {
-    format!("queue-{attempt}.log")
-}
 
 fn socket_path(pool: &Pool, given: Option<&Path>) -> PathBuf {
     given
@@ -138,7 +132,9 @@ fn ask_on(
 fn refused(reply: &Reply) -> Failure {
     let code = match reply.error.as_deref() {
         Some(code::WAITER_MODE | code::PERMISSION) => exit::UNAVAILABLE,
-        Some(code::LANE_QUEUED | code::NO_ADMITTED_ROW | code::NO_SUCH_ATTEMPT) => exit::TEMP_FAIL,
+        Some(
+            code::LANE_QUEUED | code::NO_ADMITTED_ROW | code::NO_SUCH_ATTEMPT | code::NOT_FAILED,
+        ) => exit::TEMP_FAIL,
         Some(code::BAD_REQUEST | code::MISSING_FIELD) => exit::USAGE,
         _ => exit::OS_ERROR,
     };
@@ -177,7 +173,9 @@ fn notify(state: &str) {
 /// and the directory's group (the directory is setgid).
 fn listen(path: &Path) -> Result<UnixListener, Failure> {
     if let Some(fd) = crate::sys::systemd_listener() {
-        return Ok(UnixListener::from(fd));
+        let listener = UnixListener::from(fd);
+        guard_socket_mode(&listener)?;
+        return Ok(listener);
     }
     let io = |what: &str, e: std::io::Error| {
         Failure::new(
@@ -207,88 +205,50 @@ fn listen(path: &Path) -> Result<UnixListener, Failure> {
     bound.map_err(|e| io("bind", e))
 }
 
-/// Starts an admitted attempt's driver, detached (a session of its own), with its output in
-/// `queue-<attempt>.log` in the slot directory and the attempt's variables.
-fn launch(
-    pool: &Pool,
-    socket: &Path,
-    admitted: &Admitted,
-    nofile: Option<rustix::process::Rlimit>,
-) -> std::io::Result<u32> {
-    let attempt = &admitted.attempt;
-    let (program, args) = attempt
-        .args
-        .split_first()
-        .ok_or_else(|| std::io::Error::other("the attempt has no driver command"))?;
-    let log = pool
-        .dir()
-        .file(&log_name(&attempt.id))
-        .map_err(std::io::Error::other)?
-        .create_log(0o640)
-        .map_err(std::io::Error::other)?;
-    let err = log.try_clone()?;
-    let env: Vec<(&OsStr, &OsStr)> = attempt
-        .env
-        .iter()
-        .map(|(name, value)| (OsStr::new(name), OsStr::new(value)))
-        .chain([
-            (OsStr::new("WORKLANE_ATTEMPT"), OsStr::new(&attempt.id)),
-            (OsStr::new("WORKLANE_TOKEN"), OsStr::new(&admitted.token)),
-            (OsStr::new("WORKLANE_SOCKET"), socket.as_os_str()),
-            (OsStr::new("WORKLANE_LANE"), OsStr::new(&attempt.lane)),
-        ])
-        .collect();
-    let args: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
-    let mut cmd = Command::new(program);
-    cmd.args(&args)
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(log))
-        .stderr(Stdio::from(err));
-    // The driver gets the descriptor limit the dispatcher was started with, and is searched
-    // for and run as `worklane run`'s command is.
-    crate::sys::detach(&mut cmd, OsStr::new(program), &args, &env, nofile)?;
-    // Held across the start: std reaps a child whose exec failed itself, by its pid, and
-    // panics if the reaper took that child first.
-    let _starting = STARTING
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    #[allow(
-        clippy::disallowed_methods,
-        reason = "product code: the dispatcher starts each admitted attempt's driver"
-    )]
-    let child = cmd.spawn()?;
-    Ok(child.id())
-}
-
-/// Held while a driver is being started ([`launch`]) and while the reaper reaps
-/// ([`reap_drivers`]): a child std is starting is never reaped by anyone but std.
-static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// Reaps the dispatcher's exited drivers as they end (they run detached, but are its children).
-/// It learns that a child has exited without reaping it (`WNOWAIT`), then reaps every exited
-/// child under [`STARTING`]: a driver whose exec failed is reaped by std's `spawn`, which
-/// holds the lock until it has, and would panic if its child were gone.
-fn reap_drivers() {
-    use rustix::process::{WaitId, WaitIdOptions, WaitOptions};
-    std::thread::spawn(|| {
-        loop {
-            match rustix::process::waitid(
-                WaitId::All,
-                WaitIdOptions::EXITED | WaitIdOptions::NOWAIT,
-            ) {
-                Ok(_) => {
-                    let _starting = STARTING
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    while let Ok(Some(_)) = rustix::process::wait(WaitOptions::NOHANG) {}
-                }
-                Err(rustix::io::Errno::INTR) => {}
-                // No child at all (ECHILD): look again later.
-                Err(_) => std::thread::sleep(std::time::Duration::from_secs(1)),
-            }
-        }
-    });
+/// A socket systemd made (socket activation) must not let anyone outside the directory's
+/// group connect: the unit asks for `SocketMode=0660`, but a unit edited or an older systemd
+/// may leave 0644 or 0666. Bits for others are taken away (the dispatcher, root under the
+/// unit, may); where that fails, the dispatcher refuses to serve.
+fn guard_socket_mode(listener: &UnixListener) -> Result<(), Failure> {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(addr) = listener.local_addr() else {
+        return Ok(());
+    };
+    let Some(path) = addr.as_pathname() else {
+        // An abstract socket has no mode: the peer check is all there is.
+        return Ok(());
+    };
+    let meta = std::fs::symlink_metadata(path).map_err(|e| {
+        Failure::new(
+            exit::OS_ERROR,
+            format!(
+                "cannot examine the socket systemd passed, {}: {e}",
+                path.display()
+            ),
+        )
+    })?;
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & 0o007 == 0 {
+        return Ok(());
+    }
+    let fixed = mode & 0o770;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(fixed)).map_err(|e| {
+        Failure::new(
+            exit::CONFIG,
+            format!(
+                "the socket systemd passed, {}, has mode {mode:04o}, which lets users outside \
+                 the slot directory's group connect, and it cannot be changed ({e}): set \
+                 SocketMode=0660 in worklane-dispatcher.socket",
+                path.display()
+            ),
+        )
+    })?;
+    errln!(
+        "worklane: the socket systemd passed, {}, had mode {mode:04o}; set to {fixed:04o} (the \
+         unit should say SocketMode=0660)",
+        path.display()
+    );
+    Ok(())
 }
 
 pub(crate) fn serve(args: &DispatcherArgs) -> Result<ExitCode, Failure> {
@@ -314,25 +274,28 @@ pub(crate) fn serve(args: &DispatcherArgs) -> Result<ExitCode, Failure> {
     };
     let socket = socket_path(&pool, args.socket.as_deref());
     let listener = listen(&socket)?;
-    let store = Store::open(&dir.path().join(DATABASE))
-        .map_err(|e| Failure::new(exit::OS_ERROR, exit::chain(&e)))?;
     let settings = Settings {
-        claim_interval_ms: u64::try_from(args.claim_interval.as_millis()).unwrap_or(u64::MAX),
+        claim_interval_ms: millis(args.claim_interval),
         env,
         mode,
+        start_attempts: args.start_attempts,
+        start_backoff_ms: millis(args.start_backoff),
+        retention_ms: millis(args.retention),
+        ..Settings::default()
     };
     // One descriptor per queued lane (and per reserved slot): a soft limit of 1 024 would
     // refuse enqueues long before the queue is large.
     let nofile = crate::sys::raise_nofile();
-    let dispatcher = Dispatcher::recover(pool.clone(), store, settings)
+    let dispatcher = Dispatcher::open(pool.clone(), &dir.path().join(DATABASE), settings)
         .map_err(|e| Failure::new(exit::OS_ERROR, exit::chain(&e)))?;
+    say_recovery(dispatcher.recovery());
     let stop = Arc::new(AtomicBool::new(false));
     // Unblocked too (a caller's blocked mask survives exec), or SIGTERM never stops us.
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         crate::sys::on_flag(signal, Arc::clone(&stop))
             .map_err(|e| Failure::new(exit::OS_ERROR, format!("cannot handle signals: {e}")))?;
     }
-    reap_drivers();
+    let exits = crate::driver::reap();
     let stat = rustix::fs::fstat(&dir).map_err(|e| {
         Failure::new(
             exit::OS_ERROR,
@@ -347,11 +310,17 @@ pub(crate) fn serve(args: &DispatcherArgs) -> Result<ExitCode, Failure> {
         worklane_identity::Place::boot_clock_ms(),
     ));
     watchdog(Arc::clone(&alive));
+    let launcher = crate::driver::Launcher {
+        pool: pool.clone(),
+        socket: socket.clone(),
+        nofile,
+    };
+    let mut journal = Journal::default();
     let server = Server::new(
         dispatcher,
         listener,
         trust,
-        |admitted| launch(&pool, &socket, admitted, nofile),
+        |admitted| launcher.launch(admitted),
         |event| {
             if matches!(event, Event::Tick) {
                 alive.store(
@@ -359,9 +328,24 @@ pub(crate) fn serve(args: &DispatcherArgs) -> Result<ExitCode, Failure> {
                     std::sync::atomic::Ordering::SeqCst,
                 );
             }
-            log(&event);
+            if let Event::Ended(ended) = &event
+                && let Some(log) = &ended.log
+            {
+                launcher.note(
+                    log,
+                    &format!("attempt {} {}", ended.attempt, ended_words(ended)),
+                );
+            }
+            journal.log(&event);
         },
-    );
+    )
+    .with_exits(|| {
+        std::mem::take(
+            &mut *exits
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    });
     let mut server = match test_crash_point() {
         Some(point) => server.crash_at(point, || {
             let _ = rustix::process::kill_process(
@@ -407,31 +391,208 @@ fn test_crash_point() -> Option<worklane_admission::dispatch::server::CrashPoint
     }
 }
 
-fn log(event: &Event) {
-    let now = rfc3339_ms(SystemClock.now_ms());
-    match event {
-        Event::Started { attempt, pid } => {
-            errln!("worklane: {now} started the driver of {attempt} (pid {pid})");
-        }
-        Event::StartFailed { attempt, error } => {
-            errln!(
-                "worklane: {now} cannot start the driver of {attempt}: {}; queued again",
-                exit::chain(error)
-            );
-        }
-        Event::Expired(ids) => {
-            errln!(
-                "worklane: {now} not claimed in time, queued again: {}",
-                ids.join(", ")
-            );
-        }
-        Event::Answered { op, refused } => {
-            if let Some(code) = refused {
-                errln!("worklane: {now} refused a {op}: {code}");
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// What recovery found, said loudly on the dispatcher's log.
+fn say_recovery(recovery: &Recovery) {
+    if let Some(damage) = &recovery.damage {
+        errln!(
+            "worklane: THE QUEUE DATABASE WAS DAMAGED ({}); it was moved to {} and a new one \
+             made: what could be recovered follows",
+            damage.why,
+            damage.moved_to.display()
+        );
+    }
+    for lost in &recovery.lost {
+        errln!(
+            "worklane: LOST attempt {} of lane {} ({}): {}",
+            lost.attempt,
+            lost.lane,
+            if lost.args.is_empty() {
+                "its arguments are not known".to_owned()
+            } else {
+                format!("it was to run `{}`", lost.args.join(" "))
+            },
+            lost.detail
+        );
+    }
+    for ended in &recovery.ended {
+        errln!(
+            "worklane: attempt {} of lane {} ended while no dispatcher watched: {}",
+            ended.attempt,
+            ended.lane,
+            ended.detail
+        );
+    }
+    for id in &recovery.dropped {
+        errln!("worklane: attempt {id} dropped: its lane is held by another process now");
+    }
+    for id in &recovery.parked {
+        errln!(
+            "worklane: attempt {id} parked as failed: {}",
+            "it was queued by an older worklane that did not record who enqueued it"
+        );
+    }
+}
+
+/// How an ended attempt ended, in words (its log's last line, `queue ls --all`).
+pub(crate) fn ended_words(ended: &worklane_admission::dispatch::wire::EndedView) -> String {
+    let how = match (ended.status, ended.signal) {
+        (_, Some(signal)) => format!("killed by signal {signal}"),
+        (Some(status), None) => format!("with exit status {status}"),
+        (None, None) => "with its status in its log".to_owned(),
+    };
+    format!("{} {how} ({})", ended.outcome, ended.detail)
+}
+
+/// The dispatcher's log (its stderr): one line per event, with a line that repeats (the same
+/// kind, of the same attempt or peer) said at most once a minute, and how many were left out
+/// said with the next.
+#[derive(Default)]
+struct Journal {
+    seen: std::collections::HashMap<String, (std::time::Instant, u32)>,
+}
+
+/// How long a repeated line stays quiet.
+const QUIET_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl Journal {
+    fn log(&mut self, event: &Event) {
+        let now = rfc3339_ms(SystemClock.now_ms());
+        let (key, line) = match event {
+            Event::Started { attempt, pid } => {
+                (None, format!("started the driver of {attempt} (pid {pid})"))
+            }
+            Event::StartFailed {
+                attempt,
+                error,
+                failure,
+            } => (
+                // Parking is said every time (once per attempt, at the end of its tries).
+                (!matches!(failure, StartFailure::Parked { .. }))
+                    .then(|| format!("start-failed {attempt}")),
+                format!(
+                    "cannot start the driver of {attempt}: {error}; {}",
+                    failure_words(failure)
+                ),
+            ),
+            Event::DriverEnded {
+                attempt,
+                why,
+                failure,
+            } => (
+                Some(format!("driver-ended {attempt}")),
+                format!("attempt {attempt}: {why}; {}", failure_words(failure)),
+            ),
+            Event::Ended(ended) => (
+                None,
+                format!(
+                    "attempt {} of lane {} {}",
+                    ended.attempt,
+                    ended.lane,
+                    ended_words(ended)
+                ),
+            ),
+            Event::Expired(ids) => (
+                None,
+                format!("not claimed in time, queued again: {}", ids.join(", ")),
+            ),
+            Event::Answered { op, refused } => match refused {
+                Some(code) => (
+                    Some(format!("refused {op} {code}")),
+                    format!("refused a {op}: {code}"),
+                ),
+                None => return,
+            },
+            Event::Trouble {
+                error,
+                failures,
+                retry_in,
+            } => (
+                Some("trouble".to_owned()),
+                format!(
+                    "{error} (failed {failures} time(s) in a row; trying again in {} ms; serving \
+                     on)",
+                    retry_in.as_millis()
+                ),
+            ),
+            Event::Recovered { failures } => {
+                (None, format!("working again after {failures} failure(s)"))
+            }
+            Event::Swept { logs } => (
+                None,
+                format!("removed {logs} log(s) of attempts past their retention"),
+            ),
+            Event::Connection(error) => (
+                Some(format!("connection {}", connection_key(error))),
+                format!("connection: {}", exit::chain(error)),
+            ),
+            Event::Tick => return,
+        };
+        let Some(key) = key else {
+            errln!("worklane: {now} {line}");
+            return;
+        };
+        let at = std::time::Instant::now();
+        match self.seen.get_mut(&key) {
+            Some((since, left_out)) if at.duration_since(*since) < QUIET_FOR => {
+                *left_out += 1;
+            }
+            Some((since, left_out)) => {
+                let more = std::mem::take(left_out);
+                *since = at;
+                if more > 0 {
+                    errln!("worklane: {now} {line} (and {more} more like it in the last minute)");
+                } else {
+                    errln!("worklane: {now} {line}");
+                }
+            }
+            None => {
+                // Forget the oldest keys past a bound: a line's key names an attempt or a peer.
+                if self.seen.len() > 4096 {
+                    self.seen
+                        .retain(|_, (since, _)| at.duration_since(*since) < QUIET_FOR);
+                }
+                self.seen.insert(key, (at, 0));
+                errln!("worklane: {now} {line}");
             }
         }
-        Event::Connection(error) => errln!("worklane: {now} connection: {}", exit::chain(error)),
-        Event::Tick => {}
+    }
+}
+
+/// A connection error's kind and peer, so that one peer's repeated trouble is said once.
+fn connection_key(error: &worklane_admission::dispatch::server::ConnectionError) -> String {
+    use worklane_admission::dispatch::server::ConnectionError as C;
+    match error {
+        C::Stranger { uid, .. } => format!("stranger {uid}"),
+        C::Timeout { uid, .. } => format!("timeout {uid}"),
+        C::Evicted { uid } => format!("evicted {uid}"),
+        C::Accept(_) => "accept".to_owned(),
+        C::Credentials(_) => "credentials".to_owned(),
+        C::Receive(_) => "receive".to_owned(),
+        C::Reply { op, .. } => format!("reply {op}"),
+        _ => "other".to_owned(),
+    }
+}
+
+fn failure_words(failure: &StartFailure) -> String {
+    match failure {
+        StartFailure::Retry {
+            failures,
+            retry_at_ms,
+        } => format!(
+            "queued again ({failures} failed start(s)); next start at {}",
+            rfc3339_ms(*retry_at_ms)
+        ),
+        StartFailure::Parked { failures } => format!(
+            "parked as failed after {failures} failed starts: `worklane queue retry` queues it \
+             again, `worklane queue cancel` drops it"
+        ),
+        StartFailure::Host => {
+            "the machine's own trouble: queued again, every admission backing off".to_owned()
+        }
     }
 }
 
@@ -531,6 +692,7 @@ pub(crate) fn enqueue(args: &EnqueueArgs) -> Result<ExitCode, Failure> {
         stage: args.stage.clone(),
         args: driver,
         env: dispatcher_config(&pool)?.1.keep(std::env::vars_os()),
+        own_lane: args.lane.is_none(),
     };
     let guard = lease
         .guard()
@@ -636,11 +798,21 @@ pub(crate) fn claim(args: &ClaimArgs) -> Result<ExitCode, Failure> {
     if let Some(guard) = lane_lease.guard() {
         launch.inherit.push(inheritable(guard)?);
     }
+    let began = std::time::Instant::now();
+    errln!(
+        "worklane: {} attempt {attempt} claimed (lane {lane}, slot {slot_name}): running `{}`",
+        rfc3339_ms(SystemClock.now_ms()),
+        describe(&args.command)
+    );
+    let marker = dir.file(&cancel_marker(&attempt)).ok();
     let outcome = supervise(
         launch,
-        &mut SlotWatch {
-            pool: &pool,
-            slot: &mut slot,
+        &mut ClaimWatch {
+            slot: SlotWatch {
+                pool: &pool,
+                slot: &mut slot,
+            },
+            marker,
         },
     );
     let released = slot.release();
@@ -659,12 +831,49 @@ pub(crate) fn claim(args: &ClaimArgs) -> Result<ExitCode, Failure> {
     if let Err(e) = released {
         errln!("worklane: releasing {slot_name}: {}", exit::chain(&e));
     }
+    let how = match (&outcome.halted, outcome.signal) {
+        (Some(why), _) => format!("halted ({why}), exit status {}", outcome.code),
+        (None, Some(signal)) => format!("killed by signal {signal}"),
+        (None, None) => format!("exit status {}", outcome.code),
+    };
+    errln!(
+        "worklane: {} attempt {attempt} ended after {:.1} s: {how}",
+        rfc3339_ms(SystemClock.now_ms()),
+        began.elapsed().as_secs_f64()
+    );
     Ok(ExitCode::from(outcome.code))
 }
 
-/// The dispatcher's part of `queue ls`. A dispatcher that does not answer (none started) has no
-/// attempts, and says so; one that answers and refuses is an error.
-pub(crate) fn listing(pool: &Pool) -> Result<crate::queue::Listing, Failure> {
+/// What `worklane claim` watches while its command runs: STOP (as `run` does) and its
+/// attempt's cancel marker, which `queue cancel` leaves for a running attempt.
+struct ClaimWatch<'a> {
+    slot: SlotWatch<'a>,
+    marker: Option<worklane_slotfile::SlotPath>,
+}
+
+impl Watch for ClaimWatch<'_> {
+    fn started(&mut self, command: &Started) {
+        self.slot.started(command);
+    }
+
+    fn check(&mut self) -> Option<String> {
+        if let Some(stop) = self.slot.check() {
+            return Some(stop);
+        }
+        let raw = self.marker.as_ref()?.read().ok().flatten()?;
+        let marker: serde_json::Value = serde_json::from_slice(&raw).unwrap_or_default();
+        Some(format!(
+            "cancelled by `worklane queue cancel` (uid {}) at {}",
+            marker.get("by").map_or("?".to_owned(), ToString::to_string),
+            marker.get("at").and_then(|v| v.as_str()).unwrap_or("?")
+        ))
+    }
+}
+
+/// The dispatcher's part of `queue ls` (with `all`, its history too). A dispatcher that does
+/// not answer (none started) has no attempts, and says so; one that answers and refuses is an
+/// error.
+pub(crate) fn listing(pool: &Pool, all: bool) -> Result<crate::queue::Listing, Failure> {
     let path = socket_path(pool, None);
     let stream = match connect(&path) {
         Ok(stream) => stream,
@@ -675,29 +884,29 @@ pub(crate) fn listing(pool: &Pool) -> Result<crate::queue::Listing, Failure> {
             });
         }
     };
-    let (reply, _) = ask_on(&stream, &Wire::List, &[])?;
+    let (reply, _) = ask_on(&stream, &Wire::List { all }, &[])?;
     if !reply.ok {
         return Err(refused(&reply));
     }
     let attempts = reply.attempts.unwrap_or_default();
     let logs: Vec<String> = attempts
         .iter()
-        .map(|a| {
-            pool.dir()
-                .path()
-                .join(log_name(&a.attempt))
-                .display()
-                .to_string()
-        })
+        .map(|a| pool.dir().path().join(&a.log).display().to_string())
         .collect();
     let mut lines = vec![format!(
         "dispatcher pid {}: {} attempt(s)",
         reply.pid.unwrap_or(0),
         attempts.len()
     )];
+    if let Some(damage) = &reply.damage {
+        lines.push(format!("DAMAGED QUEUE: {damage}"));
+    }
+    if let Some(trouble) = &reply.trouble {
+        lines.push(format!("TROUBLE: {trouble}"));
+    }
     for (a, log) in attempts.iter().zip(&logs) {
-        lines.push(format!(
-            "{}  lane {}  {}  priority {}  queued {}  stage {:?}  slot {}  log {}",
+        let mut line = format!(
+            "{}  lane {}  {}  priority {}  queued {}  stage {:?}  slot {}",
             a.attempt,
             a.lane,
             a.state,
@@ -705,14 +914,57 @@ pub(crate) fn listing(pool: &Pool) -> Result<crate::queue::Listing, Failure> {
             rfc3339_ms(a.start_ms),
             a.stage,
             a.slot.as_deref().unwrap_or("-"),
-            log
-        ));
+        );
+        if a.state == "running" || a.state == "starting" {
+            line.push_str(&format!(
+                "  driver pid {}  since {}",
+                a.driver_pid.map_or("?".to_owned(), |p| p.to_string()),
+                rfc3339_ms(a.state_at_ms)
+            ));
+        }
+        if let Some(uid) = a.uid {
+            line.push_str(&format!("  uid {uid}"));
+        }
+        if a.cancel_at_ms.is_some() {
+            line.push_str("  (cancelled: being halted)");
+        }
+        if a.failures > 0 || a.state == "failed" {
+            line.push_str(&format!(
+                "  {} failed start(s){}: {}",
+                a.failures,
+                a.retry_at_ms
+                    .map(|at| format!(", next at {}", rfc3339_ms(at)))
+                    .unwrap_or_default(),
+                a.last_error.as_deref().unwrap_or("?")
+            ));
+        }
+        line.push_str(&format!("  log {log}"));
+        lines.push(line);
+    }
+    if let Some(history) = &reply.history {
+        lines.push(format!("ended: {}", history.len()));
+        for e in history {
+            lines.push(format!(
+                "{}  lane {}  ended {} {}  log {}",
+                e.attempt,
+                e.lane,
+                rfc3339_ms(e.ended_at_ms),
+                ended_words(e),
+                e.log
+                    .as_deref()
+                    .map(|l| pool.dir().path().join(l).display().to_string())
+                    .unwrap_or_else(|| "-".to_owned())
+            ));
+        }
     }
     let json = json::DispatcherList {
         dispatcher_pid: reply.pid,
         attempts,
         logs,
         dispatcher: None,
+        history: reply.history,
+        trouble: reply.trouble,
+        damage: reply.damage,
     };
     Ok(crate::queue::Listing { json, lines })
 }
@@ -729,32 +981,132 @@ pub(crate) fn cancel(attempt: &str) -> Result<ExitCode, Failure> {
     if !reply.ok {
         return Err(refused(&reply));
     }
-    outln!("{attempt} cancelled: its row is gone, its lane and slot are free")?;
+    match &reply.message {
+        Some(halting) => {
+            outln!("{attempt} is running: {halting}; `worklane queue ls --all` shows how it ended")?
+        }
+        None => outln!("{attempt} cancelled: its row is gone, its lane and slot are free")?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn retry(attempt: &str) -> Result<ExitCode, Failure> {
+    let pool = crate::pool()?;
+    let (reply, _) = ask(
+        &socket_path(&pool, None),
+        &Wire::Retry {
+            attempt: attempt.to_owned(),
+        },
+        &[],
+    )?;
+    if !reply.ok {
+        return Err(refused(&reply));
+    }
+    outln!("{attempt} queued again, its failed starts forgotten")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn prune(older_than: Option<std::time::Duration>) -> Result<ExitCode, Failure> {
+    let pool = crate::pool()?;
+    let (reply, _) = ask(
+        &socket_path(&pool, None),
+        &Wire::Prune {
+            older_than_ms: older_than.map(millis),
+        },
+        &[],
+    )?;
+    if !reply.ok {
+        return Err(refused(&reply));
+    }
+    let pruned = reply.history.unwrap_or_default();
+    outln!(
+        "forgot {} ended attempt(s) and removed their logs",
+        pruned.len()
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
 pub(crate) fn reconcile(attempt: &str, as_json: bool) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
-    // 1. The dispatcher's rows (if one answers).
-    if let Ok((reply, _)) = ask(&socket_path(&pool, None), &Wire::List, &[])
-        && let Some(row) = reply
+    // 1. The dispatcher's rows and history (if one answers).
+    let answered = ask(&socket_path(&pool, None), &Wire::List { all: true }, &[]).ok();
+    if let Some((reply, _)) = &answered {
+        if let Some(row) = reply
             .attempts
-            .unwrap_or_default()
-            .into_iter()
+            .iter()
+            .flatten()
             .find(|a| a.attempt == attempt)
-    {
-        let text = format!(
-            "{attempt}: the dispatcher (pid {}) holds it, {} on lane {}",
-            reply.pid.unwrap_or(0),
-            row.state,
-            row.lane
-        );
-        return say(
-            as_json,
-            attempt,
-            json::Holder::dispatcher(row.state, row.lane, reply.pid),
-            &text,
-        );
+        {
+            let lane_held = pool
+                .dir()
+                .file(&lane_lock(&row.lane))
+                .ok()
+                .is_some_and(|path| matches!(path.try_guard(), Ok(None)));
+            if row.state == "running" && !lane_held {
+                // Ended a moment ago: the dispatcher records how at its next look.
+                let text = format!(
+                    "{attempt}: nobody holds it: its driver left {} free (how it ended is \
+                     in `worklane queue ls --all` in a moment)",
+                    lane_lock(&row.lane)
+                );
+                return say(
+                    as_json,
+                    attempt,
+                    json::Holder::FreeLane {
+                        holder: json::Nobody,
+                        lane: lane_lock(&row.lane),
+                    },
+                    &text,
+                );
+            }
+            if row.state == "running" {
+                let text = format!(
+                    "{attempt}: a driver holds it (pid {}), running on lane {} since {}",
+                    row.driver_pid.map_or("?".to_owned(), |p| p.to_string()),
+                    row.lane,
+                    rfc3339_ms(row.state_at_ms)
+                );
+                return say(
+                    as_json,
+                    attempt,
+                    json::Holder::driver(lane_lock(&row.lane), row.driver_pid),
+                    &text,
+                );
+            }
+            let text = format!(
+                "{attempt}: the dispatcher (pid {}) holds it, {} on lane {}",
+                reply.pid.unwrap_or(0),
+                row.state,
+                row.lane
+            );
+            return say(
+                as_json,
+                attempt,
+                json::Holder::dispatcher(row.state.clone(), row.lane.clone(), reply.pid),
+                &text,
+            );
+        }
+        if let Some(ended) = reply
+            .history
+            .iter()
+            .flatten()
+            .find(|e| e.attempt == attempt)
+        {
+            let text = format!(
+                "{attempt}: nobody holds it: it ended at {} {}",
+                rfc3339_ms(ended.ended_at_ms),
+                ended_words(ended)
+            );
+            return say(
+                as_json,
+                attempt,
+                json::Holder::Ended {
+                    holder: json::Nobody,
+                    ended: ended.clone(),
+                },
+                &text,
+            );
+        }
     }
     // 2. A lane whose record names the attempt: held by its driver, or free.
     let lanes = pool
@@ -801,14 +1153,28 @@ pub(crate) fn reconcile(attempt: &str, as_json: bool) -> Result<ExitCode, Failur
             )
         };
     }
-    say(
-        as_json,
-        attempt,
-        json::Holder::Nowhere {
-            holder: json::Nobody,
-        },
-        &format!("{attempt}: nobody holds it (no queued row and no lane names it)"),
-    )
+    // 3. Nothing names it: an id the dispatcher never had (or forgot, past its retention).
+    let why = match &answered {
+        Some(_) => {
+            "the dispatcher has no such attempt, queued, running or ended (ended ones are \
+                    kept for its retention period, 7 days by default), and no lane names it"
+        }
+        None => "no dispatcher answers to say whether it had it, and no lane names it",
+    };
+    if as_json {
+        say(
+            true,
+            attempt,
+            json::Holder::Nowhere {
+                holder: json::Nobody,
+            },
+            "",
+        )?;
+    }
+    Err(Failure::new(
+        exit::USAGE,
+        format!("{attempt}: unknown: {why}"),
+    ))
 }
 
 fn say(

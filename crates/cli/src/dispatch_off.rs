@@ -30,7 +30,10 @@ pub(crate) fn reconcile(_: &str, _: bool) -> Result<ExitCode, Failure> {
 }
 
 /// No attempts: this build has no dispatcher.
-pub(crate) fn listing(_: &worklane_admission::Pool) -> Result<crate::queue::Listing, Failure> {
+pub(crate) fn listing(
+    _: &worklane_admission::Pool,
+    _: bool,
+) -> Result<crate::queue::Listing, Failure> {
     let why = "attempts: none (this worklane was built without the dispatcher)";
     Ok(crate::queue::Listing {
         json: crate::json::DispatcherList::none(why.to_owned()),
@@ -39,5 +42,13 @@ pub(crate) fn listing(_: &worklane_admission::Pool) -> Result<crate::queue::List
 }
 
 pub(crate) fn cancel(_: &str) -> Result<ExitCode, Failure> {
+    off()
+}
+
+pub(crate) fn retry(_: &str) -> Result<ExitCode, Failure> {
+    off()
+}
+
+pub(crate) fn prune(_: Option<std::time::Duration>) -> Result<ExitCode, Failure> {
     off()
 }

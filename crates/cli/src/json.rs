@@ -296,6 +296,15 @@ pub(crate) struct DispatcherList {
     /// Why there are no attempts, when no dispatcher answered (absent when one did).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) dispatcher: Option<String>,
+    /// `queue ls --all`: the ended attempts, newest first (absent without `--all`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) history: Option<Vec<worklane_admission::dispatch::wire::EndedView>>,
+    /// The dispatcher's own trouble while it lasts (a step that keeps failing).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) trouble: Option<String>,
+    /// The damaged queue database the dispatcher moved aside at its start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) damage: Option<String>,
 }
 
 impl DispatcherList {
@@ -306,6 +315,9 @@ impl DispatcherList {
             attempts: Vec::new(),
             logs: Vec::new(),
             dispatcher: Some(why),
+            history: None,
+            trouble: None,
+            damage: None,
         }
     }
 }
@@ -360,6 +372,11 @@ pub(crate) enum Holder {
         holder: &'static str,
         lane: String,
         pid: Option<u32>,
+    },
+    /// Nobody: it ended, as the history tells.
+    Ended {
+        holder: Nobody,
+        ended: worklane_admission::dispatch::wire::EndedView,
     },
     /// Nobody: its lane is free.
     FreeLane { holder: Nobody, lane: String },

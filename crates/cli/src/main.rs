@@ -12,6 +12,8 @@ mod dispatch;
 #[cfg(not(feature = "dispatcher"))]
 #[path = "dispatch_off.rs"]
 mod dispatch;
+#[cfg(feature = "dispatcher")]
+mod driver;
 mod enforce;
 mod exit;
 #[cfg(feature = "fleet")]
@@ -113,7 +115,9 @@ fn main() -> ExitCode {
         Command::Enqueue(args) => dispatch::enqueue(&args),
         Command::Claim(args) => dispatch::claim(&args),
         Command::Reconcile { attempt, json } => dispatch::reconcile(&attempt, json),
-        Command::Queue(QueueCommand::Ls { json }) => queue::list(json),
+        Command::Queue(QueueCommand::Ls { json, all }) => queue::list(json, all),
+        Command::Queue(QueueCommand::Retry { attempt }) => dispatch::retry(&attempt),
+        Command::Queue(QueueCommand::Prune { older_than }) => dispatch::prune(older_than),
         Command::Queue(QueueCommand::Cancel { attempt }) => queue::cancel(&attempt),
         Command::Queue(QueueCommand::FullRun {
             idle_probe,

@@ -344,10 +344,10 @@ pub(crate) struct Listing {
 }
 
 /// `worklane queue ls`: the queued full runs, then the dispatcher's attempts.
-pub(crate) fn list(json: bool) -> Result<ExitCode, Failure> {
+pub(crate) fn list(json: bool, all: bool) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
     let full_runs = queued_full_runs(&pool)?;
-    let dispatcher = crate::dispatch::listing(&pool)?;
+    let dispatcher = crate::dispatch::listing(&pool, all)?;
     if json {
         outln!(
             "{}",

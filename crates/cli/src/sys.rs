@@ -69,7 +69,7 @@ pub(crate) fn spawn(
         .iter()
         .map(|(name, value)| (OsStr::new(name), value.as_os_str()))
         .collect();
-    let mut exec = Exec::new(program, args, &env)?;
+    let mut exec = Exec::new(program, args, &env, true)?;
 
     /// What the child reads (the parent's memory, shared until the exec) and where it leaves
     /// the error of a failed start.
@@ -254,12 +254,14 @@ unsafe impl Sync for Exec {}
 
 #[cfg(target_os = "linux")]
 impl Exec {
-    /// `program` with `args`, this process's environment with `env` set, searched in the
-    /// `PATH` that environment gives the program (`env`'s, else this process's).
+    /// `program` with `args`, this process's environment with `env` set (only `env`, without
+    /// `inherit`), searched in the `PATH` that environment gives the program (`env`'s, else
+    /// this process's when it inherits).
     fn new(
         program: &std::ffi::OsStr,
         args: &[std::ffi::OsString],
         env: &[(&std::ffi::OsStr, &std::ffi::OsStr)],
+        inherit: bool,
     ) -> std::io::Result<Exec> {
         use std::ffi::{CString, OsStr, c_char};
         use std::os::unix::ffi::OsStrExt;
@@ -283,7 +285,12 @@ impl Exec {
             argv_c.push(c(arg.as_bytes())?);
         }
         let mut env_c = Vec::new();
-        for (name, value) in std::env::vars_os() {
+        let inherited = if inherit {
+            std::env::vars_os().collect()
+        } else {
+            Vec::new()
+        };
+        for (name, value) in inherited {
             if !env.iter().any(|(set, _)| *set == name) {
                 env_c.push(c(&[name.as_bytes(), b"=", value.as_bytes()].concat())?);
             }
@@ -297,7 +304,8 @@ impl Exec {
             .find(|(name, _)| *name == OsStr::new("PATH"))
         {
             Some((_, path)) => Some(path.to_os_string()),
-            None => std::env::var_os("PATH"),
+            None if inherit => std::env::var_os("PATH"),
+            None => None,
         };
         let candidates_c = search(program, path.as_deref())
             .into_iter()
@@ -527,13 +535,24 @@ pub(crate) fn claim_writable_fd(n: i32) -> Result<std::os::fd::OwnedFd, BadFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(n) })
 }
 
+/// Who a detached driver runs as: set in the child before exec, in this order, each checked
+/// (setgroups(2), setgid(2), setuid(2)); the uid last, so that nothing can be regained.
+#[cfg(feature = "dispatcher")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Credentials {
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+    pub(crate) groups: Vec<u32>,
+}
+
 /// Makes `cmd` a detached driver's start: a session of its own (`setsid` between fork and
-/// exec: no controlling terminal, and it outlives the dispatcher's session) and the
-/// descriptor limit `nofile`. On Linux `program` (`cmd`'s) is then searched and run with
-/// `args` and `env` (`cmd`'s) as [`spawn`] runs a command, glibc's execvp(3) whichever libc
-/// worklane was linked with, in the `PATH` the driver gets; std's own exec, musl's execvp
-/// in the installed binary, would refuse a `#!`-less script (ENOEXEC) and search another
-/// default `PATH`.
+/// exec: no controlling terminal, and it outlives the dispatcher's session), the descriptor
+/// limit `nofile`, the user `creds` (when given: the dispatcher runs as root), and exactly the
+/// environment `env` (nothing of the dispatcher's own). On Linux `program` (`cmd`'s) is then
+/// searched and run with `args` and `env` as [`spawn`] runs a command, glibc's execvp(3)
+/// whichever libc worklane was linked with, in the `PATH` the driver gets; std's own exec,
+/// musl's execvp in the installed binary, would refuse a `#!`-less script (ENOEXEC) and
+/// search another default `PATH`.
 #[cfg(feature = "dispatcher")]
 pub(crate) fn detach(
     cmd: &mut std::process::Command,
@@ -541,22 +560,43 @@ pub(crate) fn detach(
     args: &[std::ffi::OsString],
     env: &[(&std::ffi::OsStr, &std::ffi::OsStr)],
     nofile: Option<rustix::process::Rlimit>,
+    creds: Option<&Credentials>,
 ) -> std::io::Result<()> {
     use std::os::unix::process::CommandExt;
+    cmd.env_clear();
+    cmd.envs(env.iter().copied());
     #[cfg(target_os = "linux")]
-    let mut exec = Exec::new(program, args, env)?;
+    let mut exec = Exec::new(program, args, env, false)?;
     #[cfg(not(target_os = "linux"))]
-    let _ = (program, args, env);
+    let _ = (program, args);
+    // Made before the fork: the child allocates nothing.
+    let who = creds.map(|c| {
+        (
+            rustix::process::Uid::from_raw(c.uid),
+            rustix::process::Gid::from_raw(c.gid),
+            c.groups
+                .iter()
+                .map(|g| rustix::process::Gid::from_raw(*g))
+                .collect::<Vec<_>>(),
+        )
+    });
     // SAFETY: the closure runs in the child between fork and exec and makes only
-    // async-signal-safe calls: setsid(2) and setrlimit(2) through rustix on a copied plain
-    // value, then (Linux) execve(2) on the vectors `Exec` prepared before the fork; no
-    // allocation (`from_raw_os_error` makes none), no lock, nothing shared with the parent
-    // (the child writes only to its own copy of `exec`).
+    // async-signal-safe calls: setsid(2), setrlimit(2), setgroups(2), setgid(2) and setuid(2)
+    // through rustix (raw system calls, on values made before the fork; the child has one
+    // thread, so a thread's credentials are the process's), then (Linux) execve(2) on the
+    // vectors `Exec` prepared before the fork; no allocation (`from_raw_os_error` makes none),
+    // no lock, nothing shared with the parent (the child writes only to its own copy of
+    // `exec`).
     unsafe {
         cmd.pre_exec(move || {
             rustix::process::setsid()?;
             if let Some(limit) = nofile {
                 rustix::process::setrlimit(rustix::process::Resource::Nofile, limit)?;
+            }
+            if let Some((uid, gid, groups)) = &who {
+                rustix::thread::set_thread_groups(groups)?;
+                rustix::thread::set_thread_gid(*gid)?;
+                rustix::thread::set_thread_uid(*uid)?;
             }
             #[cfg(target_os = "linux")]
             return Err(std::io::Error::from_raw_os_error(exec.run()));

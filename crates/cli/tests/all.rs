@@ -58,9 +58,12 @@ impl Site {
 
     fn worklane(&self) -> Command {
         let mut cmd = self.command(worklane_bin());
+        // `LANE_T` too: a dispatched driver gets only the variables the environment filter
+        // keeps (`LANE_` is one of its prefixes), never the dispatcher's own.
         cmd.env("AGENT_SLOTS_DIR", self.slots())
             .env_remove("AGENT_SLOTS_CONFIG")
             .env("T", self.temp.path())
+            .env("LANE_T", self.temp.path())
             .stdin(Stdio::null());
         cmd
     }
@@ -169,6 +172,12 @@ fn wait_exit(child: &mut Child, what: &str) -> ExitStatus {
         status.is_some()
     });
     status.expect("exited")
+}
+
+/// `script` as a dispatched driver runs it: `$T` is the test's directory, from `LANE_T` (a
+/// driver gets no variable of the dispatcher's own, and the filter keeps `LANE_`).
+fn driven(script: &str) -> String {
+    format!("export T=\"$LANE_T\"; {script}")
 }
 
 /// A child script that reports it is up, then runs until its release file appears.
@@ -3899,7 +3908,7 @@ mod line {
             let out = site
                 .worklane()
                 .args(["enqueue", "--", "sh", "-c"])
-                .arg(format!(r#"echo {key} >> "$T/order""#))
+                .arg(driven(&format!(r#"echo {key} >> "$T/order""#)))
                 .output_gated()
                 .expect("enqueue");
             assert!(
@@ -4139,7 +4148,7 @@ mod dispatcher {
         site.worklane()
             .arg("enqueue")
             .args(args)
-            .args(["--", "sh", "-c", script])
+            .args(["--", "sh", "-c", &driven(script)])
             .output_gated()
             .expect("enqueue")
     }
@@ -4395,7 +4404,7 @@ mod dispatcher {
         let site = Site::new(None);
         let script = site.write_script(
             "plain-driver",
-            "echo \"$0|$1|$2\" > \"$T/driver-ran.tmp\" && mv \"$T/driver-ran.tmp\" \"$T/driver-ran\"\n",
+            "T=\"$LANE_T\"\necho \"$0|$1|$2\" > \"$T/driver-ran.tmp\" && mv \"$T/driver-ran.tmp\" \"$T/driver-ran\"\n",
         );
         std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .expect("chmod");
@@ -4420,15 +4429,28 @@ mod dispatcher {
         );
     }
 
-    /// A driver that cannot be started is queued again and tried again, many times a
-    /// second, and the dispatcher lives through it. (std's `spawn` reaps such a child itself,
-    /// by its pid; the reaper of exited drivers could take it first, and std then panicked,
-    /// killing the dispatcher: seen by a review in 1 run of 15. The race is rare here, so this
-    /// test seldom meets it; `dispatch::STARTING` closes it by construction.)
+    /// The states of every attempt `queue ls --json` lists, by attempt id.
+    fn states(site: &Site) -> std::collections::BTreeMap<String, serde_json::Value> {
+        let out = site.output(&["queue", "ls", "--json"]);
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("queue ls");
+        doc["attempts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|a| (a["attempt"].as_str().unwrap_or("").to_owned(), a.clone()))
+            .collect()
+    }
+
+    /// A driver that cannot be started is tried again with a backoff, a bounded number of
+    /// times, then parked as `failed` (its failures and last error shown) while the rows
+    /// behind it run; the dispatcher lives through hundreds of failed starts (std's `spawn`
+    /// reaps such a child itself, by its pid; the reaper of exited drivers could take it
+    /// first, and std then panicked: `driver::STARTING` closes that by construction), and its
+    /// log says each attempt's failure once, not once per try.
     #[test]
-    fn a_dispatcher_survives_many_failed_driver_starts() {
-        let site = Site::new(None);
-        let mut dispatcher = start(&site, &[]);
+    fn a_driver_that_cannot_start_is_parked_as_failed_and_the_line_moves_on() {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        let mut dispatcher = start(&site, &["--start-attempts", "8", "--start-backoff", "1ms"]);
         let stderr = dispatcher.stderr.take().expect("stderr");
         let (tx, lines) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -4441,43 +4463,102 @@ mod dispatcher {
                 }
             }
         });
-        let out = site
-            .worklane()
-            .args(["enqueue", "--driver", "--", "/nonexistent/worklane-driver"])
-            .output_gated()
-            .expect("enqueue");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let mut failed = 0;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while failed < 300 {
+        assert_eq!(site.code(&["stop-all", "hold"]), 0);
+        let mut broken = Vec::new();
+        for i in 0..40 {
+            let out = site
+                .worklane()
+                .args(["enqueue", "--lane", &format!("x{i}"), "--driver", "--"])
+                .arg("/nonexistent/worklane-driver")
+                .output_gated()
+                .expect("enqueue");
             assert!(
-                Instant::now() < deadline,
-                "only {failed} failed starts seen"
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
             );
-            match lines.recv_timeout(Duration::from_secs(20)) {
-                Ok(line) => {
-                    assert!(
-                        !line.contains("panicked"),
-                        "the dispatcher panicked: {line}"
-                    );
-                    if line.contains("cannot start the driver") {
-                        failed += 1;
-                    }
-                }
-                Err(_) => panic!(
-                    "the dispatcher fell silent after {failed} failed starts: {:?}",
-                    dispatcher.try_wait()
-                ),
-            }
+            broken.push(String::from_utf8_lossy(&out.stdout).trim().to_owned());
+        }
+        // Behind all forty (a later start): it runs once they are parked, nobody cancelling.
+        let good = enqueue(&site, &["--lane", "good"], r#"touch "$T/good-ran""#);
+        assert!(good.status.success());
+        assert_eq!(site.code(&["resume-all"]), 0);
+        wait_until("the good row to run", || site.file("good-ran").exists());
+        wait_until("every broken row parked", || {
+            let states = states(&site);
+            broken
+                .iter()
+                .all(|id| states.get(id).is_some_and(|a| a["state"] == "failed"))
+        });
+        let parked_rows = states(&site);
+        for id in &broken {
+            let row = &parked_rows[id];
+            assert_eq!(
+                row["failures"], 8,
+                "tried the bounded number of times: {row}"
+            );
+            assert!(
+                row["last_error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("No such file")),
+                "the last error is kept: {row}"
+            );
         }
         assert!(
             matches!(dispatcher.try_wait(), Ok(None)),
-            "the dispatcher is still running after {failed} failed starts"
+            "the dispatcher lives through 320 failed starts"
         );
+        // Its log: at most one line per attempt about its failures (the rest counted).
+        drop(site.output(&["queue", "ls"]));
+        let mut said = std::collections::BTreeMap::<String, u32>::new();
+        let mut parked = 0;
+        while let Ok(line) = lines.recv_timeout(Duration::from_millis(500)) {
+            assert!(
+                !line.contains("panicked"),
+                "the dispatcher panicked: {line}"
+            );
+            if line.contains("parked as failed") {
+                parked += 1;
+            }
+            if line.contains("cannot start the driver of") {
+                let id = broken
+                    .iter()
+                    .find(|id| line.contains(id.as_str()))
+                    .cloned()
+                    .unwrap_or_default();
+                *said.entry(id).or_default() += 1;
+            }
+        }
+        assert_eq!(
+            said.len(),
+            broken.len(),
+            "each attempt's failure is said: {said:?}"
+        );
+        assert!(
+            said.values().all(|n| *n == 2),
+            "its first failure and its parking, not once per try: {said:?}"
+        );
+        assert_eq!(parked, broken.len(), "each parking is said");
+        // Parked rows are retried on demand, and cancelled.
+        let retry = site.output(&["queue", "retry", &broken[0]]);
+        assert!(
+            retry.status.success(),
+            "{}",
+            String::from_utf8_lossy(&retry.stderr)
+        );
+        wait_until("the retried row parked again", || {
+            states(&site)
+                .get(&broken[0])
+                .is_some_and(|a| a["state"] == "failed" && a["failures"] == 8)
+        });
+        let cancel = site.output(&["queue", "cancel", &broken[1]]);
+        assert!(
+            cancel.status.success(),
+            "{}",
+            String::from_utf8_lossy(&cancel.stderr)
+        );
+        assert!(!states(&site).contains_key(&broken[1]), "cancelled: gone");
+        assert!(lane_free(&site, "x1"), "and its lane free");
     }
 
     #[test]
@@ -4567,8 +4648,9 @@ mod dispatcher {
             .args([
                 "sh",
                 "-c",
-                r#"env | grep -E '^(MY_|LANE_)' | sort > "$T/env""#,
+                r#"env | grep -E '^(MY_|LANE_)' | sort > "$MY_T/env""#,
             ])
+            .env("MY_T", site.temp.path())
             .env("MY_STAGE", "kept")
             .env("MY_PIN", "dropped: a secret word")
             .env("LANE_X", "dropped: not an allowed prefix here")
@@ -4585,7 +4667,8 @@ mod dispatcher {
         });
         let seen = std::fs::read_to_string(site.file("env")).expect("env");
         assert_eq!(
-            seen, "MY_STAGE=kept\n",
+            seen,
+            format!("MY_STAGE=kept\nMY_T={}\n", site.temp.path().display()),
             "only the configured filter's variables reach the driver"
         );
         let bad = Site::new(Some(r#"{"env_allow_prefixes": "MY_"}"#));
@@ -4671,7 +4754,8 @@ mod dispatcher {
         for i in 0..8 {
             let out = site
                 .worklane()
-                .args(["enqueue", "--lane", &format!("o{i}"), "--", "sh", &script])
+                .args(["enqueue", "--lane", &format!("o{i}"), "--", "sh", "-c"])
+                .arg(driven(&format!("sh {script}")))
                 .output_gated()
                 .expect("enqueue");
             assert!(
@@ -4766,9 +4850,9 @@ mod python_examples {
                 slots,
                 "sh",
                 "-c",
-                r#"echo "$WORKLANE_ATTEMPT" > "$T/ran"; sleep 0.2"#,
+                r#"echo "$WORKLANE_ATTEMPT" > "$LANE_T/ran"; sleep 0.2"#,
             ])
-            .env("T", site.temp.path())
+            .env("LANE_T", site.temp.path())
             .output_gated()
             .expect("python3 launcher.py");
         assert!(

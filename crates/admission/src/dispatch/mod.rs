@@ -9,6 +9,7 @@
 //! - [`transport`]: one JSON line per message over a Unix stream
 //!   socket, descriptors as `SCM_RIGHTS`, peer credentials.
 
+pub mod driver;
 pub mod env;
 pub mod lane;
 #[cfg(feature = "dispatcher")]
@@ -18,5 +19,7 @@ pub mod service;
 pub mod status;
 #[cfg(feature = "dispatcher")]
 pub mod store;
+#[cfg(any(target_os = "linux", target_os = "android"))]
+mod sys;
 pub mod transport;
 pub mod wire;

@@ -1,36 +1,47 @@
-//! The dispatcher's service loop: accept connections on a listening Unix socket, check each
-//! peer, answer one request per connection, and between requests expire starting attempts,
-//! admit queued ones and beat the status entries' heartbeat.
+//! The dispatcher's service loop: one thread, one `poll`, every connection nonblocking.
+//!
+//! Each connection's peer is checked at `accept`, before anything is read (a stranger is told
+//! and closed at once); a connection then has [`REQUEST_TIMEOUT`] for its whole request and
+//! as long again for its reply, and at most [`MAX_PER_PEER`] connections of one uid (and
+//! [`MAX_CONNECTIONS`] in all) are kept: a new one closes the oldest of its uid (or the oldest
+//! of all). So no connection, nor any number of them, can hold the queue: between requests,
+//! at least every [`TICK`], the loop expires starting attempts, learns which drivers ended,
+//! admits queued ones and beats the status entries' heartbeat.
+//!
+//! A step of the loop that fails (the disk full, the database or a slot unwritable) is
+//! reported ([`Event::Trouble`]), shown by `list`, and retried with a backoff that doubles up
+//! to [`MAX_TROUBLE_BACKOFF`]; the loop serves on. Only its own socket failing ends it.
 
-use super::service::{Admitted, Dispatcher, Error as ServiceError};
+use super::service::{
+    Admitted, Caller, Dispatcher, DriverEnded, Error as ServiceError, Exit, StartFailure,
+};
 use super::status;
 use super::transport::{self, Peer};
-use super::wire::{Reply, Request, code};
+use super::wire::{EndedView, Reply, Request, code};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use worklane_guard::Guard;
 
 /// How often the loop looks at the queue without a request (expiry, admission after a slot
 /// was freed elsewhere, STOP lifted).
 pub const TICK: Duration = Duration::from_millis(100);
 /// How often every status entry's heartbeat is rewritten.
 pub const HEARTBEAT: Duration = Duration::from_secs(5);
-/// How long a connection may take to send its request.
+/// How long a connection may take to send its whole request, from its accept; its reply has
+/// as long again.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// An error and its causes, `outer: inner: innermost`, for a reply the client shows: each
-/// part says only its own step, so the client learns which one failed and why.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+/// The most connections kept at once; a new one beyond closes the oldest.
+pub const MAX_CONNECTIONS: usize = 256;
+/// The most connections of one uid kept at once; a new one beyond closes that uid's oldest.
+pub const MAX_PER_PEER: usize = 32;
+/// The first wait after a step of the loop failed; it doubles up to [`MAX_TROUBLE_BACKOFF`].
+pub const TROUBLE_BACKOFF: Duration = Duration::from_millis(250);
+/// The longest wait between two tries of a failing step.
+pub const MAX_TROUBLE_BACKOFF: Duration = Duration::from_secs(30);
+/// How often the history and the logs are swept of what is past its retention.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(3600);
 
 /// Who may use the dispatcher: root, the slot directory's owner, or a member of its group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,29 +53,24 @@ pub struct Trust {
 }
 
 impl Trust {
-    /// Whether `peer` may enqueue, claim, list or cancel. Supplementary groups are read from
-    /// `/proc/<pid>/status` where there is one.
+    /// Whether `peer`, in supplementary `groups`, may enqueue, claim, list or cancel.
     #[must_use]
-    pub fn admits(&self, peer: &Peer) -> bool {
-        self.admits_with(peer, groups_of)
-    }
-
-    /// [`Trust::admits`] with the supplementary groups of a pid from `groups`, asked only
-    /// when nothing else admits the peer.
-    fn admits_with(&self, peer: &Peer, groups: impl FnOnce(u32) -> Vec<u32>) -> bool {
+    pub fn admits(&self, peer: &Peer, groups: &[u32]) -> bool {
         peer.uid == 0
             || peer.uid == self.owner
             || peer.gid == self.group
-            || peer
-                .pid
-                .is_some_and(|pid| groups(pid).contains(&self.group))
+            || groups.contains(&self.group)
     }
 }
 
-/// The supplementary groups of `pid` (`Groups:` of `/proc/<pid>/status`), none if it cannot
-/// be read.
-fn groups_of(pid: u32) -> Vec<u32> {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
+/// The supplementary groups of the peer of `stream`: `SO_PEERGROUPS` (as they were when it
+/// connected), else `Groups:` of `/proc/<pid>/status`, else none.
+fn groups_of(stream: &UnixStream, peer: &Peer) -> Vec<u32> {
+    if let Ok(groups) = transport::peer_groups(stream) {
+        return groups;
+    }
+    peer.pid
+        .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
         .map(|status| parse_groups(&status))
         .unwrap_or_default()
 }
@@ -93,13 +99,26 @@ pub enum Event {
         /// The driver's pid.
         pid: u32,
     },
-    /// An admitted attempt's driver could not be started; it is queued again.
+    /// An admitted attempt's driver could not be started.
     StartFailed {
         /// The attempt.
         attempt: String,
-        /// Why (the launch callback's error).
-        error: std::io::Error,
+        /// Why, in words (the launch's error and its causes).
+        error: String,
+        /// What became of the attempt.
+        failure: StartFailure,
     },
+    /// A starting attempt's driver ended before it claimed: a failed start.
+    DriverEnded {
+        /// The attempt.
+        attempt: String,
+        /// How the driver ended.
+        why: String,
+        /// What became of the attempt.
+        failure: StartFailure,
+    },
+    /// A running attempt ended (kept in the history).
+    Ended(EndedView),
     /// A request was answered.
     Answered {
         /// The request's op.
@@ -109,7 +128,26 @@ pub enum Event {
     },
     /// Starting attempts expired back to the queue.
     Expired(Vec<String>),
-    /// A connection failed (a peer that went away, a malformed message).
+    /// A step of the loop failed: retried after `retry_in`, the loop serving on.
+    Trouble {
+        /// The error and its causes.
+        error: String,
+        /// How many times in a row it failed.
+        failures: u32,
+        /// When it is tried again.
+        retry_in: Duration,
+    },
+    /// A failing step succeeded again.
+    Recovered {
+        /// How many times it had failed.
+        failures: u32,
+    },
+    /// Ended attempts past their retention were forgotten and their logs removed.
+    Swept {
+        /// How many logs went.
+        logs: usize,
+    },
+    /// A connection failed (a peer that went away, a malformed message, a stranger).
     Connection(ConnectionError),
     /// The loop went round (at least every [`TICK`]): it is alive.
     Tick,
@@ -122,6 +160,35 @@ pub enum ConnectionError {
     /// A waiting connection could not be accepted.
     #[error("cannot accept a connection")]
     Accept(#[source] std::io::Error),
+    /// The peer's credentials could not be read: it is refused.
+    #[error("cannot read a connection's peer credentials")]
+    Credentials(#[source] transport::Error),
+    /// The peer is neither root, the directory's owner nor in its group: refused at once.
+    #[error(
+        "refused a connection of uid {uid} (pid {pid:?}): not root, the owner or a member of the group"
+    )]
+    Stranger {
+        /// Its uid.
+        uid: u32,
+        /// Its pid, where known.
+        pid: Option<u32>,
+    },
+    /// The request did not arrive whole within [`REQUEST_TIMEOUT`] (or its reply was not
+    /// read within as long): closed.
+    #[error("closed a connection of uid {uid} that took more than {} s to {what}", REQUEST_TIMEOUT.as_secs())]
+    Timeout {
+        /// Its uid.
+        uid: u32,
+        /// `send its request` or `read its reply`.
+        what: &'static str,
+    },
+    /// A new connection of the same uid (or any, at the overall limit) closed this, the
+    /// oldest.
+    #[error("closed the oldest connection of uid {uid}: too many open at once")]
+    Evicted {
+        /// Its uid.
+        uid: u32,
+    },
     /// The request could not be received whole.
     #[error("cannot receive a request")]
     Receive(#[source] transport::Error),
@@ -162,9 +229,35 @@ mod crash {
         AfterInsert,
         /// An attempt is admitted (starting, its slot taken), its driver not yet started.
         AfterAdmit,
-        /// A claimed row is removed, its descriptors not yet sent.
+        /// A claimed row is marked running, its descriptors not yet sent.
         AfterClaimRemove,
     }
+}
+
+/// A reply on its way out.
+struct Outgoing {
+    sender: transport::Sender,
+    fds: Vec<Guard>,
+    op: &'static str,
+    refused: Option<String>,
+}
+
+/// One connection: its peer, its deadline, and its request or reply as far as it got.
+struct Conn {
+    stream: UnixStream,
+    caller: Caller,
+    /// Accept order, for closing the oldest.
+    seq: u64,
+    deadline: Instant,
+    reader: transport::Reader,
+    out: Option<Outgoing>,
+}
+
+/// A step of the loop failing again and again.
+struct Trouble {
+    failures: u32,
+    next: Instant,
+    error: String,
 }
 
 /// The dispatcher serving `listener` until `stop` is set.
@@ -173,6 +266,7 @@ pub struct Server<'a> {
     listener: UnixListener,
     trust: Trust,
     launch: Launch<'a>,
+    exits: Box<dyn FnMut() -> Vec<Exit> + 'a>,
     report: Box<dyn FnMut(Event) + 'a>,
     #[cfg(feature = "test-seams")]
     crash: Option<(CrashPoint, Box<dyn Fn() + 'a>)>,
@@ -180,6 +274,9 @@ pub struct Server<'a> {
     /// accept the waiting connection and refuse it, instead of leaving it pending (and the
     /// listener readable, so the loop would spin).
     spare: Option<std::fs::File>,
+    conns: Vec<Conn>,
+    seq: u64,
+    trouble: Option<Trouble>,
 }
 
 fn spare() -> Option<std::fs::File> {
@@ -191,7 +288,24 @@ impl std::fmt::Debug for Server<'_> {
         f.debug_struct("Server")
             .field("dispatcher", &self.dispatcher)
             .field("trust", &self.trust)
+            .field("connections", &self.conns.len())
             .finish_non_exhaustive()
+    }
+}
+
+/// An error and its causes, `outer: inner: innermost`, for a reply the client shows.
+fn chain(error: &dyn std::error::Error) -> String {
+    super::service::chain(error)
+}
+
+/// A refusal sent without waiting on a socket that may not read it (a stranger, an evicted
+/// connection): best effort, then the connection is closed.
+fn refuse_now(stream: &UnixStream, code: &str, message: String) {
+    let _ = stream.set_nonblocking(true);
+    let reply = Reply::refused(code, message);
+    if let Ok(mut sender) = transport::Sender::new(&serde_json::to_vec(&reply).unwrap_or_default())
+    {
+        let _ = sender.send(stream, &[]);
     }
 }
 
@@ -210,11 +324,23 @@ impl<'a> Server<'a> {
             listener,
             trust,
             launch: Box::new(launch),
+            exits: Box::new(Vec::new),
             report: Box::new(report),
             #[cfg(feature = "test-seams")]
             crash: None,
             spare: spare(),
+            conns: Vec::new(),
+            seq: 0,
+            trouble: None,
         }
+    }
+
+    /// Tells the loop which of the drivers it started ended: `exits` is asked at every round
+    /// (the caller reaps its children, which the drivers are).
+    #[must_use]
+    pub fn with_exits(mut self, exits: impl FnMut() -> Vec<Exit> + 'a) -> Server<'a> {
+        self.exits = Box::new(exits);
+        self
     }
 
     /// Test seam (feature `test-seams`): calls `die` (which must not return: it kills the
@@ -243,7 +369,7 @@ impl<'a> Server<'a> {
 
     /// Serves until `stop` is set (checked at least every [`TICK`]). Rows stay in the database
     /// when it returns; the lanes are freed with the descriptors and recovered at the next
-    /// start.
+    /// start. Only the listening socket's own failure is an error.
     pub fn run(&mut self, stop: &AtomicBool) -> Result<(), ServiceError> {
         self.listener
             .set_nonblocking(true)
@@ -251,29 +377,51 @@ impl<'a> Server<'a> {
                 op: "make the dispatcher's socket nonblocking",
                 source,
             })?;
-        self.refresh_entries()?;
+        self.heartbeat();
+        self.sweep();
         let mut last_heartbeat = Instant::now();
+        let mut last_sweep = Instant::now();
+        let mut last_tick = Instant::now() - TICK;
         // Woken as a `worklane run` is: a slot released or a place in the agents' line left
         // lets a queued row on at once, not at the next tick.
         let watches = crate::watch::Watches::default();
         let mut watch = watches.watch(self.dispatcher.pool().dir());
         while !stop.load(Ordering::SeqCst) {
-            let listener = rustix::event::PollFd::new(&self.listener, rustix::event::PollFlags::IN);
+            let now = Instant::now();
+            let wake = self
+                .conns
+                .iter()
+                .map(|c| c.deadline)
+                .chain([last_tick + TICK])
+                .min()
+                .unwrap_or(now + TICK);
+            let wait = wake.saturating_duration_since(now).min(TICK);
             let timeout = rustix::event::Timespec {
                 tv_sec: 0,
-                tv_nsec: i64::try_from(TICK.as_nanos()).unwrap_or(100_000_000),
+                tv_nsec: i64::try_from(wait.as_nanos()).unwrap_or(100_000_000),
             };
-            let polled = match watch.fd() {
-                Some(changes) => rustix::event::poll(
-                    &mut [
-                        listener,
-                        rustix::event::PollFd::new(&changes, rustix::event::PollFlags::IN),
-                    ],
-                    Some(&timeout),
-                ),
-                None => rustix::event::poll(&mut [listener], Some(&timeout)),
-            };
-            match polled {
+            let changes = watch.fd();
+            let mut fds = Vec::with_capacity(self.conns.len() + 2);
+            fds.push(rustix::event::PollFd::new(
+                &self.listener,
+                rustix::event::PollFlags::IN,
+            ));
+            if let Some(changes) = &changes {
+                fds.push(rustix::event::PollFd::new(
+                    changes,
+                    rustix::event::PollFlags::IN,
+                ));
+            }
+            let first = fds.len();
+            for conn in &self.conns {
+                let want = if conn.out.is_some() {
+                    rustix::event::PollFlags::OUT
+                } else {
+                    rustix::event::PollFlags::IN
+                };
+                fds.push(rustix::event::PollFd::new(&conn.stream, want));
+            }
+            match rustix::event::poll(&mut fds, Some(&timeout)) {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
                 Err(e) => {
                     return Err(ServiceError::Socket {
@@ -282,35 +430,231 @@ impl<'a> Server<'a> {
                     });
                 }
             }
+            let ready: Vec<bool> = fds[first..]
+                .iter()
+                .map(|fd| !fd.revents().is_empty())
+                .collect();
+            drop(fds);
             // Whatever changed, the tick below looks again; the events are only a wake-up.
             watch.drain(&|name| crate::Pool::wakes(crate::Kind::Agent, name));
-            loop {
-                match self.listener.accept() {
-                    Ok((stream, _)) => self.answer(stream)?,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e)
-                        if matches!(
-                            rustix::io::Errno::from_io_error(&e),
-                            Some(rustix::io::Errno::MFILE | rustix::io::Errno::NFILE)
-                        ) && self.spare.is_some() =>
-                    {
-                        self.refuse_for_want_of_descriptors(e);
-                    }
-                    Err(e) => {
-                        (self.report)(Event::Connection(ConnectionError::Accept(e)));
-                        break;
-                    }
-                }
+            self.serve_ready(&ready);
+            self.accept_all();
+            self.close_overdue();
+            if last_tick.elapsed() >= TICK || self.conns.is_empty() {
+                self.guarded_tick();
+                (self.report)(Event::Tick);
+                last_tick = Instant::now();
             }
-            self.tick()?;
-            (self.report)(Event::Tick);
             if last_heartbeat.elapsed() >= HEARTBEAT {
-                self.refresh_entries()?;
+                self.heartbeat();
                 last_heartbeat = Instant::now();
+            }
+            if last_sweep.elapsed() >= SWEEP_EVERY {
+                self.sweep();
+                last_sweep = Instant::now();
             }
         }
         Ok(())
+    }
+
+    /// Accepts every waiting connection: its peer checked before anything is read (a
+    /// stranger is told and closed), then kept within the limits.
+    fn accept_all(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((stream, _)) => self.welcome(stream),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if matches!(
+                        rustix::io::Errno::from_io_error(&e),
+                        Some(rustix::io::Errno::MFILE | rustix::io::Errno::NFILE)
+                    ) && self.spare.is_some() =>
+                {
+                    self.refuse_for_want_of_descriptors(e);
+                    break;
+                }
+                Err(e) => {
+                    (self.report)(Event::Connection(ConnectionError::Accept(e)));
+                    break;
+                }
+            }
+        }
+    }
+
+    /// A connection just accepted: refused at once unless its peer is trusted; else kept, the
+    /// oldest of its uid (or of all) closed if it is one too many.
+    fn welcome(&mut self, stream: UnixStream) {
+        let _ = stream.set_nonblocking(true);
+        let peer = match transport::peer(&stream) {
+            Ok(peer) => peer,
+            Err(e) => {
+                refuse_now(
+                    &stream,
+                    code::PERMISSION,
+                    "the dispatcher cannot tell who you are (no peer credentials)".to_owned(),
+                );
+                (self.report)(Event::Connection(ConnectionError::Credentials(e)));
+                return;
+            }
+        };
+        let groups = groups_of(&stream, &peer);
+        if !self.trust.admits(&peer, &groups) {
+            refuse_now(
+                &stream,
+                code::PERMISSION,
+                "only root, the slot directory's owner or a member of its group may use the \
+                 dispatcher"
+                    .to_owned(),
+            );
+            (self.report)(Event::Connection(ConnectionError::Stranger {
+                uid: peer.uid,
+                pid: peer.pid,
+            }));
+            return;
+        }
+        let same = self
+            .conns
+            .iter()
+            .filter(|c| c.caller.uid == peer.uid)
+            .count();
+        if same >= MAX_PER_PEER {
+            self.evict(Some(peer.uid));
+        } else if self.conns.len() >= MAX_CONNECTIONS {
+            self.evict(None);
+        }
+        self.seq += 1;
+        self.conns.push(Conn {
+            stream,
+            caller: Caller {
+                pid: peer.pid,
+                uid: peer.uid,
+                gid: peer.gid,
+                groups,
+            },
+            seq: self.seq,
+            deadline: Instant::now() + REQUEST_TIMEOUT,
+            reader: transport::Reader::default(),
+            out: None,
+        });
+    }
+
+    /// Closes the oldest connection (of `uid`, where given), telling it why.
+    fn evict(&mut self, uid: Option<u32>) {
+        let oldest = self
+            .conns
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| uid.is_none_or(|u| c.caller.uid == u))
+            .min_by_key(|(_, c)| (c.out.is_some(), c.seq))
+            .map(|(i, _)| i);
+        if let Some(i) = oldest {
+            let conn = self.conns.swap_remove(i);
+            refuse_now(
+                &conn.stream,
+                code::BAD_REQUEST,
+                format!(
+                    "closed: uid {} has too many connections open at once, and this was the \
+                     oldest",
+                    conn.caller.uid
+                ),
+            );
+            (self.report)(Event::Connection(ConnectionError::Evicted {
+                uid: conn.caller.uid,
+            }));
+        }
+    }
+
+    /// Closes every connection past its deadline.
+    fn close_overdue(&mut self) {
+        let now = Instant::now();
+        let mut i = 0;
+        while i < self.conns.len() {
+            if self.conns[i].deadline <= now {
+                let conn = self.conns.swap_remove(i);
+                let what = if conn.out.is_some() {
+                    "read its reply"
+                } else {
+                    "send its request"
+                };
+                (self.report)(Event::Connection(ConnectionError::Timeout {
+                    uid: conn.caller.uid,
+                    what,
+                }));
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Reads from, or writes to, each connection `poll` found ready (`ready` in the order of
+    /// the connections when it was called; none was added or removed since), then removes
+    /// those that are done.
+    fn serve_ready(&mut self, ready: &[bool]) {
+        let mut done = Vec::new();
+        for (i, _) in ready.iter().enumerate().filter(|(_, r)| **r) {
+            if i < self.conns.len() && !self.progress(i) {
+                done.push(i);
+            }
+        }
+        // From the end, so that each index removed still names its connection.
+        for i in done.into_iter().rev() {
+            drop(self.conns.swap_remove(i));
+        }
+    }
+
+    /// Moves connection `i` on: reads its request (and answers it once whole) or sends its
+    /// reply. `false` when it is done or failed (the caller removes it).
+    fn progress(&mut self, i: usize) -> bool {
+        if self.conns[i].out.is_none() {
+            let read = {
+                let conn = &mut self.conns[i];
+                conn.reader.read(&conn.stream)
+            };
+            match read {
+                Ok(None) => return true,
+                Ok(Some((line, fds))) => {
+                    let caller = self.conns[i].caller.clone();
+                    let out = self.answer(&line, fds, &caller);
+                    let conn = &mut self.conns[i];
+                    conn.deadline = Instant::now() + REQUEST_TIMEOUT;
+                    conn.out = Some(out);
+                }
+                Err(e) => {
+                    // A message that cannot be taken whole is answered with why (a peer that
+                    // is gone does not read it), so a client never waits on silence.
+                    if matches!(e, transport::Error::TooManyFds | transport::Error::TooLong) {
+                        refuse_now(&self.conns[i].stream, code::BAD_REQUEST, e.to_string());
+                    }
+                    (self.report)(Event::Connection(ConnectionError::Receive(e)));
+                    return false;
+                }
+            }
+        }
+        let conn = &mut self.conns[i];
+        let Some(out) = conn.out.as_mut() else {
+            return true;
+        };
+        let borrowed: Vec<_> = out.fds.iter().map(AsFd::as_fd).collect();
+        let sent = out.sender.send(&conn.stream, &borrowed);
+        drop(borrowed);
+        match sent {
+            Ok(false) => true,
+            Ok(true) => {
+                let op = out.op;
+                let refused = out.refused.take();
+                // Sent: our copies go (after a claim the driver holds the lane and the slot).
+                (self.report)(Event::Answered { op, refused });
+                false
+            }
+            Err(source) => {
+                let op = out.op;
+                // Not sent: our copies go all the same; if it was a claim, nobody holds the
+                // lane now and `worklane reconcile` says so.
+                (self.report)(Event::Connection(ConnectionError::Reply { op, source }));
+                false
+            }
+        }
     }
 
     /// Out of descriptors: the spare one is given up to accept the waiting connection, which
@@ -318,148 +662,204 @@ impl<'a> Server<'a> {
     fn refuse_for_want_of_descriptors(&mut self, error: std::io::Error) {
         drop(self.spare.take());
         if let Ok((stream, _)) = self.listener.accept() {
-            let _ = stream.set_nonblocking(false);
-            let _ = stream.set_write_timeout(Some(REQUEST_TIMEOUT));
-            let reply = Reply::refused(
+            refuse_now(
+                &stream,
                 code::INTERNAL,
                 format!(
                     "the dispatcher has no descriptor left ({error}): it holds one per queued \
                      lane; raise its limit of open files (LimitNOFILE= under systemd)"
                 ),
             );
-            let _ = transport::send(
-                &stream,
-                &serde_json::to_vec(&reply).unwrap_or_default(),
-                &[],
-            );
         }
         (self.report)(Event::Connection(ConnectionError::Accept(error)));
         self.spare = spare();
     }
 
-    /// Expires, then admits while the pool has room; returns the attempts it admitted (their
-    /// status entries written).
+    /// [`Server::tick`], unless a failing step is waiting out its backoff; a failure starts
+    /// (or lengthens) that backoff and is reported, a success ends it.
+    fn guarded_tick(&mut self) {
+        if self
+            .trouble
+            .as_ref()
+            .is_some_and(|t| Instant::now() < t.next)
+        {
+            return;
+        }
+        match self.tick() {
+            Ok(_) => {
+                if let Some(trouble) = self.trouble.take() {
+                    (self.report)(Event::Recovered {
+                        failures: trouble.failures,
+                    });
+                }
+            }
+            Err(e) => self.troubled(chain(&e)),
+        }
+    }
+
+    /// A step failed with `error`: retried after a backoff that doubles with each failure in
+    /// a row.
+    fn troubled(&mut self, error: String) {
+        let failures = self.trouble.as_ref().map_or(0, |t| t.failures) + 1;
+        let retry_in = TROUBLE_BACKOFF
+            .saturating_mul(1u32 << failures.saturating_sub(1).min(16))
+            .min(MAX_TROUBLE_BACKOFF);
+        (self.report)(Event::Trouble {
+            error: error.clone(),
+            failures,
+            retry_in,
+        });
+        self.trouble = Some(Trouble {
+            failures,
+            next: Instant::now() + retry_in,
+            error,
+        });
+    }
+
+    /// Learns which drivers ended and which runs are over, expires, then admits while the
+    /// pool has room; returns the attempts it admitted (their status entries written). A
+    /// driver that cannot be started is the attempt's failure (backed off, or parked), and
+    /// the next row is tried; the host's own trouble stops the round as an error.
     pub fn tick(&mut self) -> Result<Vec<String>, ServiceError> {
+        for exit in (self.exits)() {
+            match self.dispatcher.exited(exit)? {
+                DriverEnded::BeforeClaim {
+                    attempt,
+                    failure,
+                    why,
+                } => {
+                    self.write_entry(&attempt);
+                    (self.report)(Event::DriverEnded {
+                        attempt,
+                        why,
+                        failure,
+                    });
+                }
+                DriverEnded::Running(_) | DriverEnded::Unknown => {}
+            }
+        }
+        for ended in self.dispatcher.runs()? {
+            (self.report)(Event::Ended(ended));
+        }
         let mut admitted_ids = Vec::new();
         let expired = self.dispatcher.expire()?;
         if !expired.is_empty() {
             for id in &expired {
-                self.write_entry(id)?;
+                self.write_entry(id);
             }
             (self.report)(Event::Expired(expired));
         }
+        let mut host_trouble = None;
         while let Some(admitted) = self.dispatcher.admit_next()? {
             self.at(CrashPoint::AfterAdmit);
+            let id = admitted.attempt.id.clone();
             match (self.launch)(&admitted) {
-                Ok(pid) => (self.report)(Event::Started {
-                    attempt: admitted.attempt.id.clone(),
-                    pid,
-                }),
-                Err(error) => {
-                    self.dispatcher.unadmit(&admitted.attempt.id)?;
-                    (self.report)(Event::StartFailed {
-                        attempt: admitted.attempt.id.clone(),
-                        error,
+                Ok(pid) => {
+                    self.dispatcher.started(&id, pid)?;
+                    (self.report)(Event::Started {
+                        attempt: id.clone(),
+                        pid,
                     });
-                    break;
+                    self.write_entry(&id);
+                    admitted_ids.push(id);
+                }
+                Err(error) => {
+                    let failure = self.dispatcher.launch_failed(&id, &error)?;
+                    let text = chain(&error);
+                    self.write_entry(&id);
+                    (self.report)(Event::StartFailed {
+                        attempt: id.clone(),
+                        error: text.clone(),
+                        failure: failure.clone(),
+                    });
+                    if failure == StartFailure::Host {
+                        host_trouble = Some(format!("cannot start the driver of {id}: {text}"));
+                        break;
+                    }
                 }
             }
-            self.write_entry(&admitted.attempt.id)?;
-            admitted_ids.push(admitted.attempt.id);
         }
         // Rows queued by an enqueue, an expiry or a failed start stand in the agents' line.
         self.dispatcher.stand()?;
+        if let Some(error) = host_trouble {
+            self.troubled(error);
+        }
         Ok(admitted_ids)
     }
 
-    /// Rewrites the status entry of attempt `id` (after its state changed).
-    fn write_entry(&mut self, id: &str) -> Result<(), ServiceError> {
+    /// Rewrites the status entry of attempt `id` (after its state changed); a failure is the
+    /// view's, never the queue's.
+    fn write_entry(&mut self, id: &str) {
         let now = self.dispatcher.pool().clock().now_ms();
-        if let Some(view) = self.dispatcher.view(id)? {
+        if let Ok(Some(view)) = self.dispatcher.view(id)
+            && view.state != "running"
+        {
             let _ =
                 status::write_entry(self.dispatcher.pool().dir(), &view, std::process::id(), now);
         }
-        Ok(())
     }
 
-    /// Rewrites every status entry with this dispatcher's pid and the time.
-    fn refresh_entries(&mut self) -> Result<(), ServiceError> {
+    /// Rewrites every waiting attempt's status entry with this dispatcher's pid and the time.
+    fn heartbeat(&mut self) {
         let now = self.dispatcher.pool().clock().now_ms();
         let pid = std::process::id();
-        for view in self.dispatcher.list()? {
-            let _ = status::write_entry(self.dispatcher.pool().dir(), &view, pid, now);
+        match self.dispatcher.list() {
+            Ok(views) => {
+                for view in views.iter().filter(|v| v.state != "running") {
+                    let _ = status::write_entry(self.dispatcher.pool().dir(), view, pid, now);
+                }
+            }
+            Err(e) => self.troubled(chain(&e)),
         }
-        Ok(())
     }
 
-    /// Answers one connection: its peer checked, one request read, one reply written. A
-    /// connection's own failure is reported, never the server's.
-    fn answer(&mut self, stream: UnixStream) -> Result<(), ServiceError> {
-        let _ = stream.set_nonblocking(false);
-        let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
-        let _ = stream.set_write_timeout(Some(REQUEST_TIMEOUT));
-        let (line, fds) = match transport::recv(&stream) {
-            Ok(got) => got,
-            Err(e) => {
-                // A message that cannot be taken whole is answered with why (a peer that
-                // is gone does not read it), so a client never waits on silence.
-                if matches!(e, transport::Error::TooManyFds | transport::Error::TooLong) {
-                    let reply = Reply::refused(code::BAD_REQUEST, e.to_string());
-                    let bytes = serde_json::to_vec(&reply).unwrap_or_default();
-                    let _ = transport::send(&stream, &bytes, &[]);
-                }
-                (self.report)(Event::Connection(ConnectionError::Receive(e)));
-                return Ok(());
-            }
-        };
-        let trusted = transport::peer(&stream).is_ok_and(|peer| self.trust.admits(&peer));
-        let (op, reply, send): (&'static str, Reply, Vec<worklane_guard::Guard>) = if !trusted {
-            drop(fds);
-            (
+    /// Forgets what is past its retention (history, logs).
+    fn sweep(&mut self) {
+        match self.dispatcher.sweep() {
+            Ok(0) => {}
+            Ok(logs) => (self.report)(Event::Swept { logs }),
+            Err(e) => self.troubled(chain(&e)),
+        }
+    }
+
+    /// The reply to one whole request of `caller`, and what to send with it.
+    fn answer(&mut self, line: &[u8], fds: Vec<OwnedFd>, caller: &Caller) -> Outgoing {
+        let (op, reply, send) = match self.dispatch(line, fds, caller) {
+            Ok(answer) => answer,
+            // The dispatcher's own failure (its database, the directory): the client is
+            // told, the service goes on.
+            Err(e) => (
                 "unknown",
                 Reply::refused(
-                    code::PERMISSION,
-                    "only root, the slot directory's owner or a member of its group may use the \
-                     dispatcher",
+                    code::INTERNAL,
+                    format!("the dispatcher failed: {}", chain(&e)),
                 ),
                 Vec::new(),
-            )
-        } else {
-            match self.dispatch(&line, fds) {
-                Ok(answer) => answer,
-                // The dispatcher's own failure (its database, the directory): the client is
-                // told, the service goes on.
-                Err(e) => (
-                    "unknown",
-                    Reply::refused(
-                        code::INTERNAL,
-                        format!("the dispatcher failed: {}", chain(&e)),
-                    ),
-                    Vec::new(),
-                ),
-            }
+            ),
         };
-        let borrowed: Vec<_> = send.iter().map(AsFd::as_fd).collect();
         let bytes = serde_json::to_vec(&reply).unwrap_or_default();
-        if let Err(source) = transport::send(&stream, &bytes, &borrowed) {
-            (self.report)(Event::Connection(ConnectionError::Reply { op, source }));
-        }
-        drop(borrowed);
-        // Sent or not, our copies go: after a claim the driver holds the lane and the slot,
-        // or, if the reply was lost, nobody does (`worklane reconcile` tells which).
-        drop(send);
-        (self.report)(Event::Answered {
-            op,
-            refused: reply.error.clone(),
+        let sender = transport::Sender::new(&bytes).unwrap_or_else(|_| {
+            let short = Reply::refused(
+                code::INTERNAL,
+                "the reply is longer than a message may be (64 KiB); ask for less",
+            );
+            transport::Sender::new(&serde_json::to_vec(&short).unwrap_or_default())
+                .expect("a short refusal fits a message")
         });
-        Ok(())
+        Outgoing {
+            sender,
+            fds: send,
+            op,
+            refused: reply.error,
+        }
     }
 
     fn dispatch(
         &mut self,
         line: &[u8],
         fds: Vec<OwnedFd>,
-    ) -> Result<(&'static str, Reply, Vec<worklane_guard::Guard>), ServiceError> {
+        caller: &Caller,
+    ) -> Result<(&'static str, Reply, Vec<Guard>), ServiceError> {
         if let Some(unknown) = crate::dispatch::wire::unknown_version(line) {
             drop(fds);
             return Ok((
@@ -486,70 +886,104 @@ impl<'a> Server<'a> {
                 ));
             }
         };
+        let op = request.op();
+        if !fds.is_empty() && !matches!(request, Request::Enqueue(_)) {
+            drop(fds);
+            return Ok((
+                op,
+                Reply::refused(code::DESCRIPTORS, format!("a {op} carries no descriptor")),
+                Vec::new(),
+            ));
+        }
         let dir = self.dispatcher.pool().dir().clone();
         Ok(match request {
             Request::Enqueue(entry) => {
-                let reply = self.dispatcher.enqueue(entry, fds)?;
+                let reply = self.dispatcher.enqueue(entry, fds, caller)?;
                 if let (true, Some(id)) = (reply.ok, reply.attempt.as_deref()) {
                     self.at(CrashPoint::AfterInsert);
                     // Admitted at once, its entry is written as starting; else as queued. (A
                     // crash before either leaves a row without an entry, which the next
-                    // dispatcher writes: the entries are a view, the database the truth.)
-                    if !self.tick()?.iter().any(|a| a == id) {
-                        self.write_entry(id)?;
+                    // dispatcher writes: the entries are a view, the database the truth.) A
+                    // failing admission is the loop's trouble, not this enqueue's.
+                    let admitted = match self.tick() {
+                        Ok(ids) => ids,
+                        Err(e) => {
+                            self.troubled(chain(&e));
+                            Vec::new()
+                        }
+                    };
+                    if !admitted.iter().any(|a| a == id) {
+                        self.write_entry(id);
                     }
                 }
                 ("enqueue", reply, Vec::new())
             }
-            other if !fds.is_empty() => {
-                drop(fds);
-                let op = match other {
-                    Request::Claim { .. } => "claim",
-                    Request::List => "list",
-                    _ => "cancel",
-                };
-                (
-                    op,
-                    Reply::refused(code::DESCRIPTORS, format!("a {op} carries no descriptor")),
-                    Vec::new(),
-                )
-            }
-            Request::Claim { attempt, token } => match self.dispatcher.claim(&attempt, &token)? {
-                Ok(claimed) => {
-                    self.at(CrashPoint::AfterClaimRemove);
-                    if let Some(lane) = claimed.reply.lane.as_deref() {
-                        let name = lane.trim_start_matches("lane-").trim_end_matches(".lock");
-                        let _ = status::remove_entry(&dir, name);
+            Request::Claim { attempt, token } => {
+                match self.dispatcher.claim(&attempt, &token, caller)? {
+                    Ok(claimed) => {
+                        self.at(CrashPoint::AfterClaimRemove);
+                        if let Some(lane) = claimed.reply.lane.as_deref() {
+                            let name = lane.trim_start_matches("lane-").trim_end_matches(".lock");
+                            let _ = status::remove_entry(&dir, name);
+                        }
+                        ("claim", claimed.reply, claimed.fds)
                     }
-                    ("claim", claimed.reply, claimed.fds)
+                    Err(refused) => ("claim", refused, Vec::new()),
                 }
-                Err(refused) => ("claim", refused, Vec::new()),
-            },
-            Request::List => {
+            }
+            Request::List { all } => {
                 let mut reply = Reply::ok();
                 reply.attempts = Some(self.dispatcher.list()?);
                 reply.pid = Some(std::process::id());
+                if all {
+                    reply.history = Some(self.dispatcher.history()?);
+                }
+                reply.trouble = self.trouble.as_ref().map(|t| {
+                    format!(
+                        "failing since {} tries: {} (next try within {} s)",
+                        t.failures,
+                        t.error,
+                        t.next
+                            .saturating_duration_since(Instant::now())
+                            .as_secs()
+                            .max(1)
+                    )
+                });
+                reply.damage = self.dispatcher.recovery().damage.as_ref().map(|d| {
+                    format!(
+                        "the queue database was damaged ({}) and moved to {} when this \
+                         dispatcher started",
+                        d.why,
+                        d.moved_to.display()
+                    )
+                });
                 ("list", reply, Vec::new())
             }
             Request::Cancel { attempt } => {
-                let lane = self.dispatcher.view(&attempt)?.map(|a| a.lane);
-                let cancelled = self.dispatcher.cancel(&attempt)?;
-                self.dispatcher.stand()?;
-                if cancelled {
-                    if let Some(lane) = lane {
-                        let _ = status::remove_entry(&dir, &lane);
-                    }
-                    let mut reply = Reply::ok();
-                    reply.attempt = Some(attempt);
-                    ("cancel", reply, Vec::new())
-                } else {
-                    (
-                        "cancel",
-                        Reply::refused(code::NO_SUCH_ATTEMPT, format!("no attempt {attempt}")),
-                        Vec::new(),
-                    )
+                let lane = self.dispatcher.view(&attempt)?.map(|a| (a.lane, a.state));
+                let reply = self.dispatcher.cancel(&attempt, caller)?;
+                if reply.ok
+                    && let Some((lane, state)) = lane
+                    && state != "running"
+                {
+                    let _ = status::remove_entry(&dir, &lane);
                 }
+                self.dispatcher.stand()?;
+                ("cancel", reply, Vec::new())
             }
+            Request::Retry { attempt } => {
+                let reply = self.dispatcher.retry(&attempt, caller)?;
+                if reply.ok {
+                    self.write_entry(&attempt);
+                    self.dispatcher.stand()?;
+                }
+                ("retry", reply, Vec::new())
+            }
+            Request::Prune { older_than_ms } => (
+                "prune",
+                self.dispatcher.prune(caller, older_than_ms)?,
+                Vec::new(),
+            ),
         })
     }
 }
@@ -557,47 +991,35 @@ impl<'a> Server<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::process::Command;
-    use worklane_testkit::Gated;
 
     const TRUST: Trust = Trust {
         owner: 1000,
         group: 2000,
     };
 
-    fn peer(pid: Option<u32>, uid: u32, gid: u32) -> Peer {
-        Peer { pid, uid, gid }
+    fn peer(uid: u32, gid: u32) -> Peer {
+        Peer {
+            pid: Some(5),
+            uid,
+            gid,
+        }
     }
 
     #[test]
     fn root_the_owner_and_the_group_are_admitted_and_no_one_else() {
-        let none = |_| Vec::new();
-        assert!(TRUST.admits_with(&peer(Some(5), 0, 9), none), "root");
+        assert!(TRUST.admits(&peer(0, 9), &[]), "root");
+        assert!(TRUST.admits(&peer(1000, 9), &[]), "the owner");
+        assert!(TRUST.admits(&peer(9, 2000), &[]), "the primary group");
         assert!(
-            TRUST.admits_with(&peer(Some(5), 1000, 9), none),
-            "the owner"
-        );
-        assert!(
-            TRUST.admits_with(&peer(Some(5), 9, 2000), none),
-            "the primary group"
-        );
-        assert!(
-            TRUST.admits_with(&peer(Some(5), 9, 9), |pid| {
-                assert_eq!(pid, 5, "the peer's own groups are asked");
-                vec![7, 2000]
-            }),
+            TRUST.admits(&peer(9, 9), &[7, 2000]),
             "a supplementary group"
         );
         assert!(
-            !TRUST.admits_with(&peer(Some(5), 9, 9), |_| vec![7, 8]),
+            !TRUST.admits(&peer(9, 9), &[7, 8]),
             "a stranger in other groups"
         );
         assert!(
-            !TRUST.admits_with(&peer(None, 9, 9), |_| panic!("no pid, no groups to ask")),
-            "a stranger whose pid the platform does not tell"
-        );
-        assert!(
-            !TRUST.admits_with(&peer(Some(5), 1, 1), none),
+            !TRUST.admits(&peer(1, 1), &[]),
             "uid and gid 1 are nobody special"
         );
     }
@@ -616,40 +1038,6 @@ mod tests {
             parse_groups("Groups: 5 x 6\n"),
             vec![5, 6],
             "garbage is skipped"
-        );
-    }
-
-    #[test]
-    fn a_live_process_s_supplementary_groups_are_read_from_proc() {
-        // The subject drops to uid 65534 with two supplementary groups, then sleeps: setpriv
-        // sets the groups before it execs `sleep`.
-        let mut child = Command::new("setpriv")
-            .args([
-                "--reuid=65534",
-                "--regid=65534",
-                "--groups=4242,4343",
-                "sleep",
-                "30",
-            ])
-            .spawn_gated()
-            .expect("setpriv");
-        let pid = child.id();
-        // Until setpriv has set them (before, the process has root's groups).
-        let mut groups = Vec::new();
-        for _ in 0..2000 {
-            groups = groups_of(pid);
-            if groups == [4242, 4343] {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        assert_eq!(groups, vec![4242, 4343], "the groups setpriv gave it");
-        child.kill().expect("kill");
-        let _ = child.wait();
-        assert_eq!(
-            groups_of(u32::MAX),
-            Vec::<u32>::new(),
-            "no such process: none"
         );
     }
 }

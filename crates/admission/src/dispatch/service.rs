@@ -1,20 +1,46 @@
-//! The dispatcher's decisions: enqueue, admit, claim, expire, cancel and recover, on the
+//! The dispatcher's decisions: enqueue, admit, claim, expire, cancel, retry and recover, on the
 //! store, the slot pool and the held lane descriptors. No socket here (see
 //! [`super::server`]); time comes from the pool's clock, and starting a driver is the caller's
 //! callback.
+//!
+//! Who may do what is decided here from the caller's peer credentials ([`Caller`]), never from
+//! anything a message says: a row records its enqueuer's uid, gid and groups, its driver runs
+//! as them, only that uid (or root) claims it, and only it, root or the directory's owner
+//! cancels or retries it. A dispatcher that is not root starts drivers only as itself, so it
+//! refuses an enqueue from any other uid.
 
 use super::env::EnvFilter;
+use super::lane::is_own_lane;
 pub use super::lane::{lane_lock, valid_lane};
-use super::store::{Attempt, State, Store, db};
-use super::wire::{AttemptView, Enqueue, Reply, code};
+use super::store::{Attempt, Ended, Enqueuer, Outcome, State, Store, db};
+use super::wire::{AttemptView, EndedView, Enqueue, Reply, code};
 use crate::{Error as PoolError, Kind, Pool, Slot, Take};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::fd::OwnedFd;
 use worklane_guard::Guard;
-use worklane_lease::{Acquired, Clock, Options, Request};
+use worklane_lease::{Clock, Request};
+
+mod recover;
+mod runs;
+
+pub use recover::Recovery;
+pub use runs::{DriverEnded, cancel_marker};
 
 /// The default claim interval: a starting attempt not claimed within it is queued again.
 pub const DEFAULT_CLAIM_INTERVAL_MS: u64 = 60_000;
+/// How many times a driver that cannot be started is tried before its attempt is parked as
+/// `failed`.
+pub const DEFAULT_START_ATTEMPTS: u32 = 5;
+/// The wait after a driver's first failed start; it doubles with each further failure, up to
+/// [`MAX_START_BACKOFF_MS`].
+pub const DEFAULT_START_BACKOFF_MS: u64 = 1_000;
+/// The longest wait between two starts of one attempt's driver.
+pub const MAX_START_BACKOFF_MS: u64 = 60_000;
+/// How long a running attempt's driver has, after `queue cancel` sent it SIGTERM, before its
+/// process group is sent SIGKILL.
+pub const DEFAULT_CANCEL_GRACE_MS: u64 = 10_000;
+/// How long the history keeps an ended attempt, and its log stays, by default (7 days).
+pub const DEFAULT_RETENTION_MS: u64 = 7 * 24 * 3_600_000;
 
 /// How the host admits work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +60,14 @@ pub struct Settings {
     pub env: EnvFilter,
     /// Dispatcher or waiter mode.
     pub mode: Mode,
+    /// How many failed starts park an attempt as `failed` (at least 1).
+    pub start_attempts: u32,
+    /// The wait after a first failed start (doubling, at most [`MAX_START_BACKOFF_MS`]).
+    pub start_backoff_ms: u64,
+    /// SIGTERM to SIGKILL of a cancelled running attempt's driver.
+    pub cancel_grace_ms: u64,
+    /// How long ended attempts and their logs are kept.
+    pub retention_ms: u64,
 }
 
 impl Default for Settings {
@@ -42,6 +76,54 @@ impl Default for Settings {
             claim_interval_ms: DEFAULT_CLAIM_INTERVAL_MS,
             env: EnvFilter::default(),
             mode: Mode::Dispatcher,
+            start_attempts: DEFAULT_START_ATTEMPTS,
+            start_backoff_ms: DEFAULT_START_BACKOFF_MS,
+            cancel_grace_ms: DEFAULT_CANCEL_GRACE_MS,
+            retention_ms: DEFAULT_RETENTION_MS,
+        }
+    }
+}
+
+/// Who sent a request: its connection's peer credentials, as the kernel tells them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// Its pid, where the platform tells.
+    pub pid: Option<u32>,
+    /// Its effective uid.
+    pub uid: u32,
+    /// Its effective gid.
+    pub gid: u32,
+    /// Its supplementary groups.
+    pub groups: Vec<u32>,
+}
+
+impl Caller {
+    fn enqueuer(&self) -> Enqueuer {
+        Enqueuer {
+            uid: self.uid,
+            gid: self.gid,
+            groups: self.groups.clone(),
+        }
+    }
+}
+
+/// A driver process that ended, as the dispatcher's reaper saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exit {
+    /// Its pid.
+    pub pid: u32,
+    /// Its exit status, if it exited.
+    pub status: Option<i32>,
+    /// The signal that killed it, if one did.
+    pub signal: Option<i32>,
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.status, self.signal) {
+            (_, Some(signal)) => write!(f, "killed by signal {signal}"),
+            (Some(status), None) => write!(f, "exit status {status}"),
+            (None, None) => f.write_str("an unknown status"),
         }
     }
 }
@@ -74,12 +156,39 @@ pub struct Claimed {
     pub fds: Vec<Guard>,
 }
 
+/// What became of an attempt whose driver could not be started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartFailure {
+    /// Queued again, not admitted before `retry_at_ms`; `failures` counted so far.
+    Retry {
+        /// Failed starts counted.
+        failures: u32,
+        /// The end of its backoff, ms since the Unix epoch.
+        retry_at_ms: u64,
+    },
+    /// Failed `failures` times: parked as `failed`, its lane still held.
+    Parked {
+        /// Failed starts counted.
+        failures: u32,
+    },
+    /// The host's own trouble (no space, no memory, no process or descriptor left): queued
+    /// again without counting it against the attempt; the caller backs off all admissions.
+    Host,
+}
+
 /// Errors of the dispatcher's own state (a refusal of a request is a [`Reply`]). Each variant
 /// says which step failed and for which attempt; the cause (the queue database, the slot pool,
 /// the lease layer, the socket) is its source.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// The queue database could not be opened (or a damaged one moved aside).
+    #[error("cannot open the queue")]
+    OpenQueue {
+        /// Why.
+        #[source]
+        source: Box<db::Error>,
+    },
     /// The queue's rows could not be read.
     #[error("cannot read the queue to {purpose}")]
     ReadQueue {
@@ -130,11 +239,20 @@ pub enum Error {
         source: Box<db::Error>,
     },
     /// An attempt's row could not be removed (claimed, cancelled, or its lane held by another
-    /// at recovery).
+    /// at recovery), or its end kept in the history.
     #[error("cannot remove attempt {attempt} from the queue")]
     Remove {
         /// The attempt.
         attempt: String,
+        /// Why.
+        #[source]
+        source: Box<db::Error>,
+    },
+    /// The history of ended attempts could not be read or pruned.
+    #[error("cannot {op} the history of ended attempts")]
+    History {
+        /// `read` or `prune`.
+        op: &'static str,
         /// Why.
         #[source]
         source: Box<db::Error>,
@@ -216,21 +334,18 @@ impl Error {
         }
     }
 
+    fn history(op: &'static str) -> impl FnOnce(db::Error) -> Error {
+        move |source| Error::History {
+            op,
+            source: Box::new(source),
+        }
+    }
+
     fn leave_line(source: PoolError) -> Error {
         Error::LeaveLine {
             source: Box::new(source),
         }
     }
-}
-
-/// What [`Dispatcher::resume`] found for a stored row's lane.
-enum Resumed {
-    /// Nobody acquired it since the row was queued: held again by its guard.
-    Held(Guard),
-    /// Its guard is held by someone else.
-    Busy,
-    /// Taken by someone in between, or not known: acquire it as any taker would.
-    Acquire,
 }
 
 /// The dispatcher.
@@ -241,6 +356,23 @@ pub struct Dispatcher {
     held: HashMap<String, Held>,
     /// Its place in the agents' line: the entry of its first queued row (`stand`).
     place: Option<crate::line::Place>,
+    /// The uid it runs as: only root starts drivers as others.
+    euid: u32,
+    /// The slot directory's owner, who may cancel, retry and prune anyone's attempts.
+    owner: u32,
+    /// The drivers it started and has not yet seen end (their exits come from the caller's
+    /// reaper, [`Dispatcher::exited`]).
+    children: HashSet<u32>,
+    /// Drivers that ended while their attempt's lane was still held (handed to a process of
+    /// theirs): kept until the lane is free.
+    exits: HashMap<u32, Exit>,
+    /// When each running attempt's lane was last probed (ms), so that it is not probed on
+    /// every round.
+    probed: HashMap<String, u64>,
+    /// The running attempts whose driver's group was sent SIGKILL after the cancel's grace.
+    killed: HashSet<String>,
+    /// What recovery found at the start.
+    recovery: Recovery,
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -253,7 +385,7 @@ impl std::fmt::Debug for Dispatcher {
 }
 
 /// 128 random bits as 32 lowercase hex digits, from the system's random source.
-fn random_hex() -> String {
+pub(crate) fn random_hex() -> String {
     use std::io::Read;
     let mut bytes = [0u8; 16];
     if std::fs::File::open("/dev/urandom")
@@ -269,85 +401,67 @@ fn random_hex() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-impl Dispatcher {
-    /// A dispatcher over `pool` and `store`, recovering the rows the store already holds:
-    /// each stored row's lane lock is probed; free, the dispatcher retakes it and keeps the row
-    /// (a starting row is queued again, its token cleared); held by someone else, the row is
-    /// dropped and the holder left alone.
-    pub fn recover(pool: Pool, store: Store, settings: Settings) -> Result<Dispatcher, Error> {
-        let mut dispatcher = Dispatcher {
-            pool,
-            store,
-            settings,
-            held: HashMap::new(),
-            place: None,
-        };
-        let now = dispatcher.now();
-        let mut attempts = Vec::new();
-        let stored = dispatcher
-            .store
-            .all()
-            .map_err(Error::read_queue("recover its attempts"))?;
-        for attempt in stored {
-            match dispatcher.resume(&attempt)? {
-                Resumed::Held(lane) => dispatcher.keep(attempt, lane, now)?,
-                Resumed::Busy => {
-                    dispatcher
-                        .store
-                        .remove(&attempt.id)
-                        .map_err(Error::remove(&attempt.id))?;
-                }
-                Resumed::Acquire => attempts.push(attempt),
-            }
-        }
-        let locks: Vec<String> = attempts.iter().map(|a| lane_lock(&a.lane)).collect();
-        let each: Vec<(&str, Request)> = locks
-            .iter()
-            .zip(&attempts)
-            .map(|(lock, a)| {
-                let request = Request::new("worklane dispatcher").field("attempt", a.id.clone());
-                (lock.as_str(), request)
-            })
-            .collect();
-        // All lanes at once: one listing of the directory, not one per row.
-        let acquired =
-            worklane_lease::acquire_each(dispatcher.pool.dir(), &each, &Options::process())
-                .map_err(|source| Error::RetakeLanes {
-                    count: each.len(),
-                    source: Box::new(source),
-                })?;
-        for (attempt, acquired) in attempts.into_iter().zip(acquired) {
-            match acquired {
-                Acquired::Held(lease) => {
-                    let Some(lane) = lease.hand_over() else {
-                        continue;
-                    };
-                    dispatcher.keep(attempt, lane, now)?;
-                }
-                Acquired::Refused(_) => {
-                    dispatcher
-                        .store
-                        .remove(&attempt.id)
-                        .map_err(Error::remove(&attempt.id))?;
-                }
-            }
-        }
-        dispatcher.stand()?;
-        Ok(dispatcher)
-    }
+/// Why a failed start is the host's trouble rather than the attempt's: resources of the
+/// machine that run out for every attempt alike.
+fn is_host_trouble(error: &std::io::Error) -> bool {
+    use rustix::io::Errno;
+    matches!(
+        errno_of(error),
+        Some(
+            Errno::NOSPC
+                | Errno::DQUOT
+                | Errno::MFILE
+                | Errno::NFILE
+                | Errno::AGAIN
+                | Errno::NOMEM
+                | Errno::IO
+        )
+    )
+}
 
-    /// Stands in the agents' line for its first queued row: an entry at that row's priority
-    /// and original start, moved as rows are admitted, queued or cancelled (the new entry is
-    /// made before the old is left, so no run slips in between), none when nothing is queued.
+/// The system error number of `error`, or of the first I/O error among its causes (a launch
+/// may wrap the error of the step that failed, such as its log's creation).
+fn errno_of(error: &std::io::Error) -> Option<rustix::io::Errno> {
+    if let Some(errno) = rustix::io::Errno::from_io_error(error) {
+        return Some(errno);
+    }
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = error.get_ref().map(|e| e as _);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>()
+            && let Some(errno) = rustix::io::Errno::from_io_error(io)
+        {
+            return Some(errno);
+        }
+        cause = c.source();
+    }
+    None
+}
+
+/// The wait after the `failures`-th failed start: `base`, doubled for each further failure, at
+/// most [`MAX_START_BACKOFF_MS`].
+#[must_use]
+pub fn start_backoff_ms(base: u64, failures: u32) -> u64 {
+    let doublings = failures.saturating_sub(1).min(32);
+    base.saturating_mul(1u64 << doublings)
+        .min(MAX_START_BACKOFF_MS)
+}
+
+impl Dispatcher {
+    /// Stands in the agents' line for its first queued row that may be admitted now: an entry
+    /// at that row's priority and original start, moved as rows are admitted, queued or
+    /// cancelled (the new entry is made before the old is left, so no run slips in between),
+    /// none when nothing is queued. A row waiting out a backoff after a failed start does not
+    /// stand: a failing head never holds the machine's line.
     ///
     /// One entry stands for all the rows: they are admitted in the line's own order, so the
     /// first row's place is where the next of them stands, and a run behind it waits for it,
     /// while a run before it goes first. (An entry per row would make the directory that many
     /// files longer for every take's listings.)
     pub fn stand(&mut self) -> Result<(), Error> {
+        let now = self.now();
         let Some(head) = self
             .store
-            .next_queued()
+            .next_queued(now)
             .map_err(Error::read_queue("find where to stand in the agents' line"))?
         else {
             if let Some(place) = self.place.take() {
@@ -376,56 +490,6 @@ impl Dispatcher {
         Ok(())
     }
 
-    /// Keeps a recovered row whose lane it holds: a starting row is queued again.
-    fn keep(&mut self, attempt: Attempt, lane: Guard, now: u64) -> Result<(), Error> {
-        if attempt.state == State::Starting {
-            self.store
-                .set_state(&attempt.id, State::Queued, None, now)
-                .map_err(Error::set_state(&attempt.id, State::Queued))?;
-        }
-        self.held.insert(attempt.id, Held { lane, slot: None });
-        Ok(())
-    }
-
-    /// Takes a stored row's lane back without a new acquisition when nobody acquired it since
-    /// the row was queued: its guard is free, and its record (the launcher's) still names the
-    /// epoch the row was queued at, which is still the lane's newest (`<lock>.epoch.<n>` there,
-    /// `<lock>.epoch.<n+1>` not; every acquisition advances it). The chain of hands (launcher,
-    /// dispatcher, this dispatcher) is then unbroken, so the lane is held as the dead
-    /// dispatcher held it: by its guard, the record untouched. Anything else is left to a full
-    /// acquisition ([`Resumed::Acquire`]), or the row dropped if the guard is held.
-    fn resume(&self, attempt: &Attempt) -> Result<Resumed, Error> {
-        let Some(epoch) = attempt.lane_epoch.filter(|e| *e > 0 && *e < u64::MAX) else {
-            return Ok(Resumed::Acquire);
-        };
-        let dir = self.pool.dir();
-        let Ok(path) = dir.file(&lane_lock(&attempt.lane)) else {
-            return Ok(Resumed::Acquire);
-        };
-        // A guard that is not there yet, or broken, is the full acquisition's to report.
-        let Ok(taken) = path.try_guard() else {
-            return Ok(Resumed::Acquire);
-        };
-        let Some(guard) = taken else {
-            return Ok(Resumed::Busy);
-        };
-        let recorded = path
-            .read()
-            .ok()
-            .flatten()
-            .and_then(|raw| worklane_lease::Record::parse(&raw).ok())
-            .and_then(|r| r.epoch);
-        // The lane's epoch, as `adopt` reads it: the record's claim where the epoch files
-        // agree (two lookups), the largest epoch file otherwise.
-        if recorded == Some(epoch)
-            && worklane_lease::current_epoch_claimed(&path, recorded).is_ok_and(|e| e == epoch)
-        {
-            return Ok(Resumed::Held(guard));
-        }
-        drop(guard);
-        Ok(Resumed::Acquire)
-    }
-
     fn now(&self) -> u64 {
         self.pool_clock().now_ms()
     }
@@ -440,9 +504,27 @@ impl Dispatcher {
         &self.pool
     }
 
-    /// Handles an enqueue with the descriptors that came with it. Every refusal closes every
-    /// descriptor (they are dropped); an accepted row is committed before the reply.
-    pub fn enqueue(&mut self, entry: Enqueue, mut fds: Vec<OwnedFd>) -> Result<Reply, Error> {
+    /// Its settings.
+    #[must_use]
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Whether `caller` may act on an attempt enqueued by `enqueuer`: root, the directory's
+    /// owner, or the same uid.
+    fn may_manage(&self, caller: &Caller, enqueuer: Option<&Enqueuer>) -> bool {
+        caller.uid == 0 || caller.uid == self.owner || enqueuer.is_some_and(|e| e.uid == caller.uid)
+    }
+
+    /// Handles an enqueue from `caller` with the descriptors that came with it. Every refusal
+    /// closes every descriptor (they are dropped); an accepted row is committed before the
+    /// reply.
+    pub fn enqueue(
+        &mut self,
+        entry: Enqueue,
+        mut fds: Vec<OwnedFd>,
+        caller: &Caller,
+    ) -> Result<Reply, Error> {
         if fds.len() != 1 {
             return Ok(Reply::refused(
                 code::DESCRIPTORS,
@@ -459,6 +541,18 @@ impl Dispatcher {
                  the work with `worklane run` instead of queueing it",
             ));
         }
+        if self.euid != 0 && caller.uid != self.euid {
+            return Ok(Reply::refused(
+                code::PERMISSION,
+                format!(
+                    "this dispatcher runs as uid {} and starts drivers only as itself, so it \
+                     queues no work of uid {}: run the work with `worklane run`, or have the \
+                     operator run the dispatcher as root (contrib/systemd), which starts each \
+                     driver as the one who enqueued it",
+                    self.euid, caller.uid
+                ),
+            ));
+        }
         if !valid_lane(&entry.lane) {
             return Ok(Reply::refused(
                 code::BAD_REQUEST,
@@ -468,6 +562,29 @@ impl Dispatcher {
                 ),
             ));
         }
+        match (is_own_lane(&entry.lane), entry.own_lane) {
+            (true, false) => {
+                return Ok(Reply::refused(
+                    code::BAD_REQUEST,
+                    format!(
+                        "lane {}: names of `q-` and 16 hex digits are reserved for lanes of their \
+                         own, which are removed when their attempt ends; choose another name, or \
+                         say \"own_lane\": true for a lane made for this attempt alone",
+                        entry.lane
+                    ),
+                ));
+            }
+            (false, true) => {
+                return Ok(Reply::refused(
+                    code::BAD_REQUEST,
+                    format!(
+                        "lane {}: a lane of its own is named `q-` and 16 lowercase hex digits",
+                        entry.lane
+                    ),
+                ));
+            }
+            _ => {}
+        }
         let (Some(start_ms), Some(priority)) = (entry.start_ms, entry.priority) else {
             return Ok(Reply::refused(
                 code::MISSING_FIELD,
@@ -475,8 +592,12 @@ impl Dispatcher {
             ));
         };
         let lock = lane_lock(&entry.lane);
+        let fd = fds.remove(0);
+        if let Some(refused) = self.refuse_descriptor(&fd, &lock) {
+            return Ok(refused);
+        }
         let dir = self.pool.dir();
-        let lane = match Guard::from_received(fds.remove(0), dir, dir.path(), &lock) {
+        let lane = match Guard::from_received(fd, dir, dir.path(), &lock) {
             Ok(guard) => guard,
             Err(worklane_guard::acquire::Error::NotHeld { .. }) => {
                 return Ok(Reply::refused(
@@ -510,35 +631,37 @@ impl Dispatcher {
                 ));
             }
         };
-        let queued = self
-            .store
-            .lane_queued(&entry.lane)
-            .map_err(|source| Error::LookUpLane {
-                lane: entry.lane.clone(),
-                source: Box::new(source),
-            })?;
-        if queued {
-            return Ok(Reply::refused(
-                code::LANE_QUEUED,
-                format!("lane {} is already queued", entry.lane),
-            ));
+        // A run of the lane that ended a moment ago (we hold its lock now, so it did) is
+        // finished first; any other row of the lane makes this one a second.
+        if let Some(previous) =
+            self.store
+                .lane_row(&entry.lane)
+                .map_err(|source| Error::LookUpLane {
+                    lane: entry.lane.clone(),
+                    source: Box::new(source),
+                })?
+        {
+            if previous.state == State::Running {
+                self.finish(&previous, None)?;
+            } else {
+                return Ok(Reply::refused(
+                    code::LANE_QUEUED,
+                    format!("lane {} is already queued", entry.lane),
+                ));
+            }
         }
         let now = self.now();
         // The launcher's record names the epoch it acquired the lane at (read under the guard
         // we now hold); recovery compares it with the lane's epoch then.
-        let lane_epoch = dir
+        let lane_epoch = self
+            .pool
+            .dir()
             .file(&lock)
             .ok()
             .and_then(|path| path.read().ok().flatten())
             .and_then(|raw| worklane_lease::Record::parse(&raw).ok())
             .and_then(|r| r.epoch);
         let attempt = Attempt {
-            id: format!("a-{}", random_hex()),
-            lane: entry.lane,
-            state: State::Queued,
-            token: None,
-            queued_at_ms: start_ms,
-            priority,
             placement: entry.placement,
             args: entry.args,
             stage: entry.stage,
@@ -546,8 +669,16 @@ impl Dispatcher {
                 .settings
                 .env
                 .keep(entry.env.into_iter().map(|(k, v)| (k.into(), v.into()))),
-            state_at_ms: now,
             lane_epoch,
+            enqueuer: Some(caller.enqueuer()),
+            own_lane: entry.own_lane,
+            ..Attempt::queued(
+                format!("a-{}", random_hex()),
+                entry.lane,
+                start_ms,
+                priority,
+                now,
+            )
         };
         self.store
             .insert(&attempt)
@@ -560,6 +691,63 @@ impl Dispatcher {
         reply.attempt = Some(attempt.id.clone());
         self.held.insert(attempt.id, Held { lane, slot: None });
         Ok(reply)
+    }
+
+    /// A refusal for a descriptor that cannot be the lane's guard, named by what it is (a
+    /// pipe, a directory, a socket), or for a guard whose lock nobody holds: a launcher must
+    /// hold the lane it hands over.
+    fn refuse_descriptor(&self, fd: &OwnedFd, lock: &str) -> Option<Reply> {
+        use rustix::fs::FileType;
+        let kind = match rustix::fs::fstat(fd) {
+            Ok(stat) => FileType::from_raw_mode(stat.st_mode),
+            Err(e) => {
+                return Some(Reply::refused(
+                    code::NOT_THE_LANE,
+                    format!("the descriptor sent cannot be examined (fstat: {e})"),
+                ));
+            }
+        };
+        if kind != FileType::RegularFile {
+            let what = match kind {
+                FileType::Fifo => "a pipe (FIFO)",
+                FileType::Directory => "a directory",
+                FileType::Socket => "a socket",
+                FileType::CharacterDevice => "a character device",
+                FileType::BlockDevice => "a block device",
+                _ => "not a regular file",
+            };
+            return Some(Reply::refused(
+                code::NOT_THE_LANE,
+                format!(
+                    "the descriptor sent is {what}, not a lane's guard: send the descriptor of \
+                     .{lock}.flock on which you hold the lock"
+                ),
+            ));
+        }
+        // The lane's guard (device and inode as the name's), but free (a fresh description
+        // of it takes its lock): nobody holds the lane, so neither does the sender. (Another
+        // file is refused by the guard's own check, naming it.)
+        let path = self.pool.dir().file(lock).ok()?;
+        let sent = rustix::fs::fstat(fd).ok()?;
+        #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+        let same = path
+            .guard_id()
+            .is_some_and(|id| (id.dev, id.ino) == (sent.st_dev as u64, sent.st_ino as u64));
+        if !same {
+            return None;
+        }
+        if let Ok(Some(free)) = path.try_guard() {
+            drop(free);
+            return Some(Reply::refused(
+                code::NOT_HELD,
+                format!(
+                    "nobody holds {lock}'s lock, so the descriptor sent does not hold it: take \
+                     the lane (flock LOCK_EX on .{lock}.flock, or acquire it as PROTOCOL.md \
+                     says) before you enqueue it"
+                ),
+            ));
+        }
+        None
     }
 
     /// Returns every starting attempt older than the claim interval to the queue (its slot
@@ -588,11 +776,12 @@ impl Dispatcher {
 
     /// Admits the next queued attempt if the pool has room (STOP, drain and `max_agents` as for
     /// `worklane run`): it takes an agent slot for it and makes it `starting` with a fresh
-    /// token. `None` when nothing is queued or the pool is full or refusing.
+    /// token. `None` when nothing may be admitted now or the pool is full or refusing.
     pub fn admit_next(&mut self) -> Result<Option<Admitted>, Error> {
+        let now = self.now();
         let Some(attempt) = self
             .store
-            .next_queued()
+            .next_queued(now)
             .map_err(Error::read_queue("choose the next attempt"))?
         else {
             return Ok(None);
@@ -624,7 +813,6 @@ impl Dispatcher {
             Take::Blocked(_) => return Ok(None),
         };
         let token = random_hex();
-        let now = self.now();
         self.store
             .set_state(&attempt.id, State::Starting, Some(&token), now)
             .map_err(Error::set_state(&attempt.id, State::Starting))?;
@@ -646,23 +834,87 @@ impl Dispatcher {
         }))
     }
 
-    /// A start that failed (its driver could not be started): the attempt is queued again at
-    /// once, its slot released.
-    pub fn unadmit(&mut self, id: &str) -> Result<(), Error> {
-        let now = self.now();
+    /// An admitted attempt's driver started as `pid` (a child of this process, whose end the
+    /// caller reports through [`Dispatcher::exited`]).
+    pub fn started(&mut self, id: &str, pid: u32) -> Result<(), Error> {
+        self.children.insert(pid);
         self.store
-            .set_state(id, State::Queued, None, now)
-            .map_err(Error::set_state(id, State::Queued))?;
-        if let Some(held) = self.held.get_mut(id) {
-            held.slot = None;
-        }
+            .started(id, pid)
+            .map_err(Error::set_state(id, State::Starting))?;
         Ok(())
     }
 
-    /// Claims a starting attempt with its token: only then does the row leave the queue, and the
-    /// lane's and slot's guards are returned to be sent. A wrong token, a queued row, an expired
-    /// or absent one is refused, and the row and its descriptors stay.
-    pub fn claim(&mut self, id: &str, token: &str) -> Result<Result<Claimed, Reply>, Error> {
+    /// An admitted attempt's driver could not be started (`error`): its slot is released, and
+    /// it is queued again after a backoff that doubles with each failure, or parked as
+    /// `failed` after [`Settings::start_attempts`] of them. The host's own trouble (no space,
+    /// memory, processes or descriptors) is not counted against it: it is queued again and
+    /// the caller backs off every admission.
+    pub fn start_failed(
+        &mut self,
+        id: &str,
+        error: &str,
+        host: bool,
+    ) -> Result<StartFailure, Error> {
+        if let Some(held) = self.held.get_mut(id) {
+            held.slot = None;
+        }
+        let now = self.now();
+        let Some(attempt) = self.store.get(id).map_err(Error::read_attempt(id))? else {
+            return Ok(StartFailure::Host);
+        };
+        let (state, failures, retry_at_ms, outcome) = if host {
+            (State::Queued, attempt.failures, now, StartFailure::Host)
+        } else {
+            let failures = attempt.failures.saturating_add(1);
+            if failures >= self.settings.start_attempts.max(1) {
+                (
+                    State::Failed,
+                    failures,
+                    0,
+                    StartFailure::Parked { failures },
+                )
+            } else {
+                let retry_at_ms =
+                    now.saturating_add(start_backoff_ms(self.settings.start_backoff_ms, failures));
+                (
+                    State::Queued,
+                    failures,
+                    retry_at_ms,
+                    StartFailure::Retry {
+                        failures,
+                        retry_at_ms,
+                    },
+                )
+            }
+        };
+        self.store
+            .start_failed(id, state, failures, error, retry_at_ms, now)
+            .map_err(Error::set_state(id, state))?;
+        Ok(outcome)
+    }
+
+    /// [`Dispatcher::start_failed`] for the error a launch returned, its kind decided by
+    /// [`is_host_trouble`].
+    pub fn launch_failed(
+        &mut self,
+        id: &str,
+        error: &std::io::Error,
+    ) -> Result<StartFailure, Error> {
+        let text = chain(error);
+        self.start_failed(id, &text, is_host_trouble(error))
+    }
+
+    /// Claims a starting attempt with its token, for `caller` (who must be the one who
+    /// enqueued it, or root): the row leaves the queue (it runs now, holding nothing of the
+    /// dispatcher's) and the lane's and slot's guards are returned to be sent. A wrong token,
+    /// a queued row, an expired or absent one is refused, and the row and its descriptors
+    /// stay.
+    pub fn claim(
+        &mut self,
+        id: &str,
+        token: &str,
+        caller: &Caller,
+    ) -> Result<Result<Claimed, Reply>, Error> {
         self.expire()?;
         let refused = || Reply::refused(code::NO_ADMITTED_ROW, "no admitted row for this token");
         let Some(attempt) = self.store.get(id).map_err(Error::read_attempt(id))? else {
@@ -671,6 +923,25 @@ impl Dispatcher {
         if attempt.state != State::Starting || attempt.token.as_deref() != Some(token) {
             return Ok(Err(refused()));
         }
+        if caller.uid != 0
+            && attempt
+                .enqueuer
+                .as_ref()
+                .is_none_or(|e| e.uid != caller.uid)
+        {
+            return Ok(Err(Reply::refused(
+                code::PERMISSION,
+                format!(
+                    "attempt {id} was enqueued by uid {}: only that user (or root) may claim it, \
+                     and uid {} is neither",
+                    attempt
+                        .enqueuer
+                        .as_ref()
+                        .map_or("(unknown)".to_owned(), |e| e.uid.to_string()),
+                    caller.uid
+                ),
+            )));
+        }
         let Some(held) = self.held.remove(id) else {
             return Ok(Err(refused()));
         };
@@ -678,7 +949,10 @@ impl Dispatcher {
             self.held.insert(id.to_owned(), held);
             return Ok(Err(refused()));
         };
-        self.store.remove(id).map_err(Error::remove(id))?;
+        let now = self.now();
+        self.store
+            .running(id, caller.pid.or(attempt.driver_pid), now)
+            .map_err(Error::set_state(id, State::Running))?;
         let slot_name = slot.name().to_owned();
         let Some(slot_guard) = slot.hand_over() else {
             return Ok(Err(refused()));
@@ -695,22 +969,102 @@ impl Dispatcher {
         }))
     }
 
-    /// Drops an attempt: its row, its lane and its reserved slot. `false` if there is none.
-    ///
-    /// A lane of its own is then retired (its files removed, see
-    /// [`super::lane::retire_own_lane`]): nothing will ever take it again.
-    pub fn cancel(&mut self, id: &str) -> Result<bool, Error> {
-        let lane = self
-            .store
-            .get(id)
-            .map_err(Error::read_attempt(id))?
-            .map(|a| a.lane);
-        drop(self.held.remove(id));
-        let removed = self.store.remove(id).map_err(Error::remove(id))?;
-        if let Some(lane) = lane {
-            let _ = super::lane::retire_own_lane(self.pool.dir(), &lane);
+    /// Cancels attempt `id` for `caller`. A queued, starting or failed one is dropped (its
+    /// row, its lane and its reserved slot; a lane of its own is retired) and kept in the
+    /// history as cancelled; a running one's driver is halted ([`Dispatcher::halt`]). The
+    /// reply says which, or why not.
+    pub fn cancel(&mut self, id: &str, caller: &Caller) -> Result<Reply, Error> {
+        let Some(attempt) = self.store.get(id).map_err(Error::read_attempt(id))? else {
+            return Ok(Reply::refused(
+                code::NO_SUCH_ATTEMPT,
+                format!("no attempt {id} is queued, starting, failed or running"),
+            ));
+        };
+        if !self.may_manage(caller, attempt.enqueuer.as_ref()) {
+            return Ok(Reply::refused(
+                code::PERMISSION,
+                format!(
+                    "attempt {id} is uid {}'s: only that user, root or the slot directory's owner \
+                     may cancel it",
+                    attempt
+                        .enqueuer
+                        .as_ref()
+                        .map_or("(unknown)".to_owned(), |e| e.uid.to_string())
+                ),
+            ));
         }
-        Ok(removed)
+        let mut reply = Reply::ok();
+        reply.attempt = Some(id.to_owned());
+        if attempt.state == State::Running {
+            self.halt(&attempt, caller.uid)?;
+            reply.message = Some(format!(
+                "its driver is being halted (SIGTERM, then SIGKILL after {} s)",
+                self.settings.cancel_grace_ms / 1000
+            ));
+            return Ok(reply);
+        }
+        drop(self.held.remove(id));
+        let now = self.now();
+        let ended = Ended {
+            detail: format!(
+                "cancelled by uid {} while {}",
+                caller.uid,
+                attempt.state.word()
+            ),
+            ..self.ended_of(&attempt, Outcome::Cancelled, now)
+        };
+        self.store.end(&ended).map_err(Error::remove(id))?;
+        if attempt.own_lane {
+            let _ = super::lane::retire_own_lane(self.pool.dir(), &attempt.lane);
+        }
+        Ok(reply)
+    }
+
+    /// Queues a failed attempt again from the start (no failures counted, no backoff), for
+    /// `caller`. A row queued before worklane recorded who enqueued (it has no enqueuer) may be
+    /// retried by root or the directory's owner only, and then runs as the one who retried it.
+    pub fn retry(&mut self, id: &str, caller: &Caller) -> Result<Reply, Error> {
+        let Some(attempt) = self.store.get(id).map_err(Error::read_attempt(id))? else {
+            return Ok(Reply::refused(
+                code::NO_SUCH_ATTEMPT,
+                format!("no attempt {id} is queued or failed"),
+            ));
+        };
+        if attempt.state != State::Failed {
+            return Ok(Reply::refused(
+                code::NOT_FAILED,
+                format!(
+                    "attempt {id} is {}, not failed: only a failed attempt is retried",
+                    attempt.state.word()
+                ),
+            ));
+        }
+        if !self.may_manage(caller, attempt.enqueuer.as_ref()) {
+            return Ok(Reply::refused(
+                code::PERMISSION,
+                format!(
+                    "attempt {id} is another user's: only that user, root or the slot \
+                     directory's owner may retry it"
+                ),
+            ));
+        }
+        if attempt.enqueuer.is_none() && self.euid != 0 && caller.uid != self.euid {
+            return Ok(Reply::refused(
+                code::PERMISSION,
+                format!(
+                    "this dispatcher runs as uid {} and starts drivers only as itself",
+                    self.euid
+                ),
+            ));
+        }
+        let enqueuer = attempt.enqueuer.is_none().then(|| caller.enqueuer());
+        let now = self.now();
+        self.store
+            .retry(id, enqueuer.as_ref(), now)
+            .map_err(Error::set_state(id, State::Queued))?;
+        let mut reply = Reply::ok();
+        reply.attempt = Some(id.to_owned());
+        Ok(reply)
     }
 
     /// Every attempt, in admission order.
@@ -721,6 +1075,17 @@ impl Dispatcher {
             .map_err(Error::read_queue("list the attempts"))?
             .into_iter()
             .map(|a| self.view_of(a))
+            .collect())
+    }
+
+    /// The history of ended attempts, newest first.
+    pub fn history(&self) -> Result<Vec<EndedView>, Error> {
+        Ok(self
+            .store
+            .history(super::store::MAX_ENDED)
+            .map_err(Error::history("read"))?
+            .into_iter()
+            .map(ended_view)
             .collect())
     }
 
@@ -740,6 +1105,7 @@ impl Dispatcher {
                 .get(&a.id)
                 .and_then(|h| h.slot.as_ref())
                 .map(|s| s.name().to_owned()),
+            log: a.log_name(),
             attempt: a.id,
             lane: a.lane,
             state: a.state.word().to_owned(),
@@ -749,6 +1115,146 @@ impl Dispatcher {
             placement: a.placement,
             state_at_ms: a.state_at_ms,
             args: a.args,
+            uid: a.enqueuer.map(|e| e.uid),
+            failures: a.failures,
+            last_error: a.last_error,
+            retry_at_ms: (a.retry_at_ms > 0 && a.state == State::Queued).then_some(a.retry_at_ms),
+            driver_pid: a.driver_pid,
+            starts: a.starts,
+            cancel_at_ms: a.cancel.map(|c| c.at_ms),
         }
+    }
+
+    /// The history row of `attempt` ending `now` with `outcome` (detail and status left for
+    /// the caller).
+    fn ended_of(&self, attempt: &Attempt, outcome: Outcome, now: u64) -> Ended {
+        Ended {
+            id: attempt.id.clone(),
+            lane: attempt.lane.clone(),
+            args: attempt.args.clone(),
+            uid: attempt.enqueuer.as_ref().map(|e| e.uid),
+            queued_at_ms: attempt.queued_at_ms,
+            started_at_ms: (attempt.state == State::Running).then_some(attempt.state_at_ms),
+            ended_at_ms: now,
+            outcome,
+            status: None,
+            signal: None,
+            detail: String::new(),
+            log: (attempt.starts > 0).then(|| attempt.log_name()),
+        }
+    }
+
+    /// The end of `attempt` as the history tells it, if it has ended.
+    pub fn ended(&self, id: &str) -> Result<Option<EndedView>, Error> {
+        Ok(self
+            .store
+            .ended(id)
+            .map_err(Error::history("read"))?
+            .map(ended_view))
+    }
+}
+
+/// An ended attempt as a reply shows it.
+fn ended_view(e: Ended) -> EndedView {
+    EndedView {
+        attempt: e.id,
+        lane: e.lane,
+        outcome: e.outcome.word().to_owned(),
+        status: e.status,
+        signal: e.signal,
+        detail: e.detail,
+        start_ms: e.queued_at_ms,
+        started_at_ms: e.started_at_ms,
+        ended_at_ms: e.ended_at_ms,
+        uid: e.uid,
+        args: e.args,
+        log: e.log,
+    }
+}
+
+/// An error and its causes, `outer: inner: innermost`.
+pub(crate) fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_start_backoff_doubles_from_its_base_up_to_a_minute() {
+        assert_eq!(start_backoff_ms(1_000, 1), 1_000);
+        assert_eq!(start_backoff_ms(1_000, 2), 2_000);
+        assert_eq!(start_backoff_ms(1_000, 3), 4_000);
+        assert_eq!(start_backoff_ms(1_000, 7), MAX_START_BACKOFF_MS, "capped");
+        assert_eq!(
+            start_backoff_ms(1_000, u32::MAX),
+            MAX_START_BACKOFF_MS,
+            "no overflow"
+        );
+        assert_eq!(
+            start_backoff_ms(u64::MAX, 2),
+            MAX_START_BACKOFF_MS,
+            "no overflow"
+        );
+        assert_eq!(start_backoff_ms(10, 0), 10, "a zeroth failure is the first");
+    }
+
+    #[test]
+    fn the_host_s_own_exhaustion_is_not_the_attempt_s_fault() {
+        use rustix::io::Errno;
+        for errno in [
+            Errno::NOSPC,
+            Errno::DQUOT,
+            Errno::MFILE,
+            Errno::NFILE,
+            Errno::AGAIN,
+            Errno::NOMEM,
+            Errno::IO,
+        ] {
+            assert!(is_host_trouble(&errno.into()), "{errno:?}");
+        }
+        for errno in [
+            Errno::NOENT,
+            Errno::ACCESS,
+            Errno::NOEXEC,
+            Errno::EXIST,
+            Errno::PERM,
+        ] {
+            assert!(!is_host_trouble(&errno.into()), "{errno:?}");
+        }
+        assert!(!is_host_trouble(&std::io::Error::other("no errno")));
+        #[derive(Debug, thiserror::Error)]
+        #[error("cannot create the log")]
+        struct Wrapped(#[source] std::io::Error);
+        assert!(
+            is_host_trouble(&std::io::Error::other(Wrapped(Errno::NOSPC.into()))),
+            "a cause's errno counts"
+        );
+        assert!(!is_host_trouble(&std::io::Error::other(Wrapped(
+            Errno::EXIST.into()
+        ))));
+    }
+
+    #[test]
+    fn an_exit_says_how_the_driver_ended() {
+        let exit = |status, signal| {
+            Exit {
+                pid: 1,
+                status,
+                signal,
+            }
+            .to_string()
+        };
+        assert_eq!(exit(Some(3), None), "exit status 3");
+        assert_eq!(exit(None, Some(9)), "killed by signal 9");
+        assert_eq!(exit(None, None), "an unknown status");
     }
 }

@@ -34,6 +34,9 @@ struct Entry<'a> {
     placement: &'a str,
     since: String,
     slot: Option<&'a str>,
+    /// The driver command, so that a queue whose database is lost can still say what each
+    /// lane was to run.
+    args: &'a [String],
     dispatcher: Keeper,
 }
 
@@ -97,6 +100,7 @@ pub fn write_entry(
         placement: &attempt.placement,
         since: rfc3339_ms(attempt.state_at_ms),
         slot: attempt.slot.as_deref(),
+        args: &attempt.args,
         dispatcher: Keeper {
             pid,
             heartbeat: rfc3339_ms(now_ms),
@@ -111,6 +115,70 @@ pub fn write_entry(
             source,
         })?;
     Ok(())
+}
+
+/// A status entry as read back (tolerantly: what cannot be read is left out).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    /// The lane it names.
+    pub lane: String,
+    /// The attempt it names, if it does.
+    pub attempt: Option<String>,
+    /// The driver command, where the entry has it.
+    pub args: Vec<String>,
+    /// The original queue start, ms, where readable.
+    pub start_ms: Option<u64>,
+    /// The pid of the dispatcher that wrote it.
+    pub dispatcher_pid: Option<u32>,
+}
+
+/// Every status entry in `dir` (`queue-<lane>.json` files that parse as JSON objects; the
+/// rest are skipped).
+#[must_use]
+pub fn read_entries(dir: &SlotDir) -> Vec<Found> {
+    #[derive(serde::Deserialize)]
+    struct Raw {
+        #[serde(default)]
+        lane: Option<String>,
+        #[serde(default)]
+        attempt: Option<String>,
+        #[serde(default)]
+        args: Option<Vec<String>>,
+        #[serde(default)]
+        start: Option<String>,
+        #[serde(default)]
+        dispatcher: Option<serde_json::Value>,
+    }
+    let Ok(paths) = dir.list_prefixed("queue-") else {
+        return Vec::new();
+    };
+    paths
+        .into_iter()
+        .filter_map(|path| {
+            let lane = path
+                .name()
+                .strip_prefix("queue-")?
+                .strip_suffix(".json")?
+                .to_owned();
+            let raw = path.read().ok().flatten()?;
+            let entry: Raw = serde_json::from_slice(&raw).ok()?;
+            Some(Found {
+                lane: entry.lane.unwrap_or(lane),
+                attempt: entry.attempt,
+                args: entry.args.unwrap_or_default(),
+                start_ms: entry
+                    .start
+                    .as_deref()
+                    .and_then(worklane_lease::parse_rfc3339_ms),
+                dispatcher_pid: entry
+                    .dispatcher
+                    .as_ref()
+                    .and_then(|d| d.get("pid"))
+                    .and_then(serde_json::Value::as_u64)
+                    .and_then(|p| u32::try_from(p).ok()),
+            })
+        })
+        .collect()
 }
 
 /// Removes the entry of lane `lane` (claimed, cancelled or dropped).

@@ -1,15 +1,20 @@
-//! The queue's durable rows: SQLite (WAL), one row per attempt, a versioned schema.
+//! The queue's durable rows: SQLite (WAL), one row per attempt, a versioned schema, and a
+//! bounded history of the attempts that ended.
 //!
 //! A row is committed before its enqueue is acknowledged, and admission order comes from an
 //! index (`priority` descending, then the original queue start, then the attempt id), never
-//! from a scan.
+//! from a scan. [`Store::open_checked`] runs SQLite's `quick_check` first and moves a damaged
+//! database aside (never deletes it), so a dispatcher starts on a sound one and says why.
 
 use rusqlite::{Connection, OptionalExtension, params};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The schema version this code writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
+
+/// How many ended attempts the history keeps at most (the oldest go first).
+pub const MAX_ENDED: u32 = 1000;
 
 /// The schema, by version: `MIGRATIONS[v - 1]` takes a database from version `v - 1` to `v`.
 const MIGRATIONS: &[&str] = &[
@@ -33,24 +38,87 @@ const MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE attempts ADD COLUMN lane_epoch INTEGER;
 ",
+    // Version 3: who enqueued (the peer's credentials), the start failures and their backoff,
+    // the driver's pid, the `running` and `failed` states, a cancel asked of a running attempt,
+    // and the history of ended attempts. SQLite cannot change a CHECK: the table is rebuilt.
+    "
+    CREATE TABLE attempts_v3 (
+        id           TEXT PRIMARY KEY NOT NULL,
+        lane         TEXT NOT NULL,
+        state        TEXT NOT NULL CHECK (state IN ('queued', 'starting', 'running', 'failed')),
+        token        TEXT,
+        queued_at_ms INTEGER NOT NULL,
+        priority     INTEGER NOT NULL,
+        placement    TEXT NOT NULL,
+        args         TEXT NOT NULL,
+        stage        TEXT NOT NULL,
+        env          TEXT NOT NULL,
+        state_at_ms  INTEGER NOT NULL,
+        lane_epoch   INTEGER,
+        uid          INTEGER,
+        gid          INTEGER,
+        groups       TEXT,
+        own_lane     INTEGER NOT NULL DEFAULT 0,
+        failures     INTEGER NOT NULL DEFAULT 0,
+        last_error   TEXT,
+        retry_at_ms  INTEGER NOT NULL DEFAULT 0,
+        driver_pid   INTEGER,
+        starts       INTEGER NOT NULL DEFAULT 0,
+        cancel_at_ms INTEGER,
+        cancel_by    INTEGER
+    ) STRICT;
+    INSERT INTO attempts_v3 (id, lane, state, token, queued_at_ms, priority, placement, args,
+                             stage, env, state_at_ms, lane_epoch, own_lane)
+        SELECT id, lane, state, token, queued_at_ms, priority, placement, args, stage, env,
+               state_at_ms, lane_epoch,
+               length(lane) = 18 AND substr(lane, 1, 2) = 'q-'
+                   AND substr(lane, 3) NOT GLOB '*[^0-9a-f]*'
+        FROM attempts;
+    DROP TABLE attempts;
+    ALTER TABLE attempts_v3 RENAME TO attempts;
+    CREATE UNIQUE INDEX attempts_lane ON attempts (lane);
+    CREATE INDEX attempts_order ON attempts (state, priority DESC, queued_at_ms, id);
+    CREATE TABLE ended (
+        id            TEXT PRIMARY KEY NOT NULL,
+        lane          TEXT NOT NULL,
+        args          TEXT NOT NULL,
+        uid           INTEGER,
+        queued_at_ms  INTEGER NOT NULL,
+        started_at_ms INTEGER,
+        ended_at_ms   INTEGER NOT NULL,
+        outcome       TEXT NOT NULL,
+        status        INTEGER,
+        signal        INTEGER,
+        detail        TEXT NOT NULL,
+        log           TEXT
+    ) STRICT;
+    CREATE INDEX ended_order ON ended (ended_at_ms, id);
+",
 ];
 
 /// Where an attempt is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
-    /// Waiting for admission.
+    /// Waiting for admission (or for its next start after a failed one).
     Queued,
     /// Admitted: offered to a driver that must claim it with its token before the deadline.
     Starting,
+    /// Claimed: its driver holds the lane and the slot; the row stays until the lane is free.
+    Running,
+    /// Its driver could not be started the bounded number of times: parked, its lane still
+    /// held, until `queue retry` or `queue cancel`.
+    Failed,
 }
 
 impl State {
-    /// The word stored and shown: `queued` or `starting`.
+    /// The word stored and shown: `queued`, `starting`, `running` or `failed`.
     #[must_use]
     pub fn word(self) -> &'static str {
         match self {
             State::Queued => "queued",
             State::Starting => "starting",
+            State::Running => "running",
+            State::Failed => "failed",
         }
     }
 
@@ -58,9 +126,32 @@ impl State {
         match word {
             "queued" => Some(State::Queued),
             "starting" => Some(State::Starting),
+            "running" => Some(State::Running),
+            "failed" => Some(State::Failed),
             _ => None,
         }
     }
+}
+
+/// Who enqueued an attempt, from the peer credentials of the enqueue's connection (never from
+/// the message): the driver runs with exactly these.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Enqueuer {
+    /// The effective uid.
+    pub uid: u32,
+    /// The effective gid.
+    pub gid: u32,
+    /// The supplementary groups.
+    pub groups: Vec<u32>,
+}
+
+/// A cancel asked of a running attempt: its driver is being halted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cancel {
+    /// When it was asked, ms since the Unix epoch.
+    pub at_ms: u64,
+    /// Who asked (uid).
+    pub by: u32,
 }
 
 /// One attempt: a row of the queue.
@@ -70,7 +161,7 @@ pub struct Attempt {
     pub id: String,
     /// The lane's name (its lock is `lane-<lane>.lock`).
     pub lane: String,
-    /// Queued or starting.
+    /// Where it is.
     pub state: State,
     /// The admitted-start token, while starting.
     pub token: Option<String>,
@@ -91,6 +182,144 @@ pub struct Attempt {
     /// The lane's fencing epoch when the dispatcher received it (from the launcher's record),
     /// if known: at recovery, a lane still at that epoch was acquired by nobody in between.
     pub lane_epoch: Option<u64>,
+    /// Who enqueued it; `None` for a row queued before worklane recorded it (such a row is
+    /// never started: see [`super::service`]).
+    pub enqueuer: Option<Enqueuer>,
+    /// Whether its lane is one of its own (`q-<16 hex>`, declared so by the launcher), retired
+    /// when the attempt ends.
+    pub own_lane: bool,
+    /// Its driver's failed starts since it was queued (or retried).
+    pub failures: u32,
+    /// The last failed start's error, as shown.
+    pub last_error: Option<String>,
+    /// Not admitted before this time (ms since the Unix epoch): the backoff after a failed
+    /// start; 0 for none.
+    pub retry_at_ms: u64,
+    /// The pid of the driver started for it last (starting), or of the claimer (running).
+    pub driver_pid: Option<u32>,
+    /// How many times its driver was started.
+    pub starts: u32,
+    /// A cancel asked while it runs.
+    pub cancel: Option<Cancel>,
+}
+
+impl Attempt {
+    /// A new queued attempt, with no failure, driver or cancel yet.
+    #[must_use]
+    pub fn queued(
+        id: String,
+        lane: String,
+        queued_at_ms: u64,
+        priority: i64,
+        now_ms: u64,
+    ) -> Attempt {
+        Attempt {
+            id,
+            lane,
+            state: State::Queued,
+            token: None,
+            queued_at_ms,
+            priority,
+            placement: String::new(),
+            args: Vec::new(),
+            stage: String::new(),
+            env: BTreeMap::new(),
+            state_at_ms: now_ms,
+            lane_epoch: None,
+            enqueuer: None,
+            own_lane: false,
+            failures: 0,
+            last_error: None,
+            retry_at_ms: 0,
+            driver_pid: None,
+            starts: 0,
+            cancel: None,
+        }
+    }
+
+    /// The name of its driver's log in the slot directory.
+    #[must_use]
+    pub fn log_name(&self) -> String {
+        log_name(&self.id)
+    }
+}
+
+/// The log a driver writes, named after its attempt, in the slot directory.
+#[must_use]
+pub fn log_name(attempt: &str) -> String {
+    format!("queue-{attempt}.log")
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Its driver exited with a status.
+    Exited,
+    /// Its driver was killed by a signal.
+    Killed,
+    /// Its lane was found free, its driver not this dispatcher's to reap (started by an
+    /// earlier one): the status is in its log.
+    Ended,
+    /// Cancelled (queued, starting, failed, or running and halted).
+    Cancelled,
+    /// Lost: its row was in a damaged queue database.
+    Lost,
+}
+
+impl Outcome {
+    /// The word stored and shown.
+    #[must_use]
+    pub fn word(self) -> &'static str {
+        match self {
+            Outcome::Exited => "exited",
+            Outcome::Killed => "killed",
+            Outcome::Ended => "ended",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Lost => "lost",
+        }
+    }
+
+    fn parse(word: &str) -> Option<Outcome> {
+        [
+            Outcome::Exited,
+            Outcome::Killed,
+            Outcome::Ended,
+            Outcome::Cancelled,
+            Outcome::Lost,
+        ]
+        .into_iter()
+        .find(|o| o.word() == word)
+    }
+}
+
+/// An ended attempt, as the history keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ended {
+    /// The attempt id.
+    pub id: String,
+    /// Its lane.
+    pub lane: String,
+    /// Its driver command.
+    pub args: Vec<String>,
+    /// Who enqueued it, where known.
+    pub uid: Option<u32>,
+    /// When it was first queued, ms.
+    pub queued_at_ms: u64,
+    /// When its driver claimed it (running since), ms, if it ran.
+    pub started_at_ms: Option<u64>,
+    /// When it ended, ms.
+    pub ended_at_ms: u64,
+    /// How.
+    pub outcome: Outcome,
+    /// The driver's exit status, if it exited.
+    pub status: Option<i32>,
+    /// The signal that killed the driver, if one did.
+    pub signal: Option<i32>,
+    /// Who or what ended it, in words (`cancelled by uid 0`, `halted by queue cancel`, the
+    /// damaged database's new name...).
+    pub detail: String,
+    /// Its log's name in the slot directory, if it had one.
+    pub log: Option<String>,
 }
 
 /// Errors of the queue database.
@@ -123,6 +352,17 @@ pub mod db {
             /// The newest this code knows.
             supported: i64,
         },
+        /// A damaged database could not be moved aside.
+        #[error("cannot move the damaged queue database {path} aside to {to}")]
+        MoveAside {
+            /// The database file (or its `-wal` / `-shm`).
+            path: PathBuf,
+            /// Where it was to go.
+            to: PathBuf,
+            /// Why.
+            #[source]
+            source: std::io::Error,
+        },
         /// A statement failed.
         #[error("queue database {path}: cannot {op}")]
         Query {
@@ -134,7 +374,7 @@ pub mod db {
             #[source]
             source: rusqlite::Error,
         },
-        /// A stored row's state is neither `queued` nor `starting`.
+        /// A stored row's state is not one of the four.
         #[error(
             "queue database {path}: row {id} is damaged (state {state:?}); remove it with \
              `worklane queue cancel {id}`"
@@ -164,6 +404,32 @@ pub mod db {
             source: serde_json::Error,
         },
     }
+
+    impl Error {
+        /// Whether this is the disk's trouble (full, over quota, failing) rather than the
+        /// database's: retried later, never a reason to move the database aside.
+        #[must_use]
+        pub fn is_disk_trouble(&self) -> bool {
+            let code = match self {
+                Error::Open { source, .. } | Error::Query { source, .. } => {
+                    source.sqlite_error_code()
+                }
+                _ => None,
+            };
+            matches!(
+                code,
+                Some(
+                    rusqlite::ErrorCode::DiskFull
+                        | rusqlite::ErrorCode::SystemIoFailure
+                        | rusqlite::ErrorCode::CannotOpen
+                        | rusqlite::ErrorCode::DatabaseBusy
+                        | rusqlite::ErrorCode::DatabaseLocked
+                        | rusqlite::ErrorCode::OutOfMemory
+                        | rusqlite::ErrorCode::ReadOnly
+                )
+            )
+        }
+    }
 }
 
 use db::Error;
@@ -175,12 +441,26 @@ pub struct Store {
     path: PathBuf,
 }
 
+/// A damaged queue database that [`Store::open_checked`] moved aside.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damage {
+    /// The damaged database's new name (its `-wal` and `-shm`, if any, beside it with the same
+    /// suffix).
+    pub moved_to: PathBuf,
+    /// What was wrong, as SQLite said it.
+    pub why: String,
+}
+
 const COLUMNS: &str = "id, lane, state, token, queued_at_ms, priority, placement, args, stage, \
-                       env, state_at_ms, lane_epoch";
+                       env, state_at_ms, lane_epoch, uid, gid, groups, own_lane, failures, \
+                       last_error, retry_at_ms, driver_pid, starts, cancel_at_ms, cancel_by";
+
+const ENDED_COLUMNS: &str = "id, lane, args, uid, queued_at_ms, started_at_ms, ended_at_ms, \
+                             outcome, status, signal, detail, log";
 
 impl Store {
     /// Opens (creating if needed) the database at `path`, in WAL mode, migrated to
-    /// [`SCHEMA_VERSION`].
+    /// [`SCHEMA_VERSION`]. No check of its pages: see [`Store::open_checked`].
     pub fn open(path: &Path) -> Result<Store, Error> {
         let open = |source| Error::Open {
             path: path.to_owned(),
@@ -226,6 +506,62 @@ impl Store {
         })
     }
 
+    /// Opens the database at `path` as [`Store::open`] does, after checking it: a file SQLite
+    /// calls no database or corrupt, or whose `PRAGMA quick_check` finds damage, is moved
+    /// aside (with its `-wal` and `-shm`) to `<path>.damaged-<now_ms>` and a new one is made;
+    /// the [`Damage`] says where it went and why. The disk's own trouble (full, failing) is an
+    /// error, never a reason to move a database aside.
+    pub fn open_checked(path: &Path, now_ms: u64) -> Result<(Store, Option<Damage>), Error> {
+        let why = match Store::open(path) {
+            Ok(store) => match store.quick_check() {
+                Ok(None) => return Ok((store, None)),
+                Ok(Some(why)) => why,
+                Err(e) if is_damage(&e) => e.to_string() + ": " + &source_text(&e),
+                Err(e) => return Err(e),
+            },
+            Err(e) if is_damage(&e) => source_text(&e),
+            Err(e) => return Err(e),
+        };
+        let moved_to = aside(path, now_ms);
+        for suffix in ["", "-wal", "-shm"] {
+            let from = with_suffix(path, suffix);
+            let to = with_suffix(&moved_to, suffix);
+            match std::fs::rename(&from, &to) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && !suffix.is_empty() => {}
+                Err(source) => {
+                    return Err(Error::MoveAside {
+                        path: from,
+                        to,
+                        source,
+                    });
+                }
+            }
+        }
+        let store = Store::open(path)?;
+        Ok((store, Some(Damage { moved_to, why })))
+    }
+
+    /// `PRAGMA quick_check`: `None` when it says `ok`, else what it found (its first lines).
+    fn quick_check(&self) -> Result<Option<String>, Error> {
+        let mut statement = self
+            .conn
+            .prepare("PRAGMA quick_check(8)")
+            .map_err(self.query("check the database"))?;
+        let lines: Vec<String> = statement
+            .query_map([], |row| row.get::<_, String>(0))
+            .map_err(self.query("check the database"))?
+            .collect::<Result<_, _>>()
+            .map_err(self.query("check the database"))?;
+        Ok((lines != ["ok"]).then(|| lines.join("; ")))
+    }
+
+    /// The database file.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     fn query(&self, op: &'static str) -> impl FnOnce(rusqlite::Error) -> Error + '_ {
         move |source| Error::Query {
             path: self.path.clone(),
@@ -236,9 +572,21 @@ impl Store {
 
     /// Stores a new attempt (committed when this returns).
     pub fn insert(&self, attempt: &Attempt) -> Result<(), Error> {
+        let (uid, gid, groups) = match &attempt.enqueuer {
+            Some(e) => (
+                Some(e.uid),
+                Some(e.gid),
+                Some(serde_json::to_string(&e.groups).unwrap_or_default()),
+            ),
+            None => (None, None, None),
+        };
         self.conn
-            .prepare_cached(&format!("INSERT INTO attempts ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"))
-            .and_then(|mut statement| statement.execute(params![
+            .prepare_cached(&format!(
+                "INSERT INTO attempts ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, \
+                 ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)"
+            ))
+            .and_then(|mut statement| {
+                statement.execute(params![
                     attempt.id,
                     attempt.lane,
                     attempt.state.word(),
@@ -251,7 +599,19 @@ impl Store {
                     serde_json::to_string(&attempt.env).unwrap_or_default(),
                     to_i64(attempt.state_at_ms),
                     attempt.lane_epoch.map(to_i64),
-                ]))
+                    uid,
+                    gid,
+                    groups,
+                    attempt.own_lane,
+                    attempt.failures,
+                    attempt.last_error,
+                    to_i64(attempt.retry_at_ms),
+                    attempt.driver_pid,
+                    attempt.starts,
+                    attempt.cancel.map(|c| to_i64(c.at_ms)),
+                    attempt.cancel.map(|c| c.by),
+                ])
+            })
             .map_err(self.query("insert an attempt"))?;
         Ok(())
     }
@@ -264,26 +624,195 @@ impl Store {
         token: Option<&str>,
         at_ms: u64,
     ) -> Result<bool, Error> {
+        self.change(
+            "update an attempt",
+            "UPDATE attempts SET state = ?2, token = ?3, state_at_ms = ?4 WHERE id = ?1",
+            params![id, state.word(), token, to_i64(at_ms)],
+        )
+    }
+
+    /// An admitted attempt's driver started as `pid`: counted, and remembered.
+    pub fn started(&self, id: &str, pid: u32) -> Result<bool, Error> {
+        self.change(
+            "record a driver's start",
+            "UPDATE attempts SET driver_pid = ?2, starts = starts + 1 WHERE id = ?1",
+            params![id, pid],
+        )
+    }
+
+    /// An admitted attempt's driver could not be started: queued again (or parked as
+    /// `failed`) with its count of failures, the error, and when it may be tried again.
+    pub fn start_failed(
+        &self,
+        id: &str,
+        state: State,
+        failures: u32,
+        error: &str,
+        retry_at_ms: u64,
+        at_ms: u64,
+    ) -> Result<bool, Error> {
+        self.change(
+            "record a failed start",
+            "UPDATE attempts SET state = ?2, token = NULL, failures = ?3, last_error = ?4, \
+             retry_at_ms = ?5, state_at_ms = ?6 WHERE id = ?1",
+            params![
+                id,
+                state.word(),
+                failures,
+                error,
+                to_i64(retry_at_ms),
+                to_i64(at_ms)
+            ],
+        )
+    }
+
+    /// A claimed attempt runs: its token cleared, its driver `pid` the claimer.
+    pub fn running(&self, id: &str, pid: Option<u32>, at_ms: u64) -> Result<bool, Error> {
+        self.change(
+            "mark an attempt running",
+            "UPDATE attempts SET state = 'running', token = NULL, driver_pid = ?2, \
+             state_at_ms = ?3 WHERE id = ?1",
+            params![id, pid, to_i64(at_ms)],
+        )
+    }
+
+    /// A cancel was asked of a running attempt.
+    pub fn cancel_asked(&self, id: &str, cancel: Cancel) -> Result<bool, Error> {
+        self.change(
+            "record a cancel",
+            "UPDATE attempts SET cancel_at_ms = ?2, cancel_by = ?3 WHERE id = ?1",
+            params![id, to_i64(cancel.at_ms), cancel.by],
+        )
+    }
+
+    /// A failed (or legacy) attempt is queued again from the start: no failures, no backoff;
+    /// `enqueuer` replaces the recorded one where given.
+    pub fn retry(&self, id: &str, enqueuer: Option<&Enqueuer>, at_ms: u64) -> Result<bool, Error> {
+        let changed = self.change(
+            "queue an attempt again",
+            "UPDATE attempts SET state = 'queued', token = NULL, failures = 0, \
+             retry_at_ms = 0, state_at_ms = ?2 WHERE id = ?1",
+            params![id, to_i64(at_ms)],
+        )?;
+        if let (true, Some(e)) = (changed, enqueuer) {
+            self.change(
+                "record who retried an attempt",
+                "UPDATE attempts SET uid = ?2, gid = ?3, groups = ?4 WHERE id = ?1",
+                params![
+                    id,
+                    e.uid,
+                    e.gid,
+                    serde_json::to_string(&e.groups).unwrap_or_default()
+                ],
+            )?;
+        }
+        Ok(changed)
+    }
+
+    fn change(
+        &self,
+        op: &'static str,
+        sql: &str,
+        params: &[&dyn rusqlite::ToSql],
+    ) -> Result<bool, Error> {
         let n = self
             .conn
-            .prepare_cached(
-                "UPDATE attempts SET state = ?2, token = ?3, state_at_ms = ?4 WHERE id = ?1",
-            )
-            .and_then(|mut statement| {
-                statement.execute(params![id, state.word(), token, to_i64(at_ms)])
-            })
-            .map_err(self.query("update an attempt"))?;
+            .prepare_cached(sql)
+            .and_then(|mut statement| statement.execute(params))
+            .map_err(self.query(op))?;
         Ok(n > 0)
     }
 
     /// Removes an attempt; `false` if there was none.
     pub fn remove(&self, id: &str) -> Result<bool, Error> {
-        let n = self
+        self.change(
+            "remove an attempt",
+            "DELETE FROM attempts WHERE id = ?1",
+            params![id],
+        )
+    }
+
+    /// Ends an attempt: its row removed (if there is one) and `ended` kept in the history, in
+    /// one transaction; the history is cut to its newest [`MAX_ENDED`].
+    pub fn end(&mut self, ended: &Ended) -> Result<(), Error> {
+        let path = self.path.clone();
+        let query = |op| {
+            let path = path.clone();
+            move |source| Error::Query { path, op, source }
+        };
+        let tx = self.conn.transaction().map_err(query("end an attempt"))?;
+        tx.execute("DELETE FROM attempts WHERE id = ?1", params![ended.id])
+            .map_err(query("remove an ended attempt"))?;
+        tx.execute(
+            &format!(
+                "INSERT OR REPLACE INTO ended ({ENDED_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, \
+                 ?7, ?8, ?9, ?10, ?11, ?12)"
+            ),
+            params![
+                ended.id,
+                ended.lane,
+                serde_json::to_string(&ended.args).unwrap_or_default(),
+                ended.uid,
+                to_i64(ended.queued_at_ms),
+                ended.started_at_ms.map(to_i64),
+                to_i64(ended.ended_at_ms),
+                ended.outcome.word(),
+                ended.status,
+                ended.signal,
+                ended.detail,
+                ended.log,
+            ],
+        )
+        .map_err(query("keep an ended attempt"))?;
+        tx.execute(
+            "DELETE FROM ended WHERE id IN (SELECT id FROM ended ORDER BY ended_at_ms DESC, id \
+             DESC LIMIT -1 OFFSET ?1)",
+            params![MAX_ENDED],
+        )
+        .map_err(query("cut the history"))?;
+        tx.commit().map_err(query("end an attempt"))?;
+        Ok(())
+    }
+
+    /// The ended attempt `id`, if the history keeps it.
+    pub fn ended(&self, id: &str) -> Result<Option<Ended>, Error> {
+        self.conn
+            .prepare_cached(&format!("SELECT {ENDED_COLUMNS} FROM ended WHERE id = ?1"))
+            .and_then(|mut statement| statement.query_row(params![id], ended_from_row))
+            .optional()
+            .map_err(self.query("read an ended attempt"))
+    }
+
+    /// The history, newest first, at most `limit`.
+    pub fn history(&self, limit: u32) -> Result<Vec<Ended>, Error> {
+        let mut statement = self
             .conn
-            .prepare_cached("DELETE FROM attempts WHERE id = ?1")
-            .and_then(|mut statement| statement.execute(params![id]))
-            .map_err(self.query("remove an attempt"))?;
-        Ok(n > 0)
+            .prepare_cached(&format!(
+                "SELECT {ENDED_COLUMNS} FROM ended ORDER BY ended_at_ms DESC, id DESC LIMIT ?1"
+            ))
+            .map_err(self.query("read the history"))?;
+        let rows = statement
+            .query_map(params![limit], ended_from_row)
+            .map_err(self.query("read the history"))?;
+        rows.collect::<Result<_, _>>()
+            .map_err(self.query("read the history"))
+    }
+
+    /// Removes from the history every attempt that ended before `before_ms` (of `uid` only,
+    /// where given) and returns them (their logs are the caller's to remove).
+    pub fn prune(&self, before_ms: u64, uid: Option<u32>) -> Result<Vec<Ended>, Error> {
+        let mut statement = self
+            .conn
+            .prepare_cached(&format!(
+                "DELETE FROM ended WHERE ended_at_ms < ?1 AND (?2 IS NULL OR uid = ?2) \
+                 RETURNING {ENDED_COLUMNS}"
+            ))
+            .map_err(self.query("prune the history"))?;
+        let rows = statement
+            .query_map(params![to_i64(before_ms), uid], ended_from_row)
+            .map_err(self.query("prune the history"))?;
+        rows.collect::<Result<_, _>>()
+            .map_err(self.query("prune the history"))
     }
 
     /// The attempt `id`, if stored.
@@ -297,41 +826,75 @@ impl Store {
         raw.map(|r| r.into_attempt(&self.path)).transpose()
     }
 
-    /// The next attempt to admit: the queued one with the highest priority, then the oldest
-    /// original start, then the smallest id (from the `attempts_order` index).
-    pub fn next_queued(&self) -> Result<Option<Attempt>, Error> {
+    /// The next attempt to admit at `now_ms`: of the queued ones not waiting out a backoff, the
+    /// one with the highest priority, then the oldest original start, then the smallest id
+    /// (from the `attempts_order` index).
+    pub fn next_queued(&self, now_ms: u64) -> Result<Option<Attempt>, Error> {
         let raw = self
             .conn
             .prepare_cached(&format!(
                 "SELECT {COLUMNS} FROM attempts INDEXED BY attempts_order WHERE state = 'queued' \
-                 ORDER BY priority DESC, queued_at_ms, id LIMIT 1"
+                 AND retry_at_ms <= ?1 ORDER BY priority DESC, queued_at_ms, id LIMIT 1"
             ))
-            .and_then(|mut statement| statement.query_row([], Raw::from_row))
+            .and_then(|mut statement| statement.query_row(params![to_i64(now_ms)], Raw::from_row))
             .optional()
             .map_err(self.query("choose the next attempt"))?;
         raw.map(|r| r.into_attempt(&self.path)).transpose()
     }
 
-    /// Every attempt, in admission order (starting ones first).
+    /// The earliest end of a backoff still ahead of `now_ms`, if a queued attempt waits one.
+    pub fn next_retry(&self, now_ms: u64) -> Result<Option<u64>, Error> {
+        self.conn
+            .prepare_cached(
+                "SELECT min(retry_at_ms) FROM attempts WHERE state = 'queued' AND retry_at_ms > ?1",
+            )
+            .and_then(|mut statement| {
+                statement.query_row(params![to_i64(now_ms)], |row| row.get::<_, Option<i64>>(0))
+            })
+            .map(|at| at.and_then(|at| u64::try_from(at).ok()))
+            .map_err(self.query("find the next retry"))
+    }
+
+    /// Every attempt, in admission order (running first, then starting, failed and queued).
     pub fn all(&self) -> Result<Vec<Attempt>, Error> {
         self.select(
             &format!(
-                "SELECT {COLUMNS} FROM attempts ORDER BY state DESC, priority DESC, queued_at_ms, id"
+                "SELECT {COLUMNS} FROM attempts ORDER BY \
+                 CASE state WHEN 'running' THEN 0 WHEN 'starting' THEN 1 WHEN 'failed' THEN 2 \
+                 ELSE 3 END, priority DESC, queued_at_ms, id"
             ),
             "list the attempts",
         )
     }
 
-    /// The starting attempts (at most as many as the pool has slots), from the
-    /// `attempts_order` index: what expiry looks at, without reading the queued rows.
+    /// The attempts in state `state`, in admission order, from the `attempts_order` index:
+    /// what expiry (starting) and the end of runs (running) look at, without reading the
+    /// queued rows.
+    pub fn in_state(&self, state: State) -> Result<Vec<Attempt>, Error> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM attempts INDEXED BY attempts_order \
+             WHERE state = '{}' ORDER BY priority DESC, queued_at_ms, id",
+            state.word()
+        );
+        self.select(&sql, "list the attempts in one state")
+    }
+
+    /// The starting attempts (at most as many as the pool has slots).
     pub fn starting(&self) -> Result<Vec<Attempt>, Error> {
-        self.select(
-            &format!(
-                "SELECT {COLUMNS} FROM attempts INDEXED BY attempts_order \
-                 WHERE state = 'starting' ORDER BY priority DESC, queued_at_ms, id"
-            ),
-            "list the starting attempts",
-        )
+        self.in_state(State::Starting)
+    }
+
+    /// The attempt of lane `lane`, if one is stored (from the `attempts_lane` index).
+    pub fn lane_row(&self, lane: &str) -> Result<Option<Attempt>, Error> {
+        let raw = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM attempts INDEXED BY attempts_lane WHERE lane = ?1"
+            ))
+            .and_then(|mut statement| statement.query_row(params![lane], Raw::from_row))
+            .optional()
+            .map_err(self.query("look up a lane"))?;
+        raw.map(|r| r.into_attempt(&self.path)).transpose()
     }
 
     /// Whether an attempt of lane `lane` is stored (from the `attempts_lane` index).
@@ -355,8 +918,72 @@ impl Store {
     }
 }
 
+/// Whether an error is SQLite finding the file no database, or damaged.
+fn is_damage(error: &Error) -> bool {
+    let code = match error {
+        Error::Open { source, .. } | Error::Query { source, .. } => source.sqlite_error_code(),
+        _ => None,
+    };
+    matches!(
+        code,
+        Some(rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt)
+    )
+}
+
+/// The innermost text of an error, for a [`Damage`]'s `why`.
+fn source_text(error: &Error) -> String {
+    let mut text = String::new();
+    let mut cause: Option<&dyn std::error::Error> = std::error::Error::source(error);
+    while let Some(c) = cause {
+        text = c.to_string();
+        cause = c.source();
+    }
+    text
+}
+
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// Where a damaged database goes: `<path>.damaged-<now_ms>`, or with `-<n>` added if that is
+/// taken.
+fn aside(path: &Path, now_ms: u64) -> PathBuf {
+    let base = with_suffix(path, &format!(".damaged-{now_ms}"));
+    if std::fs::symlink_metadata(&base).is_err() {
+        return base;
+    }
+    (1..)
+        .map(|n| with_suffix(&base, &format!("-{n}")))
+        .find(|p| std::fs::symlink_metadata(p).is_err())
+        .unwrap_or(base)
+}
+
 fn to_i64(ms: u64) -> i64 {
     i64::try_from(ms).unwrap_or(i64::MAX)
+}
+
+fn ended_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Ended> {
+    let args: String = row.get(2)?;
+    let outcome: String = row.get(7)?;
+    Ok(Ended {
+        id: row.get(0)?,
+        lane: row.get(1)?,
+        args: serde_json::from_str(&args).unwrap_or_default(),
+        uid: row.get(3)?,
+        queued_at_ms: u64::try_from(row.get::<_, i64>(4)?).unwrap_or(0),
+        started_at_ms: row
+            .get::<_, Option<i64>>(5)?
+            .and_then(|v| u64::try_from(v).ok()),
+        ended_at_ms: u64::try_from(row.get::<_, i64>(6)?).unwrap_or(0),
+        // A word this code does not know (a newer writer's) reads as the plainest one.
+        outcome: Outcome::parse(&outcome).unwrap_or(Outcome::Ended),
+        status: row.get(8)?,
+        signal: row.get(9)?,
+        detail: row.get(10)?,
+        log: row.get(11)?,
+    })
 }
 
 /// A row as SQLite returns it, before its JSON columns are parsed.
@@ -373,6 +1000,17 @@ struct Raw {
     env: String,
     state_at_ms: i64,
     lane_epoch: Option<i64>,
+    uid: Option<u32>,
+    gid: Option<u32>,
+    groups: Option<String>,
+    own_lane: bool,
+    failures: u32,
+    last_error: Option<String>,
+    retry_at_ms: i64,
+    driver_pid: Option<u32>,
+    starts: u32,
+    cancel_at_ms: Option<i64>,
+    cancel_by: Option<u32>,
 }
 
 impl Raw {
@@ -390,6 +1028,17 @@ impl Raw {
             env: row.get(9)?,
             state_at_ms: row.get(10)?,
             lane_epoch: row.get(11)?,
+            uid: row.get(12)?,
+            gid: row.get(13)?,
+            groups: row.get(14)?,
+            own_lane: row.get(15)?,
+            failures: row.get(16)?,
+            last_error: row.get(17)?,
+            retry_at_ms: row.get(18)?,
+            driver_pid: row.get(19)?,
+            starts: row.get(20)?,
+            cancel_at_ms: row.get(21)?,
+            cancel_by: row.get(22)?,
         })
     }
 
@@ -410,6 +1059,17 @@ impl Raw {
         })?;
         let args = serde_json::from_str(&self.args).map_err(column("arguments"))?;
         let env = serde_json::from_str(&self.env).map_err(column("environment"))?;
+        let enqueuer = match (self.uid, self.gid) {
+            (Some(uid), Some(gid)) => Some(Enqueuer {
+                uid,
+                gid,
+                groups: match &self.groups {
+                    Some(groups) => serde_json::from_str(groups).map_err(column("groups"))?,
+                    None => Vec::new(),
+                },
+            }),
+            _ => None,
+        };
         Ok(Attempt {
             id: self.id,
             lane: self.lane,
@@ -423,6 +1083,20 @@ impl Raw {
             env,
             state_at_ms: u64::try_from(self.state_at_ms).unwrap_or(0),
             lane_epoch: self.lane_epoch.and_then(|e| u64::try_from(e).ok()),
+            enqueuer,
+            own_lane: self.own_lane,
+            failures: self.failures,
+            last_error: self.last_error,
+            retry_at_ms: u64::try_from(self.retry_at_ms).unwrap_or(0),
+            driver_pid: self.driver_pid,
+            starts: self.starts,
+            cancel: match (self.cancel_at_ms, self.cancel_by) {
+                (Some(at), Some(by)) => Some(Cancel {
+                    at_ms: u64::try_from(at).unwrap_or(0),
+                    by,
+                }),
+                _ => None,
+            },
         })
     }
 }
@@ -433,18 +1107,17 @@ mod tests {
 
     fn attempt(id: &str, lane: &str, priority: i64, queued_at_ms: u64) -> Attempt {
         Attempt {
-            id: id.to_owned(),
-            lane: lane.to_owned(),
-            state: State::Queued,
-            token: None,
-            queued_at_ms,
-            priority,
             placement: "wt".into(),
             args: vec!["worklane".into(), "claim".into()],
             stage: "build".into(),
             env: BTreeMap::from([("LANE_X".to_owned(), "1".to_owned())]),
-            state_at_ms: queued_at_ms,
             lane_epoch: Some(1),
+            enqueuer: Some(Enqueuer {
+                uid: 1001,
+                gid: 1002,
+                groups: vec![4, 27],
+            }),
+            ..Attempt::queued(id.into(), lane.into(), queued_at_ms, priority, queued_at_ms)
         }
     }
 
@@ -456,7 +1129,7 @@ mod tests {
         store.insert(&attempt("a-1", "a", 0, 10)).expect("insert");
         store.insert(&attempt("a-2", "b", 5, 20)).expect("insert");
         assert_eq!(
-            store.next_queued().expect("next").expect("one").id,
+            store.next_queued(0).expect("next").expect("one").id,
             "a-2",
             "priority first"
         );
@@ -466,7 +1139,7 @@ mod tests {
                 .expect("set")
         );
         assert_eq!(
-            store.next_queued().expect("next").expect("one").id,
+            store.next_queued(0).expect("next").expect("one").id,
             "a-1",
             "then the oldest start"
         );

@@ -107,48 +107,140 @@ pub fn send(socket: impl AsFd, line: &[u8], fds: &[BorrowedFd<'_>]) -> Result<()
 }
 
 /// Receives one line (without its newline) and the descriptors that came with it, each
-/// close-on-exec. On any error every descriptor received is closed.
+/// close-on-exec. On any error every descriptor received is closed. Blocks (within the
+/// socket's receive timeout, if it has one: a timeout is an `Io` error).
 pub fn recv(socket: impl AsFd) -> Result<(Vec<u8>, Vec<OwnedFd>), Error> {
-    let mut line = Vec::new();
-    let mut fds: Vec<OwnedFd> = Vec::new();
-    let mut buf = vec![0u8; 8192];
-    loop {
-        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
-        let mut control = RecvAncillaryBuffer::new(&mut space);
-        let got = loop {
-            match recvmsg(
-                &socket,
-                &mut [IoSliceMut::new(&mut buf)],
-                &mut control,
-                cloexec_flags(),
-            ) {
-                Err(Errno::INTR) => continue,
-                other => break other.map_err(io("receiving"))?,
-            }
-        };
-        for message in control.drain() {
-            if let RecvAncillaryMessage::ScmRights(received) = message {
-                for fd in received {
-                    set_cloexec(&fd);
-                    fds.push(fd);
+    let mut reader = Reader::default();
+    match reader.read(&socket)? {
+        Some(got) => Ok(got),
+        None => Err(Error::Io {
+            op: "receiving",
+            source: std::io::Error::from(std::io::ErrorKind::TimedOut),
+        }),
+    }
+}
+
+/// A whole message: its line (without the newline) and the descriptors that came with it.
+pub type Message = (Vec<u8>, Vec<OwnedFd>);
+
+/// A message being received bit by bit on a nonblocking socket: [`Reader::read`] takes what
+/// has arrived and says when the line is whole.
+#[derive(Debug, Default)]
+pub struct Reader {
+    line: Vec<u8>,
+    fds: Vec<OwnedFd>,
+}
+
+impl Reader {
+    /// Reads what the socket has: the whole line (without its newline) and the descriptors
+    /// that came with it once the newline arrived, `None` while the socket has nothing more
+    /// for now (`EAGAIN`). On any error every descriptor received is closed.
+    pub fn read(&mut self, socket: impl AsFd) -> Result<Option<Message>, Error> {
+        let mut buf = [0u8; 8192];
+        loop {
+            let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+            let mut control = RecvAncillaryBuffer::new(&mut space);
+            let got = loop {
+                match recvmsg(
+                    &socket,
+                    &mut [IoSliceMut::new(&mut buf)],
+                    &mut control,
+                    cloexec_flags(),
+                ) {
+                    Err(Errno::INTR) => continue,
+                    Err(Errno::AGAIN) => return Ok(None),
+                    other => break other.map_err(io("receiving"))?,
+                }
+            };
+            for message in control.drain() {
+                if let RecvAncillaryMessage::ScmRights(received) = message {
+                    for fd in received {
+                        set_cloexec(&fd);
+                        self.fds.push(fd);
+                    }
                 }
             }
+            if got.flags.contains(ReturnFlags::CTRUNC) || self.fds.len() > MAX_FDS {
+                self.fds.clear();
+                return Err(Error::TooManyFds);
+            }
+            if got.bytes == 0 {
+                self.fds.clear();
+                return Err(Error::Closed {
+                    got: self.line.len(),
+                });
+            }
+            let chunk = &buf[..got.bytes];
+            if let Some(end) = chunk.iter().position(|&b| b == b'\n') {
+                self.line.extend_from_slice(&chunk[..end]);
+                return Ok(Some((
+                    std::mem::take(&mut self.line),
+                    std::mem::take(&mut self.fds),
+                )));
+            }
+            self.line.extend_from_slice(chunk);
+            if self.line.len() >= MAX_MESSAGE {
+                self.fds.clear();
+                return Err(Error::TooLong);
+            }
         }
-        if got.flags.contains(ReturnFlags::CTRUNC) || fds.len() > MAX_FDS {
-            return Err(Error::TooManyFds);
-        }
-        if got.bytes == 0 {
-            return Err(Error::Closed { got: line.len() });
-        }
-        let chunk = &buf[..got.bytes];
-        if let Some(end) = chunk.iter().position(|&b| b == b'\n') {
-            line.extend_from_slice(&chunk[..end]);
-            return Ok((line, fds));
-        }
-        line.extend_from_slice(chunk);
-        if line.len() >= MAX_MESSAGE {
+    }
+
+    /// How many bytes of the line have arrived so far.
+    #[must_use]
+    pub fn received(&self) -> usize {
+        self.line.len()
+    }
+}
+
+/// A message being sent bit by bit on a nonblocking socket: the descriptors go with its first
+/// bytes, the rest follows as the peer reads.
+#[derive(Debug)]
+pub struct Sender {
+    message: Vec<u8>,
+    sent: usize,
+}
+
+impl Sender {
+    /// A sender of `line` (a newline is added).
+    pub fn new(line: &[u8]) -> Result<Sender, Error> {
+        let mut message = Vec::with_capacity(line.len() + 1);
+        message.extend_from_slice(line);
+        message.push(b'\n');
+        if message.len() > MAX_MESSAGE {
             return Err(Error::TooLong);
         }
+        Ok(Sender { message, sent: 0 })
+    }
+
+    /// Sends what the socket takes now, `fds` with the first bytes: `true` once all is sent,
+    /// `false` when the socket is full for now (`EAGAIN`; call again when it is writable).
+    pub fn send(&mut self, socket: impl AsFd, fds: &[BorrowedFd<'_>]) -> Result<bool, Error> {
+        if fds.len() > MAX_FDS {
+            return Err(Error::TooManyFds);
+        }
+        #[cfg(target_vendor = "apple")]
+        rustix::net::sockopt::set_socket_nosigpipe(&socket, true)
+            .map_err(io("setting SO_NOSIGPIPE"))?;
+        while self.sent < self.message.len() {
+            let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+            let mut control = SendAncillaryBuffer::new(&mut space);
+            if self.sent == 0 && !fds.is_empty() {
+                control.push(SendAncillaryMessage::ScmRights(fds));
+            }
+            match sendmsg(
+                &socket,
+                &[IoSlice::new(&self.message[self.sent..])],
+                &mut control,
+                NO_SIGPIPE,
+            ) {
+                Ok(n) => self.sent += n,
+                Err(Errno::INTR) => {}
+                Err(Errno::AGAIN) => return Ok(false),
+                Err(e) => return Err(io("sending")(e)),
+            }
+        }
+        Ok(true)
     }
 }
 
@@ -181,6 +273,22 @@ pub struct Peer {
     pub uid: u32,
     /// Its effective gid.
     pub gid: u32,
+}
+
+/// The supplementary groups of the peer of `socket` as they were when it connected
+/// (`SO_PEERGROUPS`, Linux 4.13 and later).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub fn peer_groups(socket: impl AsFd) -> Result<Vec<u32>, Error> {
+    super::sys::peer_groups(socket.as_fd()).map_err(|source| Error::Io {
+        op: "reading the peer's groups",
+        source,
+    })
+}
+
+/// Elsewhere the peer's supplementary groups are not told: none.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub fn peer_groups(_socket: impl AsFd) -> Result<Vec<u32>, Error> {
+    Ok(Vec::new())
 }
 
 /// The credentials of the peer of `socket` (`SO_PEERCRED`).

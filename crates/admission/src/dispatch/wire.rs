@@ -44,13 +44,45 @@ pub enum Request {
         /// The admitted-start token.
         token: String,
     },
-    /// Every attempt the dispatcher holds.
-    List,
-    /// Drop a queued or starting attempt (its lane and slot are freed).
+    /// Every attempt the dispatcher holds (and, with `all`, the history of ended ones).
+    List {
+        /// Whether the reply carries the history of ended attempts too.
+        #[serde(default)]
+        all: bool,
+    },
+    /// Drop a queued, starting or failed attempt (its lane and slot are freed), or halt a
+    /// running one's driver as STOP would.
     Cancel {
         /// The attempt id.
         attempt: String,
     },
+    /// Queue a failed attempt again from the start (no failures counted, no backoff).
+    Retry {
+        /// The attempt id.
+        attempt: String,
+    },
+    /// Forget the ended attempts older than `older_than_ms` (all when absent) and remove their
+    /// logs: the caller's own, or everyone's for root and the directory's owner.
+    Prune {
+        /// How old (ms since it ended) an ended attempt must be to go.
+        #[serde(default)]
+        older_than_ms: Option<u64>,
+    },
+}
+
+impl Request {
+    /// The request's `op`, as replies and the log name it.
+    #[must_use]
+    pub fn op(&self) -> &'static str {
+        match self {
+            Request::Enqueue(_) => "enqueue",
+            Request::Claim { .. } => "claim",
+            Request::List { .. } => "list",
+            Request::Cancel { .. } => "cancel",
+            Request::Retry { .. } => "retry",
+            Request::Prune { .. } => "prune",
+        }
+    }
 }
 
 /// An enqueue: the row's fields as the launcher prepared them. Any other field (stale slot or
@@ -76,6 +108,11 @@ pub struct Enqueue {
     /// The environment for the driver (filtered again by the dispatcher).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// The lane is one of its own (`q-` and 16 lowercase hex digits), used once: its files are
+    /// removed when the attempt ends. A lane of that shape is refused without it, and this is
+    /// refused for a lane of any other shape.
+    #[serde(default)]
+    pub own_lane: bool,
 }
 
 /// An attempt as `list` shows it.
@@ -85,7 +122,7 @@ pub struct AttemptView {
     pub attempt: String,
     /// The lane.
     pub lane: String,
-    /// `queued` or `starting`.
+    /// `queued`, `starting`, `running` or `failed`.
     pub state: String,
     /// Original queue start, ms since the Unix epoch.
     pub start_ms: u64,
@@ -101,6 +138,67 @@ pub struct AttemptView {
     pub slot: Option<String>,
     /// The driver command.
     pub args: Vec<String>,
+    /// Who enqueued it (uid), where recorded.
+    #[serde(default)]
+    pub uid: Option<u32>,
+    /// Its driver's failed starts since it was queued or retried.
+    #[serde(default)]
+    pub failures: u32,
+    /// The last failed start's error.
+    #[serde(default)]
+    pub last_error: Option<String>,
+    /// Not admitted before this time (ms), after a failed start.
+    #[serde(default)]
+    pub retry_at_ms: Option<u64>,
+    /// The pid of its driver (starting: the one started; running: the claimer).
+    #[serde(default)]
+    pub driver_pid: Option<u32>,
+    /// How many times its driver was started.
+    #[serde(default)]
+    pub starts: u32,
+    /// Running: when a cancel was asked (its driver is being halted).
+    #[serde(default)]
+    pub cancel_at_ms: Option<u64>,
+    /// Its driver's log, by name in the slot directory.
+    #[serde(default)]
+    pub log: String,
+}
+
+/// An ended attempt, as `list` with `all` shows the history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndedView {
+    /// The attempt id.
+    pub attempt: String,
+    /// Its lane.
+    pub lane: String,
+    /// How it ended: `exited`, `killed`, `ended` (status unknown: in its log), `cancelled` or
+    /// `lost` (its row was in a damaged queue database).
+    pub outcome: String,
+    /// The driver's exit status, if it exited.
+    #[serde(default)]
+    pub status: Option<i32>,
+    /// The signal that killed the driver, if one did.
+    #[serde(default)]
+    pub signal: Option<i32>,
+    /// Who or what ended it.
+    #[serde(default)]
+    pub detail: String,
+    /// When it was first queued, ms.
+    pub start_ms: u64,
+    /// When its driver claimed it, ms, if it ran.
+    #[serde(default)]
+    pub started_at_ms: Option<u64>,
+    /// When it ended, ms.
+    pub ended_at_ms: u64,
+    /// Who enqueued it (uid), where known.
+    #[serde(default)]
+    pub uid: Option<u32>,
+    /// Its driver command.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Its log's name in the slot directory (removed after the retention period).
+    #[serde(default)]
+    pub log: Option<String>,
 }
 
 /// A reply. `ok` tells success; a refusal carries `error` (a code) and `message`.
@@ -137,6 +235,16 @@ pub struct Reply {
     /// The dispatcher's pid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
+    /// List with `all`, and prune: ended attempts, newest first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<Vec<EndedView>>,
+    /// List: the dispatcher's own trouble (a step that keeps failing, such as a full disk),
+    /// while it lasts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trouble: Option<String>,
+    /// List: the damaged queue database this dispatcher found at its start and moved aside.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub damage: Option<String>,
 }
 
 impl Reply {
@@ -183,8 +291,10 @@ pub mod code {
     pub const PERMISSION: &str = "permission";
     /// Claim: no starting row with this attempt and token (the seed's error).
     pub const NO_ADMITTED_ROW: &str = "no-admitted-row";
-    /// Cancel: no such attempt.
+    /// Cancel, retry: no such attempt.
     pub const NO_SUCH_ATTEMPT: &str = "no-such-attempt";
+    /// Retry: the attempt is not failed (queued, starting or running).
+    pub const NOT_FAILED: &str = "not-failed";
     /// The dispatcher failed (its database, the directory).
     pub const INTERNAL: &str = "internal";
 }
@@ -214,7 +324,7 @@ mod version_tests {
             None,
             "the request's parse reports it"
         );
-        let line = request_line(&Request::List);
+        let line = request_line(&Request::List { all: false });
         let back: serde_json::Value = serde_json::from_slice(&line).expect("json");
         assert_eq!(back["version"], 1, "{back}");
         assert_eq!(back["op"], "list", "{back}");
