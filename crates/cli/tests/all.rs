@@ -3988,7 +3988,7 @@ mod dispatcher {
     }
 
     /// Starts a dispatcher that SIGKILLs itself at `crash` (the test seam; "" for none).
-    fn start_crashing(site: &Site, extra: &[&str], crash: &str) -> Running {
+    pub(super) fn start_crashing(site: &Site, extra: &[&str], crash: &str) -> Running {
         let running = Running::new(
             site.worklane()
                 .arg("dispatcher")
@@ -4144,7 +4144,7 @@ mod dispatcher {
         assert_eq!(site.code(&["resume-all"]), 0);
     }
 
-    fn enqueue(site: &Site, args: &[&str], script: &str) -> Output {
+    pub(super) fn enqueue(site: &Site, args: &[&str], script: &str) -> Output {
         site.worklane()
             .arg("enqueue")
             .args(args)
@@ -4153,7 +4153,7 @@ mod dispatcher {
             .expect("enqueue")
     }
 
-    fn lane_free(site: &Site, lane: &str) -> bool {
+    pub(super) fn lane_free(site: &Site, lane: &str) -> bool {
         Command::new("flock")
             .arg("-n")
             .arg(site.slots().join(format!(".lane-{lane}.lock.flock")))
@@ -4430,7 +4430,7 @@ mod dispatcher {
     }
 
     /// The states of every attempt `queue ls --json` lists, by attempt id.
-    fn states(site: &Site) -> std::collections::BTreeMap<String, serde_json::Value> {
+    pub(super) fn states(site: &Site) -> std::collections::BTreeMap<String, serde_json::Value> {
         let out = site.output(&["queue", "ls", "--json"]);
         let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("queue ls");
         doc["attempts"]
@@ -4826,6 +4826,750 @@ mod dispatcher {
         );
         assert_eq!(site.code(&["resume-all"]), 0);
         wait_until("the recovered attempt to run", || site.file("ran").exists());
+    }
+}
+
+/// Whose rights a dispatched driver gets (issue: a member of the directory's group could run
+/// commands as root): the enqueuer's, from the connection's peer credentials, never more.
+/// Every test here runs its subjects as an unprivileged member of the directory's group.
+mod queue_rights {
+    use super::dispatcher::{enqueue, start, states};
+    use super::*;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    const SHARED: u32 = 23_457;
+    const MEMBER: u32 = 65_534;
+    const MEMBER_GID: u32 = 12_346;
+
+    /// A site whose slot directory is root's, group `SHARED`, mode 2770 (a member can use it),
+    /// with `out/` a directory anyone may write (a driver of another user's says what it saw).
+    fn shared_site(config: Option<&str>) -> Site {
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "these tests give the directory to a group and drop to a member (setpriv)"
+        );
+        let site = Site::new(config);
+        std::fs::set_permissions(site.temp.path(), std::fs::Permissions::from_mode(0o711))
+            .expect("chmod");
+        std::os::unix::fs::chown(site.slots(), Some(0), Some(SHARED)).expect("chown");
+        std::fs::set_permissions(site.slots(), std::fs::Permissions::from_mode(0o2770))
+            .expect("chmod");
+        std::fs::create_dir(site.file("out")).expect("out");
+        std::fs::set_permissions(site.file("out"), std::fs::Permissions::from_mode(0o777))
+            .expect("chmod");
+        site
+    }
+
+    /// `worklane ARGS` as the member (uid 65534, primary group 12346, in `SHARED`).
+    fn as_member(site: &Site) -> Command {
+        let mut cmd = site.command("setpriv");
+        cmd.args([
+            &format!("--reuid={MEMBER}"),
+            &format!("--regid={MEMBER_GID}"),
+            &format!("--groups={SHARED}"),
+        ])
+        .arg(worklane_bin())
+        .env("AGENT_SLOTS_DIR", site.slots())
+        .env_remove("AGENT_SLOTS_CONFIG")
+        .env("LANE_OUT", site.file("out"))
+        .env("SECRET_OF_THE_ENQUEUER", "not for the driver")
+        .stdin(Stdio::null());
+        cmd
+    }
+
+    const WHO: &str = r#"{ id -u; id -g; id -G; echo "HOME=$HOME USER=$USER LOGNAME=$LOGNAME SHELL=$SHELL PATH=$PATH"; env | grep -c SECRET; head -1 /etc/shadow; } > "$LANE_OUT/who.tmp" 2>&1; mv "$LANE_OUT/who.tmp" "$LANE_OUT/who""#;
+
+    fn who(site: &Site) -> Vec<String> {
+        wait_until("the driver's report", || site.file("out/who").exists());
+        std::fs::read_to_string(site.file("out/who"))
+            .expect("who")
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn assert_member(lines: &[String]) {
+        assert_eq!(lines[0], MEMBER.to_string(), "its uid: {lines:?}");
+        assert_eq!(lines[1], MEMBER_GID.to_string(), "its gid: {lines:?}");
+        let mut groups: Vec<&str> = lines[2].split_whitespace().collect();
+        groups.sort_unstable();
+        let mut want = [MEMBER_GID.to_string(), SHARED.to_string()];
+        want.sort_unstable();
+        assert_eq!(groups, want, "exactly its groups: {lines:?}");
+        assert!(
+            lines[3].starts_with("HOME=/nonexistent USER=nobody LOGNAME=nobody SHELL=")
+                && lines[3].ends_with("PATH=/usr/local/bin:/usr/bin:/bin"),
+            "its account's variables: {lines:?}"
+        );
+        assert_eq!(
+            lines[4], "0",
+            "none of the enqueuer's or dispatcher's other variables"
+        );
+        assert!(
+            lines[5].contains("Permission denied"),
+            "it cannot read what root can: {lines:?}"
+        );
+    }
+
+    #[test]
+    fn a_member_s_driver_runs_as_that_member_with_its_groups_and_nothing_of_root_s() {
+        let site = shared_site(None);
+        let _dispatcher = start(&site, &[]);
+        let out = as_member(&site)
+            .args(["enqueue", "--lane", "x", "--driver", "--", "sh", "-c", WHO])
+            .output_gated()
+            .expect("enqueue");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let attempt = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert_member(&who(&site));
+        let log = site.slots().join(format!("queue-{attempt}.log"));
+        let meta = std::fs::metadata(&log).expect("the driver's log");
+        assert_eq!(
+            (meta.uid(), meta.gid(), meta.mode() & 0o777),
+            (MEMBER, SHARED, 0o640),
+            "its log is the member's, readable by the group"
+        );
+    }
+
+    #[test]
+    fn a_member_s_claimed_command_runs_as_that_member_too() {
+        let site = shared_site(None);
+        let _dispatcher = start(&site, &[]);
+        let out = as_member(&site)
+            .args(["enqueue", "--lane", "y", "--", "sh", "-c", WHO])
+            .output_gated()
+            .expect("enqueue");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_member(&who(&site));
+    }
+
+    #[test]
+    fn a_dispatcher_that_is_not_root_queues_only_its_own_user_s_work() {
+        let site = shared_site(None);
+        let mut dispatcher = Running::new(
+            as_member(&site)
+                .arg("dispatcher")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn_gated()
+                .expect("spawn the dispatcher as the member"),
+        );
+        let socket = site.slots().join("dispatcher.sock");
+        wait_until("the member's dispatcher", || {
+            std::os::unix::net::UnixStream::connect(&socket).is_ok()
+        });
+        let out = enqueue(&site, &["--lane", "root-s"], "touch \"$T/root-ran\"");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(69), "root's work is refused: {err}");
+        assert!(
+            err.contains(&format!("runs as uid {MEMBER}")) && err.contains("as root"),
+            "saying why and what to do: {err}"
+        );
+        assert!(
+            super::dispatcher::lane_free(&site, "root-s"),
+            "the refused lane is free again (the descriptor was not kept)"
+        );
+        let out = as_member(&site)
+            .args([
+                "enqueue", "--lane", "own", "--driver", "--", "sh", "-c", WHO,
+            ])
+            .output_gated()
+            .expect("enqueue");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let lines = who(&site);
+        assert_eq!(
+            lines[0],
+            MEMBER.to_string(),
+            "its own work runs as itself: {lines:?}"
+        );
+        assert!(dispatcher.try_wait().expect("try_wait").is_none());
+        assert!(states(&site).is_empty() || !site.file("root-ran").exists());
+    }
+
+    #[test]
+    fn a_claim_from_another_user_is_refused_and_the_row_stays() {
+        let site = shared_site(Some(r#"{"max_agents": 1}"#));
+        let _dispatcher = start(&site, &[]);
+        // Root's row, whose driver hands its token to the member and waits.
+        let script = r#"echo "$WORKLANE_ATTEMPT $WORKLANE_TOKEN" > "$T/token"; sleep 30"#;
+        let out = site
+            .worklane()
+            .args(["enqueue", "--lane", "c", "--driver", "--", "sh", "-c"])
+            .arg(super::driven(script))
+            .output_gated()
+            .expect("enqueue");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        wait_until("the driver's token", || {
+            std::fs::read_to_string(site.file("token")).is_ok_and(|t| t.ends_with('\n'))
+        });
+        let token = std::fs::read_to_string(site.file("token")).expect("token");
+        let (attempt, token) = token.trim().split_once(' ').expect("two words");
+        let out = as_member(&site)
+            .args(["claim", "--", "true"])
+            .env("WORKLANE_ATTEMPT", attempt)
+            .env("WORKLANE_TOKEN", token)
+            .env("WORKLANE_SOCKET", site.slots().join("dispatcher.sock"))
+            .output_gated()
+            .expect("claim as the member");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(69), "{err}");
+        assert!(
+            err.contains("enqueued by uid 0") && err.contains("(permission)"),
+            "whose it is: {err}"
+        );
+        assert_eq!(
+            states(&site)[attempt]["state"],
+            "starting",
+            "the row stays with the dispatcher"
+        );
+    }
+}
+
+/// The dispatcher under hostile connections, a full disk and a damaged database: it serves
+/// on, says what is wrong, and loses nothing.
+mod queue_trouble {
+    use super::dispatcher::{enqueue, start, start_crashing, states};
+    use super::*;
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+    use std::os::unix::process::ExitStatusExt;
+
+    /// How long `queue ls` took, and its output.
+    fn timed_ls(site: &Site) -> (Duration, Output) {
+        let began = Instant::now();
+        let out = site.output(&["queue", "ls", "--json"]);
+        (began.elapsed(), out)
+    }
+
+    /// 200 connections that never send and a client that sends a byte every 1.5 s hold
+    /// nothing up: `queue ls` is answered at once and a row enqueued meanwhile is admitted
+    /// and its driver started at once. (The bound asserted, 1.5 s, is generous: under the
+    /// 2 s each silent connection was once allowed, one after another, and far above the
+    /// few milliseconds it takes; the figure is printed.)
+    #[test]
+    fn silent_and_slow_connections_do_not_hold_the_queue() {
+        let site = Site::new(Some(r#"{"max_agents": 2}"#));
+        let _dispatcher = start(&site, &[]);
+        let socket = site.slots().join("dispatcher.sock");
+        let silent: Vec<UnixStream> = (0..200)
+            .map(|_| UnixStream::connect(&socket).expect("connect"))
+            .collect();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let loris = {
+            let socket = socket.clone();
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut sent = 0;
+                let mut stream = UnixStream::connect(&socket).expect("connect");
+                for byte in br#"{"op":"list"}"#.iter().cycle() {
+                    if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        break;
+                    }
+                    if stream.write_all(&[*byte]).is_err() {
+                        // Cut off by the whole-message deadline: a new one starts over.
+                        stream = UnixStream::connect(&socket).expect("connect");
+                    }
+                    sent += 1;
+                    for _ in 0..15 {
+                        if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                }
+                sent
+            })
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        let (took, out) = timed_ls(&site);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        println!("queue ls beside 200 silent connections and a slow client: {took:?}");
+        assert!(
+            took < Duration::from_millis(1500),
+            "answered at once, not after them: {took:?}"
+        );
+        let began = Instant::now();
+        let out = enqueue(&site, &["--lane", "now"], r#"touch "$T/admitted""#);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        wait_until("the row's driver", || site.file("admitted").exists());
+        let took = began.elapsed();
+        println!("enqueue to driver start beside them: {took:?}");
+        assert!(
+            took < Duration::from_millis(1500),
+            "admitted on time: {took:?}"
+        );
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = loris.join();
+        drop(silent);
+    }
+
+    /// A peer outside the directory's group is refused at accept, before it sends anything,
+    /// so silent strangers cannot hold root's requests.
+    #[test]
+    fn a_stranger_is_refused_at_once_without_a_word_of_its_own() {
+        use std::os::unix::fs::PermissionsExt;
+        let site = Site::new(None);
+        let _dispatcher = start(&site, &[]);
+        let socket = site.slots().join("dispatcher.sock");
+        // Let the stranger reach the socket, to test the check behind the mode.
+        std::fs::set_permissions(site.temp.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        std::fs::set_permissions(site.slots(), std::fs::Permissions::from_mode(0o2755))
+            .expect("chmod");
+        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+        let script = "import socket,sys,json\n\
+            conns=[]\n\
+            for _ in range(5):\n\
+            \x20   s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.settimeout(5); conns.append(s)\n\
+            for s in conns:\n\
+            \x20   print(json.loads(s.makefile().readline()).get('error'))\n";
+        let strangers = site
+            .command("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .args(["/usr/bin/python3", "-c", script])
+            .arg(&socket)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn_gated()
+            .expect("python3 as a stranger");
+        let (took, out) = timed_ls(&site);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            took < Duration::from_millis(1500),
+            "root is answered at once: {took:?}"
+        );
+        let strangers = strangers.wait_with_output().expect("strangers");
+        assert!(
+            strangers.status.success(),
+            "each stranger heard its refusal without sending: {}",
+            String::from_utf8_lossy(&strangers.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&strangers.stdout),
+            "permission\n".repeat(5),
+            "refused, each"
+        );
+    }
+
+    /// A tmpfs of `size` mounted over `at` (mode 2770), unmounted when dropped: a disk that
+    /// can be filled.
+    struct Tmpfs(PathBuf);
+
+    impl Tmpfs {
+        fn mount(at: &Path, size: &str) -> Tmpfs {
+            assert!(
+                rustix::process::geteuid().is_root(),
+                "mounting a tmpfs needs root"
+            );
+            let status = Command::new("mount")
+                .args([
+                    "-t",
+                    "tmpfs",
+                    "-o",
+                    &format!("size={size},mode=2770"),
+                    "tmpfs",
+                ])
+                .arg(at)
+                .status_gated()
+                .expect("mount");
+            assert!(status.success(), "mount a tmpfs at {}", at.display());
+            Tmpfs(at.to_owned())
+        }
+
+        /// Writes `fill` until the disk is full.
+        fn fill(&self) -> PathBuf {
+            let path = self.0.join("fill");
+            let mut file = std::fs::File::create(&path).expect("fill");
+            let chunk = vec![0u8; 64 * 1024];
+            loop {
+                match file.write(&chunk) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e) => {
+                        assert_eq!(e.raw_os_error(), Some(28), "full: {e}");
+                        break;
+                    }
+                }
+            }
+            path
+        }
+    }
+
+    impl Drop for Tmpfs {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status_gated();
+        }
+    }
+
+    /// The lines the dispatcher writes on its stderr, as they come.
+    fn lines_of(running: &mut Running) -> std::sync::mpsc::Receiver<String> {
+        let stderr = running.stderr.take().expect("stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        rx
+    }
+
+    fn drain(lines: &std::sync::mpsc::Receiver<String>) -> Vec<String> {
+        let mut all = Vec::new();
+        while let Ok(line) = lines.recv_timeout(Duration::from_millis(300)) {
+            all.push(line);
+        }
+        all
+    }
+
+    const COUNT: &str = r#"echo "$WORKLANE_ATTEMPT" >> "$T/ran""#;
+
+    fn ran(site: &Site) -> Vec<String> {
+        std::fs::read_to_string(site.file("ran"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// With the disk full while rows wait, the dispatcher keeps serving and holding its
+    /// lanes, says what fails (its log, `queue ls`), and once space returns runs every row
+    /// exactly once.
+    #[test]
+    fn a_full_disk_is_survived_and_said_and_nothing_is_lost_or_run_twice() {
+        let site = Site::new(None);
+        let disk = Tmpfs::mount(&site.slots(), "4m");
+        std::fs::write(site.slots().join("config.json"), r#"{"max_agents": 1}"#).expect("config");
+        let mut dispatcher = start(&site, &[]);
+        let lines = lines_of(&mut dispatcher);
+        assert_eq!(site.code(&["stop-all", "hold"]), 0);
+        let mut ids = Vec::new();
+        for lane in ["f0", "f1", "f2"] {
+            let out = enqueue(&site, &["--lane", lane], COUNT);
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            ids.push(String::from_utf8_lossy(&out.stdout).trim().to_owned());
+        }
+        let fill = disk.fill();
+        assert_eq!(
+            site.code(&["resume-all"]),
+            0,
+            "STOP is lifted on a full disk"
+        );
+        let mut troubled = None;
+        wait_until("the dispatcher to report its trouble", || {
+            let out = site.output(&["queue", "ls", "--json"]);
+            let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            troubled = doc["trouble"].as_str().map(str::to_owned);
+            troubled.is_some()
+        });
+        let troubled = troubled.expect("trouble");
+        assert!(
+            troubled.contains("No space left on device"),
+            "says why: {troubled}"
+        );
+        let shown = site.output(&["queue", "ls"]);
+        assert!(
+            String::from_utf8_lossy(&shown.stdout).contains("TROUBLE: "),
+            "and says it to a person: {}",
+            String::from_utf8_lossy(&shown.stdout)
+        );
+        assert!(
+            dispatcher.try_wait().expect("try_wait").is_none(),
+            "it serves on"
+        );
+        assert!(ran(&site).is_empty(), "nothing ran while the disk was full");
+        for lane in ["f0", "f1", "f2"] {
+            assert!(
+                !super::dispatcher::lane_free(&site, lane),
+                "it holds lane {lane}"
+            );
+        }
+        std::fs::remove_file(fill).expect("free the disk");
+        wait_until("all three to run", || ran(&site).len() == 3);
+        wait_until("their rows to end", || states(&site).is_empty());
+        let mut got = ran(&site);
+        got.sort();
+        ids.sort();
+        assert_eq!(got, ids, "each row ran exactly once");
+        let log = drain(&lines);
+        let said = log
+            .iter()
+            .filter(|l| l.contains("No space left on device"))
+            .count();
+        assert!(said >= 1, "the log says it: {log:?}");
+        assert!(said <= 4, "a few lines, not one per try: {log:?}");
+        assert!(
+            dispatcher.try_wait().expect("try_wait").is_none(),
+            "still serving"
+        );
+        drop(dispatcher);
+    }
+
+    /// How a test damages the queue database of a dispatcher it stopped.
+    #[derive(Debug, Clone, Copy)]
+    enum Damage {
+        /// Emptied (after a clean stop: no WAL).
+        Emptied,
+        /// Its every byte replaced by random ones (after a clean stop).
+        Garbage,
+        /// Random bytes over its second page and on (after a clean stop).
+        Pages,
+        /// Random bytes written into its WAL's frames (after a SIGKILL: the rows are there).
+        WalBytes,
+        /// Its WAL replaced by garbage (after a SIGKILL).
+        WalReplaced,
+    }
+
+    fn random_bytes(n: usize) -> Vec<u8> {
+        let mut bytes = vec![0u8; n];
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut bytes))
+            .expect("urandom");
+        bytes
+    }
+
+    fn damage(db: &Path, how: Damage) {
+        use std::os::unix::fs::FileExt;
+        let wal = db.with_file_name("queue.db-wal");
+        match how {
+            Damage::Emptied => std::fs::write(db, b"").expect("empty"),
+            Damage::Garbage => {
+                let len = std::fs::metadata(db).expect("db").len();
+                std::fs::write(db, random_bytes(usize::try_from(len).expect("len")))
+                    .expect("garbage");
+            }
+            Damage::Pages => {
+                let len = std::fs::metadata(db).expect("db").len();
+                assert!(len > 4096, "more than one page: {len}");
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(db)
+                    .expect("db");
+                file.write_all_at(
+                    &random_bytes(usize::try_from(len - 4096).expect("len")),
+                    4096,
+                )
+                .expect("pages");
+            }
+            Damage::WalBytes => {
+                let len = std::fs::metadata(&wal).expect("a WAL after SIGKILL").len();
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&wal)
+                    .expect("wal");
+                file.write_all_at(&random_bytes(usize::try_from(len - 32).expect("len")), 32)
+                    .expect("frames");
+            }
+            Damage::WalReplaced => {
+                let len = std::fs::metadata(&wal).expect("a WAL after SIGKILL").len();
+                std::fs::write(&wal, random_bytes(usize::try_from(len).expect("len")))
+                    .expect("replace");
+            }
+        }
+    }
+
+    /// After each kind of damage to the queue database, the restarted dispatcher says so
+    /// loudly, moves a database it finds damaged aside (never deletes it), and accounts for
+    /// every row: recovered and run, or listed as lost with its arguments; no status entry is
+    /// left naming the dead dispatcher, and a lost lane can be enqueued again.
+    #[test]
+    fn a_damaged_queue_database_is_said_moved_aside_and_its_rows_accounted_for() {
+        for how in [
+            Damage::Emptied,
+            Damage::Garbage,
+            Damage::Pages,
+            Damage::WalBytes,
+            Damage::WalReplaced,
+        ] {
+            damaged(how);
+        }
+    }
+
+    fn damaged(how: Damage) {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        let clean = matches!(how, Damage::Emptied | Damage::Garbage | Damage::Pages);
+        let mut first = if clean {
+            start(&site, &[])
+        } else {
+            // Killed where nothing checkpoints the WAL: the rows are in it.
+            start_crashing(&site, &[], "")
+        };
+        assert_eq!(site.code(&["stop-all", "hold"]), 0);
+        let mut ids = Vec::new();
+        for i in 0..3 {
+            let out = enqueue(&site, &["--lane", &format!("d{i}")], COUNT);
+            assert!(
+                out.status.success(),
+                "{how:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            ids.push(String::from_utf8_lossy(&out.stdout).trim().to_owned());
+        }
+        let pid =
+            rustix::process::Pid::from_raw(i32::try_from(first.id()).expect("pid")).expect("pid");
+        let signal = if clean {
+            rustix::process::Signal::TERM
+        } else {
+            rustix::process::Signal::KILL
+        };
+        rustix::process::kill_process(pid, signal).expect("stop the dispatcher");
+        let status = wait_exit(&mut first, "the first dispatcher");
+        assert!(
+            clean == status.success() || status.signal() == Some(9),
+            "{how:?}: {status:?}"
+        );
+        damage(&site.slots().join("queue.db"), how);
+        let mut second = start(&site, &[]);
+        let lines = lines_of(&mut second);
+        assert_eq!(site.code(&["resume-all"]), 0);
+        let out = site.output(&["queue", "ls", "--all", "--json"]);
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("queue ls");
+        let history = doc["history"].as_array().cloned().unwrap_or_default();
+        let lost: Vec<&serde_json::Value> =
+            history.iter().filter(|e| e["outcome"] == "lost").collect();
+        let listed: Vec<String> = doc["attempts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|a| a["attempt"].as_str().map(str::to_owned))
+            .collect();
+        for id in &ids {
+            let is_lost = lost.iter().any(|e| e["attempt"] == id.as_str());
+            let was_run = ran(&site).contains(id)
+                || history
+                    .iter()
+                    .any(|e| e["attempt"] == id.as_str() && e["outcome"] != "lost");
+            assert!(
+                listed.contains(id) || is_lost || was_run,
+                "{how:?}: attempt {id} is neither kept nor said lost: {doc}"
+            );
+        }
+        for entry in &lost {
+            assert!(
+                entry["args"]
+                    .as_array()
+                    .is_some_and(|a| a.iter().any(|v| v == "claim")),
+                "{how:?}: a lost attempt names its command: {entry}"
+            );
+            let lane = entry["lane"].as_str().expect("lane");
+            assert!(
+                !site.slots().join(format!("queue-{lane}.json")).exists(),
+                "{how:?}: no stale status entry for lost lane {lane}"
+            );
+            let again = enqueue(&site, &["--lane", lane], COUNT);
+            assert!(
+                again.status.success(),
+                "{how:?}: lost lane {lane} can be enqueued again: {}",
+                String::from_utf8_lossy(&again.stderr)
+            );
+        }
+        let moved: Vec<String> = std::fs::read_dir(site.slots())
+            .expect("list")
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| n.starts_with("queue.db.damaged-"))
+            .collect();
+        let log = drain(&lines);
+        println!(
+            "{how:?}: {} lost, {} kept, {} moved aside",
+            lost.len(),
+            listed.len(),
+            moved.len()
+        );
+        if !lost.is_empty() {
+            assert!(
+                log.iter().any(|l| l.contains("LOST attempt")),
+                "{how:?}: the log says what was lost: {log:?}"
+            );
+        }
+        if matches!(how, Damage::Garbage | Damage::Pages) {
+            assert!(
+                !moved.is_empty(),
+                "{how:?}: the damaged database is moved aside"
+            );
+            assert!(
+                log.iter().any(|l| l.contains("DAMAGED")) && doc["damage"].is_string(),
+                "{how:?}: and said so, in the log and in queue ls: {log:?} {doc}"
+            );
+            assert_eq!(
+                lost.len(),
+                3,
+                "{how:?}: its three rows are lost, and said: {doc}"
+            );
+        }
+        if matches!(how, Damage::Emptied | Damage::WalReplaced) {
+            assert_eq!(
+                lost.len() + listed.len(),
+                3,
+                "{how:?}: each row accounted for: {doc}"
+            );
+        }
+        wait_until("the recovered and re-enqueued rows to run", || {
+            states(&site).is_empty()
+        });
+        let mut got = ran(&site);
+        got.sort();
+        got.dedup();
+        assert_eq!(got.len(), ran(&site).len(), "{how:?}: nothing ran twice");
+        drop(second);
+    }
+
+    /// A connection that sends part of a request and stops is closed at the whole-message
+    /// deadline; the dispatcher answers others meanwhile.
+    #[test]
+    fn half_a_request_is_cut_off_at_its_deadline() {
+        let site = Site::new(None);
+        let _dispatcher = start(&site, &[]);
+        let socket = site.slots().join("dispatcher.sock");
+        let mut half = UnixStream::connect(&socket).expect("connect");
+        half.write_all(br#"{"op":"li"#).expect("half a request");
+        half.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let (_, out) = timed_ls(&site);
+        assert!(out.status.success(), "served beside it");
+        let mut rest = Vec::new();
+        let began = Instant::now();
+        let _ = half.read_to_end(&mut rest);
+        assert!(
+            began.elapsed() < Duration::from_secs(9),
+            "closed at the deadline, not left open"
+        );
     }
 }
 
