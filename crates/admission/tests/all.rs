@@ -1488,6 +1488,414 @@ mod dispatcher {
             "and freed with the dispatcher"
         );
     }
+
+    /// Another user than this process, as a caller (a member of the directory's group).
+    fn stranger() -> Caller {
+        Caller {
+            pid: Some(1),
+            uid: 65_534,
+            gid: 65_534,
+            groups: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_lane_of_its_own_must_say_so_and_no_other_lane_may() {
+        let _quiet = gate::quiet();
+        let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+        let own = "q-0123456789abcdef";
+        let reply = bench
+            .dispatcher
+            .enqueue(Bench::entry(own, T0, 0), vec![bench.launch(own)], &me())
+            .expect("enqueue");
+        assert_eq!(reply.error.as_deref(), Some(code::BAD_REQUEST), "{reply:?}");
+        assert!(
+            reply
+                .message
+                .as_deref()
+                .is_some_and(|m| m.contains("reserved")),
+            "says why: {reply:?}"
+        );
+        assert!(bench.lane_free(own), "refused, its descriptor closed");
+        let mut claimed = Bench::entry("docs", T0, 0);
+        claimed.own_lane = true;
+        let reply = bench
+            .dispatcher
+            .enqueue(claimed, vec![bench.launch("docs")], &me())
+            .expect("enqueue");
+        assert_eq!(reply.error.as_deref(), Some(code::BAD_REQUEST), "{reply:?}");
+        let mut declared = Bench::entry(own, T0, 0);
+        declared.own_lane = true;
+        let reply = bench
+            .dispatcher
+            .enqueue(declared, vec![bench.launch(own)], &me())
+            .expect("enqueue");
+        assert!(reply.ok, "declared, it is queued: {reply:?}");
+    }
+
+    #[test]
+    fn a_descriptor_that_is_no_guard_is_named_for_what_it_is() {
+        use std::os::unix::fs::OpenOptionsExt;
+        let _quiet = gate::quiet();
+        let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+        let fifo = bench.site.temp.path().join("fifo");
+        let made = Command::new("mkfifo")
+            .arg(&fifo)
+            .status_gated()
+            .expect("mkfifo");
+        assert!(made.success());
+        let read: OwnedFd = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+            .open(&fifo)
+            .expect("open the FIFO")
+            .into();
+        let dir: OwnedFd = std::fs::File::open(bench.site.temp.path())
+            .expect("dir")
+            .into();
+        let (socket, _other) = std::os::unix::net::UnixStream::pair().expect("pair");
+        for (fd, what) in [
+            (read, "a pipe (FIFO)"),
+            (dir, "a directory"),
+            (OwnedFd::from(socket), "a socket"),
+        ] {
+            let reply = bench
+                .dispatcher
+                .enqueue(Bench::entry("l", T0, 0), vec![fd], &me())
+                .expect("enqueue");
+            assert_eq!(
+                reply.error.as_deref(),
+                Some(code::NOT_THE_LANE),
+                "{reply:?}"
+            );
+            let message = reply.message.unwrap_or_default();
+            assert!(
+                message.contains(&format!("the descriptor sent is {what}")),
+                "named for what it is: {message}"
+            );
+            assert!(
+                !message.contains("remove it"),
+                "no file to remove: {message}"
+            );
+        }
+        // The lane's own guard, opened but locked by nobody: the sender does not hold it.
+        let path = bench
+            .site
+            .temp
+            .path()
+            .join(format!(".{}.flock", lane_lock("f")));
+        drop(bench.launch("f"));
+        assert!(bench.lane_free("f"));
+        let unlocked: OwnedFd = std::fs::File::open(&path).expect("the guard").into();
+        let reply = bench
+            .dispatcher
+            .enqueue(Bench::entry("f", T0, 0), vec![unlocked], &me())
+            .expect("enqueue");
+        assert_eq!(reply.error.as_deref(), Some(code::NOT_HELD), "{reply:?}");
+        assert!(
+            reply
+                .message
+                .as_deref()
+                .is_some_and(|m| m.contains("nobody holds")),
+            "{reply:?}"
+        );
+        assert!(
+            bench.lane_free("f"),
+            "and the dispatcher did not take it either"
+        );
+    }
+
+    #[test]
+    fn only_the_enqueuer_or_root_claims_and_only_it_root_or_the_owner_cancels() {
+        let _quiet = gate::quiet();
+        let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+        let id = bench.enqueue("a", T0, 0);
+        let stored = Store::open(&bench.site.temp.path().join("queue.db"))
+            .expect("store")
+            .get(&id)
+            .expect("get")
+            .expect("row");
+        let me = me();
+        assert_eq!(
+            stored
+                .enqueuer
+                .as_ref()
+                .map(|e| (e.uid, e.gid, e.groups.clone())),
+            Some((me.uid, me.gid, me.groups.clone())),
+            "the row records who enqueued, from the caller's credentials"
+        );
+        let admitted = bench.dispatcher.admit_next().expect("admit").expect("one");
+        let refused = bench
+            .dispatcher
+            .claim(&id, &admitted.token, &stranger())
+            .expect("claim")
+            .expect_err("another user's claim");
+        assert_eq!(
+            refused.error.as_deref(),
+            Some(code::PERMISSION),
+            "{refused:?}"
+        );
+        assert_eq!(
+            bench.dispatcher.list().expect("list")[0].state,
+            "starting",
+            "it stays"
+        );
+        let reply = bench.dispatcher.cancel(&id, &stranger()).expect("cancel");
+        assert_eq!(reply.error.as_deref(), Some(code::PERMISSION), "{reply:?}");
+        assert!(!bench.lane_free("a"), "not cancelled");
+        let claimed = bench
+            .dispatcher
+            .claim(&id, &admitted.token, &me)
+            .expect("claim")
+            .expect("its enqueuer's claim");
+        drop(claimed);
+    }
+
+    #[test]
+    fn a_failed_start_backs_off_the_line_moves_on_and_the_bounded_tries_park_it() {
+        use worklane_admission::dispatch::service::StartFailure;
+        let _quiet = gate::quiet();
+        let mut bench = Bench::new(
+            r#"{"max_agents": 1}"#,
+            Settings {
+                start_attempts: 3,
+                start_backoff_ms: 1_000,
+                ..Settings::default()
+            },
+        );
+        let head = bench.enqueue("head", T0, 0);
+        let behind = bench.enqueue("behind", T0 + 1, 0);
+        let admitted = bench.dispatcher.admit_next().expect("admit").expect("head");
+        assert_eq!(admitted.attempt.id, head);
+        let failed = bench
+            .dispatcher
+            .start_failed(&head, "no such driver", false)
+            .expect("failed");
+        assert_eq!(
+            failed,
+            StartFailure::Retry {
+                failures: 1,
+                retry_at_ms: T0 + 1_000
+            }
+        );
+        let next = bench
+            .dispatcher
+            .admit_next()
+            .expect("admit")
+            .expect("the row behind");
+        assert_eq!(
+            next.attempt.id, behind,
+            "the failing head does not hold the line"
+        );
+        drop(
+            bench
+                .dispatcher
+                .claim(&behind, &next.token, &me())
+                .expect("claim")
+                .expect("claimed"),
+        );
+        bench.clock.advance(999);
+        assert!(
+            bench.dispatcher.admit_next().expect("admit").is_none(),
+            "within its backoff, not tried"
+        );
+        bench.clock.advance(1);
+        let again = bench
+            .dispatcher
+            .admit_next()
+            .expect("admit")
+            .expect("tried at its end");
+        assert_eq!(again.attempt.id, head);
+        let failed = bench
+            .dispatcher
+            .start_failed(&head, "no space", true)
+            .expect("host trouble");
+        assert_eq!(
+            failed,
+            StartFailure::Host,
+            "the host's trouble is not counted"
+        );
+        let again = bench
+            .dispatcher
+            .admit_next()
+            .expect("admit")
+            .expect("at once");
+        let failed = bench
+            .dispatcher
+            .start_failed(&again.attempt.id, "no such driver", false)
+            .expect("failed");
+        assert_eq!(
+            failed,
+            StartFailure::Retry {
+                failures: 2,
+                retry_at_ms: T0 + 1_000 + 2_000
+            },
+            "the backoff doubles"
+        );
+        bench.clock.advance(2_000);
+        let again = bench
+            .dispatcher
+            .admit_next()
+            .expect("admit")
+            .expect("tried");
+        let failed = bench
+            .dispatcher
+            .start_failed(&again.attempt.id, "no such driver", false)
+            .expect("failed");
+        assert_eq!(failed, StartFailure::Parked { failures: 3 });
+        let row = bench.dispatcher.view(&head).expect("view").expect("kept");
+        assert_eq!(
+            (row.state.as_str(), row.failures, row.last_error.as_deref()),
+            ("failed", 3, Some("no such driver"))
+        );
+        bench.clock.advance(3_600_000);
+        assert!(
+            bench.dispatcher.admit_next().expect("admit").is_none(),
+            "a parked row is never admitted"
+        );
+        assert!(!bench.lane_free("head"), "its lane is still held");
+        let reply = bench.dispatcher.retry(&head, &me()).expect("retry");
+        assert!(reply.ok, "{reply:?}");
+        let row = bench.dispatcher.view(&head).expect("view").expect("kept");
+        assert_eq!((row.state.as_str(), row.failures), ("queued", 0));
+        let reply = bench.dispatcher.retry(&head, &me()).expect("retry");
+        assert_eq!(reply.error.as_deref(), Some(code::NOT_FAILED), "{reply:?}");
+    }
+
+    #[test]
+    fn a_driver_that_ends_before_it_claims_is_a_failed_start() {
+        use worklane_admission::dispatch::service::{DriverEnded, Exit, StartFailure};
+        let _quiet = gate::quiet();
+        let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+        let id = bench.enqueue("a", T0, 0);
+        let admitted = bench.dispatcher.admit_next().expect("admit").expect("one");
+        bench
+            .dispatcher
+            .started(&admitted.attempt.id, 4242)
+            .expect("started");
+        let other = bench
+            .dispatcher
+            .exited(Exit {
+                pid: 4343,
+                status: Some(0),
+                signal: None,
+            })
+            .expect("exited");
+        assert_eq!(other, DriverEnded::Unknown, "another process's end");
+        let ended = bench
+            .dispatcher
+            .exited(Exit {
+                pid: 4242,
+                status: Some(2),
+                signal: None,
+            })
+            .expect("exited");
+        let DriverEnded::BeforeClaim {
+            attempt,
+            failure,
+            why,
+        } = ended
+        else {
+            panic!("a failed start: {ended:?}")
+        };
+        assert_eq!(attempt, id);
+        assert!(
+            matches!(failure, StartFailure::Retry { failures: 1, .. }),
+            "{failure:?}"
+        );
+        assert!(why.contains("exit status 2"), "{why}");
+        let row = bench.dispatcher.view(&id).expect("view").expect("row");
+        assert_eq!((row.state.as_str(), row.starts), ("queued", 1));
+    }
+
+    #[test]
+    fn recovery_parks_rows_with_no_enqueuer_ends_free_runs_and_reports_lost_entries() {
+        let _quiet = gate::quiet();
+        let mut bench = Bench::new(r#"{"max_agents": 2}"#, Settings::default());
+        let running = bench.enqueue("running", T0, 0);
+        let admitted = bench.dispatcher.admit_next().expect("admit").expect("one");
+        let claimed = bench
+            .dispatcher
+            .claim(&running, &admitted.token, &me())
+            .expect("claim")
+            .expect("claimed");
+        let legacy = bench.enqueue("legacy", T0 + 1, 0);
+        let Bench {
+            site, dispatcher, ..
+        } = bench;
+        let pool = dispatcher.pool().clone();
+        drop(dispatcher);
+        drop(claimed);
+        // The row as an older worklane stored it, without its enqueuer.
+        let conn = rusqlite_free_update(&site, &legacy);
+        drop(conn);
+        // A status entry naming an attempt the database never had.
+        std::fs::write(
+            site.temp.path().join("queue-ghost.json"),
+            br#"{"version":1,"lane":"ghost","attempt":"a-ghost","args":["worklane","claim","--","make"],"start":"2026-01-01T00:00:00.000Z","dispatcher":{"pid":4242}}"#,
+        )
+        .expect("entry");
+        let store = Store::open(&site.temp.path().join("queue.db")).expect("store");
+        let recovered = Dispatcher::recover(pool, store, Settings::default()).expect("recover");
+        let recovery = recovered.recovery();
+        assert_eq!(recovery.parked, [legacy.clone()], "{recovery:?}");
+        assert_eq!(
+            recovered.view(&legacy).expect("view").expect("kept").state,
+            "failed",
+            "parked, never started as the dispatcher's user"
+        );
+        assert_eq!(recovery.ended.len(), 1, "{recovery:?}");
+        assert_eq!(recovery.ended[0].attempt, running);
+        assert_eq!(recovery.ended[0].outcome, "ended");
+        assert_eq!(recovery.lost.len(), 1, "{recovery:?}");
+        let lost = &recovery.lost[0];
+        assert_eq!(
+            (
+                lost.attempt.as_str(),
+                lost.lane.as_str(),
+                lost.outcome.as_str()
+            ),
+            ("a-ghost", "ghost", "lost")
+        );
+        assert_eq!(
+            lost.args,
+            ["worklane", "claim", "--", "make"],
+            "with its arguments"
+        );
+        assert!(
+            !site.temp.path().join("queue-ghost.json").exists(),
+            "the stale entry is removed"
+        );
+        let history: Vec<String> = recovered
+            .history()
+            .expect("history")
+            .into_iter()
+            .map(|e| e.attempt)
+            .collect();
+        assert!(
+            history.contains(&running) && history.contains(&"a-ghost".to_owned()),
+            "both kept in the history: {history:?}"
+        );
+    }
+
+    /// Clears the enqueuer of row `id`, as a row stored before schema 3 has none.
+    fn rusqlite_free_update(site: &Site, id: &str) -> std::process::Output {
+        let out = Command::new("python3")
+            .args([
+                "-c",
+                "import sqlite3,sys\nc=sqlite3.connect(sys.argv[1])\nc.execute('UPDATE attempts SET uid=NULL, gid=NULL, groups=NULL WHERE id=?',(sys.argv[2],))\nc.commit()",
+            ])
+            .arg(site.temp.path().join("queue.db"))
+            .arg(id)
+            .output_gated()
+            .expect("python3 sqlite3");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
 }
 
 mod texts {

@@ -40,7 +40,8 @@ pub const MAX_PER_PEER: usize = 32;
 pub const TROUBLE_BACKOFF: Duration = Duration::from_millis(250);
 /// The longest wait between two tries of a failing step.
 pub const MAX_TROUBLE_BACKOFF: Duration = Duration::from_secs(30);
-/// How often the history and the logs are swept of what is past its retention.
+/// How often, at most, the history and the logs are swept of what is past its retention
+/// (every quarter of the retention period when that is shorter, and at least every second).
 pub const SWEEP_EVERY: Duration = Duration::from_secs(3600);
 
 /// Who may use the dispatcher: root, the slot directory's owner, or a member of its group.
@@ -381,6 +382,11 @@ impl<'a> Server<'a> {
         self.sweep();
         let mut last_heartbeat = Instant::now();
         let mut last_sweep = Instant::now();
+        let sweep_every = SWEEP_EVERY
+            .min(Duration::from_millis(
+                self.dispatcher.settings().retention_ms / 4,
+            ))
+            .max(Duration::from_secs(1));
         let mut last_tick = Instant::now() - TICK;
         // Woken as a `worklane run` is: a slot released or a place in the agents' line left
         // lets a queued row on at once, not at the next tick.
@@ -449,7 +455,7 @@ impl<'a> Server<'a> {
                 self.heartbeat();
                 last_heartbeat = Instant::now();
             }
-            if last_sweep.elapsed() >= SWEEP_EVERY {
+            if last_sweep.elapsed() >= sweep_every {
                 self.sweep();
                 last_sweep = Instant::now();
             }

@@ -369,6 +369,8 @@ pub struct Dispatcher {
     /// When each running attempt's lane was last probed (ms), so that it is not probed on
     /// every round.
     probed: HashMap<String, u64>,
+    /// The cancelled running attempts whose driver was sent SIGTERM.
+    termed: HashSet<String>,
     /// The running attempts whose driver's group was sent SIGKILL after the cancel's grace.
     killed: HashSet<String>,
     /// What recovery found at the start.

@@ -89,6 +89,7 @@ impl Dispatcher {
             children: HashSet::new(),
             exits: HashMap::new(),
             probed: HashMap::new(),
+            termed: HashSet::new(),
             killed: HashSet::new(),
             recovery: Recovery::default(),
         };

@@ -10,6 +10,9 @@ use worklane_guard::Guard;
 
 /// How often a running attempt's lane is probed when nothing says it ended (ms).
 const PROBE_EVERY_MS: u64 = 1_000;
+/// How long a cancelled attempt's driver has to act on the cancel marker (as `worklane claim`
+/// does within a quarter second) before it is sent SIGTERM itself (ms).
+const MARKER_GRACE_MS: u64 = 1_000;
 
 /// The marker `queue cancel` leaves for a running attempt's driver: `worklane claim` halts its
 /// command when it appears, as it does on STOP (PROTOCOL.md).
@@ -87,12 +90,14 @@ impl Dispatcher {
             let child = attempt
                 .driver_pid
                 .is_some_and(|pid| self.children.contains(&pid));
-            if let Some(cancel) = attempt.cancel
-                && now.saturating_sub(cancel.at_ms) > self.settings.cancel_grace_ms
-                && !self.killed.contains(&attempt.id)
-            {
-                self.signal_driver(&attempt, rustix::process::Signal::KILL, true);
-                self.killed.insert(attempt.id.clone());
+            if let Some(cancel) = attempt.cancel {
+                let since = now.saturating_sub(cancel.at_ms);
+                if since > MARKER_GRACE_MS && self.termed.insert(attempt.id.clone()) {
+                    self.signal_driver(&attempt, rustix::process::Signal::TERM, false);
+                }
+                if since > self.settings.cancel_grace_ms && self.killed.insert(attempt.id.clone()) {
+                    self.signal_driver(&attempt, rustix::process::Signal::KILL, true);
+                }
             }
             if child {
                 continue;
@@ -166,13 +171,15 @@ impl Dispatcher {
         }
         self.probed.remove(&attempt.id);
         self.killed.remove(&attempt.id);
+        self.termed.remove(&attempt.id);
         Ok(super::ended_view(ended))
     }
 
     /// Halts running `attempt`'s driver for uid `by`, as STOP halts a command: the cancel is
-    /// recorded, the marker [`cancel_marker`] written (`worklane claim` halts its command on
-    /// it: SIGTERM, SIGKILL after its grace), and the driver sent SIGTERM; after
-    /// [`super::Settings::cancel_grace_ms`] its process group gets SIGKILL ([`Dispatcher::runs`]).
+    /// recorded and the marker [`cancel_marker`] written (`worklane claim` halts its command on
+    /// it, as on STOP: SIGTERM, SIGKILL after its grace); a driver still there a second later
+    /// is sent SIGTERM, and after [`super::Settings::cancel_grace_ms`] its process group gets
+    /// SIGKILL ([`Dispatcher::runs`]).
     pub(super) fn halt(&mut self, attempt: &Attempt, by: u32) -> Result<(), Error> {
         let now = self.now();
         let cancel = attempt.cancel.unwrap_or(Cancel { at_ms: now, by });
@@ -191,7 +198,6 @@ impl Dispatcher {
             bytes.push(b'\n');
             let _ = path.replace(&bytes, worklane_slotfile::SHARED_MODE);
         }
-        self.signal_driver(attempt, rustix::process::Signal::TERM, false);
         self.probed.remove(&attempt.id);
         Ok(())
     }
