@@ -1838,7 +1838,11 @@ mod dispatcher {
         let store = Store::open(&site.temp.path().join("queue.db")).expect("store");
         let recovered = Dispatcher::recover(pool, store, Settings::default()).expect("recover");
         let recovery = recovered.recovery();
-        assert_eq!(recovery.parked, std::slice::from_ref(&legacy), "{recovery:?}");
+        assert_eq!(
+            recovery.parked,
+            std::slice::from_ref(&legacy),
+            "{recovery:?}"
+        );
         assert_eq!(
             recovered.view(&legacy).expect("view").expect("kept").state,
             "failed",

@@ -1351,4 +1351,225 @@ mod tests {
         );
         assert!(!plan.contains("TEMP B-TREE"), "no sort step: {plan}");
     }
+
+    fn ended(id: &str, at: u64, uid: Option<u32>) -> Ended {
+        Ended {
+            id: id.to_owned(),
+            lane: "l".into(),
+            args: vec!["true".into()],
+            uid,
+            queued_at_ms: 1,
+            started_at_ms: Some(2),
+            ended_at_ms: at,
+            outcome: Outcome::Exited,
+            status: Some(3),
+            signal: None,
+            detail: "d".into(),
+            log: Some(log_name(id)),
+        }
+    }
+
+    #[test]
+    fn a_row_waiting_out_its_backoff_is_passed_over_until_its_end() {
+        let dir = tempfile::tempdir().expect("temp");
+        let store = Store::open(&dir.path().join("queue.db")).expect("open");
+        store.insert(&attempt("a-1", "a", 0, 10)).expect("insert");
+        store.insert(&attempt("a-2", "b", 0, 20)).expect("insert");
+        assert!(
+            store
+                .start_failed("a-1", State::Queued, 1, "no driver", 500, 100)
+                .expect("failed")
+        );
+        assert_eq!(
+            store.next_queued(499).expect("next").expect("one").id,
+            "a-2"
+        );
+        assert_eq!(
+            store.next_queued(500).expect("next").expect("one").id,
+            "a-1",
+            "at its end"
+        );
+        assert_eq!(store.next_retry(100).expect("retry"), Some(500));
+        assert_eq!(store.next_retry(500).expect("retry"), None, "none ahead");
+        let row = store.get("a-1").expect("get").expect("row");
+        assert_eq!(
+            (
+                row.failures,
+                row.last_error.as_deref(),
+                row.retry_at_ms,
+                row.state_at_ms
+            ),
+            (1, Some("no driver"), 500, 100)
+        );
+        assert!(
+            store
+                .start_failed("a-2", State::Failed, 5, "gone", 0, 101)
+                .expect("park")
+        );
+        assert!(
+            store
+                .next_queued(1_000)
+                .expect("next")
+                .is_some_and(|a| a.id == "a-1")
+        );
+        assert!(store.retry("a-2", None, 102).expect("retry"));
+        let row = store.get("a-2").expect("get").expect("row");
+        assert_eq!(
+            (row.state, row.failures, row.retry_at_ms),
+            (State::Queued, 0, 0)
+        );
+        assert!(store.started("a-2", 77).expect("started"));
+        assert!(store.started("a-2", 78).expect("started"));
+        let row = store.get("a-2").expect("get").expect("row");
+        assert_eq!((row.driver_pid, row.starts), (Some(78), 2));
+        assert!(store.running("a-2", Some(79), 103).expect("running"));
+        assert!(
+            store
+                .cancel_asked("a-2", Cancel { at_ms: 104, by: 5 })
+                .expect("cancel")
+        );
+        let row = store.get("a-2").expect("get").expect("row");
+        assert_eq!(
+            (row.state, row.driver_pid, row.cancel),
+            (State::Running, Some(79), Some(Cancel { at_ms: 104, by: 5 }))
+        );
+        assert_eq!(
+            store.in_state(State::Running).expect("running").len(),
+            1,
+            "found by its state"
+        );
+    }
+
+    #[test]
+    fn the_history_keeps_the_newest_and_prunes_by_age_and_owner() {
+        let dir = tempfile::tempdir().expect("temp");
+        let mut store = Store::open(&dir.path().join("queue.db")).expect("open");
+        store.insert(&attempt("a-x", "x", 0, 1)).expect("insert");
+        store.end(&ended("a-x", 5, Some(1001))).expect("end");
+        assert!(store.get("a-x").expect("get").is_none(), "its row is gone");
+        assert!(
+            !store.lane_queued("x").expect("lane"),
+            "its lane free for a new row"
+        );
+        let kept = store.ended("a-x").expect("ended").expect("kept");
+        assert_eq!(kept, ended("a-x", 5, Some(1001)), "kept whole");
+        for i in 0..MAX_ENDED + 5 {
+            store
+                .end(&ended(&format!("a-{i:05}"), 10 + u64::from(i), Some(1002)))
+                .expect("end");
+        }
+        let history = store.history(u32::MAX).expect("history");
+        assert_eq!(history.len(), MAX_ENDED as usize, "cut to its bound");
+        assert_eq!(
+            history[0].id,
+            format!("a-{:05}", MAX_ENDED + 4),
+            "newest first"
+        );
+        assert!(
+            store.ended("a-x").expect("ended").is_none(),
+            "the oldest went first"
+        );
+        let pruned = store.prune(20, Some(1001)).expect("prune");
+        assert!(pruned.is_empty(), "another owner's are kept");
+        let pruned = store.prune(20, Some(1002)).expect("prune");
+        assert_eq!(
+            pruned.iter().map(|e| e.ended_at_ms).collect::<Vec<_>>(),
+            (15..20).collect::<Vec<_>>(),
+            "only those that ended before the time"
+        );
+        let all = store.prune(u64::MAX, None).expect("prune all");
+        assert_eq!(all.len(), MAX_ENDED as usize - 5);
+        assert!(store.history(10).expect("history").is_empty());
+    }
+
+    #[test]
+    fn a_sound_database_opens_checked_and_a_damaged_one_is_moved_aside() {
+        let dir = tempfile::tempdir().expect("temp");
+        let path = dir.path().join("queue.db");
+        let (store, damage) = Store::open_checked(&path, 7).expect("new");
+        assert_eq!(damage, None, "a new one is sound");
+        store.insert(&attempt("a-1", "l", 0, 5)).expect("insert");
+        drop(store);
+        let (store, damage) = Store::open_checked(&path, 8).expect("again");
+        assert_eq!(damage, None);
+        assert!(store.get("a-1").expect("get").is_some(), "its rows kept");
+        drop(store);
+        std::fs::write(&path, vec![0x5a; 8192]).expect("garbage");
+        let (store, damage) = Store::open_checked(&path, 9).expect("moved aside");
+        let damage = damage.expect("damage found");
+        assert_eq!(damage.moved_to, dir.path().join("queue.db.damaged-9"));
+        assert_eq!(
+            std::fs::read(&damage.moved_to).expect("kept").len(),
+            8192,
+            "moved, never deleted"
+        );
+        assert!(!damage.why.is_empty(), "SQLite's words: {damage:?}");
+        assert!(store.all().expect("all").is_empty(), "a new, empty queue");
+        drop(store);
+        std::fs::write(&path, vec![0x5a; 8192]).expect("garbage again");
+        let (_, damage) = Store::open_checked(&path, 9).expect("moved aside again");
+        assert_eq!(
+            damage.expect("damage").moved_to,
+            dir.path().join("queue.db.damaged-9-1"),
+            "a name of its own when the first is taken"
+        );
+    }
+
+    #[test]
+    fn a_version_2_queue_is_migrated_with_its_lanes_of_their_own() {
+        let dir = tempfile::tempdir().expect("temp");
+        let path = dir.path().join("queue.db");
+        let conn = Connection::open(&path).expect("raw");
+        conn.execute_batch(MIGRATIONS[0]).expect("version 1");
+        conn.execute_batch(MIGRATIONS[1]).expect("version 2");
+        conn.pragma_update(None, "user_version", 2)
+            .expect("version");
+        for (id, lane) in [
+            ("a-1", "q-0123456789abcdef"),
+            ("a-2", "docs"),
+            ("a-3", "q-0123"),
+        ] {
+            conn.execute(
+                "INSERT INTO attempts (id, lane, state, token, queued_at_ms, priority, placement, \
+                 args, stage, env, state_at_ms, lane_epoch) VALUES (?1, ?2, 'starting', 't', 7, \
+                 0, '', '[\"true\"]', '', '{}', 7, 3)",
+                params![id, lane],
+            )
+            .expect("a version 2 row");
+        }
+        drop(conn);
+        let store = Store::open(&path).expect("migrate");
+        let own: Vec<(String, bool)> = ["a-1", "a-2", "a-3"]
+            .iter()
+            .map(|id| {
+                let row = store.get(id).expect("get").expect("kept");
+                (row.id, row.own_lane)
+            })
+            .collect();
+        assert_eq!(
+            own,
+            [
+                ("a-1".into(), true),
+                ("a-2".into(), false),
+                ("a-3".into(), false)
+            ],
+            "a lane of the reserved shape was one of its own"
+        );
+        let row = store.get("a-1").expect("get").expect("row");
+        assert_eq!(
+            (
+                row.state,
+                row.token.as_deref(),
+                row.lane_epoch,
+                row.enqueuer
+            ),
+            (State::Starting, Some("t"), Some(3), None),
+            "kept, with no enqueuer recorded"
+        );
+        assert!(
+            store
+                .set_state("a-1", State::Failed, None, 9)
+                .expect("the new states")
+        );
+    }
 }
