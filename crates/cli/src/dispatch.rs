@@ -969,6 +969,17 @@ pub(crate) fn listing(pool: &Pool, all: bool) -> Result<crate::queue::Listing, F
     Ok(crate::queue::Listing { json, lines })
 }
 
+/// The dispatcher's own trouble, as it says it (for `why`); `None` when it has none or does
+/// not answer within a second.
+pub(crate) fn trouble(pool: &Pool) -> Option<String> {
+    let stream = UnixStream::connect(socket_path(pool, None)).ok()?;
+    let limit = Some(std::time::Duration::from_secs(1));
+    stream.set_read_timeout(limit).ok()?;
+    stream.set_write_timeout(limit).ok()?;
+    let (reply, _) = ask_on(&stream, &Wire::List { all: false }, &[]).ok()?;
+    reply.trouble
+}
+
 pub(crate) fn cancel(attempt: &str) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
     let (reply, _) = ask(

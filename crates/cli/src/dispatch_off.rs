@@ -52,3 +52,8 @@ pub(crate) fn retry(_: &str) -> Result<ExitCode, Failure> {
 pub(crate) fn prune(_: Option<std::time::Duration>) -> Result<ExitCode, Failure> {
     off()
 }
+
+/// No dispatcher, no trouble of its own.
+pub(crate) fn trouble(_: &worklane_admission::Pool) -> Option<String> {
+    None
+}

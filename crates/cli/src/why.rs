@@ -404,6 +404,11 @@ fn queued_attempts(pool: &worklane_admission::Pool, snapshot: &Snapshot) -> Vec<
     };
     entries.sort_by_key(key);
     let mut ahead = 0;
+    let trouble = if queue.alive {
+        crate::dispatch::trouble(pool)
+    } else {
+        None
+    };
     entries
         .into_iter()
         .map(|e| {
@@ -413,8 +418,23 @@ fn queued_attempts(pool: &worklane_admission::Pool, snapshot: &Snapshot) -> Vec<
                 .as_str()
                 .and_then(worklane_lease::parse_rfc3339_ms)
                 .unwrap_or(now);
+            let failures = e["failures"].as_u64().unwrap_or(0);
+            let last_error = text("last_error");
             let held_by = if state == "starting" {
                 "admitted: waiting for its driver's claim".to_owned()
+            } else if state == "failed" {
+                format!(
+                    "parked as failed after {failures} failed start(s) of its driver ({last_error}): \
+                     `worklane queue retry {}` queues it again, `worklane queue cancel` drops it",
+                    text("attempt")
+                )
+            } else if let Some(at) = e["retry_at"].as_str() {
+                format!(
+                    "its driver failed to start {failures} time(s) ({last_error}); it is started \
+                     again at {at}"
+                )
+            } else if let Some(trouble) = &trouble {
+                format!("the dispatcher cannot admit work now: {trouble}")
             } else if admission.blocks == Some(true) {
                 format!("resource admission: {}", admission.why)
             } else if ahead > 0 {

@@ -4490,6 +4490,23 @@ mod dispatcher {
                 .iter()
                 .all(|id| states.get(id).is_some_and(|a| a["state"] == "failed"))
         });
+        let why = site.output(&["why", "--json"]);
+        let why: serde_json::Value = serde_json::from_slice(&why.stdout).expect("why --json");
+        let parked_said = why["queued"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| {
+                e["held_by"].as_str().is_some_and(|h| {
+                    h.contains("parked as failed after 8") && h.contains("queue retry")
+                })
+            })
+            .count();
+        assert_eq!(
+            parked_said,
+            broken.len(),
+            "why says each is parked, and the fix: {why}"
+        );
         let parked_rows = states(&site);
         for id in &broken {
             let row = &parked_rows[id];
@@ -5311,6 +5328,15 @@ mod queue_trouble {
         assert!(
             dispatcher.try_wait().expect("try_wait").is_none(),
             "it serves on"
+        );
+        let why = site.output(&["why", "--json"]);
+        let why: serde_json::Value = serde_json::from_slice(&why.stdout).expect("why --json");
+        assert!(
+            why["queued"].as_array().is_some_and(|q| !q.is_empty()
+                && q.iter().all(|e| e["held_by"].as_str().is_some_and(|h| h
+                    .contains("cannot admit work now")
+                    && h.contains("No space left")))),
+            "why names the dispatcher's trouble for each waiting row: {why}"
         );
         assert!(ran(&site).is_empty(), "nothing ran while the disk was full");
         for lane in ["f0", "f1", "f2"] {

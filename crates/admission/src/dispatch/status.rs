@@ -37,6 +37,13 @@ struct Entry<'a> {
     /// The driver command, so that a queue whose database is lost can still say what each
     /// lane was to run.
     args: &'a [String],
+    /// Its driver's failed starts since it was queued, and the last one's error.
+    failures: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_error: Option<&'a str>,
+    /// When its driver is started again, after a failed start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_at: Option<String>,
     dispatcher: Keeper,
 }
 
@@ -101,6 +108,9 @@ pub fn write_entry(
         since: rfc3339_ms(attempt.state_at_ms),
         slot: attempt.slot.as_deref(),
         args: &attempt.args,
+        failures: attempt.failures,
+        last_error: attempt.last_error.as_deref(),
+        retry_at: attempt.retry_at_ms.map(rfc3339_ms),
         dispatcher: Keeper {
             pid,
             heartbeat: rfc3339_ms(now_ms),
