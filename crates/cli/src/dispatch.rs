@@ -717,7 +717,7 @@ pub(crate) fn listing(pool: &Pool) -> Result<crate::queue::Listing, Failure> {
     Ok(crate::queue::Listing { json, lines })
 }
 
-pub(crate) fn cancel(attempt: &str) -> Result<ExitCode, Failure> {
+pub(crate) fn cancel(attempt: &str, as_json: bool) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
     let (reply, _) = ask(
         &socket_path(&pool, None),
@@ -729,7 +729,7 @@ pub(crate) fn cancel(attempt: &str) -> Result<ExitCode, Failure> {
     if !reply.ok {
         return Err(refused(&reply));
     }
-    outln!("{attempt} cancelled: its row is gone, its lane and slot are free")?;
+    crate::queue::cancelled(attempt, "attempt", None, as_json)?;
     Ok(ExitCode::SUCCESS)
 }
 

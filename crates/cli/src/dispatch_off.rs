@@ -38,6 +38,6 @@ pub(crate) fn listing(_: &worklane_admission::Pool) -> Result<crate::queue::List
     })
 }
 
-pub(crate) fn cancel(_: &str) -> Result<ExitCode, Failure> {
+pub(crate) fn cancel(_: &str, _: bool) -> Result<ExitCode, Failure> {
     off()
 }

@@ -24,7 +24,7 @@ impl Progress {
     fn new(what: &'static str) -> Progress {
         Progress {
             shown: false,
-            on_terminal: crate::out::stderr_is_terminal(),
+            on_terminal: crate::out::stderr_is_terminal() && !crate::out::quiet(),
             what,
         }
     }
@@ -138,7 +138,7 @@ fn run_holding(args: RunArgs, status: &mut Status) -> Result<ExitCode, Failure> 
         ));
     }
     // Usage is checked before the configuration, so a usage error is never hidden by a 78.
-    let pool = crate::pool()?;
+    let pool = crate::taking_pool()?;
     let nested = std::env::var_os(crate::nesting::var(args.kind));
     crate::nesting::refuse_nested(args.kind, pool.dir().path(), nested)?;
     let owner = args
@@ -391,7 +391,7 @@ fn lease_run_holding(args: LeaseRunArgs, status: &mut Status) -> Result<ExitCode
             ),
         ));
     }
-    let pool = crate::pool()?;
+    let pool = crate::taking_pool()?;
     let name = format!("role-{}.lease", args.role);
     let ours = describe(&args.command);
     let identity = args.agent_identity.clone().unwrap_or_else(crate::ops::who);
