@@ -21,6 +21,7 @@ mod fleet;
 mod fleet;
 mod json;
 mod logging;
+mod man;
 mod nesting;
 mod ops;
 mod out;
@@ -156,7 +157,7 @@ fn main() -> ExitCode {
         Command::Budget(BudgetCommand::Observe(args)) => budget::observe(&args),
         Command::Why(args) => why::why(&args),
         Command::Completions { shell } => ops::completions(shell),
-        Command::Man { command, all } => ops::man(&command, all.as_deref()),
+        Command::Man { command, all } => man::man(&command, all.as_deref()),
     };
     match result {
         Ok(code) => code,

@@ -6688,6 +6688,33 @@ mod man {
         let page = std::fs::read_to_string(dir.join("worklane-run.1")).expect("run's page");
         assert!(page.contains(".TH worklane-run 1"), "{page}");
         assert!(page.contains("status\\-fd"), "run's own options: {page}");
+        let version = env!("CARGO_PKG_VERSION");
+        for name in &written {
+            let page = std::fs::read_to_string(dir.join(name)).expect("a page");
+            let title = page
+                .lines()
+                .find(|l| l.starts_with(".TH "))
+                .unwrap_or_else(|| panic!("{name} has a title: {page}"));
+            assert!(
+                title.contains(&format!("\"worklane {version}\"")),
+                "{name}'s footer is worklane's version, as the top page's: {title}"
+            );
+            if name != "worklane.1" {
+                assert!(
+                    page.contains(".SH \"EXIT STATUS\"\n.TP\n\\fB"),
+                    "{name} lists its exit codes: {page}"
+                );
+            }
+        }
+        let stop_all = std::fs::read_to_string(dir.join("worklane-stop-all.1")).expect("page");
+        let codes = stop_all
+            .split(".SH \"EXIT STATUS\"")
+            .nth(1)
+            .expect("EXIT STATUS");
+        assert!(
+            codes.contains("\\fB0\\fR\nSTOP is in force") && codes.contains("\\fB78\\fR"),
+            "stop-all's own codes: {codes}"
+        );
 
         let out = site.output(&["man", "lease", "run"]);
         assert!(out.status.success(), "{out:?}");
