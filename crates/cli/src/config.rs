@@ -223,6 +223,14 @@ fn in_force() -> Result<(PathBuf, bool, Map<String, Value>), Failure> {
         .locate()
         .map_err(|e| Failure::new(exit::CONFIG, exit::chain(&e)))?
         .config;
+    // What every take reads, reported as every view reports it: the file, what, the fix.
+    if let Err(e) = Config::load_in(&env, &path) {
+        let problem = Problem::of(&e);
+        return Err(Failure::new(
+            exit::CONFIG,
+            format!("{}; fix: {}", problem.what, problem.fix),
+        ));
+    }
     let raw = worklane_slotfile::read::read_path_in(&env, &path)
         .map_err(|e| Failure::new(exit::CONFIG, exit::chain(&e)))?;
     let exists = raw.is_some();

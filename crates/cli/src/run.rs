@@ -149,7 +149,8 @@ fn run_holding(args: RunArgs, status: &mut Status) -> Result<ExitCode, Failure> 
     let mut progress = Progress::new(what);
     let taken = if args.no_wait {
         let now = pool.clock().now_ms();
-        pool.try_take_at(kind, &request, args.priority, now)?
+        pool.try_take_at(kind, &request, args.priority, now)
+            .map_err(crate::config::take_refused)?
     } else {
         pool.take(
             kind,
@@ -162,7 +163,9 @@ fn run_holding(args: RunArgs, status: &mut Status) -> Result<ExitCode, Failure> 
                     status.waiting(kind_word(args.kind), &waiting_line(waiting));
                 },
             },
-        )?
+        )
+        // A config broken while it waited: 78, naming the fix, as at the start.
+        .map_err(crate::config::take_refused)?
     };
     progress.clear();
     let slot = match taken {

@@ -3087,6 +3087,19 @@ mod damage {
         assert!(flag.is_file(), "{case}, {who:?}: the drain flag is written");
         expect(site, who, &["undrain"], 0, case);
         assert!(!flag.exists(), "{case}, {who:?}: the drain flag is gone");
+        // `config get` is the config's own reader: 78, with the same problem and fix.
+        let out = run(site, who, &["config", "get"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(78),
+            "{case}, {who:?}: {}",
+            text(&out)
+        );
+        assert!(
+            err.contains(&shown) && err.contains("fix: "),
+            "{case}, {who:?}: config get names the file and the fix: {err}"
+        );
         // Takes still refuse, naming the file and the fix.
         for take in [
             &["run", "--", "true"][..],
@@ -3201,6 +3214,37 @@ mod damage {
             .output_gated()
             .expect("stop-all");
         assert!(out.status.success(), "{}", text(&out));
+    }
+
+    #[test]
+    fn a_run_waiting_when_the_config_breaks_exits_78_with_the_fix() {
+        let site = Site::new(Some(r#"{"max_agents": 1}"#));
+        let mut holder = site.spawn(&["run"], HOLD, "0");
+        wait_until("the holder", || site.file("up.0").exists());
+        let waiter = Running::new(
+            site.worklane()
+                .args(["run", "--", "true"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn_gated()
+                .expect("spawn the waiter"),
+        );
+        wait_until("the waiter in line", || {
+            std::fs::read_dir(site.slots())
+                .expect("list")
+                .flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("line-agent."))
+        });
+        std::fs::write(site.slots().join("config.json"), r#"{"max_agents": "1""#).expect("break");
+        let out = waiter.wait_with_output().expect("the waiter");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(78), "{err}");
+        assert!(
+            err.contains("config.json") && err.contains("fix: correct the JSON"),
+            "names the file and the fix: {err}"
+        );
+        std::fs::write(site.file("release.0"), b"").expect("release");
+        assert!(wait_exit(&mut holder, "the holder").success());
     }
 
     // ---- STOP ---------------------------------------------------------------------------
