@@ -21,7 +21,7 @@ use crate::Error;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use worklane_lease::{Clock, Lease, Options, Request, SystemClock};
-use worklane_slotfile::{Config, Environment, Locations, Resolved, SlotDir};
+use worklane_slotfile::{Config, Environment, Located, Locations, Resolved, SlotDir};
 
 /// The lock held while counting and taking slots.
 pub const SLOTS_LOCK: &str = "slots.lock";
@@ -148,13 +148,23 @@ impl std::fmt::Debug for Pool {
 }
 
 impl Pool {
-    /// The pool of a resolved slot directory (see `SlotDir::resolve`).
+    /// The pool of a resolved slot directory (see `SlotDir::resolve`). The config it was
+    /// resolved with is not kept: every take reads it again ([`Pool::config`]).
     #[must_use]
     pub fn new(resolved: Resolved) -> Pool {
+        Pool::open(resolved.into())
+    }
+
+    /// The pool of a slot directory whose config has not been loaded (see
+    /// `SlotDir::resolve_located`): STOP, the drain flag, the idle probe and the views work
+    /// whatever the config holds; an agent or test-run take reads the config and fails with
+    /// [`Error::Config`] while it is broken, and [`Pool::snapshot`] reports its problem.
+    #[must_use]
+    pub fn open(located: Located) -> Pool {
         Pool {
-            dir: resolved.dir,
-            locations: resolved.locations,
-            env: resolved.env,
+            dir: located.dir,
+            locations: located.locations,
+            env: located.env,
             clock: Arc::new(SystemClock),
             last_sweep_ms: Arc::new(AtomicU64::new(0)),
             watches: Arc::default(),
@@ -242,6 +252,27 @@ impl Pool {
                 source,
             })?;
         Ok(Slot { kind, lease })
+    }
+}
+
+/// Replaces `file` with `bytes` (see `SlotPath::replace`); when that fails because an empty
+/// directory sits at its name (an operator's `mkdir STOP`), the directory is removed and the
+/// replace tried once more. The first error stands otherwise.
+pub(crate) fn replace_over_empty_dir(
+    file: &worklane_slotfile::SlotPath,
+    bytes: &[u8],
+    mode: u32,
+) -> Result<(), worklane_slotfile::write::Error> {
+    match file.replace(bytes, mode) {
+        Ok(()) => Ok(()),
+        Err(first) => {
+            let is_dir = first.source.kind() == std::io::ErrorKind::IsADirectory;
+            if is_dir && matches!(file.remove_entry(), Ok(true)) {
+                file.replace(bytes, mode)
+            } else {
+                Err(first)
+            }
+        }
     }
 }
 

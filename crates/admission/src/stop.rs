@@ -60,22 +60,26 @@ pub fn read(dir: &SlotDir) -> Result<Option<Stop>, crate::Error> {
     })
 }
 
-/// Writes STOP (replacing any earlier one).
+/// Writes STOP (replacing any earlier one, whatever file it is; an empty directory at its name
+/// is removed first). A directory with entries in it cannot be replaced (`WriteStop`): it is
+/// a STOP in force all the same, as [`read`] says.
 pub fn write(dir: &SlotDir, stop: &Stop) -> Result<(), crate::Error> {
     let mut bytes = serde_json::to_vec(stop).unwrap_or_default();
     bytes.push(b'\n');
-    crate::pool::file_in(dir, STOP_FILE)?
-        .replace(&bytes, SHARED_MODE)
-        .map_err(|source| crate::Error::WriteStop {
+    let file = crate::pool::file_in(dir, STOP_FILE)?;
+    crate::pool::replace_over_empty_dir(&file, &bytes, SHARED_MODE).map_err(|source| {
+        crate::Error::WriteStop {
             dir: dir.path().to_owned(),
             source,
-        })
+        }
+    })
 }
 
-/// Removes STOP; `Ok(false)` when there was none.
+/// Removes STOP, whatever file it is, or an empty directory at its name; `Ok(false)` when
+/// there was none. A directory with entries in it is left (`RemoveStop`): look inside first.
 pub fn remove(dir: &SlotDir) -> Result<bool, crate::Error> {
     crate::pool::file_in(dir, STOP_FILE)?
-        .remove()
+        .remove_entry()
         .map_err(|source| crate::Error::RemoveStop {
             dir: dir.path().to_owned(),
             source: Box::new(source),

@@ -366,6 +366,85 @@ mod operator {
         assert!(matches!(site.blocked(Kind::Agent), Blocker::Stop(_)));
     }
 
+    #[test]
+    fn stop_and_the_drain_are_written_over_an_empty_directory_and_never_into_a_full_one() {
+        let site = Site::new("{}");
+        let stop_at = site.temp.path().join("STOP");
+        std::fs::create_dir(&stop_at).expect("mkdir STOP");
+        assert!(
+            matches!(site.blocked(Kind::Agent), Blocker::Stop(_)),
+            "a STOP"
+        );
+        worklane_admission::stop::write(site.pool.dir(), &stop()).expect("written over it");
+        assert_eq!(site.pool.stop().expect("read"), Some(stop()));
+        assert!(worklane_admission::stop::remove(site.pool.dir()).expect("remove"));
+        std::fs::create_dir(&stop_at).expect("mkdir STOP");
+        assert!(
+            worklane_admission::stop::remove(site.pool.dir()).expect("an empty directory"),
+            "resume removes an empty directory at STOP"
+        );
+        std::fs::create_dir(&stop_at).expect("mkdir STOP");
+        std::fs::write(stop_at.join("kept"), b"x").expect("write");
+        assert!(worklane_admission::stop::write(site.pool.dir(), &stop()).is_err());
+        assert!(worklane_admission::stop::remove(site.pool.dir()).is_err());
+        assert!(stop_at.join("kept").exists(), "nothing in it is removed");
+        assert!(
+            matches!(site.blocked(Kind::Agent), Blocker::Stop(_)),
+            "and it is a STOP in force"
+        );
+        std::fs::remove_dir_all(&stop_at).expect("clean up");
+
+        let flag = site.temp.path().join("update-drain.json");
+        std::fs::create_dir(&flag).expect("mkdir the flag");
+        let now = worklane_lease::Clock::now_ms(&worklane_lease::SystemClock);
+        let drain = Drain {
+            since: rfc3339_ms(now),
+            until: rfc3339_ms(now + 600_000),
+            to: None,
+        };
+        site.pool.write_drain(&drain).expect("written over it");
+        assert!(matches!(
+            site.pool.drain().expect("drain"),
+            DrainState::InForce(_)
+        ));
+        assert!(site.pool.remove_drain().expect("remove"));
+        std::fs::create_dir(&flag).expect("mkdir the flag");
+        assert!(site.pool.remove_drain().expect("an empty directory"));
+    }
+
+    #[test]
+    fn a_pool_opened_without_its_config_reads_it_only_to_take() {
+        let site = Site::new("{}");
+        std::fs::write(site.temp.path().join("config.json"), b"{not json").expect("write");
+        let env = Environment::from_process().var("AGENT_SLOTS_DIR", site.temp.path());
+        assert!(
+            SlotDir::resolve_in(&env).is_err(),
+            "resolving with the config refuses it"
+        );
+        let pool = Pool::open(SlotDir::resolve_located_in(&env).expect("the directory alone"));
+        let snapshot = gate::quietly(|| pool.snapshot()).expect("a snapshot all the same");
+        let err = snapshot.config.expect_err("the caps cannot be read");
+        assert!(err.to_string().contains("config.json"), "{err}");
+        worklane_admission::stop::write(pool.dir(), &stop()).expect("STOP");
+        assert_eq!(pool.stop().expect("read"), Some(stop()));
+        assert!(
+            gate::quietly(|| pool.idle()).expect("idle"),
+            "the idle probe"
+        );
+        assert!(worklane_admission::stop::remove(pool.dir()).expect("resume"));
+        let taken = gate::quietly(|| pool.try_take(Kind::Agent, &Request::new("test")));
+        assert!(
+            matches!(taken, Err(worklane_admission::Error::Config { .. })),
+            "an agent take reads the config: {taken:?}"
+        );
+        site.set_config(r#"{"max_agents": 1}"#);
+        let taken = gate::quietly(|| pool.try_take(Kind::Agent, &Request::new("test")));
+        let Ok(Take::Held(slot)) = taken else {
+            panic!("fixed, the same pool takes: {taken:?}");
+        };
+        gate::quietly(|| drop(slot));
+    }
+
     /// A clock that stops its first reader until the test lets it go.
     struct Gate {
         first: std::sync::atomic::AtomicBool,

@@ -512,23 +512,55 @@ impl Ledger {
     /// never named by their key here. Each shows what a take would count now: the pause only
     /// while in force, and only windows that have not ended (within the bounds of a read).
     pub fn health(&self) -> Result<Vec<CredentialView>, worklane_slotfile::open::Error> {
+        Ok(self.health_report()?.views)
+    }
+
+    /// [`Ledger::health`], with the state files it could not show and why (a directory, FIFO
+    /// or link at a state's name, a file this user cannot read, one over 64 KiB, one that is
+    /// not a state): at most [`HEALTH_TRIED`] of them. None of them stops a take (PROTOCOL.md
+    /// section 13), but a view that left them out without a word would hide a budget.
+    pub fn health_report(&self) -> Result<Health, worklane_slotfile::open::Error> {
         let now = self.clock.now_ms();
-        let mut files: Vec<(u64, SlotPath)> = self
-            .dir
-            .list_prefixed(STATE_PREFIX)?
-            .into_iter()
-            .filter(|p| key_of(p).is_some())
-            .filter_map(|p| Some((p.modified_ms().ok()??, p)))
-            .collect();
+        let mut unshown = Vec::new();
+        let mut files: Vec<(u64, SlotPath)> = Vec::new();
+        for path in self.dir.list_prefixed(STATE_PREFIX)? {
+            if key_of(&path).is_none() {
+                continue;
+            }
+            match path.modified_ms() {
+                Ok(Some(at)) => files.push((at, path)),
+                // Removed since the listing.
+                Ok(None) => {}
+                Err(source) => unshown.push(UnshownState {
+                    file: path.name().to_owned(),
+                    why: StateProblem::Unreadable(source),
+                }),
+            }
+        }
         files.sort_by_key(|f| std::cmp::Reverse(f.0));
-        let views = files
+        let mut states = Vec::new();
+        for (updated_ms, path) in files.into_iter().take(HEALTH_TRIED) {
+            if states.len() == HEALTH_SHOWN {
+                break;
+            }
+            match path.read() {
+                Ok(Some(bytes)) => match State::parse(&bytes) {
+                    Ok(state) => states.push((updated_ms, state)),
+                    Err(source) => unshown.push(UnshownState {
+                        file: path.name().to_owned(),
+                        why: StateProblem::NotAState(source),
+                    }),
+                },
+                Ok(None) => {}
+                Err(source) => unshown.push(UnshownState {
+                    file: path.name().to_owned(),
+                    why: StateProblem::Unreadable(source),
+                }),
+            }
+        }
+        unshown.truncate(HEALTH_TRIED);
+        let views = states
             .into_iter()
-            .take(HEALTH_TRIED)
-            .filter_map(|(updated_ms, path)| {
-                let bytes = path.read().ok()??;
-                Some((updated_ms, State::parse(&bytes).ok()?))
-            })
-            .take(HEALTH_SHOWN)
             .enumerate()
             .map(|(i, (updated_ms, state))| CredentialView {
                 number: i + 1,
@@ -551,8 +583,41 @@ impl Ledger {
                     .collect(),
             })
             .collect();
-        Ok(views)
+        Ok(Health { views, unshown })
     }
+}
+
+/// The health view and the state files it could not show ([`Ledger::health_report`]).
+#[derive(Debug)]
+pub struct Health {
+    /// The credentials shown, newest first.
+    pub views: Vec<CredentialView>,
+    /// The state files left out, and why.
+    pub unshown: Vec<UnshownState>,
+}
+
+/// A budget state file the health view could not show.
+#[derive(Debug)]
+pub struct UnshownState {
+    /// Its file name in the slot directory (`github-budget-<key>.json`).
+    pub file: String,
+    /// Why it was left out.
+    pub why: StateProblem,
+}
+
+/// Why a budget state file was left out of the health view. A take treats the second kind
+/// (and the first, but for a file this user may not read) as no state: it starts afresh and
+/// replaces it; a state this user cannot read it neither counts against nor replaces.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StateProblem {
+    /// It cannot be read as a state file: not a regular file (a directory, FIFO or link),
+    /// not readable by this user, or over 64 KiB.
+    #[error("cannot read the budget state")]
+    Unreadable(#[source] worklane_slotfile::read::Error),
+    /// It was read but is not a budget state.
+    #[error("the file is not a budget state")]
+    NotAState(#[source] crate::state::Unreadable),
 }
 
 /// One credential in the health view.

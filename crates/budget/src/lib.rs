@@ -55,7 +55,8 @@ pub mod state;
 
 pub use key::CredentialKey;
 pub use ledger::{
-    CredentialView, Grant, Ledger, Observed, Peek, RealSleep, Refused, ResourceView, Sleep, Trouble,
+    CredentialView, Grant, Health, Ledger, Observed, Peek, RealSleep, Refused, ResourceView, Sleep,
+    StateProblem, Trouble, UnshownState,
 };
 pub use observe::Observation;
 pub use state::State;

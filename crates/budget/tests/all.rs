@@ -1265,6 +1265,60 @@ mod health {
     }
 
     #[test]
+    fn the_report_names_every_state_it_left_out_and_why() {
+        let site = Site::new();
+        let ledger = site.ledger();
+        let good = CredentialKey::of_token("a good one");
+        ledger.observe(&good, &window(site.now(), 7, 60_000));
+        let at = |token: &str| site.path(&CredentialKey::of_token(token).state_name());
+        std::fs::write(at("garbage"), b"not json").expect("garbage");
+        std::fs::write(at("an array"), b"[1]").expect("array");
+        std::fs::write(at("too large"), " ".repeat(64 * 1024 + 1)).expect("big");
+        std::fs::create_dir(at("a directory")).expect("mkdir");
+        std::os::unix::fs::symlink(at("a good one"), at("a link")).expect("symlink");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            at("a fifo"),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .expect("mkfifo");
+        let report = ledger.health_report().expect("health");
+        assert_eq!(report.views.len(), 1, "the good one is shown: {report:?}");
+        assert_eq!(report.views[0].resources[0].remaining, 7);
+        let why = |token: &str| {
+            let file = CredentialKey::of_token(token).state_name();
+            report
+                .unshown
+                .iter()
+                .find(|u| u.file == file)
+                .unwrap_or_else(|| panic!("{token} is reported: {report:?}"))
+        };
+        use worklane_budget::StateProblem;
+        for token in ["garbage", "an array"] {
+            assert!(
+                matches!(why(token).why, StateProblem::NotAState(_)),
+                "{token}: {:?}",
+                why(token)
+            );
+        }
+        for token in ["too large", "a directory", "a link", "a fifo"] {
+            assert!(
+                matches!(why(token).why, StateProblem::Unreadable(_)),
+                "{token}: {:?}",
+                why(token)
+            );
+        }
+        assert_eq!(report.unshown.len(), 6, "{report:?}");
+        assert_eq!(
+            ledger.health().expect("health"),
+            report.views,
+            "health is the report's views"
+        );
+    }
+
+    #[test]
     fn at_most_32_files_are_tried() {
         let site = Site::new();
         let ledger = site.ledger();

@@ -105,18 +105,92 @@ pub(crate) fn print_views(views: &[CredentialView]) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The budget states the health view left out, as problems: the file, what is wrong and what
+/// a take does with it, and the fix. A credential is never named by its key in the view, but
+/// a file that must be fixed is named by its file name.
+pub(crate) fn unshown_problems(
+    dir: &std::path::Path,
+    unshown: &[worklane_budget::UnshownState],
+) -> Vec<json::Problem> {
+    use worklane_budget::StateProblem;
+    use worklane_slotfile::read::Error as R;
+    unshown
+        .iter()
+        .map(|u| {
+            let path = crate::config::shell_quote(&dir.join(&u.file).display().to_string());
+            let dir = crate::config::shell_quote(&dir.display().to_string());
+            let (effect, fix) = match &u.why {
+                StateProblem::Unreadable(R::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::PermissionDenied =>
+                {
+                    (
+                        "this user's takes of its credential go unaccounted and never replace it",
+                        format!("chgrp --reference={dir} -- {path} && chmod 0660 -- {path}"),
+                    )
+                }
+                StateProblem::Unreadable(R::Symlink { .. } | R::NotRegular { .. }) => (
+                    "takes of its credential start afresh, and cannot record their counts while \
+                     it stays",
+                    format!("rm -r -- {path} (the next take starts its credential afresh)"),
+                ),
+                StateProblem::Unreadable(R::Io { .. }) => (
+                    "takes of its credential go unaccounted",
+                    format!("check {path} and its filesystem"),
+                ),
+                _ => (
+                    "takes of its credential start afresh and replace it",
+                    format!("rm -- {path} (or let the next take of its credential replace it)"),
+                ),
+            };
+            json::Problem {
+                name: u.file.clone(),
+                what: format!(
+                    "a budget state left out of the budgets ({}): {effect}",
+                    exit::chain(&u.why)
+                ),
+                fix,
+                blocks: None,
+            }
+        })
+        .collect()
+}
+
 pub(crate) fn show(as_json: bool, fleet: &crate::cli::FleetAt) -> Result<ExitCode, Failure> {
-    let views = if fleet.endpoints.is_empty() {
-        ledger("worklane")?
-            .health()
-            .map_err(|e| Failure::new(exit::CONFIG, exit::chain(&e)))?
+    let health = if fleet.endpoints.is_empty() {
+        let ledger = ledger("worklane")?;
+        let dir = ledger.dir().path().to_owned();
+        let health = ledger
+            .health_report()
+            .map_err(|e| Failure::new(exit::CONFIG, exit::chain(&e)))?;
+        let problems = unshown_problems(&dir, &health.unshown);
+        (health.views, problems)
     } else {
-        crate::fleet::budget_views(fleet)?
+        (crate::fleet::budget_views(fleet)?, Vec::new())
     };
+    let (views, problems) = health;
+    let config = crate::config::Problem::now();
     if as_json {
-        outln!("{}", json::pretty(&views_json(&views)))?;
-    } else {
-        print_views(&views)?;
+        outln!(
+            "{}",
+            json::pretty(&json::BudgetShow {
+                version: json::VERSION,
+                budgets: views_json(&views),
+                problems,
+                config_problem: config.as_ref().map(crate::config::Problem::json),
+            })
+        )?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(problem) = &config {
+        outln!("{}", problem.line())?;
+    }
+    print_views(&views)?;
+    let lines = crate::slots::problem_lines(&problems);
+    if !lines.is_empty() {
+        outln!("budget states left out ({}):", lines.len())?;
+        for line in &lines {
+            outln!("  {line}")?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

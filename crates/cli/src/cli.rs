@@ -10,8 +10,8 @@ use std::time::Duration;
 /// 64 usage error; 69 refused because STOP or a drain is in force, or a held role lease was
 /// lost; 70 internal error; 71 system error; 74 output could not be written; 75 busy (at cap with --no-wait, timeout, another
 /// full run, a role held by someone else, not idle, an API budget spent or paused); 78
-/// configuration error (config file,
-/// slot directory); 126 the command cannot be executed; 127 the command was not found.
+/// configuration error (the slot directory; the config file, for a take);
+/// 126 the command cannot be executed; 127 the command was not found.
 #[derive(Debug, Parser)]
 #[command(name = "worklane", version, about, long_about = None, after_help = EXIT_CODES)]
 pub(crate) struct Cli {
@@ -25,6 +25,12 @@ pub(crate) struct Cli {
     /// info, -vv debug, -vvv trace; WORKLANE_LOG=LEVEL wins over it.
     #[arg(short = 'v', long = "verbose", global = true, action = clap::ArgAction::Count)]
     pub(crate) verbose: u8,
+    /// For scripts: do not print the lines that say a command succeeded (STOP written, drain
+    /// removed, cancelled...) nor the live line of a waiting run. Views, ids and --json output
+    /// are printed as always; errors and warnings still go to stderr, and the exit code says
+    /// what happened.
+    #[arg(short = 'q', long, global = true)]
+    pub(crate) quiet: bool,
     #[command(subcommand)]
     pub(crate) command: Command,
 }
@@ -40,7 +46,8 @@ Exit codes:
   75   busy: at cap (--no-wait), timed out, full run or role held, not idle,
        API budget spent or paused (budget take), a blocker other than STOP or
        a drain (why); `run -E N` exits N instead when at cap or timed out
-  78   configuration error (config file, slot directory)
+  78   configuration error: slot directory; config file, for a take (STOP,
+       resume, drain and the views show the config's problem and go on)
   126  command cannot be executed   127  command not found
 
 Environment: AGENT_SLOTS_DIR (or --dir), AGENT_SLOTS_CONFIG. `run` gives its command
@@ -64,9 +71,17 @@ pub(crate) enum Command {
     StopAll {
         /// Why, shown to everyone refused.
         reason: Vec<String>,
+        /// Print what was written, halted and is still running as JSON (schema in
+        /// docs/json.md).
+        #[arg(long)]
+        json: bool,
     },
     /// Lift an emergency stop.
-    ResumeAll,
+    ResumeAll {
+        /// Print the outcome as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Read or change the config file in force: the caps and the dispatcher's settings.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -84,9 +99,16 @@ pub(crate) enum Command {
         /// The version being installed.
         #[arg(long)]
         to: Option<String>,
+        /// Print the flag written as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// End a drain now.
-    Undrain,
+    Undrain {
+        /// Print the outcome as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// The idle probe: exit 0 only when no full run is live (checks the lock, not processes).
     Idle,
     /// Role leases: one owner per role on this machine.
@@ -120,7 +142,8 @@ pub(crate) enum Command {
     Budget(BudgetCommand),
     /// Which of the four permission questions blocks work now: resource admission, provider
     /// quota, task ownership, release authority (exit 0 when nothing blocks, 69 for STOP or a
-    /// drain, 75 for any other blocker). Takes nothing, waits for nothing, writes no record.
+    /// drain, 78 for a config that cannot be used, 75 for any other blocker). Takes nothing,
+    /// waits for nothing, writes no record.
     Why(WhyArgs),
     /// Print shell completions.
     Completions {
@@ -384,6 +407,9 @@ pub(crate) enum QueueCommand {
     Cancel {
         /// The attempt id (`a-...`) or queued full run (`fr-<pid>`), as `queue ls` shows it.
         attempt: String,
+        /// Print the outcome as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Run COMMAND as a full run in a detached runner, once the full-run lock is free, no STOP
     /// or drain is in force, and the idle probe (if given) passes; survives this shell.
@@ -394,6 +420,9 @@ pub(crate) enum QueueCommand {
         /// Its place in the full-run line: higher goes first; default 0.
         #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
         priority: i64,
+        /// Print the run's id, runner pid and log as JSON.
+        #[arg(long)]
+        json: bool,
         /// The command and its arguments.
         #[arg(last = true, required = true)]
         command: Vec<OsString>,

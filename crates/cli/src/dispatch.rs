@@ -980,7 +980,7 @@ pub(crate) fn trouble(pool: &Pool) -> Option<String> {
     reply.trouble
 }
 
-pub(crate) fn cancel(attempt: &str) -> Result<ExitCode, Failure> {
+pub(crate) fn cancel(attempt: &str, as_json: bool) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
     let (reply, _) = ask(
         &socket_path(&pool, None),
@@ -993,10 +993,8 @@ pub(crate) fn cancel(attempt: &str) -> Result<ExitCode, Failure> {
         return Err(refused(&reply));
     }
     match &reply.message {
-        Some(halting) => {
-            outln!("{attempt} is running: {halting}; `worklane queue ls --all` shows how it ended")?
-        }
-        None => outln!("{attempt} cancelled: its row is gone, its lane and slot are free")?,
+        Some(halting) => crate::queue::halting(attempt, halting, as_json)?,
+        None => crate::queue::cancelled(attempt, "attempt", None, as_json)?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -41,7 +41,7 @@ pub(crate) fn listing(
     })
 }
 
-pub(crate) fn cancel(_: &str) -> Result<ExitCode, Failure> {
+pub(crate) fn cancel(_: &str, _: bool) -> Result<ExitCode, Failure> {
     off()
 }
 

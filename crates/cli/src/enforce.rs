@@ -287,15 +287,50 @@ fn send(target: &Target, signal: Signal) {
     }
 }
 
+/// One run as enforcement names it: the lock or lease file its record is in, the pid it
+/// watches (the command's, or a continued supervisor's), and the command line recorded.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Run {
+    pub(crate) resource: String,
+    pub(crate) pid: u32,
+    pub(crate) command: Option<String>,
+}
+
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (pid {}", self.resource, self.pid)?;
+        if let Some(command) = &self.command {
+            write!(f, ", `{command}`")?;
+        }
+        write!(f, ")")
+    }
+}
+
+/// A run that was running when STOP was written and has halted since.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Halted {
+    pub(crate) run: Run,
+    /// Whether worklane signalled it itself (its supervisor was gone or stopped, or did not
+    /// halt it within its grace); otherwise its supervisor halted it.
+    pub(crate) by_worklane: bool,
+}
+
+/// A run still running when enforcement gave up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Left {
+    pub(crate) run: Run,
+    /// Why worklane did not signal it, when it did not (it cannot prove the process is the
+    /// run's, or may not signal it).
+    pub(crate) why: Option<String>,
+}
+
 /// What enforcement did.
 #[derive(Debug, Default)]
 pub(crate) struct Report {
-    /// Runs that had processes running when STOP was written.
-    pub(crate) running: usize,
-    /// Runs worklane signalled itself (their supervisor could not).
-    pub(crate) signalled: Vec<String>,
-    /// Runs still running (or not signalled) when enforcement gave up, with why.
-    pub(crate) left: Vec<String>,
+    /// The runs running when STOP was written that have halted since.
+    pub(crate) halted: Vec<Halted>,
+    /// The runs still running (or not signalled) when enforcement gave up.
+    pub(crate) left: Vec<Left>,
     /// How long it took.
     pub(crate) took: Duration,
 }
@@ -321,7 +356,7 @@ fn continue_unnamed(
     here: &Place,
     me: &Me,
     continued: &mut BTreeSet<u32>,
-) -> Vec<Target> {
+) -> Vec<(Target, Run)> {
     let mut woken = Vec::new();
     // The records as written, read without taking any guard: a probe of a guard (as
     // `Pool::snapshot` makes) publishes one that a leaving waiter has just removed.
@@ -364,7 +399,14 @@ fn continue_unnamed(
                 group: false,
             };
             send(&target, Signal::CONT);
-            woken.push(target);
+            woken.push((
+                target,
+                Run {
+                    resource: name.to_owned(),
+                    pid,
+                    command: None,
+                },
+            ));
         }
     }
     woken
@@ -383,25 +425,35 @@ pub(crate) fn enforce_stop(pool: &Pool) -> Report {
     let me = me();
     let mut termed: BTreeMap<Target, Instant> = BTreeMap::new();
     let mut killed: BTreeSet<Target> = BTreeSet::new();
-    let mut signalled: BTreeSet<String> = BTreeSet::new();
+    let mut signalled: BTreeSet<Run> = BTreeSet::new();
     let mut continued: BTreeSet<u32> = BTreeSet::new();
-    let mut report = Report::default();
-    let mut first = true;
+    let mut running_at_stop: Option<Vec<Run>> = None;
     let woken = continue_unnamed(pool, here, &me, &mut continued);
     loop {
         let commands = pool.recorded_commands().unwrap_or_default();
         let guards: HashSet<FileId> = commands.iter().filter_map(|c| c.guard).collect();
         let holders = guard_holders(&guards);
-        let mut live = Vec::new();
+        let mut live: Vec<Left> = Vec::new();
         for command in &commands {
             let held = command
                 .guard
                 .and_then(|g| holders.get(&g))
                 .map_or(&[][..], Vec::as_slice);
-            let label = format!("{} (pid {})", command.resource, command.pid);
+            let run = Run {
+                resource: command.resource.clone(),
+                pid: command.pid,
+                command: command
+                    .record
+                    .extra_str("command")
+                    .or_else(|| command.record.extra_str("entrypoint"))
+                    .map(str::to_owned),
+            };
             match judge(command, here, &me, &observe, held) {
                 Judged::Gone => {}
-                Judged::Untouchable(why) => live.push(format!("{label}: {why}")),
+                Judged::Untouchable(why) => live.push(Left {
+                    run,
+                    why: Some(why),
+                }),
                 Judged::Running {
                     supervised,
                     targets,
@@ -421,7 +473,7 @@ pub(crate) fn enforce_stop(pool: &Pool) -> Report {
                             send(target, Signal::CONT);
                             send(target, Signal::TERM);
                             termed.insert(*target, now);
-                            signalled.insert(label.clone());
+                            signalled.insert(run.clone());
                         }
                         let kill_at = match termed.get(target) {
                             Some(at) => *at + GRACE,
@@ -431,36 +483,50 @@ pub(crate) fn enforce_stop(pool: &Pool) -> Report {
                         if now >= kill_at && killed.insert(*target) {
                             send(target, Signal::CONT);
                             send(target, Signal::KILL);
-                            signalled.insert(label.clone());
+                            signalled.insert(run.clone());
                         }
                     }
-                    live.push(label);
+                    live.push(Left { run, why: None });
                 }
             }
         }
         // A supervisor continued above counts as running until it has named its command
         // (then it is judged with the others) or is gone.
-        for target in &woken {
+        for (target, run) in &woken {
             let named = commands.iter().any(|c| c.record.pid() == Some(target.pid));
             if !named
                 && observe(target.pid)
                     .is_some_and(|s| s.start == target.start && !matches!(s.state, b'Z' | b'X'))
             {
-                live.push(format!(
-                    "pid {} (continued; it halts its command)",
-                    target.pid
-                ));
+                live.push(Left {
+                    run: run.clone(),
+                    why: Some("continued; it halts its command".to_owned()),
+                });
             }
         }
-        if first {
-            report.running = live.len();
-            first = false;
+        let at_stop =
+            running_at_stop.get_or_insert_with(|| live.iter().map(|l| l.run.clone()).collect());
+        // A run first seen later (a supervisor continued above, once it named its command)
+        // was running at STOP too.
+        for l in &live {
+            if !at_stop.contains(&l.run) {
+                at_stop.push(l.run.clone());
+            }
         }
         if live.is_empty() || started.elapsed() >= give_up {
-            report.left = live;
-            report.signalled = signalled.into_iter().collect();
-            report.took = started.elapsed();
-            return report;
+            let at_stop = running_at_stop.unwrap_or_default();
+            return Report {
+                halted: at_stop
+                    .into_iter()
+                    .filter(|run| !live.iter().any(|l| &l.run == run))
+                    .map(|run| Halted {
+                        by_worklane: signalled.contains(&run),
+                        run,
+                    })
+                    .collect(),
+                left: live,
+                took: started.elapsed(),
+            };
         }
         std::thread::sleep(Duration::from_millis(50));
     }

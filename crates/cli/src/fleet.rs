@@ -4,7 +4,7 @@
 use crate::cli::{FleetArgs, FleetAt, FleetRoleArgs};
 use crate::exit::{self, Failure};
 use crate::json;
-use crate::out::outln;
+use crate::out::{outln, sayln};
 use std::process::ExitCode;
 use std::time::Duration;
 use worklane_fleet::{Fleet, Hold, Holder, Refusal, Taken, Wait};
@@ -128,7 +128,7 @@ pub(crate) fn set_cap(args: &FleetArgs, cap: u32) -> Result<ExitCode, Failure> {
     needs_endpoints(args)?;
     let fleet = connect(args)?;
     fleet.set_cap(&args.pool, cap).map_err(|e| failure(&e))?;
-    outln!("fleet pool {:?}: cap {cap}", args.pool)?;
+    sayln!("fleet pool {:?}: cap {cap}", args.pool)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -5,9 +5,9 @@
 //!
 //! Two documents have their types beside the code that fills them: the `lease run --json`
 //! refusal (`role.rs`) and the `--status-fd` events (`status.rs`). Every document that is an
-//! object carries `version` ([`VERSION`]) first. Two outputs are not objects and stay as they
-//! have always been: `budget show --json` prints an array of [`Budget`] (the same entries as
-//! `slots --json`'s `budgets`), and `config get KEY --json` the key's bare value.
+//! object carries `version` ([`VERSION`]) first. One output is not an object and stays as it
+//! has always been: `config get KEY --json`, the key's bare value. A view's document carries
+//! `config_problem` ([`ConfigProblem`], null when the config is good) and its `problems`.
 
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -45,6 +45,9 @@ pub(crate) struct Slots {
     pub(crate) queue: Queue,
     pub(crate) line: Vec<LineEntry>,
     pub(crate) budgets: Vec<Budget>,
+    /// Why the config in force cannot be used (then `max_agents` and `max_test_runs` are 0:
+    /// no take is admitted), or `None`.
+    pub(crate) config_problem: Option<ConfigProblem>,
     /// With `--fleet` only: the fleet pool, or why it could not be read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) fleet: Option<SlotsFleet>,
@@ -64,6 +67,17 @@ pub(crate) struct SlotsFleet {
 pub(crate) struct ConfigFile {
     pub(crate) path: String,
     pub(crate) exists: bool,
+}
+
+/// Why the config in force cannot be used: every take is refused (78) until it is fixed.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ConfigProblem {
+    /// The config file.
+    pub(crate) file: String,
+    /// What is wrong with it.
+    pub(crate) what: String,
+    /// The command or step that fixes it.
+    pub(crate) fix: String,
 }
 
 /// STOP while in force.
@@ -100,6 +114,8 @@ pub(crate) struct Slot {
     pub(crate) kind: &'static str,
     pub(crate) pid: Option<u32>,
     pub(crate) owner: Option<String>,
+    /// The dispatcher's attempt the slot or lane belongs to.
+    pub(crate) attempt: Option<String>,
     pub(crate) since: Option<String>,
     pub(crate) role: Option<String>,
     pub(crate) command: Option<String>,
@@ -111,8 +127,9 @@ pub(crate) struct Slot {
     pub(crate) reason: String,
 }
 
-/// A stray or broken file (`slots --json` and `why --json`).
-#[derive(Debug, Serialize)]
+/// A stray or broken file (`slots --json`, `why --json`, `budget show --json`, `queue ls
+/// --json`).
+#[derive(Debug, Clone, Serialize)]
 pub(crate) struct Problem {
     pub(crate) name: String,
     pub(crate) what: String,
@@ -153,7 +170,17 @@ pub(crate) struct LineEntry {
 
 // ---- budget show --json, budget take --json ------------------------------------------------
 
-/// One credential's budget (`budget show --json` prints an array of them).
+/// `budget show --json`.
+#[derive(Debug, Serialize)]
+pub(crate) struct BudgetShow {
+    pub(crate) version: u32,
+    pub(crate) budgets: Vec<Budget>,
+    /// Budget state files left out of `budgets`, and why.
+    pub(crate) problems: Vec<Problem>,
+    pub(crate) config_problem: Option<ConfigProblem>,
+}
+
+/// One credential's budget (`budget show --json`'s and `slots --json`'s `budgets`).
 #[derive(Debug, Serialize)]
 pub(crate) struct Budget {
     pub(crate) credential: usize,
@@ -237,6 +264,7 @@ pub(crate) struct Why {
     pub(crate) blocked_by: Option<&'static str>,
     pub(crate) problems: Vec<Problem>,
     pub(crate) queued: Vec<QueuedAttempt>,
+    pub(crate) config_problem: Option<ConfigProblem>,
 }
 
 /// One question's answer.
@@ -268,6 +296,9 @@ pub(crate) struct QueueList {
     pub(crate) full_runs: Vec<FullRun>,
     #[serde(flatten)]
     pub(crate) dispatcher: DispatcherList,
+    /// The dispatcher's answer when it was not a list.
+    pub(crate) problems: Vec<Problem>,
+    pub(crate) config_problem: Option<ConfigProblem>,
 }
 
 /// A queued full run.
@@ -417,6 +448,102 @@ impl Serialize for Nobody {
     }
 }
 
+// ---- stop-all, resume-all, drain, undrain --json ------------------------------------------
+
+/// `stop-all --json`.
+#[derive(Debug, Serialize)]
+pub(crate) struct StopAll {
+    pub(crate) version: u32,
+    pub(crate) dir: String,
+    /// The STOP in force: the one written, or (`written` false) the one found that could not
+    /// be replaced.
+    pub(crate) stop: Stop,
+    pub(crate) written: bool,
+    pub(crate) halted: Vec<HaltedRun>,
+    pub(crate) still_running: Vec<RunningRun>,
+    pub(crate) took_ms: u64,
+    /// Why STOP could not be replaced, when it could not.
+    pub(crate) problems: Vec<Problem>,
+}
+
+/// A run that was running when STOP was written and has halted.
+#[derive(Debug, Serialize)]
+pub(crate) struct HaltedRun {
+    pub(crate) resource: String,
+    pub(crate) pid: u32,
+    pub(crate) command: Option<String>,
+    /// `supervisor` (its own supervisor halted it) or `worklane` (`stop-all` signalled it).
+    pub(crate) by: &'static str,
+}
+
+/// A run still running when `stop-all` stopped waiting.
+#[derive(Debug, Serialize)]
+pub(crate) struct RunningRun {
+    pub(crate) resource: String,
+    pub(crate) pid: u32,
+    pub(crate) command: Option<String>,
+    /// Why worklane did not signal it, when it did not.
+    pub(crate) why: Option<String>,
+}
+
+/// `resume-all --json`.
+#[derive(Debug, Serialize)]
+pub(crate) struct ResumeAll {
+    pub(crate) version: u32,
+    pub(crate) dir: String,
+    pub(crate) removed: bool,
+    /// The STOP lifted, as it was read (null when there was none).
+    pub(crate) stop: Option<Stop>,
+}
+
+/// `drain --json`.
+#[derive(Debug, Serialize)]
+pub(crate) struct Drained {
+    pub(crate) version: u32,
+    /// The flag written.
+    pub(crate) file: String,
+    pub(crate) drain: DrainFlag,
+}
+
+/// `undrain --json`.
+#[derive(Debug, Serialize)]
+pub(crate) struct Undrained {
+    pub(crate) version: u32,
+    pub(crate) file: String,
+    pub(crate) removed: bool,
+    /// What is still at the flag's name when it could not be removed (ignored by every
+    /// harness: no drain is in force).
+    pub(crate) problems: Vec<Problem>,
+}
+
+// ---- queue full-run --json, queue cancel --json --------------------------------------------
+
+/// `queue full-run --json`.
+#[derive(Debug, Serialize)]
+pub(crate) struct QueuedFullRun {
+    pub(crate) version: u32,
+    pub(crate) id: String,
+    pub(crate) pid: u32,
+    pub(crate) command: String,
+    pub(crate) log: String,
+}
+
+/// `queue cancel --json`.
+#[cfg_attr(not(feature = "dispatcher"), allow(dead_code))]
+#[derive(Debug, Serialize)]
+pub(crate) struct Cancelled<'a> {
+    pub(crate) version: u32,
+    pub(crate) id: &'a str,
+    /// `attempt` (a dispatcher's attempt) or `full-run` (a queued full run).
+    pub(crate) kind: &'static str,
+    /// The queued full run's log; null for an attempt.
+    pub(crate) log: Option<String>,
+    /// A running attempt: how its driver is being halted (absent otherwise); `queue ls --all`
+    /// tells how it ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) halting: Option<String>,
+}
+
 // ---- config get --json -------------------------------------------------------------------
 
 /// `config get --json` without a key (with a key, the key's bare value is printed).
@@ -503,10 +630,12 @@ mod tests {
             version: VERSION,
             full_runs: Vec::new(),
             dispatcher: DispatcherList::none("none".into()),
+            problems: Vec::new(),
+            config_problem: None,
         };
         assert_eq!(
             line(&list),
-            r#"{"version":1,"full_runs":[],"dispatcher_pid":null,"attempts":[],"logs":[],"dispatcher":"none"}"#
+            r#"{"version":1,"full_runs":[],"dispatcher_pid":null,"attempts":[],"logs":[],"dispatcher":"none","problems":[],"config_problem":null}"#
         );
     }
 }

@@ -23,6 +23,7 @@ mod fleet;
 mod fleet;
 mod json;
 mod logging;
+mod man;
 mod nesting;
 mod ops;
 mod out;
@@ -50,9 +51,29 @@ static ALLOC: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 use worklane_admission::Pool;
 use worklane_slotfile::SlotDir;
 
-/// Resolves the machine's slot directory and config into a pool (78 on any config problem).
+/// The machine's pool, its config not loaded: what STOP, resume, the drain and every view use,
+/// so that a broken config (not JSON, unreadable, a directory) never silences them. The views
+/// show the config's problem; a take made through this pool reads the config then (78).
+/// Only a slot directory that cannot be used is an error here (78 naming it and the fix).
 fn pool() -> Result<Pool, Failure> {
-    Ok(Pool::new(SlotDir::resolve()?))
+    let located =
+        SlotDir::resolve_located().map_err(|e| Failure::new(exit::CONFIG, exit::chain(&e)))?;
+    Ok(Pool::open(located))
+}
+
+/// The machine's pool for a take: its config must be usable, or the take is refused (78,
+/// naming the file, what is wrong and the fix) before anything is taken.
+fn taking_pool() -> Result<Pool, Failure> {
+    let pool = pool()?;
+    pool.config().map_err(config::take_refused)?;
+    Ok(pool)
+}
+
+/// The dispatcher and `enqueue` take (the dispatcher's own lock and the slots it admits rows
+/// to, a lane): like every take they are refused (78) while the config cannot be used, before
+/// they start. (`dispatch.rs` resolves its pool with [`pool`].)
+fn before_take() -> Result<(), Failure> {
+    taking_pool().map(drop)
 }
 
 /// `--dir PATH`: the slot directory for this process and every process it starts, exactly as
@@ -93,6 +114,9 @@ fn main() -> ExitCode {
         Ok(level) => logging::init(level),
         Err(why) => return Failure::new(exit::USAGE, why).exit(),
     }
+    if cli.quiet {
+        out::set_quiet();
+    }
     if let Some(dir) = &cli.dir
         && let Err(failure) = use_slot_dir(dir)
     {
@@ -101,29 +125,31 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run::run(args),
         Command::Slots { json, fleet } => slots::show(json, &fleet),
-        Command::StopAll { reason } => ops::stop_all(&reason.join(" ")),
-        Command::ResumeAll => ops::resume_all(),
+        Command::StopAll { reason, json } => ops::stop_all(&reason.join(" "), json),
+        Command::ResumeAll { json } => ops::resume_all(json),
         Command::SetTestSlots { n } => config::set_test_slots(n),
         Command::Config(command) => config::command(command),
-        Command::Drain { until, to } => ops::drain(&until, to),
-        Command::Undrain => ops::undrain(),
+        Command::Drain { until, to, json } => ops::drain(&until, to, json),
+        Command::Undrain { json } => ops::undrain(json),
         Command::Idle => ops::idle(),
         Command::Lease(LeaseCommand::Run(args)) => run::lease_run(args),
         Command::Fleet(FleetCommand::SetCap { fleet: args, cap }) => fleet::set_cap(&args, cap),
         Command::Fleet(FleetCommand::Status { fleet: args, json }) => fleet::status(&args, json),
-        Command::Dispatcher(args) => dispatch::serve(&args),
-        Command::Enqueue(args) => dispatch::enqueue(&args),
+        Command::Dispatcher(args) => before_take().and_then(|()| dispatch::serve(&args)),
+        Command::Enqueue(args) => before_take().and_then(|()| dispatch::enqueue(&args)),
+        // A driver adopts the slot and lane its attempt was admitted with: no cap is read.
         Command::Claim(args) => dispatch::claim(&args),
         Command::Reconcile { attempt, json } => dispatch::reconcile(&attempt, json),
         Command::Queue(QueueCommand::Ls { json, all }) => queue::list(json, all),
         Command::Queue(QueueCommand::Retry { attempt }) => dispatch::retry(&attempt),
         Command::Queue(QueueCommand::Prune { older_than }) => dispatch::prune(older_than),
-        Command::Queue(QueueCommand::Cancel { attempt }) => queue::cancel(&attempt),
+        Command::Queue(QueueCommand::Cancel { attempt, json }) => queue::cancel(&attempt, json),
         Command::Queue(QueueCommand::FullRun {
             idle_probe,
             priority,
+            json,
             command,
-        }) => queue::queue_full_run(idle_probe, priority, command),
+        }) => queue::queue_full_run(idle_probe, priority, json, command),
         Command::QueuedFullRun {
             idle_probe,
             priority,
@@ -135,7 +161,7 @@ fn main() -> ExitCode {
         Command::Budget(BudgetCommand::Observe(args)) => budget::observe(&args),
         Command::Why(args) => why::why(&args),
         Command::Completions { shell } => ops::completions(shell),
-        Command::Man { command, all } => ops::man(&command, all.as_deref()),
+        Command::Man { command, all } => man::man(&command, all.as_deref()),
     };
     match result {
         Ok(code) => code,

@@ -1,11 +1,15 @@
-//! Operator commands: stop-all, resume-all, drain, undrain, idle,
-//! completions, man.
+//! Operator commands: stop-all, resume-all, drain, undrain, idle, completions (the man pages
+//! are `man.rs`).
 
+use crate::config::shell_quote;
 use crate::exit::{self, Failure};
-use crate::out::outln;
+use crate::json;
+use crate::out::{outln, sayln};
 use std::process::ExitCode;
-use worklane_admission::{Drain, MAX_DRAIN_AHEAD_MS, Stop, stop};
+use worklane_admission::drain::DRAIN_FILE;
+use worklane_admission::{Drain, DrainState, MAX_DRAIN_AHEAD_MS, Pool, STOP_FILE, Stop, stop};
 use worklane_lease::{Clock, SystemClock, parse_rfc3339_ms, rfc3339_ms};
+use worklane_slotfile::SlotDir;
 
 /// `USER@HOST` of this process (`uid N@HOST` without `USER`), for STOP and role leases.
 pub(crate) fn who() -> String {
@@ -18,47 +22,223 @@ pub(crate) fn who() -> String {
     format!("{user}@{host}")
 }
 
-pub(crate) fn stop_all(reason: &str) -> Result<ExitCode, Failure> {
+/// What is wrong with the STOP file, when it is there but not a STOP as `stop-all` writes
+/// one (a directory, FIFO or link, a file over 64 KiB or one this user cannot read, not
+/// JSON): every harness treats it as a STOP in force all the same.
+pub(crate) fn stop_problem(dir: &SlotDir) -> Option<json::Problem> {
+    let file = dir.file(STOP_FILE).ok()?;
+    let wrong = match file.read() {
+        Ok(None) => return None,
+        Ok(Some(raw)) => match serde_json::from_slice::<Stop>(&raw) {
+            Ok(_) => return None,
+            Err(e) => format!("is not a STOP record ({e})"),
+        },
+        Err(e) => format!("cannot be read as one ({})", exit::chain(&e)),
+    };
+    let path = shell_quote(&dir.path().join(STOP_FILE).display().to_string());
+    Some(json::Problem {
+        name: STOP_FILE.to_owned(),
+        what: format!(
+            "the STOP file {wrong}: every harness treats it as a STOP in force, but nobody can \
+             tell who wrote it or why"
+        ),
+        fix: format!(
+            "`worklane resume-all` lifts it, `worklane stop-all REASON` replaces it with a \
+             readable one (a directory with files in it: look inside, then rm -r -- {path})"
+        ),
+        blocks: Some("every take"),
+    })
+}
+
+/// What is wrong with the drain flag, when it is there but ignored for a reason an operator
+/// should see: it cannot be read (every harness then ignores it), or it says more than 4 h.
+pub(crate) fn drain_problem(pool: &Pool, drain: &DrainState) -> Option<json::Problem> {
+    use worklane_admission::drain::Ignored;
+    let path = pool.locations().drain_dir.join(DRAIN_FILE);
+    let quoted = shell_quote(&path.display().to_string());
+    let (what, fix) = match drain {
+        DrainState::Ignored(Ignored::Unreadable { detail }) => (
+            format!(
+                "the drain flag cannot be read ({detail}): every harness ignores it, so no \
+                 drain is in force"
+            ),
+            format!("rm -r -- {quoted}, then `worklane drain --until TIME` if a drain is wanted"),
+        ),
+        DrainState::Ignored(Ignored::TooFarAhead { drain }) => (
+            format!("the drain flag ({drain}) ends more than 4 h ahead: every harness ignores it"),
+            "`worklane drain --until TIME` within 4 h (again when the update takes longer), \
+             or `worklane undrain`"
+                .to_owned(),
+        ),
+        _ => return None,
+    };
+    Some(json::Problem {
+        name: DRAIN_FILE.to_owned(),
+        what,
+        fix,
+        blocks: None,
+    })
+}
+
+pub(crate) fn stop_all(reason: &str, as_json: bool) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
     let record = Stop {
         by: who(),
         at: rfc3339_ms(SystemClock.now_ms()),
         reason: reason.to_owned(),
     };
-    stop::write(pool.dir(), &record)?;
-    outln!(
-        "STOP written in {}: every `worklane run` halts its command within about 5 s and no new \
-         slot is taken until `worklane resume-all`",
-        pool.dir().path().display()
-    )?;
+    let mut problems = Vec::new();
+    // A STOP that cannot be replaced (a directory with files in it) is in force all the
+    // same: say so, and halt what runs as after any STOP. Only when no STOP is in force at
+    // all is a failed write an error.
+    let (stop, written) = match stop::write(pool.dir(), &record) {
+        Ok(()) => (record, true),
+        Err(e) => match pool.stop() {
+            Ok(Some(in_force)) => {
+                let mut problem = stop_problem(pool.dir()).unwrap_or(json::Problem {
+                    name: STOP_FILE.to_owned(),
+                    what: "a STOP is in force that could not be replaced".to_owned(),
+                    fix: "`worklane resume-all`, then `worklane stop-all REASON`".to_owned(),
+                    blocks: Some("every take"),
+                });
+                problem.what = format!(
+                    "{}; it could not be replaced: {}",
+                    problem.what,
+                    exit::chain(&e)
+                );
+                problems.push(problem);
+                (in_force, false)
+            }
+            _ => return Err(Failure::from(e)),
+        },
+    };
+    if !as_json {
+        if written {
+            sayln!(
+                "STOP written in {}: every `worklane run` halts its command within about 5 s \
+                 and no new slot is taken until `worklane resume-all`",
+                pool.dir().path().display()
+            )?;
+        } else {
+            for problem in &problems {
+                sayln!(
+                    "STOP was already in force in {} ({stop}): {}; fix: {}",
+                    pool.dir().path().display(),
+                    problem.what,
+                    problem.fix
+                )?;
+            }
+        }
+    }
     let report = crate::enforce::enforce_stop(&pool);
-    for command in &report.signalled {
-        outln!("halted {command} myself: its supervisor could not (gone or stopped)")?;
+    if as_json {
+        outln!(
+            "{}",
+            json::line(&json::StopAll {
+                version: json::VERSION,
+                dir: pool.dir().path().display().to_string(),
+                stop: json::Stop {
+                    by: stop.by.clone(),
+                    at: stop.at.clone(),
+                    reason: stop.reason.clone(),
+                },
+                written,
+                halted: report
+                    .halted
+                    .iter()
+                    .map(|h| json::HaltedRun {
+                        resource: h.run.resource.clone(),
+                        pid: h.run.pid,
+                        command: h.run.command.clone(),
+                        by: if h.by_worklane {
+                            "worklane"
+                        } else {
+                            "supervisor"
+                        },
+                    })
+                    .collect(),
+                still_running: report
+                    .left
+                    .iter()
+                    .map(|l| json::RunningRun {
+                        resource: l.run.resource.clone(),
+                        pid: l.run.pid,
+                        command: l.run.command.clone(),
+                        why: l.why.clone(),
+                    })
+                    .collect(),
+                took_ms: u64::try_from(report.took.as_millis()).unwrap_or(u64::MAX),
+                problems,
+            })
+        )?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let took = crate::supervise::seconds(report.took);
+    for halted in &report.halted {
+        if halted.by_worklane {
+            sayln!(
+                "halted {} myself: its supervisor could not (gone, stopped, or past its grace)",
+                halted.run
+            )?;
+        } else {
+            sayln!("halted {} (by its supervisor)", halted.run)?;
+        }
     }
     if report.left.is_empty() {
-        outln!(
-            "{} running command(s) halted in {} s",
-            report.running,
-            crate::supervise::seconds(report.took)
-        )?;
+        if report.halted.is_empty() {
+            sayln!("nothing was running")?;
+        } else {
+            sayln!(
+                "{} running command(s) halted in {took} s",
+                report.halted.len()
+            )?;
+        }
     } else {
-        outln!(
-            "still running after {} s (STOP stays in force):",
-            crate::supervise::seconds(report.took)
-        )?;
-        for command in &report.left {
-            outln!("  {command}")?;
+        // What still runs is not a success line: it is printed under -q too.
+        outln!("still running after {took} s (STOP stays in force):")?;
+        for left in &report.left {
+            match &left.why {
+                Some(why) => outln!("  {}: {why}", left.run)?,
+                None => outln!("  {}", left.run)?,
+            }
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) fn resume_all() -> Result<ExitCode, Failure> {
+pub(crate) fn resume_all(as_json: bool) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
-    if stop::remove(pool.dir())? {
-        outln!("STOP removed: new slots may be taken again")?;
+    let was = pool.stop()?;
+    let removed = stop::remove(pool.dir()).map_err(|e| {
+        let failure = Failure::from(e);
+        Failure::new(
+            failure.code,
+            format!(
+                "{}; the STOP stays in force: a directory with files in it sits at its name \
+                 (look inside, then rm -r -- {})",
+                failure.message,
+                shell_quote(&pool.dir().path().join(STOP_FILE).display().to_string())
+            ),
+        )
+    })?;
+    if as_json {
+        outln!(
+            "{}",
+            json::line(&json::ResumeAll {
+                version: json::VERSION,
+                dir: pool.dir().path().display().to_string(),
+                removed,
+                stop: was.filter(|_| removed).map(|s| json::Stop {
+                    by: s.by,
+                    at: s.at,
+                    reason: s.reason,
+                }),
+            })
+        )?;
+    } else if removed {
+        sayln!("STOP removed: new slots may be taken again")?;
     } else {
-        outln!("no STOP was in force")?;
+        sayln!("no STOP was in force")?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -77,7 +257,7 @@ fn until_ms(until: &str, now: u64) -> Result<u64, Failure> {
     Ok(now.saturating_add(u64::try_from(ahead.as_millis()).unwrap_or(u64::MAX)))
 }
 
-pub(crate) fn drain(until: &str, to: Option<String>) -> Result<ExitCode, Failure> {
+pub(crate) fn drain(until: &str, to: Option<String>, as_json: bool) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
     let now = SystemClock.now_ms();
     let until = until_ms(until, now)?;
@@ -99,20 +279,84 @@ pub(crate) fn drain(until: &str, to: Option<String>) -> Result<ExitCode, Failure
         until: rfc3339_ms(until),
         to,
     };
-    pool.write_drain(&flag)?;
-    outln!(
-        "{flag}: no new slot of any kind until then (flag in {})",
-        pool.locations().drain_dir.display()
-    )?;
+    let file = pool.locations().drain_dir.join(DRAIN_FILE);
+    pool.write_drain(&flag).map_err(|e| {
+        let failure = Failure::from(e);
+        Failure::new(
+            failure.code,
+            format!(
+                "{}; no drain is in force (if a directory with files in it sits at its name: \
+                 look inside, then rm -r -- {})",
+                failure.message,
+                shell_quote(&file.display().to_string())
+            ),
+        )
+    })?;
+    if as_json {
+        outln!(
+            "{}",
+            json::line(&json::Drained {
+                version: json::VERSION,
+                file: file.display().to_string(),
+                drain: json::DrainFlag {
+                    since: flag.since.clone(),
+                    until: flag.until.clone(),
+                    to: flag.to.clone(),
+                },
+            })
+        )?;
+    } else {
+        sayln!(
+            "{flag}: no new slot of any kind until then (flag in {})",
+            pool.locations().drain_dir.display()
+        )?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) fn undrain() -> Result<ExitCode, Failure> {
+pub(crate) fn undrain(as_json: bool) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
-    if pool.remove_drain()? {
-        outln!("drain removed")?;
+    let file = pool.locations().drain_dir.join(DRAIN_FILE);
+    let mut problems = Vec::new();
+    let removed = match pool.remove_drain() {
+        Ok(removed) => removed,
+        // What cannot be removed (a directory with files in it) is no drain flag: every
+        // harness ignores it, so no drain is in force, which is what undrain is for.
+        Err(e) if !matches!(pool.drain(), Ok(DrainState::InForce(_))) => {
+            problems.push(json::Problem {
+                name: DRAIN_FILE.to_owned(),
+                what: format!(
+                    "something that is no drain flag sits at its name and could not be removed \
+                     ({}): every harness ignores it",
+                    exit::chain(&e)
+                ),
+                fix: format!(
+                    "look inside, then rm -r -- {}",
+                    shell_quote(&file.display().to_string())
+                ),
+                blocks: None,
+            });
+            false
+        }
+        Err(e) => return Err(Failure::from(e)),
+    };
+    if as_json {
+        outln!(
+            "{}",
+            json::line(&json::Undrained {
+                version: json::VERSION,
+                file: file.display().to_string(),
+                removed,
+                problems,
+            })
+        )?;
+    } else if removed {
+        sayln!("drain removed")?;
     } else {
-        outln!("no drain flag was set")?;
+        sayln!("no drain flag was set")?;
+        for p in &problems {
+            sayln!("{}: {}; fix: {}", p.name, p.what, p.fix)?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -122,7 +366,7 @@ pub(crate) fn idle() -> Result<ExitCode, Failure> {
     if pool.idle()? {
         Ok(ExitCode::SUCCESS)
     } else {
-        outln!("a full run is live")?;
+        sayln!("a full run is live")?;
         Ok(ExitCode::from(exit::TEMP_FAIL))
     }
 }
@@ -135,130 +379,4 @@ pub(crate) fn completions(shell: clap_complete::Shell) -> Result<ExitCode, Failu
     clap_complete::generate(shell, &mut cmd, "worklane", &mut script);
     crate::out::bytes(&script)?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// Every man page: worklane's own, then one per command that is not hidden, nested ones
-/// named by their path (`worklane-lease-run.1`), each as (file name, roff).
-pub(crate) fn man_pages() -> Result<Vec<(String, Vec<u8>)>, Failure> {
-    use clap::CommandFactory;
-    fn walk(cmd: &clap::Command, pages: &mut Vec<(String, Vec<u8>)>) -> std::io::Result<()> {
-        // Rendered into memory (clap_mangen fails mid-write on a failed write).
-        let man = clap_mangen::Man::new(cmd.clone());
-        let mut page = Vec::new();
-        man.render(&mut page)?;
-        pages.push((man.get_filename(), page));
-        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
-            walk(sub, pages)?;
-        }
-        Ok(())
-    }
-    // Built whole first, so that each command knows its path: its page is titled
-    // `worklane-lease-run` and its synopsis says `worklane lease run`.
-    let mut cmd = crate::cli::Cli::command().disable_help_subcommand(true);
-    cmd.build();
-    let mut pages = Vec::new();
-    walk(&cmd, &mut pages)
-        .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot render a man page: {e}")))?;
-    Ok(pages)
-}
-
-/// `man [COMMAND...]` prints one page; `man --all DIR` writes every page into DIR.
-pub(crate) fn man(command: &[String], all: Option<&std::path::Path>) -> Result<ExitCode, Failure> {
-    let pages = man_pages()?;
-    if let Some(dir) = all {
-        std::fs::create_dir_all(dir).map_err(|e| {
-            Failure::new(
-                exit::IO_ERROR,
-                format!("man --all: cannot create {}: {e}", dir.display()),
-            )
-        })?;
-        for (name, page) in &pages {
-            let path = dir.join(name);
-            std::fs::write(&path, page).map_err(|e| {
-                Failure::new(
-                    exit::IO_ERROR,
-                    format!("man --all: cannot write {}: {e}", path.display()),
-                )
-            })?;
-            outln!("{}", path.display())?;
-        }
-        return Ok(ExitCode::SUCCESS);
-    }
-    let name = std::iter::once("worklane")
-        .chain(command.iter().map(String::as_str))
-        .collect::<Vec<_>>()
-        .join("-");
-    let file = format!("{name}.1");
-    let Some((_, page)) = pages.iter().find(|(n, _)| *n == file) else {
-        return Err(Failure::new(
-            exit::USAGE,
-            format!(
-                "man {}: no such command (`worklane --help` lists them)",
-                command.join(" ")
-            ),
-        ));
-    };
-    crate::out::bytes(page)?;
-    Ok(ExitCode::SUCCESS)
-}
-
-#[cfg(test)]
-mod tests {
-    use clap::CommandFactory;
-
-    /// Every command that is not hidden, as its path (`["lease", "run"]`).
-    fn paths(cmd: &clap::Command, prefix: &[String], out: &mut Vec<Vec<String>>) {
-        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
-            let mut path = prefix.to_vec();
-            path.push(sub.get_name().to_owned());
-            out.push(path.clone());
-            paths(sub, &path, out);
-        }
-    }
-
-    #[test]
-    fn every_command_gets_a_man_page_named_by_its_path() {
-        let pages = super::man_pages().expect("pages");
-        let names: Vec<&str> = pages.iter().map(|(n, _)| n.as_str()).collect();
-        let mut commands = Vec::new();
-        paths(&crate::cli::Cli::command(), &[], &mut commands);
-        assert!(
-            commands.len() > 20 && commands.contains(&vec!["lease".into(), "run".into()]),
-            "the walk sees nested commands: {commands:?}"
-        );
-        let mut want = vec!["worklane.1".to_owned()];
-        want.extend(
-            commands
-                .iter()
-                .map(|p| format!("worklane-{}.1", p.join("-"))),
-        );
-        for name in &want {
-            assert!(names.contains(&name.as_str()), "a page {name}: {names:?}");
-        }
-        assert_eq!(names.len(), want.len(), "one page each, no more: {names:?}");
-        for (name, page) in &pages {
-            let text = String::from_utf8_lossy(page);
-            let title = name.trim_end_matches(".1");
-            assert!(
-                text.contains(&format!("\n.TH {title} 1 ")),
-                "{name} is a roff page titled {title}: {}",
-                &text[..text.len().min(80)]
-            );
-        }
-        assert!(
-            !names
-                .iter()
-                .any(|n| n.contains("queued-full-run") || n.contains("help")),
-            "no page for hidden commands or help: {names:?}"
-        );
-        let lease_run = &pages
-            .iter()
-            .find(|(n, _)| n == "worklane-lease-run.1")
-            .expect("lease run")
-            .1;
-        assert!(
-            String::from_utf8_lossy(lease_run).contains("worklane lease run"),
-            "the synopsis names the whole command"
-        );
-    }
 }

@@ -17,6 +17,28 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// Set once a write to stdout met a closed pipe: later output is dropped unwritten.
 static CLOSED: AtomicBool = AtomicBool::new(false);
 
+/// `-q`: the human lines that say a command succeeded ([`sayln!`]) are not printed, nor is
+/// the live line of a waiting run; data (views, JSON, ids) and every message on stderr are.
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// Turns on `-q` for the rest of the process.
+pub(crate) fn set_quiet() {
+    QUIET.store(true, Ordering::Relaxed);
+}
+
+/// Whether `-q` is on.
+pub(crate) fn quiet() -> bool {
+    QUIET.load(Ordering::Relaxed)
+}
+
+/// Writes one human success line to stdout unless `-q` is on (use [`sayln!`]).
+pub(crate) fn say(args: std::fmt::Arguments<'_>) -> Result<(), Failure> {
+    if quiet() {
+        return Ok(());
+    }
+    line(args)
+}
+
 /// What a failed write to stdout means.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Written {
@@ -102,6 +124,15 @@ macro_rules! outln {
     };
 }
 
+/// Prints a line that says a command succeeded (a confirmation for a person) to stdout, unless
+/// `-q` asks for silence: `sayln!("STOP removed")?`. Data a script reads (a view, an id, a
+/// JSON document) is printed with [`outln!`] instead.
+macro_rules! sayln {
+    ($($arg:tt)*) => {
+        $crate::out::say(format_args!($($arg)*))
+    };
+}
+
 /// Prints a line to stderr, best effort.
 macro_rules! errln {
     ($($arg:tt)*) => {
@@ -109,7 +140,7 @@ macro_rules! errln {
     };
 }
 
-pub(crate) use {errln, outln};
+pub(crate) use {errln, outln, sayln};
 
 #[cfg(test)]
 mod tests {

@@ -9,7 +9,8 @@
 //! logs why; if it has just started its command, that command is halted as by STOP.
 
 use crate::exit::{self, Failure};
-use crate::out::{errln, outln};
+use crate::out::{errln, outln, sayln};
+use crate::slots::problem_lines;
 use crate::supervise::{Started, Watch, describe, supervise};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -33,11 +34,12 @@ const PROBE_RETRY: Duration = Duration::from_secs(5);
 pub(crate) fn queue_full_run(
     idle_probe: Option<String>,
     priority: i64,
+    as_json: bool,
     command: Vec<OsString>,
 ) -> Result<ExitCode, Failure> {
     // Resolve now, so that a configuration error is reported here and not in the runner's log.
     // The runner inherits this environment and resolves the same directory.
-    crate::pool()?;
+    crate::taking_pool()?;
     let now = SystemClock.now_ms();
     let log = std::env::temp_dir().join(format!(
         "worklane-full-run-{}-{}.log",
@@ -83,13 +85,26 @@ pub(crate) fn queue_full_run(
     let child = runner
         .spawn()
         .map_err(|e| Failure::new(exit::OS_ERROR, format!("cannot start the runner: {e}")))?;
-    outln!(
-        "queued full run {ID_PREFIX}{} of `{}`: runner pid {}, log {}",
-        child.id(),
-        describe(&command),
-        child.id(),
-        log.display()
-    )?;
+    if as_json {
+        outln!(
+            "{}",
+            crate::json::line(&crate::json::QueuedFullRun {
+                version: crate::json::VERSION,
+                id: format!("{ID_PREFIX}{}", child.id()),
+                pid: child.id(),
+                command: describe(&command),
+                log: log.display().to_string(),
+            })
+        )?;
+    } else {
+        sayln!(
+            "queued full run {ID_PREFIX}{} of `{}`: runner pid {}, log {}",
+            child.id(),
+            describe(&command),
+            child.id(),
+            log.display()
+        )?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -117,7 +132,7 @@ pub(crate) fn runner(
             format!("cannot install a SIGTERM handler: {e}"),
         )
     })?;
-    let pool = crate::pool()?;
+    let pool = crate::taking_pool()?;
     let mut request = Request::new(QUEUED_OWNER).field("command", describe(&command));
     if let Some(log) = &log {
         request = request.field("log", log.display().to_string());
@@ -347,7 +362,22 @@ pub(crate) struct Listing {
 pub(crate) fn list(json: bool, all: bool) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
     let full_runs = queued_full_runs(&pool)?;
-    let dispatcher = crate::dispatch::listing(&pool, all)?;
+    let config = crate::config::Problem::of_pool(&pool);
+    let mut problems = Vec::new();
+    // A dispatcher that answers with something that is not a reply, or refuses to list, is
+    // shown as a problem: the full runs and the rest of the view are still worth seeing.
+    let dispatcher = listing_within(&pool, all, DISPATCHER_PATIENCE).unwrap_or_else(|failure| {
+        problems.push(dispatcher_problem(&pool, &failure));
+        Listing {
+            json: crate::json::DispatcherList::none(format!(
+                "the dispatcher did not answer with a list: {}",
+                failure.message
+            )),
+            lines: vec![format!(
+                "attempts: unknown (the dispatcher did not answer with a list)"
+            )],
+        }
+    });
     if json {
         outln!(
             "{}",
@@ -355,9 +385,14 @@ pub(crate) fn list(json: bool, all: bool) -> Result<ExitCode, Failure> {
                 version: crate::json::VERSION,
                 full_runs: full_runs.iter().map(Queued::json).collect(),
                 dispatcher: dispatcher.json,
+                problems,
+                config_problem: config.as_ref().map(crate::config::Problem::json),
             })
         )?;
         return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(problem) = &config {
+        outln!("{}", problem.line())?;
     }
     outln!("queued full runs: {}", full_runs.len())?;
     for q in &full_runs {
@@ -377,13 +412,68 @@ pub(crate) fn list(json: bool, all: bool) -> Result<ExitCode, Failure> {
     for line in &dispatcher.lines {
         outln!("{line}")?;
     }
+    for line in problem_lines(&problems) {
+        outln!("{line}")?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 
+/// How long `queue ls` waits for the dispatcher's answer: a dispatcher answers a listing at
+/// once, so a process at its socket that accepts and says nothing is shown as a problem
+/// rather than holding the view forever.
+const DISPATCHER_PATIENCE: Duration = Duration::from_secs(5);
+
+/// The dispatcher's listing, or a failure when it does not come within `patience` (the
+/// asking thread is left behind: it ends with this process).
+fn listing_within(pool: &Pool, all: bool, patience: Duration) -> Result<Listing, Failure> {
+    let (send, answer) = std::sync::mpsc::channel();
+    let asking = pool.clone();
+    let spawned = std::thread::Builder::new()
+        .name("queue-ls".to_owned())
+        .spawn(move || {
+            let _ = send.send(crate::dispatch::listing(&asking, all));
+        });
+    if spawned.is_err() {
+        return crate::dispatch::listing(pool, all);
+    }
+    answer.recv_timeout(patience).unwrap_or_else(|_| {
+        Err(Failure::new(
+            exit::OS_ERROR,
+            format!(
+                "it accepted the connection but did not answer within {} s",
+                patience.as_secs()
+            ),
+        ))
+    })
+}
+
+/// The dispatcher's socket answered `queue ls` with an error (not a reply, a refusal): what
+/// that means and what to do.
+fn dispatcher_problem(pool: &Pool, failure: &Failure) -> crate::json::Problem {
+    let socket = std::env::var_os("WORKLANE_SOCKET")
+        .map_or_else(|| pool.dir().path().join("dispatcher.sock"), PathBuf::from);
+    crate::json::Problem {
+        name: socket
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+        what: format!(
+            "the process serving {} did not list the queue ({}); its attempts are not shown",
+            socket.display(),
+            failure.message
+        ),
+        fix: "if it is a worklane dispatcher, see its log (`journalctl -u worklane-dispatcher` \
+              under systemd) and restart it; if it is not one, stop it and start `worklane \
+              dispatcher`; a refusal for permission: run as a member of the slot directory's \
+              group"
+            .to_owned(),
+        blocks: None,
+    }
+}
+
 /// `worklane queue cancel ID`: a queued full run (`fr-<pid>`) or a dispatcher attempt.
-pub(crate) fn cancel(id: &str) -> Result<ExitCode, Failure> {
+pub(crate) fn cancel(id: &str, as_json: bool) -> Result<ExitCode, Failure> {
     let Some(pid) = id.strip_prefix(ID_PREFIX) else {
-        return crate::dispatch::cancel(id);
+        return crate::dispatch::cancel(id, as_json);
     };
     let pid: u32 = pid.parse().map_err(|_| {
         Failure::new(
@@ -424,14 +514,7 @@ pub(crate) fn cancel(id: &str) -> Result<ExitCode, Failure> {
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline {
         if !queued_full_runs(&pool)?.iter().any(|q| q.pid == pid) {
-            outln!(
-                "{id} cancelled: its runner left the line{}",
-                queued
-                    .log
-                    .as_deref()
-                    .map(|l| format!(" (log {l})"))
-                    .unwrap_or_default()
-            )?;
+            cancelled(id, "full-run", queued.log.clone(), as_json)?;
             return Ok(ExitCode::SUCCESS);
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -440,4 +523,52 @@ pub(crate) fn cancel(id: &str) -> Result<ExitCode, Failure> {
         exit::TEMP_FAIL,
         format!("{id}: its runner (pid {pid}) was sent SIGTERM but has not left the line in 5 s"),
     ))
+}
+
+/// Says that `id` was cancelled: an attempt (`kind` `attempt`: its row is gone, its lane and
+/// slot free) or a queued full run (`full-run`: its runner left the line, `log` its log).
+/// What `queue cancel` of a running attempt says: its driver is being halted (`halting`, the
+/// dispatcher's words).
+#[cfg_attr(not(feature = "dispatcher"), allow(dead_code))]
+pub(crate) fn halting(id: &str, halting: &str, as_json: bool) -> Result<(), Failure> {
+    if as_json {
+        return outln!(
+            "{}",
+            crate::json::line(&crate::json::Cancelled {
+                version: crate::json::VERSION,
+                id,
+                kind: "attempt",
+                log: None,
+                halting: Some(halting.to_owned()),
+            })
+        );
+    }
+    sayln!("{id} is running: {halting}; `worklane queue ls --all` shows how it ended")
+}
+
+pub(crate) fn cancelled(
+    id: &str,
+    kind: &'static str,
+    log: Option<String>,
+    as_json: bool,
+) -> Result<(), Failure> {
+    if as_json {
+        return outln!(
+            "{}",
+            crate::json::line(&crate::json::Cancelled {
+                version: crate::json::VERSION,
+                id,
+                kind,
+                log,
+                halting: None,
+            })
+        );
+    }
+    match kind {
+        "attempt" => sayln!("{id} cancelled: its row is gone, its lane and slot are free"),
+        _ => sayln!(
+            "{id} cancelled: its runner left the line{}",
+            log.map(|l| format!(" (log {l})")).unwrap_or_default()
+        ),
+    }
 }

@@ -24,7 +24,7 @@ impl Progress {
     fn new(what: &'static str) -> Progress {
         Progress {
             shown: false,
-            on_terminal: crate::out::stderr_is_terminal(),
+            on_terminal: crate::out::stderr_is_terminal() && !crate::out::quiet(),
             what,
         }
     }
@@ -138,7 +138,7 @@ fn run_holding(args: RunArgs, status: &mut Status) -> Result<ExitCode, Failure> 
         ));
     }
     // Usage is checked before the configuration, so a usage error is never hidden by a 78.
-    let pool = crate::pool()?;
+    let pool = crate::taking_pool()?;
     let nested = std::env::var_os(crate::nesting::var(args.kind));
     crate::nesting::refuse_nested(args.kind, pool.dir().path(), nested)?;
     let owner = args
@@ -149,7 +149,8 @@ fn run_holding(args: RunArgs, status: &mut Status) -> Result<ExitCode, Failure> 
     let mut progress = Progress::new(what);
     let taken = if args.no_wait {
         let now = pool.clock().now_ms();
-        pool.try_take_at(kind, &request, args.priority, now)?
+        pool.try_take_at(kind, &request, args.priority, now)
+            .map_err(crate::config::take_refused)?
     } else {
         pool.take(
             kind,
@@ -162,7 +163,9 @@ fn run_holding(args: RunArgs, status: &mut Status) -> Result<ExitCode, Failure> 
                     status.waiting(kind_word(args.kind), &waiting_line(waiting));
                 },
             },
-        )?
+        )
+        // A config broken while it waited: 78, naming the fix, as at the start.
+        .map_err(crate::config::take_refused)?
     };
     progress.clear();
     let slot = match taken {
@@ -391,7 +394,7 @@ fn lease_run_holding(args: LeaseRunArgs, status: &mut Status) -> Result<ExitCode
             ),
         ));
     }
-    let pool = crate::pool()?;
+    let pool = crate::taking_pool()?;
     let name = format!("role-{}.lease", args.role);
     let ours = describe(&args.command);
     let identity = args.agent_identity.clone().unwrap_or_else(crate::ops::who);

@@ -6,8 +6,8 @@ use crate::out::outln;
 use serde_json::Value;
 use std::process::ExitCode;
 use worklane_admission::{DrainState, SlotState, SlotView, Snapshot, drain::Ignored};
-use worklane_budget::{CredentialView, Ledger};
-use worklane_lease::{LiveWhy, rfc3339_ms};
+use worklane_budget::Ledger;
+use worklane_lease::{LiveWhy, Record, rfc3339_ms};
 
 /// The `state` word of a slot in both outputs.
 pub(crate) fn state_word(state: &SlotState) -> &'static str {
@@ -30,13 +30,58 @@ fn reason(state: &SlotState) -> String {
     }
 }
 
-fn slot_json(view: &SlotView) -> json::Slot {
+/// The owners worklane's dispatcher commands record (`claim` and the records it adopts,
+/// `enqueue`'s lane, the dispatcher's own rows): not a name a person knows the work by.
+const CLAIM_OWNER: &str = "worklane claim";
+const QUEUE_OWNERS: [&str; 2] = ["worklane enqueue", "worklane dispatcher"];
+
+/// The attempt a record belongs to: its `attempt` field, or, for a lane `enqueue` handed to
+/// the dispatcher (its record names only the lane), the attempt of that lane's status entry.
+fn attempt_of(record: &Record, queue: &QueueView) -> Option<String> {
+    if let Some(attempt) = record.extra_str("attempt") {
+        return Some(attempt.to_owned());
+    }
+    let lane = record.extra_str("lane")?;
+    queue
+        .attempts
+        .iter()
+        .find(|a| a["lane"].as_str() == Some(lane))
+        .and_then(|a| a["attempt"].as_str())
+        .map(str::to_owned)
+}
+
+/// Who holds a slot or lane, as `slots` names it: the recorded owner, except for dispatched
+/// work, named by its command once a driver claimed it (`worklane claim` holds it for the
+/// command), and by its lane and attempt while it is queued or starting (the dispatcher holds
+/// it).
+pub(crate) fn holder_name(record: &Record, queue: &QueueView) -> Option<String> {
+    let owner = record.owner.as_deref();
+    if owner == Some(CLAIM_OWNER)
+        && let Some(command) = record.extra_str("command")
+    {
+        return Some(command.to_owned());
+    }
+    if owner.is_some_and(|o| QUEUE_OWNERS.contains(&o)) {
+        let lane = record.extra_str("lane");
+        let attempt = attempt_of(record, queue);
+        match (lane, attempt) {
+            (Some(lane), Some(attempt)) => return Some(format!("lane {lane}, attempt {attempt}")),
+            (Some(lane), None) => return Some(format!("lane {lane}")),
+            (None, Some(attempt)) => return Some(format!("attempt {attempt}")),
+            (None, None) => {}
+        }
+    }
+    record.owner.clone()
+}
+
+fn slot_json(view: &SlotView, queue: &QueueView) -> json::Slot {
     let r = view.record.as_ref();
     json::Slot {
         name: view.name.clone(),
         kind: view.kind,
         pid: r.and_then(|r| r.pid()),
         owner: r.and_then(|r| r.owner.clone()),
+        attempt: r.and_then(|r| attempt_of(r, queue)),
         since: r.and_then(|r| r.acquired_at.clone()),
         role: r.and_then(|r| r.extra_str("role")).map(str::to_owned),
         command: r
@@ -85,6 +130,8 @@ pub(crate) struct QueueView {
     pub(crate) alive: bool,
     /// The status entries (JSON objects).
     pub(crate) attempts: Vec<Value>,
+    /// The status entries that could not be read or are not JSON objects.
+    pub(crate) problems: Vec<json::Problem>,
 }
 
 pub(crate) fn queue_view(dir: &worklane_slotfile::SlotDir) -> QueueView {
@@ -97,18 +144,43 @@ pub(crate) fn queue_view(dir: &worklane_slotfile::SlotDir) -> QueueView {
     // A held guard is a live dispatcher (it holds it for life); probing a free one takes it
     // for a moment, as `slots` does for every lock.
     let alive = lock.is_some_and(|l| matches!(l.try_guard(), Ok(None)));
-    let attempts = dir
-        .list_prefixed("queue-")
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|p| p.name().ends_with(".json"))
-        .filter_map(|p| p.read().ok().flatten())
-        .filter_map(|raw| serde_json::from_slice::<Value>(&raw).ok())
-        .collect();
+    let mut attempts = Vec::new();
+    let mut problems = Vec::new();
+    for path in dir.list_prefixed("queue-").unwrap_or_default() {
+        if !path.name().ends_with(".json") {
+            continue;
+        }
+        let wrong = match path.read() {
+            Ok(None) => continue,
+            Ok(Some(raw)) => match serde_json::from_slice::<Value>(&raw) {
+                Ok(entry @ Value::Object(_)) => {
+                    attempts.push(entry);
+                    continue;
+                }
+                Ok(_) => "is JSON but not an object".to_owned(),
+                Err(e) => format!("is not JSON ({e})"),
+            },
+            Err(e) => format!("cannot be read ({})", crate::exit::chain(&e)),
+        };
+        let shown = crate::config::shell_quote(&dir.path().join(path.name()).display().to_string());
+        problems.push(json::Problem {
+            name: path.name().to_owned(),
+            what: format!(
+                "a dispatcher status entry that {wrong}: the attempt it describes is not shown \
+                 here (`worklane queue ls` asks the dispatcher itself)"
+            ),
+            fix: format!(
+                "a running dispatcher rewrites it at its next heartbeat; with none running: \
+                 rm -r -- {shown}"
+            ),
+            blocks: None,
+        });
+    }
     QueueView {
         pid,
         alive,
         attempts,
+        problems,
     }
 }
 
@@ -142,37 +214,97 @@ pub(crate) fn line_json(snapshot: &Snapshot) -> Vec<json::LineEntry> {
         .collect()
 }
 
-/// The config file in force and whether it exists (when not, the defaults hold).
+/// The config file in force, whether it exists (when not, the defaults hold), and why it
+/// cannot be used, if it cannot.
 pub(crate) struct ConfigFile {
     pub(crate) path: std::path::PathBuf,
     pub(crate) exists: bool,
+    pub(crate) problem: Option<crate::config::Problem>,
 }
 
 impl ConfigFile {
-    fn of(pool: &worklane_admission::Pool) -> ConfigFile {
+    fn of(pool: &worklane_admission::Pool, snapshot: &Snapshot) -> ConfigFile {
         let path = pool.locations().config.clone();
-        // It was just read to load the caps; read again only to tell a file from the defaults.
-        let exists = matches!(worklane_slotfile::read::read_path(&path), Ok(Some(_)));
-        ConfigFile { path, exists }
+        // Something is at the name unless the read said there is nothing (a file it cannot
+        // read or that is not a regular file is there, and is the problem).
+        let exists = !matches!(worklane_slotfile::read::read_path(&path), Ok(None));
+        let problem = snapshot
+            .config
+            .as_ref()
+            .err()
+            .map(crate::config::Problem::of);
+        ConfigFile {
+            path,
+            exists,
+            problem,
+        }
+    }
+}
+
+/// Everything `slots` shows but the snapshot: the budgets (and the state files left out of
+/// them), the dispatcher's queue, the config file.
+pub(crate) struct Around {
+    pub(crate) config: ConfigFile,
+    pub(crate) budgets: worklane_budget::Health,
+    pub(crate) queue: QueueView,
+    /// A STOP or drain flag that is there but not as worklane writes it.
+    pub(crate) operator: Vec<json::Problem>,
+}
+
+impl Around {
+    pub(crate) fn of(pool: &worklane_admission::Pool, snapshot: &Snapshot) -> Around {
+        // The budgets are a view, never a reason to fail: an unlistable directory shows none.
+        let budgets = Ledger::new(pool.dir().clone())
+            .health_report()
+            .unwrap_or_else(|_| worklane_budget::Health {
+                views: Vec::new(),
+                unshown: Vec::new(),
+            });
+        let operator = crate::ops::stop_problem(pool.dir())
+            .into_iter()
+            .chain(crate::ops::drain_problem(pool, &snapshot.drain))
+            .collect();
+        Around {
+            config: ConfigFile::of(pool, snapshot),
+            budgets,
+            queue: queue_view(pool.dir()),
+            operator,
+        }
+    }
+
+    /// Every problem the views show but the config's: a STOP or drain flag that is not one,
+    /// the pool's stray and broken files, the budget states left out of the budgets, the
+    /// status entries that are not ones.
+    pub(crate) fn problems(&self, snapshot: &Snapshot) -> Vec<json::Problem> {
+        let mut all: Vec<json::Problem> = self.operator.clone();
+        all.extend(snapshot.problems.iter().map(|p| json::Problem {
+            name: p.name.clone(),
+            what: p.what.clone(),
+            fix: p.fix.clone(),
+            blocks: p.blocks,
+        }));
+        all.extend(crate::budget::unshown_problems(
+            &snapshot.dir,
+            &self.budgets.unshown,
+        ));
+        all.extend(self.queue.problems.iter().cloned());
+        all
     }
 }
 
 /// The document of `slots --json` (schema in docs/json.md).
-pub(crate) fn to_json(
-    snapshot: &Snapshot,
-    config: &ConfigFile,
-    budgets: &[CredentialView],
-    queue: QueueView,
-) -> json::Slots {
+pub(crate) fn to_json(snapshot: &Snapshot, around: &Around) -> json::Slots {
+    let caps = snapshot.config.as_ref().ok();
     json::Slots {
         version: json::VERSION,
         dir: snapshot.dir.display().to_string(),
         config: json::ConfigFile {
-            path: config.path.display().to_string(),
-            exists: config.exists,
+            path: around.config.path.display().to_string(),
+            exists: around.config.exists,
         },
-        max_agents: snapshot.config.max_agents,
-        max_test_runs: snapshot.config.max_test_runs,
+        // No take is admitted while the config cannot be used: the caps in force are 0.
+        max_agents: caps.map_or(0, |c| c.max_agents),
+        max_test_runs: caps.map_or(0, |c| c.max_test_runs),
         agents_held: count(snapshot, "agent"),
         test_runs_held: count(snapshot, "test"),
         full_run_held: count(snapshot, "full-run") > 0,
@@ -182,39 +314,29 @@ pub(crate) fn to_json(
             reason: s.reason.clone(),
         }),
         drain: drain_json(&snapshot.drain),
-        slots: snapshot.slots.iter().map(slot_json).collect(),
-        problems: problems_json(snapshot),
+        slots: snapshot
+            .slots
+            .iter()
+            .map(|v| slot_json(v, &around.queue))
+            .collect(),
+        problems: around.problems(snapshot),
         queue: json::Queue {
             dispatcher: json::Dispatcher {
-                pid: queue.pid,
-                alive: queue.alive,
+                pid: around.queue.pid,
+                alive: around.queue.alive,
             },
-            attempts: queue.attempts,
+            attempts: around.queue.attempts.clone(),
         },
         line: line_json(snapshot),
-        budgets: crate::budget::views_json(budgets),
+        budgets: crate::budget::views_json(&around.budgets.views),
+        config_problem: around.config.problem.as_ref().map(|p| p.json()),
         fleet: None,
     }
 }
 
-/// Stray and broken files, as `slots --json` and `why --json` list them.
-pub(crate) fn problems_json(snapshot: &Snapshot) -> Vec<json::Problem> {
-    snapshot
-        .problems
-        .iter()
-        .map(|p| json::Problem {
-            name: p.name.clone(),
-            what: p.what.clone(),
-            fix: p.fix.clone(),
-            blocks: p.blocks,
-        })
-        .collect()
-}
-
-/// Stray and broken files as lines for a person: `NAME: WHAT; fix: FIX`.
-pub(crate) fn problem_lines(snapshot: &Snapshot) -> Vec<String> {
-    snapshot
-        .problems
+/// Problems as lines for a person: `NAME: WHAT; fix: FIX`.
+pub(crate) fn problem_lines(problems: &[json::Problem]) -> Vec<String> {
+    problems
         .iter()
         .map(|p| format!("{}: {}; fix: {}", p.name, p.what, p.fix))
         .collect()
@@ -224,37 +346,47 @@ pub(crate) fn show(as_json: bool, fleet: &crate::cli::FleetArgs) -> Result<ExitC
     let pool = crate::pool()?;
     let fleet = crate::fleet::slots_section(fleet);
     let snapshot = pool.snapshot()?;
-    // The budgets are a view, never a reason to fail: an unlistable directory shows none.
-    let budgets = Ledger::new(pool.dir().clone()).health().unwrap_or_default();
-    let queue = queue_view(pool.dir());
-    let config = ConfigFile::of(&pool);
+    let around = Around::of(&pool, &snapshot);
     if as_json {
         outln!(
             "{}",
             json::pretty(&json::Slots {
                 fleet,
-                ..to_json(&snapshot, &config, &budgets, queue)
+                ..to_json(&snapshot, &around)
             })
         )?;
         return Ok(ExitCode::SUCCESS);
     }
+    let config = &around.config;
+    let queue = &around.queue;
     outln!("slot directory: {}", snapshot.dir.display())?;
     outln!(
         "{}",
         crate::config::describe_file(&config.path, config.exists)
     )?;
-    outln!(
-        "agents: {} of {} held; test runs: {} of {}; full run: {}",
-        count(&snapshot, "agent"),
-        snapshot.config.max_agents,
-        count(&snapshot, "test"),
-        snapshot.config.max_test_runs,
-        if count(&snapshot, "full-run") > 0 {
-            "running"
-        } else {
-            "none"
-        },
-    )?;
+    if let Some(problem) = &config.problem {
+        outln!("{}", problem.line())?;
+    }
+    let full_run = if count(&snapshot, "full-run") > 0 {
+        "running"
+    } else {
+        "none"
+    };
+    match &snapshot.config {
+        Ok(caps) => outln!(
+            "agents: {} of {} held; test runs: {} of {}; full run: {full_run}",
+            count(&snapshot, "agent"),
+            caps.max_agents,
+            count(&snapshot, "test"),
+            caps.max_test_runs,
+        )?,
+        Err(_) => outln!(
+            "agents: {} held; test runs: {}; full run: {full_run}; caps: none in force (the \
+             config cannot be used: no take is admitted)",
+            count(&snapshot, "agent"),
+            count(&snapshot, "test"),
+        )?,
+    }
     match &snapshot.stop {
         Some(stop) => outln!("STOP in force: {stop}")?,
         None => outln!("STOP: none")?,
@@ -272,7 +404,7 @@ pub(crate) fn show(as_json: bool, fleet: &crate::cli::FleetArgs) -> Result<ExitC
             outln!("drain: ignored (unreadable: {detail})")?
         }
     }
-    crate::budget::print_views(&budgets)?;
+    crate::budget::print_views(&around.budgets.views)?;
     if queue.pid.is_some() || !queue.attempts.is_empty() {
         outln!(
             "dispatcher: {}; {} attempt(s) queued or starting",
@@ -301,14 +433,19 @@ pub(crate) fn show(as_json: bool, fleet: &crate::cli::FleetArgs) -> Result<ExitC
             "waiting in line ({}):",
             waiting.iter().filter(|w| w.live).count()
         )?;
-        for w in &waiting {
+        for (w, view) in waiting.iter().zip(&snapshot.line) {
+            let holder = view
+                .record
+                .as_ref()
+                .and_then(|r| holder_name(r, queue))
+                .unwrap_or_else(|| "-".to_owned());
             outln!(
                 "  {} {:<8} priority {} pid {} owner {} since {}{}",
                 w.position.map_or("-".to_owned(), |p| format!("{p}.")),
                 w.kind,
                 w.priority,
                 w.pid.map_or("-".to_owned(), |p| p.to_string()),
-                w.owner.as_deref().unwrap_or("-"),
+                holder,
                 w.start,
                 if w.live {
                     ""
@@ -318,7 +455,7 @@ pub(crate) fn show(as_json: bool, fleet: &crate::cli::FleetArgs) -> Result<ExitC
             )?;
         }
     }
-    let problems = problem_lines(&snapshot);
+    let problems = problem_lines(&around.problems(&snapshot));
     if !problems.is_empty() {
         outln!("stray or broken files ({}):", problems.len())?;
         for line in &problems {
@@ -347,7 +484,7 @@ pub(crate) fn show(as_json: bool, fleet: &crate::cli::FleetArgs) -> Result<ExitC
             view.kind,
             r.and_then(|r| r.pid())
                 .map_or("-".to_owned(), |p| p.to_string()),
-            r.and_then(|r| r.owner.clone())
+            r.and_then(|r| holder_name(r, queue))
                 .unwrap_or_else(|| "-".to_owned()),
             r.and_then(|r| r.acquired_at.clone())
                 .unwrap_or_else(|| "-".to_owned()),

@@ -147,9 +147,25 @@ fn admission(kind: KindArg, snapshot: &Snapshot) -> Answer {
             exit::OS_ERROR,
         );
     }
+    // Every take of the CLI reads the config first (the full run's too), and is refused while
+    // it cannot be used.
+    let caps = match &snapshot.config {
+        Ok(caps) => caps,
+        Err(e) => {
+            let problem = crate::config::Problem::of(e);
+            return Answer::blocked(
+                asked,
+                format!(
+                    "the config cannot be used, so every take is refused: {}; fix: {}",
+                    problem.what, problem.fix
+                ),
+                exit::CONFIG,
+            );
+        }
+    };
     let (label, cap) = match kind {
-        KindArg::Agent => ("agent", snapshot.config.max_agents),
-        KindArg::Test => ("test", snapshot.config.max_test_runs),
+        KindArg::Agent => ("agent", caps.max_agents),
+        KindArg::Test => ("test", caps.max_test_runs),
         KindArg::FullRun => {
             return if held("full-run") > 0 {
                 Answer::blocked(asked, "another full run holds it", exit::TEMP_FAIL)
@@ -315,7 +331,9 @@ pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
         ),
     ];
     let first = answers.iter().find(|(_, a)| a.blocks == Some(true));
-    let queued = queued_attempts(&pool, &snapshot);
+    let around = crate::slots::Around::of(&pool, &snapshot);
+    let problems = around.problems(&snapshot);
+    let queued = queued_attempts(&pool, &around.queue, &snapshot);
     if args.json {
         let [admission, quota, ownership, release] = &answers;
         outln!(
@@ -327,8 +345,9 @@ pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
                 task_ownership: ownership.1.json(),
                 release_authority: release.1.json(),
                 blocked_by: first.map(|(key, _)| *key),
-                problems: crate::slots::problems_json(&snapshot),
+                problems,
                 queued: queued.iter().map(Queued::json).collect(),
+                config_problem: around.config.problem.as_ref().map(|p| p.json()),
             })
         )?;
     } else {
@@ -341,7 +360,10 @@ pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
             let question = question.replace('_', " ");
             outln!("{question}{asked}: {}: {}", answer.word(), answer.why)?;
         }
-        let problems = crate::slots::problem_lines(&snapshot);
+        if let Some(problem) = &around.config.problem {
+            outln!("{}", problem.line())?;
+        }
+        let problems = crate::slots::problem_lines(&problems);
         if !problems.is_empty() {
             outln!("stray or broken files in {}:", snapshot.dir.display())?;
             for line in &problems {
@@ -388,8 +410,11 @@ impl Queued {
 /// What holds each attempt the dispatcher keeps (its status entries): a starting one waits for
 /// its driver's claim; a queued one for the resource-admission question of an agent slot
 /// (STOP, a drain, the cap) and for the attempts ahead of it, by priority then start.
-fn queued_attempts(pool: &worklane_admission::Pool, snapshot: &Snapshot) -> Vec<Queued> {
-    let queue = crate::slots::queue_view(pool.dir());
+fn queued_attempts(
+    pool: &worklane_admission::Pool,
+    queue: &crate::slots::QueueView,
+    snapshot: &Snapshot,
+) -> Vec<Queued> {
     let now = worklane_lease::Clock::now_ms(&worklane_lease::SystemClock);
     let admission = admission(KindArg::Agent, snapshot);
     let mut entries: Vec<&Value> = queue.attempts.iter().collect();

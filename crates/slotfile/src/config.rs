@@ -109,6 +109,21 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// The config file this error is about.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        match self {
+            Error::Read { path, .. }
+            | Error::Syntax { path, .. }
+            | Error::DuplicateKey { path, .. }
+            | Error::NotAnObject { path }
+            | Error::UnknownKey { path, .. }
+            | Error::Field { path, .. } => path,
+        }
+    }
+}
+
 impl Config {
     /// Parses and validates config bytes read from `path` (used in messages).
     pub fn parse(bytes: &[u8], path: &Path) -> Result<Config, Error> {
@@ -394,6 +409,28 @@ mod tests {
                 .max_agents,
             u32::MAX
         );
+    }
+
+    #[test]
+    fn every_error_names_its_file() {
+        for text in [
+            "{",
+            "[1]",
+            r#"{"a": 1, "a": 1}"#,
+            r#"{"max_agent": 1}"#,
+            r#"{"max_agents": 0}"#,
+        ] {
+            let err = parse(text).expect_err(text);
+            assert_eq!(
+                err.path(),
+                Path::new("/etc/worklane/slots.json"),
+                "{text}: {err:?}"
+            );
+        }
+        let dir = tempfile::tempdir().expect("temp");
+        let err = Config::load_in(&crate::env::Environment::from_process(), dir.path())
+            .expect_err("a directory is no config");
+        assert_eq!(err.path(), dir.path(), "{err:?}");
     }
 
     #[test]

@@ -62,25 +62,72 @@ pub struct Resolved {
     pub env: Environment,
 }
 
+/// The machine's slot directory, resolved and opened, with where its config and drain flag
+/// are, but without its config loaded: what STOP, the drain and the views need, so that a
+/// config that is broken (not JSON, unreadable, a directory) cannot keep them from working.
+/// Whoever needs the caps loads the config from [`Located::locations`] when it needs them,
+/// and reports its problem then.
+#[derive(Debug, Clone)]
+pub struct Located {
+    /// The opened slot directory.
+    pub dir: SlotDir,
+    /// Where the directory, config and drain flag are.
+    pub locations: Locations,
+    /// The environment it was resolved in: later reads of the config or the drain flag apply
+    /// its test-isolation rule.
+    pub env: Environment,
+}
+
+impl From<Resolved> for Located {
+    fn from(resolved: Resolved) -> Located {
+        Located {
+            dir: resolved.dir,
+            locations: resolved.locations,
+            env: resolved.env,
+        }
+    }
+}
+
 impl SlotDir {
     /// Resolves the machine's slot directory and config from this process's environment, opens
     /// the directory (creating `$AGENT_SLOTS_DIR` or `/var/tmp/agent-slots` with mode 2770 if
-    /// missing) and loads the config. This is the only way to reach the machine's directory;
-    /// in a test run it is refused unless the directory lies inside the test's temp root.
+    /// missing) and loads the config. This is the only way to reach the machine's directory,
+    /// with [`SlotDir::resolve_located`] and [`SlotDir::resolve_dir`]; in a test run it is
+    /// refused unless the directory lies inside the test's temp root.
     pub fn resolve() -> Result<Resolved, resolved::Error> {
         Self::resolve_in(&Environment::from_process())
     }
 
     /// [`SlotDir::resolve`] with an injected environment.
     pub fn resolve_in(env: &Environment) -> Result<Resolved, resolved::Error> {
-        let locations = env.locate().map_err(open::Error::from)?;
-        let create = locations.layout != Layout::System;
-        let dir = Self::open_checked(&locations.slot_dir, create)?;
-        let config = Config::load_in(env, &locations.config)?;
+        let Located {
+            dir,
+            locations,
+            env,
+        } = Self::resolve_located_in(env)?;
+        let config = Config::load_in(&env, &locations.config)?;
         Ok(Resolved {
             dir,
             locations,
             config,
+            env,
+        })
+    }
+
+    /// Resolves and opens the machine's slot directory as [`SlotDir::resolve`] does, with
+    /// where its config and drain flag are, without loading the config (see [`Located`]).
+    pub fn resolve_located() -> Result<Located, open::Error> {
+        Self::resolve_located_in(&Environment::from_process())
+    }
+
+    /// [`SlotDir::resolve_located`] with an injected environment.
+    pub fn resolve_located_in(env: &Environment) -> Result<Located, open::Error> {
+        let locations = env.locate()?;
+        let create = locations.layout != Layout::System;
+        let dir = Self::open_checked(&locations.slot_dir, create)?;
+        Ok(Located {
+            dir,
+            locations,
             env: env.clone(),
         })
     }
@@ -94,9 +141,7 @@ impl SlotDir {
 
     /// [`SlotDir::resolve_dir`] with an injected environment.
     pub fn resolve_dir_in(env: &Environment) -> Result<SlotDir, open::Error> {
-        let locations = env.locate()?;
-        let create = locations.layout != Layout::System;
-        Self::open_checked(&locations.slot_dir, create)
+        Ok(Self::resolve_located_in(env)?.dir)
     }
 
     /// Opens an existing directory at `path` as a slot directory (for tools and tests given an

@@ -3,8 +3,8 @@
 //!
 //! - [`SlotDir::resolve`] finds the machine's directory (`$AGENT_SLOTS_DIR`, else
 //!   `/var/lib/worklane/agent-slots` when it exists, else `/var/tmp/agent-slots`) and its config,
-//!   and, with [`SlotDir::resolve_dir`] (the directory without its config), is the only way to
-//!   reach it. [`Environment`] injects variables and a root for tests.
+//!   and, with [`SlotDir::resolve_located`] and [`SlotDir::resolve_dir`] (the directory
+//!   without its config loaded), is the only way to reach it. [`Environment`] injects variables and a root for tests.
 //! - [`SlotPath`] is the only handle to a file in it: not a path, so it cannot reach `std::fs`.
 //!   Through it a file is [read](SlotPath::read) (bounded, no links, no FIFOs),
 //!   [replaced](SlotPath::replace) (temp + fchmod + rename), [published](SlotPath::publish)
@@ -69,7 +69,7 @@ mod walk;
 pub use config::{
     AGENTS_RANGE, Config, DEFAULT_MAX_AGENTS, DEFAULT_MAX_TEST_RUNS, TEST_RUNS_RANGE,
 };
-pub use dir::{Resolved, SlotDir, resolved};
+pub use dir::{Located, Resolved, SlotDir, resolved};
 pub use env::{
     DEFAULT_SLOTS_DIR, Environment, Layout, Locations, SLOTS_CONFIG_VAR, SLOTS_DIR_VAR,
     SYSTEM_CONFIG, SYSTEM_SLOTS_DIR, SYSTEM_STATE_DIR, TEST_ROOT_VAR, TestRun, TestSignal, resolve,

@@ -533,6 +533,33 @@ impl SlotPath {
         self.unlink()
     }
 
+    /// Removes whatever is at the name: a file of any kind ([`SlotPath::remove`]), or an
+    /// empty directory (as an operator's `mkdir STOP` leaves). A directory with entries in it
+    /// is left as it is (`Io`, "Directory not empty"): what it holds is not worklane's to
+    /// delete. `Ok(false)` if there was nothing.
+    pub fn remove_entry(&self) -> Result<bool, remove::Error> {
+        let dir = self.dir.as_fd();
+        let failed = match rustix::fs::unlinkat(dir, &*self.name, AtFlags::empty()) {
+            Ok(()) => return Ok(true),
+            Err(Errno::NOENT) => return Ok(false),
+            // Linux says EISDIR for a directory, POSIX allows EPERM.
+            Err(e @ (Errno::ISDIR | Errno::PERM)) => {
+                match rustix::fs::unlinkat(dir, &*self.name, AtFlags::REMOVEDIR) {
+                    Ok(()) => return Ok(true),
+                    Err(Errno::NOENT) => return Ok(false),
+                    // Not a directory after all: the unlink's own error says why.
+                    Err(Errno::NOTDIR) => e,
+                    Err(e) => e,
+                }
+            }
+            Err(e) => e,
+        };
+        Err(remove::Error::Io {
+            path: self.shown(),
+            source: failed.into(),
+        })
+    }
+
     fn unlink(&self) -> Result<bool, remove::Error> {
         match rustix::fs::unlinkat(self.dir.as_fd(), &*self.name, AtFlags::empty()) {
             Ok(()) => Ok(true),

@@ -1079,6 +1079,37 @@ mod remove {
         assert!(p.remove().expect("remove"), "removed");
         assert!(names_in(t.path()).is_empty());
     }
+
+    #[test]
+    fn remove_entry_removes_any_file_and_an_empty_directory_but_not_a_full_one() {
+        let t = temp();
+        let dir = slots(&t);
+        let p = dir.file("STOP").expect("valid");
+        assert!(!p.remove_entry().expect("remove"), "nothing to remove");
+        std::fs::create_dir(t.path().join("STOP")).expect("mkdir");
+        assert!(
+            p.remove().is_err(),
+            "remove never takes a directory: it is an unlink"
+        );
+        assert!(p.remove_entry().expect("an empty directory"), "removed");
+        assert!(names_in(t.path()).is_empty());
+        std::os::unix::fs::symlink(t.path().join("elsewhere"), t.path().join("STOP"))
+            .expect("symlink");
+        assert!(p.remove_entry().expect("a link"), "the link is removed");
+        std::fs::create_dir(t.path().join("STOP")).expect("mkdir");
+        std::fs::write(t.path().join("STOP/kept"), b"x").expect("write");
+        let err = p
+            .remove_entry()
+            .expect_err("a directory with a file in it stays");
+        assert!(
+            err.to_string().contains("STOP"),
+            "the error names the file: {err}"
+        );
+        assert!(
+            t.path().join("STOP/kept").exists(),
+            "nothing inside is removed"
+        );
+    }
 }
 
 /// What ordinary listings skip: guards, temp files, the hidden names a tool reports, and the

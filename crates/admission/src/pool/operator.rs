@@ -49,19 +49,20 @@ impl Pool {
         let mut bytes = serde_json::to_vec(drain).unwrap_or_default();
         bytes.push(b'\n');
         let dir = self.drain_dir_to_change()?;
-        file_in(&dir, DRAIN_FILE)?
-            .replace(&bytes, 0o644)
-            .map_err(|source| Error::WriteDrain {
+        super::replace_over_empty_dir(&file_in(&dir, DRAIN_FILE)?, &bytes, 0o644).map_err(
+            |source| Error::WriteDrain {
                 dir: dir.path().to_owned(),
                 source,
-            })
+            },
+        )
     }
 
-    /// Removes the drain flag; `Ok(false)` if there was none.
+    /// Removes the drain flag, whatever file it is, or an empty directory at its name;
+    /// `Ok(false)` if there was none.
     pub fn remove_drain(&self) -> Result<bool, Error> {
         let dir = self.drain_dir_to_change()?;
         file_in(&dir, DRAIN_FILE)?
-            .remove()
+            .remove_entry()
             .map_err(|source| Error::RemoveDrain {
                 dir: dir.path().to_owned(),
                 source: Box::new(source),

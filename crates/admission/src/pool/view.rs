@@ -24,12 +24,14 @@ pub struct SlotView {
 }
 
 /// Everything `worklane slots` shows.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub struct Snapshot {
     /// The slot directory.
     pub dir: PathBuf,
-    /// The caps in force.
-    pub config: Config,
+    /// The caps in force, or why the config cannot be used (then every agent and test-run
+    /// take fails with [`Error::Config`] until it is fixed; STOP, the drain and the full run
+    /// do not read it).
+    pub config: Result<Config, worklane_slotfile::config::Error>,
     /// STOP, if in force.
     pub stop: Option<Stop>,
     /// The drain flag.
@@ -106,7 +108,7 @@ impl Pool {
         slots.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(Snapshot {
             dir: self.dir.path().to_owned(),
-            config: self.config()?,
+            config: Config::load_in(&self.env, &self.locations.config),
             stop: self.stop()?,
             drain: self.drain()?,
             slots,
