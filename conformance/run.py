@@ -597,7 +597,8 @@ def socket_steps(d, steps, keep, problems):
     """Sends each step's request to the dispatcher's socket (section 14.2) and checks the reply.
     A step: `send` (a JSON object, or `raw` bytes as a string), `fds` (descriptors to pass:
     `{"guard_of": NAME, "held": bool}` the guard of NAME, locked by the runner on that very
-    descriptor or opened beside a lock held on another; `{"file": NAME}` any file), and
+    descriptor or opened beside a lock held on another (`"free": true`: locked by nobody);
+    `{"file": NAME}` any file), and
     `reply`: fields the reply must have (`$N.field` stands for field of step N's reply)."""
     path = os.path.join(d, "dispatcher.sock")
     replies = []
@@ -626,6 +627,8 @@ def socket_steps(d, steps, keep, problems):
                 if spec.get("held", True):
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     held_guards[spec["guard_of"]] = fd
+                elif spec.get("free"):
+                    pass
                 else:
                     other = os.open(g, os.O_RDONLY | os.O_CLOEXEC)
                     fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -896,7 +896,7 @@ impl Dispatcher {
     }
 
     /// [`Dispatcher::start_failed`] for the error a launch returned, its kind decided by
-    /// [`is_host_trouble`].
+    /// its error number (no space, memory, processes or descriptors: the host's).
     pub fn launch_failed(
         &mut self,
         id: &str,
@@ -973,7 +973,8 @@ impl Dispatcher {
 
     /// Cancels attempt `id` for `caller`. A queued, starting or failed one is dropped (its
     /// row, its lane and its reserved slot; a lane of its own is retired) and kept in the
-    /// history as cancelled; a running one's driver is halted ([`Dispatcher::halt`]). The
+    /// history as cancelled; a running one's driver is halted as STOP halts
+    /// a command (its cancel marker, then SIGTERM, then SIGKILL). The
     /// reply says which, or why not.
     pub fn cancel(&mut self, id: &str, caller: &Caller) -> Result<Reply, Error> {
         let Some(attempt) = self.store.get(id).map_err(Error::read_attempt(id))? else {
