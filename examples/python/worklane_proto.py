@@ -142,7 +142,7 @@ def ask(path, request, fds=()):
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.connect(path)
         socket.send_fds(s, [json.dumps(request).encode() + b"\n"], list(fds))
-        data, got, _, _ = socket.recv_fds(s, 65536, 4)
+        data, got, _, _ = socket.recv_fds(s, 65536, 4, socket.MSG_CMSG_CLOEXEC)
         while not data.endswith(b"\n"):
             more = s.recv(65536)
             if not more:
