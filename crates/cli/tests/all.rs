@@ -6644,6 +6644,52 @@ mod queue_trouble {
         drop(second);
     }
 
+    /// A socket systemd passes (socket activation) with a mode that lets anyone connect is
+    /// narrowed to the directory's group before the dispatcher serves on it, and it says so.
+    #[test]
+    fn a_passed_socket_that_others_may_use_is_narrowed_before_serving() {
+        use std::os::unix::fs::PermissionsExt;
+        let site = Site::new(None);
+        let socket = site.slots().join("dispatcher.sock");
+        // As systemd does: bind, listen, pass as descriptor 3 with LISTEN_PID and LISTEN_FDS.
+        let script = "import os, socket, sys\n\
+            s = socket.socket(socket.AF_UNIX)\n\
+            s.bind(sys.argv[1]); os.chmod(sys.argv[1], 0o666); s.listen(16)\n\
+            os.dup2(s.fileno(), 3); os.set_inheritable(3, True)\n\
+            os.environ['LISTEN_PID'] = str(os.getpid()); os.environ['LISTEN_FDS'] = '1'\n\
+            os.execv(sys.argv[2], [sys.argv[2], 'dispatcher'])\n";
+        let mut dispatcher = Running::new(
+            site.command("python3")
+                .args(["-c", script])
+                .arg(&socket)
+                .arg(worklane_bin())
+                .env("AGENT_SLOTS_DIR", site.slots())
+                .env_remove("AGENT_SLOTS_CONFIG")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn_gated()
+                .expect("python3 as systemd"),
+        );
+        let lines = lines_of(&mut dispatcher);
+        wait_until("the dispatcher on the passed socket", || {
+            timed_ls(&site).1.status.success()
+                && std::fs::metadata(&socket).is_ok_and(|m| m.permissions().mode() & 0o777 == 0o660)
+        });
+        let log = drain(&lines);
+        assert!(
+            log.iter()
+                .any(|l| l.contains("had mode 0666") && l.contains("SocketMode=0660")),
+            "it says what it changed and what the unit should say: {log:?}"
+        );
+        let out = site.output(&["queue", "ls", "--json"]);
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("queue ls");
+        assert!(
+            doc["dispatcher_pid"].is_u64(),
+            "served on the passed socket: {doc}"
+        );
+    }
+
     /// A connection that sends part of a request and stops is closed at the whole-message
     /// deadline; the dispatcher answers others meanwhile.
     #[test]
