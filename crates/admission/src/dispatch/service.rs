@@ -1033,6 +1033,16 @@ impl Dispatcher {
                 format!("no attempt {id} is queued or failed"),
             ));
         };
+        if attempt.damaged {
+            return Ok(Reply::refused(
+                code::BAD_REQUEST,
+                format!(
+                    "attempt {id}'s row is damaged ({}): it cannot be run; `worklane queue cancel \
+                     {id}` drops it, then enqueue the work again",
+                    attempt.last_error.as_deref().unwrap_or("?")
+                ),
+            ));
+        }
         if attempt.state != State::Failed {
             return Ok(Reply::refused(
                 code::NOT_FAILED,

@@ -201,6 +201,8 @@ pub struct Attempt {
     pub starts: u32,
     /// A cancel asked while it runs.
     pub cancel: Option<Cancel>,
+    /// Its row is damaged (not stored: found when read): it is `failed` and never started.
+    pub damaged: bool,
 }
 
 impl Attempt {
@@ -234,6 +236,7 @@ impl Attempt {
             driver_pid: None,
             starts: 0,
             cancel: None,
+            damaged: false,
         }
     }
 
@@ -823,23 +826,40 @@ impl Store {
             .and_then(|mut statement| statement.query_row(params![id], Raw::from_row))
             .optional()
             .map_err(self.query("read an attempt"))?;
-        raw.map(|r| r.into_attempt(&self.path)).transpose()
+        Ok(raw.map(|r| r.into_attempt(&self.path)))
     }
 
     /// The next attempt to admit at `now_ms`: of the queued ones not waiting out a backoff, the
     /// one with the highest priority, then the oldest original start, then the smallest id
     /// (from the `attempts_order` index).
+    ///
+    /// A damaged row met on the way (a column that does not parse) is parked as `failed`, its
+    /// damage as its error, and the next is looked at: one broken row never holds the rest.
     pub fn next_queued(&self, now_ms: u64) -> Result<Option<Attempt>, Error> {
-        let raw = self
-            .conn
-            .prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM attempts INDEXED BY attempts_order WHERE state = 'queued' \
-                 AND retry_at_ms <= ?1 ORDER BY priority DESC, queued_at_ms, id LIMIT 1"
-            ))
-            .and_then(|mut statement| statement.query_row(params![to_i64(now_ms)], Raw::from_row))
-            .optional()
-            .map_err(self.query("choose the next attempt"))?;
-        raw.map(|r| r.into_attempt(&self.path)).transpose()
+        loop {
+            let raw = self
+                .conn
+                .prepare_cached(&format!(
+                    "SELECT {COLUMNS} FROM attempts INDEXED BY attempts_order WHERE state = \
+                     'queued' AND retry_at_ms <= ?1 ORDER BY priority DESC, queued_at_ms, id \
+                     LIMIT 1"
+                ))
+                .and_then(|mut statement| {
+                    statement.query_row(params![to_i64(now_ms)], Raw::from_row)
+                })
+                .optional()
+                .map_err(self.query("choose the next attempt"))?;
+            let Some(attempt) = raw.map(|r| r.into_attempt(&self.path)) else {
+                return Ok(None);
+            };
+            if !attempt.damaged {
+                return Ok(Some(attempt));
+            }
+            let error = attempt.last_error.clone().unwrap_or_default();
+            if !self.start_failed(&attempt.id, State::Failed, 0, &error, 0, now_ms)? {
+                return Ok(None);
+            }
+        }
     }
 
     /// The earliest end of a backoff still ahead of `now_ms`, if a queued attempt waits one.
@@ -894,7 +914,7 @@ impl Store {
             .and_then(|mut statement| statement.query_row(params![lane], Raw::from_row))
             .optional()
             .map_err(self.query("look up a lane"))?;
-        raw.map(|r| r.into_attempt(&self.path)).transpose()
+        Ok(raw.map(|r| r.into_attempt(&self.path)))
     }
 
     /// Whether an attempt of lane `lane` is stored (from the `attempts_lane` index).
@@ -912,7 +932,7 @@ impl Store {
             .map_err(self.query(op))?;
         let mut out = Vec::new();
         for row in rows {
-            out.push(row.map_err(self.query(op))?.into_attempt(&self.path)?);
+            out.push(row.map_err(self.query(op))?.into_attempt(&self.path));
         }
         Ok(out)
     }
@@ -1042,7 +1062,38 @@ impl Raw {
         })
     }
 
-    fn into_attempt(self, path: &Path) -> Result<Attempt, Error> {
+    /// The attempt of this row; a row that does not parse (its state, arguments, environment
+    /// or groups damaged) comes back `failed` and `damaged`, its damage as its last error, with
+    /// what could be read, so that it is listed, never started, and can be cancelled.
+    fn into_attempt(self, path: &Path) -> Attempt {
+        let id = self.id.clone();
+        let lane = self.lane.clone();
+        let (queued_at_ms, priority, state_at_ms) =
+            (self.queued_at_ms, self.priority, self.state_at_ms);
+        let (uid, gid) = (self.uid, self.gid);
+        match self.parse(path) {
+            Ok(attempt) => attempt,
+            Err(damage) => Attempt {
+                state: State::Failed,
+                last_error: Some(super::service::chain(&damage)),
+                enqueuer: uid.zip(gid).map(|(uid, gid)| Enqueuer {
+                    uid,
+                    gid,
+                    groups: Vec::new(),
+                }),
+                damaged: true,
+                ..Attempt::queued(
+                    id,
+                    lane,
+                    u64::try_from(queued_at_ms).unwrap_or(0),
+                    priority,
+                    u64::try_from(state_at_ms).unwrap_or(0),
+                )
+            },
+        }
+    }
+
+    fn parse(self, path: &Path) -> Result<Attempt, Error> {
         let column = |column: &'static str| {
             let id = self.id.clone();
             move |source| Error::BadColumn {
@@ -1097,6 +1148,7 @@ impl Raw {
                 }),
                 _ => None,
             },
+            damaged: false,
         })
     }
 }
@@ -1266,10 +1318,21 @@ mod tests {
             .insert(&attempt("a-1", "docs", 0, 10))
             .expect("insert");
         store
+            .insert(&attempt("a-2", "next", 0, 20))
+            .expect("insert");
+        store
             .conn
             .execute("UPDATE attempts SET args = 'not json' WHERE id = 'a-1'", [])
             .expect("damage the arguments");
-        let err = store.get("a-1").expect_err("damaged");
+        let raw = store
+            .conn
+            .query_row(
+                &format!("SELECT {COLUMNS} FROM attempts WHERE id = 'a-1'"),
+                [],
+                Raw::from_row,
+            )
+            .expect("raw");
+        let err = raw.parse(&path).expect_err("damaged");
         let Error::BadColumn {
             id, column, source, ..
         } = &err
@@ -1282,6 +1345,28 @@ mod tests {
             !err.to_string().contains(&source.to_string()),
             "the cause is not repeated in the message: {err}"
         );
+        // Read, it is failed and damaged, never started, with its damage as its error.
+        let row = store.get("a-1").expect("get").expect("listed");
+        assert!(row.damaged && row.state == State::Failed, "{row:?}");
+        assert!(
+            row.last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("arguments") && e.contains("queue cancel a-1")),
+            "{row:?}"
+        );
+        assert_eq!(row.enqueuer.map(|e| e.uid), Some(1001), "whose it is, kept");
+        assert_eq!(
+            store.next_queued(100).expect("next").map(|a| a.id),
+            Some("a-2".to_owned()),
+            "the damaged row does not hold the next"
+        );
+        let parked: String = store
+            .conn
+            .query_row("SELECT state FROM attempts WHERE id = 'a-1'", [], |r| {
+                r.get(0)
+            })
+            .expect("state");
+        assert_eq!(parked, "failed", "parked on the way");
         // The schema's CHECK keeps a state out; a damaged file is not held to it.
         store
             .conn
@@ -1289,12 +1374,17 @@ mod tests {
             .expect("pragma");
         store
             .conn
-            .execute("UPDATE attempts SET state = 'gone' WHERE id = 'a-1'", [])
+            .execute("UPDATE attempts SET state = 'gone' WHERE id = 'a-2'", [])
             .expect("damage the state");
-        let err = store.all().expect_err("damaged");
+        let all = store.all().expect("listed, damage and all");
+        let gone = all.iter().find(|a| a.id == "a-2").expect("a-2");
         assert!(
-            matches!(&err, Error::BadState { state, .. } if state == "gone"),
-            "{err:?}"
+            gone.damaged
+                && gone
+                    .last_error
+                    .as_deref()
+                    .is_some_and(|e| e.contains("\"gone\"")),
+            "{gone:?}"
         );
     }
 
