@@ -185,7 +185,7 @@ pub(crate) fn show(as_json: bool, fleet: &crate::cli::FleetAt) -> Result<ExitCod
         outln!("{}", problem.line())?;
     }
     print_views(&views)?;
-    let lines = crate::slots::problem_lines(&problems);
+    let lines = crate::json::problem_lines(&problems);
     if !lines.is_empty() {
         outln!("budget states left out ({}):", lines.len())?;
         for line in &lines {

@@ -33,9 +33,9 @@ pub(crate) fn reconcile(_: &str, _: bool) -> Result<ExitCode, Failure> {
 pub(crate) fn listing(
     _: &worklane_admission::Pool,
     _: bool,
-) -> Result<crate::queue::Listing, Failure> {
+) -> Result<crate::queued::Listing, Failure> {
     let why = "attempts: none (this worklane was built without the dispatcher)";
-    Ok(crate::queue::Listing {
+    Ok(crate::queued::Listing {
         json: crate::json::DispatcherList::none(why.to_owned()),
         lines: vec![why.to_owned()],
     })

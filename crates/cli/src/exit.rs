@@ -1,7 +1,5 @@
 //! Exit codes, in one place, and the error that carries one.
 
-use std::process::ExitCode;
-
 /// 64: the command line is wrong.
 pub(crate) const USAGE: u8 = 64;
 /// 69: refused by an operator (STOP, drain) or a held lease was lost.
@@ -34,11 +32,6 @@ impl Failure {
             code,
             message: message.into(),
         }
-    }
-
-    pub(crate) fn exit(&self) -> ExitCode {
-        crate::out::errln!("worklane: {}", self.message);
-        ExitCode::from(self.code)
     }
 }
 

@@ -137,6 +137,14 @@ pub(crate) struct Problem {
     pub(crate) blocks: Option<&'static str>,
 }
 
+/// Problems as lines for a person: `NAME: WHAT; fix: FIX`.
+pub(crate) fn problem_lines(problems: &[Problem]) -> Vec<String> {
+    problems
+        .iter()
+        .map(|p| format!("{}: {}; fix: {}", p.name, p.what, p.fix))
+        .collect()
+}
+
 /// The admission dispatcher as the slot directory shows it.
 #[derive(Debug, Serialize)]
 pub(crate) struct Queue {

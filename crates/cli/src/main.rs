@@ -28,6 +28,7 @@ mod nesting;
 mod ops;
 mod out;
 mod queue;
+mod queued;
 mod role;
 mod run;
 mod slots;

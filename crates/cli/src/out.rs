@@ -142,6 +142,15 @@ macro_rules! errln {
 
 pub(crate) use {errln, outln, sayln};
 
+impl Failure {
+    /// Says the failure on stderr and gives its exit code (here, not in `exit.rs`, so that
+    /// the exit codes know nothing of where output goes).
+    pub(crate) fn exit(&self) -> std::process::ExitCode {
+        errln!("worklane: {}", self.message);
+        std::process::ExitCode::from(self.code)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

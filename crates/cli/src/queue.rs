@@ -9,8 +9,8 @@
 //! logs why; if it has just started its command, that command is halted as by STOP.
 
 use crate::exit::{self, Failure};
+use crate::json::problem_lines;
 use crate::out::{errln, outln, sayln};
-use crate::slots::problem_lines;
 use crate::supervise::{Started, Watch, describe, supervise};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -352,12 +352,6 @@ fn queued_full_runs(pool: &Pool) -> Result<Vec<Queued>, Failure> {
     Ok(out)
 }
 
-/// The dispatcher's part of `queue ls`: JSON fields and lines for a person.
-pub(crate) struct Listing {
-    pub(crate) json: crate::json::DispatcherList,
-    pub(crate) lines: Vec<String>,
-}
-
 /// `worklane queue ls`: the queued full runs, then the dispatcher's attempts.
 pub(crate) fn list(json: bool, all: bool) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
@@ -368,7 +362,7 @@ pub(crate) fn list(json: bool, all: bool) -> Result<ExitCode, Failure> {
     // shown as a problem: the full runs and the rest of the view are still worth seeing.
     let dispatcher = listing_within(&pool, all, DISPATCHER_PATIENCE).unwrap_or_else(|failure| {
         problems.push(dispatcher_problem(&pool, &failure));
-        Listing {
+        crate::queued::Listing {
             json: crate::json::DispatcherList::none(format!(
                 "the dispatcher did not answer with a list: {}",
                 failure.message
@@ -425,7 +419,11 @@ const DISPATCHER_PATIENCE: Duration = Duration::from_secs(5);
 
 /// The dispatcher's listing, or a failure when it does not come within `patience` (the
 /// asking thread is left behind: it ends with this process).
-fn listing_within(pool: &Pool, all: bool, patience: Duration) -> Result<Listing, Failure> {
+fn listing_within(
+    pool: &Pool,
+    all: bool,
+    patience: Duration,
+) -> Result<crate::queued::Listing, Failure> {
     let (send, answer) = std::sync::mpsc::channel();
     let asking = pool.clone();
     let spawned = std::thread::Builder::new()
@@ -514,7 +512,7 @@ pub(crate) fn cancel(id: &str, as_json: bool) -> Result<ExitCode, Failure> {
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline {
         if !queued_full_runs(&pool)?.iter().any(|q| q.pid == pid) {
-            cancelled(id, "full-run", queued.log.clone(), as_json)?;
+            crate::queued::cancelled(id, "full-run", queued.log.clone(), as_json)?;
             return Ok(ExitCode::SUCCESS);
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -523,52 +521,4 @@ pub(crate) fn cancel(id: &str, as_json: bool) -> Result<ExitCode, Failure> {
         exit::TEMP_FAIL,
         format!("{id}: its runner (pid {pid}) was sent SIGTERM but has not left the line in 5 s"),
     ))
-}
-
-/// Says that `id` was cancelled: an attempt (`kind` `attempt`: its row is gone, its lane and
-/// slot free) or a queued full run (`full-run`: its runner left the line, `log` its log).
-/// What `queue cancel` of a running attempt says: its driver is being halted (`halting`, the
-/// dispatcher's words).
-#[cfg_attr(not(feature = "dispatcher"), allow(dead_code))]
-pub(crate) fn halting(id: &str, halting: &str, as_json: bool) -> Result<(), Failure> {
-    if as_json {
-        return outln!(
-            "{}",
-            crate::json::line(&crate::json::Cancelled {
-                version: crate::json::VERSION,
-                id,
-                kind: "attempt",
-                log: None,
-                halting: Some(halting.to_owned()),
-            })
-        );
-    }
-    sayln!("{id} is running: {halting}; `worklane queue ls --all` shows how it ended")
-}
-
-pub(crate) fn cancelled(
-    id: &str,
-    kind: &'static str,
-    log: Option<String>,
-    as_json: bool,
-) -> Result<(), Failure> {
-    if as_json {
-        return outln!(
-            "{}",
-            crate::json::line(&crate::json::Cancelled {
-                version: crate::json::VERSION,
-                id,
-                kind,
-                log,
-                halting: None,
-            })
-        );
-    }
-    match kind {
-        "attempt" => sayln!("{id} cancelled: its row is gone, its lane and slot are free"),
-        _ => sayln!(
-            "{id} cancelled: its runner left the line{}",
-            log.map(|l| format!(" (log {l})")).unwrap_or_default()
-        ),
-    }
 }

@@ -334,14 +334,6 @@ pub(crate) fn to_json(snapshot: &Snapshot, around: &Around) -> json::Slots {
     }
 }
 
-/// Problems as lines for a person: `NAME: WHAT; fix: FIX`.
-pub(crate) fn problem_lines(problems: &[json::Problem]) -> Vec<String> {
-    problems
-        .iter()
-        .map(|p| format!("{}: {}; fix: {}", p.name, p.what, p.fix))
-        .collect()
-}
-
 pub(crate) fn show(as_json: bool, fleet: &crate::cli::FleetArgs) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
     let fleet = crate::fleet::slots_section(fleet);
@@ -455,7 +447,7 @@ pub(crate) fn show(as_json: bool, fleet: &crate::cli::FleetArgs) -> Result<ExitC
             )?;
         }
     }
-    let problems = problem_lines(&around.problems(&snapshot));
+    let problems = json::problem_lines(&around.problems(&snapshot));
     if !problems.is_empty() {
         outln!("stray or broken files ({}):", problems.len())?;
         for line in &problems {

@@ -363,7 +363,7 @@ pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
         if let Some(problem) = &around.config.problem {
             outln!("{}", problem.line())?;
         }
-        let problems = crate::slots::problem_lines(&problems);
+        let problems = crate::json::problem_lines(&problems);
         if !problems.is_empty() {
             outln!("stray or broken files in {}:", snapshot.dir.display())?;
             for line in &problems {

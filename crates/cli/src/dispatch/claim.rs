@@ -1,0 +1,142 @@
+//! `worklane claim`: the driver the dispatcher starts claims its attempt and runs the command
+//! holding the lane and the slot, halting it on STOP or on its cancel marker.
+
+use super::*;
+
+fn var(name: &str) -> Result<String, Failure> {
+    std::env::var(name).map_err(|_| {
+        Failure::new(
+            exit::USAGE,
+            format!(
+                "{name} is not set: `worklane claim` is the driver the dispatcher starts for an \
+                 admitted attempt, with WORKLANE_ATTEMPT, WORKLANE_TOKEN and WORKLANE_SOCKET"
+            ),
+        )
+    })
+}
+
+pub(crate) fn claim(args: &ClaimArgs) -> Result<ExitCode, Failure> {
+    let attempt = var("WORKLANE_ATTEMPT")?;
+    let token = var("WORKLANE_TOKEN")?;
+    let socket = PathBuf::from(var("WORKLANE_SOCKET")?);
+    let pool = crate::pool()?;
+    let (reply, mut fds) = ask(
+        &socket,
+        &Wire::Claim {
+            attempt: attempt.clone(),
+            token,
+        },
+        &[],
+    )?;
+    if !reply.ok {
+        return Err(refused(&reply));
+    }
+    let (Some(lane), Some(slot_name), 2) = (reply.lane.clone(), reply.slot.clone(), fds.len())
+    else {
+        return Err(Failure::new(
+            exit::OS_ERROR,
+            format!(
+                "the dispatcher's claim reply carries {} descriptors, not the lane's and the slot's",
+                fds.len()
+            ),
+        ));
+    };
+    let slot_fd = fds.pop().expect("two descriptors");
+    let lane_fd = fds.pop().expect("two descriptors");
+    let request = Request::new("worklane claim")
+        .field("attempt", attempt.clone())
+        .field("command", describe(&args.command));
+    let dir = pool.dir();
+    let lane_guard = worklane_guard::Guard::from_received(lane_fd, dir, dir.path(), &lane)
+        .map_err(|e| Failure::new(exit::OS_ERROR, exit::chain(&e)))?;
+    let lane_lease = worklane_lease::adopt(dir, &lane, lane_guard, &request, &Options::process())?;
+    let mut slot = pool.adopt(&slot_name, slot_fd, &request)?;
+    if args.json {
+        errln!(
+            "{}",
+            json::line(&json::Claimed {
+                version: json::VERSION,
+                attempt: &attempt,
+                lane: &lane,
+                slot: &slot_name,
+                lane_epoch: lane_lease.epoch(),
+                slot_epoch: slot.lease().epoch(),
+            })
+        );
+    }
+    let mut launch = slot_launch(&args.command, &slot)?;
+    // The command keeps the lane too, as it keeps the slot.
+    if let Some(guard) = lane_lease.guard() {
+        launch.inherit.push(inheritable(guard)?);
+    }
+    let began = std::time::Instant::now();
+    errln!(
+        "worklane: {} attempt {attempt} claimed (lane {lane}, slot {slot_name}): running `{}`",
+        rfc3339_ms(SystemClock.now_ms()),
+        describe(&args.command)
+    );
+    let marker = dir.file(&cancel_marker(&attempt)).ok();
+    let outcome = supervise(
+        launch,
+        &mut ClaimWatch {
+            slot: SlotWatch {
+                pool: &pool,
+                slot: &mut slot,
+            },
+            marker,
+        },
+    );
+    let released = slot.release();
+    if lane_lease.release().is_ok()
+        && let Some(name) = lane
+            .strip_prefix("lane-")
+            .and_then(|l| l.strip_suffix(".lock"))
+        && let Err(e) = retire_own_lane(dir, name)
+    {
+        errln!(
+            "worklane: removing the files of {lane}: {}",
+            exit::chain(&e)
+        );
+    }
+    let outcome = outcome?;
+    if let Err(e) = released {
+        errln!("worklane: releasing {slot_name}: {}", exit::chain(&e));
+    }
+    let how = match (&outcome.halted, outcome.signal) {
+        (Some(why), _) => format!("halted ({why}), exit status {}", outcome.code),
+        (None, Some(signal)) => format!("killed by signal {signal}"),
+        (None, None) => format!("exit status {}", outcome.code),
+    };
+    errln!(
+        "worklane: {} attempt {attempt} ended after {:.1} s: {how}",
+        rfc3339_ms(SystemClock.now_ms()),
+        began.elapsed().as_secs_f64()
+    );
+    Ok(ExitCode::from(outcome.code))
+}
+
+/// What `worklane claim` watches while its command runs: STOP (as `run` does) and its
+/// attempt's cancel marker, which `queue cancel` leaves for a running attempt.
+struct ClaimWatch<'a> {
+    slot: SlotWatch<'a>,
+    marker: Option<worklane_slotfile::SlotPath>,
+}
+
+impl Watch for ClaimWatch<'_> {
+    fn started(&mut self, command: &Started) {
+        self.slot.started(command);
+    }
+
+    fn check(&mut self) -> Option<String> {
+        if let Some(stop) = self.slot.check() {
+            return Some(stop);
+        }
+        let raw = self.marker.as_ref()?.read().ok().flatten()?;
+        let marker: serde_json::Value = serde_json::from_slice(&raw).unwrap_or_default();
+        Some(format!(
+            "cancelled by `worklane queue cancel` (uid {}) at {}",
+            marker.get("by").map_or("?".to_owned(), ToString::to_string),
+            marker.get("at").and_then(|v| v.as_str()).unwrap_or("?")
+        ))
+    }
+}

@@ -1,0 +1,313 @@
+//! `worklane dispatcher`: the service process around `worklane_admission`'s `Server`: its
+//! lock, its socket (or systemd's, its mode checked), signals, `sd_notify` and the watchdog,
+//! recovery said loudly, and the drivers started and reaped by `crate::driver`.
+
+use super::*;
+
+/// `sd_notify(3)`: tells systemd (when it started us with `NOTIFY_SOCKET`) about our state.
+fn notify(state: &str) {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let Ok(socket) = std::os::unix::net::UnixDatagram::unbound() else {
+        return;
+    };
+    let path = PathBuf::from(path);
+    #[cfg(target_os = "linux")]
+    if let Some(name) = path.to_str().and_then(|p| p.strip_prefix('@')) {
+        use std::os::linux::net::SocketAddrExt;
+        if let Ok(addr) = std::os::unix::net::SocketAddr::from_abstract_name(name) {
+            let _ = socket.send_to_addr(state.as_bytes(), &addr);
+        }
+        return;
+    }
+    let _ = socket.send_to(state.as_bytes(), &path);
+}
+
+/// Binds the dispatcher's socket: the one systemd passed, or a new one at `path` (a stale
+/// socket left by a dead dispatcher is removed first: we hold the dispatcher lock), mode 0660
+/// and the directory's group (the directory is setgid).
+fn listen(path: &Path) -> Result<UnixListener, Failure> {
+    if let Some(fd) = crate::sys::systemd_listener() {
+        let listener = UnixListener::from(fd);
+        guard_socket_mode(&listener)?;
+        return Ok(listener);
+    }
+    let io = |what: &str, e: std::io::Error| {
+        Failure::new(
+            exit::OS_ERROR,
+            format!(
+                "cannot {what} the dispatcher socket {}: {e}",
+                path.display()
+            ),
+        )
+    };
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        use std::os::unix::fs::FileTypeExt;
+        if !meta.file_type().is_socket() {
+            return Err(Failure::new(
+                exit::CONFIG,
+                format!(
+                    "{} exists and is not a socket; move it aside or give --socket",
+                    path.display()
+                ),
+            ));
+        }
+        std::fs::remove_file(path).map_err(|e| io("remove the stale", e))?;
+    }
+    let old = rustix::process::umask(rustix::fs::Mode::from_bits_truncate(0o117));
+    let bound = UnixListener::bind(path);
+    rustix::process::umask(old);
+    bound.map_err(|e| io("bind", e))
+}
+
+/// A socket systemd made (socket activation) must not let anyone outside the directory's
+/// group connect: the unit asks for `SocketMode=0660`, but a unit edited or an older systemd
+/// may leave 0644 or 0666. Bits for others are taken away (the dispatcher, root under the
+/// unit, may); where that fails, the dispatcher refuses to serve.
+fn guard_socket_mode(listener: &UnixListener) -> Result<(), Failure> {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(addr) = listener.local_addr() else {
+        return Ok(());
+    };
+    let Some(path) = addr.as_pathname() else {
+        // An abstract socket has no mode: the peer check is all there is.
+        return Ok(());
+    };
+    let meta = std::fs::symlink_metadata(path).map_err(|e| {
+        Failure::new(
+            exit::OS_ERROR,
+            format!(
+                "cannot examine the socket systemd passed, {}: {e}",
+                path.display()
+            ),
+        )
+    })?;
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & 0o007 == 0 {
+        return Ok(());
+    }
+    let fixed = mode & 0o770;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(fixed)).map_err(|e| {
+        Failure::new(
+            exit::CONFIG,
+            format!(
+                "the socket systemd passed, {}, has mode {mode:04o}, which lets users outside \
+                 the slot directory's group connect, and it cannot be changed ({e}): set \
+                 SocketMode=0660 in worklane-dispatcher.socket",
+                path.display()
+            ),
+        )
+    })?;
+    errln!(
+        "worklane: the socket systemd passed, {}, had mode {mode:04o}; set to {fixed:04o} (the \
+         unit should say SocketMode=0660)",
+        path.display()
+    );
+    Ok(())
+}
+
+pub(crate) fn serve(args: &DispatcherArgs) -> Result<ExitCode, Failure> {
+    let pool = crate::pool()?;
+    let (mode, env) = dispatcher_config(&pool)?;
+    let dir = pool.dir().clone();
+    let held = match acquire(
+        &dir,
+        DISPATCHER_LOCK,
+        &Request::new("worklane dispatcher"),
+        &Options::process(),
+    )? {
+        Acquired::Held(lease) => lease,
+        Acquired::Refused(refusal) => {
+            return Err(Failure::new(
+                exit::TEMP_FAIL,
+                format!(
+                    "another dispatcher already serves {}: {refusal}",
+                    dir.path().display()
+                ),
+            ));
+        }
+    };
+    let socket = socket_path(&pool, args.socket.as_deref());
+    let listener = listen(&socket)?;
+    let settings = Settings {
+        claim_interval_ms: millis(args.claim_interval),
+        env,
+        mode,
+        start_attempts: args.start_attempts,
+        start_backoff_ms: millis(args.start_backoff),
+        retention_ms: millis(args.retention),
+        ..Settings::default()
+    };
+    // One descriptor per queued lane (and per reserved slot): a soft limit of 1 024 would
+    // refuse enqueues long before the queue is large.
+    let nofile = crate::sys::raise_nofile();
+    let dispatcher = Dispatcher::open(pool.clone(), &dir.path().join(DATABASE), settings)
+        .map_err(|e| Failure::new(exit::OS_ERROR, exit::chain(&e)))?;
+    say_recovery(dispatcher.recovery());
+    let stop = Arc::new(AtomicBool::new(false));
+    // Unblocked too (a caller's blocked mask survives exec), or SIGTERM never stops us.
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        crate::sys::on_flag(signal, Arc::clone(&stop))
+            .map_err(|e| Failure::new(exit::OS_ERROR, format!("cannot handle signals: {e}")))?;
+    }
+    let exits = crate::driver::reap();
+    let stat = rustix::fs::fstat(&dir).map_err(|e| {
+        Failure::new(
+            exit::OS_ERROR,
+            format!("cannot stat {}: {e}", dir.path().display()),
+        )
+    })?;
+    let trust = Trust {
+        owner: stat.st_uid,
+        group: stat.st_gid,
+    };
+    let alive = Arc::new(std::sync::atomic::AtomicU64::new(
+        worklane_identity::Place::boot_clock_ms(),
+    ));
+    watchdog(Arc::clone(&alive));
+    let launcher = crate::driver::Launcher {
+        pool: pool.clone(),
+        socket: socket.clone(),
+        nofile,
+    };
+    let mut journal = Journal::default();
+    let server = Server::new(
+        dispatcher,
+        listener,
+        trust,
+        |admitted| launcher.launch(admitted),
+        |event| {
+            if matches!(event, Event::Tick) {
+                alive.store(
+                    worklane_identity::Place::boot_clock_ms(),
+                    std::sync::atomic::Ordering::SeqCst,
+                );
+            }
+            if let Event::Ended(ended) = &event
+                && let Some(log) = &ended.log
+            {
+                launcher.note(
+                    log,
+                    &format!("attempt {} {}", ended.attempt, ended_words(ended)),
+                );
+            }
+            journal.log(&event);
+        },
+    )
+    .with_exits(|| {
+        std::mem::take(
+            &mut *exits
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    });
+    let mut server = match test_crash_point() {
+        Some(point) => server.crash_at(point, || {
+            let _ = rustix::process::kill_process(
+                rustix::process::getpid(),
+                rustix::process::Signal::KILL,
+            );
+        }),
+        None => server,
+    };
+    errln!(
+        "worklane: dispatcher {} serving {} ({} mode, claim interval {} s)",
+        std::process::id(),
+        socket.display(),
+        match mode {
+            Mode::Dispatcher => "dispatcher",
+            Mode::Waiter => "waiter",
+        },
+        crate::supervise::seconds(args.claim_interval)
+    );
+    notify(&format!("READY=1\nSTATUS=serving {}", socket.display()));
+    let served = server.run(&stop);
+    notify("STOPPING=1");
+    drop(held);
+    served.map_err(|e| Failure::new(exit::OS_ERROR, exit::chain(&e)))?;
+    errln!("worklane: dispatcher stopped; queued attempts stay in the database for the next one");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// In a test run only (see `Environment::test_run`), `WORKLANE_TEST_DISPATCHER_CRASH`
+/// (`after-insert`, `after-admit`, `after-claim-remove`) makes the dispatcher SIGKILL itself at
+/// that point: the crash tests' seam. Ignored everywhere else.
+fn test_crash_point() -> Option<worklane_admission::dispatch::server::CrashPoint> {
+    use worklane_admission::dispatch::server::CrashPoint;
+    worklane_slotfile::Environment::from_process().test_run()?;
+    match std::env::var("WORKLANE_TEST_DISPATCHER_CRASH")
+        .ok()?
+        .as_str()
+    {
+        "after-insert" => Some(CrashPoint::AfterInsert),
+        "after-admit" => Some(CrashPoint::AfterAdmit),
+        "after-claim-remove" => Some(CrashPoint::AfterClaimRemove),
+        _ => None,
+    }
+}
+
+/// What recovery found, said loudly on the dispatcher's log.
+fn say_recovery(recovery: &Recovery) {
+    if let Some(damage) = &recovery.damage {
+        errln!(
+            "worklane: THE QUEUE DATABASE WAS DAMAGED ({}); it was moved to {} and a new one \
+             made: what could be recovered follows",
+            damage.why,
+            damage.moved_to.display()
+        );
+    }
+    for lost in &recovery.lost {
+        errln!(
+            "worklane: LOST attempt {} of lane {} ({}): {}",
+            lost.attempt,
+            lost.lane,
+            if lost.args.is_empty() {
+                "its arguments are not known".to_owned()
+            } else {
+                format!("it was to run `{}`", lost.args.join(" "))
+            },
+            lost.detail
+        );
+    }
+    for ended in &recovery.ended {
+        errln!(
+            "worklane: attempt {} of lane {} ended while no dispatcher watched: {}",
+            ended.attempt,
+            ended.lane,
+            ended.detail
+        );
+    }
+    for id in &recovery.dropped {
+        errln!("worklane: attempt {id} dropped: its lane is held by another process now");
+    }
+    for id in &recovery.parked {
+        errln!(
+            "worklane: attempt {id} parked as failed: {}",
+            "it was queued by an older worklane that did not record who enqueued it"
+        );
+    }
+}
+
+/// systemd's watchdog (`WATCHDOG_USEC`): a thread sends `WATCHDOG=1` every half interval, but
+/// only while the service loop has gone round within the interval (`alive` holds the time of
+/// its last round, ms on the boot clock), so a stuck loop is restarted.
+fn watchdog(alive: Arc<std::sync::atomic::AtomicU64>) {
+    let Some(usec) = std::env::var("WATCHDOG_USEC")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&u| u > 0)
+    else {
+        return;
+    };
+    let interval_ms = usec / 1000;
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis((interval_ms / 2).max(1)));
+            let last = alive.load(std::sync::atomic::Ordering::SeqCst);
+            if worklane_identity::Place::boot_clock_ms().saturating_sub(last) <= interval_ms {
+                notify("WATCHDOG=1");
+            }
+        }
+    });
+}
