@@ -334,6 +334,14 @@ bump 'n=$(cat "$T/n"); echo $((n-1)) > "$T/n"'
         let pid = rustix::process::Pid::from_raw(child).expect("pid");
         // The parent-death signal may have ended it already.
         let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        // A SIGKILL is delivered, not done, when kill(2) returns: the child's descriptors
+        // (the guard's copy among them) close when it has exited, a zombie or gone.
+        wait_until("the child to have exited", || {
+            std::fs::read_to_string(format!("/proc/{child}/stat")).map_or(true, |stat| {
+                stat.rsplit_once(") ")
+                    .is_some_and(|(_, rest)| rest.starts_with('Z'))
+            })
+        });
         assert_eq!(
             site.code(&["run", "--no-wait", "--", "true"]),
             0,

@@ -1,0 +1,148 @@
+//! The arguments of the operator's commands: `config`, `why`, `budget`.
+
+use super::*;
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ConfigCommand {
+    /// Print KEY's value in force (its default when the file does not set it); without KEY,
+    /// the file in force and every key.
+    Get {
+        /// The key.
+        key: Option<ConfigKey>,
+        /// Print JSON: KEY's value, or without KEY `{"version", "file", "exists", "values",
+        /// "set"}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set KEY to VALUE in the config file in force, keeping its other keys; the file is
+    /// checked whole and replaced atomically. A list takes A,B or a JSON array.
+    Set {
+        /// The key.
+        key: ConfigKey,
+        /// The value: a whole number for the caps, dispatcher or waiter for admission, a list
+        /// for env_allow_prefixes and env_secret_words.
+        value: String,
+    },
+    /// Remove KEY from the config file, so that its default holds (any key, so that a
+    /// misspelt one can be removed).
+    Unset {
+        /// The key, as written in the file.
+        key: String,
+    },
+}
+
+/// A key of the config file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ConfigKey {
+    /// The cap on concurrent agents (1 to 4294967295, default 2).
+    #[value(name = "max_agents")]
+    MaxAgents,
+    /// The cap on concurrent test runs (1 to 8, default 2).
+    #[value(name = "max_test_runs")]
+    MaxTestRuns,
+    /// How waiting work is admitted: dispatcher (the default) or waiter.
+    #[value(name = "admission")]
+    Admission,
+    /// The variable prefixes a queued attempt keeps (replaces the defaults).
+    #[value(name = "env_allow_prefixes")]
+    EnvAllowPrefixes,
+    /// The words that make a variable secret-shaped (replaces the defaults).
+    #[value(name = "env_secret_words")]
+    EnvSecretWords,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct WhyArgs {
+    /// The slot asked about.
+    #[arg(long, value_enum, default_value_t = KindArg::Agent)]
+    pub(crate) kind: KindArg,
+    /// The API resource asked about.
+    #[arg(long, default_value = "core", value_parser = parse_resource)]
+    pub(crate) resource: String,
+    /// The environment variable holding the API token (read, hashed, never printed).
+    #[arg(long, default_value = "GITHUB_TOKEN")]
+    pub(crate) token_env: String,
+    /// Ask who owns this role's lease.
+    #[arg(long, conflicts_with = "lock")]
+    pub(crate) role: Option<String>,
+    /// Ask who owns this lock file (a name in the slot directory, e.g. full-run.lock).
+    #[arg(long)]
+    pub(crate) lock: Option<String>,
+    /// Past this host: resource admission also asks the fleet pool on etcd.
+    #[command(flatten)]
+    pub(crate) fleet: FleetArgs,
+    /// Print JSON (schema in docs/json.md).
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum BudgetCommand {
+    /// Show the budgets of the credentials used recently (numbered, never named by key).
+    Show {
+        /// Print JSON (schema in docs/json.md) instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Show the budgets the fleet shares in etcd instead of this host's.
+        #[command(flatten)]
+        fleet: FleetAt,
+    },
+    /// Take one unit before an API call: exit 0 when the call may go, 75 when the budget is
+    /// spent or paused and stayed so for --wait-max (default 10s; the call must not be made).
+    Take(BudgetTakeArgs),
+    /// Record what an API response said (its rate-limit headers and status); never waits.
+    Observe(BudgetObserveArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct BudgetTakeArgs {
+    /// The rate-limit resource the call counts against.
+    #[arg(long, default_value = "core", value_parser = parse_resource)]
+    pub(crate) resource: String,
+    /// Who makes the call (counted per consumer in the window).
+    #[arg(long)]
+    pub(crate) consumer: String,
+    /// The environment variable holding the API token (read, hashed, never printed).
+    #[arg(long, default_value = "GITHUB_TOKEN")]
+    pub(crate) token_env: String,
+    /// How long to wait for calls to be left or a pause to end before refusing (75): 0
+    /// refuses at once; default 10s. A take that loses a race for the last call may wait up
+    /// to 10 s more.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s")]
+    pub(crate) wait_max: Duration,
+    /// Take from the budget the fleet shares in etcd.
+    #[command(flatten)]
+    pub(crate) fleet: FleetAt,
+    /// Print the outcome as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct BudgetObserveArgs {
+    /// The response's HTTP status.
+    #[arg(
+        long,
+        required_unless_present = "headers_file",
+        conflicts_with = "headers_file"
+    )]
+    pub(crate) status: Option<u16>,
+    /// A response header as "Name: value" (repeat; X-RateLimit-* and Retry-After are read).
+    #[arg(long, conflicts_with = "headers_file")]
+    pub(crate) header: Vec<String>,
+    /// Read the status and headers from a raw HTTP header dump, as `curl -D FILE` writes it
+    /// (a status line, then `Name: value` lines; CRLF or LF; of several responses, such as
+    /// redirects, the last counts); `-` reads stdin.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) headers_file: Option<std::path::PathBuf>,
+    /// The response body says a secondary rate limit was exceeded (pause every caller even
+    /// without Retry-After).
+    #[arg(long)]
+    pub(crate) secondary_limit: bool,
+    /// Record it in the budget the fleet shares in etcd.
+    #[command(flatten)]
+    pub(crate) fleet: FleetAt,
+    /// The environment variable holding the API token (read, hashed, never printed).
+    #[arg(long, default_value = "GITHUB_TOKEN")]
+    pub(crate) token_env: String,
+}

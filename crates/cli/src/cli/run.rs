@@ -1,0 +1,152 @@
+//! The arguments of the commands that hold something while a command runs: `run`, `lease run`
+//! and the fleet's options.
+
+use super::*;
+
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// What to hold.
+    #[arg(long, value_enum, default_value_t = KindArg::Agent)]
+    pub(crate) kind: KindArg,
+    /// Wait for a slot (the default).
+    #[arg(long, overrides_with = "no_wait")]
+    pub(crate) wait: bool,
+    /// Exit 75 (or -E's code) at once instead of waiting for a slot.
+    #[arg(short = 'n', long)]
+    pub(crate) no_wait: bool,
+    /// Give up waiting after DUR (e.g. 90s, 5m, 1h30m) and exit 75 (or -E's code).
+    #[arg(short = 'w', long, value_parser = parse_duration)]
+    pub(crate) timeout: Option<Duration>,
+    /// The exit code when the run is refused because it is busy (at cap with --no-wait, timed
+    /// out), as flock(1) -E has it; default 75. A STOP or a drain still exits 69.
+    #[arg(short = 'E', long, value_name = "N", default_value_t = crate::exit::TEMP_FAIL)]
+    pub(crate) conflict_exit_code: u8,
+    /// Place in the waiting line: higher goes first, default 0; equal priorities go in order
+    /// of arrival (the same scale as `enqueue --priority`).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub(crate) priority: i64,
+    /// Time limit recorded in a test-run slot (`limit_ms`), e.g. 30m.
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) limit: Option<Duration>,
+    /// Who holds the slot, shown to others (default: the command's name).
+    #[arg(long)]
+    pub(crate) owner: Option<String>,
+    /// Write worklane's own events as JSON lines to descriptor N (3 or above, open for
+    /// writing; not passed on to the command): taken, then end with the exit status, or
+    /// refused or error (schema in docs/json.md).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(0..))]
+    pub(crate) status_fd: Option<i32>,
+    /// Past this host: also take a place in a fleet pool on etcd.
+    #[command(flatten)]
+    pub(crate) fleet: FleetArgs,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// The fleet's etcd and the place taken in it (`run --fleet`, `worklane fleet`).
+#[derive(Debug, Clone, Args)]
+pub(crate) struct FleetArgs {
+    /// The fleet's etcd and the TTL of the place's lease (the same options as `lease run`'s).
+    #[command(flatten)]
+    pub(crate) lease: FleetRoleArgs,
+    /// The fleet pool (its cap is set with `worklane fleet set-cap`).
+    #[arg(long, default_value = "agents", value_name = "NAME")]
+    pub(crate) pool: String,
+}
+
+/// The fleet's etcd for a budget shared by the fleet (`budget take|observe|show --fleet`).
+#[derive(Debug, Clone, Args)]
+pub(crate) struct FleetAt {
+    /// The fleet's etcd endpoints (http://HOST:PORT, comma-separated): use the budget the
+    /// fleet shares there (changed by compare-and-swap) instead of this host's.
+    #[arg(
+        long = "fleet",
+        env = "WORKLANE_FLEET",
+        value_name = "URL[,URL...]",
+        value_delimiter = ','
+    )]
+    pub(crate) endpoints: Vec<String>,
+}
+
+/// The fleet's etcd and the TTL of what is held there (`run`, `lease run`, `fleet`, `slots`,
+/// `why`).
+#[derive(Debug, Clone, Args)]
+pub(crate) struct FleetRoleArgs {
+    /// The fleet's etcd endpoints (http://HOST:PORT, comma-separated): past this host, a place
+    /// in a fleet pool (`run`) or the role across the fleet (`lease run`), held as long as the
+    /// command runs.
+    #[arg(
+        long = "fleet",
+        env = "WORKLANE_FLEET",
+        value_name = "URL[,URL...]",
+        value_delimiter = ','
+    )]
+    pub(crate) endpoints: Vec<String>,
+    /// The TTL of the fleet place's or role's etcd lease: a holder that cannot renew it for
+    /// half of it halts its command.
+    #[arg(long, value_parser = parse_duration, default_value = "15s", value_name = "DUR")]
+    pub(crate) fleet_ttl: Duration,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum FleetCommand {
+    /// Set the cap of a fleet pool (kept in etcd; a pool without one admits nobody).
+    SetCap {
+        #[command(flatten)]
+        fleet: FleetArgs,
+        /// The cap.
+        cap: u32,
+    },
+    /// Show a fleet pool: its cap, its holders (host, pid, since) and who waits.
+    Status {
+        #[command(flatten)]
+        fleet: FleetArgs,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum LeaseCommand {
+    /// Hold the TTL lease of ROLE, with a heartbeat, while COMMAND runs.
+    Run(LeaseRunArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct LeaseRunArgs {
+    /// The role (one owner per role on this machine; different roles coexist).
+    #[arg(long)]
+    pub(crate) role: String,
+    /// How long the lease stays held without a pulse: at least 2s, default 60s (pulses every
+    /// TTL/20, but not more often than every 250 ms).
+    #[arg(long, value_parser = parse_duration, default_value = "60s")]
+    pub(crate) ttl: Duration,
+    /// The profile recorded in the lease.
+    #[arg(long, default_value = "default")]
+    pub(crate) profile: String,
+    /// Who holds it (default: USER@HOST).
+    #[arg(long)]
+    pub(crate) agent_identity: Option<String>,
+    /// While someone else holds the role, wait for it (trying again every 250 ms) instead of
+    /// exiting 75 at once; a STOP still refuses with 69.
+    #[arg(long)]
+    pub(crate) wait: bool,
+    /// Wait for the role, but give up after DUR (e.g. 90s, 5m, 1h30m) and exit 75; implies
+    /// --wait.
+    #[arg(short = 'w', long, value_parser = parse_duration)]
+    pub(crate) timeout: Option<Duration>,
+    /// On a refusal, also print it as one JSON object on stdout (schema in docs/json.md).
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Write worklane's own events as JSON lines to descriptor N, as `run --status-fd` does.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(0..))]
+    pub(crate) status_fd: Option<i32>,
+    /// Past this host: also claim the role across the fleet on etcd.
+    #[command(flatten)]
+    pub(crate) fleet: FleetRoleArgs,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    pub(crate) command: Vec<OsString>,
+}

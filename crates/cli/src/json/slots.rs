@@ -1,0 +1,154 @@
+//! `slots --json` and the parts other documents share with it (a problem, STOP, the drain).
+
+use super::*;
+
+// ---- slots --json ----------------------------------------------------------------------------
+
+/// `slots --json`.
+#[derive(Debug, Serialize)]
+pub(crate) struct Slots {
+    pub(crate) version: u32,
+    pub(crate) dir: String,
+    pub(crate) config: ConfigFile,
+    pub(crate) max_agents: u32,
+    pub(crate) max_test_runs: u32,
+    pub(crate) agents_held: usize,
+    pub(crate) test_runs_held: usize,
+    pub(crate) full_run_held: bool,
+    pub(crate) stop: Option<Stop>,
+    pub(crate) drain: Drain,
+    pub(crate) slots: Vec<Slot>,
+    pub(crate) problems: Vec<Problem>,
+    pub(crate) queue: Queue,
+    pub(crate) line: Vec<LineEntry>,
+    pub(crate) budgets: Vec<Budget>,
+    /// Why the config in force cannot be used (then `max_agents` and `max_test_runs` are 0:
+    /// no take is admitted), or `None`.
+    pub(crate) config_problem: Option<ConfigProblem>,
+    /// With `--fleet` only: the fleet pool, or why it could not be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) fleet: Option<SlotsFleet>,
+}
+
+/// `slots --fleet`'s `fleet`: the pool as `fleet status --json` shows it, or the error.
+#[derive(Debug, Serialize)]
+pub(crate) struct SlotsFleet {
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub(crate) status: Option<FleetStatus>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) error: Option<String>,
+}
+
+/// The config file in force; when it does not exist, the defaults hold.
+#[derive(Debug, Serialize)]
+pub(crate) struct ConfigFile {
+    pub(crate) path: String,
+    pub(crate) exists: bool,
+}
+
+/// Why the config in force cannot be used: every take is refused (78) until it is fixed.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ConfigProblem {
+    /// The config file.
+    pub(crate) file: String,
+    /// What is wrong with it.
+    pub(crate) what: String,
+    /// The command or step that fixes it.
+    pub(crate) fix: String,
+}
+
+/// STOP while in force.
+#[derive(Debug, Serialize)]
+pub(crate) struct Stop {
+    pub(crate) by: String,
+    pub(crate) at: String,
+    pub(crate) reason: String,
+}
+
+/// The drain flag: its `state`, and the flag's fields when it could be read.
+#[derive(Debug, Serialize)]
+#[serde(tag = "state", rename_all = "kebab-case")]
+pub(crate) enum Drain {
+    None,
+    InForce(DrainFlag),
+    Expired(DrainFlag),
+    TooFarAhead(DrainFlag),
+    Unreadable { detail: String },
+}
+
+/// A drain flag as written.
+#[derive(Debug, Serialize)]
+pub(crate) struct DrainFlag {
+    pub(crate) since: String,
+    pub(crate) until: String,
+    pub(crate) to: Option<String>,
+}
+
+/// One slot, run, role lease or other lock file.
+#[derive(Debug, Serialize)]
+pub(crate) struct Slot {
+    pub(crate) name: String,
+    pub(crate) kind: &'static str,
+    pub(crate) pid: Option<u32>,
+    pub(crate) owner: Option<String>,
+    /// The dispatcher's attempt the slot or lane belongs to.
+    pub(crate) attempt: Option<String>,
+    pub(crate) since: Option<String>,
+    pub(crate) role: Option<String>,
+    pub(crate) command: Option<String>,
+    pub(crate) epoch: Option<u64>,
+    pub(crate) limit_ms: Option<u64>,
+    pub(crate) last_pulse: Option<String>,
+    pub(crate) state: &'static str,
+    pub(crate) counts: bool,
+    pub(crate) reason: String,
+}
+
+/// A stray or broken file (`slots --json`, `why --json`, `budget show --json`, `queue ls
+/// --json`).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Problem {
+    pub(crate) name: String,
+    pub(crate) what: String,
+    pub(crate) fix: String,
+    pub(crate) blocks: Option<&'static str>,
+}
+
+/// Problems as lines for a person: `NAME: WHAT; fix: FIX`.
+pub(crate) fn problem_lines(problems: &[Problem]) -> Vec<String> {
+    problems
+        .iter()
+        .map(|p| format!("{}: {}; fix: {}", p.name, p.what, p.fix))
+        .collect()
+}
+
+/// The admission dispatcher as the slot directory shows it.
+#[derive(Debug, Serialize)]
+pub(crate) struct Queue {
+    pub(crate) dispatcher: Dispatcher,
+    /// The status entries `queue-<lane>.json` as the dispatcher wrote them (PROTOCOL.md 14.1).
+    pub(crate) attempts: Vec<serde_json::Value>,
+}
+
+/// The dispatcher's lock: its pid (from the record) and whether one holds it now.
+#[derive(Debug, Serialize)]
+pub(crate) struct Dispatcher {
+    pub(crate) pid: Option<u32>,
+    pub(crate) alive: bool,
+}
+
+/// One entry of a waiting line.
+#[derive(Debug, Serialize)]
+pub(crate) struct LineEntry {
+    pub(crate) kind: String,
+    /// 1 for the head; `None` for a dead waiter's entry.
+    pub(crate) position: Option<u32>,
+    pub(crate) priority: i64,
+    pub(crate) start: String,
+    pub(crate) pid: Option<u32>,
+    pub(crate) owner: Option<String>,
+    pub(crate) command: Option<String>,
+    pub(crate) log: Option<String>,
+    pub(crate) live: bool,
+    pub(crate) name: String,
+}
