@@ -19,6 +19,10 @@ use worklane_slotfile::{
     TEST_RUNS_RANGE,
 };
 
+mod problem;
+
+pub(crate) use problem::{Problem, describe_file, shell_quote, take_refused};
+
 /// The mode a written config gets (readable by every harness, as before).
 const CONFIG_MODE: u32 = 0o644;
 
@@ -296,140 +300,6 @@ fn get(key: Option<ConfigKey>, as_json: bool) -> Result<ExitCode, Failure> {
         outln!("{} = {}{default}", k.name(), plain(&value(k)))?;
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `text` quoted for a shell, when it needs it (a path or key shown in a fix).
-pub(crate) fn shell_quote(text: &str) -> String {
-    let plain = !text.is_empty()
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"/._-+:,=@%".contains(&b));
-    if plain {
-        text.to_owned()
-    } else {
-        format!("'{}'", text.replace('\'', r"'\''"))
-    }
-}
-
-/// Why the config in force cannot be used, as the views show it (one line of text, the
-/// `config_problem` of their JSON): the file, what is wrong, and the command that fixes it.
-/// While there is one, every take is refused (78); STOP, resume, the drain and the views
-/// work.
-pub(crate) struct Problem {
-    pub(crate) file: PathBuf,
-    pub(crate) what: String,
-    pub(crate) fix: String,
-}
-
-impl Problem {
-    pub(crate) fn of(e: &worklane_slotfile::config::Error) -> Problem {
-        Problem {
-            file: e.path().to_owned(),
-            what: exit::chain(e),
-            fix: fix(e.path(), e),
-        }
-    }
-
-    /// The config's problem now, if the config in force cannot be used (none when even its
-    /// place cannot be resolved: the slot directory's error then says why).
-    pub(crate) fn now() -> Option<Problem> {
-        let env = Environment::from_process();
-        let file = env.locate().ok()?.config;
-        Config::load_in(&env, &file).err().map(|e| Problem::of(&e))
-    }
-
-    /// The pool's config problem, if any.
-    pub(crate) fn of_pool(pool: &worklane_admission::Pool) -> Option<Problem> {
-        match pool.config() {
-            Err(worklane_admission::Error::Config { source }) => Some(Problem::of(&source)),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn json(&self) -> crate::json::ConfigProblem {
-        crate::json::ConfigProblem {
-            file: self.file.display().to_string(),
-            what: self.what.clone(),
-            fix: self.fix.clone(),
-        }
-    }
-
-    /// The line a view prints.
-    pub(crate) fn line(&self) -> String {
-        format!(
-            "config problem: {}; fix: {} (until then every take is refused with 78)",
-            self.what, self.fix
-        )
-    }
-}
-
-/// The command (or step) that fixes a config that cannot be used.
-fn fix(file: &Path, e: &worklane_slotfile::config::Error) -> String {
-    use worklane_slotfile::config::Error as E;
-    use worklane_slotfile::read::Error as R;
-    let q = shell_quote(&file.display().to_string());
-    match e {
-        E::Read {
-            source: R::Io { source, .. },
-            ..
-        } if source.kind() == std::io::ErrorKind::PermissionDenied => format!(
-            "let every harness read it: chmod a+r -- {q} (and let them search its directory)"
-        ),
-        E::Read {
-            source: R::Symlink { .. },
-            ..
-        } => format!(
-            "worklane never follows a link at the config's name: replace {q} with the file it \
-             points to, or name that file in AGENT_SLOTS_CONFIG"
-        ),
-        E::Read {
-            source: R::NotRegular { .. } | R::TooLarge { .. },
-            ..
-        } => format!(
-            "look at it, then rm -r -- {q} (the defaults then hold) and set the caps again with \
-             `worklane config set max_agents N`"
-        ),
-        E::Read { .. } => format!("check {q} and its filesystem, then try again"),
-        E::Syntax { .. } => format!(
-            "correct the JSON in {q} by hand, or remove it (the defaults: max_agents 2, \
-             max_test_runs 2)"
-        ),
-        E::DuplicateKey { key, .. } => format!("keep one `{key}` in {q}"),
-        E::NotAnObject { .. } => format!(
-            "write a JSON object in {q}, like {{\"max_agents\": 2}}, or remove it (the defaults \
-             then hold)"
-        ),
-        E::UnknownKey { key, .. } => format!("worklane config unset {}", shell_quote(key)),
-        E::Field {
-            field, expected, ..
-        } => format!("worklane config set {field} N, N {expected}"),
-        _ => format!("correct or remove {q}"),
-    }
-}
-
-/// A take refused because its pool's config cannot be used: 78, with the fix.
-pub(crate) fn take_refused(e: worklane_admission::Error) -> Failure {
-    let fix = match &e {
-        worklane_admission::Error::Config { source } => Some(fix(source.path(), source)),
-        _ => None,
-    };
-    let failure = Failure::from(e);
-    match fix {
-        Some(fix) => Failure::new(failure.code, format!("{}; fix: {fix}", failure.message)),
-        None => failure,
-    }
-}
-
-/// `config: PATH`, saying when the file does not exist and the defaults hold.
-pub(crate) fn describe_file(path: &Path, exists: bool) -> String {
-    if exists {
-        format!("config: {}", path.display())
-    } else {
-        format!(
-            "config: {} (absent: the defaults are in force)",
-            path.display()
-        )
-    }
 }
 
 /// `set-test-slots N`: `config set max_test_runs N` under its older name.

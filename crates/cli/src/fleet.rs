@@ -1,7 +1,7 @@
 //! `--fleet` and `worklane fleet`: a place in a fleet pool on etcd, held beside this host's
 //! slot (`worklane-fleet`, PROTOCOL.md section 15).
 
-use crate::cli::{FleetArgs, FleetAt, FleetRoleArgs};
+use crate::cli::FleetArgs;
 use crate::exit::{self, Failure};
 use crate::json;
 use crate::out::{outln, sayln};
@@ -10,6 +10,10 @@ use std::time::Duration;
 use worklane_fleet::{Fleet, Hold, Holder, Refusal, Taken, Wait};
 use worklane_lease::{Clock, SystemClock, rfc3339_ms};
 
+mod shared;
+
+pub(crate) use shared::{budget_observe, budget_take, budget_views, claim_role};
+
 /// A place held in a fleet pool, or a fleet-wide role, while the command runs.
 pub(crate) struct Place {
     hold: Box<Hold>,
@@ -17,11 +21,11 @@ pub(crate) struct Place {
     pool: String,
 }
 
-fn connect(args: &FleetArgs) -> Result<Fleet, Failure> {
+pub(super) fn connect(args: &FleetArgs) -> Result<Fleet, Failure> {
     connect_to(&args.lease.endpoints, args.lease.fleet_ttl)
 }
 
-fn connect_to(endpoints: &[String], ttl: Duration) -> Result<Fleet, Failure> {
+pub(super) fn connect_to(endpoints: &[String], ttl: Duration) -> Result<Fleet, Failure> {
     Fleet::connect(endpoints, ttl).map_err(|e| {
         Failure::new(
             exit::UNAVAILABLE,
@@ -33,7 +37,7 @@ fn connect_to(endpoints: &[String], ttl: Duration) -> Result<Fleet, Failure> {
     })
 }
 
-fn failure(e: &worklane_fleet::Error) -> Failure {
+pub(super) fn failure(e: &worklane_fleet::Error) -> Failure {
     let code = match e {
         worklane_fleet::Error::Name(_) => exit::USAGE,
         _ => exit::UNAVAILABLE,
@@ -240,7 +244,7 @@ pub(crate) fn print_section(section: &json::SlotsFleet) -> Result<(), Failure> {
     }
 }
 
-fn needs_endpoints(args: &FleetArgs) -> Result<(), Failure> {
+pub(super) fn needs_endpoints(args: &FleetArgs) -> Result<(), Failure> {
     if args.lease.endpoints.is_empty() {
         return Err(Failure::new(
             exit::USAGE,
@@ -248,134 +252,6 @@ fn needs_endpoints(args: &FleetArgs) -> Result<(), Failure> {
         ));
     }
     Ok(())
-}
-
-/// Claims `role` across the fleet of `args` (none without `--fleet`): refused at once unless
-/// `wait`, then waiting at most `timeout` (`None`: for ever). Held by another: 75; an etcd
-/// that does not answer: 69.
-pub(crate) fn claim_role(
-    args: &FleetRoleArgs,
-    role: &str,
-    owner: &str,
-    command: &str,
-    wait: bool,
-    timeout: Option<Duration>,
-) -> Result<Option<Place>, Failure> {
-    if args.endpoints.is_empty() {
-        return Ok(None);
-    }
-    let fleet = connect_to(&args.endpoints, args.fleet_ttl)?;
-    let mut me = Holder::this_process(owner, rfc3339_ms(SystemClock.now_ms()));
-    me.command = Some(command.to_owned());
-    let timeout = if wait { timeout } else { Some(Duration::ZERO) };
-    let claimed = fleet
-        .claim_role(
-            role,
-            &me,
-            Wait {
-                timeout,
-                on_wait: &mut |_| {},
-            },
-        )
-        .map_err(|e| failure(&e))?;
-    match claimed {
-        Taken::Held(hold) => Ok(Some(Place {
-            hold,
-            pool: format!("role {role:?}"),
-        })),
-        Taken::Refused(why) => Err(Failure::new(
-            exit::TEMP_FAIL,
-            format!(
-                "cannot claim role {role} across the fleet ({}): {why}",
-                if wait { "timed out" } else { "not waiting" }
-            ),
-        )),
-    }
-}
-
-/// `budget take --fleet`: a call of `resource` from the fleet's budget of `key`, waiting at
-/// most `wait_max`; `Err(Refused)` inside when the call must not go. An etcd that does not
-/// answer: 69 (nothing is admitted under --fleet while etcd does not answer).
-pub(crate) fn budget_take(
-    at: &FleetAt,
-    key: &worklane_budget::CredentialKey,
-    resource: &str,
-    consumer: &str,
-    wait_max: Duration,
-) -> Result<Result<(bool, Option<u64>), worklane_budget::Refused>, Failure> {
-    use worklane_fleet::budget::BudgetTake;
-    let fleet = connect_to(&at.endpoints, Duration::from_secs(15))?;
-    let now = || SystemClock.now_ms();
-    let started = std::time::Instant::now();
-    let taken = fleet
-        .budget_take(key, resource, consumer, wait_max, &now)
-        .map_err(|e| failure(&e))?;
-    let waited_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    Ok(match taken {
-        BudgetTake::Go { counted, left } => Ok((counted, left)),
-        BudgetTake::Refused {
-            until,
-            why: worklane_budget::WaitWhy::Paused,
-        } => Err(worklane_budget::Refused::SecondaryRateLimited { until, waited_ms }),
-        BudgetTake::Refused {
-            until,
-            why: worklane_budget::WaitWhy::Spent,
-        } => Err(worklane_budget::Refused::RateLimited {
-            resource: resource.to_owned(),
-            reset_at: until,
-            waited_ms,
-        }),
-    })
-}
-
-/// `budget observe --fleet`: records `observation` in the fleet's budget of `key`.
-pub(crate) fn budget_observe(
-    at: &FleetAt,
-    key: &worklane_budget::CredentialKey,
-    observation: &worklane_budget::Observation,
-) -> Result<(), Failure> {
-    let fleet = connect_to(&at.endpoints, Duration::from_secs(15))?;
-    let now = || SystemClock.now_ms();
-    fleet
-        .budget_observe(key, observation, &now)
-        .map_err(|e| failure(&e))
-}
-
-/// `budget show --fleet`: the fleet's budgets as the host's health view shows its own
-/// (numbered, never named; `updated` is when a window was last seen).
-pub(crate) fn budget_views(at: &FleetAt) -> Result<Vec<worklane_budget::CredentialView>, Failure> {
-    use worklane_budget::ledger::ResourceView;
-    let fleet = connect_to(&at.endpoints, Duration::from_secs(15))?;
-    let now = SystemClock.now_ms();
-    let states = fleet.budgets().map_err(|e| failure(&e))?;
-    Ok(states
-        .into_iter()
-        .enumerate()
-        .map(|(i, state)| worklane_budget::CredentialView {
-            number: i + 1,
-            updated_ms: state
-                .resources
-                .values()
-                .map(|w| w.seen_at)
-                .max()
-                .unwrap_or(0),
-            paused_until: state.pause(now),
-            resources: state
-                .resources
-                .iter()
-                .filter(|(name, _)| state.window(name, now).is_some())
-                .map(|(name, w)| ResourceView {
-                    left: w.left(),
-                    name: name.clone(),
-                    limit: w.limit,
-                    remaining: w.remaining,
-                    reset_at: w.reset_at,
-                    granted: w.granted,
-                    by_consumer: w.by_consumer.clone().into_iter().collect(),
-                })
-                .collect(),
-        })
-        .collect())
 }
 
 /// What the fleet says to `worklane why`: whether its pool blocks a new place, why, and the

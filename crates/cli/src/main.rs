@@ -3,6 +3,7 @@
 
 #![deny(unsafe_code)]
 
+mod around;
 mod budget;
 mod chain;
 mod cli;
