@@ -1,4 +1,26 @@
 //! Shared helpers of the criterion benches in `benches/`; figures in `BENCHMARKS.md`.
+//!
+//! # Design
+//!
+//! (How this crate is built, for contributors; the workspace map is ARCHITECTURE.md.)
+//!
+//! Criterion benchmarks (`harness = false`; `lib.rs` holds the shared `filesystems()` (the temp
+//! directory's and `/dev/shm`) and `sibling_binary()`), each beside the alternative a user would
+//! otherwise pick. `guard`: acquire and release an existing guard, against raw
+//! `open + flock + close`, `std::fs::File::try_lock`, fs2 `try_lock_exclusive`, and spawning
+//! `/usr/bin/flock -n FILE true`. `slotfile`: publish and unlink a record, against the raw syscall
+//! sequence. `identity`: `probe` of a live pid, against bare `kill(pid, 0)` and
+//! `ProcessIdentity::of`. `lease`: acquire + release beside its raw syscall floor, each step of
+//! acquire alone, and 16 `lease-holder` processes contending for one lease. `admission`: take +
+//! release of an agent slot with 8 live slots, and whole-process `worklane run -- true` beside
+//! plain `true` and `flock -n FILE true`. `budget`: a counted `Ledger::take` beside a
+//! hand-written `flock` + read + rewrite-in-place counter. `dispatcher`: one enqueue, admission
+//! and claim through a `Server` in a thread on a real socket (descriptors passed both ways, the
+//! driver's adopt and release included), choosing the next row with 10 and 10 000 queued, and
+//! recovering 10 000 rows. `guard`, `slotfile`, `lease`, `budget`
+//! and the admission take run on the temp directory's filesystem and on `/dev/shm` when it exists. The lease stress and the
+//! CLI bench run the release `lease-holder` and `worklane` binaries, built first. Figures go in
+//! `BENCHMARKS.md`.
 
 use std::path::{Path, PathBuf};
 

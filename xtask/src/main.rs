@@ -27,6 +27,56 @@
 //!   short measurement times, and prints a Markdown table of the medians to stdout: the
 //!   "Current" table of BENCHMARKS.md. `--table-only` prints the table of the results already
 //!   in `target/criterion` without running anything.
+//!
+//! # Design
+//!
+//! (How this crate is built, for contributors; the workspace map is ARCHITECTURE.md.)
+//!
+//! `cargo xtask` is an alias in `.cargo/config.toml` for `run --quiet --package xtask --`.
+//! `ci` runs CI's steps in order (`steps()`); before `cargo package` it removes cargo's
+//! extractions of our earlier packages (`forget_packaged_siblings`), which cargo would otherwise
+//! reuse. `conformance` builds the CLI (and `lease-holder`, worklane-lease's helper, in a build
+//! of its own so that the crate's test seams never reach the CLI) and runs the conformance kit
+//! against them.
+//! `man [DIR]` runs `cargo run -p worklane -- man --all DIR`: the pages come from the built CLI
+//! (`ops::man_pages` walks the clap `Command`, one page per command that is not hidden) rather
+//! than from a library target of the CLI crate, which would make its clap types a public API and
+//! link clap and SQLite into xtask.
+//! `bench` (`src/bench.rs`) builds `PREREQUISITES` (the release binaries the benches run), runs
+//! `BENCHES` (every bench but `fleet`) with `WARM_UP_SECS` and `MEASUREMENT_SECS`, then turns each
+//! `new/estimates.json` under criterion's directory (`collect`) into the Markdown table of
+//! BENCHMARKS.md's "Current" section (`markdown_table`, a pure function of the estimates' texts,
+//! unit-tested without a bench).
+//! `reclaim-guards` (`src/reclaim.rs`, `run`) resolves the directory like the CLI (`--dir` sets
+//! `AGENT_SLOTS_DIR`), refuses unless STOP or a drain is in force (`Outcome::NoWindow`, exit
+//! 69), then refuses if any `Pool::snapshot` entry counts as held or any guard
+//! (`worklane_guard::reclaim::scan`) is held (`Outcome::Live`, exit 75; its exit codes are the
+//! CLI's, in its `exit` module, checked against `crates/cli/src/exit.rs` by a test);
+//! otherwise it plans (dry run) or applies `reclaim::remove_guard` for guards whose resource file
+//! is absent (re-checked while held) and `remove_temp_alias` (dry run: `is_stale_temp_alias`)
+//! for aliases at least
+//! `TEMP_MIN_AGE_MS` old. `mutants [--crate NAME]... [--shard K/N] [--list]` runs
+//! `cargo mutants` (installed separately) on each library crate with `.cargo/mutants.toml`
+//! (test helpers excluded), each crate's mutants measured by its own tests, output under
+//! `target/mutants/`. `ci` runs in order, stopping at the first failure: `fmt --all -- --check`;
+//! `clippy --workspace --all-targets -- -D warnings`; `test --workspace`; `package --workspace`
+//! without testkit, xtask and the benches (each published crate's package built against its
+//! siblings' packages); the conformance kit; the fleet's clippy and tests against etcd;
+//! `dist` (below), then the CLI's integration tests (`WORKLANE_TEST_BINARY`) and the
+//! conformance kit (`conformance --worklane PATH`) against the binary it made; `check` of
+//! `MACOS_CRATES` (guard, slotfile, identity, lease, admission, budget and the `worklane` CLI:
+//! the crates without SQLite) for `x86_64-apple-darwin`, with `-D warnings` for that target (its
+//! macOS-only code gets no clippy run). It runs `$CARGO` (else `cargo`) and exits 64 on bad usage.
+//! `dist [DIR]` (`dist.rs`) builds the binary to install: on `*-linux-gnu`, for the musl twin of
+//! the host's target (`musl_target`), static and not position-independent
+//! (`relocation-model=static`), after checking that the musl target and a musl C compiler are
+//! there (`missing_for_musl`). Why each choice, measured: glibc's start probes the caches with
+//! `cpuid` (trapped by a hypervisor), a static PIE copies every page it relocates, and musl's
+//! allocator maps and unmaps pages for small allocations, so the CLI sets dlmalloc as its global
+//! allocator when built for musl (`crates/cli/src/main.rs`); the build uses the workspace's
+//! `release-lto` profile (fat LTO, one codegen unit). It then runs the binary once
+//! (`run -n -- true` on a scratch directory) and copies it into `target/dist`. `.ci/run`
+//! is the CI entry: it installs what a fresh machine lacks, then runs `cargo xtask ci`.
 
 #![allow(clippy::print_stdout)]
 

@@ -40,6 +40,77 @@
 //! assert_eq!((first.name(), second.name()), ("agent-0.lock", "agent-1.lock"));
 //! # Ok(()) }
 //! ```
+//!
+//! # Design
+//!
+//! (How this crate is built, for contributors; the workspace map is ARCHITECTURE.md.)
+//!
+//! Owns the machine's slot pool in one slot directory (seed 001 rules 3 and 4).
+//! `Pool::new(Resolved)` wraps the resolved directory, its `Locations` and its `Environment`
+//! (for the config and drain re-reads); `Pool::open(Located)` does the same without a config
+//! ever loaded: the pool never keeps the caps, every agent or test-run take reads them
+//! (`Pool::config`, `Error::Config` while the file is broken), and STOP, the drain, the idle probe
+//! and the snapshot work whatever it holds; `with_clock` injects the `Clock` used for drain
+//! decisions and record times.
+//!
+//! - `try_take(Kind, &Request) -> Result<Take, Error>` never waits. `Kind` is `Agent`,
+//!   `Test { limit_ms }` or `FullRun`; `Take` is `Held(Slot)` or `Blocked(Blocker)`. It checks STOP,
+//!   then the drain; for agents and test runs it reads the cap from the config, holds `slots.lock`
+//!   (tried at least once, then every millisecond for about 2 s, else `Blocker::Counting`), checks
+//!   STOP and drain again, counts the live `<prefix>-<i>.lock` files, and below the cap acquires
+//!   the first index not live, publishing a new record or taking over a dead one; then releases
+//!   `slots.lock`. The full run acquires `full-run.lock` directly.
+//! - `try_take` takes its turn in the waiting line (`line.rs`): while a live entry of its kind
+//!   stands before the place it would take (`try_take_at(.., priority, start_ms)`; `try_take` is
+//!   priority 0, now) it is `Blocker::InLine`. The dispatcher admits each row with its own
+//!   priority and original start, and stands in the line with the entry of its first queued
+//!   row (`Dispatcher::stand`, after every tick, admission, cancel and recovery).
+//! - `take(Kind, &Request, Wait)` joins the line (`join_line`: an entry
+//!   `line-<kind>.<priority>.<start>.<token>`, a process-liveness lease of this process), and at
+//!   each look asks `standing` (the entries before it, probed from the front, dead ones retired);
+//!   only at the head does it call the counting take. It sleeps in `watch.rs` (inotify on the
+//!   slot directory, woken by a slot record of its kind, an entry of its line, STOP, the drain flag
+//!   or the config; else a sleep), doubling up to `LOOK_AGAIN_AT_MOST` between looks
+//!   when nothing wakes it. `Wait::on_wait` gets a `Waiting` (blocker, time waited, position,
+//!   line length); STOP and drain end the wait at once, other blockers only at `Wait::timeout`,
+//!   whose deadline also cuts short the `slots.lock` wait. Every way out leaves the line
+//!   (`Place::leave`: release, then `worklane_lease::retire` removes the entry's epoch and guard).
+//! - Counting (`state_of`): a held guard is live (`SlotState::GuardHeld`); with the guard free,
+//!   no record is dead, an unparsable record live (`Malformed`), and otherwise the liveness
+//!   judges it. `slot_index` parses `<prefix>-<i>.lock` (plain decimal, no leading zeros).
+//! - `Blocker`: `Stop`, `Drain`, `AtCap {held, cap}`, `FullRunHeld(Refusal)`, `Counting`,
+//!   `InLine {ahead, held, cap}`;
+//!   `is_operator_refusal()` for STOP and drain. A `Slot` is `#[must_use]`, released on drop or
+//!   by `release()`.
+//! - After counting, an agent or test-run take skips an index whose guard is a stray (directory,
+//!   FIFO, link, non-empty file: `broken_guard`) and, before releasing `slots.lock`, sweeps the
+//!   temp files killed writers left (`SlotDir::sweep_temps`, older than a minute and unlocked).
+//! - `problems.rs`: `Problem {name, what, fix, blocks}`, every stray or broken file (a guard that
+//!   is not an empty regular file, a garbage claim, an old temp file) with what it does and the
+//!   command that fixes it; in `Snapshot::problems`.
+//! - `recorded_commands()`: every record's `commandProcess` with the record file's owner uid (read
+//!   from the same open file), the input of `stop-all`'s enforcement.
+//! - `snapshot() -> Snapshot {dir, config, stop, drain, slots: Vec<SlotView>, problems}` (its
+//!   `config` a `Result`: the caps, or the typed `config::Error` that keeps them from use) is what
+//!   `worklane slots` shows; each `SlotView` has `name`, `kind` (`agent`, `test`, `full-run`,
+//!   `role`, `lease`, `lock`), the parsed `record` and a `SlotState`. `idle()` is the idle probe: no live
+//!   `full-run.lock`.
+//! - `stop` module: `Stop {by, at, reason}`, `read` (an unreadable STOP is still a STOP),
+//!   `write` (replace, `SHARED_MODE` 0660; an empty directory at the name is removed first,
+//!   `replace_over_empty_dir`), `remove` (`remove_entry`). `drain` module: `Drain {since, until, to}` (`to`
+//!   always serialized, `null` when not given)
+//!   and the pure `DrainState::decide(raw, now_ms)` (`None`, `InForce`, `Ignored(Expired |
+//!   TooFarAhead | Unreadable)`; in force while `now < until` and `until - now <=
+//!   MAX_DRAIN_AHEAD_MS`). `Pool::drain`, `write_drain` (mode 0644, over an empty directory too)
+//!   and `remove_drain` (`remove_entry`) use `Locations::drain_dir`.
+//! - Errors: one crate-root `Error` for every pool operation, because they share their steps
+//!   (the config, STOP, the drain flag, listing, judging a slot, `slots.lock`, the line). Each
+//!   variant names its step and subject (`Config`, `Name`, `List`, `Probe`, `Judge`,
+//!   `Count`/`Counted` (`slots.lock` for a kind), `Take {kind}`, `WriteStop`, `RemoveStop`,
+//!   `DrainDir`, `WriteDrain`, `RemoveDrain`, `JoinLine {kind}`, `LineFull`, `LeaveLine`,
+//!   `Retire`, `NotASlot`, `AdoptGuard`, `Adopt`, `Annotate`, `Release`) and carries the typed
+//!   cause (slotfile's, guard's or lease's error) as its source, never repeated in its message;
+//!   the CLI maps each cause's kind to an exit code.
 
 #![deny(unsafe_code)]
 #![deny(missing_docs)]

@@ -47,6 +47,43 @@
 //! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! # Design
+//!
+//! (How this crate is built, for contributors; the workspace map is ARCHITECTURE.md.)
+//!
+//! Owns the per-credential API budget (PROTOCOL.md section 13).
+//!
+//! - `key.rs`: `CredentialKey::of_token` (first 16 hex of the SHA-256; `Debug` shows the key,
+//!   never the token), `parse`, the file names.
+//! - `observe.rs`: `Observation::from_headers(status, lookup)`, HTTP-client agnostic (a closure
+//!   from lowercase header name to value), and behind the `http` feature `from_http(StatusCode,
+//!   &HeaderMap)` / `from_response(&Response<B>)` (the crate's own tests turn the feature on
+//!   through a self dev-dependency, so CI covers it); `whole` (plain digits, at most 2^53 - 1);
+//!   `is_secondary_limit` (the caller's `secondary_limit` flag, a 403 or 429 with `Retry-After`,
+//!   or a 429 whose remaining is not 0; a 403 with calls left and no `Retry-After` is not one).
+//! - `state.rs`: `State` and `Window`, `parse` (not JSON is `Unreadable::Json` with serde_json's error as
+//!   its source, a non-object `Unreadable::NotAnObject`; malformed parts are left out) and `to_bytes`; the pure decisions, every boundary unit-tested: `pause(now)` (over
+//!   at `pausedUntil`, at most `MAX_PAUSE_MS` ahead), `window(resource, now)` (`now < resetAt <=
+//!   now + MAX_WINDOW_MS`), `decide(resource, consumer, now) -> Go {counted} | Wait {until, why}`, `apply(obs,
+//!   now)`; `consumer_name`.
+//! - `ledger.rs`: `Ledger::new(SlotDir)` with injectable `Clock` and `Sleep`; `take` (lock with
+//!   `LOCK_PATIENCE_MS` patience, decide, replace 0660, release; waits up to `MAX_WAIT_MS`, looking again every
+//!   `WAIT_POLL_MS`; both waits also end on a monotonic bound, so a clock set back cannot stretch
+//!   them), `observe` (lock tried once), `remove_stale` (mtime older than `STALE_MS`, under the lock,
+//!   remove-if-unchanged) run by `take` at most every `SWEEP_EVERY_MS` per process (a static),
+//!   `health` (no lock, 32 tried, 8 shown, numbered) and `health_report` (the same, with the state
+//!   files it could not show: `Health {views, unshown: Vec<UnshownState {file, why:
+//!   StateProblem}>}`, `Unreadable` or `NotAState` with the typed cause), `peek` (what a take would meet, read
+//!   without the lock and decided on a copy, for `worklane why`); `Grant`, `Refused` (`kind()`,
+//!   `status()`), `Observed`, `Peek`, and `Trouble`, the typed reason the ledger could not do its
+//!   part (`LockBusy`, `Lock`, `StateUnreadable`, `NotWritten`, `Name`) carried by
+//!   `Grant::unaccounted`, `Observed::Skipped` and `Peek::Unaccounted`. Each carries its typed
+//!   cause (lease's acquire error, slotfile's read, write or name error) as its source, not as
+//!   text, and `LockBusy` the lease's `Refusal` (the holder as read, and why it is live); so `Trouble`, `Grant`, `Observed` and `Peek` are neither `Clone` nor `PartialEq`, and
+//!   whoever shows one shows its chain. Reading the state tells
+//!   "not a state" (absent, not JSON, too large, not a regular file: afresh, replaced by the next
+//!   write) from "there but unreadable" (`read::Error::Io`: `StateUnreadable`, never replaced).
 
 pub mod key;
 pub mod ledger;

@@ -50,6 +50,38 @@
 //! # }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! # Design
+//!
+//! (How this crate is built, for contributors; the workspace map is ARCHITECTURE.md.)
+//!
+//! Owns the fleet's state in etcd v3 (PROTOCOL.md section 15): pools with a cap, roles, and (to
+//! come) the shared budget. It sits beside `lease`, not below it: it does not know the slot
+//! directory, and the host's own slot is taken first by `admission`, then a fleet place.
+//!
+//! - `keys.rs`: the key layout (`/worklane/v1/...`) and `check_name`, plain functions.
+//! - `value.rs`: `Holder`, the JSON value of a holder's key (`version` 1), and `host_name`.
+//! - `decide.rs`: the pure decisions, boundaries unit-tested: `standing` (the first `cap` keys by
+//!   create revision hold), `holders`, `pulse_every` (TTL/6, at least 250 ms), `must_halt`
+//!   (unconfirmed since TTL/2, counted from the *send* of the last confirmed keepalive, or of
+//!   the grant before any: `Hold::new` takes the grant's send time),
+//!   `halt_grace` (at most TTL/4).
+//! - `client.rs` (feature `etcd`): `Fleet::connect`, `set_cap`, `status`, `take`, `claim_role`;
+//!   `Hold` (`epoch` = the key's create revision, `pulse`, `release`; dropped: revoked). One
+//!   current-thread tokio runtime per `Fleet`; every request has a `REQUEST_TIMEOUT` deadline and is
+//!   retried every 50 ms within it (a dead member's endpoint fails fast; the client balances over the
+//!   others). A waiter (`take` with a timeout, `claim_role`) does not poll: `Changes` watches the
+//!   pool's prefix (`keys::pool_root`) or the role's key from the revision after its last read,
+//!   and `wait_for_change` wakes it on an event; the take's waiter also wakes every `KEEP_EVERY`
+//!   to pulse its place's lease, and every waiter reads again at least every `RECHECK_EVERY`
+//!   (a watch that stalls without an error; `Fleet::with_recheck` sets it, never below
+//!   `POLL_EVERY`), or every `POLL_EVERY` while etcd refuses a watch. A watch that breaks, or
+//!   whose member cannot be reached, is opened again after `POLL_EVERY` from the same revision,
+//!   without reading (a claim sent as its member, the leader, dies would fall in the election
+//!   and fail after `REQUEST_TIMEOUT`). A take whose read says it holds first applies the halt
+//!   rule (`Hold::check`, the network-free part of `pulse`): a waiter suspended past TTL/2 fails
+//!   instead of reporting a place its lease may lose any moment. `Unavailable` names the step as
+//!   a typed `Doing`.
 
 #![deny(unsafe_code)]
 

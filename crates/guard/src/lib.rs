@@ -60,6 +60,49 @@
 //! assert!(Guard::try_acquire(&fd, dir.path(), "agent-0.lock")?.is_some());
 //! # Ok(()) }
 //! ```
+//!
+//! # Design
+//!
+//! (How this crate is built, for contributors; the workspace map is ARCHITECTURE.md.)
+//!
+//! Owns the guard `.F.flock` of a resource `F` and its lock. A guard is published once: after an
+//! `fstatfs` of the directory accepts its filesystem, created `O_RDONLY | O_EXCL` under a random
+//! temp alias `.F.flock.tmp-<16 hex>`, given mode 0444 (`GUARD_MODE`) by `fchmod` on its
+//! descriptor, hard-linked into place with `linkat` (`EEXIST`: someone else published first, use
+//! theirs), and the temp alias unlinked. `Guard::try_acquire(dir, dir_path,
+//! resource)` opens it relative to the directory descriptor
+//! (`O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY`), checks that the descriptor is
+//! above 2 and an empty regular file on an accepted filesystem (`fstatfs`), then calls
+//! `flock(LOCK_EX | LOCK_NB)`, and finally checks with `statat` that the name still refers to the
+//! inode it locked (else it closes and opens again, at most 3 rounds, then reports busy), so that
+//! a guard reclaimed in a maintenance window is never held twice.
+//!
+//! API boundary: `Guard::try_acquire` returns `Ok(Some(Guard))` (held), `Ok(None)` (busy) or an
+//! `acquire::Error`. `Guard` is `#[must_use]` and `AsFd`, with `file_id() -> FileId {dev, ino}`
+//! and `release()`. `Guard::from_received(fd, dir, dir_path, resource)` rebuilds a guard from a
+//! descriptor passed by another process: it compares device and inode with the guard at the
+//! name, then re-asserts `flock(LOCK_EX | LOCK_NB)` on that descriptor (`NotHeld` if another
+//! description holds it). It then checks the name still refers to that inode (`NotTheGuard` if not). Also exported: `is_held` (a nonblocking probe), `guard_path`,
+//! `guard_name`, `guard_temp_name`, `is_reserved`, `check_resource_name`
+//! (`NameProblem`), `random_token` (the temp-name token, `TOKEN_LEN` hex digits: splitmix64 of a
+//! per-process OS-seeded value, the pid and a counter), `describe_file_type` (the words of its
+//! errors' `kind`), `filesystem::{of, classify_linux, classify_macos}`, `mode::{from_bits, of}`
+//! (permission bits to and from the platform's `mode_t`). slotfile
+//! uses `check_resource_name` for every slot name, `random_token` for its temp names (and
+//! admission for its lane names and line entries),
+//! `describe_file_type` in its read errors, `mode` for every mode it sets or reports, and `Guard::try_acquire` through
+//! `SlotPath::try_guard`. The normalization behind `is_reserved` (`normalize`,
+//! `is_default_ignorable`) is private: no other crate needs it.
+//!
+//! The `reclaim` module (`classify`, `scan`, `remove_guard`, `is_stale_temp_alias`,
+//! `remove_temp_alias`) is the only code
+//! that unlinks a guard, for `cargo xtask reclaim-guards` in a maintenance window: a guard is
+//! unlinked only while held, and only if the caller, asked while it is held, says no resource
+//! file needs it.
+//!
+//! The test seams `Guard::try_acquire_observed`, `try_acquire_seams`, `from_received_seams` and
+//! `reclaim::remove_guard_seams` (a callback before the link, before the lock, after the unlink)
+//! exist only with the `test-seams` feature.
 
 #![deny(unsafe_code)]
 #![deny(missing_docs)]

@@ -50,6 +50,37 @@
 //! assert!(matches!(probe(&stale), Verdict::Gone(GoneReason::PidReused { .. })));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! # Design
+//!
+//! (How this crate is built, for contributors; the workspace map is ARCHITECTURE.md.)
+//!
+//! Where a process runs and who it is, so that a lock record is judged by proof, never by age.
+//! It owns:
+//!
+//! - `Place {host, boot, pidns, timens}`, read once per process. The host is the `uname`
+//!   nodename. Linux: `/proc/sys/kernel/random/boot_id` and the inodes of
+//!   `/proc/self/ns/{pid,time}`. Darwin: `kern.bootsessionuuid` via `/usr/sbin/sysctl`, with no
+//!   namespaces;
+//! - `ProcessIdentity {pid, start}`. Linux: field 22 of `/proc/<pid>/stat`. Darwin: `ps`
+//!   `lstart` as epoch seconds (the date checked and counted with `jiff`), from `/bin/ps -o
+//!   lstart=,state=` with `LC_ALL=C TZ=UTC`;
+//! - the tolerant `Recorded {pid, place, identity}` view of a record, with each field a
+//!   `Field<T>`: `Missing`, `Malformed` or `Present`;
+//! - `probe(&Recorded) -> Verdict`: `Alive`, `Gone(GoneReason)` or `Unknown(UnknownReason)`.
+//!
+//! API boundary: lease calls `probe` (in `ProcessLiveness`) and writes `Recorded::new(..)`;
+//! admission reaches it only through lease; the CLI prints the reasons' `Display` text (the
+//! `reason` column of `worklane slots`).
+//!
+//! Linux code is in `linux.rs` and Darwin code in `macos.rs`, with the same signatures
+//! (`read_place`, `snapshot`). The parsers (`proc_stat`, `ps`, `uuid`) and the decision
+//! (`probe::decide`, behind the `Observe` seam) are pure and tested on every platform; a parser's
+//! `Malformed` (the part that was wrong) is the typed source of `process::Error::Malformed` and
+//! `place::Error::MalformedBootId`, which name the file or program read. Other
+//! platforms compile `other.rs`, whose `read_place` and `snapshot` fail with
+//! `place::Error::Unsupported` and `process::Error::Unsupported` (naming the platform), so every
+//! probe there is `Unknown` (`PlaceUnavailable`) and nothing is ever judged gone.
 
 #![forbid(unsafe_code)]
 

@@ -51,6 +51,70 @@
 //! assert!(slots.dir.file(".agent-0.lock.flock").is_err(), "guards are not slot files");
 //! # Ok(()) }
 //! ```
+//!
+//! # Design
+//!
+//! (How this crate is built, for contributors; the workspace map is ARCHITECTURE.md.)
+//!
+//! Owns where the slot directory and config are (`Environment::locate` returns
+//! `Locations {slot_dir, config, drain_dir, layout}`), the test-isolation rule,
+//! `Config {max_agents, max_test_runs}` (parsed with a check for keys written twice, which
+//! `serde_json` would silently resolve to the last), the opened `SlotDir` (a held descriptor,
+//! `O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC`, and the directory's gid from `fstat`), and `SlotPath`,
+//! the only handle to a file in it. `walk.rs` opens the directory (PROTOCOL.md section 1,
+//! "Ownership"): the path is walked from `/` component by component with `openat(O_NOFOLLOW |
+//! O_DIRECTORY)` relative to the parent's descriptor (`O_PATH` for parents on Linux, `O_RDONLY`
+//! elsewhere), each directory checked by `fstat` on its descriptor (owner root or the effective
+//! uid; not writable by others unless sticky; group-writable and not sticky only with the slot
+//! directory's group, checked once that is open), links on the way followed only when root's or
+//! the caller's (read with `readlinkat`, at most `MAX_LINKS` 40, `..` in a target popping the stack
+//! of opened parents), the last component never followed, a `..` in the given path refused. A
+//! missing directory (outside the `/var/lib` layout) is created by `mkdirat` 0700 relative to the
+//! verified parent, opened, and if ours `fchmod` 2770 (`DIR_MODE`, setgid); a created directory
+//! that is then refused is removed again. Every refusal is `open::Error::Unsafe {path, at, owner,
+//! group, mode, caller, problem}` (`open::Problem`) or a link/`..`/missing variant. The file
+//! operations:
+//!
+//! - `read`: regular files only, no symbolic link followed, never blocks on a FIFO, at most
+//!   `MAX_READ` bytes;
+//! - `read_with_owner()`: the same read, with the file's owner uid from the same open file;
+//! - `replace(bytes, mode)`: temp `.{name}.tmp-<16 hex>` created `O_EXCL | O_NOFOLLOW | O_CLOEXEC`
+//!   at 0600 and `flock`ed (held until the rename or link, so a temp whose lock is free is a dead
+//!   writer's), `fchown` to the directory's group when `fstat` shows another (best effort: `EPERM`
+//!   for a writer outside the group is ignored), `fchmod` to `mode`, write, `renameat`;
+//! - `rewrite(bytes, mode)` (lock records: pulses, the command's pid, adoption, the dispatcher's
+//!   run-queue entries): the same temp, exchanged with the file on Linux
+//!   (`renameat2(RENAME_EXCHANGE)`) and the temp name, now the old bytes, unlinked; `renameat`
+//!   where there is no file or no exchange. ext4 writes a file's data back at once when it is
+//!   renamed over one with data, and the release's unlink then waits for that I/O: records,
+//!   stale after any reboot, need no such flush (PROTOCOL.md section 4);
+//! - `publish(bytes, mode)`: the same temp, then `linkat`: `Publish::{Published, AlreadyExists}`;
+//!   the temp is removed on every path;
+//! - `remove_if_unchanged(expected)` (`Removal::{Removed, Changed, Absent}`; reads at most
+//!   `expected.len() + 1` bytes, no `fstat`), `remove()`, `remove_entry()` (any file, or an empty
+//!   directory: what an operator's STOP or drain flag may be; a directory with entries stays),
+//!   `rename(new_name)` (one `renameat`, for
+//!   the epoch markers), `modified_ms()` (the mtime by `statat` without following a link; a
+//!   non-regular file is refused), `try_guard()`. `SlotDir::list()` and `list_prefixed(prefix)` skip guards,
+//!   temp files, non-UTF-8 names and names that are not valid slot names, through one directory
+//!   stream kept open and rewound. `sweep.rs`: `hidden()` (guards, aliases and temps with type,
+//!   size and mtime, for reports) and `sweep_temps(now, min_age)`, which removes temp files
+//!   older than `TEMP_MIN_AGE_MS` whose lock it can take (re-checking the inode) and, through
+//!   `worklane_guard::reclaim`, guard temp aliases of that age.
+//!
+//! API boundary: `SlotDir::resolve()` returns `Resolved {dir, locations, config, env}`;
+//! `SlotDir::resolve_located()` resolves and opens the same directory without loading the config
+//! (`Located {dir, locations, env}`: what STOP, the drain and the views need, so that a broken
+//! config cannot silence them), and `SlotDir::resolve_dir()` the directory alone (for the budget
+//! ledger, which must not fail over a cap); these three are the only ways to reach the
+//! machine's directory; `config::Error::path()` names the config file of any config error; `SlotDir::open(path)` opens an explicit one;
+//! `resolve_in` and `open_in` take an injected `Environment` (variables, root, executable, temp
+//! directory), and `Config::load_in` and `read::read_path_in` apply its test-isolation rule to
+//! later reads.
+//! Errors are named by operation: `resolve::Error`, `open::Error`, `resolved::Error`,
+//! `name::Error`, `write::Error`, `remove::Error`, `config::Error`, `read::Error`.
+//! `replace_observed` and `publish_observed` (with `Step::TempWritten`) are the crash-test seam,
+//! present only with the `test-seams` feature.
 
 #![deny(unsafe_code)]
 #![deny(missing_docs)]

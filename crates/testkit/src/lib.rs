@@ -43,6 +43,24 @@
 //! let free = Command::new("flock").arg("-n").arg(&path).arg("true").status_gated().unwrap();
 //! assert!(free.success(), "another process finds the lock free");
 //! ```
+//!
+//! # Design
+//!
+//! (How this crate is built, for contributors; the workspace map is ARCHITECTURE.md.)
+//!
+//! Test support for the workspace's own test binaries. `gate` is the fork gate: a process-wide
+//! `RwLock` that starting a process takes shared (`Gated::spawn_gated` / `output_gated` /
+//! `status_gated` on `Command`) and a release that must be seen takes exclusively (`quiet()`,
+//! `quietly(..)`, `QuietDrop<T>`, which drops or `end`s its value quietly). A start returns only
+//! once its child has closed its copies of the process's descriptors: it opens a close-on-exec
+//! canary pipe whose write end has the highest descriptor number and reads it to end-of-file
+//! (`execve` closes close-on-exec descriptors in ascending order; `Command::spawn` alone returns a
+//! moment too early under `posix_spawn`). The quiet thread may itself start processes. `Child`
+//! (what `spawn_gated` returns) is SIGKILLed and reaped when dropped unwaited. `Scope` (Linux)
+//! marks commands with `WORKLANE_TEST_SCOPE=<unique>` and, when it ends, SIGKILLs (through a
+//! pidfd, after re-checking the mark) every live process carrying the mark, until none is left.
+//! `WORKLANE_TEST_FORK_STORM=MS[xN]` starts N threads (4) that keep starting children lingering
+//! MS ms between fork and exec, to flush out a release that should have been quiet.
 
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
