@@ -44,6 +44,35 @@ impl CredentialKey {
     pub fn lock_name(&self) -> String {
         format!("{STATE_PREFIX}{}.lock", self.0)
     }
+
+    /// The state file of this credential's budget with `provider` (its name):
+    /// `<provider>-budget-<key>.json` (`github`'s is [`CredentialKey::state_name`]).
+    #[must_use]
+    pub fn state_name_of(&self, provider: &str) -> String {
+        format!("{provider}-budget-{}{STATE_SUFFIX}", self.0)
+    }
+
+    /// The lock of this credential's budget with `provider`: `<provider>-budget-<key>.lock`.
+    #[must_use]
+    pub fn lock_name_of(&self, provider: &str) -> String {
+        format!("{provider}-budget-{}.lock", self.0)
+    }
+}
+
+/// The provider and key a budget state file's name says: `github-budget-<key>.json` is
+/// GitHub's, `<provider>-budget-<key>.json` another's (the provider a plain name: 1 to 32
+/// lowercase ASCII letters, digits or `-`). `None` for any other name.
+#[must_use]
+pub fn parse_state_name(name: &str) -> Option<(String, CredentialKey)> {
+    let stem = name.strip_suffix(STATE_SUFFIX)?;
+    let (provider, key) = stem.rsplit_once("-budget-")?;
+    let plain = !provider.is_empty()
+        && provider.len() <= 32
+        && provider
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    plain.then_some(())?;
+    Some((provider.to_owned(), CredentialKey::parse(key)?))
 }
 
 /// Shows the key only (never anything of the token).
@@ -62,7 +91,7 @@ pub const STATE_SUFFIX: &str = ".json";
 
 #[cfg(test)]
 mod tests {
-    use super::CredentialKey;
+    use super::{CredentialKey, parse_state_name};
 
     #[test]
     fn the_key_is_the_first_16_hex_of_the_sha256() {
@@ -79,6 +108,31 @@ mod tests {
             "CredentialKey(ba7816bf8f01cfea)",
             "Debug shows the key and never the token"
         );
+    }
+
+    #[test]
+    fn state_names_say_their_provider_and_key() {
+        let key = CredentialKey::of_token("t");
+        assert_eq!(
+            parse_state_name(&key.state_name()),
+            Some(("github".to_owned(), key.clone()))
+        );
+        assert_eq!(
+            parse_state_name(&key.state_name_of("anthropic")),
+            Some(("anthropic".to_owned(), key.clone()))
+        );
+        assert_eq!(
+            key.lock_name_of("openai"),
+            format!("openai-budget-{}.lock", key.as_str())
+        );
+        for bad in [
+            "anthropic-budget-xyz.json".to_owned(),
+            format!("Anthropic-budget-{}.json", key.as_str()),
+            format!("-budget-{}.json", key.as_str()),
+            format!("anthropic-budget-{}.lock", key.as_str()),
+        ] {
+            assert_eq!(parse_state_name(&bad), None, "{bad}");
+        }
     }
 
     #[test]

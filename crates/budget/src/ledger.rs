@@ -3,7 +3,7 @@
 //! call because of its own trouble (a busy lock, an unwritable file), only because the budget
 //! is spent or paused.
 
-use crate::key::{CredentialKey, STATE_PREFIX, STATE_SUFFIX};
+use crate::key::CredentialKey;
 use crate::observe::Observation;
 use crate::state::{Decision, State, WaitWhy};
 use std::sync::{Arc, Mutex};
@@ -57,6 +57,9 @@ pub struct Grant {
     /// lock busy for 0.5 s, its state unreadable or not writable). The call goes all the same;
     /// the caller should say so where a person sees it.
     pub unaccounted: Option<Trouble>,
+    /// A model provider's take: the reservation its response's observation (or its release,
+    /// if the call ends without one) names.
+    pub reservation: Option<String>,
 }
 
 /// Why the ledger could not do its part for one take or observation: the call goes all the
@@ -205,6 +208,36 @@ enum Attempt {
     Wait { until: u64, why: WaitWhy },
 }
 
+mod model;
+
+pub use model::Need;
+
+/// A new reservation's id: 16 random lowercase hex digits (`/dev/urandom`; without it, the
+/// time, the pid and a counter, mixed).
+pub(crate) fn reservation_id() -> String {
+    use std::io::Read;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut bytes = [0u8; 8];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .is_err()
+    {
+        let mut x = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+            ^ (u64::from(std::process::id()) << 32)
+            ^ COUNTER
+                .fetch_add(1, Ordering::Relaxed)
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^= x >> 33;
+        bytes = x.to_le_bytes();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The budget ledger of one slot directory.
 pub struct Ledger {
     dir: SlotDir,
@@ -306,13 +339,14 @@ impl Ledger {
     }
 
     fn attempt(&self, key: &CredentialKey, resource: &str, consumer: &str) -> Attempt {
-        let lease = match self.lock(key, LOCK_PATIENCE_MS) {
+        let lease = match self.lock(&key.lock_name(), LOCK_PATIENCE_MS) {
             Ok(lease) => lease,
             Err(why) => {
                 return Attempt::Go(Grant {
                     counted: false,
                     left: None,
                     unaccounted: Some(why),
+                    reservation: None,
                 });
             }
         };
@@ -321,6 +355,7 @@ impl Ledger {
                 counted: false,
                 left: None,
                 unaccounted: Some(trouble),
+                reservation: None,
             })
         };
         let path = match self.dir.file(&key.state_name()) {
@@ -347,6 +382,7 @@ impl Ledger {
                 counted: false,
                 left: None,
                 unaccounted: None,
+                reservation: None,
             }),
             Decision::Go { counted: true } => {
                 let left = state.window(resource, now).map(crate::state::Window::left);
@@ -355,6 +391,7 @@ impl Ledger {
                         counted: true,
                         left,
                         unaccounted: None,
+                        reservation: None,
                     }),
                     Err(e) => Attempt::Go(Grant {
                         counted: false,
@@ -363,6 +400,7 @@ impl Ledger {
                             what: "call",
                             source: e,
                         }),
+                        reservation: None,
                     }),
                 }
             }
@@ -373,7 +411,7 @@ impl Ledger {
 
     /// Records what a response said. Tries the lock once and never waits.
     pub fn observe(&self, key: &CredentialKey, observation: &Observation) -> Observed {
-        let lease = match self.lock(key, 0) {
+        let lease = match self.lock(&key.lock_name(), 0) {
             Ok(lease) => lease,
             Err(why) => return Observed::Skipped(why),
         };
@@ -430,13 +468,13 @@ impl Ledger {
     }
 
     /// Takes the budget's lock, trying for up to `patience_ms`; `Err` says why not.
-    fn lock(&self, key: &CredentialKey, patience_ms: u64) -> Result<Lease, Trouble> {
+    fn lock(&self, lock: &str, patience_ms: u64) -> Result<Lease, Trouble> {
         let request = Request::new(self.owner.clone());
         let options = Options::process().clock(Arc::clone(&self.clock));
         let start = self.clock.now_ms();
         let started = Instant::now();
         loop {
-            match acquire(&self.dir, &key.lock_name(), &request, &options) {
+            match acquire(&self.dir, lock, &request, &options) {
                 Ok(Acquired::Held(lease)) => return Ok(lease),
                 Ok(Acquired::Refused(refusal)) => {
                     let waited = self
@@ -446,7 +484,7 @@ impl Ledger {
                         .max(millis(started.elapsed()));
                     if waited >= patience_ms {
                         return Err(Trouble::LockBusy {
-                            lock: key.lock_name(),
+                            lock: lock.to_owned(),
                             waited_ms: patience_ms,
                             refusal: Box::new(refusal),
                         });
@@ -454,7 +492,7 @@ impl Ledger {
                 }
                 Err(e) => {
                     return Err(Trouble::Lock {
-                        lock: key.lock_name(),
+                        lock: lock.to_owned(),
                         source: Box::new(e),
                     });
                 }
@@ -485,12 +523,14 @@ impl Ledger {
     pub fn remove_stale(&self) -> Result<usize, worklane_slotfile::open::Error> {
         let now = self.clock.now_ms();
         let mut removed = 0;
-        for path in self.dir.list_prefixed(STATE_PREFIX)? {
-            let Some(key) = key_of(&path) else { continue };
+        for path in self.dir.list()? {
+            let Some((provider, key)) = crate::key::parse_state_name(path.name()) else {
+                continue;
+            };
             if !unchanged_for(&path, now) {
                 continue;
             }
-            let Ok(lease) = self.lock(&key, 0) else {
+            let Ok(lease) = self.lock(&key.lock_name_of(&provider), 0) else {
                 continue;
             };
             if unchanged_for(&path, now)
@@ -523,8 +563,8 @@ impl Ledger {
         let now = self.clock.now_ms();
         let mut unshown = Vec::new();
         let mut files: Vec<(u64, SlotPath)> = Vec::new();
-        for path in self.dir.list_prefixed(STATE_PREFIX)? {
-            if key_of(&path).is_none() {
+        for path in self.dir.list()? {
+            if crate::key::parse_state_name(path.name()).is_none() {
                 continue;
             }
             match path.modified_ms() {
@@ -545,7 +585,12 @@ impl Ledger {
             }
             match path.read() {
                 Ok(Some(bytes)) => match State::parse(&bytes) {
-                    Ok(state) => states.push((updated_ms, state)),
+                    Ok(state) => states.push((
+                        updated_ms,
+                        crate::key::parse_state_name(path.name())
+                            .map_or_else(|| "github".to_owned(), |(p, _)| p),
+                        state,
+                    )),
                     Err(source) => unshown.push(UnshownState {
                         file: path.name().to_owned(),
                         why: StateProblem::NotAState(source),
@@ -562,8 +607,9 @@ impl Ledger {
         let views = states
             .into_iter()
             .enumerate()
-            .map(|(i, (updated_ms, state))| CredentialView {
+            .map(|(i, (updated_ms, provider, state))| CredentialView {
                 number: i + 1,
+                provider,
                 updated_ms,
                 paused_until: state.pause(now),
                 resources: state
@@ -625,6 +671,9 @@ pub enum StateProblem {
 pub struct CredentialView {
     /// Its number in this view (1 is the most recently updated); never its key.
     pub number: usize,
+    /// The provider whose budget it is (`github`, `anthropic`, `openai`, or a configured
+    /// name).
+    pub provider: String,
     /// When its state file last changed (ms).
     pub updated_ms: u64,
     /// The pause in force, if any (ms).
@@ -670,14 +719,6 @@ fn read_state(path: &SlotPath) -> Result<State, Trouble> {
         }
         Err(_) => Ok(State::default()),
     }
-}
-
-/// The credential key of a state file's name (`github-budget-<key>.json`).
-fn key_of(path: &SlotPath) -> Option<CredentialKey> {
-    path.name()
-        .strip_prefix(STATE_PREFIX)?
-        .strip_suffix(STATE_SUFFIX)
-        .and_then(CredentialKey::parse)
 }
 
 /// Whether `path` exists and last changed more than [`STALE_MS`] before `now`.

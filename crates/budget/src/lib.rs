@@ -88,13 +88,15 @@
 pub mod key;
 pub mod ledger;
 pub mod observe;
+pub mod provider;
 pub mod state;
 
 pub use key::CredentialKey;
 pub use ledger::{
-    CredentialView, Grant, Health, Ledger, Observed, Peek, RealSleep, Refused, ResourceView, Sleep,
-    StateProblem, Trouble, UnshownState,
+    CredentialView, Grant, Health, Ledger, Need, Observed, Peek, RealSleep, Refused, ResourceView,
+    Sleep, StateProblem, Trouble, UnshownState,
 };
 pub use observe::Observation;
+pub use provider::{Dimension, Profile, Provider, ProviderObservation, ResetFormat, Usage};
 pub use state::State;
 pub use state::WaitWhy;

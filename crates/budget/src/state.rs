@@ -27,10 +27,29 @@ pub struct State {
     /// Every call on this credential waits until then (ms since the Unix epoch), set by a
     /// secondary limit.
     pub paused_until: Option<u64>,
-    /// The last seen window of each resource.
+    /// The last seen window of each resource (GitHub's `core`, `graphql`...; a model
+    /// provider's dimensions, `requests`, `tokens`, `input-tokens`, `output-tokens`).
     pub resources: BTreeMap<String, Window>,
+    /// A model provider's calls in flight: what each take reserved, until its response is
+    /// observed or it is released (at most [`RESERVATION_TTL_MS`]).
+    pub in_flight: BTreeMap<String, Reservation>,
     /// Top-level fields this version does not know, written back unchanged.
     pub extra: Map<String, Value>,
+}
+
+/// How long a reservation counts without its response being observed or released: 10 min (a
+/// caller killed mid-call frees what it reserved by then at the latest).
+pub const RESERVATION_TTL_MS: u64 = 10 * 60 * 1000;
+/// At most this many reservations are kept; the oldest go first.
+pub const MAX_IN_FLIGHT: usize = 256;
+
+/// What one call in flight reserved of each dimension.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    /// When it was taken (ms).
+    pub at_ms: u64,
+    /// Units reserved, by dimension name.
+    pub units: BTreeMap<String, u64>,
 }
 
 /// The last seen rate-limit window of one resource, less the calls granted since.
@@ -109,7 +128,12 @@ impl State {
         let paused_until = top.get("pausedUntil").and_then(safe);
         let extra = top
             .iter()
-            .filter(|(k, _)| !matches!(k.as_str(), "pausedUntil" | "resources" | "updatedAt"))
+            .filter(|(k, _)| {
+                !matches!(
+                    k.as_str(),
+                    "pausedUntil" | "resources" | "updatedAt" | "inFlight"
+                )
+            })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         let mut resources = BTreeMap::new();
@@ -120,9 +144,20 @@ impl State {
                 }
             }
         }
+        let mut in_flight = BTreeMap::new();
+        if let Some(Value::Object(map)) = top.get("inFlight") {
+            for (id, r) in map.iter().take(MAX_IN_FLIGHT) {
+                if let Some(reservation) = parse_reservation(r)
+                    && is_resource_name(id)
+                {
+                    in_flight.insert(id.clone(), reservation);
+                }
+            }
+        }
         Ok(State {
             paused_until,
             resources,
+            in_flight,
             extra,
         })
     }
@@ -149,6 +184,14 @@ impl State {
             top.insert("pausedUntil".to_owned(), until.into());
         }
         top.insert("resources".to_owned(), Value::Object(resources));
+        if !self.in_flight.is_empty() {
+            let in_flight: Map<String, Value> = self
+                .in_flight
+                .iter()
+                .map(|(id, r)| (id.clone(), json!({"at": r.at_ms, "units": r.units})))
+                .collect();
+            top.insert("inFlight".to_owned(), Value::Object(in_flight));
+        }
         top.insert("updatedAt".to_owned(), now.into());
         let mut bytes = serde_json::to_vec(&Value::Object(top)).unwrap_or_default();
         bytes.push(b'\n');
@@ -261,6 +304,187 @@ impl State {
     }
 }
 
+impl State {
+    /// Forgets reservations older than [`RESERVATION_TTL_MS`] at `now`, and gives their units
+    /// back to the windows that still count them.
+    pub fn expire(&mut self, now: u64) {
+        let old: Vec<String> = self
+            .in_flight
+            .iter()
+            .filter(|(_, r)| {
+                now.saturating_sub(r.at_ms) > RESERVATION_TTL_MS
+                    || r.at_ms > now.saturating_add(MAX_PAUSE_MS)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in old {
+            self.release(&id);
+        }
+    }
+
+    /// Gives back what reservation `id` took (its call ended without a response to observe:
+    /// its caller went away); `false` if there is none.
+    pub fn release(&mut self, id: &str) -> bool {
+        let Some(reservation) = self.in_flight.remove(id) else {
+            return false;
+        };
+        for (dimension, units) in reservation.units {
+            if let Some(window) = self.resources.get_mut(&dimension) {
+                window.granted = window.granted.saturating_sub(units);
+            }
+        }
+        true
+    }
+
+    /// Decides one call of a model provider that needs `units` of each dimension, for
+    /// `consumer` at `now`, as [`State::decide`] decides one unit: it waits while paused or
+    /// while a known window has fewer left than it needs (unless it needs more than the whole
+    /// window's limit: waiting would never help, so it goes), else it counts the units in
+    /// every known window and keeps them as reservation `id` until its response is observed.
+    pub fn decide_units(
+        &mut self,
+        units: &[(String, u64)],
+        consumer: &str,
+        now: u64,
+        id: &str,
+    ) -> Decision {
+        self.expire(now);
+        if let Some(until) = self.pause(now) {
+            return Decision::Wait {
+                until,
+                why: WaitWhy::Paused,
+            };
+        }
+        let mut spent_until = None;
+        for (dimension, needed) in units {
+            let Some(window) = self.window(dimension, now) else {
+                continue;
+            };
+            let hopeless = window.limit.is_some_and(|limit| *needed > limit);
+            if window.left() < *needed && !hopeless {
+                spent_until = Some(spent_until.unwrap_or(0).max(window.reset_at));
+            }
+        }
+        if let Some(until) = spent_until {
+            return Decision::Wait {
+                until,
+                why: WaitWhy::Spent,
+            };
+        }
+        for (dimension, needed) in units {
+            if self.window(dimension, now).is_none() {
+                continue;
+            }
+            let window = self.resources.get_mut(dimension).expect("known window");
+            window.granted = add_safe(window.granted, *needed);
+            let mut name = consumer_name(consumer);
+            if !window.by_consumer.contains_key(name) && window.by_consumer.len() >= MAX_CONSUMERS {
+                name = OTHER_CONSUMER;
+            }
+            let count = window.by_consumer.entry(name.to_owned()).or_insert(0);
+            *count = add_safe(*count, *needed);
+        }
+        while self.in_flight.len() >= MAX_IN_FLIGHT {
+            let oldest = self
+                .in_flight
+                .iter()
+                .min_by_key(|(_, r)| r.at_ms)
+                .map(|(id, _)| id.clone());
+            match oldest {
+                Some(oldest) => {
+                    self.release(&oldest);
+                }
+                None => break,
+            }
+        }
+        self.in_flight.insert(
+            id.to_owned(),
+            Reservation {
+                at_ms: now,
+                units: units.iter().cloned().collect(),
+            },
+        );
+        Decision::Go { counted: true }
+    }
+
+    /// Takes in a model provider's response at `now`, for reservation `id` (if it was taken
+    /// with one). A pause status pauses every caller of the credential for its `retry-after`
+    /// (default [`DEFAULT_PAUSE_MS`], at most [`MAX_PAUSE_MS`]). Each window it reports
+    /// replaces that dimension's (never with more left than a window of the same reset had:
+    /// an overtaken response gives nothing back), and counts as granted what the other calls
+    /// still in flight reserved; a dimension whose headers were not readable is not known any
+    /// more. In a dimension it did not report, the reservation's estimate is replaced by what
+    /// the response's usage says it used. So what is in flight is counted, and nothing twice.
+    pub fn apply_provider(
+        &mut self,
+        observation: &crate::ProviderObservation,
+        id: Option<&str>,
+        now: u64,
+    ) {
+        self.expire(now);
+        let reserved = id.and_then(|id| self.in_flight.remove(id));
+        if observation.pause {
+            let wait = observation
+                .retry_after_ms
+                .unwrap_or(DEFAULT_PAUSE_MS)
+                .min(MAX_PAUSE_MS);
+            let until = now.saturating_add(wait);
+            let kept = self.pause(now).unwrap_or(0);
+            log::info!("rate limited: every caller of this credential pauses {wait} ms");
+            self.paused_until = Some(until.max(kept));
+        }
+        let reported: Vec<String> = observation
+            .windows
+            .iter()
+            .map(|w| w.dimension.name().to_owned())
+            .collect();
+        for seen in &observation.windows {
+            let name = seen.dimension.name().to_owned();
+            if seen.reset_at <= now || seen.reset_at - now > MAX_WINDOW_MS {
+                self.resources.remove(&name);
+                continue;
+            }
+            let in_flight: u64 = self
+                .in_flight
+                .values()
+                .filter_map(|r| r.units.get(&name))
+                .fold(0, |a, b| add_safe(a, *b));
+            let (remaining, by_consumer) = match self.resources.remove(&name) {
+                Some(same) if same.reset_at == seen.reset_at => {
+                    (seen.remaining.min(same.remaining), same.by_consumer)
+                }
+                _ => (seen.remaining, BTreeMap::new()),
+            };
+            self.resources.insert(
+                name,
+                Window {
+                    limit: seen.limit,
+                    remaining,
+                    reset_at: seen.reset_at,
+                    seen_at: now,
+                    granted: in_flight,
+                    by_consumer,
+                },
+            );
+        }
+        for dimension in &observation.unknown {
+            self.resources.remove(dimension.name());
+        }
+        let (Some(reserved), Some(usage)) = (reserved, observation.usage) else {
+            return;
+        };
+        for (name, estimate) in reserved.units {
+            if reported.contains(&name) {
+                continue;
+            }
+            let used = crate::Dimension::parse(&name).map_or(estimate, |d| usage.units(d));
+            if let Some(window) = self.resources.get_mut(&name) {
+                window.granted = add_safe(window.granted.saturating_sub(estimate), used);
+            }
+        }
+    }
+}
+
 /// The name a consumer's grants are counted under: its own when plain (1 to 32 ASCII
 /// letters, digits, `-`, `_`, `.`), else [`OTHER_CONSUMER`].
 #[must_use]
@@ -281,6 +505,22 @@ fn add_safe(a: u64, b: u64) -> u64 {
 /// A whole JSON number from 0 to 2^53 - 1.
 fn safe(value: &Value) -> Option<u64> {
     value.as_u64().filter(|&n| n <= MAX_SAFE)
+}
+
+fn parse_reservation(value: &Value) -> Option<Reservation> {
+    let Value::Object(r) = value else {
+        return None;
+    };
+    let at_ms = r.get("at").and_then(safe)?;
+    let mut units = BTreeMap::new();
+    if let Some(Value::Object(map)) = r.get("units") {
+        for (name, n) in map {
+            if is_resource_name(name) {
+                units.insert(name.clone(), safe(n)?);
+            }
+        }
+    }
+    Some(Reservation { at_ms, units })
 }
 
 fn parse_window(value: &Value) -> Option<Window> {

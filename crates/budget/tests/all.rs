@@ -139,7 +139,8 @@ mod take {
                 Grant {
                     counted: true,
                     left: Some(2),
-                    unaccounted: None
+                    unaccounted: None,
+                    ..
                 }
             ),
             "{grant:?}"
@@ -226,7 +227,8 @@ mod take {
                         Ok(Grant {
                             counted: false,
                             left: None,
-                            unaccounted: None
+                            unaccounted: None,
+                            ..
                         })
                     ),
                     "a reset {reset_in_ms} ms ahead: the call goes, the new window not known yet: \
@@ -409,7 +411,8 @@ mod take {
                 Grant {
                     counted: false,
                     left: None,
-                    unaccounted: None
+                    unaccounted: None,
+                    ..
                 }
             ),
             "{grant:?}"
@@ -865,7 +868,8 @@ mod lock {
                         Grant {
                             counted: true,
                             left: Some(4),
-                            unaccounted: None
+                            unaccounted: None,
+                            ..
                         }
                     ),
                     "a lock freed {free_in_ms} ms into the wait is taken and the call counted: \
@@ -1340,6 +1344,221 @@ mod health {
         assert!(
             ledger.health().expect("health").is_empty(),
             "32 unreadable newer files: the readable 33rd is not tried"
+        );
+    }
+}
+
+/// Model providers: a take reserves a request and its tokens in every window the provider
+/// reports; the response settles the reservation; a 429 pauses every caller of the key.
+mod models {
+    use super::*;
+    use worklane_budget::{Need, Provider, ProviderObservation};
+
+    const TOKEN: &str = "sk-ant-test-key-not-real";
+
+    fn key() -> CredentialKey {
+        CredentialKey::of_token(TOKEN)
+    }
+
+    /// An Anthropic response at `now` with `requests` and `tokens` left, resetting in 60 s.
+    fn response(now: u64, status: u16, requests: u64, tokens: u64) -> ProviderObservation {
+        let profile = Provider::Anthropic.profile().expect("profile");
+        let reset = worklane_lease::rfc3339_ms(now + 60_000);
+        let requests = requests.to_string();
+        let tokens = tokens.to_string();
+        ProviderObservation::from_headers(&profile, status, now, |name| match name {
+            "anthropic-ratelimit-requests-limit" => Some("50"),
+            "anthropic-ratelimit-requests-remaining" => Some(requests.as_str()),
+            "anthropic-ratelimit-requests-reset" => Some(reset.as_str()),
+            "anthropic-ratelimit-tokens-limit" => Some("10000"),
+            "anthropic-ratelimit-tokens-remaining" => Some(tokens.as_str()),
+            "anthropic-ratelimit-tokens-reset" => Some(reset.as_str()),
+            "retry-after" if status == 429 => Some("30"),
+            _ => None,
+        })
+    }
+
+    fn need(input: u64, output: u64) -> Need {
+        Need {
+            input_tokens: input,
+            output_tokens: output,
+        }
+    }
+
+    #[test]
+    fn a_take_reserves_in_flight_and_the_response_settles_it_never_twice() {
+        let site = Site::new();
+        let ledger = site.ledger();
+        let key = key();
+        let provider = Provider::Anthropic;
+        // Unknown windows: the call goes, reserved all the same.
+        let first = ledger
+            .take_model(&provider, &key, need(100, 200), "agent-1")
+            .expect("goes");
+        let first_id = first.reservation.clone().expect("a reservation");
+        let file = site.path(&key.state_name_of("anthropic"));
+        assert!(file.exists(), "the state is the provider's own file");
+        let raw = std::fs::read_to_string(&file).expect("state");
+        assert!(!raw.contains(TOKEN), "the key is never written: {raw}");
+        // Its response says what is left (the call itself already counted by the provider).
+        let seen = ledger.observe_model(
+            &provider,
+            &key,
+            Some(&first_id),
+            &response(site.now(), 200, 10, 1_000),
+        );
+        assert!(matches!(seen, Observed::Recorded), "{seen:?}");
+        // A second call reserves 1 request and 300 tokens against those windows.
+        let second = ledger
+            .take_model(&provider, &key, need(100, 200), "agent-2")
+            .expect("goes");
+        assert_eq!(second.left, Some(9), "1 of 10 requests reserved");
+        // A third needing more tokens than are left now (1 000 - 300) waits, then is refused.
+        let refused = ledger
+            .take_model(&provider, &key, need(500, 300), "agent-3")
+            .expect_err("short of tokens");
+        assert!(
+            matches!(&refused, Refused::RateLimited { resource, .. } if resource == "tokens"),
+            "{refused}"
+        );
+        // The second's response comes back: its reservation no longer counts.
+        let second_id = second.reservation.expect("reserved");
+        ledger.observe_model(
+            &provider,
+            &key,
+            Some(&second_id),
+            &response(site.now(), 200, 9, 700),
+        );
+        let state =
+            serde_json::from_slice::<serde_json::Value>(&std::fs::read(&file).expect("state"))
+                .expect("json");
+        assert_eq!(
+            state["resources"]["tokens"]["granted"], 0,
+            "nothing in flight: {state}"
+        );
+        assert!(
+            state.get("inFlight").is_none(),
+            "every reservation settled: {state}"
+        );
+        assert!(
+            ledger
+                .take_model(&provider, &key, need(400, 300), "agent-3")
+                .is_ok(),
+            "700 tokens left now"
+        );
+    }
+
+    #[test]
+    fn a_reservation_released_or_left_behind_is_given_back() {
+        let site = Site::new();
+        let ledger = site.ledger();
+        let key = key();
+        let provider = Provider::Anthropic;
+        ledger.observe_model(&provider, &key, None, &response(site.now(), 200, 2, 10_000));
+        let a = ledger
+            .take_model(&provider, &key, need(1, 1), "a")
+            .expect("goes");
+        let _b = ledger
+            .take_model(&provider, &key, need(1, 1), "b")
+            .expect("goes");
+        assert!(
+            ledger.take_model(&provider, &key, need(1, 1), "c").is_err(),
+            "both requests in flight"
+        );
+        // The client went away mid-stream: its reservation is released.
+        let released = ledger.release(&provider, &key, &a.reservation.expect("reserved"));
+        assert!(matches!(released, Observed::Recorded), "{released:?}");
+        let c = ledger
+            .take_model(&provider, &key, need(1, 1), "c")
+            .expect("a request freed");
+        assert!(
+            ledger.take_model(&provider, &key, need(1, 1), "d").is_err(),
+            "b and c in flight"
+        );
+        // A caller killed without a word: its reservation counts for 10 minutes at most (the
+        // window is observed anew so that it has not ended by then).
+        drop(c);
+        site.clock.advance(10 * 60 * 1000 + 1);
+        ledger.observe_model(&provider, &key, None, &response(site.now(), 200, 2, 10_000));
+        assert!(
+            ledger.take_model(&provider, &key, need(1, 1), "d").is_ok(),
+            "the reservations left behind have expired"
+        );
+    }
+
+    #[test]
+    fn one_429_pauses_every_caller_of_the_key() {
+        let site = Site::new();
+        let ledger = site.ledger();
+        let other = site.ledger();
+        let key = key();
+        let provider = Provider::Anthropic;
+        let grant = ledger
+            .take_model(&provider, &key, need(1, 1), "a")
+            .expect("goes");
+        ledger.observe_model(
+            &provider,
+            &key,
+            grant.reservation.as_deref(),
+            &response(site.now(), 429, 5, 5_000),
+        );
+        let refused = other
+            .take_model(&provider, &key, need(1, 1), "b")
+            .expect_err("paused for the retry-after");
+        assert!(
+            matches!(refused, Refused::SecondaryRateLimited { .. }),
+            "{refused}"
+        );
+        assert_eq!(refused.status(), 429);
+        site.clock.advance(30_000);
+        assert!(
+            other.take_model(&provider, &key, need(1, 1), "b").is_ok(),
+            "the pause of 30 s is over"
+        );
+        let github = site
+            .ledger()
+            .take(&key, "core", "x")
+            .expect("another provider's budget");
+        assert!(
+            !github.counted,
+            "GitHub's budget of the same key is its own"
+        );
+    }
+
+    #[test]
+    fn the_health_view_names_each_provider_and_never_the_key() {
+        let site = Site::new();
+        let ledger = site.ledger();
+        let key = key();
+        ledger.observe_model(
+            &Provider::Openai,
+            &key,
+            None,
+            &ProviderObservation::from_headers(
+                &Provider::Openai.profile().expect("profile"),
+                200,
+                site.now(),
+                |name| match name {
+                    "x-ratelimit-remaining-requests" => Some("99"),
+                    "x-ratelimit-reset-requests" => Some("1m0s"),
+                    _ => None,
+                },
+            ),
+        );
+        ledger.observe(&key, &window(site.now(), 4, 60_000));
+        let views = ledger.health().expect("health");
+        let mut providers: Vec<&str> = views.iter().map(|v| v.provider.as_str()).collect();
+        providers.sort_unstable();
+        assert_eq!(providers, ["github", "openai"]);
+        let openai = views
+            .iter()
+            .find(|v| v.provider == "openai")
+            .expect("openai");
+        assert_eq!(openai.resources[0].name, "requests");
+        assert_eq!(openai.resources[0].left, 99);
+        assert!(
+            !format!("{views:?}").contains(key.as_str()),
+            "numbered, never keyed"
         );
     }
 }

@@ -110,6 +110,7 @@ pub(crate) fn budget_views(at: &FleetAt) -> Result<Vec<worklane_budget::Credenti
         .into_iter()
         .enumerate()
         .map(|(i, state)| worklane_budget::CredentialView {
+            provider: "github".to_owned(),
             number: i + 1,
             updated_ms: state
                 .resources

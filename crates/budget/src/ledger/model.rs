@@ -1,0 +1,218 @@
+//! The ledger of model providers (Anthropic, OpenAI, a configured one): a take reserves one
+//! request and an estimate of tokens in every dimension the provider reports, and the
+//! response's observation (or the call's release) settles the reservation. The same files,
+//! lock, bounds and robustness as GitHub's budget, named `<provider>-budget-<key>.*`.
+
+use super::{Attempt, Grant, Ledger, Observed, Trouble, millis, read_state};
+use crate::key::CredentialKey;
+use crate::provider::{Dimension, Provider, ProviderObservation};
+use crate::state::{Decision, WaitWhy};
+use crate::{Refused, ledger::LOCK_PATIENCE_MS};
+use std::time::{Duration, Instant};
+use worklane_slotfile::SHARED_MODE;
+
+/// What a model call needs: one request, and the tokens the caller estimates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Need {
+    /// Input tokens the call will send (estimated).
+    pub input_tokens: u64,
+    /// Output tokens it may receive (its `max_tokens`).
+    pub output_tokens: u64,
+}
+
+impl Need {
+    /// The units of each of `dimensions` this call needs.
+    #[must_use]
+    pub fn units(self, dimensions: &[Dimension]) -> Vec<(String, u64)> {
+        let usage = crate::Usage {
+            input_tokens: self.input_tokens,
+            output_tokens: self.output_tokens,
+        };
+        dimensions
+            .iter()
+            .map(|d| (d.name().to_owned(), usage.units(*d)))
+            .collect()
+    }
+}
+
+impl Ledger {
+    /// Takes what one call to `provider` on credential `key` needs, for `consumer`: goes at
+    /// once when every known window has that much left (or is not known, or the ledger
+    /// cannot do its part); while the credential is paused or a window is short, waits up to
+    /// [`super::MAX_WAIT_MS`], then refuses without the call being made. A take that went
+    /// returns a reservation ([`Grant::reservation`]) for [`Ledger::observe_model`] or
+    /// [`Ledger::release`].
+    pub fn take_model(
+        &self,
+        provider: &Provider,
+        key: &CredentialKey,
+        need: Need,
+        consumer: &str,
+    ) -> Result<Grant, Refused> {
+        self.sweep_if_due();
+        let units = need.units(&provider.dimensions());
+        let start = self.clock.now_ms();
+        let deadline = start.saturating_add(super::MAX_WAIT_MS);
+        let started = Instant::now();
+        let id = crate::ledger::reservation_id();
+        loop {
+            let (until, why, dimension) =
+                match self.attempt_model(provider, key, &units, consumer, &id) {
+                    (Attempt::Go(grant), _) => return Ok(grant),
+                    (Attempt::Wait { until, why }, dimension) => (until, why, dimension),
+                };
+            let now = self.clock.now_ms();
+            let elapsed = millis(started.elapsed());
+            if now >= deadline || elapsed >= super::MAX_WAIT_MS {
+                let waited_ms = now.saturating_sub(start).max(elapsed);
+                return Err(match why {
+                    WaitWhy::Paused => Refused::SecondaryRateLimited { until, waited_ms },
+                    WaitWhy::Spent => Refused::RateLimited {
+                        resource: dimension,
+                        reset_at: until,
+                        waited_ms,
+                    },
+                });
+            }
+            let wake = until
+                .min(deadline)
+                .min(now.saturating_add(super::WAIT_POLL_MS));
+            self.sleep
+                .sleep(Duration::from_millis(wake.saturating_sub(now).max(1)));
+        }
+    }
+
+    fn attempt_model(
+        &self,
+        provider: &Provider,
+        key: &CredentialKey,
+        units: &[(String, u64)],
+        consumer: &str,
+        id: &str,
+    ) -> (Attempt, String) {
+        let unaccounted = |trouble| {
+            Attempt::Go(Grant {
+                counted: false,
+                left: None,
+                unaccounted: Some(trouble),
+                reservation: None,
+            })
+        };
+        let lease = match self.lock(&key.lock_name_of(provider.name()), LOCK_PATIENCE_MS) {
+            Ok(lease) => lease,
+            Err(why) => return (unaccounted(why), String::new()),
+        };
+        let name = key.state_name_of(provider.name());
+        let path = match self.dir.file(&name) {
+            Ok(path) => path,
+            Err(source) => {
+                let _ = lease.release();
+                return (unaccounted(Trouble::Name { name, source }), String::new());
+            }
+        };
+        let now = self.clock.now_ms();
+        let mut state = match read_state(&path) {
+            Ok(state) => state,
+            Err(trouble) => {
+                let _ = lease.release();
+                return (unaccounted(trouble), String::new());
+            }
+        };
+        // The dimension that is short, for the refusal's words.
+        let short = units
+            .iter()
+            .find(|(d, n)| state.window(d, now).is_some_and(|w| w.left() < *n))
+            .map(|(d, _)| d.clone())
+            .unwrap_or_else(|| "requests".to_owned());
+        let attempt = match state.decide_units(units, consumer, now, id) {
+            Decision::Wait { until, why } => Attempt::Wait { until, why },
+            Decision::Go { .. } => {
+                let left = state
+                    .window(Dimension::Requests.name(), now)
+                    .map(crate::state::Window::left);
+                match path.replace(&state.to_bytes(now), SHARED_MODE) {
+                    Ok(()) => Attempt::Go(Grant {
+                        counted: true,
+                        left,
+                        unaccounted: None,
+                        reservation: Some(id.to_owned()),
+                    }),
+                    Err(source) => Attempt::Go(Grant {
+                        counted: false,
+                        left,
+                        unaccounted: Some(Trouble::NotWritten {
+                            what: "call",
+                            source,
+                        }),
+                        reservation: None,
+                    }),
+                }
+            }
+        };
+        let _ = lease.release();
+        (attempt, short)
+    }
+
+    /// Records what a response of `provider` said (and, with `reservation`, settles what its
+    /// take reserved). Tries the lock once and never waits.
+    pub fn observe_model(
+        &self,
+        provider: &Provider,
+        key: &CredentialKey,
+        reservation: Option<&str>,
+        observation: &ProviderObservation,
+    ) -> Observed {
+        self.change_model(provider, key, "response", |state, now| {
+            state.apply_provider(observation, reservation, now);
+        })
+    }
+
+    /// Gives back what `reservation` took: its call ended without a response to observe (the
+    /// client went away, the connection failed). Tries the lock for up to 0.5 s.
+    pub fn release(&self, provider: &Provider, key: &CredentialKey, reservation: &str) -> Observed {
+        self.change_model(provider, key, "release", |state, _| {
+            state.release(reservation);
+        })
+    }
+
+    fn change_model(
+        &self,
+        provider: &Provider,
+        key: &CredentialKey,
+        what: &'static str,
+        change: impl FnOnce(&mut crate::State, u64),
+    ) -> Observed {
+        let patience = if what == "release" {
+            LOCK_PATIENCE_MS
+        } else {
+            0
+        };
+        let lease = match self.lock(&key.lock_name_of(provider.name()), patience) {
+            Ok(lease) => lease,
+            Err(why) => return Observed::Skipped(why),
+        };
+        let name = key.state_name_of(provider.name());
+        let path = match self.dir.file(&name) {
+            Ok(path) => path,
+            Err(source) => {
+                let _ = lease.release();
+                return Observed::Skipped(Trouble::Name { name, source });
+            }
+        };
+        let now = self.clock.now_ms();
+        let mut state = match read_state(&path) {
+            Ok(state) => state,
+            Err(trouble) => {
+                let _ = lease.release();
+                return Observed::Skipped(trouble);
+            }
+        };
+        change(&mut state, now);
+        let observed = match path.replace(&state.to_bytes(now), SHARED_MODE) {
+            Ok(()) => Observed::Recorded,
+            Err(source) => Observed::Skipped(Trouble::NotWritten { what, source }),
+        };
+        let _ = lease.release();
+        observed
+    }
+}

@@ -1,0 +1,699 @@
+//! Model providers: which response headers carry which limit, in which time format, and which
+//! statuses pause every caller of a credential. Built in: `github` (the REST/GraphQL ledger of
+//! [`crate::Observation`], unchanged), `anthropic` and `openai`; any other is a [`Profile`]
+//! given by the caller (the slot directory's config names them).
+//!
+//! A provider's budget has *dimensions*, each a window of its own: `requests`, `tokens`,
+//! `input-tokens`, `output-tokens`. A take reserves one request and an estimate of tokens; the
+//! response's headers (and its `usage`) say what is really left. Every parser here is a plain
+//! function: a header that is missing, negative, not a number, huge, or a reset far in the
+//! future is "not known", never guessed.
+
+use crate::observe::{MAX_SAFE, whole};
+
+/// One dimension of a provider's budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Dimension {
+    /// Requests.
+    Requests,
+    /// Tokens, input and output together.
+    Tokens,
+    /// Input (prompt) tokens.
+    InputTokens,
+    /// Output (completion) tokens.
+    OutputTokens,
+}
+
+impl Dimension {
+    /// Every dimension.
+    pub const ALL: [Dimension; 4] = [
+        Dimension::Requests,
+        Dimension::Tokens,
+        Dimension::InputTokens,
+        Dimension::OutputTokens,
+    ];
+
+    /// The name the state file and the views use: `requests`, `tokens`, `input-tokens`,
+    /// `output-tokens`.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Dimension::Requests => "requests",
+            Dimension::Tokens => "tokens",
+            Dimension::InputTokens => "input-tokens",
+            Dimension::OutputTokens => "output-tokens",
+        }
+    }
+
+    /// The dimension of a name (as [`Dimension::name`] writes it).
+    #[must_use]
+    pub fn parse(name: &str) -> Option<Dimension> {
+        Dimension::ALL.into_iter().find(|d| d.name() == name)
+    }
+}
+
+/// How a header says when a window resets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResetFormat {
+    /// Seconds since the Unix epoch (GitHub).
+    EpochSeconds,
+    /// An RFC 3339 time (Anthropic: `2026-12-03T10:00:30Z`).
+    Rfc3339,
+    /// A duration from the response (OpenAI: `1s`, `6m0s`, `20ms`, `1h2m3.5s`).
+    Duration,
+}
+
+impl ResetFormat {
+    /// The format of a name: `epoch-seconds`, `rfc3339`, `duration`.
+    #[must_use]
+    pub fn parse(name: &str) -> Option<ResetFormat> {
+        match name {
+            "epoch-seconds" => Some(ResetFormat::EpochSeconds),
+            "rfc3339" => Some(ResetFormat::Rfc3339),
+            "duration" => Some(ResetFormat::Duration),
+            _ => None,
+        }
+    }
+
+    /// When a reset written `text` in this format falls, ms since the Unix epoch, for a
+    /// response seen at `now_ms`; `None` when it is not one (or not after `now_ms` for the
+    /// absolute forms: a reset in the past says nothing).
+    #[must_use]
+    pub fn reset_at(self, text: &str, now_ms: u64) -> Option<u64> {
+        let text = text.trim();
+        let at = match self {
+            ResetFormat::EpochSeconds => whole(text)?.checked_mul(1000)?,
+            ResetFormat::Rfc3339 => worklane_lease::parse_rfc3339_ms(text)?,
+            ResetFormat::Duration => now_ms.checked_add(duration_ms(text)?)?,
+        };
+        (at <= MAX_SAFE).then_some(at)
+    }
+}
+
+/// A duration as Go and OpenAI write them: one or more `<number><unit>` parts, units `h`,
+/// `m`, `s`, `ms`, `us`/`µs`, `ns`, each number plain digits with an optional fraction
+/// (`1h2m3.5s`, `6m0s`, `20ms`, `0.5s`), rounded up to whole milliseconds. A bare number is not
+/// one (its unit is not known), nor a sign, an empty text, or more than a day.
+#[must_use]
+pub fn duration_ms(text: &str) -> Option<u64> {
+    const DAY_NS: u128 = 86_400 * 1_000_000_000;
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total_ns: u128 = 0;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (number, after) = rest.split_at(digits);
+        let unit_len = after
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(after.len());
+        let (unit, next) = after.split_at(unit_len);
+        let scale: u128 = match unit {
+            "h" => 3_600_000_000_000,
+            "m" => 60_000_000_000,
+            "s" => 1_000_000_000,
+            "ms" => 1_000_000,
+            "us" | "µs" => 1_000,
+            "ns" => 1,
+            _ => return None,
+        };
+        let (whole_part, fraction) = number.split_once('.').unwrap_or((number, ""));
+        if whole_part.is_empty() && fraction.is_empty()
+            || fraction.contains('.')
+            || whole_part.len() > 12
+        {
+            return None;
+        }
+        let mut ns = if whole_part.is_empty() {
+            0
+        } else {
+            whole_part.parse::<u128>().ok()?.checked_mul(scale)?
+        };
+        let mut place = scale;
+        for digit in fraction.bytes().take(12) {
+            place /= 10;
+            ns = ns.checked_add(u128::from(digit - b'0') * place)?;
+        }
+        total_ns = total_ns.checked_add(ns)?;
+        if total_ns > DAY_NS {
+            return None;
+        }
+        rest = next;
+    }
+    u64::try_from(total_ns.div_ceil(1_000_000)).ok()
+}
+
+/// The headers of one dimension's window.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DimensionHeaders {
+    /// The dimension.
+    pub dimension: Dimension,
+    /// The header of the window's limit (lowercase).
+    pub limit: String,
+    /// The header of what is left (lowercase).
+    pub remaining: String,
+    /// The header of when it resets (lowercase).
+    pub reset: String,
+    /// How the reset is written.
+    pub format: ResetFormat,
+}
+
+/// What a provider's responses say, and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Profile {
+    /// Each dimension's headers.
+    pub dimensions: Vec<DimensionHeaders>,
+    /// The headers of a wait asked for: `(name, unit in ms)`, the first present wins
+    /// (`retry-after-ms` before `retry-after`).
+    pub retry_after: Vec<(String, u64)>,
+    /// The statuses that pause every caller of the credential (429; Anthropic's 529, overloaded).
+    pub pause_statuses: Vec<u16>,
+}
+
+/// A provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Provider {
+    /// GitHub's REST and GraphQL limits: the ledger of [`crate::Observation`], its files
+    /// `github-budget-<key>.*`.
+    Github,
+    /// Anthropic's API.
+    Anthropic,
+    /// OpenAI's API.
+    Openai,
+    /// Another provider, by its name (which names its files) and profile.
+    Generic {
+        /// Its name: 1 to 32 lowercase ASCII letters, digits or `-`, not one of the above.
+        name: String,
+        /// What its responses say.
+        profile: Profile,
+    },
+}
+
+fn headers(
+    dimension: Dimension,
+    limit: &str,
+    remaining: &str,
+    reset: &str,
+    format: ResetFormat,
+) -> DimensionHeaders {
+    DimensionHeaders {
+        dimension,
+        limit: limit.to_owned(),
+        remaining: remaining.to_owned(),
+        reset: reset.to_owned(),
+        format,
+    }
+}
+
+/// Whether `name` may name a generic provider (and its files): 1 to 32 lowercase ASCII
+/// letters, digits or `-`, starting with a letter, none of the built-in names.
+#[must_use]
+pub fn is_provider_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 32
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !matches!(name, "github" | "anthropic" | "openai")
+}
+
+impl Provider {
+    /// The built-in provider of `name`: `github`, `anthropic`, `openai`.
+    #[must_use]
+    pub fn builtin(name: &str) -> Option<Provider> {
+        match name {
+            "github" => Some(Provider::Github),
+            "anthropic" => Some(Provider::Anthropic),
+            "openai" => Some(Provider::Openai),
+            _ => None,
+        }
+    }
+
+    /// Its name, which starts its file names (`<name>-budget-<key>.json`).
+    #[must_use]
+    pub fn name(&self) -> &str {
+        match self {
+            Provider::Github => "github",
+            Provider::Anthropic => "anthropic",
+            Provider::Openai => "openai",
+            Provider::Generic { name, .. } => name,
+        }
+    }
+
+    /// What its responses say; `None` for GitHub, whose responses [`crate::Observation`]
+    /// reads.
+    #[must_use]
+    pub fn profile(&self) -> Option<Profile> {
+        use Dimension::{InputTokens, OutputTokens, Requests, Tokens};
+        match self {
+            Provider::Github => None,
+            Provider::Anthropic => {
+                let dims = [
+                    (Requests, "requests"),
+                    (Tokens, "tokens"),
+                    (InputTokens, "input-tokens"),
+                    (OutputTokens, "output-tokens"),
+                ];
+                Some(Profile {
+                    dimensions: dims
+                        .into_iter()
+                        .map(|(d, n)| {
+                            headers(
+                                d,
+                                &format!("anthropic-ratelimit-{n}-limit"),
+                                &format!("anthropic-ratelimit-{n}-remaining"),
+                                &format!("anthropic-ratelimit-{n}-reset"),
+                                ResetFormat::Rfc3339,
+                            )
+                        })
+                        .collect(),
+                    retry_after: vec![("retry-after".to_owned(), 1000)],
+                    pause_statuses: vec![429, 529],
+                })
+            }
+            Provider::Openai => Some(Profile {
+                dimensions: [(Requests, "requests"), (Tokens, "tokens")]
+                    .into_iter()
+                    .map(|(d, n)| {
+                        headers(
+                            d,
+                            &format!("x-ratelimit-limit-{n}"),
+                            &format!("x-ratelimit-remaining-{n}"),
+                            &format!("x-ratelimit-reset-{n}"),
+                            ResetFormat::Duration,
+                        )
+                    })
+                    .collect(),
+                retry_after: vec![
+                    ("retry-after-ms".to_owned(), 1),
+                    ("retry-after".to_owned(), 1000),
+                ],
+                pause_statuses: vec![429],
+            }),
+            Provider::Generic { profile, .. } => Some(profile.clone()),
+        }
+    }
+
+    /// The dimensions a take of this provider reserves.
+    #[must_use]
+    pub fn dimensions(&self) -> Vec<Dimension> {
+        self.profile()
+            .map(|p| p.dimensions.iter().map(|d| d.dimension).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// One dimension's window as a response reported it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeenWindow {
+    /// The dimension.
+    pub dimension: Dimension,
+    /// Its limit, if sent.
+    pub limit: Option<u64>,
+    /// What is left.
+    pub remaining: u64,
+    /// When it resets, ms since the Unix epoch.
+    pub reset_at: u64,
+}
+
+/// What a response used, from its body's `usage` (or the final stream event's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    /// Input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+}
+
+impl Usage {
+    /// The `usage` object of a response body or stream event, as Anthropic (`input_tokens`,
+    /// `output_tokens`, and the cache counts, added to the input) or OpenAI
+    /// (`prompt_tokens`, `completion_tokens`; or `input_tokens`, `output_tokens`) writes it;
+    /// `value` may be the body itself (its `usage` is looked in, and Anthropic's
+    /// `message.usage` of a `message_start` event). `None` when there is none or a count is
+    /// not a whole safe number.
+    #[must_use]
+    pub fn of_json(value: &serde_json::Value) -> Option<Usage> {
+        let usage = value
+            .get("usage")
+            .or_else(|| value.get("message").and_then(|m| m.get("usage")))
+            .unwrap_or(value);
+        let count = |name: &str| -> Option<Option<u64>> {
+            match usage.get(name) {
+                None | Some(serde_json::Value::Null) => Some(None),
+                Some(v) => v.as_u64().filter(|&n| n <= MAX_SAFE).map(Some),
+            }
+        };
+        let input = count("input_tokens")?.or(count("prompt_tokens")?);
+        let output = count("output_tokens")?.or(count("completion_tokens")?);
+        if input.is_none() && output.is_none() {
+            return None;
+        }
+        let cached = count("cache_creation_input_tokens")?.unwrap_or(0)
+            + count("cache_read_input_tokens")?.unwrap_or(0);
+        Some(Usage {
+            input_tokens: input.unwrap_or(0).saturating_add(cached).min(MAX_SAFE),
+            output_tokens: output.unwrap_or(0),
+        })
+    }
+
+    /// Both together.
+    #[must_use]
+    pub fn total(self) -> u64 {
+        self.input_tokens
+            .saturating_add(self.output_tokens)
+            .min(MAX_SAFE)
+    }
+
+    /// The units of `dimension` this usage counts (a request counts 1).
+    #[must_use]
+    pub fn units(self, dimension: Dimension) -> u64 {
+        match dimension {
+            Dimension::Requests => 1,
+            Dimension::Tokens => self.total(),
+            Dimension::InputTokens => self.input_tokens,
+            Dimension::OutputTokens => self.output_tokens,
+        }
+    }
+}
+
+/// What one response of a provider says about its budget.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ProviderObservation {
+    /// The HTTP status.
+    pub status: u16,
+    /// The windows it reported (each well-formed, its reset ahead).
+    pub windows: Vec<SeenWindow>,
+    /// The dimensions whose headers were there but not well-formed: not known any more.
+    pub unknown: Vec<Dimension>,
+    /// Whether it pauses every caller of the credential (a pause status).
+    pub pause: bool,
+    /// The wait it asked for, ms (`retry-after-ms`, `retry-after`), if readable.
+    pub retry_after_ms: Option<u64>,
+    /// What it used, if its body said.
+    pub usage: Option<Usage>,
+}
+
+impl ProviderObservation {
+    /// Reads a response of a provider with `profile`, seen at `now_ms`: its `status` and a
+    /// header lookup (`header(name)` with lowercase names).
+    #[must_use]
+    pub fn from_headers<'a>(
+        profile: &Profile,
+        status: u16,
+        now_ms: u64,
+        header: impl Fn(&str) -> Option<&'a str>,
+    ) -> ProviderObservation {
+        let mut windows = Vec::new();
+        let mut unknown = Vec::new();
+        for dim in &profile.dimensions {
+            let remaining = header(&dim.remaining);
+            let reset = header(&dim.reset);
+            if remaining.is_none() && reset.is_none() {
+                continue;
+            }
+            let seen = remaining
+                .and_then(whole)
+                .zip(reset.and_then(|r| dim.format.reset_at(r, now_ms)))
+                .filter(|(_, at)| *at > now_ms);
+            match seen {
+                Some((remaining, reset_at)) => windows.push(SeenWindow {
+                    dimension: dim.dimension,
+                    limit: header(&dim.limit).and_then(whole),
+                    remaining,
+                    reset_at,
+                }),
+                None => unknown.push(dim.dimension),
+            }
+        }
+        let retry_after_ms = profile.retry_after.iter().find_map(|(name, unit)| {
+            let text = header(name)?.trim();
+            (!text.is_empty() && text.bytes().all(|b| b.is_ascii_digit() || b == b'.')).then(|| {
+                let (int, frac) = text.split_once('.').unwrap_or((text, ""));
+                let int: u64 = int.parse().unwrap_or(u64::MAX);
+                let frac_ms = frac
+                    .bytes()
+                    .take(3)
+                    .fold((0u64, 100u64), |(acc, place), d| {
+                        (acc + u64::from(d - b'0') * place, place / 10)
+                    })
+                    .0;
+                let extra = if *unit >= 1000 {
+                    frac_ms * (unit / 1000)
+                } else {
+                    0
+                };
+                int.saturating_mul(*unit).saturating_add(extra)
+            })
+        });
+        ProviderObservation {
+            status,
+            windows,
+            unknown,
+            pause: profile.pause_statuses.contains(&status),
+            retry_after_ms,
+            usage: None,
+        }
+    }
+
+    /// With what the response's body said it used.
+    #[must_use]
+    pub fn with_usage(mut self, usage: Option<Usage>) -> ProviderObservation {
+        self.usage = usage;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const NOW: u64 = 1_800_000_000_000;
+
+    #[test]
+    fn durations_as_openai_writes_them() {
+        for (text, ms) in [
+            ("1s", 1_000),
+            ("6m0s", 360_000),
+            ("20ms", 20),
+            ("1h2m3.5s", 3_723_500),
+            ("0.5s", 500),
+            ("59.789s", 59_789),
+            ("1.0001ms", 2),
+            ("750us", 1),
+            ("3ns", 1),
+            (" 2s ", 2_000),
+            ("24h", 86_400_000),
+        ] {
+            assert_eq!(duration_ms(text), Some(ms), "{text}");
+        }
+        for bad in [
+            "",
+            "5",
+            "-1s",
+            "1x",
+            "s",
+            ".s",
+            "1..2s",
+            "1.2.3s",
+            "25h",
+            "9999999999999h",
+            "1s-",
+        ] {
+            assert_eq!(duration_ms(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_three_reset_formats() {
+        assert_eq!(
+            ResetFormat::EpochSeconds.reset_at("1800000030", NOW),
+            Some(NOW + 30_000)
+        );
+        assert_eq!(
+            ResetFormat::Rfc3339.reset_at("2027-01-15T08:00:30Z", NOW),
+            worklane_lease::parse_rfc3339_ms("2027-01-15T08:00:30Z")
+        );
+        assert_eq!(
+            ResetFormat::Duration.reset_at("6m0s", NOW),
+            Some(NOW + 360_000)
+        );
+        for (format, bad) in [
+            (ResetFormat::EpochSeconds, "-5"),
+            (ResetFormat::EpochSeconds, "1e9"),
+            (ResetFormat::EpochSeconds, "99999999999999999999"),
+            (ResetFormat::Rfc3339, "tomorrow"),
+            (ResetFormat::Duration, "soon"),
+        ] {
+            assert_eq!(format.reset_at(bad, NOW), None, "{format:?} {bad}");
+        }
+    }
+
+    #[test]
+    fn anthropic_headers_make_four_windows_and_a_529_pauses() {
+        let profile = Provider::Anthropic.profile().expect("a profile");
+        let reset = worklane_lease::rfc3339_ms(NOW + 30_000);
+        let lookup = |name: &str| -> Option<&str> {
+            match name {
+                "anthropic-ratelimit-requests-limit" => Some("50"),
+                "anthropic-ratelimit-requests-remaining" => Some("49"),
+                "anthropic-ratelimit-requests-reset" => Some(reset.as_str()),
+                "anthropic-ratelimit-tokens-remaining" => Some("-3"),
+                "anthropic-ratelimit-tokens-reset" => Some(reset.as_str()),
+                "anthropic-ratelimit-input-tokens-remaining" => Some("40000"),
+                "anthropic-ratelimit-input-tokens-reset" => Some("1999-01-01T00:00:00Z"),
+                "retry-after" => Some("7"),
+                _ => None,
+            }
+        };
+        let seen = ProviderObservation::from_headers(&profile, 529, NOW, lookup);
+        assert_eq!(
+            seen.windows,
+            [SeenWindow {
+                dimension: Dimension::Requests,
+                limit: Some(50),
+                remaining: 49,
+                reset_at: NOW + 30_000
+            }]
+        );
+        assert_eq!(
+            seen.unknown,
+            [Dimension::Tokens, Dimension::InputTokens],
+            "a negative remaining and a reset in the past are not known"
+        );
+        assert!(seen.pause, "overloaded pauses");
+        assert_eq!(seen.retry_after_ms, Some(7_000));
+        let ok = ProviderObservation::from_headers(&profile, 200, NOW, lookup);
+        assert!(!ok.pause);
+    }
+
+    #[test]
+    fn openai_headers_and_retry_after_ms_first() {
+        let profile = Provider::Openai.profile().expect("a profile");
+        let seen = ProviderObservation::from_headers(&profile, 429, NOW, |name| match name {
+            "x-ratelimit-limit-tokens" => Some("150000"),
+            "x-ratelimit-remaining-tokens" => Some("149984"),
+            "x-ratelimit-reset-tokens" => Some("6m0s"),
+            "retry-after" => Some("20"),
+            "retry-after-ms" => Some("1500"),
+            _ => None,
+        });
+        assert_eq!(
+            seen.windows,
+            [SeenWindow {
+                dimension: Dimension::Tokens,
+                limit: Some(150_000),
+                remaining: 149_984,
+                reset_at: NOW + 360_000
+            }]
+        );
+        assert!(seen.pause);
+        assert_eq!(seen.retry_after_ms, Some(1_500), "the finer one wins");
+    }
+
+    #[test]
+    fn usage_of_either_provider_and_of_a_stream_event() {
+        let anthropic = serde_json::json!({"usage": {"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 2}});
+        assert_eq!(
+            Usage::of_json(&anthropic),
+            Some(Usage {
+                input_tokens: 12,
+                output_tokens: 5
+            })
+        );
+        let start = serde_json::json!({"type": "message_start", "message": {"usage": {"input_tokens": 7, "output_tokens": 1}}});
+        assert_eq!(Usage::of_json(&start).map(Usage::total), Some(8));
+        let openai = serde_json::json!({"usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}});
+        assert_eq!(
+            Usage::of_json(&openai).map(|u| (u.input_tokens, u.output_tokens)),
+            Some((3, 4))
+        );
+        for bad in [
+            serde_json::json!({"usage": {"input_tokens": -1}}),
+            serde_json::json!({"usage": {"input_tokens": "10"}}),
+            serde_json::json!({"usage": {}}),
+            serde_json::json!({"id": "x"}),
+            serde_json::json!({"usage": {"input_tokens": 1.5}}),
+        ] {
+            assert_eq!(Usage::of_json(&bad), None, "{bad}");
+        }
+        assert_eq!(
+            Usage {
+                input_tokens: 2,
+                output_tokens: 3
+            }
+            .units(Dimension::Requests),
+            1
+        );
+    }
+
+    #[test]
+    fn names_of_providers_and_dimensions() {
+        for name in ["github", "anthropic", "openai"] {
+            assert_eq!(
+                Provider::builtin(name).map(|p| p.name().to_owned()),
+                Some(name.into())
+            );
+            assert!(!is_provider_name(name), "{name} is built in");
+        }
+        assert!(is_provider_name("mistral-eu"));
+        for bad in ["", "Mistral", "-x", "a/b", "x.y", &"a".repeat(33)] {
+            assert!(!is_provider_name(bad), "{bad:?}");
+        }
+        for d in Dimension::ALL {
+            assert_eq!(Dimension::parse(d.name()), Some(d));
+        }
+        assert_eq!(Provider::Github.profile(), None);
+        assert_eq!(
+            Provider::Openai.dimensions(),
+            [Dimension::Requests, Dimension::Tokens]
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn no_header_text_panics_or_gives_a_past_or_far_reset(
+            remaining in "\\PC{0,24}",
+            reset in "\\PC{0,24}",
+            retry in "\\PC{0,12}",
+            status in 100u16..600,
+        ) {
+            for provider in [Provider::Anthropic, Provider::Openai] {
+                let profile = provider.profile().expect("profile");
+                let seen = ProviderObservation::from_headers(&profile, status, NOW, |name| {
+                    if name.ends_with("remaining") || name.contains("remaining-") {
+                        Some(remaining.as_str())
+                    } else if name.ends_with("reset") || name.contains("reset-") {
+                        Some(reset.as_str())
+                    } else if name.starts_with("retry-after") {
+                        Some(retry.as_str())
+                    } else {
+                        None
+                    }
+                });
+                for w in &seen.windows {
+                    prop_assert!(w.reset_at > NOW && w.reset_at <= MAX_SAFE, "{w:?}");
+                    prop_assert!(w.remaining <= MAX_SAFE);
+                }
+            }
+        }
+
+        #[test]
+        fn durations_never_panic_and_stay_within_a_day(text in "[0-9.hmsun]{0,16}") {
+            if let Some(ms) = duration_ms(&text) {
+                prop_assert!(ms <= 86_400_000, "{text}: {ms}");
+            }
+        }
+
+        #[test]
+        fn a_written_duration_reads_back(h in 0u64..24, m in 0u64..60, s in 0u64..60, ms in 0u64..1000) {
+            let text = format!("{h}h{m}m{s}.{ms:03}s");
+            prop_assert_eq!(duration_ms(&text), Some(((h * 60 + m) * 60 + s) * 1000 + ms));
+        }
+    }
+}
