@@ -307,6 +307,108 @@ impl Provider {
     }
 }
 
+impl Profile {
+    /// A provider's profile as the slot directory's config writes it under
+    /// `budget_providers.<name>`:
+    ///
+    /// ```json
+    /// {"dimensions": {"requests": {"limit": "x-limit-requests", "remaining":
+    ///   "x-remaining-requests", "reset": "x-reset-requests", "format": "duration"}},
+    ///  "retry_after": ["retry-after"], "pause_statuses": [429]}
+    /// ```
+    ///
+    /// `dimensions` is required (one to four of `requests`, `tokens`, `input-tokens`,
+    /// `output-tokens`, each with its three header names and a `format`: `epoch-seconds`,
+    /// `rfc3339` or `duration`); `retry_after` (header names, in seconds; default
+    /// `retry-after`) and `pause_statuses` (default 429) are optional. `Err` says what is wrong.
+    pub fn from_json(value: &serde_json::Value) -> Result<Profile, String> {
+        let object = value.as_object().ok_or("must be an object")?;
+        for key in object.keys() {
+            if !matches!(
+                key.as_str(),
+                "dimensions" | "retry_after" | "pause_statuses"
+            ) {
+                return Err(format!(
+                    "unknown field `{key}` (dimensions, retry_after, pause_statuses)"
+                ));
+            }
+        }
+        let dims = object
+            .get("dimensions")
+            .and_then(serde_json::Value::as_object)
+            .ok_or("`dimensions` must be an object of dimensions")?;
+        if dims.is_empty() {
+            return Err("`dimensions` names none".to_owned());
+        }
+        let header = |v: &serde_json::Map<String, serde_json::Value>, field: &str, dim: &str| {
+            v.get(field)
+                .and_then(serde_json::Value::as_str)
+                .filter(|h| {
+                    !h.is_empty()
+                        && h.len() <= 128
+                        && h.bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                })
+                .map(str::to_ascii_lowercase)
+                .ok_or_else(|| format!("`dimensions.{dim}.{field}` must be a header name"))
+        };
+        let mut dimensions = Vec::new();
+        for (name, v) in dims {
+            let dimension = Dimension::parse(name).ok_or_else(|| {
+                format!("`dimensions.{name}`: requests, tokens, input-tokens or output-tokens")
+            })?;
+            let v = v
+                .as_object()
+                .ok_or_else(|| format!("`dimensions.{name}` must be an object"))?;
+            let format = v
+                .get("format")
+                .and_then(serde_json::Value::as_str)
+                .and_then(ResetFormat::parse)
+                .ok_or_else(|| {
+                    format!("`dimensions.{name}.format`: epoch-seconds, rfc3339 or duration")
+                })?;
+            dimensions.push(DimensionHeaders {
+                dimension,
+                limit: header(v, "limit", name)?,
+                remaining: header(v, "remaining", name)?,
+                reset: header(v, "reset", name)?,
+                format,
+            });
+        }
+        let retry_after = match object.get("retry_after") {
+            None => vec![("retry-after".to_owned(), 1000)],
+            Some(serde_json::Value::Array(names)) => names
+                .iter()
+                .map(|n| {
+                    n.as_str()
+                        .filter(|h| !h.is_empty() && h.len() <= 128)
+                        .map(|h| (h.to_ascii_lowercase(), 1000))
+                        .ok_or_else(|| "`retry_after` must be an array of header names".to_owned())
+                })
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err("`retry_after` must be an array of header names".to_owned()),
+        };
+        let pause_statuses = match object.get("pause_statuses") {
+            None => vec![429],
+            Some(serde_json::Value::Array(codes)) => codes
+                .iter()
+                .map(|c| {
+                    c.as_u64()
+                        .filter(|c| (100..600).contains(c))
+                        .and_then(|c| u16::try_from(c).ok())
+                        .ok_or_else(|| "`pause_statuses` must be HTTP statuses".to_owned())
+                })
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err("`pause_statuses` must be an array of HTTP statuses".to_owned()),
+        };
+        Ok(Profile {
+            dimensions,
+            retry_after,
+            pause_statuses,
+        })
+    }
+}
+
 /// One dimension's window as a response reported it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SeenWindow {
@@ -653,6 +755,47 @@ mod tests {
             Provider::Openai.dimensions(),
             [Dimension::Requests, Dimension::Tokens]
         );
+    }
+
+    #[test]
+    fn a_profile_is_read_from_the_config_and_every_mistake_named() {
+        let good = serde_json::json!({
+            "dimensions": {"requests": {"limit": "X-Limit-Req", "remaining": "x-rem-req",
+                "reset": "x-reset-req", "format": "duration"}},
+            "pause_statuses": [429, 503]
+        });
+        let profile = Profile::from_json(&good).expect("a profile");
+        assert_eq!(profile.dimensions[0].limit, "x-limit-req", "lowercased");
+        assert_eq!(
+            profile.retry_after,
+            [("retry-after".to_owned(), 1000)],
+            "the default"
+        );
+        assert_eq!(profile.pause_statuses, [429, 503]);
+        for (bad, says) in [
+            (serde_json::json!([]), "object"),
+            (serde_json::json!({"dimensions": {}}), "none"),
+            (
+                serde_json::json!({"dimensions": {"cpu": {}}}),
+                "dimensions.cpu",
+            ),
+            (
+                serde_json::json!({"dimensions": {"requests": {"limit": "a", "remaining": "b", "reset": "c", "format": "unix"}}}),
+                "format",
+            ),
+            (
+                serde_json::json!({"dimensions": {"requests": {"limit": "a b", "remaining": "b", "reset": "c", "format": "rfc3339"}}}),
+                "limit",
+            ),
+            (
+                serde_json::json!({"dimensions": {"requests": {"limit": "a", "remaining": "b", "reset": "c", "format": "rfc3339"}}, "pause_statuses": [42]}),
+                "statuses",
+            ),
+            (serde_json::json!({"dimension": {}}), "unknown field"),
+        ] {
+            let err = Profile::from_json(&bad).expect_err("refused");
+            assert!(err.contains(says), "{bad}: {err}");
+        }
     }
 
     proptest! {

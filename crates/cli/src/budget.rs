@@ -8,8 +8,10 @@ use std::process::ExitCode;
 use worklane_budget::{CredentialKey, CredentialView, Ledger};
 use worklane_lease::rfc3339_ms;
 
+mod model;
 mod take;
 
+pub(crate) use model::{provider, release, token_env};
 pub(crate) use take::{observe, take};
 
 /// The ledger of the machine's slot directory. Only the directory is resolved: a cap the
@@ -42,6 +44,7 @@ pub(crate) fn views_json(views: &[CredentialView]) -> Vec<json::Budget> {
         .iter()
         .map(|v| json::Budget {
             credential: v.number,
+            provider: v.provider.clone(),
             updated: rfc3339_ms(v.updated_ms),
             paused_until: v.paused_until.map(rfc3339_ms),
             resources: v
@@ -69,15 +72,18 @@ pub(crate) fn print_views(views: &[CredentialView]) -> Result<(), Failure> {
     }
     for v in views {
         outln!(
-            "API budget of credential #{} (updated {})",
+            "API budget of credential #{} with {} (updated {})",
             v.number,
+            v.provider,
             rfc3339_ms(v.updated_ms)
         )?;
         if let Some(until) = v.paused_until {
-            outln!(
-                "  paused until {} (secondary rate limit)",
-                rfc3339_ms(until)
-            )?;
+            let why = if v.provider == "github" {
+                "secondary rate limit"
+            } else {
+                "the provider's 429"
+            };
+            outln!("  paused until {} ({why})", rfc3339_ms(until))?;
         }
         for r in &v.resources {
             let limit = r.limit.map_or_else(String::new, |l| format!(" of {l}"));

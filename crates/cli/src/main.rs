@@ -282,6 +282,7 @@ fn main() -> ExitCode {
         Command::Budget(BudgetCommand::Show { json, fleet }) => budget::show(json, &fleet),
         Command::Budget(BudgetCommand::Take(args)) => budget::take(&args),
         Command::Budget(BudgetCommand::Observe(args)) => budget::observe(&args),
+        Command::Budget(BudgetCommand::Release(args)) => budget::release(&args),
         Command::Why(args) => why::why(&args),
         Command::Completions { shell } => ops::completions(shell),
         Command::Man { command, all } => man::man(&command, all.as_deref()),

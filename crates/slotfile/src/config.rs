@@ -16,12 +16,13 @@ pub const AGENTS_RANGE: std::ops::RangeInclusive<u32> = 1..=u32::MAX;
 /// (`admission`, `env_allow_prefixes`, `env_secret_words`), read by the dispatcher. Any other
 /// key is refused ([`Error::UnknownKey`]): a misspelt `max_agent` would otherwise leave the
 /// default cap in force without a word.
-pub const KEYS: [&str; 5] = [
+pub const KEYS: [&str; 6] = [
     "max_agents",
     "max_test_runs",
     "admission",
     "env_allow_prefixes",
     "env_secret_words",
+    "budget_providers",
 ];
 
 /// The machine's caps. A key outside [`KEYS`] makes the whole file an error.
@@ -87,7 +88,8 @@ pub enum Error {
     /// A key that is none of [`KEYS`] (a misspelling, or a setting of another tool).
     #[error(
         "config {path}: unknown key `{key}`; the keys are max_agents, max_test_runs, \
-         admission, env_allow_prefixes and env_secret_words (fix its spelling or remove it)"
+         admission, env_allow_prefixes, env_secret_words and budget_providers (fix its \
+         spelling or remove it)"
     )]
     UnknownKey {
         /// The config file.

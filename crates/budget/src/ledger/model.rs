@@ -49,10 +49,24 @@ impl Ledger {
         need: Need,
         consumer: &str,
     ) -> Result<Grant, Refused> {
+        self.take_model_within(provider, key, need, consumer, super::MAX_WAIT_MS)
+    }
+
+    /// [`Ledger::take_model`], waiting at most `wait_max_ms` (at most
+    /// [`super::MAX_WAIT_MS`]; 0 refuses at once).
+    pub fn take_model_within(
+        &self,
+        provider: &Provider,
+        key: &CredentialKey,
+        need: Need,
+        consumer: &str,
+        wait_max_ms: u64,
+    ) -> Result<Grant, Refused> {
         self.sweep_if_due();
+        let wait_max_ms = wait_max_ms.min(super::MAX_WAIT_MS);
         let units = need.units(&provider.dimensions());
         let start = self.clock.now_ms();
-        let deadline = start.saturating_add(super::MAX_WAIT_MS);
+        let deadline = start.saturating_add(wait_max_ms);
         let started = Instant::now();
         let id = crate::ledger::reservation_id();
         loop {
@@ -63,7 +77,7 @@ impl Ledger {
                 };
             let now = self.clock.now_ms();
             let elapsed = millis(started.elapsed());
-            if now >= deadline || elapsed >= super::MAX_WAIT_MS {
+            if now >= deadline || elapsed >= wait_max_ms {
                 let waited_ms = now.saturating_sub(start).max(elapsed);
                 return Err(match why {
                     WaitWhy::Paused => Refused::SecondaryRateLimited { until, waited_ms },
@@ -151,6 +165,27 @@ impl Ledger {
         };
         let _ = lease.release();
         (attempt, short)
+    }
+
+    /// What a take of `need` from `provider` would meet now, without taking anything, waiting
+    /// or taking the lock (for `worklane why`): `left` is the requests left, when known.
+    #[must_use]
+    pub fn peek_model(&self, provider: &Provider, key: &CredentialKey, need: Need) -> super::Peek {
+        let Ok(path) = self.dir.file(&key.state_name_of(provider.name())) else {
+            return super::Peek::Go { left: None };
+        };
+        let now = self.clock.now_ms();
+        let mut state = match read_state(&path) {
+            Ok(state) => state,
+            Err(trouble) => return super::Peek::Unaccounted(trouble),
+        };
+        let left = state
+            .window(Dimension::Requests.name(), now)
+            .map(crate::state::Window::left);
+        match state.decide_units(&need.units(&provider.dimensions()), "(peek)", now, "peek") {
+            Decision::Go { .. } => super::Peek::Go { left },
+            Decision::Wait { until, why } => super::Peek::Wait { until, why },
+        }
     }
 
     /// Records what a response of `provider` said (and, with `reservation`, settles what its

@@ -15,7 +15,13 @@ use worklane_budget::{
 use worklane_lease::{Clock, SystemClock, rfc3339_ms};
 
 pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
-    let key = key_from_env(&args.token_env)?;
+    if args.provider != "github" {
+        return super::model::take(args);
+    }
+    let key = key_from_env(&super::model::token_env(
+        "github",
+        args.token_env.as_deref(),
+    )?)?;
     if !args.fleet.endpoints.is_empty() {
         let taken = crate::fleet::budget_take(
             &args.fleet,
@@ -36,13 +42,14 @@ pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
                                 counted,
                                 left,
                                 unaccounted: None,
+                                reservation: None,
                             },
                         })
                     )?;
                 }
                 Ok(ExitCode::SUCCESS)
             }
-            Err(refused) => refuse(args, &refused),
+            Err(refused) => refuse(args.json, &refused),
         };
     }
     // The ledger never holds a call back for its own trouble, a slot directory it cannot
@@ -61,6 +68,7 @@ pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
                             counted: false,
                             left: None,
                             unaccounted: Some(why.clone()),
+                            reservation: None,
                         },
                     })
                 )?;
@@ -85,6 +93,7 @@ pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
                             counted: grant.counted,
                             left: grant.left,
                             unaccounted: unaccounted.clone(),
+                            reservation: None,
                         },
                     })
                 )?;
@@ -95,13 +104,13 @@ pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Err(refused) => refuse(args, &refused),
+        Err(refused) => refuse(args.json, &refused),
     }
 }
 
 /// A refused take: its JSON (with `--json`) and exit 75.
-fn refuse(args: &BudgetTakeArgs, refused: &Refused) -> Result<ExitCode, Failure> {
-    if args.json {
+pub(super) fn refuse(as_json: bool, refused: &Refused) -> Result<ExitCode, Failure> {
+    if as_json {
         outln!(
             "{}",
             json::line(&json::Take {
@@ -197,6 +206,30 @@ fn parse_header_dump(text: &str) -> Option<(u16, Vec<(String, String)>)> {
 /// The most of a header dump worklane reads: far more than any response's headers.
 const MAX_DUMP: u64 = 1 << 20;
 
+/// The `Name: value` lines of `--headers-file` (`-`: stdin), lowercased names; other lines
+/// (a status line, blank lines) are skipped.
+fn read_header_lines(path: &std::path::Path) -> Result<Vec<(String, String)>, Failure> {
+    use std::io::Read;
+    let mut raw = Vec::new();
+    let read = if path.as_os_str() == "-" {
+        std::io::stdin().lock().take(MAX_DUMP).read_to_end(&mut raw)
+    } else {
+        std::fs::File::open(path).and_then(|f| f.take(MAX_DUMP).read_to_end(&mut raw))
+    };
+    read.map_err(|e| {
+        Failure::new(
+            exit::USAGE,
+            format!("--headers-file {}: {e}", path.display()),
+        )
+    })?;
+    Ok(String::from_utf8_lossy(&raw)
+        .lines()
+        .filter(|l| !l.starts_with("HTTP/"))
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect())
+}
+
 /// The status and headers of `--headers-file` (`-`: stdin).
 fn read_header_dump(path: &std::path::Path) -> Result<(u16, Vec<(String, String)>), Failure> {
     use std::io::Read;
@@ -220,9 +253,11 @@ fn read_header_dump(path: &std::path::Path) -> Result<(u16, Vec<(String, String)
 }
 
 pub(crate) fn observe(args: &BudgetObserveArgs) -> Result<ExitCode, Failure> {
-    let key = key_from_env(&args.token_env)?;
     let (status, headers) = match (&args.headers_file, args.status) {
-        (Some(path), _) => read_header_dump(path)?,
+        // `Name: value` lines alone, the status given: read leniently (a status line, if
+        // any, says nothing more).
+        (Some(path), Some(status)) => (status, read_header_lines(path)?),
+        (Some(path), None) => read_header_dump(path)?,
         (None, Some(status)) => {
             let mut headers = Vec::with_capacity(args.header.len());
             for h in &args.header {
@@ -243,6 +278,13 @@ pub(crate) fn observe(args: &BudgetObserveArgs) -> Result<ExitCode, Failure> {
             ));
         }
     };
+    if args.provider != "github" {
+        return super::model::observe(args, status, &headers);
+    }
+    let key = key_from_env(&super::model::token_env(
+        "github",
+        args.token_env.as_deref(),
+    )?)?;
     let observation = Observation::from_headers(status, |name| {
         headers
             .iter()

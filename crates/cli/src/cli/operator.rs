@@ -56,12 +56,17 @@ pub(crate) struct WhyArgs {
     /// The slot asked about.
     #[arg(long, value_enum, default_value_t = KindArg::Agent)]
     pub(crate) kind: KindArg,
-    /// The API resource asked about.
+    /// Whose API budget the provider-quota question asks about (github, anthropic, openai,
+    /// or a provider the config describes).
+    #[arg(long, default_value = "github", value_parser = parse_provider)]
+    pub(crate) provider: String,
+    /// The API resource asked about (GitHub).
     #[arg(long, default_value = "core", value_parser = parse_resource)]
     pub(crate) resource: String,
-    /// The environment variable holding the API token (read, hashed, never printed).
-    #[arg(long, default_value = "GITHUB_TOKEN")]
-    pub(crate) token_env: String,
+    /// The environment variable holding the API token (read, hashed, never printed; default
+    /// by provider: GITHUB_TOKEN, ANTHROPIC_API_KEY, OPENAI_API_KEY).
+    #[arg(long)]
+    pub(crate) token_env: Option<String>,
     /// Ask who owns this role's lease.
     #[arg(long, conflicts_with = "lock")]
     pub(crate) role: Option<String>,
@@ -92,19 +97,47 @@ pub(crate) enum BudgetCommand {
     Take(BudgetTakeArgs),
     /// Record what an API response said (its rate-limit headers and status); never waits.
     Observe(BudgetObserveArgs),
+    /// Give back what a model provider's take reserved, for a call that ended without a
+    /// response to observe (the client went away).
+    Release(BudgetReleaseArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct BudgetReleaseArgs {
+    /// The provider whose take it was.
+    #[arg(long, value_parser = parse_provider)]
+    pub(crate) provider: String,
+    /// The reservation `budget take` printed.
+    #[arg(long)]
+    pub(crate) reservation: String,
+    /// The environment variable holding the API key (default: the provider's usual one).
+    #[arg(long)]
+    pub(crate) token_env: Option<String>,
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct BudgetTakeArgs {
-    /// The rate-limit resource the call counts against.
+    /// Whose budget: `github` (its REST and GraphQL resources), `anthropic`, `openai`, or a
+    /// provider the config's `budget_providers` describes.
+    #[arg(long, default_value = "github", value_parser = parse_provider)]
+    pub(crate) provider: String,
+    /// The rate-limit resource the call counts against (GitHub).
     #[arg(long, default_value = "core", value_parser = parse_resource)]
     pub(crate) resource: String,
+    /// A model provider's call: the input tokens it sends (an estimate), reserved with one
+    /// request until its response is observed.
+    #[arg(long, alias = "tokens", default_value_t = 0)]
+    pub(crate) input_tokens: u64,
+    /// A model provider's call: the output tokens it may receive (its `max_tokens`).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) output_tokens: u64,
     /// Who makes the call (counted per consumer in the window).
     #[arg(long)]
     pub(crate) consumer: String,
-    /// The environment variable holding the API token (read, hashed, never printed).
-    #[arg(long, default_value = "GITHUB_TOKEN")]
-    pub(crate) token_env: String,
+    /// The environment variable holding the API token (read, hashed, never printed; default:
+    /// GITHUB_TOKEN, ANTHROPIC_API_KEY or OPENAI_API_KEY by provider).
+    #[arg(long)]
+    pub(crate) token_env: Option<String>,
     /// How long to wait for calls to be left or a pause to end before refusing (75): 0
     /// refuses at once; default 10s. A take that loses a race for the last call may wait up
     /// to 10 s more.
@@ -120,12 +153,19 @@ pub(crate) struct BudgetTakeArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct BudgetObserveArgs {
-    /// The response's HTTP status.
-    #[arg(
-        long,
-        required_unless_present = "headers_file",
-        conflicts_with = "headers_file"
-    )]
+    /// Whose budget (as for `budget take`).
+    #[arg(long, default_value = "github", value_parser = parse_provider)]
+    pub(crate) provider: String,
+    /// A model provider's response: the reservation its take printed, settled by it.
+    #[arg(long)]
+    pub(crate) reservation: Option<String>,
+    /// A model provider's response: its JSON body (or the final stream event) whose `usage`
+    /// says what it used; `-` reads stdin.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) usage_json: Option<std::path::PathBuf>,
+    /// The response's HTTP status (with --headers-file, the file then holds only
+    /// `Name: value` lines).
+    #[arg(long, required_unless_present = "headers_file")]
     pub(crate) status: Option<u16>,
     /// A response header as "Name: value" (repeat; X-RateLimit-* and Retry-After are read).
     #[arg(long, conflicts_with = "headers_file")]
@@ -142,7 +182,8 @@ pub(crate) struct BudgetObserveArgs {
     /// Record it in the budget the fleet shares in etcd.
     #[command(flatten)]
     pub(crate) fleet: FleetAt,
-    /// The environment variable holding the API token (read, hashed, never printed).
-    #[arg(long, default_value = "GITHUB_TOKEN")]
-    pub(crate) token_env: String,
+    /// The environment variable holding the API token (read, hashed, never printed; default
+    /// by provider, as for `budget take`).
+    #[arg(long)]
+    pub(crate) token_env: Option<String>,
 }

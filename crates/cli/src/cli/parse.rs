@@ -14,6 +14,20 @@ pub(crate) fn parse_resource(text: &str) -> Result<String, String> {
 }
 
 /// What every duration message suggests.
+/// A provider's name: a built-in one, or a plain name the config may describe.
+pub(crate) fn parse_provider(text: &str) -> Result<String, String> {
+    if worklane_budget::Provider::builtin(text).is_some()
+        || worklane_budget::provider::is_provider_name(text)
+    {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "{text:?} is no provider: github, anthropic, openai, or a name of lowercase letters, \
+             digits and `-` that the config's budget_providers describes"
+        ))
+    }
+}
+
 const DURATION_FORMS: &str = "use e.g. 500ms, 90s, 5m, 2h, 1d, 1h30m, or a plain number of seconds";
 
 /// Parses a duration: a plain number of seconds (`90`), or one or more parts of a number and a

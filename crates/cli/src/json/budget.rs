@@ -18,6 +18,8 @@ pub(crate) struct BudgetShow {
 #[derive(Debug, Serialize)]
 pub(crate) struct Budget {
     pub(crate) credential: usize,
+    /// Whose budget: `github`, `anthropic`, `openai`, or a configured provider.
+    pub(crate) provider: String,
     pub(crate) updated: String,
     pub(crate) paused_until: Option<String>,
     pub(crate) resources: Vec<BudgetResource>,
@@ -53,6 +55,9 @@ pub(crate) enum TakeAnswer {
         counted: bool,
         left: Option<u64>,
         unaccounted: Option<String>,
+        /// A model provider's take: what its observation (or release) names.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reservation: Option<String>,
     },
     /// `go: false`: do not make the call.
     Refused {

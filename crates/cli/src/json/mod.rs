@@ -48,6 +48,7 @@ mod tests {
                 counted: true,
                 left: Some(3),
                 unaccounted: None,
+                reservation: None,
             },
         };
         assert_eq!(

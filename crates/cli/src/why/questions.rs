@@ -211,20 +211,40 @@ fn in_line(snapshot: &Snapshot, label: &str) -> String {
 }
 
 pub(super) fn quota(args: &WhyArgs, ledger: &Ledger) -> Answer {
-    let asked = format!("{} calls", args.resource);
-    let token = std::env::var(&args.token_env).unwrap_or_default();
+    let github = args.provider == "github";
+    let asked = if github {
+        format!("{} calls", args.resource)
+    } else {
+        format!("{} calls", args.provider)
+    };
+    let var =
+        crate::budget::token_env(&args.provider, args.token_env.as_deref()).unwrap_or_default();
+    let token = std::env::var(&var).unwrap_or_default();
     if token.is_empty() {
         return Answer::not_asked(
             &asked,
-            format!(
-                "no API token in ${} (name its variable with --token-env)",
-                args.token_env
-            ),
+            format!("no API token in ${var} (name its variable with --token-env)"),
         );
     }
     let key = CredentialKey::of_token(&token);
-    match ledger.peek(&key, &args.resource) {
-        Peek::Go { left: Some(left) } => Answer::clear(asked, format!("{left} left in the window")),
+    let peek = if github {
+        ledger.peek(&key, &args.resource)
+    } else {
+        match crate::budget::provider(&args.provider) {
+            Ok(provider) => ledger.peek_model(&provider, &key, worklane_budget::Need::default()),
+            Err(failure) => return Answer::not_asked(&asked, failure.message),
+        }
+    };
+    let unit = if github { "" } else { " requests" };
+    let paused = if github {
+        "paused by a secondary limit"
+    } else {
+        "paused after the provider's 429 (or 529)"
+    };
+    match peek {
+        Peek::Go { left: Some(left) } => {
+            Answer::clear(asked, format!("{left}{unit} left in the window"))
+        }
         Peek::Go { left: None } => Answer::clear(asked, "no window known: calls go"),
         // Not a blocker (the call would go), but never a silent "clear".
         Peek::Unaccounted(trouble) => Answer::clear(
@@ -245,7 +265,7 @@ pub(super) fn quota(args: &WhyArgs, ledger: &Ledger) -> Answer {
         } => Answer::blocked(
             asked,
             format!(
-                "paused by a secondary limit until {} (secondary_rate_limited)",
+                "{paused} until {} (secondary_rate_limited)",
                 rfc3339_ms(until)
             ),
             exit::TEMP_FAIL,

@@ -1,0 +1,229 @@
+//! The budgets of model providers from the command line: `budget take|observe|release
+//! --provider anthropic|openai|NAME`. A take prints its reservation, which the response's
+//! `observe --reservation` (or `release`, for a call that ended without one) settles.
+
+use super::{key_from_env, ledger};
+use crate::cli::{BudgetObserveArgs, BudgetReleaseArgs, BudgetTakeArgs};
+use crate::exit::{self, Failure};
+use crate::json;
+use crate::out::{errln, outln};
+use std::process::ExitCode;
+use worklane_budget::{Need, Observed, Profile, Provider, ProviderObservation, Usage};
+use worklane_lease::{Clock, SystemClock};
+
+/// The environment variable a provider's key is read from by default.
+pub(crate) fn default_token_env(provider: &str) -> Option<&'static str> {
+    match provider {
+        "github" => Some("GITHUB_TOKEN"),
+        "anthropic" => Some("ANTHROPIC_API_KEY"),
+        "openai" => Some("OPENAI_API_KEY"),
+        _ => None,
+    }
+}
+
+/// The variable `--token-env` names, or the provider's usual one.
+pub(crate) fn token_env(provider: &str, given: Option<&str>) -> Result<String, Failure> {
+    given
+        .map(str::to_owned)
+        .or_else(|| default_token_env(provider).map(str::to_owned))
+        .ok_or_else(|| {
+            Failure::new(
+                exit::USAGE,
+                format!(
+                    "--provider {provider}: name the variable holding its key with --token-env"
+                ),
+            )
+        })
+}
+
+/// The provider `name`: a built-in one, or one the config's `budget_providers` describes.
+pub(crate) fn provider(name: &str) -> Result<Provider, Failure> {
+    if let Some(builtin) = Provider::builtin(name) {
+        return Ok(builtin);
+    }
+    let env = worklane_slotfile::Environment::from_process();
+    let locations = env
+        .locate()
+        .map_err(|e| Failure::new(exit::CONFIG, exit::chain(&e)))?;
+    let path = &locations.config;
+    let raw = worklane_slotfile::read::read_path_in(&env, path)
+        .map_err(|e| Failure::new(exit::CONFIG, exit::chain(&e)))?;
+    let doc: serde_json::Value = raw
+        .and_then(|raw| serde_json::from_slice(&raw).ok())
+        .unwrap_or_default();
+    let Some(value) = doc.get("budget_providers").and_then(|p| p.get(name)) else {
+        return Err(Failure::new(
+            exit::CONFIG,
+            format!(
+                "--provider {name}: not github, anthropic or openai, and the config {} \
+                 describes no provider of that name under `budget_providers` (PROTOCOL.md 13.4)",
+                path.display()
+            ),
+        ));
+    };
+    let profile = Profile::from_json(value).map_err(|why| {
+        Failure::new(
+            exit::CONFIG,
+            format!("config {}: `budget_providers.{name}` {why}", path.display()),
+        )
+    })?;
+    Ok(Provider::Generic {
+        name: name.to_owned(),
+        profile,
+    })
+}
+
+/// `budget take --provider P`: one request and the tokens estimated, reserved; prints the
+/// reservation (or, with `--json`, the document with it).
+pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
+    let provider = provider(&args.provider)?;
+    let key = key_from_env(&token_env(&args.provider, args.token_env.as_deref())?)?;
+    if !args.fleet.endpoints.is_empty() {
+        return Err(Failure::new(
+            exit::USAGE,
+            "--fleet shares GitHub's budget only; a model provider's budget is this host's",
+        ));
+    }
+    let need = Need {
+        input_tokens: args.input_tokens,
+        output_tokens: args.output_tokens,
+    };
+    let ledger = match ledger(&args.consumer) {
+        Ok(ledger) => ledger,
+        Err(failure) => {
+            errln!(
+                "worklane: the call may go, unaccounted: no budget ledger: {}",
+                failure.message
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    let wait_max = u64::try_from(args.wait_max.as_millis()).unwrap_or(u64::MAX);
+    match ledger.take_model_within(&provider, &key, need, &args.consumer, wait_max) {
+        Ok(grant) => {
+            let unaccounted = grant.unaccounted.as_ref().map(|why| exit::chain(why));
+            if args.json {
+                outln!(
+                    "{}",
+                    json::line(&json::Take {
+                        version: json::VERSION,
+                        answer: json::TakeAnswer::Go {
+                            go: json::True,
+                            counted: grant.counted,
+                            left: grant.left,
+                            unaccounted: unaccounted.clone(),
+                            reservation: grant.reservation.clone(),
+                        },
+                    })
+                )?;
+            } else if let Some(reservation) = &grant.reservation {
+                outln!("{reservation}")?;
+            }
+            if let Some(why) = &unaccounted {
+                errln!("worklane: the call may go, unaccounted: {why}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(refused) => super::take::refuse(args.json, &refused),
+    }
+}
+
+/// `budget observe --provider P`: what the response said, settling its reservation.
+pub(crate) fn observe(
+    args: &BudgetObserveArgs,
+    status: u16,
+    headers: &[(String, String)],
+) -> Result<ExitCode, Failure> {
+    let provider = provider(&args.provider)?;
+    let key = key_from_env(&token_env(&args.provider, args.token_env.as_deref())?)?;
+    let profile = provider.profile().unwrap_or_else(|| Profile {
+        dimensions: Vec::new(),
+        retry_after: Vec::new(),
+        pause_statuses: Vec::new(),
+    });
+    let usage = match &args.usage_json {
+        Some(path) => usage_of(path)?,
+        None => None,
+    };
+    let observation =
+        ProviderObservation::from_headers(&profile, status, SystemClock.now_ms(), |name| {
+            headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+        })
+        .with_usage(usage);
+    let ledger = match ledger("worklane") {
+        Ok(ledger) => ledger,
+        Err(failure) => {
+            errln!("worklane: response not recorded: {}", failure.message);
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    if let Observed::Skipped(why) =
+        ledger.observe_model(&provider, &key, args.reservation.as_deref(), &observation)
+    {
+        errln!("worklane: response not recorded: {}", exit::chain(&why));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `budget release --provider P --reservation ID`.
+pub(crate) fn release(args: &BudgetReleaseArgs) -> Result<ExitCode, Failure> {
+    let provider = provider(&args.provider)?;
+    let key = key_from_env(&token_env(&args.provider, args.token_env.as_deref())?)?;
+    let ledger = ledger("worklane")?;
+    if let Observed::Skipped(why) = ledger.release(&provider, &key, &args.reservation) {
+        errln!("worklane: reservation not released: {}", exit::chain(&why));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The `usage` of a response body (or of its final stream event) in `path` (`-`: stdin):
+/// none when it has none, a usage error when the file cannot be read or is not JSON.
+fn usage_of(path: &std::path::Path) -> Result<Option<Usage>, Failure> {
+    use std::io::Read;
+    let mut raw = Vec::new();
+    let read = if path.as_os_str() == "-" {
+        std::io::stdin().lock().take(1 << 22).read_to_end(&mut raw)
+    } else {
+        std::fs::File::open(path).and_then(|f| f.take(1 << 22).read_to_end(&mut raw))
+    };
+    read.map_err(|e| Failure::new(exit::USAGE, format!("--usage-json {}: {e}", path.display())))?;
+    // A stream's events: each `data:` line with a usage says its part (Anthropic: the input in
+    // `message_start`, the output, cumulative, in the last `message_delta`).
+    let text = String::from_utf8_lossy(&raw);
+    if let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) {
+        return Ok(Usage::of_json(&value));
+    }
+    let mut usage = None;
+    for line in text.lines() {
+        if let Some(data) = line.strip_prefix("data:")
+            && let Ok(value) = serde_json::from_str::<serde_json::Value>(data.trim())
+            && let Some(found) = Usage::of_json(&value)
+        {
+            usage = Some(usage.map_or(found, |seen: Usage| Usage {
+                input_tokens: if found.input_tokens > 0 {
+                    found.input_tokens
+                } else {
+                    seen.input_tokens
+                },
+                output_tokens: if found.output_tokens > 0 {
+                    found.output_tokens
+                } else {
+                    seen.output_tokens
+                },
+            }));
+        }
+    }
+    if usage.is_none() && !text.lines().any(|l| l.starts_with("data:")) {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!(
+                "--usage-json {}: neither a JSON body nor a stream of `data:` events",
+                path.display()
+            ),
+        ));
+    }
+    Ok(usage)
+}
