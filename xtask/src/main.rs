@@ -64,7 +64,7 @@
 //! siblings' packages); the conformance kit; the fleet's clippy and tests against etcd;
 //! `dist` (below), then the CLI's integration tests (`WORKLANE_TEST_BINARY`) and the
 //! conformance kit (`conformance --worklane PATH`) against the binary it made; `check` of
-//! `MACOS_CRATES` (guard, slotfile, identity, lease, admission, budget and the `worklane` CLI:
+//! `MACOS_CRATES` (guard, slotfile, identity, lease, admission, budget, run and the `worklane` CLI:
 //! the crates without SQLite) for `x86_64-apple-darwin`, with `-D warnings` for that target (its
 //! macOS-only code gets no clippy run). It runs `$CARGO` (else `cargo`) and exits 64 on bad usage.
 //! `dist [DIR]` (`dist.rs`) builds the binary to install: on `*-linux-gnu`, for the musl twin of
@@ -111,6 +111,7 @@ const MACOS_CRATES: &[&str] = &[
     "worklane-lease",
     "worklane-admission",
     "worklane-budget",
+    "worklane-run",
     "worklane-fleet",
     "worklane",
 ];

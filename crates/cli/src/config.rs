@@ -34,15 +34,17 @@ impl ConfigKey {
             ConfigKey::Admission => "admission",
             ConfigKey::EnvAllowPrefixes => "env_allow_prefixes",
             ConfigKey::EnvSecretWords => "env_secret_words",
+            ConfigKey::BudgetProviders => "budget_providers",
         }
     }
 
-    const ALL: [ConfigKey; 5] = [
+    const ALL: [ConfigKey; 6] = [
         ConfigKey::MaxAgents,
         ConfigKey::MaxTestRuns,
         ConfigKey::Admission,
         ConfigKey::EnvAllowPrefixes,
         ConfigKey::EnvSecretWords,
+        ConfigKey::BudgetProviders,
     ];
 
     /// Its value when the file does not set it.
@@ -55,6 +57,7 @@ impl ConfigKey {
             ConfigKey::Admission => Value::from("dispatcher"),
             ConfigKey::EnvAllowPrefixes => strings(DEFAULT_PREFIXES),
             ConfigKey::EnvSecretWords => strings(DEFAULT_SECRET_WORDS),
+            ConfigKey::BudgetProviders => Value::Object(serde_json::Map::new()),
         }
     }
 
@@ -88,6 +91,26 @@ impl ConfigKey {
                     return Err(LIST.to_owned());
                 }
                 Ok(Value::from(items))
+            }
+            ConfigKey::BudgetProviders => {
+                const OBJECT: &str = "a JSON object of provider profiles by name, e.g. \
+                    {\"mine\": {\"dimensions\": {\"requests\": {\"limit\": \"x-limit\", \
+                    \"remaining\": \"x-remaining\", \"reset\": \"x-reset\", \"format\": \
+                    \"duration\"}}}}";
+                let Ok(Value::Object(providers)) = serde_json::from_str::<Value>(text) else {
+                    return Err(OBJECT.to_owned());
+                };
+                for (name, profile) in &providers {
+                    if !worklane_budget::provider::is_provider_name(name) {
+                        return Err(format!(
+                            "{OBJECT}; {name:?} is not a name of one's own (1 to 32 lowercase \
+                             letters, digits or `-`, not github, anthropic or openai)"
+                        ));
+                    }
+                    worklane_budget::Profile::from_json(profile)
+                        .map_err(|why| format!("provider {name:?}: {why}"))?;
+                }
+                Ok(Value::Object(providers))
             }
         }
     }

@@ -129,6 +129,19 @@ impl From<worklane_slotfile::write::Error> for Failure {
     }
 }
 
+impl From<worklane_run::supervise::Error> for Failure {
+    fn from(e: worklane_run::supervise::Error) -> Failure {
+        use worklane_run::supervise::Error as E;
+        match &e {
+            E::NoCommand => Failure::new(USAGE, "no command given after --"),
+            E::NotFound { .. } => Failure::new(NOT_FOUND, chain(&e)),
+            E::PermissionDenied { .. } | E::Start { .. } => Failure::new(CANNOT_EXECUTE, chain(&e)),
+            E::NoPid => Failure::new(SOFTWARE, chain(&e)),
+            _ => Failure::new(OS_ERROR, chain(&e)),
+        }
+    }
+}
+
 impl From<worklane_slotfile::name::Error> for Failure {
     fn from(e: worklane_slotfile::name::Error) -> Failure {
         Failure::new(USAGE, chain(&e))

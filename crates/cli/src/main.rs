@@ -5,124 +5,50 @@
 //!
 //! (How this crate is built, for contributors; the workspace map is ARCHITECTURE.md.)
 //!
-//! (`fleet.rs`, feature `fleet`: `run --fleet` takes a fleet place after the host slot and keeps
-//! it alive from the supervisor's check; `worklane fleet set-cap|status`. `fleet_off.rs` without
-//! the feature: `--fleet` exits 69. `logging.rs`: the one `log` logger, `-v` / `WORKLANE_LOG`;
-//! the libraries only call the `log` macros. `json.rs`: every JSON document's `Serialize` type,
-//! schema in docs/json.md. `supervise.rs` runs the command on one thread: signal handlers set
-//! flags and wake a `poll` on a self-pipe, SIGCHLD included.)
+//! The CLI composes the libraries: it knows clap, the terminal, exit codes and JSON, and owns
+//! no mechanism. Processes are started, supervised and signalled by `worklane-run` (a command
+//! under a slot or role lease, STOP's enforcement, the dispatcher's drivers, the queued
+//! runner's detached start), decisions are made by `worklane-admission`, `-lease` and
+//! `-budget`. This crate reads no `/proc` and installs signal handlers only through
+//! `worklane_run::process`. It has no `unsafe`: `--dir` is exported by executing worklane again
+//! with `AGENT_SLOTS_DIR` set, before anything else runs.
 //!
-//! The operator and harness command line, split the ripgrep way:
+//! Split the ripgrep way:
 //!
-//! - `cli.rs`: the raw clap arguments (`Cli`, `Command`, `RunArgs`, `LeaseRunArgs`,
-//!   `QueueCommand`, `BudgetCommand`, `BudgetTakeArgs`, `BudgetObserveArgs`, `WhyArgs`),
-//!   `parse_duration`, `parse_resource` (the `--resource` check of `budget take` and `why`), and the `EXIT_CODES` text shown by `--help`;
-//! - `chain.rs`: `chain`, an error with its causes, each part as it is (no library message
-//!   repeats its cause, so nothing is deduplicated). The one formatter of both binaries: xtask
-//!   includes the same file with `#[path]` rather than a library exporting it for a sibling;
-//! - `exit.rs`: every exit code as a constant, `Failure {code, message}`, and the mapping of each library error to a code;
-//! - `out.rs`: the one writer of stdout and stderr (`outln!`, `errln!`, `bytes`; `sayln!` for a
-//!   line that only says a command succeeded, dropped under `-q`): a closed pipe on
-//!   stdout ends the output quietly (later output is dropped, the exit code is the command's
-//!   own), any other failed write is a `Failure` with 74; stderr is best effort. Nothing in it
-//!   panics;
-//! - `main.rs`: `pool()` resolves the machine's pool without its config (`Pool::open`), for STOP,
-//!   resume, the drain, every view and `dispatch.rs`; `taking_pool()` also loads the config and
-//!   refuses with 78 and the fix (`config::take_refused`), for every take (`run`, `lease run`,
-//!   `queue full-run` and its runner; `dispatcher` and `enqueue` are checked before they start);
-//! - `config.rs` also holds `Problem` (a config that cannot be used: file, what, fix, as every view
-//!   shows it) and `shell_quote`; `slots.rs`'s `Around` gathers what a view shows besides the
-//!   snapshot (the config's problem, budgets and the states left out of them, the dispatcher's
-//!   status entries, a damaged STOP or drain flag from `ops::stop_problem`/`drain_problem`) and
-//!   their `problems`, for `slots` and `why`;
-//! - `supervise.rs`: spawning the command (`Launch`: the command, the grace, an inheritable copy
-//!   of the slot's guard descriptor so the slot lives as long as any process of the run, and
-//!   `WORKLANE_RESOURCE` / `WORKLANE_EPOCH`; a `Watch` is told the `Started` process, whose
-//!   `commandProcess` fields go into the record, and is asked every check whether to halt) in
-//!   its own process group when stdin is not a terminal,
-//!   forwarding SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGALRM and (without a terminal) SIGINT and
-//!   SIGQUIT through `signal-hook`'s registry (`FORWARDED`, `sys::on_signal`), except those the caller ignores, which stay
-//!   ignored for the command (`sys::is_ignored`), a SIGCHLD
-//!   handler (an inherited ignored SIGCHLD would let the kernel discard the command's status), the
-//!   halt check every `CHECK_EVERY`, SIGTERM then SIGKILL after the grace the caller
-//!   gives (`GRACE`; `lease run` gives less) to the group and every descendant, SIGKILL of what is left of a halted command once it exits but before it
-//!   is reaped (`waitid` with `WNOWAIT`, so its pid and pgid cannot be reused meanwhile), the 128+N
-//!   status and, unless worklane halted it, the signal that ended the command (`Outcome::signal`:
-//!   `run` and `lease run` end by it after letting go, `sys::die_by`); `describe` renders a command line for records (at most 512 bytes);
-//! - `dispatch.rs` (feature `dispatcher`; `dispatch_off.rs` says the commands are missing
-//!   otherwise): the `dispatcher` service process (`dispatcher.lock`, the socket or systemd's
-//!   with its mode checked, signals, `sd_notify` READY/STOPPING/WATCHDOG, its log with repeated
-//!   lines quieted), `enqueue`, `claim` (which also halts its command on the attempt's cancel
-//!   marker), `queue ls`/`cancel`/`retry`/`prune`, `reconcile`; `driver.rs` starts each driver
-//!   (as its enqueuer when root, its log appended) and reaps them: the reaper learns of an
-//!   exited child with `waitid(WNOWAIT)` and reaps under `STARTING`, the lock `launch` holds
-//!   across `Command::spawn`, so that a driver whose exec failed is reaped by std, which would
-//!   panic if another took it;
-//! - `sys.rs`: the CLI's one module with `unsafe`: `spawn` starts the command (Linux:
-//!   `clone(CLONE_VM | CLONE_VFORK)` on a stack of its own, as `posix_spawn` does, so no page
-//!   table is copied; every signal blocked across the clone; the child sets its process group,
-//!   puts the caught signals and SIGPIPE back to their defaults, sets `PR_SET_PDEATHSIG`
-//!   (SIGTERM) and re-checks its parent so a supervisor that died first is noticed, empties its
-//!   signal mask and tries the paths `search` prepared (glibc's execvp order and default
-//!   `PATH`, a file without `#!` run by `/bin/sh`, `EACCES` remembered: the same with musl,
-//!   whose execvp differs), leaving the errno of a failure in the shared `Start`;
-//!   elsewhere std's `Command`), and `Child::wait` reaps it; `on_signal` installs one handler
-//!   per caught signal that sets its flag and sends a byte on the supervisor's wake-up socket,
-//!   and `on_flag` (the dispatcher's and the queued runner's) one that sets a flag; both then
-//!   unblock the signal, since a mask the caller blocked survives exec;
-//!   `detach` (`setsid`, the descriptor limit the
-//!   dispatcher started with, the enqueuer's groups, gid and uid, exactly the environment given,
-//!   and on Linux the same search and `execve`s as `spawn`'s, all in
-//!   `pre_exec`, from an `Exec` prepared before the fork) for drivers; `raise_nofile` (the dispatcher's soft
-//!   limit of open files to the hard one); `is_ignored` (a signal's inherited `SIG_IGN`, asked
-//!   of sigaction(2)); `die_by` (core dumps off, the default
-//!   disposition, the signal raised); `systemd_listener` takes descriptor 3 under socket
-//!   activation; `set_slots_dir` exports `--dir` as `AGENT_SLOTS_DIR` before any thread starts;
-//!   `claim_writable_fd` takes `--status-fd`'s inherited descriptor (open for writing, made
-//!   close-on-exec) as an `OwnedFd` before anything else opens one;
-//! - `status.rs`: `--status-fd`'s events (`waiting`, `taken`, then one of `end`, `refused`,
-//!   `error`), a `#[derive(Serialize)]` type with `version`, written best effort;
-//! - `enforce.rs`: STOP's enforcement after `stop-all` writes STOP: `judge` (a plain function)
-//!   decides per recorded command whether it is gone, untouchable (another place, another
-//!   process at the pid, or, for root, a process not owned by the record's writer) or running
-//!   with or without a supervisor able to act; `enforce_stop` signals (SIGCONT+SIGTERM at once
-//!   for the unsupervised, SIGKILL a grace later or once a live supervisor's grace is over) and
-//!   reports (`Report {halted: Vec<Halted {run, by_worklane}>, left: Vec<Left {run, why}>}`, each
-//!   `Run {resource, pid, command}`), within about 5 s;
-//! - `tree.rs`: the halt's reach beyond the group: `parse_stat` and `descendants` (plain
-//!   functions), the Linux `/proc` table (refused when `/proc/self` is not our pid, and trusted for
-//!   a halt only if it shows the command as our child), `become_subreaper` (PR_SET_CHILD_SUBREAPER,
-//!   only when `/proc` is ours, so orphans stay descendants), `kill_descendants` (SIGKILL passes
-//!   until none is alive, at most 16) and `reap_orphans` (called by the exit waiter, so orphans
-//!   do not pile up as zombies); one lock spans each table read and the kills or reaps made from
-//!   it, so a pid read as ours is not reaped and reused before it is signalled;
-//! - one module per command group: `run.rs` (`run`, with the progress line; `lease run`: `--role`
-//!   and `--ttl` checks (at least `MIN_TTL`), refusal under STOP, pulsing every TTL/20, the halt grace
-//!   `lease_grace` = min(`GRACE`, TTL/4) so the command is gone before the lease can lapse), `role.rs`
-//!   (a refused `lease run`: the message naming the holder's pid, agentIdentity, profile and
-//!   entrypoint and our own, advice true to the verdict (only a pulsing lease lapses), and the
-//!   `Refused` JSON object of `--json`, a `#[derive(Serialize)]` type with `version`),
-//!   `nesting.rs` (the `WORKLANE_<KIND>_SLOT` variable a run gives its command, and the refusal
-//!   (64) of a run of the same kind in the same directory, by device and inode, inside it),
-//!   `slots.rs` (`slots`, the
-//!   state words, `to_json` / `slot_json`), `json.rs` (the `#[derive(Serialize)]` type of every
-//!   `--json` document but the two that live beside their code, `role.rs`'s refusal and
-//!   `status.rs`'s events; every object carries `version`; the schema and an example per command
-//!   are `docs/json.md`, and the CLI test `json_docs` checks each example against the real
-//!   output), `ops.rs` (`stop-all`, `resume-all`,
-//!   `drain`, `undrain`, `idle`, `completions`), `man.rs` (`man`: clap_mangen's pages with
-//!   `worklane VERSION` in every footer and each command's EXIT STATUS), `config.rs` (`config get`/`set`/`unset`
-//!   and `set-test-slots`: one read-change-check-replace path for the config file in force), `queue.rs` (`queue full-run` and its
-//!   hidden `queued-full-run` runner, which calls `setsid`), `budget.rs` (`budget show`, `take`,
-//!   `observe`: the token from `--token-env`, hashed at once; `take --wait-max`, decided from
-//!   `Ledger::peek` because the ledger's own wait is a fixed `MAX_WAIT_MS`, and `retry_at`; the
-//!   `--headers-file` dump parser; the health view's JSON and text, also shown by `slots`), `why.rs` (`why`: the four permission questions answered from a
-//!   `Pool::snapshot`, `Ledger::peek` and the release-authority constant; nothing is taken).
+//! - `cli/`: the raw clap arguments, one file per family of command, the value parsers
+//!   (`parse.rs`: durations, resources, providers) and the `EXIT_CODES` text of `--help`;
+//! - `exit.rs`: every exit code as a constant, `Failure {code, message}`, and the mapping of
+//!   each library error to a code; `chain.rs`: an error with its causes, each part once (xtask
+//!   includes the same file);
+//! - `out.rs`: the one writer of stdout and stderr (`outln!`, `errln!`, `sayln!` for a line
+//!   that only says a command succeeded, dropped under `-q`): a closed pipe ends the output
+//!   quietly, any other failed write is 74, nothing panics; `logging.rs`: the one `log` logger
+//!   (`-v`, `WORKLANE_LOG`);
+//! - `main.rs`: `pool()` (the pool without its config, for STOP, resume, the drain and every
+//!   view, so a broken config never silences them) and `taking_pool()` (the config must be
+//!   usable: 78 naming the fix), then one call per command;
+//! - commands: `run.rs` (`run`: the take, the progress line of `progress.rs`, `--status-fd`
+//!   events of `status.rs`, the nesting refusal of `nesting.rs`, then
+//!   `worklane_run::Supervisor`), `lease_run.rs` (`lease run`; a refusal's words in `role.rs`),
+//!   `watch.rs` (what the CLI adds to a supervision: the halt said on stderr, a fleet place, a
+//!   cancel marker, a runner's SIGTERM), `queue/` (`queue full-run` and its detached runner,
+//!   `queue ls`, `queue cancel`), `dispatch/` (feature `dispatcher`: the service around
+//!   `worklane_admission::dispatch`, `enqueue`, `claim`, `queue retry|prune`, `reconcile`;
+//!   `dispatch_off.rs` without it), `ops.rs` (`stop-all` with its enforcement report,
+//!   `resume-all`, `drain`, `undrain`, `idle`, `completions`), `config/` (`config
+//!   get|set|unset`, `set-test-slots`, and `Problem`: a config that cannot be used, as every view
+//!   shows it), `slots.rs` and `around.rs` (`slots` and what a view shows besides the snapshot),
+//!   `why/` (the four permission questions), `budget/` (`budget show|take|observe|release`,
+//!   GitHub's and the model providers'), `fleet.rs` (feature `fleet`; `fleet_off.rs` exits 69),
+//!   `man/` (clap_mangen's pages with each command's exit codes);
+//! - `json/`: the `#[derive(Serialize)]` type of every `--json` document, each with `version`;
+//!   the schema and an example per command are `docs/json.md`, checked against real output by
+//!   the CLI test `json_docs`.
 //!
 //! `main.rs` parses, dispatches and returns `ExitCode`; clap errors exit 64; help and the version
 //! are printed by clap and judged by `out` as every other output is.
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 mod around;
 mod budget;
@@ -134,9 +60,6 @@ mod dispatch;
 #[cfg(not(feature = "dispatcher"))]
 #[path = "dispatch_off.rs"]
 mod dispatch;
-#[cfg(feature = "dispatcher")]
-mod driver;
-mod enforce;
 mod exit;
 #[cfg(feature = "fleet")]
 mod fleet;
@@ -144,20 +67,20 @@ mod fleet;
 #[path = "fleet_off.rs"]
 mod fleet;
 mod json;
+mod lease_run;
 mod logging;
 mod man;
 mod nesting;
 mod ops;
 mod out;
+mod progress;
 mod queue;
 mod queued;
 mod role;
 mod run;
 mod slots;
 mod status;
-mod supervise;
-mod sys;
-mod tree;
+mod watch;
 mod why;
 
 use clap::Parser;
@@ -202,7 +125,10 @@ fn before_take() -> Result<(), Failure> {
 /// `--dir PATH`: the slot directory for this process and every process it starts, exactly as
 /// `AGENT_SLOTS_DIR=PATH` would name it (a relative PATH taken from the current directory).
 /// Exported rather than passed along, so that every path that resolves the directory (the
-/// pool, the budget ledger, a queued full run's runner, a dispatcher's drivers) sees it.
+/// pool, the budget ledger, a queued full run's runner, a dispatcher's drivers) sees it: when
+/// the environment does not say it yet, worklane executes itself again, with the same
+/// arguments and `AGENT_SLOTS_DIR` set (same pid and descriptors; a process's environment can
+/// be changed safely only by its exec, not once it runs).
 fn use_slot_dir(dir: &std::path::Path) -> Result<(), Failure> {
     if dir.as_os_str().is_empty() {
         return Err(Failure::new(exit::USAGE, "--dir needs a directory"));
@@ -213,8 +139,25 @@ fn use_slot_dir(dir: &std::path::Path) -> Result<(), Failure> {
             format!("--dir {}: cannot make it absolute: {e}", dir.display()),
         )
     })?;
-    sys::set_slots_dir(&dir);
-    Ok(())
+    if std::env::var_os(worklane_slotfile::SLOTS_DIR_VAR).as_deref() == Some(dir.as_os_str()) {
+        return Ok(());
+    }
+    let exe = std::env::current_exe().map_err(|e| {
+        Failure::new(
+            exit::OS_ERROR,
+            format!("--dir: cannot find worklane itself to run it with AGENT_SLOTS_DIR set: {e}"),
+        )
+    })?;
+    use std::os::unix::process::CommandExt;
+    let e = std::process::Command::new(exe)
+        .arg0(std::env::args_os().next().unwrap_or_default())
+        .args(std::env::args_os().skip(1))
+        .env(worklane_slotfile::SLOTS_DIR_VAR, &dir)
+        .exec();
+    Err(Failure::new(
+        exit::OS_ERROR,
+        format!("--dir: cannot run worklane again with AGENT_SLOTS_DIR set: {e}"),
+    ))
 }
 
 fn main() -> ExitCode {
@@ -255,7 +198,7 @@ fn main() -> ExitCode {
         Command::Drain { until, to, json } => ops::drain(&until, to, json),
         Command::Undrain { json } => ops::undrain(json),
         Command::Idle => ops::idle(),
-        Command::Lease(LeaseCommand::Run(args)) => run::lease_run(args),
+        Command::Lease(LeaseCommand::Run(args)) => lease_run::lease_run(args),
         Command::Fleet(FleetCommand::SetCap { fleet: args, cap }) => fleet::set_cap(&args, cap),
         Command::Fleet(FleetCommand::Status { fleet: args, json }) => fleet::status(&args, json),
         Command::Dispatcher(args) => before_take().and_then(|()| dispatch::serve(&args)),

@@ -130,7 +130,7 @@ pub(crate) fn stop_all(reason: &str, as_json: bool) -> Result<ExitCode, Failure>
             }
         }
     }
-    let report = crate::enforce::enforce_stop(&pool);
+    let report = worklane_run::enforce::enforce_stop(&pool);
     if as_json {
         outln!(
             "{}",
@@ -173,7 +173,7 @@ pub(crate) fn stop_all(reason: &str, as_json: bool) -> Result<ExitCode, Failure>
         )?;
         return Ok(ExitCode::SUCCESS);
     }
-    let took = crate::supervise::seconds(report.took);
+    let took = crate::out::seconds(report.took);
     for halted in &report.halted {
         if halted.by_worklane {
             sayln!(

@@ -151,9 +151,30 @@ impl Failure {
     }
 }
 
+/// A duration in seconds as a person reads it: `3`, `0.5`, `1.25`.
+pub(crate) fn seconds(d: std::time::Duration) -> String {
+    let ms = d.as_millis();
+    let (whole, frac) = (ms / 1000, ms % 1000);
+    if frac == 0 {
+        return whole.to_string();
+    }
+    let frac = format!("{frac:03}");
+    format!("{whole}.{}", frac.trim_end_matches('0'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn seconds_are_shown_without_trailing_zeros() {
+        use std::time::Duration;
+        assert_eq!(seconds(Duration::from_secs(3)), "3");
+        assert_eq!(seconds(Duration::from_millis(500)), "0.5");
+        assert_eq!(seconds(Duration::from_millis(1250)), "1.25");
+        assert_eq!(seconds(Duration::from_millis(2001)), "2.001");
+        assert_eq!(seconds(Duration::ZERO), "0");
+    }
 
     #[test]
     fn a_closed_pipe_is_a_quiet_end_and_other_errors_are_74() {

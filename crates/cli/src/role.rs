@@ -183,7 +183,7 @@ fn advice(why: &LiveWhy, path: &Path) -> String {
         LiveWhy::Fresh { ttl_ms, .. } => format!(
             "try again once it ends (if its holder died, the lease lapses by itself {} s after \
              its last pulse)",
-            crate::supervise::seconds(std::time::Duration::from_millis(*ttl_ms))
+            crate::out::seconds(std::time::Duration::from_millis(*ttl_ms))
         ),
         LiveWhy::NoPulse => {
             format!("a record without a pulse never lapses by itself (it is {path})")

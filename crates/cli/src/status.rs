@@ -87,11 +87,13 @@ impl Status {
                 ));
             }
             Some(n) => {
-                let owned = crate::sys::claim_writable_fd(n).map_err(|e| {
+                let owned = worklane_run::process::take_inherited_fd(n).map_err(|e| {
+                    use worklane_run::process::BadFd;
                     let why = match e {
-                        crate::sys::BadFd::Closed => "it is not open".to_owned(),
-                        crate::sys::BadFd::ReadOnly => "it is open for reading only".to_owned(),
-                        crate::sys::BadFd::Other(e) => format!("it cannot be used: {e}"),
+                        BadFd::Closed => "it is not open".to_owned(),
+                        BadFd::ReadOnly => "it is open for reading only".to_owned(),
+                        BadFd::Other(e) => format!("it cannot be used: {e}"),
+                        BadFd::Taken => "it was taken already".to_owned(),
                     };
                     Failure::new(
                         exit::USAGE,

@@ -8213,7 +8213,15 @@ mod waits {
         assert_eq!(
             budget(
                 &site,
-                &["observe", "--status", "200", "--headers-file", "-"]
+                &[
+                    "observe",
+                    "--status",
+                    "200",
+                    "--header",
+                    "X-RateLimit-Remaining: 1",
+                    "--headers-file",
+                    "-"
+                ]
             )
             .status
             .code(),

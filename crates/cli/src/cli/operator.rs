@@ -49,6 +49,10 @@ pub(crate) enum ConfigKey {
     /// The words that make a variable secret-shaped (replaces the defaults).
     #[value(name = "env_secret_words")]
     EnvSecretWords,
+    /// Model providers of one's own for the budget ledger: a JSON object of profiles by name
+    /// (PROTOCOL.md 13.1).
+    #[value(name = "budget_providers")]
+    BudgetProviders,
 }
 
 #[derive(Debug, Args)]

@@ -64,11 +64,6 @@ pub(crate) fn claim(args: &ClaimArgs) -> Result<ExitCode, Failure> {
             })
         );
     }
-    let mut launch = slot_launch(&args.command, &slot)?;
-    // The command keeps the lane too, as it keeps the slot.
-    if let Some(guard) = lane_lease.guard() {
-        launch.inherit.push(inheritable(guard)?);
-    }
     let began = std::time::Instant::now();
     errln!(
         "worklane: {} attempt {attempt} claimed (lane {lane}, slot {slot_name}): running `{}`",
@@ -76,16 +71,17 @@ pub(crate) fn claim(args: &ClaimArgs) -> Result<ExitCode, Failure> {
         describe(&args.command)
     );
     let marker = dir.file(&cancel_marker(&attempt)).ok();
-    let outcome = supervise(
-        launch,
-        &mut ClaimWatch {
-            slot: SlotWatch {
-                pool: &pool,
-                slot: &mut slot,
-            },
-            marker,
-        },
-    );
+    let mut watch = CliWatch {
+        marker,
+        ..CliWatch::default()
+    };
+    let outcome = Supervisor::new(&pool, &mut slot)
+        .and_then(|s| match lane_lease.guard() {
+            // The command keeps the lane too, as it keeps the slot.
+            Some(guard) => s.inherit(guard),
+            None => Ok(s),
+        })
+        .and_then(|s| s.watch(&mut watch).run(&args.command));
     let released = slot.release();
     if lane_lease.release().is_ok()
         && let Some(name) = lane
@@ -113,30 +109,4 @@ pub(crate) fn claim(args: &ClaimArgs) -> Result<ExitCode, Failure> {
         began.elapsed().as_secs_f64()
     );
     Ok(ExitCode::from(outcome.code))
-}
-
-/// What `worklane claim` watches while its command runs: STOP (as `run` does) and its
-/// attempt's cancel marker, which `queue cancel` leaves for a running attempt.
-struct ClaimWatch<'a> {
-    slot: SlotWatch<'a>,
-    marker: Option<worklane_slotfile::SlotPath>,
-}
-
-impl Watch for ClaimWatch<'_> {
-    fn started(&mut self, command: &Started) {
-        self.slot.started(command);
-    }
-
-    fn check(&mut self) -> Option<String> {
-        if let Some(stop) = self.slot.check() {
-            return Some(stop);
-        }
-        let raw = self.marker.as_ref()?.read().ok().flatten()?;
-        let marker: serde_json::Value = serde_json::from_slice(&raw).unwrap_or_default();
-        Some(format!(
-            "cancelled by `worklane queue cancel` (uid {}) at {}",
-            marker.get("by").map_or("?".to_owned(), ToString::to_string),
-            marker.get("at").and_then(|v| v.as_str()).unwrap_or("?")
-        ))
-    }
 }

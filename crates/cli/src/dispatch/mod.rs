@@ -23,8 +23,7 @@ use crate::cli::{ClaimArgs, DispatcherArgs, EnqueueArgs};
 use crate::exit::{self, Failure};
 use crate::json;
 use crate::out::{errln, outln};
-use crate::run::{SlotWatch, slot_launch};
-use crate::supervise::{Started, Watch, describe, inheritable, supervise};
+use crate::watch::CliWatch;
 use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -42,6 +41,7 @@ use worklane_admission::dispatch::service::{
 use worklane_admission::dispatch::transport;
 use worklane_admission::dispatch::wire::{Enqueue, Reply, Request as Wire, code};
 use worklane_lease::{Acquired, Clock, Options, Request, SystemClock, acquire, rfc3339_ms};
+use worklane_run::{Supervisor, describe};
 
 /// The socket's name in the slot directory.
 const SOCKET: &str = "dispatcher.sock";

@@ -1,6 +1,6 @@
 //! `worklane dispatcher`: the service process around `worklane_admission`'s `Server`: its
 //! lock, its socket (or systemd's, its mode checked), signals, `sd_notify` and the watchdog,
-//! recovery said loudly, and the drivers started and reaped by `crate::driver`.
+//! recovery said loudly, and the drivers started and reaped by `worklane_run::driver`.
 
 use super::*;
 
@@ -28,7 +28,7 @@ fn notify(state: &str) {
 /// socket left by a dead dispatcher is removed first: we hold the dispatcher lock), mode 0660
 /// and the directory's group (the directory is setgid).
 fn listen(path: &Path) -> Result<UnixListener, Failure> {
-    if let Some(fd) = crate::sys::systemd_listener() {
+    if let Some(fd) = worklane_run::process::systemd_listener() {
         let listener = UnixListener::from(fd);
         guard_socket_mode(&listener)?;
         return Ok(listener);
@@ -141,17 +141,17 @@ pub(crate) fn serve(args: &DispatcherArgs) -> Result<ExitCode, Failure> {
     };
     // One descriptor per queued lane (and per reserved slot): a soft limit of 1 024 would
     // refuse enqueues long before the queue is large.
-    let nofile = crate::sys::raise_nofile();
+    let nofile = worklane_run::process::raise_nofile();
     let dispatcher = Dispatcher::open(pool.clone(), &dir.path().join(DATABASE), settings)
         .map_err(|e| Failure::new(exit::OS_ERROR, exit::chain(&e)))?;
     say_recovery(dispatcher.recovery());
     let stop = Arc::new(AtomicBool::new(false));
     // Unblocked too (a caller's blocked mask survives exec), or SIGTERM never stops us.
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        crate::sys::on_flag(signal, Arc::clone(&stop))
+        worklane_run::process::on_flag(signal, Arc::clone(&stop))
             .map_err(|e| Failure::new(exit::OS_ERROR, format!("cannot handle signals: {e}")))?;
     }
-    let exits = crate::driver::reap();
+    let exits = worklane_run::driver::reap();
     let stat = rustix::fs::fstat(&dir).map_err(|e| {
         Failure::new(
             exit::OS_ERROR,
@@ -166,7 +166,7 @@ pub(crate) fn serve(args: &DispatcherArgs) -> Result<ExitCode, Failure> {
         worklane_identity::Place::boot_clock_ms(),
     ));
     watchdog(Arc::clone(&alive));
-    let launcher = crate::driver::Launcher {
+    let launcher = worklane_run::driver::Launcher {
         pool: pool.clone(),
         socket: socket.clone(),
         nofile,
@@ -204,10 +204,7 @@ pub(crate) fn serve(args: &DispatcherArgs) -> Result<ExitCode, Failure> {
     });
     let mut server = match test_crash_point() {
         Some(point) => server.crash_at(point, || {
-            let _ = rustix::process::kill_process(
-                rustix::process::getpid(),
-                rustix::process::Signal::KILL,
-            );
+            worklane_run::process::die_by(signal_hook::consts::SIGKILL);
         }),
         None => server,
     };
@@ -219,7 +216,7 @@ pub(crate) fn serve(args: &DispatcherArgs) -> Result<ExitCode, Failure> {
             Mode::Dispatcher => "dispatcher",
             Mode::Waiter => "waiter",
         },
-        crate::supervise::seconds(args.claim_interval)
+        crate::out::seconds(args.claim_interval)
     );
     notify(&format!("READY=1\nSTATUS=serving {}", socket.display()));
     let served = server.run(&stop);

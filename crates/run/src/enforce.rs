@@ -12,13 +12,14 @@
 //! one named (same start identity) or holds the slot's guard; it belongs to the record's owner;
 //! and it is not pid 1, this process, or this process's group or session leader. So a record
 //! can never make `stop-all` signal a process its writer could not signal itself. The
-//! decisions are plain functions ([`parse_stat`], [`judge`]); only [`observe`] and
-//! [`guard_holders`] read the platform (Linux `/proc`; elsewhere nothing is observed and
+//! decisions are plain functions (`parse_stat`, `judge`); only the platform module's
+//! `observe` and `guard_holders` read the machine (Linux `/proc`; elsewhere nothing is observed and
 //! supervisors alone halt their commands).
 
+use crate::platform::{guard_holders, observe};
 use crate::supervise::{CHECK_EVERY, GRACE};
 use rustix::process::{Pid, Signal};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::{Duration, Instant};
 use worklane_admission::{Pool, RecordedCommand};
 use worklane_guard::FileId;
@@ -55,72 +56,6 @@ pub(crate) fn parse_stat(bytes: &[u8]) -> Option<(u8, u32, u32, u64)> {
     let sid = fields.get(3)?.parse().ok()?;
     let start = fields.get(19)?.parse().ok()?;
     Some((state, pgid, sid, start))
-}
-
-/// How a process looks now, `None` when it is gone or cannot be seen.
-#[cfg(target_os = "linux")]
-pub(crate) fn observe(pid: u32) -> Option<Seen> {
-    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
-    let (state, pgid, sid, start) = parse_stat(&stat)?;
-    let uid = rustix::fs::stat(format!("/proc/{pid}").as_str())
-        .ok()?
-        .st_uid;
-    Some(Seen {
-        state,
-        pgid,
-        sid,
-        start,
-        uid,
-    })
-}
-
-/// Nothing is observed off Linux.
-#[cfg(not(target_os = "linux"))]
-pub(crate) fn observe(_pid: u32) -> Option<Seen> {
-    None
-}
-
-/// The pids holding a descriptor on each of `guards`, from one pass over `/proc/*/fd` (only
-/// the processes this one may inspect).
-#[cfg(target_os = "linux")]
-pub(crate) fn guard_holders(guards: &HashSet<FileId>) -> HashMap<FileId, Vec<u32>> {
-    let mut found: HashMap<FileId, Vec<u32>> = HashMap::new();
-    if guards.is_empty() {
-        return found;
-    }
-    // Only a `/proc` of our own pid namespace: its pids are the ones signals reach.
-    let Some(pids) = crate::tree::proc_pids() else {
-        return found;
-    };
-    for pid in pids {
-        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-            continue;
-        };
-        for fd in fds.flatten() {
-            // stat follows the descriptor's magic link to the open file itself.
-            let Ok(stat) = rustix::fs::stat(fd.path().as_path()) else {
-                continue;
-            };
-            #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
-            let id = FileId {
-                dev: stat.st_dev as u64,
-                ino: stat.st_ino as u64,
-            };
-            if guards.contains(&id) {
-                let pids = found.entry(id).or_default();
-                if !pids.contains(&pid) {
-                    pids.push(pid);
-                }
-            }
-        }
-    }
-    found
-}
-
-/// No process table off Linux.
-#[cfg(not(target_os = "linux"))]
-pub(crate) fn guard_holders(_guards: &HashSet<FileId>) -> HashMap<FileId, Vec<u32>> {
-    HashMap::new()
 }
 
 /// This process, as enforcement must spare it.
@@ -290,10 +225,13 @@ fn send(target: &Target, signal: Signal) {
 /// One run as enforcement names it: the lock or lease file its record is in, the pid it
 /// watches (the command's, or a continued supervisor's), and the command line recorded.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct Run {
-    pub(crate) resource: String,
-    pub(crate) pid: u32,
-    pub(crate) command: Option<String>,
+pub struct Run {
+    /// The lock or lease file its record is in.
+    pub resource: String,
+    /// The pid it watches.
+    pub pid: u32,
+    /// The command line its record names.
+    pub command: Option<String>,
 }
 
 impl std::fmt::Display for Run {
@@ -308,31 +246,33 @@ impl std::fmt::Display for Run {
 
 /// A run that was running when STOP was written and has halted since.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Halted {
-    pub(crate) run: Run,
+pub struct Halted {
+    /// The run.
+    pub run: Run,
     /// Whether worklane signalled it itself (its supervisor was gone or stopped, or did not
     /// halt it within its grace); otherwise its supervisor halted it.
-    pub(crate) by_worklane: bool,
+    pub by_worklane: bool,
 }
 
 /// A run still running when enforcement gave up.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Left {
-    pub(crate) run: Run,
+pub struct Left {
+    /// The run.
+    pub run: Run,
     /// Why worklane did not signal it, when it did not (it cannot prove the process is the
     /// run's, or may not signal it).
-    pub(crate) why: Option<String>,
+    pub why: Option<String>,
 }
 
 /// What enforcement did.
 #[derive(Debug, Default)]
-pub(crate) struct Report {
+pub struct Report {
     /// The runs running when STOP was written that have halted since.
-    pub(crate) halted: Vec<Halted>,
+    pub halted: Vec<Halted>,
     /// The runs still running (or not signalled) when enforcement gave up.
-    pub(crate) left: Vec<Left>,
+    pub left: Vec<Left>,
     /// How long it took.
-    pub(crate) took: Duration,
+    pub took: Duration,
 }
 
 fn me() -> Me {
@@ -416,7 +356,8 @@ fn continue_unnamed(
 /// runs whose supervisor cannot (SIGCONT and SIGTERM at once when the supervisor is gone or
 /// stopped, SIGKILL a grace later; SIGKILL when a live supervisor has not halted its command a
 /// check and its grace after STOP), for at most about 5 s.
-pub(crate) fn enforce_stop(pool: &Pool) -> Report {
+#[must_use]
+pub fn enforce_stop(pool: &Pool) -> Report {
     let started = Instant::now();
     let give_up = CHECK_EVERY + GRACE + Duration::from_millis(1500);
     let Ok(here) = Place::current() else {

@@ -9,8 +9,8 @@
 //! command runs.
 //!
 //! The decisions are plain functions ([`parse_stat`], [`descendants`]) tested everywhere; only
-//! [`table`] reads the platform (Linux `/proc`; elsewhere there is no table and a halt reaches
-//! the command's group or pid only).
+//! the platform module's `table` reads the machine (Linux `/proc`; elsewhere there is no table
+//! and a halt reaches the command's group or pid only).
 
 /// One row of the process table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,56 +52,6 @@ pub(crate) fn descendants(root: u32, table: &[Entry]) -> Vec<u32> {
     found
 }
 
-/// The process table, or `None` when it cannot be read or does not describe our own pid
-/// namespace (a `/proc` mounted from another namespace would name other processes).
-#[cfg(target_os = "linux")]
-pub(crate) fn table() -> Option<Vec<Entry>> {
-    let mut table = Vec::new();
-    for pid in proc_pids()? {
-        // A process can exit between the listing and the read: skip it.
-        let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        if let Some((state, ppid)) = parse_stat(&stat) {
-            table.push(Entry { pid, ppid, state });
-        }
-    }
-    Some(table)
-}
-
-/// The pids listed in `/proc`, or `None` when `/proc` is not this pid namespace's (a pid read
-/// there would name another process here) or cannot be listed.
-#[cfg(target_os = "linux")]
-pub(crate) fn proc_pids() -> Option<Vec<u32>> {
-    if !proc_is_ours() {
-        return None;
-    }
-    Some(
-        std::fs::read_dir("/proc")
-            .ok()?
-            .flatten()
-            .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
-            .collect(),
-    )
-}
-
-/// Whether `/proc` numbers processes as our pid namespace does (its `self` is our pid).
-#[cfg(target_os = "linux")]
-fn proc_is_ours() -> bool {
-    // `/proc/self` is a link to our pid as that `/proc`'s namespace numbers it: one call.
-    let ours = rustix::process::getpid().as_raw_nonzero().get();
-    std::fs::read_link("/proc/self")
-        .ok()
-        .and_then(|link| link.to_str()?.parse::<i32>().ok())
-        == Some(ours)
-}
-
-/// No process table off Linux: a halt reaches the command's group or pid only.
-#[cfg(not(target_os = "linux"))]
-pub(crate) fn table() -> Option<Vec<Entry>> {
-    None
-}
-
 /// The process table, if it is consistent with what we know: our child `child` (the command,
 /// running or an unreaped zombie) must be in it with us as its parent. A `/proc` of another
 /// pid namespace whose numbering happened to agree on our own pid fails this.
@@ -110,7 +60,7 @@ fn table_with(child: u32) -> Option<Vec<Entry>> {
         .as_raw_nonzero()
         .get()
         .unsigned_abs();
-    let table = table()?;
+    let table = crate::platform::table()?;
     table
         .iter()
         .any(|e| e.pid == child && e.ppid == ours)
@@ -169,21 +119,6 @@ pub(crate) fn kill_descendants(child: u32) -> usize {
         killed += n;
     }
     killed
-}
-
-/// Makes this process a child subreaper (Linux), so orphaned descendants stay findable, if
-/// and only if `/proc` is of our pid namespace (without a table of our descendants there
-/// would be nobody to halt or reap the orphans it would adopt; one `/proc/self/stat` read, not
-/// the whole table, keeps the start of every run cheap). Returns whether it is one.
-#[cfg(target_os = "linux")]
-pub(crate) fn become_subreaper() -> bool {
-    proc_is_ours() && rustix::process::set_child_subreaper(Some(rustix::process::getpid())).is_ok()
-}
-
-/// No subreapers off Linux.
-#[cfg(not(target_os = "linux"))]
-pub(crate) fn become_subreaper() -> bool {
-    false
 }
 
 /// Reaps exited children of this process other than `keep` (orphans re-parented to us);
@@ -287,7 +222,7 @@ mod tests {
             .stdin(std::process::Stdio::null())
             .spawn_gated()
             .expect("spawn sleep");
-        let table = super::table().expect("a process table on Linux");
+        let table = crate::platform::table().expect("a process table on Linux");
         let ours = std::process::id();
         assert!(
             descendants(ours, &table).contains(&child.id()),

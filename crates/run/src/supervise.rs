@@ -1,6 +1,5 @@
 //! Running the command: spawn it, forward signals, halt it on request, report its status.
 
-use crate::exit::{self, Failure};
 use signal_hook::consts::{SIGALRM, SIGCHLD, SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
 use std::ffi::OsString;
 use std::io::IsTerminal;
@@ -11,10 +10,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// How often the halt check runs (STOP, lease pulse).
-pub(crate) const CHECK_EVERY: Duration = Duration::from_millis(250);
+pub const CHECK_EVERY: Duration = Duration::from_millis(250);
 /// How long a halted command has between SIGTERM and SIGKILL. With the check interval this
 /// keeps a halt within about 5 s of a STOP.
-pub(crate) const GRACE: Duration = Duration::from_secs(3);
+pub const GRACE: Duration = Duration::from_secs(3);
 
 /// The signals `worklane run` passes on to its command (each one's default would end the
 /// wrapper and leave the command running without its supervisor).
@@ -40,19 +39,20 @@ impl Target {
 /// The command as started: what a record names so that `stop-all` can halt it even when its
 /// supervisor cannot act.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Started {
+pub struct Started {
     /// Its pid.
-    pub(crate) pid: u32,
+    pub pid: u32,
     /// Its start identity (`/proc/<pid>/stat` field 22 on Linux), if it could be read.
-    pub(crate) start: Option<u64>,
+    pub start: Option<u64>,
     /// Whether it leads a process group of its own (no terminal on stdin), which a halt signals
     /// whole.
-    pub(crate) group: bool,
+    pub group: bool,
 }
 
 impl Started {
     /// `{"commandProcess": {"pid", "start", "group"}}` for the record (PROTOCOL.md 12.7).
-    pub(crate) fn fields(&self) -> serde_json::Map<String, serde_json::Value> {
+    #[must_use]
+    pub fn fields(&self) -> serde_json::Map<String, serde_json::Value> {
         let mut fields = serde_json::Map::new();
         fields.insert(
             COMMAND_PROCESS.to_owned(),
@@ -63,51 +63,59 @@ impl Started {
 }
 
 /// The record field naming the supervised command's process.
-pub(crate) const COMMAND_PROCESS: &str = "commandProcess";
+pub const COMMAND_PROCESS: &str = "commandProcess";
 
 /// What the supervisor is told while the command runs.
-pub(crate) trait Watch {
+pub trait Watch {
     /// Called once, right after the command started.
     fn started(&mut self, command: &Started);
     /// Called every [`CHECK_EVERY`]: a reason halts the command.
     fn check(&mut self) -> Option<String>;
+    /// Called once when a halt begins (the reason [`Watch::check`] gave), before the command
+    /// is sent SIGTERM; SIGKILL follows `grace` later. By default it is logged (`warn`).
+    fn halting(&mut self, reason: &str, grace: Duration) {
+        log::warn!(
+            "{reason}: halting the command (SIGTERM, then SIGKILL after {} ms)",
+            grace.as_millis()
+        );
+    }
 }
 
 /// How to start the command.
-pub(crate) struct Launch<'a> {
+pub struct Launch<'a> {
     /// The command line.
-    pub(crate) command: &'a [OsString],
+    pub command: &'a [OsString],
     /// SIGTERM-to-SIGKILL grace of a halt.
-    pub(crate) grace: Duration,
+    pub grace: Duration,
     /// A copy of the held guard's descriptor (not close-on-exec) that the command inherits:
     /// the lock is on the open file description, so the slot stays held for as long as any
     /// process of the run has it open, even if worklane itself is killed. Closed in worklane
     /// right after the start.
-    pub(crate) inherit: Vec<OwnedFd>,
+    pub inherit: Vec<OwnedFd>,
     /// Variables set in the command's environment.
-    pub(crate) env: Vec<(&'static str, OsString)>,
+    pub env: Vec<(&'static str, OsString)>,
 }
 
 /// A copy of `fd` that a child inherits (dup(2) clears close-on-exec on the copy).
-pub(crate) fn inheritable(fd: impl AsFd) -> Result<OwnedFd, Failure> {
-    rustix::io::dup(fd).map_err(|e| {
-        Failure::new(
-            exit::OS_ERROR,
-            format!("cannot duplicate the slot's guard for the command: {e}"),
-        )
-    })
+pub fn inheritable(fd: impl AsFd) -> Result<OwnedFd, Error> {
+    rustix::io::dup(fd).map_err(|e| Error::Inherit { source: e.into() })
 }
 
 /// How the command ended.
-pub(crate) struct Outcome {
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Outcome {
     /// Its exit code as a shell reports it (128+N for signal N).
-    pub(crate) code: u8,
+    pub code: u8,
     /// Why it was halted, if it was.
-    pub(crate) halted: Option<String>,
+    pub halted: Option<String>,
     /// The signal that ended it, when worklane did not halt it: the wrapper, once it has let
-    /// go of what it holds, ends by the same signal ([`crate::sys::die_by`]), so that a shell
+    /// go of what it holds, ends by the same signal ([`crate::process::die_by`]), so that a shell
     /// loop sees its job killed by SIGINT and stops, as it would without the wrapper.
-    pub(crate) signal: Option<i32>,
+    pub signal: Option<i32>,
+    /// A role lease's supervision ([`crate::Supervisor::role`]): the halt was for the lease,
+    /// lost or unconfirmed for TTL/2.
+    pub lease_lost: bool,
 }
 
 /// Runs `command`, calling `check` every [`CHECK_EVERY`]; when `check` returns a reason, the
@@ -118,16 +126,14 @@ pub(crate) struct Outcome {
 /// and forwarded SIGINT/SIGTERM/SIGHUP reach all of its processes. With a terminal, it stays in
 /// the foreground group (so it can read the terminal); the terminal delivers Ctrl-C to it
 /// directly, so SIGINT is not forwarded then.
-pub(crate) fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Outcome, Failure> {
+pub fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Outcome, Error> {
     let Launch {
         command,
         grace,
         inherit,
         env,
     } = launch;
-    let (program, args) = command
-        .split_first()
-        .ok_or_else(|| Failure::new(exit::USAGE, "no command given after --"))?;
+    let (program, args) = command.split_first().ok_or(Error::NoCommand)?;
     // Every signal a caller may send a job is passed on to the command, except those the
     // caller ignores (`nohup`, `trap '' HUP`): they stay ignored, here and in the command,
     // which inherits the disposition through exec as under `flock(1)` or `env`.
@@ -140,43 +146,29 @@ pub(crate) fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Out
     // kernel reaps our children itself: the command's status would be lost and the wait for
     // it fail. Any handler restores normal child reporting; ours also wakes the loop below
     // when the command (or an orphan of its tree) exits.
-    let mut wake = Wakeup::new().map_err(|e| {
-        Failure::new(
-            exit::OS_ERROR,
-            format!("cannot install signal handlers: {e}"),
-        )
-    })?;
+    let mut wake = Wakeup::new().map_err(|source| Error::Wakeup { source })?;
     // Each is unblocked once caught: a caller may have started us with some of them blocked,
     // and a SIGTERM for the command would stay pending here.
     for &signal in forwarded.iter().chain(&[SIGCHLD]) {
-        wake.register(signal).map_err(|e| {
-            Failure::new(
-                exit::OS_ERROR,
-                format!("cannot install a handler for signal {signal}: {e}"),
-            )
-        })?;
+        wake.register(signal)
+            .map_err(|source| Error::Handler { signal, source })?;
     }
     let interactive = std::io::stdin().is_terminal();
     // Orphans of the command's tree are re-parented to us (Linux), so a halt still finds them.
-    let reaping = crate::tree::become_subreaper();
+    let reaping = crate::platform::become_subreaper();
     let spawned = crate::sys::spawn(program, args, &env, !interactive);
     // The command has its copy now (or failed to start): ours goes.
     drop(inherit);
-    let child = spawned.map_err(|e| {
-        let shown = program.to_string_lossy();
-        match e.kind() {
-            std::io::ErrorKind::NotFound => {
-                Failure::new(exit::NOT_FOUND, format!("{shown}: command not found"))
-            }
-            std::io::ErrorKind::PermissionDenied => Failure::new(
-                exit::CANNOT_EXECUTE,
-                format!("{shown}: permission denied (is it executable?)"),
-            ),
-            _ => Failure::new(exit::CANNOT_EXECUTE, format!("{shown}: cannot run it: {e}")),
+    let child = spawned.map_err(|source| {
+        let program = program.to_string_lossy().into_owned();
+        match source.kind() {
+            std::io::ErrorKind::NotFound => Error::NotFound { program },
+            std::io::ErrorKind::PermissionDenied => Error::PermissionDenied { program },
+            _ => Error::Start { program, source },
         }
     })?;
     let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX))
-        .ok_or_else(|| Failure::new(exit::SOFTWARE, "the command got pid 0"))?;
+        .ok_or(Error::NoPid)?;
     let target = if interactive {
         Target::Process(pid)
     } else {
@@ -227,10 +219,7 @@ pub(crate) fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Out
             if halting.is_none()
                 && let Some(reason) = watch.check()
             {
-                crate::out::errln!(
-                    "worklane: {reason}: halting the command (SIGTERM, then SIGKILL after {} s)",
-                    seconds(grace)
-                );
+                watch.halting(&reason, grace);
                 // A stopped process acts on SIGTERM only once continued.
                 halt(
                     target,
@@ -266,28 +255,19 @@ pub(crate) fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Out
     }
     let status = waited
         .and_then(|()| child.wait())
-        .map_err(|e| Failure::new(exit::OS_ERROR, format!("cannot wait for the command: {e}")))?;
+        .map_err(|source| Error::Wait { source })?;
     let code = match (status.code(), status.signal()) {
         (Some(code), _) => u8::try_from(code).unwrap_or(u8::MAX),
         (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(u8::MAX),
-        (None, None) => exit::SOFTWARE,
+        // Neither an exit nor a signal: not a status waitpid(2) reports for an ended process.
+        (None, None) => 70,
     };
     Ok(Outcome {
+        lease_lost: false,
         code,
         signal: status.signal().filter(|_| halting.is_none()),
         halted: halting.map(|(reason, _)| reason),
     })
-}
-
-/// A duration in seconds as a person reads it: `3`, `0.5`, `1.25`.
-pub(crate) fn seconds(d: Duration) -> String {
-    let ms = d.as_millis();
-    let (whole, frac) = (ms / 1000, ms % 1000);
-    if frac == 0 {
-        return whole.to_string();
-    }
-    let frac = format!("{frac:03}");
-    format!("{whole}.{}", frac.trim_end_matches('0'))
 }
 
 /// Sends a halt signal to the command (its group, or its pid with a terminal) and to every
@@ -400,7 +380,8 @@ impl Drop for Wakeup {
 }
 
 /// The command line as one string for records and messages (lossy, at most 512 bytes).
-pub(crate) fn describe(command: &[OsString]) -> String {
+#[must_use]
+pub fn describe(command: &[OsString]) -> String {
     let mut text = command
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
@@ -417,17 +398,66 @@ pub(crate) fn describe(command: &[OsString]) -> String {
     text
 }
 
-#[cfg(test)]
-mod tests {
-    use super::seconds;
-    use std::time::Duration;
-
-    #[test]
-    fn seconds_are_shown_without_trailing_zeros() {
-        assert_eq!(seconds(Duration::from_secs(3)), "3");
-        assert_eq!(seconds(Duration::from_millis(500)), "0.5");
-        assert_eq!(seconds(Duration::from_millis(1250)), "1.25");
-        assert_eq!(seconds(Duration::from_millis(2001)), "2.001");
-        assert_eq!(seconds(Duration::ZERO), "0");
-    }
+/// Why a command could not be run under supervision. (How it ended, by its status or a
+/// signal, is an [`Outcome`], never an error.)
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The command line is empty.
+    #[error("no command given")]
+    NoCommand,
+    /// The program was not found (in `PATH`, when it has no `/`).
+    #[error("{program}: command not found")]
+    NotFound {
+        /// The program as given.
+        program: String,
+    },
+    /// The program, or a directory on the way, may not be executed by this user.
+    #[error("{program}: permission denied (is it executable?)")]
+    PermissionDenied {
+        /// The program as given.
+        program: String,
+    },
+    /// Another failure to start the program (not an executable, a NUL byte in its line...).
+    #[error("{program}: cannot run it")]
+    Start {
+        /// The program as given.
+        program: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The start reported pid 0.
+    #[error("the command got pid 0")]
+    NoPid,
+    /// A held descriptor could not be duplicated for the command to inherit.
+    #[error("cannot duplicate the held guard for the command")]
+    Inherit {
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The socket the signal handlers wake the supervisor through could not be made.
+    #[error("cannot install signal handlers")]
+    Wakeup {
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A signal's handler could not be installed.
+    #[error("cannot install a handler for signal {signal}")]
+    Handler {
+        /// The signal's number.
+        signal: i32,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The command's status could not be collected.
+    #[error("cannot wait for the command")]
+    Wait {
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
 }

@@ -17,11 +17,13 @@ use worklane_lease::{Clock, SystemClock, rfc3339_ms};
 const LOG_MODE: u32 = 0o640;
 
 /// What every driver start needs.
-pub(crate) struct Launcher {
-    pub(crate) pool: Pool,
-    pub(crate) socket: PathBuf,
+pub struct Launcher {
+    /// The dispatcher's pool (its directory holds the logs).
+    pub pool: Pool,
+    /// The dispatcher's socket, which the driver claims on.
+    pub socket: PathBuf,
     /// The soft limit of descriptors the dispatcher was started with, for its drivers.
-    pub(crate) nofile: Option<rustix::process::Rlimit>,
+    pub nofile: Option<rustix::process::Rlimit>,
 }
 
 impl Launcher {
@@ -29,7 +31,7 @@ impl Launcher {
     /// that enqueued it when the dispatcher is root (as itself otherwise: it queues nobody
     /// else's work), with a fresh environment, and its output appended to
     /// `queue-<attempt>.log` (owned by that user). Returns the driver's pid.
-    pub(crate) fn launch(&self, admitted: &Admitted) -> std::io::Result<u32> {
+    pub fn launch(&self, admitted: &Admitted) -> std::io::Result<u32> {
         let attempt = &admitted.attempt;
         let enqueuer = attempt.enqueuer.as_ref().ok_or_else(|| {
             std::io::Error::new(
@@ -57,9 +59,7 @@ impl Launcher {
             attempt.id,
             attempt.lane,
             enqueuer.uid,
-            crate::supervise::describe(
-                &attempt.args.iter().map(OsString::from).collect::<Vec<_>>()
-            )
+            crate::describe(&attempt.args.iter().map(OsString::from).collect::<Vec<_>>())
         );
         let err = log.try_clone()?;
         let uid = if root {
@@ -126,7 +126,7 @@ impl Launcher {
 
     /// Appends `text` as one line to attempt `log`'s file, if it is still there (the end of a
     /// run, which the driver's own output does not say when it was killed).
-    pub(crate) fn note(&self, log: &str, text: &str) {
+    pub fn note(&self, log: &str, text: &str) {
         let Ok(path) = self.pool.dir().file(log) else {
             return;
         };
@@ -162,9 +162,10 @@ static STARTING: Mutex<()> = Mutex::new(());
 /// Starts the thread that reaps the dispatcher's drivers as they end (they run detached, but
 /// are its children) and returns where their exits collect, for the service loop to take. It
 /// learns that a child has exited without reaping it (`WNOWAIT`), then reaps every exited
-/// child under [`STARTING`]: a driver whose exec failed is reaped by std's `spawn`, which
+/// child under `STARTING`: a driver whose exec failed is reaped by std's `spawn`, which
 /// holds the lock until it has, and would panic if its child were gone.
-pub(crate) fn reap() -> Arc<Mutex<Vec<Exit>>> {
+#[must_use]
+pub fn reap() -> Arc<Mutex<Vec<Exit>>> {
     use rustix::process::{WaitId, WaitIdOptions, WaitOptions};
     let exits = Arc::new(Mutex::new(Vec::new()));
     let collected = Arc::clone(&exits);

@@ -1,0 +1,166 @@
+//! `worklane lease run`: hold a role's TTL lease while a command runs, pulsed by
+//! [`worklane_run::Supervisor::role`]; a refusal names the holder (`role.rs`).
+
+use crate::cli::LeaseRunArgs;
+use crate::exit::{self, Failure};
+use crate::out::errln;
+use crate::progress::Progress;
+use crate::role::Refused;
+use crate::status::{HaltedBy, Status};
+use crate::watch::{CliWatch, with_fleet};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use worklane_lease::{Acquired, Options, Request, TtlLiveness, acquire};
+use worklane_run::{CHECK_EVERY, MIN_TTL, Supervisor, describe};
+
+pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
+    // Claimed before anything opens a descriptor, so N can only be the caller's.
+    let mut status = Status::claim(args.status_fd)?;
+    let result = lease_run_holding(args, &mut status);
+    if let Err(failure) = &result {
+        status.failed(failure);
+    }
+    result
+}
+
+fn lease_run_holding(args: LeaseRunArgs, status: &mut Status) -> Result<ExitCode, Failure> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    if args.role.is_empty() || args.role.starts_with('.') || !args.role.chars().all(plain) {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!(
+                "--role {:?}: a role is a non-empty name of letters, digits, `-`, `_` and `.` \
+                 (not starting with `.`); it names the file role-<ROLE>.lease",
+                args.role
+            ),
+        ));
+    }
+    if args.ttl < MIN_TTL {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!(
+                "--ttl {} ms is too short: worklane pulses once every {} ms at best and must be \
+                 able to halt the command before its lease lapses; use at least {} s",
+                args.ttl.as_millis(),
+                CHECK_EVERY.as_millis(),
+                MIN_TTL.as_secs()
+            ),
+        ));
+    }
+    let pool = crate::taking_pool()?;
+    let name = format!("role-{}.lease", args.role);
+    let ours = describe(&args.command);
+    let identity = args.agent_identity.clone().unwrap_or_else(crate::ops::who);
+    let request = Request::new(identity.clone())
+        .field("role", args.role.clone())
+        .field("profile", args.profile.clone())
+        .field("agentIdentity", identity)
+        .field("entrypoint", ours.clone());
+    let options = Options::with_liveness(Arc::new(TtlLiveness::new(args.ttl)));
+    let wait = args.wait || args.timeout.is_some();
+    let started = std::time::Instant::now();
+    let mut progress = Progress::new("the role");
+    // The host's role lease, then the role across the fleet (`--fleet`), tried at once: while
+    // the fleet's role is held elsewhere, the host's lease is given back before waiting, so a
+    // waiter never holds a TTL lease it does not pulse.
+    let owner = request.owner.clone();
+    let (mut lease, mut fleet) = loop {
+        let lease = loop {
+            // An emergency STOP halts role holders too (below), so it refuses a new one up front
+            // rather than start the command only to halt it a moment later; a waiter is refused
+            // as soon as one is written.
+            if let Some(stop) = pool.stop()? {
+                progress.clear();
+                let failure = Refused::stop(&args.role, &name, &ours, &stop).fail(args.json);
+                status.refused(&failure);
+                return Err(failure);
+            }
+            let refusal = match acquire(pool.dir(), &name, &request, &options)? {
+                Acquired::Held(lease) => break lease,
+                Acquired::Refused(refusal) => refusal,
+            };
+            let waited = started.elapsed();
+            let left = args.timeout.map(|t| t.saturating_sub(waited));
+            if !wait || left == Some(Duration::ZERO) {
+                progress.clear();
+                let refused = Refused::held(&args.role, pool.dir().path(), &refusal, &ours);
+                let failure = refused.fail(args.json);
+                status.refused(&failure);
+                return Err(failure);
+            }
+            let why = format!("held: {}", refusal.why);
+            progress.show(&why, waited);
+            status.waiting("role", &why);
+            // A role is given up by its holder's release or lapses one TTL after its last pulse;
+            // either is seen at the next look.
+            let nap = CHECK_EVERY;
+            std::thread::sleep(left.map_or(nap, |left| left.min(nap)));
+        };
+        let waited = started.elapsed();
+        let left = args.timeout.map(|t| t.saturating_sub(waited));
+        match crate::fleet::claim_role(&args.fleet, &args.role, &owner, &ours, false, None) {
+            Ok(fleet) => break (lease, fleet),
+            Err(failure)
+                if failure.code == exit::TEMP_FAIL && wait && left != Some(Duration::ZERO) =>
+            {
+                let _ = lease.release();
+                progress.show(&failure.message, waited);
+                status.waiting("role", &failure.message);
+                let nap = CHECK_EVERY;
+                std::thread::sleep(left.map_or(nap, |left| left.min(nap)));
+            }
+            Err(failure) => {
+                progress.clear();
+                let _ = lease.release();
+                status.refused(&failure);
+                return Err(failure);
+            }
+        }
+    };
+    progress.clear();
+    status.taken(
+        "role",
+        lease.resource(),
+        fleet
+            .as_ref()
+            .map_or(lease.epoch(), |f| f.epoch().unsigned_abs()),
+    );
+    let host_epoch = lease.epoch();
+    let mut watch = CliWatch {
+        fleet: fleet.as_mut(),
+        ..CliWatch::default()
+    };
+    let supervisor = Supervisor::role(&pool, &mut lease, args.ttl);
+    let outcome = with_fleet(supervisor, watch.fleet.as_deref(), host_epoch)
+        .watch(&mut watch)
+        .run(&args.command);
+    let fleet_lost = watch.lost;
+    let outcome = outcome?;
+    let lost = fleet_lost || outcome.lease_lost;
+    if let Some(place) = fleet
+        && let Err(e) = place.release()
+    {
+        errln!("worklane: releasing the fleet role: {e}");
+    }
+    let _ = lease.release();
+    if lost {
+        status.end(exit::UNAVAILABLE, Some(HaltedBy::LeaseLost));
+        return Err(Failure::new(
+            exit::UNAVAILABLE,
+            format!(
+                "role {} lease lost while the command ran ({}); it was halted",
+                args.role,
+                outcome.halted.unwrap_or_default()
+            ),
+        ));
+    }
+    status.end(
+        outcome.code,
+        crate::run::halted_by(&outcome, HaltedBy::Stop),
+    );
+    if let Some(signal) = outcome.signal {
+        worklane_run::process::die_by(signal);
+    }
+    Ok(ExitCode::from(outcome.code))
+}

@@ -1,0 +1,78 @@
+//! What the CLI adds to a supervision ([`worklane_run::Supervisor::watch`]): the halt said on
+//! stderr, a fleet place kept alive (`--fleet`), a dispatched attempt's cancel marker (`claim`)
+//! and a queued runner's SIGTERM (`queue cancel`).
+
+use crate::out::errln;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use worklane_run::{Started, Supervisor, Watch};
+
+/// The CLI's own watch over a running command; each part is optional.
+#[derive(Default)]
+pub(crate) struct CliWatch<'a> {
+    /// A fleet place (or role) kept alive at each check; its loss halts the command.
+    pub(crate) fleet: Option<&'a mut crate::fleet::Place>,
+    /// Set when the fleet place was lost.
+    pub(crate) lost: bool,
+    /// An attempt's cancel marker (`queue cancel` of a running attempt).
+    pub(crate) marker: Option<worklane_slotfile::SlotPath>,
+    /// A queued full run's runner was sent SIGTERM.
+    pub(crate) cancelled: Option<&'a AtomicBool>,
+}
+
+impl Watch for CliWatch<'_> {
+    fn started(&mut self, _command: &Started) {}
+
+    fn check(&mut self) -> Option<String> {
+        if let Some(place) = self.fleet.as_mut()
+            && let Some(reason) = place.check()
+        {
+            self.lost = true;
+            return Some(reason);
+        }
+        if let Some(cancelled) = self.cancelled
+            && cancelled.load(Ordering::Relaxed)
+        {
+            return Some("the runner was sent SIGTERM (`worklane queue cancel`)".to_owned());
+        }
+        let raw = self.marker.as_ref()?.read().ok().flatten()?;
+        let marker: serde_json::Value = serde_json::from_slice(&raw).unwrap_or_default();
+        Some(format!(
+            "cancelled by `worklane queue cancel` (uid {}) at {}",
+            marker.get("by").map_or("?".to_owned(), ToString::to_string),
+            marker.get("at").and_then(|v| v.as_str()).unwrap_or("?")
+        ))
+    }
+
+    fn halting(&mut self, reason: &str, grace: Duration) {
+        errln!(
+            "worklane: {reason}: halting the command (SIGTERM, then SIGKILL after {} s)",
+            crate::out::seconds(grace)
+        );
+    }
+}
+
+/// With a fleet place, the command fences with the fleet's epoch (it grows across hosts); the
+/// host's own epoch stays at hand in `WORKLANE_HOST_EPOCH`, and the grace of a halt is at most
+/// a quarter of the place's TTL.
+pub(crate) fn with_fleet<'a>(
+    supervisor: Supervisor<'a>,
+    place: Option<&crate::fleet::Place>,
+    host_epoch: u64,
+) -> Supervisor<'a> {
+    let Some(place) = place else {
+        return supervisor;
+    };
+    supervisor
+        .env("WORKLANE_EPOCH", place.epoch().to_string())
+        .env("WORKLANE_HOST_EPOCH", host_epoch.to_string())
+        .env("WORKLANE_FLEET_KEY", place.key())
+        .grace_at_most(place.ttl() / 4)
+}
+
+/// Reports a release that failed after the command ended (the exit status is the command's).
+pub(crate) fn released(what: &str, result: Result<(), impl std::error::Error>) {
+    if let Err(e) = result {
+        errln!("worklane: releasing {what}: {}", crate::exit::chain(&e));
+    }
+}

@@ -1,0 +1,330 @@
+//! [`Supervisor`]: a command run under a held slot or role lease, with everything `worklane
+//! run` and `worklane lease run` promise: the command inherits the guard (the slot lives as
+//! long as any process of the run), learns its resource and fencing epoch, is named in the
+//! record (so `stop-all` can halt it when its supervisor cannot), and is halted on STOP; a
+//! role lease is pulsed and its loss halts the command before the lease can lapse.
+
+use crate::supervise::{self, Error, GRACE, Launch, Outcome, Started, Watch};
+use std::ffi::OsString;
+use std::os::fd::{AsFd, OwnedFd};
+use std::time::Duration;
+use worklane_admission::{Pool, Slot};
+use worklane_lease::{Lease, held};
+
+/// The shortest TTL a role lease may be supervised with. The supervisor checks every
+/// [`CHECK_EVERY`](crate::CHECK_EVERY), pulses every TTL/20 (at such a check), and halts the command once its
+/// lease has gone unconfirmed for more than TTL/2; with the grace of [`lease_grace`] the
+/// command is gone by TTL/2 + one pulse interval rounded up to a check + TTL/4 after its last
+/// confirmed pulse, before the lease lapses at TTL, for every TTL from 2 s up (with about
+/// TTL/8 to spare for the last pulse's own write).
+pub const MIN_TTL: Duration = Duration::from_secs(2);
+
+/// The SIGTERM-to-SIGKILL grace of a role holder's command: the usual [`GRACE`], but at most a
+/// quarter of the TTL, so a command halted at TTL/2 is gone before its lease can lapse and a
+/// successor start.
+#[must_use]
+pub fn lease_grace(ttl: Duration) -> Duration {
+    GRACE.min(ttl / 4)
+}
+
+/// What is held while the command runs.
+enum Hold<'a> {
+    Slot(&'a mut Slot),
+    Role { lease: &'a mut Lease, ttl: Duration },
+}
+
+/// Runs one command under a held slot (or role lease) of `pool`, with `worklane run`'s
+/// guarantees; see the crate's documentation for the example.
+///
+/// Built with [`Supervisor::new`] (a slot) or [`Supervisor::role`] (a TTL role lease), given
+/// more with [`env`](Supervisor::env), [`inherit`](Supervisor::inherit),
+/// [`grace_at_most`](Supervisor::grace_at_most) and [`watch`](Supervisor::watch), and run with
+/// [`run`](Supervisor::run), which returns once the command and everything it left behind
+/// after a halt have ended. The slot or lease stays the caller's to release.
+#[must_use = "a supervisor does nothing until it runs a command"]
+pub struct Supervisor<'a> {
+    pool: &'a Pool,
+    hold: Hold<'a>,
+    grace: Duration,
+    env: Vec<(&'static str, OsString)>,
+    inherit: Vec<OwnedFd>,
+    watch: Option<&'a mut dyn Watch>,
+}
+
+impl<'a> Supervisor<'a> {
+    /// A command's supervision under `slot`: it inherits a copy of the slot's guard and gets
+    /// `WORKLANE_RESOURCE` and `WORKLANE_EPOCH`; STOP halts it (SIGTERM, SIGKILL after
+    /// [`GRACE`]).
+    pub fn new(pool: &'a Pool, slot: &'a mut Slot) -> Result<Supervisor<'a>, Error> {
+        let inherit = match slot.lease().guard() {
+            Some(guard) => vec![supervise::inheritable(guard)?],
+            None => Vec::new(),
+        };
+        let env = fencing_env(slot.lease());
+        Ok(Supervisor {
+            pool,
+            hold: Hold::Slot(slot),
+            grace: GRACE,
+            env,
+            inherit,
+            watch: None,
+        })
+    }
+
+    /// A command's supervision under a TTL role `lease` (of `ttl`, at least [`MIN_TTL`]):
+    /// pulsed every TTL/20; a lost lease, one unconfirmed for TTL/2, or STOP halts the command
+    /// with the grace of [`lease_grace`]. The command does not inherit a TTL lease's guard (it
+    /// lapses by time, not by its holders).
+    pub fn role(pool: &'a Pool, lease: &'a mut Lease, ttl: Duration) -> Supervisor<'a> {
+        let env = fencing_env(lease);
+        Supervisor {
+            pool,
+            hold: Hold::Role { lease, ttl },
+            grace: lease_grace(ttl),
+            env,
+            inherit: Vec::new(),
+            watch: None,
+        }
+    }
+
+    /// Sets `name` to `value` in the command's environment (replacing what this supervisor
+    /// set under that name, `WORKLANE_EPOCH` included).
+    pub fn env(mut self, name: &'static str, value: impl Into<OsString>) -> Supervisor<'a> {
+        self.env.retain(|(set, _)| *set != name);
+        self.env.push((name, value.into()));
+        self
+    }
+
+    /// Gives the command a copy of `fd` too (another guard it must keep held, as a claimed
+    /// lane's).
+    pub fn inherit(mut self, fd: impl AsFd) -> Result<Supervisor<'a>, Error> {
+        self.inherit.push(supervise::inheritable(fd)?);
+        Ok(self)
+    }
+
+    /// Shortens the grace between a halt's SIGTERM and its SIGKILL to at most `grace` (a
+    /// fleet place's TTL/4).
+    pub fn grace_at_most(mut self, grace: Duration) -> Supervisor<'a> {
+        self.grace = self.grace.min(grace);
+        self
+    }
+
+    /// Adds the caller's own watch: told of the start, asked at every check after STOP and the
+    /// lease (its reason halts the command), and told of a halt, which it reports instead of
+    /// the default log line.
+    pub fn watch(mut self, watch: &'a mut dyn Watch) -> Supervisor<'a> {
+        self.watch = Some(watch);
+        self
+    }
+
+    /// Runs `command` (program and arguments) to its end. An error is a command that could
+    /// not be run; how it ended is the [`Outcome`] (its status, the halt's reason, the signal
+    /// that killed it, whether the role lease was lost).
+    pub fn run(self, command: &[OsString]) -> Result<Outcome, Error> {
+        let Supervisor {
+            pool,
+            hold,
+            grace,
+            env,
+            inherit,
+            watch,
+        } = self;
+        let launch = Launch {
+            command,
+            grace,
+            inherit,
+            env,
+        };
+        let mut held = Held {
+            pool,
+            hold,
+            extra: watch,
+            role: None,
+            lost: false,
+        };
+        if let Hold::Role { ttl, .. } = &held.hold {
+            held.role = Some(Pulse::new(*ttl));
+        }
+        let mut outcome = supervise::supervise(launch, &mut held)?;
+        outcome.lease_lost = held.lost;
+        Ok(outcome)
+    }
+}
+
+/// `WORKLANE_RESOURCE` and `WORKLANE_EPOCH` of a held lease, for the command to check at the
+/// effect it protects.
+fn fencing_env(lease: &Lease) -> Vec<(&'static str, OsString)> {
+    vec![
+        ("WORKLANE_RESOURCE", lease.resource().into()),
+        ("WORKLANE_EPOCH", lease.epoch().to_string().into()),
+    ]
+}
+
+/// A moment on the boot clock (`CLOCK_BOOTTIME` on Linux), which, unlike `Instant`
+/// (`CLOCK_MONOTONIC`), counts a suspend: a contender on this boot measures our lease's age
+/// on that clock, so the holder must measure its own silence on it too.
+#[derive(Clone, Copy)]
+struct BootInstant(u64);
+
+impl BootInstant {
+    fn now() -> BootInstant {
+        BootInstant(worklane_identity::Place::boot_clock_ms())
+    }
+
+    fn elapsed(self) -> Duration {
+        Duration::from_millis(BootInstant::now().0.saturating_sub(self.0))
+    }
+}
+
+/// A role lease's pulse: when the last was tried and when one last succeeded.
+struct Pulse {
+    ttl: Duration,
+    every: Duration,
+    last_attempt: BootInstant,
+    last_ok: BootInstant,
+}
+
+impl Pulse {
+    fn new(ttl: Duration) -> Pulse {
+        Pulse {
+            ttl,
+            every: (ttl / 20).max(Duration::from_millis(50)),
+            last_attempt: BootInstant::now(),
+            last_ok: BootInstant::now(),
+        }
+    }
+
+    /// Pulses `lease` when one is due: a reason when the lease is lost or has gone unconfirmed
+    /// for over TTL/2.
+    fn check(&mut self, lease: &mut Lease) -> Option<String> {
+        if self.last_attempt.elapsed() < self.every {
+            return None;
+        }
+        self.last_attempt = BootInstant::now();
+        // A pulse stamps `lastPulse` before it writes; successors count the TTL from that
+        // stamp, so the lease counts as confirmed from the attempt, not from the write's end.
+        let attempted = self.last_attempt;
+        match lease.pulse() {
+            Ok(()) => {
+                self.last_ok = attempted;
+                None
+            }
+            Err(e @ held::Error::LeaseLost { .. }) => Some(chain(&e)),
+            Err(e) if self.last_ok.elapsed() > self.ttl / 2 => Some(format!(
+                "cannot verify the role lease for over TTL/2: {}",
+                chain(&e)
+            )),
+            Err(_) => None,
+        }
+    }
+}
+
+/// An error with its causes, as one line.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        cause = e.source();
+    }
+    text
+}
+
+/// The built-in watch of a [`Supervisor`]: the record names the command, STOP halts it, a role
+/// lease is pulsed, and the caller's own watch is asked last.
+struct Held<'a> {
+    pool: &'a Pool,
+    hold: Hold<'a>,
+    extra: Option<&'a mut dyn Watch>,
+    role: Option<Pulse>,
+    lost: bool,
+}
+
+impl Watch for Held<'_> {
+    fn started(&mut self, command: &Started) {
+        // Without it only `stop-all`'s enforcement is lost (the supervisor still halts the
+        // command on STOP), so the run goes on with a warning.
+        let (named, resource) = match &mut self.hold {
+            Hold::Slot(slot) => (
+                slot.annotate(command.fields()).map_err(|e| chain(&e)),
+                slot.name().to_owned(),
+            ),
+            Hold::Role { lease, .. } => (
+                lease.annotate(command.fields()).map_err(|e| chain(&e)),
+                lease.resource().to_owned(),
+            ),
+        };
+        if let Err(why) = named {
+            log::warn!("cannot name the command in {resource}: {why}");
+        }
+        if let Some(extra) = self.extra.as_mut() {
+            extra.started(command);
+        }
+    }
+
+    fn check(&mut self) -> Option<String> {
+        // An emergency STOP halts everything, role holders included.
+        if let Some(stop) = self.pool.stop().ok().flatten() {
+            return Some(stop.to_string());
+        }
+        if let Some(extra) = self.extra.as_mut()
+            && let Some(reason) = extra.check()
+        {
+            return Some(reason);
+        }
+        if let (Hold::Role { lease, .. }, Some(pulse)) = (&mut self.hold, self.role.as_mut())
+            && let Some(reason) = pulse.check(lease)
+        {
+            self.lost = true;
+            return Some(reason);
+        }
+        None
+    }
+
+    fn halting(&mut self, reason: &str, grace: Duration) {
+        match self.extra.as_mut() {
+            Some(extra) => extra.halting(reason, grace),
+            None => log::warn!(
+                "{reason}: halting the command (SIGTERM, then SIGKILL after {} ms)",
+                grace.as_millis()
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{GRACE, MIN_TTL, lease_grace};
+    use crate::CHECK_EVERY;
+    use std::time::Duration;
+
+    #[test]
+    fn a_role_holders_command_is_gone_before_its_lease_can_lapse() {
+        // Unconfirmed for just over TTL/2, noticed at the next pulse attempt (every TTL/20,
+        // at least 50 ms, on a 250 ms check), killed a grace later.
+        for ms in [
+            2_000, 2_500, 4_000, 6_000, 12_000, 13_000, 60_000, 3_600_000,
+        ] {
+            let ttl = Duration::from_millis(ms);
+            assert!(ttl >= MIN_TTL);
+            let every = (ttl / 20).max(Duration::from_millis(50));
+            let checks = every.as_millis().div_ceil(CHECK_EVERY.as_millis());
+            let noticed = CHECK_EVERY * u32::try_from(checks.max(1)).expect("checks");
+            let gone_by = ttl / 2 + noticed + lease_grace(ttl);
+            assert!(
+                gone_by + ttl / 8 <= ttl,
+                "TTL {ms} ms: gone by {gone_by:?}, leaving less than TTL/8"
+            );
+        }
+        assert_eq!(
+            lease_grace(Duration::from_secs(60)),
+            GRACE,
+            "the usual grace"
+        );
+        assert_eq!(
+            lease_grace(Duration::from_secs(2)),
+            Duration::from_millis(500)
+        );
+    }
+}

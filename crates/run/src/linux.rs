@@ -1,0 +1,111 @@
+//! What this crate reads of a Linux machine's processes, all from `/proc`: the process table
+//! (for a halt's reach beyond the command's group), how one process looks (for STOP's
+//! enforcement), which processes hold a guard's descriptor, and the subreaper setting. The
+//! parsing is in plain functions of [`crate::tree`] and [`crate::enforce`], tested everywhere;
+//! `other.rs` has the same signatures for every other platform, where nothing is seen.
+
+use crate::enforce::{Seen, parse_stat as parse_seen};
+use crate::tree::{Entry, parse_stat};
+use std::collections::{HashMap, HashSet};
+use worklane_guard::FileId;
+
+/// The process table, or `None` when it cannot be read or does not describe our own pid
+/// namespace (a `/proc` mounted from another namespace would name other processes).
+pub(crate) fn table() -> Option<Vec<Entry>> {
+    let mut table = Vec::new();
+    for pid in proc_pids()? {
+        // A process can exit between the listing and the read: skip it.
+        let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        if let Some((state, ppid)) = parse_stat(&stat) {
+            table.push(Entry { pid, ppid, state });
+        }
+    }
+    Some(table)
+}
+
+/// The pids listed in `/proc`, or `None` when `/proc` is not this pid namespace's (a pid read
+/// there would name another process here) or cannot be listed.
+fn proc_pids() -> Option<Vec<u32>> {
+    if !proc_is_ours() {
+        return None;
+    }
+    Some(
+        std::fs::read_dir("/proc")
+            .ok()?
+            .flatten()
+            .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+            .collect(),
+    )
+}
+
+/// Whether `/proc` numbers processes as our pid namespace does (its `self` is our pid).
+fn proc_is_ours() -> bool {
+    // `/proc/self` is a link to our pid as that `/proc`'s namespace numbers it: one call.
+    let ours = rustix::process::getpid().as_raw_nonzero().get();
+    std::fs::read_link("/proc/self")
+        .ok()
+        .and_then(|link| link.to_str()?.parse::<i32>().ok())
+        == Some(ours)
+}
+
+/// Makes this process a child subreaper, so orphaned descendants stay findable, if and only
+/// if `/proc` is of our pid namespace (without a table of our descendants there would be
+/// nobody to halt or reap the orphans it would adopt; one `/proc/self` read, not the whole
+/// table, keeps the start of every run cheap). Returns whether it is one.
+pub(crate) fn become_subreaper() -> bool {
+    proc_is_ours() && rustix::process::set_child_subreaper(Some(rustix::process::getpid())).is_ok()
+}
+
+/// How a process looks now, `None` when it is gone or cannot be seen.
+pub(crate) fn observe(pid: u32) -> Option<Seen> {
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    let (state, pgid, sid, start) = parse_seen(&stat)?;
+    let uid = rustix::fs::stat(format!("/proc/{pid}").as_str())
+        .ok()?
+        .st_uid;
+    Some(Seen {
+        state,
+        pgid,
+        sid,
+        start,
+        uid,
+    })
+}
+
+/// The pids holding a descriptor on each of `guards`, from one pass over `/proc/*/fd` (only
+/// the processes this one may inspect).
+pub(crate) fn guard_holders(guards: &HashSet<FileId>) -> HashMap<FileId, Vec<u32>> {
+    let mut found: HashMap<FileId, Vec<u32>> = HashMap::new();
+    if guards.is_empty() {
+        return found;
+    }
+    // Only a `/proc` of our own pid namespace: its pids are the ones signals reach.
+    let Some(pids) = proc_pids() else {
+        return found;
+    };
+    for pid in pids {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            // stat follows the descriptor's magic link to the open file itself.
+            let Ok(stat) = rustix::fs::stat(fd.path().as_path()) else {
+                continue;
+            };
+            #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+            let id = FileId {
+                dev: stat.st_dev as u64,
+                ino: stat.st_ino as u64,
+            };
+            if guards.contains(&id) {
+                let pids = found.entry(id).or_default();
+                if !pids.contains(&pid) {
+                    pids.push(pid);
+                }
+            }
+        }
+    }
+    found
+}
