@@ -48,7 +48,7 @@ impl Entry {
         let mut parts = rest.split('.');
         let (kind, priority, start, token) =
             (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-        if parts.next().is_some() || !matches!(kind, "agent" | "test" | "full-run") {
+        if parts.next().is_some() || !matches!(kind, "agent" | "test" | "full-run" | "job") {
             return None;
         }
         let plain = |digits: &str| {
@@ -193,7 +193,7 @@ impl Pool {
     /// the full run), each probed for a moment and never removed: what `worklane slots` shows.
     pub fn line_views(&self) -> Result<Vec<LineView>, Error> {
         let mut views = Vec::new();
-        for label in ["agent", "test", "full-run"] {
+        for label in ["agent", "test", "full-run", "job"] {
             for entry in self.listed_line(label)? {
                 let Ok(path) = self.dir().file(&entry.name()) else {
                     continue;
@@ -380,7 +380,7 @@ mod tests {
         let e = entry(-3, 1_800_000_000_123, "0123456789abcdef");
         assert_eq!(e.name(), "line-agent.-3.1800000000123.0123456789abcdef");
         assert_eq!(Entry::parse(&e.name()), Some(e));
-        for kind in ["agent", "test", "full-run"] {
+        for kind in ["agent", "test", "full-run", "job"] {
             let name = format!("line-{kind}.0.0.0123456789abcdef");
             assert_eq!(Entry::parse(&name).map(|e| e.kind), Some(kind.to_owned()));
         }

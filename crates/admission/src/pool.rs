@@ -40,6 +40,9 @@ pub enum Kind {
     },
     /// The machine's one full test run: `full-run.lock`.
     FullRun,
+    /// One build job (a jobserver token, or a build's own implicit one): `job-<i>.lock`,
+    /// capped by `max_jobs`.
+    Job,
 }
 
 impl Kind {
@@ -50,6 +53,7 @@ impl Kind {
             Kind::Agent => "agent",
             Kind::Test { .. } => "test",
             Kind::FullRun => "full-run",
+            Kind::Job => "job",
         }
     }
 
@@ -58,6 +62,7 @@ impl Kind {
             Kind::Agent => Some("agent"),
             Kind::Test { .. } => Some("test"),
             Kind::FullRun => None,
+            Kind::Job => Some("job"),
         }
     }
 }
@@ -236,6 +241,8 @@ impl Pool {
             Kind::Test { limit_ms: None }
         } else if name == FULL_RUN_LOCK {
             Kind::FullRun
+        } else if slot_index("job", name).is_some() {
+            Kind::Job
         } else {
             return Err(Error::NotASlot {
                 name: name.to_owned(),

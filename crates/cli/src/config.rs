@@ -31,6 +31,7 @@ impl ConfigKey {
         match self {
             ConfigKey::MaxAgents => "max_agents",
             ConfigKey::MaxTestRuns => "max_test_runs",
+            ConfigKey::MaxJobs => "max_jobs",
             ConfigKey::Admission => "admission",
             ConfigKey::EnvAllowPrefixes => "env_allow_prefixes",
             ConfigKey::EnvSecretWords => "env_secret_words",
@@ -38,9 +39,10 @@ impl ConfigKey {
         }
     }
 
-    const ALL: [ConfigKey; 6] = [
+    const ALL: [ConfigKey; 7] = [
         ConfigKey::MaxAgents,
         ConfigKey::MaxTestRuns,
+        ConfigKey::MaxJobs,
         ConfigKey::Admission,
         ConfigKey::EnvAllowPrefixes,
         ConfigKey::EnvSecretWords,
@@ -54,6 +56,7 @@ impl ConfigKey {
         match self {
             ConfigKey::MaxAgents => Value::from(DEFAULT_MAX_AGENTS),
             ConfigKey::MaxTestRuns => Value::from(DEFAULT_MAX_TEST_RUNS),
+            ConfigKey::MaxJobs => Value::from(worklane_slotfile::config::default_max_jobs()),
             ConfigKey::Admission => Value::from("dispatcher"),
             ConfigKey::EnvAllowPrefixes => strings(DEFAULT_PREFIXES),
             ConfigKey::EnvSecretWords => strings(DEFAULT_SECRET_WORDS),
@@ -75,6 +78,7 @@ impl ConfigKey {
         match self {
             ConfigKey::MaxAgents => whole(AGENTS_RANGE),
             ConfigKey::MaxTestRuns => whole(TEST_RUNS_RANGE),
+            ConfigKey::MaxJobs => whole(worklane_slotfile::config::JOBS_RANGE),
             ConfigKey::Admission => match text {
                 "dispatcher" | "waiter" => Ok(Value::from(text)),
                 _ => Err("dispatcher or waiter".to_owned()),

@@ -20,6 +20,7 @@ pub(crate) fn var(kind: KindArg) -> &'static str {
         KindArg::Agent => "WORKLANE_AGENT_SLOT",
         KindArg::Test => "WORKLANE_TEST_SLOT",
         KindArg::FullRun => "WORKLANE_FULL_RUN_SLOT",
+        KindArg::Job => "WORKLANE_JOB_SLOT",
     }
 }
 
@@ -55,6 +56,7 @@ pub(crate) fn refuse_nested(
         KindArg::Agent => "an agent slot",
         KindArg::Test => "a test-run slot",
         KindArg::FullRun => "the full-run lock",
+        KindArg::Job => "a job slot",
     };
     Err(Failure::new(
         exit::USAGE,

@@ -41,6 +41,7 @@ fn kind_word(kind: KindArg) -> &'static str {
         KindArg::Agent => "agent",
         KindArg::Test => "test",
         KindArg::FullRun => "full-run",
+        KindArg::Job => "job",
     }
 }
 
@@ -65,6 +66,7 @@ fn run_holding(args: RunArgs, status: &mut Status) -> Result<ExitCode, Failure> 
         KindArg::Agent => (Kind::Agent, "an agent slot"),
         KindArg::Test => (Kind::Test { limit_ms }, "a test-run slot"),
         KindArg::FullRun => (Kind::FullRun, "the full-run lock"),
+        KindArg::Job => (Kind::Job, "a job slot"),
     };
     if limit_ms.is_some() && args.kind != KindArg::Test {
         return Err(Failure::new(
@@ -164,13 +166,18 @@ fn run_holding(args: RunArgs, status: &mut Status) -> Result<ExitCode, Failure> 
         fleet: fleet.as_mut(),
         ..CliWatch::default()
     };
+    let jobs = args.jobs();
     let outcome = Supervisor::new(&pool, &mut slot)
         .map(|s| {
-            with_fleet(
+            let s = with_fleet(
                 s.env(nesting.0, nesting.1),
                 watch.fleet.as_deref(),
                 host_epoch,
-            )
+            );
+            match jobs {
+                Some(jobs) => s.jobs(jobs),
+                None => s,
+            }
         })
         .and_then(|s| s.watch(&mut watch).run(&args.command));
     let lost = watch.lost;

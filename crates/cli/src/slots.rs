@@ -135,8 +135,10 @@ pub(crate) fn to_json(snapshot: &Snapshot, around: &Around) -> json::Slots {
         // No take is admitted while the config cannot be used: the caps in force are 0.
         max_agents: caps.map_or(0, |c| c.max_agents),
         max_test_runs: caps.map_or(0, |c| c.max_test_runs),
+        max_jobs: caps.map_or(0, |c| c.max_jobs),
         agents_held: count(snapshot, "agent"),
         test_runs_held: count(snapshot, "test"),
+        jobs_held: count(snapshot, "job"),
         full_run_held: count(snapshot, "full-run") > 0,
         stop: snapshot.stop.as_ref().map(|s| json::Stop {
             by: s.by.clone(),
@@ -196,11 +198,14 @@ pub(crate) fn show(as_json: bool, fleet: &crate::cli::FleetArgs) -> Result<ExitC
     };
     match &snapshot.config {
         Ok(caps) => outln!(
-            "agents: {} of {} held; test runs: {} of {}; full run: {full_run}",
+            "agents: {} of {} held; test runs: {} of {}; full run: {full_run}; build jobs: {} \
+             of {}",
             count(&snapshot, "agent"),
             caps.max_agents,
             count(&snapshot, "test"),
             caps.max_test_runs,
+            count(&snapshot, "job"),
+            caps.max_jobs,
         )?,
         Err(_) => outln!(
             "agents: {} held; test runs: {}; full run: {full_run}; caps: none in force (the \

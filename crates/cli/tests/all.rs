@@ -8314,6 +8314,9 @@ mod man {
 
 /// `--fleet` against a real 3-member etcd cluster that each test starts on loopback and stops
 /// (`cargo test -p worklane --features fleet`; CI runs it).
+/// `run --jobs`: a build's jobserver backed by the machine's job slots.
+mod jobs;
+
 /// docs/json.md against the real output: each documented example has the same keys and value
 /// types, recursively, as the document its command prints (values may differ), so a schema
 /// that drifts from the code fails here.

@@ -4,11 +4,12 @@
 //! record (so `stop-all` can halt it when its supervisor cannot), and is halted on STOP; a
 //! role lease is pulsed and its loss halts the command before the lease can lapse.
 
+use crate::jobs::Jobs;
 use crate::supervise::{self, Error, GRACE, Launch, Outcome, Started, Watch};
 use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
-use worklane_admission::{Pool, Slot};
+use worklane_admission::{Kind, Pool, Slot, Take, Wait};
 use worklane_lease::{Lease, held};
 
 /// The shortest TTL a role lease may be supervised with. The supervisor checks every
@@ -49,6 +50,7 @@ pub struct Supervisor<'a> {
     env: Vec<(&'static str, OsString)>,
     inherit: Vec<OwnedFd>,
     watch: Option<&'a mut dyn Watch>,
+    jobs: Option<Jobs>,
 }
 
 impl<'a> Supervisor<'a> {
@@ -68,6 +70,7 @@ impl<'a> Supervisor<'a> {
             env,
             inherit,
             watch: None,
+            jobs: None,
         })
     }
 
@@ -84,6 +87,7 @@ impl<'a> Supervisor<'a> {
             env,
             inherit: Vec::new(),
             watch: None,
+            jobs: None,
         }
     }
 
@@ -117,6 +121,16 @@ impl<'a> Supervisor<'a> {
         self
     }
 
+    /// Gives the command's build a jobserver backed by the machine's job slots (`max_jobs`):
+    /// one job slot is taken for the command itself before it starts (waiting in the job line;
+    /// refused under STOP or a drain), and every token its tree reads is backed by one more,
+    /// taken in the line and released when the token comes back. See [`crate::jobs`] and the
+    /// crate's documentation for the rules; Linux only (elsewhere the run is an error).
+    pub fn jobs(mut self, jobs: Jobs) -> Supervisor<'a> {
+        self.jobs = Some(jobs);
+        self
+    }
+
     /// Runs `command` (program and arguments) to its end. An error is a command that could
     /// not be run; how it ended is the [`Outcome`] (its status, the halt's reason, the signal
     /// that killed it, whether the role lease was lost).
@@ -125,12 +139,39 @@ impl<'a> Supervisor<'a> {
             pool,
             hold,
             grace,
-            env,
-            inherit,
+            mut env,
+            mut inherit,
             watch,
+            jobs,
         } = self;
+        let mut command = command.to_vec();
+        let mut build = None;
+        if let Some(jobs) = jobs {
+            let (program, args) = command.split_first().ok_or(Error::NoCommand)?;
+            let (args, asked) = crate::jobs::make_jobs(program, args);
+            let share = [jobs.share, asked.flatten()]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or(u32::MAX)
+                .max(1);
+            command = std::iter::once(program.clone()).chain(args).collect();
+            let request = worklane_lease::Request::new("build")
+                .field("command", supervise::describe(&command));
+            let implicit = take_job_slot(pool, &request)?;
+            if let Some(guard) = implicit.lease().guard() {
+                inherit.push(supervise::inheritable(guard)?);
+            }
+            let mut server = crate::start_jobserver(pool, &request, share, jobs.style)?;
+            inherit.extend(server.inherit());
+            for (name, value) in server.env() {
+                env.retain(|(set, _)| set != name);
+                env.push((name, value.clone()));
+            }
+            build = Some((implicit, server));
+        }
         let launch = Launch {
-            command,
+            command: &command,
             grace,
             inherit,
             env,
@@ -138,6 +179,7 @@ impl<'a> Supervisor<'a> {
         let mut held = Held {
             pool,
             hold,
+            job: build.as_mut().map(|(implicit, _)| implicit),
             extra: watch,
             role: None,
             lost: false,
@@ -145,9 +187,38 @@ impl<'a> Supervisor<'a> {
         if let Hold::Role { ttl, .. } = &held.hold {
             held.role = Some(Pulse::new(*ttl));
         }
-        let mut outcome = supervise::supervise(launch, &mut held)?;
-        outcome.lease_lost = held.lost;
+        let outcome = supervise::supervise(launch, &mut held);
+        let lost = held.lost;
+        // The tree has ended: every token returns at once, then the build's own slot.
+        if let Some((implicit, server)) = build {
+            server.end();
+            let _ = implicit.release();
+        }
+        let mut outcome = outcome?;
+        outcome.lease_lost = lost;
         Ok(outcome)
+    }
+}
+
+/// The build's own job slot (its implicit token), waiting in the job line.
+fn take_job_slot(pool: &Pool, request: &worklane_lease::Request) -> Result<Slot, Error> {
+    let request = request.clone().field("implicit", true);
+    let taken = pool
+        .take(
+            Kind::Job,
+            &request,
+            Wait {
+                timeout: None,
+                priority: 0,
+                on_wait: &mut |_| {},
+            },
+        )
+        .map_err(|source| Error::JobSlot { source })?;
+    match taken {
+        Take::Held(slot) => Ok(slot),
+        Take::Blocked(blocker) => Err(Error::JobsRefused {
+            blocker: blocker.to_string(),
+        }),
     }
 }
 
@@ -233,15 +304,17 @@ fn chain(error: &dyn std::error::Error) -> String {
 
 /// The built-in watch of a [`Supervisor`]: the record names the command, STOP halts it, a role
 /// lease is pulsed, and the caller's own watch is asked last.
-struct Held<'a> {
+struct Held<'a, 'b> {
     pool: &'a Pool,
     hold: Hold<'a>,
+    /// The build's own job slot, named like the held slot.
+    job: Option<&'b mut Slot>,
     extra: Option<&'a mut dyn Watch>,
     role: Option<Pulse>,
     lost: bool,
 }
 
-impl Watch for Held<'_> {
+impl Watch for Held<'_, '_> {
     fn started(&mut self, command: &Started) {
         // Without it only `stop-all`'s enforcement is lost (the supervisor still halts the
         // command on STOP), so the run goes on with a warning.
@@ -257,6 +330,11 @@ impl Watch for Held<'_> {
         };
         if let Err(why) = named {
             log::warn!("cannot name the command in {resource}: {why}");
+        }
+        if let Some(job) = self.job.as_mut()
+            && let Err(e) = job.annotate(command.fields())
+        {
+            log::warn!("cannot name the command in {}: {}", job.name(), chain(&e));
         }
         if let Some(extra) = self.extra.as_mut() {
             extra.started(command);

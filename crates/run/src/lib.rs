@@ -14,6 +14,10 @@
 //! - the command is found in `PATH` as glibc's execvp(3) finds it, a file without `#!` runs
 //!   through `/bin/sh`, and it gets SIGTERM if its supervisor dies (Linux `PR_SET_PDEATHSIG`).
 //!
+//! - with [`Supervisor::jobs`], the command's build (make, cargo, ninja) gets a GNU make
+//!   jobserver whose tokens are the machine's job slots: at most `max_jobs` compile jobs run
+//!   machine-wide however many builds run ([`jobserver`], Linux).
+//!
 //! [`Supervisor`] is the entry point: a slot (or a TTL role lease, pulsed), a command, an
 //! [`Outcome`]. [`supervise::supervise`] is the loop under it, for a caller with a [`Watch`] of
 //! its own. Only this crate starts and signals processes for worklane; the CLI composes it.
@@ -93,6 +97,12 @@
 //!   [`process::systemd_listener`] (once), [`process::start_detached`] (setsid and every
 //!   descriptor above 2 closed in the child), and the driver's `detach` (setsid, the
 //!   descriptor limit, the enqueuer's groups, gid and uid, then the same exec as `spawn`).
+//! - `jobs.rs` (pure: make's `-j` options, `MAKEFLAGS`, the lost-token rule) and
+//!   `jobserver.rs` (Linux): the FIFO, its accountant (inotify on the FIFO, `FIONREAD`, the
+//!   slots held kept equal to the bytes written less those read back less tokens judged lost),
+//!   the taker (one standby token at a time, taken in the machine's `job` line), and the keeper
+//!   socket whose in-flight `SCM_RIGHTS` descriptors keep the token slots' locks while the tree
+//!   lives, whatever happens to the supervisor.
 //! - `driver.rs` (feature `dispatcher`): the admission dispatcher's drivers as processes:
 //!   started detached as their enqueuer with a fresh environment and their log, and reaped by
 //!   a thread that learns of an exit with `waitid(WNOWAIT)` and reaps under the lock a start
@@ -105,6 +115,9 @@
 pub mod driver;
 pub mod enforce;
 mod hold;
+pub mod jobs;
+#[cfg(target_os = "linux")]
+pub mod jobserver;
 mod search;
 pub mod supervise;
 mod sys;
@@ -118,7 +131,48 @@ mod platform;
 mod platform;
 
 pub use hold::{MIN_TTL, Supervisor, lease_grace};
+pub use jobs::{Jobs, Style};
 pub use supervise::{CHECK_EVERY, GRACE, Outcome, Started, Watch, describe};
+
+/// A jobserver for the build under supervision (Linux: inotify watches its FIFO).
+#[cfg(target_os = "linux")]
+fn start_jobserver(
+    pool: &worklane_admission::Pool,
+    request: &worklane_lease::Request,
+    share: u32,
+    style: Style,
+) -> Result<jobserver::Jobserver, supervise::Error> {
+    jobserver::Jobserver::start(pool, request, share, style)
+}
+
+/// No jobserver off Linux.
+#[cfg(not(target_os = "linux"))]
+fn start_jobserver(
+    _pool: &worklane_admission::Pool,
+    _request: &worklane_lease::Request,
+    _share: u32,
+    _style: Style,
+) -> Result<NoJobserver, supervise::Error> {
+    Err(supervise::Error::Jobserver {
+        what: "a jobserver backed by the machine's job slots needs Linux (inotify)",
+        source: std::io::Error::from(std::io::ErrorKind::Unsupported),
+    })
+}
+
+/// What `start_jobserver` would give off Linux (it never does).
+#[cfg(not(target_os = "linux"))]
+struct NoJobserver;
+
+#[cfg(not(target_os = "linux"))]
+impl NoJobserver {
+    fn env(&self) -> &[(&'static str, std::ffi::OsString)] {
+        &[]
+    }
+    fn inherit(&mut self) -> Vec<std::os::fd::OwnedFd> {
+        Vec::new()
+    }
+    fn end(self) {}
+}
 
 /// This process's own signals, descriptors and detached starts: what a supervisor, a
 /// dispatcher or a detached runner needs of the process it runs in.

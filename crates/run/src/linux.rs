@@ -109,3 +109,52 @@ pub(crate) fn guard_holders(guards: &HashSet<FileId>) -> HashMap<FileId, Vec<u32
     }
     found
 }
+
+/// What the descendants of this process (a build's tree) look like to its jobserver: their
+/// live threads, and how many of them have the FIFO at `fifo` open. `None` for what cannot be
+/// read (then nothing is judged lost).
+pub(crate) fn tree_use(fifo: &std::path::Path) -> (Option<u32>, Option<u32>) {
+    let Ok(stat) = rustix::fs::stat(fifo) else {
+        return (None, None);
+    };
+    #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+    let id = FileId {
+        dev: stat.st_dev as u64,
+        ino: stat.st_ino as u64,
+    };
+    let Some(table) = table() else {
+        return (None, None);
+    };
+    let ours = std::process::id();
+    let mut threads = 0u32;
+    let mut holders = 0u32;
+    for pid in crate::tree::descendants(ours, &table) {
+        if table.iter().any(|e| e.pid == pid && e.state == b'Z') {
+            continue;
+        }
+        let Some(n) = std::fs::read(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| crate::jobs::stat_threads(&s))
+        else {
+            continue;
+        };
+        threads = threads.saturating_add(n);
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            // Not ours to look into: count it as holding, never as proof of a loss.
+            holders = holders.saturating_add(1);
+            continue;
+        };
+        let holds = fds.flatten().any(|fd| {
+            rustix::fs::stat(fd.path().as_path()).is_ok_and(|s| {
+                #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+                let found = FileId {
+                    dev: s.st_dev as u64,
+                    ino: s.st_ino as u64,
+                };
+                found == id
+            })
+        });
+        holders = holders.saturating_add(u32::from(holds));
+    }
+    (Some(threads), Some(holders))
+}

@@ -453,6 +453,28 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The jobserver could not be set up ([`crate::Supervisor::jobs`]).
+    #[error("cannot set up the build's jobserver: {what}")]
+    Jobserver {
+        /// The step that failed.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The build's own job slot could not be taken.
+    #[error("cannot take the build's job slot")]
+    JobSlot {
+        /// Why.
+        #[source]
+        source: worklane_admission::Error,
+    },
+    /// The build's own job slot is refused (STOP or a drain in force).
+    #[error("refused a job slot: {blocker}")]
+    JobsRefused {
+        /// What refuses it.
+        blocker: String,
+    },
     /// The command's status could not be collected.
     #[error("cannot wait for the command")]
     Wait {

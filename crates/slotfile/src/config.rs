@@ -1,4 +1,4 @@
-//! The machine's caps: `{"max_agents": N, "max_test_runs": M}`.
+//! The machine's caps: `{"max_agents": N, "max_test_runs": M, "max_jobs": J}`.
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -11,14 +11,30 @@ pub const DEFAULT_MAX_TEST_RUNS: u32 = 2;
 pub const TEST_RUNS_RANGE: std::ops::RangeInclusive<u32> = 1..=8;
 /// Valid range of `max_agents`: at least one, at most what a 32-bit count holds.
 pub const AGENTS_RANGE: std::ops::RangeInclusive<u32> = 1..=u32::MAX;
+/// Valid range of `max_jobs`: a build's job slots are files of the slot directory, so the cap
+/// stays within what a directory listing counts in a moment.
+pub const JOBS_RANGE: std::ops::RangeInclusive<u32> = 1..=4096;
+
+/// The default cap on concurrent build jobs machine-wide: the CPUs this process may run on
+/// (`available_parallelism`: online CPUs, less an affinity mask or a cgroup quota), within
+/// [`JOBS_RANGE`].
+#[must_use]
+pub fn default_max_jobs() -> u32 {
+    std::thread::available_parallelism()
+        .ok()
+        .and_then(|n| u32::try_from(n.get()).ok())
+        .unwrap_or(1)
+        .clamp(*JOBS_RANGE.start(), *JOBS_RANGE.end())
+}
 
 /// Every key a config file may hold: the caps, read here, and the dispatcher's settings
 /// (`admission`, `env_allow_prefixes`, `env_secret_words`), read by the dispatcher. Any other
 /// key is refused ([`Error::UnknownKey`]): a misspelt `max_agent` would otherwise leave the
 /// default cap in force without a word.
-pub const KEYS: [&str; 6] = [
+pub const KEYS: [&str; 7] = [
     "max_agents",
     "max_test_runs",
+    "max_jobs",
     "admission",
     "env_allow_prefixes",
     "env_secret_words",
@@ -32,6 +48,9 @@ pub struct Config {
     pub max_agents: u32,
     /// Concurrent coordinator test runs (1..=8).
     pub max_test_runs: u32,
+    /// Concurrent build jobs machine-wide, the jobserver's tokens (1..=4096; default the
+    /// CPUs this process may run on).
+    pub max_jobs: u32,
 }
 
 impl Default for Config {
@@ -39,6 +58,7 @@ impl Default for Config {
         Config {
             max_agents: DEFAULT_MAX_AGENTS,
             max_test_runs: DEFAULT_MAX_TEST_RUNS,
+            max_jobs: default_max_jobs(),
         }
     }
 }
@@ -88,8 +108,8 @@ pub enum Error {
     /// A key that is none of [`KEYS`] (a misspelling, or a setting of another tool).
     #[error(
         "config {path}: unknown key `{key}`; the keys are max_agents, max_test_runs, \
-         admission, env_allow_prefixes, env_secret_words and budget_providers (fix its \
-         spelling or remove it)"
+         max_jobs, admission, env_allow_prefixes, env_secret_words and budget_providers (fix \
+         its spelling or remove it)"
     )]
     UnknownKey {
         /// The config file.
@@ -178,6 +198,13 @@ impl Config {
                 *TEST_RUNS_RANGE.start(),
                 *TEST_RUNS_RANGE.end(),
                 "a whole number from 1 to 8",
+            )?,
+            max_jobs: field(
+                "max_jobs",
+                default_max_jobs(),
+                *JOBS_RANGE.start(),
+                *JOBS_RANGE.end(),
+                "a whole number from 1 to 4096",
             )?,
         })
     }
@@ -309,7 +336,8 @@ mod tests {
             c,
             Config {
                 max_agents: 7,
-                max_test_runs: 8
+                max_test_runs: 8,
+                max_jobs: default_max_jobs(),
             }
         );
     }
@@ -325,6 +353,9 @@ mod tests {
             (r#"{"max_test_runs": 0}"#, "max_test_runs"),
             (r#"{"max_test_runs": 9}"#, "max_test_runs"),
             (r#"{"max_test_runs": true}"#, "max_test_runs"),
+            (r#"{"max_jobs": 0}"#, "max_jobs"),
+            (r#"{"max_jobs": 4097}"#, "max_jobs"),
+            (r#"{"max_jobs": 1.5}"#, "max_jobs"),
         ] {
             let err = parse(text).expect_err(text);
             let msg = err.to_string();

@@ -332,6 +332,7 @@ impl Pool {
             Kind::Agent => config.max_agents,
             Kind::Test { .. } => config.max_test_runs,
             Kind::FullRun => 1,
+            Kind::Job => config.max_jobs,
         })
     }
 }

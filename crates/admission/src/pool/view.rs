@@ -63,6 +63,8 @@ impl Pool {
                     ("agent", Box::new(ProcessLiveness))
                 } else if slot_index("test", name).is_some() {
                     ("test", Box::new(ProcessLiveness))
+                } else if slot_index("job", name).is_some() {
+                    ("job", Box::new(ProcessLiveness))
                 } else if name == FULL_RUN_LOCK {
                     ("full-run", Box::new(ProcessLiveness))
                 } else if name.starts_with("role-") && name.ends_with(".lease") {
@@ -93,7 +95,7 @@ impl Pool {
             });
         }
         // Guards held with no record: what a finished run left running still holds its slot.
-        for (prefix, kind) in [("agent", "agent"), ("test", "test")] {
+        for (prefix, kind) in [("agent", "agent"), ("test", "test"), ("job", "job")] {
             for (_, path) in self.recordless_held(prefix, &hidden)? {
                 if !slots.iter().any(|v| v.name == path.name()) {
                     slots.push(SlotView {

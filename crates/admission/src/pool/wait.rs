@@ -4,6 +4,7 @@
 use super::take::{Blocker, Take};
 use super::{Kind, Pool};
 use crate::Error;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use worklane_lease::{Backoff, Request};
 
@@ -46,6 +47,19 @@ impl Pool {
     /// It looks again as soon as a slot of its kind is released or a place before it is left
     /// (inotify on Linux), and at least every [`LOOK_AGAIN_AT_MOST`].
     pub fn take(&self, kind: Kind, request: &Request, wait: Wait<'_>) -> Result<Take, Error> {
+        self.take_unless(kind, request, wait, &AtomicBool::new(false))
+    }
+
+    /// [`Pool::take`] that also gives up, leaving the line, once `cancelled` is set (seen at
+    /// the next look: within [`LOOK_AGAIN_AT_MOST`]), with `Ok(Take::Blocked)` and the last
+    /// blocker: for a waiter another thread may call off (a jobserver whose build ended).
+    pub fn take_unless(
+        &self,
+        kind: Kind,
+        request: &Request,
+        wait: Wait<'_>,
+        cancelled: &AtomicBool,
+    ) -> Result<Take, Error> {
         let started = Instant::now();
         let deadline = wait.timeout.map(|t| started + t);
         // A take that finds nobody in line before it and a slot free goes at once, with no
@@ -85,7 +99,7 @@ impl Pool {
                 return Ok(Take::Blocked(blocker));
             }
             let waited = started.elapsed();
-            if wait.timeout.is_some_and(|t| waited >= t) {
+            if wait.timeout.is_some_and(|t| waited >= t) || cancelled.load(Ordering::SeqCst) {
                 let _ = place.leave();
                 return Ok(Take::Blocked(blocker));
             }

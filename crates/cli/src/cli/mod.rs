@@ -190,4 +190,7 @@ pub(crate) enum KindArg {
     Agent,
     Test,
     FullRun,
+    /// One build job (`job-<i>.lock`, capped by `max_jobs`): what `run --jobs` takes for its
+    /// command and for each token its build reads.
+    Job,
 }

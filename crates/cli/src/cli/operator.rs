@@ -40,6 +40,10 @@ pub(crate) enum ConfigKey {
     /// The cap on concurrent test runs (1 to 8, default 2).
     #[value(name = "max_test_runs")]
     MaxTestRuns,
+    /// The cap on concurrent build jobs machine-wide, the jobservers' tokens (1 to 4096,
+    /// default the CPUs).
+    #[value(name = "max_jobs")]
+    MaxJobs,
     /// How waiting work is admitted: dispatcher (the default) or waiter.
     #[value(name = "admission")]
     Admission,

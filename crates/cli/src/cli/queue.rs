@@ -101,6 +101,10 @@ pub(crate) struct EnqueueArgs {
     /// Print JSON.
     #[arg(long)]
     pub(crate) json: bool,
+    /// The driver `worklane claim` gives the command's build a jobserver (`run --jobs`; N:
+    /// this tree's share). Not with --driver, whose own command decides.
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "0", conflicts_with = "driver")]
+    pub(crate) jobs: Option<u32>,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub(crate) command: Vec<OsString>,
@@ -111,6 +115,13 @@ pub(crate) struct ClaimArgs {
     /// Print the claim as JSON on stderr before COMMAND runs.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Give the command's build a jobserver backed by the machine's job slots, as `run
+    /// --jobs` does (N: this tree's share).
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "0")]
+    pub(crate) jobs: Option<u32>,
+    /// How the jobserver is named to the build (as `run --jobs-style`).
+    #[arg(long, value_enum, default_value_t = super::JobsStyleArg::Fds, requires = "jobs")]
+    pub(crate) jobs_style: super::JobsStyleArg,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub(crate) command: Vec<OsString>,

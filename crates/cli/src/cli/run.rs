@@ -36,6 +36,16 @@ pub(crate) struct RunArgs {
     /// refused or error (schema in docs/json.md).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(0..))]
     pub(crate) status_fd: Option<i32>,
+    /// Give the command's build a jobserver backed by the machine's job slots (`max_jobs`):
+    /// MAKEFLAGS and CARGO_MAKEFLAGS name it, the command holds one job slot itself, and each
+    /// token its tree reads holds one more. N caps this tree's share (default: what the
+    /// machine gives); a make's own -jN is taken as its share.
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "0")]
+    pub(crate) jobs: Option<u32>,
+    /// How the jobserver is named to the build: fds (`--jobserver-auth=R,W`, every make
+    /// since 3.78, cargo, ninja) or fifo (`fifo:PATH`, make 4.4).
+    #[arg(long, value_enum, default_value_t = JobsStyleArg::Fds, requires = "jobs")]
+    pub(crate) jobs_style: JobsStyleArg,
     /// Past this host: also take a place in a fleet pool on etcd.
     #[command(flatten)]
     pub(crate) fleet: FleetArgs,
@@ -149,4 +159,31 @@ pub(crate) struct LeaseRunArgs {
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub(crate) command: Vec<OsString>,
+}
+
+/// `--jobs-style`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum JobsStyleArg {
+    /// `--jobserver-auth=R,W`: two inherited descriptors.
+    Fds,
+    /// `--jobserver-auth=fifo:PATH`.
+    Fifo,
+}
+
+impl RunArgs {
+    /// The jobserver asked for, if any.
+    pub(crate) fn jobs(&self) -> Option<worklane_run::Jobs> {
+        jobs(self.jobs, self.jobs_style)
+    }
+}
+
+/// `--jobs [N]` and `--jobs-style` as the library takes them (N 0: no share of its own).
+pub(crate) fn jobs(n: Option<u32>, style: JobsStyleArg) -> Option<worklane_run::Jobs> {
+    n.map(|n| worklane_run::Jobs {
+        share: Some(n).filter(|&n| n > 0),
+        style: match style {
+            JobsStyleArg::Fds => worklane_run::Style::Fds,
+            JobsStyleArg::Fifo => worklane_run::Style::Fifo,
+        },
+    })
 }

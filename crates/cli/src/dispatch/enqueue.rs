@@ -42,11 +42,11 @@ pub(crate) fn enqueue(args: &EnqueueArgs) -> Result<ExitCode, Failure> {
     } else {
         let me = std::env::current_exe()
             .map_err(|e| Failure::new(exit::OS_ERROR, format!("cannot find this worklane: {e}")))?;
-        let mut driver = vec![
-            me.to_string_lossy().into_owned(),
-            "claim".to_owned(),
-            "--".to_owned(),
-        ];
+        let mut driver = vec![me.to_string_lossy().into_owned(), "claim".to_owned()];
+        if let Some(n) = args.jobs {
+            driver.push(format!("--jobs={n}"));
+        }
+        driver.push("--".to_owned());
         driver.extend(command);
         driver
     };

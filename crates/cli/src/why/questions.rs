@@ -97,6 +97,7 @@ pub(super) fn admission(kind: KindArg, snapshot: &Snapshot) -> Answer {
         KindArg::Agent => "an agent slot",
         KindArg::Test => "a test-run slot",
         KindArg::FullRun => "the full-run lock",
+        KindArg::Job => "a build's job slot",
     };
     if let Some(stop) = &snapshot.stop {
         return Answer::blocked(
@@ -131,6 +132,7 @@ pub(super) fn admission(kind: KindArg, snapshot: &Snapshot) -> Answer {
         KindArg::Agent => blocking("agent"),
         KindArg::Test => blocking("test-run"),
         KindArg::FullRun => blocking("full run"),
+        KindArg::Job => blocking("job"),
     };
     if let Some(problem) = broken {
         return Answer::blocked(
@@ -158,6 +160,7 @@ pub(super) fn admission(kind: KindArg, snapshot: &Snapshot) -> Answer {
     let (label, cap) = match kind {
         KindArg::Agent => ("agent", caps.max_agents),
         KindArg::Test => ("test", caps.max_test_runs),
+        KindArg::Job => ("job", caps.max_jobs),
         KindArg::FullRun => {
             return if held("full-run") > 0 {
                 Answer::blocked(asked, "another full run holds it", exit::TEMP_FAIL)

@@ -1,0 +1,400 @@
+//! `run --jobs`: a build's jobserver backed by the machine's job slots (`max_jobs`), with real
+//! GNU make, real cargo and rustc, and clients that crash.
+
+use super::*;
+
+/// A Makefile of `targets` targets that each count themselves in while they run (through
+/// `$(CTR)`, under flock(1)), sleep `secs`, and count themselves out, in one shell (so a
+/// target whose make was killed still counts itself out); every count seen at a start goes to
+/// `$(CTR).log`.
+fn makefile(site: &Site, targets: u32, secs: &str) -> PathBuf {
+    let dir = site.file("build");
+    let _ = std::fs::create_dir(&dir);
+    let text = format!(
+        "T := $(shell seq 1 {targets})\n\
+         all: $(addprefix t,$(T))\n\
+         t%:\n\
+         \t@flock $(CTR).lock sh -c 'n=$$(($$(cat $(CTR) 2>/dev/null || echo 0)+1)); echo $$n > $(CTR); echo $$n >> $(CTR).log'; \
+         sleep {secs}; \
+         flock $(CTR).lock sh -c 'echo $$(($$(cat $(CTR))-1)) > $(CTR)'\n"
+    );
+    std::fs::write(dir.join("Makefile"), text).expect("Makefile");
+    dir
+}
+
+/// `worklane run ARGS -- make -s -j32 CTR=...` in `dir`, started in the background.
+fn build(site: &Site, args: &[&str], dir: &Path, counter: &Path) -> Running {
+    Running::new(
+        site.worklane()
+            .arg("run")
+            .args(args)
+            .args(["--", "make", "-s", "-j32"])
+            .arg(format!("CTR={}", counter.display()))
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn_gated()
+            .expect("spawn worklane run --jobs -- make"),
+    )
+}
+
+/// Every count the targets saw at their start.
+fn counts(counter: &Path) -> Vec<u32> {
+    let log = std::fs::read_to_string(format!("{}.log", counter.display())).unwrap_or_default();
+    log.lines().map(|l| l.parse().expect("a count")).collect()
+}
+
+/// The job slots `slots --json` shows held.
+fn jobs_held(site: &Site) -> u64 {
+    let out = site.output(&["slots", "--json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("slots --json");
+    doc["jobs_held"].as_u64().expect("jobs_held")
+}
+
+fn finish(run: Running, what: &str) {
+    let out = run.wait_with_output().expect("wait");
+    assert!(
+        out.status.success(),
+        "{what} succeeds: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn four_builds_never_run_more_targets_at_once_than_max_jobs() {
+    let site = Site::new(Some(r#"{"max_agents": 8, "max_jobs": 4}"#));
+    let dir = makefile(&site, 40, "0.05");
+    let counter = site.file("counter");
+    let builds: Vec<Running> = (0..4)
+        .map(|_| build(&site, &["--jobs"], &dir, &counter))
+        .collect();
+    for b in builds {
+        finish(b, "every build");
+    }
+    let seen = counts(&counter);
+    assert_eq!(seen.len(), 160, "every target of the four builds ran");
+    let most = seen.iter().copied().max().expect("counts");
+    assert!(
+        most <= 4,
+        "never more than max_jobs (4) targets at once machine-wide: {most}"
+    );
+    assert_eq!(jobs_held(&site), 0, "every job slot is released");
+}
+
+#[test]
+fn one_build_runs_at_the_machines_full_width() {
+    let site = Site::new(Some(r#"{"max_agents": 8, "max_jobs": 3}"#));
+    let dir = makefile(&site, 12, "0.3");
+    let counter = site.file("counter");
+    finish(build(&site, &["--jobs"], &dir, &counter), "the build");
+    let seen = counts(&counter);
+    assert_eq!(
+        seen.iter().copied().max(),
+        Some(3),
+        "make -j32 runs as wide as max_jobs (3) and no wider: {seen:?}"
+    );
+}
+
+#[test]
+fn a_share_caps_the_tree_and_makes_own_j_is_one() {
+    let site = Site::new(Some(r#"{"max_agents": 8, "max_jobs": 4}"#));
+    let dir = makefile(&site, 8, "0.3");
+    let counter = site.file("counter");
+    finish(build(&site, &["--jobs=2"], &dir, &counter), "the build");
+    assert_eq!(counts(&counter).iter().copied().max(), Some(2), "--jobs=2");
+    std::fs::remove_file(format!("{}.log", counter.display())).expect("new log");
+    let out = site
+        .worklane()
+        .args(["run", "--jobs", "--", "make", "-s", "-j3"])
+        .arg(format!("CTR={}", counter.display()))
+        .current_dir(&dir)
+        .output_gated()
+        .expect("run");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        counts(&counter).iter().copied().max(),
+        Some(3),
+        "make's own -j3"
+    );
+}
+
+#[test]
+fn a_build_killed_mid_run_leaves_no_job_slot_once_its_tree_has_ended() {
+    let site = Site::new(Some(r#"{"max_agents": 8, "max_jobs": 3}"#));
+    let dir = makefile(&site, 30, "0.2");
+    let counter = site.file("counter");
+    let mut doomed = build(&site, &["--jobs"], &dir, &counter);
+    wait_until("the doomed build runs three targets", || {
+        counts(&counter).contains(&3)
+    });
+    // SIGKILL the make (the supervisor's child) while its targets run.
+    let make = child_named(doomed.id(), "make").expect("the build's make");
+    sigkill(make);
+    let status = wait_exit(&mut doomed, "the killed build's supervisor");
+    assert_eq!(status.code(), None, "it ends by make's signal");
+    wait_until("the killed build's targets end", || {
+        std::fs::read_to_string(&counter).is_ok_and(|n| n.trim() == "0")
+    });
+    wait_until("every job slot free", || jobs_held(&site) == 0);
+    // The others run on at full width.
+    std::fs::remove_file(format!("{}.log", counter.display())).expect("new log");
+    let dir = makefile(&site, 9, "0.3");
+    finish(build(&site, &["--jobs"], &dir, &counter), "the next build");
+    assert_eq!(
+        counts(&counter).iter().copied().max(),
+        Some(3),
+        "the next build gets every job slot"
+    );
+}
+
+#[test]
+fn a_token_read_and_never_written_back_is_returned_while_the_tree_runs() {
+    let site = Site::new(Some(r#"{"max_agents": 8, "max_jobs": 2}"#));
+    // A client of the fifo form reads a token and exits; the tree runs on without anyone
+    // holding the jobserver, so the token is judged lost and its slot returned while it runs.
+    let thief = r#"
+        auth=$(printf '%s' "$MAKEFLAGS" | sed -n 's/.*--jobserver-auth=fifo:\([^ ]*\).*/\1/p')
+        head -c 1 "$auth" > "$T/stolen"
+        touch "$T/up"
+        while [ ! -e "$T/release" ]; do sleep 0.02; done
+    "#;
+    let mut run = Running::new(
+        site.worklane()
+            .args([
+                "run",
+                "--jobs",
+                "--jobs-style",
+                "fifo",
+                "--",
+                "sh",
+                "-c",
+                thief,
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn_gated()
+            .expect("spawn"),
+    );
+    wait_until("the thief has its token", || site.file("up").exists());
+    assert_eq!(
+        std::fs::read(site.file("stolen")).expect("stolen").len(),
+        1,
+        "it read a token"
+    );
+    // With both job slots held (the build's own and the stolen token's), another build's job
+    // gets one only once the stolen token is judged lost.
+    let other = site.output(&["run", "--kind", "job", "--timeout", "20s", "--", "true"]);
+    assert!(
+        other.status.success(),
+        "another build's job ran while the thief's tree still runs: {other:?}"
+    );
+    assert!(
+        matches!(run.try_wait(), Ok(None)),
+        "the thief's tree is still running"
+    );
+    std::fs::write(site.file("release"), "").expect("release");
+    let status = wait_exit(&mut run, "the run");
+    assert!(status.success(), "{status:?}");
+    assert_eq!(jobs_held(&site), 0, "nothing held once the tree has ended");
+}
+
+#[test]
+fn stop_halts_a_build_and_frees_its_job_slots() {
+    let site = Site::new(Some(r#"{"max_agents": 8, "max_jobs": 3}"#));
+    let dir = makefile(&site, 30, "1");
+    let counter = site.file("counter");
+    let mut run = build(&site, &["--jobs"], &dir, &counter);
+    wait_until("three targets run", || counts(&counter).contains(&3));
+    let out = site.output(&["slots", "--json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("slots --json");
+    let jobs: Vec<&serde_json::Value> = doc["slots"]
+        .as_array()
+        .expect("slots")
+        .iter()
+        .filter(|s| s["kind"] == "job")
+        .collect();
+    assert_eq!(
+        jobs.len(),
+        3,
+        "slots shows the build's three job slots: {doc}"
+    );
+    let supervisor = run.id();
+    assert!(
+        jobs.iter().all(|s| s["pid"] == supervisor),
+        "each names the build's supervisor: {doc}"
+    );
+    assert_eq!(site.code(&["stop-all", "build", "storm"]), 0);
+    let status = wait_exit(&mut run, "the halted build");
+    assert_eq!(status.code(), Some(143), "halted by SIGTERM: {status:?}");
+    wait_until("every job slot free", || jobs_held(&site) == 0);
+}
+
+/// A small crate graph: `n` library crates, all but the first two on `c0`.
+fn crate_graph(site: &Site, n: u32) -> PathBuf {
+    let root = site.file("graph");
+    std::fs::create_dir_all(&root).expect("graph");
+    std::fs::write(
+        root.join("Cargo.toml"),
+        "[workspace]\nmembers = [\"c*\"]\nresolver = \"2\"\n",
+    )
+    .expect("workspace");
+    for i in 0..n {
+        let dir = root.join(format!("c{i}"));
+        std::fs::create_dir_all(dir.join("src")).expect("crate");
+        let dep = if i >= 2 {
+            "c0 = { path = \"../c0\" }"
+        } else {
+            ""
+        };
+        std::fs::write(
+            dir.join("Cargo.toml"),
+            format!(
+                "[package]\nname = \"c{i}\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\
+                 [dependencies]\n{dep}\n"
+            ),
+        )
+        .expect("manifest");
+        std::fs::write(
+            dir.join("src/lib.rs"),
+            format!("pub fn f{i}() -> u64 {{ (0..1000u64).map(|x| x * {i}).sum() }}\n"),
+        )
+        .expect("lib");
+    }
+    root
+}
+
+/// The most `rustc` processes below `root` seen at once, sampled until `root` exits.
+fn most_rustc(root: &mut Running) -> usize {
+    let mut most = 0;
+    while matches!(root.try_wait(), Ok(None)) {
+        let table = process_table();
+        let n = descendants(root.id(), &table)
+            .iter()
+            .filter(|pid| {
+                table
+                    .iter()
+                    .any(|(p, _, name)| p == *pid && name == "rustc")
+            })
+            .count();
+        most = most.max(n);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    most
+}
+
+#[test]
+fn cargo_runs_no_more_rustc_at_once_than_max_jobs_in_either_form() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    for style in ["fifo", "fds"] {
+        let site = Site::new(Some(r#"{"max_agents": 8, "max_jobs": 2}"#));
+        let graph = crate_graph(&site, 10);
+        let mut run = Running::new(
+            site.worklane()
+                .args(["run", "--jobs", "--jobs-style", style, "--"])
+                .arg(&cargo)
+                .args(["build", "--offline", "-q", "-j64"])
+                .current_dir(&graph)
+                .env("CARGO_TARGET_DIR", site.file("target"))
+                .env_remove("CARGO_MAKEFLAGS")
+                .env_remove("MAKEFLAGS")
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn_gated()
+                .expect("spawn cargo build"),
+        );
+        let most = most_rustc(&mut run);
+        let out = run.wait_with_output().expect("wait");
+        assert!(
+            out.status.success(),
+            "{style}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            (1..=2).contains(&most),
+            "{style}: at most max_jobs (2) rustc at once, and some: {most}"
+        );
+        assert_eq!(jobs_held(&site), 0, "{style}: every job slot released");
+    }
+}
+
+#[test]
+fn an_older_make_style_client_reads_and_returns_tokens_through_the_descriptors() {
+    let site = Site::new(Some(r#"{"max_agents": 8, "max_jobs": 3}"#));
+    // What make before 4.4 does: `--jobserver-auth=R,W` (`--jobserver-fds` before 4.2),
+    // a blocking read of one byte per job on R, the byte written back on W.
+    let client = r#"
+        auth=$(printf '%s' "$MAKEFLAGS" | sed -n 's/.*--jobserver-auth=\([0-9]*\),\([0-9]*\).*/\1 \2/p')
+        set -- $auth
+        python3 - "$1" "$2" <<'EOF'
+import os, sys
+r, w = int(sys.argv[1]), int(sys.argv[2])
+got = [os.read(r, 1) for _ in range(2)]
+open(os.environ["T"] + "/got", "w").write(str(len(b"".join(got))))
+for t in got:
+    os.write(w, t)
+EOF
+    "#;
+    let out = site.output(&["run", "--jobs", "--", "sh", "-c", client]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(site.file("got")).expect("got"),
+        "2",
+        "two tokens read beside the implicit one (max_jobs 3)"
+    );
+    assert_eq!(jobs_held(&site), 0, "returned, and released");
+}
+
+/// Every process as `(pid, ppid, name)`.
+fn process_table() -> Vec<(u32, u32, String)> {
+    let mut table = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let name = stat[open + 1..close].to_owned();
+        let ppid = stat[close + 1..]
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0);
+        table.push((pid, ppid, name));
+    }
+    table
+}
+
+fn descendants(root: u32, table: &[(u32, u32, String)]) -> Vec<u32> {
+    let mut found = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(parent) = frontier.pop() {
+        for (pid, ppid, _) in table {
+            if *ppid == parent && !found.contains(pid) {
+                found.push(*pid);
+                frontier.push(*pid);
+            }
+        }
+    }
+    found
+}
+
+/// A child of `parent` named `name`.
+fn child_named(parent: u32, name: &str) -> Option<u32> {
+    process_table()
+        .into_iter()
+        .find(|(_, ppid, n)| *ppid == parent && n == name)
+        .map(|(pid, _, _)| pid)
+}
+
+fn sigkill(pid: u32) {
+    if let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+    }
+}

@@ -1,0 +1,235 @@
+//! The jobserver's plain parts, the same on every platform: what a build asks ([`Jobs`],
+//! [`Style`]), make's `-j` options ([`make_jobs`]), `MAKEFLAGS` ([`makeflags`]), and the rule
+//! that judges a token lost ([`lost_tokens`]). The running jobserver is `jobserver.rs`
+//! (Linux).
+
+use std::ffi::{OsStr, OsString};
+use std::path::Path;
+
+/// How the build is told where its jobserver is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Style {
+    /// `--jobserver-auth=R,W`: two descriptors the command inherits (every GNU make since
+    /// 3.78 reads them; cargo, rustc and ninja too).
+    #[default]
+    Fds,
+    /// `--jobserver-auth=fifo:PATH` (GNU make 4.4 and newer clients): nothing inherited.
+    Fifo,
+}
+
+/// A build's jobserver, as [`crate::Supervisor::jobs`] takes it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Jobs {
+    /// The most jobs this tree runs at once, its implicit one included (`None`: as many as
+    /// the machine gives; a make's own `-jN` lowers it).
+    pub share: Option<u32>,
+    /// How the build is told.
+    pub style: Style,
+}
+
+/// `make`'s `-j` options taken out of `args` (the command's arguments after its program), for
+/// a program named `make`, `gmake` or `gnumake`: `-jN`, `-j N`, `-j`, `--jobs=N`, `--jobs N`,
+/// `--jobs`, and a `j` in a cluster of short options (`-kj8`). Returns the arguments left and
+/// the share asked: `None` when no `-j` was given or the program is no make, `Some(None)` for
+/// a `-j` without a number (no limit), `Some(Some(n))`. Arguments after `--` are left alone.
+#[must_use]
+pub fn make_jobs(program: &OsStr, args: &[OsString]) -> (Vec<OsString>, Option<Option<u32>>) {
+    let name = Path::new(program)
+        .file_name()
+        .and_then(OsStr::to_str)
+        .unwrap_or("");
+    if !matches!(name, "make" | "gmake" | "gnumake") {
+        return (args.to_vec(), None);
+    }
+    let number = |s: &str| s.parse::<u32>().ok().filter(|n| *n > 0);
+    let mut kept = Vec::with_capacity(args.len());
+    let mut asked: Option<Option<u32>> = None;
+    let mut rest = args.iter().peekable();
+    while let Some(arg) = rest.next() {
+        let Some(text) = arg.to_str() else {
+            kept.push(arg.clone());
+            continue;
+        };
+        if text == "--" {
+            kept.push(arg.clone());
+            kept.extend(rest.cloned());
+            break;
+        }
+        // `-j`/`--jobs` take their number from the next argument only when it is one.
+        let next_number = |rest: &mut std::iter::Peekable<std::slice::Iter<'_, OsString>>| {
+            let n = rest.peek().and_then(|a| a.to_str()).and_then(number)?;
+            rest.next();
+            Some(n)
+        };
+        if text == "--jobs" || text == "-j" {
+            asked = Some(next_number(&mut rest));
+        } else if let Some(n) = text.strip_prefix("--jobs=") {
+            asked = Some(number(n));
+        } else if let Some(cluster) = text.strip_prefix('-').filter(|c| {
+            // `j` before any letter that takes an argument (`-C dir`, `-f file`, ...): after
+            // one of those the rest of the cluster is its argument.
+            !c.starts_with('-')
+                && c.bytes().all(|b| b.is_ascii_alphanumeric())
+                && c.find(|l: char| "jCfIloWOE".contains(l))
+                    .is_some_and(|at| c.as_bytes()[at] == b'j')
+        }) {
+            // A cluster of short options: the flags before `j` stay; what follows `j` is its
+            // number (make's `-j` takes the rest of the cluster as its argument).
+            let at = cluster.find('j').unwrap_or(0);
+            let (flags, tail) = (&cluster[..at], &cluster[at + 1..]);
+            if !flags.is_empty() {
+                kept.push(OsString::from(format!("-{flags}")));
+            }
+            asked = Some(if tail.is_empty() {
+                next_number(&mut rest)
+            } else {
+                number(tail)
+            });
+        } else {
+            kept.push(arg.clone());
+        }
+    }
+    (kept, asked)
+}
+
+/// `MAKEFLAGS` for the build: the caller's own flags (`existing`) without their `-j` and
+/// jobserver parts, then `-jN` (`-j` with no share) and `--jobserver-auth=AUTH`.
+#[must_use]
+pub fn makeflags(existing: Option<&str>, share: Option<u32>, auth: &str) -> String {
+    let mut words: Vec<&str> = existing
+        .unwrap_or("")
+        .split_ascii_whitespace()
+        .filter(|w| {
+            !(w.starts_with("--jobserver-auth")
+                || w.starts_with("--jobserver-fds")
+                || w.starts_with("--jobserver-style")
+                || *w == "-j"
+                || w.strip_prefix("-j")
+                    .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+                || w.starts_with("--jobs"))
+        })
+        .collect();
+    // A first word of single-letter flags (make writes `k` or `ks`) stays first.
+    let jobs = share.map_or("-j".to_owned(), |n| format!("-j{n}"));
+    let auth = format!("--jobserver-auth={auth}");
+    words.push(&jobs);
+    words.push(&auth);
+    words.join(" ")
+}
+
+/// The number of threads of a process from its `/proc/<pid>/stat` (field 20), counted from
+/// the last `)` since the command name may hold spaces and parentheses.
+#[must_use]
+pub fn stat_threads(stat: &[u8]) -> Option<u32> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
+    // Field 3 (state) is the first after the name; field 20 is the 18th.
+    rest.split_ascii_whitespace().nth(17)?.parse().ok()
+}
+
+/// How many tokens are lost, from what the tree looks like: all of them when no process of
+/// the tree has the jobserver open; else those beyond the tree's live threads less one.
+#[must_use]
+pub fn lost_tokens(out: u64, threads: u32, holders: u32) -> u64 {
+    if holders == 0 {
+        return out;
+    }
+    out.saturating_sub(u64::from(threads.saturating_sub(1)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(args: &[&str]) -> Vec<OsString> {
+        args.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn makes_j_options_become_the_share_and_leave_its_arguments() {
+        let make = OsStr::new("/usr/bin/make");
+        for (args, kept, asked) in [
+            (&["-j32", "all"][..], &["all"][..], Some(Some(32))),
+            (&["-j", "8", "all"], &["all"], Some(Some(8))),
+            (&["-j", "all"], &["all"], Some(None)),
+            (&["--jobs=4"], &[], Some(Some(4))),
+            (&["--jobs", "6", "x"], &["x"], Some(Some(6))),
+            (&["--jobs"], &[], Some(None)),
+            (&["-kj8", "all"], &["-k", "all"], Some(Some(8))),
+            (&["-kj", "3"], &["-k"], Some(Some(3))),
+            (&["-k", "all"], &["-k", "all"], None),
+            (&["--", "-j9"], &["--", "-j9"], None),
+            (&["-C", "dir", "-j2"], &["-C", "dir"], Some(Some(2))),
+            (&["-Cjdir"], &["-Cjdir"], None),
+            (&["-kfj.mk"], &["-kfj.mk"], None),
+        ] {
+            assert_eq!(
+                make_jobs(make, &os(args)),
+                (os(kept), asked),
+                "make {args:?}"
+            );
+        }
+        assert_eq!(
+            make_jobs(OsStr::new("cargo"), &os(&["build", "-j64"])),
+            (os(&["build", "-j64"]), None),
+            "only make's arguments are touched"
+        );
+    }
+
+    #[test]
+    fn makeflags_keep_the_callers_flags_and_replace_the_jobserver() {
+        assert_eq!(makeflags(None, Some(4), "3,4"), "-j4 --jobserver-auth=3,4");
+        assert_eq!(
+            makeflags(
+                Some("k -j8 --jobserver-auth=5,6 --no-print-directory"),
+                None,
+                "fifo:/x"
+            ),
+            "k --no-print-directory -j --jobserver-auth=fifo:/x"
+        );
+        assert_eq!(
+            makeflags(
+                Some(" --jobserver-fds=1,2 -j --jobserver-style=pipe"),
+                Some(2),
+                "7,8"
+            ),
+            "-j2 --jobserver-auth=7,8"
+        );
+    }
+
+    #[test]
+    fn threads_are_field_20_counted_from_the_last_parenthesis() {
+        let stat = b"42 (a) b) S 1 42 40 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 7 0 98765 1000 10";
+        assert_eq!(stat_threads(stat), Some(7));
+        assert_eq!(stat_threads(b"42 (a) S 1"), None);
+    }
+
+    #[test]
+    fn a_token_is_lost_only_when_the_tree_cannot_be_holding_it() {
+        assert_eq!(lost_tokens(3, 9, 0), 3, "nobody holds the jobserver");
+        assert_eq!(lost_tokens(3, 4, 1), 0, "three jobs and their coordinator");
+        assert_eq!(lost_tokens(3, 3, 1), 1, "one thread too few");
+        assert_eq!(lost_tokens(2, 0, 1), 2);
+        assert_eq!(lost_tokens(0, 0, 0), 0);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn no_make_command_line_panics_or_keeps_a_j(args in proptest::collection::vec("-?-?[a-z0-9=]{0,6}", 0..8)) {
+            let args = os(&args.iter().map(String::as_str).collect::<Vec<_>>());
+            let (kept, _) = make_jobs(OsStr::new("make"), &args);
+            let dashdash = kept.iter().position(|a| a == "--").unwrap_or(kept.len());
+            for arg in &kept[..dashdash] {
+                let text = arg.to_str().unwrap_or("");
+                proptest::prop_assert!(!text.starts_with("--jobs"), "{text}");
+                let cluster = text.strip_prefix('-').filter(|c| !c.starts_with('-'));
+                let j_first = cluster.and_then(|c| c.find(|l: char| "jCfIloWOE".contains(l)))
+                    .is_some_and(|at| text.as_bytes()[at + 1] == b'j');
+                proptest::prop_assert!(
+                    !(j_first && text[1..].bytes().all(|b| b.is_ascii_alphanumeric())),
+                    "{text}"
+                );
+            }
+        }
+    }
+}

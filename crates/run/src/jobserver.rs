@@ -1,0 +1,579 @@
+//! A GNU make jobserver whose tokens are the machine's job slots (`job-<i>.lock`, capped by
+//! the config's `max_jobs`), for the build a supervised command runs.
+//!
+//! # The protocol the build sees
+//!
+//! A named FIFO in a private directory (mode 0700) holds the tokens: a client reads one byte
+//! before starting a job and writes one byte back when the job ends, as make's own jobserver
+//! does. The build learns of it through `MAKEFLAGS` and `CARGO_MAKEFLAGS`: `-jN
+//! --jobserver-auth=R,W` with two inherited descriptors on the FIFO ([`Style::Fds`], every
+//! make from 3.78 to 4.4, cargo, rustc, ninja), or `--jobserver-auth=fifo:PATH`
+//! ([`Style::Fifo`], make 4.4 and newer clients). `N` is the tree's share.
+//!
+//! # Tokens and machine slots
+//!
+//! Every token the tree can read is backed by a job slot taken first. The supervision holds
+//! one slot itself before the command starts (the implicit token every make has), which the
+//! command inherits like its agent slot. Then:
+//!
+//! - *standby*: while the FIFO is empty and the tree holds fewer than its share, one more slot
+//!   is taken, waiting in the machine's job line (priority, then arrival: a build that asks
+//!   fastest cannot take every free token), and its token written: at most one token waits
+//!   unread in the FIFO;
+//! - *return*: a token written back is kept as the standby unless another build waits in the
+//!   job line, or a standby is there already; then it is read back and its slot released;
+//! - *accounting*: the tokens out are what this side wrote, less what it read back, less what
+//!   the FIFO still holds (`FIONREAD`); every change is seen at once (inotify on the FIFO);
+//! - *lost tokens*: a token whose reader died without writing it back is returned when the
+//!   tree can no longer be holding it: when no process of the tree has the FIFO open, or when
+//!   the tree's live threads fall below the tokens out plus one (each token backs a running
+//!   job of at least one thread, plus whoever coordinates them). Checked every 250 ms while
+//!   tokens are out; a token held by a live process that will never return it is returned
+//!   only when the tree ends;
+//! - *end*: when the command's supervision ends, every slot still held is released at once.
+//!
+//! A SIGKILLed supervisor frees nothing a live build still uses: each token slot's guard is
+//! also sent, as `SCM_RIGHTS`, into a Unix socket whose receiving end the tree inherits and
+//! never reads. A descriptor in flight keeps its open file description, and so its lock, for
+//! as long as the socket's receiving end is open in some process of the tree.
+//!
+//! # make's own `-jN`
+//!
+//! GNU make ignores an inherited jobserver when `-jN` is on its own command line ("-jN forced
+//! in submake: resetting jobserver mode"), so for a command whose program is `make`, `gmake`
+//! or `gnumake` the `-j` options are taken out of its arguments ([`make_jobs`]) and their N
+//! caps the tree's share instead.
+
+use crate::jobs::{Style, lost_tokens, makeflags};
+use crate::supervise::Error;
+use std::ffi::OsString;
+use std::io::{IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+use worklane_admission::{Kind, Pool, Slot, Take, Wait};
+use worklane_lease::Request;
+
+/// How often lost tokens are looked for while tokens are out.
+const LOST_CHECK: Duration = Duration::from_millis(250);
+
+/// How long the accountant lets events gather after one wakes it.
+const COALESCE: Duration = Duration::from_micros(500);
+
+/// How long a look at the job line is trusted.
+const LINE_LOOK: Duration = Duration::from_millis(20);
+
+/// The most descriptors one `SCM_RIGHTS` message carries into the keeper socket.
+const CHUNK: usize = 250;
+
+/// What both threads and the supervision share.
+struct Shared {
+    pool: Pool,
+    request: Request,
+    /// Our own descriptor on the FIFO (read-write, nonblocking).
+    fifo: OwnedFd,
+    fifo_path: PathBuf,
+    /// Our end of the keeper socket, and a copy of the tree's end to read old batches back.
+    keep_send: OwnedFd,
+    keep_recv: OwnedFd,
+    /// The most token slots (the implicit one is not among them).
+    tokens_max: u32,
+    ledger: Mutex<Ledger>,
+    wanted: Condvar,
+    stop: AtomicBool,
+}
+
+/// The accounts, under the mutex.
+#[derive(Default)]
+struct Ledger {
+    /// The token slots held (standby and out).
+    held: Vec<Slot>,
+    /// Bytes this side wrote to the FIFO (each with a slot), and read back.
+    written: u64,
+    read: u64,
+    /// Tokens judged lost whose slots were released: the next bytes read back are theirs.
+    unbacked: u64,
+    /// Whether the taker should fetch a standby.
+    want: bool,
+    /// Messages of the batch now in the keeper socket.
+    in_flight: usize,
+    /// A shortfall of the tree seen at a look for lost tokens (when, how many): judged lost
+    /// only if the next look, at least [`LOST_CHECK`] later, sees it still.
+    suspect: Option<(std::time::Instant, u64)>,
+    /// The last look at the job line: when, and whether a build waited in it.
+    line_seen: Option<(std::time::Instant, bool)>,
+}
+
+/// A running jobserver; [`Jobserver::end`] (or dropping it) releases everything.
+///
+/// [`crate::Supervisor::jobs`] runs one for its command, taking the build's own job slot
+/// first; a caller that runs its build itself starts one with [`Jobserver::start`], gives the
+/// command [`Jobserver::env`] and [`Jobserver::inherit`], holds one job slot for the command
+/// itself, and calls [`Jobserver::end`] once the build's tree has ended.
+pub struct Jobserver {
+    shared: Arc<Shared>,
+    dir: PathBuf,
+    /// What the command inherits: the tree's keeper end, and with [`Style::Fds`] the FIFO's
+    /// two client descriptors.
+    inherit: Vec<OwnedFd>,
+    env: Vec<(&'static str, OsString)>,
+    accountant: Option<std::thread::JoinHandle<()>>,
+}
+
+fn io(what: &'static str) -> impl Fn(rustix::io::Errno) -> Error {
+    move |e| Error::Jobserver {
+        what,
+        source: e.into(),
+    }
+}
+
+fn lock(ledger: &Mutex<Ledger>) -> MutexGuard<'_, Ledger> {
+    ledger.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Jobserver {
+    /// Makes the FIFO and the keeper socket, and starts the threads that keep the accounts.
+    /// `share` is the tree's whole share (its implicit slot included; `u32::MAX`: as many as
+    /// the machine gives); `request` names the token slots' records.
+    pub fn start(
+        pool: &Pool,
+        request: &Request,
+        share: u32,
+        style: Style,
+    ) -> Result<Jobserver, Error> {
+        use rustix::fs::{Mode, OFlags};
+        let dir = private_dir()?;
+        let fifo_path = dir.join("jobserver");
+        rustix::fs::mkfifoat(rustix::fs::CWD, &fifo_path, Mode::RUSR | Mode::WUSR)
+            .map_err(io("making the jobserver's FIFO"))?;
+        let open = |flags| {
+            rustix::fs::open(&fifo_path, flags | OFlags::CLOEXEC, Mode::empty())
+                .map_err(io("opening the jobserver's FIFO"))
+        };
+        // Read-write: never blocks at open, and the FIFO never sees its last writer leave.
+        let fifo = open(OFlags::RDWR | OFlags::NONBLOCK)?;
+        let (keep_send, keep_tree) = rustix::net::socketpair(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::STREAM,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(io("making the keeper socket"))?;
+        let keep_recv = rustix::io::fcntl_dupfd_cloexec(&keep_tree, 3)
+            .map_err(io("copying the keeper socket"))?;
+        rustix::io::ioctl_fionbio(&keep_recv, true).map_err(io("the keeper socket"))?;
+        let mut inherit = vec![crate::supervise::inheritable(&keep_tree)?];
+        drop(keep_tree);
+        let tokens = share.saturating_sub(1);
+        let shown_share = Some(share).filter(|&s| s < u32::MAX);
+        let auth = match style {
+            Style::Fds => {
+                // The client's ends: a blocking read end (make waits in read(2) or pselect)
+                // and a write end, both inherited by the command.
+                let read = open(OFlags::RDONLY | OFlags::NONBLOCK)?;
+                rustix::io::ioctl_fionbio(&read, false).map_err(io("the FIFO's read end"))?;
+                let write = open(OFlags::WRONLY)?;
+                let (read, write) = (
+                    crate::supervise::inheritable(&read)?,
+                    crate::supervise::inheritable(&write)?,
+                );
+                let auth = format!(
+                    "{},{}",
+                    std::os::fd::AsRawFd::as_raw_fd(&read),
+                    std::os::fd::AsRawFd::as_raw_fd(&write)
+                );
+                inherit.push(read);
+                inherit.push(write);
+                auth
+            }
+            Style::Fifo => format!("fifo:{}", fifo_path.display()),
+        };
+        let flags = makeflags(
+            std::env::var("MAKEFLAGS").ok().as_deref(),
+            shown_share,
+            &auth,
+        );
+        let cargo_flags = makeflags(
+            std::env::var("CARGO_MAKEFLAGS").ok().as_deref(),
+            shown_share,
+            &auth,
+        );
+        let env = vec![
+            ("MAKEFLAGS", OsString::from(flags)),
+            ("CARGO_MAKEFLAGS", OsString::from(cargo_flags)),
+            ("WORKLANE_JOBSERVER", fifo_path.clone().into_os_string()),
+        ];
+        let inotify = rustix::fs::inotify::init(rustix::fs::inotify::CreateFlags::CLOEXEC)
+            .map_err(io("watching the jobserver's FIFO"))?;
+        rustix::fs::inotify::add_watch(
+            &inotify,
+            &fifo_path,
+            rustix::fs::inotify::WatchFlags::ACCESS
+                | rustix::fs::inotify::WatchFlags::MODIFY
+                | rustix::fs::inotify::WatchFlags::ATTRIB,
+        )
+        .map_err(io("watching the jobserver's FIFO"))?;
+        let shared = Arc::new(Shared {
+            pool: pool.clone(),
+            request: request.clone().field("token", true),
+            fifo,
+            fifo_path,
+            keep_send,
+            keep_recv,
+            tokens_max: tokens,
+            ledger: Mutex::new(Ledger::default()),
+            wanted: Condvar::new(),
+            stop: AtomicBool::new(false),
+        });
+        shared.settle(&mut lock(&shared.ledger), false);
+        let accountant = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("jobserver".into())
+                .spawn(move || shared.account(&inotify))
+                .map_err(|source| Error::Jobserver {
+                    what: "starting its accountant",
+                    source,
+                })?
+        };
+        {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("jobserver-taker".into())
+                .spawn(move || shared.take_standbys())
+                .map_err(|source| Error::Jobserver {
+                    what: "starting its taker",
+                    source,
+                })?;
+        }
+        Ok(Jobserver {
+            shared,
+            dir,
+            inherit,
+            env,
+            accountant: Some(accountant),
+        })
+    }
+
+    /// The variables the command gets: `MAKEFLAGS`, `CARGO_MAKEFLAGS`, `WORKLANE_JOBSERVER`.
+    #[must_use]
+    pub fn env(&self) -> &[(&'static str, OsString)] {
+        &self.env
+    }
+
+    /// The FIFO (a client of the fifo form opens it by this path).
+    #[must_use]
+    pub fn fifo(&self) -> &std::path::Path {
+        &self.shared.fifo_path
+    }
+
+    /// The descriptors the command must inherit (not close-on-exec; given away once): the
+    /// keeper socket's end, then with [`Style::Fds`] the FIFO's read and write ends that
+    /// `MAKEFLAGS` names.
+    pub fn inherit(&mut self) -> Vec<OwnedFd> {
+        std::mem::take(&mut self.inherit)
+    }
+
+    /// The tree has ended: every token slot is released, the threads stop, the FIFO goes.
+    pub fn end(mut self) {
+        self.stop_now();
+    }
+
+    fn stop_now(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        {
+            let mut ledger = lock(&self.shared.ledger);
+            ledger.want = false;
+            let held = std::mem::take(&mut ledger.held);
+            for slot in held {
+                let _ = slot.release();
+            }
+            self.shared.send_batch(&mut ledger);
+        }
+        self.shared.wanted.notify_all();
+        // Wakes the accountant's inotify (an attribute change is an event).
+        let _ = rustix::fs::fchmod(
+            &self.shared.fifo,
+            rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+        );
+        if let Some(accountant) = self.accountant.take() {
+            let _ = accountant.join();
+        }
+        let _ = std::fs::remove_file(&self.shared.fifo_path);
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+impl Drop for Jobserver {
+    fn drop(&mut self) {
+        if self.accountant.is_some() {
+            self.stop_now();
+        }
+    }
+}
+
+/// A new directory only this user can enter, for the FIFO: under `$TMPDIR` (else `/tmp`).
+/// mkdir(2) never follows a link at the name and fails on anything there, so a name another
+/// user made first is passed over for the next.
+fn private_dir() -> Result<PathBuf, Error> {
+    let base = std::env::temp_dir();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    for attempt in 0..64u32 {
+        let dir = base.join(format!(
+            "worklane-jobs-{}-{nanos:08x}-{attempt}",
+            std::process::id()
+        ));
+        match rustix::fs::mkdir(&dir, rustix::fs::Mode::RWXU) {
+            Ok(()) => return Ok(dir),
+            Err(rustix::io::Errno::EXIST) => {}
+            Err(e) => return Err(io("making the jobserver's directory")(e)),
+        }
+    }
+    Err(io("making the jobserver's directory")(
+        rustix::io::Errno::EXIST,
+    ))
+}
+
+impl Shared {
+    /// The accountant: wakes on every read or write of the FIFO (inotify), and every
+    /// [`LOST_CHECK`] while tokens are out, and settles the accounts.
+    fn account(&self, inotify: &OwnedFd) {
+        let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
+        while !self.stop.load(Ordering::SeqCst) {
+            let mut fds = [rustix::event::PollFd::new(
+                inotify,
+                rustix::event::PollFlags::IN,
+            )];
+            let timeout = rustix::event::Timespec::try_from(LOST_CHECK).ok();
+            let woken = matches!(rustix::event::poll(&mut fds, timeout.as_ref()), Ok(n) if n > 0);
+            if woken {
+                // A busy build reads and writes tokens in bursts: the events of a moment are
+                // taken together (a token is topped up at most this much later).
+                std::thread::sleep(COALESCE);
+                let mut reader = rustix::fs::inotify::Reader::new(inotify, &mut buf);
+                // One read empties what came; the events themselves say nothing more.
+                let _ = reader.next();
+            }
+            if self.stop.load(Ordering::SeqCst) {
+                return;
+            }
+            let mut ledger = lock(&self.ledger);
+            self.settle(&mut ledger, !woken);
+        }
+    }
+
+    /// Brings the accounts in line with the FIFO: surplus bytes read back, slots released
+    /// for tokens that came back (or were lost), the taker told whether a standby is wanted.
+    ///
+    /// The slots held are always `written - read - unbacked`: every byte this side wrote had
+    /// a slot, a byte read back returns one, and a token judged lost gives its slot up at
+    /// once (it is then `unbacked` until a byte is read back for it). Only this side's own
+    /// counters decide the slots, so a client reading between two looks at the FIFO can never
+    /// make a slot go that backs a token it holds.
+    fn settle(&self, ledger: &mut Ledger, look_for_lost: bool) {
+        let backed_bytes = ledger.written - ledger.read;
+        let in_fifo = rustix::io::ioctl_fionread(&self.fifo).unwrap_or(0);
+        if in_fifo > backed_bytes {
+            // Bytes no token of ours accounts for (a client wrote one it never read): read
+            // back and dropped, never counted as a token returned.
+            let _ = self.drain(in_fifo - backed_bytes);
+        }
+        if ledger.unbacked > 0 {
+            // A token judged lost came back after all (or another takes its place): its slot
+            // is gone, so its byte leaves the FIFO.
+            let drained = self.drain(ledger.unbacked);
+            ledger.read += drained;
+            ledger.unbacked -= drained;
+        }
+        let in_fifo = rustix::io::ioctl_fionread(&self.fifo).unwrap_or(0);
+        let out = (ledger.written - ledger.read - ledger.unbacked).saturating_sub(in_fifo);
+        if look_for_lost && out > 0 {
+            let (threads, holders) = crate::platform::tree_use(&self.fifo_path);
+            let short = match (threads, holders) {
+                (Some(threads), Some(holders)) => lost_tokens(out, threads, holders),
+                _ => 0,
+            };
+            // A client reads its token a moment before it starts the job, and a job ends a
+            // moment before its token is written back: only a shortfall that lasts from one
+            // look to the next is a loss.
+            let lost = match ledger.suspect {
+                Some((since, before)) if short > 0 && since.elapsed() >= LOST_CHECK => {
+                    ledger.suspect = None;
+                    short.min(before)
+                }
+                Some(_) if short > 0 => 0,
+                _ => {
+                    ledger.suspect = (short > 0).then(|| (std::time::Instant::now(), short));
+                    0
+                }
+            };
+            if lost > 0 {
+                log::info!("jobserver: {lost} token(s) lost with their readers: returned");
+                ledger.unbacked += lost;
+            }
+        } else if out == 0 {
+            ledger.suspect = None;
+        }
+        let in_fifo = rustix::io::ioctl_fionread(&self.fifo).unwrap_or(0);
+        let others_wait = in_fifo > 0 && self.others_wait(ledger);
+        let keep = u64::from(!others_wait).min(in_fifo);
+        if in_fifo > keep {
+            ledger.read += self.drain(in_fifo - keep);
+        }
+        let needed =
+            usize::try_from(ledger.written - ledger.read - ledger.unbacked).unwrap_or(usize::MAX);
+        let mut changed = false;
+        while ledger.held.len() > needed {
+            if let Some(slot) = ledger.held.pop() {
+                let _ = slot.release();
+                changed = true;
+            }
+        }
+        if changed {
+            self.send_batch(ledger);
+        }
+        let in_fifo = rustix::io::ioctl_fionread(&self.fifo).unwrap_or(0);
+        let want = in_fifo == 0
+            && (ledger.held.len() as u64) < u64::from(self.tokens_max)
+            && !self.stop.load(Ordering::SeqCst);
+        if want != ledger.want {
+            ledger.want = want;
+            self.wanted.notify_all();
+        }
+    }
+
+    /// Whether a build stands in the job line (a live entry), looked up at most every
+    /// [`LINE_LOOK`] (a look lists the slot directory; a busy build returns tokens far more
+    /// often).
+    fn others_wait(&self, ledger: &mut Ledger) -> bool {
+        if let Some((at, waiting)) = ledger.line_seen
+            && at.elapsed() < LINE_LOOK
+        {
+            return waiting;
+        }
+        let waiting = self
+            .pool
+            .standing(Kind::Job, i64::MIN, u64::MAX, None)
+            .is_ok_and(|s| s.ahead > 0);
+        ledger.line_seen = Some((std::time::Instant::now(), waiting));
+        waiting
+    }
+
+    /// Reads up to `n` bytes back from the FIFO; returns how many came.
+    fn drain(&self, n: u64) -> u64 {
+        let mut got = 0;
+        let mut buf = [0u8; 64];
+        while got < n {
+            let want = usize::try_from(n - got).unwrap_or(64).min(64);
+            match rustix::io::read(&self.fifo, &mut buf[..want]) {
+                Ok(0) | Err(_) => break,
+                Ok(k) => got += k as u64,
+            }
+        }
+        got
+    }
+
+    /// The taker: while a standby is wanted, takes a job slot in the machine's line, then
+    /// writes its token.
+    fn take_standbys(&self) {
+        loop {
+            {
+                let mut ledger = lock(&self.ledger);
+                while !ledger.want && !self.stop.load(Ordering::SeqCst) {
+                    ledger = self
+                        .wanted
+                        .wait(ledger)
+                        .unwrap_or_else(PoisonError::into_inner);
+                }
+            }
+            if self.stop.load(Ordering::SeqCst) {
+                return;
+            }
+            let taken = self.pool.take_unless(
+                Kind::Job,
+                &self.request,
+                Wait {
+                    timeout: None,
+                    priority: 0,
+                    on_wait: &mut |_| {},
+                },
+                &self.stop,
+            );
+            match taken {
+                Ok(Take::Held(slot)) => {
+                    let mut ledger = lock(&self.ledger);
+                    if self.stop.load(Ordering::SeqCst) {
+                        let _ = slot.release();
+                        return;
+                    }
+                    ledger.held.push(slot);
+                    self.send_batch(&mut ledger);
+                    if rustix::io::write(&self.fifo, b"+").is_ok_and(|n| n == 1) {
+                        ledger.written += 1;
+                    }
+                    self.settle(&mut ledger, false);
+                }
+                // STOP or a drain in force (a refusal), or the config unusable: look again
+                // in a while (the supervision halts the command on STOP).
+                Ok(Take::Blocked(_)) | Err(_) => {
+                    if self.stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            }
+        }
+    }
+
+    /// Puts the guards of the slots held into the keeper socket as a new batch, then takes
+    /// the old batch out (so every guard stays in flight throughout).
+    fn send_batch(&self, ledger: &mut Ledger) {
+        use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+        let guards: Vec<BorrowedFd<'_>> = ledger
+            .held
+            .iter()
+            .filter_map(|slot| slot.lease().guard().map(AsFd::as_fd))
+            .collect();
+        let mut sent = 0;
+        for chunk in guards.chunks(CHUNK) {
+            let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(CHUNK))];
+            let mut control = SendAncillaryBuffer::new(&mut space);
+            control.push(SendAncillaryMessage::ScmRights(chunk));
+            if rustix::net::sendmsg(
+                &self.keep_send,
+                &[IoSlice::new(b"k")],
+                &mut control,
+                SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
+            )
+            .is_ok()
+            {
+                sent += 1;
+            }
+        }
+        let old = std::mem::replace(&mut ledger.in_flight, sent);
+        for _ in 0..old {
+            self.recv_one();
+        }
+    }
+
+    /// Takes one message of an old batch out of the keeper socket, closing its descriptors.
+    fn recv_one(&self) {
+        use rustix::net::{RecvAncillaryBuffer, RecvFlags};
+        let mut byte = [0u8; 1];
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(CHUNK))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let _ = rustix::net::recvmsg(
+            &self.keep_recv,
+            &mut [IoSliceMut::new(&mut byte)],
+            &mut control,
+            RecvFlags::DONTWAIT | RecvFlags::CMSG_CLOEXEC,
+        );
+        // Dropping the received descriptors closes them.
+        drop(control.drain().collect::<Vec<_>>());
+    }
+}
