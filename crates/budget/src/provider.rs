@@ -321,51 +321,47 @@ impl Profile {
     /// `output-tokens`, each with its three header names and a `format`: `epoch-seconds`,
     /// `rfc3339` or `duration`); `retry_after` (header names, in seconds; default
     /// `retry-after`) and `pause_statuses` (default 429) are optional. `Err` says what is wrong.
-    pub fn from_json(value: &serde_json::Value) -> Result<Profile, String> {
-        let object = value.as_object().ok_or("must be an object")?;
-        for key in object.keys() {
-            if !matches!(
-                key.as_str(),
-                "dimensions" | "retry_after" | "pause_statuses"
-            ) {
-                return Err(format!(
-                    "unknown field `{key}` (dimensions, retry_after, pause_statuses)"
-                ));
-            }
+    pub fn from_json(value: &serde_json::Value) -> Result<Profile, profile::Error> {
+        use profile::Error as E;
+        let object = value.as_object().ok_or(E::NotAnObject)?;
+        if let Some(key) = object
+            .keys()
+            .find(|k| !matches!(k.as_str(), "dimensions" | "retry_after" | "pause_statuses"))
+        {
+            return Err(E::UnknownField { field: key.clone() });
         }
         let dims = object
             .get("dimensions")
             .and_then(serde_json::Value::as_object)
-            .ok_or("`dimensions` must be an object of dimensions")?;
+            .ok_or(E::NoDimensions)?;
         if dims.is_empty() {
-            return Err("`dimensions` names none".to_owned());
+            return Err(E::NoDimensions);
         }
-        let header = |v: &serde_json::Map<String, serde_json::Value>, field: &str, dim: &str| {
-            v.get(field)
-                .and_then(serde_json::Value::as_str)
-                .filter(|h| {
-                    !h.is_empty()
-                        && h.len() <= 128
-                        && h.bytes()
-                            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-                })
-                .map(str::to_ascii_lowercase)
-                .ok_or_else(|| format!("`dimensions.{dim}.{field}` must be a header name"))
-        };
+        let header =
+            |v: &serde_json::Map<String, serde_json::Value>, field: &'static str, dim: &str| {
+                v.get(field)
+                    .and_then(serde_json::Value::as_str)
+                    .filter(|h| is_header_name(h))
+                    .map(str::to_ascii_lowercase)
+                    .ok_or_else(|| E::Header {
+                        dimension: dim.to_owned(),
+                        field,
+                    })
+            };
         let mut dimensions = Vec::new();
         for (name, v) in dims {
-            let dimension = Dimension::parse(name).ok_or_else(|| {
-                format!("`dimensions.{name}`: requests, tokens, input-tokens or output-tokens")
+            let dimension = Dimension::parse(name).ok_or_else(|| E::UnknownDimension {
+                dimension: name.clone(),
             })?;
-            let v = v
-                .as_object()
-                .ok_or_else(|| format!("`dimensions.{name}` must be an object"))?;
+            let v = v.as_object().ok_or_else(|| E::DimensionNotAnObject {
+                dimension: name.clone(),
+            })?;
             let format = v
                 .get("format")
                 .and_then(serde_json::Value::as_str)
                 .and_then(ResetFormat::parse)
-                .ok_or_else(|| {
-                    format!("`dimensions.{name}.format`: epoch-seconds, rfc3339 or duration")
+                .ok_or_else(|| E::Format {
+                    dimension: name.clone(),
                 })?;
             dimensions.push(DimensionHeaders {
                 dimension,
@@ -381,12 +377,12 @@ impl Profile {
                 .iter()
                 .map(|n| {
                     n.as_str()
-                        .filter(|h| !h.is_empty() && h.len() <= 128)
+                        .filter(|h| is_header_name(h))
                         .map(|h| (h.to_ascii_lowercase(), 1000))
-                        .ok_or_else(|| "`retry_after` must be an array of header names".to_owned())
+                        .ok_or(E::RetryAfter)
                 })
                 .collect::<Result<_, _>>()?,
-            Some(_) => return Err("`retry_after` must be an array of header names".to_owned()),
+            Some(_) => return Err(E::RetryAfter),
         };
         let pause_statuses = match object.get("pause_statuses") {
             None => vec![429],
@@ -396,16 +392,83 @@ impl Profile {
                     c.as_u64()
                         .filter(|c| (100..600).contains(c))
                         .and_then(|c| u16::try_from(c).ok())
-                        .ok_or_else(|| "`pause_statuses` must be HTTP statuses".to_owned())
+                        .ok_or(E::PauseStatuses)
                 })
                 .collect::<Result<_, _>>()?,
-            Some(_) => return Err("`pause_statuses` must be an array of HTTP statuses".to_owned()),
+            Some(_) => return Err(E::PauseStatuses),
         };
         Ok(Profile {
             dimensions,
             retry_after,
             pause_statuses,
         })
+    }
+}
+
+/// Whether `name` can be an HTTP header's name as a profile gives it: 1 to 128 ASCII letters,
+/// digits, `-` or `_`.
+fn is_header_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// Why a provider profile of the config is refused ([`Profile::from_json`]).
+pub mod profile {
+    /// What is wrong with a profile, naming the field.
+    #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+    #[non_exhaustive]
+    pub enum Error {
+        /// The profile is not a JSON object.
+        #[error(
+            "must be an object with `dimensions` (and optionally `retry_after`, `pause_statuses`)"
+        )]
+        NotAnObject,
+        /// A field the profile does not have.
+        #[error("unknown field `{field}` (dimensions, retry_after, pause_statuses)")]
+        UnknownField {
+            /// The field as written.
+            field: String,
+        },
+        /// `dimensions` is missing, not an object, or empty.
+        #[error("`dimensions` must be an object naming at least one dimension")]
+        NoDimensions,
+        /// A dimension that is none of the four.
+        #[error("`dimensions.{dimension}`: requests, tokens, input-tokens or output-tokens")]
+        UnknownDimension {
+            /// The name as written.
+            dimension: String,
+        },
+        /// A dimension whose value is not an object.
+        #[error("`dimensions.{dimension}` must be an object")]
+        DimensionNotAnObject {
+            /// The dimension.
+            dimension: String,
+        },
+        /// A dimension without a known reset format.
+        #[error("`dimensions.{dimension}.format`: epoch-seconds, rfc3339 or duration")]
+        Format {
+            /// The dimension.
+            dimension: String,
+        },
+        /// A header name that is missing or is not one.
+        #[error(
+            "`dimensions.{dimension}.{field}` must be a header name (1 to 128 letters, digits, `-` or `_`)"
+        )]
+        Header {
+            /// The dimension.
+            dimension: String,
+            /// `limit`, `remaining` or `reset`.
+            field: &'static str,
+        },
+        /// `retry_after` is not an array of header names.
+        #[error("`retry_after` must be an array of header names")]
+        RetryAfter,
+        /// `pause_statuses` is not an array of HTTP statuses.
+        #[error("`pause_statuses` must be an array of HTTP statuses (100 to 599)")]
+        PauseStatuses,
     }
 }
 
@@ -774,7 +837,7 @@ mod tests {
         assert_eq!(profile.pause_statuses, [429, 503]);
         for (bad, says) in [
             (serde_json::json!([]), "object"),
-            (serde_json::json!({"dimensions": {}}), "none"),
+            (serde_json::json!({"dimensions": {}}), "at least one"),
             (
                 serde_json::json!({"dimensions": {"cpu": {}}}),
                 "dimensions.cpu",
@@ -793,7 +856,7 @@ mod tests {
             ),
             (serde_json::json!({"dimension": {}}), "unknown field"),
         ] {
-            let err = Profile::from_json(&bad).expect_err("refused");
+            let err = Profile::from_json(&bad).expect_err("refused").to_string();
             assert!(err.contains(says), "{bad}: {err}");
         }
     }
