@@ -398,3 +398,26 @@ fn sigkill(pid: u32) {
         let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
     }
 }
+
+#[test]
+fn dispatched_work_gets_a_jobserver_too() {
+    let site = Site::new(Some(r#"{"max_agents": 2, "max_jobs": 3}"#));
+    let _dispatcher = super::dispatcher::start(&site, &[]);
+    let script =
+        r#"printf '%s' "$MAKEFLAGS" > "$T/flags"; printf '%s' "$WORKLANE_JOBSERVER" > "$T/fifo""#;
+    let out = super::dispatcher::enqueue(&site, &["--jobs=2"], script);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_until("the driver's command ran", || site.file("fifo").exists());
+    let flags = std::fs::read_to_string(site.file("flags")).expect("flags");
+    assert!(
+        flags.starts_with("-j2 --jobserver-auth=") && flags.contains(','),
+        "the dispatched command's build was given a jobserver of share 2: {flags:?}"
+    );
+    wait_until("every job slot free once it ended", || {
+        jobs_held(&site) == 0
+    });
+}
