@@ -94,18 +94,22 @@ fn adopt_code(e: &worklane_lease::adopt::Error) -> u8 {
 
 impl From<worklane_admission::Error> for Failure {
     fn from(e: worklane_admission::Error) -> Failure {
-        use worklane_admission::Error as E;
-        let code = match &e {
-            E::Config { .. } => CONFIG,
-            E::List { source, .. } | E::DrainDir { source, .. } => open_code(source),
-            E::Probe { source, .. } | E::AdoptGuard { source, .. } => guard_code(source),
-            E::Count { source, .. } | E::Take { source, .. } | E::JoinLine { source, .. } => {
-                lease_code(source)
-            }
-            E::Adopt { source, .. } => adopt_code(source),
-            _ => OS_ERROR,
-        };
-        Failure::new(code, chain(&e))
+        Failure::new(admission_code(&e), chain(&e))
+    }
+}
+
+/// The exit code of a pool error, by the step that failed and its cause.
+fn admission_code(e: &worklane_admission::Error) -> u8 {
+    use worklane_admission::Error as E;
+    match e {
+        E::Config { .. } => CONFIG,
+        E::List { source, .. } | E::DrainDir { source, .. } => open_code(source),
+        E::Probe { source, .. } | E::AdoptGuard { source, .. } => guard_code(source),
+        E::Count { source, .. } | E::Take { source, .. } | E::JoinLine { source, .. } => {
+            lease_code(source)
+        }
+        E::Adopt { source, .. } => adopt_code(source),
+        _ => OS_ERROR,
     }
 }
 
@@ -137,6 +141,9 @@ impl From<worklane_run::supervise::Error> for Failure {
             E::NotFound { .. } => Failure::new(NOT_FOUND, chain(&e)),
             E::PermissionDenied { .. } | E::Start { .. } => Failure::new(CANNOT_EXECUTE, chain(&e)),
             E::NoPid => Failure::new(SOFTWARE, chain(&e)),
+            // STOP or a drain refuses the build's own job slot as it refuses any slot.
+            E::JobsRefused { .. } => Failure::new(UNAVAILABLE, chain(&e)),
+            E::JobSlot { source } => Failure::new(admission_code(source), chain(&e)),
             _ => Failure::new(OS_ERROR, chain(&e)),
         }
     }

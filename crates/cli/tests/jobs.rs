@@ -421,3 +421,14 @@ fn dispatched_work_gets_a_jobserver_too() {
         jobs_held(&site) == 0
     });
 }
+
+#[test]
+fn a_build_under_stop_is_refused_with_69_before_it_starts() {
+    let site = Site::new(Some(r#"{"max_agents": 2, "max_jobs": 2}"#));
+    assert_eq!(site.code(&["stop-all", "maintenance"]), 0);
+    let ran = site.file("ran");
+    let out = site.output(&["run", "--jobs", "--", "touch", ran.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(69), "{out:?}");
+    assert!(!ran.exists(), "the command never started");
+    assert_eq!(jobs_held(&site), 0, "and no job slot was taken");
+}
