@@ -432,3 +432,44 @@ fn a_build_under_stop_is_refused_with_69_before_it_starts() {
     assert!(!ran.exists(), "the command never started");
     assert_eq!(jobs_held(&site), 0, "and no job slot was taken");
 }
+
+#[test]
+fn a_killed_supervisor_frees_no_job_slot_its_build_still_uses() {
+    let site = Site::new(Some(r#"{"max_agents": 2, "max_jobs": 3}"#));
+    // A client that takes a token, then runs on (ignoring the SIGTERM its supervisor's death
+    // sends) until it is released.
+    let client = r#"
+        trap '' TERM
+        auth=$(printf '%s' "$MAKEFLAGS" | sed -n 's/.*--jobserver-auth=\([0-9]*\),\([0-9]*\).*/\1/p')
+        python3 -c 'import os, sys; os.read(int(sys.argv[1]), 1)' "$auth"
+        touch "$T/up"
+        while [ ! -e "$T/release" ]; do sleep 0.02; done
+    "#;
+    let mut run = Running::new(
+        site.worklane()
+            .args(["run", "--jobs", "--", "sh", "-c", client])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn_gated()
+            .expect("spawn"),
+    );
+    wait_until("the client holds its token", || site.file("up").exists());
+    wait_until("the build's own slot and its token's", || {
+        jobs_held(&site) >= 2
+    });
+    sigkill(run.id());
+    let _ = wait_exit(&mut run, "the SIGKILLed supervisor");
+    // Some looks later, both are still held: the build's own by the guard it inherited, the
+    // token's by the descriptor in flight in the socket the tree inherited.
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            jobs_held(&site) >= 2,
+            "nothing the live build uses is freed by its supervisor's death"
+        );
+    }
+    std::fs::write(site.file("release"), "").expect("release");
+    wait_until("every job slot free once the tree has ended", || {
+        jobs_held(&site) == 0
+    });
+}

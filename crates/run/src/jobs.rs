@@ -127,6 +127,36 @@ pub fn stat_threads(stat: &[u8]) -> Option<u32> {
     rest.split_ascii_whitespace().nth(17)?.parse().ok()
 }
 
+/// What a look for lost tokens remembers for the next one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Remember {
+    /// Nothing: no shortfall now.
+    Clear,
+    /// The shortfall seen before, from when it was first seen.
+    Keep,
+    /// This shortfall, seen now.
+    Set(u64),
+}
+
+/// Whether a shortfall of the tree (`short` tokens out that it cannot be holding now) is a
+/// loss: only if a look at least `every` before saw one too (`before`: how long ago, how
+/// many), and then no more than either saw. A client reads its token a moment before it starts
+/// its job, and a job ends a moment before its token is written back: a shortfall that does
+/// not last from one look to the next is one of those moments.
+#[must_use]
+pub fn judge_loss(
+    before: Option<(std::time::Duration, u64)>,
+    short: u64,
+    every: std::time::Duration,
+) -> (u64, Remember) {
+    match before {
+        _ if short == 0 => (0, Remember::Clear),
+        Some((ago, seen)) if ago >= every => (short.min(seen), Remember::Clear),
+        Some(_) => (0, Remember::Keep),
+        None => (0, Remember::Set(short)),
+    }
+}
+
 /// How many tokens are lost, from what the tree looks like: all of them when no process of
 /// the tree has the jobserver open; else those beyond the tree's live threads less one.
 #[must_use]
@@ -211,6 +241,37 @@ mod tests {
         assert_eq!(lost_tokens(3, 3, 1), 1, "one thread too few");
         assert_eq!(lost_tokens(2, 0, 1), 2);
         assert_eq!(lost_tokens(0, 0, 0), 0);
+    }
+
+    #[test]
+    fn a_shortfall_is_a_loss_only_when_it_lasts_a_whole_look() {
+        use std::time::Duration;
+        let every = Duration::from_millis(250);
+        assert_eq!(judge_loss(None, 0, every), (0, Remember::Clear));
+        assert_eq!(
+            judge_loss(None, 2, every),
+            (0, Remember::Set(2)),
+            "first seen"
+        );
+        assert_eq!(
+            judge_loss(Some((Duration::from_millis(249), 2)), 2, every),
+            (0, Remember::Keep),
+            "not a whole look later"
+        );
+        assert_eq!(
+            judge_loss(Some((every, 2)), 3, every),
+            (2, Remember::Clear),
+            "a look later: no more than either look saw"
+        );
+        assert_eq!(
+            judge_loss(Some((Duration::from_secs(9), 3)), 1, every),
+            (1, Remember::Clear)
+        );
+        assert_eq!(
+            judge_loss(Some((Duration::from_secs(9), 3)), 0, every),
+            (0, Remember::Clear),
+            "gone meanwhile: it was one of those moments"
+        );
     }
 
     proptest::proptest! {

@@ -44,7 +44,7 @@
 //! or `gnumake` the `-j` options are taken out of its arguments ([`make_jobs`]) and their N
 //! caps the tree's share instead.
 
-use crate::jobs::{Style, lost_tokens, makeflags};
+use crate::jobs::{Remember, Style, judge_loss, lost_tokens, makeflags};
 use crate::supervise::Error;
 use std::ffi::OsString;
 use std::io::{IoSlice, IoSliceMut};
@@ -94,8 +94,8 @@ struct Ledger {
     /// Bytes this side wrote to the FIFO (each with a slot), and read back.
     written: u64,
     read: u64,
-    /// Tokens judged lost whose slots were released: the next bytes read back are theirs.
-    unbacked: u64,
+    /// Tokens judged lost (their slots released), never more than the tokens out.
+    lost: u64,
     /// Whether the taker should fetch a standby.
     want: bool,
     /// Messages of the batch now in the keeper socket.
@@ -370,63 +370,60 @@ impl Shared {
     /// Brings the accounts in line with the FIFO: surplus bytes read back, slots released
     /// for tokens that came back (or were lost), the taker told whether a standby is wanted.
     ///
-    /// The slots held are always `written - read - unbacked`: every byte this side wrote had
-    /// a slot, a byte read back returns one, and a token judged lost gives its slot up at
-    /// once (it is then `unbacked` until a byte is read back for it). Only this side's own
-    /// counters decide the slots, so a client reading between two looks at the FIFO can never
-    /// make a slot go that backs a token it holds.
+    /// The slots held are always `written - read - lost`: every byte this side wrote had a
+    /// slot, a byte read back returns one, and a token judged lost gives its slot up at once.
+    /// Tokens out (in clients' hands) are `written - read - in the FIFO`; a lost one still
+    /// counted there either never comes back or comes back later, and `lost` is never more
+    /// than the tokens out, so one that came back stops being lost (and its byte, for which
+    /// no slot is held, is read back). Only this side's own counters decide the slots, so a
+    /// client reading between two looks at the FIFO can never make a slot go that backs a
+    /// token it holds.
     fn settle(&self, ledger: &mut Ledger, look_for_lost: bool) {
-        let backed_bytes = ledger.written - ledger.read;
-        let in_fifo = rustix::io::ioctl_fionread(&self.fifo).unwrap_or(0);
-        if in_fifo > backed_bytes {
+        let fionread = || rustix::io::ioctl_fionread(&self.fifo).unwrap_or(0);
+        let circulating = ledger.written - ledger.read;
+        let in_fifo = fionread();
+        if in_fifo > circulating {
             // Bytes no token of ours accounts for (a client wrote one it never read): read
             // back and dropped, never counted as a token returned.
-            let _ = self.drain(in_fifo - backed_bytes);
+            let _ = self.drain(in_fifo - circulating);
         }
-        if ledger.unbacked > 0 {
-            // A token judged lost came back after all (or another takes its place): its slot
-            // is gone, so its byte leaves the FIFO.
-            let drained = self.drain(ledger.unbacked);
-            ledger.read += drained;
-            ledger.unbacked -= drained;
-        }
-        let in_fifo = rustix::io::ioctl_fionread(&self.fifo).unwrap_or(0);
-        let out = (ledger.written - ledger.read - ledger.unbacked).saturating_sub(in_fifo);
-        if look_for_lost && out > 0 {
+        let out = circulating.saturating_sub(fionread());
+        ledger.lost = ledger.lost.min(out);
+        if look_for_lost && out > ledger.lost {
             let (threads, holders) = crate::platform::tree_use(&self.fifo_path);
             let short = match (threads, holders) {
-                (Some(threads), Some(holders)) => lost_tokens(out, threads, holders),
+                (Some(threads), Some(holders)) => {
+                    lost_tokens(out, threads, holders).saturating_sub(ledger.lost)
+                }
                 _ => 0,
             };
-            // A client reads its token a moment before it starts the job, and a job ends a
-            // moment before its token is written back: only a shortfall that lasts from one
-            // look to the next is a loss.
-            let lost = match ledger.suspect {
-                Some((since, before)) if short > 0 && since.elapsed() >= LOST_CHECK => {
-                    ledger.suspect = None;
-                    short.min(before)
-                }
-                Some(_) if short > 0 => 0,
-                _ => {
-                    ledger.suspect = (short > 0).then(|| (std::time::Instant::now(), short));
-                    0
-                }
-            };
+            let before = ledger.suspect.map(|(since, seen)| (since.elapsed(), seen));
+            let (lost, remember) = judge_loss(before, short, LOST_CHECK);
+            match remember {
+                Remember::Clear => ledger.suspect = None,
+                Remember::Keep => {}
+                Remember::Set(seen) => ledger.suspect = Some((std::time::Instant::now(), seen)),
+            }
             if lost > 0 {
                 log::info!("jobserver: {lost} token(s) lost with their readers: returned");
-                ledger.unbacked += lost;
+                ledger.lost += lost;
             }
-        } else if out == 0 {
+        } else if out <= ledger.lost {
             ledger.suspect = None;
         }
-        let in_fifo = rustix::io::ioctl_fionread(&self.fifo).unwrap_or(0);
+        let in_fifo = fionread();
         let others_wait = in_fifo > 0 && self.others_wait(ledger);
         let keep = u64::from(!others_wait).min(in_fifo);
         if in_fifo > keep {
             ledger.read += self.drain(in_fifo - keep);
         }
-        let needed =
-            usize::try_from(ledger.written - ledger.read - ledger.unbacked).unwrap_or(usize::MAX);
+        // A lost token that came back left a byte no slot is held for: read back.
+        let backed = |l: &Ledger| l.written - l.read - l.lost;
+        let held = ledger.held.len() as u64;
+        if backed(ledger) > held {
+            ledger.read += self.drain(backed(ledger) - held);
+        }
+        let needed = usize::try_from(backed(ledger)).unwrap_or(usize::MAX);
         let mut changed = false;
         while ledger.held.len() > needed {
             if let Some(slot) = ledger.held.pop() {
@@ -437,8 +434,7 @@ impl Shared {
         if changed {
             self.send_batch(ledger);
         }
-        let in_fifo = rustix::io::ioctl_fionread(&self.fifo).unwrap_or(0);
-        let want = in_fifo == 0
+        let want = fionread() == 0
             && (ledger.held.len() as u64) < u64::from(self.tokens_max)
             && !self.stop.load(Ordering::SeqCst);
         if want != ledger.want {
