@@ -285,6 +285,14 @@ pub enum Error {
         #[source]
         source: Box<PoolError>,
     },
+    /// What each owner holds of the agents' units could not be counted, to choose the next
+    /// attempt among owners.
+    #[error("cannot count each owner's agent units to choose the next attempt")]
+    CountShares {
+        /// Why (boxed: a large cause).
+        #[source]
+        source: Box<PoolError>,
+    },
     /// The dispatcher's old place in the agents' line could not be left.
     #[error("cannot leave the dispatcher's place in the agents' line")]
     LeaveLine {
@@ -354,8 +362,9 @@ pub struct Dispatcher {
     store: Store,
     settings: Settings,
     held: HashMap<String, Held>,
-    /// Its place in the agents' line: the entry of its first queued row (`stand`).
-    place: Option<crate::line::Place>,
+    /// Its place in the agents' line: the entry of its first queued row (`stand`), and that
+    /// row's attempt id.
+    place: Option<(crate::line::Place, String)>,
     /// The uid it runs as: only root starts drivers as others.
     euid: u32,
     /// The slot directory's owner, who may cancel, retry and prune anyone's attempts.
@@ -459,37 +468,126 @@ impl Dispatcher {
     /// first row's place is where the next of them stands, and a run behind it waits for it,
     /// while a run before it goes first. (An entry per row would make the directory that many
     /// files longer for every take's listings.)
+    ///
+    /// The entry says the row's weight and the owner whose share it counts against, as a
+    /// waiting take's does (PROTOCOL.md 12.10); a new first row is a new entry, even at the
+    /// same place. A first row that could never be admitted (its weight above the cap or its
+    /// owner's share) is parked as `failed` instead, and the next one stands.
     pub fn stand(&mut self) -> Result<(), Error> {
         let now = self.now();
-        let Some(head) = self
-            .store
-            .next_queued(now)
-            .map_err(Error::read_queue("find where to stand in the agents' line"))?
-        else {
-            if let Some(place) = self.place.take() {
-                place.leave().map_err(Error::leave_line)?;
+        let head = loop {
+            let Some(head) = self.next_row(now, "find where to stand in the agents' line")? else {
+                if let Some((place, _)) = self.place.take() {
+                    place.leave().map_err(Error::leave_line)?;
+                }
+                return Ok(());
+            };
+            if self.place.as_ref().is_some_and(|(p, attempt)| {
+                *attempt == head.id
+                    && p.entry().priority == head.priority
+                    && p.entry().start_ms == head.queued_at_ms
+            }) {
+                return Ok(());
             }
-            return Ok(());
+            let request = Request::new("worklane dispatcher")
+                .field("attempt", head.id.clone())
+                .field("lane", head.lane.clone());
+            let ask = head.ask().unwrap_or_default();
+            match self.pool.join_line_for(
+                Kind::Agent,
+                head.priority,
+                head.queued_at_ms,
+                &request,
+                &ask,
+            ) {
+                Ok(place) => break (place, head.id),
+                Err(e @ (PoolError::Weight { .. } | PoolError::WeightOverShare { .. })) => {
+                    self.park_unfit(&head.id, &e, now)?;
+                }
+                Err(source) => {
+                    return Err(Error::JoinLine {
+                        attempt: head.id.clone(),
+                        source: Box::new(source),
+                    });
+                }
+            }
         };
-        if self.place.as_ref().is_some_and(|p| {
-            p.entry().priority == head.priority && p.entry().start_ms == head.queued_at_ms
-        }) {
-            return Ok(());
-        }
-        let request = Request::new("worklane dispatcher")
-            .field("attempt", head.id.clone())
-            .field("lane", head.lane.clone());
-        let place = self
-            .pool
-            .join_line_at(Kind::Agent, head.priority, head.queued_at_ms, &request)
-            .map_err(|source| Error::JoinLine {
-                attempt: head.id.clone(),
-                source: Box::new(source),
-            })?;
-        if let Some(old) = self.place.replace(place) {
+        if let Some((old, _)) = self.place.replace(head) {
             old.leave().map_err(Error::leave_line)?;
         }
         Ok(())
+    }
+
+    /// Parks the attempt `id` as `failed`, its lane still held, because the pool can never
+    /// admit it (`error`: its weight is above the cap or its owner's share, which an operator
+    /// may raise; `queue retry` then queues it again).
+    fn park_unfit(&mut self, id: &str, error: &PoolError, now: u64) -> Result<(), Error> {
+        log::warn!("attempt {id} parked: {}", chain(error));
+        self.store
+            .start_failed(id, State::Failed, 0, &chain(error), 0, now)
+            .map_err(Error::set_state(id, State::Failed))?;
+        Ok(())
+    }
+
+    /// The next queued row to admit at `now`: the store's first (priority, then original
+    /// start), or, when the config gives shares, the first of each owner's first rows in the
+    /// fair order of the pool's line (the owner with the smallest use of its share first,
+    /// within a priority), skipping owners whose share has no room for their row.
+    fn next_row(&self, now: u64, purpose: &'static str) -> Result<Option<Attempt>, Error> {
+        let config = match self.pool.config() {
+            Ok(config) if !config.shares.is_empty() => config,
+            // No shares (or a broken config, which refuses every take anyway): one order.
+            _ => {
+                return self
+                    .store
+                    .next_queued(now)
+                    .map_err(Error::read_queue(purpose));
+            }
+        };
+        let heads = self
+            .store
+            .queued_heads(now)
+            .map_err(Error::read_queue(purpose))?;
+        if heads.len() <= 1 {
+            return Ok(heads.into_iter().next());
+        }
+        let cap = config.max_agents;
+        let held = self
+            .pool
+            .held_by_owner("agent", cap)
+            .map_err(|source| Error::CountShares {
+                source: Box::new(source),
+            })?;
+        let use_ = crate::share::Use {
+            held: &held,
+            shares: &config.shares,
+            cap,
+        };
+        let mut ranked: Vec<(crate::share::Waiter, Attempt)> = heads
+            .into_iter()
+            .map(|attempt| {
+                let owner = attempt.ask().map(|ask| {
+                    crate::share::resolve(&config.shares, ask.owner())
+                        .owner
+                        .to_string()
+                });
+                let waiter = crate::share::Waiter {
+                    priority: attempt.priority,
+                    start_ms: attempt.queued_at_ms,
+                    token: attempt.id.clone(),
+                    owner,
+                    weight: attempt.weight.clamp(1, cap),
+                    me: false,
+                };
+                (waiter, attempt)
+            })
+            .collect();
+        ranked.sort_by(|(a, _), (b, _)| use_.order(a, b));
+        let fits = ranked
+            .iter()
+            .position(|(w, _)| w.owner.as_deref().is_none_or(|o| use_.fits(o, w.weight)));
+        // None fits: the first stands anyway, and its take says whose share is used.
+        Ok(Some(ranked.swap_remove(fits.unwrap_or(0)).1))
     }
 
     fn now(&self) -> u64 {
@@ -781,35 +879,52 @@ impl Dispatcher {
     /// token. `None` when nothing may be admitted now or the pool is full or refusing.
     pub fn admit_next(&mut self) -> Result<Option<Admitted>, Error> {
         let now = self.now();
-        let Some(attempt) = self
-            .store
-            .next_queued(now)
-            .map_err(Error::read_queue("choose the next attempt"))?
-        else {
+        let Some(attempt) = self.next_row(now, "choose the next attempt")? else {
             return Ok(None);
         };
         let request = Request::new("worklane dispatcher")
             .field("attempt", attempt.id.clone())
             .field("lane", attempt.lane.clone());
+        // Its weight, counted against its enqueuer's share (a row without an enqueuer is
+        // never admitted: recovery parks it).
+        let ask = attempt.ask().unwrap_or_default();
+        // The row it stands for may have changed since it last stood (with shares, what the
+        // owners hold decides which row is next): its entry must be this row's, or the entry
+        // would stand in the row's own way.
+        if self.place.as_ref().is_some_and(|(_, id)| *id != attempt.id) {
+            self.stand()?;
+        }
         // In the line of agents at the row's own place: a waiting `worklane run` before it
         // (higher priority, or the same and an earlier start) goes first.
-        let taken = match self.place.as_ref().map(crate::line::Place::entry) {
-            Some(own)
-                if own.priority == attempt.priority && own.start_ms == attempt.queued_at_ms =>
-            {
-                self.pool.try_take_as(Kind::Agent, &request, own)
+        let taken = match self.place.as_ref() {
+            Some((own, id)) if *id == attempt.id => {
+                self.pool
+                    .try_take_as_for(Kind::Agent, &request, &ask, own.entry())
             }
-            _ => self.pool.try_take_at(
+            _ => self.pool.try_take_for(
                 Kind::Agent,
                 &request,
+                &ask,
                 attempt.priority,
                 attempt.queued_at_ms,
             ),
-        }
-        .map_err(|source| Error::TakeSlot {
-            attempt: attempt.id.clone(),
-            source: Box::new(source),
-        })?;
+        };
+        let taken = match taken {
+            Ok(taken) => taken,
+            Err(e @ (PoolError::Weight { .. } | PoolError::WeightOverShare { .. })) => {
+                // It can never be admitted under this cap or share: parked, and the next row
+                // stands in its place.
+                self.park_unfit(&attempt.id, &e, now)?;
+                self.stand()?;
+                return Ok(None);
+            }
+            Err(source) => {
+                return Err(Error::TakeSlot {
+                    attempt: attempt.id.clone(),
+                    source: Box::new(source),
+                });
+            }
+        };
         let slot = match taken {
             Take::Held(slot) => slot,
             Take::Blocked(_) => return Ok(None),
@@ -1135,6 +1250,8 @@ impl Dispatcher {
             driver_pid: a.driver_pid,
             starts: a.starts,
             cancel_at_ms: a.cancel.map(|c| c.at_ms),
+            weight: a.weight,
+            owner: a.owner,
         }
     }
 

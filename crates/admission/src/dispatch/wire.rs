@@ -162,6 +162,16 @@ pub struct AttemptView {
     /// Its driver's log, by name in the slot directory.
     #[serde(default)]
     pub log: String,
+    /// The units of the agents' cap it takes (1 when a dispatcher before weights says none).
+    #[serde(default = "one")]
+    pub weight: u32,
+    /// The tag of the owner it runs for (`enqueue --owner`), if it has one.
+    #[serde(default)]
+    pub owner: Option<String>,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// An ended attempt, as `list` with `all` shows the history.

@@ -1,73 +1,19 @@
 //! Taking a slot without waiting: STOP and drain, the cap counted under `slots.lock`, the
 //! first free index, and what blocks a take.
 
+use super::blocker::{Blocker, Holding, ShareUsed};
+use super::count::{Counted, units_of};
 use super::{FULL_RUN_LOCK, Kind, Pool, SLOTS_LOCK, SWEEP_EVERY_MS, Slot, slot_index};
 use crate::Error;
 use crate::drain::DRAIN_FILE;
-use crate::stop::Stop;
+use crate::share::{Ask, ShareOf, Turn, Use, Waiter};
+use crate::weight::{SHARE_OWNER_FIELD, WEIGHT_FIELD};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use worklane_lease::acquire::Error as LeaseError;
-use worklane_lease::{Acquired, Backoff, Lease, LiveWhy, Refusal, Request, acquire};
-
-/// What keeps a slot from being taken now.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Blocker {
-    /// An emergency STOP is in force.
-    Stop(Stop),
-    /// An update drain is in force.
-    Drain(crate::drain::Drain),
-    /// The kind's cap is reached.
-    AtCap {
-        /// Live slots of the kind.
-        held: u32,
-        /// The cap.
-        cap: u32,
-    },
-    /// Another full run holds the full-run lock.
-    FullRunHeld(Box<Refusal>),
-    /// Another process has held `slots.lock` for over 2 s (counting takes milliseconds: it
-    /// may be stopped, and the machine's pool with it, until it continues or dies).
-    Counting,
-    /// Waiters of the kind stand in line before this place (the line, `crate::line`).
-    InLine {
-        /// Live entries before it (the first proved live, the rest as listed).
-        ahead: u32,
-        /// Records of the kind's slots present (as listed, not probed).
-        held: u32,
-        /// The kind's cap.
-        cap: u32,
-    },
-}
-
-impl Blocker {
-    /// Whether this is a refusal by an operator (STOP or drain) rather than contention.
-    #[must_use]
-    pub fn is_operator_refusal(&self) -> bool {
-        matches!(self, Blocker::Stop(_) | Blocker::Drain(_))
-    }
-}
-
-impl std::fmt::Display for Blocker {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Blocker::Stop(stop) => write!(f, "{stop} (worklane resume-all lifts it)"),
-            Blocker::Drain(drain) => write!(
-                f,
-                "an update is draining the machine: {drain} (worklane undrain ends it early)"
-            ),
-            Blocker::AtCap { held, cap } => write!(f, "at cap: {held} of {cap} held"),
-            Blocker::FullRunHeld(refusal) => write!(f, "a full run is in progress: {refusal}"),
-            Blocker::InLine { ahead, held, cap } => {
-                write!(f, "{ahead} waiting in line before it, {held} of {cap} held")
-            }
-            Blocker::Counting => f.write_str(
-                "slots.lock has been held for over 2 s (is its holder stopped? `worklane slots` \
-                 names it)",
-            ),
-        }
-    }
-}
+use worklane_lease::{Acquired, Backoff, Lease, LiveWhy, Request, acquire};
+use worklane_slotfile::Shares;
 
 /// The outcome of a nonblocking take.
 #[derive(Debug)]
@@ -82,13 +28,33 @@ pub enum Take {
     Blocked(Blocker),
 }
 
+/// What a counting take decided from one listing under `slots.lock`, before it takes an index.
+struct Decided {
+    /// Units of the kind held.
+    held: u32,
+    /// Units held by each owner.
+    by_owner: HashMap<String, u32>,
+}
+
+/// The share a take counts against, and the units it asks for, checked against the cap.
+pub(crate) struct Asked {
+    /// Its weight (1 to the cap).
+    pub weight: u32,
+    /// Its owner's share (agents only; other kinds have no shares).
+    pub share: ShareOf,
+    /// The config's shares of its kind (empty for test runs and the full run).
+    pub shares: Shares,
+    /// The kind's cap.
+    pub cap: u32,
+}
+
 impl Pool {
     /// Tries once to take a slot of `kind` for `request`. It waits only for another counter
     /// to release `slots.lock` (milliseconds; at most about 2 s before [`Blocker::Counting`]).
     ///
     /// It takes its turn in the line too: while a live waiter of its kind stands in line at
     /// priority 0 or above, it is [`Blocker::InLine`] ([`Pool::try_take_at`] for another
-    /// priority).
+    /// priority). Its weight is 1, for this process ([`Ask::default`]).
     pub fn try_take(&self, kind: Kind, request: &Request) -> Result<Take, Error> {
         self.try_take_at(kind, request, 0, self.clock.now_ms())
     }
@@ -103,7 +69,23 @@ impl Pool {
         priority: i64,
         start_ms: u64,
     ) -> Result<Take, Error> {
-        self.try_take_until(kind, request, None, Some((priority, start_ms, None)))
+        self.try_take_for(kind, request, &Ask::default(), priority, start_ms)
+    }
+
+    /// [`Pool::try_take_at`] for `ask`: a take of `ask.weight()` units of the kind's cap, all
+    /// at once or none, counted against the share of `ask.owner()` (agents, when the config
+    /// gives shares). A weight of 0 or above the cap is [`Error::Weight`]; above the owner's
+    /// share, [`Error::WeightOverShare`]. Blocked by the cap, it is [`Blocker::AtCap`]
+    /// (weight 1) or [`Blocker::NoRoom`]; by its owner's share, [`Blocker::Share`].
+    pub fn try_take_for(
+        &self,
+        kind: Kind,
+        request: &Request,
+        ask: &Ask,
+        priority: i64,
+        start_ms: u64,
+    ) -> Result<Take, Error> {
+        self.try_take_until(kind, request, ask, None, Some((priority, start_ms, None)))
     }
 
     /// [`Pool::try_take`] for the holder of the place `own` in line: refused while a live entry
@@ -114,35 +96,103 @@ impl Pool {
         request: &Request,
         own: &crate::line::Entry,
     ) -> Result<Take, Error> {
+        self.try_take_as_for(kind, request, &Ask::default(), own)
+    }
+
+    /// [`Pool::try_take_as`] for `ask` (see [`Pool::try_take_for`]).
+    pub fn try_take_as_for(
+        &self,
+        kind: Kind,
+        request: &Request,
+        ask: &Ask,
+        own: &crate::line::Entry,
+    ) -> Result<Take, Error> {
         self.try_take_until(
             kind,
             request,
+            ask,
             None,
             Some((own.priority, own.start_ms, Some(own))),
         )
     }
 
-    /// [`Blocker::InLine`] for `ahead` entries: the kind's cap and its records as listed.
-    pub(super) fn in_line(&self, kind: Kind, ahead: u32) -> Result<Blocker, Error> {
-        let names = self.dir.list().map_err(self.listing())?;
-        let (held, cap) = match kind.prefix() {
-            Some(prefix) => (
-                names
-                    .iter()
-                    .filter(|p| slot_index(prefix, p.name()).is_some())
-                    .count(),
-                self.cap(kind)?,
-            ),
-            None => (
-                names.iter().filter(|p| p.name() == FULL_RUN_LOCK).count(),
-                1,
-            ),
+    /// The weight of `ask` checked against `kind`'s cap, and the share it counts against,
+    /// from the config in force (read now).
+    pub(crate) fn asked(&self, kind: Kind, ask: &Ask) -> Result<Asked, Error> {
+        let weight = ask.weight();
+        let weight_error = |cap| Error::Weight {
+            kind: kind.label(),
+            weight,
+            cap,
         };
-        Ok(Blocker::InLine {
-            ahead,
-            held: u32::try_from(held).unwrap_or(u32::MAX),
+        let (cap, shares) = match kind {
+            Kind::FullRun => (1, Shares::default()),
+            Kind::Agent => {
+                let config = self.config()?;
+                (config.max_agents, config.shares)
+            }
+            Kind::Test { .. } => (self.config()?.max_test_runs, Shares::default()),
+        };
+        if weight == 0 || weight > cap {
+            return Err(weight_error(cap));
+        }
+        let share = crate::share::resolve(&shares, ask.owner());
+        if let Some(ceiling) = share.ceiling
+            && weight > ceiling
+        {
+            return Err(Error::WeightOverShare {
+                owner: share.owner.to_string(),
+                weight,
+                share: ceiling,
+            });
+        }
+        Ok(Asked {
+            weight,
+            share,
+            shares,
             cap,
         })
+    }
+
+    /// [`Blocker::InLine`] for `ahead` entries: the kind's cap and the units of its records as
+    /// listed (each record's weight read; `held`, when the caller counted them already).
+    pub(super) fn in_line(
+        &self,
+        kind: Kind,
+        ahead: u32,
+        held: Option<u32>,
+    ) -> Result<Blocker, Error> {
+        let cap = match kind.prefix() {
+            Some(_) => self.cap(kind)?,
+            None => 1,
+        };
+        let held = match held {
+            Some(held) => held,
+            None => self.listed_units(kind, cap)?,
+        };
+        Ok(Blocker::InLine { ahead, held, cap })
+    }
+
+    /// The units of `kind`'s records present (as listed, not probed; each record's weight
+    /// as written, at most `cap`, 1 when it cannot be read).
+    fn listed_units(&self, kind: Kind, cap: u32) -> Result<u32, Error> {
+        let names = self.dir.list().map_err(self.listing())?;
+        let units = match kind.prefix() {
+            Some(prefix) => names
+                .iter()
+                .filter(|p| slot_index(prefix, p.name()).is_some())
+                .map(|p| {
+                    p.read()
+                        .ok()
+                        .flatten()
+                        .and_then(|raw| crate::weight::peek(&raw))
+                        .map_or(1, |(weight, _)| weight.units(cap))
+                })
+                .fold(0u32, u32::saturating_add),
+            None => u32::try_from(names.iter().filter(|p| p.name() == FULL_RUN_LOCK).count())
+                .unwrap_or(u32::MAX),
+        };
+        Ok(units)
     }
 
     /// Whether a change to `name` may let a waiter of `kind` on: a slot of its kind released,
@@ -160,11 +210,14 @@ impl Pool {
     ///
     /// `line`: the place (priority, start, own entry) whose turn in the waiting line it checks,
     /// or `None` for a waiter already found at the head. For agents and test runs the check is
-    /// made under `slots.lock` from the count's own listing; for the full run, before.
+    /// made under `slots.lock` from the count's own listing; for the full run, before. With
+    /// shares (agents), the line's order depends on what each owner holds, so it is decided
+    /// from the count (`fair_turn`).
     pub(super) fn try_take_until(
         &self,
         kind: Kind,
         request: &Request,
+        ask: &Ask,
         deadline: Option<Instant>,
         line: Option<(i64, u64, Option<&crate::line::Entry>)>,
     ) -> Result<Take, Error> {
@@ -178,7 +231,8 @@ impl Pool {
         {
             request = request.field("limit_ms", limit);
         }
-        let Some((prefix, cap)) = kind.prefix().map(|p| (p, self.cap(kind))) else {
+        let asked = self.asked(kind, ask)?;
+        let Some(prefix) = kind.prefix() else {
             if let Some((priority, start_ms, own)) = line {
                 let listed = self
                     .dir
@@ -186,7 +240,7 @@ impl Pool {
                     .map_err(self.listing())?;
                 let ahead = self.ahead_in(kind, &listed, priority, start_ms, own)?;
                 if ahead > 0 {
-                    return Ok(Take::Blocked(self.in_line(kind, ahead)?));
+                    return Ok(Take::Blocked(self.in_line(kind, ahead, None)?));
                 }
             }
             let taken = self
@@ -196,13 +250,15 @@ impl Pool {
                     source: Box::new(source),
                 })?;
             return match taken {
-                Acquired::Held(lease) => Ok(Take::Held(Slot { kind, lease })),
+                Acquired::Held(lease) => Ok(Take::Held(Slot::new(kind, lease, 1, None))),
                 Acquired::Refused(refusal) => {
                     Ok(Take::Blocked(Blocker::FullRunHeld(Box::new(refusal))))
                 }
             };
         };
-        let cap = cap?;
+        let request = request
+            .field(WEIGHT_FIELD, asked.weight)
+            .field(SHARE_OWNER_FIELD, asked.share.owner.to_string());
         let counted = |source| Error::Counted {
             kind: kind.label(),
             source,
@@ -214,28 +270,34 @@ impl Pool {
             return Ok(Take::Blocked(blocker));
         }
         let (files, hidden) = self.dir.list_with_hidden().map_err(self.listing())?;
-        if let Some((priority, start_ms, own)) = line {
+        let fair = !asked.shares.is_empty();
+        if let (false, Some((priority, start_ms, own))) = (fair, line) {
             let ahead = self.ahead_in(kind, &files, priority, start_ms, own)?;
             if ahead > 0 {
                 counting.release().map_err(counted)?;
-                return Ok(Take::Blocked(self.in_line(kind, ahead)?));
+                return Ok(Take::Blocked(self.in_line(kind, ahead, None)?));
             }
         }
+        let entries: Vec<crate::line::Entry> = if fair && line.is_some() {
+            crate::line::entries_of(kind.label(), &files)
+        } else {
+            Vec::new()
+        };
         let slots = self.kind_slots_in(prefix, files, &hidden)?;
-        let held: Vec<u32> = slots
-            .iter()
-            .filter(|(_, _, state)| state.is_held())
-            .map(|(i, _, _)| *i)
-            .collect();
-        let live = u32::try_from(held.len()).unwrap_or(u32::MAX);
-        if live >= cap {
-            log::debug!("{prefix} slots at cap: {live} of {cap} live");
+        let (held, by_owner) = units_of(&slots, asked.cap);
+        let decided = Decided { held, by_owner };
+        if let Some(blocker) = self.blocker_of(kind, &asked, &decided, &slots, line, &entries)? {
             counting.release().map_err(counted)?;
-            return Ok(Take::Blocked(Blocker::AtCap { held: live, cap }));
+            return Ok(Take::Blocked(blocker));
         }
+        let live: Vec<u32> = slots
+            .iter()
+            .filter(|c| c.state.is_held())
+            .map(|c| c.index)
+            .collect();
         let mut index = 0u32;
         let taken = loop {
-            if !held.contains(&index) {
+            if !live.contains(&index) {
                 let name = format!("{prefix}-{index}.lock");
                 match self.acquire_settled(&name, &request) {
                     Ok(Acquired::Held(lease)) => break lease,
@@ -259,7 +321,142 @@ impl Pool {
         };
         self.sweep();
         counting.release().map_err(counted)?;
-        Ok(Take::Held(Slot { kind, lease: taken }))
+        let owner = asked.share.owner.to_string();
+        Ok(Take::Held(Slot::new(
+            kind,
+            taken,
+            asked.weight,
+            Some(owner),
+        )))
+    }
+
+    /// What blocks a counted take, in this order: its owner's share, then the line (with
+    /// shares: the fair order, decided from this count), then the cap. `None`: it may take.
+    fn blocker_of(
+        &self,
+        kind: Kind,
+        asked: &Asked,
+        decided: &Decided,
+        slots: &[Counted],
+        line: Option<(i64, u64, Option<&crate::line::Entry>)>,
+        entries: &[crate::line::Entry],
+    ) -> Result<Option<Blocker>, Error> {
+        let owner = asked.share.owner.to_string();
+        let owner_held = decided.by_owner.get(&owner).copied().unwrap_or(0);
+        if let Some(share) = asked.share.ceiling
+            && u64::from(owner_held) + u64::from(asked.weight) > u64::from(share)
+        {
+            return Ok(Some(Blocker::Share(Box::new(ShareUsed {
+                holdings: holdings_of(slots, &owner, asked.cap),
+                owner,
+                held: owner_held,
+                share,
+                need: asked.weight,
+            }))));
+        }
+        if let (false, Some((priority, start_ms, own))) = (asked.shares.is_empty(), line) {
+            let use_ = Use {
+                held: &decided.by_owner,
+                shares: &asked.shares,
+                cap: asked.cap,
+            };
+            match self.fair_turn(entries, &use_, asked, priority, start_ms, own)? {
+                Turn::Go => {}
+                Turn::Behind { ahead } => {
+                    return Ok(Some(self.in_line(kind, ahead, Some(decided.held))?));
+                }
+                // Checked above from the same count; kept for a ceiling read differently.
+                Turn::ShareUsed => {
+                    return Ok(Some(Blocker::Share(Box::new(ShareUsed {
+                        holdings: holdings_of(slots, &owner, asked.cap),
+                        owner,
+                        held: owner_held,
+                        share: asked.share.ceiling.unwrap_or(asked.cap),
+                        need: asked.weight,
+                    }))));
+                }
+            }
+        }
+        let room = u64::from(decided.held) + u64::from(asked.weight) <= u64::from(asked.cap);
+        if room {
+            return Ok(None);
+        }
+        log::debug!(
+            "{} slots at cap: {} of {} units held, {} asked",
+            kind.label(),
+            decided.held,
+            asked.cap,
+            asked.weight
+        );
+        Ok(Some(if asked.weight == 1 {
+            Blocker::AtCap {
+                held: decided.held,
+                cap: asked.cap,
+            }
+        } else {
+            Blocker::NoRoom {
+                held: decided.held,
+                cap: asked.cap,
+                need: asked.weight,
+            }
+        }))
+    }
+
+    /// The turn of a take (its place, `own` entry if it stands in line) in the fair order of
+    /// `entries` (the kind's line as listed), each entry's weight and owner read from its
+    /// record; dead entries met are retired.
+    fn fair_turn(
+        &self,
+        entries: &[crate::line::Entry],
+        use_: &Use<'_>,
+        asked: &Asked,
+        priority: i64,
+        start_ms: u64,
+        own: Option<&crate::line::Entry>,
+    ) -> Result<Turn, Error> {
+        let mut waiters: Vec<Waiter> = entries
+            .iter()
+            .map(|entry| {
+                let (weight, owner) = self
+                    .file(&entry.name())
+                    .ok()
+                    .and_then(|path| path.read().ok().flatten())
+                    .and_then(|raw| crate::weight::peek(&raw))
+                    .unwrap_or((crate::weight::Weight::Absent, None));
+                Waiter {
+                    priority: entry.priority,
+                    start_ms: entry.start_ms,
+                    token: entry.token.clone(),
+                    owner,
+                    weight: weight.units(asked.cap),
+                    me: own == Some(entry),
+                }
+            })
+            .collect();
+        if own.is_none_or(|own| !entries.contains(own)) {
+            waiters.push(Waiter {
+                priority,
+                start_ms,
+                token: own.map(|e| e.token.clone()).unwrap_or_default(),
+                owner: Some(asked.share.owner.to_string()),
+                weight: asked.weight,
+                me: true,
+            });
+        }
+        // The take's own weight and owner are its ask's, whatever its entry's record says.
+        for waiter in waiters.iter_mut().filter(|w| w.me) {
+            waiter.owner = Some(asked.share.owner.to_string());
+            waiter.weight = asked.weight;
+        }
+        let label = entries.first().map(|e| e.kind.clone()).unwrap_or_default();
+        crate::share::turn(&mut waiters, use_, &mut |w: &Waiter| {
+            self.is_live(&crate::line::Entry {
+                kind: label.clone(),
+                priority: w.priority,
+                start_ms: w.start_ms,
+                token: w.token.clone(),
+            })
+        })
     }
 
     /// Removes temp files that killed writers left (older than a minute, held by nobody), so
@@ -334,6 +531,31 @@ impl Pool {
             Kind::FullRun => 1,
         })
     }
+}
+
+/// The live slots of `owner` among `slots`, each with the units it counts for and its holder
+/// as its record names it (read now: only a take blocked by its share asks).
+fn holdings_of(slots: &[Counted], owner: &str, cap: u32) -> Vec<Holding> {
+    slots
+        .iter()
+        .filter(|c| c.owner.as_deref() == Some(owner) && c.units(cap) > 0)
+        .map(|c| {
+            let record = c
+                .path
+                .read()
+                .ok()
+                .flatten()
+                .and_then(|raw| worklane_lease::Record::parse(&raw).ok());
+            Holding {
+                slot: c.path.name().to_owned(),
+                units: c.units(cap),
+                pid: record
+                    .as_ref()
+                    .and_then(|r| r.holder.pid.present().copied()),
+                holder: record.and_then(|r| r.owner),
+            }
+        })
+        .collect()
 }
 
 /// Whether a guard error means a stray file sits where the guard belongs (a directory, FIFO,
