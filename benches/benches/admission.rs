@@ -1,7 +1,11 @@
 //! The slot pool and the `worklane` CLI, beside what a user would otherwise run.
 //!
 //! - `admission_take_release/{disk,tmpfs}`: library take + release of an agent slot with 8
-//!   live slot files present (each probed while counting), under a cap of 16.
+//!   live slot files present (each probed while counting), under a cap of 16:
+//!   `agent_slot_with_8_held` (weight 1, as `try_take`), `weighted_slot_with_8_held` (a take
+//!   of weight 3 among holders of weights 1 and 2, 12 units held: the weights read and summed)
+//!   and `shared_slot_with_8_held` (the same under `"shares": {"*": 16}`: the owner's share
+//!   checked and the fair order decided under `slots.lock`).
 //! - `cli_per_run`: one whole process per iteration: `worklane run -- true` (the release
 //!   build, and the binary `cargo xtask dist` makes when it is there), plain `true`, and
 //!   `flock -n FILE true` (util-linux), so the difference is what wrapping a command costs.
@@ -21,13 +25,13 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-use worklane_admission::{Kind, Pool, Slot, Take};
+use worklane_admission::{Ask, Kind, Pool, Slot, Take};
 use worklane_lease::Request;
 use worklane_slotfile::{Environment, SlotDir, TEST_ROOT_VAR};
 
-fn pool_in(parent: &Path) -> (tempfile::TempDir, Pool) {
+fn pool_in(parent: &Path, config: &str) -> (tempfile::TempDir, Pool) {
     let dir = tempfile::tempdir_in(parent).expect("temp dir");
-    std::fs::write(dir.path().join("config.json"), r#"{"max_agents": 16}"#).expect("config");
+    std::fs::write(dir.path().join("config.json"), config).expect("config");
     // A bench binary counts as a test run: allow its own temp root, wherever that is.
     let env = Environment::from_process()
         .var(TEST_ROOT_VAR, parent)
@@ -46,15 +50,46 @@ fn take(pool: &Pool) -> Slot {
     }
 }
 
+fn take_weighted(pool: &Pool, ask: &Ask) -> Slot {
+    let now = pool.clock().now_ms();
+    match pool
+        .try_take_for(Kind::Agent, &Request::new("bench"), ask, 0, now)
+        .expect("take")
+    {
+        Take::Held(slot) => slot,
+        Take::Blocked(b) => panic!("under the cap: {b}"),
+    }
+}
+
 fn bench_take(c: &mut Criterion, label: &str, parent: &Path) {
-    let (_dir, pool) = pool_in(parent);
-    let held: Vec<Slot> = (0..8).map(|_| take(&pool)).collect();
     let mut group = c.benchmark_group(format!("admission_take_release/{label}"));
-    group.bench_function("agent_slot_with_8_held", |b| {
-        b.iter(|| take(&pool).release().expect("release"));
-    });
+    {
+        let (_dir, pool) = pool_in(parent, r#"{"max_agents": 16}"#);
+        let held: Vec<Slot> = (0..8).map(|_| take(&pool)).collect();
+        group.bench_function("agent_slot_with_8_held", |b| {
+            b.iter(|| take(&pool).release().expect("release"));
+        });
+        drop(held);
+    }
+    for (name, config) in [
+        ("weighted_slot_with_8_held", r#"{"max_agents": 16}"#),
+        (
+            "shared_slot_with_8_held",
+            r#"{"max_agents": 16, "shares": {"*": 16}}"#,
+        ),
+    ] {
+        let (_dir, pool) = pool_in(parent, config);
+        // Eight holders of weights 1 and 2: 12 units of 16.
+        let held: Vec<Slot> = (0..8)
+            .map(|i| take_weighted(&pool, &Ask::new().with_weight(1 + i % 2)))
+            .collect();
+        let ask = Ask::new().with_weight(3);
+        group.bench_function(name, |b| {
+            b.iter(|| take_weighted(&pool, &ask).release().expect("release"));
+        });
+        drop(held);
+    }
     group.finish();
-    drop(held);
 }
 
 fn take_release(c: &mut Criterion) {

@@ -4115,3 +4115,5 @@ mod served {
         served.stop().expect("stops");
     }
 }
+
+mod weights;

@@ -116,6 +116,7 @@ impl Pool {
 
     /// What each owner holds now of `kind`'s units (counted as a take counts them, without
     /// `slots.lock`): the dispatcher's fair choice among its own rows.
+    #[cfg(feature = "dispatcher")]
     pub(crate) fn held_by_owner(
         &self,
         prefix: &str,
