@@ -368,8 +368,8 @@ pub enum Error {
     /// A take's weight is 0 or above its kind's cap (1 for the full run): it could never be
     /// admitted.
     #[error(
-        "a take of weight {weight} cannot be admitted: the weight of a {kind} take is from 1 to \
-         the cap, {cap} units"
+        "a take of weight {weight} cannot be admitted: the weight of a take of kind {kind} is \
+         from 1 to its cap, {cap} units"
     )]
     Weight {
         /// The kind taken ([`Kind::label`]).

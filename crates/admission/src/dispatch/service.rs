@@ -691,6 +691,9 @@ impl Dispatcher {
                 "an enqueue must carry its queue start (start_ms) and priority",
             ));
         };
+        if let Some(refused) = self.refuse_ask(&entry, caller) {
+            return Ok(refused);
+        }
         let lock = lane_lock(&entry.lane);
         let fd = fds.remove(0);
         if let Some(refused) = self.refuse_descriptor(&fd, &lock) {
@@ -772,6 +775,8 @@ impl Dispatcher {
             lane_epoch,
             enqueuer: Some(caller.enqueuer()),
             own_lane: entry.own_lane,
+            weight: entry.weight.unwrap_or(1),
+            owner: entry.owner,
             ..Attempt::queued(
                 format!("a-{}", random_hex()),
                 entry.lane,
@@ -791,6 +796,38 @@ impl Dispatcher {
         reply.attempt = Some(attempt.id.clone());
         self.held.insert(attempt.id, Held { lane, slot: None });
         Ok(reply)
+    }
+
+    /// A refusal for an enqueue whose weight or owner tag the pool could never admit: a weight
+    /// of 0 or above `max_agents` or its owner's share, a tag no config could name. (A config
+    /// that cannot be used is no reason to refuse: every admission waits for it to be fixed,
+    /// and a row it then cannot admit is parked.)
+    fn refuse_ask(&self, entry: &Enqueue, caller: &Caller) -> Option<Reply> {
+        if let Some(tag) = &entry.owner
+            && worklane_slotfile::ShareKey::parse(&format!("owner:{tag}")).is_none()
+        {
+            return Some(Reply::refused(
+                code::BAD_REQUEST,
+                format!(
+                    "owner {tag:?}: a tag is 1 to {} bytes without white space or control \
+                     characters",
+                    worklane_slotfile::config::MAX_OWNER_NAME
+                ),
+            ));
+        }
+        let attempt = Attempt {
+            enqueuer: Some(caller.enqueuer()),
+            weight: entry.weight.unwrap_or(1),
+            owner: entry.owner.clone(),
+            ..Attempt::queued(String::new(), entry.lane.clone(), 0, 0, 0)
+        };
+        let ask = attempt.ask()?;
+        match self.pool.asked(Kind::Agent, &ask) {
+            Err(e @ (PoolError::Weight { .. } | PoolError::WeightOverShare { .. })) => {
+                Some(Reply::refused(code::BAD_REQUEST, chain(&e)))
+            }
+            _ => None,
+        }
     }
 
     /// A refusal for a descriptor that cannot be the lane's guard, named by what it is (a

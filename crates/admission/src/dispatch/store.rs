@@ -1316,6 +1316,87 @@ mod tests {
     }
 
     #[test]
+    fn weight_and_owner_round_trip_and_each_owner_has_one_head() {
+        let dir = tempfile::tempdir().expect("temp");
+        let store = Store::open(&dir.path().join("queue.db")).expect("open");
+        let of = |id: &str, uid: u32, owner: Option<&str>, priority: i64, start: u64| Attempt {
+            weight: 3,
+            owner: owner.map(str::to_owned),
+            enqueuer: Some(Enqueuer {
+                uid,
+                gid: uid,
+                groups: vec![],
+            }),
+            ..attempt(id, id, priority, start)
+        };
+        store.insert(&of("a-1", 1001, None, 0, 10)).expect("insert");
+        store.insert(&of("a-2", 1001, None, 0, 5)).expect("insert");
+        store
+            .insert(&of("a-3", 1001, Some("nightly"), 0, 1))
+            .expect("insert");
+        store.insert(&of("a-4", 1002, None, 1, 50)).expect("insert");
+        store
+            .insert(&attempt("a-5", "e", 0, 20))
+            .expect("a row of weight 1, of uid 1001 untagged too");
+        let back = store.get("a-3").expect("get").expect("stored");
+        assert_eq!((back.weight, back.owner.as_deref()), (3, Some("nightly")));
+        assert_eq!(store.get("a-5").expect("get").expect("row").weight, 1);
+        let heads: Vec<String> = store
+            .queued_heads(0)
+            .expect("heads")
+            .into_iter()
+            .map(|a| a.id)
+            .collect();
+        assert_eq!(
+            heads,
+            ["a-4", "a-3", "a-2"],
+            "one head per enqueuer and tag (uid 1001 untagged: a-2, its earliest start), in \
+             admission order"
+        );
+        store
+            .set_state("a-2", State::Starting, Some("t"), 30)
+            .expect("admitted");
+        let heads: Vec<String> = store
+            .queued_heads(0)
+            .expect("heads")
+            .into_iter()
+            .map(|a| a.id)
+            .collect();
+        assert_eq!(heads, ["a-4", "a-3", "a-1"], "queued rows only");
+        let ask = back.ask().expect("an enqueuer");
+        assert_eq!(
+            (ask.weight(), ask.owner().uid(), ask.owner().tag()),
+            (3, 1001, Some("nightly"))
+        );
+        assert_eq!(ask.owner().groups(), [1001], "its gid, then its groups");
+    }
+
+    #[test]
+    fn a_row_of_weight_zero_is_damaged_and_never_started() {
+        let dir = tempfile::tempdir().expect("temp");
+        let store = Store::open(&dir.path().join("queue.db")).expect("open");
+        store.insert(&attempt("a-1", "a", 0, 10)).expect("insert");
+        store.insert(&attempt("a-2", "b", 0, 20)).expect("insert");
+        store
+            .conn
+            .execute("UPDATE attempts SET weight = 0 WHERE id = 'a-1'", [])
+            .expect("damage");
+        let row = store.get("a-1").expect("get").expect("kept");
+        assert!(row.damaged && row.state == State::Failed, "{row:?}");
+        assert!(
+            row.last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("weight is 0")),
+            "{row:?}"
+        );
+        assert_eq!(
+            store.next_queued(0).expect("next").expect("one").id,
+            "a-2",
+            "the damaged row does not hold the next"
+        );
+    }
+
+    #[test]
     fn state_changes_and_removals_say_whether_a_row_was_there() {
         let dir = tempfile::tempdir().expect("temp");
         let store = Store::open(&dir.path().join("q.db")).expect("open");
@@ -1512,6 +1593,11 @@ mod tests {
         assert_eq!(
             (row.queued_at_ms, row.priority, row.lane_epoch),
             (7, 2, None)
+        );
+        assert_eq!(
+            (row.weight, row.owner),
+            (1, None),
+            "a row queued before weights takes one unit"
         );
         store.insert(&attempt("a-2", "m", 0, 9)).expect("a new row");
         assert_eq!(
