@@ -104,7 +104,7 @@
 //!   group by smallest share, then the uid under `*`); `take.rs`'s `asked` checks the weight
 //!   against the cap and the ceiling (`Error::Weight`, `Error::WeightOverShare`) and the take
 //!   writes `weight` and `shareOwner` into its record and its line entry. Under `slots.lock`
-//!   the take checks its owner's share, then its turn, then the cap. With shares (agents),
+//!   the take checks its owner's share, then its turn, then the cap (`pool/turn.rs`). With shares (agents),
 //!   the turn is `share::turn` over the line's entries (their records' weight and owner) in
 //!   the fair order `Use::order` (priority, then held/share of the owner, entries without an
 //!   owner last, then start, then token); every look of a waiting take is decided under
@@ -112,7 +112,7 @@
 //!   (priority, start, token) as before. The dispatcher chooses among its rows' owners the
 //!   same way (`Store::queued_heads`, one head per enqueuer uid and tag), stands for that
 //!   row's weight and owner, and parks a row whose weight the cap or its share can never
-//!   admit.
+//!   admit (`dispatch/service/weights.rs`).
 //! - After counting, an agent or test-run take skips an index whose guard is a stray (directory,
 //!   FIFO, link, non-empty file: `broken_guard`) and, before releasing `slots.lock`, sweeps the
 //!   temp files killed writers left (`SlotDir::sweep_temps`, older than a minute and unlocked).

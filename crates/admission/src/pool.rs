@@ -1,6 +1,7 @@
 //! The slot pool: agent slots, test-run slots, the full-run lock, and what blocks them.
 //!
 //! - `take.rs`: taking without waiting (weights and shares counted under `slots.lock`);
+//! - `turn.rs`: whose turn it is, from that count: the owner's share, the line, the cap;
 //! - `blocker.rs`: what blocks a take ([`Blocker`]), as typed data;
 //! - `wait.rs`: waiting in line for a slot ([`Pool::take`]);
 //! - `count.rs`: the verdict on each slot ([`SlotState`]);
@@ -11,6 +12,7 @@ mod blocker;
 pub(crate) mod count;
 mod operator;
 mod take;
+mod turn;
 mod view;
 mod wait;
 
