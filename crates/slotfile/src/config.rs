@@ -1,5 +1,5 @@
 //! The machine's caps: `{"max_agents": N, "max_test_runs": M}`, and the owners' shares of the
-//! agents' cap (`"shares": {"uid:1001": 4, "*": 2}`, [`shares`]).
+//! agents' cap (`"shares": {"uid:1001": 4, "*": 2}`, [`Shares`]).
 
 mod shares;
 
