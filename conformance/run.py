@@ -199,11 +199,14 @@ def command_process(d, name, spec, holders):
 
 def resolve(value, p):
     """Placeholders in a case's values: `@boot` (this boot's id), `@now`, `@now-N`, `@now+N`
-    (milliseconds since the Unix epoch, now and N ms before or after)."""
+    (milliseconds since the Unix epoch, now and N ms before or after), and `@uid` anywhere in
+    a string (the runner's effective uid, which the adapter's takes run as: `uid:@uid`)."""
     if isinstance(value, dict):
         return {k: resolve(v, p) for k, v in value.items()}
     if isinstance(value, list):
         return [resolve(v, p) for v in value]
+    if isinstance(value, str) and "@uid" in value:
+        return value.replace("@uid", str(os.geteuid()))
     if isinstance(value, str) and value.startswith("@boot"):
         return p["boot"] + value[len("@boot"):]
     if value in ("@host", "@pidns", "@timens"):

@@ -1,7 +1,15 @@
 //! The slot pool and the `worklane` CLI, beside what a user would otherwise run.
 //!
 //! - `admission_take_release/{disk,tmpfs}`: library take + release of an agent slot with 8
-//!   live slot files present (each probed while counting), under a cap of 16.
+//!   live slot files present (each probed while counting), under a cap of 16:
+//!   `agent_slot_with_8_held` (weight 1, as `try_take`), `weighted_slot_with_8_held` (a take
+//!   of weight 3 among holders of weights 1 and 2, 12 units held: the weights read and summed)
+//!   and `shared_slot_with_8_held` (the same under `"shares": {"*": 16}`: the owner's share
+//!   checked and the fair order decided under `slots.lock`).
+//! - `admission_take_release_cpu/{disk,tmpfs}`: the same three, measured in CPU time of the
+//!   benchmarking thread (user and kernel, `CLOCK_THREAD_CPUTIME_ID`) rather than wall time, so
+//!   that two builds can be compared on a machine busy with other work: the time spent waiting
+//!   for a CPU or the disk is not counted.
 //! - `cli_per_run`: one whole process per iteration: `worklane run -- true` (the release
 //!   build, and the binary `cargo xtask dist` makes when it is there), plain `true`, and
 //!   `flock -n FILE true` (util-linux), so the difference is what wrapping a command costs.
@@ -17,17 +25,18 @@
 // see free meanwhile: the fork gate of the test binaries (worklane-testkit) is not needed here.
 #![allow(clippy::disallowed_methods)]
 
+use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-use worklane_admission::{Kind, Pool, Slot, Take};
+use worklane_admission::{Ask, Kind, Pool, Slot, Take};
 use worklane_lease::Request;
 use worklane_slotfile::{Environment, SlotDir, TEST_ROOT_VAR};
 
-fn pool_in(parent: &Path) -> (tempfile::TempDir, Pool) {
+fn pool_in(parent: &Path, config: &str) -> (tempfile::TempDir, Pool) {
     let dir = tempfile::tempdir_in(parent).expect("temp dir");
-    std::fs::write(dir.path().join("config.json"), r#"{"max_agents": 16}"#).expect("config");
+    std::fs::write(dir.path().join("config.json"), config).expect("config");
     // A bench binary counts as a test run: allow its own temp root, wherever that is.
     let env = Environment::from_process()
         .var(TEST_ROOT_VAR, parent)
@@ -46,20 +55,128 @@ fn take(pool: &Pool) -> Slot {
     }
 }
 
-fn bench_take(c: &mut Criterion, label: &str, parent: &Path) {
-    let (_dir, pool) = pool_in(parent);
-    let held: Vec<Slot> = (0..8).map(|_| take(&pool)).collect();
-    let mut group = c.benchmark_group(format!("admission_take_release/{label}"));
-    group.bench_function("agent_slot_with_8_held", |b| {
-        b.iter(|| take(&pool).release().expect("release"));
-    });
+fn take_weighted(pool: &Pool, ask: &Ask) -> Slot {
+    let now = pool.clock().now_ms();
+    match pool
+        .try_take_for(Kind::Agent, &Request::new("bench"), ask, 0, now)
+        .expect("take")
+    {
+        Take::Held(slot) => slot,
+        Take::Blocked(b) => panic!("under the cap: {b}"),
+    }
+}
+
+/// The CPU time the benchmarking thread spends, in the process and in the kernel for it
+/// (`clock_gettime(CLOCK_THREAD_CPUTIME_ID)`), instead of wall time.
+struct CpuTime;
+
+fn thread_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(
+        u64::try_from(t.tv_sec).unwrap_or(0),
+        u32::try_from(t.tv_nsec).unwrap_or(0),
+    )
+}
+
+impl Measurement for CpuTime {
+    type Intermediate = Duration;
+    type Value = Duration;
+
+    fn start(&self) -> Duration {
+        thread_cpu()
+    }
+
+    fn end(&self, started: Duration) -> Duration {
+        thread_cpu().saturating_sub(started)
+    }
+
+    fn add(&self, a: &Duration, b: &Duration) -> Duration {
+        *a + *b
+    }
+
+    fn zero(&self) -> Duration {
+        Duration::ZERO
+    }
+
+    fn to_f64(&self, value: &Duration) -> f64 {
+        value.as_nanos() as f64
+    }
+
+    fn formatter(&self) -> &dyn ValueFormatter {
+        &CpuFormatter
+    }
+}
+
+/// Nanoseconds of CPU time, shown in ns, µs or ms.
+struct CpuFormatter;
+
+impl ValueFormatter for CpuFormatter {
+    fn scale_values(&self, typical: f64, values: &mut [f64]) -> &'static str {
+        let (factor, unit) = if typical < 1e3 {
+            (1.0, "ns")
+        } else if typical < 1e6 {
+            (1e-3, "µs")
+        } else {
+            (1e-6, "ms")
+        };
+        values.iter_mut().for_each(|v| *v *= factor);
+        unit
+    }
+
+    fn scale_throughputs(
+        &self,
+        _typical: f64,
+        _throughput: &criterion::Throughput,
+        _values: &mut [f64],
+    ) -> &'static str {
+        "(no throughput)"
+    }
+
+    fn scale_for_machines(&self, _values: &mut [f64]) -> &'static str {
+        "ns"
+    }
+}
+
+fn bench_take<M: Measurement>(c: &mut Criterion<M>, group: &str, label: &str, parent: &Path) {
+    let mut group = c.benchmark_group(format!("{group}/{label}"));
+    {
+        let (_dir, pool) = pool_in(parent, r#"{"max_agents": 16}"#);
+        let held: Vec<Slot> = (0..8).map(|_| take(&pool)).collect();
+        group.bench_function("agent_slot_with_8_held", |b| {
+            b.iter(|| take(&pool).release().expect("release"));
+        });
+        drop(held);
+    }
+    for (name, config) in [
+        ("weighted_slot_with_8_held", r#"{"max_agents": 16}"#),
+        (
+            "shared_slot_with_8_held",
+            r#"{"max_agents": 16, "shares": {"*": 16}}"#,
+        ),
+    ] {
+        let (_dir, pool) = pool_in(parent, config);
+        // Eight holders of weights 1 and 2: 12 units of 16.
+        let held: Vec<Slot> = (0..8)
+            .map(|i| take_weighted(&pool, &Ask::new().with_weight(1 + i % 2)))
+            .collect();
+        let ask = Ask::new().with_weight(3);
+        group.bench_function(name, |b| {
+            b.iter(|| take_weighted(&pool, &ask).release().expect("release"));
+        });
+        drop(held);
+    }
     group.finish();
-    drop(held);
 }
 
 fn take_release(c: &mut Criterion) {
     for (label, dir) in worklane_benches::filesystems() {
-        bench_take(c, label, &dir);
+        bench_take(c, "admission_take_release", label, &dir);
+    }
+}
+
+fn take_release_cpu(c: &mut Criterion<CpuTime>) {
+    for (label, dir) in worklane_benches::filesystems() {
+        bench_take(c, "admission_take_release_cpu", label, &dir);
     }
 }
 
@@ -124,4 +241,10 @@ fn cli_per_run(c: &mut Criterion) {
 }
 
 criterion_group!(benches, take_release, cli_per_run);
-criterion_main!(benches);
+criterion_group! {
+    name = cpu;
+    config = Criterion::default().with_measurement(CpuTime);
+    targets = take_release_cpu
+}
+// The CPU-time group first: `cli_per_run` needs the release `worklane` binary.
+criterion_main!(cpu, benches);

@@ -135,6 +135,8 @@ fn round_trip_in(
             args: vec!["driver".into()],
             env: BTreeMap::new(),
             own_lane: false,
+            weight: None,
+            owner: None,
         };
         let guard = lease.guard().expect("held");
         let started = Instant::now();

@@ -9,6 +9,12 @@
 //!   files may be numbered past the cap, so lowering the cap never strands a running agent.
 //! - A slot whose guard is held is live; with its guard free, its record decides by process
 //!   identity: provably gone is free (and taken over), anything else counts as held.
+//! - Weights and shares ([`weight`], [`share`]): [`Pool::take_for`] / [`Pool::try_take_for`]
+//!   take `N` units of the cap at once with one slot file whose record says `weight`
+//!   (counting sums the units of the live slots; a record without a weight counts 1), counted
+//!   against the share of an [`Owner`] (its uid, groups or tag) when the config gives
+//!   `shares`; the line then serves, within a priority, the owner with the smallest use of
+//!   its share first, and its head keeps the units freed until its weight fits.
 //! - [`Pool::snapshot`] is what `worklane slots` shows; [`Pool::idle`] is the idle probe.
 //!
 //! Every lock here is a `worklane-lease` lease with process liveness; the files are written
@@ -16,6 +22,10 @@
 //!
 //! # Limitations
 //!
+//! - Shares are fairness among cooperating harnesses, not a security boundary: a take says
+//!   its own owner ([`Owner::of_process`] is what the kernel says of this process), and
+//!   anyone who may write the slot directory may write any record. A harness that knows
+//!   nothing of weights counts every record as 1 unit and ignores shares.
 //! - STOP and drain are observed, not enforced by the kernel: a holder must poll
 //!   [`Pool::stop`] (the `worklane run` supervisor does, every 250 ms) and halt its agent.
 //! - A slot belongs to the open file description of its guard: every process holding a copy of
@@ -78,10 +88,31 @@
 //! - Counting (`state_of`): a held guard is live (`SlotState::GuardHeld`); with the guard free,
 //!   no record is dead, an unparsable record live (`Malformed`), and otherwise the liveness
 //!   judges it. `slot_index` parses `<prefix>-<i>.lock` (plain decimal, no leading zeros).
-//! - `Blocker`: `Stop`, `Drain`, `AtCap {held, cap}`, `FullRunHeld(Refusal)`, `Counting`,
-//!   `InLine {ahead, held, cap}`;
-//!   `is_operator_refusal()` for STOP and drain. A `Slot` is `#[must_use]`, released on drop or
-//!   by `release()`.
+//! - `Blocker` (`pool/blocker.rs`): `Stop`, `Drain`, `AtCap {held, cap}` (a take of weight
+//!   1), `NoRoom {held, cap, need}` (a heavier one), `Share(ShareUsed {owner, held, share,
+//!   need, holdings})`, `FullRunHeld(Refusal)`, `Counting`, `InLine {ahead, held, cap}`;
+//!   `held` is in units. `is_operator_refusal()` for STOP and drain. A `Slot` is `#[must_use]`,
+//!   released on drop or by `release()`; it knows its `weight()` and `share_owner()`.
+//! - Weights (`weight.rs`): `Weight::of(record)` reads `weight` (absent, whole 1..=u32::MAX, or
+//!   bad); `weight::counted(state, weight, cap)` is what a slot counts for: its weight cut to
+//!   the cap when its holder is proved live (guard held, or alive by identity), 1 when it
+//!   counts live only because it cannot be judged, 0 when gone. `pool/count.rs` keeps, for
+//!   each slot, its verdict, weight and `shareOwner` (`Counted`), reading a held guard's
+//!   record once (`recordless_held` skips the indexes the listing showed a record for).
+//! - Shares (`share.rs`): `Ask {weight, owner}` (default: 1, `Owner::of_process()`),
+//!   `resolve(shares, owner) -> ShareOf {owner: ShareKey, ceiling}` (tag, then uid, then
+//!   group by smallest share, then the uid under `*`); `take.rs`'s `asked` checks the weight
+//!   against the cap and the ceiling (`Error::Weight`, `Error::WeightOverShare`) and the take
+//!   writes `weight` and `shareOwner` into its record and its line entry. Under `slots.lock`
+//!   the take checks its owner's share, then its turn, then the cap (`pool/turn.rs`). With shares (agents),
+//!   the turn is `share::turn` over the line's entries (their records' weight and owner) in
+//!   the fair order `Use::order` (priority, then held/share of the owner, entries without an
+//!   owner last, then start, then token); every look of a waiting take is decided under
+//!   `slots.lock`, so all waiters see one order. Without shares the line is the name order
+//!   (priority, start, token) as before. The dispatcher chooses among its rows' owners the
+//!   same way (`Store::queued_heads`, one head per enqueuer uid and tag), stands for that
+//!   row's weight and owner, and parks a row whose weight the cap or its share can never
+//!   admit (`dispatch/service/weights.rs`).
 //! - After counting, an agent or test-run take skips an index whose guard is a stray (directory,
 //!   FIFO, link, non-empty file: `broken_guard`) and, before releasing `slots.lock`, sweeps the
 //!   temp files killed writers left (`SlotDir::sweep_temps`, older than a minute and unlocked).
@@ -90,7 +121,10 @@
 //!   command that fixes it; in `Snapshot::problems`.
 //! - `recorded_commands()`: every record's `commandProcess` with the record file's owner uid (read
 //!   from the same open file), the input of `stop-all`'s enforcement.
-//! - `snapshot() -> Snapshot {dir, config, stop, drain, slots: Vec<SlotView>, problems}` (its
+//! - `snapshot() -> Snapshot {dir, config, stop, drain, slots: Vec<SlotView>, problems, line}`
+//!   (each `SlotView` with its `weight`, `units` and `share_owner`; `held_units(kind)`,
+//!   `share_uses()` and `holdings(owner)` sum them; a weight that does not count as written
+//!   is a `Problem`) (its
 //!   `config` a `Result`: the caps, or the typed `config::Error` that keeps them from use) is what
 //!   `worklane slots` shows; each `SlotView` has `name`, `kind` (`agent`, `test`, `full-run`,
 //!   `role`, `lease`, `lock`), the parsed `record` and a `SlotState`. `idle()` is the idle probe: no live
@@ -108,7 +142,8 @@
 //!   variant names its step and subject (`Config`, `Name`, `List`, `Probe`, `Judge`,
 //!   `Count`/`Counted` (`slots.lock` for a kind), `Take {kind}`, `WriteStop`, `RemoveStop`,
 //!   `DrainDir`, `WriteDrain`, `RemoveDrain`, `JoinLine {kind}`, `LineFull`, `LeaveLine`,
-//!   `Retire`, `NotASlot`, `AdoptGuard`, `Adopt`, `Annotate`, `Release`) and carries the typed
+//!   `Retire`, `NotASlot`, `AdoptGuard`, `Adopt`, `Annotate`, `Weight`, `WeightOverShare`,
+//!   `PoolField`, `Release`) and carries the typed
 //!   cause (slotfile's, guard's or lease's error) as its source, never repeated in its message;
 //!   the CLI maps each cause's kind to an exit code.
 
@@ -120,16 +155,21 @@ pub mod drain;
 pub mod line;
 mod pool;
 mod problems;
+pub mod share;
 pub mod stop;
 mod watch;
+pub mod weight;
 
 pub use drain::{Drain, DrainState, MAX_DRAIN_AHEAD_MS};
 pub use pool::{
-    Blocker, FULL_RUN_LOCK, Kind, LOOK_AGAIN_AT_MOST, Pool, RecordedCommand, SLOTS_LOCK,
-    SWEEP_EVERY_MS, Slot, SlotState, SlotView, Snapshot, Take, Wait, Waiting, slot_index,
+    Blocker, FULL_RUN_LOCK, Holding, Kind, LOOK_AGAIN_AT_MOST, Pool, RecordedCommand, SLOTS_LOCK,
+    SWEEP_EVERY_MS, ShareUse, ShareUsed, Slot, SlotState, SlotView, Snapshot, Take, Wait, Waiting,
+    owner_words, slot_index,
 };
 pub use problems::Problem;
+pub use share::{Ask, Owner, ShareOf};
 pub use stop::{STOP_FILE, Stop};
+pub use weight::Weight;
 
 use std::path::PathBuf;
 
@@ -324,6 +364,42 @@ pub enum Error {
         /// Why (boxed: a large cause).
         #[source]
         source: Box<worklane_lease::held::Error>,
+    },
+    /// A take's weight is 0 or above its kind's cap (1 for the full run): it could never be
+    /// admitted.
+    #[error(
+        "a take of weight {weight} cannot be admitted: the weight of a take of kind {kind} is \
+         from 1 to its cap, {cap} units"
+    )]
+    Weight {
+        /// The kind taken ([`Kind::label`]).
+        kind: &'static str,
+        /// The weight asked.
+        weight: u32,
+        /// The kind's cap in force.
+        cap: u32,
+    },
+    /// A take's weight is above its owner's share: it could never be admitted.
+    #[error(
+        "a take of weight {weight} cannot be admitted: the share of {owner} is {share} units \
+         (the config's `shares`)"
+    )]
+    WeightOverShare {
+        /// The owner it counts against (`uid:1001`, `group:ci`, `owner:nightly`).
+        owner: String,
+        /// The weight asked.
+        weight: u32,
+        /// The owner's share.
+        share: u32,
+    },
+    /// A field the pool writes itself (`weight`, `shareOwner`) was to be changed on a held
+    /// slot's record.
+    #[error("cannot annotate slot {slot} with `{field}`: the pool sets it when it takes the slot")]
+    PoolField {
+        /// The slot's file name.
+        slot: String,
+        /// The field.
+        field: String,
     },
     /// A held slot could not be released cleanly.
     #[error("cannot release slot {slot}")]

@@ -89,7 +89,7 @@ impl Entry {
 }
 
 /// The entries of `label` among `listed`, in line order.
-fn entries_of(label: &str, listed: &[worklane_slotfile::SlotPath]) -> Vec<Entry> {
+pub(crate) fn entries_of(label: &str, listed: &[worklane_slotfile::SlotPath]) -> Vec<Entry> {
     let mut entries: Vec<Entry> = listed
         .iter()
         .filter_map(|p| Entry::parse(p.name()))
@@ -186,6 +186,10 @@ pub struct LineView {
     /// Whether its guard was held when probed (a free one is a dead waiter's, retired by the
     /// next waiter).
     pub live: bool,
+    /// The units its waiter asks for (its record's `weight`; 1 when absent or bad).
+    pub weight: u32,
+    /// The owner whose share it waits on (its record's `shareOwner`), if it names one.
+    pub share_owner: Option<String>,
 }
 
 impl Pool {
@@ -204,10 +208,19 @@ impl Pool {
                     .ok()
                     .flatten()
                     .and_then(|raw| worklane_lease::Record::parse(&raw).ok());
+                let weight = record
+                    .as_ref()
+                    .map_or(1, |r| crate::weight::Weight::of(r).units(u32::MAX));
+                let share_owner = record
+                    .as_ref()
+                    .and_then(crate::weight::share_owner)
+                    .map(str::to_owned);
                 views.push(LineView {
                     entry,
                     record,
                     live,
+                    weight,
+                    share_owner,
                 });
             }
         }
@@ -229,6 +242,39 @@ impl Pool {
         start_ms: u64,
         request: &Request,
     ) -> Result<Place, Error> {
+        self.join_line_for(kind, priority, start_ms, request, &crate::Ask::default())
+    }
+
+    /// [`Pool::join_line_at`] for `ask`: the entry's record says its weight and the owner
+    /// whose share it waits on (`weight`, `shareOwner`, resolved from the config in force
+    /// now), which the fair order reads (PROTOCOL.md 12.10). The weight is checked as a take
+    /// checks it ([`Error::Weight`], [`Error::WeightOverShare`]).
+    pub fn join_line_for(
+        &self,
+        kind: Kind,
+        priority: i64,
+        start_ms: u64,
+        request: &Request,
+        ask: &crate::Ask,
+    ) -> Result<Place, Error> {
+        let request = match (kind, self.asked(kind, ask)) {
+            (Kind::FullRun, asked) => {
+                asked?;
+                request.clone()
+            }
+            (_, Ok(asked)) => request
+                .clone()
+                .field(crate::weight::WEIGHT_FIELD, asked.weight)
+                .field(
+                    crate::weight::SHARE_OWNER_FIELD,
+                    asked.share.owner.to_string(),
+                ),
+            // A config that cannot be used refuses every take, but not a place in line (a
+            // waiter waits for it to be fixed): a place of weight 1 stands without a weight
+            // or an owner, as an older harness's does.
+            (_, Err(Error::Config { .. })) if ask.weight() == 1 => request.clone(),
+            (_, Err(e)) => return Err(e),
+        };
         for _ in 0..4 {
             let entry = Entry {
                 kind: kind.label().to_owned(),
@@ -319,6 +365,11 @@ impl Pool {
         })
     }
 
+    /// How many entries of `kind`'s line are listed (not probed).
+    pub(crate) fn line_length(&self, kind: Kind) -> Result<u32, Error> {
+        Ok(u32::try_from(self.listed_line(kind.label())?.len()).unwrap_or(u32::MAX))
+    }
+
     /// The entries of `label` as listed, in line order (not probed).
     fn listed_line(&self, label: &str) -> Result<Vec<Entry>, Error> {
         let prefix = format!("{LINE_PREFIX}{label}.");
@@ -349,7 +400,7 @@ impl Pool {
     /// being retired by another waiter: its guard may be unlinked and made again under us);
     /// one whose guard cannot be taken or removed cannot stand in anyone's way either: at
     /// worst someone goes before it, and the cap is kept by the count whatever the line says.
-    fn is_live(&self, entry: &Entry) -> Result<bool, Error> {
+    pub(crate) fn is_live(&self, entry: &Entry) -> Result<bool, Error> {
         let path = self.file(&entry.name())?;
         if !path.modified_ms().is_ok_and(|m| m.is_some()) {
             return Ok(false);

@@ -1,23 +1,29 @@
 //! The slot pool: agent slots, test-run slots, the full-run lock, and what blocks them.
 //!
-//! - `take.rs`: taking without waiting, and what blocks a take ([`Blocker`]);
+//! - `take.rs`: taking without waiting (weights and shares counted under `slots.lock`);
+//! - `turn.rs`: whose turn it is, from that count: the owner's share, the line, the cap;
+//! - `blocker.rs`: what blocks a take ([`Blocker`]), as typed data;
 //! - `wait.rs`: waiting in line for a slot ([`Pool::take`]);
 //! - `count.rs`: the verdict on each slot ([`SlotState`]);
 //! - `view.rs`: what `worklane slots` shows ([`Snapshot`]) and the commands records name;
 //! - `operator.rs`: STOP and the drain flag.
 
-mod count;
+mod blocker;
+pub(crate) mod count;
 mod operator;
 mod take;
+mod turn;
 mod view;
 mod wait;
 
+pub use blocker::{Blocker, Holding, ShareUsed, owner_words};
 pub use count::SlotState;
-pub use take::{Blocker, Take};
-pub use view::{RecordedCommand, SlotView, Snapshot};
+pub use take::Take;
+pub use view::{RecordedCommand, ShareUse, SlotView, Snapshot};
 pub use wait::{LOOK_AGAIN_AT_MOST, Wait, Waiting};
 
 use crate::Error;
+use crate::weight::{SHARE_OWNER_FIELD, WEIGHT_FIELD};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use worklane_lease::{Clock, Lease, Options, Request, SystemClock};
@@ -73,13 +79,37 @@ impl Kind {
 pub struct Slot {
     kind: Kind,
     lease: Lease,
+    weight: u32,
+    share_owner: Option<String>,
 }
 
 impl Slot {
+    pub(crate) fn new(kind: Kind, lease: Lease, weight: u32, share_owner: Option<String>) -> Slot {
+        Slot {
+            kind,
+            lease,
+            weight,
+            share_owner,
+        }
+    }
+
     /// The slot's kind.
     #[must_use]
     pub fn kind(&self) -> Kind {
         self.kind
+    }
+
+    /// How many units of its kind's cap it holds (its record's `weight`; 1 for the full run).
+    #[must_use]
+    pub fn weight(&self) -> u32 {
+        self.weight
+    }
+
+    /// The owner whose share its units count against (its record's `shareOwner`: `uid:1001`,
+    /// `group:ci`, `owner:nightly`), if its record names one.
+    #[must_use]
+    pub fn share_owner(&self) -> Option<&str> {
+        self.share_owner.as_deref()
     }
 
     /// The slot's file name (`agent-3.lock`).
@@ -94,11 +124,21 @@ impl Slot {
     }
 
     /// Adds fields to the slot's record (see `Lease::annotate`), e.g. the process that runs
-    /// under it.
+    /// under it. The pool's own fields, `weight` and `shareOwner`, are refused
+    /// ([`Error::PoolField`]): what a slot counts for is fixed when it is taken.
     pub fn annotate(
         &mut self,
         fields: serde_json::Map<String, serde_json::Value>,
     ) -> Result<(), Error> {
+        if let Some(field) = fields
+            .keys()
+            .find(|k| [WEIGHT_FIELD, SHARE_OWNER_FIELD].contains(&k.as_str()))
+        {
+            return Err(Error::PoolField {
+                slot: self.lease.resource().to_owned(),
+                field: field.clone(),
+            });
+        }
         self.lease
             .annotate(fields)
             .map_err(|source| Error::Annotate {
@@ -228,7 +268,9 @@ impl Pool {
 
     /// Takes over the slot `name` whose held guard another process handed to this one (`fd`,
     /// received over `SCM_RIGHTS`): checks that `fd` is that slot's guard and holds its lock,
-    /// then rewrites the record to name this process, keeping the epoch.
+    /// then rewrites the record to name this process, keeping the epoch and what the slot
+    /// counts for (the `weight` and `shareOwner` of the record it replaces, whatever
+    /// `request` says).
     pub fn adopt(
         &self,
         name: &str,
@@ -253,12 +295,36 @@ impl Pool {
                 slot: name.to_owned(),
                 source,
             })?;
-        let lease = worklane_lease::adopt(&self.dir, name, guard, request, &self.options())
+        // Read under the guard we were handed: the record its last holder wrote. Its weight is
+        // kept as written (a bad one too: it counts 1, and `slots` keeps reporting it).
+        let before: Option<serde_json::Value> = self
+            .file(name)?
+            .read()
+            .ok()
+            .flatten()
+            .and_then(|raw| serde_json::from_slice(&raw).ok());
+        let field = |f: &str| before.as_ref().and_then(|v| v.get(f)).cloned();
+        let mut request = request.clone();
+        request.fields.remove(WEIGHT_FIELD);
+        request.fields.remove(SHARE_OWNER_FIELD);
+        let weight = field(WEIGHT_FIELD);
+        let units = match kind {
+            Kind::FullRun => 1,
+            _ => crate::weight::Weight::of_value(weight.as_ref()).units(u32::MAX),
+        };
+        if let Some(weight) = weight {
+            request = request.field(WEIGHT_FIELD, weight);
+        }
+        let share_owner = field(SHARE_OWNER_FIELD).and_then(|v| v.as_str().map(str::to_owned));
+        if let Some(owner) = &share_owner {
+            request = request.field(SHARE_OWNER_FIELD, owner.clone());
+        }
+        let lease = worklane_lease::adopt(&self.dir, name, guard, &request, &self.options())
             .map_err(|source| Error::Adopt {
                 slot: name.to_owned(),
                 source,
             })?;
-        Ok(Slot { kind, lease })
+        Ok(Slot::new(kind, lease, units, share_owner))
     }
 }
 

@@ -81,6 +81,64 @@ fn claim_of(name: &str) -> Option<&str> {
         .then_some(lock)
 }
 
+/// A slot whose `weight` does not count as written (PROTOCOL.md 12.10): a bad one (counted
+/// as 1), one above the cap (counted as the cap), or one whose holder cannot be judged
+/// (counted as 1). A dead holder's slot counts nothing, and is no problem.
+pub(crate) fn weight_problem(dir: &SlotDir, view: &crate::SlotView, cap: u32) -> Option<Problem> {
+    use crate::weight::Weight;
+    if !matches!(view.kind, "agent" | "test") || view.units == 0 {
+        return None;
+    }
+    let holder = view
+        .record
+        .as_ref()
+        .and_then(|r| r.holder.pid.present().copied())
+        .map_or_else(
+            || "its holder".to_owned(),
+            |pid| format!("its holder, pid {pid}"),
+        );
+    let name = view.name.as_str();
+    let what = match &view.weight {
+        Weight::Bad(raw) => format!(
+            "its weight {raw} is not a whole number from 1 to 4294967295: it counts as 1 unit"
+        ),
+        Weight::Units(n) if view.units < (*n).min(cap) => format!(
+            "its weight {n} is not counted, since its holder cannot be judged ({}): it counts \
+             as 1 unit, as a record without a weight",
+            match &view.state {
+                crate::SlotState::Live(why) => why.to_string(),
+                other => format!("{other:?}"),
+            }
+        ),
+        Weight::Units(n) if *n > cap => format!(
+            "its weight {n} is above the cap of {cap}: it counts as {cap} units, the whole cap, \
+             until {holder} ends"
+        ),
+        Weight::Units(_) | Weight::Absent => return None,
+    };
+    let fix = match &view.weight {
+        Weight::Units(n) if *n > cap && view.units >= cap => format!(
+            "let {holder} end, or raise the cap to {n} (`worklane config set max_{}s {n}`)",
+            if view.kind == "agent" {
+                "agent"
+            } else {
+                "test_run"
+            }
+        ),
+        _ => format!(
+            "have the harness that wrote it write a whole-number weight; once {holder} has \
+             ended (and only then), rm -- {}",
+            quoted(dir, name)
+        ),
+    };
+    Some(Problem {
+        name: name.to_owned(),
+        what,
+        fix,
+        blocks: None,
+    })
+}
+
 fn leftover(dir: &SlotDir, name: &str) -> Problem {
     Problem {
         name: name.to_owned(),

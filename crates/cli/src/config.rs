@@ -36,10 +36,11 @@ impl ConfigKey {
             ConfigKey::EnvAllowPrefixes => "env_allow_prefixes",
             ConfigKey::EnvSecretWords => "env_secret_words",
             ConfigKey::BudgetProviders => "budget_providers",
+            ConfigKey::Shares => "shares",
         }
     }
 
-    const ALL: [ConfigKey; 7] = [
+    const ALL: [ConfigKey; 8] = [
         ConfigKey::MaxAgents,
         ConfigKey::MaxTestRuns,
         ConfigKey::MaxJobs,
@@ -47,6 +48,7 @@ impl ConfigKey {
         ConfigKey::EnvAllowPrefixes,
         ConfigKey::EnvSecretWords,
         ConfigKey::BudgetProviders,
+        ConfigKey::Shares,
     ];
 
     /// Its value when the file does not set it.
@@ -60,7 +62,7 @@ impl ConfigKey {
             ConfigKey::Admission => Value::from("dispatcher"),
             ConfigKey::EnvAllowPrefixes => strings(DEFAULT_PREFIXES),
             ConfigKey::EnvSecretWords => strings(DEFAULT_SECRET_WORDS),
-            ConfigKey::BudgetProviders => Value::Object(serde_json::Map::new()),
+            ConfigKey::BudgetProviders | ConfigKey::Shares => Value::Object(serde_json::Map::new()),
         }
     }
 
@@ -96,6 +98,14 @@ impl ConfigKey {
                 }
                 Ok(Value::from(items))
             }
+            ConfigKey::Shares => match serde_json::from_str::<Value>(text) {
+                // Checked whole with the file's other keys before it is written (the cap a
+                // share may not pass is the file's).
+                Ok(Value::Object(shares)) => Ok(Value::Object(shares)),
+                _ => Err("a JSON object of owners and whole numbers of units, e.g. \
+                          {\"uid:1001\": 4, \"group:ci\": 2, \"*\": 2}"
+                    .to_owned()),
+            },
             ConfigKey::BudgetProviders => {
                 const OBJECT: &str = "a JSON object of provider profiles by name, e.g. \
                     {\"mine\": {\"dimensions\": {\"requests\": {\"limit\": \"x-limit\", \

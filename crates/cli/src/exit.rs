@@ -109,6 +109,8 @@ fn admission_code(e: &worklane_admission::Error) -> u8 {
             lease_code(source)
         }
         E::Adopt { source, .. } => adopt_code(source),
+        // A weight no cap or share could ever admit: the caller asked wrongly.
+        E::Weight { .. } | E::WeightOverShare { .. } => USAGE,
         _ => OS_ERROR,
     }
 }

@@ -47,6 +47,20 @@ fn kind_word(kind: KindArg) -> &'static str {
 
 /// What halted the command, for `--status-fd`'s `end`: a halt worklane made (`halt`), else a
 /// signal that ended it.
+/// What a take asks of the pool: `weight` units, for the caller's uid and groups, and the
+/// `--owner` tag when one is given (a share the config names for `owner:TAG` wins, PROTOCOL.md
+/// 12.10).
+pub(crate) fn ask(weight: u32, tag: Option<&str>) -> worklane_admission::Ask {
+    let owner = worklane_admission::Owner::of_process();
+    let owner = match tag {
+        Some(tag) => owner.with_tag(tag),
+        None => owner,
+    };
+    worklane_admission::Ask::new()
+        .with_weight(weight)
+        .with_owner(owner)
+}
+
 pub(crate) fn halted_by(outcome: &Outcome, halt: HaltedBy) -> Option<HaltedBy> {
     if outcome.halted.is_some() {
         Some(halt)
@@ -83,15 +97,17 @@ fn run_holding(args: RunArgs, status: &mut Status) -> Result<ExitCode, Failure> 
         .clone()
         .unwrap_or_else(|| basename(&args.command));
     let request = Request::new(owner).field("command", describe(&args.command));
+    let ask = ask(args.weight, args.owner.as_deref());
     let mut progress = Progress::new(what);
     let taken = if args.no_wait {
         let now = pool.clock().now_ms();
-        pool.try_take_at(kind, &request, args.priority, now)
+        pool.try_take_for(kind, &request, &ask, args.priority, now)
             .map_err(crate::config::take_refused)?
     } else {
-        pool.take(
+        pool.take_for(
             kind,
             &request,
+            &ask,
             Wait {
                 timeout: args.timeout,
                 priority: args.priority,

@@ -91,6 +91,12 @@ fn slot_json(view: &SlotView, queue: &QueueView) -> json::Slot {
         epoch: r.and_then(|r| r.epoch),
         limit_ms: r.and_then(|r| r.extra.get("limit_ms").and_then(Value::as_u64)),
         last_pulse: r.and_then(|r| r.last_pulse).map(rfc3339_ms),
+        weight: match &view.weight {
+            worklane_admission::Weight::Units(n) => *n,
+            _ => 1,
+        },
+        units: view.units,
+        share_owner: view.share_owner.clone(),
         state: state_word(&view.state),
         counts: view.state.is_held(),
         reason: reason(&view.state),
@@ -138,6 +144,17 @@ pub(crate) fn to_json(snapshot: &Snapshot, around: &Around) -> json::Slots {
         max_jobs: caps.map_or(0, |c| c.max_jobs),
         agents_held: count(snapshot, "agent"),
         test_runs_held: count(snapshot, "test"),
+        agent_units_held: snapshot.held_units("agent"),
+        test_run_units_held: snapshot.held_units("test"),
+        shares: snapshot
+            .share_uses()
+            .into_iter()
+            .map(|u| json::ShareUse {
+                owner: u.owner,
+                held: u.held,
+                share: u.share,
+            })
+            .collect(),
         jobs_held: count(snapshot, "job"),
         full_run_held: count(snapshot, "full-run") > 0,
         stop: snapshot.stop.as_ref().map(|s| json::Stop {
@@ -200,9 +217,9 @@ pub(crate) fn show(as_json: bool, fleet: &crate::cli::FleetArgs) -> Result<ExitC
         Ok(caps) => outln!(
             "agents: {} of {} held; test runs: {} of {}; full run: {full_run}; build jobs: {} \
              of {}",
-            count(&snapshot, "agent"),
+            snapshot.held_units("agent"),
             caps.max_agents,
-            count(&snapshot, "test"),
+            snapshot.held_units("test"),
             caps.max_test_runs,
             count(&snapshot, "job"),
             caps.max_jobs,
@@ -213,6 +230,21 @@ pub(crate) fn show(as_json: bool, fleet: &crate::cli::FleetArgs) -> Result<ExitC
             count(&snapshot, "agent"),
             count(&snapshot, "test"),
         )?,
+    }
+    let uses = snapshot.share_uses();
+    if !uses.is_empty() {
+        let words: Vec<String> = uses
+            .iter()
+            .map(|u| {
+                let share = u.share.map_or("the cap".to_owned(), |s| s.to_string());
+                format!(
+                    "{} {} of {share}",
+                    worklane_admission::owner_words(&u.owner),
+                    u.held
+                )
+            })
+            .collect();
+        outln!("shares (units held of each owner's): {}", words.join("; "))?;
     }
     match &snapshot.stop {
         Some(stop) => outln!("STOP in force: {stop}")?,

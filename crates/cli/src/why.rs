@@ -25,7 +25,14 @@ pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
     let answers = [
         (
             "resource_admission",
-            with_fleet(admission(args.kind, &snapshot), args),
+            with_fleet(
+                admission(
+                    args.kind,
+                    &snapshot,
+                    &crate::run::ask(args.weight, args.owner.as_deref()),
+                ),
+                args,
+            ),
         ),
         ("provider_quota", quota(args, &ledger)),
         ("task_ownership", ownership(args, &snapshot, pool.dir())?),
@@ -123,7 +130,11 @@ fn queued_attempts(
     snapshot: &Snapshot,
 ) -> Vec<Queued> {
     let now = worklane_lease::Clock::now_ms(&worklane_lease::SystemClock);
-    let admission = admission(KindArg::Agent, snapshot);
+    let admission = admission(
+        KindArg::Agent,
+        snapshot,
+        &worklane_admission::Ask::default(),
+    );
     let mut entries: Vec<&Value> = queue.attempts.iter().collect();
     let key = |e: &&Value| {
         (

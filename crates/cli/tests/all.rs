@@ -8317,6 +8317,9 @@ mod man {
 /// `run --jobs`: a build's jobserver backed by the machine's job slots.
 mod jobs;
 
+/// `run --weight` and the config's `shares`.
+mod weights;
+
 /// docs/json.md against the real output: each documented example has the same keys and value
 /// types, recursively, as the document its command prints (values may differ), so a schema
 /// that drifts from the code fails here.

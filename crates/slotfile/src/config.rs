@@ -1,4 +1,9 @@
-//! The machine's caps: `{"max_agents": N, "max_test_runs": M, "max_jobs": J}`.
+//! The machine's caps: `{"max_agents": N, "max_test_runs": M, "max_jobs": J}`, and the owners'
+//! shares of the agents' cap (`"shares": {"uid:1001": 4, "*": 2}`, [`Shares`]).
+
+mod shares;
+
+pub use shares::{MAX_OWNER_NAME, ShareKey, Shares};
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -27,11 +32,12 @@ pub fn default_max_jobs() -> u32 {
         .clamp(*JOBS_RANGE.start(), *JOBS_RANGE.end())
 }
 
-/// Every key a config file may hold: the caps, read here, and the dispatcher's settings
-/// (`admission`, `env_allow_prefixes`, `env_secret_words`), read by the dispatcher. Any other
-/// key is refused ([`Error::UnknownKey`]): a misspelt `max_agent` would otherwise leave the
-/// default cap in force without a word.
-pub const KEYS: [&str; 7] = [
+/// Every key a config file may hold: the caps and the owners' shares, read here, and the
+/// dispatcher's settings (`admission`, `env_allow_prefixes`, `env_secret_words`), read by the
+/// dispatcher, and the model providers' profiles (`budget_providers`), read by the budget's
+/// callers. Any other key is refused ([`Error::UnknownKey`]): a misspelt `max_agent` would
+/// otherwise leave the default cap in force without a word.
+pub const KEYS: [&str; 8] = [
     "max_agents",
     "max_test_runs",
     "max_jobs",
@@ -39,18 +45,22 @@ pub const KEYS: [&str; 7] = [
     "env_allow_prefixes",
     "env_secret_words",
     "budget_providers",
+    "shares",
 ];
 
-/// The machine's caps. A key outside [`KEYS`] makes the whole file an error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The machine's caps and the owners' shares. A key outside [`KEYS`] makes the whole file an
+/// error.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    /// Concurrent agents across all harnesses (>= 1).
+    /// Concurrent agent units across all harnesses (>= 1): a take of weight N holds N.
     pub max_agents: u32,
-    /// Concurrent coordinator test runs (1..=8).
+    /// Concurrent coordinator test-run units (1..=8).
     pub max_test_runs: u32,
     /// Concurrent build jobs machine-wide, the jobserver's tokens (1..=4096; default the
     /// CPUs this process may run on).
     pub max_jobs: u32,
+    /// The owners' ceilings of agent units (`shares`); empty when the file has none.
+    pub shares: Shares,
 }
 
 impl Default for Config {
@@ -59,6 +69,7 @@ impl Default for Config {
             max_agents: DEFAULT_MAX_AGENTS,
             max_test_runs: DEFAULT_MAX_TEST_RUNS,
             max_jobs: default_max_jobs(),
+            shares: Shares::default(),
         }
     }
 }
@@ -108,8 +119,8 @@ pub enum Error {
     /// A key that is none of [`KEYS`] (a misspelling, or a setting of another tool).
     #[error(
         "config {path}: unknown key `{key}`; the keys are max_agents, max_test_runs, \
-         max_jobs, admission, env_allow_prefixes, env_secret_words and budget_providers (fix \
-         its spelling or remove it)"
+         max_jobs, admission, env_allow_prefixes, env_secret_words, budget_providers and \
+         shares (fix its spelling or remove it)"
     )]
     UnknownKey {
         /// The config file.
@@ -129,6 +140,32 @@ pub enum Error {
         /// What it must be.
         expected: &'static str,
     },
+    /// A key of `shares` names no owner.
+    #[error(
+        "config {path}: `shares` names the unknown owner `{key}`; an owner is `uid:<number>`, \
+         `group:<name or gid>`, `owner:<tag>` or `*`"
+    )]
+    ShareOwner {
+        /// The config file.
+        path: PathBuf,
+        /// The key, as written.
+        key: String,
+    },
+    /// A share is not a whole number from 1 to `max_agents`.
+    #[error(
+        "config {path}: the share of `{key}` is {value}, but it must be a whole number from 1 \
+         to max_agents ({max_agents}): a share is a ceiling of agent units"
+    )]
+    Share {
+        /// The config file.
+        path: PathBuf,
+        /// The owner, as written.
+        key: String,
+        /// The value found, as JSON.
+        value: String,
+        /// The cap in force in the same file.
+        max_agents: u32,
+    },
 }
 
 impl Error {
@@ -141,7 +178,9 @@ impl Error {
             | Error::DuplicateKey { path, .. }
             | Error::NotAnObject { path }
             | Error::UnknownKey { path, .. }
-            | Error::Field { path, .. } => path,
+            | Error::Field { path, .. }
+            | Error::ShareOwner { path, .. }
+            | Error::Share { path, .. } => path,
         }
     }
 }
@@ -184,21 +223,27 @@ impl Config {
                         expected,
                     }),
             };
+        let max_agents = field(
+            "max_agents",
+            DEFAULT_MAX_AGENTS,
+            *AGENTS_RANGE.start(),
+            *AGENTS_RANGE.end(),
+            "a whole number from 1 to 4294967295",
+        )?;
+        let max_test_runs = field(
+            "max_test_runs",
+            DEFAULT_MAX_TEST_RUNS,
+            *TEST_RUNS_RANGE.start(),
+            *TEST_RUNS_RANGE.end(),
+            "a whole number from 1 to 8",
+        )?;
+        let shares = match map.get("shares") {
+            None => Shares::default(),
+            Some(value) => Shares::parse(value, path, max_agents)?,
+        };
         Ok(Config {
-            max_agents: field(
-                "max_agents",
-                DEFAULT_MAX_AGENTS,
-                *AGENTS_RANGE.start(),
-                *AGENTS_RANGE.end(),
-                "a whole number from 1 to 4294967295",
-            )?,
-            max_test_runs: field(
-                "max_test_runs",
-                DEFAULT_MAX_TEST_RUNS,
-                *TEST_RUNS_RANGE.start(),
-                *TEST_RUNS_RANGE.end(),
-                "a whole number from 1 to 8",
-            )?,
+            max_agents,
+            max_test_runs,
             max_jobs: field(
                 "max_jobs",
                 default_max_jobs(),
@@ -206,6 +251,7 @@ impl Config {
                 *JOBS_RANGE.end(),
                 "a whole number from 1 to 4096",
             )?,
+            shares,
         })
     }
 
@@ -338,7 +384,100 @@ mod tests {
                 max_agents: 7,
                 max_test_runs: 8,
                 max_jobs: default_max_jobs(),
+                shares: Shares::default(),
             }
+        );
+    }
+
+    #[test]
+    fn shares_are_read_by_owner() {
+        let c = parse(
+            r#"{"max_agents": 8, "shares": {"uid:1001": 4, "group:ci": 2,
+                "owner:nightly": 1, "*": 2}}"#,
+        )
+        .expect("valid shares");
+        assert_eq!(
+            c.shares,
+            Shares::of([
+                (ShareKey::Uid(1001), 4),
+                (ShareKey::Group("ci".into()), 2),
+                (ShareKey::Tag("nightly".into()), 1),
+                (ShareKey::Anyone, 2),
+            ])
+        );
+        assert_eq!(
+            parse(r#"{"shares": {}}"#).expect("no owner named").shares,
+            Shares::default()
+        );
+        assert_eq!(
+            parse(r#"{"max_agents": 3, "shares": {"*": 3}}"#)
+                .expect("a share of the whole cap")
+                .shares
+                .ceiling(&ShareKey::Uid(5)),
+            Some(3)
+        );
+    }
+
+    #[test]
+    fn every_bad_share_names_file_owner_and_value() {
+        for (text, key, value) in [
+            (r#"{"max_agents": 8, "shares": {"uid:1": 0}}"#, "uid:1", "0"),
+            (r#"{"max_agents": 8, "shares": {"uid:1": 9}}"#, "uid:1", "9"),
+            (r#"{"max_agents": 8, "shares": {"*": 2.5}}"#, "*", "2.5"),
+            (r#"{"max_agents": 8, "shares": {"*": -1}}"#, "*", "-1"),
+            (r#"{"max_agents": 8, "shares": {"*": "2"}}"#, "*", "\"2\""),
+            (r#"{"max_agents": 8, "shares": {"*": null}}"#, "*", "null"),
+            (r#"{"max_agents": 8, "shares": {"*": 1e30}}"#, "*", "1e+30"),
+            (r#"{"shares": {"group:ci": 3}}"#, "group:ci", "3"),
+        ] {
+            let err = parse(text).expect_err(text);
+            assert!(
+                matches!(&err, Error::Share { key: k, value: v, .. } if k == key && v == value),
+                "{text}: wrong error {err:?}"
+            );
+            let msg = err.to_string();
+            assert!(msg.contains("slots.json"), "names the file: {msg}");
+            assert!(msg.contains(&format!("`{key}`")), "names the owner: {msg}");
+            assert!(msg.contains(value), "names the value: {msg}");
+            assert!(msg.contains("max_agents ("), "names the cap: {msg}");
+        }
+        for (text, key) in [
+            (r#"{"shares": {"user:alice": 1}}"#, "user:alice"),
+            (r#"{"shares": {"uid:alice": 1}}"#, "uid:alice"),
+            (r#"{"shares": {"ci": 1}}"#, "ci"),
+            (r#"{"shares": {"owner:": 1}}"#, "owner:"),
+        ] {
+            let err = parse(text).expect_err(text);
+            assert!(
+                matches!(&err, Error::ShareOwner { key: k, .. } if k == key),
+                "{text}: wrong error {err:?}"
+            );
+            let msg = err.to_string();
+            assert!(msg.contains("slots.json"), "names the file: {msg}");
+            assert!(msg.contains(&format!("`{key}`")), "names the owner: {msg}");
+        }
+        for text in [
+            r#"{"shares": [1]}"#,
+            r#"{"shares": 2}"#,
+            r#"{"shares": null}"#,
+        ] {
+            let err = parse(text).expect_err(text);
+            assert!(
+                matches!(
+                    &err,
+                    Error::Field {
+                        field: "shares",
+                        ..
+                    }
+                ),
+                "{text}: wrong error {err:?}"
+            );
+            assert!(err.to_string().contains("slots.json"), "{err}");
+        }
+        let err = parse(r#"{"shares": {"uid:1": 1, "uid:1": 2}}"#).expect_err("twice");
+        assert!(
+            matches!(&err, Error::DuplicateKey { key, .. } if key == "shares.uid:1"),
+            "{err:?}"
         );
     }
 
@@ -452,6 +591,8 @@ mod tests {
             r#"{"a": 1, "a": 1}"#,
             r#"{"max_agent": 1}"#,
             r#"{"max_agents": 0}"#,
+            r#"{"shares": {"x": 1}}"#,
+            r#"{"shares": {"*": 0}}"#,
         ] {
             let err = parse(text).expect_err(text);
             assert_eq!(

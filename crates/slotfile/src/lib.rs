@@ -58,7 +58,7 @@
 //!
 //! Owns where the slot directory and config are (`Environment::locate` returns
 //! `Locations {slot_dir, config, drain_dir, layout}`), the test-isolation rule,
-//! `Config {max_agents, max_test_runs}` (parsed with a check for keys written twice, which
+//! `Config {max_agents, max_test_runs, shares}` (parsed with a check for keys written twice, which
 //! `serde_json` would silently resolve to the last), the opened `SlotDir` (a held descriptor,
 //! `O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC`, and the directory's gid from `fstat`), and `SlotPath`,
 //! the only handle to a file in it. `walk.rs` opens the directory (PROTOCOL.md section 1,
@@ -131,7 +131,8 @@ mod sweep;
 mod walk;
 
 pub use config::{
-    AGENTS_RANGE, Config, DEFAULT_MAX_AGENTS, DEFAULT_MAX_TEST_RUNS, TEST_RUNS_RANGE,
+    AGENTS_RANGE, Config, DEFAULT_MAX_AGENTS, DEFAULT_MAX_TEST_RUNS, ShareKey, Shares,
+    TEST_RUNS_RANGE,
 };
 pub use dir::{Located, Resolved, SlotDir, resolved};
 pub use env::{

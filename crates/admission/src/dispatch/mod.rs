@@ -19,7 +19,8 @@
 //! statement prepared once per connection; schema 2 added `lane_epoch`, the epoch the launcher's
 //! record named at enqueue; schema 3 the enqueuer's uid, gid and groups, the failed starts and
 //! their backoff, the driver's pid, the `running` and `failed` states and the bounded history of
-//! ended attempts; `open_checked` runs `quick_check` and moves a damaged database aside),
+//! ended attempts; schema 4 the row's `weight` (1 for older rows) and `owner` tag;
+//! `open_checked` runs `quick_check` and moves a damaged database aside),
 //! `wire.rs` (the typed messages and refusal codes), `transport.rs` (one JSON line per message,
 //! `SCM_RIGHTS`, close-on-exec, peer credentials and groups; `Reader` and `Sender` take a
 //! message bit by bit on a nonblocking socket), `sys.rs` (the crate's one `unsafe`:

@@ -22,6 +22,7 @@ use worklane_lease::{Clock, Request};
 
 mod recover;
 mod runs;
+mod weights;
 
 pub use recover::Recovery;
 pub use runs::{DriverEnded, cancel_marker};
@@ -285,6 +286,14 @@ pub enum Error {
         #[source]
         source: Box<PoolError>,
     },
+    /// What each owner holds of the agents' units could not be counted, to choose the next
+    /// attempt among owners.
+    #[error("cannot count each owner's agent units to choose the next attempt")]
+    CountShares {
+        /// Why (boxed: a large cause).
+        #[source]
+        source: Box<PoolError>,
+    },
     /// The dispatcher's old place in the agents' line could not be left.
     #[error("cannot leave the dispatcher's place in the agents' line")]
     LeaveLine {
@@ -354,8 +363,9 @@ pub struct Dispatcher {
     store: Store,
     settings: Settings,
     held: HashMap<String, Held>,
-    /// Its place in the agents' line: the entry of its first queued row (`stand`).
-    place: Option<crate::line::Place>,
+    /// Its place in the agents' line: the entry of its first queued row (`stand`), and that
+    /// row's attempt id.
+    place: Option<(crate::line::Place, String)>,
     /// The uid it runs as: only root starts drivers as others.
     euid: u32,
     /// The slot directory's owner, who may cancel, retry and prune anyone's attempts.
@@ -459,34 +469,51 @@ impl Dispatcher {
     /// first row's place is where the next of them stands, and a run behind it waits for it,
     /// while a run before it goes first. (An entry per row would make the directory that many
     /// files longer for every take's listings.)
+    ///
+    /// The entry says the row's weight and the owner whose share it counts against, as a
+    /// waiting take's does (PROTOCOL.md 12.10); a new first row is a new entry, even at the
+    /// same place. A first row that could never be admitted (its weight above the cap or its
+    /// owner's share) is parked as `failed` instead, and the next one stands.
     pub fn stand(&mut self) -> Result<(), Error> {
         let now = self.now();
-        let Some(head) = self
-            .store
-            .next_queued(now)
-            .map_err(Error::read_queue("find where to stand in the agents' line"))?
-        else {
-            if let Some(place) = self.place.take() {
-                place.leave().map_err(Error::leave_line)?;
+        let head = loop {
+            let Some(head) = self.next_row(now, "find where to stand in the agents' line")? else {
+                if let Some((place, _)) = self.place.take() {
+                    place.leave().map_err(Error::leave_line)?;
+                }
+                return Ok(());
+            };
+            if self.place.as_ref().is_some_and(|(p, attempt)| {
+                *attempt == head.id
+                    && p.entry().priority == head.priority
+                    && p.entry().start_ms == head.queued_at_ms
+            }) {
+                return Ok(());
             }
-            return Ok(());
+            let request = Request::new("worklane dispatcher")
+                .field("attempt", head.id.clone())
+                .field("lane", head.lane.clone());
+            let ask = head.ask().unwrap_or_default();
+            match self.pool.join_line_for(
+                Kind::Agent,
+                head.priority,
+                head.queued_at_ms,
+                &request,
+                &ask,
+            ) {
+                Ok(place) => break (place, head.id),
+                Err(e @ (PoolError::Weight { .. } | PoolError::WeightOverShare { .. })) => {
+                    self.park_unfit(&head.id, &e, now)?;
+                }
+                Err(source) => {
+                    return Err(Error::JoinLine {
+                        attempt: head.id.clone(),
+                        source: Box::new(source),
+                    });
+                }
+            }
         };
-        if self.place.as_ref().is_some_and(|p| {
-            p.entry().priority == head.priority && p.entry().start_ms == head.queued_at_ms
-        }) {
-            return Ok(());
-        }
-        let request = Request::new("worklane dispatcher")
-            .field("attempt", head.id.clone())
-            .field("lane", head.lane.clone());
-        let place = self
-            .pool
-            .join_line_at(Kind::Agent, head.priority, head.queued_at_ms, &request)
-            .map_err(|source| Error::JoinLine {
-                attempt: head.id.clone(),
-                source: Box::new(source),
-            })?;
-        if let Some(old) = self.place.replace(place) {
+        if let Some((old, _)) = self.place.replace(head) {
             old.leave().map_err(Error::leave_line)?;
         }
         Ok(())
@@ -593,6 +620,9 @@ impl Dispatcher {
                 "an enqueue must carry its queue start (start_ms) and priority",
             ));
         };
+        if let Some(refused) = self.refuse_ask(&entry, caller) {
+            return Ok(refused);
+        }
         let lock = lane_lock(&entry.lane);
         let fd = fds.remove(0);
         if let Some(refused) = self.refuse_descriptor(&fd, &lock) {
@@ -674,6 +704,8 @@ impl Dispatcher {
             lane_epoch,
             enqueuer: Some(caller.enqueuer()),
             own_lane: entry.own_lane,
+            weight: entry.weight.unwrap_or(1),
+            owner: entry.owner,
             ..Attempt::queued(
                 format!("a-{}", random_hex()),
                 entry.lane,
@@ -781,35 +813,52 @@ impl Dispatcher {
     /// token. `None` when nothing may be admitted now or the pool is full or refusing.
     pub fn admit_next(&mut self) -> Result<Option<Admitted>, Error> {
         let now = self.now();
-        let Some(attempt) = self
-            .store
-            .next_queued(now)
-            .map_err(Error::read_queue("choose the next attempt"))?
-        else {
+        let Some(attempt) = self.next_row(now, "choose the next attempt")? else {
             return Ok(None);
         };
         let request = Request::new("worklane dispatcher")
             .field("attempt", attempt.id.clone())
             .field("lane", attempt.lane.clone());
+        // Its weight, counted against its enqueuer's share (a row without an enqueuer is
+        // never admitted: recovery parks it).
+        let ask = attempt.ask().unwrap_or_default();
+        // The row it stands for may have changed since it last stood (with shares, what the
+        // owners hold decides which row is next): its entry must be this row's, or the entry
+        // would stand in the row's own way.
+        if self.place.as_ref().is_some_and(|(_, id)| *id != attempt.id) {
+            self.stand()?;
+        }
         // In the line of agents at the row's own place: a waiting `worklane run` before it
         // (higher priority, or the same and an earlier start) goes first.
-        let taken = match self.place.as_ref().map(crate::line::Place::entry) {
-            Some(own)
-                if own.priority == attempt.priority && own.start_ms == attempt.queued_at_ms =>
-            {
-                self.pool.try_take_as(Kind::Agent, &request, own)
+        let taken = match self.place.as_ref() {
+            Some((own, id)) if *id == attempt.id => {
+                self.pool
+                    .try_take_as_for(Kind::Agent, &request, &ask, own.entry())
             }
-            _ => self.pool.try_take_at(
+            _ => self.pool.try_take_for(
                 Kind::Agent,
                 &request,
+                &ask,
                 attempt.priority,
                 attempt.queued_at_ms,
             ),
-        }
-        .map_err(|source| Error::TakeSlot {
-            attempt: attempt.id.clone(),
-            source: Box::new(source),
-        })?;
+        };
+        let taken = match taken {
+            Ok(taken) => taken,
+            Err(e @ (PoolError::Weight { .. } | PoolError::WeightOverShare { .. })) => {
+                // It can never be admitted under this cap or share: parked, and the next row
+                // stands in its place.
+                self.park_unfit(&attempt.id, &e, now)?;
+                self.stand()?;
+                return Ok(None);
+            }
+            Err(source) => {
+                return Err(Error::TakeSlot {
+                    attempt: attempt.id.clone(),
+                    source: Box::new(source),
+                });
+            }
+        };
         let slot = match taken {
             Take::Held(slot) => slot,
             Take::Blocked(_) => return Ok(None),
@@ -1135,6 +1184,8 @@ impl Dispatcher {
             driver_pid: a.driver_pid,
             starts: a.starts,
             cancel_at_ms: a.cancel.map(|c| c.at_ms),
+            weight: a.weight,
+            owner: a.owner,
         }
     }
 

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The schema version this code writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// How many ended attempts the history keeps at most (the oldest go first).
 pub const MAX_ENDED: u32 = 1000;
@@ -93,6 +93,12 @@ const MIGRATIONS: &[&str] = &[
         log           TEXT
     ) STRICT;
     CREATE INDEX ended_order ON ended (ended_at_ms, id);
+",
+    // Version 4: the units of the cap an attempt takes (a row written before weights takes 1)
+    // and the tag of the owner whose share it counts against (`enqueue --owner`).
+    "
+    ALTER TABLE attempts ADD COLUMN weight INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE attempts ADD COLUMN owner TEXT;
 ",
 ];
 
@@ -203,6 +209,12 @@ pub struct Attempt {
     pub cancel: Option<Cancel>,
     /// Its row is damaged (not stored: found when read): it is `failed` and never started.
     pub damaged: bool,
+    /// How many units of the agents' cap it takes when admitted (1 for a row queued before
+    /// weights).
+    pub weight: u32,
+    /// The tag of the owner it runs for (`enqueue --owner`), which the config's shares may name
+    /// (`owner:<tag>`); its enqueuer's uid and groups otherwise decide its share.
+    pub owner: Option<String>,
 }
 
 impl Attempt {
@@ -237,7 +249,22 @@ impl Attempt {
             starts: 0,
             cancel: None,
             damaged: false,
+            weight: 1,
+            owner: None,
         }
+    }
+
+    /// What it asks of the pool: its weight, for its enqueuer (uid, gid and groups) with its
+    /// tag. `None` for a row without an enqueuer, which is never started.
+    #[must_use]
+    pub fn ask(&self) -> Option<crate::Ask> {
+        let enqueuer = self.enqueuer.as_ref()?;
+        let mut owner = crate::Owner::of_uid(enqueuer.uid)
+            .with_groups(std::iter::once(enqueuer.gid).chain(enqueuer.groups.iter().copied()));
+        if let Some(tag) = &self.owner {
+            owner = owner.with_tag(tag.clone());
+        }
+        Some(crate::Ask::new().with_weight(self.weight).with_owner(owner))
     }
 
     /// The name of its driver's log in the slot directory.
@@ -390,6 +417,19 @@ pub mod db {
             /// The state stored.
             state: String,
         },
+        /// A stored row's weight is not a whole number from 1 to 4294967295.
+        #[error(
+            "queue database {path}: row {id} is damaged (its weight is {weight}); remove it \
+             with `worklane queue cancel {id}`"
+        )]
+        BadWeight {
+            /// The database file.
+            path: PathBuf,
+            /// The attempt id.
+            id: String,
+            /// The weight stored.
+            weight: i64,
+        },
         /// A stored row's JSON column (its arguments or environment) cannot be parsed.
         #[error(
             "queue database {path}: row {id} is damaged (its {column} cannot be parsed); remove \
@@ -456,7 +496,8 @@ pub struct Damage {
 
 const COLUMNS: &str = "id, lane, state, token, queued_at_ms, priority, placement, args, stage, \
                        env, state_at_ms, lane_epoch, uid, gid, groups, own_lane, failures, \
-                       last_error, retry_at_ms, driver_pid, starts, cancel_at_ms, cancel_by";
+                       last_error, retry_at_ms, driver_pid, starts, cancel_at_ms, cancel_by, \
+                       weight, owner";
 
 const ENDED_COLUMNS: &str = "id, lane, args, uid, queued_at_ms, started_at_ms, ended_at_ms, \
                              outcome, status, signal, detail, log";
@@ -586,7 +627,8 @@ impl Store {
         self.conn
             .prepare_cached(&format!(
                 "INSERT INTO attempts ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, \
-                 ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)"
+                 ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, \
+                 ?25)"
             ))
             .and_then(|mut statement| {
                 statement.execute(params![
@@ -613,6 +655,8 @@ impl Store {
                     attempt.starts,
                     attempt.cancel.map(|c| to_i64(c.at_ms)),
                     attempt.cancel.map(|c| c.by),
+                    attempt.weight,
+                    attempt.owner,
                 ])
             })
             .map_err(self.query("insert an attempt"))?;
@@ -862,6 +906,44 @@ impl Store {
         }
     }
 
+    /// The first queued attempt of each owner (enqueuer's uid and tag) at `now_ms`, each the
+    /// one [`Store::next_queued`] would choose among that owner's rows, in admission order:
+    /// the candidates of the fair choice among owners when the config gives shares. Damaged
+    /// rows met are parked as `next_queued` parks them.
+    pub fn queued_heads(&self, now_ms: u64) -> Result<Vec<Attempt>, Error> {
+        loop {
+            let heads = self.select_at(
+                &format!(
+                    "SELECT {COLUMNS} FROM (SELECT *, row_number() OVER (PARTITION BY uid, owner \
+                     ORDER BY priority DESC, queued_at_ms, id) AS place FROM attempts WHERE \
+                     state = 'queued' AND retry_at_ms <= ?1) WHERE place = 1 \
+                     ORDER BY priority DESC, queued_at_ms, id"
+                ),
+                now_ms,
+                "choose the next attempt of each owner",
+            )?;
+            let Some(damaged) = heads.iter().find(|a| a.damaged) else {
+                return Ok(heads);
+            };
+            let error = damaged.last_error.clone().unwrap_or_default();
+            if !self.start_failed(&damaged.id, State::Failed, 0, &error, 0, now_ms)? {
+                return Ok(heads.into_iter().filter(|a| !a.damaged).collect());
+            }
+        }
+    }
+
+    fn select_at(&self, sql: &str, now_ms: u64, op: &'static str) -> Result<Vec<Attempt>, Error> {
+        let mut statement = self.conn.prepare_cached(sql).map_err(self.query(op))?;
+        let rows = statement
+            .query_map(params![to_i64(now_ms)], Raw::from_row)
+            .map_err(self.query(op))?;
+        let mut out = Vec::new();
+        for row in rows {
+            out.push(row.map_err(self.query(op))?.into_attempt(&self.path));
+        }
+        Ok(out)
+    }
+
     /// The earliest end of a backoff still ahead of `now_ms`, if a queued attempt waits one.
     pub fn next_retry(&self, now_ms: u64) -> Result<Option<u64>, Error> {
         self.conn
@@ -1031,6 +1113,8 @@ struct Raw {
     starts: u32,
     cancel_at_ms: Option<i64>,
     cancel_by: Option<u32>,
+    weight: i64,
+    owner: Option<String>,
 }
 
 impl Raw {
@@ -1059,6 +1143,8 @@ impl Raw {
             starts: row.get(20)?,
             cancel_at_ms: row.get(21)?,
             cancel_by: row.get(22)?,
+            weight: row.get(23)?,
+            owner: row.get(24)?,
         })
     }
 
@@ -1071,6 +1157,7 @@ impl Raw {
         let (queued_at_ms, priority, state_at_ms) =
             (self.queued_at_ms, self.priority, self.state_at_ms);
         let (uid, gid) = (self.uid, self.gid);
+        let owner = self.owner.clone();
         match self.parse(path) {
             Ok(attempt) => attempt,
             Err(damage) => Attempt {
@@ -1082,6 +1169,7 @@ impl Raw {
                     groups: Vec::new(),
                 }),
                 damaged: true,
+                owner,
                 ..Attempt::queued(
                     id,
                     lane,
@@ -1108,6 +1196,14 @@ impl Raw {
             id: self.id.clone(),
             state: self.state.clone(),
         })?;
+        let weight = u32::try_from(self.weight)
+            .ok()
+            .filter(|&w| w >= 1)
+            .ok_or_else(|| Error::BadWeight {
+                path: path.to_owned(),
+                id: self.id.clone(),
+                weight: self.weight,
+            })?;
         let args = serde_json::from_str(&self.args).map_err(column("arguments"))?;
         let env = serde_json::from_str(&self.env).map_err(column("environment"))?;
         let enqueuer = match (self.uid, self.gid) {
@@ -1149,6 +1245,8 @@ impl Raw {
                 _ => None,
             },
             damaged: false,
+            weight,
+            owner: self.owner,
         })
     }
 }
@@ -1214,6 +1312,87 @@ mod tests {
             ids,
             ["a-2", "a-3"],
             "starting first, then the queue's order"
+        );
+    }
+
+    #[test]
+    fn weight_and_owner_round_trip_and_each_owner_has_one_head() {
+        let dir = tempfile::tempdir().expect("temp");
+        let store = Store::open(&dir.path().join("queue.db")).expect("open");
+        let of = |id: &str, uid: u32, owner: Option<&str>, priority: i64, start: u64| Attempt {
+            weight: 3,
+            owner: owner.map(str::to_owned),
+            enqueuer: Some(Enqueuer {
+                uid,
+                gid: uid,
+                groups: vec![],
+            }),
+            ..attempt(id, id, priority, start)
+        };
+        store.insert(&of("a-1", 1001, None, 0, 10)).expect("insert");
+        store.insert(&of("a-2", 1001, None, 0, 5)).expect("insert");
+        store
+            .insert(&of("a-3", 1001, Some("nightly"), 0, 1))
+            .expect("insert");
+        store.insert(&of("a-4", 1002, None, 1, 50)).expect("insert");
+        store
+            .insert(&attempt("a-5", "e", 0, 20))
+            .expect("a row of weight 1, of uid 1001 untagged too");
+        let back = store.get("a-3").expect("get").expect("stored");
+        assert_eq!((back.weight, back.owner.as_deref()), (3, Some("nightly")));
+        assert_eq!(store.get("a-5").expect("get").expect("row").weight, 1);
+        let heads: Vec<String> = store
+            .queued_heads(0)
+            .expect("heads")
+            .into_iter()
+            .map(|a| a.id)
+            .collect();
+        assert_eq!(
+            heads,
+            ["a-4", "a-3", "a-2"],
+            "one head per enqueuer and tag (uid 1001 untagged: a-2, its earliest start), in \
+             admission order"
+        );
+        store
+            .set_state("a-2", State::Starting, Some("t"), 30)
+            .expect("admitted");
+        let heads: Vec<String> = store
+            .queued_heads(0)
+            .expect("heads")
+            .into_iter()
+            .map(|a| a.id)
+            .collect();
+        assert_eq!(heads, ["a-4", "a-3", "a-1"], "queued rows only");
+        let ask = back.ask().expect("an enqueuer");
+        assert_eq!(
+            (ask.weight(), ask.owner().uid(), ask.owner().tag()),
+            (3, 1001, Some("nightly"))
+        );
+        assert_eq!(ask.owner().groups(), [1001], "its gid, then its groups");
+    }
+
+    #[test]
+    fn a_row_of_weight_zero_is_damaged_and_never_started() {
+        let dir = tempfile::tempdir().expect("temp");
+        let store = Store::open(&dir.path().join("queue.db")).expect("open");
+        store.insert(&attempt("a-1", "a", 0, 10)).expect("insert");
+        store.insert(&attempt("a-2", "b", 0, 20)).expect("insert");
+        store
+            .conn
+            .execute("UPDATE attempts SET weight = 0 WHERE id = 'a-1'", [])
+            .expect("damage");
+        let row = store.get("a-1").expect("get").expect("kept");
+        assert!(row.damaged && row.state == State::Failed, "{row:?}");
+        assert!(
+            row.last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("weight is 0")),
+            "{row:?}"
+        );
+        assert_eq!(
+            store.next_queued(0).expect("next").expect("one").id,
+            "a-2",
+            "the damaged row does not hold the next"
         );
     }
 
@@ -1414,6 +1593,11 @@ mod tests {
         assert_eq!(
             (row.queued_at_ms, row.priority, row.lane_epoch),
             (7, 2, None)
+        );
+        assert_eq!(
+            (row.weight, row.owner),
+            (1, None),
+            "a row queued before weights takes one unit"
         );
         store.insert(&attempt("a-2", "m", 0, 9)).expect("a new row");
         assert_eq!(

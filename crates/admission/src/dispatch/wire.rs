@@ -113,6 +113,14 @@ pub struct Enqueue {
     /// refused for a lane of any other shape.
     #[serde(default)]
     pub own_lane: bool,
+    /// How many units of the agents' cap the attempt takes when admitted, all at once (1 to
+    /// `max_agents`; absent: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
+    /// The tag of the owner it runs for, which the config's shares may name (`owner:<tag>`);
+    /// otherwise its share is its enqueuer's (uid and groups, from the peer credentials).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// An attempt as `list` shows it.
@@ -162,6 +170,16 @@ pub struct AttemptView {
     /// Its driver's log, by name in the slot directory.
     #[serde(default)]
     pub log: String,
+    /// The units of the agents' cap it takes (1 when a dispatcher before weights says none).
+    #[serde(default = "one")]
+    pub weight: u32,
+    /// The tag of the owner it runs for (`enqueue --owner`), if it has one.
+    #[serde(default)]
+    pub owner: Option<String>,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// An ended attempt, as `list` with `all` shows the history.
@@ -379,9 +397,29 @@ mod tests {
             Request::Enqueue(Enqueue {
                 start_ms: None,
                 priority: None,
+                weight: None,
+                owner: None,
                 ..
             })
         ));
+        let weighted: Request = serde_json::from_str(
+            r#"{"op":"enqueue","lane":"d","args":["x"],"weight":3,"owner":"nightly"}"#,
+        )
+        .expect("weight and owner");
+        let Request::Enqueue(e) = weighted else {
+            panic!("an enqueue")
+        };
+        assert_eq!((e.weight, e.owner.as_deref()), (Some(3), Some("nightly")));
+        let plain = Enqueue {
+            weight: None,
+            owner: None,
+            ..e
+        };
+        let line = serde_json::to_string(&Request::Enqueue(plain)).expect("json");
+        assert!(
+            !line.contains("weight") && !line.contains("owner"),
+            "an older dispatcher never sees the new fields unless they are used: {line}"
+        );
     }
 
     #[test]

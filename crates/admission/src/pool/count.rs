@@ -2,6 +2,8 @@
 
 use super::{Pool, slot_index};
 use crate::Error;
+use crate::weight::Weight;
+use std::collections::HashMap;
 use std::time::Duration;
 use worklane_lease::{Backoff, Judgement, LiveWhy, Liveness, ProcessLiveness, Record};
 use worklane_slotfile::SlotPath;
@@ -25,28 +27,104 @@ impl SlotState {
     }
 }
 
+/// One slot of a kind, as a take counts it.
+#[derive(Debug)]
+pub(crate) struct Counted {
+    /// Its index (`<prefix>-<index>.lock`).
+    pub index: u32,
+    /// Its file.
+    pub path: SlotPath,
+    /// The verdict on its holder.
+    pub state: SlotState,
+    /// Its record's `weight` (absent when there is no record to read).
+    pub weight: Weight,
+    /// Its record's `shareOwner`.
+    pub owner: Option<String>,
+}
+
+impl Counted {
+    /// The units it holds under `cap` (see [`crate::weight::counted`]).
+    pub(crate) fn units(&self, cap: u32) -> u32 {
+        crate::weight::counted(&self.state, &self.weight, cap)
+    }
+}
+
+/// The units held of a kind under `cap`, in all and by owner (`shareOwner`).
+pub(crate) fn units_of(slots: &[Counted], cap: u32) -> (u32, HashMap<String, u32>) {
+    let mut all = 0u32;
+    let mut by_owner: HashMap<String, u32> = HashMap::new();
+    for slot in slots {
+        let units = slot.units(cap);
+        all = all.saturating_add(units);
+        if let (Some(owner), true) = (&slot.owner, units > 0) {
+            let held = by_owner.entry(owner.clone()).or_default();
+            *held = held.saturating_add(units);
+        }
+    }
+    (all, by_owner)
+}
+
 impl Pool {
-    /// Slots of one kind: `(index, path, state)` for every `<prefix>-<i>.lock`.
-    pub(super) fn kind_slots_in(
+    /// Slots of one kind: every `<prefix>-<i>.lock` with its verdict, weight and owner, and
+    /// every guard of the kind held with no record behind it.
+    ///
+    /// A held guard's record is read after the probe, for its weight and owner only (the
+    /// holder may replace it meanwhile, never with another weight: a weight is written once,
+    /// at the take, and kept by every rewrite); a free guard's is the one its verdict was
+    /// judged from.
+    pub(crate) fn kind_slots_in(
         &self,
         prefix: &str,
         files: Vec<SlotPath>,
         hidden: &[String],
-    ) -> Result<Vec<(u32, SlotPath, SlotState)>, Error> {
+    ) -> Result<Vec<Counted>, Error> {
         let mut out = Vec::new();
         for path in files {
             let Some(index) = slot_index(prefix, path.name()) else {
                 continue;
             };
-            let state = self.state_of(&path, &ProcessLiveness)?;
-            out.push((index, path, state));
+            let (state, raw) = self.observe(&path, &ProcessLiveness)?;
+            let raw = match (&state, raw) {
+                (_, Some(raw)) => Some(raw),
+                (SlotState::GuardHeld, None) => path.read().ok().flatten(),
+                _ => None,
+            };
+            let (weight, owner) = raw
+                .as_deref()
+                .and_then(crate::weight::peek)
+                .unwrap_or((Weight::Absent, None));
+            out.push(Counted {
+                index,
+                path,
+                state,
+                weight,
+                owner,
+            });
         }
-        for (index, path) in self.recordless_held(prefix, hidden)? {
-            if !out.iter().any(|(i, _, _)| *i == index) {
-                out.push((index, path, SlotState::GuardHeld));
-            }
+        let listed: Vec<u32> = out.iter().map(|c| c.index).collect();
+        for (index, path) in self.recordless_held(prefix, hidden, &listed)? {
+            out.push(Counted {
+                index,
+                path,
+                state: SlotState::GuardHeld,
+                weight: Weight::Absent,
+                owner: None,
+            });
         }
         Ok(out)
+    }
+
+    /// What each owner holds now of `kind`'s units (counted as a take counts them, without
+    /// `slots.lock`): the dispatcher's fair choice among its own rows.
+    #[cfg(feature = "dispatcher")]
+    pub(crate) fn held_by_owner(
+        &self,
+        prefix: &str,
+        cap: u32,
+    ) -> Result<HashMap<String, u32>, Error> {
+        let (files, hidden) = self.dir.list_with_hidden().map_err(self.listing())?;
+        let slots = self.kind_slots_in(prefix, files, &hidden)?;
+        Ok(units_of(&slots, cap).1)
     }
 
     /// The slots of `prefix` whose guard is held with no record behind it: the holder's record
@@ -55,10 +133,14 @@ impl Pool {
     ///
     /// A guard found busy is probed again twice, a millisecond apart: a reader's momentary
     /// probe (`worklane slots`, the idle probe) lasts microseconds.
+    ///
+    /// `listed`: the indexes whose record the same listing showed: they have a record, so
+    /// they are skipped without reading it (their verdict comes from the record's own probe).
     pub(super) fn recordless_held(
         &self,
         prefix: &str,
         hidden: &[String],
+        listed: &[u32],
     ) -> Result<Vec<(u32, SlotPath)>, Error> {
         let mut held = Vec::new();
         for name in hidden {
@@ -70,6 +152,9 @@ impl Pool {
             let Some(index) = slot_index(prefix, &resource) else {
                 continue;
             };
+            if listed.contains(&index) {
+                continue;
+            }
             let path = self.file(&resource)?;
             if path.read().is_ok_and(|r| r.is_some()) {
                 continue;

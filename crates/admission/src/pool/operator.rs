@@ -1,6 +1,6 @@
 //! The operator's state as the pool reads and writes it: STOP and the drain flag.
 
-use super::take::Blocker;
+use super::blocker::Blocker;
 use super::{Pool, file_in};
 use crate::Error;
 use crate::drain::{DRAIN_FILE, DrainState};

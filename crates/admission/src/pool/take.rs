@@ -1,73 +1,19 @@
-//! Taking a slot without waiting: STOP and drain, the cap counted under `slots.lock`, the
-//! first free index, and what blocks a take.
+//! Taking a slot without waiting: STOP and drain, the weight asked, the units counted under
+//! `slots.lock`, the first free index. (Whose turn it is, from that count: `turn.rs`.)
 
+use super::blocker::Blocker;
+use super::count::units_of;
+use super::turn::{Asked, Decided};
 use super::{FULL_RUN_LOCK, Kind, Pool, SLOTS_LOCK, SWEEP_EVERY_MS, Slot, slot_index};
 use crate::Error;
 use crate::drain::DRAIN_FILE;
-use crate::stop::Stop;
+use crate::share::Ask;
+use crate::weight::{SHARE_OWNER_FIELD, WEIGHT_FIELD};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use worklane_lease::acquire::Error as LeaseError;
-use worklane_lease::{Acquired, Backoff, Lease, LiveWhy, Refusal, Request, acquire};
-
-/// What keeps a slot from being taken now.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Blocker {
-    /// An emergency STOP is in force.
-    Stop(Stop),
-    /// An update drain is in force.
-    Drain(crate::drain::Drain),
-    /// The kind's cap is reached.
-    AtCap {
-        /// Live slots of the kind.
-        held: u32,
-        /// The cap.
-        cap: u32,
-    },
-    /// Another full run holds the full-run lock.
-    FullRunHeld(Box<Refusal>),
-    /// Another process has held `slots.lock` for over 2 s (counting takes milliseconds: it
-    /// may be stopped, and the machine's pool with it, until it continues or dies).
-    Counting,
-    /// Waiters of the kind stand in line before this place (the line, `crate::line`).
-    InLine {
-        /// Live entries before it (the first proved live, the rest as listed).
-        ahead: u32,
-        /// Records of the kind's slots present (as listed, not probed).
-        held: u32,
-        /// The kind's cap.
-        cap: u32,
-    },
-}
-
-impl Blocker {
-    /// Whether this is a refusal by an operator (STOP or drain) rather than contention.
-    #[must_use]
-    pub fn is_operator_refusal(&self) -> bool {
-        matches!(self, Blocker::Stop(_) | Blocker::Drain(_))
-    }
-}
-
-impl std::fmt::Display for Blocker {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Blocker::Stop(stop) => write!(f, "{stop} (worklane resume-all lifts it)"),
-            Blocker::Drain(drain) => write!(
-                f,
-                "an update is draining the machine: {drain} (worklane undrain ends it early)"
-            ),
-            Blocker::AtCap { held, cap } => write!(f, "at cap: {held} of {cap} held"),
-            Blocker::FullRunHeld(refusal) => write!(f, "a full run is in progress: {refusal}"),
-            Blocker::InLine { ahead, held, cap } => {
-                write!(f, "{ahead} waiting in line before it, {held} of {cap} held")
-            }
-            Blocker::Counting => f.write_str(
-                "slots.lock has been held for over 2 s (is its holder stopped? `worklane slots` \
-                 names it)",
-            ),
-        }
-    }
-}
+use worklane_lease::{Acquired, Backoff, Lease, LiveWhy, Request, acquire};
+use worklane_slotfile::Shares;
 
 /// The outcome of a nonblocking take.
 #[derive(Debug)]
@@ -88,7 +34,7 @@ impl Pool {
     ///
     /// It takes its turn in the line too: while a live waiter of its kind stands in line at
     /// priority 0 or above, it is [`Blocker::InLine`] ([`Pool::try_take_at`] for another
-    /// priority).
+    /// priority). Its weight is 1, for this process ([`Ask::default`]).
     pub fn try_take(&self, kind: Kind, request: &Request) -> Result<Take, Error> {
         self.try_take_at(kind, request, 0, self.clock.now_ms())
     }
@@ -103,7 +49,23 @@ impl Pool {
         priority: i64,
         start_ms: u64,
     ) -> Result<Take, Error> {
-        self.try_take_until(kind, request, None, Some((priority, start_ms, None)))
+        self.try_take_for(kind, request, &Ask::default(), priority, start_ms)
+    }
+
+    /// [`Pool::try_take_at`] for `ask`: a take of `ask.weight()` units of the kind's cap, all
+    /// at once or none, counted against the share of `ask.owner()` (agents, when the config
+    /// gives shares). A weight of 0 or above the cap is [`Error::Weight`]; above the owner's
+    /// share, [`Error::WeightOverShare`]. Blocked by the cap, it is [`Blocker::AtCap`]
+    /// (weight 1) or [`Blocker::NoRoom`]; by its owner's share, [`Blocker::Share`].
+    pub fn try_take_for(
+        &self,
+        kind: Kind,
+        request: &Request,
+        ask: &Ask,
+        priority: i64,
+        start_ms: u64,
+    ) -> Result<Take, Error> {
+        self.try_take_until(kind, request, ask, None, Some((priority, start_ms, None)))
     }
 
     /// [`Pool::try_take`] for the holder of the place `own` in line: refused while a live entry
@@ -114,35 +76,104 @@ impl Pool {
         request: &Request,
         own: &crate::line::Entry,
     ) -> Result<Take, Error> {
+        self.try_take_as_for(kind, request, &Ask::default(), own)
+    }
+
+    /// [`Pool::try_take_as`] for `ask` (see [`Pool::try_take_for`]).
+    pub fn try_take_as_for(
+        &self,
+        kind: Kind,
+        request: &Request,
+        ask: &Ask,
+        own: &crate::line::Entry,
+    ) -> Result<Take, Error> {
         self.try_take_until(
             kind,
             request,
+            ask,
             None,
             Some((own.priority, own.start_ms, Some(own))),
         )
     }
 
-    /// [`Blocker::InLine`] for `ahead` entries: the kind's cap and its records as listed.
-    pub(super) fn in_line(&self, kind: Kind, ahead: u32) -> Result<Blocker, Error> {
-        let names = self.dir.list().map_err(self.listing())?;
-        let (held, cap) = match kind.prefix() {
-            Some(prefix) => (
-                names
-                    .iter()
-                    .filter(|p| slot_index(prefix, p.name()).is_some())
-                    .count(),
-                self.cap(kind)?,
-            ),
-            None => (
-                names.iter().filter(|p| p.name() == FULL_RUN_LOCK).count(),
-                1,
-            ),
+    /// The weight of `ask` checked against `kind`'s cap, and the share it counts against,
+    /// from the config in force (read now).
+    pub(crate) fn asked(&self, kind: Kind, ask: &Ask) -> Result<Asked, Error> {
+        let weight = ask.weight();
+        let weight_error = |cap| Error::Weight {
+            kind: kind.label(),
+            weight,
+            cap,
         };
-        Ok(Blocker::InLine {
-            ahead,
-            held: u32::try_from(held).unwrap_or(u32::MAX),
+        let (cap, shares) = match kind {
+            Kind::FullRun => (1, Shares::default()),
+            Kind::Agent => {
+                let config = self.config()?;
+                (config.max_agents, config.shares)
+            }
+            Kind::Test { .. } => (self.config()?.max_test_runs, Shares::default()),
+            Kind::Job => (self.config()?.max_jobs, Shares::default()),
+        };
+        if weight == 0 || weight > cap {
+            return Err(weight_error(cap));
+        }
+        let share = crate::share::resolve(&shares, ask.owner());
+        if let Some(ceiling) = share.ceiling
+            && weight > ceiling
+        {
+            return Err(Error::WeightOverShare {
+                owner: share.owner.to_string(),
+                weight,
+                share: ceiling,
+            });
+        }
+        Ok(Asked {
+            weight,
+            share,
+            shares,
             cap,
         })
+    }
+
+    /// [`Blocker::InLine`] for `ahead` entries: the kind's cap and the units of its records as
+    /// listed (each record's weight read; `held`, when the caller counted them already).
+    pub(super) fn in_line(
+        &self,
+        kind: Kind,
+        ahead: u32,
+        held: Option<u32>,
+    ) -> Result<Blocker, Error> {
+        let cap = match kind.prefix() {
+            Some(_) => self.cap(kind)?,
+            None => 1,
+        };
+        let held = match held {
+            Some(held) => held,
+            None => self.listed_units(kind, cap)?,
+        };
+        Ok(Blocker::InLine { ahead, held, cap })
+    }
+
+    /// The units of `kind`'s records present (as listed, not probed; each record's weight
+    /// as written, at most `cap`, 1 when it cannot be read).
+    fn listed_units(&self, kind: Kind, cap: u32) -> Result<u32, Error> {
+        let names = self.dir.list().map_err(self.listing())?;
+        let units = match kind.prefix() {
+            Some(prefix) => names
+                .iter()
+                .filter(|p| slot_index(prefix, p.name()).is_some())
+                .map(|p| {
+                    p.read()
+                        .ok()
+                        .flatten()
+                        .and_then(|raw| crate::weight::peek(&raw))
+                        .map_or(1, |(weight, _)| weight.units(cap))
+                })
+                .fold(0u32, u32::saturating_add),
+            None => u32::try_from(names.iter().filter(|p| p.name() == FULL_RUN_LOCK).count())
+                .unwrap_or(u32::MAX),
+        };
+        Ok(units)
     }
 
     /// Whether a change to `name` may let a waiter of `kind` on: a slot of its kind released,
@@ -160,11 +191,14 @@ impl Pool {
     ///
     /// `line`: the place (priority, start, own entry) whose turn in the waiting line it checks,
     /// or `None` for a waiter already found at the head. For agents and test runs the check is
-    /// made under `slots.lock` from the count's own listing; for the full run, before.
+    /// made under `slots.lock` from the count's own listing; for the full run, before. With
+    /// shares (agents), the line's order depends on what each owner holds, so it is decided
+    /// from the count (`fair_turn`).
     pub(super) fn try_take_until(
         &self,
         kind: Kind,
         request: &Request,
+        ask: &Ask,
         deadline: Option<Instant>,
         line: Option<(i64, u64, Option<&crate::line::Entry>)>,
     ) -> Result<Take, Error> {
@@ -178,7 +212,8 @@ impl Pool {
         {
             request = request.field("limit_ms", limit);
         }
-        let Some((prefix, cap)) = kind.prefix().map(|p| (p, self.cap(kind))) else {
+        let asked = self.asked(kind, ask)?;
+        let Some(prefix) = kind.prefix() else {
             if let Some((priority, start_ms, own)) = line {
                 let listed = self
                     .dir
@@ -186,7 +221,7 @@ impl Pool {
                     .map_err(self.listing())?;
                 let ahead = self.ahead_in(kind, &listed, priority, start_ms, own)?;
                 if ahead > 0 {
-                    return Ok(Take::Blocked(self.in_line(kind, ahead)?));
+                    return Ok(Take::Blocked(self.in_line(kind, ahead, None)?));
                 }
             }
             let taken = self
@@ -196,13 +231,15 @@ impl Pool {
                     source: Box::new(source),
                 })?;
             return match taken {
-                Acquired::Held(lease) => Ok(Take::Held(Slot { kind, lease })),
+                Acquired::Held(lease) => Ok(Take::Held(Slot::new(kind, lease, 1, None))),
                 Acquired::Refused(refusal) => {
                     Ok(Take::Blocked(Blocker::FullRunHeld(Box::new(refusal))))
                 }
             };
         };
-        let cap = cap?;
+        let request = request
+            .field(WEIGHT_FIELD, asked.weight)
+            .field(SHARE_OWNER_FIELD, asked.share.owner.to_string());
         let counted = |source| Error::Counted {
             kind: kind.label(),
             source,
@@ -214,28 +251,34 @@ impl Pool {
             return Ok(Take::Blocked(blocker));
         }
         let (files, hidden) = self.dir.list_with_hidden().map_err(self.listing())?;
-        if let Some((priority, start_ms, own)) = line {
+        let fair = !asked.shares.is_empty();
+        if let (false, Some((priority, start_ms, own))) = (fair, line) {
             let ahead = self.ahead_in(kind, &files, priority, start_ms, own)?;
             if ahead > 0 {
                 counting.release().map_err(counted)?;
-                return Ok(Take::Blocked(self.in_line(kind, ahead)?));
+                return Ok(Take::Blocked(self.in_line(kind, ahead, None)?));
             }
         }
+        let entries: Vec<crate::line::Entry> = if fair && line.is_some() {
+            crate::line::entries_of(kind.label(), &files)
+        } else {
+            Vec::new()
+        };
         let slots = self.kind_slots_in(prefix, files, &hidden)?;
-        let held: Vec<u32> = slots
-            .iter()
-            .filter(|(_, _, state)| state.is_held())
-            .map(|(i, _, _)| *i)
-            .collect();
-        let live = u32::try_from(held.len()).unwrap_or(u32::MAX);
-        if live >= cap {
-            log::debug!("{prefix} slots at cap: {live} of {cap} live");
+        let (held, by_owner) = units_of(&slots, asked.cap);
+        let decided = Decided { held, by_owner };
+        if let Some(blocker) = self.blocker_of(kind, &asked, &decided, &slots, line, &entries)? {
             counting.release().map_err(counted)?;
-            return Ok(Take::Blocked(Blocker::AtCap { held: live, cap }));
+            return Ok(Take::Blocked(blocker));
         }
+        let live: Vec<u32> = slots
+            .iter()
+            .filter(|c| c.state.is_held())
+            .map(|c| c.index)
+            .collect();
         let mut index = 0u32;
         let taken = loop {
-            if !held.contains(&index) {
+            if !live.contains(&index) {
                 let name = format!("{prefix}-{index}.lock");
                 match self.acquire_settled(&name, &request) {
                     Ok(Acquired::Held(lease)) => break lease,
@@ -259,7 +302,13 @@ impl Pool {
         };
         self.sweep();
         counting.release().map_err(counted)?;
-        Ok(Take::Held(Slot { kind, lease: taken }))
+        let owner = asked.share.owner.to_string();
+        Ok(Take::Held(Slot::new(
+            kind,
+            taken,
+            asked.weight,
+            Some(owner),
+        )))
     }
 
     /// Removes temp files that killed writers left (older than a minute, held by nobody), so

@@ -1,14 +1,16 @@
 //! What `worklane slots` shows and `stop-all` enforces: every slot and lease file with its
 //! verdict, the idle probe, and the commands records name.
 
+use super::blocker::Holding;
 use super::count::SlotState;
 use super::{FULL_RUN_LOCK, Pool, slot_index};
 use crate::Error;
 use crate::drain::DrainState;
 use crate::stop::Stop;
+use crate::weight::Weight;
 use std::path::PathBuf;
 use worklane_lease::{Liveness, ProcessLiveness, Record, TtlLiveness};
-use worklane_slotfile::Config;
+use worklane_slotfile::{Config, ShareKey};
 
 /// One slot or lease file as seen by [`Pool::snapshot`].
 #[derive(Debug, Clone, PartialEq)]
@@ -21,6 +23,96 @@ pub struct SlotView {
     pub record: Option<Record>,
     /// The verdict on its holder.
     pub state: SlotState,
+    /// Its record's `weight`, as written ([`Weight::Absent`] without one, or without a
+    /// readable record).
+    pub weight: Weight,
+    /// The units of its kind's cap it counts for, as a take counts them under the cap in
+    /// force (its weight uncut when the config cannot be used); 0 when its holder is gone,
+    /// and for locks and leases outside the pool's caps.
+    pub units: u32,
+    /// Its record's `shareOwner`: the owner whose share its units count against.
+    pub share_owner: Option<String>,
+}
+
+/// What one owner holds of the agents' units, and may hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareUse {
+    /// The owner (`uid:1001`, `group:ci`, `owner:nightly`).
+    pub owner: String,
+    /// Units it holds now.
+    pub held: u32,
+    /// Its share (its own, else that of `*`); `None`: only the cap (or no config in force).
+    pub share: Option<u32>,
+    /// Its live agent slots.
+    pub slots: Vec<Holding>,
+}
+
+impl Snapshot {
+    /// The units held of `kind` (`agent`, `test`, `full-run`): the sum of its slots' units.
+    #[must_use]
+    pub fn held_units(&self, kind: &str) -> u32 {
+        self.slots
+            .iter()
+            .filter(|s| s.kind == kind)
+            .fold(0u32, |n, s| n.saturating_add(s.units))
+    }
+
+    /// The live agent slots whose units count against `owner`'s share.
+    #[must_use]
+    pub fn holdings(&self, owner: &str) -> Vec<Holding> {
+        self.slots
+            .iter()
+            .filter(|s| s.kind == "agent" && s.units > 0)
+            .filter(|s| s.share_owner.as_deref() == Some(owner))
+            .map(|s| Holding {
+                slot: s.name.clone(),
+                units: s.units,
+                pid: s
+                    .record
+                    .as_ref()
+                    .and_then(|r| r.holder.pid.present().copied()),
+                holder: s.record.as_ref().and_then(|r| r.owner.clone()),
+            })
+            .collect()
+    }
+
+    /// Every owner that holds agent units or that the config's `shares` name (`*` aside), with
+    /// what it holds and its share, by owner.
+    #[must_use]
+    pub fn share_uses(&self) -> Vec<ShareUse> {
+        let shares = self.config.as_ref().map(|c| c.shares.clone()).ok();
+        let mut owners: Vec<String> = self
+            .slots
+            .iter()
+            .filter(|s| s.kind == "agent" && s.units > 0)
+            .filter_map(|s| s.share_owner.clone())
+            .collect();
+        if let Some(shares) = &shares {
+            owners.extend(
+                shares
+                    .iter()
+                    .filter(|(k, _)| **k != ShareKey::Anyone)
+                    .map(|(k, _)| k.to_string()),
+            );
+        }
+        owners.sort();
+        owners.dedup();
+        owners
+            .into_iter()
+            .map(|owner| {
+                let slots = self.holdings(&owner);
+                let share = shares.as_ref().and_then(|shares| {
+                    ShareKey::parse(&owner).and_then(|key| shares.ceiling(&key))
+                });
+                ShareUse {
+                    held: slots.iter().fold(0u32, |n, h| n.saturating_add(h.units)),
+                    owner,
+                    share,
+                    slots,
+                }
+            })
+            .collect()
+    }
 }
 
 /// Everything `worklane slots` shows.
@@ -54,6 +146,13 @@ impl Pool {
 
     /// Every slot, run, lease and lock file with its verdict, plus caps, STOP and drain.
     pub fn snapshot(&self) -> Result<Snapshot, Error> {
+        let config = Config::load_in(&self.env, &self.locations.config);
+        // The caps the units are counted under (none while the config cannot be used).
+        let cap = |kind: &str| match (&config, kind) {
+            (Ok(c), "agent") => c.max_agents,
+            (Ok(c), "test") => c.max_test_runs,
+            _ => u32::MAX,
+        };
         let mut slots = Vec::new();
         let (files, hidden) = self.dir.list_with_hidden().map_err(self.listing())?;
         for path in files {
@@ -87,34 +186,62 @@ impl Pool {
                 None => None,
             };
             let record = raw.and_then(|raw| Record::parse(&raw).ok());
+            let (weight, share_owner) = match (kind, &record) {
+                ("agent" | "test", Some(record)) => (
+                    Weight::of(record),
+                    crate::weight::share_owner(record).map(str::to_owned),
+                ),
+                _ => (Weight::Absent, None),
+            };
+            let units = match kind {
+                "agent" | "test" => crate::weight::counted(&state, &weight, cap(kind)),
+                "full-run" => u32::from(state.is_held()),
+                _ => 0,
+            };
             slots.push(SlotView {
                 name: name.to_owned(),
                 kind,
                 record,
                 state,
+                weight,
+                units,
+                share_owner,
             });
         }
         // Guards held with no record: what a finished run left running still holds its slot.
         for (prefix, kind) in [("agent", "agent"), ("test", "test"), ("job", "job")] {
-            for (_, path) in self.recordless_held(prefix, &hidden)? {
+            let listed: Vec<u32> = slots
+                .iter()
+                .filter_map(|v| slot_index(prefix, &v.name))
+                .collect();
+            for (_, path) in self.recordless_held(prefix, &hidden, &listed)? {
                 if !slots.iter().any(|v| v.name == path.name()) {
                     slots.push(SlotView {
                         name: path.name().to_owned(),
                         kind,
                         record: None,
                         state: SlotState::GuardHeld,
+                        weight: Weight::Absent,
+                        units: 1,
+                        share_owner: None,
                     });
                 }
             }
         }
         slots.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut problems = crate::problems::scan(&self.dir, self.clock.now_ms());
+        problems.extend(
+            slots
+                .iter()
+                .filter_map(|v| crate::problems::weight_problem(&self.dir, v, cap(v.kind))),
+        );
         Ok(Snapshot {
             dir: self.dir.path().to_owned(),
-            config: Config::load_in(&self.env, &self.locations.config),
+            config,
             stop: self.stop()?,
             drain: self.drain()?,
             slots,
-            problems: crate::problems::scan(&self.dir, self.clock.now_ms()),
+            problems,
             line: self.line_views()?,
         })
     }

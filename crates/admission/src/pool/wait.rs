@@ -1,9 +1,10 @@
 //! Taking a slot by waiting in line: a place of its kind's line, a look at each change, and
 //! what the waiter is told.
 
-use super::take::{Blocker, Take};
+use super::blocker::Blocker;
+use super::take::Take;
 use super::{Kind, Pool};
-use crate::Error;
+use crate::{Ask, Error};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use worklane_lease::{Backoff, Request};
@@ -47,7 +48,7 @@ impl Pool {
     /// It looks again as soon as a slot of its kind is released or a place before it is left
     /// (inotify on Linux), and at least every [`LOOK_AGAIN_AT_MOST`].
     pub fn take(&self, kind: Kind, request: &Request, wait: Wait<'_>) -> Result<Take, Error> {
-        self.take_unless(kind, request, wait, &AtomicBool::new(false))
+        self.take_for(kind, request, &Ask::default(), wait)
     }
 
     /// [`Pool::take`] that also gives up, leaving the line, once `cancelled` is set (seen at
@@ -60,39 +61,96 @@ impl Pool {
         wait: Wait<'_>,
         cancelled: &AtomicBool,
     ) -> Result<Take, Error> {
+        self.take_for_unless(kind, request, &Ask::default(), wait, cancelled)
+    }
+
+    /// [`Pool::take`] for `ask`: `ask.weight()` units of the kind's cap, all at once, counted
+    /// against the share of `ask.owner()` (see [`Pool::try_take_for`]). Its entry in line
+    /// says its weight and owner. At the head of the line it keeps its place until its
+    /// weight is free: nobody behind it takes the units freed meanwhile (PROTOCOL.md 12.10).
+    /// A weight that could never be admitted (0, above the cap or its owner's share) is an
+    /// error at once; one that the cap, lowered while it waits, no longer admits, at the next
+    /// look.
+    pub fn take_for(
+        &self,
+        kind: Kind,
+        request: &Request,
+        ask: &Ask,
+        wait: Wait<'_>,
+    ) -> Result<Take, Error> {
+        self.take_for_unless(kind, request, ask, wait, &AtomicBool::new(false))
+    }
+
+    /// [`Pool::take_for`] that gives up once `cancelled` is set, as [`Pool::take_unless`].
+    pub fn take_for_unless(
+        &self,
+        kind: Kind,
+        request: &Request,
+        ask: &Ask,
+        wait: Wait<'_>,
+        cancelled: &AtomicBool,
+    ) -> Result<Take, Error> {
         let started = Instant::now();
         let deadline = wait.timeout.map(|t| started + t);
         // A take that finds nobody in line before it and a slot free goes at once, with no
         // entry of its own (the common case, and the cheap one); otherwise it joins the line.
         let now = self.clock.now_ms();
-        match self.try_take_until(kind, request, deadline, Some((wait.priority, now, None)))? {
+        match self.try_take_until(
+            kind,
+            request,
+            ask,
+            deadline,
+            Some((wait.priority, now, None)),
+        )? {
             Take::Held(slot) => return Ok(Take::Held(slot)),
             Take::Blocked(blocker) if blocker.is_operator_refusal() => {
                 return Ok(Take::Blocked(blocker));
             }
             Take::Blocked(_) => {}
         }
-        let place = self.join_line(kind, wait.priority, request)?;
+        let place = self.join_line_for(kind, wait.priority, self.clock.now_ms(), request, ask)?;
         // Made only when a look finds it must wait: a take that goes at once watches nothing.
         let mut watch = None;
         let mut pause = Backoff::new(Duration::from_millis(25)).doubling_to(LOOK_AGAIN_AT_MOST);
         loop {
             let me = place.entry();
-            let standing = self.standing(kind, me.priority, me.start_ms, Some(me))?;
-            let blocker = if standing.ahead == 0 {
-                match self.try_take_until(kind, request, deadline, None)? {
+            let (blocker, position, in_line) = if self.fair(kind)? {
+                // With shares the order depends on what each owner holds: every look is decided
+                // under `slots.lock`, from the count (so every waiter sees one order).
+                let own = Some((me.priority, me.start_ms, Some(me)));
+                match self.try_take_until(kind, request, ask, deadline, own)? {
                     Take::Held(slot) => {
-                        // Best effort: once its record is gone the entry is out of the line; a file
-                        // left behind is litter, never a reason to fail the take.
                         let _ = place.leave();
                         return Ok(Take::Held(slot));
                     }
-                    Take::Blocked(blocker) => blocker,
+                    Take::Blocked(blocker) => {
+                        let ahead = match &blocker {
+                            Blocker::InLine { ahead, .. } => *ahead,
+                            _ => 0,
+                        };
+                        let in_line = self.line_length(kind)?;
+                        (blocker, ahead.saturating_add(1), in_line)
+                    }
                 }
-            } else if let Some(blocker) = self.operator_blocker()? {
-                blocker
             } else {
-                self.in_line(kind, standing.ahead)?
+                let standing = self.standing(kind, me.priority, me.start_ms, Some(me))?;
+                let blocker = if standing.ahead == 0 {
+                    match self.try_take_until(kind, request, ask, deadline, None)? {
+                        Take::Held(slot) => {
+                            // Best effort: once its record is gone the entry is out of the
+                            // line; a file left behind is litter, never a reason to fail the
+                            // take.
+                            let _ = place.leave();
+                            return Ok(Take::Held(slot));
+                        }
+                        Take::Blocked(blocker) => blocker,
+                    }
+                } else if let Some(blocker) = self.operator_blocker()? {
+                    blocker
+                } else {
+                    self.in_line(kind, standing.ahead, None)?
+                };
+                (blocker, standing.ahead.saturating_add(1), standing.in_line)
             };
             if blocker.is_operator_refusal() {
                 let _ = place.leave();
@@ -106,8 +164,8 @@ impl Pool {
             (wait.on_wait)(&Waiting {
                 blocker: &blocker,
                 waited,
-                position: standing.ahead.saturating_add(1),
-                in_line: standing.in_line,
+                position,
+                in_line,
             });
             let mut nap = pause.pause();
             if let Some(t) = wait.timeout {
@@ -128,5 +186,13 @@ impl Pool {
                 let _ = pause.next();
             }
         }
+    }
+}
+
+impl Pool {
+    /// Whether `kind`'s line goes in the fair order of shares (agents, when the config in force
+    /// gives shares).
+    fn fair(&self, kind: Kind) -> Result<bool, Error> {
+        Ok(kind == Kind::Agent && !self.config()?.shares.is_empty())
     }
 }

@@ -57,6 +57,10 @@ pub(crate) enum ConfigKey {
     /// (PROTOCOL.md 13.1).
     #[value(name = "budget_providers")]
     BudgetProviders,
+    /// The owners' shares of the agents' cap: a JSON object of owners (`uid:N`, `group:NAME`,
+    /// `owner:TAG`, `*`) and whole numbers of units (PROTOCOL.md 12.10).
+    #[value(name = "shares")]
+    Shares,
 }
 
 #[derive(Debug, Args)]
@@ -64,6 +68,12 @@ pub(crate) struct WhyArgs {
     /// The slot asked about.
     #[arg(long, value_enum, default_value_t = KindArg::Agent)]
     pub(crate) kind: KindArg,
+    /// The weight asked about (as `run --weight`).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) weight: u32,
+    /// The owner tag asked about (as `run --owner`), for the share it counts against.
+    #[arg(long, value_name = "TAG")]
+    pub(crate) owner: Option<String>,
     /// Whose API budget the provider-quota question asks about (github, anthropic, openai,
     /// or a provider the config describes).
     #[arg(long, default_value = "github", value_parser = parse_provider)]

@@ -101,6 +101,13 @@ pub(crate) struct EnqueueArgs {
     /// Print JSON.
     #[arg(long)]
     pub(crate) json: bool,
+    /// How many units of the agents' cap the work holds when it runs (1 up to the cap).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) weight: u32,
+    /// The owner tag a share of the config may name (`"shares": {"owner:TAG": N}`); without
+    /// it the work counts against the enqueuer's uid and groups.
+    #[arg(long, value_name = "TAG")]
+    pub(crate) owner: Option<String>,
     /// The driver `worklane claim` gives the command's build a jobserver (`run --jobs`; N:
     /// this tree's share). Not with --driver, whose own command decides.
     #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "0", conflicts_with = "driver")]

@@ -28,9 +28,14 @@ pub(crate) struct RunArgs {
     /// Time limit recorded in a test-run slot (`limit_ms`), e.g. 30m.
     #[arg(long, value_parser = parse_duration)]
     pub(crate) limit: Option<Duration>,
-    /// Who holds the slot, shown to others (default: the command's name).
+    /// Who holds the slot, shown to others (default: the command's name); also the owner tag
+    /// a share of the config may name (`"shares": {"owner:TAG": N}`).
     #[arg(long)]
     pub(crate) owner: Option<String>,
+    /// How many units of the cap the run holds at once (1 up to the cap): a heavy agent takes
+    /// two. All or nothing: it waits until that many are free.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) weight: u32,
     /// Write worklane's own events as JSON lines to descriptor N (3 or above, open for
     /// writing; not passed on to the command): taken, then end with the exit status, or
     /// refused or error (schema in docs/json.md).

@@ -76,6 +76,8 @@ pub(crate) fn enqueue(args: &EnqueueArgs) -> Result<ExitCode, Failure> {
         args: driver,
         env: dispatcher_config(&pool)?.1.keep(std::env::vars_os()),
         own_lane: args.lane.is_none(),
+        weight: (args.weight != 1).then_some(args.weight),
+        owner: args.owner.clone(),
     };
     let guard = lease
         .guard()

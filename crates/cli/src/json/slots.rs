@@ -15,6 +15,9 @@ pub(crate) struct Slots {
     pub(crate) max_jobs: u32,
     pub(crate) agents_held: usize,
     pub(crate) test_runs_held: usize,
+    pub(crate) agent_units_held: u32,
+    pub(crate) test_run_units_held: u32,
+    pub(crate) shares: Vec<ShareUse>,
     pub(crate) jobs_held: usize,
     pub(crate) full_run_held: bool,
     pub(crate) stop: Option<Stop>,
@@ -101,9 +104,20 @@ pub(crate) struct Slot {
     pub(crate) epoch: Option<u64>,
     pub(crate) limit_ms: Option<u64>,
     pub(crate) last_pulse: Option<String>,
+    pub(crate) weight: u32,
+    pub(crate) units: u32,
+    pub(crate) share_owner: Option<String>,
     pub(crate) state: &'static str,
     pub(crate) counts: bool,
     pub(crate) reason: String,
+}
+
+/// One owner's use of its share of the agents' cap (`slots --json`).
+#[derive(Debug, Serialize)]
+pub(crate) struct ShareUse {
+    pub(crate) owner: String,
+    pub(crate) held: u32,
+    pub(crate) share: Option<u32>,
 }
 
 /// A stray or broken file (`slots --json`, `why --json`, `budget show --json`, `queue ls

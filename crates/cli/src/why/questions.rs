@@ -92,7 +92,11 @@ pub(super) fn with_fleet(host: Answer, args: &WhyArgs) -> Answer {
     }
 }
 
-pub(super) fn admission(kind: KindArg, snapshot: &Snapshot) -> Answer {
+pub(super) fn admission(
+    kind: KindArg,
+    snapshot: &Snapshot,
+    ask: &worklane_admission::Ask,
+) -> Answer {
     let asked = match kind {
         KindArg::Agent => "an agent slot",
         KindArg::Test => "a test-run slot",
@@ -169,13 +173,25 @@ pub(super) fn admission(kind: KindArg, snapshot: &Snapshot) -> Answer {
             };
         }
     };
-    let n = held(label);
+    let _ = held;
+    let n = snapshot.held_units(label) as usize;
+    let need = ask.weight() as usize;
     let cap = usize::try_from(cap).unwrap_or(usize::MAX);
     let line = in_line(snapshot, label);
-    if n >= cap {
+    if kind == KindArg::Agent
+        && let Some(used) = share_used(snapshot, caps, ask)
+    {
+        return Answer::blocked(asked, used, exit::TEMP_FAIL);
+    }
+    if n + need > cap {
+        let what = if need == 1 {
+            format!("at cap: {n} of {cap} held")
+        } else {
+            format!("at cap: {n} of {cap} units held, you need {need}")
+        };
         Answer::blocked(
             asked,
-            format!("at cap: {n} of {cap} held{line} (`worklane slots` shows who)"),
+            format!("{what}{line} (`worklane slots` shows who)"),
             exit::TEMP_FAIL,
         )
     } else if !line.is_empty() {
@@ -188,6 +204,50 @@ pub(super) fn admission(kind: KindArg, snapshot: &Snapshot) -> Answer {
     } else {
         Answer::clear(asked, format!("{n} of {cap} held"))
     }
+}
+
+/// "your share (uid 1001: 4 of 4) is used" with the owner's holdings, when the share the
+/// asker counts against has no room for its weight.
+fn share_used(
+    snapshot: &Snapshot,
+    caps: &worklane_slotfile::Config,
+    ask: &worklane_admission::Ask,
+) -> Option<String> {
+    let share = worklane_admission::share::resolve(&caps.shares, ask.owner());
+    let ceiling = share.ceiling?;
+    let owner = share.owner.to_string();
+    let holdings = snapshot.holdings(&owner);
+    let mine: u32 = holdings.iter().map(|h| h.units).sum();
+    if mine.saturating_add(ask.weight()) <= ceiling {
+        return None;
+    }
+    let held: Vec<String> = holdings
+        .iter()
+        .map(|h| {
+            format!(
+                "{} ({} unit{}, pid {}, {})",
+                h.slot,
+                h.units,
+                if h.units == 1 { "" } else { "s" },
+                h.pid.map_or("-".to_owned(), |p| p.to_string()),
+                h.holder.as_deref().unwrap_or("-")
+            )
+        })
+        .collect();
+    let need = if ask.weight() == 1 {
+        String::new()
+    } else {
+        format!(", you need {}", ask.weight())
+    };
+    Some(format!(
+        "your share ({}: {mine} of {ceiling}) is used{need}; held: {}",
+        worklane_admission::owner_words(&owner),
+        if held.is_empty() {
+            "nothing live".to_owned()
+        } else {
+            held.join(", ")
+        }
+    ))
 }
 
 /// `; 3 waiting in line, first pid 42 (owner) since T` for the live line of `label`, or "".
