@@ -41,7 +41,7 @@
 //!
 //! GNU make ignores an inherited jobserver when `-jN` is on its own command line ("-jN forced
 //! in submake: resetting jobserver mode"), so for a command whose program is `make`, `gmake`
-//! or `gnumake` the `-j` options are taken out of its arguments ([`make_jobs`]) and their N
+//! or `gnumake` the `-j` options are taken out of its arguments ([`make_jobs`](crate::jobs::make_jobs)) and their N
 //! caps the tree's share instead.
 
 use crate::jobs::{Remember, Style, judge_loss, lost_tokens, makeflags};
