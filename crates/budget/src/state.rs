@@ -440,7 +440,19 @@ impl State {
             .collect();
         for seen in &observation.windows {
             let name = seen.dimension.name().to_owned();
-            if seen.reset_at <= now || seen.reset_at - now > MAX_WINDOW_MS {
+            if seen.reset_at <= now {
+                // A window that ended while its response was on its way (a stream that
+                // outlived it) says nothing of a later one another response reported.
+                if self
+                    .resources
+                    .get(&name)
+                    .is_some_and(|w| w.reset_at <= seen.reset_at)
+                {
+                    self.resources.remove(&name);
+                }
+                continue;
+            }
+            if seen.reset_at - now > MAX_WINDOW_MS {
                 self.resources.remove(&name);
                 continue;
             }
