@@ -43,6 +43,12 @@ pub const RESERVATION_TTL_MS: u64 = 10 * 60 * 1000;
 /// At most this many reservations are kept; the oldest go first.
 pub const MAX_IN_FLIGHT: usize = 256;
 
+/// A model provider's reports of one dimension whose resets are less than this apart describe
+/// the same window: 1 s. A reset said as a duration from the response (OpenAI's `6m0s`) is
+/// read a little differently from each response, by how long each took to arrive; resets
+/// said as times (RFC 3339, whole seconds) of two windows are a second apart or more.
+pub const SAME_WINDOW_MS: u64 = 1000;
+
 /// What one call in flight reserved of each dimension.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reservation {
@@ -413,7 +419,9 @@ impl State {
     /// replaces that dimension's (never with more left than a window of the same reset had:
     /// an overtaken response gives nothing back), and counts as granted what the other calls
     /// still in flight reserved; a dimension whose headers were not readable is not known any
-    /// more. In a dimension it did not report, the reservation's estimate is replaced by what
+    /// more. Reports whose resets are less than [`SAME_WINDOW_MS`] apart are of the same
+    /// window: the smaller remaining and the earlier reset are kept, whichever order the
+    /// responses were recorded in. In a dimension it did not report, the reservation's estimate is replaced by what
     /// the response's usage says it used. So what is in flight is counted, and nothing twice.
     pub fn apply_provider(
         &mut self,
@@ -461,18 +469,20 @@ impl State {
                 .values()
                 .filter_map(|r| r.units.get(&name))
                 .fold(0, |a, b| add_safe(a, *b));
-            let (remaining, by_consumer) = match self.resources.remove(&name) {
-                Some(same) if same.reset_at == seen.reset_at => {
-                    (seen.remaining.min(same.remaining), same.by_consumer)
-                }
-                _ => (seen.remaining, BTreeMap::new()),
+            let (remaining, reset_at, by_consumer) = match self.resources.remove(&name) {
+                Some(same) if same.reset_at.abs_diff(seen.reset_at) < SAME_WINDOW_MS => (
+                    seen.remaining.min(same.remaining),
+                    seen.reset_at.min(same.reset_at),
+                    same.by_consumer,
+                ),
+                _ => (seen.remaining, seen.reset_at, BTreeMap::new()),
             };
             self.resources.insert(
                 name,
                 Window {
                     limit: seen.limit,
                     remaining,
-                    reset_at: seen.reset_at,
+                    reset_at,
                     seen_at: now,
                     granted: in_flight,
                     by_consumer,

@@ -211,15 +211,21 @@ impl Body for Outgoing {
 }
 
 /// A response's body on its way to the client. Each frame passes as it comes; its data is
-/// read for the usage on the way. At the body's end the response is observed, headers and
-/// usage, settling the request's reservation. Dropped before its end (the client went away,
-/// the upstream broke off, the proxy's drain ran out), it settles the reservation with the
-/// headers alone: the upstream counted the request, so giving it back would overstate what
-/// is left.
+/// read for the usage on the way. Its head was recorded as it arrived; what is left is the
+/// reservation, settled when the body ends or is dropped before (the client went away, the
+/// upstream broke off, the proxy's drain ran out):
+/// - when the head reported a window of every dimension the take reserved, those windows
+///   already count the request (the provider counts it before it answers), so the
+///   reservation is given back, whatever the body said;
+/// - otherwise the body's usage replaces the estimate in the windows known from other
+///   responses; a body cut short has no usage, and the estimate stays counted, since the
+///   upstream counted the request and giving it back would overstate what is left.
 pub(crate) struct Observing {
     inner: Incoming,
     scan: Option<UsageScan>,
-    observation: Option<ProviderObservation>,
+    status: u16,
+    /// Whether the head reported every dimension the take reserved.
+    head_counts_it: bool,
     reservation: Option<Reservation>,
 }
 
@@ -227,13 +233,15 @@ impl Observing {
     pub(crate) fn new(
         inner: Incoming,
         scan: UsageScan,
-        observation: ProviderObservation,
+        status: u16,
+        head_counts_it: bool,
         reservation: Option<Reservation>,
     ) -> Observing {
         Observing {
             inner,
             scan: Some(scan),
-            observation: Some(observation),
+            status,
+            head_counts_it,
             reservation,
         }
     }
@@ -241,16 +249,25 @@ impl Observing {
     /// Settles the reservation: with the usage read when the body ended whole.
     fn settle(&mut self, whole: bool) {
         let scan = self.scan.take();
-        let (Some(reservation), Some(observation)) =
-            (self.reservation.take(), self.observation.take())
-        else {
+        let Some(reservation) = self.reservation.take() else {
             return;
         };
+        if self.head_counts_it {
+            // Dropped unsettled: given back.
+            drop(reservation);
+            return;
+        }
         let usage = if whole { scan.and_then(UsageScan::finish) } else { None };
         if !whole {
-            log::debug!("a response ended before its body did: observed by its headers alone");
+            log::debug!("a response ended before its body did: settled without its usage");
         }
-        reservation.settle(observation.with_usage(usage));
+        reservation.settle(
+            ProviderObservation {
+                status: self.status,
+                ..ProviderObservation::default()
+            }
+            .with_usage(usage),
+        );
     }
 }
 

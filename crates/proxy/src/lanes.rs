@@ -76,7 +76,18 @@ pub(crate) struct Reservation {
 }
 
 impl Reservation {
-    /// Records what the response said, settling what the take reserved.
+    /// Records what a response's head said (its windows, a pause), without settling the
+    /// reservation: queued as the head arrives, so that responses are recorded in the order
+    /// the upstream answered them, not the order their bodies ended.
+    pub(crate) fn record(&self, observation: ProviderObservation) {
+        let _ = self.ops.send(Op::Observe {
+            reservation: None,
+            observation,
+        });
+    }
+
+    /// Settles what the take reserved with what the response's body said it used (an
+    /// observation without windows).
     pub(crate) fn settle(mut self, observation: ProviderObservation) {
         self.settled = true;
         let _ = self.ops.send(Op::Observe {

@@ -326,11 +326,26 @@ async fn forward_to(
         SystemClock.now_ms(),
         |name| head.headers.get(name).and_then(|v| v.to_str().ok()),
     );
+    let head_counts_it = shared
+        .provider
+        .dimensions()
+        .iter()
+        .all(|d| observation.windows.iter().any(|w| w.dimension == *d));
+    if let Some(reservation) = &reservation {
+        reservation.record(observation);
+    }
     let scan = UsageScan::for_response(&head.headers);
+    let status = head.status.as_u16();
     forward::strip_hop_by_hop(&mut head.headers);
     Response::from_parts(
         head,
-        Either::Left(Observing::new(body, scan, observation, reservation)),
+        Either::Left(Observing::new(
+            body,
+            scan,
+            status,
+            head_counts_it,
+            reservation,
+        )),
     )
 }
 

@@ -604,3 +604,18 @@ fn a_response_of_a_window_that_ended_meanwhile_keeps_the_next_window() {
         "an ended window is not kept"
     );
 }
+
+#[test]
+fn reports_of_one_window_read_at_different_moments_keep_the_least_left() {
+    // OpenAI says its resets as durations: two responses of one window, read 300 ms apart,
+    // the one overtaken (more left) recorded last.
+    let mut state = State::default();
+    state.apply_provider(&requests_seen(10, NOW + 60_300), None, NOW);
+    state.apply_provider(&requests_seen(12, NOW + 60_000), None, NOW);
+    let window = state.window("requests", NOW).expect("a window");
+    assert_eq!(window.left(), 10, "an overtaken report gives nothing back");
+    assert_eq!(window.reset_at, NOW + 60_000, "the earlier reset is kept");
+    // A second or more apart: another window, which replaces it.
+    state.apply_provider(&requests_seen(40, NOW + 61_000), None, NOW);
+    assert_eq!(state.window("requests", NOW).map(Window::left), Some(40));
+}
