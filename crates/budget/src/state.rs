@@ -44,10 +44,13 @@ pub const RESERVATION_TTL_MS: u64 = 10 * 60 * 1000;
 pub const MAX_IN_FLIGHT: usize = 256;
 
 /// A model provider's reports of one dimension whose resets are less than this apart describe
-/// the same window: 1 s. A reset said as a duration from the response (OpenAI's `6m0s`) is
+/// the same window: 0.5 s. A reset said as a duration from the response (OpenAI's `6m0s`) is
 /// read a little differently from each response, by how long each took to arrive; resets
-/// said as times (RFC 3339, whole seconds) of two windows are a second apart or more.
-pub const SAME_WINDOW_MS: u64 = 1000;
+/// said as times (RFC 3339, whole seconds) of two windows are a second apart or more. A
+/// report whose reset is this much earlier than the window's, and not this much later than
+/// when the window was seen, is of the window before (a response overtaken by one of the
+/// next window) and is not taken as the window now.
+pub const SAME_WINDOW_MS: u64 = 500;
 
 /// What one call in flight reserved of each dimension.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -421,7 +424,8 @@ impl State {
     /// still in flight reserved; a dimension whose headers were not readable is not known any
     /// more. Reports whose resets are less than [`SAME_WINDOW_MS`] apart are of the same
     /// window: the smaller remaining and the earlier reset are kept, whichever order the
-    /// responses were recorded in. In a dimension it did not report, the reservation's estimate is replaced by what
+    /// responses were recorded in; a report of the window before, recorded late, is
+    /// ignored. In a dimension it did not report, the reservation's estimate is replaced by what
     /// the response's usage says it used. So what is in flight is counted, and nothing twice.
     pub fn apply_provider(
         &mut self,
@@ -469,6 +473,16 @@ impl State {
                 .values()
                 .filter_map(|r| r.units.get(&name))
                 .fold(0, |a, b| add_safe(a, *b));
+            let stored = self.resources.get(&name);
+            if stored.is_some_and(|w| {
+                seen.reset_at.saturating_add(SAME_WINDOW_MS) <= w.reset_at
+                    && seen.reset_at < w.seen_at.saturating_add(SAME_WINDOW_MS)
+            }) {
+                // A report of an earlier window, recorded after the window that followed it
+                // was seen (its reset, read from a duration, is still ahead): it says nothing
+                // of the window now.
+                continue;
+            }
             let (remaining, reset_at, by_consumer) = match self.resources.remove(&name) {
                 Some(same) if same.reset_at.abs_diff(seen.reset_at) < SAME_WINDOW_MS => (
                     seen.remaining.min(same.remaining),

@@ -283,6 +283,7 @@ fn run(ctx: &Ctx, key: &CredentialKey, batch: Vec<Op>, ops: &mpsc::WeakUnbounded
                 let taken = ctx
                     .ledger
                     .take_model_within(&ctx.provider, key, need, &ctx.consumer, 0);
+                log::trace!("take of {need:?}: {:?}", taken.as_ref().map(|g| g.left));
                 let taken = match taken {
                     Ok(grant) => {
                         if let Some(trouble) = &grant.unaccounted {
@@ -315,10 +316,18 @@ fn run(ctx: &Ctx, key: &CredentialKey, batch: Vec<Op>, ops: &mpsc::WeakUnbounded
                 reservation,
                 observation,
             } => {
+                log::trace!(
+                    "observe {} ({}): {:?} {:?}",
+                    observation.status,
+                    if reservation.is_some() { "settles" } else { "head" },
+                    observation.windows,
+                    observation.usage
+                );
                 observe(ctx, key, reservation.as_deref(), &observation);
                 recorded = true;
             }
             Op::Release { reservation } => {
+                log::trace!("release");
                 release(ctx, key, &reservation);
                 recorded = true;
             }

@@ -222,7 +222,13 @@ impl log::Log for Capture {
     fn log(&self, record: &log::Record<'_>) {
         LOGS.lock()
             .expect("logs")
-            .push(format!("{} {}: {}", record.level(), record.target(), record.args()));
+            .push(format!(
+                "{} {} {}: {}",
+                record.level(),
+                worklane_lease::Clock::now_ms(&worklane_lease::SystemClock),
+                record.target(),
+                record.args()
+            ));
     }
 
     fn flush(&self) {}

@@ -615,7 +615,17 @@ fn reports_of_one_window_read_at_different_moments_keep_the_least_left() {
     let window = state.window("requests", NOW).expect("a window");
     assert_eq!(window.left(), 10, "an overtaken report gives nothing back");
     assert_eq!(window.reset_at, NOW + 60_000, "the earlier reset is kept");
-    // A second or more apart: another window, which replaces it.
-    state.apply_provider(&requests_seen(40, NOW + 61_000), None, NOW);
-    assert_eq!(state.window("requests", NOW).map(Window::left), Some(40));
+    // Half a second or more later: the next window, which replaces it.
+    let next = NOW + 60_100;
+    state.apply_provider(&requests_seen(40, NOW + 61_000), None, next);
+    assert_eq!(state.window("requests", next).map(Window::left), Some(40));
+    // A response of the window before, overtaken by the next window's and read with a reset
+    // still ahead (a duration that took long to arrive): ignored.
+    state.apply_provider(&requests_seen(0, NOW + 60_350), None, next);
+    let window = state.window("requests", next).expect("the next window");
+    assert_eq!((window.left(), window.reset_at), (40, NOW + 61_000));
+    // A window seen long ago that a later response reports as resetting sooner: replaced.
+    let late = NOW + 60_900;
+    state.apply_provider(&requests_seen(7, NOW + 60_950), None, late);
+    assert_eq!(state.window("requests", late).map(Window::left), Some(7));
 }
