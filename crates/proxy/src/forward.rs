@@ -211,63 +211,70 @@ impl Body for Outgoing {
 }
 
 /// A response's body on its way to the client. Each frame passes as it comes; its data is
-/// read for the usage on the way. Its head was recorded as it arrived; what is left is the
-/// reservation, settled when the body ends or is dropped before (the client went away, the
-/// upstream broke off, the proxy's drain ran out):
-/// - when the head reported a window of every dimension the take reserved, those windows
-///   already count the request (the provider counts it before it answers), so the
-///   reservation is given back, whatever the body said;
-/// - otherwise the body's usage replaces the estimate in the windows known from other
-///   responses; a body cut short has no usage, and the estimate stays counted, since the
-///   upstream counted the request and giving it back would overstate what is left.
+/// read for the usage on the way. The response is settled when the body ends, or when it is
+/// dropped before (the client went away, the upstream broke off, the proxy's drain ran out).
 pub(crate) struct Observing {
     inner: Incoming,
     scan: Option<UsageScan>,
-    status: u16,
-    /// Whether the head reported every dimension the take reserved.
-    head_counts_it: bool,
+    settle: Settle,
     reservation: Option<Reservation>,
+}
+
+/// How a response settles its reservation at its end (a response whose head reported a
+/// window of every dimension the take reserved was settled by its head, and has none left).
+pub(crate) enum Settle {
+    /// Its head is not recorded yet (a body that follows its head at once): one
+    /// observation, the head's windows with the body's usage, records it and settles the
+    /// reservation.
+    Head(ProviderObservation),
+    /// Its head was recorded as it arrived (a stream, which may last minutes: its windows
+    /// and a pause count from its first byte); the body's usage replaces the estimate in
+    /// the windows the head did not report.
+    Recorded {
+        /// The response's status.
+        status: u16,
+    },
 }
 
 impl Observing {
     pub(crate) fn new(
         inner: Incoming,
         scan: UsageScan,
-        status: u16,
-        head_counts_it: bool,
+        settle: Settle,
         reservation: Option<Reservation>,
     ) -> Observing {
         Observing {
             inner,
             scan: Some(scan),
-            status,
-            head_counts_it,
+            settle,
             reservation,
         }
     }
 
-    /// Settles the reservation: with the usage read when the body ended whole.
+    /// Settles the reservation: with the usage read when the body ended whole. A body cut
+    /// short has no usage: the estimate stays counted where no window of the response
+    /// counts the request, since the upstream counted it and giving it back would overstate
+    /// what is left.
     fn settle(&mut self, whole: bool) {
         let scan = self.scan.take();
         let Some(reservation) = self.reservation.take() else {
             return;
         };
-        if self.head_counts_it {
-            // Dropped unsettled: given back.
-            drop(reservation);
-            return;
-        }
         let usage = if whole { scan.and_then(UsageScan::finish) } else { None };
         if !whole {
             log::debug!("a response ended before its body did: settled without its usage");
         }
-        reservation.settle(
-            ProviderObservation {
-                status: self.status,
-                ..ProviderObservation::default()
-            }
-            .with_usage(usage),
-        );
+        let settle = std::mem::replace(&mut self.settle, Settle::Recorded { status: 0 });
+        match settle {
+            Settle::Head(observation) => reservation.settle(observation.with_usage(usage)),
+            Settle::Recorded { status } => reservation.settle(
+                ProviderObservation {
+                    status,
+                    ..ProviderObservation::default()
+                }
+                .with_usage(usage),
+            ),
+        }
     }
 }
 

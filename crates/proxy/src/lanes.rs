@@ -1,7 +1,8 @@
-//! The proxy's side of the shared ledger: one lane per credential, whose worker makes this
+//! The proxy's side of the shared ledger: one lane per credential, whose thread makes this
 //! process's ledger calls for that credential one after another, in the order they were
-//! asked, on tokio's blocking threads (the ledger locks files and may sleep; the reactor never
-//! waits on it).
+//! asked (the ledger locks files and may sleep; the reactor never waits on it). A thread of
+//! its own rather than tokio's blocking pool: a call then costs one wake-up each way, not
+//! four, and the lane's order needs one thread at a time anyway.
 //!
 //! The order matters: a response's observation is queued when its body ends, before the
 //! client can have sent its next request, so that request's take always sees what the
@@ -11,9 +12,9 @@
 //! response of the credential, and at least every [`LOOK_AGAIN`] (another process may have).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak, mpsc};
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 use worklane_budget::{
     CredentialKey, Ledger, Need, Observed, Provider, ProviderObservation, Refused, Trouble,
 };
@@ -53,8 +54,18 @@ struct Ctx {
     consumer: String,
 }
 
+/// The way into a lane. The lane's thread ends once every one is dropped (the map's, the
+/// reservations', the takes' in progress) and its calls are made.
+struct LaneTx(mpsc::Sender<Op>);
+
+impl LaneTx {
+    fn send(&self, op: Op) -> bool {
+        self.0.send(op).is_ok()
+    }
+}
+
 struct Lane {
-    ops: mpsc::UnboundedSender<Op>,
+    ops: Arc<LaneTx>,
     changed: watch::Receiver<u64>,
     used: Instant,
 }
@@ -63,7 +74,7 @@ struct Lane {
 pub(crate) struct Lanes {
     ctx: Arc<Ctx>,
     lanes: Mutex<HashMap<CredentialKey, Lane>>,
-    workers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    workers: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
 /// What one take reserved: settled by its response's observation ([`Reservation::settle`]),
@@ -71,7 +82,7 @@ pub(crate) struct Lanes {
 #[must_use = "dropping a reservation gives it back"]
 pub(crate) struct Reservation {
     id: Option<String>,
-    ops: mpsc::UnboundedSender<Op>,
+    ops: Arc<LaneTx>,
     settled: bool,
 }
 
@@ -133,36 +144,44 @@ impl Lanes {
         }
     }
 
-    /// The lane of `key` (made, with its worker, on first use). Must run inside the runtime.
-    fn lane(&self, key: &CredentialKey) -> (mpsc::UnboundedSender<Op>, watch::Receiver<u64>) {
+    /// The lane of `key` (made, with its thread, on first use); `None` when no thread can be
+    /// started.
+    fn lane(&self, key: &CredentialKey) -> Option<(Arc<LaneTx>, watch::Receiver<u64>)> {
         let mut lanes = self.lanes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let now = Instant::now();
         if let Some(lane) = lanes.get_mut(key) {
             lane.used = now;
-            return (lane.ops.clone(), lane.changed.clone());
+            return Some((Arc::clone(&lane.ops), lane.changed.clone()));
         }
         lanes.retain(|_, lane| now.duration_since(lane.used) < IDLE_LANE);
-        let (ops, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel();
+        let ops = Arc::new(LaneTx(tx));
         let (changed_tx, changed) = watch::channel(0u64);
-        let worker = tokio::spawn(work(
-            Arc::clone(&self.ctx),
-            key.clone(),
-            rx,
-            ops.downgrade(),
-            changed_tx,
-        ));
+        let ctx = Arc::clone(&self.ctx);
+        let weak = Arc::downgrade(&ops);
+        let key_copy = key.clone();
+        let worker = std::thread::Builder::new()
+            .name("worklane-proxy-ledger".to_owned())
+            .spawn(move || work(&ctx, &key_copy, &rx, &weak, &changed_tx));
+        let worker = match worker {
+            Ok(worker) => worker,
+            Err(e) => {
+                log::error!("cannot start a thread for the budget ledger's calls: {e}");
+                return None;
+            }
+        };
         let mut workers = self.workers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         workers.retain(|w| !w.is_finished());
         workers.push(worker);
         lanes.insert(
             key.clone(),
             Lane {
-                ops: ops.clone(),
+                ops: Arc::clone(&ops),
                 changed: changed.clone(),
                 used: now,
             },
         );
-        (ops, changed)
+        Some((ops, changed))
     }
 
     /// Takes what a request needs from `key`'s budget, waiting up to `max_wait` while it is
@@ -174,11 +193,13 @@ impl Lanes {
         max_wait: Duration,
     ) -> Result<Reservation, NotTaken> {
         let started = Instant::now();
-        let (ops, mut changed) = self.lane(key);
+        let Some((ops, mut changed)) = self.lane(key) else {
+            return Err(NotTaken::Closed);
+        };
         loop {
             changed.borrow_and_update();
             let (reply, answer) = oneshot::channel();
-            if ops.send(Op::Take { need, reply }).is_err() {
+            if !ops.send(Op::Take { need, reply }) {
                 return Err(NotTaken::Closed);
             }
             let refused = match answer.await {
@@ -213,11 +234,11 @@ impl Lanes {
         let workers = std::mem::take(
             &mut *self.workers.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
         );
-        let all = async {
+        let all = tokio::task::spawn_blocking(move || {
             for worker in workers {
-                let _ = worker.await;
+                let _ = worker.join();
             }
-        };
+        });
         if tokio::time::timeout(bound, all).await.is_err() {
             log::warn!(
                 "the budget ledger's last calls did not end within {} ms; reservations still \
@@ -243,16 +264,15 @@ async fn first_of<A: Future, B: Future>(
     .await;
 }
 
-/// A lane's worker: its calls, in order, a batch at a time on a blocking thread.
-async fn work(
-    ctx: Arc<Ctx>,
-    key: CredentialKey,
-    mut rx: mpsc::UnboundedReceiver<Op>,
-    ops: mpsc::WeakUnboundedSender<Op>,
-    changed: watch::Sender<u64>,
+/// A lane's thread: its calls, in order, a batch at a time, until every way in is gone.
+fn work(
+    ctx: &Ctx,
+    key: &CredentialKey,
+    rx: &mpsc::Receiver<Op>,
+    ops: &Weak<LaneTx>,
+    changed: &watch::Sender<u64>,
 ) {
-    let key = Arc::new(key);
-    while let Some(first) = rx.recv().await {
+    while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while batch.len() < BATCH {
             match rx.try_recv() {
@@ -260,22 +280,15 @@ async fn work(
                 Err(_) => break,
             }
         }
-        let ctx = Arc::clone(&ctx);
-        let key = Arc::clone(&key);
-        let ops = ops.clone();
-        let recorded =
-            tokio::task::spawn_blocking(move || run(&ctx, &key, batch, &ops)).await;
-        match recorded {
-            Ok(true) => changed.send_modify(|n| *n = n.wrapping_add(1)),
-            Ok(false) => {}
-            Err(e) => log::error!("a budget ledger call failed: {e}"),
+        if run(ctx, key, batch, ops) {
+            changed.send_modify(|n| *n = n.wrapping_add(1));
         }
     }
 }
 
 /// Makes a batch of calls; `true` when a response or a release was recorded (a waiting take
 /// may go now).
-fn run(ctx: &Ctx, key: &CredentialKey, batch: Vec<Op>, ops: &mpsc::WeakUnboundedSender<Op>) -> bool {
+fn run(ctx: &Ctx, key: &CredentialKey, batch: Vec<Op>, ops: &Weak<LaneTx>) -> bool {
     let mut recorded = false;
     for op in batch {
         match op {

@@ -4,7 +4,7 @@
 use crate::answer;
 use crate::bind::{Listener, Proxy, Shared};
 use crate::estimate::{PEEK_LIMIT, estimate};
-use crate::forward::{self, Observing, Outgoing};
+use crate::forward::{self, Observing, Outgoing, Settle};
 use crate::lanes::{NotTaken, chain};
 use crate::usage::UsageScan;
 use http::{Request, Response};
@@ -320,32 +320,37 @@ async fn forward_to(
         started.elapsed().as_millis()
     );
     let (mut head, body) = response.into_parts();
+    let status = head.status.as_u16();
     let observation = ProviderObservation::from_headers(
         &shared.profile,
         head.status.as_u16(),
         SystemClock.now_ms(),
         |name| head.headers.get(name).and_then(|v| v.to_str().ok()),
     );
+    let scan = UsageScan::for_response(&head.headers);
+    // A head that reports a window of every dimension the take reserved counts the request
+    // already (the provider counts it before it answers): it settles the reservation at once,
+    // in the order the provider answered, and the body has nothing left to settle.
     let head_counts_it = shared
         .provider
         .dimensions()
         .iter()
         .all(|d| observation.windows.iter().any(|w| w.dimension == *d));
-    if let Some(reservation) = &reservation {
-        reservation.record(observation);
-    }
-    let scan = UsageScan::for_response(&head.headers);
-    let status = head.status.as_u16();
+    let (settle, reservation) = match reservation {
+        Some(reservation) if head_counts_it => {
+            reservation.settle(observation);
+            (Settle::Recorded { status }, None)
+        }
+        Some(reservation) if scan.is_stream() => {
+            reservation.record(observation);
+            (Settle::Recorded { status }, Some(reservation))
+        }
+        reservation => (Settle::Head(observation), reservation),
+    };
     forward::strip_hop_by_hop(&mut head.headers);
     Response::from_parts(
         head,
-        Either::Left(Observing::new(
-            body,
-            scan,
-            status,
-            head_counts_it,
-            reservation,
-        )),
+        Either::Left(Observing::new(body, scan, settle, reservation)),
     )
 }
 

@@ -67,6 +67,11 @@ impl UsageScan {
         }
     }
 
+    /// Whether the body is a stream of events.
+    pub(crate) fn is_stream(&self) -> bool {
+        self.kind == Kind::Events
+    }
+
     /// Takes in the next chunk of the body.
     pub(crate) fn feed(&mut self, chunk: &[u8]) {
         match self.kind {

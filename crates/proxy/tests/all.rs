@@ -360,17 +360,33 @@ mod streaming {
                     .expect("data");
                 let first = String::from_utf8_lossy(&first).into_owned();
                 assert!(first.starts_with("event: message_start") || first.starts_with("data: "), "{first}");
-                assert_eq!(site.in_flight(flavor, &token), 1, "reserved while it streams");
+                // Its head reported every dimension: it counts the request from the first byte,
+                // and settles the reservation while the stream goes on.
+                eventually("the head's windows are recorded while it streams", || {
+                    site.state(flavor, &token).is_some_and(|s| s["resources"]["tokens"].is_object())
+                        && site.in_flight(flavor, &token) == 0
+                })
+                .await;
                 fake.release("first");
                 let rest = within("the rest", body.collect()).await.expect("the rest").to_bytes();
                 let text = format!("{first}{}", String::from_utf8_lossy(&rest));
                 assert!(text.contains("usage"), "the stream came whole: {text}");
+                // A head that reports the requests alone leaves the reservation in flight until
+                // the stream ends.
+                let partial = held_stream(flavor, &proxy.url(), &token, "partial");
+                let (mut parts, body) = partial.into_parts();
+                parts.headers.insert("x-test-partial", "1".parse().expect("value"));
+                let (response, _conn) =
+                    open_stream(proxy.addr, http::Request::from_parts(parts, body)).await;
+                let mut body = response.into_body();
+                within("the first event", body.frame()).await.expect("a frame").expect("data");
+                assert_eq!(site.in_flight(flavor, &token), 1, "reserved while it streams");
+                fake.release("partial");
+                within("the rest", body.collect()).await.expect("the rest");
                 eventually("the stream's end settles its reservation", || {
                     site.in_flight(flavor, &token) == 0
                 })
                 .await;
-                let state = site.state(flavor, &token).expect("state");
-                assert!(state["resources"]["tokens"].is_object(), "the headers were recorded: {state}");
                 proxy.stop().await;
             });
         }
@@ -384,8 +400,12 @@ mod streaming {
             let fake = Fake::start(flavor, GENEROUS).await;
             let site = Site::new();
             let proxy = start(config(&site, flavor, &fake));
+            // Its head reports the requests alone: the reservation stays in flight while it
+            // streams.
+            let (mut parts, body) = held_stream(flavor, &proxy.url(), token, "gone").into_parts();
+            parts.headers.insert("x-test-partial", "1".parse().expect("value"));
             let (response, conn) =
-                open_stream(proxy.addr, held_stream(flavor, &proxy.url(), token, "gone")).await;
+                open_stream(proxy.addr, http::Request::from_parts(parts, body)).await;
             let mut body = response.into_body();
             within("the first event", body.frame()).await.expect("a frame").expect("data");
             assert_eq!(site.in_flight(flavor, token), 1, "reserved while it streams");
@@ -529,6 +549,7 @@ mod forwarding {
             ] {
                 let request = request(flavor, &proxy.url(), token)
                     .header("x-test-hold", hold)
+                    .header("x-test-partial", "1")
                     .body(Full::from(text.clone()))
                     .expect("request");
                 let (response, _conn) = open_stream(proxy.addr, request).await;
@@ -813,6 +834,7 @@ mod shutdown {
             });
             let request = request(flavor, &proxy.url(), token)
                 .header("x-test-hold", "never")
+                .header("x-test-partial", "1")
                 .body(Full::from(prompt(flavor, true)))
                 .expect("request");
             let (response, _conn) = open_stream(proxy.addr, request).await;

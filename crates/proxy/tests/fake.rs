@@ -6,7 +6,8 @@
 //!
 //! Request headers steer it: `x-test-hold: ID` stops a stream after its first event until
 //! [`Fake::release`]`(ID)`; `x-test-status: N` answers N with a fixed error body (never
-//! counted). [`Fake::force_429`] makes the next request a 429 with `retry-after`.
+//! counted); `x-test-partial: 1` reports the requests window alone (as a provider that
+//! reports fewer dimensions than the profile knows). [`Fake::force_429`] makes the next request a 429 with `retry-after`.
 
 use http::{HeaderMap, Request, Response};
 use http_body_util::combinators::BoxBody;
@@ -292,6 +293,8 @@ async fn answer(inner: &Inner, request: Request<Incoming>) -> Response<FakeBody>
         }
     };
     let mut builder = Response::builder().status(status);
+    let partial = parts.headers.contains_key("x-test-partial");
+    let reported = |dim: &str| !partial || dim == "requests";
     match inner.flavor {
         Flavor::Anthropic => {
             let reset = rfc3339_ms(end);
@@ -301,6 +304,9 @@ async fn answer(inner: &Inner, request: Request<Incoming>) -> Response<FakeBody>
                 ("input-tokens", limits.tokens, input_left),
                 ("output-tokens", limits.tokens, output_left),
             ] {
+                if !reported(dim) {
+                    continue;
+                }
                 builder = builder
                     .header(format!("anthropic-ratelimit-{dim}-limit"), limit)
                     .header(format!("anthropic-ratelimit-{dim}-remaining"), left)
@@ -314,6 +320,9 @@ async fn answer(inner: &Inner, request: Request<Incoming>) -> Response<FakeBody>
                 ("requests", limits.requests, requests_left),
                 ("tokens", limits.tokens, tokens_left),
             ] {
+                if !reported(dim) {
+                    continue;
+                }
                 builder = builder
                     .header(format!("x-ratelimit-limit-{dim}"), limit)
                     .header(format!("x-ratelimit-remaining-{dim}"), left)
