@@ -52,14 +52,23 @@ impl Body for Events {
         mut self: Pin<&mut Self>,
         _: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        let next = EVENTS.get(self.0).map(|e| Ok(Frame::data(Bytes::from_static(e.as_bytes()))));
+        let next = EVENTS
+            .get(self.0)
+            .map(|e| Ok(Frame::data(Bytes::from_static(e.as_bytes()))));
         self.0 += 1;
         Poll::Ready(next)
     }
 }
 
-async fn fake(request: Request<Incoming>) -> Result<Response<BoxBody<Bytes, Infallible>>, Infallible> {
-    let body = request.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+async fn fake(
+    request: Request<Incoming>,
+) -> Result<Response<BoxBody<Bytes, Infallible>>, Infallible> {
+    let body = request
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
     let stream = body.windows(13).any(|w| w == b"\"stream\":true");
     // A window of a minute that never runs out.
     let now = SystemClock.now_ms();
@@ -68,7 +77,10 @@ async fn fake(request: Request<Incoming>) -> Result<Response<BoxBody<Bytes, Infa
     for dim in ["requests", "tokens", "input-tokens", "output-tokens"] {
         builder = builder
             .header(format!("anthropic-ratelimit-{dim}-limit"), "1000000000000")
-            .header(format!("anthropic-ratelimit-{dim}-remaining"), "999999999999")
+            .header(
+                format!("anthropic-ratelimit-{dim}-remaining"),
+                "999999999999",
+            )
             .header(format!("anthropic-ratelimit-{dim}-reset"), reset.as_str());
     }
     Ok(if stream {
@@ -84,7 +96,9 @@ async fn fake(request: Request<Incoming>) -> Result<Response<BoxBody<Bytes, Infa
 }
 
 async fn start_fake() -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(async move {
         loop {
@@ -109,7 +123,11 @@ fn keyed(base: &str, stream: bool, key: bool) -> Request<Full<Bytes>> {
         r#"{{"model":"claude-bench","max_tokens":64,"stream":{stream},"messages":[{{"role":"user","content":"Say hello."}}]}}"#
     );
     let builder = Request::post(format!("{base}/v1/messages"));
-    let builder = if key { builder.header("x-api-key", TOKEN) } else { builder };
+    let builder = if key {
+        builder.header("x-api-key", TOKEN)
+    } else {
+        builder
+    };
     builder
         .header("anthropic-version", "2023-06-01")
         .header("content-type", "application/json")
@@ -159,15 +177,20 @@ fn proxy_benches(c: &mut Criterion) {
     };
 
     let mut group = c.benchmark_group("proxy_request");
-    let mut cases: Vec<(String, &str, bool)> =
-        bases.iter().map(|(l, b)| (l.clone(), b.as_str(), true)).collect();
+    let mut cases: Vec<(String, &str, bool)> = bases
+        .iter()
+        .map(|(l, b)| (l.clone(), b.as_str(), true))
+        .collect();
     // A request without a key goes through unaccounted: the HTTP hop alone.
     cases.push(("proxy_hop_only".to_owned(), bases[1].1.as_str(), false));
     for (label, base, key) in &cases {
         group.bench_function(label.as_str(), |b| {
             b.iter(|| {
                 client_rt.block_on(async {
-                    let response = client.request(keyed(base, false, *key)).await.expect("response");
+                    let response = client
+                        .request(keyed(base, false, *key))
+                        .await
+                        .expect("response");
                     assert_eq!(response.status(), 200);
                     response.into_body().collect().await.expect("body");
                 });

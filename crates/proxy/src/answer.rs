@@ -222,21 +222,36 @@ mod tests {
             until: NOW + 2_500,
             waited_ms: 0,
         };
-        let response = refused(&Provider::Anthropic, &refusal, Duration::from_millis(7), NOW);
+        let response = refused(
+            &Provider::Anthropic,
+            &refusal,
+            Duration::from_millis(7),
+            NOW,
+        );
         assert_eq!(response.status(), 429);
         assert_eq!(response.headers()["retry-after"], "3", "whole seconds, up");
         assert_eq!(response.headers()["retry-after-ms"], "2500");
-        assert_eq!(response.headers()[ANSWERED_HEADER], "secondary_rate_limited");
+        assert_eq!(
+            response.headers()[ANSWERED_HEADER],
+            "secondary_rate_limited"
+        );
         let json = body(response);
         assert_eq!(json["type"], "error");
         assert_eq!(json["error"]["type"], "rate_limit_error");
         let message = json["error"]["message"].as_str().expect("message");
-        assert!(message.contains("paused") && message.contains("waited 7 ms"), "{message}");
+        assert!(
+            message.contains("paused") && message.contains("waited 7 ms"),
+            "{message}"
+        );
     }
 
     #[test]
     fn a_refusal_is_a_429_in_openai_s_shape_naming_the_dimension() {
-        for (resource, kind) in [("requests", "requests"), ("tokens", "tokens"), ("input-tokens", "tokens")] {
+        for (resource, kind) in [
+            ("requests", "requests"),
+            ("tokens", "tokens"),
+            ("input-tokens", "tokens"),
+        ] {
             let refusal = Refused::RateLimited {
                 resource: resource.to_owned(),
                 reset_at: NOW + 20,

@@ -62,7 +62,11 @@ mod tests {
     fn input_from_the_size_output_from_max_tokens() {
         let body = br#"{"model":"m","max_tokens":300,"messages":[{"role":"user","content":"hi"}]}"#;
         let need = estimate(body, true, Some(body.len() as u64));
-        assert_eq!(need.input_tokens, (body.len() as u64).div_ceil(4), "bytes / 4, up");
+        assert_eq!(
+            need.input_tokens,
+            (body.len() as u64).div_ceil(4),
+            "bytes / 4, up"
+        );
         assert_eq!(need.output_tokens, 300, "max_tokens");
         for (body, out) in [
             (&br#"{"max_completion_tokens":70}"#[..], 70),
@@ -72,7 +76,10 @@ mod tests {
             (br#"{"max_tokens":"5"}"#, DEFAULT_OUTPUT_TOKENS),
             (br#"{"messages":[]}"#, DEFAULT_OUTPUT_TOKENS),
             (b"not json", DEFAULT_OUTPUT_TOKENS),
-            (br#"{"max_tokens":99999999999999999999}"#, DEFAULT_OUTPUT_TOKENS),
+            (
+                br#"{"max_tokens":99999999999999999999}"#,
+                DEFAULT_OUTPUT_TOKENS,
+            ),
         ] {
             assert_eq!(
                 estimate(body, true, None).output_tokens,

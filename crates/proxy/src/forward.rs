@@ -3,12 +3,12 @@
 //! body as the client gets it, read for its usage as it passes and settled when it ends or
 //! is dropped.
 
+use crate::Upstream;
 use crate::lanes::Reservation;
 use crate::usage::UsageScan;
-use crate::Upstream;
+use http::Request;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::request::Parts;
-use http::Request;
 use http_body_util::BodyExt;
 use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
 use std::collections::VecDeque;
@@ -48,7 +48,11 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
 /// `Authorization: Bearer` token (OpenAI and most others), hashed at once; the token itself
 /// is not kept.
 pub(crate) fn credential(headers: &HeaderMap) -> Option<worklane_budget::CredentialKey> {
-    let value = |name| headers.get(name).and_then(|v: &HeaderValue| v.to_str().ok());
+    let value = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+    };
     let token = value(HeaderName::from_static("x-api-key"))
         .map(str::trim)
         .or_else(|| {
@@ -71,15 +75,17 @@ pub(crate) fn upstream_request(
     headers.remove(header::HOST);
     // The proxy reads the response's usage: it asks for it uncompressed (the client's leg is
     // loopback or a local socket, where compression gains nothing).
-    headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+    headers.insert(
+        header::ACCEPT_ENCODING,
+        HeaderValue::from_static("identity"),
+    );
     let mut request = Request::builder()
         .method(parts.method.clone())
         .uri(upstream.uri_for(parts.uri.path_and_query())?)
         .body(body)?;
     headers.insert(
         header::HOST,
-        HeaderValue::from_str(upstream.authority().as_str())
-            .map_err(|e| http::Error::from(e))?,
+        HeaderValue::from_str(upstream.authority().as_str()).map_err(http::Error::from)?,
     );
     *request.headers_mut() = headers;
     Ok(request)
@@ -200,7 +206,10 @@ impl Body for Outgoing {
     }
 
     fn size_hint(&self) -> SizeHint {
-        let rest = self.rest.as_ref().map_or_else(|| SizeHint::with_exact(0), Body::size_hint);
+        let rest = self
+            .rest
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), Body::size_hint);
         let mut hint = SizeHint::new();
         hint.set_lower(rest.lower() + self.queued);
         if let Some(upper) = rest.upper() {
@@ -260,7 +269,11 @@ impl Observing {
         let Some(reservation) = self.reservation.take() else {
             return;
         };
-        let usage = if whole { scan.and_then(UsageScan::finish) } else { None };
+        let usage = if whole {
+            scan.and_then(UsageScan::finish)
+        } else {
+            None
+        };
         if !whole {
             log::debug!("a response ended before its body did: settled without its usage");
         }
@@ -362,7 +375,10 @@ mod tests {
     #[test]
     fn the_credential_is_the_api_key_or_the_bearer_token() {
         let key = worklane_budget::CredentialKey::of_token;
-        assert_eq!(credential(&headers(&[("x-api-key", "sk-ant-1")])), Some(key("sk-ant-1")));
+        assert_eq!(
+            credential(&headers(&[("x-api-key", "sk-ant-1")])),
+            Some(key("sk-ant-1"))
+        );
         assert_eq!(
             credential(&headers(&[("authorization", "Bearer sk-proj-2")])),
             Some(key("sk-proj-2"))
@@ -373,7 +389,10 @@ mod tests {
             "the scheme in any case, the token trimmed"
         );
         assert_eq!(
-            credential(&headers(&[("x-api-key", "a"), ("authorization", "Bearer b")])),
+            credential(&headers(&[
+                ("x-api-key", "a"),
+                ("authorization", "Bearer b")
+            ])),
             Some(key("a")),
             "x-api-key first"
         );

@@ -147,7 +147,10 @@ impl Lanes {
     /// The lane of `key` (made, with its thread, on first use); `None` when no thread can be
     /// started.
     fn lane(&self, key: &CredentialKey) -> Option<(Arc<LaneTx>, watch::Receiver<u64>)> {
-        let mut lanes = self.lanes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut lanes = self
+            .lanes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let now = Instant::now();
         if let Some(lane) = lanes.get_mut(key) {
             lane.used = now;
@@ -170,7 +173,10 @@ impl Lanes {
                 return None;
             }
         };
-        let mut workers = self.workers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut workers = self
+            .workers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         workers.retain(|w| !w.is_finished());
         workers.push(worker);
         lanes.insert(
@@ -232,7 +238,10 @@ impl Lanes {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clear();
         let workers = std::mem::take(
-            &mut *self.workers.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
+            &mut *self
+                .workers
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
         let all = tokio::task::spawn_blocking(move || {
             for worker in workers {
@@ -293,9 +302,9 @@ fn run(ctx: &Ctx, key: &CredentialKey, batch: Vec<Op>, ops: &Weak<LaneTx>) -> bo
     for op in batch {
         match op {
             Op::Take { need, reply } => {
-                let taken = ctx
-                    .ledger
-                    .take_model_within(&ctx.provider, key, need, &ctx.consumer, 0);
+                let taken =
+                    ctx.ledger
+                        .take_model_within(&ctx.provider, key, need, &ctx.consumer, 0);
                 log::trace!("take of {need:?}: {:?}", taken.as_ref().map(|g| g.left));
                 let taken = match taken {
                     Ok(grant) => {
@@ -332,7 +341,11 @@ fn run(ctx: &Ctx, key: &CredentialKey, batch: Vec<Op>, ops: &Weak<LaneTx>) -> bo
                 log::trace!(
                     "observe {} ({}): {:?} {:?}",
                     observation.status,
-                    if reservation.is_some() { "settles" } else { "head" },
+                    if reservation.is_some() {
+                        "settles"
+                    } else {
+                        "head"
+                    },
                     observation.windows,
                     observation.usage
                 );
@@ -351,7 +364,12 @@ fn run(ctx: &Ctx, key: &CredentialKey, batch: Vec<Op>, ops: &Weak<LaneTx>) -> bo
 
 /// Records a response, trying the lock for up to [`OBSERVE_PATIENCE`]; when it cannot, the
 /// reservation is given back rather than left in flight.
-fn observe(ctx: &Ctx, key: &CredentialKey, reservation: Option<&str>, observation: &ProviderObservation) {
+fn observe(
+    ctx: &Ctx,
+    key: &CredentialKey,
+    reservation: Option<&str>,
+    observation: &ProviderObservation,
+) {
     let started = Instant::now();
     loop {
         match ctx
@@ -360,7 +378,9 @@ fn observe(ctx: &Ctx, key: &CredentialKey, reservation: Option<&str>, observatio
         {
             Observed::Recorded => return,
             Observed::Skipped(trouble) => {
-                if matches!(trouble, Trouble::LockBusy { .. }) && started.elapsed() < OBSERVE_PATIENCE {
+                if matches!(trouble, Trouble::LockBusy { .. })
+                    && started.elapsed() < OBSERVE_PATIENCE
+                {
                     std::thread::sleep(OBSERVE_POLL);
                     continue;
                 }

@@ -18,10 +18,12 @@
 //! - forwards the request (method, path, query, headers but the hop-by-hop ones; `Host` the
 //!   upstream's; the body streamed) and streams the response back frame by frame: a server-
 //!   sent event leaves as it arrives, an upstream error comes back unchanged;
-//! - reads the response's usage as it passes (a JSON body's `usage`, a stream's events) and,
-//!   when it ends, records its rate-limit headers and usage in the ledger, settling the take's
-//!   reservation; a response cut short (the client went away) is settled by its headers, and a
-//!   request that got no response gives its reservation back.
+//! - records the response's rate-limit headers in the ledger (a pause asked for pauses every
+//!   client of the key, through any proxy, and every direct taker), and settles the take's
+//!   reservation: at once when the headers report every dimension (they count the request
+//!   already), else with the usage read from the body as it passes (a JSON body's `usage`, a
+//!   stream's events); a response cut short (the client went away) keeps its estimate
+//!   counted, and a request that got no response gives its reservation back.
 //!
 //! It listens on loopback (or a Unix socket, whose peers must be root, the slot directory's
 //! owner or members of its group); a [`Trigger`] or the shutdown future stops it gracefully.
@@ -41,6 +43,8 @@
 //!   the pause ends, when this proxy records a response of the key, and every second.
 //! - A proxy killed with SIGKILL leaves its requests' reservations in the ledger until they
 //!   expire (10 min).
+//! - One thread per API key in use makes that key's ledger calls (a key unused for 10 min
+//!   gives its thread up).
 //!
 //! # Example
 //!
@@ -87,18 +91,24 @@
 //! - `forward.rs`: hop-by-hop headers, the credential, the upstream request; `read_prefix`
 //!   (up to `PEEK_LIMIT`, frames kept) and `Outgoing` (those frames replayed, then the rest
 //!   streamed, its size hint exact when the client's was); `Observing`, the response body
-//!   wrapper: each frame is fed to the usage scan and passed on in the same poll, the
-//!   observation is queued when the body ends (also on its last data frame when the body's
-//!   length is known, since hyper may not poll again) or when it is dropped before
-//!   (headers alone).
-//! - `lanes.rs`: one lane per credential key: an unbounded channel of ledger calls (take,
-//!   observe, release) and a worker task that makes them in order, a batch at a time, in
-//!   `spawn_blocking`. Ordering is the point: the observation of a response is queued before
-//!   its client can send the next request, so that request's take sees it. Takes are tried
-//!   with no ledger wait; the request waits between tries (`LOOK_AGAIN`, the reset or pause
-//!   end, or a `watch` bumped by each recorded response). `Reservation` queues its release
-//!   when dropped unsettled. An observation whose lock is busy is tried for up to 1 s, then
-//!   the reservation is released instead of left in flight.
+//!   wrapper: each frame is fed to the usage scan and passed on in the same poll; what is
+//!   left of the reservation (`Settle`) is settled when the body ends (also on its last data
+//!   frame when the body's length is known, since hyper may not poll again) or when it is
+//!   dropped before. `forward_to` (in `serve.rs`) decides at the head: a head reporting every
+//!   dimension settles the reservation there (the provider counted the request before it
+//!   answered: exact, one call, in the order the provider answered); a stream's partial head
+//!   is recorded at once and its usage settled at the end; a JSON body's partial head is
+//!   observed once, at the end, with the usage.
+//! - `lanes.rs`: one lane per credential key: a channel of ledger calls (take, observe,
+//!   release) and a thread that makes them in order, a batch at a time (one wake-up each way;
+//!   tokio's blocking pool cost four per call, and the order needs one thread anyway).
+//!   Ordering is the point: a response's observation is queued before its client can send
+//!   the next request, so that request's take sees it. Takes are tried with no ledger wait;
+//!   the request waits between tries (`LOOK_AGAIN`, the reset or pause end, or a `watch`
+//!   bumped by each recorded response). `Reservation` queues its release when dropped
+//!   unsettled. An observation whose lock is busy is tried for up to 1 s, then the
+//!   reservation is released instead of left in flight. The thread ends when the lane's map
+//!   entry (dropped after 10 min idle, or at shutdown) and every reservation are gone.
 //! - `estimate.rs`, `usage.rs`: pure functions with unit tests and proptests (the estimate
 //!   rule; the SSE and JSON usage scan, chunks cut anywhere).
 //! - `answer.rs`: the proxy's own 429, 502, 400 and 403, in Anthropic's or OpenAI's error

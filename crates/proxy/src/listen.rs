@@ -108,7 +108,15 @@ mod tests {
                 "{text} written back reads the same"
             );
         }
-        for bad in ["", "unix:", "example.com:80", "127.0.0.1", "99999", ":80", "localhost:x"] {
+        for bad in [
+            "",
+            "unix:",
+            "example.com:80",
+            "127.0.0.1",
+            "99999",
+            ":80",
+            "localhost:x",
+        ] {
             let err = bad.parse::<Listen>().expect_err(bad);
             assert!(err.to_string().contains("unix:PATH"), "{bad}: {err}");
         }

@@ -62,7 +62,10 @@ mod tests {
         assert!(trust.admits(0, 0, &[]), "root");
         assert!(trust.admits(1000, 1000, &[]), "the owner");
         assert!(trust.admits(2000, 4343, &[]), "the group, primary");
-        assert!(trust.admits(2000, 2000, &[17, 4343]), "the group, supplementary");
+        assert!(
+            trust.admits(2000, 2000, &[17, 4343]),
+            "the group, supplementary"
+        );
         assert!(!trust.admits(2000, 2000, &[17]), "a stranger");
         assert!(!trust.admits(65_534, 65_534, &[]), "nobody");
     }

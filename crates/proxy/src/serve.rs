@@ -94,8 +94,7 @@ impl Proxy {
         let mut connections = JoinSet::new();
         loop {
             let event = std::future::poll_fn(|cx| {
-                if shutdown.as_mut().poll(cx).is_ready() || triggered.as_mut().poll(cx).is_ready()
-                {
+                if shutdown.as_mut().poll(cx).is_ready() || triggered.as_mut().poll(cx).is_ready() {
                     return Poll::Ready(None);
                 }
                 while let Poll::Ready(Some(_)) = connections.poll_join_next(cx) {}
@@ -307,7 +306,11 @@ async fn forward_to(
         Err(e) => {
             // No response: what the take reserved is given back as the reservation drops.
             let why = chain(&e);
-            log::warn!("{} {}: the upstream failed: {why}", parts.method, parts.uri.path());
+            log::warn!(
+                "{} {}: the upstream failed: {why}",
+                parts.method,
+                parts.uri.path()
+            );
             return answer::unreachable(&shared.provider, &shared.upstream.to_string(), &why)
                 .map(Either::Right);
         }

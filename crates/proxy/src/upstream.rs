@@ -39,7 +39,10 @@ impl Upstream {
     }
 
     /// Where a request for `path_and_query` goes.
-    pub(crate) fn uri_for(&self, path_and_query: Option<&PathAndQuery>) -> Result<Uri, http::Error> {
+    pub(crate) fn uri_for(
+        &self,
+        path_and_query: Option<&PathAndQuery>,
+    ) -> Result<Uri, http::Error> {
         let tail = path_and_query.map_or("/", PathAndQuery::as_str);
         let tail = if tail.starts_with('/') { tail } else { "/" };
         Uri::builder()
@@ -149,7 +152,10 @@ mod tests {
             plain.uri_for(Some(&pq)).expect("uri").to_string(),
             "https://api.anthropic.com/v1/messages?beta=true"
         );
-        assert_eq!(plain.uri_for(None).expect("uri").to_string(), "https://api.anthropic.com/");
+        assert_eq!(
+            plain.uri_for(None).expect("uri").to_string(),
+            "https://api.anthropic.com/"
+        );
         let prefixed: Upstream = "http://127.0.0.1:9000/gateway/".parse().expect("upstream");
         assert_eq!(prefixed.to_string(), "http://127.0.0.1:9000/gateway");
         assert!(!prefixed.is_https());

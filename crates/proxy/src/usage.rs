@@ -213,7 +213,10 @@ mod tests {
             usage(25, 15),
             "message_start's input, the last message_delta's output"
         );
-        assert_eq!(scan(Kind::Events, &[OPENAI_STREAM.as_bytes()]), usage(11, 4));
+        assert_eq!(
+            scan(Kind::Events, &[OPENAI_STREAM.as_bytes()]),
+            usage(11, 4)
+        );
         let responses = "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":3,\"output_tokens\":2}}}";
         assert_eq!(
             scan(Kind::Events, &[responses.as_bytes()]),
@@ -242,12 +245,21 @@ mod tests {
             }
             UsageScan::for_response(&headers).kind
         };
-        assert_eq!(kind(&[("content-type", "text/event-stream; charset=utf-8")]), Kind::Events);
+        assert_eq!(
+            kind(&[("content-type", "text/event-stream; charset=utf-8")]),
+            Kind::Events
+        );
         assert_eq!(kind(&[("content-type", "application/json")]), Kind::Json);
-        assert_eq!(kind(&[("content-type", "application/problem+json")]), Kind::Json);
+        assert_eq!(
+            kind(&[("content-type", "application/problem+json")]),
+            Kind::Json
+        );
         assert_eq!(kind(&[("content-type", "text/html")]), Kind::Nothing);
         assert_eq!(
-            kind(&[("content-type", "application/json"), ("content-encoding", "gzip")]),
+            kind(&[
+                ("content-type", "application/json"),
+                ("content-encoding", "gzip")
+            ]),
             Kind::Nothing,
             "a compressed body is not read"
         );
@@ -256,9 +268,15 @@ mod tests {
 
     #[test]
     fn a_line_too_long_is_skipped_and_the_next_one_read() {
-        let long = format!("data: {{\"usage\":{{\"input_tokens\":1}},\"pad\":\"{}\"}}\n", "x".repeat(MAX_EVENT_LINE));
+        let long = format!(
+            "data: {{\"usage\":{{\"input_tokens\":1}},\"pad\":\"{}\"}}\n",
+            "x".repeat(MAX_EVENT_LINE)
+        );
         let next = "data: {\"usage\":{\"input_tokens\":4,\"output_tokens\":5}}\n";
-        assert_eq!(scan(Kind::Events, &[long.as_bytes(), next.as_bytes()]), usage(4, 5));
+        assert_eq!(
+            scan(Kind::Events, &[long.as_bytes(), next.as_bytes()]),
+            usage(4, 5)
+        );
         let (a, b) = long.split_at(MAX_EVENT_LINE / 2);
         assert_eq!(
             scan(Kind::Events, &[a.as_bytes(), b.as_bytes(), next.as_bytes()]),

@@ -95,18 +95,35 @@ mod shared_budget {
             let b = start(config(&site, flavor, &fake));
             let (url_a, url_b) = (a.url(), b.url());
             let statuses = eight_clients(flavor, &token, |i| {
-                if i % 2 == 0 { url_a.clone() } else { url_b.clone() }
+                if i % 2 == 0 {
+                    url_a.clone()
+                } else {
+                    url_b.clone()
+                }
             })
             .await;
             let (served, too_many) = fake.counts(|c| (c.served, c.too_many));
-            let troubles: Vec<String> = logs().into_iter().filter(|l| l.starts_with("WARN")).collect();
-            assert_eq!(too_many, 0, "through the proxies, the provider refuses nothing: {troubles:?}");
+            let troubles: Vec<String> = logs()
+                .into_iter()
+                .filter(|l| l.starts_with("WARN"))
+                .collect();
+            assert_eq!(
+                too_many, 0,
+                "through the proxies, the provider refuses nothing: {troubles:?}"
+            );
             assert_eq!(served, 200, "every request reached the provider once");
             let failed: Vec<&(u16, String)> = statuses.iter().filter(|(s, _)| *s != 200).collect();
-            assert!(failed.is_empty(), "every request succeeded: {failed:?} {troubles:?}");
+            assert!(
+                failed.is_empty(),
+                "every request succeeded: {failed:?} {troubles:?}"
+            );
             a.stop().await;
             b.stop().await;
-            assert_eq!(site.in_flight(flavor, &token), 0, "nothing is left in flight");
+            assert_eq!(
+                site.in_flight(flavor, &token),
+                0,
+                "nothing is left in flight"
+            );
         });
     }
 
@@ -136,11 +153,14 @@ mod shared_budget {
             )
             .await;
             assert_eq!(head.status(), 200);
-            eventually("the response is recorded and its reservation settled", || {
-                site.state(flavor, token)
-                    .is_some_and(|s| s["resources"]["requests"].is_object())
-                    && site.in_flight(flavor, token) == 0
-            })
+            eventually(
+                "the response is recorded and its reservation settled",
+                || {
+                    site.state(flavor, token)
+                        .is_some_and(|s| s["resources"]["requests"].is_object())
+                        && site.in_flight(flavor, token) == 0
+                },
+            )
             .await;
             let state = site.state(flavor, token).expect("state");
             assert_eq!(
@@ -149,9 +169,18 @@ mod shared_budget {
             );
             let grant = site
                 .ledger()
-                .take_model(&flavor.provider(), &CredentialKey::of_token(token), Need::default(), "direct")
+                .take_model(
+                    &flavor.provider(),
+                    &CredentialKey::of_token(token),
+                    Need::default(),
+                    "direct",
+                )
                 .expect("a direct take goes");
-            assert_eq!(grant.left, Some(999_998), "a direct taker counts what the proxy's request used");
+            assert_eq!(
+                grant.left,
+                Some(999_998),
+                "a direct taker counts what the proxy's request used"
+            );
             proxy.stop().await;
         });
     }
@@ -183,13 +212,16 @@ mod pause {
             .await;
             assert_eq!(head.status(), 429, "the provider's 429 comes back");
             assert!(
-                head.headers().get(worklane_proxy::ANSWERED_HEADER).is_none(),
+                head.headers()
+                    .get(worklane_proxy::ANSWERED_HEADER)
+                    .is_none(),
                 "unchanged: the provider's own answer"
             );
             assert!(String::from_utf8_lossy(&body).contains("fake: rate limited"));
             let limited_at = fake.counts(|c| c.forced_at[0]);
             eventually("the pause is recorded", || {
-                site.state(flavor, &token).is_some_and(|s| s["pausedUntil"].is_string() || s["pausedUntil"].is_number())
+                site.state(flavor, &token)
+                    .is_some_and(|s| s["pausedUntil"].is_string() || s["pausedUntil"].is_number())
             })
             .await;
 
@@ -225,7 +257,10 @@ mod pause {
                 .expect("text")
                 .parse()
                 .expect("seconds");
-            assert!((1..=2).contains(&retry), "retry-after says the pause: {retry}");
+            assert!(
+                (1..=2).contains(&retry),
+                "retry-after says the pause: {retry}"
+            );
             let json: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
             match flavor {
                 Flavor::Anthropic => {
@@ -237,7 +272,11 @@ mod pause {
                     assert!(json["error"]["message"].is_string(), "{json}");
                 }
             }
-            assert_eq!(fake.counts(|c| c.seen.len()), before, "the upstream was not asked");
+            assert_eq!(
+                fake.counts(|c| c.seen.len()),
+                before,
+                "the upstream was not asked"
+            );
 
             // Eight patient clients all wait out the pause, then all succeed.
             let mut tasks = tokio::task::JoinSet::new();
@@ -251,7 +290,8 @@ mod pause {
             while let Some(status) = tasks.join_next().await {
                 assert_eq!(status.expect("a client"), 200, "after the pause, each goes");
             }
-            let arrivals: Vec<u64> = fake.counts(|c| c.seen.iter().skip(1).map(|s| s.at_ms).collect());
+            let arrivals: Vec<u64> =
+                fake.counts(|c| c.seen.iter().skip(1).map(|s| s.at_ms).collect());
             assert_eq!(arrivals.len(), 8);
             for at in arrivals {
                 assert!(
@@ -310,7 +350,10 @@ mod pause {
             .await;
             let (head, body) = send(&client, ask()).await;
             assert_eq!(head.status(), 429);
-            assert_eq!(head.headers()[worklane_proxy::ANSWERED_HEADER], "rate_limited");
+            assert_eq!(
+                head.headers()[worklane_proxy::ANSWERED_HEADER],
+                "rate_limited"
+            );
             let json: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
             assert_eq!(json["error"]["type"], "requests", "{json}");
             assert!(
@@ -319,8 +362,16 @@ mod pause {
                     .is_some_and(|m| m.contains("waited")),
                 "{json}"
             );
-            assert_eq!(fake.counts(|c| c.seen.len()), 1, "the second was never sent");
-            assert_eq!(site.in_flight(flavor, token), 0, "a refusal reserves nothing");
+            assert_eq!(
+                fake.counts(|c| c.seen.len()),
+                1,
+                "the second was never sent"
+            );
+            assert_eq!(
+                site.in_flight(flavor, token),
+                0,
+                "a refusal reserves nothing"
+            );
             proxy.stop().await;
         });
     }
@@ -330,7 +381,12 @@ mod streaming {
     //! Responses stream through as they come; a client that goes away frees its reservation.
     use super::*;
 
-    fn held_stream(flavor: Flavor, base: &str, token: &str, hold: &str) -> http::Request<Full<Bytes>> {
+    fn held_stream(
+        flavor: Flavor,
+        base: &str,
+        token: &str,
+        hold: &str,
+    ) -> http::Request<Full<Bytes>> {
         request(flavor, base, token)
             .header("x-test-hold", hold)
             .body(Full::from(prompt(flavor, true)))
@@ -345,8 +401,11 @@ mod streaming {
                 let fake = Fake::start(flavor, GENEROUS).await;
                 let site = Site::new();
                 let proxy = start(config(&site, flavor, &fake));
-                let (response, _conn) =
-                    open_stream(proxy.addr, held_stream(flavor, &proxy.url(), &token, "first")).await;
+                let (response, _conn) = open_stream(
+                    proxy.addr,
+                    held_stream(flavor, &proxy.url(), &token, "first"),
+                )
+                .await;
                 assert_eq!(response.status(), 200);
                 assert_eq!(response.headers()["content-type"], "text/event-stream");
                 let mut body = response.into_body();
@@ -359,28 +418,44 @@ mod streaming {
                     .into_data()
                     .expect("data");
                 let first = String::from_utf8_lossy(&first).into_owned();
-                assert!(first.starts_with("event: message_start") || first.starts_with("data: "), "{first}");
+                assert!(
+                    first.starts_with("event: message_start") || first.starts_with("data: "),
+                    "{first}"
+                );
                 // Its head reported every dimension: it counts the request from the first byte,
                 // and settles the reservation while the stream goes on.
                 eventually("the head's windows are recorded while it streams", || {
-                    site.state(flavor, &token).is_some_and(|s| s["resources"]["tokens"].is_object())
+                    site.state(flavor, &token)
+                        .is_some_and(|s| s["resources"]["tokens"].is_object())
                         && site.in_flight(flavor, &token) == 0
                 })
                 .await;
                 fake.release("first");
-                let rest = within("the rest", body.collect()).await.expect("the rest").to_bytes();
+                let rest = within("the rest", body.collect())
+                    .await
+                    .expect("the rest")
+                    .to_bytes();
                 let text = format!("{first}{}", String::from_utf8_lossy(&rest));
                 assert!(text.contains("usage"), "the stream came whole: {text}");
                 // A head that reports the requests alone leaves the reservation in flight until
                 // the stream ends.
                 let partial = held_stream(flavor, &proxy.url(), &token, "partial");
                 let (mut parts, body) = partial.into_parts();
-                parts.headers.insert("x-test-partial", "1".parse().expect("value"));
+                parts
+                    .headers
+                    .insert("x-test-partial", "1".parse().expect("value"));
                 let (response, _conn) =
                     open_stream(proxy.addr, http::Request::from_parts(parts, body)).await;
                 let mut body = response.into_body();
-                within("the first event", body.frame()).await.expect("a frame").expect("data");
-                assert_eq!(site.in_flight(flavor, &token), 1, "reserved while it streams");
+                within("the first event", body.frame())
+                    .await
+                    .expect("a frame")
+                    .expect("data");
+                assert_eq!(
+                    site.in_flight(flavor, &token),
+                    1,
+                    "reserved while it streams"
+                );
                 fake.release("partial");
                 within("the rest", body.collect()).await.expect("the rest");
                 eventually("the stream's end settles its reservation", || {
@@ -403,12 +478,21 @@ mod streaming {
             // Its head reports the requests alone: the reservation stays in flight while it
             // streams.
             let (mut parts, body) = held_stream(flavor, &proxy.url(), token, "gone").into_parts();
-            parts.headers.insert("x-test-partial", "1".parse().expect("value"));
+            parts
+                .headers
+                .insert("x-test-partial", "1".parse().expect("value"));
             let (response, conn) =
                 open_stream(proxy.addr, http::Request::from_parts(parts, body)).await;
             let mut body = response.into_body();
-            within("the first event", body.frame()).await.expect("a frame").expect("data");
-            assert_eq!(site.in_flight(flavor, token), 1, "reserved while it streams");
+            within("the first event", body.frame())
+                .await
+                .expect("a frame")
+                .expect("data");
+            assert_eq!(
+                site.in_flight(flavor, token),
+                1,
+                "reserved while it streams"
+            );
             // The client dies: its connection closes with the stream unfinished.
             conn.abort();
             drop(body);
@@ -439,7 +523,9 @@ mod streaming {
                 dir: Some(site.dir.clone()),
                 ..worklane_proxy::Config::new(
                     flavor.provider(),
-                    format!("http://127.0.0.1:{port}").parse().expect("upstream"),
+                    format!("http://127.0.0.1:{port}")
+                        .parse()
+                        .expect("upstream"),
                     worklane_proxy::Listen::loopback(0),
                 )
             });
@@ -451,7 +537,10 @@ mod streaming {
             )
             .await;
             assert_eq!(head.status(), 502);
-            assert_eq!(head.headers()[worklane_proxy::ANSWERED_HEADER], "upstream_unreachable");
+            assert_eq!(
+                head.headers()[worklane_proxy::ANSWERED_HEADER],
+                "upstream_unreachable"
+            );
             let json: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
             assert_eq!(json["error"]["type"], "server_error", "{json}");
             eventually("the reservation is given back", || {
@@ -490,11 +579,24 @@ mod forwarding {
             let seen = fake.counts(|c| c.seen[0].clone());
             assert_eq!(seen.method, "POST");
             assert_eq!(seen.uri, "/v1/messages?beta=true");
-            assert_eq!(seen.headers["host"], fake.addr.to_string(), "Host is the upstream's");
+            assert_eq!(
+                seen.headers["host"],
+                fake.addr.to_string(),
+                "Host is the upstream's"
+            );
             assert_eq!(seen.headers["anthropic-beta"], "tools-2024");
-            assert_eq!(seen.headers["x-api-key"], "sk-forward-not-real", "the key goes on");
-            assert_eq!(seen.headers["accept-encoding"], "identity", "asked uncompressed");
-            assert!(seen.headers.get("x-hop").is_none(), "named by Connection: not forwarded");
+            assert_eq!(
+                seen.headers["x-api-key"], "sk-forward-not-real",
+                "the key goes on"
+            );
+            assert_eq!(
+                seen.headers["accept-encoding"], "identity",
+                "asked uncompressed"
+            );
+            assert!(
+                seen.headers.get("x-hop").is_none(),
+                "named by Connection: not forwarded"
+            );
             assert_eq!(seen.body_len, body.len(), "the body arrived whole");
             assert_eq!(seen.body_sum, fake::sum(body.as_bytes()), "byte for byte");
             proxy.stop().await;
@@ -568,7 +670,9 @@ mod forwarding {
                 assert_eq!(units["requests"], 1, "{units}");
                 assert_eq!(units["tokens"], input + output, "{hold}: {units}");
                 fake.release(hold);
-                within("the end", response.into_body().collect()).await.expect("the rest");
+                within("the end", response.into_body().collect())
+                    .await
+                    .expect("the rest");
                 eventually("settled", || site.in_flight(flavor, token) == 0).await;
             }
             proxy.stop().await;
@@ -627,7 +731,8 @@ mod secrets {
             fake.force_429(30);
             answers.push(send(&client, ask(&proxy.url(), false)).await);
             eventually("the pause is recorded", || {
-                site.state(flavor, token).is_some_and(|s| !s["pausedUntil"].is_null())
+                site.state(flavor, token)
+                    .is_some_and(|s| !s["pausedUntil"].is_null())
             })
             .await;
             answers.push(send(&client, ask(&impatient.url(), false)).await);
@@ -635,9 +740,15 @@ mod secrets {
             proxy.stop().await;
             impatient.stop().await;
             for (head, body) in &answers {
-                assert!(!String::from_utf8_lossy(body).contains(token), "an answer's body");
+                assert!(
+                    !String::from_utf8_lossy(body).contains(token),
+                    "an answer's body"
+                );
                 for value in head.headers().values() {
-                    assert!(!value.to_str().unwrap_or("").contains(token), "an answer's header");
+                    assert!(
+                        !value.to_str().unwrap_or("").contains(token),
+                        "an answer's header"
+                    );
                 }
             }
             let mut files = 0;
@@ -698,7 +809,11 @@ mod unix_socket {
             .arg(socket)
             .output_gated()
             .expect("python3 under setpriv");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
@@ -721,13 +836,20 @@ mod unix_socket {
             std::fs::set_permissions(sockets.path(), std::fs::Permissions::from_mode(0o755))
                 .expect("chmod");
             let path = sockets.path().join("proxy.sock");
-            let proxy = worklane_proxy::Proxy::bind(unix_config(&site, &fake, &path)).expect("bind");
-            let mode = std::fs::metadata(&path).expect("socket").permissions().mode() & 0o777;
+            let proxy =
+                worklane_proxy::Proxy::bind(unix_config(&site, &fake, &path)).expect("bind");
+            let mode = std::fs::metadata(&path)
+                .expect("socket")
+                .permissions()
+                .mode()
+                & 0o777;
             assert_eq!(mode, 0o660, "the socket is the group's");
             let trigger = proxy.trigger();
             let done = tokio::spawn(proxy.serve(std::future::pending()));
             // Root is served.
-            let stream = tokio::net::UnixStream::connect(&path).await.expect("connect");
+            let stream = tokio::net::UnixStream::connect(&path)
+                .await
+                .expect("connect");
             let (mut sender, conn) =
                 hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
                     .await
@@ -753,10 +875,19 @@ mod unix_socket {
             let member = tokio::task::spawn_blocking(move || get_as_nobody(&path, "17,4343"))
                 .await
                 .expect("ran");
-            assert_eq!(member, "HTTP/1.1 200 OK", "a member of the directory's group is served");
+            assert_eq!(
+                member, "HTTP/1.1 200 OK",
+                "a member of the directory's group is served"
+            );
             trigger.fire();
-            within("the end", done).await.expect("task").expect("served");
-            assert!(!sockets.path().join("proxy.sock").exists(), "the socket goes with the proxy");
+            within("the end", done)
+                .await
+                .expect("task")
+                .expect("served");
+            assert!(
+                !sockets.path().join("proxy.sock").exists(),
+                "the socket goes with the proxy"
+            );
         });
     }
 
@@ -767,8 +898,10 @@ mod unix_socket {
             let site = Site::new();
             let sockets = tempfile::tempdir().expect("temp dir");
             let path = sockets.path().join("proxy.sock");
-            let first = worklane_proxy::Proxy::bind(unix_config(&site, &fake, &path)).expect("bind");
-            let err = worklane_proxy::Proxy::bind(unix_config(&site, &fake, &path)).expect_err("in use");
+            let first =
+                worklane_proxy::Proxy::bind(unix_config(&site, &fake, &path)).expect("bind");
+            let err =
+                worklane_proxy::Proxy::bind(unix_config(&site, &fake, &path)).expect_err("in use");
             assert!(
                 matches!(err, worklane_proxy::bind::Error::InUse { .. }),
                 "{err}"
@@ -778,10 +911,15 @@ mod unix_socket {
             let stale = std::os::unix::net::UnixListener::bind(sockets.path().join("x.sock"));
             drop(stale);
             let path2 = sockets.path().join("x.sock");
-            worklane_proxy::Proxy::bind(unix_config(&site, &fake, &path2)).expect("a stale socket is replaced");
+            worklane_proxy::Proxy::bind(unix_config(&site, &fake, &path2))
+                .expect("a stale socket is replaced");
             std::fs::write(sockets.path().join("file"), b"").expect("a file");
-            let err = worklane_proxy::Proxy::bind(unix_config(&site, &fake, &sockets.path().join("file")))
-                .expect_err("not a socket");
+            let err = worklane_proxy::Proxy::bind(unix_config(
+                &site,
+                &fake,
+                &sockets.path().join("file"),
+            ))
+            .expect_err("not a socket");
             assert!(err.to_string().contains("is not a socket"), "{err}");
         });
     }
@@ -806,18 +944,31 @@ mod shutdown {
                 .expect("request");
             let (response, _conn) = open_stream(addr, request).await;
             let mut body = response.into_body();
-            within("the first event", body.frame()).await.expect("frame").expect("data");
+            within("the first event", body.frame())
+                .await
+                .expect("frame")
+                .expect("data");
             proxy.trigger.fire();
             eventually("new connections are refused", || {
                 std::net::TcpStream::connect(addr).is_err()
             })
             .await;
             fake.release("drain");
-            let rest = within("the rest", body.collect()).await.expect("the stream finishes").to_bytes();
+            let rest = within("the rest", body.collect())
+                .await
+                .expect("the stream finishes")
+                .to_bytes();
             assert!(String::from_utf8_lossy(&rest).contains("message_stop"));
-            let served = within("the end", proxy.done).await.expect("task").expect("served");
+            let served = within("the end", proxy.done)
+                .await
+                .expect("task")
+                .expect("served");
             assert_eq!(served.cut, 0, "nothing was cut");
-            assert_eq!(site.in_flight(flavor, token), 0, "its reservation was settled");
+            assert_eq!(
+                site.in_flight(flavor, token),
+                0,
+                "its reservation was settled"
+            );
         });
     }
 
@@ -839,7 +990,10 @@ mod shutdown {
                 .expect("request");
             let (response, _conn) = open_stream(proxy.addr, request).await;
             let mut body = response.into_body();
-            within("the first event", body.frame()).await.expect("frame").expect("data");
+            within("the first event", body.frame())
+                .await
+                .expect("frame")
+                .expect("data");
             assert_eq!(site.in_flight(flavor, token), 1);
             let served = proxy.stop().await;
             assert_eq!(served.cut, 1, "the held stream was cut at the bound");

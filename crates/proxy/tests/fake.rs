@@ -201,7 +201,11 @@ pub(crate) fn go_duration(ms: u64) -> String {
 
 async fn answer(inner: &Inner, request: Request<Incoming>) -> Response<FakeBody> {
     let (parts, body) = request.into_parts();
-    let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    let body = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
     let now = SystemClock.now_ms();
     {
         let mut counts = inner.counts.lock().expect("counts");

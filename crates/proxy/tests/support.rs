@@ -52,7 +52,11 @@ impl Site {
     /// The reservations in flight in that state.
     pub(crate) fn in_flight(&self, flavor: Flavor, token: &str) -> usize {
         self.state(flavor, token)
-            .and_then(|s| s.get("inFlight").and_then(|f| f.as_object()).map(|f| f.len()))
+            .and_then(|s| {
+                s.get("inFlight")
+                    .and_then(|f| f.as_object())
+                    .map(|f| f.len())
+            })
             .unwrap_or(0)
     }
 
@@ -141,8 +145,7 @@ pub(crate) fn request(flavor: Flavor, base: &str, token: &str) -> http::request:
         Flavor::Anthropic => "/v1/messages",
         Flavor::Openai => "/v1/chat/completions",
     };
-    let builder =
-        Request::post(format!("{base}{path}")).header("content-type", "application/json");
+    let builder = Request::post(format!("{base}{path}")).header("content-type", "application/json");
     match flavor {
         Flavor::Anthropic => builder
             .header("x-api-key", token)
@@ -220,15 +223,13 @@ impl log::Log for Capture {
     }
 
     fn log(&self, record: &log::Record<'_>) {
-        LOGS.lock()
-            .expect("logs")
-            .push(format!(
-                "{} {} {}: {}",
-                record.level(),
-                worklane_lease::Clock::now_ms(&worklane_lease::SystemClock),
-                record.target(),
-                record.args()
-            ));
+        LOGS.lock().expect("logs").push(format!(
+            "{} {} {}: {}",
+            record.level(),
+            worklane_lease::Clock::now_ms(&worklane_lease::SystemClock),
+            record.target(),
+            record.args()
+        ));
     }
 
     fn flush(&self) {}
