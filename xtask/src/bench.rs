@@ -19,6 +19,7 @@ pub(crate) const BENCHES: &[&str] = &[
     "budget",
     "dispatcher",
     "line",
+    "proxy",
 ];
 
 /// The release binaries the benches run, each with the cargo arguments that build it: the

@@ -262,6 +262,16 @@ fn steps() -> Vec<Step> {
             env: Vec::new(),
         },
         Step {
+            what: "the CLI's proxy (feature proxy: hyper, tokio, rustls), clippy",
+            args: words("clippy -p worklane --features proxy --all-targets -- -D warnings"),
+            env: Vec::new(),
+        },
+        Step {
+            what: "the CLI's proxy, its tests",
+            args: words("test -p worklane --features proxy --test all proxy::"),
+            env: Vec::new(),
+        },
+        Step {
             // The binary to install: statically linked, and run once on a scratch directory.
             what: "the distributed binary",
             args: words("run --quiet -p xtask -- dist"),

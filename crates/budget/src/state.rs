@@ -43,6 +43,15 @@ pub const RESERVATION_TTL_MS: u64 = 10 * 60 * 1000;
 /// At most this many reservations are kept; the oldest go first.
 pub const MAX_IN_FLIGHT: usize = 256;
 
+/// A model provider's reports of one dimension whose resets are less than this apart describe
+/// the same window: 0.5 s. A reset said as a duration from the response (OpenAI's `6m0s`) is
+/// read a little differently from each response, by how long each took to arrive; resets
+/// said as times (RFC 3339, whole seconds) of two windows are a second apart or more. A
+/// report whose reset is this much earlier than the window's, and not this much later than
+/// when the window was seen, is of the window before (a response overtaken by one of the
+/// next window) and is not taken as the window now.
+pub const SAME_WINDOW_MS: u64 = 500;
+
 /// What one call in flight reserved of each dimension.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reservation {
@@ -413,7 +422,10 @@ impl State {
     /// replaces that dimension's (never with more left than a window of the same reset had:
     /// an overtaken response gives nothing back), and counts as granted what the other calls
     /// still in flight reserved; a dimension whose headers were not readable is not known any
-    /// more. In a dimension it did not report, the reservation's estimate is replaced by what
+    /// more. Reports whose resets are less than [`SAME_WINDOW_MS`] apart are of the same
+    /// window: the smaller remaining and the earlier reset are kept, whichever order the
+    /// responses were recorded in; a report of the window before, recorded late, is
+    /// ignored. In a dimension it did not report, the reservation's estimate is replaced by what
     /// the response's usage says it used. So what is in flight is counted, and nothing twice.
     pub fn apply_provider(
         &mut self,
@@ -440,7 +452,19 @@ impl State {
             .collect();
         for seen in &observation.windows {
             let name = seen.dimension.name().to_owned();
-            if seen.reset_at <= now || seen.reset_at - now > MAX_WINDOW_MS {
+            if seen.reset_at <= now {
+                // A window that ended while its response was on its way (a stream that
+                // outlived it) says nothing of a later one another response reported.
+                if self
+                    .resources
+                    .get(&name)
+                    .is_some_and(|w| w.reset_at <= seen.reset_at)
+                {
+                    self.resources.remove(&name);
+                }
+                continue;
+            }
+            if seen.reset_at - now > MAX_WINDOW_MS {
                 self.resources.remove(&name);
                 continue;
             }
@@ -449,18 +473,30 @@ impl State {
                 .values()
                 .filter_map(|r| r.units.get(&name))
                 .fold(0, |a, b| add_safe(a, *b));
-            let (remaining, by_consumer) = match self.resources.remove(&name) {
-                Some(same) if same.reset_at == seen.reset_at => {
-                    (seen.remaining.min(same.remaining), same.by_consumer)
-                }
-                _ => (seen.remaining, BTreeMap::new()),
+            let stored = self.resources.get(&name);
+            if stored.is_some_and(|w| {
+                seen.reset_at.saturating_add(SAME_WINDOW_MS) <= w.reset_at
+                    && seen.reset_at < w.seen_at.saturating_add(SAME_WINDOW_MS)
+            }) {
+                // A report of an earlier window, recorded after the window that followed it
+                // was seen (its reset, read from a duration, is still ahead): it says nothing
+                // of the window now.
+                continue;
+            }
+            let (remaining, reset_at, by_consumer) = match self.resources.remove(&name) {
+                Some(same) if same.reset_at.abs_diff(seen.reset_at) < SAME_WINDOW_MS => (
+                    seen.remaining.min(same.remaining),
+                    seen.reset_at.min(same.reset_at),
+                    same.by_consumer,
+                ),
+                _ => (seen.remaining, seen.reset_at, BTreeMap::new()),
             };
             self.resources.insert(
                 name,
                 Window {
                     limit: seen.limit,
                     remaining,
-                    reset_at: seen.reset_at,
+                    reset_at,
                     seen_at: now,
                     granted: in_flight,
                     by_consumer,

@@ -74,6 +74,11 @@ mod nesting;
 mod ops;
 mod out;
 mod progress;
+#[cfg(feature = "proxy")]
+mod proxy;
+#[cfg(not(feature = "proxy"))]
+#[path = "proxy_off.rs"]
+mod proxy;
 mod queue;
 mod queued;
 mod role;
@@ -227,6 +232,7 @@ fn main() -> ExitCode {
         Command::Budget(BudgetCommand::Observe(args)) => budget::observe(&args),
         Command::Budget(BudgetCommand::Release(args)) => budget::release(&args),
         Command::Why(args) => why::why(&args),
+        Command::Proxy(args) => proxy::proxy(&args),
         Command::Completions { shell } => ops::completions(shell),
         Command::Man { command, all } => man::man(&command, all.as_deref()),
     };

@@ -8320,6 +8320,9 @@ mod jobs;
 /// `run --weight` and the config's `shares`.
 mod weights;
 
+/// `worklane proxy`.
+mod proxy;
+
 /// docs/json.md against the real output: each documented example has the same keys and value
 /// types, recursively, as the document its command prints (values may differ), so a schema
 /// that drifts from the code fails here.

@@ -566,3 +566,66 @@ fn counts_in_the_file_are_whole_numbers_up_to_2_pow_53_minus_1() {
     assert_eq!(paused("9007199254740992"), None, "2^53 is not known");
     assert_eq!(paused("1.0"), None, "a fraction is not known");
 }
+
+/// A model provider's response at `now` reporting `remaining` requests of a window that
+/// resets at `reset_at`.
+fn requests_seen(remaining: u64, reset_at: u64) -> crate::ProviderObservation {
+    crate::ProviderObservation {
+        status: 200,
+        windows: vec![crate::provider::SeenWindow {
+            dimension: crate::Dimension::Requests,
+            limit: Some(50),
+            remaining,
+            reset_at,
+        }],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_response_of_a_window_that_ended_meanwhile_keeps_the_next_window() {
+    // A stream began in the window ending at NOW + 1 s and ends after it, once another
+    // response has reported the next window: the next one stays known.
+    let mut state = State::default();
+    let later = NOW + 2_000;
+    state.apply_provider(&requests_seen(40, NOW + 61_000), None, later);
+    state.apply_provider(&requests_seen(3, NOW + 1_000), None, later);
+    assert_eq!(
+        state.window("requests", later).map(Window::left),
+        Some(40),
+        "the later window is kept"
+    );
+    // Its own window, ended, is forgotten.
+    let mut state = State::default();
+    state.apply_provider(&requests_seen(3, NOW + 1_000), None, NOW);
+    state.apply_provider(&requests_seen(2, NOW + 1_000), None, later);
+    assert!(
+        !state.resources.contains_key("requests"),
+        "an ended window is not kept"
+    );
+}
+
+#[test]
+fn reports_of_one_window_read_at_different_moments_keep_the_least_left() {
+    // OpenAI says its resets as durations: two responses of one window, read 300 ms apart,
+    // the one overtaken (more left) recorded last.
+    let mut state = State::default();
+    state.apply_provider(&requests_seen(10, NOW + 60_300), None, NOW);
+    state.apply_provider(&requests_seen(12, NOW + 60_000), None, NOW);
+    let window = state.window("requests", NOW).expect("a window");
+    assert_eq!(window.left(), 10, "an overtaken report gives nothing back");
+    assert_eq!(window.reset_at, NOW + 60_000, "the earlier reset is kept");
+    // Half a second or more later: the next window, which replaces it.
+    let next = NOW + 60_100;
+    state.apply_provider(&requests_seen(40, NOW + 61_000), None, next);
+    assert_eq!(state.window("requests", next).map(Window::left), Some(40));
+    // A response of the window before, overtaken by the next window's and read with a reset
+    // still ahead (a duration that took long to arrive): ignored.
+    state.apply_provider(&requests_seen(0, NOW + 60_350), None, next);
+    let window = state.window("requests", next).expect("the next window");
+    assert_eq!((window.left(), window.reset_at), (40, NOW + 61_000));
+    // A window seen long ago that a later response reports as resetting sooner: replaced.
+    let late = NOW + 60_900;
+    state.apply_provider(&requests_seen(7, NOW + 60_950), None, late);
+    assert_eq!(state.window("requests", late).map(Window::left), Some(7));
+}

@@ -157,6 +157,10 @@ pub(crate) enum Command {
     /// drain, 78 for a config that cannot be used, 75 for any other blocker). Takes nothing,
     /// waits for nothing, writes no record.
     Why(WhyArgs),
+    /// Serve a model provider's API on this machine, taking every request from the shared
+    /// budget first (`ANTHROPIC_BASE_URL` / `OPENAI_BASE_URL` point agents at it). Needs the
+    /// `proxy` feature; without it, exits 69.
+    Proxy(ProxyArgs),
     /// Print shell completions.
     Completions {
         /// The shell.

@@ -64,6 +64,28 @@ pub(crate) enum ConfigKey {
 }
 
 #[derive(Debug, Args)]
+pub(crate) struct ProxyArgs {
+    /// Whose API and budget: anthropic, openai, or a provider the config's budget_providers
+    /// describes.
+    #[arg(long, value_parser = parse_provider)]
+    pub(crate) provider: String,
+    /// Where requests go (default: the provider's public API; required for a configured
+    /// provider), an http or https URL.
+    #[arg(long, value_name = "URL")]
+    pub(crate) upstream: Option<String>,
+    /// Where to listen: IP:PORT, PORT (on 127.0.0.1), or unix:PATH (peer-checked as the
+    /// dispatcher's socket). Loopback only unless an address says otherwise.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8480")]
+    pub(crate) listen: String,
+    /// How long a request waits for the budget before the proxy answers 429 itself.
+    #[arg(long, value_parser = parse_duration, default_value = "10s", value_name = "DUR")]
+    pub(crate) max_wait: std::time::Duration,
+    /// On SIGTERM or SIGINT, how long requests and streams in flight may finish.
+    #[arg(long, value_parser = parse_duration, default_value = "30s", value_name = "DUR")]
+    pub(crate) drain: std::time::Duration,
+}
+
+#[derive(Debug, Args)]
 pub(crate) struct WhyArgs {
     /// The slot asked about.
     #[arg(long, value_enum, default_value_t = KindArg::Agent)]

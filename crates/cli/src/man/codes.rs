@@ -254,6 +254,21 @@ pub(crate) fn exit_codes(path: &[&str]) -> Option<Vec<(&'static str, &'static st
             ),
             ("69", "--fleet: etcd does not answer"),
         ],
+        ["proxy"] => vec![
+            ("0", "stopped by SIGTERM or SIGINT, after its drain"),
+            (
+                "64",
+                "also: a bad --upstream or --listen, or a provider without an API",
+            ),
+            (
+                "69",
+                "the address is in use, or this worklane was built without the proxy",
+            ),
+            (
+                "78",
+                "a provider the config does not describe, or a slot directory it cannot use",
+            ),
+        ],
         ["budget", "release"] => vec![
             (
                 "0",

@@ -1,0 +1,421 @@
+//! The proxy's side of the shared ledger: one lane per credential, whose thread makes this
+//! process's ledger calls for that credential one after another, in the order they were
+//! asked (the ledger locks files and may sleep; the reactor never waits on it). A thread of
+//! its own rather than tokio's blocking pool: a call then costs one wake-up each way, not
+//! four, and the lane's order needs one thread at a time anyway.
+//!
+//! The order matters: a response's observation is queued when its body ends, before the
+//! client can have sent its next request, so that request's take always sees what the
+//! response said. Waiting for a spent window or a pause happens here, between takes, without
+//! a thread: a take is tried at once (the ledger's own wait is not used), and a refused one
+//! is tried again when the window resets or the pause ends, when this proxy records another
+//! response of the credential, and at least every [`LOOK_AGAIN`] (another process may have).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak, mpsc};
+use std::time::{Duration, Instant};
+use tokio::sync::{oneshot, watch};
+use worklane_budget::{
+    CredentialKey, Ledger, Need, Observed, Provider, ProviderObservation, Refused, Trouble,
+};
+use worklane_lease::{Clock, SystemClock};
+
+/// A refused take is tried again at least this often (the ledger's own waits look as often).
+pub(crate) const LOOK_AGAIN: Duration = Duration::from_secs(1);
+/// How long an observation tries the budget's lock before it gives the reservation back
+/// instead: the ledger tries it once, which under load would leave reservations in flight.
+const OBSERVE_PATIENCE: Duration = Duration::from_secs(1);
+const OBSERVE_POLL: Duration = Duration::from_millis(10);
+/// A lane unused for this long is dropped when another one is made (its worker ends once
+/// its last reservation is settled).
+const IDLE_LANE: Duration = Duration::from_secs(600);
+/// At most this many calls are made in one trip to a blocking thread.
+const BATCH: usize = 64;
+
+/// What a lane's worker does.
+enum Op {
+    Take {
+        need: Need,
+        reply: oneshot::Sender<Result<Reservation, Refused>>,
+    },
+    Observe {
+        reservation: Option<String>,
+        observation: ProviderObservation,
+    },
+    Release {
+        reservation: String,
+    },
+}
+
+/// The ledger, the provider and how takes are named.
+struct Ctx {
+    ledger: Ledger,
+    provider: Provider,
+    consumer: String,
+}
+
+/// The way into a lane. The lane's thread ends once every one is dropped (the map's, the
+/// reservations', the takes' in progress) and its calls are made.
+struct LaneTx(mpsc::Sender<Op>);
+
+impl LaneTx {
+    fn send(&self, op: Op) -> bool {
+        self.0.send(op).is_ok()
+    }
+}
+
+struct Lane {
+    ops: Arc<LaneTx>,
+    changed: watch::Receiver<u64>,
+    used: Instant,
+}
+
+/// Every lane of one proxy.
+pub(crate) struct Lanes {
+    ctx: Arc<Ctx>,
+    lanes: Mutex<HashMap<CredentialKey, Lane>>,
+    workers: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+/// What one take reserved: settled by its response's observation ([`Reservation::settle`]),
+/// given back when dropped unsettled (the request never got a response).
+#[must_use = "dropping a reservation gives it back"]
+pub(crate) struct Reservation {
+    id: Option<String>,
+    ops: Arc<LaneTx>,
+    settled: bool,
+}
+
+impl Reservation {
+    /// Records what a response's head said (its windows, a pause), without settling the
+    /// reservation: queued as the head arrives, so that responses are recorded in the order
+    /// the upstream answered them, not the order their bodies ended.
+    pub(crate) fn record(&self, observation: ProviderObservation) {
+        let _ = self.ops.send(Op::Observe {
+            reservation: None,
+            observation,
+        });
+    }
+
+    /// Settles what the take reserved with what the response's body said it used (an
+    /// observation without windows).
+    pub(crate) fn settle(mut self, observation: ProviderObservation) {
+        self.settled = true;
+        let _ = self.ops.send(Op::Observe {
+            reservation: self.id.take(),
+            observation,
+        });
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if !self.settled
+            && let Some(reservation) = self.id.take()
+        {
+            let _ = self.ops.send(Op::Release { reservation });
+        }
+    }
+}
+
+/// Why a take did not go.
+pub(crate) enum NotTaken {
+    /// The budget stayed spent or paused for the whole wait.
+    Refused {
+        /// The ledger's last refusal.
+        refused: Refused,
+        /// How long the request waited.
+        waited: Duration,
+    },
+    /// The proxy is shutting down (its runtime ended the lane's worker): nothing was taken.
+    Closed,
+}
+
+impl Lanes {
+    pub(crate) fn new(ledger: Ledger, provider: Provider, consumer: String) -> Lanes {
+        Lanes {
+            ctx: Arc::new(Ctx {
+                ledger,
+                provider,
+                consumer,
+            }),
+            lanes: Mutex::new(HashMap::new()),
+            workers: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The lane of `key` (made, with its thread, on first use); `None` when no thread can be
+    /// started.
+    fn lane(&self, key: &CredentialKey) -> Option<(Arc<LaneTx>, watch::Receiver<u64>)> {
+        let mut lanes = self
+            .lanes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = Instant::now();
+        if let Some(lane) = lanes.get_mut(key) {
+            lane.used = now;
+            return Some((Arc::clone(&lane.ops), lane.changed.clone()));
+        }
+        lanes.retain(|_, lane| now.duration_since(lane.used) < IDLE_LANE);
+        let (tx, rx) = mpsc::channel();
+        let ops = Arc::new(LaneTx(tx));
+        let (changed_tx, changed) = watch::channel(0u64);
+        let ctx = Arc::clone(&self.ctx);
+        let weak = Arc::downgrade(&ops);
+        let key_copy = key.clone();
+        let worker = std::thread::Builder::new()
+            .name("worklane-proxy-ledger".to_owned())
+            .spawn(move || work(&ctx, &key_copy, &rx, &weak, &changed_tx));
+        let worker = match worker {
+            Ok(worker) => worker,
+            Err(e) => {
+                log::error!("cannot start a thread for the budget ledger's calls: {e}");
+                return None;
+            }
+        };
+        let mut workers = self
+            .workers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        workers.retain(|w| !w.is_finished());
+        workers.push(worker);
+        lanes.insert(
+            key.clone(),
+            Lane {
+                ops: Arc::clone(&ops),
+                changed: changed.clone(),
+                used: now,
+            },
+        );
+        Some((ops, changed))
+    }
+
+    /// Takes what a request needs from `key`'s budget, waiting up to `max_wait` while it is
+    /// spent or paused.
+    pub(crate) async fn take(
+        &self,
+        key: &CredentialKey,
+        need: Need,
+        max_wait: Duration,
+    ) -> Result<Reservation, NotTaken> {
+        let started = Instant::now();
+        let Some((ops, mut changed)) = self.lane(key) else {
+            return Err(NotTaken::Closed);
+        };
+        loop {
+            changed.borrow_and_update();
+            let (reply, answer) = oneshot::channel();
+            if !ops.send(Op::Take { need, reply }) {
+                return Err(NotTaken::Closed);
+            }
+            let refused = match answer.await {
+                Ok(Ok(reservation)) => return Ok(reservation),
+                Ok(Err(refused)) => refused,
+                Err(_) => return Err(NotTaken::Closed),
+            };
+            let waited = started.elapsed();
+            if waited >= max_wait {
+                return Err(NotTaken::Refused { refused, waited });
+            }
+            let until = match &refused {
+                Refused::RateLimited { reset_at, .. } => *reset_at,
+                Refused::SecondaryRateLimited { until, .. } => *until,
+                _ => 0,
+            };
+            let ahead = Duration::from_millis(until.saturating_sub(SystemClock.now_ms()).max(1));
+            let nap = ahead.min(LOOK_AGAIN).min(max_wait - waited);
+            let sleep = std::pin::pin!(tokio::time::sleep(nap));
+            let change = std::pin::pin!(changed.changed());
+            first_of(sleep, change).await;
+        }
+    }
+
+    /// Ends every lane once its reservations are settled, waiting up to `bound` for their
+    /// last calls.
+    pub(crate) async fn close(&self, bound: Duration) {
+        self.lanes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
+        let workers = std::mem::take(
+            &mut *self
+                .workers
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        let all = tokio::task::spawn_blocking(move || {
+            for worker in workers {
+                let _ = worker.join();
+            }
+        });
+        if tokio::time::timeout(bound, all).await.is_err() {
+            log::warn!(
+                "the budget ledger's last calls did not end within {} ms; reservations still \
+                 in flight expire after 10 min",
+                bound.as_millis()
+            );
+        }
+    }
+}
+
+/// Waits for whichever of two futures ends first.
+async fn first_of<A: Future, B: Future>(
+    mut a: std::pin::Pin<&mut A>,
+    mut b: std::pin::Pin<&mut B>,
+) {
+    std::future::poll_fn(|cx| {
+        if a.as_mut().poll(cx).is_ready() || b.as_mut().poll(cx).is_ready() {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+}
+
+/// A lane's thread: its calls, in order, a batch at a time, until every way in is gone.
+fn work(
+    ctx: &Ctx,
+    key: &CredentialKey,
+    rx: &mpsc::Receiver<Op>,
+    ops: &Weak<LaneTx>,
+    changed: &watch::Sender<u64>,
+) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while batch.len() < BATCH {
+            match rx.try_recv() {
+                Ok(op) => batch.push(op),
+                Err(_) => break,
+            }
+        }
+        if run(ctx, key, batch, ops) {
+            changed.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+}
+
+/// Makes a batch of calls; `true` when a response or a release was recorded (a waiting take
+/// may go now).
+fn run(ctx: &Ctx, key: &CredentialKey, batch: Vec<Op>, ops: &Weak<LaneTx>) -> bool {
+    let mut recorded = false;
+    for op in batch {
+        match op {
+            Op::Take { need, reply } => {
+                let taken =
+                    ctx.ledger
+                        .take_model_within(&ctx.provider, key, need, &ctx.consumer, 0);
+                log::trace!("take of {need:?}: {:?}", taken.as_ref().map(|g| g.left));
+                let taken = match taken {
+                    Ok(grant) => {
+                        if let Some(trouble) = &grant.unaccounted {
+                            log::warn!(
+                                "a request goes unaccounted by the {} budget: {}",
+                                ctx.provider.name(),
+                                chain(trouble)
+                            );
+                        }
+                        match ops.upgrade() {
+                            Some(ops) => Ok(Reservation {
+                                id: grant.reservation,
+                                ops,
+                                settled: false,
+                            }),
+                            None => {
+                                if let Some(id) = grant.reservation {
+                                    release(ctx, key, &id);
+                                }
+                                continue;
+                            }
+                        }
+                    }
+                    Err(refused) => Err(refused),
+                };
+                // A request gone meanwhile drops the reservation, which queues its release.
+                let _ = reply.send(taken);
+            }
+            Op::Observe {
+                reservation,
+                observation,
+            } => {
+                log::trace!(
+                    "observe {} ({}): {:?} {:?}",
+                    observation.status,
+                    if reservation.is_some() {
+                        "settles"
+                    } else {
+                        "head"
+                    },
+                    observation.windows,
+                    observation.usage
+                );
+                observe(ctx, key, reservation.as_deref(), &observation);
+                recorded = true;
+            }
+            Op::Release { reservation } => {
+                log::trace!("release");
+                release(ctx, key, &reservation);
+                recorded = true;
+            }
+        }
+    }
+    recorded
+}
+
+/// Records a response, trying the lock for up to [`OBSERVE_PATIENCE`]; when it cannot, the
+/// reservation is given back rather than left in flight.
+fn observe(
+    ctx: &Ctx,
+    key: &CredentialKey,
+    reservation: Option<&str>,
+    observation: &ProviderObservation,
+) {
+    let started = Instant::now();
+    loop {
+        match ctx
+            .ledger
+            .observe_model(&ctx.provider, key, reservation, observation)
+        {
+            Observed::Recorded => return,
+            Observed::Skipped(trouble) => {
+                if matches!(trouble, Trouble::LockBusy { .. })
+                    && started.elapsed() < OBSERVE_PATIENCE
+                {
+                    std::thread::sleep(OBSERVE_POLL);
+                    continue;
+                }
+                log::warn!(
+                    "a response of {} was not recorded in its budget: {}",
+                    ctx.provider.name(),
+                    chain(&trouble)
+                );
+                if let Some(id) = reservation {
+                    release(ctx, key, id);
+                }
+                return;
+            }
+        }
+    }
+}
+
+fn release(ctx: &Ctx, key: &CredentialKey, reservation: &str) {
+    if let Observed::Skipped(trouble) = ctx.ledger.release(&ctx.provider, key, reservation) {
+        log::warn!(
+            "a reservation of the {} budget was not given back (it expires after 10 min): {}",
+            ctx.provider.name(),
+            chain(&trouble)
+        );
+    }
+}
+
+/// An error and its causes, `: `-separated.
+pub(crate) fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,492 @@
+//! A fake provider: a real hyper server on loopback that enforces its own requests- and
+//! tokens-per-window limits (fixed windows aligned to the clock) and answers with the
+//! provider's real header names and formats (Anthropic: `anthropic-ratelimit-*`, resets in
+//! RFC 3339; OpenAI: `x-ratelimit-*`, resets as durations like `850ms`, `1.5s`, `6m0s`),
+//! JSON bodies with their `usage`, and server-sent events as each provider streams them.
+//!
+//! Request headers steer it: `x-test-hold: ID` stops a stream after its first event until
+//! [`Fake::release`]`(ID)`; `x-test-status: N` answers N with a fixed error body (never
+//! counted); `x-test-partial: 1` reports the requests window alone (as a provider that
+//! reports fewer dimensions than the profile knows). [`Fake::force_429`] makes the next request a 429 with `retry-after`.
+
+use http::{HeaderMap, Request, Response};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body, Bytes, Frame, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use tokio::sync::{Notify, mpsc};
+use worklane_lease::{Clock, SystemClock, rfc3339_ms};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flavor {
+    Anthropic,
+    Openai,
+}
+
+impl Flavor {
+    pub(crate) fn provider(self) -> worklane_proxy::Provider {
+        match self {
+            Flavor::Anthropic => worklane_proxy::Provider::Anthropic,
+            Flavor::Openai => worklane_proxy::Provider::Openai,
+        }
+    }
+}
+
+/// The fake's own limits, per fixed window of `window_ms`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub(crate) window_ms: u64,
+    pub(crate) requests: u64,
+    pub(crate) tokens: u64,
+}
+
+/// Limits no test reaches.
+pub(crate) const GENEROUS: Limits = Limits {
+    window_ms: 60_000,
+    requests: 1_000_000,
+    tokens: 1_000_000_000,
+};
+
+/// What one request looked like when it arrived.
+#[derive(Debug, Clone)]
+pub(crate) struct Seen {
+    pub(crate) method: String,
+    pub(crate) uri: String,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body_len: usize,
+    pub(crate) body_sum: u64,
+    pub(crate) at_ms: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counts {
+    window: u64,
+    requests: u64,
+    tokens: u64,
+    input: u64,
+    output: u64,
+    /// Requests answered 200.
+    pub(crate) served: u64,
+    /// Requests refused by the fake's own limits.
+    pub(crate) too_many: u64,
+    /// Requests answered 429 by `force_429`, with when.
+    pub(crate) forced_at: Vec<u64>,
+    /// Every request, in order of arrival.
+    pub(crate) seen: Vec<Seen>,
+    /// Streams whose reader went away before the end.
+    pub(crate) cancelled: u64,
+    force: Option<u64>,
+}
+
+struct Inner {
+    flavor: Flavor,
+    limits: Limits,
+    counts: Arc<Mutex<Counts>>,
+    holds: Mutex<HashMap<String, Arc<Notify>>>,
+}
+
+pub(crate) struct Fake {
+    pub(crate) addr: SocketAddr,
+    inner: Arc<Inner>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+impl Fake {
+    pub(crate) async fn start(flavor: Flavor, limits: Limits) -> Fake {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("the fake binds");
+        let addr = listener.local_addr().expect("its address");
+        let inner = Arc::new(Inner {
+            flavor,
+            limits,
+            counts: Arc::new(Mutex::new(Counts::default())),
+            holds: Mutex::new(HashMap::new()),
+        });
+        let serving = Arc::clone(&inner);
+        let server = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let inner = Arc::clone(&serving);
+                tokio::spawn(async move {
+                    let service = service_fn(move |request| {
+                        let inner = Arc::clone(&inner);
+                        async move { Ok::<_, Infallible>(answer(&inner, request).await) }
+                    });
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Fake {
+            addr,
+            inner,
+            server,
+        }
+    }
+
+    pub(crate) fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Reads the counts.
+    pub(crate) fn counts<T>(&self, read: impl FnOnce(&Counts) -> T) -> T {
+        read(&self.inner.counts.lock().expect("counts"))
+    }
+
+    /// The next request is answered 429 with `retry-after: secs`.
+    pub(crate) fn force_429(&self, secs: u64) {
+        self.inner.counts.lock().expect("counts").force = Some(secs);
+    }
+
+    /// Lets the stream held under `id` go on.
+    pub(crate) fn release(&self, id: &str) {
+        hold(&self.inner, id).notify_one();
+    }
+}
+
+fn hold(inner: &Inner, id: &str) -> Arc<Notify> {
+    Arc::clone(
+        inner
+            .holds
+            .lock()
+            .expect("holds")
+            .entry(id.to_owned())
+            .or_default(),
+    )
+}
+
+type FakeBody = BoxBody<Bytes, Infallible>;
+
+fn full(bytes: impl Into<Bytes>) -> FakeBody {
+    Full::new(bytes.into()).boxed()
+}
+
+/// FNV-1a of the body, to show it arrived whole.
+pub(crate) fn sum(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// A duration as OpenAI writes its resets.
+pub(crate) fn go_duration(ms: u64) -> String {
+    if ms < 1_000 {
+        format!("{ms}ms")
+    } else if ms < 60_000 {
+        let text = format!("{}.{:03}", ms / 1000, ms % 1000);
+        format!("{}s", text.trim_end_matches('0').trim_end_matches('.'))
+    } else {
+        format!("{}m{}s", ms / 60_000, (ms % 60_000) / 1000)
+    }
+}
+
+async fn answer(inner: &Inner, request: Request<Incoming>) -> Response<FakeBody> {
+    let (parts, body) = request.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let now = SystemClock.now_ms();
+    {
+        let mut counts = inner.counts.lock().expect("counts");
+        counts.seen.push(Seen {
+            method: parts.method.to_string(),
+            uri: parts.uri.to_string(),
+            headers: parts.headers.clone(),
+            body_len: body.len(),
+            body_sum: sum(&body),
+            at_ms: now,
+        });
+    }
+    let echo = |mut response: Response<FakeBody>| {
+        let headers = response.headers_mut();
+        headers.insert("x-test-body-len", body.len().into());
+        headers.insert(
+            "x-test-body-sum",
+            sum(&body).to_string().parse().expect("digits"),
+        );
+        response
+    };
+    if let Some(status) = parts.headers.get("x-test-status") {
+        let mut response = Response::new(full(
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"fake says no"}}"#,
+        ));
+        *response.status_mut() = status.to_str().expect("status").parse().expect("status");
+        response
+            .headers_mut()
+            .insert("x-test-marker", "from-the-upstream".parse().expect("value"));
+        return echo(response);
+    }
+    let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let stream = json["stream"].as_bool().unwrap_or(false);
+    let max = ["max_tokens", "max_completion_tokens"]
+        .iter()
+        .find_map(|k| json[k].as_u64())
+        .unwrap_or(1000);
+    // Fewer than the proxy's estimate of a quarter of the bytes, as a tokenizer counts.
+    let input = body.len() as u64 / 5;
+    let output = max.min(5);
+    let limits = inner.limits;
+    let window = now - now % limits.window_ms;
+    let end = window + limits.window_ms;
+    let (status, retry, requests_left, tokens_left, input_left, output_left) = {
+        let mut counts = inner.counts.lock().expect("counts");
+        if counts.window != window {
+            counts.window = window;
+            counts.requests = 0;
+            counts.tokens = 0;
+            counts.input = 0;
+            counts.output = 0;
+        }
+        if let Some(secs) = counts.force.take() {
+            counts.forced_at.push(now);
+            (
+                429,
+                Some(secs),
+                limits.requests - counts.requests,
+                limits.tokens.saturating_sub(counts.tokens),
+                limits.tokens.saturating_sub(counts.input),
+                limits.tokens.saturating_sub(counts.output),
+            )
+        } else if counts.requests + 1 > limits.requests
+            || counts.tokens + input + max > limits.tokens
+        {
+            counts.too_many += 1;
+            (
+                429,
+                Some((end - now).div_ceil(1000).max(1)),
+                limits.requests - counts.requests,
+                limits.tokens.saturating_sub(counts.tokens),
+                limits.tokens.saturating_sub(counts.input),
+                limits.tokens.saturating_sub(counts.output),
+            )
+        } else {
+            counts.requests += 1;
+            counts.tokens += input + max;
+            counts.input += input;
+            counts.output += max;
+            counts.served += 1;
+            (
+                200,
+                None,
+                limits.requests - counts.requests,
+                limits.tokens - counts.tokens,
+                limits.tokens.saturating_sub(counts.input),
+                limits.tokens.saturating_sub(counts.output),
+            )
+        }
+    };
+    let mut builder = Response::builder().status(status);
+    let partial = parts.headers.contains_key("x-test-partial");
+    let reported = |dim: &str| !partial || dim == "requests";
+    match inner.flavor {
+        Flavor::Anthropic => {
+            let reset = rfc3339_ms(end);
+            for (dim, limit, left) in [
+                ("requests", limits.requests, requests_left),
+                ("tokens", limits.tokens, tokens_left),
+                ("input-tokens", limits.tokens, input_left),
+                ("output-tokens", limits.tokens, output_left),
+            ] {
+                if !reported(dim) {
+                    continue;
+                }
+                builder = builder
+                    .header(format!("anthropic-ratelimit-{dim}-limit"), limit)
+                    .header(format!("anthropic-ratelimit-{dim}-remaining"), left)
+                    .header(format!("anthropic-ratelimit-{dim}-reset"), reset.as_str());
+            }
+            builder = builder.header("request-id", "req_fake");
+        }
+        Flavor::Openai => {
+            let reset = go_duration(end - now);
+            for (dim, limit, left) in [
+                ("requests", limits.requests, requests_left),
+                ("tokens", limits.tokens, tokens_left),
+            ] {
+                if !reported(dim) {
+                    continue;
+                }
+                builder = builder
+                    .header(format!("x-ratelimit-limit-{dim}"), limit)
+                    .header(format!("x-ratelimit-remaining-{dim}"), left)
+                    .header(format!("x-ratelimit-reset-{dim}"), reset.as_str());
+            }
+            builder = builder.header("x-request-id", "req_fake");
+        }
+    }
+    if let Some(secs) = retry {
+        builder = builder.header("retry-after", secs);
+        if inner.flavor == Flavor::Openai {
+            builder = builder.header("retry-after-ms", secs * 1000);
+        }
+        let body = match inner.flavor {
+            Flavor::Anthropic => {
+                r#"{"type":"error","error":{"type":"rate_limit_error","message":"fake: rate limited"}}"#
+            }
+            Flavor::Openai => {
+                r#"{"error":{"message":"fake: rate limited","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#
+            }
+        };
+        return echo(
+            builder
+                .header("content-type", "application/json")
+                .body(full(body))
+                .expect("response"),
+        );
+    }
+    let give_back = max - output;
+    if !stream {
+        let body = match inner.flavor {
+            Flavor::Anthropic => serde_json::json!({
+                "id": "msg_fake", "type": "message", "role": "assistant",
+                "content": [{"type": "text", "text": "hello"}],
+                "usage": {"input_tokens": input, "output_tokens": output}
+            }),
+            Flavor::Openai => serde_json::json!({
+                "id": "chatcmpl-fake", "object": "chat.completion",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello"}}],
+                "usage": {"prompt_tokens": input, "completion_tokens": output,
+                          "total_tokens": input + output}
+            }),
+        };
+        settle(inner, window, give_back);
+        return echo(
+            builder
+                .header("content-type", "application/json")
+                .body(full(body.to_string()))
+                .expect("response"),
+        );
+    }
+    let events = events(inner.flavor, input, output);
+    let held = parts
+        .headers
+        .get("x-test-hold")
+        .and_then(|v| v.to_str().ok())
+        .map(|id| hold(inner, id));
+    let (tx, rx) = mpsc::channel(4);
+    let counts = Arc::clone(&inner.counts);
+    tokio::spawn(async move {
+        for (i, event) in events.into_iter().enumerate() {
+            if tx.send(Bytes::from(event)).await.is_err() {
+                counts.lock().expect("counts").cancelled += 1;
+                return;
+            }
+            if i == 0
+                && let Some(held) = &held
+            {
+                held.notified().await;
+            }
+        }
+        let mut counts = counts.lock().expect("counts");
+        if counts.window == window {
+            counts.tokens = counts.tokens.saturating_sub(give_back);
+            counts.output = counts.output.saturating_sub(give_back);
+        }
+    });
+    echo(
+        builder
+            .header("content-type", "text/event-stream")
+            .header("cache-control", "no-cache")
+            .body(ChannelBody(rx).boxed())
+            .expect("response"),
+    )
+}
+
+/// The output tokens the request reserved but did not use go back, as Anthropic adjusts at
+/// the end of a request.
+fn settle(inner: &Inner, window: u64, give_back: u64) {
+    let mut counts = inner.counts.lock().expect("counts");
+    if counts.window == window {
+        counts.tokens = counts.tokens.saturating_sub(give_back);
+        counts.output = counts.output.saturating_sub(give_back);
+    }
+}
+
+/// The events of a stream of `output` tokens, as each provider sends them.
+fn events(flavor: Flavor, input: u64, output: u64) -> Vec<String> {
+    match flavor {
+        Flavor::Anthropic => {
+            let mut events = vec![format!(
+                "event: message_start\ndata: {}\n\n",
+                serde_json::json!({"type": "message_start", "message": {"id": "msg_fake",
+                    "type": "message", "role": "assistant", "content": [],
+                    "usage": {"input_tokens": input, "output_tokens": 1}}})
+            )];
+            events.push(
+                "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"
+                    .to_owned(),
+            );
+            for i in 0..output {
+                events.push(format!(
+                    "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"word{i} \"}}}}\n\n"
+                ));
+            }
+            events.push(
+                "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n"
+                    .to_owned(),
+            );
+            events.push(format!(
+                "event: message_delta\ndata: {}\n\n",
+                serde_json::json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                    "usage": {"output_tokens": output}})
+            ));
+            events.push("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n".to_owned());
+            events
+        }
+        Flavor::Openai => {
+            let mut events = Vec::new();
+            for i in 0..output {
+                events.push(format!(
+                    "data: {}\n\n",
+                    serde_json::json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk",
+                        "choices": [{"index": 0, "delta": {"content": format!("word{i} ")}}],
+                        "usage": null})
+                ));
+            }
+            events.push(format!(
+                "data: {}\n\n",
+                serde_json::json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk",
+                    "choices": [], "usage": {"prompt_tokens": input,
+                    "completion_tokens": output, "total_tokens": input + output}})
+            ));
+            events.push("data: [DONE]\n\n".to_owned());
+            events
+        }
+    }
+}
+
+/// A body fed by a channel: each message one frame, sent when it is sent.
+struct ChannelBody(mpsc::Receiver<Bytes>);
+
+impl Body for ChannelBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.0.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b))))
+    }
+}
