@@ -1,4 +1,5 @@
-//! The machine's caps: `{"max_agents": N, "max_test_runs": M}`.
+//! The machine's caps: `{"max_agents": N, "max_test_runs": M}`, and the event journal's
+//! (`"journal_max_bytes"`).
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -11,18 +12,24 @@ pub const DEFAULT_MAX_TEST_RUNS: u32 = 2;
 pub const TEST_RUNS_RANGE: std::ops::RangeInclusive<u32> = 1..=8;
 /// Valid range of `max_agents`: at least one, at most what a 32-bit count holds.
 pub const AGENTS_RANGE: std::ops::RangeInclusive<u32> = 1..=u32::MAX;
+/// Default cap on the event journal: its current and previous file together, 16 MiB.
+pub const DEFAULT_JOURNAL_MAX_BYTES: u64 = 16 * 1024 * 1024;
+/// Valid range of `journal_max_bytes`: from 64 KiB (a few hundred events) to 1 GiB.
+pub const JOURNAL_BYTES_RANGE: std::ops::RangeInclusive<u64> = 64 * 1024..=1024 * 1024 * 1024;
 
-/// Every key a config file may hold: the caps, read here, and the dispatcher's settings
-/// (`admission`, `env_allow_prefixes`, `env_secret_words`), read by the dispatcher. Any other
-/// key is refused ([`Error::UnknownKey`]): a misspelt `max_agent` would otherwise leave the
-/// default cap in force without a word.
-pub const KEYS: [&str; 6] = [
+/// Every key a config file may hold: the caps and the journal's cap, read here, the
+/// dispatcher's settings (`admission`, `env_allow_prefixes`, `env_secret_words`), read by the
+/// dispatcher, and the model providers' profiles, read by the budget ledger. Any other key is
+/// refused ([`Error::UnknownKey`]): a misspelt `max_agent` would otherwise leave the default
+/// cap in force without a word.
+pub const KEYS: [&str; 7] = [
     "max_agents",
     "max_test_runs",
     "admission",
     "env_allow_prefixes",
     "env_secret_words",
     "budget_providers",
+    "journal_max_bytes",
 ];
 
 /// The machine's caps. A key outside [`KEYS`] makes the whole file an error.
@@ -32,6 +39,9 @@ pub struct Config {
     pub max_agents: u32,
     /// Concurrent coordinator test runs (1..=8).
     pub max_test_runs: u32,
+    /// The event journal's cap: its current and previous file together stay under it
+    /// ([`JOURNAL_BYTES_RANGE`]).
+    pub journal_max_bytes: u64,
 }
 
 impl Default for Config {
@@ -39,6 +49,7 @@ impl Default for Config {
         Config {
             max_agents: DEFAULT_MAX_AGENTS,
             max_test_runs: DEFAULT_MAX_TEST_RUNS,
+            journal_max_bytes: DEFAULT_JOURNAL_MAX_BYTES,
         }
     }
 }
@@ -88,8 +99,8 @@ pub enum Error {
     /// A key that is none of [`KEYS`] (a misspelling, or a setting of another tool).
     #[error(
         "config {path}: unknown key `{key}`; the keys are max_agents, max_test_runs, \
-         admission, env_allow_prefixes, env_secret_words and budget_providers (fix its \
-         spelling or remove it)"
+         admission, env_allow_prefixes, env_secret_words, budget_providers and \
+         journal_max_bytes (fix its spelling or remove it)"
     )]
     UnknownKey {
         /// The config file.
@@ -179,6 +190,19 @@ impl Config {
                 *TEST_RUNS_RANGE.end(),
                 "a whole number from 1 to 8",
             )?,
+            journal_max_bytes: match map.get("journal_max_bytes") {
+                None => DEFAULT_JOURNAL_MAX_BYTES,
+                Some(v) => v
+                    .as_u64()
+                    .filter(|n| JOURNAL_BYTES_RANGE.contains(n))
+                    .ok_or_else(|| Error::Field {
+                        path: path.to_owned(),
+                        field: "journal_max_bytes",
+                        value: v.to_string(),
+                        expected: "a whole number of bytes from 65536 (64 KiB) to 1073741824 \
+                                   (1 GiB)",
+                    })?,
+            },
         })
     }
 
@@ -309,7 +333,8 @@ mod tests {
             c,
             Config {
                 max_agents: 7,
-                max_test_runs: 8
+                max_test_runs: 8,
+                journal_max_bytes: DEFAULT_JOURNAL_MAX_BYTES,
             }
         );
     }
@@ -325,6 +350,11 @@ mod tests {
             (r#"{"max_test_runs": 0}"#, "max_test_runs"),
             (r#"{"max_test_runs": 9}"#, "max_test_runs"),
             (r#"{"max_test_runs": true}"#, "max_test_runs"),
+            (r#"{"journal_max_bytes": 0}"#, "journal_max_bytes"),
+            (r#"{"journal_max_bytes": 65535}"#, "journal_max_bytes"),
+            (r#"{"journal_max_bytes": 1073741825}"#, "journal_max_bytes"),
+            (r#"{"journal_max_bytes": "16M"}"#, "journal_max_bytes"),
+            (r#"{"journal_max_bytes": 1e6}"#, "journal_max_bytes"),
         ] {
             let err = parse(text).expect_err(text);
             let msg = err.to_string();
@@ -390,6 +420,27 @@ mod tests {
                 "equal keys in different objects are no repeat (only the unknown key counts)"
             );
         }
+    }
+
+    #[test]
+    fn the_journal_cap_is_read_with_its_bounds() {
+        assert_eq!(
+            parse("{}").expect("empty").journal_max_bytes,
+            16 * 1024 * 1024,
+            "16 MiB by default"
+        );
+        for n in [65_536u64, 1_048_576, 1_073_741_824] {
+            let text = format!(r#"{{"journal_max_bytes": {n}}}"#);
+            assert_eq!(parse(&text).expect(&text).journal_max_bytes, n, "{text}");
+        }
+        let msg = parse(r#"{"journal_max_bytes": 1024}"#)
+            .expect_err("too small")
+            .to_string();
+        assert!(
+            msg.contains("/etc/worklane/slots.json") && msg.contains("1024"),
+            "names the file and the value: {msg}"
+        );
+        assert!(msg.contains("from 65536"), "says the range: {msg}");
     }
 
     #[test]

@@ -127,11 +127,13 @@ pub mod name;
 pub mod open;
 mod path;
 pub mod read;
+mod stream;
 mod sweep;
 mod walk;
 
 pub use config::{
-    AGENTS_RANGE, Config, DEFAULT_MAX_AGENTS, DEFAULT_MAX_TEST_RUNS, TEST_RUNS_RANGE,
+    AGENTS_RANGE, Config, DEFAULT_JOURNAL_MAX_BYTES, DEFAULT_MAX_AGENTS, DEFAULT_MAX_TEST_RUNS,
+    JOURNAL_BYTES_RANGE, TEST_RUNS_RANGE,
 };
 pub use dir::{Located, Resolved, SlotDir, resolved};
 pub use env::{
@@ -142,5 +144,6 @@ pub use env::{
 pub use path::Step;
 pub use path::{Publish, RECORD_MODE, Removal, SHARED_MODE, SlotPath, remove, write};
 pub use read::{MAX_READ, Written};
+pub use stream::{Meta, meta_of_fd};
 pub use sweep::{Hidden, Swept, TEMP_MIN_AGE_MS, is_temp_name};
 pub use walk::{DIR_MODE, MAX_LINKS};
