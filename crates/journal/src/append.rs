@@ -44,6 +44,9 @@ fn other(e: impl std::error::Error + Send + Sync + 'static) -> io::Error {
 /// Appends `line` to the journal of `dir`: the name's file now (reopened when the name refers
 /// to another inode than `open`'s, created when missing), rotated first when `line` would take
 /// it past `half` (half the cap: the current and the previous file together stay under it).
+///
+/// A line that went to a file no name refers to any more (two rotations passed between the
+/// look at the name and the write) is written again, once, to the file the name is now.
 pub(crate) fn append(
     dir: &SlotDir,
     open: &mut Option<Open>,
@@ -51,10 +54,30 @@ pub(crate) fn append(
     half: u64,
 ) -> Result<(), Trouble> {
     let current = dir.file(CURRENT).map_err(other)?;
-    let mut meta = now(&current)?;
+    for _ in 0..2 {
+        append_once(&current, open, line, half)?;
+        let gone = open
+            .as_ref()
+            .and_then(|o| rustix::fs::fstat(&o.fd).ok())
+            .is_some_and(|stat| stat.st_nlink == 0);
+        if !gone {
+            return Ok(());
+        }
+        *open = None;
+    }
+    Err(io::Error::from(io::ErrorKind::NotFound).into())
+}
+
+fn append_once(
+    current: &SlotPath,
+    open: &mut Option<Open>,
+    line: &[u8],
+    half: u64,
+) -> Result<(), Trouble> {
+    let mut meta = now(current)?;
     let len = line.len() as u64;
-    if meta.size > 0 && meta.size.saturating_add(len) > half && rotate(&current, half) {
-        meta = now(&current)?;
+    if meta.size > 0 && meta.size.saturating_add(len) > half && rotate(current, half) {
+        meta = now(current)?;
     }
     if open.as_ref().is_none_or(|o| o.meta.id != meta.id) {
         *open = None;
@@ -119,7 +142,7 @@ fn rotate(current: &SlotPath, half: u64) -> bool {
         }
     };
     // Under the lock: a rotation since our look has made the file small again.
-    if !current.meta().ok().flatten().is_some_and(|m| m.size >= half) {
+    if current.meta().ok().flatten().is_none_or(|m| m.size < half) {
         return true;
     }
     let rotated = current.rename(PREVIOUS).is_ok();

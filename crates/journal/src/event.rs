@@ -437,7 +437,11 @@ mod tests {
             waited_ms: 0,
         });
         let line = encode(&e).expect("short");
-        assert!(line.starts_with(MARKER), "{}", String::from_utf8_lossy(&line));
+        assert!(
+            line.starts_with(MARKER),
+            "{}",
+            String::from_utf8_lossy(&line)
+        );
         assert_eq!(line.last(), Some(&b'\n'));
         assert_eq!(
             line.windows(MARKER.len()).filter(|w| *w == MARKER).count(),

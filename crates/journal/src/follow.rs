@@ -9,14 +9,33 @@ use worklane_slotfile::{Meta, SlotDir};
 /// How long a follower sleeps between looks where it cannot be woken (no inotify).
 pub const LOOK_EVERY: Duration = Duration::from_millis(250);
 
+/// A file the follower holds open, with what it has read of its last line.
+struct Held {
+    fd: OwnedFd,
+    meta: Meta,
+    name: &'static str,
+    lines: Lines,
+}
+
+impl Held {
+    fn drain(&mut self, into: &mut Batch) -> Result<(), Error> {
+        drain(&self.fd, self.name, &mut self.lines, into)
+    }
+}
+
 /// A reader that follows the journal: [`Follow::start`] reads what is there, then each
-/// [`Follow::next`] waits for new lines. It holds the current file's descriptor and knows it
-/// by inode: when a rotation renames it away, the follower reads it to its end, then opens the
-/// new current file from its start.
+/// [`Follow::next`] waits for new lines.
+///
+/// It knows the journal's files by inode, through descriptors it holds: when a rotation
+/// renames the current file away, it keeps reading that file (now the previous one: a writer
+/// that looked just before the rotation appends its line there) and reads the new current
+/// file from its start; the file before that is read to its end and let go. A follower that
+/// falls two rotations behind (half the cap written while it did not read) reads the previous
+/// file from its start; one that falls further behind misses the files rotated away meanwhile.
 pub struct Follow {
     dir: SlotDir,
-    file: Option<(OwnedFd, Meta)>,
-    lines: Lines,
+    previous: Option<Held>,
+    current: Option<Held>,
     #[cfg(target_os = "linux")]
     inotify: Option<OwnedFd>,
 }
@@ -36,22 +55,23 @@ impl Follow {
     pub fn start(dir: &SlotDir) -> Result<(Follow, Batch), Error> {
         let mut follow = Follow {
             dir: dir.clone(),
-            file: None,
-            lines: Lines::default(),
+            previous: None,
+            current: None,
             #[cfg(target_os = "linux")]
             inotify: watch(dir)?,
         };
         let (previous, current) = open_both(dir)?;
-        let mut batch = Batch::default();
-        if let Some((fd, _)) = previous {
-            let mut lines = Lines::default();
-            drain(&fd, PREVIOUS, &mut lines, &mut batch)?;
-            lines.finish(&mut batch);
-        }
-        if let Some((fd, meta)) = current {
-            drain(&fd, CURRENT, &mut follow.lines, &mut batch)?;
-            follow.file = Some((fd, meta));
-        }
+        let held = |file: Option<(OwnedFd, Meta)>, name| {
+            file.map(|(fd, meta)| Held {
+                fd,
+                meta,
+                name,
+                lines: Lines::default(),
+            })
+        };
+        follow.previous = held(previous, PREVIOUS);
+        follow.current = held(current, CURRENT);
+        let batch = follow.look()?;
         Ok((follow, batch))
     }
 
@@ -78,12 +98,15 @@ impl Follow {
         }
     }
 
-    /// Reads what is new: the rest of the file held, and, when the name now refers to
-    /// another file (a rotation), that file from its start.
+    /// Reads what is new in the files held, and, when the name now refers to another file
+    /// (a rotation), that file from its start.
     fn look(&mut self) -> Result<Batch, Error> {
         let mut batch = Batch::default();
-        if let Some((fd, _)) = &self.file {
-            drain(fd, CURRENT, &mut self.lines, &mut batch)?;
+        for held in [&mut self.previous, &mut self.current]
+            .into_iter()
+            .flatten()
+        {
+            held.drain(&mut batch)?;
         }
         let now = self
             .dir
@@ -92,18 +115,58 @@ impl Follow {
             .and_then(|p| p.meta().ok().flatten())
             .map(|m| m.id);
         // No file at the name: between a rotation's rename and its new file (or before the
-        // first event): the one held is read on until one appears.
-        if now.is_none() || now == self.file.as_ref().map(|(_, m)| m.id) {
+        // first event): the files held are read on until one appears.
+        let Some(now) = now else {
+            return Ok(batch);
+        };
+        if self.current.as_ref().is_some_and(|c| c.meta.id == now) {
             return Ok(batch);
         }
-        if let Some((fd, _)) = self.file.take() {
-            // Lines appended to it between our read and the rename.
-            drain(&fd, CURRENT, &mut self.lines, &mut batch)?;
-            self.lines.finish(&mut batch);
+        // Rotated: the file before the previous one goes (read to its end above; an
+        // unfinished line in it now is a torn one), and the current one is the previous one.
+        if let Some(mut gone) = self.previous.take() {
+            gone.drain(&mut batch)?;
+            gone.lines.finish(&mut batch);
+        }
+        let previous_now = self
+            .dir
+            .file(PREVIOUS)
+            .ok()
+            .and_then(|p| p.meta().ok().flatten())
+            .map(|m| m.id);
+        match self.current.take() {
+            Some(mut held) if Some(held.meta.id) == previous_now => {
+                held.name = PREVIOUS;
+                self.previous = Some(held);
+            }
+            held => {
+                // Rotated twice (or first seen after a rotation): the file held is gone, and
+                // the previous one is new to this follower: read from its start.
+                if let Some(mut gone) = held {
+                    gone.drain(&mut batch)?;
+                    gone.lines.finish(&mut batch);
+                }
+                if let Some((fd, meta)) = open(&self.dir, PREVIOUS)? {
+                    let mut held = Held {
+                        fd,
+                        meta,
+                        name: PREVIOUS,
+                        lines: Lines::default(),
+                    };
+                    held.drain(&mut batch)?;
+                    self.previous = Some(held);
+                }
+            }
         }
         if let Some((fd, meta)) = open(&self.dir, CURRENT)? {
-            drain(&fd, CURRENT, &mut self.lines, &mut batch)?;
-            self.file = Some((fd, meta));
+            let mut held = Held {
+                fd,
+                meta,
+                name: CURRENT,
+                lines: Lines::default(),
+            };
+            held.drain(&mut batch)?;
+            self.current = Some(held);
         }
         Ok(batch)
     }

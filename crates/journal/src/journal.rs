@@ -220,8 +220,14 @@ mod tests {
     fn times_are_utc_with_milliseconds() {
         assert_eq!(time_of_ms(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(time_of_ms(1_796_014_519_924), "2026-11-30T04:55:19.924Z");
-        assert_eq!(ms_of_time("2026-11-30T04:55:19.924Z"), Some(1_796_014_519_924));
-        assert_eq!(ms_of_time("2026-11-30T05:55:19.924+01:00"), Some(1_796_014_519_924));
+        assert_eq!(
+            ms_of_time("2026-11-30T04:55:19.924Z"),
+            Some(1_796_014_519_924)
+        );
+        assert_eq!(
+            ms_of_time("2026-11-30T05:55:19.924+01:00"),
+            Some(1_796_014_519_924)
+        );
         assert_eq!(ms_of_time("yesterday"), None);
         assert_eq!(now().len(), "2026-11-30T04:55:19.924Z".len(), "{}", now());
     }

@@ -140,8 +140,11 @@ pub(crate) fn drain(
     }
 }
 
-/// Opens the journal file `name` of `dir` for reading: `None` when there is none.
-pub(crate) fn open(dir: &SlotDir, name: &'static str) -> Result<Option<(OwnedFd, Meta)>, Error> {
+/// A journal file opened for reading, with what it was when opened; `None` when there is none.
+pub(crate) type Opened = Option<(OwnedFd, Meta)>;
+
+/// Opens the journal file `name` of `dir` for reading.
+pub(crate) fn open(dir: &SlotDir, name: &'static str) -> Result<Opened, Error> {
     dir.file(name)
         .map_err(|source| Error::Name { name, source })?
         .open_stream()
@@ -151,9 +154,7 @@ pub(crate) fn open(dir: &SlotDir, name: &'static str) -> Result<Option<(OwnedFd,
 /// The journal's two files, opened together: the previous file is opened first and checked
 /// again after the current one is, so that a rotation between the two opens (which would skip
 /// a whole file) is seen and the pair opened again.
-pub(crate) fn open_both(
-    dir: &SlotDir,
-) -> Result<(Option<(OwnedFd, Meta)>, Option<(OwnedFd, Meta)>), Error> {
+pub(crate) fn open_both(dir: &SlotDir) -> Result<(Opened, Opened), Error> {
     let mut tries = 0;
     loop {
         let previous = open(dir, PREVIOUS)?;

@@ -76,8 +76,12 @@ impl SlotPath {
             path: self.shown(),
             source,
         };
-        let fd = match rustix::fs::openat(self.dir().as_fd(), self.name(), APPEND_FLAGS, Mode::empty())
-        {
+        let fd = match rustix::fs::openat(
+            self.dir().as_fd(),
+            self.name(),
+            APPEND_FLAGS,
+            Mode::empty(),
+        ) {
             Ok(fd) => fd,
             Err(Errno::NOENT) => return Ok(None),
             Err(e) => return Err(error("open for appending", e.into())),
@@ -96,19 +100,19 @@ impl SlotPath {
     /// descriptor: regular files only, no link followed, never blocking on a FIFO, close-on-exec.
     /// `Ok(None)` when there is none.
     pub fn open_stream(&self) -> Result<Option<(OwnedFd, Meta)>, read::Error> {
-        let fd = match rustix::fs::openat(self.dir().as_fd(), self.name(), READ_FLAGS, Mode::empty())
-        {
-            Ok(fd) => fd,
-            Err(Errno::NOENT) => return Ok(None),
-            Err(Errno::LOOP) => return Err(read::Error::Symlink { path: self.shown() }),
-            Err(Errno::NXIO) => {
-                return Err(read::Error::NotRegular {
-                    path: self.shown(),
-                    kind: "socket or device",
-                });
-            }
-            Err(e) => return Err(read::io(&self.shown(), e)),
-        };
+        let fd =
+            match rustix::fs::openat(self.dir().as_fd(), self.name(), READ_FLAGS, Mode::empty()) {
+                Ok(fd) => fd,
+                Err(Errno::NOENT) => return Ok(None),
+                Err(Errno::LOOP) => return Err(read::Error::Symlink { path: self.shown() }),
+                Err(Errno::NXIO) => {
+                    return Err(read::Error::NotRegular {
+                        path: self.shown(),
+                        kind: "socket or device",
+                    });
+                }
+                Err(e) => return Err(read::io(&self.shown(), e)),
+            };
         let stat = rustix::fs::fstat(&fd).map_err(|e| read::io(&self.shown(), e))?;
         let meta = meta_of(&stat, self)?;
         Ok(Some((fd, meta)))

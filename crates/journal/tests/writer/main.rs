@@ -3,7 +3,8 @@
 //!
 //! `journal-writer DIR COUNT [MAX_BYTES]`: appends COUNT `slot-taken` events (`epoch` counting
 //! from 0, `owner` this process's tag from `WRITER_TAG`, a long `slot` to fill lines), then
-//! prints the number it could not append (`dropped`) and exits 0.
+//! prints the number it could not append (`dropped`) and exits 0. With `WRITER_ROUND=K` it
+//! reads a line from stdin before each K lines (a test's pace: the next round when it says).
 
 #![allow(clippy::print_stdout, reason = "a test helper reports on stdout")]
 
@@ -21,7 +22,16 @@ fn main() {
     if let Some(max) = max {
         journal.set_max_bytes(max);
     }
+    let round: Option<u64> = std::env::var("WRITER_ROUND")
+        .ok()
+        .map(|k| k.parse().expect("a round"));
     for epoch in 0..count {
+        if let Some(k) = round
+            && epoch % k == 0
+        {
+            let mut go = String::new();
+            let _ = std::io::stdin().read_line(&mut go);
+        }
         journal.emit(Event::SlotTaken {
             slot: format!("agent-{epoch}.lock{}", ".".repeat(200)),
             slot_kind: "agent".to_owned(),
