@@ -323,14 +323,16 @@ impl Ledger {
             let elapsed = millis(started.elapsed());
             if now >= deadline || elapsed >= MAX_WAIT_MS {
                 let waited_ms = now.saturating_sub(start).max(elapsed);
-                return Err(match why {
+                let refused = match why {
                     WaitWhy::Paused => Refused::SecondaryRateLimited { until, waited_ms },
                     WaitWhy::Spent => Refused::RateLimited {
                         resource: resource.to_owned(),
                         reset_at: until,
                         waited_ms,
                     },
-                });
+                };
+                self.journal_refused("github", key, resource, consumer, &refused);
+                return Err(refused);
             }
             let wake = until.min(deadline).min(now.saturating_add(WAIT_POLL_MS));
             self.sleep
@@ -435,9 +437,13 @@ impl Ledger {
                 return Observed::Skipped(trouble);
             }
         };
+        let paused = state.pause(now);
         state.apply(observation, now);
         let observed = match path.replace(&state.to_bytes(now), SHARED_MODE) {
-            Ok(()) => Observed::Recorded,
+            Ok(()) => {
+                self.journal_paused("github", key, paused, state.pause(now));
+                Observed::Recorded
+            }
             Err(e) => Observed::Skipped(Trouble::NotWritten {
                 what: "response",
                 source: e,
@@ -445,6 +451,59 @@ impl Ledger {
         };
         let _ = lease.release();
         observed
+    }
+
+    /// A take refused, in the journal (`budget-refused`; the credential by its key).
+    fn journal_refused(
+        &self,
+        provider: &str,
+        key: &CredentialKey,
+        resource: &str,
+        consumer: &str,
+        refused: &Refused,
+    ) {
+        let (resource, retry_at, waited_ms) = match refused {
+            Refused::RateLimited {
+                resource,
+                reset_at,
+                waited_ms,
+            } => (resource.as_str(), *reset_at, *waited_ms),
+            Refused::SecondaryRateLimited { until, waited_ms } => (resource, *until, *waited_ms),
+        };
+        worklane_journal::emit(
+            &self.dir,
+            worklane_journal::Event::BudgetRefused {
+                provider: provider.to_owned(),
+                credential: key.as_str().to_owned(),
+                resource: resource.to_owned(),
+                refusal: refused.kind().to_owned(),
+                retry_at: (retry_at > 0).then(|| rfc3339_ms(retry_at)),
+                consumer: consumer.to_owned(),
+                waited_ms,
+            },
+        );
+    }
+
+    /// A pause set (or moved) by an observation, in the journal (`budget-paused`).
+    fn journal_paused(
+        &self,
+        provider: &str,
+        key: &CredentialKey,
+        before: Option<u64>,
+        after: Option<u64>,
+    ) {
+        if let Some(until) = after
+            && before != after
+        {
+            worklane_journal::emit(
+                &self.dir,
+                worklane_journal::Event::BudgetPaused {
+                    provider: provider.to_owned(),
+                    credential: key.as_str().to_owned(),
+                    until: rfc3339_ms(until),
+                },
+            );
+        }
     }
 
     /// What a take of `resource` would meet now, without taking anything, waiting, or taking

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use worklane_admission::dispatch::env::{DEFAULT_PREFIXES, DEFAULT_SECRET_WORDS};
 use worklane_slotfile::{
-    AGENTS_RANGE, Config, DEFAULT_MAX_AGENTS, DEFAULT_MAX_TEST_RUNS, Environment, SlotDir,
-    TEST_RUNS_RANGE,
+    AGENTS_RANGE, Config, DEFAULT_JOURNAL_MAX_BYTES, DEFAULT_MAX_AGENTS, DEFAULT_MAX_TEST_RUNS,
+    Environment, JOURNAL_BYTES_RANGE, SlotDir, TEST_RUNS_RANGE,
 };
 
 mod problem;
@@ -35,16 +35,18 @@ impl ConfigKey {
             ConfigKey::EnvAllowPrefixes => "env_allow_prefixes",
             ConfigKey::EnvSecretWords => "env_secret_words",
             ConfigKey::BudgetProviders => "budget_providers",
+            ConfigKey::JournalMaxBytes => "journal_max_bytes",
         }
     }
 
-    const ALL: [ConfigKey; 6] = [
+    const ALL: [ConfigKey; 7] = [
         ConfigKey::MaxAgents,
         ConfigKey::MaxTestRuns,
         ConfigKey::Admission,
         ConfigKey::EnvAllowPrefixes,
         ConfigKey::EnvSecretWords,
         ConfigKey::BudgetProviders,
+        ConfigKey::JournalMaxBytes,
     ];
 
     /// Its value when the file does not set it.
@@ -58,6 +60,7 @@ impl ConfigKey {
             ConfigKey::EnvAllowPrefixes => strings(DEFAULT_PREFIXES),
             ConfigKey::EnvSecretWords => strings(DEFAULT_SECRET_WORDS),
             ConfigKey::BudgetProviders => Value::Object(serde_json::Map::new()),
+            ConfigKey::JournalMaxBytes => Value::from(DEFAULT_JOURNAL_MAX_BYTES),
         }
     }
 
@@ -75,6 +78,19 @@ impl ConfigKey {
         match self {
             ConfigKey::MaxAgents => whole(AGENTS_RANGE),
             ConfigKey::MaxTestRuns => whole(TEST_RUNS_RANGE),
+            ConfigKey::JournalMaxBytes => text
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|n| JOURNAL_BYTES_RANGE.contains(n))
+                .map(Value::from)
+                .ok_or_else(|| {
+                    format!(
+                        "a whole number of bytes from {} to {}",
+                        JOURNAL_BYTES_RANGE.start(),
+                        JOURNAL_BYTES_RANGE.end()
+                    )
+                }),
             ConfigKey::Admission => match text {
                 "dispatcher" | "waiter" => Ok(Value::from(text)),
                 _ => Err("dispatcher or waiter".to_owned()),
@@ -399,6 +415,11 @@ mod tests {
         assert!(ConfigKey::MaxAgents.parse("4294967296").is_err());
         assert!(ConfigKey::MaxAgents.parse("two").is_err());
         assert!(ConfigKey::MaxTestRuns.parse("9").is_err());
+        assert_eq!(
+            ConfigKey::JournalMaxBytes.parse("1048576"),
+            Ok(Value::from(1_048_576))
+        );
+        assert!(ConfigKey::JournalMaxBytes.parse("1024").is_err());
         assert_eq!(
             ConfigKey::Admission.parse("waiter"),
             Ok(Value::from("waiter"))

@@ -86,6 +86,8 @@ impl Site {
             .expect("list")
             .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
             .filter(|n| !n.starts_with('.'))
+            // The event journal a takeover appends to is the directory's, not the lease's.
+            .filter(|n| !n.starts_with("journal."))
             .collect();
         names.sort();
         names

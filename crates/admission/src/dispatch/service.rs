@@ -18,6 +18,7 @@ use crate::{Error as PoolError, Kind, Pool, Slot, Take};
 use std::collections::{HashMap, HashSet};
 use std::os::fd::OwnedFd;
 use worklane_guard::Guard;
+use worklane_journal::Event;
 use worklane_lease::{Clock, Request};
 
 mod recover;
@@ -689,6 +690,12 @@ impl Dispatcher {
                 lane: attempt.lane.clone(),
                 source: Box::new(source),
             })?;
+        self.pool.journal().emit(Event::DispatchEnqueued {
+            attempt: attempt.id.clone(),
+            lane: attempt.lane.clone(),
+            priority: attempt.priority,
+            uid: caller.uid,
+        });
         let mut reply = Reply::ok();
         reply.attempt = Some(attempt.id.clone());
         self.held.insert(attempt.id, Held { lane, slot: None });
@@ -770,6 +777,11 @@ impl Dispatcher {
                 if let Some(held) = self.held.get_mut(&attempt.id) {
                     held.slot = None;
                 }
+                self.pool.journal().emit(Event::DispatchExpired {
+                    attempt: attempt.id.clone(),
+                    lane: attempt.lane.clone(),
+                    starting_ms: now.saturating_sub(attempt.state_at_ms),
+                });
                 expired.push(attempt.id);
             }
         }
@@ -793,23 +805,24 @@ impl Dispatcher {
             .field("lane", attempt.lane.clone());
         // In the line of agents at the row's own place: a waiting `worklane run` before it
         // (higher priority, or the same and an earlier start) goes first.
-        let taken = match self.place.as_ref().map(crate::line::Place::entry) {
-            Some(own)
-                if own.priority == attempt.priority && own.start_ms == attempt.queued_at_ms =>
-            {
-                self.pool.try_take_as(Kind::Agent, &request, own)
-            }
-            _ => self.pool.try_take_at(
+        let own = self
+            .place
+            .as_ref()
+            .map(crate::line::Place::entry)
+            .filter(|own| own.priority == attempt.priority && own.start_ms == attempt.queued_at_ms);
+        let taken = self
+            .pool
+            .admit(
                 Kind::Agent,
                 &request,
                 attempt.priority,
                 attempt.queued_at_ms,
-            ),
-        }
-        .map_err(|source| Error::TakeSlot {
-            attempt: attempt.id.clone(),
-            source: Box::new(source),
-        })?;
+                own,
+            )
+            .map_err(|source| Error::TakeSlot {
+                attempt: attempt.id.clone(),
+                source: Box::new(source),
+            })?;
         let slot = match taken {
             Take::Held(slot) => slot,
             Take::Blocked(_) => return Ok(None),
@@ -822,6 +835,12 @@ impl Dispatcher {
         if let Some(held) = self.held.get_mut(&attempt.id) {
             held.slot = Some(slot);
         }
+        self.pool.journal().emit(Event::DispatchAdmitted {
+            attempt: attempt.id.clone(),
+            lane: attempt.lane.clone(),
+            slot: name.clone(),
+            waited_ms: now.saturating_sub(attempt.queued_at_ms),
+        });
         // The next queued row stands in line now (before the admitted row's entry goes).
         self.stand()?;
         Ok(Some(Admitted {
@@ -959,6 +978,12 @@ impl Dispatcher {
         let Some(slot_guard) = slot.hand_over() else {
             return Ok(Err(refused()));
         };
+        self.pool.journal().emit(Event::DispatchClaimed {
+            attempt: attempt.id.clone(),
+            lane: attempt.lane.clone(),
+            slot: slot_name.clone(),
+            admitted_ms: now.saturating_sub(attempt.state_at_ms),
+        });
         let mut reply = Reply::ok();
         reply.attempt = Some(attempt.id);
         reply.lane = Some(lane_lock(&attempt.lane));
@@ -996,6 +1021,12 @@ impl Dispatcher {
                 ),
             ));
         }
+        self.pool.journal().emit(Event::DispatchCancelled {
+            attempt: id.to_owned(),
+            lane: attempt.lane.clone(),
+            state: attempt.state.word().to_owned(),
+            uid: caller.uid,
+        });
         let mut reply = Reply::ok();
         reply.attempt = Some(id.to_owned());
         if attempt.state == State::Running {

@@ -5,7 +5,17 @@ use super::take::{Blocker, Take};
 use super::{Kind, Pool};
 use crate::Error;
 use std::time::{Duration, Instant};
+use worklane_journal::Event;
 use worklane_lease::{Backoff, Request};
+
+/// A refusal that ends a wait at once: STOP or a drain.
+fn is_refusal(take: &Take) -> bool {
+    matches!(take, Take::Blocked(b) if b.is_operator_refusal())
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
 
 /// How a blocking take waits.
 pub struct Wait<'a> {
@@ -51,10 +61,11 @@ impl Pool {
         // A take that finds nobody in line before it and a slot free goes at once, with no
         // entry of its own (the common case, and the cheap one); otherwise it joins the line.
         let now = self.clock.now_ms();
-        match self.try_take_until(kind, request, deadline, Some((wait.priority, now, None)))? {
+        match self.try_take_until(kind, request, deadline, Some((wait.priority, now, None)), 0)? {
             Take::Held(slot) => return Ok(Take::Held(slot)),
-            Take::Blocked(blocker) if blocker.is_operator_refusal() => {
-                return Ok(Take::Blocked(blocker));
+            refused @ Take::Blocked(_) if is_refusal(&refused) => {
+                self.journal_refused(kind, request, &refused, 0);
+                return Ok(refused);
             }
             Take::Blocked(_) => {}
         }
@@ -62,11 +73,13 @@ impl Pool {
         // Made only when a look finds it must wait: a take that goes at once watches nothing.
         let mut watch = None;
         let mut pause = Backoff::new(Duration::from_millis(25)).doubling_to(LOOK_AGAIN_AT_MOST);
+        let mut said: Option<(u32, u32)> = None;
         loop {
             let me = place.entry();
             let standing = self.standing(kind, me.priority, me.start_ms, Some(me))?;
+            let waited_ms = millis(started.elapsed());
             let blocker = if standing.ahead == 0 {
-                match self.try_take_until(kind, request, deadline, None)? {
+                match self.try_take_until(kind, request, deadline, None, waited_ms)? {
                     Take::Held(slot) => {
                         // Best effort: once its record is gone the entry is out of the line; a file
                         // left behind is litter, never a reason to fail the take.
@@ -80,19 +93,29 @@ impl Pool {
             } else {
                 self.in_line(kind, standing.ahead)?
             };
-            if blocker.is_operator_refusal() {
-                let _ = place.leave();
-                return Ok(Take::Blocked(blocker));
-            }
             let waited = started.elapsed();
-            if wait.timeout.is_some_and(|t| waited >= t) {
+            if blocker.is_operator_refusal() || wait.timeout.is_some_and(|t| waited >= t) {
                 let _ = place.leave();
-                return Ok(Take::Blocked(blocker));
+                let refused = Take::Blocked(blocker);
+                self.journal_refused(kind, request, &refused, millis(waited));
+                return Ok(refused);
+            }
+            let position = standing.ahead.saturating_add(1);
+            // Said when it joins, and whenever its place changes.
+            if said != Some((position, standing.in_line)) {
+                said = Some((position, standing.in_line));
+                self.journal.emit(Event::SlotWaiting {
+                    slot_kind: kind.label().to_owned(),
+                    owner: request.owner.clone(),
+                    position,
+                    in_line: standing.in_line,
+                    why: blocker.to_string(),
+                });
             }
             (wait.on_wait)(&Waiting {
                 blocker: &blocker,
                 waited,
-                position: standing.ahead.saturating_add(1),
+                position,
                 in_line: standing.in_line,
             });
             let mut nap = pause.pause();
