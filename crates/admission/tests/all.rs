@@ -4172,7 +4172,13 @@ mod journal {
             panic!("slot-taken");
         };
         assert_eq!(
-            (name.as_str(), slot_kind.as_str(), owner.as_str(), epoch, waited_ms),
+            (
+                name.as_str(),
+                slot_kind.as_str(),
+                owner.as_str(),
+                epoch,
+                waited_ms
+            ),
             ("agent-0.lock", "agent", "test", 1, 0)
         );
         assert_eq!(count(&dir, "slot-released"), 0, "not yet");
@@ -4216,7 +4222,12 @@ mod journal {
             panic!("slot-refused");
         };
         assert_eq!(
-            (slot_kind.as_str(), owner.as_str(), blocker.as_str(), waited_ms),
+            (
+                slot_kind.as_str(),
+                owner.as_str(),
+                blocker.as_str(),
+                waited_ms
+            ),
             ("agent", "test", "at-cap", 0)
         );
         assert_eq!(why, "at cap: 1 of 1 held");
@@ -4296,7 +4307,10 @@ mod journal {
         });
         let give_up = std::time::Instant::now() + Duration::from_secs(60);
         while count(&dir, "slot-waiting") == 0 {
-            assert!(std::time::Instant::now() < give_up, "the waiter says its place");
+            assert!(
+                std::time::Instant::now() < give_up,
+                "the waiter says its place"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
         held.end(Slot::release).expect("release");
@@ -4397,7 +4411,10 @@ mod journal {
         age(&temp, 120);
         let first = site.take(Kind::Agent);
         let second = site.take(Kind::Agent);
-        assert_eq!((first.name(), second.name()), ("agent-1.lock", "agent-2.lock"));
+        assert_eq!(
+            (first.name(), second.name()),
+            ("agent-1.lock", "agent-2.lock")
+        );
         let broken: Vec<Event> = all(&dir)
             .into_iter()
             .filter(|e| e.event.kind() == "broken-file")
@@ -4414,7 +4431,10 @@ mod journal {
             panic!("broken-file");
         };
         assert_eq!(name, ".agent-0.lock.flock", "the stray guard, once");
-        assert!(what.contains("agent-0.lock") && fix.starts_with("rm -r -- "), "{what}; {fix}");
+        assert!(
+            what.contains("agent-0.lock") && fix.starts_with("rm -r -- "),
+            "{what}; {fix}"
+        );
         assert!(!fixed);
         let Event::BrokenFile { name, fixed, .. } = &broken[1] else {
             panic!("broken-file");
@@ -4452,7 +4472,11 @@ mod journal {
             slot.end(Slot::release).expect("released");
             let again = site.take(Kind::Agent);
             assert_eq!(again.name(), "agent-0.lock");
-            assert_eq!(journal.dropped(), 4, "{broken}: taken, refused, released, taken");
+            assert_eq!(
+                journal.dropped(),
+                4,
+                "{broken}: taken, refused, released, taken"
+            );
             drop(again);
         }
     }
@@ -4499,7 +4523,11 @@ mod journal {
             }
         );
         let _ = admitted;
-        let admitted = bench.dispatcher.admit_next().expect("admit").expect("again");
+        let admitted = bench
+            .dispatcher
+            .admit_next()
+            .expect("admit")
+            .expect("again");
         bench.clock.advance(1_500);
         let claimed = bench
             .dispatcher
