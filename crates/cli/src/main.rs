@@ -60,6 +60,7 @@ mod dispatch;
 #[cfg(not(feature = "dispatcher"))]
 #[path = "dispatch_off.rs"]
 mod dispatch;
+mod events;
 mod exit;
 #[cfg(feature = "fleet")]
 mod fleet;
@@ -70,6 +71,7 @@ mod json;
 mod lease_run;
 mod logging;
 mod man;
+mod metrics;
 mod nesting;
 mod ops;
 mod out;
@@ -227,6 +229,8 @@ fn main() -> ExitCode {
         Command::Budget(BudgetCommand::Observe(args)) => budget::observe(&args),
         Command::Budget(BudgetCommand::Release(args)) => budget::release(&args),
         Command::Why(args) => why::why(&args),
+        Command::Events(args) => events::events(&args),
+        Command::Metrics(args) => metrics::metrics(&args),
         Command::Completions { shell } => ops::completions(shell),
         Command::Man { command, all } => man::man(&command, all.as_deref()),
     };

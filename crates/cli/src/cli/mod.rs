@@ -2,11 +2,13 @@
 //! Here the top of it (`Cli`, `Command`, the exit codes `--help` lists); the arguments of each
 //! family of commands in its own file; the parsers of values clap calls.
 
+mod observe;
 mod operator;
 mod parse;
 mod queue;
 mod run;
 
+pub(crate) use observe::*;
 pub(crate) use operator::*;
 pub(crate) use parse::*;
 pub(crate) use queue::*;
@@ -157,6 +159,12 @@ pub(crate) enum Command {
     /// drain, 78 for a config that cannot be used, 75 for any other blocker). Takes nothing,
     /// waits for nothing, writes no record.
     Why(WhyArgs),
+    /// What happened on the machine: the event journal (slots taken and released, takeovers,
+    /// halts by STOP, drains, role leases, the dispatcher's rows, budget pauses), oldest first.
+    Events(EventsArgs),
+    /// The machine's numbers in the Prometheus text format: holders, caps, waiters, STOP and
+    /// drain, dispatcher rows, takeovers and halts, waits and run times, budgets.
+    Metrics(MetricsArgs),
     /// Print shell completions.
     Completions {
         /// The shell.
