@@ -308,6 +308,16 @@ impl Ledger {
         resource: &str,
         consumer: &str,
     ) -> Result<Grant, Refused> {
+        self.take_journaled(key, resource, consumer, true)
+    }
+
+    fn take_journaled(
+        &self,
+        key: &CredentialKey,
+        resource: &str,
+        consumer: &str,
+        journaled: bool,
+    ) -> Result<Grant, Refused> {
         self.sweep_if_due();
         let start = self.clock.now_ms();
         let deadline = start.saturating_add(MAX_WAIT_MS);
@@ -331,12 +341,62 @@ impl Ledger {
                         waited_ms,
                     },
                 };
-                self.journal_refused("github", key, resource, consumer, &refused);
+                if journaled {
+                    self.journal_refused("github", key, resource, consumer, &refused);
+                }
                 return Err(refused);
             }
             let wake = until.min(deadline).min(now.saturating_add(WAIT_POLL_MS));
             self.sleep
                 .sleep(Duration::from_millis(wake.saturating_sub(now).max(1)));
+        }
+    }
+
+    /// [`Ledger::take`] that waits at most `wait_max` (shorter or longer than its own 10 s)
+    /// for calls to be left or a pause to end. The wait is decided from [`Ledger::peek`] (no
+    /// lock is taken while waiting), and `take` is called once a call would go: it then goes
+    /// at once, unless another process took the last call in between, when `take` waits as it
+    /// always does (at most 10 s).
+    pub fn take_within(
+        &self,
+        key: &CredentialKey,
+        resource: &str,
+        consumer: &str,
+        wait_max: Duration,
+    ) -> Result<Grant, Refused> {
+        let started = Instant::now();
+        loop {
+            let waited = started.elapsed();
+            let (until, why) = match self.peek(key, resource) {
+                Peek::Wait { until, why } => (until, why),
+                _ => match self.take_journaled(key, resource, consumer, false) {
+                    Err(_) if started.elapsed() < wait_max => continue,
+                    Err(refused) => {
+                        self.journal_refused("github", key, resource, consumer, &refused);
+                        return Err(refused);
+                    }
+                    taken => return taken,
+                },
+            };
+            if waited >= wait_max {
+                let waited_ms = millis(waited);
+                let refused = match why {
+                    WaitWhy::Paused => Refused::SecondaryRateLimited { until, waited_ms },
+                    WaitWhy::Spent => Refused::RateLimited {
+                        resource: resource.to_owned(),
+                        reset_at: until,
+                        waited_ms,
+                    },
+                };
+                self.journal_refused("github", key, resource, consumer, &refused);
+                return Err(refused);
+            }
+            let to_until = Duration::from_millis(until.saturating_sub(self.clock.now_ms()).max(1));
+            self.sleep.sleep(
+                to_until
+                    .min(Duration::from_millis(WAIT_POLL_MS))
+                    .min(wait_max - waited),
+            );
         }
     }
 

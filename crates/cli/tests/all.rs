@@ -8649,6 +8649,26 @@ mod json_docs {
             "resume-all --json",
             vec![doc(&resumed, "resume-all --json")],
         );
+        // What happened, from the journal: the runs, the STOP that halted one, its lifting,
+        // the refused budget take.
+        let journal = site.output(&[
+            "events",
+            "--json",
+            "--kind",
+            "slot-taken",
+            "--kind",
+            "slot-released",
+            "--kind",
+            "stop",
+            "--kind",
+            "halt",
+            "--kind",
+            "resume",
+            "--kind",
+            "budget-refused",
+        ]);
+        assert!(journal.status.success(), "{journal:?}");
+        check("events --json", lines(&journal.stdout));
 
         // A budget state that is not JSON and a config that is not JSON either.
         let broken = Site::new(Some(r#"{"max_agents": "4""#));
