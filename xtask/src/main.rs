@@ -107,6 +107,7 @@ mod exit {
 const MACOS_CRATES: &[&str] = &[
     "worklane-guard",
     "worklane-slotfile",
+    "worklane-journal",
     "worklane-identity",
     "worklane-lease",
     "worklane-admission",

@@ -9,6 +9,9 @@
 //!   Through it a file is [read](SlotPath::read) (bounded, no links, no FIFOs),
 //!   [replaced](SlotPath::replace) (temp + fchmod + rename), [published](SlotPath::publish)
 //!   (temp + exclusive link), or [removed if unchanged](SlotPath::remove_if_unchanged).
+//! - A file appended to as a stream (the event journal) is opened for appending or reading
+//!   through the same handle ([`SlotPath::open_append`], [`SlotPath::open_stream`],
+//!   [`SlotPath::meta`]): never created by its name, never through a link.
 //! - No name that is, or normalizes to, a guard or guard temp alias can become a `SlotPath`: the
 //!   guard inodes belong to `worklane-guard` alone.
 //! - In a test run (see [`Environment::test_run`]) any directory outside the test's temporary
