@@ -9324,16 +9324,16 @@ mod journal {
                 })
                 .unwrap_or(name);
             assert!(types.contains_key(family), "{line}: its family has a TYPE");
-            if let Some(labels) = series.strip_prefix(name) {
-                if !labels.is_empty() {
-                    assert!(labels.starts_with('{') && labels.ends_with('}'), "{line}");
-                    for pair in labels[1..labels.len() - 1].split(',') {
-                        let (k, v) = pair.split_once('=').expect("k=v");
-                        assert!(
-                            !k.is_empty() && v.starts_with('"') && v.ends_with('"'),
-                            "{line}"
-                        );
-                    }
+            if let Some(labels) = series.strip_prefix(name)
+                && !labels.is_empty()
+            {
+                assert!(labels.starts_with('{') && labels.ends_with('}'), "{line}");
+                for pair in labels[1..labels.len() - 1].split(',') {
+                    let (k, v) = pair.split_once('=').expect("k=v");
+                    assert!(
+                        !k.is_empty() && v.starts_with('"') && v.ends_with('"'),
+                        "{line}"
+                    );
                 }
             }
             assert!(

@@ -80,11 +80,9 @@ pub(super) fn listen(
         .local_addr()
         .map_or(addr.clone(), |a| a.to_string());
     errln!("worklane: serving http://{bound}/metrics");
-    for stream in listener.incoming() {
-        // A connection that fails is that client's trouble; the next one is served.
-        if let Ok(stream) = stream {
-            let _ = answer(stream, exposition);
-        }
+    // A connection that fails is that client's trouble; the next one is served.
+    for stream in listener.incoming().flatten() {
+        let _ = answer(stream, exposition);
     }
     Ok(())
 }
