@@ -39,7 +39,9 @@
 //!   get|set|unset`, `set-test-slots`, and `Problem`: a config that cannot be used, as every view
 //!   shows it), `slots.rs` and `around.rs` (`slots` and what a view shows besides the snapshot),
 //!   `why/` (the four permission questions), `budget/` (`budget show|take|observe|release`,
-//!   GitHub's and the model providers'), `fleet.rs` (feature `fleet`; `fleet_off.rs` exits 69),
+//!   GitHub's and the model providers'), `events.rs` (the event journal, read or followed;
+//!   `events/line.rs` a line for a person), `metrics.rs` (the Prometheus exposition; its
+//!   textfile and HTTP listener in `metrics/serve.rs`), `fleet.rs` (feature `fleet`; `fleet_off.rs` exits 69),
 //!   `man/` (clap_mangen's pages with each command's exit codes);
 //! - `json/`: the `#[derive(Serialize)]` type of every `--json` document, each with `version`;
 //!   the schema and an example per command are `docs/json.md`, checked against real output by
