@@ -263,6 +263,17 @@ fn steps() -> Vec<Step> {
             env: Vec::new(),
         },
         Step {
+            what: "`worklane top` (feature `top`: ratatui on crossterm): clippy",
+            args: words("clippy -p worklane --features top --all-targets -- -D warnings"),
+            env: Vec::new(),
+        },
+        Step {
+            // Driven in a tmux session: send-keys to type, capture-pane to read the screen.
+            what: "`worklane top` in tmux",
+            args: words("test -p worklane --features top --test all top::"),
+            env: Vec::new(),
+        },
+        Step {
             // The binary to install: statically linked, and run once on a scratch directory.
             what: "the distributed binary",
             args: words("run --quiet -p xtask -- dist"),

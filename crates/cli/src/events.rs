@@ -7,7 +7,7 @@ use crate::out::{errln, outln};
 use std::process::ExitCode;
 use worklane_journal::{Batch, Entry, Follow, KINDS};
 
-mod line;
+pub(crate) mod line;
 
 /// Which events are shown.
 struct Filter {

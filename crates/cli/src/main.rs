@@ -84,6 +84,11 @@ mod role;
 mod run;
 mod slots;
 mod status;
+#[cfg(feature = "top")]
+mod top;
+#[cfg(not(feature = "top"))]
+#[path = "top_off.rs"]
+mod top;
 mod watch;
 mod why;
 
@@ -233,6 +238,7 @@ fn main() -> ExitCode {
         Command::Why(args) => why::why(&args),
         Command::Events(args) => events::events(&args),
         Command::Metrics(args) => metrics::metrics(&args),
+        Command::Top => top::top(),
         Command::Completions { shell } => ops::completions(shell),
         Command::Man { command, all } => man::man(&command, all.as_deref()),
     };

@@ -165,6 +165,9 @@ pub(crate) enum Command {
     /// The machine's numbers in the Prometheus text format: holders, caps, waiters, STOP and
     /// drain, dispatcher rows, takeovers and halts, waits and run times, budgets.
     Metrics(MetricsArgs),
+    /// The machine live in the terminal: holders, the line, STOP and drain, role leases,
+    /// dispatcher rows, budgets, the last events; `q` quits (a build with the `top` feature).
+    Top,
     /// Print shell completions.
     Completions {
         /// The shell.

@@ -7,7 +7,7 @@ fn or_dash(text: Option<&str>) -> &str {
 }
 
 /// What happened, in words.
-fn what(event: &Event) -> String {
+pub(crate) fn what(event: &Event) -> String {
     match event {
         Event::SlotTaken {
             slot,

@@ -304,6 +304,15 @@ pub(crate) fn exit_codes(path: &[&str]) -> Option<Vec<(&'static str, &'static st
             ),
             DIR,
         ],
+        ["top"] => vec![
+            ("0", "quit with q"),
+            ("69", "this worklane was built without the `top` feature"),
+            (
+                "71",
+                "also: the terminal cannot be used, or the journal cannot be read",
+            ),
+            DIR,
+        ],
         ["completions"] => vec![("0", "printed")],
         ["man"] => vec![
             ("0", "printed, or written"),
