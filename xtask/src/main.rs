@@ -107,6 +107,7 @@ mod exit {
 const MACOS_CRATES: &[&str] = &[
     "worklane-guard",
     "worklane-slotfile",
+    "worklane-journal",
     "worklane-identity",
     "worklane-lease",
     "worklane-admission",
@@ -269,6 +270,17 @@ fn steps() -> Vec<Step> {
         Step {
             what: "the CLI's proxy, its tests",
             args: words("test -p worklane --features proxy --test all proxy::"),
+            env: Vec::new(),
+        },
+        Step {
+            what: "`worklane top` (feature `top`: ratatui on crossterm): clippy",
+            args: words("clippy -p worklane --features top --all-targets -- -D warnings"),
+            env: Vec::new(),
+        },
+        Step {
+            // Driven in a tmux session: send-keys to type, capture-pane to read the screen.
+            what: "`worklane top` in tmux",
+            args: words("test -p worklane --features top --test all top::"),
             env: Vec::new(),
         },
         Step {

@@ -26,6 +26,7 @@ use crate::Error;
 use crate::weight::{SHARE_OWNER_FIELD, WEIGHT_FIELD};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use worklane_journal::{Event, Journal};
 use worklane_lease::{Clock, Lease, Options, Request, SystemClock};
 use worklane_slotfile::{Config, Environment, Located, Locations, Resolved, SlotDir};
 
@@ -81,15 +82,64 @@ pub struct Slot {
     lease: Lease,
     weight: u32,
     share_owner: Option<String>,
+    /// Dropped after the lease: journals the release.
+    note: Released,
+}
+
+/// Journals a slot's release when dropped (after the slot's lease, declared before it, is
+/// released), unless the slot was handed over.
+#[derive(Debug)]
+struct Released {
+    journal: Journal,
+    slot: String,
+    kind: Kind,
+    owner: String,
+    since: std::time::Instant,
+    armed: bool,
+}
+
+impl Released {
+    fn new(journal: &Journal, lease: &Lease, kind: Kind) -> Released {
+        Released {
+            journal: journal.clone(),
+            slot: lease.resource().to_owned(),
+            kind,
+            owner: lease.record().owner.clone().unwrap_or_default(),
+            since: std::time::Instant::now(),
+            armed: true,
+        }
+    }
+}
+
+impl Drop for Released {
+    fn drop(&mut self) {
+        if self.armed {
+            self.journal.emit(Event::SlotReleased {
+                slot: std::mem::take(&mut self.slot),
+                slot_kind: self.kind.label().to_owned(),
+                owner: std::mem::take(&mut self.owner),
+                held_ms: u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX),
+            });
+        }
+    }
 }
 
 impl Slot {
-    pub(crate) fn new(kind: Kind, lease: Lease, weight: u32, share_owner: Option<String>) -> Slot {
+    /// A slot held by `lease`, its release journaled in `journal`.
+    pub(crate) fn new(
+        kind: Kind,
+        lease: Lease,
+        weight: u32,
+        share_owner: Option<String>,
+        journal: &Journal,
+    ) -> Slot {
+        let note = Released::new(journal, &lease, kind);
         Slot {
             kind,
             lease,
             weight,
             share_owner,
+            note,
         }
     }
 
@@ -152,16 +202,23 @@ impl Slot {
     /// slot over with [`Pool::adopt`].
     #[must_use]
     pub fn hand_over(self) -> Option<worklane_guard::Guard> {
-        self.lease.hand_over()
+        let Slot {
+            lease, mut note, ..
+        } = self;
+        note.armed = false;
+        lease.hand_over()
     }
 
     /// Releases the slot now, reporting errors.
     pub fn release(self) -> Result<(), Error> {
-        let slot = self.lease.resource().to_owned();
-        self.lease.release().map_err(|source| Error::Release {
+        let Slot { lease, note, .. } = self;
+        let slot = lease.resource().to_owned();
+        let released = lease.release().map_err(|source| Error::Release {
             slot,
             source: Box::new(source),
-        })
+        });
+        drop(note);
+        released
     }
 }
 
@@ -176,6 +233,10 @@ pub struct Pool {
     last_sweep_ms: Arc<AtomicU64>,
     /// The inotify instances its waiting takes use, kept for reuse (`crate::watch`).
     watches: Arc<crate::watch::Watches>,
+    /// Where its events go.
+    journal: Journal,
+    /// The broken files it has journaled (once each per pool).
+    broken: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 /// How often one pool sweeps temp files: only temps older than a minute are removed, so a
@@ -206,6 +267,7 @@ impl Pool {
     /// [`Error::Config`] while it is broken, and [`Pool::snapshot`] reports its problem.
     #[must_use]
     pub fn open(located: Located) -> Pool {
+        let journal = Journal::of(&located.dir);
         Pool {
             dir: located.dir,
             locations: located.locations,
@@ -213,7 +275,23 @@ impl Pool {
             clock: Arc::new(SystemClock),
             last_sweep_ms: Arc::new(AtomicU64::new(0)),
             watches: Arc::default(),
+            journal,
+            broken: Arc::default(),
         }
+    }
+
+    /// Journals its events in `journal` instead of the directory's own ([`Journal::of`]):
+    /// [`Journal::off`] writes none.
+    #[must_use]
+    pub fn with_journal(mut self, journal: Journal) -> Pool {
+        self.journal = journal;
+        self
+    }
+
+    /// Where its events go: the journal of its directory, at the cap its config last said.
+    #[must_use]
+    pub fn journal(&self) -> &Journal {
+        &self.journal
     }
 
     /// Uses `clock` for drain decisions and record times.
@@ -243,10 +321,13 @@ impl Pool {
         &self.locations
     }
 
-    /// The caps, re-read from the config file (an operator may change them while we run).
+    /// The caps, re-read from the config file (an operator may change them while we run); the
+    /// journal's cap is set from it too.
     pub fn config(&self) -> Result<Config, Error> {
-        Config::load_in(&self.env, &self.locations.config)
-            .map_err(|source| Error::Config { source })
+        let config = Config::load_in(&self.env, &self.locations.config)
+            .map_err(|source| Error::Config { source })?;
+        self.journal.set_max_bytes(config.journal_max_bytes);
+        Ok(config)
     }
 
     /// The pool's file `name` in its slot directory.
@@ -263,7 +344,9 @@ impl Pool {
     }
 
     fn options(&self) -> Options {
-        Options::process().clock(Arc::clone(&self.clock))
+        Options::process()
+            .clock(Arc::clone(&self.clock))
+            .journal(self.journal.clone())
     }
 
     /// Takes over the slot `name` whose held guard another process handed to this one (`fd`,
@@ -324,7 +407,7 @@ impl Pool {
                 slot: name.to_owned(),
                 source,
             })?;
-        Ok(Slot::new(kind, lease, units, share_owner))
+        Ok(Slot::new(kind, lease, units, share_owner, &self.journal))
     }
 }
 

@@ -1,6 +1,7 @@
 //! The emergency STOP file: `{"by", "at", "reason"}` in the slot directory.
 
 use serde::{Deserialize, Serialize};
+use worklane_journal::{Event, Journal};
 use worklane_slotfile::{SHARED_MODE, SlotDir};
 
 /// The STOP file's name.
@@ -72,16 +73,35 @@ pub fn write(dir: &SlotDir, stop: &Stop) -> Result<(), crate::Error> {
             dir: dir.path().to_owned(),
             source,
         }
-    })
+    })?;
+    Journal::of(dir).emit(Event::Stop {
+        by: stop.by.clone(),
+        reason: stop.reason.clone(),
+    });
+    Ok(())
 }
 
 /// Removes STOP, whatever file it is, or an empty directory at its name; `Ok(false)` when
 /// there was none. A directory with entries in it is left (`RemoveStop`): look inside first.
 pub fn remove(dir: &SlotDir) -> Result<bool, crate::Error> {
-    crate::pool::file_in(dir, STOP_FILE)?
+    // What is lifted, for the journal: read before it goes.
+    let lifted = read(dir).ok().flatten();
+    let removed = crate::pool::file_in(dir, STOP_FILE)?
         .remove_entry()
         .map_err(|source| crate::Error::RemoveStop {
             dir: dir.path().to_owned(),
             source: Box::new(source),
-        })
+        })?;
+    if removed {
+        let lifted = lifted.unwrap_or(Stop {
+            by: String::new(),
+            at: String::new(),
+            reason: String::new(),
+        });
+        Journal::of(dir).emit(Event::Resume {
+            by: lifted.by,
+            reason: lifted.reason,
+        });
+    }
+    Ok(removed)
 }

@@ -308,6 +308,16 @@ impl Ledger {
         resource: &str,
         consumer: &str,
     ) -> Result<Grant, Refused> {
+        self.take_journaled(key, resource, consumer, true)
+    }
+
+    fn take_journaled(
+        &self,
+        key: &CredentialKey,
+        resource: &str,
+        consumer: &str,
+        journaled: bool,
+    ) -> Result<Grant, Refused> {
         self.sweep_if_due();
         let start = self.clock.now_ms();
         let deadline = start.saturating_add(MAX_WAIT_MS);
@@ -323,18 +333,70 @@ impl Ledger {
             let elapsed = millis(started.elapsed());
             if now >= deadline || elapsed >= MAX_WAIT_MS {
                 let waited_ms = now.saturating_sub(start).max(elapsed);
-                return Err(match why {
+                let refused = match why {
                     WaitWhy::Paused => Refused::SecondaryRateLimited { until, waited_ms },
                     WaitWhy::Spent => Refused::RateLimited {
                         resource: resource.to_owned(),
                         reset_at: until,
                         waited_ms,
                     },
-                });
+                };
+                if journaled {
+                    self.journal_refused("github", key, resource, consumer, &refused);
+                }
+                return Err(refused);
             }
             let wake = until.min(deadline).min(now.saturating_add(WAIT_POLL_MS));
             self.sleep
                 .sleep(Duration::from_millis(wake.saturating_sub(now).max(1)));
+        }
+    }
+
+    /// [`Ledger::take`] that waits at most `wait_max` (shorter or longer than its own 10 s)
+    /// for calls to be left or a pause to end. The wait is decided from [`Ledger::peek`] (no
+    /// lock is taken while waiting), and `take` is called once a call would go: it then goes
+    /// at once, unless another process took the last call in between, when `take` waits as it
+    /// always does (at most 10 s).
+    pub fn take_within(
+        &self,
+        key: &CredentialKey,
+        resource: &str,
+        consumer: &str,
+        wait_max: Duration,
+    ) -> Result<Grant, Refused> {
+        let started = Instant::now();
+        loop {
+            let waited = started.elapsed();
+            let (until, why) = match self.peek(key, resource) {
+                Peek::Wait { until, why } => (until, why),
+                _ => match self.take_journaled(key, resource, consumer, false) {
+                    Err(_) if started.elapsed() < wait_max => continue,
+                    Err(refused) => {
+                        self.journal_refused("github", key, resource, consumer, &refused);
+                        return Err(refused);
+                    }
+                    taken => return taken,
+                },
+            };
+            if waited >= wait_max {
+                let waited_ms = millis(waited);
+                let refused = match why {
+                    WaitWhy::Paused => Refused::SecondaryRateLimited { until, waited_ms },
+                    WaitWhy::Spent => Refused::RateLimited {
+                        resource: resource.to_owned(),
+                        reset_at: until,
+                        waited_ms,
+                    },
+                };
+                self.journal_refused("github", key, resource, consumer, &refused);
+                return Err(refused);
+            }
+            let to_until = Duration::from_millis(until.saturating_sub(self.clock.now_ms()).max(1));
+            self.sleep.sleep(
+                to_until
+                    .min(Duration::from_millis(WAIT_POLL_MS))
+                    .min(wait_max - waited),
+            );
         }
     }
 
@@ -435,9 +497,13 @@ impl Ledger {
                 return Observed::Skipped(trouble);
             }
         };
+        let paused = state.pause(now);
         state.apply(observation, now);
         let observed = match path.replace(&state.to_bytes(now), SHARED_MODE) {
-            Ok(()) => Observed::Recorded,
+            Ok(()) => {
+                self.journal_paused("github", key, paused, state.pause(now));
+                Observed::Recorded
+            }
             Err(e) => Observed::Skipped(Trouble::NotWritten {
                 what: "response",
                 source: e,
@@ -445,6 +511,59 @@ impl Ledger {
         };
         let _ = lease.release();
         observed
+    }
+
+    /// A take refused, in the journal (`budget-refused`; the credential by its key).
+    fn journal_refused(
+        &self,
+        provider: &str,
+        key: &CredentialKey,
+        resource: &str,
+        consumer: &str,
+        refused: &Refused,
+    ) {
+        let (resource, retry_at, waited_ms) = match refused {
+            Refused::RateLimited {
+                resource,
+                reset_at,
+                waited_ms,
+            } => (resource.as_str(), *reset_at, *waited_ms),
+            Refused::SecondaryRateLimited { until, waited_ms } => (resource, *until, *waited_ms),
+        };
+        worklane_journal::emit(
+            &self.dir,
+            worklane_journal::Event::BudgetRefused {
+                provider: provider.to_owned(),
+                credential: key.as_str().to_owned(),
+                resource: resource.to_owned(),
+                refusal: refused.kind().to_owned(),
+                retry_at: (retry_at > 0).then(|| rfc3339_ms(retry_at)),
+                consumer: consumer.to_owned(),
+                waited_ms,
+            },
+        );
+    }
+
+    /// A pause set (or moved) by an observation, in the journal (`budget-paused`).
+    fn journal_paused(
+        &self,
+        provider: &str,
+        key: &CredentialKey,
+        before: Option<u64>,
+        after: Option<u64>,
+    ) {
+        if let Some(until) = after
+            && before != after
+        {
+            worklane_journal::emit(
+                &self.dir,
+                worklane_journal::Event::BudgetPaused {
+                    provider: provider.to_owned(),
+                    credential: key.as_str().to_owned(),
+                    until: rfc3339_ms(until),
+                },
+            );
+        }
     }
 
     /// What a take of `resource` would meet now, without taking anything, waiting, or taking

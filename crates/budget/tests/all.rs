@@ -1562,3 +1562,56 @@ mod models {
         );
     }
 }
+
+mod journal {
+    //! The ledger's events: a pause set by a response, and a take refused, each once, the
+    //! credential named by its key, never by its token.
+    use super::*;
+    use worklane_journal::Event;
+
+    fn events(site: &Site) -> Vec<Event> {
+        let batch = worklane_journal::read(&site.dir()).expect("read the journal");
+        assert_eq!(batch.skipped, 0);
+        batch.entries.into_iter().map(|e| e.event).collect()
+    }
+
+    #[test]
+    fn a_pause_and_a_refusal_are_said_once_each_by_credential_key() {
+        let site = Site::new();
+        let key = key();
+        let mut observation = window(site.now(), 4000, 600_000);
+        observation.status = 429;
+        observation.retry_after_s = Some(60);
+        observation.retry_after_seen = true;
+        site.ledger().observe(&key, &observation);
+        let until = worklane_lease::rfc3339_ms(site.now() + 60_000);
+        assert_eq!(
+            events(&site),
+            [Event::BudgetPaused {
+                provider: "github".into(),
+                credential: key.as_str().into(),
+                until: until.clone(),
+            }]
+        );
+        // The same pause seen again is no news.
+        site.ledger().observe(&key, &observation);
+        assert_eq!(events(&site).len(), 1, "{:?}", events(&site));
+        let refused = site.ledger().take(&key, "core", "ci").expect_err("paused");
+        assert_eq!(refused.kind(), "secondary_rate_limited");
+        let all = events(&site);
+        assert_eq!(
+            all[1..],
+            [Event::BudgetRefused {
+                provider: "github".into(),
+                credential: key.as_str().into(),
+                resource: "core".into(),
+                refusal: "secondary_rate_limited".into(),
+                retry_at: Some(until),
+                consumer: "ci".into(),
+                waited_ms: 10_000,
+            }]
+        );
+        let text = std::fs::read_to_string(site.path(worklane_journal::CURRENT)).expect("read");
+        assert!(!text.contains("ghp_"), "never the token: {text}");
+    }
+}

@@ -13,125 +13,15 @@ use crate::out::{outln, sayln};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use worklane_admission::dispatch::env::{DEFAULT_PREFIXES, DEFAULT_SECRET_WORDS};
-use worklane_slotfile::{
-    AGENTS_RANGE, Config, DEFAULT_MAX_AGENTS, DEFAULT_MAX_TEST_RUNS, Environment, SlotDir,
-    TEST_RUNS_RANGE,
-};
+use worklane_slotfile::{Config, Environment, SlotDir, TEST_RUNS_RANGE};
 
+mod key;
 mod problem;
 
 pub(crate) use problem::{Problem, describe_file, shell_quote, take_refused};
 
 /// The mode a written config gets (readable by every harness, as before).
 const CONFIG_MODE: u32 = 0o644;
-
-impl ConfigKey {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            ConfigKey::MaxAgents => "max_agents",
-            ConfigKey::MaxTestRuns => "max_test_runs",
-            ConfigKey::MaxJobs => "max_jobs",
-            ConfigKey::Admission => "admission",
-            ConfigKey::EnvAllowPrefixes => "env_allow_prefixes",
-            ConfigKey::EnvSecretWords => "env_secret_words",
-            ConfigKey::BudgetProviders => "budget_providers",
-            ConfigKey::Shares => "shares",
-        }
-    }
-
-    const ALL: [ConfigKey; 8] = [
-        ConfigKey::MaxAgents,
-        ConfigKey::MaxTestRuns,
-        ConfigKey::MaxJobs,
-        ConfigKey::Admission,
-        ConfigKey::EnvAllowPrefixes,
-        ConfigKey::EnvSecretWords,
-        ConfigKey::BudgetProviders,
-        ConfigKey::Shares,
-    ];
-
-    /// Its value when the file does not set it.
-    fn default_value(self) -> Value {
-        let strings =
-            |s: &[&str]| Value::from(s.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>());
-        match self {
-            ConfigKey::MaxAgents => Value::from(DEFAULT_MAX_AGENTS),
-            ConfigKey::MaxTestRuns => Value::from(DEFAULT_MAX_TEST_RUNS),
-            ConfigKey::MaxJobs => Value::from(worklane_slotfile::config::default_max_jobs()),
-            ConfigKey::Admission => Value::from("dispatcher"),
-            ConfigKey::EnvAllowPrefixes => strings(DEFAULT_PREFIXES),
-            ConfigKey::EnvSecretWords => strings(DEFAULT_SECRET_WORDS),
-            ConfigKey::BudgetProviders | ConfigKey::Shares => Value::Object(serde_json::Map::new()),
-        }
-    }
-
-    /// VALUE as given on the command line, as this key's JSON value; `Err` says what it must
-    /// be (a usage error).
-    fn parse(self, text: &str) -> Result<Value, String> {
-        let whole = |range: std::ops::RangeInclusive<u32>| {
-            text.trim()
-                .parse::<u32>()
-                .ok()
-                .filter(|n| range.contains(n))
-                .map(Value::from)
-                .ok_or_else(|| format!("a whole number from {} to {}", range.start(), range.end()))
-        };
-        match self {
-            ConfigKey::MaxAgents => whole(AGENTS_RANGE),
-            ConfigKey::MaxTestRuns => whole(TEST_RUNS_RANGE),
-            ConfigKey::MaxJobs => whole(worklane_slotfile::config::JOBS_RANGE),
-            ConfigKey::Admission => match text {
-                "dispatcher" | "waiter" => Ok(Value::from(text)),
-                _ => Err("dispatcher or waiter".to_owned()),
-            },
-            ConfigKey::EnvAllowPrefixes | ConfigKey::EnvSecretWords => {
-                let items: Vec<String> = if text.trim_start().starts_with('[') {
-                    serde_json::from_str(text).map_err(|_| LIST.to_owned())?
-                } else if text.is_empty() {
-                    Vec::new()
-                } else {
-                    text.split(',').map(str::to_owned).collect()
-                };
-                if items.iter().any(String::is_empty) {
-                    return Err(LIST.to_owned());
-                }
-                Ok(Value::from(items))
-            }
-            ConfigKey::Shares => match serde_json::from_str::<Value>(text) {
-                // Checked whole with the file's other keys before it is written (the cap a
-                // share may not pass is the file's).
-                Ok(Value::Object(shares)) => Ok(Value::Object(shares)),
-                _ => Err("a JSON object of owners and whole numbers of units, e.g. \
-                          {\"uid:1001\": 4, \"group:ci\": 2, \"*\": 2}"
-                    .to_owned()),
-            },
-            ConfigKey::BudgetProviders => {
-                const OBJECT: &str = "a JSON object of provider profiles by name, e.g. \
-                    {\"mine\": {\"dimensions\": {\"requests\": {\"limit\": \"x-limit\", \
-                    \"remaining\": \"x-remaining\", \"reset\": \"x-reset\", \"format\": \
-                    \"duration\"}}}}";
-                let Ok(Value::Object(providers)) = serde_json::from_str::<Value>(text) else {
-                    return Err(OBJECT.to_owned());
-                };
-                for (name, profile) in &providers {
-                    if !worklane_budget::provider::is_provider_name(name) {
-                        return Err(format!(
-                            "{OBJECT}; {name:?} is not a name of one's own (1 to 32 lowercase \
-                             letters, digits or `-`, not github, anthropic or openai)"
-                        ));
-                    }
-                    worklane_budget::Profile::from_json(profile)
-                        .map_err(|why| format!("provider {name:?}: {why}"))?;
-                }
-                Ok(Value::Object(providers))
-            }
-        }
-    }
-}
-
-/// What a list key takes on the command line.
-const LIST: &str = "a comma-separated list of non-empty strings (A,B) or a JSON array of them";
 
 /// The config file in force and its directory, opened for a write.
 struct Target {
@@ -413,6 +303,11 @@ mod tests {
         assert!(ConfigKey::MaxAgents.parse("4294967296").is_err());
         assert!(ConfigKey::MaxAgents.parse("two").is_err());
         assert!(ConfigKey::MaxTestRuns.parse("9").is_err());
+        assert_eq!(
+            ConfigKey::JournalMaxBytes.parse("1048576"),
+            Ok(Value::from(1_048_576))
+        );
+        assert!(ConfigKey::JournalMaxBytes.parse("1024").is_err());
         assert_eq!(
             ConfigKey::Admission.parse("waiter"),
             Ok(Value::from("waiter"))

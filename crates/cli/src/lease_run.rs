@@ -57,7 +57,12 @@ fn lease_run_holding(args: LeaseRunArgs, status: &mut Status) -> Result<ExitCode
         .field("profile", args.profile.clone())
         .field("agentIdentity", identity)
         .field("entrypoint", ours.clone());
-    let options = Options::with_liveness(Arc::new(TtlLiveness::new(args.ttl)));
+    let options = Options::with_liveness(Arc::new(TtlLiveness::new(args.ttl)))
+        .journal(pool.journal().clone())
+        .role(args.role.clone());
+    // A waiter's refusals after the first are its wait, not news (`role-refused` once).
+    let retrying = options.clone().unjournaled_refusals();
+    let mut tries = 0u32;
     let wait = args.wait || args.timeout.is_some();
     let started = std::time::Instant::now();
     let mut progress = Progress::new("the role");
@@ -76,7 +81,9 @@ fn lease_run_holding(args: LeaseRunArgs, status: &mut Status) -> Result<ExitCode
                 status.refused(&failure);
                 return Err(failure);
             }
-            let refusal = match acquire(pool.dir(), &name, &request, &options)? {
+            tries += 1;
+            let opts = if tries == 1 { &options } else { &retrying };
+            let refusal = match acquire(pool.dir(), &name, &request, opts)? {
                 Acquired::Held(lease) => break lease,
                 Acquired::Refused(refusal) => refusal,
             };

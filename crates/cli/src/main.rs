@@ -39,7 +39,9 @@
 //!   get|set|unset`, `set-test-slots`, and `Problem`: a config that cannot be used, as every view
 //!   shows it), `slots.rs` and `around.rs` (`slots` and what a view shows besides the snapshot),
 //!   `why/` (the four permission questions), `budget/` (`budget show|take|observe|release`,
-//!   GitHub's and the model providers'), `fleet.rs` (feature `fleet`; `fleet_off.rs` exits 69),
+//!   GitHub's and the model providers'), `events.rs` (the event journal, read or followed;
+//!   `events/line.rs` a line for a person), `metrics.rs` (the Prometheus exposition; its
+//!   textfile and HTTP listener in `metrics/serve.rs`), `fleet.rs` (feature `fleet`; `fleet_off.rs` exits 69),
 //!   `man/` (clap_mangen's pages with each command's exit codes);
 //! - `json/`: the `#[derive(Serialize)]` type of every `--json` document, each with `version`;
 //!   the schema and an example per command are `docs/json.md`, checked against real output by
@@ -60,6 +62,7 @@ mod dispatch;
 #[cfg(not(feature = "dispatcher"))]
 #[path = "dispatch_off.rs"]
 mod dispatch;
+mod events;
 mod exit;
 #[cfg(feature = "fleet")]
 mod fleet;
@@ -70,6 +73,7 @@ mod json;
 mod lease_run;
 mod logging;
 mod man;
+mod metrics;
 mod nesting;
 mod ops;
 mod out;
@@ -85,6 +89,11 @@ mod role;
 mod run;
 mod slots;
 mod status;
+#[cfg(feature = "top")]
+mod top;
+#[cfg(not(feature = "top"))]
+#[path = "top_off.rs"]
+mod top;
 mod watch;
 mod why;
 
@@ -233,6 +242,9 @@ fn main() -> ExitCode {
         Command::Budget(BudgetCommand::Release(args)) => budget::release(&args),
         Command::Why(args) => why::why(&args),
         Command::Proxy(args) => proxy::proxy(&args),
+        Command::Events(args) => events::events(&args),
+        Command::Metrics(args) => metrics::metrics(&args),
+        Command::Top => top::top(),
         Command::Completions { shell } => ops::completions(shell),
         Command::Man { command, all } => man::man(&command, all.as_deref()),
     };

@@ -21,6 +21,12 @@ static CLOSED: AtomicBool = AtomicBool::new(false);
 /// the live line of a waiting run; data (views, JSON, ids) and every message on stderr are.
 static QUIET: AtomicBool = AtomicBool::new(false);
 
+/// Whether stdout's reader went away (a closed pipe): a command that would print on for ever
+/// (`events --follow`) ends then.
+pub(crate) fn closed() -> bool {
+    CLOSED.load(Ordering::Relaxed)
+}
+
 /// Turns on `-q` for the rest of the process.
 pub(crate) fn set_quiet() {
     QUIET.store(true, Ordering::Relaxed);

@@ -16,6 +16,7 @@ use crate::request::Request;
 use crate::take::take_guard;
 use worklane_guard::Guard;
 use worklane_identity::{Place, ProcessIdentity, Recorded};
+use worklane_journal::Event;
 use worklane_slotfile::{Publish, RECORD_MODE, Removal, SlotDir, SlotPath};
 
 /// Acquisition reached `step`: asks the test seam's hook (feature `test-seams`) whether to go
@@ -64,7 +65,40 @@ pub fn acquire(
 ) -> Result<Acquired, Error> {
     check_request(request)?;
     check_name(name)?;
-    acquire_one(dir, name, request, options).map_err(|failure| failure.of(name))
+    let acquired = acquire_one(dir, name, request, options).map_err(|failure| failure.of(name))?;
+    if let Some(role) = &options.role {
+        journal_role(dir, role, request, &acquired, options);
+    }
+    Ok(acquired)
+}
+
+/// A role lease's taking or refusal, in the journal.
+fn journal_role(
+    dir: &SlotDir,
+    role: &str,
+    request: &Request,
+    acquired: &Acquired,
+    options: &Options,
+) {
+    let event = match acquired {
+        Acquired::Held(lease) => Event::RoleTaken {
+            role: role.to_owned(),
+            resource: lease.resource().to_owned(),
+            owner: request.owner.clone(),
+            ttl_ms: options.liveness.ttl_ms(),
+            epoch: lease.epoch(),
+        },
+        Acquired::Refused(_) if !options.journal_refusals => return,
+        Acquired::Refused(refusal) => Event::RoleRefused {
+            role: role.to_owned(),
+            resource: refusal.resource.clone(),
+            owner: request.owner.clone(),
+            holder_pid: refusal.holder.as_ref().and_then(Record::pid),
+            holder_owner: refusal.holder.as_ref().and_then(|h| h.owner.clone()),
+            why: refusal.why.to_string(),
+        },
+    };
+    options.journal_in(dir).emit(event);
 }
 
 /// [`acquire`] once the request and name are checked.
@@ -220,7 +254,26 @@ fn acquire_under(
                     .map_or_else(|| "?".to_owned(), |p| p.to_string()),
                 record.owner.as_deref().unwrap_or("no owner named")
             );
-            take_over(path, guard, listed, &raw, record, request, options)
+            let proof = why.to_string();
+            let dir = path.dir().clone();
+            let stale = (
+                record.pid(),
+                record.owner.clone(),
+                record.acquired_at.clone(),
+            );
+            let taken = take_over(path, guard, listed, &raw, record, request, options)?;
+            if matches!(taken, Acquired::Held(_)) {
+                options.journal_in(&dir).emit(Event::Takeover {
+                    resource: name.to_owned(),
+                    owner: request.owner.clone(),
+                    stale_pid: stale.0,
+                    stale_owner: stale.1,
+                    stale_since: stale.2,
+                    claim: claim_name(name, &raw),
+                    proof,
+                });
+            }
+            Ok(taken)
         }
     }
 }

@@ -6,6 +6,7 @@ use crate::options::Options;
 use crate::record::Record;
 use crate::take::take_guard;
 use worklane_guard::Guard;
+use worklane_journal::Event;
 use worklane_slotfile::{RECORD_MODE, Removal, SlotPath};
 
 /// Errors of a held lease's operations.
@@ -261,12 +262,21 @@ impl Lease {
             })?;
             if current.as_deref() != Some(lease.bytes.as_slice()) {
                 lease.state = State::Lost;
-                return Err(Error::LeaseLost {
+                let lost = Error::LeaseLost {
                     resource: lease.path.name().to_owned(),
                     now: current
                         .and_then(|raw| Record::parse(&raw).ok())
                         .map(Box::new),
-                });
+                };
+                if let Some(role) = &lease.options.role {
+                    let dir = lease.path.dir();
+                    lease.options.journal_in(dir).emit(Event::RoleLost {
+                        role: role.to_string(),
+                        resource: lease.path.name().to_owned(),
+                        why: lost.to_string(),
+                    });
+                }
+                return Err(lost);
             }
             let now = Now::of(&*lease.options.clock);
             let mut record = lease.record.clone();

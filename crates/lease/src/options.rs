@@ -4,6 +4,8 @@ use crate::clock::{Clock, SystemClock};
 use crate::liveness::{Liveness, ProcessLiveness, TtlLiveness};
 use std::sync::Arc;
 use std::time::Duration;
+use worklane_journal::Journal;
+use worklane_slotfile::SlotDir;
 
 /// A step of acquisition, reported to the test seam [`Options::with_hook`] (feature
 /// `test-seams`).
@@ -47,6 +49,12 @@ type Hook = Arc<dyn Fn(Step) -> Control + Send + Sync>;
 pub struct Options {
     pub(crate) liveness: Arc<dyn Liveness>,
     pub(crate) clock: Arc<dyn Clock>,
+    /// Where its events go (`None`: the directory's journal, [`Journal::of`]).
+    journal: Option<Journal>,
+    /// The role a role lease is for: its taking, refusal and loss are journaled as the role's.
+    pub(crate) role: Option<Arc<str>>,
+    /// Whether a role lease's refusal is journaled (not while a waiter tries again).
+    pub(crate) journal_refusals: bool,
     #[cfg(feature = "test-seams")]
     hook: Option<Hook>,
 }
@@ -55,7 +63,8 @@ impl std::fmt::Debug for Options {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut f = f.debug_struct("Options");
         f.field("guard_hold", &self.liveness.guard_hold())
-            .field("ttl_ms", &self.liveness.ttl_ms());
+            .field("ttl_ms", &self.liveness.ttl_ms())
+            .field("role", &self.role);
         #[cfg(feature = "test-seams")]
         f.field("hooked", &self.hook.is_some());
         f.finish()
@@ -81,9 +90,42 @@ impl Options {
         Options {
             liveness,
             clock: Arc::new(SystemClock),
+            journal: None,
+            role: None,
+            journal_refusals: true,
             #[cfg(feature = "test-seams")]
             hook: None,
         }
+    }
+
+    /// Journals this lease's events (a takeover; a role's taking, refusal and loss) in
+    /// `journal` instead of the directory's own ([`Journal::of`]): a pool passes the one it
+    /// carries, [`Journal::off`] writes none.
+    #[must_use]
+    pub fn journal(mut self, journal: Journal) -> Options {
+        self.journal = Some(journal);
+        self
+    }
+
+    /// Marks a role lease: its taking, refusal and loss are journaled (`role-taken`,
+    /// `role-refused`, `role-lost`) as `role`'s.
+    #[must_use]
+    pub fn role(mut self, role: impl Into<String>) -> Options {
+        self.role = Some(Arc::from(role.into()));
+        self
+    }
+
+    /// A role lease's refusals are not journaled: for a waiter that tries again (its first
+    /// refusal is journaled with the options it started with; a wait that gives up says so).
+    #[must_use]
+    pub fn unjournaled_refusals(mut self) -> Options {
+        self.journal_refusals = false;
+        self
+    }
+
+    /// The journal this lease's events go to in `dir`.
+    pub(crate) fn journal_in(&self, dir: &SlotDir) -> Journal {
+        self.journal.clone().unwrap_or_else(|| Journal::of(dir))
     }
 
     /// Uses `clock` for every time decision.

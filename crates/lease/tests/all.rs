@@ -86,6 +86,8 @@ impl Site {
             .expect("list")
             .map(|e| e.expect("entry").file_name().into_string().expect("utf-8"))
             .filter(|n| !n.starts_with('.'))
+            // The event journal a takeover appends to is the directory's, not the lease's.
+            .filter(|n| !n.starts_with("journal."))
             .collect();
         names.sort();
         names
@@ -2674,5 +2676,144 @@ mod holding {
             "the child's record names the child, not its parent's cached identity"
         );
         assert_eq!(site.record(), None, "both released");
+    }
+}
+
+mod journal {
+    //! The lease's own events, from real acquisitions: a takeover of a SIGKILLed holder, and a
+    //! role lease's taking, refusal and loss.
+    use super::*;
+    use worklane_journal::{Entry, Event};
+
+    fn of_kind(site: &Site, kind: &str) -> Vec<Event> {
+        let batch = worklane_journal::read(&site.dir).expect("read the journal");
+        assert_eq!(batch.skipped, 0);
+        batch
+            .entries
+            .into_iter()
+            .filter(|e: &Entry| e.event.kind() == kind)
+            .map(|e| e.event)
+            .collect()
+    }
+
+    fn one(site: &Site, kind: &str) -> Event {
+        let found = of_kind(site, kind);
+        assert_eq!(found.len(), 1, "one {kind}: {found:?}");
+        found.into_iter().next().expect("one")
+    }
+
+    #[test]
+    fn a_takeover_of_a_sigkilled_holder_names_its_record_and_the_proof() {
+        let site = Site::new();
+        let mut holder = Holder::spawn(&site, "victim", &[]);
+        holder.expect_held();
+        let pid = holder.child.id();
+        let raw = std::fs::read(site.path().join(LOCK)).expect("its record");
+        let since = site.record().expect("record").acquired_at;
+        holder.kill();
+        let lease = site.held("contender", &Options::process());
+        let Event::Takeover {
+            resource,
+            owner,
+            stale_pid,
+            stale_owner,
+            stale_since,
+            claim,
+            proof,
+        } = one(&site, "takeover")
+        else {
+            panic!("takeover");
+        };
+        assert_eq!((resource.as_str(), owner.as_str()), (LOCK, "contender"));
+        assert_eq!(stale_pid, Some(pid));
+        assert_eq!(stale_owner.as_deref(), Some("victim"));
+        assert_eq!(stale_since, since);
+        assert_eq!(
+            claim,
+            claim_name(LOCK, &raw),
+            "the claim names the record's hash"
+        );
+        assert!(
+            proof.contains("guard"),
+            "its guard was free while it declared it held: {proof}"
+        );
+        drop(lease);
+        assert!(
+            of_kind(&site, "role-taken").is_empty(),
+            "no role: no role event"
+        );
+    }
+
+    #[test]
+    fn a_role_lease_is_said_taken_refused_and_lost() {
+        const TTL: u64 = 60_000;
+        let site = Site::new();
+        let clock = ManualClock::at(1_000_000);
+        let role = || ttl_options(TTL, &clock).role("reviewer");
+        let mut first = site.held("alice", &role());
+        let Event::RoleTaken {
+            role: name,
+            resource,
+            owner,
+            ttl_ms,
+            epoch,
+        } = one(&site, "role-taken")
+        else {
+            panic!("role-taken");
+        };
+        assert_eq!(
+            (
+                name.as_str(),
+                resource.as_str(),
+                owner.as_str(),
+                ttl_ms,
+                epoch
+            ),
+            ("reviewer", LOCK, "alice", Some(TTL), first.epoch())
+        );
+        site.refused("bob", &role());
+        site.refused("bob", &role().unjournaled_refusals());
+        let Event::RoleRefused {
+            role: name,
+            owner,
+            holder_pid,
+            holder_owner,
+            why,
+            ..
+        } = one(&site, "role-refused")
+        else {
+            panic!("role-refused");
+        };
+        assert_eq!(
+            (name.as_str(), owner.as_str(), holder_owner.as_deref()),
+            ("reviewer", "bob", Some("alice"))
+        );
+        assert_eq!(holder_pid, Some(std::process::id()));
+        assert!(why.contains("60000"), "within its TTL: {why}");
+        // Alice's pulse lapses; Bob takes the role over; Alice learns it at her next pulse.
+        clock.advance(TTL + 1);
+        let second = site.held("bob", &role());
+        assert_eq!(of_kind(&site, "role-taken").len(), 2);
+        assert_eq!(
+            of_kind(&site, "takeover").len(),
+            1,
+            "a lapsed pulse taken over"
+        );
+        let lost = gate::quietly(|| first.pulse()).expect_err("lost");
+        assert!(matches!(lost, held::Error::LeaseLost { .. }), "{lost}");
+        let Event::RoleLost {
+            role: name,
+            resource,
+            why,
+        } = one(&site, "role-lost")
+        else {
+            panic!("role-lost");
+        };
+        assert_eq!((name.as_str(), resource.as_str()), ("reviewer", LOCK));
+        assert!(why.contains("bob"), "who holds it now: {why}");
+        let _ = gate::quietly(|| first.pulse());
+        assert_eq!(of_kind(&site, "role-lost").len(), 1, "lost once");
+        drop(second);
+        drop(first);
     }
 }

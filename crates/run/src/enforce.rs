@@ -367,6 +367,7 @@ pub fn enforce_stop(pool: &Pool) -> Report {
     let mut termed: BTreeMap<Target, Instant> = BTreeMap::new();
     let mut killed: BTreeSet<Target> = BTreeSet::new();
     let mut signalled: BTreeSet<Run> = BTreeSet::new();
+    let mut killed_runs: BTreeSet<Run> = BTreeSet::new();
     let mut continued: BTreeSet<u32> = BTreeSet::new();
     let mut running_at_stop: Option<Vec<Run>> = None;
     let woken = continue_unnamed(pool, here, &me, &mut continued);
@@ -425,6 +426,7 @@ pub fn enforce_stop(pool: &Pool) -> Report {
                             send(target, Signal::CONT);
                             send(target, Signal::KILL);
                             signalled.insert(run.clone());
+                            killed_runs.insert(run.clone());
                         }
                     }
                     live.push(Left { run, why: None });
@@ -456,7 +458,7 @@ pub fn enforce_stop(pool: &Pool) -> Report {
         }
         if live.is_empty() || started.elapsed() >= give_up {
             let at_stop = running_at_stop.unwrap_or_default();
-            return Report {
+            let report = Report {
                 halted: at_stop
                     .into_iter()
                     .filter(|run| !live.iter().any(|l| &l.run == run))
@@ -468,8 +470,36 @@ pub fn enforce_stop(pool: &Pool) -> Report {
                 left: live,
                 took: started.elapsed(),
             };
+            journal_halts(pool, &report, &killed_runs);
+            return report;
         }
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The runs enforcement itself halted, in the journal (`halt`, by `worklane`): a supervisor
+/// that halted its own command says so itself.
+fn journal_halts(pool: &Pool, report: &Report, killed: &BTreeSet<Run>) {
+    let reason = pool
+        .stop()
+        .ok()
+        .flatten()
+        .map_or_else(|| "STOP".to_owned(), |s| s.to_string());
+    for halted in report.halted.iter().filter(|h| h.by_worklane) {
+        let signal = if killed.contains(&halted.run) {
+            Signal::KILL.as_raw()
+        } else {
+            Signal::TERM.as_raw()
+        };
+        pool.journal().emit(worklane_journal::Event::Halt {
+            resource: halted.run.resource.clone(),
+            command_pid: halted.run.pid,
+            by: "worklane".to_owned(),
+            reason: reason.clone(),
+            signal: Some(crate::signal_name(signal)),
+            status: None,
+            took_ms: u64::try_from(report.took.as_millis()).unwrap_or(u64::MAX),
+        });
     }
 }
 

@@ -10,6 +10,7 @@ use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 use worklane_admission::{Kind, Pool, Slot, Take, Wait};
+use worklane_journal::Event;
 use worklane_lease::{Lease, held};
 
 /// The shortest TTL a role lease may be supervised with. The supervisor checks every
@@ -183,12 +184,17 @@ impl<'a> Supervisor<'a> {
             extra: watch,
             role: None,
             lost: false,
+            command_pid: 0,
+            halted: None,
         };
         if let Hold::Role { ttl, .. } = &held.hold {
             held.role = Some(Pulse::new(*ttl));
         }
         let outcome = supervise::supervise(launch, &mut held);
         let lost = held.lost;
+        if let Ok(outcome) = &outcome {
+            held.journal_halt(outcome);
+        }
         // The tree has ended: every token returns at once, then the build's own slot.
         if let Some((implicit, server)) = build {
             server.end();
@@ -266,8 +272,8 @@ impl Pulse {
     }
 
     /// Pulses `lease` when one is due: a reason when the lease is lost or has gone unconfirmed
-    /// for over TTL/2.
-    fn check(&mut self, lease: &mut Lease) -> Option<String> {
+    /// for over TTL/2 (`true` for the latter, which the lease itself cannot journal).
+    fn check(&mut self, lease: &mut Lease) -> Option<(String, bool)> {
         if self.last_attempt.elapsed() < self.every {
             return None;
         }
@@ -280,10 +286,10 @@ impl Pulse {
                 self.last_ok = attempted;
                 None
             }
-            Err(e @ held::Error::LeaseLost { .. }) => Some(chain(&e)),
-            Err(e) if self.last_ok.elapsed() > self.ttl / 2 => Some(format!(
-                "cannot verify the role lease for over TTL/2: {}",
-                chain(&e)
+            Err(e @ held::Error::LeaseLost { .. }) => Some((chain(&e), false)),
+            Err(e) if self.last_ok.elapsed() > self.ttl / 2 => Some((
+                format!("cannot verify the role lease for over TTL/2: {}", chain(&e)),
+                true,
             )),
             Err(_) => None,
         }
@@ -312,10 +318,37 @@ struct Held<'a, 'b> {
     extra: Option<&'a mut dyn Watch>,
     role: Option<Pulse>,
     lost: bool,
+    /// The command's pid, once started.
+    command_pid: u32,
+    /// A halt for STOP: its reason and when it began.
+    halted: Option<(String, std::time::Instant)>,
+}
+
+impl Held<'_, '_> {
+    /// A halt by STOP, in the journal (`halt`), once the command has ended.
+    fn journal_halt(&self, outcome: &Outcome) {
+        let Some((reason, since)) = &self.halted else {
+            return;
+        };
+        let resource = match &self.hold {
+            Hold::Slot(slot) => slot.name().to_owned(),
+            Hold::Role { lease, .. } => lease.resource().to_owned(),
+        };
+        self.pool.journal().emit(Event::Halt {
+            resource,
+            command_pid: self.command_pid,
+            by: "supervisor".to_owned(),
+            reason: reason.clone(),
+            signal: outcome.ended_by.map(crate::signal_name),
+            status: outcome.ended_by.is_none().then_some(outcome.code),
+            took_ms: u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX),
+        });
+    }
 }
 
 impl Watch for Held<'_, '_> {
     fn started(&mut self, command: &Started) {
+        self.command_pid = command.pid;
         // Without it only `stop-all`'s enforcement is lost (the supervisor still halts the
         // command on STOP), so the run goes on with a warning.
         let (named, resource) = match &mut self.hold {
@@ -344,7 +377,9 @@ impl Watch for Held<'_, '_> {
     fn check(&mut self) -> Option<String> {
         // An emergency STOP halts everything, role holders included.
         if let Some(stop) = self.pool.stop().ok().flatten() {
-            return Some(stop.to_string());
+            let reason = stop.to_string();
+            self.halted = Some((reason.clone(), std::time::Instant::now()));
+            return Some(reason);
         }
         if let Some(extra) = self.extra.as_mut()
             && let Some(reason) = extra.check()
@@ -352,9 +387,20 @@ impl Watch for Held<'_, '_> {
             return Some(reason);
         }
         if let (Hold::Role { lease, .. }, Some(pulse)) = (&mut self.hold, self.role.as_mut())
-            && let Some(reason) = pulse.check(lease)
+            && let Some((reason, unconfirmed)) = pulse.check(lease)
         {
             self.lost = true;
+            if unconfirmed {
+                self.pool.journal().emit(Event::RoleLost {
+                    role: lease
+                        .record()
+                        .extra_str("role")
+                        .unwrap_or_default()
+                        .to_owned(),
+                    resource: lease.resource().to_owned(),
+                    why: reason.clone(),
+                });
+            }
             return Some(reason);
         }
         None

@@ -132,6 +132,31 @@ mod platform;
 
 pub use hold::{MIN_TTL, Supervisor, lease_grace};
 pub use jobs::{Jobs, Style};
+
+/// A signal's name as the journal says it (`SIGTERM`), or `signal N` for one without a name
+/// here.
+#[must_use]
+pub fn signal_name(signal: i32) -> String {
+    use rustix::process::Signal;
+    [
+        (Signal::HUP, "SIGHUP"),
+        (Signal::INT, "SIGINT"),
+        (Signal::QUIT, "SIGQUIT"),
+        (Signal::ABORT, "SIGABRT"),
+        (Signal::KILL, "SIGKILL"),
+        (Signal::USR1, "SIGUSR1"),
+        (Signal::USR2, "SIGUSR2"),
+        (Signal::PIPE, "SIGPIPE"),
+        (Signal::ALARM, "SIGALRM"),
+        (Signal::TERM, "SIGTERM"),
+    ]
+    .iter()
+    .find(|(s, _)| s.as_raw() == signal)
+    .map_or_else(
+        || format!("signal {signal}"),
+        |(_, name)| (*name).to_owned(),
+    )
+}
 pub use supervise::{CHECK_EVERY, GRACE, Outcome, Started, Watch, describe};
 
 /// A jobserver for the build under supervision (Linux: inotify watches its FIFO).

@@ -116,6 +116,9 @@ pub struct Outcome {
     /// A role lease's supervision ([`crate::Supervisor::role`]): the halt was for the lease,
     /// lost or unconfirmed for TTL/2.
     pub lease_lost: bool,
+    /// The signal that ended the command, whoever sent it (a halt's included); `None` when it
+    /// exited.
+    pub ended_by: Option<i32>,
 }
 
 /// Runs `command`, calling `check` every [`CHECK_EVERY`]; when `check` returns a reason, the
@@ -264,6 +267,7 @@ pub fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Outcome, E
     };
     Ok(Outcome {
         lease_lost: false,
+        ended_by: status.signal(),
         code,
         signal: status.signal().filter(|_| halting.is_none()),
         halted: halting.map(|(reason, _)| reason),

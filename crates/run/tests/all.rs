@@ -237,6 +237,30 @@ mod supervisor {
             "halted by SIGTERM for STOP: {outcome}"
         );
         assert!(!alive(command), "the command is gone");
+        let (pid, halt) = one_halt(&site);
+        assert_eq!(pid, holder.pid(), "its supervisor says it");
+        let worklane_journal::Event::Halt {
+            resource,
+            command_pid,
+            by,
+            reason,
+            signal,
+            status,
+            ..
+        } = halt
+        else {
+            panic!("a halt");
+        };
+        assert_eq!(
+            (resource.as_str(), command_pid, by.as_str()),
+            ("agent-0.lock", command, "supervisor")
+        );
+        assert!(reason.contains("halt everything"), "{reason}");
+        assert_eq!(
+            (signal.as_deref(), status),
+            (Some("SIGTERM"), None),
+            "ended by the halt's SIGTERM"
+        );
     }
 
     #[test]
@@ -331,5 +355,36 @@ mod enforce {
             outcome.starts_with("outcome "),
             "the continued supervisor reports its command's end: {outcome}"
         );
+        assert!(holder.end().success());
+        let (pid, halt) = one_halt(&site);
+        assert_eq!(pid, std::process::id(), "enforcement says it");
+        let worklane_journal::Event::Halt {
+            resource,
+            command_pid,
+            by,
+            signal,
+            ..
+        } = halt
+        else {
+            panic!("a halt");
+        };
+        assert_eq!(
+            (resource.as_str(), command_pid, by.as_str()),
+            ("agent-0.lock", command, "worklane")
+        );
+        assert!(signal.is_some(), "the signal it sent");
     }
+}
+
+/// The one `halt` of the site's journal, with its writer's pid.
+fn one_halt(site: &Site) -> (u32, worklane_journal::Event) {
+    let batch = worklane_journal::read(site.pool.dir()).expect("read the journal");
+    let halts: Vec<_> = batch
+        .entries
+        .into_iter()
+        .filter(|e| e.event.kind() == "halt")
+        .collect();
+    assert_eq!(halts.len(), 1, "one halt: {halts:?}");
+    let entry = halts.into_iter().next().expect("one");
+    (entry.pid, entry.event)
 }

@@ -1,5 +1,6 @@
-//! The machine's caps: `{"max_agents": N, "max_test_runs": M, "max_jobs": J}`, and the owners'
-//! shares of the agents' cap (`"shares": {"uid:1001": 4, "*": 2}`, [`Shares`]).
+//! The machine's caps: `{"max_agents": N, "max_test_runs": M, "max_jobs": J}`, the owners'
+//! shares of the agents' cap (`"shares": {"uid:1001": 4, "*": 2}`, [`Shares`]), and the event
+//! journal's (`"journal_max_bytes"`).
 
 mod shares;
 
@@ -32,12 +33,17 @@ pub fn default_max_jobs() -> u32 {
         .clamp(*JOBS_RANGE.start(), *JOBS_RANGE.end())
 }
 
-/// Every key a config file may hold: the caps and the owners' shares, read here, and the
-/// dispatcher's settings (`admission`, `env_allow_prefixes`, `env_secret_words`), read by the
-/// dispatcher, and the model providers' profiles (`budget_providers`), read by the budget's
-/// callers. Any other key is refused ([`Error::UnknownKey`]): a misspelt `max_agent` would
-/// otherwise leave the default cap in force without a word.
-pub const KEYS: [&str; 8] = [
+/// Default cap on the event journal: its current and previous file together, 16 MiB.
+pub const DEFAULT_JOURNAL_MAX_BYTES: u64 = 16 * 1024 * 1024;
+/// Valid range of `journal_max_bytes`: from 64 KiB (a few hundred events) to 1 GiB.
+pub const JOURNAL_BYTES_RANGE: std::ops::RangeInclusive<u64> = 64 * 1024..=1024 * 1024 * 1024;
+
+/// Every key a config file may hold: the caps, the owners' shares and the journal's cap, read
+/// here, the dispatcher's settings (`admission`, `env_allow_prefixes`, `env_secret_words`),
+/// read by the dispatcher, and the model providers' profiles (`budget_providers`), read by the
+/// budget's callers. Any other key is refused ([`Error::UnknownKey`]): a misspelt `max_agent`
+/// would otherwise leave the default cap in force without a word.
+pub const KEYS: [&str; 9] = [
     "max_agents",
     "max_test_runs",
     "max_jobs",
@@ -46,6 +52,7 @@ pub const KEYS: [&str; 8] = [
     "env_secret_words",
     "budget_providers",
     "shares",
+    "journal_max_bytes",
 ];
 
 /// The machine's caps and the owners' shares. A key outside [`KEYS`] makes the whole file an
@@ -61,6 +68,9 @@ pub struct Config {
     pub max_jobs: u32,
     /// The owners' ceilings of agent units (`shares`); empty when the file has none.
     pub shares: Shares,
+    /// The event journal's cap: its current and previous file together stay under it
+    /// ([`JOURNAL_BYTES_RANGE`]).
+    pub journal_max_bytes: u64,
 }
 
 impl Default for Config {
@@ -70,6 +80,7 @@ impl Default for Config {
             max_test_runs: DEFAULT_MAX_TEST_RUNS,
             max_jobs: default_max_jobs(),
             shares: Shares::default(),
+            journal_max_bytes: DEFAULT_JOURNAL_MAX_BYTES,
         }
     }
 }
@@ -119,8 +130,8 @@ pub enum Error {
     /// A key that is none of [`KEYS`] (a misspelling, or a setting of another tool).
     #[error(
         "config {path}: unknown key `{key}`; the keys are max_agents, max_test_runs, \
-         max_jobs, admission, env_allow_prefixes, env_secret_words, budget_providers and \
-         shares (fix its spelling or remove it)"
+         max_jobs, admission, env_allow_prefixes, env_secret_words, budget_providers, shares \
+         and journal_max_bytes (fix its spelling or remove it)"
     )]
     UnknownKey {
         /// The config file.
@@ -252,6 +263,19 @@ impl Config {
                 "a whole number from 1 to 4096",
             )?,
             shares,
+            journal_max_bytes: match map.get("journal_max_bytes") {
+                None => DEFAULT_JOURNAL_MAX_BYTES,
+                Some(v) => v
+                    .as_u64()
+                    .filter(|n| JOURNAL_BYTES_RANGE.contains(n))
+                    .ok_or_else(|| Error::Field {
+                        path: path.to_owned(),
+                        field: "journal_max_bytes",
+                        value: v.to_string(),
+                        expected: "a whole number of bytes from 65536 (64 KiB) to 1073741824 \
+                                   (1 GiB)",
+                    })?,
+            },
         })
     }
 
@@ -385,6 +409,7 @@ mod tests {
                 max_test_runs: 8,
                 max_jobs: default_max_jobs(),
                 shares: Shares::default(),
+                journal_max_bytes: DEFAULT_JOURNAL_MAX_BYTES,
             }
         );
     }
@@ -495,6 +520,11 @@ mod tests {
             (r#"{"max_jobs": 0}"#, "max_jobs"),
             (r#"{"max_jobs": 4097}"#, "max_jobs"),
             (r#"{"max_jobs": 1.5}"#, "max_jobs"),
+            (r#"{"journal_max_bytes": 0}"#, "journal_max_bytes"),
+            (r#"{"journal_max_bytes": 65535}"#, "journal_max_bytes"),
+            (r#"{"journal_max_bytes": 1073741825}"#, "journal_max_bytes"),
+            (r#"{"journal_max_bytes": "16M"}"#, "journal_max_bytes"),
+            (r#"{"journal_max_bytes": 1e6}"#, "journal_max_bytes"),
         ] {
             let err = parse(text).expect_err(text);
             let msg = err.to_string();
@@ -560,6 +590,27 @@ mod tests {
                 "equal keys in different objects are no repeat (only the unknown key counts)"
             );
         }
+    }
+
+    #[test]
+    fn the_journal_cap_is_read_with_its_bounds() {
+        assert_eq!(
+            parse("{}").expect("empty").journal_max_bytes,
+            16 * 1024 * 1024,
+            "16 MiB by default"
+        );
+        for n in [65_536u64, 1_048_576, 1_073_741_824] {
+            let text = format!(r#"{{"journal_max_bytes": {n}}}"#);
+            assert_eq!(parse(&text).expect(&text).journal_max_bytes, n, "{text}");
+        }
+        let msg = parse(r#"{"journal_max_bytes": 1024}"#)
+            .expect_err("too small")
+            .to_string();
+        assert!(
+            msg.contains("/etc/worklane/slots.json") && msg.contains("1024"),
+            "names the file and the value: {msg}"
+        );
+        assert!(msg.contains("from 65536"), "says the range: {msg}");
     }
 
     #[test]

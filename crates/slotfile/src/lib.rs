@@ -9,6 +9,9 @@
 //!   Through it a file is [read](SlotPath::read) (bounded, no links, no FIFOs),
 //!   [replaced](SlotPath::replace) (temp + fchmod + rename), [published](SlotPath::publish)
 //!   (temp + exclusive link), or [removed if unchanged](SlotPath::remove_if_unchanged).
+//! - A file appended to as a stream (the event journal) is opened for appending or reading
+//!   through the same handle ([`SlotPath::open_append`], [`SlotPath::open_stream`],
+//!   [`SlotPath::meta`]): never created by its name, never through a link.
 //! - No name that is, or normalizes to, a guard or guard temp alias can become a `SlotPath`: the
 //!   guard inodes belong to `worklane-guard` alone.
 //! - In a test run (see [`Environment::test_run`]) any directory outside the test's temporary
@@ -127,12 +130,13 @@ pub mod name;
 pub mod open;
 mod path;
 pub mod read;
+mod stream;
 mod sweep;
 mod walk;
 
 pub use config::{
-    AGENTS_RANGE, Config, DEFAULT_MAX_AGENTS, DEFAULT_MAX_TEST_RUNS, ShareKey, Shares,
-    TEST_RUNS_RANGE,
+    AGENTS_RANGE, Config, DEFAULT_JOURNAL_MAX_BYTES, DEFAULT_MAX_AGENTS, DEFAULT_MAX_TEST_RUNS,
+    JOURNAL_BYTES_RANGE, ShareKey, Shares, TEST_RUNS_RANGE,
 };
 pub use dir::{Located, Resolved, SlotDir, resolved};
 pub use env::{
@@ -143,5 +147,6 @@ pub use env::{
 pub use path::Step;
 pub use path::{Publish, RECORD_MODE, Removal, SHARED_MODE, SlotPath, remove, write};
 pub use read::{MAX_READ, Written};
+pub use stream::{Meta, meta_of_fd};
 pub use sweep::{Hidden, Swept, TEMP_MIN_AGE_MS, is_temp_name};
 pub use walk::{DIR_MODE, MAX_LINKS};

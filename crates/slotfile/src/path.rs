@@ -228,7 +228,7 @@ impl SlotPath {
     }
 
     /// The file's path, for messages only.
-    fn shown(&self) -> PathBuf {
+    pub(crate) fn shown(&self) -> PathBuf {
         self.dir.path().join(&*self.name)
     }
 

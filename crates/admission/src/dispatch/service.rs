@@ -18,6 +18,7 @@ use crate::{Error as PoolError, Kind, Pool, Slot, Take};
 use std::collections::{HashMap, HashSet};
 use std::os::fd::OwnedFd;
 use worklane_guard::Guard;
+use worklane_journal::Event;
 use worklane_lease::{Clock, Request};
 
 mod recover;
@@ -721,6 +722,12 @@ impl Dispatcher {
                 lane: attempt.lane.clone(),
                 source: Box::new(source),
             })?;
+        self.pool.journal().emit(Event::DispatchEnqueued {
+            attempt: attempt.id.clone(),
+            lane: attempt.lane.clone(),
+            priority: attempt.priority,
+            uid: caller.uid,
+        });
         let mut reply = Reply::ok();
         reply.attempt = Some(attempt.id.clone());
         self.held.insert(attempt.id, Held { lane, slot: None });
@@ -802,6 +809,11 @@ impl Dispatcher {
                 if let Some(held) = self.held.get_mut(&attempt.id) {
                     held.slot = None;
                 }
+                self.pool.journal().emit(Event::DispatchExpired {
+                    attempt: attempt.id.clone(),
+                    lane: attempt.lane.clone(),
+                    starting_ms: now.saturating_sub(attempt.state_at_ms),
+                });
                 expired.push(attempt.id);
             }
         }
@@ -830,19 +842,19 @@ impl Dispatcher {
         }
         // In the line of agents at the row's own place: a waiting `worklane run` before it
         // (higher priority, or the same and an earlier start) goes first.
-        let taken = match self.place.as_ref() {
-            Some((own, id)) if *id == attempt.id => {
-                self.pool
-                    .try_take_as_for(Kind::Agent, &request, &ask, own.entry())
-            }
-            _ => self.pool.try_take_for(
-                Kind::Agent,
-                &request,
-                &ask,
-                attempt.priority,
-                attempt.queued_at_ms,
-            ),
+        // A refusal here is no take refused (the row stays queued): not journaled.
+        let own = match self.place.as_ref() {
+            Some((own, id)) if *id == attempt.id => Some(own.entry()),
+            _ => None,
         };
+        let taken = self.pool.admit(
+            Kind::Agent,
+            &request,
+            &ask,
+            attempt.priority,
+            attempt.queued_at_ms,
+            own,
+        );
         let taken = match taken {
             Ok(taken) => taken,
             Err(e @ (PoolError::Weight { .. } | PoolError::WeightOverShare { .. })) => {
@@ -871,6 +883,12 @@ impl Dispatcher {
         if let Some(held) = self.held.get_mut(&attempt.id) {
             held.slot = Some(slot);
         }
+        self.pool.journal().emit(Event::DispatchAdmitted {
+            attempt: attempt.id.clone(),
+            lane: attempt.lane.clone(),
+            slot: name.clone(),
+            waited_ms: now.saturating_sub(attempt.queued_at_ms),
+        });
         // The next queued row stands in line now (before the admitted row's entry goes).
         self.stand()?;
         Ok(Some(Admitted {
@@ -1008,6 +1026,12 @@ impl Dispatcher {
         let Some(slot_guard) = slot.hand_over() else {
             return Ok(Err(refused()));
         };
+        self.pool.journal().emit(Event::DispatchClaimed {
+            attempt: attempt.id.clone(),
+            lane: attempt.lane.clone(),
+            slot: slot_name.clone(),
+            admitted_ms: now.saturating_sub(attempt.state_at_ms),
+        });
         let mut reply = Reply::ok();
         reply.attempt = Some(attempt.id);
         reply.lane = Some(lane_lock(&attempt.lane));
@@ -1045,6 +1069,12 @@ impl Dispatcher {
                 ),
             ));
         }
+        self.pool.journal().emit(Event::DispatchCancelled {
+            attempt: id.to_owned(),
+            lane: attempt.lane.clone(),
+            state: attempt.state.word().to_owned(),
+            uid: caller.uid,
+        });
         let mut reply = Reply::ok();
         reply.attempt = Some(id.to_owned());
         if attempt.state == State::Running {

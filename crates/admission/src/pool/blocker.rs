@@ -87,6 +87,22 @@ impl Blocker {
     pub fn is_operator_refusal(&self) -> bool {
         matches!(self, Blocker::Stop(_) | Blocker::Drain(_))
     }
+
+    /// Its name, as the journal says it: `stop`, `drain`, `at-cap`, `full-run-held`,
+    /// `counting`, `in-line`, `no-room` or `share`.
+    #[must_use]
+    pub fn label(&self) -> &'static str {
+        match self {
+            Blocker::Stop(_) => "stop",
+            Blocker::Drain(_) => "drain",
+            Blocker::AtCap { .. } => "at-cap",
+            Blocker::FullRunHeld(_) => "full-run-held",
+            Blocker::Counting => "counting",
+            Blocker::InLine { .. } => "in-line",
+            Blocker::NoRoom { .. } => "no-room",
+            Blocker::Share(_) => "share",
+        }
+    }
 }
 
 impl std::fmt::Display for Blocker {

@@ -5,6 +5,7 @@ use super::{Pool, file_in};
 use crate::Error;
 use crate::drain::{DRAIN_FILE, DrainState};
 use crate::stop::{self, Stop};
+use worklane_journal::Event;
 use worklane_slotfile::SlotDir;
 
 impl Pool {
@@ -54,19 +55,28 @@ impl Pool {
                 dir: dir.path().to_owned(),
                 source,
             },
-        )
+        )?;
+        self.journal.emit(Event::Drain {
+            until: drain.until.clone(),
+            to: drain.to.clone(),
+        });
+        Ok(())
     }
 
     /// Removes the drain flag, whatever file it is, or an empty directory at its name;
     /// `Ok(false)` if there was none.
     pub fn remove_drain(&self) -> Result<bool, Error> {
         let dir = self.drain_dir_to_change()?;
-        file_in(&dir, DRAIN_FILE)?
+        let removed = file_in(&dir, DRAIN_FILE)?
             .remove_entry()
             .map_err(|source| Error::RemoveDrain {
                 dir: dir.path().to_owned(),
                 source: Box::new(source),
-            })
+            })?;
+        if removed {
+            self.journal.emit(Event::Undrain);
+        }
+        Ok(removed)
     }
 
     /// What STOP or drain blocks every new slot, if anything.

@@ -11,6 +11,7 @@ use crate::share::Ask;
 use crate::weight::{SHARE_OWNER_FIELD, WEIGHT_FIELD};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+use worklane_journal::Event;
 use worklane_lease::acquire::Error as LeaseError;
 use worklane_lease::{Acquired, Backoff, Lease, LiveWhy, Request, acquire};
 use worklane_slotfile::Shares;
@@ -65,7 +66,16 @@ impl Pool {
         priority: i64,
         start_ms: u64,
     ) -> Result<Take, Error> {
-        self.try_take_until(kind, request, ask, None, Some((priority, start_ms, None)))
+        let taken = self.try_take_until(
+            kind,
+            request,
+            ask,
+            None,
+            Some((priority, start_ms, None)),
+            0,
+        )?;
+        self.journal_refused(kind, request, &taken, 0);
+        Ok(taken)
     }
 
     /// [`Pool::try_take`] for the holder of the place `own` in line: refused while a live entry
@@ -87,13 +97,87 @@ impl Pool {
         ask: &Ask,
         own: &crate::line::Entry,
     ) -> Result<Take, Error> {
-        self.try_take_until(
-            kind,
-            request,
-            ask,
-            None,
-            Some((own.priority, own.start_ms, Some(own))),
-        )
+        let taken = self.admit(kind, request, ask, own.priority, own.start_ms, Some(own))?;
+        self.journal_refused(kind, request, &taken, 0);
+        Ok(taken)
+    }
+
+    /// The dispatcher's take for a row, at the row's place (its own entry `own`, if it stands
+    /// in line): a refusal is no take refused (the row stays queued), so it is not journaled.
+    pub(crate) fn admit(
+        &self,
+        kind: Kind,
+        request: &Request,
+        ask: &Ask,
+        priority: i64,
+        start_ms: u64,
+        own: Option<&crate::line::Entry>,
+    ) -> Result<Take, Error> {
+        self.try_take_until(kind, request, ask, None, Some((priority, start_ms, own)), 0)
+    }
+
+    /// Journals a refused take (`slot-refused`), after `waited_ms` of waiting.
+    pub(super) fn journal_refused(
+        &self,
+        kind: Kind,
+        request: &Request,
+        taken: &Take,
+        waited_ms: u64,
+    ) {
+        if let Take::Blocked(blocker) = taken {
+            self.journal.emit(Event::SlotRefused {
+                slot_kind: kind.label().to_owned(),
+                owner: request.owner.clone(),
+                blocker: blocker.label().to_owned(),
+                why: blocker.to_string(),
+                waited_ms,
+            });
+        }
+    }
+
+    /// The slot `lease` holds, its taking journaled (`slot-taken`).
+    fn taken(
+        &self,
+        kind: Kind,
+        lease: Lease,
+        weight: u32,
+        share_owner: Option<String>,
+        waited_ms: u64,
+    ) -> Slot {
+        self.journal.emit(Event::SlotTaken {
+            slot: lease.resource().to_owned(),
+            slot_kind: kind.label().to_owned(),
+            owner: lease.record().owner.clone().unwrap_or_default(),
+            epoch: lease.epoch(),
+            waited_ms,
+        });
+        Slot::new(kind, lease, weight, share_owner, &self.journal)
+    }
+
+    /// Journals, once per pool, a stray file where the guard of `name` belongs, which takes
+    /// skip (`broken-file`).
+    fn journal_broken_guard(&self, name: &str, error: &worklane_guard::acquire::Error) {
+        let guard = worklane_guard::guard_name(name);
+        let first = self
+            .broken
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(guard.clone());
+        if first {
+            let path = self.dir.path().join(&guard).display().to_string();
+            self.journal.emit(Event::BrokenFile {
+                what: format!(
+                    "the guard of {name} cannot be held ({}): takes skip that index",
+                    chain(error)
+                ),
+                fix: format!(
+                    "rm -r -- '{}' (nobody can hold it; worklane recreates the guard)",
+                    path.replace('\'', r"'\''")
+                ),
+                name: guard,
+                fixed: false,
+            });
+        }
     }
 
     /// The weight of `ask` checked against `kind`'s cap, and the share it counts against,
@@ -201,6 +285,7 @@ impl Pool {
         ask: &Ask,
         deadline: Option<Instant>,
         line: Option<(i64, u64, Option<&crate::line::Entry>)>,
+        waited_ms: u64,
     ) -> Result<Take, Error> {
         if let Some(blocker) = self.operator_blocker()? {
             return Ok(Take::Blocked(blocker));
@@ -231,7 +316,9 @@ impl Pool {
                     source: Box::new(source),
                 })?;
             return match taken {
-                Acquired::Held(lease) => Ok(Take::Held(Slot::new(kind, lease, 1, None))),
+                Acquired::Held(lease) => {
+                    Ok(Take::Held(self.taken(kind, lease, 1, None, waited_ms)))
+                }
                 Acquired::Refused(refusal) => {
                     Ok(Take::Blocked(Blocker::FullRunHeld(Box::new(refusal))))
                 }
@@ -286,7 +373,9 @@ impl Pool {
                     // A stray file where this index's guard belongs: nobody can hold this
                     // index, so it is skipped (and counted only if a record stands there);
                     // `worklane slots` names the file.
-                    Err(LeaseError::Guard { source, .. }) if broken_guard(&source) => {}
+                    Err(LeaseError::Guard { source, .. }) if broken_guard(&source) => {
+                        self.journal_broken_guard(&name, &source);
+                    }
                     // An epoch that cannot grow: that index cannot be taken again (never
                     // reused with the same epoch); `worklane slots` names the file.
                     Err(LeaseError::Epoch { .. }) => {}
@@ -303,11 +392,12 @@ impl Pool {
         self.sweep();
         counting.release().map_err(counted)?;
         let owner = asked.share.owner.to_string();
-        Ok(Take::Held(Slot::new(
+        Ok(Take::Held(self.taken(
             kind,
             taken,
             asked.weight,
             Some(owner),
+            waited_ms,
         )))
     }
 
@@ -323,9 +413,21 @@ impl Pool {
             return;
         }
         self.last_sweep_ms.store(now.max(1), Ordering::Relaxed);
-        let _ = self
+        let Ok(swept) = self
             .dir
-            .sweep_temps(now, worklane_slotfile::TEMP_MIN_AGE_MS);
+            .sweep_temps(now, worklane_slotfile::TEMP_MIN_AGE_MS)
+        else {
+            return;
+        };
+        for name in swept.removed {
+            self.journal.emit(Event::BrokenFile {
+                name,
+                what: "a temp file a killed writer left (over a minute old, held by nobody)"
+                    .to_owned(),
+                fix: "removed".to_owned(),
+                fixed: true,
+            });
+        }
     }
 
     /// Takes `slots.lock`, waiting up to about 2 s (or until `deadline`, if sooner) for another
@@ -384,6 +486,18 @@ impl Pool {
             Kind::Job => config.max_jobs,
         })
     }
+}
+
+/// An error with its causes, as one line.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        cause = e.source();
+    }
+    text
 }
 
 /// Whether a guard error means a stray file sits where the guard belongs (a directory, FIFO,

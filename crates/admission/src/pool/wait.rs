@@ -7,7 +7,18 @@ use super::{Kind, Pool};
 use crate::{Ask, Error};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use worklane_journal::Event;
 use worklane_lease::{Backoff, Request};
+
+/// A refusal that ends a wait at once: STOP or a drain.
+fn is_refusal(take: &Take) -> bool {
+    matches!(take, Take::Blocked(b) if b.is_operator_refusal())
+}
+
+/// A duration in whole milliseconds.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
 
 /// How a blocking take waits.
 pub struct Wait<'a> {
@@ -101,10 +112,12 @@ impl Pool {
             ask,
             deadline,
             Some((wait.priority, now, None)),
+            0,
         )? {
             Take::Held(slot) => return Ok(Take::Held(slot)),
-            Take::Blocked(blocker) if blocker.is_operator_refusal() => {
-                return Ok(Take::Blocked(blocker));
+            refused @ Take::Blocked(_) if is_refusal(&refused) => {
+                self.journal_refused(kind, request, &refused, 0);
+                return Ok(refused);
             }
             Take::Blocked(_) => {}
         }
@@ -112,13 +125,15 @@ impl Pool {
         // Made only when a look finds it must wait: a take that goes at once watches nothing.
         let mut watch = None;
         let mut pause = Backoff::new(Duration::from_millis(25)).doubling_to(LOOK_AGAIN_AT_MOST);
+        let mut said: Option<(u32, u32)> = None;
         loop {
             let me = place.entry();
+            let waited_ms = millis(started.elapsed());
             let (blocker, position, in_line) = if self.fair(kind)? {
                 // With shares the order depends on what each owner holds: every look is decided
                 // under `slots.lock`, from the count (so every waiter sees one order).
                 let own = Some((me.priority, me.start_ms, Some(me)));
-                match self.try_take_until(kind, request, ask, deadline, own)? {
+                match self.try_take_until(kind, request, ask, deadline, own, waited_ms)? {
                     Take::Held(slot) => {
                         let _ = place.leave();
                         return Ok(Take::Held(slot));
@@ -135,7 +150,7 @@ impl Pool {
             } else {
                 let standing = self.standing(kind, me.priority, me.start_ms, Some(me))?;
                 let blocker = if standing.ahead == 0 {
-                    match self.try_take_until(kind, request, ask, deadline, None)? {
+                    match self.try_take_until(kind, request, ask, deadline, None, waited_ms)? {
                         Take::Held(slot) => {
                             // Best effort: once its record is gone the entry is out of the
                             // line; a file left behind is litter, never a reason to fail the
@@ -152,14 +167,26 @@ impl Pool {
                 };
                 (blocker, standing.ahead.saturating_add(1), standing.in_line)
             };
-            if blocker.is_operator_refusal() {
-                let _ = place.leave();
-                return Ok(Take::Blocked(blocker));
-            }
             let waited = started.elapsed();
-            if wait.timeout.is_some_and(|t| waited >= t) || cancelled.load(Ordering::SeqCst) {
+            if blocker.is_operator_refusal()
+                || wait.timeout.is_some_and(|t| waited >= t)
+                || cancelled.load(Ordering::SeqCst)
+            {
                 let _ = place.leave();
-                return Ok(Take::Blocked(blocker));
+                let refused = Take::Blocked(blocker);
+                self.journal_refused(kind, request, &refused, millis(waited));
+                return Ok(refused);
+            }
+            // Said when it joins, and whenever its place changes.
+            if said != Some((position, in_line)) {
+                said = Some((position, in_line));
+                self.journal.emit(Event::SlotWaiting {
+                    slot_kind: kind.label().to_owned(),
+                    owner: request.owner.clone(),
+                    position,
+                    in_line,
+                    why: blocker.to_string(),
+                });
             }
             (wait.on_wait)(&Waiting {
                 blocker: &blocker,

@@ -79,14 +79,21 @@ impl Ledger {
             let elapsed = millis(started.elapsed());
             if now >= deadline || elapsed >= wait_max_ms {
                 let waited_ms = now.saturating_sub(start).max(elapsed);
-                return Err(match why {
+                let asked = if dimension.is_empty() {
+                    "requests".to_owned()
+                } else {
+                    dimension.clone()
+                };
+                let refused = match why {
                     WaitWhy::Paused => Refused::SecondaryRateLimited { until, waited_ms },
                     WaitWhy::Spent => Refused::RateLimited {
                         resource: dimension,
                         reset_at: until,
                         waited_ms,
                     },
-                });
+                };
+                self.journal_refused(provider.name(), key, &asked, consumer, &refused);
+                return Err(refused);
             }
             let wake = until
                 .min(deadline)
@@ -242,9 +249,13 @@ impl Ledger {
                 return Observed::Skipped(trouble);
             }
         };
+        let paused = state.pause(now);
         change(&mut state, now);
         let observed = match path.replace(&state.to_bytes(now), SHARED_MODE) {
-            Ok(()) => Observed::Recorded,
+            Ok(()) => {
+                self.journal_paused(provider.name(), key, paused, state.pause(now));
+                Observed::Recorded
+            }
             Err(source) => Observed::Skipped(Trouble::NotWritten { what, source }),
         };
         let _ = lease.release();

@@ -8,11 +8,8 @@ use crate::exit::{self, Failure};
 use crate::json;
 use crate::out::{errln, outln};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
-use worklane_budget::{
-    CredentialKey, Grant, Ledger, Observation, Observed, Peek, Refused, WaitWhy,
-};
-use worklane_lease::{Clock, SystemClock, rfc3339_ms};
+use worklane_budget::{Observation, Observed, Refused};
+use worklane_lease::rfc3339_ms;
 
 pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
     if args.provider != "github" {
@@ -77,7 +74,7 @@ pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
             return Ok(ExitCode::SUCCESS);
         }
     };
-    match take_within(&ledger, &key, args) {
+    match ledger.take_within(&key, &args.resource, &args.consumer, args.wait_max) {
         Ok(grant) => {
             let unaccounted = grant
                 .unaccounted
@@ -135,46 +132,6 @@ fn retry_at(refused: &Refused) -> Option<u64> {
         Refused::RateLimited { reset_at, .. } => Some(*reset_at),
         Refused::SecondaryRateLimited { until, .. } => Some(*until),
         _ => None,
-    }
-}
-
-/// How often a waiting take looks again (another process may record a new window meanwhile),
-/// as the ledger's own wait does.
-const LOOK_EVERY: Duration = Duration::from_millis(worklane_budget::ledger::WAIT_POLL_MS);
-
-/// Takes a unit, waiting at most `--wait-max` for calls to be left or a pause to end. The
-/// ledger's `take` waits its own fixed 10 s, so the wait is decided here from `peek` (which
-/// takes no lock and counts nothing), and `take` is called once a call would go: it then
-/// goes at once, unless another process took the last call in between, when `take` waits
-/// as it always does (at most 10 s).
-fn take_within(
-    ledger: &Ledger,
-    key: &CredentialKey,
-    args: &BudgetTakeArgs,
-) -> Result<Grant, Refused> {
-    let started = Instant::now();
-    loop {
-        let waited = started.elapsed();
-        let (until, why) = match ledger.peek(key, &args.resource) {
-            Peek::Wait { until, why } => (until, why),
-            _ => match ledger.take(key, &args.resource, &args.consumer) {
-                Err(_) if started.elapsed() < args.wait_max => continue,
-                taken => return taken,
-            },
-        };
-        if waited >= args.wait_max {
-            let waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
-            return Err(match why {
-                WaitWhy::Paused => Refused::SecondaryRateLimited { until, waited_ms },
-                WaitWhy::Spent => Refused::RateLimited {
-                    resource: args.resource.clone(),
-                    reset_at: until,
-                    waited_ms,
-                },
-            });
-        }
-        let to_until = Duration::from_millis(until.saturating_sub(SystemClock.now_ms()).max(1));
-        std::thread::sleep(to_until.min(LOOK_EVERY).min(args.wait_max - waited));
     }
 }
 

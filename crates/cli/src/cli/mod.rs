@@ -2,11 +2,13 @@
 //! Here the top of it (`Cli`, `Command`, the exit codes `--help` lists); the arguments of each
 //! family of commands in its own file; the parsers of values clap calls.
 
+mod observe;
 mod operator;
 mod parse;
 mod queue;
 mod run;
 
+pub(crate) use observe::*;
 pub(crate) use operator::*;
 pub(crate) use parse::*;
 pub(crate) use queue::*;
@@ -161,6 +163,15 @@ pub(crate) enum Command {
     /// budget first (`ANTHROPIC_BASE_URL` / `OPENAI_BASE_URL` point agents at it). Needs the
     /// `proxy` feature; without it, exits 69.
     Proxy(ProxyArgs),
+    /// What happened on the machine: the event journal (slots taken and released, takeovers,
+    /// halts by STOP, drains, role leases, the dispatcher's rows, budget pauses), oldest first.
+    Events(EventsArgs),
+    /// The machine's numbers in the Prometheus text format: holders, caps, waiters, STOP and
+    /// drain, dispatcher rows, takeovers and halts, waits and run times, budgets.
+    Metrics(MetricsArgs),
+    /// The machine live in the terminal: holders, the line, STOP and drain, role leases,
+    /// dispatcher rows, budgets, the last events; `q` quits (a build with the `top` feature).
+    Top,
     /// Print shell completions.
     Completions {
         /// The shell.

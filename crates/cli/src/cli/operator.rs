@@ -19,8 +19,8 @@ pub(crate) enum ConfigCommand {
     Set {
         /// The key.
         key: ConfigKey,
-        /// The value: a whole number for the caps, dispatcher or waiter for admission, a list
-        /// for env_allow_prefixes and env_secret_words.
+        /// The value: a whole number for the caps and journal_max_bytes, dispatcher or waiter
+        /// for admission, a list for env_allow_prefixes and env_secret_words.
         value: String,
     },
     /// Remove KEY from the config file, so that its default holds (any key, so that a
@@ -61,6 +61,10 @@ pub(crate) enum ConfigKey {
     /// `owner:TAG`, `*`) and whole numbers of units (PROTOCOL.md 12.10).
     #[value(name = "shares")]
     Shares,
+    /// The event journal's cap in bytes, its two files together (65536 to 1073741824, default
+    /// 16777216).
+    #[value(name = "journal_max_bytes")]
+    JournalMaxBytes,
 }
 
 #[derive(Debug, Args)]

@@ -4,7 +4,8 @@
 //! against the real output of its command.
 //!
 //! Two documents have their types beside the code that fills them: the `lease run --json`
-//! refusal (`role.rs`) and the `--status-fd` events (`status.rs`). Every document that is an
+//! refusal (`role.rs`) and the `--status-fd` events (`status.rs`); `events --json` prints the
+//! journal's own lines, `worklane_journal::Entry`, whose schema that crate owns. Every document that is an
 //! object carries `version` ([`VERSION`]) first. One output is not an object and stays as it
 //! has always been: `config get KEY --json`, the key's bare value. A view's document carries
 //! `config_problem` ([`ConfigProblem`], null when the config is good) and its `problems`.

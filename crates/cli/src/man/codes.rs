@@ -291,6 +291,43 @@ pub(crate) fn exit_codes(path: &[&str]) -> Option<Vec<(&'static str, &'static st
                 "etcd does not answer, or this worklane was built without the fleet",
             ),
         ],
+        ["events"] => vec![
+            (
+                "0",
+                "printed (with --follow: until interrupted, or its reader goes away)",
+            ),
+            (
+                "64",
+                "also: a --since that is neither a time nor a duration, an unknown --kind",
+            ),
+            (
+                "71",
+                "also: the journal cannot be read (no permission, a directory or link at its \
+                 name)",
+            ),
+            DIR,
+        ],
+        ["metrics"] => vec![
+            (
+                "0",
+                "printed, or written (with --listen: served until interrupted)",
+            ),
+            (
+                "71",
+                "also: the journal cannot be read, the --textfile cannot be written, or the \
+                 --listen address cannot be listened on",
+            ),
+            DIR,
+        ],
+        ["top"] => vec![
+            ("0", "quit with q"),
+            ("69", "this worklane was built without the `top` feature"),
+            (
+                "71",
+                "also: the terminal cannot be used, or the journal cannot be read",
+            ),
+            DIR,
+        ],
         ["completions"] => vec![("0", "printed")],
         ["man"] => vec![
             ("0", "printed, or written"),

@@ -12,6 +12,7 @@ use crate::dispatch::wire::EndedView;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use worklane_guard::Guard;
+use worklane_journal::Event;
 use worklane_lease::{Acquired, Options, Request};
 
 /// The error a row queued before worklane recorded who enqueued gets when it is parked.
@@ -106,7 +107,7 @@ impl Dispatcher {
             }
             match dispatcher.resume(&attempt)? {
                 Resumed::Held(lane) => dispatcher.keep(attempt, lane, now)?,
-                Resumed::Busy => dispatcher.drop_row(&attempt.id)?,
+                Resumed::Busy => dispatcher.drop_row(&attempt)?,
                 Resumed::Acquire => attempts.push(attempt),
             }
         }
@@ -134,7 +135,7 @@ impl Dispatcher {
                     };
                     dispatcher.keep(attempt, lane, now)?;
                 }
-                Acquired::Refused(_) => dispatcher.drop_row(&attempt.id)?,
+                Acquired::Refused(_) => dispatcher.drop_row(&attempt)?,
             }
         }
         dispatcher.report_lost(now)?;
@@ -150,9 +151,17 @@ impl Dispatcher {
 
     /// A stored row whose lane another process holds: dropped (recovery leaves the holder
     /// alone).
-    fn drop_row(&mut self, id: &str) -> Result<(), Error> {
+    fn drop_row(&mut self, attempt: &Attempt) -> Result<(), Error> {
+        let id = attempt.id.as_str();
         self.store.remove(id).map_err(Error::remove(id))?;
         self.recovery.dropped.push(id.to_owned());
+        self.pool.journal().emit(Event::DispatchRecovered {
+            attempt: id.to_owned(),
+            lane: attempt.lane.clone(),
+            kept: false,
+            why: "another process holds its lane: the row is dropped, the holder left alone"
+                .to_owned(),
+        });
         Ok(())
     }
 
@@ -189,6 +198,21 @@ impl Dispatcher {
     /// without a recorded enqueuer is parked as failed (it must never run as this process's
     /// user by default).
     fn keep(&mut self, attempt: Attempt, lane: Guard, now: u64) -> Result<(), Error> {
+        let why = if attempt.enqueuer.is_none() && attempt.state != State::Failed {
+            "its lane was free, but it names no enqueuer: parked as failed"
+        } else {
+            match attempt.state {
+                State::Starting => "its lane was free: it was starting, and is queued again",
+                State::Failed => "its lane was free: kept as failed",
+                _ => "its lane was free: kept queued",
+            }
+        };
+        self.pool.journal().emit(Event::DispatchRecovered {
+            attempt: attempt.id.clone(),
+            lane: attempt.lane.clone(),
+            kept: true,
+            why: why.to_owned(),
+        });
         if attempt.enqueuer.is_none() && attempt.state != State::Failed {
             self.store
                 .start_failed(

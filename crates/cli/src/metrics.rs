@@ -1,0 +1,249 @@
+//! `worklane metrics`: the machine's numbers in the Prometheus text exposition (0.0.4), built
+//! with `prometheus-client`. The state (holders, caps, waiters, STOP, the drain, the
+//! dispatcher's rows, the budgets) is taken from the very document `slots --json` prints; the
+//! counts and histograms of what happened (takeovers, halts, waits, run times) from the
+//! event journal, as far back as it reaches.
+//!
+//! Printed on stdout, written atomically to a file for node_exporter's textfile collector
+//! (`--textfile`), or served over HTTP (`--listen`): `serve.rs`.
+
+use crate::around::Around;
+use crate::cli::MetricsArgs;
+use crate::exit::{self, Failure};
+use crate::json;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::process::ExitCode;
+use worklane_journal::{Batch, Event};
+
+mod serve;
+
+type Labels = Vec<(String, String)>;
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// A family of gauges by label, registered under `name`.
+fn gauges(registry: &mut Registry, name: &str, help: &str) -> Family<Labels, Gauge> {
+    let family = Family::<Labels, Gauge>::default();
+    registry.register(name, help, family.clone());
+    family
+}
+
+fn gauge(registry: &mut Registry, name: &str, help: &str, value: i64) {
+    let gauge = Gauge::<i64>::default();
+    gauge.set(value);
+    registry.register(name, help, gauge);
+}
+
+fn count(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// The kinds `slots --json` names a lock file by.
+const KINDS: [&str; 6] = ["agent", "test", "full-run", "role", "lease", "lock"];
+
+/// The state's part: everything read from `slots --json`'s document.
+fn state(registry: &mut Registry, doc: &json::Slots) {
+    let holders = gauges(
+        registry,
+        "holders",
+        "Lock files that count as held, by kind (slots --json: entries whose counts is true)",
+    );
+    for kind in KINDS {
+        let n = doc
+            .slots
+            .iter()
+            .filter(|s| s.kind == kind && s.counts)
+            .count();
+        holders
+            .get_or_create(&labels(&[("kind", kind)]))
+            .set(count(n));
+    }
+    let caps = gauges(
+        registry,
+        "cap",
+        "The cap in force by kind (0 for every kind while the config cannot be used)",
+    );
+    let usable = doc.config_problem.is_none();
+    for (kind, cap) in [
+        ("agent", i64::from(doc.max_agents)),
+        ("test", i64::from(doc.max_test_runs)),
+        ("full-run", i64::from(usable)),
+    ] {
+        caps.get_or_create(&labels(&[("kind", kind)])).set(cap);
+    }
+    let waiters = gauges(registry, "waiters", "Live waiters in line, by kind");
+    for kind in ["agent", "test", "full-run"] {
+        let n = doc.line.iter().filter(|w| w.kind == kind && w.live).count();
+        waiters
+            .get_or_create(&labels(&[("kind", kind)]))
+            .set(count(n));
+    }
+    gauge(
+        registry,
+        "stop",
+        "1 while an emergency STOP is in force",
+        i64::from(doc.stop.is_some()),
+    );
+    gauge(
+        registry,
+        "drain",
+        "1 while an update drain is in force",
+        i64::from(matches!(doc.drain, json::Drain::InForce(_))),
+    );
+    let rows = gauges(
+        registry,
+        "dispatcher_rows",
+        "The dispatcher's queued and starting attempts (their status entries), by state",
+    );
+    for state in ["queued", "starting"] {
+        let n = doc
+            .queue
+            .attempts
+            .iter()
+            .filter(|a| a["state"].as_str() == Some(state))
+            .count();
+        rows.get_or_create(&labels(&[("state", state)]))
+            .set(count(n));
+    }
+    let left = gauges(
+        registry,
+        "budget_left",
+        "Calls left in a credential's last seen window, by provider, credential (numbered as \
+         budget show numbers them) and resource",
+    );
+    let paused = gauges(
+        registry,
+        "budget_paused",
+        "1 while a credential's calls are paused, by provider and credential",
+    );
+    for budget in &doc.budgets {
+        let credential = budget.credential.to_string();
+        let who = [
+            ("provider", budget.provider.as_str()),
+            ("credential", credential.as_str()),
+        ];
+        paused
+            .get_or_create(&labels(&who))
+            .set(i64::from(budget.paused_until.is_some()));
+        for resource in &budget.resources {
+            let mut at = who.to_vec();
+            at.push(("resource", resource.name.as_str()));
+            left.get_or_create(&labels(&at))
+                .set(i64::try_from(resource.left).unwrap_or(i64::MAX));
+        }
+    }
+}
+
+/// The journal's part: what happened, counted and measured from its events.
+fn history(registry: &mut Registry, journal: &Batch) {
+    let takeovers = Counter::<u64>::default();
+    registry.register(
+        "takeovers",
+        "Locks taken over from holders proved dead, in the journal",
+        takeovers.clone(),
+    );
+    let halts = Family::<Labels, Counter>::default();
+    registry.register(
+        "halts",
+        "Commands halted by STOP, in the journal, by who halted them (supervisor, worklane)",
+        halts.clone(),
+    );
+    for by in ["supervisor", "worklane"] {
+        halts.get_or_create(&labels(&[("by", by)])).inc_by(0);
+    }
+    let histogram = || Histogram::new(exponential_buckets(0.01, 4.0, 10));
+    let queue_wait = histogram();
+    registry.register(
+        "queue_wait_seconds",
+        "How long work waited for its slot: each take of a run (0 when it did not wait) and \
+         each dispatched attempt, from its queue start to its admission",
+        queue_wait.clone(),
+    );
+    let claim_wait = histogram();
+    registry.register(
+        "admission_to_claim_seconds",
+        "From a dispatched attempt's admission to its driver's claim",
+        claim_wait.clone(),
+    );
+    let run = histogram();
+    registry.register(
+        "run_seconds",
+        "How long a slot was held, from its take (or a driver's claim) to its release",
+        run.clone(),
+    );
+    let dropped = Counter::<u64>::default();
+    registry.register(
+        "journal_dropped_events",
+        "Events writers could not append (a full disk, an unwritable journal) and said later",
+        dropped.clone(),
+    );
+    let seconds = |ms: u64| ms as f64 / 1000.0;
+    for entry in &journal.entries {
+        dropped.inc_by(entry.dropped);
+        match &entry.event {
+            Event::Takeover { .. } => {
+                takeovers.inc();
+            }
+            Event::Halt { by, .. } => {
+                halts.get_or_create(&labels(&[("by", by.as_str())])).inc();
+            }
+            Event::SlotTaken {
+                owner, waited_ms, ..
+            } if owner != "worklane dispatcher" => queue_wait.observe(seconds(*waited_ms)),
+            Event::DispatchAdmitted { waited_ms, .. } => queue_wait.observe(seconds(*waited_ms)),
+            Event::DispatchClaimed { admitted_ms, .. } => {
+                claim_wait.observe(seconds(*admitted_ms));
+            }
+            Event::SlotReleased { held_ms, .. } => run.observe(seconds(*held_ms)),
+            _ => {}
+        }
+    }
+    gauge(
+        registry,
+        "journal_skipped_lines",
+        "Torn or unreadable journal lines skipped (a writer killed mid-line leaves one)",
+        i64::try_from(journal.skipped).unwrap_or(i64::MAX),
+    );
+}
+
+/// The exposition of `doc` (`slots --json`'s document) and `journal`.
+fn render(doc: &json::Slots, journal: &Batch) -> String {
+    let mut registry = Registry::with_prefix("worklane");
+    state(&mut registry, doc);
+    history(&mut registry, journal);
+    let mut text = String::new();
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::prometheus_text::encode(&mut text, &registry);
+    text
+}
+
+/// The exposition of the machine now.
+fn exposition(pool: &worklane_admission::Pool) -> Result<String, Failure> {
+    let snapshot = pool.snapshot()?;
+    let around = Around::of(pool, &snapshot);
+    let doc = crate::slots::to_json(&snapshot, &around);
+    let journal = worklane_journal::read(pool.dir())
+        .map_err(|e| Failure::new(exit::OS_ERROR, exit::chain(&e)))?;
+    Ok(render(&doc, &journal))
+}
+
+pub(crate) fn metrics(args: &MetricsArgs) -> Result<ExitCode, Failure> {
+    let pool = crate::pool()?;
+    if let Some(path) = &args.textfile {
+        serve::write_textfile(path, &exposition(&pool)?)?;
+    } else if let Some(addr) = &args.listen {
+        serve::listen(addr, &|| exposition(&pool))?;
+    } else {
+        crate::out::bytes(exposition(&pool)?.as_bytes())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

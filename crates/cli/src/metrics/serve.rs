@@ -1,0 +1,145 @@
+//! Where the exposition goes besides stdout: a file replaced atomically for node_exporter's
+//! textfile collector, or a small blocking HTTP server (one request per connection, `GET
+//! /metrics` only, loopback unless told otherwise).
+
+use crate::exit::{self, Failure};
+use crate::out::errln;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::time::Duration;
+
+/// Writes `text` to `path` as node_exporter's textfile collector needs it: never seen half
+/// written. A temp file in the same directory (created new, never through a link), written,
+/// flushed to disk, mode 0644, then renamed over `path`; removed again if anything fails.
+pub(super) fn write_textfile(path: &Path, text: &str) -> Result<(), Failure> {
+    let failed = |what: &str, e: std::io::Error| {
+        Failure::new(
+            exit::OS_ERROR,
+            format!("metrics --textfile {}: cannot {what}: {e}", path.display()),
+        )
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| Failure::new(exit::USAGE, "--textfile needs a file name"))?;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => std::path::PathBuf::from("."),
+    };
+    // node_exporter reads only `*.prom`: the temp name does not end so.
+    let temp = dir.join(format!(
+        ".{}.{}.tmp",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let written = (|| {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&temp)
+            .map_err(|e| failed("create a temp file beside it", e))?;
+        file.set_permissions(std::fs::Permissions::from_mode(0o644))
+            .map_err(|e| failed("set the temp file's mode", e))?;
+        file.write_all(text.as_bytes())
+            .and_then(|()| file.sync_all())
+            .map_err(|e| failed("write the temp file", e))?;
+        std::fs::rename(&temp, path).map_err(|e| failed("rename the temp file over it", e))
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    written
+}
+
+/// `--listen ADDR`: HOST:PORT, or a PORT alone on the loopback address.
+fn address(addr: &str) -> String {
+    if !addr.is_empty() && addr.bytes().all(|b| b.is_ascii_digit()) {
+        format!("127.0.0.1:{addr}")
+    } else {
+        addr.to_owned()
+    }
+}
+
+/// Serves `GET /metrics` at `addr` until the process is ended, one request per connection,
+/// each answered with a fresh exposition. Says the address it listens on (its port, when 0
+/// was asked) on stderr.
+pub(super) fn listen(
+    addr: &str,
+    exposition: &dyn Fn() -> Result<String, Failure>,
+) -> Result<(), Failure> {
+    let addr = address(addr);
+    let listener = TcpListener::bind(&addr).map_err(|e| {
+        Failure::new(
+            exit::OS_ERROR,
+            format!("metrics --listen {addr}: cannot listen there: {e}"),
+        )
+    })?;
+    let bound = listener
+        .local_addr()
+        .map_or(addr.clone(), |a| a.to_string());
+    errln!("worklane: serving http://{bound}/metrics");
+    // A connection that fails is that client's trouble; the next one is served.
+    for stream in listener.incoming().flatten() {
+        let _ = answer(stream, exposition);
+    }
+    Ok(())
+}
+
+/// Reads one request's head (at most 8 KiB, within 5 s) and answers it.
+fn answer(
+    mut stream: TcpStream,
+    exposition: &dyn Fn() -> Result<String, Failure>,
+) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    let request = String::from_utf8_lossy(&head);
+    let mut first = request.lines().next().unwrap_or("").split_whitespace();
+    let (method, target) = (first.next().unwrap_or(""), first.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    let (status, kind, body) = match (method, path) {
+        ("GET" | "HEAD", "/metrics") => match exposition() {
+            Ok(text) => (
+                "200 OK",
+                prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+                text,
+            ),
+            Err(failure) => (
+                "500 Internal Server Error",
+                "text/plain; charset=utf-8",
+                format!("{}\n", failure.message),
+            ),
+        },
+        ("GET" | "HEAD", _) => (
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "only /metrics is served here\n".to_owned(),
+        ),
+        _ => (
+            "405 Method Not Allowed",
+            "text/plain; charset=utf-8",
+            "only GET /metrics is served here\n".to_owned(),
+        ),
+    };
+    let mut response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: \
+         close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    if method != "HEAD" {
+        response.extend_from_slice(body.as_bytes());
+    }
+    stream.write_all(&response)?;
+    stream.flush()
+}

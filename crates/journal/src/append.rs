@@ -1,0 +1,154 @@
+//! The append: which file the journal's name is now, one `write(2)` to it, and the rotation
+//! that keeps the two files under the cap.
+
+use crate::names::{CURRENT, MODE, PREVIOUS};
+use rustix::fd::OwnedFd;
+use std::io;
+use worklane_slotfile::{Meta, SlotDir, SlotPath};
+
+/// The current file as this process has it open.
+#[derive(Debug)]
+pub(crate) struct Open {
+    fd: OwnedFd,
+    meta: Meta,
+}
+
+/// Why an event could not be appended (it is dropped and counted; nobody waits on it).
+#[derive(Debug)]
+pub(crate) enum Trouble {
+    /// A name or a file operation failed.
+    Io(io::Error),
+    /// The write was shorter than the line (a disk filled mid-write).
+    Short,
+}
+
+impl std::fmt::Display for Trouble {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Trouble::Io(e) => write!(f, "{e}"),
+            Trouble::Short => f.write_str("the line could not be written whole"),
+        }
+    }
+}
+
+impl From<io::Error> for Trouble {
+    fn from(e: io::Error) -> Trouble {
+        Trouble::Io(e)
+    }
+}
+
+fn other(e: impl std::error::Error + Send + Sync + 'static) -> io::Error {
+    io::Error::other(e)
+}
+
+/// Appends `line` to the journal of `dir`: the name's file now (reopened when the name refers
+/// to another inode than `open`'s, created when missing), rotated first when `line` would take
+/// it past `half` (half the cap: the current and the previous file together stay under it).
+///
+/// A line that went to a file no name refers to any more (two rotations passed between the
+/// look at the name and the write) is written again, once, to the file the name is now.
+pub(crate) fn append(
+    dir: &SlotDir,
+    open: &mut Option<Open>,
+    line: &[u8],
+    half: u64,
+) -> Result<(), Trouble> {
+    let current = dir.file(CURRENT).map_err(other)?;
+    for _ in 0..2 {
+        append_once(&current, open, line, half)?;
+        let gone = open
+            .as_ref()
+            .and_then(|o| rustix::fs::fstat(&o.fd).ok())
+            .is_some_and(|stat| stat.st_nlink == 0);
+        if !gone {
+            return Ok(());
+        }
+        *open = None;
+    }
+    Err(io::Error::from(io::ErrorKind::NotFound).into())
+}
+
+fn append_once(
+    current: &SlotPath,
+    open: &mut Option<Open>,
+    line: &[u8],
+    half: u64,
+) -> Result<(), Trouble> {
+    let mut meta = now(current)?;
+    let len = line.len() as u64;
+    if meta.size > 0 && meta.size.saturating_add(len) > half && rotate(current, half) {
+        meta = now(current)?;
+    }
+    if open.as_ref().is_none_or(|o| o.meta.id != meta.id) {
+        *open = None;
+        let Some((fd, opened)) = current.open_append().map_err(other)? else {
+            return Err(io::Error::from(io::ErrorKind::NotFound).into());
+        };
+        *open = Some(Open { fd, meta: opened });
+    }
+    let Some(file) = open.as_ref() else {
+        return Err(io::Error::from(io::ErrorKind::NotFound).into());
+    };
+    // One write: with O_APPEND the kernel places it at the end whoever else appends, and
+    // a writer that dies in it leaves at most a fragment of this one line.
+    let written = loop {
+        match rustix::io::write(&file.fd, line) {
+            Err(rustix::io::Errno::INTR) => {}
+            other => break other,
+        }
+    };
+    match written {
+        Ok(n) if n == line.len() => Ok(()),
+        Ok(_) => Err(Trouble::Short),
+        Err(e) => {
+            // A descriptor that fails once (the file system went away, the file was made
+            // unwritable) is opened again at the next event.
+            *open = None;
+            Err(io::Error::from(e).into())
+        }
+    }
+}
+
+/// The current file's inode and size, publishing it empty (mode 0660, the directory's group)
+/// when there is none.
+fn now(current: &SlotPath) -> Result<Meta, Trouble> {
+    if let Some(meta) = current.meta().map_err(other)? {
+        return Ok(meta);
+    }
+    // Published whole (a temp file, its mode and group set, then linked): every appender
+    // opens a file that is already shared. Someone else's at the same moment is as good.
+    let _ = current.publish(b"", MODE).map_err(other)?;
+    current
+        .meta()
+        .map_err(other)?
+        .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound).into())
+}
+
+/// Rotates the journal when it still holds `half` bytes or more: under the current file's
+/// guard (taken without waiting), renames it to the previous file's name (replacing the older
+/// one) and publishes a new empty current file. `false` when another process holds the guard
+/// (it is rotating: this line goes to the file it finds) or the rename fails.
+///
+/// A guard that cannot be taken at all (a stray file at its name) does not keep the journal
+/// from its cap: the rotation goes on without it, and two rotations racing then lose at
+/// most the previous file's older half.
+fn rotate(current: &SlotPath, half: u64) -> bool {
+    let guard = match current.try_guard() {
+        Ok(Some(guard)) => Some(guard),
+        Ok(None) => return false,
+        Err(e) => {
+            log::warn!("the journal rotates without its lock: {e}");
+            None
+        }
+    };
+    // Under the lock: a rotation since our look has made the file small again.
+    if current.meta().ok().flatten().is_none_or(|m| m.size < half) {
+        return true;
+    }
+    let rotated = current.rename(PREVIOUS).is_ok();
+    if rotated {
+        let _ = current.publish(b"", MODE);
+    }
+    drop(guard);
+    rotated
+}

@@ -1,0 +1,502 @@
+//! The schema: one [`Entry`] per line, its [`Event`] told by `kind`, and how a line is made
+//! (at most [`MAX_LINE`] bytes) and found again in bytes that a killed writer may have torn.
+
+use serde::{Deserialize, Serialize};
+
+/// The schema version every line carries; raised only when a field changes meaning or goes
+/// away (a field may be added without raising it, so a reader ignores fields it does not know).
+pub const VERSION: u32 = 1;
+
+/// The longest line, its newline included: one `write(2)` of at most this many bytes.
+pub const MAX_LINE: usize = 4096;
+
+/// How every line begins, byte for byte. JSON escapes every `"` inside a string, so these
+/// bytes appear nowhere else in a line: a reader that meets a torn line finds the next event
+/// by them.
+pub const MARKER: &[u8] = b"{\"version\":";
+
+/// One line of the journal: when, who wrote it, and what happened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    /// [`VERSION`].
+    pub version: u32,
+    /// When it happened: RFC 3339 UTC with milliseconds (`2026-11-30T04:55:19.924Z`).
+    pub at: String,
+    /// The process that wrote it.
+    pub pid: u32,
+    /// Events this writer could not append since its last line (a full disk, an unwritable
+    /// journal), counted here once it can again.
+    pub dropped: u64,
+    /// What happened.
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+/// What happened. Serialized with its name as `kind` (`slot-taken`) beside its fields; every
+/// field is always written (`null` when not known), so each kind has one shape. Credentials
+/// are named by their key (the 16 hex digits of their budget files' names), never by token.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum Event {
+    /// A slot was taken.
+    SlotTaken {
+        /// Its file (`agent-0.lock`).
+        slot: String,
+        /// `agent`, `test` or `full-run`.
+        slot_kind: String,
+        /// Its holder's owner, as recorded.
+        owner: String,
+        /// Its fencing epoch.
+        epoch: u64,
+        /// How long the take waited in line (0: it did not wait).
+        waited_ms: u64,
+    },
+    /// A slot was released by its holder.
+    SlotReleased {
+        /// Its file.
+        slot: String,
+        /// `agent`, `test` or `full-run`.
+        slot_kind: String,
+        /// Its holder's owner.
+        owner: String,
+        /// How long it was held by this process.
+        held_ms: u64,
+    },
+    /// A take was refused (STOP, a drain, the cap with `--no-wait`, a wait that timed out).
+    SlotRefused {
+        /// The kind asked for.
+        slot_kind: String,
+        /// Who asked.
+        owner: String,
+        /// `stop`, `drain`, `at-cap`, `full-run-held`, `counting` or `in-line`.
+        blocker: String,
+        /// The refusal in words.
+        why: String,
+        /// How long it waited first (0: it did not wait).
+        waited_ms: u64,
+    },
+    /// A take waits in line: said when it joins and whenever its place changes.
+    SlotWaiting {
+        /// The kind waited for.
+        slot_kind: String,
+        /// Who waits.
+        owner: String,
+        /// Its place in line, 1 for the head.
+        position: u32,
+        /// How many of its kind wait, itself included.
+        in_line: u32,
+        /// What it waits for, in words.
+        why: String,
+    },
+    /// A dead holder's lock was taken over.
+    Takeover {
+        /// The lock or lease file.
+        resource: String,
+        /// The new holder's owner.
+        owner: String,
+        /// The dead holder's pid, as recorded.
+        stale_pid: Option<u32>,
+        /// The dead holder's owner.
+        stale_owner: Option<String>,
+        /// When the dead holder had taken it (its `acquiredAt`).
+        stale_since: Option<String>,
+        /// The claim file of the takeover (`<lock>.<hash16>.claim`): the hash names the record
+        /// taken over.
+        claim: String,
+        /// The proof of death, in words (its guard free while it declared it held, no such
+        /// process, another start, another boot, a lapsed pulse).
+        proof: String,
+    },
+    /// A command was halted by an emergency STOP.
+    Halt {
+        /// The lock or lease file it ran under.
+        resource: String,
+        /// The command's pid.
+        command_pid: u32,
+        /// `supervisor` (its `worklane run` halted it) or `worklane` (`stop-all` signalled it:
+        /// its supervisor could not).
+        by: String,
+        /// The STOP, in words.
+        reason: String,
+        /// The signal that ended it (`SIGTERM`, `SIGKILL`), or null when it exited by itself.
+        signal: Option<String>,
+        /// Its exit status when it exited by itself.
+        status: Option<u8>,
+        /// From the first signal to its end.
+        took_ms: u64,
+    },
+    /// An emergency STOP was written.
+    Stop {
+        /// Who wrote it.
+        by: String,
+        /// Why.
+        reason: String,
+    },
+    /// STOP was lifted.
+    Resume {
+        /// Who had written the STOP lifted (empty when it was unreadable).
+        by: String,
+        /// Its reason.
+        reason: String,
+    },
+    /// An update drain was set.
+    Drain {
+        /// Until when.
+        until: String,
+        /// The version being installed, if named.
+        to: Option<String>,
+    },
+    /// The drain was ended early.
+    Undrain,
+    /// A role lease was taken.
+    RoleTaken {
+        /// The role.
+        role: String,
+        /// Its lease file (`role-<role>.lease`).
+        resource: String,
+        /// Its holder's owner.
+        owner: String,
+        /// Its TTL.
+        ttl_ms: Option<u64>,
+        /// Its fencing epoch.
+        epoch: u64,
+    },
+    /// A role lease was refused: someone holds it.
+    RoleRefused {
+        /// The role.
+        role: String,
+        /// Its lease file.
+        resource: String,
+        /// Who asked.
+        owner: String,
+        /// The holder's pid.
+        holder_pid: Option<u32>,
+        /// The holder's owner.
+        holder_owner: Option<String>,
+        /// Why it counts as held.
+        why: String,
+    },
+    /// A held role lease was lost: its record is another's now, or its pulse went unconfirmed
+    /// too long.
+    RoleLost {
+        /// The role.
+        role: String,
+        /// Its lease file.
+        resource: String,
+        /// Why, in words.
+        why: String,
+    },
+    /// The dispatcher queued an attempt.
+    DispatchEnqueued {
+        /// The attempt (`a-<32 hex>`).
+        attempt: String,
+        /// Its lane.
+        lane: String,
+        /// Its priority.
+        priority: i64,
+        /// Who enqueued it.
+        uid: u32,
+    },
+    /// The dispatcher admitted an attempt: an agent slot is taken for it.
+    DispatchAdmitted {
+        /// The attempt.
+        attempt: String,
+        /// Its lane.
+        lane: String,
+        /// The slot taken for it.
+        slot: String,
+        /// How long it had waited, from its original queue start.
+        waited_ms: u64,
+    },
+    /// An admitted attempt's driver claimed it.
+    DispatchClaimed {
+        /// The attempt.
+        attempt: String,
+        /// Its lane.
+        lane: String,
+        /// The slot handed over.
+        slot: String,
+        /// From its admission to this claim.
+        admitted_ms: u64,
+    },
+    /// An admitted attempt went unclaimed past the claim interval and is queued again.
+    DispatchExpired {
+        /// The attempt.
+        attempt: String,
+        /// Its lane.
+        lane: String,
+        /// How long it was starting.
+        starting_ms: u64,
+    },
+    /// A dispatcher's start found a stored attempt and kept or dropped it.
+    DispatchRecovered {
+        /// The attempt.
+        attempt: String,
+        /// Its lane.
+        lane: String,
+        /// Kept (queued again) or dropped.
+        kept: bool,
+        /// Why, in words.
+        why: String,
+    },
+    /// An attempt was cancelled.
+    DispatchCancelled {
+        /// The attempt.
+        attempt: String,
+        /// Its lane.
+        lane: String,
+        /// Its state when cancelled (`queued`, `starting`, `failed`, `running`).
+        state: String,
+        /// Who cancelled it.
+        uid: u32,
+    },
+    /// A credential's calls were paused (a secondary rate limit, a provider's pause status).
+    BudgetPaused {
+        /// `github`, `anthropic`, `openai` or a provider of the config.
+        provider: String,
+        /// The credential's key (16 hex digits, as in its budget files' names).
+        credential: String,
+        /// Until when.
+        until: String,
+    },
+    /// A call was refused by the budget (none left, or paused, for its whole wait).
+    BudgetRefused {
+        /// The provider.
+        provider: String,
+        /// The credential's key.
+        credential: String,
+        /// The resource or dimension that refused it.
+        resource: String,
+        /// `rate_limited` or `secondary_rate_limited`.
+        refusal: String,
+        /// When a call may go again, if known.
+        retry_at: Option<String>,
+        /// Who asked.
+        consumer: String,
+        /// How long it waited first.
+        waited_ms: u64,
+    },
+    /// A stray or broken file was found (and, when `fixed`, removed).
+    BrokenFile {
+        /// Its name in the slot directory.
+        name: String,
+        /// What is wrong with it and what that does.
+        what: String,
+        /// What fixes it (or fixed it).
+        fix: String,
+        /// Whether worklane fixed it already.
+        fixed: bool,
+    },
+    /// A kind this version does not know (a newer writer's): its fields are not kept.
+    #[serde(other)]
+    Unknown,
+}
+
+impl Event {
+    /// Its `kind` as written (`slot-taken`).
+    #[must_use]
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::SlotTaken { .. } => "slot-taken",
+            Event::SlotReleased { .. } => "slot-released",
+            Event::SlotRefused { .. } => "slot-refused",
+            Event::SlotWaiting { .. } => "slot-waiting",
+            Event::Takeover { .. } => "takeover",
+            Event::Halt { .. } => "halt",
+            Event::Stop { .. } => "stop",
+            Event::Resume { .. } => "resume",
+            Event::Drain { .. } => "drain",
+            Event::Undrain => "undrain",
+            Event::RoleTaken { .. } => "role-taken",
+            Event::RoleRefused { .. } => "role-refused",
+            Event::RoleLost { .. } => "role-lost",
+            Event::DispatchEnqueued { .. } => "dispatch-enqueued",
+            Event::DispatchAdmitted { .. } => "dispatch-admitted",
+            Event::DispatchClaimed { .. } => "dispatch-claimed",
+            Event::DispatchExpired { .. } => "dispatch-expired",
+            Event::DispatchRecovered { .. } => "dispatch-recovered",
+            Event::DispatchCancelled { .. } => "dispatch-cancelled",
+            Event::BudgetPaused { .. } => "budget-paused",
+            Event::BudgetRefused { .. } => "budget-refused",
+            Event::BrokenFile { .. } => "broken-file",
+            Event::Unknown => "unknown",
+        }
+    }
+}
+
+/// Every `kind` this version writes, in the order of [`Event`].
+pub const KINDS: [&str; 22] = [
+    "slot-taken",
+    "slot-released",
+    "slot-refused",
+    "slot-waiting",
+    "takeover",
+    "halt",
+    "stop",
+    "resume",
+    "drain",
+    "undrain",
+    "role-taken",
+    "role-refused",
+    "role-lost",
+    "dispatch-enqueued",
+    "dispatch-admitted",
+    "dispatch-claimed",
+    "dispatch-expired",
+    "dispatch-recovered",
+    "dispatch-cancelled",
+    "budget-paused",
+    "budget-refused",
+    "broken-file",
+];
+
+/// The longest a free-text field is kept when a line would pass [`MAX_LINE`].
+const SHORT_TEXT: usize = 256;
+
+/// `entry` as one line (newline included), at most [`MAX_LINE`] bytes: when it would be
+/// longer, every string longer than 256 bytes is cut (on a character boundary, `…` added);
+/// `None` if it is still too long (it is then dropped and counted).
+pub(crate) fn encode(entry: &Entry) -> Option<Vec<u8>> {
+    let mut line = serde_json::to_vec(entry).ok()?;
+    if line.len() < MAX_LINE {
+        line.push(b'\n');
+        return Some(line);
+    }
+    let mut value = serde_json::to_value(entry).ok()?;
+    shorten(&mut value);
+    // Back through the type, which writes its fields in their order (`version` first).
+    let shortened: Entry = serde_json::from_value(value).ok()?;
+    let mut line = serde_json::to_vec(&shortened).ok()?;
+    (line.len() < MAX_LINE && line.starts_with(MARKER)).then(|| {
+        line.push(b'\n');
+        line
+    })
+}
+
+fn shorten(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::String(text) if text.len() > SHORT_TEXT => {
+            let mut cut = SHORT_TEXT;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            text.truncate(cut);
+            text.push('…');
+        }
+        serde_json::Value::Object(map) => map.values_mut().for_each(shorten),
+        serde_json::Value::Array(items) => items.iter_mut().for_each(shorten),
+        _ => {}
+    }
+}
+
+/// What one line's bytes (without its newline) hold: the entry, and how many torn fragments
+/// before it were skipped; `None` with the count when no entry could be read.
+pub(crate) fn decode(line: &[u8]) -> (Option<Entry>, u64) {
+    if line.is_empty() {
+        return (None, 0);
+    }
+    if let Ok(entry) = serde_json::from_slice::<Entry>(line) {
+        return (Some(entry), 0);
+    }
+    // A writer killed mid-line left a fragment that the next line was appended to: each
+    // marker after the first byte starts another event; the last one may be whole.
+    let starts: Vec<usize> = (1..line.len())
+        .filter(|&i| line[i..].starts_with(MARKER))
+        .collect();
+    match starts.last() {
+        Some(&last) => match serde_json::from_slice::<Entry>(&line[last..]) {
+            Ok(entry) => (Some(entry), starts.len() as u64),
+            Err(_) => (None, starts.len() as u64 + 1),
+        },
+        None => (None, 1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(event: Event) -> Entry {
+        Entry {
+            version: VERSION,
+            at: "2026-11-30T04:55:19.924Z".to_owned(),
+            pid: 42,
+            dropped: 0,
+            event,
+        }
+    }
+
+    #[test]
+    fn a_line_starts_with_the_marker_and_reads_back() {
+        let e = entry(Event::SlotTaken {
+            slot: "agent-0.lock".to_owned(),
+            slot_kind: "agent".to_owned(),
+            owner: "a \"quoted\" {\"version\": owner".to_owned(),
+            epoch: 3,
+            waited_ms: 0,
+        });
+        let line = encode(&e).expect("short");
+        assert!(
+            line.starts_with(MARKER),
+            "{}",
+            String::from_utf8_lossy(&line)
+        );
+        assert_eq!(line.last(), Some(&b'\n'));
+        assert_eq!(
+            line.windows(MARKER.len()).filter(|w| *w == MARKER).count(),
+            1,
+            "the marker appears once, even with it quoted in a field"
+        );
+        assert_eq!(decode(&line[..line.len() - 1]), (Some(e), 0));
+    }
+
+    #[test]
+    fn every_kind_is_named_as_written() {
+        let undrain = serde_json::to_value(entry(Event::Undrain)).expect("json");
+        assert_eq!(undrain["kind"], "undrain");
+        assert_eq!(Event::Undrain.kind(), "undrain");
+        assert!(KINDS.contains(&"broken-file") && KINDS.len() == 22);
+        let unknown: Entry = serde_json::from_str(
+            r#"{"version":1,"at":"x","pid":1,"dropped":0,"kind":"from-the-future","n":1}"#,
+        )
+        .expect("an unknown kind reads");
+        assert_eq!(unknown.event, Event::Unknown);
+    }
+
+    #[test]
+    fn a_long_line_is_cut_to_fit() {
+        let e = entry(Event::BrokenFile {
+            name: "x".repeat(5000),
+            what: "é".repeat(3000),
+            fix: "rm".to_owned(),
+            fixed: false,
+        });
+        let line = encode(&e).expect("cut to fit");
+        assert!(line.len() <= MAX_LINE, "{}", line.len());
+        let (read, skipped) = decode(&line[..line.len() - 1]);
+        let Some(Entry {
+            event: Event::BrokenFile { name, what, .. },
+            ..
+        }) = read
+        else {
+            panic!("reads back");
+        };
+        assert_eq!(skipped, 0);
+        assert!(name.ends_with('…') && name.len() < 300, "{}", name.len());
+        assert!(what.ends_with('…'));
+    }
+
+    #[test]
+    fn a_torn_fragment_is_skipped_and_the_event_after_it_kept() {
+        let whole = encode(&entry(Event::Undrain)).expect("line");
+        let whole = &whole[..whole.len() - 1];
+        let mut torn = whole[..17].to_vec();
+        torn.extend_from_slice(&whole[..12]);
+        torn.extend_from_slice(whole);
+        assert_eq!(decode(&torn), (Some(entry(Event::Undrain)), 2));
+        assert_eq!(decode(&whole[..20]), (None, 1), "a fragment alone");
+        assert_eq!(decode(b"garbage"), (None, 1));
+        assert_eq!(decode(b""), (None, 0), "an empty line is nothing");
+    }
+}

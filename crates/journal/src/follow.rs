@@ -1,0 +1,254 @@
+//! Following the journal as it grows: woken by inotify (Linux), across rotations, by inode.
+
+use crate::names::{CURRENT, PREVIOUS};
+use crate::read::{Batch, Lines, drain, error::Error, open, open_both};
+use rustix::fd::OwnedFd;
+use std::time::Duration;
+use worklane_slotfile::{Meta, SlotDir};
+
+/// How long a follower sleeps between looks where it cannot be woken (no inotify).
+pub const LOOK_EVERY: Duration = Duration::from_millis(250);
+
+/// A file the follower holds open, with what it has read of its last line.
+struct Held {
+    fd: OwnedFd,
+    meta: Meta,
+    name: &'static str,
+    lines: Lines,
+}
+
+impl Held {
+    fn drain(&mut self, into: &mut Batch) -> Result<(), Error> {
+        drain(&self.fd, self.name, &mut self.lines, into)
+    }
+}
+
+/// A reader that follows the journal: [`Follow::start`] reads what is there, then each
+/// [`Follow::next`] waits for new lines.
+///
+/// It knows the journal's files by inode, through descriptors it holds: when a rotation
+/// renames the current file away, it keeps reading that file (now the previous one: a writer
+/// that looked just before the rotation appends its line there) and reads the new current
+/// file from its start; the file before that is read to its end and let go. A follower that
+/// falls two rotations behind (half the cap written while it did not read) reads the previous
+/// file from its start; one that falls further behind misses the files rotated away meanwhile.
+pub struct Follow {
+    dir: SlotDir,
+    previous: Option<Held>,
+    current: Option<Held>,
+    #[cfg(target_os = "linux")]
+    inotify: Option<OwnedFd>,
+}
+
+impl std::fmt::Debug for Follow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Follow")
+            .field("dir", &self.dir.path())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Follow {
+    /// Starts following the journal of `dir`: returns the follower and every line there now
+    /// (the previous file, then the current one). The directory is watched before anything
+    /// is read, so no line appended meanwhile is missed.
+    pub fn start(dir: &SlotDir) -> Result<(Follow, Batch), Error> {
+        let mut follow = Follow {
+            dir: dir.clone(),
+            previous: None,
+            current: None,
+            #[cfg(target_os = "linux")]
+            inotify: watch(dir)?,
+        };
+        let (previous, current) = open_both(dir)?;
+        let held = |file: Option<(OwnedFd, Meta)>, name| {
+            file.map(|(fd, meta)| Held {
+                fd,
+                meta,
+                name,
+                lines: Lines::default(),
+            })
+        };
+        follow.previous = held(previous, PREVIOUS);
+        follow.current = held(current, CURRENT);
+        let batch = follow.look()?;
+        Ok((follow, batch))
+    }
+
+    /// Waits for new lines and returns them: at most `timeout` when given (an empty batch
+    /// then), else until there are some.
+    pub fn next(&mut self, timeout: Option<Duration>) -> Result<Batch, Error> {
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        loop {
+            let batch = self.look()?;
+            if !batch.entries.is_empty() || batch.skipped > 0 {
+                return Ok(batch);
+            }
+            let left = match deadline {
+                Some(d) => {
+                    let left = d.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        return Ok(batch);
+                    }
+                    Some(left)
+                }
+                None => None,
+            };
+            self.wait(left);
+        }
+    }
+
+    /// Reads what is new in the files held, and, when the name now refers to another file
+    /// (a rotation), that file from its start.
+    fn look(&mut self) -> Result<Batch, Error> {
+        let mut batch = Batch::default();
+        for held in [&mut self.previous, &mut self.current]
+            .into_iter()
+            .flatten()
+        {
+            held.drain(&mut batch)?;
+        }
+        let now = self
+            .dir
+            .file(CURRENT)
+            .ok()
+            .and_then(|p| p.meta().ok().flatten())
+            .map(|m| m.id);
+        // No file at the name: between a rotation's rename and its new file (or before the
+        // first event): the files held are read on until one appears.
+        let Some(now) = now else {
+            return Ok(batch);
+        };
+        if self.current.as_ref().is_some_and(|c| c.meta.id == now) {
+            return Ok(batch);
+        }
+        // Rotated: the file before the previous one goes (read to its end above; an
+        // unfinished line in it now is a torn one), and the current one is the previous one.
+        if let Some(mut gone) = self.previous.take() {
+            gone.drain(&mut batch)?;
+            gone.lines.finish(&mut batch);
+        }
+        let previous_now = self
+            .dir
+            .file(PREVIOUS)
+            .ok()
+            .and_then(|p| p.meta().ok().flatten())
+            .map(|m| m.id);
+        match self.current.take() {
+            Some(mut held) if Some(held.meta.id) == previous_now => {
+                held.name = PREVIOUS;
+                self.previous = Some(held);
+            }
+            held => {
+                // Rotated twice (or first seen after a rotation): the file held is gone, and
+                // the previous one is new to this follower: read from its start.
+                if let Some(mut gone) = held {
+                    gone.drain(&mut batch)?;
+                    gone.lines.finish(&mut batch);
+                }
+                if let Some((fd, meta)) = open(&self.dir, PREVIOUS)? {
+                    let mut held = Held {
+                        fd,
+                        meta,
+                        name: PREVIOUS,
+                        lines: Lines::default(),
+                    };
+                    held.drain(&mut batch)?;
+                    self.previous = Some(held);
+                }
+            }
+        }
+        if let Some((fd, meta)) = open(&self.dir, CURRENT)? {
+            let mut held = Held {
+                fd,
+                meta,
+                name: CURRENT,
+                lines: Lines::default(),
+            };
+            held.drain(&mut batch)?;
+            self.current = Some(held);
+        }
+        Ok(batch)
+    }
+
+    /// Sleeps until the journal's files change (or `left` passes).
+    fn wait(&mut self, left: Option<Duration>) {
+        #[cfg(target_os = "linux")]
+        if let Some(fd) = &self.inotify {
+            wait_inotify(fd, left);
+            return;
+        }
+        std::thread::sleep(left.map_or(LOOK_EVERY, |l| l.min(LOOK_EVERY)));
+    }
+}
+
+/// An inotify instance on `dir` for the journal's files: appended to (`IN_MODIFY`), created,
+/// renamed to or from.
+#[cfg(target_os = "linux")]
+fn watch(dir: &SlotDir) -> Result<Option<OwnedFd>, Error> {
+    use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
+    let failed = |e: rustix::io::Errno| Error::Watch {
+        dir: dir.path().to_owned(),
+        source: e.into(),
+    };
+    let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).map_err(failed)?;
+    let flags = WatchFlags::MODIFY
+        | WatchFlags::CREATE
+        | WatchFlags::MOVED_TO
+        | WatchFlags::MOVED_FROM
+        | WatchFlags::ONLYDIR;
+    inotify::add_watch(&fd, dir.path(), flags).map_err(failed)?;
+    Ok(Some(fd))
+}
+
+/// Waits until an event names a journal file (or the kernel dropped events), or `left` passes.
+#[cfg(target_os = "linux")]
+fn wait_inotify(fd: &OwnedFd, left: Option<Duration>) {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let deadline = left.map(|l| std::time::Instant::now() + l);
+    loop {
+        let spec = deadline.map(|d| {
+            let l = d.saturating_duration_since(std::time::Instant::now());
+            Timespec {
+                tv_sec: i64::try_from(l.as_secs()).unwrap_or(i64::MAX),
+                tv_nsec: i64::from(l.subsec_nanos()),
+            }
+        });
+        let mut fds = [PollFd::new(fd, PollFlags::IN)];
+        match poll(&mut fds, spec.as_ref()) {
+            Ok(0) => return,
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(_) => {
+                std::thread::sleep(LOOK_EVERY);
+                return;
+            }
+        }
+        if journal_changed(fd) {
+            return;
+        }
+    }
+}
+
+/// Reads every queued event: whether one names a journal file or the queue overflowed.
+#[cfg(target_os = "linux")]
+fn journal_changed(fd: &OwnedFd) -> bool {
+    use rustix::fs::inotify::{ReadFlags, Reader};
+    use std::mem::MaybeUninit;
+    let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
+    let mut reader = Reader::new(fd, &mut buf);
+    let mut changed = false;
+    loop {
+        match reader.next() {
+            Ok(event) => {
+                let name = event.file_name().and_then(|n| n.to_str().ok());
+                if event.events().contains(ReadFlags::QUEUE_OVERFLOW)
+                    || matches!(name, Some(CURRENT | PREVIOUS))
+                {
+                    changed = true;
+                }
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return changed,
+        }
+    }
+}

@@ -1,0 +1,234 @@
+//! [`Journal`]: one slot directory's journal as this process writes it, shared by every
+//! handle on the same directory, and the [`emit`] every library calls.
+
+use crate::append::{Open, Trouble, append};
+use crate::event::{Entry, Event, VERSION, encode};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use worklane_slotfile::{DEFAULT_JOURNAL_MAX_BYTES, JOURNAL_BYTES_RANGE, SlotDir};
+
+/// The journal of one slot directory, as this process appends to it. Cheap to clone; every
+/// handle of one directory in a process ([`Journal::of`]) shares one descriptor, one cap and
+/// one count of dropped events.
+///
+/// [`Journal::emit`] never fails and never waits on another process: an event that cannot be
+/// appended (a full disk, a journal this user may not write, a stray file at its name) is
+/// dropped and counted, and the count is written in this process's next line that goes
+/// through ([`Entry::dropped`]).
+#[derive(Clone)]
+pub struct Journal {
+    shared: Option<Arc<Shared>>,
+}
+
+struct Shared {
+    dir: SlotDir,
+    max_bytes: AtomicU64,
+    dropped: AtomicU64,
+    file: Mutex<Writer>,
+}
+
+#[derive(Default)]
+struct Writer {
+    open: Option<Open>,
+    /// A descriptor every line goes to instead (feature `test-seams`).
+    #[cfg(feature = "test-seams")]
+    sink: Option<rustix::fd::OwnedFd>,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.shared {
+            Some(shared) => f
+                .debug_struct("Journal")
+                .field("dir", &shared.dir.path())
+                .field("max_bytes", &shared.max_bytes.load(Ordering::Relaxed))
+                .finish_non_exhaustive(),
+            None => f.write_str("Journal(off)"),
+        }
+    }
+}
+
+/// The journals this process writes, by directory: held weakly, so a journal's descriptor
+/// closes with its last handle.
+static OPEN: Mutex<Vec<(PathBuf, Weak<Shared>)>> = Mutex::new(Vec::new());
+
+impl Journal {
+    /// The journal of `dir`: the one this process already writes for that directory, or a new
+    /// one (at the default cap until [`Journal::set_max_bytes`] says the config's).
+    #[must_use]
+    pub fn of(dir: &SlotDir) -> Journal {
+        let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
+        open.retain(|(_, weak)| weak.strong_count() > 0);
+        if let Some(shared) = open
+            .iter()
+            .find(|(path, _)| path == dir.path())
+            .and_then(|(_, weak)| weak.upgrade())
+        {
+            return Journal {
+                shared: Some(shared),
+            };
+        }
+        let shared = Arc::new(Shared {
+            dir: dir.clone(),
+            max_bytes: AtomicU64::new(DEFAULT_JOURNAL_MAX_BYTES),
+            dropped: AtomicU64::new(0),
+            file: Mutex::new(Writer::default()),
+        });
+        open.push((dir.path().to_owned(), Arc::downgrade(&shared)));
+        Journal {
+            shared: Some(shared),
+        }
+    }
+
+    /// A journal that writes nothing: for a harness that keeps no journal of its own events
+    /// (and for measuring what the journal costs).
+    #[must_use]
+    pub fn off() -> Journal {
+        Journal { shared: None }
+    }
+
+    /// Whether events are written.
+    #[must_use]
+    pub fn is_on(&self) -> bool {
+        self.shared.is_some()
+    }
+
+    /// Sets the cap (the config's `journal_max_bytes`), brought within
+    /// [`JOURNAL_BYTES_RANGE`]: the current and previous file together stay under it.
+    pub fn set_max_bytes(&self, max_bytes: u64) {
+        if let Some(shared) = &self.shared {
+            let max = max_bytes.clamp(*JOURNAL_BYTES_RANGE.start(), *JOURNAL_BYTES_RANGE.end());
+            shared.max_bytes.store(max, Ordering::Relaxed);
+        }
+    }
+
+    /// The cap in force.
+    #[must_use]
+    pub fn max_bytes(&self) -> u64 {
+        self.shared
+            .as_ref()
+            .map_or(0, |s| s.max_bytes.load(Ordering::Relaxed))
+    }
+
+    /// Events this process could not append since its last line that went through.
+    #[must_use]
+    pub fn dropped(&self) -> u64 {
+        self.shared
+            .as_ref()
+            .map_or(0, |s| s.dropped.load(Ordering::Relaxed))
+    }
+
+    /// Appends `event`, stamped with the time and this process's pid, as one line. Never
+    /// fails and never waits on another process: see [`Journal`].
+    pub fn emit(&self, event: Event) {
+        let Some(shared) = &self.shared else {
+            return;
+        };
+        let mut writer = shared.file.lock().unwrap_or_else(PoisonError::into_inner);
+        let carried = shared.dropped.load(Ordering::Relaxed);
+        let entry = Entry {
+            version: VERSION,
+            at: now(),
+            pid: std::process::id(),
+            dropped: carried,
+            event,
+        };
+        let written = match encode(&entry) {
+            Some(line) => write(shared, &mut writer, &line),
+            None => Err(Trouble::Short),
+        };
+        match written {
+            Ok(()) => {
+                shared.dropped.fetch_sub(carried, Ordering::Relaxed);
+            }
+            Err(trouble) => {
+                shared.dropped.fetch_add(1, Ordering::Relaxed);
+                log::debug!(
+                    "journal of {}: {} event dropped: {trouble}",
+                    shared.dir.path().display(),
+                    entry.event.kind()
+                );
+            }
+        }
+    }
+
+    /// Test seam (feature `test-seams`): every later line of this process's journal of the
+    /// directory goes to `fd` instead (`/dev/full` for a disk that is full).
+    #[cfg(feature = "test-seams")]
+    pub fn sink(&self, fd: rustix::fd::OwnedFd) {
+        if let Some(shared) = &self.shared {
+            shared
+                .file
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .sink = Some(fd);
+        }
+    }
+}
+
+fn write(shared: &Shared, writer: &mut Writer, line: &[u8]) -> Result<(), Trouble> {
+    #[cfg(feature = "test-seams")]
+    if let Some(sink) = &writer.sink {
+        return match rustix::io::write(sink, line) {
+            Ok(n) if n == line.len() => Ok(()),
+            Ok(_) => Err(Trouble::Short),
+            Err(e) => Err(Trouble::Io(e.into())),
+        };
+    }
+    let half = shared.max_bytes.load(Ordering::Relaxed) / 2;
+    append(&shared.dir, &mut writer.open, line, half)
+}
+
+/// Appends `event` to the journal of `dir` ([`Journal::of`] and [`Journal::emit`]): the call
+/// every library makes where something happens. Never fails, never waits.
+pub fn emit(dir: &SlotDir, event: Event) {
+    Journal::of(dir).emit(event);
+}
+
+/// Now, as a line says it: RFC 3339 UTC with milliseconds.
+pub(crate) fn now() -> String {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    time_of_ms(ms)
+}
+
+/// `ms` since the Unix epoch as RFC 3339 UTC with milliseconds.
+#[must_use]
+pub fn time_of_ms(ms: i64) -> String {
+    match jiff::Timestamp::from_millisecond(ms) {
+        Ok(t) => format!("{t:.3}"),
+        Err(_) => "1970-01-01T00:00:00.000Z".to_owned(),
+    }
+}
+
+/// The milliseconds since the Unix epoch of a line's `at` (any RFC 3339 time); `None` when it
+/// is not one.
+#[must_use]
+pub fn ms_of_time(at: &str) -> Option<i64> {
+    at.parse::<jiff::Timestamp>()
+        .ok()
+        .map(jiff::Timestamp::as_millisecond)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_utc_with_milliseconds() {
+        assert_eq!(time_of_ms(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(time_of_ms(1_796_014_519_924), "2026-11-30T04:55:19.924Z");
+        assert_eq!(
+            ms_of_time("2026-11-30T04:55:19.924Z"),
+            Some(1_796_014_519_924)
+        );
+        assert_eq!(
+            ms_of_time("2026-11-30T05:55:19.924+01:00"),
+            Some(1_796_014_519_924)
+        );
+        assert_eq!(ms_of_time("yesterday"), None);
+        assert_eq!(now().len(), "2026-11-30T04:55:19.924Z".len(), "{}", now());
+    }
+}

@@ -1,0 +1,250 @@
+//! Reading the journal: its two files in order, lines split as bytes come, torn lines skipped
+//! and counted.
+
+use crate::event::{Entry, decode};
+use crate::names::{CURRENT, PREVIOUS};
+use rustix::fd::OwnedFd;
+use worklane_slotfile::{Meta, SlotDir};
+
+/// The longest unfinished line kept while waiting for its end: a stray writer that never ends
+/// its line cannot make a reader hold more.
+const MAX_PENDING: usize = 64 * 1024;
+
+/// Errors of reading the journal.
+pub mod error {
+    /// Why the journal could not be read.
+    #[derive(Debug, thiserror::Error)]
+    #[non_exhaustive]
+    pub enum Error {
+        /// A journal file's name was refused.
+        #[error("cannot name the journal file {name}")]
+        Name {
+            /// The file's name.
+            name: &'static str,
+            /// Why.
+            #[source]
+            source: worklane_slotfile::name::Error,
+        },
+        /// A journal file could not be opened (a symbolic link, a directory or a FIFO at its
+        /// name, no permission).
+        #[error("cannot open the journal file {name}")]
+        Open {
+            /// The file's name.
+            name: &'static str,
+            /// Why.
+            #[source]
+            source: worklane_slotfile::read::Error,
+        },
+        /// A journal file could not be read.
+        #[error("cannot read the journal file {name}")]
+        Read {
+            /// The file's name.
+            name: &'static str,
+            /// The system error.
+            #[source]
+            source: std::io::Error,
+        },
+        /// The directory could not be watched for new lines.
+        #[error("cannot watch {} for new journal lines", dir.display())]
+        Watch {
+            /// The slot directory.
+            dir: std::path::PathBuf,
+            /// The system error.
+            #[source]
+            source: std::io::Error,
+        },
+    }
+}
+
+use error::Error;
+
+/// Lines read: the entries in file order, and how many torn or unreadable lines (or pieces of
+/// lines) were skipped.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Batch {
+    /// The entries.
+    pub entries: Vec<Entry>,
+    /// Torn or unreadable pieces skipped.
+    pub skipped: u64,
+}
+
+impl Batch {
+    /// Adds `other`'s entries and skips after this one's.
+    pub fn extend(&mut self, other: Batch) {
+        self.entries.extend(other.entries);
+        self.skipped += other.skipped;
+    }
+}
+
+/// Splits bytes into lines as they come, keeping an unfinished last line for the bytes after
+/// it.
+#[derive(Debug, Default)]
+pub struct Lines {
+    pending: Vec<u8>,
+}
+
+impl Lines {
+    /// Reads the lines `bytes` completes into `into`, keeping what follows the last newline.
+    pub fn push(&mut self, bytes: &[u8], into: &mut Batch) {
+        let mut rest = bytes;
+        while let Some(end) = rest.iter().position(|&b| b == b'\n') {
+            let line: &[u8] = if self.pending.is_empty() {
+                &rest[..end]
+            } else {
+                self.pending.extend_from_slice(&rest[..end]);
+                &self.pending
+            };
+            let (entry, skipped) = decode(line);
+            into.entries.extend(entry);
+            into.skipped += skipped;
+            self.pending.clear();
+            rest = &rest[end + 1..];
+        }
+        self.pending.extend_from_slice(rest);
+        if self.pending.len() > MAX_PENDING {
+            self.pending.clear();
+            into.skipped += 1;
+        }
+    }
+
+    /// Ends the stream: an unfinished last line is a writer's torn line (or one being written
+    /// this instant, which a reader cannot tell apart): it is counted as skipped.
+    pub fn finish(&mut self, into: &mut Batch) {
+        if !self.pending.is_empty() {
+            self.pending.clear();
+            into.skipped += 1;
+        }
+    }
+}
+
+/// Reads from `fd` to its end into `lines`.
+pub(crate) fn drain(
+    fd: &OwnedFd,
+    name: &'static str,
+    lines: &mut Lines,
+    into: &mut Batch,
+) -> Result<(), Error> {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match rustix::io::read(fd, &mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => lines.push(&buf[..n], into),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => {
+                return Err(Error::Read {
+                    name,
+                    source: e.into(),
+                });
+            }
+        }
+    }
+}
+
+/// A journal file opened for reading, with what it was when opened; `None` when there is none.
+pub(crate) type Opened = Option<(OwnedFd, Meta)>;
+
+/// Opens the journal file `name` of `dir` for reading.
+pub(crate) fn open(dir: &SlotDir, name: &'static str) -> Result<Opened, Error> {
+    dir.file(name)
+        .map_err(|source| Error::Name { name, source })?
+        .open_stream()
+        .map_err(|source| Error::Open { name, source })
+}
+
+/// The journal's two files, opened together: the previous file is opened first and checked
+/// again after the current one is, so that a rotation between the two opens (which would skip
+/// a whole file) is seen and the pair opened again.
+pub(crate) fn open_both(dir: &SlotDir) -> Result<(Opened, Opened), Error> {
+    let mut tries = 0;
+    loop {
+        let previous = open(dir, PREVIOUS)?;
+        let current = open(dir, CURRENT)?;
+        let now = dir
+            .file(PREVIOUS)
+            .map_err(|source| Error::Name {
+                name: PREVIOUS,
+                source,
+            })?
+            .meta()
+            .ok()
+            .flatten()
+            .map(|m| m.id);
+        tries += 1;
+        if now == previous.as_ref().map(|(_, m)| m.id) || tries >= 8 {
+            return Ok((previous, current));
+        }
+    }
+}
+
+/// Reads the whole journal of `dir`: the previous file, then the current one. A missing file
+/// is an empty one. An unfinished line at the end of either file is counted as skipped.
+pub fn read(dir: &SlotDir) -> Result<Batch, Error> {
+    let (previous, current) = open_both(dir)?;
+    let mut batch = Batch::default();
+    for (file, name) in [(previous, PREVIOUS), (current, CURRENT)] {
+        if let Some((fd, _)) = file {
+            let mut lines = Lines::default();
+            drain(&fd, name, &mut lines, &mut batch)?;
+            lines.finish(&mut batch);
+        }
+    }
+    Ok(batch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Event, VERSION, encode};
+
+    fn line(pid: u32) -> Vec<u8> {
+        encode(&Entry {
+            version: VERSION,
+            at: "2026-11-30T04:55:19.924Z".to_owned(),
+            pid,
+            dropped: 0,
+            event: Event::Undrain,
+        })
+        .expect("line")
+    }
+
+    #[test]
+    fn lines_split_across_chunks_read_whole() {
+        let mut all = line(1);
+        all.extend(line(2));
+        all.extend(line(3));
+        for cut in 0..all.len() {
+            let mut lines = Lines::default();
+            let mut batch = Batch::default();
+            lines.push(&all[..cut], &mut batch);
+            lines.push(&all[cut..], &mut batch);
+            lines.finish(&mut batch);
+            let pids: Vec<u32> = batch.entries.iter().map(|e| e.pid).collect();
+            assert_eq!((pids, batch.skipped), (vec![1, 2, 3], 0), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn a_torn_line_is_counted_once_and_the_next_kept() {
+        let whole = line(2);
+        let mut bytes = line(1)[..30].to_vec();
+        bytes.extend(&whole);
+        bytes.extend(&line(3)[..10]);
+        let mut lines = Lines::default();
+        let mut batch = Batch::default();
+        lines.push(&bytes, &mut batch);
+        assert_eq!(batch.entries.len(), 1);
+        assert_eq!(batch.skipped, 1, "the fragment before the second line");
+        lines.finish(&mut batch);
+        assert_eq!(batch.skipped, 2, "and the unfinished end");
+    }
+
+    #[test]
+    fn endless_garbage_is_not_kept_for_ever() {
+        let mut lines = Lines::default();
+        let mut batch = Batch::default();
+        lines.push(&vec![b'x'; MAX_PENDING + 1], &mut batch);
+        assert_eq!(batch.skipped, 1);
+        lines.push(&line(4), &mut batch);
+        assert_eq!(batch.entries.len(), 1);
+    }
+}
