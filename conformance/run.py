@@ -515,9 +515,20 @@ def command_of(d, spec, problems, when):
         if want not in held:
             problems.append(f"{when}: {name}'s command {pid} holds no descriptor of .{name}.flock")
     if "command_env" in spec:
-        with open(f"/proc/{pid}/environ", "rb") as f:
+        # A process's environment reads empty while it has no memory of its own (a moment
+        # around an exec, or as it exits): read again, briefly, before judging.
+        environ = {}
+        for _ in range(50):
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    raw = f.read()
+            except OSError:
+                raw = b""
             environ = dict(v.decode(errors="replace").partition("=")[::2]
-                           for v in f.read().split(b"\0") if v)
+                           for v in raw.split(b"\0") if v)
+            if environ:
+                break
+            time.sleep(0.02)
         for var, value in spec["command_env"].items():
             value = value.replace("@dir", d)
             if environ.get(var) != value:
