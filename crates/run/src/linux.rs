@@ -2,7 +2,8 @@
 //! (for a halt's reach beyond the command's group), how one process looks (for STOP's
 //! enforcement), which processes hold a guard's descriptor, and the subreaper setting. The
 //! parsing is in plain functions of [`crate::tree`] and [`crate::enforce`], tested everywhere;
-//! `other.rs` has the same signatures for every other platform, where nothing is seen.
+//! `other.rs` has the same signatures for every other platform, where nothing is seen (but
+//! `tree_use`, which only the Linux jobserver asks).
 
 use crate::enforce::{Seen, parse_stat as parse_seen};
 use crate::tree::{Entry, parse_stat};

@@ -26,8 +26,3 @@ pub(crate) fn observe(_pid: u32) -> Option<Seen> {
 pub(crate) fn guard_holders(_guards: &HashSet<FileId>) -> HashMap<FileId, Vec<u32>> {
     HashMap::new()
 }
-
-/// Nothing is seen of a build's tree: no token is judged lost before the tree ends.
-pub(crate) fn tree_use(_fifo: &std::path::Path) -> (Option<u32>, Option<u32>) {
-    (None, None)
-}
