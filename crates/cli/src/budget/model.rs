@@ -5,8 +5,7 @@
 use super::{key_from_env, ledger};
 use crate::cli::{BudgetObserveArgs, BudgetReleaseArgs, BudgetTakeArgs};
 use crate::exit::{self, Failure};
-use crate::json;
-use crate::out::{errln, outln};
+use crate::out::errln;
 use std::process::ExitCode;
 use worklane_budget::{Need, Observed, Profile, Provider, ProviderObservation, Usage};
 use worklane_lease::{Clock, SystemClock};
@@ -88,42 +87,23 @@ pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
         input_tokens: args.input_tokens,
         output_tokens: args.output_tokens,
     };
+    // The ledger never holds a call back for its own trouble: the call goes, unaccounted.
     let ledger = match ledger(&args.consumer) {
         Ok(ledger) => ledger,
         Err(failure) => {
-            errln!(
-                "worklane: the call may go, unaccounted: no budget ledger: {}",
-                failure.message
-            );
-            return Ok(ExitCode::SUCCESS);
+            let why = format!("no budget ledger: {}", failure.message);
+            return super::take::go(args.json, false, None, Some(why), None);
         }
     };
     let wait_max = u64::try_from(args.wait_max.as_millis()).unwrap_or(u64::MAX);
     match ledger.take_model_within(&provider, &key, need, &args.consumer, wait_max) {
-        Ok(grant) => {
-            let unaccounted = grant.unaccounted.as_ref().map(|why| exit::chain(why));
-            if args.json {
-                outln!(
-                    "{}",
-                    json::line(&json::Take {
-                        version: json::VERSION,
-                        answer: json::TakeAnswer::Go {
-                            go: json::True,
-                            counted: grant.counted,
-                            left: grant.left,
-                            unaccounted: unaccounted.clone(),
-                            reservation: grant.reservation.clone(),
-                        },
-                    })
-                )?;
-            } else if let Some(reservation) = &grant.reservation {
-                outln!("{reservation}")?;
-            }
-            if let Some(why) = &unaccounted {
-                errln!("worklane: the call may go, unaccounted: {why}");
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Ok(grant) => super::take::go(
+            args.json,
+            grant.counted,
+            grant.left,
+            grant.unaccounted.as_ref().map(|why| exit::chain(why)),
+            grant.reservation,
+        ),
         Err(refused) => super::take::refuse(args.json, &refused),
     }
 }

@@ -28,24 +28,7 @@ pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
             args.wait_max,
         )?;
         return match taken {
-            Ok((counted, left)) => {
-                if args.json {
-                    outln!(
-                        "{}",
-                        json::line(&json::Take {
-                            version: json::VERSION,
-                            answer: json::TakeAnswer::Go {
-                                go: json::True,
-                                counted,
-                                left,
-                                unaccounted: None,
-                                reservation: None,
-                            },
-                        })
-                    )?;
-                }
-                Ok(ExitCode::SUCCESS)
-            }
+            Ok((counted, left)) => go(args.json, counted, left, None, None),
             Err(refused) => refuse(args.json, &refused),
         };
     }
@@ -55,54 +38,52 @@ pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
         Ok(ledger) => ledger,
         Err(failure) => {
             let why = format!("no budget ledger: {}", failure.message);
-            if args.json {
-                outln!(
-                    "{}",
-                    json::line(&json::Take {
-                        version: json::VERSION,
-                        answer: json::TakeAnswer::Go {
-                            go: json::True,
-                            counted: false,
-                            left: None,
-                            unaccounted: Some(why.clone()),
-                            reservation: None,
-                        },
-                    })
-                )?;
-            }
-            errln!("worklane: the call may go, unaccounted: {why}");
-            return Ok(ExitCode::SUCCESS);
+            return go(args.json, false, None, Some(why), None);
         }
     };
     match ledger.take_within(&key, &args.resource, &args.consumer, args.wait_max) {
-        Ok(grant) => {
-            let unaccounted = grant
-                .unaccounted
-                .as_ref()
-                .map(|why| crate::exit::chain(why));
-            if args.json {
-                outln!(
-                    "{}",
-                    json::line(&json::Take {
-                        version: json::VERSION,
-                        answer: json::TakeAnswer::Go {
-                            go: json::True,
-                            counted: grant.counted,
-                            left: grant.left,
-                            unaccounted: unaccounted.clone(),
-                            reservation: None,
-                        },
-                    })
-                )?;
-            }
-            // Loud in both forms: a call that goes unaccounted is a person's to notice.
-            if let Some(why) = &unaccounted {
-                errln!("worklane: the call may go, unaccounted: {why}");
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Ok(grant) => go(
+            args.json,
+            grant.counted,
+            grant.left,
+            grant.unaccounted.as_ref().map(|why| exit::chain(why)),
+            None,
+        ),
         Err(refused) => refuse(args.json, &refused),
     }
+}
+
+/// A take that lets the call go (exit 0): its JSON with `--json`; without, a model provider's
+/// reservation alone on stdout (GitHub's take prints nothing); and, in both forms, why it goes
+/// unaccounted if it does, on stderr (a call that goes unaccounted is a person's to notice).
+pub(super) fn go(
+    as_json: bool,
+    counted: bool,
+    left: Option<u64>,
+    unaccounted: Option<String>,
+    reservation: Option<String>,
+) -> Result<ExitCode, Failure> {
+    if as_json {
+        outln!(
+            "{}",
+            json::line(&json::Take {
+                version: json::VERSION,
+                answer: json::TakeAnswer::Go {
+                    go: json::True,
+                    counted,
+                    left,
+                    unaccounted: unaccounted.clone(),
+                    reservation,
+                },
+            })
+        )?;
+    } else if let Some(reservation) = &reservation {
+        outln!("{reservation}")?;
+    }
+    if let Some(why) = &unaccounted {
+        errln!("worklane: the call may go, unaccounted: {why}");
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// A refused take: its JSON (with `--json`) and exit 75.
