@@ -119,6 +119,7 @@ pub mod jobs;
 #[cfg(target_os = "linux")]
 pub mod jobserver;
 mod search;
+mod signals;
 pub mod supervise;
 mod sys;
 mod tree;
@@ -202,8 +203,8 @@ impl NoJobserver {
 /// This process's own signals, descriptors and detached starts: what a supervisor, a
 /// dispatcher or a detached runner needs of the process it runs in.
 pub mod process {
+    pub use crate::signals::{shell_says_yes, signal_pid};
     pub use crate::sys::{
-        BadFd, die_by, on_flag, raise_nofile, shell_says_yes, signal_pid, start_detached,
-        systemd_listener, take_inherited_fd,
+        BadFd, die_by, on_flag, raise_nofile, start_detached, systemd_listener, take_inherited_fd,
     };
 }

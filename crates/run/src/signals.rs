@@ -1,0 +1,26 @@
+//! Process calls that need no `unsafe`: an idle probe run by the shell, and a signal to a
+//! process by its pid.
+
+/// Runs `script` with `sh -c`, its stdin empty, and tells whether it exited 0 (an idle
+/// probe: any failure to run it is "no").
+pub fn shell_says_yes(script: &str) -> bool {
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "product code: the probe runs before the slot is taken, no guard held"
+    )]
+    let status = std::process::Command::new("sh")
+        .args(["-c", script])
+        .stdin(std::process::Stdio::null())
+        .status();
+    status.is_ok_and(|s| s.success())
+}
+
+/// Sends `signal` to process `pid` (`queue cancel`'s SIGTERM to a runner it found in the line).
+/// Errors are the kernel's (ESRCH: gone; EPERM: not ours).
+pub fn signal_pid(pid: u32, signal: rustix::process::Signal) -> std::io::Result<()> {
+    let pid = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    rustix::process::kill_process(pid, signal).map_err(Into::into)
+}
