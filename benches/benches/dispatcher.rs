@@ -31,12 +31,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use worklane_admission::Pool;
-use worklane_admission::dispatch::server::{Server, Trust};
-use worklane_admission::dispatch::service::{Dispatcher, Settings, lane_lock};
-use worklane_admission::dispatch::status;
-use worklane_admission::dispatch::store::{Attempt, State, Store};
-use worklane_admission::dispatch::transport;
-use worklane_admission::dispatch::wire::{Enqueue, Reply, Request as Wire};
+use worklane_dispatch::server::Server;
+use worklane_dispatch::service::{Dispatcher, Settings, lane_lock};
+use worklane_dispatch::status;
+use worklane_dispatch::store::{Attempt, State, Store};
+use worklane_transport::Trust;
+
+use worklane_dispatch::wire::{Enqueue, Reply, Request as Wire};
 use worklane_guard::Guard;
 use worklane_lease::{Acquired, Options, Request, acquire, adopt};
 use worklane_slotfile::{Environment, SlotDir, TEST_ROOT_VAR};
@@ -55,8 +56,9 @@ fn ask(
     fds: &[std::os::fd::BorrowedFd<'_>],
 ) -> (Reply, Vec<std::os::fd::OwnedFd>) {
     let stream = UnixStream::connect(path).expect("connect");
-    transport::send(&stream, &serde_json::to_vec(request).expect("json"), fds).expect("send");
-    let (line, fds) = transport::recv(&stream).expect("recv");
+    worklane_transport::send(&stream, &serde_json::to_vec(request).expect("json"), fds)
+        .expect("send");
+    let (line, fds) = worklane_transport::recv(&stream).expect("recv");
     (serde_json::from_slice(&line).expect("reply"), fds)
 }
 

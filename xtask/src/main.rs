@@ -64,8 +64,8 @@
 //! siblings' packages); the conformance kit; the fleet's clippy and tests against etcd;
 //! `dist` (below), then the CLI's integration tests (`WORKLANE_TEST_BINARY`) and the
 //! conformance kit (`conformance --worklane PATH`) against the binary it made; `check` of
-//! `MACOS_CRATES` (guard, slotfile, identity, lease, admission, budget, run and the `worklane` CLI:
-//! the crates without SQLite) for `x86_64-apple-darwin`, with `-D warnings` for that target (its
+//! `MACOS_CRATES` (guard, slotfile, identity, lease, transport, admission, budget, run, the `worklane` CLI and
+//! the dispatcher's client half: the crates without SQLite) for `x86_64-apple-darwin`, with `-D warnings` for that target (its
 //! macOS-only code gets no clippy run). It runs `$CARGO` (else `cargo`) and exits 64 on bad usage.
 //! `dist [DIR]` (`dist.rs`) builds the binary to install: on `*-linux-gnu`, for the musl twin of
 //! the host's target (`musl_target`), static and not position-independent
@@ -103,14 +103,17 @@ mod exit {
     pub(crate) const CONFIG: u8 = 78;
 }
 
-/// The crates that must compile for macOS: every crate that does not link SQLite.
+/// The crates that must compile for macOS: every crate that does not link SQLite (the
+/// dispatcher without its `server` feature).
 const MACOS_CRATES: &[&str] = &[
     "worklane-guard",
     "worklane-slotfile",
     "worklane-journal",
     "worklane-identity",
     "worklane-lease",
+    "worklane-transport",
     "worklane-admission",
+    "worklane-dispatch",
     "worklane-budget",
     "worklane-run",
     "worklane-fleet",
@@ -518,7 +521,9 @@ const MUTATED_CRATES: &[&str] = &[
     "slotfile",
     "identity",
     "lease",
+    "transport",
     "admission",
+    "dispatch",
     "budget",
 ];
 

@@ -112,7 +112,7 @@
 //!   (priority, start, token) as before. The dispatcher chooses among its rows' owners the
 //!   same way (`Store::queued_heads`, one head per enqueuer uid and tag), stands for that
 //!   row's weight and owner, and parks a row whose weight the cap or its share can never
-//!   admit (`dispatch/service/weights.rs`).
+//!   admit (`worklane-dispatch`'s `service/weights.rs`).
 //! - After counting, an agent or test-run take skips an index whose guard is a stray (directory,
 //!   FIFO, link, non-empty file: `broken_guard`) and, before releasing `slots.lock`, sweeps the
 //!   temp files killed writers left (`SlotDir::sweep_temps`, older than a minute and unlocked).
@@ -150,14 +150,13 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
-pub mod dispatch;
 pub mod drain;
 pub mod line;
 mod pool;
 mod problems;
 pub mod share;
 pub mod stop;
-mod watch;
+pub mod watch;
 pub mod weight;
 
 pub use drain::{Drain, DrainState, MAX_DRAIN_AHEAD_MS};

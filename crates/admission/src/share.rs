@@ -228,7 +228,7 @@ pub fn gid_in_group_file(text: &str, name: &str) -> Option<u32> {
 
 /// A place in a line as the fair order sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Waiter {
+pub struct Waiter {
     /// Higher goes first.
     pub priority: i64,
     /// When it started waiting, ms.
@@ -245,7 +245,7 @@ pub(crate) struct Waiter {
 }
 
 /// What the owners hold now and may hold: the input of the fair order.
-pub(crate) struct Use<'a> {
+pub struct Use<'a> {
     /// Units held now by each owner (`shareOwner` of the live slots).
     pub held: &'a HashMap<String, u32>,
     /// The config's shares.
@@ -256,17 +256,17 @@ pub(crate) struct Use<'a> {
 
 impl Use<'_> {
     /// Units `owner` holds now.
-    pub(crate) fn held(&self, owner: &str) -> u32 {
+    pub fn held(&self, owner: &str) -> u32 {
         self.held.get(owner).copied().unwrap_or(0)
     }
 
     /// The ceiling of `owner` (its share, else that of `*`), if any.
-    pub(crate) fn ceiling(&self, owner: &str) -> Option<u32> {
+    pub fn ceiling(&self, owner: &str) -> Option<u32> {
         ShareKey::parse(owner).and_then(|key| self.shares.ceiling(&key))
     }
 
     /// Whether `owner` may take `weight` more units under its ceiling.
-    pub(crate) fn fits(&self, owner: &str, weight: u32) -> bool {
+    pub fn fits(&self, owner: &str, weight: u32) -> bool {
         self.ceiling(owner)
             .is_none_or(|c| u64::from(self.held(owner)) + u64::from(weight) <= u64::from(c))
     }
@@ -280,7 +280,7 @@ impl Use<'_> {
     /// The fair order: higher priority first; within a priority, the owner with the smallest
     /// use of its share (held / share) first, entries without an owner last; then earlier
     /// start; then an entry before a take that has none; then smaller token.
-    pub(crate) fn order(&self, a: &Waiter, b: &Waiter) -> Ordering {
+    pub fn order(&self, a: &Waiter, b: &Waiter) -> Ordering {
         b.priority
             .cmp(&a.priority)
             .then_with(|| match (&a.owner, &b.owner) {

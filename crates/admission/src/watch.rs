@@ -14,7 +14,7 @@ use worklane_slotfile::SlotDir;
 /// would otherwise pay between the release it was woken by and its command's start. A watch
 /// only removes its mark when done (microseconds); the instance is closed with the pool.
 #[derive(Default)]
-pub(crate) struct Watches {
+pub struct Watches {
     #[cfg(target_os = "linux")]
     idle: std::sync::Mutex<Vec<rustix::fd::OwnedFd>>,
 }
@@ -27,7 +27,7 @@ impl std::fmt::Debug for Watches {
 
 impl Watches {
     /// Watches `dir` (best effort: without inotify, [`Watch::wait`] only sleeps).
-    pub(crate) fn watch(&self, dir: &SlotDir) -> Watch<'_> {
+    pub fn watch(&self, dir: &SlotDir) -> Watch<'_> {
         #[cfg(target_os = "linux")]
         {
             use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
@@ -72,7 +72,7 @@ impl Watches {
 }
 
 /// A watch on one slot directory, for one take; dropping it removes its mark.
-pub(crate) struct Watch<'a> {
+pub struct Watch<'a> {
     #[cfg(target_os = "linux")]
     watched: Option<(rustix::fd::OwnedFd, i32)>,
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
@@ -101,8 +101,7 @@ impl Watch<'_> {
 
     /// The descriptor that becomes readable when a change is seen, for a caller that waits on
     /// other descriptors too (the dispatcher's `poll`); `None` without inotify.
-    #[cfg(feature = "dispatcher")]
-    pub(crate) fn fd(&self) -> Option<rustix::fd::BorrowedFd<'_>> {
+    pub fn fd(&self) -> Option<rustix::fd::BorrowedFd<'_>> {
         #[cfg(target_os = "linux")]
         return self
             .watched
@@ -113,8 +112,7 @@ impl Watch<'_> {
     }
 
     /// Reads every change seen so far without waiting: `true` if one was wanted.
-    #[cfg(feature = "dispatcher")]
-    pub(crate) fn drain(&mut self, wanted: &dyn Fn(&str) -> bool) -> bool {
+    pub fn drain(&mut self, wanted: &dyn Fn(&str) -> bool) -> bool {
         #[cfg(target_os = "linux")]
         if let Some((fd, _)) = &self.watched {
             return read_events(fd, wanted);
@@ -128,7 +126,7 @@ impl Watch<'_> {
     /// anything may have happened). `true` when such a change ended the wait. Changes from
     /// before this watch (a reused instance's leftovers) may end a wait early: the caller
     /// looks again, no harm done.
-    pub(crate) fn wait(&mut self, timeout: Duration, wanted: &dyn Fn(&str) -> bool) -> bool {
+    pub fn wait(&mut self, timeout: Duration, wanted: &dyn Fn(&str) -> bool) -> bool {
         #[cfg(target_os = "linux")]
         if let Some((fd, _)) = &self.watched {
             return wait_inotify(fd, timeout, wanted);

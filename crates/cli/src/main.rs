@@ -33,7 +33,7 @@
 //!   `watch.rs` (what the CLI adds to a supervision: the halt said on stderr, a fleet place, a
 //!   cancel marker, a runner's SIGTERM), `queue/` (`queue full-run` and its detached runner,
 //!   `queue ls`, `queue cancel`), `dispatch/` (feature `dispatcher`: the service around
-//!   `worklane_admission::dispatch`, `enqueue`, `claim`, `queue retry|prune`, `reconcile`;
+//!   `worklane_dispatch`, `enqueue`, `claim`, `queue retry|prune`, `reconcile`;
 //!   `dispatch_off.rs` without it), `ops.rs` (`stop-all` with its enforcement report,
 //!   `resume-all`, `drain`, `undrain`, `idle`, `completions`), `config/` (`config
 //!   get|set|unset`, `set-test-slots`, and `Problem`: a config that cannot be used, as every view

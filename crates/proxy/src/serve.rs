@@ -113,7 +113,7 @@ impl Proxy {
                     ));
                 }
                 Some(Ok(Conn::Unix(stream))) => {
-                    let admitted = self.trust.admits_peer(&stream);
+                    let admitted = crate::peer::admits_peer(self.trust, &stream);
                     connections.spawn(connection(
                         Arc::clone(&self.shared),
                         TokioIo::new(stream),

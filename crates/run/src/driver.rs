@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use worklane_admission::Pool;
-use worklane_admission::dispatch::driver::{Account, Start, environment};
-use worklane_admission::dispatch::service::{Admitted, Exit};
+use worklane_dispatch::driver::{Account, Start, environment};
+use worklane_dispatch::service::{Admitted, Exit};
 use worklane_lease::{Clock, SystemClock, rfc3339_ms};
 
 /// The mode of a driver's log: its user reads and writes it, the directory's group reads it.
@@ -141,7 +141,7 @@ impl Launcher {
     }
 }
 
-/// The dispatcher's variables a driver may get ([`worklane_admission::dispatch::driver::PASSED_ON`]
+/// The dispatcher's variables a driver may get ([`worklane_dispatch::driver::PASSED_ON`]
 /// picks), with the test-isolation root of a test run named explicitly: a driver started in
 /// a test is confined as its dispatcher is, though it inherits nothing else.
 fn inherited() -> Vec<(OsString, OsString)> {

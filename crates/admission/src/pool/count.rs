@@ -116,12 +116,7 @@ impl Pool {
 
     /// What each owner holds now of `kind`'s units (counted as a take counts them, without
     /// `slots.lock`): the dispatcher's fair choice among its own rows.
-    #[cfg(feature = "dispatcher")]
-    pub(crate) fn held_by_owner(
-        &self,
-        prefix: &str,
-        cap: u32,
-    ) -> Result<HashMap<String, u32>, Error> {
+    pub fn held_by_owner(&self, prefix: &str, cap: u32) -> Result<HashMap<String, u32>, Error> {
         let (files, hidden) = self.dir.list_with_hidden().map_err(self.listing())?;
         let slots = self.kind_slots_in(prefix, files, &hidden)?;
         Ok(units_of(&slots, cap).1)

@@ -104,7 +104,7 @@ impl Pool {
 
     /// The dispatcher's take for a row, at the row's place (its own entry `own`, if it stands
     /// in line): a refusal is no take refused (the row stays queued), so it is not journaled.
-    pub(crate) fn admit(
+    pub fn admit(
         &self,
         kind: Kind,
         request: &Request,
@@ -178,6 +178,13 @@ impl Pool {
                 fixed: false,
             });
         }
+    }
+
+    /// Whether `ask` could ever be admitted as `kind` under the config in force (read now):
+    /// `Error::Weight` when its weight is above the kind's cap, `Error::WeightOverShare`
+    /// when above its owner's share. The dispatcher refuses such an enqueue at once.
+    pub fn check_ask(&self, kind: Kind, ask: &Ask) -> Result<(), Error> {
+        self.asked(kind, ask).map(drop)
     }
 
     /// The weight of `ask` checked against `kind`'s cap, and the share it counts against,
@@ -262,7 +269,7 @@ impl Pool {
 
     /// Whether a change to `name` may let a waiter of `kind` on: a slot of its kind released,
     /// a place in its line left, STOP, the drain flag or the config changed.
-    pub(crate) fn wakes(kind: Kind, name: &str) -> bool {
+    pub fn wakes(kind: Kind, name: &str) -> bool {
         let slot = match kind.prefix() {
             Some(prefix) => slot_index(prefix, name).is_some(),
             None => name == FULL_RUN_LOCK,

@@ -3,7 +3,7 @@
 
 use crate::cli::ConfigKey;
 use serde_json::Value;
-use worklane_admission::dispatch::env::{DEFAULT_PREFIXES, DEFAULT_SECRET_WORDS};
+use worklane_dispatch::env::{DEFAULT_PREFIXES, DEFAULT_SECRET_WORDS};
 use worklane_slotfile::{
     AGENTS_RANGE, DEFAULT_JOURNAL_MAX_BYTES, DEFAULT_MAX_AGENTS, DEFAULT_MAX_TEST_RUNS,
     JOURNAL_BYTES_RANGE, TEST_RUNS_RANGE,

@@ -4,7 +4,7 @@
 use super::*;
 
 /// How an ended attempt ended, in words (its log's last line, `queue ls --all`).
-pub(crate) fn ended_words(ended: &worklane_admission::dispatch::wire::EndedView) -> String {
+pub(crate) fn ended_words(ended: &worklane_dispatch::wire::EndedView) -> String {
     let how = match (ended.status, ended.signal) {
         (_, Some(signal)) => format!("killed by signal {signal}"),
         (Some(status), None) => format!("with exit status {status}"),
@@ -129,8 +129,8 @@ impl Journal {
 }
 
 /// A connection error's kind and peer, so that one peer's repeated trouble is said once.
-fn connection_key(error: &worklane_admission::dispatch::server::ConnectionError) -> String {
-    use worklane_admission::dispatch::server::ConnectionError as C;
+fn connection_key(error: &worklane_dispatch::server::ConnectionError) -> String {
+    use worklane_dispatch::server::ConnectionError as C;
     match error {
         C::Stranger { uid, .. } => format!("stranger {uid}"),
         C::Timeout { uid, .. } => format!("timeout {uid}"),

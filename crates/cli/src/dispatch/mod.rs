@@ -1,7 +1,7 @@
 //! The dispatcher commands: `dispatcher` (the service, `serve`), `enqueue` (a launcher hands
 //! its held lane over), `claim` (a driver takes the lane and slot and runs its command),
 //! `queue ls`/`cancel`/`retry`/`prune` (`queue`) and `reconcile`. The decisions live in
-//! `worklane_admission::dispatch`; this module is the process around them: the socket,
+//! `worklane_dispatch`; this module is the process around them: the socket,
 //! systemd, the log, output. Here: what they share (the socket's path, one request and its
 //! reply, the dispatcher's part of the config).
 
@@ -32,16 +32,16 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use worklane_admission::Pool;
-use worklane_admission::dispatch::env::EnvFilter;
-use worklane_admission::dispatch::lane::{is_own_lane, own_lane, retire_own_lane};
-use worklane_admission::dispatch::server::{Event, Server, Trust};
-use worklane_admission::dispatch::service::{
+use worklane_dispatch::env::EnvFilter;
+use worklane_dispatch::lane::{is_own_lane, own_lane, retire_own_lane};
+use worklane_dispatch::server::{Event, Server};
+use worklane_dispatch::service::{
     Dispatcher, Mode, Recovery, Settings, StartFailure, cancel_marker, lane_lock, valid_lane,
 };
-use worklane_admission::dispatch::transport;
-use worklane_admission::dispatch::wire::{Enqueue, Reply, Request as Wire, code};
+use worklane_dispatch::wire::{Enqueue, Reply, Request as Wire, code};
 use worklane_lease::{Acquired, Clock, Options, Request, SystemClock, acquire, rfc3339_ms};
 use worklane_run::{Supervisor, describe};
+use worklane_transport::Trust;
 
 /// The socket's name in the slot directory.
 const SOCKET: &str = "dispatcher.sock";
@@ -98,7 +98,7 @@ fn dispatcher_config(pool: &Pool) -> Result<(Mode, EnvFilter), Failure> {
             Some(_) => Err(bad(field, "an array of non-empty strings")),
         }
     };
-    use worklane_admission::dispatch::env::{DEFAULT_PREFIXES, DEFAULT_SECRET_WORDS};
+    use worklane_dispatch::env::{DEFAULT_PREFIXES, DEFAULT_SECRET_WORDS};
     let env = EnvFilter::new(
         strings("env_allow_prefixes", DEFAULT_PREFIXES)?,
         strings("env_secret_words", DEFAULT_SECRET_WORDS)?,
@@ -134,10 +134,10 @@ fn ask_on(
     request: &Wire,
     fds: &[std::os::fd::BorrowedFd<'_>],
 ) -> Result<(Reply, Vec<OwnedFd>), Failure> {
-    let line = worklane_admission::dispatch::wire::request_line(request);
-    let io = |e: transport::Error| Failure::new(exit::OS_ERROR, exit::chain(&e));
-    transport::send(stream, &line, fds).map_err(io)?;
-    let (reply, fds) = transport::recv(stream).map_err(io)?;
+    let line = worklane_dispatch::wire::request_line(request);
+    let io = |e: worklane_transport::Error| Failure::new(exit::OS_ERROR, exit::chain(&e));
+    worklane_transport::send(stream, &line, fds).map_err(io)?;
+    let (reply, fds) = worklane_transport::recv(stream).map_err(io)?;
     let reply: Reply = serde_json::from_slice(&reply).map_err(|e| {
         Failure::new(
             exit::OS_ERROR,

@@ -230,8 +230,8 @@ pub(crate) fn serve(args: &DispatcherArgs) -> Result<ExitCode, Failure> {
 /// In a test run only (see `Environment::test_run`), `WORKLANE_TEST_DISPATCHER_CRASH`
 /// (`after-insert`, `after-admit`, `after-claim-remove`) makes the dispatcher SIGKILL itself at
 /// that point: the crash tests' seam. Ignored everywhere else.
-fn test_crash_point() -> Option<worklane_admission::dispatch::server::CrashPoint> {
-    use worklane_admission::dispatch::server::CrashPoint;
+fn test_crash_point() -> Option<worklane_dispatch::server::CrashPoint> {
+    use worklane_dispatch::server::CrashPoint;
     worklane_slotfile::Environment::from_process().test_run()?;
     match std::env::var("WORKLANE_TEST_DISPATCHER_CRASH")
         .ok()?

@@ -37,7 +37,7 @@ pub(crate) struct FullRun {
 pub(crate) struct DispatcherList {
     pub(crate) dispatcher_pid: Option<u32>,
     /// The attempts as the dispatcher lists them (its wire type, PROTOCOL.md 14).
-    pub(crate) attempts: Vec<worklane_admission::dispatch::wire::AttemptView>,
+    pub(crate) attempts: Vec<worklane_dispatch::wire::AttemptView>,
     /// Each attempt's log, in the same order.
     pub(crate) logs: Vec<String>,
     /// Why there are no attempts, when no dispatcher answered (absent when one did).
@@ -45,7 +45,7 @@ pub(crate) struct DispatcherList {
     pub(crate) dispatcher: Option<String>,
     /// `queue ls --all`: the ended attempts, newest first (absent without `--all`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) history: Option<Vec<worklane_admission::dispatch::wire::EndedView>>,
+    pub(crate) history: Option<Vec<worklane_dispatch::wire::EndedView>>,
     /// The dispatcher's own trouble while it lasts (a step that keeps failing).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) trouble: Option<String>,
@@ -123,7 +123,7 @@ pub(crate) enum Holder {
     /// Nobody: it ended, as the history tells.
     Ended {
         holder: Nobody,
-        ended: worklane_admission::dispatch::wire::EndedView,
+        ended: worklane_dispatch::wire::EndedView,
     },
     /// Nobody: its lane is free.
     FreeLane { holder: Nobody, lane: String },

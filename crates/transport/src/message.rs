@@ -1,4 +1,4 @@
-//! The dispatcher's wire: a Unix stream socket, one request and one reply per connection, each
+//! Messages on a Unix stream socket, one request and one reply per connection, each
 //! one line of JSON (UTF-8, at most [`MAX_MESSAGE`] bytes, ended by `\n`), sent whole by one
 //! `sendmsg`; descriptors travel as `SCM_RIGHTS` on the `sendmsg` of the line (at most
 //! [`MAX_FDS`]). Every descriptor received is close-on-exec, and closes itself when dropped:
@@ -264,72 +264,6 @@ fn set_cloexec(fd: &OwnedFd) {
     }
 }
 
-/// Who is at the other end of a connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Peer {
-    /// Its process id, where the platform tells (Linux).
-    pub pid: Option<u32>,
-    /// Its effective uid.
-    pub uid: u32,
-    /// Its effective gid.
-    pub gid: u32,
-}
-
-/// The supplementary groups of the peer of `socket` as they were when it connected
-/// (`SO_PEERGROUPS`, Linux 4.13 and later).
-#[cfg(any(target_os = "linux", target_os = "android"))]
-pub fn peer_groups(socket: impl AsFd) -> Result<Vec<u32>, Error> {
-    super::sys::peer_groups(socket.as_fd()).map_err(|source| Error::Io {
-        op: "reading the peer's groups",
-        source,
-    })
-}
-
-/// Elsewhere the peer's supplementary groups are not told: none.
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
-pub fn peer_groups(_socket: impl AsFd) -> Result<Vec<u32>, Error> {
-    Ok(Vec::new())
-}
-
-/// The credentials of the peer of `socket` (`SO_PEERCRED`).
-#[cfg(any(target_os = "linux", target_os = "android"))]
-pub fn peer(socket: impl AsFd) -> Result<Peer, Error> {
-    let cred = rustix::net::sockopt::socket_peercred(&socket)
-        .map_err(io("reading the peer's credentials"))?;
-    Ok(Peer {
-        pid: u32::try_from(cred.pid.as_raw_nonzero().get()).ok(),
-        uid: cred.uid.as_raw(),
-        gid: cred.gid.as_raw(),
-    })
-}
-
-/// The credentials of the peer of `socket` (`getpeereid`; macOS does not tell the pid).
-#[cfg(target_os = "macos")]
-pub fn peer(socket: impl AsFd) -> Result<Peer, Error> {
-    let (uid, gid) = nix::unistd::getpeereid(socket.as_fd()).map_err(|e| Error::Io {
-        op: "reading the peer's credentials",
-        source: std::io::Error::from_raw_os_error(e as i32),
-    })?;
-    Ok(Peer {
-        pid: None,
-        uid: uid.as_raw(),
-        gid: gid.as_raw(),
-    })
-}
-
-/// Elsewhere the peer cannot be known, so every peer is refused (the dispatcher serves nobody
-/// it cannot check).
-#[cfg(not(any(target_os = "linux", target_os = "android", target_os = "macos")))]
-pub fn peer(_socket: impl AsFd) -> Result<Peer, Error> {
-    Err(Error::Io {
-        op: "reading the peer's credentials",
-        source: std::io::Error::new(
-            std::io::ErrorKind::Unsupported,
-            "this platform has no peer credentials worklane can read (Linux and macOS do)",
-        ),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -507,13 +441,5 @@ mod tests {
                 .contains(rustix::io::FdFlags::CLOEXEC),
             "idempotent"
         );
-    }
-
-    #[test]
-    fn the_peer_is_known() {
-        let (a, _b) = pair();
-        let peer = peer(&a).expect("peer");
-        assert_eq!(peer.uid, rustix::process::geteuid().as_raw());
-        assert_eq!(peer.pid, Some(std::process::id()));
     }
 }

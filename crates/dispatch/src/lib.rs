@@ -1,17 +1,32 @@
-//! The admission dispatcher (seed 000): waiting work as durable rows, admitted centrally under
-//! the slot pool, and lanes handed over as held lock descriptors.
+//! The admission dispatcher of worklane (seed 000): waiting work as durable rows in SQLite,
+//! admitted centrally under the machine's slot pool, and lanes handed over as held lock
+//! descriptors on a Unix socket.
 //!
-//! - [`env`](mod@env): the environment a queued attempt keeps (allowed prefixes, no secret-shaped
-//!   names, values under 4,096 characters).
-//! - [`lane`]: lane names, and retiring a lane of its own when its attempt is over.
-//! - [`store`] (feature `dispatcher`): the SQLite queue, one row per attempt.
-//! - [`wire`]: the messages (`enqueue`, `claim`, `list`, `cancel`) and their replies.
-//! - [`transport`]: one JSON line per message over a Unix stream
-//!   socket, descriptors as `SCM_RIGHTS`, peer credentials.
+//! - `service::Dispatcher` (feature `server`, default): the decisions (enqueue, admit, claim, expire, cancel, retry,
+//!   recover) on the `store` (SQLite), the slot pool and the held lane guards; who may do what from
+//!   the caller's peer credentials.
+//! - `server::Server` (feature `server`): the service loop (one `poll` over the socket, the slot directory's
+//!   changes and every connection).
+//! - [`wire`]: the messages (`enqueue`, `claim`, `list`, `cancel`, `retry`, `prune`) and their
+//!   replies, carried by `worklane-transport`.
+//! - [`env`](mod@env): the environment a queued attempt keeps (allowed prefixes, no
+//!   secret-shaped names, values under 4,096 characters); [`driver`]: a driver's account and
+//!   the environment it starts with.
+//! - [`lane`]: lane names, and retiring a lane of its own when its attempt is over;
+//!   [`status`]: the `queue-<lane>.json` entries other implementations read.
+//!
+//! # Limitations
+//!
+//! - Linux and macOS; the database is SQLite compiled in (a C compiler is needed to build).
+//! - A dispatcher that is not root starts drivers only as itself, so it queues only its own
+//!   user's work.
+//! - The database is a file of the dispatcher's own: copied or edited by hand, its rows are
+//!   trusted as the dispatcher wrote them (PROTOCOL.md section 14 says where it lives and why
+//!   nobody else can write it).
 //!
 //! # Design
 //!
-//! The dispatcher (`dispatch/`): `env.rs` (`EnvFilter`: allowed prefixes, secret words after
+//! `env.rs` (`EnvFilter`: allowed prefixes, secret words after
 //! the prefix, 4 095 characters), `lane.rs` (lane names; lanes of their own, `q-<16 hex>`, are
 //! retired when their attempt ends: `retire_own_lane`, called by `worklane claim` after its
 //! release and by `Dispatcher::cancel`), `store.rs` (`Store`: SQLite WAL, `user_version` migrations,
@@ -44,14 +59,11 @@
 pub mod driver;
 pub mod env;
 pub mod lane;
-#[cfg(feature = "dispatcher")]
+#[cfg(feature = "server")]
 pub mod server;
-#[cfg(feature = "dispatcher")]
+#[cfg(feature = "server")]
 pub mod service;
 pub mod status;
-#[cfg(feature = "dispatcher")]
+#[cfg(feature = "server")]
 pub mod store;
-#[cfg(any(target_os = "linux", target_os = "android"))]
-mod sys;
-pub mod transport;
 pub mod wire;

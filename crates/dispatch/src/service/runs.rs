@@ -3,9 +3,9 @@
 //! retention.
 
 use super::{Caller, Dispatcher, Error, Exit, StartFailure};
-use crate::dispatch::lane::{lane_lock, retire_own_lane};
-use crate::dispatch::store::{Attempt, Cancel, Ended, Outcome, State, log_name};
-use crate::dispatch::wire::{EndedView, Reply};
+use crate::lane::{lane_lock, retire_own_lane};
+use crate::store::{Attempt, Cancel, Ended, Outcome, State, log_name};
+use crate::wire::{EndedView, Reply};
 use worklane_guard::Guard;
 
 /// How often a running attempt's lane is probed when nothing says it ended (ms).

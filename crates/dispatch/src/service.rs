@@ -9,14 +9,14 @@
 //! cancels or retries it. A dispatcher that is not root starts drivers only as itself, so it
 //! refuses an enqueue from any other uid.
 
-use super::env::EnvFilter;
-use super::lane::is_own_lane;
-pub use super::lane::{lane_lock, valid_lane};
-use super::store::{Attempt, Ended, Enqueuer, Outcome, State, Store, db};
-use super::wire::{AttemptView, EndedView, Enqueue, Reply, code};
-use crate::{Error as PoolError, Kind, Pool, Slot, Take};
+use crate::env::EnvFilter;
+use crate::lane::is_own_lane;
+pub use crate::lane::{lane_lock, valid_lane};
+use crate::store::{Attempt, Ended, Enqueuer, Outcome, State, Store, db};
+use crate::wire::{AttemptView, EndedView, Enqueue, Reply, code};
 use std::collections::{HashMap, HashSet};
 use std::os::fd::OwnedFd;
+use worklane_admission::{Error as PoolError, Kind, Pool, Slot, Take};
 use worklane_guard::Guard;
 use worklane_journal::Event;
 use worklane_lease::{Clock, Request};
@@ -366,7 +366,7 @@ pub struct Dispatcher {
     held: HashMap<String, Held>,
     /// Its place in the agents' line: the entry of its first queued row (`stand`), and that
     /// row's attempt id.
-    place: Option<(crate::line::Place, String)>,
+    place: Option<(worklane_admission::line::Place, String)>,
     /// The uid it runs as: only root starts drivers as others.
     euid: u32,
     /// The slot directory's owner, who may cancel, retry and prune anyone's attempts.
@@ -1097,7 +1097,7 @@ impl Dispatcher {
         };
         self.store.end(&ended).map_err(Error::remove(id))?;
         if attempt.own_lane {
-            let _ = super::lane::retire_own_lane(self.pool.dir(), &attempt.lane);
+            let _ = crate::lane::retire_own_lane(self.pool.dir(), &attempt.lane);
         }
         Ok(reply)
     }
@@ -1174,7 +1174,7 @@ impl Dispatcher {
     pub fn history(&self) -> Result<Vec<EndedView>, Error> {
         Ok(self
             .store
-            .history(super::store::MAX_ENDED)
+            .history(crate::store::MAX_ENDED)
             .map_err(Error::history("read"))?
             .into_iter()
             .map(ended_view)

@@ -3,7 +3,7 @@
 //! heartbeat, the attempt and its state. Tools that watch the run queue read it to see who
 //! keeps the wait; it is a view, never the queue's truth (that is the database).
 
-use super::wire::AttemptView;
+use crate::wire::AttemptView;
 use serde::Serialize;
 use worklane_lease::rfc3339_ms;
 use worklane_slotfile::{SlotDir, name, remove, write};

@@ -12,17 +12,17 @@
 //! reported ([`Event::Trouble`]), shown by `list`, and retried with a backoff that doubles up
 //! to [`MAX_TROUBLE_BACKOFF`]; the loop serves on. Only its own socket failing ends it.
 
-use super::service::{
+use crate::service::{
     Admitted, Caller, Dispatcher, DriverEnded, Error as ServiceError, Exit, StartFailure,
 };
-use super::status;
-use super::transport::{self, Peer};
-use super::wire::{EndedView, Reply, Request, code};
+use crate::status;
+use crate::wire::{EndedView, Reply, Request, code};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use worklane_guard::Guard;
+use worklane_transport::{self as transport, Refused, Trust};
 
 /// How often the loop looks at the queue without a request (expiry, admission after a slot
 /// was freed elsewhere, STOP lifted).
@@ -43,52 +43,6 @@ pub const MAX_TROUBLE_BACKOFF: Duration = Duration::from_secs(30);
 /// How often, at most, the history and the logs are swept of what is past its retention
 /// (every quarter of the retention period when that is shorter, and at least every second).
 pub const SWEEP_EVERY: Duration = Duration::from_secs(3600);
-
-/// Who may use the dispatcher: root, the slot directory's owner, or a member of its group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Trust {
-    /// The directory's owner.
-    pub owner: u32,
-    /// The directory's group.
-    pub group: u32,
-}
-
-impl Trust {
-    /// Whether `peer`, in supplementary `groups`, may enqueue, claim, list or cancel.
-    #[must_use]
-    pub fn admits(&self, peer: &Peer, groups: &[u32]) -> bool {
-        peer.uid == 0
-            || peer.uid == self.owner
-            || peer.gid == self.group
-            || groups.contains(&self.group)
-    }
-}
-
-/// The supplementary groups of the peer of `stream`: `SO_PEERGROUPS` (as they were when it
-/// connected), else `Groups:` of `/proc/<pid>/status`, else none.
-fn groups_of(stream: &UnixStream, peer: &Peer) -> Vec<u32> {
-    if let Ok(groups) = transport::peer_groups(stream) {
-        return groups;
-    }
-    peer.pid
-        .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
-        .map(|status| parse_groups(&status))
-        .unwrap_or_default()
-}
-
-/// The numbers of the `Groups:` line of a `/proc/<pid>/status` text, none without one.
-fn parse_groups(status: &str) -> Vec<u32> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Groups:"))
-        .map(|groups| {
-            groups
-                .split_whitespace()
-                .filter_map(|g| g.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
 
 /// What the loop reports to its caller (the CLI logs it).
 #[derive(Debug)]
@@ -296,7 +250,7 @@ impl std::fmt::Debug for Server<'_> {
 
 /// An error and its causes, `outer: inner: innermost`, for a reply the client shows.
 fn chain(error: &dyn std::error::Error) -> String {
-    super::service::chain(error)
+    crate::service::chain(error)
 }
 
 /// A refusal sent without waiting on a socket that may not read it (a stranger, an evicted
@@ -390,7 +344,7 @@ impl<'a> Server<'a> {
         let mut last_tick = Instant::now() - TICK;
         // Woken as a `worklane run` is: a slot released or a place in the agents' line left
         // lets a queued row on at once, not at the next tick.
-        let watches = crate::watch::Watches::default();
+        let watches = worklane_admission::watch::Watches::default();
         let mut watch = watches.watch(self.dispatcher.pool().dir());
         while !stop.load(Ordering::SeqCst) {
             let now = Instant::now();
@@ -442,7 +396,9 @@ impl<'a> Server<'a> {
                 .collect();
             drop(fds);
             // Whatever changed, the tick below looks again; the events are only a wake-up.
-            watch.drain(&|name| crate::Pool::wakes(crate::Kind::Agent, name));
+            watch.drain(&|name| {
+                worklane_admission::Pool::wakes(worklane_admission::Kind::Agent, name)
+            });
             self.serve_ready(&ready);
             self.accept_all();
             self.close_overdue();
@@ -492,9 +448,9 @@ impl<'a> Server<'a> {
     /// oldest of its uid (or of all) closed if it is one too many.
     fn welcome(&mut self, stream: UnixStream) {
         let _ = stream.set_nonblocking(true);
-        let peer = match transport::peer(&stream) {
-            Ok(peer) => peer,
-            Err(e) => {
+        let admitted = match self.trust.check(&stream) {
+            Ok(admitted) => admitted,
+            Err(Refused::Credentials(e)) => {
                 refuse_now(
                     &stream,
                     code::PERMISSION,
@@ -503,22 +459,21 @@ impl<'a> Server<'a> {
                 (self.report)(Event::Connection(ConnectionError::Credentials(e)));
                 return;
             }
+            Err(refused) => {
+                refuse_now(
+                    &stream,
+                    code::PERMISSION,
+                    "only root, the slot directory's owner or a member of its group may use the \
+                     dispatcher"
+                        .to_owned(),
+                );
+                if let Refused::Stranger { uid, pid, .. } = refused {
+                    (self.report)(Event::Connection(ConnectionError::Stranger { uid, pid }));
+                }
+                return;
+            }
         };
-        let groups = groups_of(&stream, &peer);
-        if !self.trust.admits(&peer, &groups) {
-            refuse_now(
-                &stream,
-                code::PERMISSION,
-                "only root, the slot directory's owner or a member of its group may use the \
-                 dispatcher"
-                    .to_owned(),
-            );
-            (self.report)(Event::Connection(ConnectionError::Stranger {
-                uid: peer.uid,
-                pid: peer.pid,
-            }));
-            return;
-        }
+        let (peer, groups) = (admitted.peer, admitted.groups);
         let same = self
             .conns
             .iter()
@@ -866,7 +821,7 @@ impl<'a> Server<'a> {
         fds: Vec<OwnedFd>,
         caller: &Caller,
     ) -> Result<(&'static str, Reply, Vec<Guard>), ServiceError> {
-        if let Some(unknown) = crate::dispatch::wire::unknown_version(line) {
+        if let Some(unknown) = crate::wire::unknown_version(line) {
             drop(fds);
             return Ok((
                 "unknown",
@@ -875,7 +830,7 @@ impl<'a> Server<'a> {
                     format!(
                         "protocol version {unknown} is not known here (this dispatcher speaks \
                          version {})",
-                        crate::dispatch::wire::VERSION
+                        crate::wire::VERSION
                     ),
                 ),
                 Vec::new(),
@@ -991,59 +946,5 @@ impl<'a> Server<'a> {
                 Vec::new(),
             ),
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const TRUST: Trust = Trust {
-        owner: 1000,
-        group: 2000,
-    };
-
-    fn peer(uid: u32, gid: u32) -> Peer {
-        Peer {
-            pid: Some(5),
-            uid,
-            gid,
-        }
-    }
-
-    #[test]
-    fn root_the_owner_and_the_group_are_admitted_and_no_one_else() {
-        assert!(TRUST.admits(&peer(0, 9), &[]), "root");
-        assert!(TRUST.admits(&peer(1000, 9), &[]), "the owner");
-        assert!(TRUST.admits(&peer(9, 2000), &[]), "the primary group");
-        assert!(
-            TRUST.admits(&peer(9, 9), &[7, 2000]),
-            "a supplementary group"
-        );
-        assert!(
-            !TRUST.admits(&peer(9, 9), &[7, 8]),
-            "a stranger in other groups"
-        );
-        assert!(
-            !TRUST.admits(&peer(1, 1), &[]),
-            "uid and gid 1 are nobody special"
-        );
-    }
-
-    #[test]
-    fn the_groups_line_is_read_from_a_status_text() {
-        let status = "Name:\tsh\nUid:\t0\t0\t0\t0\nGroups:\t4 24 27 \nNgid:\t0\n";
-        assert_eq!(parse_groups(status), vec![4, 24, 27]);
-        assert_eq!(
-            parse_groups("Groups:\t\n"),
-            Vec::<u32>::new(),
-            "in no group"
-        );
-        assert_eq!(parse_groups("Name:\tsh\n"), Vec::<u32>::new(), "no line");
-        assert_eq!(
-            parse_groups("Groups: 5 x 6\n"),
-            vec![5, 6],
-            "garbage is skipped"
-        );
     }
 }

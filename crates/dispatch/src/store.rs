@@ -257,14 +257,18 @@ impl Attempt {
     /// What it asks of the pool: its weight, for its enqueuer (uid, gid and groups) with its
     /// tag. `None` for a row without an enqueuer, which is never started.
     #[must_use]
-    pub fn ask(&self) -> Option<crate::Ask> {
+    pub fn ask(&self) -> Option<worklane_admission::Ask> {
         let enqueuer = self.enqueuer.as_ref()?;
-        let mut owner = crate::Owner::of_uid(enqueuer.uid)
+        let mut owner = worklane_admission::Owner::of_uid(enqueuer.uid)
             .with_groups(std::iter::once(enqueuer.gid).chain(enqueuer.groups.iter().copied()));
         if let Some(tag) = &self.owner {
             owner = owner.with_tag(tag.clone());
         }
-        Some(crate::Ask::new().with_weight(self.weight).with_owner(owner))
+        Some(
+            worklane_admission::Ask::new()
+                .with_weight(self.weight)
+                .with_owner(owner),
+        )
     }
 
     /// The name of its driver's log in the slot directory.
@@ -1162,7 +1166,7 @@ impl Raw {
             Ok(attempt) => attempt,
             Err(damage) => Attempt {
                 state: State::Failed,
-                last_error: Some(super::service::chain(&damage)),
+                last_error: Some(crate::service::chain(&damage)),
                 enqueuer: uid.zip(gid).map(|(uid, gid)| Enqueuer {
                     uid,
                     gid,

@@ -3,7 +3,7 @@
 //! is the first of the owner with the smallest use of its share.
 
 use super::{Attempt, Caller, Dispatcher, Enqueue, Error, PoolError, Reply, State, chain, code};
-use crate::Kind;
+use worklane_admission::Kind;
 
 impl Dispatcher {
     /// A refusal for an enqueue whose weight or owner tag the pool could never admit: a weight
@@ -30,7 +30,7 @@ impl Dispatcher {
             ..Attempt::queued(String::new(), entry.lane.clone(), 0, 0, 0)
         };
         let ask = attempt.ask()?;
-        match self.pool.asked(Kind::Agent, &ask) {
+        match self.pool.check_ask(Kind::Agent, &ask) {
             Err(e @ (PoolError::Weight { .. } | PoolError::WeightOverShare { .. })) => {
                 Some(Reply::refused(code::BAD_REQUEST, chain(&e)))
             }
@@ -87,20 +87,20 @@ impl Dispatcher {
             .map_err(|source| Error::CountShares {
                 source: Box::new(source),
             })?;
-        let use_ = crate::share::Use {
+        let use_ = worklane_admission::share::Use {
             held: &held,
             shares: &config.shares,
             cap,
         };
-        let mut ranked: Vec<(crate::share::Waiter, Attempt)> = heads
+        let mut ranked: Vec<(worklane_admission::share::Waiter, Attempt)> = heads
             .into_iter()
             .map(|attempt| {
                 let owner = attempt.ask().map(|ask| {
-                    crate::share::resolve(&config.shares, ask.owner())
+                    worklane_admission::share::resolve(&config.shares, ask.owner())
                         .owner
                         .to_string()
                 });
-                let waiter = crate::share::Waiter {
+                let waiter = worklane_admission::share::Waiter {
                     priority: attempt.priority,
                     start_ms: attempt.queued_at_ms,
                     token: attempt.id.clone(),

@@ -4,13 +4,13 @@
 //! emptied database) are reported as lost and removed.
 
 use super::{Dispatcher, Error, Held, Settings};
-use crate::Pool;
-use crate::dispatch::lane::{lane_lock, retire_own_lane};
-use crate::dispatch::status;
-use crate::dispatch::store::{Attempt, Damage, Ended, Outcome, State, Store};
-use crate::dispatch::wire::EndedView;
+use crate::lane::{lane_lock, retire_own_lane};
+use crate::status;
+use crate::store::{Attempt, Damage, Ended, Outcome, State, Store};
+use crate::wire::EndedView;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use worklane_admission::Pool;
 use worklane_guard::Guard;
 use worklane_journal::Event;
 use worklane_lease::{Acquired, Options, Request};

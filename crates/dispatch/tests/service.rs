@@ -1,0 +1,1219 @@
+//! The dispatcher's decisions on real files, guards, descriptors and SQLite, in one
+//! process: the launcher's hand-over is a duplicated descriptor of its held lane guard.
+use super::*;
+use std::os::fd::{AsFd, OwnedFd};
+use worklane_dispatch::service::{Caller, Dispatcher, Mode, Settings, lane_lock};
+use worklane_dispatch::store::{State, Store};
+use worklane_dispatch::wire::{Enqueue, code};
+use worklane_lease::{Acquired, Options, Request as LeaseRequest};
+
+pub(super) const T0: u64 = 1_800_000_000_000;
+
+/// This process as a caller of the dispatcher (its peer credentials).
+pub(super) fn me() -> Caller {
+    Caller {
+        pid: Some(std::process::id()),
+        uid: rustix::process::geteuid().as_raw(),
+        gid: rustix::process::getegid().as_raw(),
+        groups: rustix::process::getgroups()
+            .expect("groups")
+            .into_iter()
+            .map(rustix::process::Gid::as_raw)
+            .collect(),
+    }
+}
+
+pub(super) struct Bench {
+    pub(super) site: Site,
+    pub(super) clock: ManualClock,
+    pub(super) dispatcher: Dispatcher,
+}
+
+impl Bench {
+    pub(super) fn new(config: &str, settings: Settings) -> Bench {
+        let site = Site::new(config);
+        let clock = ManualClock::at(T0);
+        let pool = Pool::new(
+            SlotDir::resolve_in(
+                &Environment::from_process().var("AGENT_SLOTS_DIR", site.temp.path()),
+            )
+            .expect("resolve"),
+        )
+        .with_clock(Arc::new(clock.clone()));
+        let store = Store::open(&site.temp.path().join("queue.db")).expect("store");
+        let dispatcher = Dispatcher::recover(pool, store, settings).expect("dispatcher");
+        Bench {
+            site,
+            clock,
+            dispatcher,
+        }
+    }
+
+    /// Takes lane `name` as a launcher would and returns a copy of its held guard's
+    /// descriptor, as the dispatcher receives it; the launcher's own copy is closed.
+    pub(super) fn launch(&self, name: &str) -> OwnedFd {
+        let dir = self.dispatcher.pool().dir();
+        let lease = match gate::quietly(|| {
+            worklane_lease::acquire(
+                dir,
+                &lane_lock(name),
+                &LeaseRequest::new("launcher"),
+                &Options::process(),
+            )
+        })
+        .expect("acquire the lane")
+        {
+            Acquired::Held(lease) => lease,
+            Acquired::Refused(r) => panic!("lane {name} must be free: {r}"),
+        };
+        let guard = lease.hand_over().expect("a held guard");
+        let copy = rustix::io::dup(&guard).expect("dup");
+        gate::quietly(|| drop(guard));
+        copy
+    }
+
+    fn entry(name: &str, start_ms: u64, priority: i64) -> Enqueue {
+        Enqueue {
+            lane: name.to_owned(),
+            start_ms: Some(start_ms),
+            priority: Some(priority),
+            placement: "wt-1".into(),
+            stage: "build".into(),
+            args: vec!["driver".into()],
+            env: [
+                ("LANE_X".to_owned(), "1".to_owned()),
+                ("API_TOKEN".to_owned(), "s".to_owned()),
+            ]
+            .into_iter()
+            .collect(),
+            own_lane: false,
+            weight: None,
+            owner: None,
+        }
+    }
+
+    /// Enqueues lane `name` of weight `weight`, tagged `owner`, at `start_ms`.
+    fn enqueue_weighted(
+        &mut self,
+        name: &str,
+        start_ms: u64,
+        weight: u32,
+        owner: Option<&str>,
+    ) -> String {
+        let fd = self.launch(name);
+        let entry = Enqueue {
+            weight: Some(weight),
+            owner: owner.map(str::to_owned),
+            ..Bench::entry(name, start_ms, 0)
+        };
+        let reply = self
+            .dispatcher
+            .enqueue(entry, vec![fd], &me())
+            .expect("enqueue");
+        assert!(reply.ok, "accepted: {reply:?}");
+        reply.attempt.expect("an attempt id")
+    }
+
+    pub(super) fn enqueue(&mut self, name: &str, start_ms: u64, priority: i64) -> String {
+        let fd = self.launch(name);
+        let reply = self
+            .dispatcher
+            .enqueue(Bench::entry(name, start_ms, priority), vec![fd], &me())
+            .expect("enqueue");
+        assert!(reply.ok, "accepted: {reply:?}");
+        reply.attempt.expect("an attempt id")
+    }
+
+    /// Whether another process finds the lane free (`flock -n` on its guard).
+    fn lane_free(&self, name: &str) -> bool {
+        let guard = self
+            .site
+            .temp
+            .path()
+            .join(format!(".{}.flock", lane_lock(name)));
+        Command::new("flock")
+            .arg("-n")
+            .arg(&guard)
+            .arg("true")
+            .status_gated()
+            .expect("flock")
+            .success()
+    }
+}
+
+/// How many descriptors of this process refer to a lane's guard (counted in
+/// `/proc/self/fd` by device and inode, so other tests' descriptors never count).
+fn fds_on(bench: &Bench, lanes: &[&str]) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let ids: Vec<(u64, u64)> = lanes
+        .iter()
+        .filter_map(|name| {
+            let path = bench
+                .site
+                .temp
+                .path()
+                .join(format!(".{}.flock", lane_lock(name)));
+            std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+        })
+        .collect();
+    std::fs::read_dir("/proc/self/fd")
+        .expect("fds")
+        .flatten()
+        .filter_map(|fd| std::fs::metadata(fd.path()).ok())
+        .filter(|m| ids.contains(&(m.dev(), m.ino())))
+        .count()
+}
+
+#[test]
+fn every_refused_enqueue_closes_every_descriptor() {
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+    let two = vec![bench.launch("a"), bench.launch("b")];
+    let reply = bench
+        .dispatcher
+        .enqueue(Bench::entry("a", T0, 0), two, &me())
+        .expect("enqueue");
+    assert_eq!(reply.error.as_deref(), Some(code::DESCRIPTORS), "{reply:?}");
+    let reply = bench
+        .dispatcher
+        .enqueue(Bench::entry("a", T0, 0), vec![], &me())
+        .expect("enqueue");
+    assert_eq!(reply.error.as_deref(), Some(code::DESCRIPTORS), "{reply:?}");
+    let other = bench.launch("b");
+    let reply = bench
+        .dispatcher
+        .enqueue(Bench::entry("a", T0, 0), vec![other], &me())
+        .expect("enqueue");
+    assert_eq!(
+        reply.error.as_deref(),
+        Some(code::NOT_THE_LANE),
+        "another lane's guard: {reply:?}"
+    );
+    let mut missing = Bench::entry("a", T0, 0);
+    missing.priority = None;
+    let reply = bench
+        .dispatcher
+        .enqueue(missing, vec![bench.launch("a")], &me())
+        .expect("enqueue");
+    assert_eq!(
+        reply.error.as_deref(),
+        Some(code::MISSING_FIELD),
+        "{reply:?}"
+    );
+    let mut missing = Bench::entry("a", T0, 0);
+    missing.start_ms = None;
+    let reply = bench
+        .dispatcher
+        .enqueue(missing, vec![bench.launch("a")], &me())
+        .expect("enqueue");
+    assert_eq!(
+        reply.error.as_deref(),
+        Some(code::MISSING_FIELD),
+        "{reply:?}"
+    );
+    assert_eq!(
+        fds_on(&bench, &["a", "b"]),
+        0,
+        "every refused descriptor is closed"
+    );
+    assert!(
+        bench.lane_free("a") && bench.lane_free("b"),
+        "and the lanes are free again"
+    );
+    // A sender that never held the lock: its guard, but another description holds it.
+    let holder = bench.launch("c");
+    let path = bench
+        .site
+        .temp
+        .path()
+        .join(format!(".{}.flock", lane_lock("c")));
+    let unlocked: OwnedFd = std::fs::File::open(&path).expect("open the guard").into();
+    let reply = bench
+        .dispatcher
+        .enqueue(Bench::entry("c", T0, 0), vec![unlocked], &me())
+        .expect("enqueue");
+    assert_eq!(reply.error.as_deref(), Some(code::NOT_HELD), "{reply:?}");
+    drop(holder);
+    let mut waiter = Bench::new(
+        "{}",
+        Settings {
+            mode: Mode::Waiter,
+            ..Settings::default()
+        },
+    );
+    let fd = waiter.launch("w");
+    let reply = waiter
+        .dispatcher
+        .enqueue(Bench::entry("w", T0, 0), vec![fd], &me())
+        .expect("enqueue");
+    assert_eq!(reply.error.as_deref(), Some(code::WAITER_MODE), "{reply:?}");
+    assert!(
+        waiter.lane_free("w"),
+        "refused in waiter mode, descriptor closed"
+    );
+}
+
+#[test]
+fn an_accepted_enqueue_holds_the_lane_and_keeps_start_and_priority() {
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+    let id = bench.enqueue("docs", T0 - 5_000, 7);
+    assert!(
+        !bench.lane_free("docs"),
+        "the dispatcher's copy holds the lane after the sender closed its own"
+    );
+    let listed = bench.dispatcher.list().expect("list");
+    assert_eq!(listed.len(), 1);
+    let row = &listed[0];
+    assert_eq!(
+        (row.attempt.as_str(), row.state.as_str()),
+        (id.as_str(), "queued")
+    );
+    assert_eq!(
+        (row.start_ms, row.priority),
+        (T0 - 5_000, 7),
+        "kept exactly"
+    );
+    let store = Store::open(&bench.site.temp.path().join("queue.db")).expect("reopen");
+    let stored = store.get(&id).expect("get").expect("committed");
+    assert_eq!(
+        stored.env.keys().collect::<Vec<_>>(),
+        ["LANE_X"],
+        "a secret-shaped name is never stored"
+    );
+    assert!(bench.dispatcher.cancel(&id, &me()).expect("cancel").ok);
+    assert!(bench.lane_free("docs"), "cancel closes the lane");
+}
+
+#[test]
+fn admit_claim_and_the_seeds_refusals() {
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+    let first = bench.enqueue("a", T0, 0);
+    let second = bench.enqueue("b", T0 + 1, 0);
+    let admitted = bench
+        .dispatcher
+        .admit_next()
+        .expect("admit")
+        .expect("room for one");
+    assert_eq!(admitted.attempt.id, first);
+    assert_eq!(admitted.token.len(), 32, "128 bits of token");
+    assert_eq!(admitted.slot, "agent-0.lock");
+    assert!(
+        bench.dispatcher.admit_next().expect("admit").is_none(),
+        "at cap 1: a starting row holds its slot"
+    );
+    let refusals = [
+        (first.as_str(), "wrong"),
+        (second.as_str(), admitted.token.as_str()),
+        ("a-absent", admitted.token.as_str()),
+    ];
+    for (id, token) in refusals {
+        let refused = bench
+            .dispatcher
+            .claim(id, token, &me())
+            .expect("claim")
+            .expect_err("refused");
+        assert_eq!(
+            refused.message.as_deref(),
+            Some("no admitted row for this token")
+        );
+    }
+    assert_eq!(
+        bench.dispatcher.list().expect("list").len(),
+        2,
+        "the rows stay"
+    );
+    assert!(!bench.lane_free("a"), "and their descriptors");
+    let claimed = bench
+        .dispatcher
+        .claim(&first, &admitted.token, &me())
+        .expect("claim")
+        .expect("claimed");
+    assert_eq!(claimed.fds.len(), 2, "the lane and the slot");
+    assert_eq!(claimed.reply.slot.as_deref(), Some("agent-0.lock"));
+    assert_eq!(claimed.reply.lane.as_deref(), Some("lane-a.lock"));
+    let rows = bench.dispatcher.list().expect("list");
+    assert_eq!(
+        rows.iter().map(|r| r.state.as_str()).collect::<Vec<_>>(),
+        ["running", "queued"],
+        "the claimed row left the queue: it runs, holding nothing of the dispatcher's"
+    );
+    // The driver's side: adopt the slot from the received descriptor.
+    let slot_fd = rustix::io::dup(claimed.fds[1].as_fd()).expect("dup");
+    let lane_fd = rustix::io::dup(claimed.fds[0].as_fd()).expect("dup");
+    drop(claimed);
+    let slot = bench
+        .dispatcher
+        .pool()
+        .adopt("agent-0.lock", slot_fd, &LeaseRequest::new("driver"))
+        .expect("adopt the slot");
+    assert!(!bench.lane_free("a"), "the driver holds the lane");
+    drop(lane_fd);
+    assert!(bench.lane_free("a"), "closing the last copy frees it");
+    assert!(
+        bench.dispatcher.admit_next().expect("admit").is_none(),
+        "the driver's slot counts"
+    );
+    slot.release().expect("release");
+    let next = bench
+        .dispatcher
+        .admit_next()
+        .expect("admit")
+        .expect("room again");
+    assert_eq!(next.attempt.id, second);
+}
+
+#[test]
+fn a_weighted_row_takes_its_units_and_stands_in_line_with_them() {
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(r#"{"max_agents": 4}"#, Settings::default());
+    let heavy = bench.enqueue_weighted("a", T0, 3, Some("nightly"));
+    let next = bench.enqueue_weighted("b", T0 + 1, 2, None);
+    let admitted = bench
+        .dispatcher
+        .admit_next()
+        .expect("admit")
+        .expect("room for three");
+    assert_eq!(admitted.attempt.id, heavy);
+    assert_eq!(
+        (admitted.attempt.weight, admitted.attempt.owner.as_deref()),
+        (3, Some("nightly"))
+    );
+    let slot: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(bench.site.temp.path().join(&admitted.slot)).expect("record"),
+    )
+    .expect("JSON");
+    assert_eq!(slot["weight"], 3, "the slot holds the row's units: {slot}");
+    assert_eq!(
+        slot["shareOwner"],
+        format!("uid:{}", rustix::process::geteuid().as_raw()),
+        "no config names the tag: its enqueuer's uid"
+    );
+    assert!(
+        bench.dispatcher.admit_next().expect("admit").is_none(),
+        "two units asked, one free"
+    );
+    let entry = bench
+        .site
+        .snapshot()
+        .line
+        .into_iter()
+        .find(|v| v.live)
+        .expect("the dispatcher stands for its next row");
+    assert_eq!(entry.weight, 2, "with the row's weight");
+    let rows = bench.dispatcher.list().expect("list");
+    let view = rows.iter().find(|r| r.attempt == next).expect("listed");
+    assert_eq!((view.weight, view.owner.as_deref()), (2, None));
+}
+
+#[test]
+fn an_enqueue_no_cap_could_admit_is_refused_naming_weight_and_cap() {
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(
+        r#"{"max_agents": 4, "shares": {"owner:small": 1}}"#,
+        Settings::default(),
+    );
+    for (weight, owner, says) in [
+        (0, None, "weight 0"),
+        (5, None, "4 units"),
+        (2, Some("small"), "share of owner:small is 1"),
+        (1, Some("two words"), "a tag is 1 to 128 bytes"),
+    ] {
+        let fd = bench.launch("x");
+        let entry = Enqueue {
+            weight: Some(weight),
+            owner: owner.map(str::to_owned),
+            ..Bench::entry("x", T0, 0)
+        };
+        let reply = bench
+            .dispatcher
+            .enqueue(entry, vec![fd], &me())
+            .expect("enqueue");
+        assert!(!reply.ok, "{weight} {owner:?}: {reply:?}");
+        assert_eq!(reply.error.as_deref(), Some(code::BAD_REQUEST));
+        let message = reply.message.unwrap_or_default();
+        assert!(message.contains(says), "{message}");
+        assert!(
+            bench.lane_free("x"),
+            "a refusal closes the lane's descriptor"
+        );
+    }
+}
+
+#[test]
+fn a_row_the_lowered_cap_can_never_admit_is_parked_and_holds_nobody() {
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(r#"{"max_agents": 4}"#, Settings::default());
+    let heavy = bench.enqueue_weighted("a", T0, 3, None);
+    let light = bench.enqueue_weighted("b", T0 + 1, 1, None);
+    bench.site.set_config(r#"{"max_agents": 2}"#);
+    let admitted = gate::quietly(|| bench.dispatcher.admit_next()).expect("admit");
+    let admitted = match admitted {
+        Some(admitted) => admitted,
+        None => gate::quietly(|| bench.dispatcher.admit_next())
+            .expect("admit")
+            .expect("the light row next"),
+    };
+    assert_eq!(admitted.attempt.id, light);
+    let rows = bench.dispatcher.list().expect("list");
+    let parked = rows.iter().find(|r| r.attempt == heavy).expect("listed");
+    assert_eq!(parked.state, "failed");
+    assert!(
+        parked
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("weight 3") && e.contains("2 units")),
+        "{parked:?}"
+    );
+    assert!(!bench.lane_free("a"), "a parked row keeps its lane");
+}
+
+#[test]
+fn with_shares_the_dispatcher_admits_the_less_used_owner_first() {
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(
+        r#"{"max_agents": 4, "shares": {"owner:a": 4, "owner:b": 4}}"#,
+        Settings::default(),
+    );
+    let a1 = bench.enqueue_weighted("a1", T0, 1, Some("a"));
+    let a2 = bench.enqueue_weighted("a2", T0 + 1, 1, Some("a"));
+    let a3 = bench.enqueue_weighted("a3", T0 + 2, 1, Some("a"));
+    let b1 = bench.enqueue_weighted("b1", T0 + 10, 1, Some("b"));
+    let mut order = Vec::new();
+    for _ in 0..4 {
+        let admitted = gate::quietly(|| bench.dispatcher.admit_next())
+            .expect("admit")
+            .expect("room");
+        order.push(admitted.attempt.id);
+    }
+    assert_eq!(
+        order,
+        [a1, b1, a2, a3],
+        "owner b (0 of 4) before owner a (1 of 4), whatever a queued first"
+    );
+}
+
+#[test]
+fn an_admitted_attempt_is_starting_with_its_token_and_time() {
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+    let id = bench.enqueue("a", T0 - 9, 3);
+    bench.clock.advance(7);
+    let admitted = bench
+        .dispatcher
+        .admit_next()
+        .expect("admit")
+        .expect("admitted");
+    assert_eq!(admitted.attempt.id, id);
+    assert_eq!(admitted.attempt.state, State::Starting);
+    assert_eq!(
+        admitted.attempt.token.as_deref(),
+        Some(admitted.token.as_str())
+    );
+    assert_eq!(admitted.attempt.state_at_ms, T0 + 7, "admitted now");
+    assert_eq!(admitted.attempt.queued_at_ms, T0 - 9, "its place kept");
+    assert_eq!(admitted.slot, "agent-0.lock");
+    assert!(!admitted.token.is_empty());
+}
+
+#[test]
+fn expiry_is_strictly_after_the_interval_and_keeps_the_place() {
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(
+        r#"{"max_agents": 1}"#,
+        Settings {
+            claim_interval_ms: 60_000,
+            ..Settings::default()
+        },
+    );
+    let id = bench.enqueue("a", T0 - 9, 3);
+    let admitted = bench
+        .dispatcher
+        .admit_next()
+        .expect("admit")
+        .expect("admitted");
+    bench.clock.advance(60_000);
+    assert!(
+        bench.dispatcher.expire().expect("expire").is_empty(),
+        "at exactly 60 s it is still starting"
+    );
+    bench.clock.advance(1);
+    assert_eq!(
+        bench.dispatcher.expire().expect("expire"),
+        std::slice::from_ref(&id),
+        "1 ms later it is queued"
+    );
+    let row = bench.dispatcher.list().expect("list").remove(0);
+    assert_eq!(
+        (row.state.as_str(), row.start_ms, row.priority),
+        ("queued", T0 - 9, 3)
+    );
+    assert!(
+        bench
+            .dispatcher
+            .claim(&id, &admitted.token, &me())
+            .expect("claim")
+            .is_err(),
+        "the old token is refused"
+    );
+    let again = bench
+        .dispatcher
+        .admit_next()
+        .expect("admit")
+        .expect("its slot was returned");
+    assert_ne!(again.token, admitted.token, "a fresh token");
+}
+
+#[test]
+fn admission_goes_by_priority_then_original_start() {
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+    let ids = [
+        bench.enqueue("p0-old", T0, 0),
+        bench.enqueue("p5", T0 + 50, 5),
+        bench.enqueue("p0-new", T0 + 10, 0),
+        bench.enqueue("p5-old", T0 + 20, 5),
+        bench.enqueue("n1", T0 - 100, -1),
+    ];
+    let mut order = Vec::new();
+    for _ in 0..5 {
+        let admitted = bench.dispatcher.admit_next().expect("admit").expect("one");
+        order.push(admitted.attempt.lane.clone());
+        let claimed = bench
+            .dispatcher
+            .claim(&admitted.attempt.id, &admitted.token, &me())
+            .expect("claim")
+            .expect("claimed");
+        drop(claimed);
+    }
+    assert_eq!(order, ["p5-old", "p5", "p0-old", "p0-new", "n1"], "{ids:?}");
+}
+
+#[test]
+fn recovery_keeps_free_lanes_and_leaves_held_ones_alone() {
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(r#"{"max_agents": 2}"#, Settings::default());
+    let kept = bench.enqueue("kept", T0, 0);
+    let taken = bench.enqueue("taken", T0 + 1, 0);
+    let admitted = bench
+        .dispatcher
+        .admit_next()
+        .expect("admit")
+        .expect("admitted");
+    assert_eq!(admitted.attempt.id, kept);
+    // The dispatcher dies: its descriptors close. Meanwhile someone takes lane "taken".
+    let Bench {
+        site,
+        clock,
+        dispatcher,
+    } = bench;
+    let pool = dispatcher.pool().clone();
+    drop(dispatcher);
+    let other = match worklane_lease::acquire(
+        pool.dir(),
+        &lane_lock("taken"),
+        &LeaseRequest::new("someone"),
+        &Options::process(),
+    )
+    .expect("acquire")
+    {
+        Acquired::Held(lease) => lease,
+        Acquired::Refused(r) => panic!("free after the dispatcher died: {r}"),
+    };
+    let store = Store::open(&site.temp.path().join("queue.db")).expect("store");
+    let recovered = Dispatcher::recover(pool, store, Settings::default()).expect("recover");
+    let rows = recovered.list().expect("list");
+    let ids: Vec<&str> = rows.iter().map(|r| r.attempt.as_str()).collect();
+    assert_eq!(
+        ids,
+        [kept.as_str()],
+        "the held lane's row is dropped: {taken}"
+    );
+    assert_eq!(rows[0].state, "queued", "starting becomes queued again");
+    assert_eq!(rows[0].start_ms, T0, "its place kept");
+    drop(other);
+    let _ = clock;
+}
+
+#[test]
+fn a_failed_step_names_itself_and_its_attempt_and_keeps_its_cause() {
+    use worklane_dispatch::service::Error;
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+    let id = bench.enqueue("a", T0, 0);
+    bench.site.set_config("{");
+    let error =
+        gate::quietly(|| bench.dispatcher.admit_next()).expect_err("the caps cannot be loaded");
+    let Error::TakeSlot { attempt, source } = &error else {
+        panic!("the slot's step: {error:?}")
+    };
+    assert_eq!(attempt, &id, "the attempt it was for");
+    assert!(
+        matches!(**source, worklane_admission::Error::Config { .. }),
+        "the pool's own error, to match on: {source:?}"
+    );
+    // Each part of the chain says its own step once: the cause's text is not repeated.
+    let mut parts = vec![error.to_string()];
+    let mut cause = std::error::Error::source(&error);
+    while let Some(e) = cause {
+        let text = e.to_string();
+        assert!(
+            !parts.last().expect("a part").contains(&text),
+            "{parts:?} repeats its cause {text:?}"
+        );
+        parts.push(text);
+        cause = e.source();
+    }
+    assert_eq!(
+        parts[..2],
+        [
+            format!("cannot take an agent slot for attempt {id}"),
+            "cannot load the pool's caps".to_owned(),
+        ],
+        "the dispatcher's step, then the pool's: {parts:?}"
+    );
+    assert!(
+        parts.len() > 2 && parts[2].contains("config.json"),
+        "then the config's own error: {parts:?}"
+    );
+}
+
+/// The record of lane `name`, as the dispatcher's recovery leaves it.
+fn lane_record(site: &Site, name: &str) -> Record {
+    let raw = std::fs::read(site.temp.path().join(lane_lock(name))).expect("lane record");
+    Record::parse(&raw).expect("parses")
+}
+
+fn epochs(site: &Site, name: &str) -> Vec<String> {
+    let prefix = format!("{}.epoch.", lane_lock(name));
+    let mut names: Vec<String> = std::fs::read_dir(site.temp.path())
+        .expect("list")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with(&prefix))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn the_dispatcher_stands_in_line_for_its_first_queued_row() {
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+    let stop = Stop {
+        by: "ops".into(),
+        at: "2026-11-30T00:00:00.000Z".into(),
+        reason: "holding the queue".into(),
+    };
+    worklane_admission::stop::write(bench.dispatcher.pool().dir(), &stop).expect("STOP");
+    let entries = |bench: &Bench| -> Vec<(i64, u64)> {
+        bench
+            .dispatcher
+            .pool()
+            .line(Kind::Agent)
+            .expect("line")
+            .iter()
+            .map(|e| (e.priority, e.start_ms))
+            .collect()
+    };
+    bench.dispatcher.stand().expect("stand");
+    assert_eq!(entries(&bench), [], "nothing queued, no entry");
+    let low = bench.enqueue("low", T0, 0);
+    bench.dispatcher.stand().expect("stand");
+    assert_eq!(entries(&bench), [(0, T0)], "the first row's place");
+    let high = bench.enqueue("high", T0 + 5, 3);
+    bench.dispatcher.stand().expect("stand");
+    assert_eq!(
+        entries(&bench),
+        [(3, T0 + 5)],
+        "moved to the new first row, one entry"
+    );
+    bench.dispatcher.stand().expect("stand");
+    assert_eq!(
+        entries(&bench),
+        [(3, T0 + 5)],
+        "standing again changes nothing"
+    );
+    assert!(bench.dispatcher.cancel(&high, &me()).expect("cancel").ok);
+    bench.dispatcher.stand().expect("stand");
+    assert_eq!(entries(&bench), [(0, T0)], "back to the next row's place");
+    assert!(bench.dispatcher.cancel(&low, &me()).expect("cancel").ok);
+    bench.dispatcher.stand().expect("stand");
+    assert_eq!(entries(&bench), [], "none once nothing is queued");
+}
+
+#[test]
+fn recovery_resumes_a_lane_nobody_took_and_acquires_one_someone_did() {
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(r#"{"max_agents": 2}"#, Settings::default());
+    let untouched = bench.enqueue("untouched", T0, 0);
+    let passed = bench.enqueue("passed", T0 + 1, 0);
+    let Bench {
+        site, dispatcher, ..
+    } = bench;
+    let pool = dispatcher.pool().clone();
+    drop(dispatcher);
+    // While no dispatcher runs, someone takes lane "passed" and gives it back.
+    let other = match worklane_lease::acquire(
+        pool.dir(),
+        &lane_lock("passed"),
+        &LeaseRequest::new("someone"),
+        &Options::process(),
+    )
+    .expect("acquire")
+    {
+        Acquired::Held(lease) => lease,
+        Acquired::Refused(r) => panic!("free after the dispatcher died: {r}"),
+    };
+    other.release().expect("release");
+    assert_eq!(epochs(&site, "passed"), ["lane-passed.lock.epoch.2"]);
+    let store = Store::open(&site.temp.path().join("queue.db")).expect("store");
+    let recovered = Dispatcher::recover(pool, store, Settings::default()).expect("recover");
+    let ids: Vec<String> = recovered
+        .list()
+        .expect("list")
+        .into_iter()
+        .map(|r| r.attempt)
+        .collect();
+    assert_eq!(ids, [untouched.clone(), passed.clone()], "both kept");
+    // Nobody took "untouched": held again as the dead dispatcher held it, the launcher's
+    // record and epoch as they were.
+    assert_eq!(
+        lane_record(&site, "untouched").owner.as_deref(),
+        Some("launcher")
+    );
+    assert_eq!(lane_record(&site, "untouched").epoch, Some(1));
+    assert_eq!(epochs(&site, "untouched"), ["lane-untouched.lock.epoch.1"]);
+    // "passed" changed hands in between: acquired anew, so its epoch moves past the one
+    // its interim holder had.
+    let record = lane_record(&site, "passed");
+    assert_eq!(record.owner.as_deref(), Some("worklane dispatcher"));
+    assert_eq!(record.epoch, Some(3), "a new acquisition, a new epoch");
+    let probe = |name: &str| {
+        Command::new("flock")
+            .arg("-n")
+            .arg(site.temp.path().join(format!(".{}.flock", lane_lock(name))))
+            .arg("true")
+            .status_gated()
+            .expect("flock")
+            .success()
+    };
+    assert!(!probe("untouched") && !probe("passed"), "both lanes held");
+    drop(recovered);
+    assert!(
+        probe("untouched") && probe("passed"),
+        "and freed with the dispatcher"
+    );
+}
+
+/// Another user than this process, as a caller (a member of the directory's group).
+fn stranger() -> Caller {
+    Caller {
+        pid: Some(1),
+        uid: 65_534,
+        gid: 65_534,
+        groups: Vec::new(),
+    }
+}
+
+#[test]
+fn a_lane_of_its_own_must_say_so_and_no_other_lane_may() {
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+    let own = "q-0123456789abcdef";
+    let reply = bench
+        .dispatcher
+        .enqueue(Bench::entry(own, T0, 0), vec![bench.launch(own)], &me())
+        .expect("enqueue");
+    assert_eq!(reply.error.as_deref(), Some(code::BAD_REQUEST), "{reply:?}");
+    assert!(
+        reply
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("reserved")),
+        "says why: {reply:?}"
+    );
+    assert!(bench.lane_free(own), "refused, its descriptor closed");
+    let mut claimed = Bench::entry("docs", T0, 0);
+    claimed.own_lane = true;
+    let reply = bench
+        .dispatcher
+        .enqueue(claimed, vec![bench.launch("docs")], &me())
+        .expect("enqueue");
+    assert_eq!(reply.error.as_deref(), Some(code::BAD_REQUEST), "{reply:?}");
+    let mut declared = Bench::entry(own, T0, 0);
+    declared.own_lane = true;
+    let reply = bench
+        .dispatcher
+        .enqueue(declared, vec![bench.launch(own)], &me())
+        .expect("enqueue");
+    assert!(reply.ok, "declared, it is queued: {reply:?}");
+}
+
+#[test]
+fn a_descriptor_that_is_no_guard_is_named_for_what_it_is() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+    let fifo = bench.site.temp.path().join("fifo");
+    let made = Command::new("mkfifo")
+        .arg(&fifo)
+        .status_gated()
+        .expect("mkfifo");
+    assert!(made.success());
+    let read: OwnedFd = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(&fifo)
+        .expect("open the FIFO")
+        .into();
+    let dir: OwnedFd = std::fs::File::open(bench.site.temp.path())
+        .expect("dir")
+        .into();
+    let (socket, _other) = std::os::unix::net::UnixStream::pair().expect("pair");
+    for (fd, what) in [
+        (read, "a pipe (FIFO)"),
+        (dir, "a directory"),
+        (OwnedFd::from(socket), "a socket"),
+    ] {
+        let reply = bench
+            .dispatcher
+            .enqueue(Bench::entry("l", T0, 0), vec![fd], &me())
+            .expect("enqueue");
+        assert_eq!(
+            reply.error.as_deref(),
+            Some(code::NOT_THE_LANE),
+            "{reply:?}"
+        );
+        let message = reply.message.unwrap_or_default();
+        assert!(
+            message.contains(&format!("the descriptor sent is {what}")),
+            "named for what it is: {message}"
+        );
+        assert!(
+            !message.contains("remove it"),
+            "no file to remove: {message}"
+        );
+    }
+    // The lane's own guard, opened but locked by nobody: the sender does not hold it.
+    let path = bench
+        .site
+        .temp
+        .path()
+        .join(format!(".{}.flock", lane_lock("f")));
+    drop(bench.launch("f"));
+    assert!(bench.lane_free("f"));
+    let unlocked: OwnedFd = std::fs::File::open(&path).expect("the guard").into();
+    let reply = bench
+        .dispatcher
+        .enqueue(Bench::entry("f", T0, 0), vec![unlocked], &me())
+        .expect("enqueue");
+    assert_eq!(reply.error.as_deref(), Some(code::NOT_HELD), "{reply:?}");
+    assert!(
+        reply
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("nobody holds")),
+        "{reply:?}"
+    );
+    assert!(
+        bench.lane_free("f"),
+        "and the dispatcher did not take it either"
+    );
+}
+
+#[test]
+fn only_the_enqueuer_or_root_claims_and_only_it_root_or_the_owner_cancels() {
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+    let id = bench.enqueue("a", T0, 0);
+    let stored = Store::open(&bench.site.temp.path().join("queue.db"))
+        .expect("store")
+        .get(&id)
+        .expect("get")
+        .expect("row");
+    let me = me();
+    assert_eq!(
+        stored
+            .enqueuer
+            .as_ref()
+            .map(|e| (e.uid, e.gid, e.groups.clone())),
+        Some((me.uid, me.gid, me.groups.clone())),
+        "the row records who enqueued, from the caller's credentials"
+    );
+    let admitted = bench.dispatcher.admit_next().expect("admit").expect("one");
+    let refused = bench
+        .dispatcher
+        .claim(&id, &admitted.token, &stranger())
+        .expect("claim")
+        .expect_err("another user's claim");
+    assert_eq!(
+        refused.error.as_deref(),
+        Some(code::PERMISSION),
+        "{refused:?}"
+    );
+    assert_eq!(
+        bench.dispatcher.list().expect("list")[0].state,
+        "starting",
+        "it stays"
+    );
+    let reply = bench.dispatcher.cancel(&id, &stranger()).expect("cancel");
+    assert_eq!(reply.error.as_deref(), Some(code::PERMISSION), "{reply:?}");
+    assert!(!bench.lane_free("a"), "not cancelled");
+    let claimed = bench
+        .dispatcher
+        .claim(&id, &admitted.token, &me)
+        .expect("claim")
+        .expect("its enqueuer's claim");
+    drop(claimed);
+}
+
+#[test]
+fn a_failed_start_backs_off_the_line_moves_on_and_the_bounded_tries_park_it() {
+    use worklane_dispatch::service::StartFailure;
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(
+        r#"{"max_agents": 1}"#,
+        Settings {
+            start_attempts: 3,
+            start_backoff_ms: 1_000,
+            ..Settings::default()
+        },
+    );
+    let head = bench.enqueue("head", T0, 0);
+    let behind = bench.enqueue("behind", T0 + 1, 0);
+    let admitted = bench.dispatcher.admit_next().expect("admit").expect("head");
+    assert_eq!(admitted.attempt.id, head);
+    let failed = bench
+        .dispatcher
+        .start_failed(&head, "no such driver", false)
+        .expect("failed");
+    assert_eq!(
+        failed,
+        StartFailure::Retry {
+            failures: 1,
+            retry_at_ms: T0 + 1_000
+        }
+    );
+    let next = bench
+        .dispatcher
+        .admit_next()
+        .expect("admit")
+        .expect("the row behind");
+    assert_eq!(
+        next.attempt.id, behind,
+        "the failing head does not hold the line"
+    );
+    drop(
+        bench
+            .dispatcher
+            .claim(&behind, &next.token, &me())
+            .expect("claim")
+            .expect("claimed"),
+    );
+    bench.clock.advance(999);
+    assert!(
+        bench.dispatcher.admit_next().expect("admit").is_none(),
+        "within its backoff, not tried"
+    );
+    bench.clock.advance(1);
+    let again = bench
+        .dispatcher
+        .admit_next()
+        .expect("admit")
+        .expect("tried at its end");
+    assert_eq!(again.attempt.id, head);
+    let failed = bench
+        .dispatcher
+        .start_failed(&head, "no space", true)
+        .expect("host trouble");
+    assert_eq!(
+        failed,
+        StartFailure::Host,
+        "the host's trouble is not counted"
+    );
+    let again = bench
+        .dispatcher
+        .admit_next()
+        .expect("admit")
+        .expect("at once");
+    let failed = bench
+        .dispatcher
+        .start_failed(&again.attempt.id, "no such driver", false)
+        .expect("failed");
+    assert_eq!(
+        failed,
+        StartFailure::Retry {
+            failures: 2,
+            retry_at_ms: T0 + 1_000 + 2_000
+        },
+        "the backoff doubles"
+    );
+    bench.clock.advance(2_000);
+    let again = bench
+        .dispatcher
+        .admit_next()
+        .expect("admit")
+        .expect("tried");
+    let failed = bench
+        .dispatcher
+        .start_failed(&again.attempt.id, "no such driver", false)
+        .expect("failed");
+    assert_eq!(failed, StartFailure::Parked { failures: 3 });
+    let row = bench.dispatcher.view(&head).expect("view").expect("kept");
+    assert_eq!(
+        (row.state.as_str(), row.failures, row.last_error.as_deref()),
+        ("failed", 3, Some("no such driver"))
+    );
+    bench.clock.advance(3_600_000);
+    assert!(
+        bench.dispatcher.admit_next().expect("admit").is_none(),
+        "a parked row is never admitted"
+    );
+    assert!(!bench.lane_free("head"), "its lane is still held");
+    let reply = bench.dispatcher.retry(&head, &me()).expect("retry");
+    assert!(reply.ok, "{reply:?}");
+    let row = bench.dispatcher.view(&head).expect("view").expect("kept");
+    assert_eq!((row.state.as_str(), row.failures), ("queued", 0));
+    let reply = bench.dispatcher.retry(&head, &me()).expect("retry");
+    assert_eq!(reply.error.as_deref(), Some(code::NOT_FAILED), "{reply:?}");
+}
+
+#[test]
+fn a_driver_that_ends_before_it_claims_is_a_failed_start() {
+    use worklane_dispatch::service::{DriverEnded, Exit, StartFailure};
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+    let id = bench.enqueue("a", T0, 0);
+    let admitted = bench.dispatcher.admit_next().expect("admit").expect("one");
+    bench
+        .dispatcher
+        .started(&admitted.attempt.id, 4242)
+        .expect("started");
+    let other = bench
+        .dispatcher
+        .exited(Exit {
+            pid: 4343,
+            status: Some(0),
+            signal: None,
+        })
+        .expect("exited");
+    assert_eq!(other, DriverEnded::Unknown, "another process's end");
+    let ended = bench
+        .dispatcher
+        .exited(Exit {
+            pid: 4242,
+            status: Some(2),
+            signal: None,
+        })
+        .expect("exited");
+    let DriverEnded::BeforeClaim {
+        attempt,
+        failure,
+        why,
+    } = ended
+    else {
+        panic!("a failed start: {ended:?}")
+    };
+    assert_eq!(attempt, id);
+    assert!(
+        matches!(failure, StartFailure::Retry { failures: 1, .. }),
+        "{failure:?}"
+    );
+    assert!(why.contains("exit status 2"), "{why}");
+    let row = bench.dispatcher.view(&id).expect("view").expect("row");
+    assert_eq!((row.state.as_str(), row.starts), ("queued", 1));
+}
+
+#[test]
+fn recovery_parks_rows_with_no_enqueuer_ends_free_runs_and_reports_lost_entries() {
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(r#"{"max_agents": 2}"#, Settings::default());
+    let running = bench.enqueue("running", T0, 0);
+    let admitted = bench.dispatcher.admit_next().expect("admit").expect("one");
+    let claimed = bench
+        .dispatcher
+        .claim(&running, &admitted.token, &me())
+        .expect("claim")
+        .expect("claimed");
+    let legacy = bench.enqueue("legacy", T0 + 1, 0);
+    let Bench {
+        site, dispatcher, ..
+    } = bench;
+    let pool = dispatcher.pool().clone();
+    drop(dispatcher);
+    drop(claimed);
+    // The row as an older worklane stored it, without its enqueuer.
+    let conn = rusqlite_free_update(&site, &legacy);
+    drop(conn);
+    // A status entry naming an attempt the database never had.
+    std::fs::write(
+        site.temp.path().join("queue-ghost.json"),
+        br#"{"version":1,"lane":"ghost","attempt":"a-ghost","args":["worklane","claim","--","make"],"start":"2026-01-01T00:00:00.000Z","dispatcher":{"pid":4242}}"#,
+    )
+    .expect("entry");
+    let store = Store::open(&site.temp.path().join("queue.db")).expect("store");
+    let recovered = Dispatcher::recover(pool, store, Settings::default()).expect("recover");
+    let recovery = recovered.recovery();
+    assert_eq!(
+        recovery.parked,
+        std::slice::from_ref(&legacy),
+        "{recovery:?}"
+    );
+    assert_eq!(
+        recovered.view(&legacy).expect("view").expect("kept").state,
+        "failed",
+        "parked, never started as the dispatcher's user"
+    );
+    assert_eq!(recovery.ended.len(), 1, "{recovery:?}");
+    assert_eq!(recovery.ended[0].attempt, running);
+    assert_eq!(recovery.ended[0].outcome, "ended");
+    assert_eq!(recovery.lost.len(), 1, "{recovery:?}");
+    let lost = &recovery.lost[0];
+    assert_eq!(
+        (
+            lost.attempt.as_str(),
+            lost.lane.as_str(),
+            lost.outcome.as_str()
+        ),
+        ("a-ghost", "ghost", "lost")
+    );
+    assert_eq!(
+        lost.args,
+        ["worklane", "claim", "--", "make"],
+        "with its arguments"
+    );
+    assert!(
+        !site.temp.path().join("queue-ghost.json").exists(),
+        "the stale entry is removed"
+    );
+    let history: Vec<String> = recovered
+        .history()
+        .expect("history")
+        .into_iter()
+        .map(|e| e.attempt)
+        .collect();
+    assert!(
+        history.contains(&running) && history.contains(&"a-ghost".to_owned()),
+        "both kept in the history: {history:?}"
+    );
+}
+
+/// Clears the enqueuer of row `id`, as a row stored before schema 3 has none.
+fn rusqlite_free_update(site: &Site, id: &str) -> std::process::Output {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3,sys\nc=sqlite3.connect(sys.argv[1])\nc.execute('UPDATE attempts SET uid=NULL, gid=NULL, groups=NULL WHERE id=?',(sys.argv[2],))\nc.commit()",
+        ])
+        .arg(site.temp.path().join("queue.db"))
+        .arg(id)
+        .output_gated()
+        .expect("python3 sqlite3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
