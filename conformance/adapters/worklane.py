@@ -20,7 +20,11 @@ def say(line):
 
 
 def env():
-    e = dict(os.environ, AGENT_SLOTS_DIR=os.environ["CONFORMANCE_DIR"])
+    slots = os.environ["CONFORMANCE_DIR"]
+    # The dispatcher's private state (its queue database): beside the slot directory, never
+    # the machine's own /var/lib/worklane.
+    state = os.path.join(os.path.dirname(slots), os.path.basename(slots) + ".dispatcher-state")
+    e = dict(os.environ, AGENT_SLOTS_DIR=slots, WORKLANE_STATE_DIR=state)
     e.pop("AGENT_SLOTS_CONFIG", None)
     e.pop("WORKLANE_FLEET", None)
     return e

@@ -248,6 +248,22 @@ pub(crate) fn command(command: ConfigCommand) -> Result<ExitCode, Failure> {
     match command {
         ConfigCommand::Get { key, json } => get(key, json),
         ConfigCommand::Set { key, value } => {
+            if matches!(key, ConfigKey::EnvAllowPrefixes | ConfigKey::EnvSecretWords) {
+                return Err(Failure::new(
+                    exit::USAGE,
+                    format!(
+                        "config set {}: the dispatcher no longer reads what crosses from one \
+                         user's enqueue to the driver from the config, which every member of \
+                         the slot directory's group may write; give it to the dispatcher \
+                         itself: `worklane dispatcher {}` (in its systemd unit's ExecStart)",
+                        key.name(),
+                        match key {
+                            ConfigKey::EnvAllowPrefixes => "--env-allow-prefix PREFIX ...",
+                            _ => "--env-secret-word WORD ...",
+                        }
+                    ),
+                ));
+            }
             let parsed = key.parse(&value).map_err(|expected| {
                 Failure::new(
                     exit::USAGE,

@@ -15,7 +15,7 @@ pub(crate) struct CliWatch<'a> {
     /// Set when the fleet place was lost.
     pub(crate) lost: bool,
     /// An attempt's cancel marker (`queue cancel` of a running attempt).
-    pub(crate) marker: Option<worklane_slotfile::SlotPath>,
+    pub(crate) marker: Option<Marker>,
     /// A queued full run's runner was sent SIGTERM.
     pub(crate) cancelled: Option<&'a AtomicBool>,
 }
@@ -35,13 +35,7 @@ impl Watch for CliWatch<'_> {
         {
             return Some("the runner was sent SIGTERM (`worklane queue cancel`)".to_owned());
         }
-        let raw = self.marker.as_ref()?.read().ok().flatten()?;
-        let marker: serde_json::Value = serde_json::from_slice(&raw).unwrap_or_default();
-        Some(format!(
-            "cancelled by `worklane queue cancel` (uid {}) at {}",
-            marker.get("by").map_or("?".to_owned(), ToString::to_string),
-            marker.get("at").and_then(|v| v.as_str()).unwrap_or("?")
-        ))
+        self.marker.as_mut()?.cancelled()
     }
 
     fn halting(&mut self, reason: &str, grace: Duration) {
@@ -49,6 +43,52 @@ impl Watch for CliWatch<'_> {
             "worklane: {reason}: halting the command (SIGTERM, then SIGKILL after {} s)",
             crate::out::seconds(grace)
         );
+    }
+}
+
+/// A dispatched attempt's cancel marker, `queue-<attempt>.cancel` in the slot directory, where
+/// every member of the group may write: it counts only if the dispatcher (`writer`, the uid
+/// that serves the socket the attempt was claimed on) or root wrote it, no one else can have
+/// (no group or other write bit, one name), and it names this attempt as a `queue cancel`.
+pub(crate) struct Marker {
+    pub(crate) path: worklane_slotfile::SlotPath,
+    pub(crate) attempt: String,
+    pub(crate) writer: u32,
+    /// Whether a marker that does not count was said once already.
+    pub(crate) ignored: bool,
+}
+
+impl Marker {
+    /// Why the command is halted, if the marker is there and counts.
+    fn cancelled(&mut self) -> Option<String> {
+        let (raw, written) = self.path.read_with_owner().ok().flatten()?;
+        let marker: serde_json::Value = serde_json::from_slice(&raw).unwrap_or_default();
+        let by_dispatcher =
+            (written.uid == self.writer || written.uid == 0) && written.only_by_owner();
+        let names_it = marker.get("attempt").and_then(|v| v.as_str())
+            == Some(self.attempt.as_str())
+            && marker.get("reason").and_then(|v| v.as_str()) == Some("queue cancel");
+        if !(by_dispatcher && names_it) {
+            if !self.ignored {
+                self.ignored = true;
+                errln!(
+                    "worklane: ignoring {}: it is not the dispatcher's cancel of attempt {} \
+                     (owner uid {}, mode {:04o}, {} name(s); the dispatcher runs as uid {})",
+                    self.path.name(),
+                    self.attempt,
+                    written.uid,
+                    written.mode,
+                    written.links,
+                    self.writer
+                );
+            }
+            return None;
+        }
+        Some(format!(
+            "cancelled by `worklane queue cancel` (uid {}) at {}",
+            marker.get("by").map_or("?".to_owned(), ToString::to_string),
+            marker.get("at").and_then(|v| v.as_str()).unwrap_or("?")
+        ))
     }
 }
 

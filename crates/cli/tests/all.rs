@@ -51,6 +51,11 @@ impl Site {
         self.temp.path().join("slots")
     }
 
+    /// The dispatcher's private state directory (its queue database).
+    fn state(&self) -> PathBuf {
+        self.temp.path().join("dispatcher-state")
+    }
+
     /// A scratch file path for the children's own records.
     fn file(&self, name: &str) -> PathBuf {
         self.temp.path().join(name)
@@ -62,6 +67,7 @@ impl Site {
         // keeps (`LANE_` is one of its prefixes), never the dispatcher's own.
         cmd.env("AGENT_SLOTS_DIR", self.slots())
             .env_remove("AGENT_SLOTS_CONFIG")
+            .env("WORKLANE_STATE_DIR", self.state())
             .env("T", self.temp.path())
             .env("LANE_T", self.temp.path())
             .stdin(Stdio::null());
@@ -364,6 +370,7 @@ mod exits {
             .args(["--ignore-signal=CHLD", worklane_bin()])
             .args(["run", "--", "sh", "-c", "exit 7"])
             .env("AGENT_SLOTS_DIR", site.slots())
+            .env("WORKLANE_STATE_DIR", site.state())
             .env_remove("AGENT_SLOTS_CONFIG")
             .stdin(Stdio::null())
             .output_gated()
@@ -588,6 +595,7 @@ mod exits {
             ])
             .arg(worklane_bin())
             .env("AGENT_SLOTS_DIR", site.slots())
+            .env("WORKLANE_STATE_DIR", site.state())
             .env_remove("AGENT_SLOTS_CONFIG")
             .stdin(Stdio::null())
             .output_gated()
@@ -926,6 +934,7 @@ mod start {
                     r#"grep SigBlk /proc/self/status > "$T/blocked"; trap 'echo got-term > "$T/term"; exit 9' TERM; touch "$T/up"; while :; do sleep 0.02; done"#,
                 ])
                 .env("AGENT_SLOTS_DIR", site.slots())
+                .env("WORKLANE_STATE_DIR", site.state())
                 .env_remove("AGENT_SLOTS_CONFIG")
                 .env("T", site.temp.path())
                 .stdin(Stdio::null())
@@ -1757,6 +1766,7 @@ mod terminal {
             .command("script")
             .args(["-qfec", &inner, "/dev/null"])
             .env("AGENT_SLOTS_DIR", site.slots())
+            .env("WORKLANE_STATE_DIR", site.state())
             .env("T", site.temp.path())
             .env_remove("AGENT_SLOTS_CONFIG")
             .stdin(Stdio::piped())
@@ -1795,6 +1805,7 @@ mod terminal {
             .command("script")
             .args(["-qfec", &inner, "/dev/null"])
             .env("AGENT_SLOTS_DIR", site.slots())
+            .env("WORKLANE_STATE_DIR", site.state())
             .env_remove("AGENT_SLOTS_CONFIG")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -1992,6 +2003,7 @@ touch "$T/up.$K"; while [ ! -e "$T/release.$K" ]; do sleep 0.02; done"#;
             .command("script")
             .args(["-qfec", &inner, "/dev/null"])
             .env("AGENT_SLOTS_DIR", site.slots())
+            .env("WORKLANE_STATE_DIR", site.state())
             .env_remove("AGENT_SLOTS_CONFIG")
             .env("T", site.file(""))
             .stdin(Stdio::piped())
@@ -2286,6 +2298,7 @@ mod queue {
             ])
             .env("W", worklane_bin())
             .env("AGENT_SLOTS_DIR", site.slots())
+            .env("WORKLANE_STATE_DIR", site.state())
             .env_remove("AGENT_SLOTS_CONFIG")
             .env("T", site.temp.path())
             .env("TMPDIR", site.temp.path())
@@ -2393,6 +2406,7 @@ mod queue {
                 r#"echo ran > "$T/never""#,
             ])
             .env("AGENT_SLOTS_DIR", site.slots())
+            .env("WORKLANE_STATE_DIR", site.state())
             .env_remove("AGENT_SLOTS_CONFIG")
             .env("T", site.temp.path())
             .env("TMPDIR", site.temp.path())
@@ -2771,6 +2785,7 @@ mod ownership {
             .arg(worklane_bin())
             .args(args)
             .env("AGENT_SLOTS_DIR", site.slots())
+            .env("WORKLANE_STATE_DIR", site.state())
             .env_remove("AGENT_SLOTS_CONFIG")
             .env("GITHUB_TOKEN", "ghp_cli_test_token_not_real")
             .stdin(Stdio::null())
@@ -4226,6 +4241,7 @@ mod supervisor_gone {
                 .arg(worklane_bin())
                 .args(["run", "--", "sh", "-c", r#"touch "$T/up"; exec sleep 60"#])
                 .env("AGENT_SLOTS_DIR", site.slots())
+                .env("WORKLANE_STATE_DIR", site.state())
                 .env("T", site.temp.path())
                 .stdin(Stdio::null())
                 .spawn_gated()
@@ -4400,6 +4416,7 @@ mod supervisor_gone {
             .command("script")
             .args(["-qfec", &inner, "/dev/null"])
             .env("AGENT_SLOTS_DIR", site.slots())
+            .env("WORKLANE_STATE_DIR", site.state())
             .env("T", site.temp.path())
             .env_remove("AGENT_SLOTS_CONFIG")
             .stdin(Stdio::piped())
@@ -5105,6 +5122,7 @@ mod dispatcher {
                     "dispatcher",
                 ])
                 .env("AGENT_SLOTS_DIR", site.slots())
+                .env("WORKLANE_STATE_DIR", site.state())
                 .env_remove("AGENT_SLOTS_CONFIG")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -5131,6 +5149,7 @@ mod dispatcher {
                 .args(["-c", r#"ulimit -Sn 40 && exec "$0" dispatcher"#])
                 .arg(worklane_bin())
                 .env("AGENT_SLOTS_DIR", site.slots())
+                .env("WORKLANE_STATE_DIR", site.state())
                 .env("T", site.temp.path())
                 .env_remove("AGENT_SLOTS_CONFIG")
                 .stdin(Stdio::null())
@@ -5194,6 +5213,7 @@ mod dispatcher {
                 ])
                 .arg(worklane_bin())
                 .env("AGENT_SLOTS_DIR", site.slots())
+                .env("WORKLANE_STATE_DIR", site.state())
                 .env("T", site.temp.path())
                 .env_remove("AGENT_SLOTS_CONFIG")
                 .stdin(Stdio::null())
@@ -5722,7 +5742,7 @@ mod dispatcher {
     }
 
     #[test]
-    fn the_config_sets_waiter_mode_and_the_environment_filter() {
+    fn the_config_sets_waiter_mode_and_the_dispatcher_alone_its_environment_filter() {
         let site = Site::new(Some(r#"{"admission": "waiter"}"#));
         let _dispatcher = start(&site, &[]);
         let out = enqueue(&site, &["--lane", "w"], "true");
@@ -5738,44 +5758,74 @@ mod dispatcher {
             String::from_utf8_lossy(&out.stderr)
         );
         drop(_dispatcher);
-        let site = Site::new(Some(
-            r#"{"env_allow_prefixes": ["MY_"], "env_secret_words": ["PIN"]}"#,
+        // The driver's environment as each dispatcher keeps it from one enqueue.
+        let driven = |site: &Site| {
+            let out = site
+                .worklane()
+                .args(["enqueue", "--lane", "e", "--"])
+                .args([
+                    "sh",
+                    "-c",
+                    // The directory as whichever variable reached the driver names it.
+                    r#"env | grep -E '^(MY_|LANE_X)' | sort > "${LANE_T:-$MY_T}/env""#,
+                ])
+                .env("MY_T", site.temp.path())
+                .env("MY_STAGE", "kept")
+                .env("MY_PIN", "dropped: a secret word")
+                .env(
+                    "MY_TOKEN",
+                    "dropped: a default secret word, whatever is set",
+                )
+                .env("LANE_X", "a default prefix")
+                .output_gated()
+                .expect("enqueue");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            wait_until("the driver's environment", || {
+                site.file("env").exists()
+                    && std::fs::read_to_string(site.file("env")).is_ok_and(|t| !t.is_empty())
+            });
+            std::fs::read_to_string(site.file("env")).expect("env")
+        };
+        // A config (which any member of the group may write) that widens the filter and
+        // empties its words is ignored, and the dispatcher says so.
+        let planted = Site::new(Some(
+            r#"{"env_allow_prefixes": ["MY_", "A", "B"], "env_secret_words": ["@@@@"]}"#,
         ));
-        let _dispatcher = start(&site, &[]);
-        let out = site
-            .worklane()
-            .args(["enqueue", "--lane", "e", "--"])
-            .args([
-                "sh",
-                "-c",
-                r#"env | grep -E '^(MY_|LANE_)' | sort > "$MY_T/env""#,
-            ])
-            .env("MY_T", site.temp.path())
-            .env("MY_STAGE", "kept")
-            .env("MY_PIN", "dropped: a secret word")
-            .env("LANE_X", "dropped: not an allowed prefix here")
-            .output_gated()
-            .expect("enqueue");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        wait_until("the driver's environment", || {
-            site.file("env").exists()
-                && std::fs::read_to_string(site.file("env")).is_ok_and(|t| !t.is_empty())
-        });
-        let seen = std::fs::read_to_string(site.file("env")).expect("env");
+        let mut dispatcher = start(&planted, &[]);
+        let lines = super::queue_trouble::lines_of(&mut dispatcher);
+        std::fs::remove_file(planted.file("env")).ok();
         assert_eq!(
-            seen,
-            format!("MY_STAGE=kept\nMY_T={}\n", site.temp.path().display()),
-            "only the configured filter's variables reach the driver"
+            driven(&planted),
+            "LANE_X=a default prefix\n",
+            "the default filter, not the config's"
         );
-        let bad = Site::new(Some(r#"{"env_allow_prefixes": "MY_"}"#));
-        let out = bad.output(&["dispatcher"]);
+        let log = super::queue_trouble::drain(&lines);
+        assert!(
+            log.iter()
+                .any(|l| l.contains("env_allow_prefixes") && l.contains("--env-allow-prefix")),
+            "says the config's setting is ignored and what to give instead: {log:?}"
+        );
+        drop(dispatcher);
+        // The dispatcher's own flags decide; the default words stay a floor.
+        let site = Site::new(None);
+        let _dispatcher = start(
+            &site,
+            &["--env-allow-prefix", "MY_", "--env-secret-word", "PIN"],
+        );
+        assert_eq!(
+            driven(&site),
+            format!("MY_STAGE=kept\nMY_T={}\n", site.temp.path().display()),
+            "only the flags' prefixes, less the secret words"
+        );
+        let bad = Site::new(None);
+        let out = bad.output(&["dispatcher", "--env-allow-prefix", ""]);
         assert_eq!(
             out.status.code(),
-            Some(78),
+            Some(64),
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
@@ -5970,6 +6020,7 @@ mod queue_rights {
         ])
         .arg(worklane_bin())
         .env("AGENT_SLOTS_DIR", site.slots())
+        .env("WORKLANE_STATE_DIR", site.state())
         .env_remove("AGENT_SLOTS_CONFIG")
         .env("LANE_OUT", site.file("out"))
         .env("SECRET_OF_THE_ENQUEUER", "not for the driver")
@@ -6054,9 +6105,15 @@ mod queue_rights {
     #[test]
     fn a_dispatcher_that_is_not_root_queues_only_its_own_user_s_work() {
         let site = shared_site(None);
+        // The member's dispatcher keeps its state in a directory of the member's own.
+        let state = site.file("member-state");
+        std::fs::create_dir(&state).expect("mkdir");
+        std::os::unix::fs::chown(&state, Some(MEMBER), Some(MEMBER_GID)).expect("chown");
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).expect("chmod");
         let mut dispatcher = Running::new(
             as_member(&site)
                 .arg("dispatcher")
+                .env("WORKLANE_STATE_DIR", &state)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn_gated()
@@ -6068,9 +6125,11 @@ mod queue_rights {
         });
         let out = enqueue(&site, &["--lane", "root-s"], "touch \"$T/root-ran\"");
         let err = String::from_utf8_lossy(&out.stderr);
+        // Root's client believes no member's socket (a member may serve one of its own at the
+        // directory's name): nothing is sent, neither the lane's descriptor nor the command.
         assert_eq!(out.status.code(), Some(69), "root's work is refused: {err}");
         assert!(
-            err.contains(&format!("runs as uid {MEMBER}")) && err.contains("as root"),
+            err.contains(&format!("served by uid {MEMBER}")) && err.contains("nothing was sent"),
             "saying why and what to do: {err}"
         );
         assert!(
@@ -6329,7 +6388,7 @@ mod queue_trouble {
     }
 
     /// The lines the dispatcher writes on its stderr, as they come.
-    fn lines_of(running: &mut Running) -> std::sync::mpsc::Receiver<String> {
+    pub(super) fn lines_of(running: &mut Running) -> std::sync::mpsc::Receiver<String> {
         let stderr = running.stderr.take().expect("stderr");
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -6345,7 +6404,7 @@ mod queue_trouble {
         rx
     }
 
-    fn drain(lines: &std::sync::mpsc::Receiver<String>) -> Vec<String> {
+    pub(super) fn drain(lines: &std::sync::mpsc::Receiver<String>) -> Vec<String> {
         let mut all = Vec::new();
         while let Ok(line) = lines.recv_timeout(Duration::from_millis(300)) {
             all.push(line);
@@ -6562,7 +6621,7 @@ mod queue_trouble {
             clean == status.success() || status.signal() == Some(9),
             "{how:?}: {status:?}"
         );
-        damage(&site.slots().join("queue.db"), how);
+        damage(&site.state().join("queue.db"), how);
         let mut second = start(&site, &[]);
         let lines = lines_of(&mut second);
         assert_eq!(site.code(&["resume-all"]), 0);
@@ -6607,7 +6666,7 @@ mod queue_trouble {
                 String::from_utf8_lossy(&again.stderr)
             );
         }
-        let moved: Vec<String> = std::fs::read_dir(site.slots())
+        let moved: Vec<String> = std::fs::read_dir(site.state())
             .expect("list")
             .flatten()
             .filter_map(|e| e.file_name().into_string().ok())
@@ -6672,6 +6731,7 @@ mod queue_trouble {
                 .arg(&socket)
                 .arg(worklane_bin())
                 .env("AGENT_SLOTS_DIR", site.slots())
+                .env("WORKLANE_STATE_DIR", site.state())
                 .env_remove("AGENT_SLOTS_CONFIG")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -6886,8 +6946,9 @@ mod queue_history {
         assert!(super::dispatcher::lane_free(&site, "r"), "its lane is free");
     }
 
-    /// A driver that claims after the interval (as a slow driver in another language did):
-    /// the row is queued again and its driver started again, appending to the same log; the
+    /// A driver that claims after the interval (as a slow driver in another language did): it
+    /// is halted at the expiry, the row is queued again after a backoff and its driver started
+    /// again, appending to the same log; the
     /// row behind it runs meanwhile, nobody cancelling anything; the dispatcher's log and the
     /// slots' epochs grow by a few lines and a few steps per start, not thousands a second.
     #[test]
@@ -6936,9 +6997,15 @@ mod queue_history {
                 "start {n} appends to the same log: {log}"
             );
         }
+        // Each expiry halts the late driver (it never gets to claim) and counts as a failed
+        // start, said on the row.
+        let row = states(&site).remove(&attempt).expect("the late row");
         assert!(
-            log.contains("no admitted row for this token"),
-            "the late claim is refused: {log}"
+            row["failures"].as_u64().is_some_and(|n| n >= 2)
+                && row["last_error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("did not claim it within the claim interval")),
+            "each expiry is a failed start: {row}"
         );
         let out = site.output(&["queue", "cancel", &attempt]);
         assert!(
@@ -7620,14 +7687,22 @@ mod config {
         );
         let said = stdout(&site, &["config", "set", "max_agents", "5"]);
         assert!(said.contains("max_agents = 5"), "{said}");
-        stdout(&site, &["config", "set", "env_secret_words", "TOKEN,KEY"]);
+        stdout(&site, &["config", "set", "max_test_runs", "4"]);
+        // What crosses from one user's enqueue to a driver is the dispatcher's own setting,
+        // never the group-writable config's.
+        let refused = site.output(&["config", "set", "env_secret_words", "TOKEN,KEY"]);
+        assert_eq!(refused.status.code(), Some(64), "a usage error");
+        let said = String::from_utf8_lossy(&refused.stderr);
+        assert!(
+            said.contains("--env-secret-word"),
+            "names the dispatcher's flag: {said}"
+        );
         assert_eq!(
             file(&site),
             serde_json::json!({
                 "admission": "waiter",
-                "max_test_runs": 3,
+                "max_test_runs": 4,
                 "max_agents": 5,
-                "env_secret_words": ["TOKEN", "KEY"],
             }),
             "every other key kept"
         );
@@ -7652,15 +7727,10 @@ mod config {
         assert_eq!(doc["version"], 1);
         assert_eq!(doc["exists"], true);
         assert_eq!(doc["values"]["max_agents"], 5);
-        assert_eq!(doc["values"]["max_test_runs"], 3);
+        assert_eq!(doc["values"]["max_test_runs"], 4);
         assert_eq!(
             doc["set"],
-            serde_json::json!([
-                "max_agents",
-                "max_test_runs",
-                "admission",
-                "env_secret_words"
-            ])
+            serde_json::json!(["max_agents", "max_test_runs", "admission"])
         );
         let all = stdout(&site, &["config", "get"]);
         assert!(all.contains("max_agents = 5\n"), "{all}");
@@ -7747,6 +7817,7 @@ mod status_fd {
         cmd.args(["-c", r#"exec "$0" "$@" 3>&1 1>&2"#])
             .arg(worklane_bin())
             .env("AGENT_SLOTS_DIR", site.slots())
+            .env("WORKLANE_STATE_DIR", site.state())
             .env_remove("AGENT_SLOTS_CONFIG")
             .env("T", site.temp.path())
             .stdin(Stdio::null());
@@ -7896,6 +7967,7 @@ mod status_fd {
             .arg(worklane_bin())
             .args(["run", "--status-fd", "3", "--", "true"])
             .env("AGENT_SLOTS_DIR", site.slots())
+            .env("WORKLANE_STATE_DIR", site.state())
             .output_gated()
             .expect("worklane");
         let err = String::from_utf8_lossy(&out.stderr);
@@ -7994,6 +8066,7 @@ mod status_fd {
                 .arg(worklane_bin())
                 .args(["run", "--status-fd", "3", "--", "true"])
                 .env("AGENT_SLOTS_DIR", site.slots())
+                .env("WORKLANE_STATE_DIR", site.state())
                 .env("T", site.temp.path())
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -8048,6 +8121,7 @@ mod waits {
                 .args(extra)
                 .args(["--", "true"])
                 .env("AGENT_SLOTS_DIR", site.slots())
+                .env("WORKLANE_STATE_DIR", site.state())
                 .env("T", site.temp.path())
                 .env("N", name)
                 .stdin(Stdio::null())
@@ -8463,6 +8537,7 @@ mod json_docs {
             .arg(worklane_bin())
             .args(args)
             .env("AGENT_SLOTS_DIR", site.slots())
+            .env("WORKLANE_STATE_DIR", site.state())
             .env_remove("AGENT_SLOTS_CONFIG")
             .output_gated()
             .expect("worklane");
@@ -8519,6 +8594,7 @@ mod json_docs {
                 .arg(worklane_bin())
                 .args(["run", "--owner", "waiter", "--status-fd", "3", "--", "true"])
                 .env("AGENT_SLOTS_DIR", site.slots())
+                .env("WORKLANE_STATE_DIR", site.state())
                 .env_remove("AGENT_SLOTS_CONFIG")
                 .env("T", site.temp.path())
                 .stdin(Stdio::null())

@@ -60,17 +60,25 @@ impl Default for EnvFilter {
 }
 
 impl EnvFilter {
-    /// A filter keeping names with one of `prefixes` that contain none of `secret_words`.
+    /// A filter keeping names with one of `prefixes` that contain none of `secret_words` nor
+    /// any of [`DEFAULT_SECRET_WORDS`]: the default words are a floor no setting removes.
     pub fn new(
         prefixes: impl IntoIterator<Item = String>,
         secret_words: impl IntoIterator<Item = String>,
     ) -> EnvFilter {
+        let mut words: Vec<String> = DEFAULT_SECRET_WORDS
+            .iter()
+            .map(|w| (*w).to_owned())
+            .collect();
+        for word in secret_words {
+            let word = word.to_ascii_uppercase();
+            if !word.is_empty() && !words.contains(&word) {
+                words.push(word);
+            }
+        }
         EnvFilter {
             prefixes: prefixes.into_iter().collect(),
-            secret_words: secret_words
-                .into_iter()
-                .map(|w| w.to_ascii_uppercase())
-                .collect(),
+            secret_words: words,
         }
     }
 
@@ -176,16 +184,27 @@ mod tests {
     }
 
     #[test]
-    fn a_configured_filter_replaces_the_defaults() {
+    fn given_prefixes_replace_the_defaults_and_given_words_add_to_them() {
         let f = EnvFilter::new(["CI_".to_owned()], ["pin".to_owned()]);
         assert_eq!(f.judge("CI_JOB", "1"), Ok(()));
         assert_eq!(f.judge("CI_PIN", "1"), Err(Dropped::SecretShaped));
         assert_eq!(
             f.judge("CI_TOKEN", "1"),
-            Ok(()),
-            "only the configured words"
+            Err(Dropped::SecretShaped),
+            "the default words are a floor"
         );
         assert_eq!(f.judge("LANE_X", "1"), Err(Dropped::Unrelated));
+        let all = EnvFilter::new(
+            ('A'..='Z').map(String::from),
+            ["@@@@".to_owned(), String::new()],
+        );
+        assert_eq!(
+            all.judge("AWS_SECRET_ACCESS_KEY", "x"),
+            Err(Dropped::SecretShaped),
+            "no word list removes SECRET"
+        );
+        assert_eq!(all.judge("GITHUB_TOKEN", "x"), Err(Dropped::SecretShaped));
+        assert_eq!(all.judge("HOME", "/root"), Ok(()));
     }
 
     #[cfg(unix)]

@@ -12,6 +12,8 @@
 //! - [`env`](mod@env): the environment a queued attempt keeps (allowed prefixes, no
 //!   secret-shaped names, values under 4,096 characters); [`driver`]: a driver's account and
 //!   the environment it starts with.
+//! - `state` (feature `server`): the dispatcher's private state directory, where its database
+//!   lives, and the takeover of a database an older worklane kept in the slot directory.
 //! - [`lane`]: lane names, and retiring a lane of its own when its attempt is over;
 //!   [`status`]: the `queue-<lane>.json` entries other implementations read.
 //!
@@ -63,6 +65,8 @@ pub mod lane;
 pub mod server;
 #[cfg(feature = "server")]
 pub mod service;
+#[cfg(feature = "server")]
+pub mod state;
 pub mod status;
 #[cfg(feature = "server")]
 pub mod store;

@@ -13,7 +13,7 @@
 //! to [`MAX_TROUBLE_BACKOFF`]; the loop serves on. Only its own socket failing ends it.
 
 use crate::service::{
-    Admitted, Caller, Dispatcher, DriverEnded, Error as ServiceError, Exit, StartFailure,
+    Admitted, Caller, Dispatcher, DriverEnded, Error as ServiceError, Exit, StartFailure, Started,
 };
 use crate::status;
 use crate::wire::{EndedView, Reply, Request, code};
@@ -36,6 +36,8 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 pub const MAX_CONNECTIONS: usize = 256;
 /// The most connections of one uid kept at once; a new one beyond closes that uid's oldest.
 pub const MAX_PER_PEER: usize = 32;
+/// The most connections accepted in one turn of the loop, before those accepted are served.
+pub const ACCEPT_BATCH: usize = 32;
 /// The first wait after a step of the loop failed; it doubles up to [`MAX_TROUBLE_BACKOFF`].
 pub const TROUBLE_BACKOFF: Duration = Duration::from_millis(250);
 /// The longest wait between two tries of a failing step.
@@ -158,8 +160,8 @@ pub enum ConnectionError {
     },
 }
 
-/// Starts an admitted attempt's driver and returns its pid.
-type Launch<'a> = Box<dyn FnMut(&Admitted) -> std::io::Result<u32> + 'a>;
+/// Starts an admitted attempt's driver and returns its pid (and a pidfd of it).
+type Launch<'a> = Box<dyn FnMut(&Admitted) -> std::io::Result<Started> + 'a>;
 
 #[cfg(feature = "test-seams")]
 pub use crash::CrashPoint;
@@ -267,18 +269,18 @@ fn refuse_now(stream: &UnixStream, code: &str, message: String) {
 impl<'a> Server<'a> {
     /// A server of `dispatcher` on `listener`, starting each admitted attempt's driver with
     /// `launch` (which returns the driver's pid) and telling `report` what happens.
-    pub fn new(
+    pub fn new<S: Into<Started>>(
         dispatcher: Dispatcher,
         listener: UnixListener,
         trust: Trust,
-        launch: impl FnMut(&Admitted) -> std::io::Result<u32> + 'a,
+        mut launch: impl FnMut(&Admitted) -> std::io::Result<S> + 'a,
         report: impl FnMut(Event) + 'a,
     ) -> Server<'a> {
         Server {
             dispatcher,
             listener,
             trust,
-            launch: Box::new(launch),
+            launch: Box::new(move |admitted| launch(admitted).map(Into::into)),
             exits: Box::new(Vec::new),
             report: Box::new(report),
             #[cfg(feature = "test-seams")]
@@ -395,14 +397,17 @@ impl<'a> Server<'a> {
                 .map(|fd| !fd.revents().is_empty())
                 .collect();
             drop(fds);
-            // Whatever changed, the tick below looks again; the events are only a wake-up.
-            watch.drain(&|name| {
+            // Only a change that may let a row on (a slot released, a place in the line left,
+            // STOP, the drain flag or the config changed) brings the tick forward; the loop's
+            // own writes (status entries, epochs, its line entry) and anything else wake the
+            // poll, are read and forgotten, and wait for the next tick.
+            let wanted = watch.drain(&|name| {
                 worklane_admission::Pool::wakes(worklane_admission::Kind::Agent, name)
             });
             self.serve_ready(&ready);
             self.accept_all();
             self.close_overdue();
-            if last_tick.elapsed() >= TICK || self.conns.is_empty() {
+            if wanted || last_tick.elapsed() >= TICK {
                 self.guarded_tick();
                 (self.report)(Event::Tick);
                 last_tick = Instant::now();
@@ -419,10 +424,12 @@ impl<'a> Server<'a> {
         Ok(())
     }
 
-    /// Accepts every waiting connection: its peer checked before anything is read (a
-    /// stranger is told and closed), then kept within the limits.
+    /// Accepts the waiting connections, at most [`ACCEPT_BATCH`] a turn (a client that
+    /// connects and closes as fast as it can never keeps the loop from serving the connections
+    /// it accepted, nor from its ticks): each peer checked before anything is read (a stranger
+    /// is told and closed), then kept within the limits.
     fn accept_all(&mut self) {
-        loop {
+        for _ in 0..ACCEPT_BATCH {
             match self.listener.accept() {
                 Ok((stream, _)) => self.welcome(stream),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
@@ -576,7 +583,10 @@ impl<'a> Server<'a> {
                 Ok(None) => return true,
                 Ok(Some((line, fds))) => {
                     let caller = self.conns[i].caller.clone();
-                    let out = self.answer(&line, fds, &caller);
+                    // A pidfd of the sender, taken now it is connected: a claim keeps it, so
+                    // that a cancel signals exactly the process that claimed.
+                    let pidfd = transport::peer_pidfd(&self.conns[i].stream).ok();
+                    let out = self.answer(&line, fds, &caller, pidfd);
                     let conn = &mut self.conns[i];
                     conn.deadline = Instant::now() + REQUEST_TIMEOUT;
                     conn.out = Some(out);
@@ -703,6 +713,7 @@ impl<'a> Server<'a> {
             (self.report)(Event::Ended(ended));
         }
         let mut admitted_ids = Vec::new();
+        self.dispatcher.halt_expired();
         let expired = self.dispatcher.expire()?;
         if !expired.is_empty() {
             for id in &expired {
@@ -715,8 +726,9 @@ impl<'a> Server<'a> {
             self.at(CrashPoint::AfterAdmit);
             let id = admitted.attempt.id.clone();
             match (self.launch)(&admitted) {
-                Ok(pid) => {
-                    self.dispatcher.started(&id, pid)?;
+                Ok(started) => {
+                    let pid = started.pid;
+                    self.dispatcher.started(&id, started)?;
                     (self.report)(Event::Started {
                         attempt: id.clone(),
                         pid,
@@ -784,8 +796,14 @@ impl<'a> Server<'a> {
     }
 
     /// The reply to one whole request of `caller`, and what to send with it.
-    fn answer(&mut self, line: &[u8], fds: Vec<OwnedFd>, caller: &Caller) -> Outgoing {
-        let (op, reply, send) = match self.dispatch(line, fds, caller) {
+    fn answer(
+        &mut self,
+        line: &[u8],
+        fds: Vec<OwnedFd>,
+        caller: &Caller,
+        pidfd: Option<OwnedFd>,
+    ) -> Outgoing {
+        let (op, reply, send) = match self.dispatch(line, fds, caller, pidfd) {
             Ok(answer) => answer,
             // The dispatcher's own failure (its database, the directory): the client is
             // told, the service goes on.
@@ -820,6 +838,7 @@ impl<'a> Server<'a> {
         line: &[u8],
         fds: Vec<OwnedFd>,
         caller: &Caller,
+        pidfd: Option<OwnedFd>,
     ) -> Result<(&'static str, Reply, Vec<Guard>), ServiceError> {
         if let Some(unknown) = crate::wire::unknown_version(line) {
             drop(fds);
@@ -880,7 +899,7 @@ impl<'a> Server<'a> {
                 ("enqueue", reply, Vec::new())
             }
             Request::Claim { attempt, token } => {
-                match self.dispatcher.claim(&attempt, &token, caller)? {
+                match self.dispatcher.claim_by(&attempt, &token, caller, pidfd)? {
                     Ok(claimed) => {
                         self.at(CrashPoint::AfterClaimRemove);
                         if let Some(lane) = claimed.reply.lane.as_deref() {

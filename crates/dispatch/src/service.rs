@@ -21,9 +21,12 @@ use worklane_guard::Guard;
 use worklane_journal::Event;
 use worklane_lease::{Clock, Request};
 
+mod procs;
 mod recover;
 mod runs;
 mod weights;
+
+pub use procs::Started;
 
 pub use recover::Recovery;
 pub use runs::{DriverEnded, cancel_marker};
@@ -41,6 +44,18 @@ pub const MAX_START_BACKOFF_MS: u64 = 60_000;
 /// How long a running attempt's driver has, after `queue cancel` sent it SIGTERM, before its
 /// process group is sent SIGKILL.
 pub const DEFAULT_CANCEL_GRACE_MS: u64 = 10_000;
+/// The most rows one user other than root may have waiting, by default.
+pub const DEFAULT_MAX_ROWS_PER_USER: u64 = 64;
+/// The descriptors the dispatcher keeps for root's enqueues and for every other request:
+/// another user's enqueue (each row holds its lane's descriptor) is refused within this many
+/// of the process's limit.
+pub const DESCRIPTOR_RESERVE: u64 = 64;
+/// How long an expired attempt's unclaimed driver has, after SIGTERM to its session, before
+/// SIGKILL.
+pub const EXPIRED_DRIVER_GRACE_MS: u64 = 3_000;
+/// How long a row whose earlier driver is still being halted waits before it is looked at
+/// again.
+const DEFER_MS: u64 = 100;
 /// How long the history keeps an ended attempt, and its log stays, by default (7 days).
 pub const DEFAULT_RETENTION_MS: u64 = 7 * 24 * 3_600_000;
 
@@ -70,6 +85,9 @@ pub struct Settings {
     pub cancel_grace_ms: u64,
     /// How long ended attempts and their logs are kept.
     pub retention_ms: u64,
+    /// The most rows one uid other than root may have waiting (queued, starting or failed);
+    /// an enqueue beyond is refused ([`wire::code::LIMIT`](crate::wire::code::LIMIT)).
+    pub max_rows_per_user: u64,
 }
 
 impl Default for Settings {
@@ -82,6 +100,7 @@ impl Default for Settings {
             start_backoff_ms: DEFAULT_START_BACKOFF_MS,
             cancel_grace_ms: DEFAULT_CANCEL_GRACE_MS,
             retention_ms: DEFAULT_RETENTION_MS,
+            max_rows_per_user: DEFAULT_MAX_ROWS_PER_USER,
         }
     }
 }
@@ -138,6 +157,14 @@ struct Held {
     slot: Option<Slot>,
 }
 
+/// An expired start's driver being halted.
+struct Halting {
+    attempt: String,
+    procs: procs::Procs,
+    kill_at_ms: u64,
+    killed: bool,
+}
+
 /// An admitted attempt whose driver the caller starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admitted {
@@ -190,6 +217,14 @@ pub enum Error {
         /// Why.
         #[source]
         source: Box<db::Error>,
+    },
+    /// A database an older worklane kept in the slot directory could not be taken over (it
+    /// is left where it was, and tried again at the next start).
+    #[error("cannot take over the queue database an older worklane kept in the slot directory")]
+    AdoptLegacy {
+        /// Why.
+        #[source]
+        source: std::io::Error,
     },
     /// The queue's rows could not be read.
     #[error("cannot read the queue to {purpose}")]
@@ -374,6 +409,11 @@ pub struct Dispatcher {
     /// The drivers it started and has not yet seen end (their exits come from the caller's
     /// reaper, [`Dispatcher::exited`]).
     children: HashSet<u32>,
+    /// The drivers and claimers of the starting and running attempts, by pidfd: the only
+    /// processes it ever signals.
+    procs: HashMap<String, procs::Procs>,
+    /// The unclaimed drivers of expired starts being halted.
+    halting: Vec<Halting>,
     /// Drivers that ended while their attempt's lane was still held (handed to a process of
     /// theirs): kept until the lane is free.
     exits: HashMap<u32, Exit>,
@@ -412,6 +452,14 @@ pub(crate) fn random_hex() -> String {
         return format!("{a}{b}");
     }
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// How many more descriptors this process may open (its soft limit less those open, counted
+/// in `/proc/self/fd`); `None` where that cannot be told.
+fn descriptors_left() -> Option<u64> {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current?;
+    let open = std::fs::read_dir("/proc/self/fd").ok()?.count();
+    Some(limit.saturating_sub(u64::try_from(open).unwrap_or(u64::MAX)))
 }
 
 /// Why a failed start is the host's trouble rather than the attempt's: resources of the
@@ -624,6 +672,9 @@ impl Dispatcher {
         if let Some(refused) = self.refuse_ask(&entry, caller) {
             return Ok(refused);
         }
+        if let Some(refused) = self.refuse_over_bounds(caller)? {
+            return Ok(refused);
+        }
         let lock = lane_lock(&entry.lane);
         let fd = fds.remove(0);
         if let Some(refused) = self.refuse_descriptor(&fd, &lock) {
@@ -734,6 +785,45 @@ impl Dispatcher {
         Ok(reply)
     }
 
+    /// A refusal of an enqueue by `caller` (not root: root is never bounded) past the bounds
+    /// that keep one user from starving the others: its rows waiting
+    /// ([`Settings::max_rows_per_user`]), and the descriptors left to the process (each row
+    /// holds one; [`DESCRIPTOR_RESERVE`] are kept for root and for every other request).
+    fn refuse_over_bounds(&self, caller: &Caller) -> Result<Option<Reply>, Error> {
+        if caller.uid == 0 {
+            return Ok(None);
+        }
+        let waiting = self
+            .store
+            .waiting_of(caller.uid)
+            .map_err(Error::read_queue("count a user's waiting attempts"))?;
+        if waiting >= self.settings.max_rows_per_user {
+            return Ok(Some(Reply::refused(
+                code::LIMIT,
+                format!(
+                    "uid {} has {waiting} attempts waiting, the most one user may have (the \
+                     dispatcher's --max-rows-per-user {}): enqueue again when some have run, \
+                     or cancel some (`worklane queue ls`)",
+                    caller.uid, self.settings.max_rows_per_user
+                ),
+            )));
+        }
+        if let Some(left) = descriptors_left()
+            && left < DESCRIPTOR_RESERVE
+        {
+            return Ok(Some(Reply::refused(
+                code::LIMIT,
+                format!(
+                    "the dispatcher has {left} descriptors left and keeps {DESCRIPTOR_RESERVE} \
+                     for root and for listing (each waiting attempt holds its lane's): enqueue \
+                     again when fewer wait, or have the operator raise its limit of open files \
+                     (LimitNOFILE= under systemd)"
+                ),
+            )));
+        }
+        Ok(None)
+    }
+
     /// A refusal for a descriptor that cannot be the lane's guard, named by what it is (a
     /// pipe, a directory, a socket), or for a guard whose lock nobody holds: a launcher must
     /// hold the lane it hands over.
@@ -791,9 +881,14 @@ impl Dispatcher {
         None
     }
 
-    /// Returns every starting attempt older than the claim interval to the queue (its slot
-    /// released, its token cleared, its start and priority kept): strictly greater, so at
-    /// exactly the interval it is still starting.
+    /// Ends every starting attempt older than the claim interval (strictly greater, so at
+    /// exactly the interval it is still starting): its unclaimed driver's whole session is
+    /// halted through the pidfd kept since its start (SIGTERM now, SIGKILL after
+    /// [`EXPIRED_DRIVER_GRACE_MS`]), its slot released and its token cleared (a late claim is
+    /// refused), and the expiry counts as a failed start of the attempt
+    /// ([`Dispatcher::start_failed`]: queued again after the backoff, never before its old
+    /// driver is gone, or parked as `failed` after [`Settings::start_attempts`]). While it
+    /// backs off, the rows behind it are admitted.
     pub fn expire(&mut self) -> Result<Vec<String>, Error> {
         let now = self.now();
         let mut expired = Vec::new();
@@ -802,22 +897,58 @@ impl Dispatcher {
             .starting()
             .map_err(Error::read_queue("find the starting attempts"))?;
         for attempt in starting {
-            if now.saturating_sub(attempt.state_at_ms) > self.settings.claim_interval_ms {
-                self.store
-                    .set_state(&attempt.id, State::Queued, None, now)
-                    .map_err(Error::set_state(&attempt.id, State::Queued))?;
-                if let Some(held) = self.held.get_mut(&attempt.id) {
-                    held.slot = None;
-                }
-                self.pool.journal().emit(Event::DispatchExpired {
-                    attempt: attempt.id.clone(),
-                    lane: attempt.lane.clone(),
-                    starting_ms: now.saturating_sub(attempt.state_at_ms),
-                });
-                expired.push(attempt.id);
+            if now.saturating_sub(attempt.state_at_ms) <= self.settings.claim_interval_ms {
+                continue;
             }
+            if let Some(procs) = self.procs.remove(&attempt.id) {
+                procs.signal(rustix::process::Signal::TERM, true);
+                self.halting.push(Halting {
+                    attempt: attempt.id.clone(),
+                    procs,
+                    kill_at_ms: now.saturating_add(EXPIRED_DRIVER_GRACE_MS),
+                    killed: false,
+                });
+            }
+            let why = format!(
+                "its driver{} did not claim it within the claim interval ({} ms), so it was \
+                 halted",
+                attempt
+                    .driver_pid
+                    .map_or(String::new(), |pid| format!(" (pid {pid})")),
+                self.settings.claim_interval_ms
+            );
+            self.start_failed(&attempt.id, &why, false)?;
+            self.pool.journal().emit(Event::DispatchExpired {
+                attempt: attempt.id.clone(),
+                lane: attempt.lane.clone(),
+                starting_ms: now.saturating_sub(attempt.state_at_ms),
+            });
+            expired.push(attempt.id);
         }
         Ok(expired)
+    }
+
+    /// Moves on the halts of expired attempts' drivers: SIGKILL to the session of one still
+    /// alive after its grace; one gone is forgotten.
+    pub fn halt_expired(&mut self) {
+        let now = self.now();
+        self.halting.retain_mut(|h| {
+            if !h.procs.driver_alive() {
+                return false;
+            }
+            if !h.killed && now >= h.kill_at_ms {
+                h.procs.signal(rustix::process::Signal::KILL, true);
+                h.killed = true;
+            }
+            true
+        });
+    }
+
+    /// Whether attempt `id`'s driver of an earlier, expired start is still alive.
+    fn old_driver_alive(&self, id: &str) -> bool {
+        self.halting
+            .iter()
+            .any(|h| h.attempt == id && h.procs.driver_alive())
     }
 
     /// Admits the next queued attempt if the pool has room (STOP, drain and `max_agents` as for
@@ -828,6 +959,14 @@ impl Dispatcher {
         let Some(attempt) = self.next_row(now, "choose the next attempt")? else {
             return Ok(None);
         };
+        // Never two drivers of one attempt: while the one of an expired start is still being
+        // halted, the row waits a moment more (and the rows behind it go on).
+        if self.old_driver_alive(&attempt.id) {
+            self.store
+                .defer(&attempt.id, now.saturating_add(DEFER_MS))
+                .map_err(Error::set_state(&attempt.id, State::Queued))?;
+            return self.admit_next();
+        }
         let request = Request::new("worklane dispatcher")
             .field("attempt", attempt.id.clone())
             .field("lane", attempt.lane.clone());
@@ -843,6 +982,18 @@ impl Dispatcher {
         // In the line of agents at the row's own place: a waiting `worklane run` before it
         // (higher priority, or the same and an earlier start) goes first.
         // A refusal here is no take refused (the row stays queued): not journaled.
+        // A look first, taking no lock and writing nothing: a pass at the cap changes no file
+        // (no epoch of slots.lock published for a take that could take nothing).
+        let fits = self
+            .pool
+            .may_fit(Kind::Agent, attempt.weight)
+            .map_err(|source| Error::TakeSlot {
+                attempt: attempt.id.clone(),
+                source: Box::new(source),
+            })?;
+        if !fits {
+            return Ok(None);
+        }
         let own = match self.place.as_ref() {
             Some((own, id)) if *id == attempt.id => Some(own.entry()),
             _ => None,
@@ -904,9 +1055,18 @@ impl Dispatcher {
     }
 
     /// An admitted attempt's driver started as `pid` (a child of this process, whose end the
-    /// caller reports through [`Dispatcher::exited`]).
-    pub fn started(&mut self, id: &str, pid: u32) -> Result<(), Error> {
+    /// caller reports through [`Dispatcher::exited`]), with a pidfd of it where the launcher
+    /// could open one (the only handle the dispatcher signals it by).
+    pub fn started(&mut self, id: &str, started: impl Into<Started>) -> Result<(), Error> {
+        let Started { pid, pidfd } = started.into();
         self.children.insert(pid);
+        self.procs.insert(
+            id.to_owned(),
+            procs::Procs {
+                driver: pidfd.map(|fd| procs::Proc::new(pid, fd)),
+                claimer: None,
+            },
+        );
         self.store
             .started(id, pid)
             .map_err(Error::set_state(id, State::Starting))?;
@@ -984,6 +1144,18 @@ impl Dispatcher {
         token: &str,
         caller: &Caller,
     ) -> Result<Result<Claimed, Reply>, Error> {
+        self.claim_by(id, token, caller, None)
+    }
+
+    /// [`Dispatcher::claim`] by a claimer whose connection gave a pidfd of it (`SO_PEERPIDFD`):
+    /// kept, so that a cancel can signal exactly that process.
+    pub fn claim_by(
+        &mut self,
+        id: &str,
+        token: &str,
+        caller: &Caller,
+        claimer: Option<OwnedFd>,
+    ) -> Result<Result<Claimed, Reply>, Error> {
         self.expire()?;
         let refused = || Reply::refused(code::NO_ADMITTED_ROW, "no admitted row for this token");
         let Some(attempt) = self.store.get(id).map_err(Error::read_attempt(id))? else {
@@ -1026,6 +1198,9 @@ impl Dispatcher {
         let Some(slot_guard) = slot.hand_over() else {
             return Ok(Err(refused()));
         };
+        if let (Some(pid), Some(fd)) = (caller.pid, claimer) {
+            self.procs.entry(id.to_owned()).or_default().claimer = Some(procs::Proc::new(pid, fd));
+        }
         self.pool.journal().emit(Event::DispatchClaimed {
             attempt: attempt.id.clone(),
             lane: attempt.lane.clone(),
@@ -1087,6 +1262,17 @@ impl Dispatcher {
         }
         drop(self.held.remove(id));
         let now = self.now();
+        // A starting attempt's driver, which would claim in vain, is halted as an expired
+        // one's is.
+        if let Some(procs) = self.procs.remove(id) {
+            procs.signal(rustix::process::Signal::TERM, true);
+            self.halting.push(Halting {
+                attempt: id.to_owned(),
+                procs,
+                kill_at_ms: now.saturating_add(EXPIRED_DRIVER_GRACE_MS),
+                killed: false,
+            });
+        }
         let ended = Ended {
             detail: format!(
                 "cancelled by uid {} while {}",

@@ -9,6 +9,10 @@
 use rusqlite::{Connection, OptionalExtension, params};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use worklane_slotfile::PrivateDir;
+
+/// The queue database's name in the dispatcher's state directory.
+pub const DATABASE: &str = "queue.db";
 
 /// The schema version this code writes (`PRAGMA user_version`).
 pub const SCHEMA_VERSION: i64 = 4;
@@ -386,6 +390,19 @@ pub mod db {
             /// The newest this code knows.
             supported: i64,
         },
+        /// A file of the state directory could not be examined, made or moved aside.
+        #[error("cannot {op} {name} in the dispatcher's state directory {dir}")]
+        State {
+            /// What was being done.
+            op: &'static str,
+            /// The file.
+            name: String,
+            /// The state directory.
+            dir: PathBuf,
+            /// Why.
+            #[source]
+            source: std::io::Error,
+        },
         /// A damaged database could not be moved aside.
         #[error("cannot move the damaged queue database {path} aside to {to}")]
         MoveAside {
@@ -510,11 +527,15 @@ impl Store {
     /// Opens (creating if needed) the database at `path`, in WAL mode, migrated to
     /// [`SCHEMA_VERSION`]. No check of its pages: see [`Store::open_checked`].
     pub fn open(path: &Path) -> Result<Store, Error> {
+        Store::open_with(path, rusqlite::OpenFlags::default())
+    }
+
+    fn open_with(path: &Path, flags: rusqlite::OpenFlags) -> Result<Store, Error> {
         let open = |source| Error::Open {
             path: path.to_owned(),
             source,
         };
-        let mut conn = Connection::open(path).map_err(open)?;
+        let mut conn = Connection::open_with_flags(path, flags).map_err(open)?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(open)?;
         // WAL with NORMAL survives a crash of the process; a row committed before an enqueue
@@ -560,7 +581,78 @@ impl Store {
     /// the [`Damage`] says where it went and why. The disk's own trouble (full, failing) is an
     /// error, never a reason to move a database aside.
     pub fn open_checked(path: &Path, now_ms: u64) -> Result<(Store, Option<Damage>), Error> {
-        let why = match Store::open(path) {
+        Store::open_checked_with(path, now_ms, rusqlite::OpenFlags::default())
+    }
+
+    /// The queue database [`DATABASE`] of the dispatcher's private state directory `dir`, as
+    /// [`Store::open_checked`] opens it, and first judged as files of `dir`'s user: the
+    /// database, its `-wal` and its `-shm` must each be a regular file of that user that no
+    /// one else may write, with one name. If one is not, all three are moved aside
+    /// (`<name>.refused-<now_ms>`), never used, and the refusal is the [`Damage`] reported; a
+    /// new database is made, mode 0600. SQLite opens it with `SQLITE_OPEN_NOFOLLOW`: a link
+    /// anywhere in its path is refused.
+    pub fn open_private(dir: &PrivateDir, now_ms: u64) -> Result<(Store, Option<Damage>), Error> {
+        let state = |op: &'static str, name: &str| {
+            let (name, dir) = (name.to_owned(), dir.path().to_owned());
+            move |source| Error::State {
+                op,
+                name,
+                dir,
+                source,
+            }
+        };
+        let names = [DATABASE, "queue.db-wal", "queue.db-shm"];
+        let mut refused = Vec::new();
+        for name in names {
+            if let Some(why) = dir
+                .entry(name)
+                .map_err(state("examine", name))?
+                .and_then(|entry| entry.untrusted_by(dir.uid()))
+            {
+                refused.push(format!("{name}: {why}"));
+            }
+        }
+        let mut refusal = None;
+        if !refused.is_empty() {
+            let suffix = format!("refused-{now_ms}");
+            for name in names {
+                dir.set_aside(name, &suffix)
+                    .map_err(state("move aside", name))?;
+            }
+            refusal = Some(Damage {
+                moved_to: dir.join(&format!("{DATABASE}.{suffix}")),
+                why: format!(
+                    "refused as not the dispatcher's own ({}), never opened",
+                    refused.join("; ")
+                ),
+            });
+        }
+        match dir.create_new(DATABASE, 0o600) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(state("create", DATABASE)(e)),
+        }
+        let flags = rusqlite::OpenFlags::default() | rusqlite::OpenFlags::SQLITE_OPEN_NOFOLLOW;
+        let (store, damage) = Store::open_checked_with(&dir.join(DATABASE), now_ms, flags)?;
+        // A database made again after damage, and its -wal and -shm, were created by SQLite
+        // with its own mode: each is made 0600 through its descriptor.
+        for name in names {
+            if let Some((file, entry)) = dir.open_read(name).map_err(state("open", name))?
+                && entry.mode != 0o600
+            {
+                rustix::fs::fchmod(&file, rustix::fs::Mode::from_raw_mode(0o600))
+                    .map_err(|e| state("set the mode of", name)(e.into()))?;
+            }
+        }
+        Ok((store, refusal.or(damage)))
+    }
+
+    fn open_checked_with(
+        path: &Path,
+        now_ms: u64,
+        flags: rusqlite::OpenFlags,
+    ) -> Result<(Store, Option<Damage>), Error> {
+        let why = match Store::open_with(path, flags) {
             Ok(store) => match store.quick_check() {
                 Ok(None) => return Ok((store, None)),
                 Ok(Some(why)) => why,
@@ -586,7 +678,7 @@ impl Store {
                 }
             }
         }
-        let store = Store::open(path)?;
+        let store = Store::open_with(path, flags)?;
         Ok((store, Some(Damage { moved_to, why })))
     }
 
@@ -714,6 +806,17 @@ impl Store {
                 to_i64(retry_at_ms),
                 to_i64(at_ms)
             ],
+        )
+    }
+
+    /// A queued attempt is not admitted before `until_ms` (its driver of an earlier start is
+    /// still being halted).
+    pub fn defer(&self, id: &str, until_ms: u64) -> Result<bool, Error> {
+        self.change(
+            "defer an attempt",
+            "UPDATE attempts SET retry_at_ms = max(retry_at_ms, ?2) WHERE id = ?1 AND state = \
+             'queued'",
+            params![id, to_i64(until_ms)],
         )
     }
 
@@ -946,6 +1049,16 @@ impl Store {
             out.push(row.map_err(self.query(op))?.into_attempt(&self.path));
         }
         Ok(out)
+    }
+
+    /// How many rows of `uid` wait (queued, starting or failed: each holds its lane's
+    /// descriptor in the dispatcher; a running one holds nothing of it).
+    pub fn waiting_of(&self, uid: u32) -> Result<u64, Error> {
+        self.conn
+            .prepare_cached("SELECT count(*) FROM attempts WHERE uid = ?1 AND state != 'running'")
+            .and_then(|mut statement| statement.query_row(params![uid], |row| row.get::<_, i64>(0)))
+            .map(|n| u64::try_from(n).unwrap_or(0))
+            .map_err(self.query("count a user's waiting attempts"))
     }
 
     /// The earliest end of a backoff still ahead of `now_ms`, if a queued attempt waits one.

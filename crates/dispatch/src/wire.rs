@@ -1,5 +1,5 @@
 //! The dispatcher's messages (PROTOCOL.md, "The dispatcher socket"). Each is one JSON object
-//! on one line; see [`super::transport`] for the framing and descriptors.
+//! on one line; see [`worklane_transport`] for the framing and descriptors.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -315,6 +315,9 @@ pub mod code {
     pub const NOT_FAILED: &str = "not-failed";
     /// The dispatcher failed (its database, the directory).
     pub const INTERNAL: &str = "internal";
+    /// Enqueue: a bound is reached (the caller's rows waiting, or the descriptors the
+    /// dispatcher keeps in reserve for root and for listing); try again when fewer wait.
+    pub const LIMIT: &str = "limit";
 }
 
 #[cfg(test)]

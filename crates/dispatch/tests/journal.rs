@@ -70,6 +70,8 @@ fn the_dispatcher_says_each_enqueue_admission_claim_expiry_and_cancel() {
         }
     );
     let _ = admitted;
+    // An expiry is a failed start: queued again after its backoff.
+    bench.clock.advance(1_000);
     let admitted = bench
         .dispatcher
         .admit_next()

@@ -549,6 +549,20 @@ fn expiry_is_strictly_after_the_interval_and_keeps_the_place() {
         (row.state.as_str(), row.start_ms, row.priority),
         ("queued", T0 - 9, 3)
     );
+    // The expiry is a failed start of the attempt: counted, said, and backed off.
+    assert_eq!(row.failures, 1, "counted: {row:?}");
+    assert!(
+        row.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("did not claim it within the claim interval")),
+        "said: {row:?}"
+    );
+    let expired_at = T0 + 60_001;
+    assert_eq!(
+        row.retry_at_ms,
+        Some(expired_at + 1_000),
+        "the first backoff"
+    );
     assert!(
         bench
             .dispatcher
@@ -557,6 +571,12 @@ fn expiry_is_strictly_after_the_interval_and_keeps_the_place() {
             .is_err(),
         "the old token is refused"
     );
+    bench.clock.advance(999);
+    assert!(
+        bench.dispatcher.admit_next().expect("admit").is_none(),
+        "not before its backoff ends"
+    );
+    bench.clock.advance(1);
     let again = bench
         .dispatcher
         .admit_next()
@@ -1216,4 +1236,112 @@ fn rusqlite_free_update(site: &Site, id: &str) -> std::process::Output {
         String::from_utf8_lossy(&out.stderr)
     );
     out
+}
+
+/// A driver that never claims: at its expiry its whole session is halted through the pidfd
+/// kept since its start (SIGTERM, then SIGKILL after the grace for one that ignores it), the
+/// expiry counts as a failed start, the row is not started again while its old driver lives,
+/// the row behind it is admitted meanwhile, and after the bounded starts it is `failed`.
+#[test]
+fn a_driver_that_never_claims_is_halted_counted_and_parked_and_the_row_behind_runs() {
+    use std::os::unix::process::ExitStatusExt;
+    use worklane_dispatch::service::{EXPIRED_DRIVER_GRACE_MS, Started};
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(
+        r#"{"max_agents": 1}"#,
+        Settings {
+            claim_interval_ms: 1_000,
+            start_attempts: 2,
+            start_backoff_ms: 100,
+            ..Settings::default()
+        },
+    );
+    let a = bench.enqueue("a", T0 - 10, 0);
+    let b = bench.enqueue("b", T0, 0);
+    // A driver that ignores SIGTERM, leading a session of its own as a real driver does.
+    let start = |bench: &mut Bench, id: &str| {
+        let admitted = bench
+            .dispatcher
+            .admit_next()
+            .expect("admit")
+            .expect("admitted");
+        assert_eq!(admitted.attempt.id, id);
+        let ready = bench.site.temp.path().join(format!("ready-{}", id));
+        let child = Command::new("setsid")
+            .args([
+                "sh",
+                "-c",
+                "trap '' TERM; : > \"$0\"; while :; do sleep 0.05; done",
+            ])
+            .arg(&ready)
+            .spawn_gated()
+            .expect("a driver that never claims");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !ready.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the driver set its trap"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = std::fs::remove_file(&ready);
+        let pid = child.id();
+        let pidfd = rustix::process::pidfd_open(
+            rustix::process::Pid::from_raw(i32::try_from(pid).expect("pid")).expect("pid"),
+            rustix::process::PidfdFlags::empty(),
+        )
+        .expect("pidfd");
+        bench
+            .dispatcher
+            .started(
+                id,
+                Started {
+                    pid,
+                    pidfd: Some(pidfd),
+                },
+            )
+            .expect("started");
+        child
+    };
+    let mut first = start(&mut bench, &a);
+    bench.clock.advance(1_001);
+    assert_eq!(bench.dispatcher.expire().expect("expire"), std::slice::from_ref(&a));
+    let row = bench.dispatcher.view(&a).expect("view").expect("row");
+    assert_eq!((row.state.as_str(), row.failures), ("queued", 1), "{row:?}");
+    // While `a` backs off, `b` behind it is admitted (the slot `a` had is free again).
+    let admitted = bench
+        .dispatcher
+        .admit_next()
+        .expect("admit")
+        .expect("the row behind");
+    assert_eq!(admitted.attempt.id, b, "the row behind runs meanwhile");
+    let cancelled = bench.dispatcher.cancel(&b, &me()).expect("cancel");
+    assert!(cancelled.ok, "{cancelled:?}");
+    // Past its backoff, `a` is still not started again: its first driver ignores SIGTERM and
+    // lives on through the grace.
+    bench.clock.advance(500);
+    assert!(
+        bench.dispatcher.admit_next().expect("admit").is_none(),
+        "never two drivers of one attempt"
+    );
+    assert!(
+        first.try_wait().expect("try_wait").is_none(),
+        "its SIGTERM was ignored"
+    );
+    bench.clock.advance(EXPIRED_DRIVER_GRACE_MS);
+    bench.dispatcher.halt_expired();
+    let status = first.wait().expect("reap the first driver");
+    assert_eq!(status.signal(), Some(9), "SIGKILL after the grace");
+    bench.dispatcher.halt_expired();
+    // Its second start expires too: the bounded starts are spent, and it is parked.
+    bench.clock.advance(1_000);
+    let mut second = start(&mut bench, &a);
+    bench.clock.advance(1_001);
+    assert_eq!(bench.dispatcher.expire().expect("expire"), std::slice::from_ref(&a));
+    let row = bench.dispatcher.view(&a).expect("view").expect("row");
+    assert_eq!((row.state.as_str(), row.failures), ("failed", 2), "{row:?}");
+    bench.clock.advance(EXPIRED_DRIVER_GRACE_MS + 1);
+    bench.dispatcher.halt_expired();
+    let status = second.wait().expect("reap the second driver");
+    assert_eq!(status.signal(), Some(9), "halted too");
 }

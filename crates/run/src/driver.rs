@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use worklane_admission::Pool;
 use worklane_dispatch::driver::{Account, Start, environment};
-use worklane_dispatch::service::{Admitted, Exit};
+use worklane_dispatch::service::{Admitted, Exit, Started};
 use worklane_lease::{Clock, SystemClock, rfc3339_ms};
 
 /// The mode of a driver's log: its user reads and writes it, the directory's group reads it.
@@ -30,8 +30,10 @@ impl Launcher {
     /// Starts `admitted`'s driver: detached (a session of its own), as the uid, gid and groups
     /// that enqueued it when the dispatcher is root (as itself otherwise: it queues nobody
     /// else's work), with a fresh environment, and its output appended to
-    /// `queue-<attempt>.log` (owned by that user). Returns the driver's pid.
-    pub fn launch(&self, admitted: &Admitted) -> std::io::Result<u32> {
+    /// `queue-<attempt>.log` (owned by that user), no descriptor of the dispatcher's but 0, 1
+    /// and 2 reaching it. Returns the driver's pid and a pidfd of it (Linux), opened before
+    /// anyone could reap it: the only handle the dispatcher signals it by.
+    pub fn launch(&self, admitted: &Admitted) -> std::io::Result<Started> {
         let attempt = &admitted.attempt;
         let enqueuer = attempt.enqueuer.as_ref().ok_or_else(|| {
             std::io::Error::new(
@@ -111,7 +113,10 @@ impl Launcher {
             reason = "product code: the dispatcher starts each admitted attempt's driver"
         )]
         let child = cmd.spawn()?;
-        Ok(child.id())
+        let pid = child.id();
+        // Still under `STARTING`: the reaper cannot have reaped it, so the pid is this child.
+        let pidfd = pidfd_of(pid);
+        Ok(Started { pid, pidfd })
     }
 
     /// The log `name`, opened for appending (created if missing), given to `owner`.
@@ -153,6 +158,18 @@ fn inherited() -> Vec<(OsString, OsString)> {
         ));
     }
     vars
+}
+
+/// A pidfd of the child `pid` (Linux; `None` elsewhere or where the kernel has none).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn pidfd_of(pid: u32) -> Option<OwnedFd> {
+    let pid = rustix::process::Pid::from_raw(i32::try_from(pid).ok()?)?;
+    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn pidfd_of(_pid: u32) -> Option<OwnedFd> {
+    None
 }
 
 /// Held while a driver is being started ([`Launcher::launch`]) and while the reaper reaps

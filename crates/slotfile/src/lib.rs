@@ -129,6 +129,7 @@ mod list;
 pub mod name;
 pub mod open;
 mod path;
+pub mod private;
 pub mod read;
 mod stream;
 mod sweep;
@@ -146,6 +147,7 @@ pub use env::{
 #[cfg(feature = "test-seams")]
 pub use path::Step;
 pub use path::{Publish, RECORD_MODE, Removal, SHARED_MODE, SlotPath, remove, write};
+pub use private::{PRIVATE_DIR_MODE, PrivateDir};
 pub use read::{MAX_READ, Written};
 pub use stream::{Meta, meta_of_fd};
 pub use sweep::{Hidden, Swept, TEMP_MIN_AGE_MS, is_temp_name};

@@ -5,8 +5,10 @@
 //!   [`Reader`] / [`Sender`] for a nonblocking socket); descriptors travel as `SCM_RIGHTS`,
 //!   at most [`MAX_FDS`] per message, and every descriptor received is close-on-exec and
 //!   closes itself when dropped.
-//! - [`peer`]: the kernel's word for who is at the other end ([`peer()`], [`groups_of`],
+//! - [`peer`](mod@peer): the kernel's word for who is at the other end ([`peer()`], [`groups_of`],
 //!   [`peer_pidfd`]).
+//! - [`mode`]: narrowing a listening socket's mode through one descriptor, never by a name
+//!   another user may swap.
 //! - [`trust`]: who may use a socket of the slot directory ([`Trust::admits`]) and whom a
 //!   client may believe serves one ([`Trust::serves`]).
 //!
@@ -30,6 +32,7 @@
 //! ```
 
 pub mod message;
+pub mod mode;
 pub mod peer;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod sys;

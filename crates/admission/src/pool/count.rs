@@ -114,6 +114,23 @@ impl Pool {
         Ok(out)
     }
 
+    /// Whether `weight` more units of `kind` fit under its cap now, counted as a take counts
+    /// them (a held guard is live, a free one judged by its record) but without `slots.lock`
+    /// and writing nothing: the dispatcher's look before a take, so that a pass that can admit
+    /// nothing takes no lock and publishes no epoch. `true` may still be refused by the take
+    /// itself (the line, a share, another taker first); `false` holds for this moment only. The
+    /// full run, which has no units, always says `true`.
+    pub fn may_fit(&self, kind: crate::Kind, weight: u32) -> Result<bool, Error> {
+        let Some(prefix) = kind.prefix() else {
+            return Ok(true);
+        };
+        let cap = self.cap(kind)?;
+        let (files, hidden) = self.dir.list_with_hidden().map_err(self.listing())?;
+        let slots = self.kind_slots_in(prefix, files, &hidden)?;
+        let held = units_of(&slots, cap).0;
+        Ok(u64::from(held) + u64::from(weight.clamp(1, cap.max(1))) <= u64::from(cap))
+    }
+
     /// What each owner holds now of `kind`'s units (counted as a take counts them, without
     /// `slots.lock`): the dispatcher's fair choice among its own rows.
     pub fn held_by_owner(&self, prefix: &str, cap: u32) -> Result<HashMap<String, u32>, Error> {

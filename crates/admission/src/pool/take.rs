@@ -484,7 +484,7 @@ impl Pool {
         }
     }
 
-    pub(super) fn cap(&self, kind: Kind) -> Result<u32, Error> {
+    pub(crate) fn cap(&self, kind: Kind) -> Result<u32, Error> {
         let config = self.config()?;
         Ok(match kind {
             Kind::Agent => config.max_agents,

@@ -74,6 +74,24 @@ pub(crate) struct DispatcherArgs {
     /// slot directory.
     #[arg(long, value_parser = parse_duration, default_value = "7d")]
     pub(crate) retention: Duration,
+    /// The most attempts one user other than root may have waiting (queued, starting or
+    /// failed): an enqueue beyond is refused (75), so one user's rows never starve the others
+    /// of the dispatcher's descriptors.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) max_rows_per_user: u64,
+    /// The dispatcher's own directory for its queue database, mode 0700 (default: for root
+    /// /var/lib/worklane/dispatcher/KEY, else ~/.local/state/worklane/dispatcher/KEY, KEY
+    /// naming the slot directory). Never in the slot directory, which the group may write.
+    #[arg(long, env = "WORKLANE_STATE_DIR", value_name = "DIR")]
+    pub(crate) state_dir: Option<std::path::PathBuf>,
+    /// A prefix of the variables an enqueue's environment may hand to its driver (repeat it;
+    /// given, the list replaces the default: WORKLANE_, LANE_, GIT_AUTHOR_, GIT_COMMITTER_).
+    #[arg(long = "env-allow-prefix", value_name = "PREFIX")]
+    pub(crate) env_allow_prefixes: Vec<String>,
+    /// A word that marks a variable as a secret, never kept (repeat it; added to the default
+    /// words, which no setting removes).
+    #[arg(long = "env-secret-word", value_name = "WORD")]
+    pub(crate) env_secret_words: Vec<String>,
 }
 
 #[derive(Debug, Args)]

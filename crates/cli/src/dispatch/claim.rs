@@ -20,8 +20,14 @@ pub(crate) fn claim(args: &ClaimArgs) -> Result<ExitCode, Failure> {
     let token = var("WORKLANE_TOKEN")?;
     let socket = PathBuf::from(var("WORKLANE_SOCKET")?);
     let pool = crate::pool()?;
-    let (reply, mut fds) = ask(
-        &socket,
+    let stream = connect(&pool, &socket)?;
+    // Who serves the socket (checked by `connect`): a cancel marker counts only if that user
+    // (or root) wrote it.
+    let server = worklane_transport::peer(&stream)
+        .map_err(|e| Failure::new(exit::OS_ERROR, exit::chain(&e)))?
+        .uid;
+    let (reply, mut fds) = ask_on(
+        &stream,
         &Wire::Claim {
             attempt: attempt.clone(),
             token,
@@ -72,7 +78,12 @@ pub(crate) fn claim(args: &ClaimArgs) -> Result<ExitCode, Failure> {
     );
     let marker = dir.file(&cancel_marker(&attempt)).ok();
     let mut watch = CliWatch {
-        marker,
+        marker: marker.map(|path| crate::watch::Marker {
+            path,
+            attempt: attempt.clone(),
+            writer: server,
+            ignored: false,
+        }),
         ..CliWatch::default()
     };
     let outcome = Supervisor::new(&pool, &mut slot)

@@ -74,7 +74,7 @@ pub(crate) fn enqueue(args: &EnqueueArgs) -> Result<ExitCode, Failure> {
         placement: args.placement.clone(),
         stage: args.stage.clone(),
         args: driver,
-        env: dispatcher_config(&pool)?.1.keep(std::env::vars_os()),
+        env: offered_env(),
         own_lane: args.lane.is_none(),
         weight: (args.weight != 1).then_some(args.weight),
         owner: args.owner.clone(),
@@ -82,7 +82,7 @@ pub(crate) fn enqueue(args: &EnqueueArgs) -> Result<ExitCode, Failure> {
     let guard = lease
         .guard()
         .ok_or_else(|| Failure::new(exit::SOFTWARE, "a lane lease without its guard"))?;
-    let (reply, _) = ask(&socket, &Wire::Enqueue(entry), &[guard.as_fd()]).map_err(|f| {
+    let (reply, _) = ask(&pool, &socket, &Wire::Enqueue(entry), &[guard.as_fd()]).map_err(|f| {
         if f.code == exit::OS_ERROR {
             Failure::new(
                 exit::OS_ERROR,
@@ -116,3 +116,41 @@ pub(crate) fn enqueue(args: &EnqueueArgs) -> Result<ExitCode, Failure> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// The variables an enqueue offers the dispatcher: every one that is not secret-shaped by the
+/// default words (after the longest default prefix it has) (which no setting removes) and fits, at most [`OFFERED_ENV_BYTES`] in all (in
+/// name order; the rest are left out, with a warning). The dispatcher keeps only those its
+/// own `--env-allow-prefix` allows; which those are is its setting, not the client's.
+fn offered_env() -> std::collections::BTreeMap<String, String> {
+    // Any name, judged for secret words after the longest default prefix it has (so
+    // GIT_AUTHOR_NAME is no AUTH), else whole.
+    let prefixes = worklane_dispatch::env::DEFAULT_PREFIXES
+        .iter()
+        .map(|p| (*p).to_owned())
+        .chain([String::new()]);
+    let all = EnvFilter::new(prefixes, []).keep(std::env::vars_os());
+    let mut offered = std::collections::BTreeMap::new();
+    let mut bytes = 0usize;
+    let mut left_out = 0usize;
+    for (name, value) in all {
+        let cost = name.len() + value.len() + 8;
+        if bytes + cost > OFFERED_ENV_BYTES {
+            left_out += 1;
+            continue;
+        }
+        bytes += cost;
+        offered.insert(name, value);
+    }
+    if left_out > 0 {
+        errln!(
+            "worklane: {left_out} environment variable(s) left out of the enqueue: the \
+             environment is larger than {} KiB (a driver gets only what the dispatcher's \
+             --env-allow-prefix keeps anyway)",
+            OFFERED_ENV_BYTES / 1024
+        );
+    }
+    offered
+}
+
+/// The most bytes of environment an enqueue offers: well within a message's 64 KiB.
+const OFFERED_ENV_BYTES: usize = 48 * 1024;

@@ -46,9 +46,6 @@ use worklane_transport::Trust;
 /// The socket's name in the slot directory.
 const SOCKET: &str = "dispatcher.sock";
 
-/// The queue database's name in the slot directory.
-const DATABASE: &str = "queue.db";
-
 /// The lock one dispatcher per directory holds for its life.
 const DISPATCHER_LOCK: &str = "dispatcher.lock";
 
@@ -60,54 +57,71 @@ fn socket_path(pool: &Pool, given: Option<&Path>) -> PathBuf {
 }
 
 /// The dispatcher's part of the config: `admission` (`"dispatcher"`, the default, or
-/// `"waiter"`), and the environment filter's `env_allow_prefixes` and `env_secret_words`
-/// (arrays of strings; each replaces its default when given).
-fn dispatcher_config(pool: &Pool) -> Result<(Mode, EnvFilter), Failure> {
+/// `"waiter"`). What crosses from one user's enqueue to the driver (the environment filter) is
+/// never read from the config, which every member of the group may write: it comes from the
+/// dispatcher's own command line (`--env-allow-prefix`, `--env-secret-word`), and the config's
+/// old `env_allow_prefixes` and `env_secret_words` are ignored, with a warning.
+fn dispatcher_config(pool: &Pool, args: &DispatcherArgs) -> Result<(Mode, EnvFilter), Failure> {
     let path = &pool.locations().config;
     let raw = worklane_slotfile::read::read_path(path)
         .map_err(|e| Failure::new(exit::CONFIG, exit::chain(&e)))?;
     let doc = raw
         .and_then(|raw| serde_json::from_slice::<serde_json::Value>(&raw).ok())
         .unwrap_or_default();
-    let bad = |field: &str, expected: &str| {
-        Failure::new(
-            exit::CONFIG,
-            format!(
-                "config {}: field `{field}` must be {expected}",
-                path.display()
-            ),
-        )
-    };
     let mode = match doc.get("admission").map(|v| v.as_str()) {
         None | Some(Some("dispatcher")) => Mode::Dispatcher,
         Some(Some("waiter")) => Mode::Waiter,
-        Some(_) => return Err(bad("admission", "\"dispatcher\" or \"waiter\"")),
-    };
-    let strings = |field: &str, default: &[&str]| -> Result<Vec<String>, Failure> {
-        match doc.get(field) {
-            None => Ok(default.iter().map(|s| (*s).to_owned()).collect()),
-            Some(serde_json::Value::Array(items)) => items
-                .iter()
-                .map(|i| {
-                    i.as_str()
-                        .filter(|s| !s.is_empty())
-                        .map(str::to_owned)
-                        .ok_or_else(|| bad(field, "an array of non-empty strings"))
-                })
-                .collect(),
-            Some(_) => Err(bad(field, "an array of non-empty strings")),
+        Some(_) => {
+            return Err(Failure::new(
+                exit::CONFIG,
+                format!(
+                    "config {}: field `admission` must be \"dispatcher\" or \"waiter\"",
+                    path.display()
+                ),
+            ));
         }
     };
-    use worklane_dispatch::env::{DEFAULT_PREFIXES, DEFAULT_SECRET_WORDS};
-    let env = EnvFilter::new(
-        strings("env_allow_prefixes", DEFAULT_PREFIXES)?,
-        strings("env_secret_words", DEFAULT_SECRET_WORDS)?,
-    );
+    for (key, flag) in [
+        ("env_allow_prefixes", "--env-allow-prefix"),
+        ("env_secret_words", "--env-secret-word"),
+    ] {
+        if doc.get(key).is_some() {
+            errln!(
+                "worklane: config {} sets `{key}`, which the dispatcher ignores: any member of \
+                 the slot directory's group may write the config, and this setting decides \
+                 what of one user's environment reaches a driver; give `worklane dispatcher \
+                 {flag} ...` instead, and `worklane config unset {key}`",
+                path.display()
+            );
+        }
+    }
+    use worklane_dispatch::env::DEFAULT_PREFIXES;
+    let prefixes = if args.env_allow_prefixes.is_empty() {
+        DEFAULT_PREFIXES.iter().map(|p| (*p).to_owned()).collect()
+    } else {
+        args.env_allow_prefixes.clone()
+    };
+    if let Some(empty) = prefixes
+        .iter()
+        .chain(&args.env_secret_words)
+        .find(|p| p.is_empty())
+    {
+        let _ = empty;
+        return Err(Failure::new(
+            exit::USAGE,
+            "--env-allow-prefix and --env-secret-word take a non-empty value",
+        ));
+    }
+    let env = EnvFilter::new(prefixes, args.env_secret_words.clone());
     Ok((mode, env))
 }
 
-fn connect(path: &Path) -> Result<UnixStream, Failure> {
-    UnixStream::connect(path).map_err(|e| {
+/// Connects to the dispatcher's socket at `path` and checks who serves it before anything is
+/// sent: root, the slot directory's owner, or this user (`Trust::serves`, by the kernel's
+/// `SO_PEERCRED`). Anyone else is a member of the group serving a socket of its own at the
+/// name, and is told nothing: no descriptor, no command, no environment.
+fn connect(pool: &Pool, path: &Path) -> Result<UnixStream, Failure> {
+    let stream = UnixStream::connect(path).map_err(|e| {
         Failure::new(
             exit::UNAVAILABLE,
             format!(
@@ -116,16 +130,43 @@ fn connect(path: &Path) -> Result<UnixStream, Failure> {
                 path.display()
             ),
         )
-    })
+    })?;
+    let server = worklane_transport::peer(&stream)
+        .map_err(|e| Failure::new(exit::OS_ERROR, exit::chain(&e)))?;
+    let trust = Trust::of_dir(pool.dir()).map_err(|e| {
+        Failure::new(
+            exit::OS_ERROR,
+            format!("cannot stat {}: {e}", pool.dir().path().display()),
+        )
+    })?;
+    let me = rustix::process::geteuid().as_raw();
+    if !trust.serves(server.uid, me) {
+        return Err(Failure::new(
+            exit::UNAVAILABLE,
+            format!(
+                "refused to use {}: it is served by uid {} (pid {}), which is neither root, the \
+                 slot directory's owner (uid {}) nor you (uid {me}), so it is not the \
+                 dispatcher: another user may have put a socket of its own at that name; \
+                 nothing was sent. Tell the operator (`worklane dispatcher` restarted makes the \
+                 socket again)",
+                path.display(),
+                server.uid,
+                server.pid.map_or("?".to_owned(), |p| p.to_string()),
+                trust.owner
+            ),
+        ));
+    }
+    Ok(stream)
 }
 
 /// Sends one request and reads its reply.
 fn ask(
+    pool: &Pool,
     path: &Path,
     request: &Wire,
     fds: &[std::os::fd::BorrowedFd<'_>],
 ) -> Result<(Reply, Vec<OwnedFd>), Failure> {
-    ask_on(&connect(path)?, request, fds)
+    ask_on(&connect(pool, path)?, request, fds)
 }
 
 /// Sends one request on a connected stream and reads its reply.
@@ -151,7 +192,11 @@ fn refused(reply: &Reply) -> Failure {
     let code = match reply.error.as_deref() {
         Some(code::WAITER_MODE | code::PERMISSION) => exit::UNAVAILABLE,
         Some(
-            code::LANE_QUEUED | code::NO_ADMITTED_ROW | code::NO_SUCH_ATTEMPT | code::NOT_FAILED,
+            code::LANE_QUEUED
+            | code::NO_ADMITTED_ROW
+            | code::NO_SUCH_ATTEMPT
+            | code::NOT_FAILED
+            | code::LIMIT,
         ) => exit::TEMP_FAIL,
         Some(code::BAD_REQUEST | code::MISSING_FIELD) => exit::USAGE,
         _ => exit::OS_ERROR,

@@ -7,7 +7,7 @@ use super::*;
 /// error.
 pub(crate) fn listing(pool: &Pool, all: bool) -> Result<crate::queued::Listing, Failure> {
     let path = socket_path(pool, None);
-    let stream = match connect(&path) {
+    let stream = match connect(pool, &path) {
         Ok(stream) => stream,
         Err(failure) => {
             return Ok(crate::queued::Listing {
@@ -104,7 +104,7 @@ pub(crate) fn listing(pool: &Pool, all: bool) -> Result<crate::queued::Listing, 
 /// The dispatcher's own trouble, as it says it (for `why`); `None` when it has none or does
 /// not answer within a second.
 pub(crate) fn trouble(pool: &Pool) -> Option<String> {
-    let stream = UnixStream::connect(socket_path(pool, None)).ok()?;
+    let stream = connect(pool, &socket_path(pool, None)).ok()?;
     let limit = Some(std::time::Duration::from_secs(1));
     stream.set_read_timeout(limit).ok()?;
     stream.set_write_timeout(limit).ok()?;
@@ -115,6 +115,7 @@ pub(crate) fn trouble(pool: &Pool) -> Option<String> {
 pub(crate) fn cancel(attempt: &str, as_json: bool) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
     let (reply, _) = ask(
+        &pool,
         &socket_path(&pool, None),
         &Wire::Cancel {
             attempt: attempt.to_owned(),
@@ -134,6 +135,7 @@ pub(crate) fn cancel(attempt: &str, as_json: bool) -> Result<ExitCode, Failure> 
 pub(crate) fn retry(attempt: &str) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
     let (reply, _) = ask(
+        &pool,
         &socket_path(&pool, None),
         &Wire::Retry {
             attempt: attempt.to_owned(),
@@ -150,6 +152,7 @@ pub(crate) fn retry(attempt: &str) -> Result<ExitCode, Failure> {
 pub(crate) fn prune(older_than: Option<std::time::Duration>) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
     let (reply, _) = ask(
+        &pool,
         &socket_path(&pool, None),
         &Wire::Prune {
             older_than_ms: older_than.map(millis),

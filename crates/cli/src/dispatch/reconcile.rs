@@ -5,7 +5,13 @@ use super::*;
 pub(crate) fn reconcile(attempt: &str, as_json: bool) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
     // 1. The dispatcher's rows and history (if one answers).
-    let answered = ask(&socket_path(&pool, None), &Wire::List { all: true }, &[]).ok();
+    let answered = ask(
+        &pool,
+        &socket_path(&pool, None),
+        &Wire::List { all: true },
+        &[],
+    )
+    .ok();
     if let Some((reply, _)) = &answered {
         if let Some(row) = reply
             .attempts

@@ -61,12 +61,14 @@ fn listen(path: &Path) -> Result<UnixListener, Failure> {
     bound.map_err(|e| io("bind", e))
 }
 
-/// A socket systemd made (socket activation) must not let anyone outside the directory's
+/// A socket systemd made (socket activation) should not let anyone outside the directory's
 /// group connect: the unit asks for `SocketMode=0660`, but a unit edited or an older systemd
-/// may leave 0644 or 0666. Bits for others are taken away (the dispatcher, root under the
-/// unit, may); where that fails, the dispatcher refuses to serve.
+/// may leave 0644 or 0666. The bits for others are taken away through one descriptor of the
+/// name opened without following a link, and only from a socket of ours with one name
+/// (`worklane_transport::mode::narrow`): the name is in a directory the group may write, so a
+/// member may have put anything there. Whatever the mode, each connection's peer is checked.
 fn guard_socket_mode(listener: &UnixListener) -> Result<(), Failure> {
-    use std::os::unix::fs::PermissionsExt;
+    use worklane_transport::mode::{Narrowed, narrow};
     let Ok(addr) = listener.local_addr() else {
         return Ok(());
     };
@@ -74,42 +76,30 @@ fn guard_socket_mode(listener: &UnixListener) -> Result<(), Failure> {
         // An abstract socket has no mode: the peer check is all there is.
         return Ok(());
     };
-    let meta = std::fs::symlink_metadata(path).map_err(|e| {
-        Failure::new(
-            exit::OS_ERROR,
-            format!(
-                "cannot examine the socket systemd passed, {}: {e}",
-                path.display()
-            ),
-        )
-    })?;
-    let mode = meta.permissions().mode() & 0o7777;
-    if mode & 0o007 == 0 {
-        return Ok(());
+    match narrow(path) {
+        Ok(Narrowed::Already { .. }) => {}
+        Ok(Narrowed::Done { from, to }) => errln!(
+            "worklane: the socket systemd passed, {}, had mode {from:04o}; set to {to:04o} (the \
+             unit should say SocketMode=0660)",
+            path.display()
+        ),
+        Ok(Narrowed::Refused { why }) => errln!(
+            "worklane: the mode of the socket systemd passed, {}, is left as it is ({why}); \
+             every connection's peer is checked all the same",
+            path.display()
+        ),
+        Err(e) => errln!(
+            "worklane: cannot examine the socket systemd passed, {} ({e}); every connection's \
+             peer is checked all the same",
+            path.display()
+        ),
     }
-    let fixed = mode & 0o770;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(fixed)).map_err(|e| {
-        Failure::new(
-            exit::CONFIG,
-            format!(
-                "the socket systemd passed, {}, has mode {mode:04o}, which lets users outside \
-                 the slot directory's group connect, and it cannot be changed ({e}): set \
-                 SocketMode=0660 in worklane-dispatcher.socket",
-                path.display()
-            ),
-        )
-    })?;
-    errln!(
-        "worklane: the socket systemd passed, {}, had mode {mode:04o}; set to {fixed:04o} (the \
-         unit should say SocketMode=0660)",
-        path.display()
-    );
     Ok(())
 }
 
 pub(crate) fn serve(args: &DispatcherArgs) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
-    let (mode, env) = dispatcher_config(&pool)?;
+    let (mode, env) = dispatcher_config(&pool, args)?;
     let dir = pool.dir().clone();
     let held = match acquire(
         &dir,
@@ -137,12 +127,19 @@ pub(crate) fn serve(args: &DispatcherArgs) -> Result<ExitCode, Failure> {
         start_attempts: args.start_attempts,
         start_backoff_ms: millis(args.start_backoff),
         retention_ms: millis(args.retention),
+        max_rows_per_user: args.max_rows_per_user,
         ..Settings::default()
     };
     // One descriptor per queued lane (and per reserved slot): a soft limit of 1 024 would
     // refuse enqueues long before the queue is large.
     let nofile = worklane_run::process::raise_nofile();
-    let dispatcher = Dispatcher::open(pool.clone(), &dir.path().join(DATABASE), settings)
+    let state = worklane_dispatch::state::open(
+        args.state_dir.as_deref(),
+        dir.path(),
+        &worklane_slotfile::Environment::from_process(),
+    )
+    .map_err(|e| Failure::new(exit::CONFIG, exit::chain(&e)))?;
+    let dispatcher = Dispatcher::open(pool.clone(), &state, settings)
         .map_err(|e| Failure::new(exit::OS_ERROR, exit::chain(&e)))?;
     say_recovery(dispatcher.recovery());
     let stop = Arc::new(AtomicBool::new(false));
@@ -246,6 +243,24 @@ fn test_crash_point() -> Option<worklane_dispatch::server::CrashPoint> {
 
 /// What recovery found, said loudly on the dispatcher's log.
 fn say_recovery(recovery: &Recovery) {
+    use worklane_dispatch::state::Legacy;
+    match &recovery.legacy {
+        Legacy::None => {}
+        Legacy::Adopted => errln!(
+            "worklane: the queue database an older worklane kept in the slot directory was \
+             taken over into the dispatcher's state directory (the old files are renamed \
+             queue.db*.migrated-*)"
+        ),
+        Legacy::Refused { why } => errln!(
+            "worklane: A QUEUE DATABASE IN THE SLOT DIRECTORY WAS REFUSED ({why}): it is not \
+             provably this dispatcher's own, so none of its rows was read; it is renamed \
+             queue.db*.refused-* for you to look at"
+        ),
+        Legacy::Ignored => errln!(
+            "worklane: a queue.db is still in the slot directory; it is ignored (the \
+             dispatcher's state directory has its database): remove it"
+        ),
+    }
     if let Some(damage) = &recovery.damage {
         errln!(
             "worklane: THE QUEUE DATABASE WAS DAMAGED ({}); it was moved to {} and a new one \

@@ -5,15 +5,16 @@
 
 use super::{Dispatcher, Error, Held, Settings};
 use crate::lane::{lane_lock, retire_own_lane};
+use crate::state::Legacy;
 use crate::status;
 use crate::store::{Attempt, Damage, Ended, Outcome, State, Store};
 use crate::wire::EndedView;
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
 use worklane_admission::Pool;
 use worklane_guard::Guard;
 use worklane_journal::Event;
 use worklane_lease::{Acquired, Options, Request};
+use worklane_slotfile::PrivateDir;
 
 /// The error a row queued before worklane recorded who enqueued gets when it is parked.
 pub(crate) const NO_ENQUEUER: &str = "queued by an older worklane that did not record who \
@@ -22,7 +23,7 @@ pub(crate) const NO_ENQUEUER: &str = "queued by an older worklane that did not r
     `worklane queue cancel` drops it";
 
 /// What recovery found, for the dispatcher's log and `queue ls`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recovery {
     /// The damaged database moved aside, if there was one.
     pub damage: Option<Damage>,
@@ -35,6 +36,21 @@ pub struct Recovery {
     pub dropped: Vec<String>,
     /// Rows without a recorded enqueuer, parked as `failed`.
     pub parked: Vec<String>,
+    /// What became of a database an older worklane kept in the slot directory.
+    pub legacy: Legacy,
+}
+
+impl Default for Recovery {
+    fn default() -> Recovery {
+        Recovery {
+            damage: None,
+            lost: Vec::new(),
+            ended: Vec::new(),
+            dropped: Vec::new(),
+            parked: Vec::new(),
+            legacy: Legacy::None,
+        }
+    }
 }
 
 /// What [`Dispatcher::resume`] found for a stored row's lane.
@@ -48,17 +64,22 @@ enum Resumed {
 }
 
 impl Dispatcher {
-    /// Opens the queue database at `path` (checked, a damaged one moved aside:
-    /// [`Store::open_checked`]) and recovers it ([`Dispatcher::recover`]); the damage, if any,
-    /// is in [`Dispatcher::recovery`].
-    pub fn open(pool: Pool, path: &Path, settings: Settings) -> Result<Dispatcher, Error> {
+    /// Opens the queue database in the dispatcher's private state directory `state` (a
+    /// database an older worklane kept in the slot directory taken over first, if it is the
+    /// dispatcher's own: [`crate::state::adopt_legacy`]; the files judged and a damaged one
+    /// moved aside: [`Store::open_private`]) and recovers it ([`Dispatcher::recover`]); the
+    /// damage and the takeover, if any, are in [`Dispatcher::recovery`].
+    pub fn open(pool: Pool, state: &PrivateDir, settings: Settings) -> Result<Dispatcher, Error> {
         let now = pool.clock().now_ms();
+        let legacy = crate::state::adopt_legacy(pool.dir(), state, now)
+            .map_err(|source| Error::AdoptLegacy { source })?;
         let (store, damage) =
-            Store::open_checked(path, now).map_err(|source| Error::OpenQueue {
+            Store::open_private(state, now).map_err(|source| Error::OpenQueue {
                 source: Box::new(source),
             })?;
         let mut dispatcher = Dispatcher::recover(pool, store, settings)?;
         dispatcher.recovery.damage = damage;
+        dispatcher.recovery.legacy = legacy;
         // Said again for every lost row: where the old database went.
         if let Some(damage) = &dispatcher.recovery.damage {
             for lost in &mut dispatcher.recovery.lost {
@@ -88,6 +109,8 @@ impl Dispatcher {
             euid: rustix::process::geteuid().as_raw(),
             owner,
             children: HashSet::new(),
+            procs: HashMap::new(),
+            halting: Vec::new(),
             exits: HashMap::new(),
             probed: HashMap::new(),
             termed: HashSet::new(),

@@ -172,6 +172,7 @@ impl Dispatcher {
         self.probed.remove(&attempt.id);
         self.killed.remove(&attempt.id);
         self.termed.remove(&attempt.id);
+        self.procs.remove(&attempt.id);
         Ok(super::ended_view(ended))
     }
 
@@ -196,51 +197,22 @@ impl Dispatcher {
         if let Ok(path) = self.pool.dir().file(&cancel_marker(&attempt.id)) {
             let mut bytes = marker.to_string().into_bytes();
             bytes.push(b'\n');
-            let _ = path.replace(&bytes, worklane_slotfile::SHARED_MODE);
+            // Not writable by the group: `worklane claim` obeys a marker only the dispatcher (or
+            // root) can have written.
+            let _ = path.replace(&bytes, worklane_slotfile::RECORD_MODE);
         }
         self.probed.remove(&attempt.id);
         Ok(())
     }
 
-    /// Sends `signal` to running `attempt`'s driver (its process group with `group`: a driver
-    /// leads a session of its own), only when it is surely that driver: a child of this
-    /// process not yet reaped, or the pid the lane's record names with the attempt, while the
-    /// lane's guard is held.
+    /// Sends `signal` to running `attempt`'s claimer and driver (the driver's whole process
+    /// group with `group`: a driver leads a session of its own), through the pidfds kept since
+    /// its start and its claim: never a pid read from a file. An attempt this dispatcher did
+    /// not start or see claimed (it ran across a restart) has none: its cancel marker is all.
     fn signal_driver(&self, attempt: &Attempt, signal: rustix::process::Signal, group: bool) {
-        let Some(pid) = attempt.driver_pid else {
-            return;
-        };
-        let sure = self.children.contains(&pid) || self.lane_names(attempt, pid);
-        let Some(target) = i32::try_from(pid)
-            .ok()
-            .and_then(rustix::process::Pid::from_raw)
-        else {
-            return;
-        };
-        if !sure {
-            return;
+        if let Some(procs) = self.procs.get(&attempt.id) {
+            procs.signal(signal, group);
         }
-        let _ = if group {
-            rustix::process::kill_process_group(target, signal)
-                .or_else(|_| rustix::process::kill_process(target, signal))
-        } else {
-            rustix::process::kill_process(target, signal)
-        };
-    }
-
-    /// Whether running `attempt`'s lane is held and its record names `pid` and the attempt.
-    fn lane_names(&self, attempt: &Attempt, pid: u32) -> bool {
-        let Ok(path) = self.pool.dir().file(&lane_lock(&attempt.lane)) else {
-            return false;
-        };
-        if !matches!(path.try_guard(), Ok(None)) {
-            return false;
-        }
-        path.read()
-            .ok()
-            .flatten()
-            .and_then(|raw| worklane_lease::Record::parse(&raw).ok())
-            .is_some_and(|r| r.pid() == Some(pid) && r.extra_str("attempt") == Some(&attempt.id))
     }
 
     /// Forgets the ended attempts that ended more than `older_than_ms` ago (all without it)

@@ -202,6 +202,7 @@ pub(crate) fn detach(
     #[cfg(not(target_os = "linux"))]
     let _ = (program, args);
     // Made before the fork: the child allocates nothing.
+    let limit = descriptor_limit();
     let who = creds.map(|c| {
         (
             rustix::process::Uid::from_raw(c.uid),
@@ -213,7 +214,9 @@ pub(crate) fn detach(
         )
     });
     // SAFETY: the closure runs in the child between fork and exec and makes only
-    // async-signal-safe calls: setsid(2), setrlimit(2), setgroups(2), setgid(2) and setuid(2)
+    // async-signal-safe calls: setsid(2), close_range(2) or fcntl(2) on every descriptor
+    // from 3 up (none the dispatcher inherited or holds reaches the driver: a lane's guard, a
+    // file its parent shell left open), setrlimit(2), setgroups(2), setgid(2) and setuid(2)
     // through rustix (raw system calls, on values made before the fork; the child has one
     // thread, so a thread's credentials are the process's), then (Linux) execve(2) on the
     // vectors `Exec` prepared before the fork; no allocation (`from_raw_os_error` makes none),
@@ -222,6 +225,7 @@ pub(crate) fn detach(
     unsafe {
         cmd.pre_exec(move || {
             rustix::process::setsid()?;
+            cloexec_from_3(limit);
             if let Some(limit) = nofile {
                 rustix::process::setrlimit(rustix::process::Resource::Nofile, limit)?;
             }
@@ -283,11 +287,7 @@ pub fn systemd_listener() -> Option<std::os::fd::OwnedFd> {
 pub fn start_detached(cmd: &mut std::process::Command) -> std::io::Result<u32> {
     use std::os::unix::process::CommandExt;
     // Made before the fork: the child allocates nothing.
-    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
-        .current
-        .unwrap_or(65_536)
-        .min(1 << 20);
-    let limit = i32::try_from(limit).unwrap_or(i32::MAX);
+    let limit = descriptor_limit();
     // SAFETY: the closure runs in the child between fork and exec and makes only
     // async-signal-safe calls (setsid(2), close_range(2) through syscall(2), fcntl(2)) on
     // values made before the fork; it allocates nothing and takes no lock. It only marks the
@@ -296,19 +296,7 @@ pub fn start_detached(cmd: &mut std::process::Command) -> std::io::Result<u32> {
     unsafe {
         cmd.pre_exec(move || {
             rustix::process::setsid()?;
-            // close_range(2)'s CLOSE_RANGE_CLOEXEC (Linux 5.11): every descriptor from 3 up.
-            #[cfg(target_os = "linux")]
-            let marked = libc::syscall(libc::SYS_close_range, 3_u32, u32::MAX, 4_u32) == 0;
-            #[cfg(not(target_os = "linux"))]
-            let marked = false;
-            if !marked {
-                for fd in 3..limit {
-                    let flags = libc::fcntl(fd, libc::F_GETFD);
-                    if flags >= 0 && flags & libc::FD_CLOEXEC == 0 {
-                        libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
-                    }
-                }
-            }
+            cloexec_from_3(limit);
             Ok(())
         });
     }
@@ -318,6 +306,42 @@ pub fn start_detached(cmd: &mut std::process::Command) -> std::io::Result<u32> {
     )]
     let child = cmd.spawn()?;
     Ok(child.id())
+}
+
+/// The soft limit of descriptors, for [`cloexec_from_3`]'s fallback (made before a fork: the
+/// child allocates nothing).
+fn descriptor_limit() -> i32 {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(65_536)
+        .min(1 << 20);
+    i32::try_from(limit).unwrap_or(i32::MAX)
+}
+
+/// Marks every descriptor from 3 up close-on-exec, in a child between fork and exec:
+/// close_range(2)'s `CLOSE_RANGE_CLOEXEC` (Linux 5.11), else each up to `limit` by fcntl(2).
+/// Async-signal-safe: system calls only, nothing allocated, no lock.
+///
+/// # Safety
+///
+/// Only in a child between fork and exec (or where no other thread uses descriptors): it
+/// changes the flags of descriptors the caller does not own.
+unsafe fn cloexec_from_3(limit: i32) {
+    // SAFETY: raw system calls on descriptor numbers; a number that is not open fails harmlessly.
+    unsafe {
+        #[cfg(target_os = "linux")]
+        let marked = libc::syscall(libc::SYS_close_range, 3_u32, u32::MAX, 4_u32) == 0;
+        #[cfg(not(target_os = "linux"))]
+        let marked = false;
+        if !marked {
+            for fd in 3..limit {
+                let flags = libc::fcntl(fd, libc::F_GETFD);
+                if flags >= 0 && flags & libc::FD_CLOEXEC == 0 {
+                    libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+                }
+            }
+        }
+    }
 }
 
 /// Ends this process by `signal`, as the command it ran ended: its default disposition
