@@ -5987,13 +5987,13 @@ mod queue_rights {
     use super::*;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
-    const SHARED: u32 = 23_457;
-    const MEMBER: u32 = 65_534;
-    const MEMBER_GID: u32 = 12_346;
+    pub(super) const SHARED: u32 = 23_457;
+    pub(super) const MEMBER: u32 = 65_534;
+    pub(super) const MEMBER_GID: u32 = 12_346;
 
     /// A site whose slot directory is root's, group `SHARED`, mode 2770 (a member can use it),
     /// with `out/` a directory anyone may write (a driver of another user's says what it saw).
-    fn shared_site(config: Option<&str>) -> Site {
+    pub(super) fn shared_site(config: Option<&str>) -> Site {
         assert!(
             rustix::process::geteuid().is_root(),
             "these tests give the directory to a group and drop to a member (setpriv)"
@@ -6011,7 +6011,7 @@ mod queue_rights {
     }
 
     /// `worklane ARGS` as the member (uid 65534, primary group 12346, in `SHARED`).
-    fn as_member(site: &Site) -> Command {
+    pub(super) fn as_member(site: &Site) -> Command {
         let mut cmd = site.command("setpriv");
         cmd.args([
             &format!("--reuid={MEMBER}"),
@@ -8396,6 +8396,10 @@ mod weights;
 
 /// `worklane proxy`.
 mod proxy;
+
+/// What a member of the slot directory's group cannot do to a root dispatcher and its
+/// clients (issue 32's reproductions).
+mod trust;
 
 /// docs/json.md against the real output: each documented example has the same keys and value
 /// types, recursively, as the document its command prints (values may differ), so a schema

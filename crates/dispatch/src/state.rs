@@ -149,31 +149,31 @@ pub enum Legacy {
 /// that has a database already wins. A failure to copy is an error (nothing is renamed, so
 /// the next start tries again).
 pub fn adopt_legacy(slots: &SlotDir, state: &PrivateDir, now_ms: u64) -> std::io::Result<Legacy> {
-    let path = |name: &str| slots.file(name).map_err(std::io::Error::other);
-    let main = path(LEGACY[0])?;
-    let Some((main_fd, _)) = main.open_stream().map_err(std::io::Error::other)? else {
-        return match main.meta() {
-            // A link, a FIFO or a directory at the name: set aside, never followed.
-            Err(_) => {
+    let mut opened = Vec::new();
+    for name in &LEGACY[..2] {
+        let path = slots.file(name).map_err(std::io::Error::other)?;
+        match path.open_stream() {
+            Ok(Some((fd, _))) => opened.push((*name, std::fs::File::from(fd))),
+            Ok(None) => {}
+            // A link, a FIFO or a directory at the name: set aside, never followed or opened.
+            Err(
+                e @ (worklane_slotfile::read::Error::Symlink { .. }
+                | worklane_slotfile::read::Error::NotRegular { .. }),
+            ) => {
                 set_aside(slots, &format!("refused-{now_ms}"))?;
-                Ok(Legacy::Refused {
-                    why: "queue.db in the slot directory is not a regular file".to_owned(),
-                })
+                return Ok(Legacy::Refused { why: e.to_string() });
             }
-            Ok(_) => Ok(Legacy::None),
-        };
-    };
+            Err(e) => return Err(std::io::Error::other(e)),
+        }
+    }
+    if opened.first().is_none_or(|(name, _)| *name != LEGACY[0]) {
+        // No database (a WAL alone is nothing to take over).
+        return Ok(Legacy::None);
+    }
     if state.entry(crate::store::DATABASE)?.is_some() {
         return Ok(Legacy::Ignored);
     }
     let me = state.uid();
-    let mut opened = vec![(LEGACY[0], std::fs::File::from(main_fd))];
-    if let Some((fd, _)) = path(LEGACY[1])?
-        .open_stream()
-        .map_err(std::io::Error::other)?
-    {
-        opened.push((LEGACY[1], std::fs::File::from(fd)));
-    }
     for (name, file) in &opened {
         let stat = rustix::fs::fstat(file)?;
         #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]

@@ -13,5 +13,6 @@ mod journal;
 mod lanes;
 mod server;
 mod service;
+mod state;
 
 use support::*;

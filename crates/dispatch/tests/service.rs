@@ -1305,7 +1305,10 @@ fn a_driver_that_never_claims_is_halted_counted_and_parked_and_the_row_behind_ru
     };
     let mut first = start(&mut bench, &a);
     bench.clock.advance(1_001);
-    assert_eq!(bench.dispatcher.expire().expect("expire"), std::slice::from_ref(&a));
+    assert_eq!(
+        bench.dispatcher.expire().expect("expire"),
+        std::slice::from_ref(&a)
+    );
     let row = bench.dispatcher.view(&a).expect("view").expect("row");
     assert_eq!((row.state.as_str(), row.failures), ("queued", 1), "{row:?}");
     // While `a` backs off, `b` behind it is admitted (the slot `a` had is free again).
@@ -1337,11 +1340,89 @@ fn a_driver_that_never_claims_is_halted_counted_and_parked_and_the_row_behind_ru
     bench.clock.advance(1_000);
     let mut second = start(&mut bench, &a);
     bench.clock.advance(1_001);
-    assert_eq!(bench.dispatcher.expire().expect("expire"), std::slice::from_ref(&a));
+    assert_eq!(
+        bench.dispatcher.expire().expect("expire"),
+        std::slice::from_ref(&a)
+    );
     let row = bench.dispatcher.view(&a).expect("view").expect("row");
     assert_eq!((row.state.as_str(), row.failures), ("failed", 2), "{row:?}");
     bench.clock.advance(EXPIRED_DRIVER_GRACE_MS + 1);
     bench.dispatcher.halt_expired();
     let status = second.wait().expect("reap the second driver");
     assert_eq!(status.signal(), Some(9), "halted too");
+}
+
+/// A cancel never signals a pid read from the database or a lane's record, which a member of
+/// the group can make name any process (a root one that got a dead claimer's pid, here a
+/// child of the test): across a restart the dispatcher holds no pidfd of the running attempt's
+/// driver, so its cancel is the marker alone, and the process the files name lives on.
+#[test]
+fn a_cancel_across_a_restart_signals_no_pid_read_from_a_file() {
+    use worklane_dispatch::service::cancel_marker;
+    let _quiet = gate::quiet();
+    let settings = Settings {
+        cancel_grace_ms: 2_000,
+        ..Settings::default()
+    };
+    let mut bench = Bench::new(r#"{"max_agents": 1}"#, settings.clone());
+    let id = bench.enqueue("a", T0, 0);
+    let admitted = bench
+        .dispatcher
+        .admit_next()
+        .expect("admit")
+        .expect("admitted");
+    // The process that will carry the dead claimer's pid.
+    let mut victim = Command::new("sleep")
+        .arg("60")
+        .spawn_gated()
+        .expect("a process of root's");
+    let claimer = Caller {
+        pid: Some(victim.id()),
+        ..me()
+    };
+    let claimed = bench
+        .dispatcher
+        .claim(&id, &admitted.token, &claimer)
+        .expect("claim")
+        .expect("claimed");
+    // The lane's record names the victim and the attempt, as a member may write it.
+    let record = bench.site.temp.path().join(lane_lock("a"));
+    let mut doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&record).expect("the lane's record")).expect("json");
+    doc["pid"] = victim.id().into();
+    doc["attempt"] = id.clone().into();
+    std::fs::write(&record, doc.to_string()).expect("rewrite the record");
+    // The dispatcher restarts: the row is running, its lane held (by the claimed guard).
+    let Bench {
+        site,
+        clock,
+        dispatcher,
+    } = bench;
+    let pool = dispatcher.pool().clone();
+    drop(dispatcher);
+    let store = Store::open(&site.temp.path().join("queue.db")).expect("store");
+    let mut dispatcher = Dispatcher::recover(pool, store, settings).expect("recover");
+    let row = dispatcher.view(&id).expect("view").expect("row");
+    assert_eq!(
+        (row.state.as_str(), row.driver_pid),
+        ("running", Some(victim.id())),
+        "the stored pid names the victim: {row:?}"
+    );
+    assert!(dispatcher.cancel(&id, &me()).expect("cancel").ok);
+    assert!(
+        site.temp.path().join(cancel_marker(&id)).exists(),
+        "the marker, for a driver to obey"
+    );
+    for step in [1_001, 2_000] {
+        clock.advance(step);
+        assert!(dispatcher.runs().expect("runs").is_empty(), "still running");
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        victim.try_wait().expect("try_wait").is_none(),
+        "neither SIGTERM nor SIGKILL reached a process known only by a pid in a file"
+    );
+    victim.kill().expect("kill");
+    victim.wait().expect("reap");
+    drop(claimed);
 }

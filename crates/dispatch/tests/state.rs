@@ -1,0 +1,220 @@
+//! The dispatcher's private state directory: a database there is used only if it is the
+//! dispatcher's own (its user's regular file, no one else may write it, one name), and a
+//! database an older worklane kept in the slot directory is taken over only on the same proof.
+//! Anything else is set aside and reported, never opened.
+use super::service::{Bench, T0};
+use super::*;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use worklane_dispatch::service::{Dispatcher, Settings};
+use worklane_dispatch::state::Legacy;
+use worklane_slotfile::PrivateDir;
+
+/// What a case does to a file.
+type Spoil = fn(&std::path::Path);
+
+/// The test's private state directory, beside its slot directory.
+fn state_of(site: &Site) -> PrivateDir {
+    PrivateDir::open(&site.temp.path().join("state"), true).expect("state dir")
+}
+
+/// A fresh site at `T0`.
+fn pool_of(site: &Site) -> Pool {
+    site.pool.clone().with_clock(Arc::new(ManualClock::at(T0)))
+}
+
+fn names_in(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("list")
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Every database file of the state directory is the dispatcher's, 0600.
+fn assert_private(state: &PrivateDir) {
+    let me = rustix::process::geteuid().as_raw();
+    for name in ["queue.db", "queue.db-wal", "queue.db-shm"] {
+        if let Ok(meta) = std::fs::symlink_metadata(state.join(name)) {
+            assert_eq!(
+                (meta.uid(), meta.mode() & 0o7777, meta.file_type().is_file()),
+                (me, 0o600, true),
+                "{name}: a file of the dispatcher's user, mode 0600"
+            );
+        }
+    }
+}
+
+/// A database the dispatcher of an older worklane kept in the slot directory (its own file,
+/// mode 0644 as it made it) is taken over with its rows; the old files are renamed
+/// `.migrated-<ms>`, and a second start has nothing left to take over.
+#[test]
+fn an_older_dispatcher_s_own_database_is_taken_over_with_its_rows() {
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+    let id = bench.enqueue("a", T0, 0);
+    let Bench {
+        site, dispatcher, ..
+    } = bench;
+    drop(dispatcher);
+    let legacy = site.temp.path().join("queue.db");
+    std::fs::set_permissions(&legacy, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let state = state_of(&site);
+    let dispatcher = Dispatcher::open(pool_of(&site), &state, Settings::default()).expect("open");
+    assert_eq!(dispatcher.recovery().legacy, Legacy::Adopted);
+    assert_eq!(
+        dispatcher
+            .list()
+            .expect("list")
+            .iter()
+            .map(|a| a.attempt.as_str())
+            .collect::<Vec<_>>(),
+        [id.as_str()],
+        "the row came with it"
+    );
+    let names = names_in(site.temp.path());
+    assert!(
+        !names.iter().any(|n| n == "queue.db"),
+        "gone from the slot directory: {names:?}"
+    );
+    assert!(
+        names.iter().any(|n| n.starts_with("queue.db.migrated-")),
+        "renamed for the operator: {names:?}"
+    );
+    assert_private(&state);
+    drop(dispatcher);
+    let again = Dispatcher::open(pool_of(&site), &state, Settings::default()).expect("again");
+    assert_eq!(again.recovery().legacy, Legacy::None);
+    assert_eq!(again.list().expect("list").len(), 1, "kept in the state");
+}
+
+/// A database in the slot directory that is not provably the dispatcher's own (another
+/// user's, one its group may write, one with a second name) is never opened: set aside as
+/// `.refused-<ms>`, reported, and the dispatcher starts with an empty queue.
+#[test]
+fn a_database_in_the_slot_directory_that_is_not_the_dispatcher_s_own_is_refused() {
+    let _quiet = gate::quiet();
+    let cases: [(&str, Spoil); 3] = [
+        ("another user's", |p| {
+            std::os::unix::fs::chown(p, Some(65_534), Some(65_534)).expect("chown");
+        }),
+        ("group-writable", |p| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o664)).expect("chmod");
+        }),
+        ("with a second name", |p| {
+            std::fs::hard_link(p, p.with_file_name("twin")).expect("link");
+        }),
+    ];
+    for (what, spoil) in cases {
+        let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+        bench.enqueue("a", T0, 0);
+        let Bench {
+            site, dispatcher, ..
+        } = bench;
+        drop(dispatcher);
+        spoil(&site.temp.path().join("queue.db"));
+        let state = state_of(&site);
+        let dispatcher =
+            Dispatcher::open(pool_of(&site), &state, Settings::default()).expect("open");
+        assert!(
+            matches!(&dispatcher.recovery().legacy, Legacy::Refused { .. }),
+            "{what}: {:?}",
+            dispatcher.recovery().legacy
+        );
+        assert!(
+            dispatcher.list().expect("list").is_empty(),
+            "{what}: none of its rows read"
+        );
+        let names = names_in(site.temp.path());
+        assert!(
+            names.iter().any(|n| n.starts_with("queue.db.refused-")),
+            "{what}: set aside: {names:?}"
+        );
+        assert_private(&state);
+    }
+}
+
+/// With a database in the state directory already, one left in the slot directory is
+/// ignored (never read) and left for the operator.
+#[test]
+fn a_database_in_the_state_directory_wins_over_one_left_in_the_slot_directory() {
+    let _quiet = gate::quiet();
+    let site = Site::new(r#"{"max_agents": 1}"#);
+    let state = state_of(&site);
+    drop(Dispatcher::open(pool_of(&site), &state, Settings::default()).expect("first"));
+    std::fs::write(site.temp.path().join("queue.db"), b"not read").expect("plant");
+    let dispatcher = Dispatcher::open(pool_of(&site), &state, Settings::default()).expect("second");
+    assert_eq!(dispatcher.recovery().legacy, Legacy::Ignored);
+    assert_eq!(
+        std::fs::read(site.temp.path().join("queue.db")).expect("left"),
+        b"not read"
+    );
+}
+
+/// In the state directory itself, a database file that is not the dispatcher's own (another
+/// user's, writable by others, a link, a FIFO) is never opened: the three files are set aside
+/// as `.refused-<ms>`, the refusal reported as damage, and a new database made, 0600.
+#[test]
+fn a_state_file_that_is_not_the_dispatcher_s_own_is_set_aside_and_a_new_database_made() {
+    let _quiet = gate::quiet();
+    let cases: [(&str, &str, Spoil); 4] = [
+        ("another user's database", "queue.db", |p| {
+            std::os::unix::fs::chown(p, Some(65_534), Some(65_534)).expect("chown");
+        }),
+        ("a database others may write", "queue.db", |p| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+        }),
+        ("a link at the WAL", "queue.db-wal", |p| {
+            let _ = std::fs::remove_file(p);
+            let target = p.with_file_name("../target");
+            std::os::unix::fs::symlink(target, p).expect("symlink");
+        }),
+        ("a FIFO at the shared memory", "queue.db-shm", |p| {
+            let _ = std::fs::remove_file(p);
+            let made = Command::new("mkfifo")
+                .arg(p)
+                .status_gated()
+                .expect("mkfifo");
+            assert!(made.success());
+        }),
+    ];
+    for (what, name, spoil) in cases {
+        let site = Site::new(r#"{"max_agents": 1}"#);
+        let target = site.temp.path().join("target");
+        std::fs::write(&target, b"mine").expect("a link's target");
+        let state = state_of(&site);
+        drop(Dispatcher::open(pool_of(&site), &state, Settings::default()).expect("first"));
+        let path = state.join(name);
+        if !path.exists() {
+            std::fs::write(&path, b"").expect("make the file");
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        }
+        spoil(&path);
+        let dispatcher =
+            Dispatcher::open(pool_of(&site), &state, Settings::default()).expect("open");
+        let damage = dispatcher
+            .recovery()
+            .damage
+            .as_ref()
+            .unwrap_or_else(|| panic!("{what}: reported"));
+        assert!(
+            damage.why.contains("refused") && damage.why.contains(name),
+            "{what}: says which file and why: {}",
+            damage.why
+        );
+        let names = names_in(state.path());
+        assert!(
+            names
+                .iter()
+                .any(|n| n.starts_with(&format!("{name}.refused-"))),
+            "{what}: set aside: {names:?}"
+        );
+        assert_private(&state);
+        assert_eq!(
+            std::fs::read(&target).expect("target"),
+            b"mine",
+            "{what}: nothing followed"
+        );
+    }
+}
