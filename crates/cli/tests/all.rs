@@ -3874,8 +3874,10 @@ mod operator_output {
             .expect("queue");
         assert!(queued.status.success(), "{queued:?}");
         assert!(queued.stdout.is_empty(), "{queued:?}");
+        // Its log: in a directory of root's own under TMPDIR, 0700, the log 0600.
+        let logs = site.temp.path().join("worklane-0");
         wait_until("the queued run's end", || {
-            std::fs::read_dir(site.temp.path())
+            std::fs::read_dir(&logs)
                 .expect("list")
                 .flatten()
                 .filter(|e| {
@@ -3888,6 +3890,17 @@ mod operator_output {
                         .is_ok_and(|log| log.contains("exited with status 0"))
                 })
         });
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o7777;
+        assert_eq!(mode(&logs), 0o700, "the logs' directory is root's alone");
+        for log in std::fs::read_dir(&logs).expect("list").flatten() {
+            assert_eq!(
+                mode(&log.path()),
+                0o600,
+                "{}: the log is root's alone",
+                log.path().display()
+            );
+        }
     }
 
     #[test]
@@ -6521,6 +6534,9 @@ mod queue_trouble {
         WalBytes,
         /// Its WAL replaced by garbage (after a SIGKILL).
         WalReplaced,
+        /// One byte of its WAL's second frame flipped (after a SIGKILL): SQLite would drop that
+        /// frame and every later one.
+        WalFrame,
     }
 
     fn random_bytes(n: usize) -> Vec<u8> {
@@ -6568,6 +6584,19 @@ mod queue_trouble {
                 std::fs::write(&wal, random_bytes(usize::try_from(len).expect("len")))
                     .expect("replace");
             }
+            Damage::WalFrame => {
+                let mut bytes = std::fs::read(&wal).expect("a WAL after SIGKILL");
+                let page = u32::from_be_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+                let page = usize::try_from(page).expect("page size");
+                let at = 32 + (24 + page) + 24 + page / 2;
+                assert!(
+                    bytes.len() > 32 + 3 * (24 + page),
+                    "frames after the second"
+                );
+                bytes[at] ^= 0x01;
+                std::fs::write(&wal, &bytes).expect("flip a byte");
+                std::fs::write(wal.with_file_name("flipped-wal"), &bytes).expect("keep");
+            }
         }
     }
 
@@ -6583,6 +6612,7 @@ mod queue_trouble {
             Damage::Pages,
             Damage::WalBytes,
             Damage::WalReplaced,
+            Damage::WalFrame,
         ] {
             damaged(how);
         }
@@ -6692,6 +6722,36 @@ mod queue_trouble {
                 lost.len(),
                 3,
                 "{how:?}: its three rows are lost, and said: {doc}"
+            );
+        }
+        if matches!(how, Damage::WalFrame) {
+            let copies: Vec<String> = std::fs::read_dir(site.state())
+                .expect("list")
+                .flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| n.starts_with("queue.db-wal.damaged-"))
+                .collect();
+            assert_eq!(
+                copies.len(),
+                1,
+                "{how:?}: a copy of the log is kept: {copies:?}"
+            );
+            assert_eq!(
+                std::fs::read(site.state().join(&copies[0])).expect("copy"),
+                std::fs::read(site.state().join("flipped-wal")).expect("flipped"),
+                "{how:?}: as it was before SQLite replayed it"
+            );
+            assert!(
+                log.iter()
+                    .any(|l| l.contains("DAMAGED") && l.contains("write-ahead log"))
+                    && doc["damage"]
+                        .as_str()
+                        .is_some_and(|d| d.contains("write-ahead log")),
+                "{how:?}: said, in the log and in queue ls: {log:?} {doc}"
+            );
+            assert!(
+                moved.is_empty(),
+                "{how:?}: the database itself stays in use"
             );
         }
         if matches!(how, Damage::Emptied | Damage::WalReplaced) {
@@ -8400,6 +8460,10 @@ mod proxy;
 /// What a member of the slot directory's group cannot do to a root dispatcher and its
 /// clients (issue 32's reproductions).
 mod trust;
+
+/// The dispatcher's bounds: what a waiting row costs, and what one client can hold up (issue
+/// 33).
+mod bounds;
 
 /// docs/json.md against the real output: each documented example has the same keys and value
 /// types, recursively, as the document its command prints (values may differ), so a schema

@@ -12,6 +12,7 @@
 //! - [`env`](mod@env): the environment a queued attempt keeps (allowed prefixes, no
 //!   secret-shaped names, values under 4,096 characters); [`driver`]: a driver's account and
 //!   the environment it starts with.
+//! - [`wal`]: whether a SQLite write-ahead log lost frames, read before SQLite replays it.
 //! - `state` (feature `server`): the dispatcher's private state directory, where its database
 //!   lives, and the takeover of a database an older worklane kept in the slot directory.
 //! - [`lane`]: lane names, and retiring a lane of its own when its attempt is over;
@@ -70,4 +71,5 @@ pub mod state;
 pub mod status;
 #[cfg(feature = "server")]
 pub mod store;
+pub mod wal;
 pub mod wire;

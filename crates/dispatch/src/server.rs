@@ -929,14 +929,12 @@ impl<'a> Server<'a> {
                             .max(1)
                     )
                 });
-                reply.damage = self.dispatcher.recovery().damage.as_ref().map(|d| {
-                    format!(
-                        "the queue database was damaged ({}) and moved to {} when this \
-                         dispatcher started",
-                        d.why,
-                        d.moved_to.display()
-                    )
-                });
+                reply.damage = self
+                    .dispatcher
+                    .recovery()
+                    .damage
+                    .as_ref()
+                    .map(|d| format!("{} when this dispatcher started", d.sentence()));
                 ("list", reply, Vec::new())
             }
             Request::Cancel { attempt } => {

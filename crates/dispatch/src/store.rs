@@ -498,6 +498,34 @@ pub mod db {
 
 use db::Error;
 
+/// Judges the write-ahead log of the state directory `dir` ([`crate::wal::check`]) before
+/// SQLite opens the database; if it lost frames, copies it as it is to
+/// `queue.db-wal.damaged-<now_ms>` (mode 0600) and says so.
+fn keep_damaged_wal(dir: &PrivateDir, now_ms: u64) -> std::io::Result<Option<Damage>> {
+    use std::io::{Seek, Write};
+    let name = "queue.db-wal";
+    let Some((mut wal, _)) = dir.open_read(name)? else {
+        return Ok(None);
+    };
+    let Some(verdict) = crate::wal::check(std::io::BufReader::new(&wal))? else {
+        return Ok(None);
+    };
+    if !verdict.damaged() {
+        return Ok(None);
+    }
+    let copy = format!("{name}.damaged-{now_ms}");
+    let mut to = dir.create_new(&copy, 0o600)?;
+    wal.rewind()?;
+    std::io::copy(&mut wal, &mut to)?;
+    to.flush()?;
+    to.sync_all()?;
+    Ok(Some(Damage {
+        moved_to: dir.join(&copy),
+        why: verdict.describe(),
+        aside: Aside::WalCopy,
+    }))
+}
+
 /// The queue's durable rows.
 #[derive(Debug)]
 pub struct Store {
@@ -505,14 +533,47 @@ pub struct Store {
     path: PathBuf,
 }
 
-/// A damaged queue database that [`Store::open_checked`] moved aside.
+/// A damaged queue database that [`Store::open_checked`] moved aside, or a damaged
+/// write-ahead log of which [`Store::open_private`] kept a copy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Damage {
     /// The damaged database's new name (its `-wal` and `-shm`, if any, beside it with the same
-    /// suffix).
+    /// suffix), or the copy of the damaged log.
     pub moved_to: PathBuf,
-    /// What was wrong, as SQLite said it.
+    /// What was wrong, as SQLite (or the log's check) said it.
     pub why: String,
+    /// What was set aside.
+    pub aside: Aside,
+}
+
+/// What [`Damage`] set aside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Aside {
+    /// The database, with its `-wal` and `-shm`: a new one was made.
+    Database,
+    /// A copy of its write-ahead log as it was, kept before SQLite replayed the transactions
+    /// before the damage (and dropped the rest): the database is in use.
+    WalCopy,
+}
+
+impl Damage {
+    /// The damage and what was done, in one sentence for the dispatcher's log and `list`.
+    #[must_use]
+    pub fn sentence(&self) -> String {
+        match self.aside {
+            Aside::Database => format!(
+                "the queue database was damaged ({}); it was moved to {} and a new one made",
+                self.why,
+                self.moved_to.display()
+            ),
+            Aside::WalCopy => format!(
+                "the queue database's write-ahead log was damaged ({}); the transactions before \
+                 the damage were kept, and a copy of the log as it was is at {}",
+                self.why,
+                self.moved_to.display()
+            ),
+        }
+    }
 }
 
 const COLUMNS: &str = "id, lane, state, token, queued_at_ms, priority, placement, args, stage, \
@@ -620,6 +681,7 @@ impl Store {
                     .map_err(state("move aside", name))?;
             }
             refusal = Some(Damage {
+                aside: Aside::Database,
                 moved_to: dir.join(&format!("{DATABASE}.{suffix}")),
                 why: format!(
                     "refused as not the dispatcher's own ({}), never opened",
@@ -632,6 +694,13 @@ impl Store {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(state("create", DATABASE)(e)),
         }
+        // A damaged write-ahead log loses its transactions from the damage on when SQLite
+        // replays it, and is overwritten by the next writes: a copy of it is kept first.
+        let wal_damage = if refusal.is_none() {
+            keep_damaged_wal(dir, now_ms).map_err(state("check", "queue.db-wal"))?
+        } else {
+            None
+        };
         let flags = rusqlite::OpenFlags::default() | rusqlite::OpenFlags::SQLITE_OPEN_NOFOLLOW;
         let (store, damage) = Store::open_checked_with(&dir.join(DATABASE), now_ms, flags)?;
         // A database made again after damage, and its -wal and -shm, were created by SQLite
@@ -644,7 +713,7 @@ impl Store {
                     .map_err(|e| state("set the mode of", name)(e.into()))?;
             }
         }
-        Ok((store, refusal.or(damage)))
+        Ok((store, refusal.or(damage).or(wal_damage)))
     }
 
     fn open_checked_with(
@@ -679,7 +748,14 @@ impl Store {
             }
         }
         let store = Store::open_with(path, flags)?;
-        Ok((store, Some(Damage { moved_to, why })))
+        Ok((
+            store,
+            Some(Damage {
+                moved_to,
+                why,
+                aside: Aside::Database,
+            }),
+        ))
     }
 
     /// `PRAGMA quick_check`: `None` when it says `ok`, else what it found (its first lines).

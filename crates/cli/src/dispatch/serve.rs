@@ -263,10 +263,8 @@ fn say_recovery(recovery: &Recovery) {
     }
     if let Some(damage) = &recovery.damage {
         errln!(
-            "worklane: THE QUEUE DATABASE WAS DAMAGED ({}); it was moved to {} and a new one \
-             made: what could be recovered follows",
-            damage.why,
-            damage.moved_to.display()
+            "worklane: QUEUE DATABASE DAMAGED: {}; what could be recovered follows",
+            damage.sentence()
         );
     }
     for lost in &recovery.lost {

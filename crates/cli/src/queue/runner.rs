@@ -29,21 +29,29 @@ pub(crate) fn queue_full_run(
     // The runner inherits this environment and resolves the same directory.
     crate::taking_pool()?;
     let now = SystemClock.now_ms();
-    let log = std::env::temp_dir().join(format!(
+    // In a directory of this user's own (0700, created if missing, owner and mode checked,
+    // no link on its path), created anew with mode 0600: the command's output is for its user
+    // alone, and no other user can put a link or a file at the log's name first.
+    let euid = rustix::process::geteuid().as_raw();
+    let logs = std::env::temp_dir().join(format!("worklane-{euid}"));
+    let logs = worklane_slotfile::PrivateDir::open(&logs, true).map_err(|e| {
+        Failure::new(
+            exit::CONFIG,
+            format!("cannot keep the queued run's log: {}", exit::chain(&e)),
+        )
+    })?;
+    let name = format!(
         "worklane-full-run-{}-{}.log",
         rfc3339_ms(now).replace(':', ""),
         std::process::id()
-    ));
-    let file = std::fs::OpenOptions::new()
-        .create_new(true)
-        .append(true)
-        .open(&log)
-        .map_err(|e| {
-            Failure::new(
-                exit::OS_ERROR,
-                format!("cannot create log {}: {e}", log.display()),
-            )
-        })?;
+    );
+    let log = logs.join(&name);
+    let file = logs.create_new(&name, 0o600).map_err(|e| {
+        Failure::new(
+            exit::OS_ERROR,
+            format!("cannot create log {}: {e}", log.display()),
+        )
+    })?;
     let err = file
         .try_clone()
         .map_err(|e| Failure::new(exit::OS_ERROR, format!("cannot duplicate the log: {e}")))?;
