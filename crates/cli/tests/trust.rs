@@ -319,7 +319,10 @@ fn a_member_s_driver_inherits_no_descriptor_of_the_dispatcher_s() {
         .filter_map(|e| std::fs::read_link(e.path()).ok())
         .any(|target| target == secret);
     assert!(fds, "the dispatcher itself has the file open (the premise)");
-    let script = r#"ls /proc/$$/fd | sort -n | tr '\n' ' ' > "$LANE_OUT/fds.tmp"; mv "$LANE_OUT/fds.tmp" "$LANE_OUT/fds""#;
+    // The shell's own descriptors, listed by a child into the attempt's log (its standard
+    // output) while the shell holds nothing else: a redirection or a pipeline would have the
+    // shell hold a saved descriptor or its pipes for a moment.
+    let script = r#"ls /proc/$$/fd; echo listed"#;
     let out = as_member(&site)
         .args([
             "enqueue", "--lane", "fds", "--driver", "--", "sh", "-c", script,
@@ -331,12 +334,15 @@ fn a_member_s_driver_inherits_no_descriptor_of_the_dispatcher_s() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    wait_until("the driver's list", || site.file("out/fds").exists());
-    let listed = std::fs::read_to_string(site.file("out/fds")).expect("fds");
-    assert_eq!(
-        listed, "0 1 2 ",
-        "only the standard streams reach the driver"
-    );
+    let attempt = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let log = site.slots().join(format!("queue-{attempt}.log"));
+    wait_until("the driver's list", || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("\nlisted\n"))
+    });
+    let listed = std::fs::read_to_string(&log).expect("log");
+    let mut fds: Vec<u32> = listed.lines().filter_map(|l| l.parse().ok()).collect();
+    fds.sort_unstable();
+    assert_eq!(fds, [0, 1, 2], "only the standard streams reach the driver");
     assert_eq!(
         std::fs::read(&secret).expect("secret"),
         b"root's secret\n",

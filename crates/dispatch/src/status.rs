@@ -140,10 +140,13 @@ pub struct Found {
     pub start_ms: Option<u64>,
     /// The pid of the dispatcher that wrote it.
     pub dispatcher_pid: Option<u32>,
+    /// Who may have written it: its file's owner, mode and links, from the file read.
+    pub written: worklane_slotfile::Written,
 }
 
-/// Every status entry in `dir` (`queue-<lane>.json` files that parse as JSON objects; the
-/// rest are skipped).
+/// Every status entry in `dir` (`queue-<lane>.json` files that parse as JSON objects and, if
+/// they name a lane, name the one of their file; the rest are skipped), with who may have
+/// written each: any member of the directory's group may have put one there.
 #[must_use]
 pub fn read_entries(dir: &SlotDir) -> Vec<Found> {
     #[derive(serde::Deserialize)]
@@ -170,10 +173,14 @@ pub fn read_entries(dir: &SlotDir) -> Vec<Found> {
                 .strip_prefix("queue-")?
                 .strip_suffix(".json")?
                 .to_owned();
-            let raw = path.read().ok().flatten()?;
+            let (raw, written) = path.read_with_owner().ok().flatten()?;
             let entry: Raw = serde_json::from_slice(&raw).ok()?;
+            if entry.lane.as_ref().is_some_and(|named| *named != lane) {
+                return None;
+            }
             Some(Found {
-                lane: entry.lane.unwrap_or(lane),
+                written,
+                lane,
                 attempt: entry.attempt,
                 args: entry.args.unwrap_or_default(),
                 start_ms: entry

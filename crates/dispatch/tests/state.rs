@@ -218,3 +218,46 @@ fn a_state_file_that_is_not_the_dispatcher_s_own_is_set_aside_and_a_new_database
         );
     }
 }
+
+/// A status entry a member planted (at a lane with no row, naming another user's queued
+/// attempt) ends nothing at the dispatcher's next start: the attempt stays queued, nothing is
+/// said lost, and the entry is removed. One of the dispatcher's own naming a stored attempt
+/// under another lane's name ends nothing either.
+#[test]
+fn a_planted_status_entry_never_ends_a_stored_attempt() {
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+    let id = bench.enqueue("a", T0, 0);
+    let dir = bench.site.temp.path().to_owned();
+    let entry = |lane: &str| {
+        serde_json::json!({
+            "version": 1, "lane": lane, "attempt": id, "state": "queued",
+            "args": ["x"], "dispatcher": {"pid": 1}
+        })
+        .to_string()
+    };
+    let planted = dir.join("queue-zzz.json");
+    std::fs::write(&planted, entry("zzz")).expect("plant");
+    std::os::unix::fs::chown(&planted, Some(65_534), Some(65_534)).expect("chown");
+    let own = dir.join("queue-yyy.json");
+    std::fs::write(&own, entry("yyy")).expect("an entry of root's");
+    let Bench {
+        site,
+        clock,
+        dispatcher,
+    } = bench;
+    let pool = dispatcher.pool().clone();
+    drop(dispatcher);
+    let store =
+        worklane_dispatch::store::Store::open(&site.temp.path().join("queue.db")).expect("store");
+    let dispatcher = Dispatcher::recover(pool, store, Settings::default()).expect("recover");
+    let _ = clock;
+    assert!(
+        dispatcher.recovery().lost.is_empty(),
+        "nothing said lost: {:?}",
+        dispatcher.recovery().lost
+    );
+    let row = dispatcher.view(&id).expect("view").expect("the row stays");
+    assert_eq!(row.state.as_str(), "queued", "{row:?}");
+    assert!(!planted.exists() && !own.exists(), "both entries removed");
+}

@@ -258,11 +258,16 @@ impl Dispatcher {
     }
 
     /// Every status entry (`queue-<lane>.json`) that no stored row backs: if the history has
-    /// its attempt, a leftover removed; else its row was lost (a damaged, emptied or replaced
-    /// database), kept in the history as `lost` with the arguments the entry names, and the
-    /// entry removed.
+    /// its attempt, a leftover removed; else, if this dispatcher's user (or root) alone can
+    /// have written it, its row was lost (a damaged, emptied or replaced database), kept in
+    /// the history as `lost` with the arguments the entry names, and the entry removed. An
+    /// entry anyone else may have written (a member of the group can put one at any lane's
+    /// name) is removed and believed in nothing: it never ends a stored attempt, nor adds one
+    /// to the history.
     fn report_lost(&mut self, now: u64) -> Result<(), Error> {
         for found in status::read_entries(self.pool.dir()) {
+            let ours = (found.written.uid == self.euid || found.written.uid == 0)
+                && found.written.only_by_owner();
             let backed = self
                 .store
                 .lane_row(&found.lane)
@@ -274,13 +279,23 @@ impl Dispatcher {
                 continue;
             }
             let known = match &found.attempt {
-                Some(id) => self
-                    .store
-                    .ended(id)
-                    .map_err(Error::history("read"))?
-                    .is_some(),
+                Some(id) => {
+                    self.store
+                        .ended(id)
+                        .map_err(Error::history("read"))?
+                        .is_some()
+                        || self
+                            .store
+                            .get(id)
+                            .map_err(Error::read_attempt(id))?
+                            .is_some()
+                }
                 None => false,
             };
+            if !ours {
+                let _ = status::remove_entry(self.pool.dir(), &found.lane);
+                continue;
+            }
             if !known && let Some(id) = &found.attempt {
                 let ended = Ended {
                     id: id.clone(),
