@@ -457,3 +457,146 @@ fn root_sends_nothing_to_a_socket_a_member_serves() {
         "root's lane is free again"
     );
 }
+
+/// The state (`R`, `S`, `T`...) and the start time (clock ticks since boot) of `pid`.
+fn state_and_start(pid: u32) -> (char, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let after: Vec<&str> = stat[stat.rfind(')').expect("comm") + 2..]
+        .split_whitespace()
+        .collect();
+    let state = after[0].chars().next().expect("state");
+    // Field 22 of the line is the 20th after the command's.
+    (state, after[19].parse().expect("start"))
+}
+
+/// A member writes a record naming a stopped process of root's, with its true pid, start
+/// time and place: root's `stop-all`, which continues a stopped supervisor so that it halts
+/// its command, continues no process its record's writer does not own.
+#[test]
+fn stop_all_continues_no_stopped_process_a_member_s_record_names() {
+    let site = shared_site(None);
+    // A record as worklane writes it, for its place.
+    let holder = site.spawn(&["run"], HOLD, "h");
+    wait_until("the holder's command", || site.file("up.h").exists());
+    let slot = names_in(&site.slots())
+        .into_iter()
+        .find(|n| n.starts_with("agent-") && n.ends_with(".lock"))
+        .expect("the holder's slot");
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(site.slots().join(&slot)).expect("record"))
+            .expect("json");
+    std::fs::write(site.file("release.h"), b"").expect("release");
+    drop(holder);
+    // Root's process, stopped (by a debugger, say).
+    let mut victim = site
+        .command("sleep")
+        .arg("60")
+        .spawn_gated()
+        .expect("root's process");
+    let pid =
+        rustix::process::Pid::from_raw(i32::try_from(victim.id()).expect("pid")).expect("pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::STOP).expect("stop it");
+    wait_until("the victim stopped", || {
+        state_and_start(victim.id()).0 == 'T'
+    });
+    let mut forged = record.clone();
+    forged["pid"] = victim.id().into();
+    forged["identity"]["start"] = state_and_start(victim.id()).1.into();
+    if let Some(fields) = forged.as_object_mut() {
+        fields.remove("commandProcess");
+    }
+    std::fs::write(site.file("out/forged.json"), forged.to_string()).expect("forged");
+    member_sh(&site, r#"cp "$O/forged.json" "$S/lane-forged.lock""#);
+    let out = site.output(&["stop-all", "a member's record"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        state_and_start(victim.id()).0,
+        'T',
+        "root's stopped process stays stopped"
+    );
+    victim.kill().expect("kill");
+    victim.wait().expect("reap");
+}
+
+/// Whatever a member puts at the log name of another user's queued attempt (a file of its
+/// own, a link to a root file, a FIFO) fails no start: it is renamed aside, never written,
+/// and the attempt runs with a log of its own.
+#[test]
+fn a_file_a_member_put_at_another_s_log_name_fails_no_start() {
+    for kind in ["a file of the member's", "a link to a root file", "a FIFO"] {
+        let site = shared_site(None);
+        let (_vault, file) = vault(&site);
+        let _dispatcher = start(&site, &[]);
+        assert_eq!(site.code(&["stop-all", "queueing"]), 0);
+        let out = enqueue(&site, &["--lane", "v"], r#"touch "$T/out/v-ran""#);
+        assert!(
+            out.status.success(),
+            "{kind}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let attempt = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        let script = match kind {
+            "a file of the member's" => r#"echo planted > "$S/queue-$A.log""#.to_owned(),
+            "a link to a root file" => format!(r#"ln -s {} "$S/queue-$A.log""#, file.display()),
+            _ => r#"mkfifo "$S/queue-$A.log""#.to_owned(),
+        };
+        member_sh(&site, &format!("A={attempt}; {script}"));
+        assert_eq!(site.code(&["resume-all"]), 0);
+        wait_until("the attempt to run", || site.file("out/v-ran").exists());
+        let log = site.slots().join(format!("queue-{attempt}.log"));
+        let meta = std::fs::symlink_metadata(&log).expect("its log");
+        assert!(
+            meta.is_file() && meta.uid() == 0,
+            "{kind}: a log of the attempt's own: {meta:?}"
+        );
+        assert!(
+            std::fs::read_to_string(&log)
+                .expect("log")
+                .contains(&format!("start 1 of attempt {attempt}")),
+            "{kind}: written by its start"
+        );
+        assert!(
+            names_in(&site.slots())
+                .iter()
+                .any(|n| n.starts_with(&format!("queue-{attempt}.log.refused-"))),
+            "{kind}: the planted name set aside"
+        );
+        assert_eq!(
+            std::fs::read(&file).expect("root's file"),
+            b"",
+            "{kind}: nothing written through the link"
+        );
+    }
+}
+
+/// A root dispatcher gives a member's attempt its log, and still appends the attempt's end
+/// to it.
+#[test]
+fn the_end_of_a_member_s_attempt_is_appended_to_its_log() {
+    let site = shared_site(None);
+    let _dispatcher = start(&site, &[]);
+    let out = as_member(&site)
+        .args(["enqueue", "--lane", "e", "--", "true"])
+        .output_gated()
+        .expect("enqueue");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let attempt = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let log = site.slots().join(format!("queue-{attempt}.log"));
+    wait_until("the end in the log", || {
+        std::fs::read_to_string(&log)
+            .is_ok_and(|l| l.contains(&format!("attempt {attempt} exited")))
+    });
+    assert_eq!(
+        std::fs::metadata(&log).expect("log").uid(),
+        MEMBER,
+        "the member's log"
+    );
+}

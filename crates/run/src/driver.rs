@@ -119,23 +119,44 @@ impl Launcher {
         Ok(Started { pid, pidfd })
     }
 
-    /// The log `name`, opened for appending (created if missing), given to `owner`.
+    /// The log `name`, opened for appending (created if missing), given to `owner`. Whatever
+    /// else is at the name (a link, a FIFO, another user's file: any member of the group may
+    /// put one there) is renamed aside to `<name>.refused-<ms>`, never written, and the log
+    /// made anew: a planted file fails no attempt.
     fn log(&self, name: &str, owner: Option<u32>) -> std::io::Result<OwnedFd> {
-        self.pool
-            .dir()
-            .file(name)
-            .map_err(std::io::Error::other)?
-            .open_log(LOG_MODE, owner)
-            .map_err(std::io::Error::other)
+        let path = self.pool.dir().file(name).map_err(std::io::Error::other)?;
+        match path.open_log(LOG_MODE, owner) {
+            Ok(fd) => Ok(fd),
+            Err(e)
+                if e.source.kind() == std::io::ErrorKind::InvalidData
+                    || rustix::io::Errno::from_io_error(&e.source).is_some_and(|n| {
+                        // A link (O_NOFOLLOW), a directory, a FIFO nobody reads (O_NONBLOCK).
+                        [
+                            rustix::io::Errno::LOOP,
+                            rustix::io::Errno::ISDIR,
+                            rustix::io::Errno::NXIO,
+                        ]
+                        .contains(&n)
+                    }) =>
+            {
+                path.rename(&format!("{name}.refused-{}", SystemClock.now_ms()))
+                    .map_err(std::io::Error::other)?;
+                path.open_log(LOG_MODE, owner)
+                    .map_err(std::io::Error::other)
+            }
+            Err(e) => Err(std::io::Error::other(e)),
+        }
     }
 
-    /// Appends `text` as one line to attempt `log`'s file, if it is still there (the end of a
-    /// run, which the driver's own output does not say when it was killed).
-    pub fn note(&self, log: &str, text: &str) {
+    /// Appends `text` as one line to attempt `log`'s file, if it is the attempt's (the end of
+    /// a run, which the driver's own output does not say when it was killed); `owner` is the
+    /// enqueuer, to whom a root dispatcher gave the log.
+    pub fn note(&self, log: &str, owner: Option<u32>, text: &str) {
         let Ok(path) = self.pool.dir().file(log) else {
             return;
         };
-        if let Ok(fd) = path.open_log(LOG_MODE, None) {
+        let owner = owner.filter(|_| rustix::process::geteuid().is_root());
+        if let Ok(fd) = path.open_log(LOG_MODE, owner) {
             let mut file = std::fs::File::from(fd);
             let _ = writeln!(
                 file,

@@ -181,12 +181,18 @@ pub(crate) fn judge(
 }
 
 /// The supervisor a record names (its writer: pid and start time), if it is stopped (state
-/// `T` or `t`) and ours to signal (root, or its own user).
+/// `T` or `t`), ours to signal (root, or its own user), and the record proves it: only its
+/// owner can have written it, and the process is that owner's (as [`judge`] requires of every
+/// process it signals: a member of the group can write a record naming any process).
 fn stopped_supervisor(command: &RecordedCommand, me: &Me) -> Option<Target> {
     let pid = command.record.pid()?;
     let start = command.record.holder.identity.present().map(|i| i.start)?;
     let s = observe(pid)?;
-    (s.start == start && matches!(s.state, b'T' | b't') && (me.uid == 0 || me.uid == s.uid))
+    (s.start == start
+        && matches!(s.state, b'T' | b't')
+        && command.writer.only_by_owner()
+        && s.uid == command.writer.uid
+        && (me.uid == 0 || me.uid == s.uid))
         .then_some(Target {
             pid,
             start,
@@ -308,14 +314,19 @@ fn continue_unnamed(
         if !(name.ends_with(".lock") || name.ends_with(".lease")) {
             continue;
         }
-        let Some(record) = path
-            .read()
+        let Some((record, writer)) = path
+            .read_with_owner()
             .ok()
             .flatten()
-            .and_then(|raw| worklane_lease::Record::parse(&raw).ok())
+            .and_then(|(raw, w)| worklane_lease::Record::parse(&raw).ok().map(|r| (r, w)))
         else {
             continue;
         };
+        // Only a record its owner alone can have written proves anything, and only of a
+        // process of that owner's.
+        if !writer.only_by_owner() {
+            continue;
+        }
         if record.extra.contains_key(crate::supervise::COMMAND_PROCESS) {
             continue;
         }
@@ -330,6 +341,7 @@ fn continue_unnamed(
         if let Some(s) = observe(pid)
             && s.start == identity.start
             && matches!(s.state, b'T' | b't')
+            && s.uid == writer.uid
             && (me.uid == 0 || me.uid == s.uid)
             && continued.insert(pid)
         {

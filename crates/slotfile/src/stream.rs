@@ -68,8 +68,10 @@ impl SlotPath {
     /// Opens the existing file for appending (`O_APPEND`: each `write(2)` lands at its end,
     /// whoever else appends), with its [`Meta`] from the same descriptor. Never creates it
     /// (publish it first, with [`SlotPath::publish`], so that it appears with its mode and
-    /// group), never follows a link, never blocks on a FIFO; anything but a regular file is
-    /// refused (`InvalidData`), never written. `Ok(None)` when there is none.
+    /// group), never follows a link, never blocks on a FIFO; anything but a regular file, and
+    /// a file with another name (a hard link a member of the group made to a file elsewhere,
+    /// where `fs.protected_hardlinks` allows it), is refused (`InvalidData`), never written.
+    /// `Ok(None)` when there is none.
     pub fn open_append(&self) -> Result<Option<(OwnedFd, Meta)>, crate::write::Error> {
         let error = |op, source: std::io::Error| crate::write::Error {
             op,
@@ -87,7 +89,20 @@ impl SlotPath {
             Err(e) => return Err(error("open for appending", e.into())),
         };
         let stat = rustix::fs::fstat(&fd).map_err(|e| error("examine", e.into()))?;
+        #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+        let links = stat.st_nlink as u64;
         match meta_of(&stat, self) {
+            Ok(_) if links != 1 => Err(error(
+                "append to",
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!(
+                        "{} has {links} names (hard links), so appending to it may write to a \
+                         file elsewhere; remove it",
+                        self.shown().display()
+                    ),
+                ),
+            )),
             Ok(meta) => Ok(Some((fd, meta))),
             Err(refused) => Err(error(
                 "append to",

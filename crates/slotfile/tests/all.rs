@@ -199,6 +199,58 @@ mod read {
     use super::*;
     use worklane_slotfile::read::Error;
 
+    /// Appending opens the file at the name itself, never a link, a FIFO, or a file that has
+    /// another name elsewhere (a member's hard link to a file it may not write): what is
+    /// appended lands in the slot directory's own file or nowhere.
+    #[test]
+    fn appending_refuses_links_fifos_and_files_with_another_name() {
+        let t = temp();
+        let dir = slots(&t);
+        let journal = dir.file("journal.jsonl").expect("valid");
+        assert!(
+            journal.open_append().expect("absent").is_none(),
+            "never created"
+        );
+        std::fs::write(t.path().join("journal.jsonl"), b"a\n").expect("write");
+        let (fd, meta) = journal.open_append().expect("open").expect("there");
+        assert_eq!(meta.size, 2);
+        rustix::io::write(&fd, b"b\n").expect("append");
+        assert_eq!(
+            std::fs::read(t.path().join("journal.jsonl")).expect("read"),
+            b"a\nb\n"
+        );
+        let elsewhere = t.path().join("elsewhere");
+        std::fs::write(&elsewhere, b"theirs\n").expect("write");
+        std::fs::remove_file(t.path().join("journal.jsonl")).expect("remove");
+        std::fs::hard_link(&elsewhere, t.path().join("journal.jsonl")).expect("hard link");
+        let err = journal.open_append().expect_err("a second name");
+        assert!(err.to_string().contains("journal.jsonl"), "{err}");
+        assert!(
+            std::error::Error::source(&err).is_some_and(|e| e.to_string().contains("2 names")),
+            "says why: {err:?}"
+        );
+        std::fs::remove_file(t.path().join("journal.jsonl")).expect("remove");
+        std::os::unix::fs::symlink(&elsewhere, t.path().join("journal.jsonl")).expect("symlink");
+        assert!(journal.open_append().is_err(), "a link is not followed");
+        std::fs::remove_file(t.path().join("journal.jsonl")).expect("remove");
+        assert!(
+            Command::new("mkfifo")
+                .arg(t.path().join("journal.jsonl"))
+                .status_gated()
+                .expect("mkfifo")
+                .success()
+        );
+        assert!(
+            journal.open_append().is_err(),
+            "a FIFO is not a file to append to"
+        );
+        assert_eq!(
+            std::fs::read(&elsewhere).expect("read"),
+            b"theirs\n",
+            "untouched"
+        );
+    }
+
     #[test]
     fn absent_is_none_and_present_is_bytes() {
         let t = temp();

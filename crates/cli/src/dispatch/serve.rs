@@ -186,6 +186,7 @@ pub(crate) fn serve(args: &DispatcherArgs) -> Result<ExitCode, Failure> {
             {
                 launcher.note(
                     log,
+                    ended.uid,
                     &format!("attempt {} {}", ended.attempt, ended_words(ended)),
                 );
             }
