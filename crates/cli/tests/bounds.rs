@@ -118,12 +118,13 @@ fn a_member_at_its_row_bound_is_refused_and_root_is_still_served() {
 #[test]
 fn the_descriptors_kept_in_reserve_serve_root_beside_a_member_that_used_the_rest() {
     let site = shared_site(None);
-    // Soft and hard limit 110: 64 kept in reserve leave a member fewer than 46 rows.
+    // Soft and hard limit 400: the 320 kept in reserve (a full table of connections and 64
+    // more) leave a member fewer than 80 rows.
     let _dispatcher = Running::new(
         site.command("sh")
             .args([
                 "-c",
-                r#"ulimit -n 110 && exec "$0" dispatcher --max-rows-per-user 1000"#,
+                r#"ulimit -n 400 && exec "$0" dispatcher --max-rows-per-user 1000"#,
             ])
             .arg(worklane_bin())
             .env("AGENT_SLOTS_DIR", site.slots())
@@ -142,7 +143,7 @@ fn the_descriptors_kept_in_reserve_serve_root_beside_a_member_that_used_the_rest
     assert_eq!(site.code(&["stop-all", "queueing"]), 0);
     let mut accepted = 0;
     let refusal = loop {
-        assert!(accepted < 110, "the member was never bounded");
+        assert!(accepted < 400, "the member was never bounded");
         let out = as_member(&site)
             .args(["enqueue", "--lane", &format!("m{accepted}"), "--", "true"])
             .output_gated()
@@ -224,4 +225,103 @@ fn a_member_s_connection_flood_starves_no_one() {
         took.iter().all(|t| *t < Duration::from_secs(1)),
         "every answer within 1 s: {took:?}"
     );
+}
+
+/// One user's connections beyond the dispatcher's `--max-connections-per-user` close that
+/// user's oldest, which is told the bound; another user's requests are served meanwhile.
+#[test]
+fn a_user_s_connections_past_its_bound_close_its_oldest_and_no_one_else_s() {
+    let site = shared_site(None);
+    let _dispatcher = start(&site, &["--max-connections-per-user", "3"]);
+    // The member opens four silent connections, one after another, and reads what the first
+    // is told.
+    let script = "import socket, sys, time\n\
+        conns = []\n\
+        for _ in range(4):\n\
+        \x20   s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); conns.append(s)\n\
+        \x20   time.sleep(0.1)\n\
+        conns[0].settimeout(1.5)\n\
+        try:\n\
+        \x20   got = conns[0].recv(65536).decode()\n\
+        except OSError as e:\n\
+        \x20   got = 'nothing: %s' % e\n\
+        open(sys.argv[2], 'w').write(got)\n\
+        time.sleep(0.5)\n";
+    let socket = site.slots().join("dispatcher.sock");
+    let got = site.file("out/first");
+    let mut member = site
+        .command("setpriv")
+        .args([
+            &format!("--reuid={MEMBER}"),
+            &format!("--regid={MEMBER_GID}"),
+            &format!("--groups={SHARED}"),
+            "/usr/bin/python3",
+            "-c",
+            script,
+        ])
+        .arg(&socket)
+        .arg(&got)
+        .stdin(Stdio::null())
+        .spawn_gated()
+        .expect("the member's connections");
+    let out = site.output(&["queue", "ls", "--json"]);
+    assert!(
+        out.status.success(),
+        "root is served beside them: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_exit(&mut member, "the member");
+    let first = std::fs::read_to_string(&got).expect("what the first was told");
+    assert!(
+        first.contains(&format!("uid {MEMBER} had 3 connections"))
+            && first.contains("--max-connections-per-user"),
+        "the oldest is closed, naming the bound: {first}"
+    );
+}
+
+/// Whether process `pid` has ended (gone, or a zombie nobody reaped yet).
+fn ended(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+        stat[stat.rfind(')').expect("comm") + 2..].starts_with('Z')
+    })
+}
+
+/// A dispatcher SIGKILLed while a driver it started has not claimed: the next one halts that
+/// driver (provably it: its uid and its start beside the row's admission) before it starts
+/// the row again, so two drivers of one attempt never run at once.
+#[test]
+fn a_restarted_dispatcher_halts_the_dead_one_s_unclaimed_driver() {
+    let site = Site::new(None);
+    let mut first = super::dispatcher::start_crashing(&site, &[], "");
+    let never = r#"echo $$ >> "$T/pids"; exec sleep 100"#;
+    let out = site
+        .worklane()
+        .args(["enqueue", "--lane", "n", "--driver", "--", "sh", "-c"])
+        .arg(driven(never))
+        .output_gated()
+        .expect("enqueue");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pids = || -> Vec<u32> {
+        std::fs::read_to_string(site.file("pids"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.parse().ok())
+            .collect()
+    };
+    wait_until("the first driver", || pids().len() == 1);
+    let old = pids()[0];
+    let pid = rustix::process::Pid::from_raw(i32::try_from(first.id()).expect("pid")).expect("pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL).expect("kill");
+    wait_exit(&mut first, "the first dispatcher");
+    assert!(!ended(old), "the driver outlives its dispatcher");
+    let _second = start(&site, &[]);
+    wait_until("the old driver halted", || ended(old));
+    wait_until("the row's next driver", || pids().len() == 2);
+    let new = pids()[1];
+    assert_ne!(new, old);
+    assert!(!ended(new), "one driver of the attempt runs: the new one");
 }

@@ -144,6 +144,14 @@ fn a_database_a_member_planted_in_the_slot_directory_runs_nothing_as_root() {
         "the refusal is said, with why: {log:?}"
     );
     assert!(!ran.exists(), "the planted row never ran");
+    let listed = site.output(&["queue", "ls", "--json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&listed.stdout).expect("queue ls");
+    assert!(
+        doc["damage"]
+            .as_str()
+            .is_some_and(|d| d.contains("refused") && d.contains(&format!("uid {MEMBER}"))),
+        "queue ls says it too: {doc}"
+    );
     assert!(
         states(&site).values().all(|r| r["lane"] != "planted"),
         "nor is it queued"
@@ -599,4 +607,51 @@ fn the_end_of_a_member_s_attempt_is_appended_to_its_log() {
         MEMBER,
         "the member's log"
     );
+}
+
+/// A file, a link (to a root file) or a FIFO a member put at the socket's name stops no
+/// dispatcher from starting: it is renamed aside, said, and the socket made at the name.
+#[test]
+fn a_file_a_member_put_at_the_socket_s_name_stops_no_dispatcher() {
+    for kind in ["a file", "a link to a root file", "a FIFO"] {
+        let site = shared_site(None);
+        let (_vault, file) = vault(&site);
+        let script = match kind {
+            "a file" => r#"echo planted > "$S/dispatcher.sock""#.to_owned(),
+            "a link to a root file" => {
+                format!(r#"ln -s {} "$S/dispatcher.sock""#, file.display())
+            }
+            _ => r#"mkfifo "$S/dispatcher.sock""#.to_owned(),
+        };
+        member_sh(&site, &script);
+        let mut dispatcher = Running::new(
+            site.worklane()
+                .arg("dispatcher")
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn_gated()
+                .expect("the dispatcher"),
+        );
+        let lines = lines_of(&mut dispatcher);
+        wait_until("the dispatcher serving", || {
+            site.output(&["queue", "ls", "--json"]).status.success()
+        });
+        let log = drain(&lines);
+        assert!(
+            log.iter().any(|l| l.contains("was not a socket")),
+            "{kind}: said: {log:?}"
+        );
+        assert!(
+            names_in(&site.slots())
+                .iter()
+                .any(|n| n.starts_with("dispatcher.sock.refused-")),
+            "{kind}: set aside"
+        );
+        let meta = std::fs::metadata(&file).expect("root's file");
+        assert_eq!(
+            (meta.len(), meta.mode() & 0o7777),
+            (0, 0o600),
+            "{kind}: untouched"
+        );
+    }
 }

@@ -27,6 +27,8 @@ use worklane_transport::{self as transport, Refused, Trust};
 /// How often the loop looks at the queue without a request (expiry, admission after a slot
 /// was freed elsewhere, STOP lifted).
 pub const TICK: Duration = Duration::from_millis(100);
+/// The least time between two passes brought forward by changes in the slot directory.
+pub const MIN_TICK_GAP: Duration = Duration::from_millis(20);
 /// How often every status entry's heartbeat is rewritten.
 pub const HEARTBEAT: Duration = Duration::from_secs(5);
 /// How long a connection may take to send its whole request, from its accept; its reply has
@@ -234,6 +236,8 @@ pub struct Server<'a> {
     conns: Vec<Conn>,
     seq: u64,
     trouble: Option<Trouble>,
+    /// The most connections of one uid kept at once ([`MAX_PER_PEER`] unless set).
+    per_user: usize,
 }
 
 fn spare() -> Option<std::fs::File> {
@@ -289,6 +293,7 @@ impl<'a> Server<'a> {
             conns: Vec::new(),
             seq: 0,
             trouble: None,
+            per_user: MAX_PER_PEER,
         }
     }
 
@@ -297,6 +302,14 @@ impl<'a> Server<'a> {
     #[must_use]
     pub fn with_exits(mut self, exits: impl FnMut() -> Vec<Exit> + 'a) -> Server<'a> {
         self.exits = Box::new(exits);
+        self
+    }
+
+    /// Keeps at most `n` connections of one uid at once (at least 1, at most
+    /// [`MAX_CONNECTIONS`]): a new one beyond closes that uid's oldest.
+    #[must_use]
+    pub fn with_connections_per_user(mut self, n: usize) -> Server<'a> {
+        self.per_user = n.clamp(1, MAX_CONNECTIONS);
         self
     }
 
@@ -348,13 +361,22 @@ impl<'a> Server<'a> {
         // lets a queued row on at once, not at the next tick.
         let watches = worklane_admission::watch::Watches::default();
         let mut watch = watches.watch(self.dispatcher.pool().dir());
+        // A change that may let a row on, not yet acted on: the tick comes early, but never
+        // sooner than MIN_TICK_GAP after the last (a member rewriting STOP or the config in a
+        // loop buys at most that many passes a second).
+        let mut early = false;
         while !stop.load(Ordering::SeqCst) {
             let now = Instant::now();
+            let next_tick = if early {
+                last_tick + MIN_TICK_GAP
+            } else {
+                last_tick + TICK
+            };
             let wake = self
                 .conns
                 .iter()
                 .map(|c| c.deadline)
-                .chain([last_tick + TICK])
+                .chain([next_tick])
                 .min()
                 .unwrap_or(now + TICK);
             let wait = wake.saturating_duration_since(now).min(TICK);
@@ -401,16 +423,18 @@ impl<'a> Server<'a> {
             // STOP, the drain flag or the config changed) brings the tick forward; the loop's
             // own writes (status entries, epochs, its line entry) and anything else wake the
             // poll, are read and forgotten, and wait for the next tick.
-            let wanted = watch.drain(&|name| {
+            early |= watch.drain(&|name| {
                 worklane_admission::Pool::wakes(worklane_admission::Kind::Agent, name)
             });
             self.serve_ready(&ready);
             self.accept_all();
             self.close_overdue();
-            if wanted || last_tick.elapsed() >= TICK {
+            let since = last_tick.elapsed();
+            if (early && since >= MIN_TICK_GAP) || since >= TICK {
                 self.guarded_tick();
                 (self.report)(Event::Tick);
                 last_tick = Instant::now();
+                early = false;
             }
             if last_heartbeat.elapsed() >= HEARTBEAT {
                 self.heartbeat();
@@ -486,7 +510,7 @@ impl<'a> Server<'a> {
             .iter()
             .filter(|c| c.caller.uid == peer.uid)
             .count();
-        if same >= MAX_PER_PEER {
+        if same >= self.per_user {
             self.evict(Some(peer.uid));
         } else if self.conns.len() >= MAX_CONNECTIONS {
             self.evict(None);
@@ -521,11 +545,18 @@ impl<'a> Server<'a> {
             refuse_now(
                 &conn.stream,
                 code::BAD_REQUEST,
-                format!(
-                    "closed: uid {} has too many connections open at once, and this was the \
-                     oldest",
-                    conn.caller.uid
-                ),
+                match uid {
+                    Some(uid) => format!(
+                        "closed: uid {uid} had {} connections open at once, the most one user \
+                         may (the dispatcher's --max-connections-per-user), and this was its \
+                         oldest",
+                        self.per_user
+                    ),
+                    None => format!(
+                        "closed: the dispatcher had {MAX_CONNECTIONS} connections open, the \
+                         most it keeps, and this was the oldest"
+                    ),
+                },
             );
             (self.report)(Event::Connection(ConnectionError::Evicted {
                 uid: conn.caller.uid,
@@ -929,12 +960,18 @@ impl<'a> Server<'a> {
                             .max(1)
                     )
                 });
-                reply.damage = self
-                    .dispatcher
-                    .recovery()
-                    .damage
-                    .as_ref()
-                    .map(|d| format!("{} when this dispatcher started", d.sentence()));
+                let recovery = self.dispatcher.recovery();
+                let refused = match &recovery.legacy {
+                    crate::state::Legacy::Refused { why } => Some(format!(
+                        "a queue database in the slot directory was refused ({why}): none of \
+                         its rows was read, and it was renamed queue.db*.refused-*"
+                    )),
+                    _ => None,
+                };
+                let damage = recovery.damage.as_ref().map(|d| d.sentence());
+                let said: Vec<String> = damage.into_iter().chain(refused).collect();
+                reply.damage = (!said.is_empty())
+                    .then(|| format!("{} when this dispatcher started", said.join("; ")));
                 ("list", reply, Vec::new())
             }
             Request::Cancel { attempt } => {

@@ -48,8 +48,10 @@ pub const DEFAULT_CANCEL_GRACE_MS: u64 = 10_000;
 pub const DEFAULT_MAX_ROWS_PER_USER: u64 = 64;
 /// The descriptors the dispatcher keeps for root's enqueues and for every other request:
 /// another user's enqueue (each row holds its lane's descriptor) is refused within this many
-/// of the process's limit.
-pub const DESCRIPTOR_RESERVE: u64 = 64;
+/// of the process's limit. Room for a full table of connections
+/// ([`crate::server::MAX_CONNECTIONS`]) and 64 more, so that rows never take what root's and
+/// every listing's connections need.
+pub const DESCRIPTOR_RESERVE: u64 = 256 + 64;
 /// How long an expired attempt's unclaimed driver has, after SIGTERM to its session, before
 /// SIGKILL.
 pub const EXPIRED_DRIVER_GRACE_MS: u64 = 3_000;

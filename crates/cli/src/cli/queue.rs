@@ -79,6 +79,10 @@ pub(crate) struct DispatcherArgs {
     /// of the dispatcher's descriptors.
     #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) max_rows_per_user: u64,
+    /// The most connections one user may have open to the dispatcher at once: a new one
+    /// beyond closes that user's oldest, so one user's connections never crowd out another's.
+    #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub(crate) max_connections_per_user: u64,
     /// The dispatcher's own directory for its queue database, mode 0700 (default: for root
     /// /var/lib/worklane/dispatcher/KEY, else ~/.local/state/worklane/dispatcher/KEY, KEY
     /// naming the slot directory). Never in the slot directory, which the group may write.

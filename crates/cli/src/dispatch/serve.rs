@@ -24,10 +24,13 @@ fn notify(state: &str) {
     let _ = socket.send_to(state.as_bytes(), &path);
 }
 
-/// Binds the dispatcher's socket: the one systemd passed, or a new one at `path` (a stale
-/// socket left by a dead dispatcher is removed first: we hold the dispatcher lock), mode 0660
-/// and the directory's group (the directory is setgid).
-fn listen(path: &Path) -> Result<UnixListener, Failure> {
+/// Binds the dispatcher's socket: the one systemd passed, or a new one at `path`, mode 0660
+/// and the directory's group (the directory is setgid). A stale socket left by a dead
+/// dispatcher is removed first (we hold the dispatcher lock). At the slot directory's own
+/// name every step goes through the directory's descriptor, never a path a member could
+/// redirect: anything but a socket there (a member may have put a file, a link or a FIFO at
+/// the name) is renamed aside to `dispatcher.sock.refused-<ms>`, said, and the socket made.
+fn listen(pool: &Pool, path: &Path) -> Result<UnixListener, Failure> {
     if let Some(fd) = worklane_run::process::systemd_listener() {
         let listener = UnixListener::from(fd);
         guard_socket_mode(&listener)?;
@@ -42,23 +45,76 @@ fn listen(path: &Path) -> Result<UnixListener, Failure> {
             ),
         )
     };
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        use std::os::unix::fs::FileTypeExt;
-        if !meta.file_type().is_socket() {
-            return Err(Failure::new(
-                exit::CONFIG,
-                format!(
-                    "{} exists and is not a socket; move it aside or give --socket",
-                    path.display()
-                ),
-            ));
+    let in_dir = path == pool.dir().path().join(SOCKET);
+    let bind_at = if in_dir {
+        let name = pool
+            .dir()
+            .file(SOCKET)
+            .map_err(|e| Failure::new(exit::SOFTWARE, exit::chain(&e)))?;
+        set_aside_unless_socket(pool, &name, path)?;
+        // Bound through the directory's descriptor: the magic link names the directory held
+        // open, whatever has become of its path since.
+        PathBuf::from(format!(
+            "/proc/self/fd/{}/{SOCKET}",
+            std::os::fd::AsRawFd::as_raw_fd(&std::os::fd::AsFd::as_fd(pool.dir()))
+        ))
+    } else {
+        if let Ok(meta) = std::fs::symlink_metadata(path) {
+            use std::os::unix::fs::FileTypeExt;
+            if !meta.file_type().is_socket() {
+                return Err(Failure::new(
+                    exit::CONFIG,
+                    format!(
+                        "{} exists and is not a socket; move it aside or give --socket",
+                        path.display()
+                    ),
+                ));
+            }
+            std::fs::remove_file(path).map_err(|e| io("remove the stale", e))?;
         }
-        std::fs::remove_file(path).map_err(|e| io("remove the stale", e))?;
-    }
+        path.to_owned()
+    };
     let old = rustix::process::umask(rustix::fs::Mode::from_bits_truncate(0o117));
-    let bound = UnixListener::bind(path);
+    let bound = UnixListener::bind(&bind_at);
     rustix::process::umask(old);
     bound.map_err(|e| io("bind", e))
+}
+
+/// At the socket's name in the slot directory: nothing, or a stale socket removed, or anything
+/// else renamed aside (never followed, opened or removed) and said.
+fn set_aside_unless_socket(
+    pool: &Pool,
+    name: &worklane_slotfile::SlotPath,
+    path: &Path,
+) -> Result<(), Failure> {
+    let stat = match rustix::fs::statat(pool.dir(), SOCKET, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(stat) => stat,
+        Err(rustix::io::Errno::NOENT) => return Ok(()),
+        Err(e) => {
+            return Err(Failure::new(
+                exit::OS_ERROR,
+                format!("cannot examine {}: {e}", path.display()),
+            ));
+        }
+    };
+    let socket = rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::Socket;
+    if socket {
+        name.remove()
+            .map_err(|e| Failure::new(exit::OS_ERROR, exit::chain(&e)))?;
+        return Ok(());
+    }
+    let aside = format!(
+        "{SOCKET}.refused-{}",
+        worklane_lease::Clock::now_ms(&worklane_lease::SystemClock)
+    );
+    name.rename(&aside)
+        .map_err(|e| Failure::new(exit::OS_ERROR, exit::chain(&e)))?;
+    errln!(
+        "worklane: {} was not a socket (a file someone put at its name); it was renamed {aside} \
+         and the dispatcher's socket made",
+        path.display()
+    );
+    Ok(())
 }
 
 /// A socket systemd made (socket activation) should not let anyone outside the directory's
@@ -119,7 +175,7 @@ pub(crate) fn serve(args: &DispatcherArgs) -> Result<ExitCode, Failure> {
         }
     };
     let socket = socket_path(&pool, args.socket.as_deref());
-    let listener = listen(&socket)?;
+    let listener = listen(&pool, &socket)?;
     let settings = Settings {
         claim_interval_ms: millis(args.claim_interval),
         env,
@@ -193,6 +249,7 @@ pub(crate) fn serve(args: &DispatcherArgs) -> Result<ExitCode, Failure> {
             journal.log(&event);
         },
     )
+    .with_connections_per_user(usize::try_from(args.max_connections_per_user).unwrap_or(32))
     .with_exits(|| {
         std::mem::take(
             &mut *exits

@@ -7,6 +7,10 @@
 use rustix::fd::{AsFd, OwnedFd};
 use rustix::process::Signal;
 
+/// How close a process's start must be to the moment its attempt was admitted for it to be
+/// taken for that attempt's driver after a restart ([`Proc::proven`]).
+pub(super) const PROVEN_WITHIN_MS: u64 = 2_000;
+
 /// A driver the caller started: its pid and, where the platform has them, a pidfd of it.
 #[derive(Debug)]
 pub struct Started {
@@ -33,6 +37,43 @@ pub(super) struct Proc {
 impl Proc {
     pub(super) fn new(pid: u32, fd: OwnedFd) -> Proc {
         Proc { pid, fd }
+    }
+
+    /// The driver a dead dispatcher started as `pid` for an attempt of `uid` that it made
+    /// `starting` at `started_ms` (wall clock, ms since the epoch), if the process at that pid
+    /// now is provably it: a process of `uid` that started within [`PROVEN_WITHIN_MS`] of
+    /// that moment (its start from `/proc/<pid>/stat`, in boot-clock ticks, against the boot
+    /// clock now), checked while a pidfd holds it, and still alive after the check (so the
+    /// pid named the pidfd's process throughout). `None` when it cannot be proved (a pid
+    /// reused since, a clock stepped, another platform): such a process is left alone.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    pub(super) fn proven(pid: u32, uid: u32, started_ms: u64) -> Option<Proc> {
+        use std::os::unix::fs::MetadataExt;
+        let raw = rustix::process::Pid::from_raw(i32::try_from(pid).ok()?)?;
+        let fd = rustix::process::pidfd_open(raw, rustix::process::PidfdFlags::empty()).ok()?;
+        let start_ticks = worklane_identity::ProcessIdentity::of(pid).ok()?.start;
+        let owner = std::fs::metadata(format!("/proc/{pid}")).ok()?.uid();
+        let proc = Proc::new(pid, fd);
+        if !proc.alive() || owner != uid {
+            return None;
+        }
+        // /proc gives a start in USER_HZ ticks (100 a second) of the boot clock.
+        let since_boot_ms = start_ticks.saturating_mul(10);
+        let boot_now_ms = worklane_identity::Place::boot_clock_ms();
+        let wall_now_ms = u64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()?
+                .as_millis(),
+        )
+        .ok()?;
+        let started_at = wall_now_ms.checked_sub(boot_now_ms.checked_sub(since_boot_ms)?)?;
+        (started_at.abs_diff(started_ms) <= PROVEN_WITHIN_MS).then_some(proc)
+    }
+
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    pub(super) fn proven(_pid: u32, _uid: u32, _started_ms: u64) -> Option<Proc> {
+        None
     }
 
     /// Whether it has not exited yet (a pidfd turns readable when its process exits).

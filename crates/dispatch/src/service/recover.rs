@@ -252,9 +252,42 @@ impl Dispatcher {
             self.store
                 .set_state(&attempt.id, State::Queued, None, now)
                 .map_err(Error::set_state(&attempt.id, State::Queued))?;
+            self.halt_old_driver(&attempt, now);
         }
         self.held.insert(attempt.id, Held { lane, slot: None });
         Ok(())
+    }
+
+    /// Halts the driver a dead dispatcher started for starting `attempt`, which can no longer
+    /// claim (its token is gone), if the process at its pid is provably that driver
+    /// ([`super::procs::Proc::proven`]): its session is sent SIGTERM now and SIGKILL after
+    /// [`super::EXPIRED_DRIVER_GRACE_MS`], as for an expiry, and the row is not admitted again
+    /// while it lives. A process that cannot be proved the driver is left alone.
+    fn halt_old_driver(&mut self, attempt: &Attempt, now: u64) {
+        let Some(pid) = attempt.driver_pid else {
+            return;
+        };
+        let uid = if self.euid == 0 {
+            attempt.enqueuer.as_ref().map(|e| e.uid)
+        } else {
+            Some(self.euid)
+        };
+        let Some(driver) =
+            uid.and_then(|uid| super::procs::Proc::proven(pid, uid, attempt.state_at_ms))
+        else {
+            return;
+        };
+        let procs = super::procs::Procs {
+            driver: Some(driver),
+            claimer: None,
+        };
+        procs.signal(rustix::process::Signal::TERM, true);
+        self.halting.push(super::Halting {
+            attempt: attempt.id.clone(),
+            procs,
+            kill_at_ms: now.saturating_add(super::EXPIRED_DRIVER_GRACE_MS),
+            killed: false,
+        });
     }
 
     /// Every status entry (`queue-<lane>.json`) that no stored row backs: if the history has
