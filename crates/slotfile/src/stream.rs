@@ -70,7 +70,8 @@ impl SlotPath {
     /// (publish it first, with [`SlotPath::publish`], so that it appears with its mode and
     /// group), never follows a link, never blocks on a FIFO; anything but a regular file, and
     /// a file with another name (a hard link a member of the group made to a file elsewhere,
-    /// where `fs.protected_hardlinks` allows it), is refused (`InvalidData`), never written.
+    /// where `fs.protected_hardlinks` allows it) that the directory's group may not write, is
+    /// refused (`InvalidData`), never written.
     /// `Ok(None)` when there is none.
     pub fn open_append(&self) -> Result<Option<(OwnedFd, Meta)>, crate::write::Error> {
         let error = |op, source: std::io::Error| crate::write::Error {
@@ -91,8 +92,13 @@ impl SlotPath {
         let stat = rustix::fs::fstat(&fd).map_err(|e| error("examine", e.into()))?;
         #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
         let links = stat.st_nlink as u64;
+        // A file with a second name may be a file elsewhere that a member linked here (where
+        // `fs.protected_hardlinks` allows it): appended to only if the directory's group may
+        // write it anyway (as a file being published is for a moment, linked to its name
+        // before its temp name goes), so that the append lends nobody anything.
+        let group_writes = stat.st_gid == self.dir().gid() && stat.st_mode & 0o020 != 0;
         match meta_of(&stat, self) {
-            Ok(_) if links != 1 => Err(error(
+            Ok(_) if links != 1 && !group_writes => Err(error(
                 "append to",
                 std::io::Error::new(
                     std::io::ErrorKind::InvalidData,

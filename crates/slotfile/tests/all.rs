@@ -229,6 +229,16 @@ mod read {
             std::error::Error::source(&err).is_some_and(|e| e.to_string().contains("2 names")),
             "says why: {err:?}"
         );
+        // One the directory's group may write anyway (as a file being published is, for a
+        // moment, under its temp name and its name) lends nothing: appended to.
+        std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o660))
+            .expect("chmod");
+        assert!(
+            journal.open_append().expect("the group's file").is_some(),
+            "a second name of a file the group writes"
+        );
+        std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o644))
+            .expect("chmod");
         std::fs::remove_file(t.path().join("journal.jsonl")).expect("remove");
         std::os::unix::fs::symlink(&elsewhere, t.path().join("journal.jsonl")).expect("symlink");
         assert!(journal.open_append().is_err(), "a link is not followed");
