@@ -1,0 +1,151 @@
+//! A busy guard is tried again before a take gives up on it: `slots.lock` while another
+//! counter finishes, a slot's guard while a probe looks at it. Each try opens the guard,
+//! so the tries are counted with inotify (counts of attempts, never durations).
+use super::*;
+use rustix::fs::inotify;
+use std::mem::MaybeUninit;
+use std::os::fd::OwnedFd;
+
+/// Watches the opens in `dir`, and the closes that separate them (the kernel merges an
+/// event into an identical one still unread, so opens alone would count as one).
+fn watch(dir: &std::path::Path) -> OwnedFd {
+    let watch = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)
+        .expect("inotify");
+    inotify::add_watch(
+        &watch,
+        dir,
+        inotify::WatchFlags::OPEN | inotify::WatchFlags::CLOSE_NOWRITE,
+    )
+    .expect("watch the directory");
+    watch
+}
+
+/// How many times `name` was opened since the last call (every event already queued).
+fn opens(watch: &OwnedFd, name: &str) -> usize {
+    let mut buf = [MaybeUninit::uninit(); 4096];
+    let mut events = inotify::Reader::new(watch, &mut buf);
+    let mut count = 0;
+    loop {
+        match events.next() {
+            Ok(event) => {
+                assert!(
+                    !event.events().contains(inotify::ReadFlags::QUEUE_OVERFLOW),
+                    "the inotify queue overflowed"
+                );
+                if event.events().contains(inotify::ReadFlags::OPEN)
+                    && event
+                        .file_name()
+                        .is_some_and(|n| n.to_bytes() == name.as_bytes())
+                {
+                    count += 1;
+                }
+            }
+            Err(rustix::io::Errno::AGAIN) => return count,
+            Err(e) => panic!("read inotify events: {e}"),
+        }
+    }
+}
+
+fn hold(dir: &SlotDir, name: &str) -> QuietDrop<worklane_lease::Lease> {
+    match worklane_lease::acquire(
+        dir,
+        name,
+        &Request::new("another counter"),
+        &worklane_lease::Options::process(),
+    )
+    .expect("acquire")
+    {
+        worklane_lease::Acquired::Held(lease) => QuietDrop::new(lease),
+        worklane_lease::Acquired::Refused(r) => panic!("free: {r}"),
+    }
+}
+
+#[test]
+fn a_blocking_take_tries_a_busy_slots_lock_again_before_it_reports_counting() {
+    let site = Site::new("{}");
+    let dir = SlotDir::open(site.temp.path()).expect("open");
+    let guard = ".slots.lock.flock";
+    let mut counter = Some(hold(&dir, worklane_admission::SLOTS_LOCK));
+    let watch = watch(site.temp.path());
+    let mut tries = None;
+    let got = site
+        .pool
+        .take(
+            Kind::Agent,
+            &Request::new("waiter"),
+            Wait {
+                // A watchdog only: the counter finishes at the first report.
+                timeout: Some(Duration::from_secs(600)),
+                priority: 0,
+                on_wait: &mut |waiting| {
+                    let blocker = waiting.blocker;
+                    // Checked here, so that a take that would wait on fails at once.
+                    assert!(
+                        *blocker == Blocker::Counting && tries.is_none(),
+                        "one report, of the counter (tried {tries:?} times before): \
+                             {blocker}"
+                    );
+                    tries = Some(opens(&watch, guard));
+                    counter
+                        .take()
+                        .expect("the counter is held until the first report")
+                        .end(worklane_lease::Lease::release)
+                        .expect("the counter finishes");
+                },
+            },
+        )
+        .expect("take");
+    let got = match got {
+        Take::Held(slot) => {
+            let name = slot.name().to_owned();
+            gate::quietly(|| drop(slot));
+            name
+        }
+        Take::Blocked(b) => panic!("the take must get its slot once the counter is done: {b}"),
+    };
+    assert_eq!(got, "agent-0.lock", "the take got its slot");
+    let tries = tries.expect("the busy counter was reported");
+    assert!(
+        tries > 1,
+        "slots.lock is tried again inside the deadline before the take reports it busy \
+             (tried {tries} times)"
+    );
+}
+
+#[test]
+fn a_guard_held_without_a_record_is_tried_again_before_a_refusal() {
+    let site = Site::new("{}");
+    // A guard held with no record: a reader's probe, a leftover of a run.
+    let left = leave_running(site.take(Kind::FullRun));
+    let watch = watch(site.temp.path());
+    let blocker = site.blocked(Kind::FullRun);
+    assert!(
+        matches!(&blocker, Blocker::FullRunHeld(r) if r.why == LiveWhy::GuardHeld && r.holder.is_none()),
+        "{blocker:?}"
+    );
+    let tries = opens(&watch, ".full-run.lock.flock");
+    assert!(
+        tries > 1,
+        "a guard held with no record may be a momentary probe: it is tried again before \
+             the take is refused (tried {tries} times)"
+    );
+    drop(left);
+}
+
+#[test]
+fn a_holder_with_a_record_is_refused_at_the_first_try() {
+    let site = Site::new("{}");
+    let run = site.take(Kind::FullRun);
+    let watch = watch(site.temp.path());
+    let blocker = site.blocked(Kind::FullRun);
+    assert!(
+        matches!(&blocker, Blocker::FullRunHeld(r) if r.why == LiveWhy::GuardHeld && r.holder.is_some()),
+        "{blocker:?}"
+    );
+    assert_eq!(
+        opens(&watch, ".full-run.lock.flock"),
+        1,
+        "a holder that wrote its record is no probe: refused without trying again"
+    );
+    drop(run);
+}

@@ -1,0 +1,134 @@
+use super::*;
+
+#[test]
+fn a_blocking_take_reports_its_blocker_and_times_out() {
+    let site = Site::new(r#"{"max_agents": 1}"#);
+    let held = site.take(Kind::Agent);
+    let mut seen = Vec::new();
+    // Quiet for the whole wait: each retry takes and releases `slots.lock`, and the last
+    // one before the deadline must find it free to report the cap, not the lock.
+    let got = gate::quietly(|| {
+        site.pool.take(
+            Kind::Agent,
+            &Request::new("waiter"),
+            Wait {
+                timeout: Some(Duration::from_millis(200)),
+                priority: 0,
+                on_wait: &mut |w| seen.push(w.blocker.clone()),
+            },
+        )
+    })
+    .expect("take");
+    assert!(
+        matches!(got, Take::Blocked(Blocker::AtCap { held: 1, cap: 1 })),
+        "{got:?}"
+    );
+    assert!(
+        seen.iter()
+            .all(|b| *b == Blocker::AtCap { held: 1, cap: 1 })
+            && !seen.is_empty(),
+        "the wait said what blocks it: {seen:?}"
+    );
+    drop(held);
+}
+
+#[test]
+fn a_zero_timeout_still_tries_once() {
+    let site = Site::new("{}");
+    let got = site
+        .pool
+        .take(
+            Kind::Agent,
+            &Request::new("impatient"),
+            Wait {
+                timeout: Some(Duration::ZERO),
+                priority: 0,
+                on_wait: &mut |_| {},
+            },
+        )
+        .expect("take");
+    assert!(
+        matches!(got, Take::Held(_)),
+        "a free slot is taken at once: {got:?}"
+    );
+}
+
+#[test]
+fn a_counter_stuck_on_slots_lock_is_reported_and_named() {
+    let site = Site::new("{}");
+    let dir = SlotDir::open(site.temp.path()).expect("open");
+    let stuck = match worklane_lease::acquire(
+        &dir,
+        worklane_admission::SLOTS_LOCK,
+        &Request::new("stuck counter"),
+        &worklane_lease::Options::process(),
+    )
+    .expect("acquire")
+    {
+        worklane_lease::Acquired::Held(lease) => lease,
+        worklane_lease::Acquired::Refused(r) => panic!("free: {r}"),
+    };
+    let got = site
+        .pool
+        .take(
+            Kind::Agent,
+            &Request::new("waiter"),
+            Wait {
+                timeout: Some(Duration::from_millis(100)),
+                priority: 0,
+                on_wait: &mut |_| {},
+            },
+        )
+        .expect("take");
+    assert!(
+        matches!(&got, Take::Blocked(b @ Blocker::Counting) if b.to_string().contains("slots.lock")),
+        "a blocking take gives up on a stuck counter at its timeout: {got:?}"
+    );
+    let snapshot = site.snapshot();
+    let lock = snapshot
+        .slots
+        .iter()
+        .find(|s| s.name == "slots.lock")
+        .expect("slots shows the stuck slots.lock");
+    assert_eq!(lock.state, SlotState::GuardHeld);
+    assert_eq!(
+        lock.record.as_ref().and_then(|r| r.owner.as_deref()),
+        Some("stuck counter"),
+        "and names its holder"
+    );
+    drop(stuck);
+}
+
+#[test]
+fn a_blocking_take_gets_the_slot_once_freed() {
+    let site = Arc::new(Site::new(r#"{"max_agents": 1}"#));
+    let held = site.take(Kind::Agent);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = {
+        let site = Arc::clone(&site);
+        std::thread::spawn(move || {
+            let mut told = false;
+            let got = site.pool.take(
+                Kind::Agent,
+                &Request::new("waiter"),
+                Wait {
+                    timeout: None,
+                    priority: 0,
+                    on_wait: &mut |_| {
+                        if !told {
+                            told = true;
+                            tx.send(()).expect("tell");
+                        }
+                    },
+                },
+            );
+            matches!(got, Ok(Take::Held(_)))
+        })
+    };
+    rx.recv().expect("the waiter is waiting");
+    drop(held);
+    assert!(
+        waiter.join().expect("join"),
+        "the waiter got the freed slot"
+    );
+}

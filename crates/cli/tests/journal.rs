@@ -1,0 +1,406 @@
+//! `worklane events` and `worklane metrics` on real processes, and a journal that a
+//! member of the directory's group may not write.
+use super::ownership::{SHARED, as_member, root_only};
+use super::*;
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+
+/// The lines a `worklane` prints on stdout, as they come.
+fn lines_of(running: &mut Running) -> std::sync::mpsc::Receiver<String> {
+    let stdout = running.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+fn next_json(lines: &std::sync::mpsc::Receiver<String>) -> serde_json::Value {
+    let line = lines
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the follower prints the next event");
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"))
+}
+
+/// A member whose journal is read-only takes, waits and is refused exactly as when it can
+/// write it; the journal is left as it was.
+#[test]
+fn a_read_only_journal_never_changes_a_members_take() {
+    root_only();
+    let site = Site::new(Some(r#"{"max_agents": 1}"#));
+    let slots = site.slots();
+    std::fs::set_permissions(site.temp.path(), std::fs::Permissions::from_mode(0o711))
+        .expect("chmod");
+    std::os::unix::fs::chown(&slots, Some(0), Some(SHARED)).expect("chgrp");
+    std::fs::set_permissions(&slots, std::fs::Permissions::from_mode(0o2770)).expect("chmod");
+    assert_eq!(
+        site.code(&["run", "--", "true"]),
+        0,
+        "root writes the journal"
+    );
+    let journal = slots.join("journal.jsonl");
+    let codes = |site: &Site| {
+        let free = as_member(site, &["run", "--no-wait", "--", "true"]);
+        let mut holder = site.spawn(&["run", "--owner", "holder"], HOLD, "h");
+        wait_until("the holder", || site.file("up.h").exists());
+        let busy = as_member(site, &["run", "--no-wait", "--", "true"]);
+        std::fs::write(site.file("release.h"), b"").expect("release");
+        assert!(wait_exit(&mut holder, "the holder").success());
+        std::fs::remove_file(site.file("up.h")).expect("rm");
+        std::fs::remove_file(site.file("release.h")).expect("rm");
+        (free.status.code(), busy.status.code())
+    };
+    let writable = codes(&site);
+    assert_eq!(writable, (Some(0), Some(75)), "taken, then at cap");
+    let by_member =
+        worklane_journal::read(&worklane_slotfile::SlotDir::open(&slots).expect("open"))
+            .expect("read")
+            .entries
+            .iter()
+            .filter(|e| matches!(&e.event, worklane_journal::Event::SlotRefused { .. }))
+            .count();
+    assert_eq!(by_member, 1, "the member wrote its refusal while it could");
+    std::fs::set_permissions(&journal, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+    let member_lines = || {
+        worklane_journal::read(&worklane_slotfile::SlotDir::open(&slots).expect("open"))
+            .expect("read")
+            .entries
+            .iter()
+            .filter(|e| e.event.kind().starts_with("slot-"))
+            .count()
+    };
+    let before = member_lines();
+    let read_only = codes(&site);
+    assert_eq!(
+        read_only, writable,
+        "the same outcomes with a read-only journal"
+    );
+    let after = member_lines();
+    assert_eq!(
+        after - before,
+        2,
+        "only root's holder wrote (taken, released): the member's events were dropped"
+    );
+}
+
+/// `events --follow --json` prints what there is, then each new event as it comes, across
+/// rotations (a cap of 64 KiB, rounds of events it reads before the next round).
+#[test]
+fn events_follow_prints_new_events_across_rotations() {
+    let site = Site::new(Some(r#"{"journal_max_bytes": 65536}"#));
+    assert_eq!(site.code(&["run", "--", "true"]), 0);
+    let mut follower = Running::new(
+        site.worklane()
+            .args(["events", "--follow", "--json"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn_gated()
+            .expect("events --follow"),
+    );
+    let lines = lines_of(&mut follower);
+    let first = next_json(&lines);
+    assert_eq!(first["kind"], "slot-taken", "what there is first: {first}");
+    assert_eq!(next_json(&lines)["kind"], "slot-released");
+    let dir = worklane_slotfile::SlotDir::open(&site.slots()).expect("open");
+    let journal = worklane_journal::Journal::of(&dir);
+    journal.set_max_bytes(65536);
+    let reason = "r".repeat(200);
+    for round in 0..8 {
+        for i in 0..50 {
+            journal.emit(worklane_journal::Event::Stop {
+                by: format!("{round}.{i}"),
+                reason: reason.clone(),
+            });
+        }
+        for i in 0..50 {
+            let event = next_json(&lines);
+            assert_eq!(event["by"], format!("{round}.{i}"), "in order, each once");
+        }
+    }
+    assert!(site.slots().join("journal.1.jsonl").exists(), "it rotated");
+    assert_eq!(site.code(&["run", "--", "true"]), 0);
+    assert_eq!(
+        next_json(&lines)["kind"],
+        "slot-taken",
+        "a new file, followed"
+    );
+    drop(follower);
+}
+
+#[test]
+fn events_filters_by_kind_and_time_and_refuses_what_it_cannot_read() {
+    let site = Site::new(None);
+    assert_eq!(site.code(&["run", "--", "true"]), 0);
+    assert_eq!(site.code(&["stop-all", "x"]), 0);
+    assert_eq!(site.code(&["resume-all"]), 0);
+    let out = site.output(&["events", "--kind", "slot"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.lines().count(), 2, "{text}");
+    assert!(
+        text.contains("slot-taken") && text.contains("slot-released"),
+        "{text}"
+    );
+    let out = site.output(&["events", "--kind", "stop", "--kind", "resume", "--json"]);
+    let kinds: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("json")["kind"].to_string())
+        .collect();
+    assert_eq!(kinds, [r#""stop""#, r#""resume""#]);
+    let out = site.output(&["events", "--since", "2999-01-01T00:00:00Z"]);
+    assert!(out.stdout.is_empty(), "nothing after then");
+    assert_eq!(site.code(&["events", "--since", "10m"]), 0);
+    assert_eq!(site.code(&["events", "--since", "soon"]), 64);
+    assert_eq!(site.code(&["events", "--kind", "slots"]), 64);
+    std::fs::remove_file(site.slots().join("journal.jsonl")).expect("rm");
+    std::fs::create_dir(site.slots().join("journal.jsonl")).expect("a directory there");
+    let out = site.output(&["events"]);
+    assert_eq!(out.status.code(), Some(71), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("journal.jsonl"),
+        "names the file: {out:?}"
+    );
+}
+
+/// A careful reader of the Prometheus text format (0.0.4): every sample belongs to a
+/// family with a TYPE; histograms have ordered cumulative buckets whose +Inf is the count.
+fn parse_exposition(text: &str) -> BTreeMap<String, f64> {
+    let mut types: BTreeMap<String, String> = BTreeMap::new();
+    let mut samples = BTreeMap::new();
+    assert!(text.ends_with('\n'), "ends with a newline");
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').expect("# TYPE NAME KIND");
+            assert!(["counter", "gauge", "histogram"].contains(&kind), "{line}");
+            assert!(
+                types.insert(name.to_owned(), kind.to_owned()).is_none(),
+                "{line}"
+            );
+            continue;
+        }
+        if line.starts_with("# HELP ") || line.is_empty() {
+            continue;
+        }
+        assert!(!line.starts_with('#'), "no other comment: {line}");
+        let (series, value) = line.rsplit_once(' ').expect("SERIES VALUE");
+        let value: f64 = match value {
+            "+Inf" => f64::INFINITY,
+            v => v.parse().unwrap_or_else(|e| panic!("{line}: {e}")),
+        };
+        let name = series.split('{').next().expect("name");
+        assert!(
+            name.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b':'),
+            "{line}"
+        );
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| {
+                name.strip_suffix(s)
+                    .filter(|f| types.get(*f).is_some_and(|k| k == "histogram"))
+            })
+            .unwrap_or(name);
+        assert!(types.contains_key(family), "{line}: its family has a TYPE");
+        if let Some(labels) = series.strip_prefix(name)
+            && !labels.is_empty()
+        {
+            assert!(labels.starts_with('{') && labels.ends_with('}'), "{line}");
+            for pair in labels[1..labels.len() - 1].split(',') {
+                let (k, v) = pair.split_once('=').expect("k=v");
+                assert!(
+                    !k.is_empty() && v.starts_with('"') && v.ends_with('"'),
+                    "{line}"
+                );
+            }
+        }
+        assert!(
+            samples.insert(series.to_owned(), value).is_none(),
+            "once: {line}"
+        );
+    }
+    for (family, kind) in &types {
+        if kind != "histogram" {
+            continue;
+        }
+        let buckets: Vec<f64> = samples
+            .iter()
+            .filter(|(s, _)| s.starts_with(&format!("{family}_bucket{{")))
+            .map(|(_, v)| *v)
+            .collect();
+        let mut sorted = buckets.clone();
+        sorted.sort_by(f64::total_cmp);
+        let inf = samples[&format!("{family}_bucket{{le=\"+Inf\"}}")];
+        assert_eq!(
+            inf,
+            samples[&format!("{family}_count")],
+            "{family}: +Inf is the count"
+        );
+        assert_eq!(sorted.last(), Some(&inf), "{family}: cumulative");
+    }
+    samples
+}
+
+#[test]
+fn metrics_parse_and_agree_with_slots_json() {
+    let site = Site::new(Some(r#"{"max_agents": 1, "max_test_runs": 3}"#));
+    let mut holder = site.spawn(&["run", "--owner", "holder"], HOLD, "0");
+    wait_until("the holder", || site.file("up.0").exists());
+    let mut waiter = site.spawn(&["run", "--owner", "waiter"], HOLD, "1");
+    wait_until("the waiter in line", || {
+        let doc: serde_json::Value =
+            serde_json::from_slice(&site.output(&["slots", "--json"]).stdout).expect("json");
+        doc["line"].as_array().is_some_and(|l| !l.is_empty())
+    });
+    let check = |stop: f64, drain: f64, waiters: usize| {
+        let doc: serde_json::Value =
+            serde_json::from_slice(&site.output(&["slots", "--json"]).stdout).expect("json");
+        let out = site.output(&["metrics"]);
+        assert!(out.status.success(), "{out:?}");
+        let m = parse_exposition(&String::from_utf8_lossy(&out.stdout));
+        let number = |v: &serde_json::Value| v.as_f64().expect("a number");
+        assert_eq!(
+            m["worklane_holders{kind=\"agent\"}"],
+            number(&doc["agents_held"])
+        );
+        assert_eq!(
+            m["worklane_holders{kind=\"test\"}"],
+            number(&doc["test_runs_held"])
+        );
+        assert_eq!(
+            m["worklane_cap{kind=\"agent\"}"],
+            number(&doc["max_agents"])
+        );
+        assert_eq!(
+            m["worklane_cap{kind=\"test\"}"],
+            number(&doc["max_test_runs"])
+        );
+        let waiting = doc["line"]
+            .as_array()
+            .expect("line")
+            .iter()
+            .filter(|w| w["kind"] == "agent" && w["live"] == true)
+            .count();
+        assert_eq!(m["worklane_waiters{kind=\"agent\"}"], waiting as f64);
+        assert_eq!(waiting, waiters, "{doc}");
+        assert_eq!(m["worklane_stop"], stop);
+        assert_eq!(
+            m["worklane_stop"],
+            f64::from(u8::from(!doc["stop"].is_null()))
+        );
+        assert_eq!(m["worklane_drain"], drain);
+        assert_eq!(
+            m["worklane_drain"],
+            f64::from(u8::from(doc["drain"]["state"] == "in-force"))
+        );
+        m
+    };
+    let m = check(0.0, 0.0, 1);
+    assert_eq!(m["worklane_holders{kind=\"agent\"}"], 1.0);
+    assert_eq!(
+        m["worklane_queue_wait_seconds_count"], 1.0,
+        "the holder's take"
+    );
+    // A drain refuses the waiter at once.
+    assert_eq!(site.code(&["drain", "--until", "10m"]), 0);
+    assert_eq!(wait_exit(&mut waiter, "the waiter").code(), Some(69));
+    check(0.0, 1.0, 0);
+    assert_eq!(site.code(&["undrain"]), 0);
+    std::fs::write(site.file("release.0"), b"").expect("release");
+    assert!(wait_exit(&mut holder, "the holder").success());
+    assert_eq!(site.code(&["stop-all", "metrics"]), 0);
+    let m = check(1.0, 0.0, 0);
+    assert_eq!(m["worklane_holders{kind=\"agent\"}"], 0.0);
+    assert_eq!(m["worklane_run_seconds_count"], 1.0, "one run ended");
+    assert_eq!(m["worklane_queue_wait_seconds_count"], 1.0, "one take");
+    assert_eq!(site.code(&["resume-all"]), 0);
+}
+
+/// `--textfile` rewrites the file while a reader reads it over and over: every read is a
+/// whole exposition, and no temp file is left.
+#[test]
+fn the_textfile_is_never_seen_half_written() {
+    let site = Site::new(None);
+    assert_eq!(site.code(&["run", "--", "true"]), 0);
+    let out_dir = site.file("textfile");
+    std::fs::create_dir(&out_dir).expect("mkdir");
+    let path = out_dir.join("worklane.prom");
+    assert_eq!(
+        site.code(&["metrics", "--textfile", path.to_str().expect("utf-8")]),
+        0
+    );
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (path, done) = (path.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut reads = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let text = std::fs::read_to_string(&path).expect("always there");
+                parse_exposition(&text);
+                assert!(text.contains("worklane_journal_skipped_lines "), "whole");
+                reads += 1;
+            }
+            reads
+        })
+    };
+    for _ in 0..30 {
+        assert_eq!(
+            site.code(&["metrics", "--textfile", path.to_str().expect("utf-8")]),
+            0
+        );
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(reader.join().expect("reader") > 0);
+    let names: Vec<_> = std::fs::read_dir(&out_dir)
+        .expect("list")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(names, ["worklane.prom"], "no temp file left");
+}
+
+fn get(port: u16, request: &str) -> String {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).expect("reply");
+    reply
+}
+
+#[test]
+fn listen_serves_get_metrics_and_nothing_else() {
+    let site = Site::new(None);
+    let mut server = Running::new(
+        site.worklane()
+            .args(["metrics", "--listen", "0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn_gated()
+            .expect("metrics --listen"),
+    );
+    let mut said = String::new();
+    std::io::BufReader::new(server.stderr.take().expect("stderr"))
+        .read_line(&mut said)
+        .expect("it says where");
+    let port: u16 = said
+        .trim()
+        .strip_prefix("worklane: serving http://127.0.0.1:")
+        .and_then(|rest| rest.strip_suffix("/metrics"))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("on the loopback address: {said}"));
+    let reply = get(port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(reply.starts_with("HTTP/1.1 200 OK\r\n"), "{reply}");
+    assert!(reply.contains("text/plain; version=0.0.4"), "{reply}");
+    let body = reply.split_once("\r\n\r\n").expect("a body").1;
+    parse_exposition(body);
+    assert!(get(port, "GET / HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
+    assert!(get(port, "POST /metrics HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 405"));
+    drop(server);
+}

@@ -1,0 +1,85 @@
+use super::*;
+
+struct Tmux {
+    name: String,
+}
+
+impl Tmux {
+    fn capture(&self) -> String {
+        let out = Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &self.name])
+            .output_gated()
+            .expect("tmux capture-pane");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn shows(&self, what: &str, text: &str) -> String {
+        let mut screen = String::new();
+        wait_until(what, || {
+            screen = self.capture();
+            screen.contains(text)
+        });
+        screen
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.name])
+            .output_gated();
+    }
+}
+
+#[test]
+fn top_shows_a_new_holder_and_stop_and_q_gives_the_terminal_back() {
+    let site = Site::new(None);
+    let name = format!("worklane-top-{}", std::process::id());
+    let script = format!(
+        "echo before-top; {} top; echo \"exit=$?\" > {}; exec sleep 60",
+        worklane_bin(),
+        site.file("exit").display()
+    );
+    let started = Command::new("tmux")
+        .args(["new-session", "-d", "-s", &name, "-x", "80", "-y", "24"])
+        .arg("-e")
+        .arg(format!("AGENT_SLOTS_DIR={}", site.slots().display()))
+        .arg("-e")
+        .arg(format!("WORKLANE_TEST_ROOT={}", site.temp.path().display()))
+        .args(["sh", "-c", &script])
+        .output_gated()
+        .expect("tmux new-session");
+    assert!(started.status.success(), "{started:?}");
+    let tmux = Tmux { name };
+    tmux.shows("top's first screen", "worklane top");
+    let mut holder = site.spawn(&["run", "--owner", "holder"], HOLD, "0");
+    wait_until("the holder", || site.file("up.0").exists());
+    let screen = tmux.shows("the new holder on screen", "agent-0.lock");
+    assert!(screen.contains("holder"), "its owner: {screen}");
+    assert!(screen.contains("slot-taken"), "and its event: {screen}");
+    assert!(
+        screen.lines().count() <= 24 && screen.lines().all(|l| l.chars().count() <= 80),
+        "within 80x24: {screen}"
+    );
+    assert_eq!(site.code(&["stop-all", "top", "test"]), 0);
+    tmux.shows("the STOP banner", "STOP by");
+    assert!(wait_exit(&mut holder, "the halted holder").code().is_some());
+    let sent = Command::new("tmux")
+        .args(["send-keys", "-t", &tmux.name, "q"])
+        .output_gated()
+        .expect("send-keys");
+    assert!(sent.status.success());
+    wait_until("top to exit", || site.file("exit").exists());
+    assert_eq!(
+        std::fs::read_to_string(site.file("exit"))
+            .expect("exit")
+            .trim(),
+        "exit=0",
+        "q exits 0"
+    );
+    let screen = tmux.shows("the terminal as it was", "before-top");
+    assert!(
+        !screen.contains("worklane top"),
+        "the alternate screen is gone: {screen}"
+    );
+}
