@@ -32,6 +32,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use worklane_admission::Pool;
+use worklane_dispatch::client::{self, DISPATCHER_LOCK, SOCKET};
 use worklane_dispatch::env::EnvFilter;
 use worklane_dispatch::lane::{is_own_lane, own_lane, retire_own_lane};
 use worklane_dispatch::server::{Event, Server};
@@ -43,57 +44,29 @@ use worklane_lease::{Acquired, Clock, Options, Request, SystemClock, acquire, rf
 use worklane_run::{Supervisor, describe};
 use worklane_transport::Trust;
 
-/// The socket's name in the slot directory.
-const SOCKET: &str = "dispatcher.sock";
-
-/// The lock one dispatcher per directory holds for its life.
-const DISPATCHER_LOCK: &str = "dispatcher.lock";
-
+/// The dispatcher's socket: `given` (a `--socket`), else `$WORKLANE_SOCKET`, else the slot
+/// directory's.
 fn socket_path(pool: &Pool, given: Option<&Path>) -> PathBuf {
-    given
-        .map(Path::to_owned)
-        .or_else(|| std::env::var_os("WORKLANE_SOCKET").map(PathBuf::from))
-        .unwrap_or_else(|| pool.dir().path().join(SOCKET))
+    let from_env = std::env::var_os("WORKLANE_SOCKET").map(PathBuf::from);
+    client::socket_path(pool.dir(), given.or(from_env.as_deref()))
 }
 
-/// The dispatcher's part of the config: `admission` (`"dispatcher"`, the default, or
-/// `"waiter"`). What crosses from one user's enqueue to the driver (the environment filter) is
-/// never read from the config, which every member of the group may write: it comes from the
-/// dispatcher's own command line (`--env-allow-prefix`, `--env-secret-word`), and the config's
-/// old `env_allow_prefixes` and `env_secret_words` are ignored, with a warning.
+/// The dispatcher's part of the config ([`worklane_dispatch::config`]: `admission`, and the
+/// old environment-filter keys it ignores, said here), and its environment filter from its own
+/// command line (`--env-allow-prefix`, `--env-secret-word`), never from the config, which every
+/// member of the group may write.
 fn dispatcher_config(pool: &Pool, args: &DispatcherArgs) -> Result<(Mode, EnvFilter), Failure> {
     let path = &pool.locations().config;
-    let raw = worklane_slotfile::read::read_path(path)
+    let config = worklane_dispatch::config::read(path)
         .map_err(|e| Failure::new(exit::CONFIG, exit::chain(&e)))?;
-    let doc = raw
-        .and_then(|raw| serde_json::from_slice::<serde_json::Value>(&raw).ok())
-        .unwrap_or_default();
-    let mode = match doc.get("admission").map(|v| v.as_str()) {
-        None | Some(Some("dispatcher")) => Mode::Dispatcher,
-        Some(Some("waiter")) => Mode::Waiter,
-        Some(_) => {
-            return Err(Failure::new(
-                exit::CONFIG,
-                format!(
-                    "config {}: field `admission` must be \"dispatcher\" or \"waiter\"",
-                    path.display()
-                ),
-            ));
-        }
-    };
-    for (key, flag) in [
-        ("env_allow_prefixes", "--env-allow-prefix"),
-        ("env_secret_words", "--env-secret-word"),
-    ] {
-        if doc.get(key).is_some() {
-            errln!(
-                "worklane: config {} sets `{key}`, which the dispatcher ignores: any member of \
-                 the slot directory's group may write the config, and this setting decides \
-                 what of one user's environment reaches a driver; give `worklane dispatcher \
-                 {flag} ...` instead, and `worklane config unset {key}`",
-                path.display()
-            );
-        }
+    for (key, flag) in config.ignored {
+        errln!(
+            "worklane: config {} sets `{key}`, which the dispatcher ignores: any member of the \
+             slot directory's group may write the config, and this setting decides what of one \
+             user's environment reaches a driver; give `worklane dispatcher {flag} ...` \
+             instead, and `worklane config unset {key}`",
+            path.display()
+        );
     }
     use worklane_dispatch::env::DEFAULT_PREFIXES;
     let prefixes = if args.env_allow_prefixes.is_empty() {
@@ -101,62 +74,47 @@ fn dispatcher_config(pool: &Pool, args: &DispatcherArgs) -> Result<(Mode, EnvFil
     } else {
         args.env_allow_prefixes.clone()
     };
-    if let Some(empty) = prefixes
+    if prefixes
         .iter()
         .chain(&args.env_secret_words)
-        .find(|p| p.is_empty())
+        .any(String::is_empty)
     {
-        let _ = empty;
         return Err(Failure::new(
             exit::USAGE,
             "--env-allow-prefix and --env-secret-word take a non-empty value",
         ));
     }
     let env = EnvFilter::new(prefixes, args.env_secret_words.clone());
-    Ok((mode, env))
+    Ok((config.mode, env))
 }
 
-/// Connects to the dispatcher's socket at `path` and checks who serves it before anything is
-/// sent: root, the slot directory's owner, or this user (`Trust::serves`, by the kernel's
-/// `SO_PEERCRED`). Anyone else is a member of the group serving a socket of its own at the
-/// name, and is told nothing: no descriptor, no command, no environment.
-fn connect(pool: &Pool, path: &Path) -> Result<UnixStream, Failure> {
-    let stream = UnixStream::connect(path).map_err(|e| {
-        Failure::new(
+/// A client's failure as the CLI says it: 69 when no dispatcher (or not the dispatcher)
+/// answers, with what to do; 71 for the rest.
+fn client_failure(e: &client::Error) -> Failure {
+    match e {
+        client::Error::Unavailable { .. } => Failure::new(
             exit::UNAVAILABLE,
             format!(
-                "no dispatcher answers at {} ({e}): start one with `worklane dispatcher` (or the \
-                 systemd units in contrib/systemd)",
-                path.display()
+                "{}: start one with `worklane dispatcher` (or the systemd units in \
+                 contrib/systemd)",
+                exit::chain(e)
             ),
-        )
-    })?;
-    let server = worklane_transport::peer(&stream)
-        .map_err(|e| Failure::new(exit::OS_ERROR, exit::chain(&e)))?;
-    let trust = Trust::of_dir(pool.dir()).map_err(|e| {
-        Failure::new(
-            exit::OS_ERROR,
-            format!("cannot stat {}: {e}", pool.dir().path().display()),
-        )
-    })?;
-    let me = rustix::process::geteuid().as_raw();
-    if !trust.serves(server.uid, me) {
-        return Err(Failure::new(
+        ),
+        client::Error::NotTheDispatcher { .. } => Failure::new(
             exit::UNAVAILABLE,
             format!(
-                "refused to use {}: it is served by uid {} (pid {}), which is neither root, the \
-                 slot directory's owner (uid {}) nor you (uid {me}), so it is not the \
-                 dispatcher: another user may have put a socket of its own at that name; \
-                 nothing was sent. Tell the operator (`worklane dispatcher` restarted makes the \
-                 socket again)",
-                path.display(),
-                server.uid,
-                server.pid.map_or("?".to_owned(), |p| p.to_string()),
-                trust.owner
+                "{}. Tell the operator (`worklane dispatcher` restarted makes the socket again)",
+                exit::chain(e)
             ),
-        ));
+        ),
+        _ => Failure::new(exit::OS_ERROR, exit::chain(e)),
     }
-    Ok(stream)
+}
+
+/// Connects to the dispatcher's socket at `path`, checking who serves it before anything is
+/// sent ([`client::connect`]).
+fn connect(pool: &Pool, path: &Path) -> Result<UnixStream, Failure> {
+    client::connect(pool.dir(), path).map_err(|e| client_failure(&e))
 }
 
 /// Sends one request and reads its reply.
@@ -175,17 +133,7 @@ fn ask_on(
     request: &Wire,
     fds: &[std::os::fd::BorrowedFd<'_>],
 ) -> Result<(Reply, Vec<OwnedFd>), Failure> {
-    let line = worklane_dispatch::wire::request_line(request);
-    let io = |e: worklane_transport::Error| Failure::new(exit::OS_ERROR, exit::chain(&e));
-    worklane_transport::send(stream, &line, fds).map_err(io)?;
-    let (reply, fds) = worklane_transport::recv(stream).map_err(io)?;
-    let reply: Reply = serde_json::from_slice(&reply).map_err(|e| {
-        Failure::new(
-            exit::OS_ERROR,
-            format!("the dispatcher's reply is not one: {e}"),
-        )
-    })?;
-    Ok((reply, fds))
+    client::ask(stream, request, fds).map_err(|e| client_failure(&e))
 }
 
 fn refused(reply: &Reply) -> Failure {
