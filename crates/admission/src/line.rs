@@ -203,11 +203,7 @@ impl Pool {
                     continue;
                 };
                 let live = matches!(path.try_guard(), Ok(None));
-                let record = path
-                    .read()
-                    .ok()
-                    .flatten()
-                    .and_then(|raw| worklane_lease::Record::parse(&raw).ok());
+                let record = worklane_lease::read_record(&path).ok().flatten();
                 let weight = record
                     .as_ref()
                     .map_or(1, |r| crate::weight::Weight::of(r).units(u32::MAX));

@@ -25,8 +25,7 @@ pub(crate) fn queue_view(dir: &worklane_slotfile::SlotDir) -> QueueView {
     let lock = dir.file("dispatcher.lock").ok();
     let pid = lock
         .as_ref()
-        .and_then(|l| l.read().ok().flatten())
-        .and_then(|raw| worklane_lease::Record::parse(&raw).ok())
+        .and_then(|l| worklane_lease::read_record(l).ok().flatten())
         .and_then(|r| r.pid());
     // A held guard is a live dispatcher (it holds it for life); probing a free one takes it
     // for a moment, as `slots` does for every lock.

@@ -6,7 +6,6 @@ use crate::error::Unknown;
 use crate::lease::Lease;
 use crate::liveness::GuardHold;
 use crate::options::Options;
-use crate::record::Record;
 use crate::request::Request;
 use worklane_guard::Guard;
 use worklane_identity::{place, process};
@@ -97,11 +96,9 @@ pub fn adopt(
     })?;
     // The record the guard's last holder wrote names the epoch it advanced to; trusted only
     // when the epoch files agree (else the directory is listed).
-    let claimed = path
-        .read()
+    let claimed = crate::read::read_record(&path)
         .ok()
         .flatten()
-        .and_then(|raw| Record::parse(&raw).ok())
         .and_then(|r| r.epoch);
     let epoch = epoch::current_claimed(&path, claimed).map_err(|source| Error::Epoch {
         resource: resource(),

@@ -190,11 +190,7 @@ impl Lease {
     }
 
     fn read_current(&self) -> Option<Record> {
-        self.path
-            .read()
-            .ok()
-            .flatten()
-            .and_then(|raw| Record::parse(&raw).ok())
+        crate::read::read_record(&self.path).ok().flatten()
     }
 
     /// Runs `f` with the guard held: ours for life, or taken briefly under TTL liveness.

@@ -136,6 +136,7 @@ pub use liveness::{
 pub use options::Options;
 #[cfg(feature = "test-seams")]
 pub use options::{Control, Step};
+pub use read::read_record;
 pub use record::{RECORD_VERSION, RESERVED_FIELDS, Record, Version};
 pub use refusal::Refusal;
 pub use request::Request;

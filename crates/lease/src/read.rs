@@ -4,8 +4,11 @@ use crate::liveness::LiveWhy;
 use crate::record::Record;
 use worklane_slotfile::{SlotPath, read};
 
-/// Reads and parses the record, `Ok(None)` when absent.
-pub(crate) fn read_record(path: &SlotPath) -> Result<Option<Record>, read::Error> {
+/// Reads the lock record at `path`, tolerantly: `Ok(None)` when there is none or it does not
+/// parse as a record (a reader that only looks, such as a view, treats both as "no record";
+/// an acquisition judges a malformed record itself). A symbolic link, a FIFO, a directory or a
+/// file over 64 KiB at the name is an error, as [`SlotPath::read`] says.
+pub fn read_record(path: &SlotPath) -> Result<Option<Record>, read::Error> {
     Ok(path.read()?.and_then(|raw| Record::parse(&raw).ok()))
 }
 

@@ -167,12 +167,7 @@ fn holdings_of(slots: &[Counted], owner: &str, cap: u32) -> Vec<Holding> {
         .iter()
         .filter(|c| c.owner.as_deref() == Some(owner) && c.units(cap) > 0)
         .map(|c| {
-            let record = c
-                .path
-                .read()
-                .ok()
-                .flatten()
-                .and_then(|raw| worklane_lease::Record::parse(&raw).ok());
+            let record = worklane_lease::read_record(&c.path).ok().flatten();
             Holding {
                 slot: c.path.name().to_owned(),
                 units: c.units(cap),

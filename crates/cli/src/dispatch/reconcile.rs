@@ -96,12 +96,7 @@ pub(crate) fn reconcile(attempt: &str, as_json: bool) -> Result<ExitCode, Failur
         .list_prefixed("lane-")
         .map_err(|e| Failure::new(exit::OS_ERROR, exit::chain(&e)))?;
     for path in lanes {
-        let Some(record) = path
-            .read()
-            .ok()
-            .flatten()
-            .and_then(|raw| worklane_lease::Record::parse(&raw).ok())
-        else {
+        let Some(record) = worklane_lease::read_record(&path).ok().flatten() else {
             continue;
         };
         if record.extra_str("attempt") != Some(attempt) {

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use worklane_admission::{FULL_RUN_LOCK, Kind, Pool};
-use worklane_lease::{Record, rfc3339_ms};
+use worklane_lease::rfc3339_ms;
 
 /// A queued full run as `queue ls` shows it.
 struct Queued {
@@ -66,11 +66,7 @@ fn queued_full_runs(pool: &Pool) -> Result<Vec<Queued>, Failure> {
     }
     if !pool.idle()? {
         let path = pool.dir().file(FULL_RUN_LOCK)?;
-        let record = path
-            .read()
-            .ok()
-            .flatten()
-            .and_then(|raw| Record::parse(&raw).ok());
+        let record = worklane_lease::read_record(&path).ok().flatten();
         if let Some(record) = record
             && record.owner.as_deref() == Some(QUEUED_OWNER)
             && let Some(pid) = record.pid()

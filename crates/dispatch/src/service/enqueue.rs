@@ -152,8 +152,7 @@ impl Dispatcher {
             .dir()
             .file(&lock)
             .ok()
-            .and_then(|path| path.read().ok().flatten())
-            .and_then(|raw| worklane_lease::Record::parse(&raw).ok())
+            .and_then(|path| worklane_lease::read_record(&path).ok().flatten())
             .and_then(|r| r.epoch);
         let attempt = Attempt {
             placement: entry.placement,

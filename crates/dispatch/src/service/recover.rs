@@ -381,11 +381,9 @@ impl Dispatcher {
         let Some(guard) = taken else {
             return Ok(Resumed::Busy);
         };
-        let recorded = path
-            .read()
+        let recorded = worklane_lease::read_record(&path)
             .ok()
             .flatten()
-            .and_then(|raw| worklane_lease::Record::parse(&raw).ok())
             .and_then(|r| r.epoch);
         // The lane's epoch, as `adopt` reads it: the record's claim where the epoch files
         // agree (two lookups), the largest epoch file otherwise.
