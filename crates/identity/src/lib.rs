@@ -89,7 +89,7 @@ pub mod process;
 
 mod parse;
 mod probe;
-mod proc_stat;
+pub mod proc_stat;
 mod ps;
 mod record;
 mod uuid;

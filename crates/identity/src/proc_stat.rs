@@ -11,26 +11,39 @@ use crate::parse::Malformed;
 use crate::process::{self, Snapshot};
 use std::path::Path;
 
-/// The fields of `/proc/<pid>/stat` that identity needs, all from one read.
+/// The fields of `/proc/<pid>/stat` worklane reads, all from one read: identity (the start),
+/// the process tree (the parent), enforcement (the group and session) and the jobserver (the
+/// threads).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Stat {
+pub struct Stat {
     /// Field 1: the process id.
-    pub(crate) pid: u32,
-    /// Field 3: the state letter (`R`, `S`, `D`, `Z`, `X`, ...).
-    pub(crate) state: u8,
+    pub pid: u32,
+    /// Field 3: the state letter (`R`, `S`, `D`, `T`, `Z`, `X`, ...).
+    pub state: u8,
+    /// Field 4: the parent's process id (0 for a process whose parent is in another pid
+    /// namespace).
+    pub ppid: u32,
+    /// Field 5: the process group.
+    pub pgid: u32,
+    /// Field 6: the session.
+    pub sid: u32,
+    /// Field 20: the number of threads.
+    pub threads: u32,
     /// Field 22: the start time, in clock ticks since boot.
-    pub(crate) start: u64,
+    pub start: u64,
 }
 
 impl Stat {
     /// Whether the state proves the process has exited: `Z` (zombie) or `X` (dead).
-    pub(crate) fn exited(&self) -> bool {
+    #[must_use]
+    pub fn exited(&self) -> bool {
         matches!(self.state, b'Z' | b'X')
     }
 }
 
-/// Parses the whole contents of a `/proc/<pid>/stat` file.
-pub(crate) fn parse(bytes: &[u8]) -> Result<Stat, Malformed> {
+/// Parses the whole contents of a `/proc/<pid>/stat` file. The command name (field 2) may
+/// hold spaces, parentheses and any byte: the fields after it are counted from its last `)`.
+pub fn parse(bytes: &[u8]) -> Result<Stat, Malformed> {
     let open = bytes
         .iter()
         .position(|&b| b == b'(')
@@ -54,19 +67,55 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Stat, Malformed> {
     let rest = bytes[close + 1..]
         .strip_prefix(b" ")
         .ok_or(Malformed("no space after the command name"))?;
-    let mut fields = rest
+    // Field 3 is the first after the command name: field n is at n - 3.
+    let fields: Vec<&[u8]> = rest
         .split(u8::is_ascii_whitespace)
-        .filter(|f| !f.is_empty());
-    let state = match fields.next() {
-        Some(&[state]) if state.is_ascii_alphabetic() => state,
+        .filter(|f| !f.is_empty())
+        .take(20)
+        .collect();
+    let state = match fields.first() {
+        Some(&[state]) if state.is_ascii_alphabetic() => *state,
         _ => return Err(Malformed("field 3 (state) is not one letter")),
     };
-    // Field 3 was the first after the command name; skip fields 4 to 21 to reach field 22.
-    let start = fields
-        .nth(18)
-        .ok_or(Malformed("the line ends before field 22 (start time)"))?;
-    let start = parse_decimal(start).ok_or(Malformed("field 22 (start time) is not a number"))?;
-    Ok(Stat { pid, state, start })
+    // Each field named by what a line that lacks it, or holds no number there, is refused for.
+    let number = |n: usize, ends: &'static str, nan: &'static str| {
+        let field = fields.get(n - 3).copied().ok_or(Malformed(ends))?;
+        parse_decimal(field).ok_or(Malformed(nan))
+    };
+    let small = |n: usize, ends: &'static str, nan: &'static str| {
+        number(n, ends, nan).and_then(|v| u32::try_from(v).map_err(|_| Malformed(nan)))
+    };
+    // The start first: the one field every reader needs (the process's identity).
+    let start = number(
+        22,
+        "the line ends before field 22 (start time)",
+        "field 22 (start time) is not a number",
+    )?;
+    Ok(Stat {
+        pid,
+        state,
+        ppid: small(
+            4,
+            "the line ends before field 4 (parent pid)",
+            "field 4 (parent pid) is not a number",
+        )?,
+        pgid: small(
+            5,
+            "the line ends before field 5 (process group)",
+            "field 5 (process group) is not a number",
+        )?,
+        sid: small(
+            6,
+            "the line ends before field 6 (session)",
+            "field 6 (session) is not a number",
+        )?,
+        threads: small(
+            20,
+            "the line ends before field 20 (threads)",
+            "field 20 (threads) is not a number",
+        )?,
+        start,
+    })
 }
 
 /// What one read of `/proc/<pid>/stat` (its contents `bytes`, read from `path`) shows of
@@ -134,11 +183,52 @@ mod tests {
             Stat {
                 pid: 4242,
                 state: b'S',
+                ppid: 1,
+                pgid: 4242,
+                sid: 4242,
+                threads: 1,
                 start: 123_456
             },
             "fields of a plain line"
         );
         assert!(!stat.exited(), "state S is not exited");
+    }
+
+    #[test]
+    fn the_tree_s_enforcement_s_and_jobserver_s_fields_are_each_their_own() {
+        // Distinct values in fields 4 (ppid), 5 (pgrp), 6 (session), 20 (threads), 22 (start).
+        let line = b"42 (a) b) S 7 40 39 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 5 0 98765 1000 10";
+        let stat = parse(line).expect("parses");
+        assert_eq!(
+            (
+                stat.state,
+                stat.ppid,
+                stat.pgid,
+                stat.sid,
+                stat.threads,
+                stat.start
+            ),
+            (b'S', 7, 40, 39, 5, 98_765)
+        );
+        assert_eq!(
+            parse(b"42 (a) S 1 2 3 0 -1 0 0 0 0 0 0 0 0 0 20 0 x 0 9"),
+            Err(Malformed("field 20 (threads) is not a number"))
+        );
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn this_process_s_own_line_names_it_its_parent_and_its_threads() {
+        let stat = parse(&std::fs::read("/proc/self/stat").expect("read")).expect("parses");
+        assert_eq!(stat.pid, std::process::id());
+        let parent =
+            rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get().unsigned_abs());
+        assert_eq!(stat.ppid, parent, "its parent");
+        assert!(stat.threads >= 1, "at least this thread: {stat:?}");
+        assert_eq!(
+            stat.sid,
+            rustix::process::getsid(None).map_or(0, |p| p.as_raw_nonzero().get().unsigned_abs())
+        );
     }
 
     #[test]
@@ -160,6 +250,10 @@ mod tests {
             Stat {
                 pid: 1,
                 state: b'D',
+                ppid: 1,
+                pgid: 1,
+                sid: 1,
+                threads: 1,
                 start: 5
             },
             "fields around odd bytes"
@@ -315,7 +409,7 @@ mod tests {
             let stat = parse(&line(pid, &comm, state, start));
             prop_assert_eq!(
                 stat,
-                Ok(Stat { pid, state, start }),
+                Ok(Stat { pid, state, ppid: 1, pgid: pid, sid: pid, threads: 1, start }),
                 "comm {:?} must not change the fields", String::from_utf8_lossy(&comm)
             );
         }

@@ -12,7 +12,7 @@
 //! one named (same start identity) or holds the slot's guard; it belongs to the record's owner;
 //! and it is not pid 1, this process, or this process's group or session leader. So a record
 //! can never make `stop-all` signal a process its writer could not signal itself. The
-//! decisions are plain functions (`parse_stat`, `judge`); only the platform module's
+//! decisions are plain functions (`judge`; the stat line is `worklane_identity::proc_stat`'s); only the platform module's
 //! `observe` and `guard_holders` read the machine (Linux `/proc`; elsewhere nothing is observed and
 //! supervisors alone halt their commands).
 
@@ -38,24 +38,6 @@ pub(crate) struct Seen {
     pub(crate) start: u64,
     /// The owner of `/proc/<pid>` (its effective uid).
     pub(crate) uid: u32,
-}
-
-/// State, process group, session and start (field 22) from `/proc/<pid>/stat`, counted from
-/// the last `)` (the command name may hold spaces and parentheses).
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-pub(crate) fn parse_stat(bytes: &[u8]) -> Option<(u8, u32, u32, u64)> {
-    let close = bytes.iter().rposition(|&b| b == b')')?;
-    let rest = std::str::from_utf8(&bytes[close + 1..]).ok()?;
-    let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
-    let state = match fields.first()?.as_bytes() {
-        [one] => *one,
-        _ => return None,
-    };
-    // Fields 3 (state), 5 (pgrp), 6 (session), 22 (start) are 0, 2, 3 and 19 after the name.
-    let pgid = fields.get(2)?.parse().ok()?;
-    let sid = fields.get(3)?.parse().ok()?;
-    let start = fields.get(19)?.parse().ok()?;
-    Some((state, pgid, sid, start))
 }
 
 /// This process, as enforcement must spare it.
@@ -745,12 +727,5 @@ mod tests {
             );
         }
         assert!(!running(None), "a supervisor that is gone");
-    }
-
-    #[test]
-    fn stat_fields() {
-        let line = b"42 (a) b) S 1 42 40 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 98765 1000 10";
-        assert_eq!(parse_stat(line), Some((b'S', 42, 40, 98765)));
-        assert_eq!(parse_stat(b"42 (a) S 1"), None);
     }
 }

@@ -117,16 +117,6 @@ pub fn makeflags(existing: Option<&str>, share: Option<u32>, auth: &str) -> Stri
     words.join(" ")
 }
 
-/// The number of threads of a process from its `/proc/<pid>/stat` (field 20), counted from
-/// the last `)` since the command name may hold spaces and parentheses.
-#[must_use]
-pub fn stat_threads(stat: &[u8]) -> Option<u32> {
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
-    // Field 3 (state) is the first after the name; field 20 is the 18th.
-    rest.split_ascii_whitespace().nth(17)?.parse().ok()
-}
-
 /// What a look for lost tokens remembers for the next one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Remember {
@@ -225,13 +215,6 @@ mod tests {
             ),
             "-j2 --jobserver-auth=7,8"
         );
-    }
-
-    #[test]
-    fn threads_are_field_20_counted_from_the_last_parenthesis() {
-        let stat = b"42 (a) b) S 1 42 40 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 7 0 98765 1000 10";
-        assert_eq!(stat_threads(stat), Some(7));
-        assert_eq!(stat_threads(b"42 (a) S 1"), None);
     }
 
     #[test]

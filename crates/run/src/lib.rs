@@ -74,7 +74,7 @@
 //!   grace, and SIGKILL to whatever outlived the command before it is reaped. Without a
 //!   terminal on stdin the command leads its own process group; with one it stays in the
 //!   foreground group and SIGINT/SIGQUIT are not forwarded (the terminal delivers them).
-//! - `tree.rs`: the process table's pure parts (`parse_stat`, `descendants`), the signalling
+//! - `tree.rs`: the process table's pure parts (`descendants`), the signalling
 //!   of every descendant from one read under one lock (so a pid read as ours is not reaped and
 //!   reused before it is signalled), `kill_descendants` (at most 16 passes), `reap_orphans`.
 //! - `enforce.rs`: STOP's enforcement for `stop-all`: `judge` (pure) decides per recorded

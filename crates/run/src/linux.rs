@@ -1,14 +1,15 @@
 //! What this crate reads of a Linux machine's processes, all from `/proc`: the process table
 //! (for a halt's reach beyond the command's group), how one process looks (for STOP's
-//! enforcement), which processes hold a guard's descriptor, and the subreaper setting. The
-//! parsing is in plain functions of [`crate::tree`] and [`crate::enforce`], tested everywhere;
+//! enforcement), which processes hold a guard's descriptor, and the subreaper setting. A
+//! process's `/proc/<pid>/stat` is parsed by `worklane_identity::proc_stat`, tested everywhere;
 //! `other.rs` has the same signatures for every other platform, where nothing is seen (but
 //! `tree_use`, which only the Linux jobserver asks).
 
-use crate::enforce::{Seen, parse_stat as parse_seen};
-use crate::tree::{Entry, parse_stat};
+use crate::enforce::Seen;
+use crate::tree::Entry;
 use std::collections::{HashMap, HashSet};
 use worklane_guard::FileId;
+use worklane_identity::proc_stat;
 
 /// The process table, or `None` when it cannot be read or does not describe our own pid
 /// namespace (a `/proc` mounted from another namespace would name other processes).
@@ -19,8 +20,12 @@ pub(crate) fn table() -> Option<Vec<Entry>> {
         let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
             continue;
         };
-        if let Some((state, ppid)) = parse_stat(&stat) {
-            table.push(Entry { pid, ppid, state });
+        if let Ok(s) = proc_stat::parse(&stat) {
+            table.push(Entry {
+                pid,
+                ppid: s.ppid,
+                state: s.state,
+            });
         }
     }
     Some(table)
@@ -62,7 +67,13 @@ pub(crate) fn become_subreaper() -> bool {
 /// How a process looks now, `None` when it is gone or cannot be seen.
 pub(crate) fn observe(pid: u32) -> Option<Seen> {
     let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
-    let (state, pgid, sid, start) = parse_seen(&stat)?;
+    let proc_stat::Stat {
+        state,
+        pgid,
+        sid,
+        start,
+        ..
+    } = proc_stat::parse(&stat).ok()?;
     let uid = rustix::fs::stat(format!("/proc/{pid}").as_str())
         .ok()?
         .st_uid;
@@ -135,7 +146,8 @@ pub(crate) fn tree_use(fifo: &std::path::Path) -> (Option<u32>, Option<u32>) {
         }
         let Some(n) = std::fs::read(format!("/proc/{pid}/stat"))
             .ok()
-            .and_then(|s| crate::jobs::stat_threads(&s))
+            .and_then(|s| proc_stat::parse(&s).ok())
+            .map(|s| s.threads)
         else {
             continue;
         };

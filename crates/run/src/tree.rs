@@ -8,7 +8,8 @@
 //! to worklane rather than to init and is still found; worklane reaps such orphans while the
 //! command runs.
 //!
-//! The decisions are plain functions ([`parse_stat`], [`descendants`]) tested everywhere; only
+//! The decisions are plain functions ([`descendants`]; a process's stat line is parsed by
+//! `worklane_identity::proc_stat`) tested everywhere; only
 //! the platform module's `table` reads the machine (Linux `/proc`; elsewhere there is no table
 //! and a halt reaches the command's group or pid only).
 
@@ -19,21 +20,6 @@ pub(crate) struct Entry {
     pub(crate) ppid: u32,
     /// The one-letter state of `/proc/<pid>/stat` (`Z` for a zombie).
     pub(crate) state: u8,
-}
-
-/// The parent pid and state from the contents of `/proc/<pid>/stat`. The command name (field
-/// 2) may hold spaces and parentheses, so fields are counted from its last `)`.
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-pub(crate) fn parse_stat(bytes: &[u8]) -> Option<(u8, u32)> {
-    let close = bytes.iter().rposition(|&b| b == b')')?;
-    let rest = std::str::from_utf8(&bytes[close + 1..]).ok()?;
-    let mut fields = rest.split_ascii_whitespace();
-    let state = fields.next()?;
-    let ppid = fields.next()?.parse().ok()?;
-    match state.as_bytes() {
-        [one] => Some((*one, ppid)),
-        _ => None,
-    }
 }
 
 /// Every descendant of `root` in `table` (children, their children, ...), excluding `root`.
@@ -151,8 +137,7 @@ pub(crate) fn reap_orphans(keep: u32) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::{Entry, descendants, parse_stat};
-    use proptest::prelude::*;
+    use super::{Entry, descendants};
 
     fn entry(pid: u32, ppid: u32) -> Entry {
         Entry {
@@ -160,20 +145,6 @@ mod tests {
             ppid,
             state: b'S',
         }
-    }
-
-    #[test]
-    fn stat_fields_are_counted_from_the_last_parenthesis() {
-        assert_eq!(parse_stat(b"42 (a) b) (c) Z 7 42 42 0 -1"), Some((b'Z', 7)));
-        assert_eq!(parse_stat(b"42 (sh) S 1 42 42"), Some((b'S', 1)));
-        assert_eq!(parse_stat(b"42 (sh) S"), None, "no parent field");
-        assert_eq!(
-            parse_stat(b"42 (sh) S x"),
-            None,
-            "a parent that is no number"
-        );
-        assert_eq!(parse_stat(b"42 sh S 1"), None, "no command name");
-        assert_eq!(parse_stat(b"42 (sh) SS 1"), None, "a state of two letters");
     }
 
     #[test]
@@ -202,14 +173,6 @@ mod tests {
         let mut below = descendants(2, &table);
         below.sort_unstable();
         assert_eq!(below, vec![3, 4], "the root itself is never listed");
-    }
-
-    proptest! {
-        #[test]
-        fn a_command_name_never_moves_the_fields(name in "[ -~\n]{0,32}", ppid in 0u32..1_000_000) {
-            let line = format!("42 ({name}) R {ppid} 42 42 0 -1");
-            prop_assert_eq!(parse_stat(line.as_bytes()), Some((b'R', ppid)));
-        }
     }
 
     #[cfg(target_os = "linux")]
