@@ -4,6 +4,7 @@
 //! epoch file and guard), so a day of enqueues does not leave the slot directory thousands of
 //! files longer for every listing.
 
+use worklane_guard::Guard;
 use worklane_guard::reclaim::{self, Removal};
 use worklane_slotfile::SlotDir;
 
@@ -11,6 +12,26 @@ use worklane_slotfile::SlotDir;
 #[must_use]
 pub fn lane_lock(name: &str) -> String {
     format!("lane-{name}.lock")
+}
+
+/// Takes lane `lane`'s guard if nobody holds it (without waiting), and returns it held: the
+/// lane's work is over. `None` when someone holds it, or when it cannot be looked at (no
+/// valid name, a broken file at the guard's name): then nobody may assume it free.
+#[must_use]
+pub fn take_if_free(dir: &SlotDir, lane: &str) -> Option<Guard> {
+    dir.file(&lane_lock(lane))
+        .ok()
+        .and_then(|path| path.try_guard().ok())
+        .flatten()
+}
+
+/// Whether someone holds lane `lane`'s guard now (a probe that takes it a moment if it is
+/// free). `false` when it cannot be looked at.
+#[must_use]
+pub fn is_held(dir: &SlotDir, lane: &str) -> bool {
+    dir.file(&lane_lock(lane))
+        .ok()
+        .is_some_and(|path| matches!(path.try_guard(), Ok(None)))
 }
 
 /// Whether `name` can name a lane: 1 to 64 ASCII letters, digits, `-`, `_` or `.`, not

@@ -98,3 +98,40 @@ fn retiring_removes_an_own_lanes_files_unless_someone_holds_it() {
     assert_eq!(retire_own_lane(dir, "build").expect("retire"), None);
     assert_eq!(names(&site), before);
 }
+
+/// Whether a lane's work is over is one probe of its guard: held by someone, it is not (and
+/// nothing is taken); free, it is, and the probe hands the guard over held.
+#[test]
+fn a_lane_is_free_only_when_nobody_holds_its_guard() {
+    use worklane_dispatch::lane::{is_held, lane_lock, take_if_free};
+    let _quiet = gate::quiet();
+    let site = Site::new(r#"{"max_agents": 1}"#);
+    let dir = site.pool.dir();
+    assert!(!is_held(dir, "docs"), "a lane never taken");
+    let lease = match worklane_lease::acquire(
+        dir,
+        &lane_lock("docs"),
+        &Request::new("launcher"),
+        &Options::process(),
+    )
+    .expect("acquire")
+    {
+        Acquired::Held(lease) => lease,
+        Acquired::Refused(r) => panic!("free: {r}"),
+    };
+    assert!(is_held(dir, "docs"), "held by the launcher");
+    assert!(take_if_free(dir, "docs").is_none(), "not free while held");
+    drop(lease);
+    assert!(!is_held(dir, "docs"), "free once released");
+    let guard = take_if_free(dir, "docs").expect("free: taken");
+    assert!(
+        is_held(dir, "docs"),
+        "held by the probe's guard while it lives"
+    );
+    drop(guard);
+    assert!(!is_held(dir, "docs"));
+    assert!(
+        !is_held(dir, "../x") && take_if_free(dir, "../x").is_none(),
+        "no valid name"
+    );
+}

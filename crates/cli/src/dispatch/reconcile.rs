@@ -19,11 +19,7 @@ pub(crate) fn reconcile(attempt: &str, as_json: bool) -> Result<ExitCode, Failur
             .flatten()
             .find(|a| a.attempt == attempt)
         {
-            let lane_held = pool
-                .dir()
-                .file(&lane_lock(&row.lane))
-                .ok()
-                .is_some_and(|path| matches!(path.try_guard(), Ok(None)));
+            let lane_held = worklane_dispatch::lane::is_held(pool.dir(), &row.lane);
             if row.state == "running" && !lane_held {
                 // Ended a moment ago: the dispatcher records how at its next look.
                 let text = format!(

@@ -191,14 +191,7 @@ impl Dispatcher {
     /// A running row at recovery: ended if its lane is free (its driver is no child of this
     /// dispatcher, so its status is in its log), else it runs on.
     fn recover_running(&mut self, attempt: &Attempt, now: u64) -> Result<(), Error> {
-        let free = self
-            .pool
-            .dir()
-            .file(&lane_lock(&attempt.lane))
-            .ok()
-            .and_then(|path| path.try_guard().ok())
-            .flatten();
-        let Some(lane) = free else {
+        let Some(lane) = crate::lane::take_if_free(self.pool.dir(), &attempt.lane) else {
             return Ok(());
         };
         let ended = Ended {

@@ -3,7 +3,7 @@
 //! retention.
 
 use super::{Caller, Dispatcher, Error, Exit, StartFailure};
-use crate::lane::{lane_lock, retire_own_lane};
+use crate::lane::retire_own_lane;
 use crate::store::{Attempt, Cancel, Ended, Outcome, State, log_name};
 use crate::wire::{EndedView, Reply};
 use worklane_guard::Guard;
@@ -110,14 +110,7 @@ impl Dispatcher {
                 continue;
             }
             self.probed.insert(attempt.id.clone(), now);
-            let free = self
-                .pool
-                .dir()
-                .file(&lane_lock(&attempt.lane))
-                .ok()
-                .and_then(|path| path.try_guard().ok())
-                .flatten();
-            if let Some(lane) = free {
+            if let Some(lane) = crate::lane::take_if_free(self.pool.dir(), &attempt.lane) {
                 ended.push(self.finish(&attempt, Some(lane))?);
             }
         }
