@@ -2,10 +2,19 @@
 //! short measurement times, and prints one Markdown table of their medians (the "Current" table
 //! at the top of BENCHMARKS.md).
 //!
+//! [`bench()`] builds [`PREREQUISITES`] (the release binaries the benches run), runs [`BENCHES`]
+//! (every bench but `fleet`) with [`WARM_UP_SECS`] and [`MEASUREMENT_SECS`] (or
+//! `--measurement-time SECS`), then turns each `new/estimates.json` under criterion's directory
+//! ([`collect`]) into the table. `--table-only` prints the table of the results already there
+//! without running anything.
+//!
 //! The table is built by [`markdown_table`], a pure function of the benches' `estimates.json`
 //! texts, so that its format is tested without running a bench.
 
+use crate::{USAGE, exit};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
 
 /// The benches `cargo xtask bench` runs: every bench of `worklane-benches` except `fleet`,
 /// which needs an `etcd` binary and `protoc` (it is behind the crate's `fleet` feature, so a
@@ -44,6 +53,106 @@ pub(crate) const PREREQUISITES: &[&[&str]] = &[
 pub(crate) const WARM_UP_SECS: &str = "1";
 /// See [`WARM_UP_SECS`].
 pub(crate) const MEASUREMENT_SECS: &str = "3";
+
+/// `cargo xtask bench`: builds what the benches run ([`PREREQUISITES`]), runs
+/// [`BENCHES`] with short warm-up and measurement times, then prints the Markdown table
+/// of every result criterion holds (`target/criterion`, or `$CARGO_TARGET_DIR/criterion`).
+/// Criterion keeps the results of earlier runs, so a bench left out of this run (`fleet`)
+/// keeps its last row; remove `target/criterion` first for a table of this run alone.
+pub(crate) fn bench(args: &[String]) -> ExitCode {
+    let mut measurement = MEASUREMENT_SECS.to_owned();
+    let mut table_only = false;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--table-only" => table_only = true,
+            "--measurement-time" => match args.next() {
+                Some(secs) if secs.parse::<f64>().is_ok_and(|s| s > 0.0) => {
+                    measurement.clone_from(secs);
+                }
+                other => {
+                    eprintln!(
+                        "xtask bench: --measurement-time takes seconds above 0 (got {other:?})"
+                    );
+                    return ExitCode::from(exit::USAGE);
+                }
+            },
+            other => {
+                eprintln!("xtask bench: unknown argument {other:?}\n{USAGE}");
+                return ExitCode::from(exit::USAGE);
+            }
+        }
+    }
+    let root = crate::workspace_root();
+    if !table_only {
+        let cargo = crate::cargo();
+        let mut runs: Vec<Vec<String>> = PREREQUISITES
+            .iter()
+            .map(|args| args.iter().map(|a| (*a).to_owned()).collect())
+            .collect();
+        let mut run = vec![
+            "bench".to_owned(),
+            "-p".to_owned(),
+            "worklane-benches".to_owned(),
+        ];
+        for name in BENCHES {
+            run.push("--bench".to_owned());
+            run.push((*name).to_owned());
+        }
+        run.extend(
+            [
+                "--",
+                "--warm-up-time",
+                WARM_UP_SECS,
+                "--measurement-time",
+                &measurement,
+            ]
+            .map(str::to_owned),
+        );
+        runs.push(run);
+        for args in runs {
+            eprintln!("==> cargo {}", args.join(" "));
+            #[allow(
+                clippy::disallowed_methods,
+                reason = "not a test: builds and benches run in the foreground, holding no guard"
+            )]
+            // Criterion reports on stdout: that goes to stderr, so that stdout is the table.
+            let ran = std::io::stderr()
+                .as_fd()
+                .try_clone_to_owned()
+                .and_then(|err| {
+                    Command::new(&cargo)
+                        .args(&args)
+                        .current_dir(&root)
+                        .stdout(err)
+                        .status()
+                });
+            match ran {
+                Ok(status) if status.success() => {}
+                Ok(status) => {
+                    eprintln!("xtask bench: cargo {} failed ({status})", args.join(" "));
+                    return ExitCode::FAILURE;
+                }
+                Err(e) => {
+                    eprintln!("xtask bench: cannot run cargo: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+    }
+    let dir = std::env::var_os("CRITERION_HOME")
+        .map_or_else(|| crate::target_dir().join("criterion"), PathBuf::from);
+    match collect(&dir).and_then(|found| markdown_table(&found)) {
+        Ok(table) => {
+            print!("{table}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("xtask bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
 
 /// One bench's result as criterion left it: its id (`group/function[/parameter]`) and the
 /// text of its `new/estimates.json`.

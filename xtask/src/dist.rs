@@ -1,9 +1,11 @@
 //! `cargo xtask dist [DIR]`: the `worklane` binary to install, built for speed of start.
 //!
 //! `worklane run` is started once per command it wraps, so its start is its cost. On
-//! `*-linux-gnu` hosts the binary is built for the host's musl target (`*-linux-musl`),
-//! statically linked and not position-independent, with dlmalloc as its allocator; measured
-//! as whole processes (BENCHMARKS.md), each step matters:
+//! `*-linux-gnu` hosts the binary is built for the host's musl target (`*-linux-musl`,
+//! [`musl_target`]), statically linked and not position-independent (`relocation-model=static`,
+//! [`build_args`]), with dlmalloc as its allocator (the CLI sets it as its global allocator when
+//! built for musl, in `crates/cli/src/main.rs`); measured as whole processes (BENCHMARKS.md),
+//! each step matters:
 //! - glibc, even linked statically, spends its start probing the processor's caches with
 //!   `cpuid`, which a virtual machine traps (a third of a glibc `true`'s time on the machine
 //!   measured); musl's start does not.
@@ -20,12 +22,14 @@
 //!
 //! The build needs the musl target (`rustup target add <arch>-unknown-linux-musl`) and a musl
 //! C compiler for the dispatcher's SQLite (Debian's `musl-tools`); `dist` says which is
-//! missing. worklane makes no name-service lookups (users, groups, hosts), which a static
-//! binary could not make. Other hosts get the host's own build with that profile. The binary
-//! is then run once on a scratch slot directory (`run -n -- true`), so a build that cannot
-//! take a slot and start a command is never handed out; CI also runs the CLI's tests and the
-//! protocol conformance kit against it.
+//! missing ([`missing_for_musl`]). worklane makes no name-service lookups (users, groups,
+//! hosts), which a static binary could not make. Other hosts get the host's own build with that
+//! profile. The binary is then copied into DIR (default `target/dist`) and run once there on a
+//! scratch slot directory (`run -n -- true`, [`smoke`]), so a build that cannot take a slot and
+//! start a command is never handed out; CI also runs the CLI's tests and the protocol
+//! conformance kit against it.
 
+use crate::{USAGE, exit};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
@@ -136,13 +140,16 @@ fn missing_for_musl(musl: &str) -> Vec<String> {
     missing
 }
 
+/// `cargo xtask dist [DIR]`: builds the binary in the workspace at `root`, whose target
+/// directory is `target_dir`, copies it into DIR (default `target_dir/dist`) and checks the
+/// copy with [`smoke`].
 pub(crate) fn dist(args: &[String], target_dir: &Path, root: &Path) -> ExitCode {
     let out = match args {
         [] => target_dir.join("dist"),
         [dir] if !dir.starts_with('-') => PathBuf::from(dir),
         _ => {
-            eprintln!("xtask dist: takes at most one directory\n{}", crate::USAGE);
-            return ExitCode::from(crate::exit::USAGE);
+            eprintln!("xtask dist: takes at most one directory\n{USAGE}");
+            return ExitCode::from(exit::USAGE);
         }
     };
     let Some(host) = host_triple() else {
@@ -159,7 +166,7 @@ pub(crate) fn dist(args: &[String], target_dir: &Path, root: &Path) -> ExitCode 
             return ExitCode::FAILURE;
         }
     }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let cargo = crate::cargo();
     #[allow(
         clippy::disallowed_methods,
         reason = "not a test: builds the binary in the foreground, holding no guard"

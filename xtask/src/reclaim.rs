@@ -4,10 +4,23 @@
 //! The window: STOP or a drain in force, and nothing live: no guard held, no lock record or
 //! role lease that counts as held. Otherwise nothing is touched and the refusal says what is
 //! live. A dry run (the default) says what `--apply` would remove.
+//!
+//! [`run`] resolves the directory like the CLI (`--dir` sets `AGENT_SLOTS_DIR`), refuses unless
+//! STOP or a drain is in force ([`Outcome::NoWindow`], exit 69), then refuses if any
+//! `Pool::snapshot` entry counts as held or any guard (`worklane_guard::reclaim::scan`) is held
+//! ([`Outcome::Live`], exit 75); otherwise it plans (dry run) or applies
+//! `reclaim::remove_guard` for guards whose resource file is absent (re-checked while held) and
+//! `remove_temp_alias` (dry run: `is_stale_temp_alias`) for aliases at least
+//! [`TEMP_MIN_AGE_MS`] old. Its exit codes are the CLI's ([`reclaim_code`], from `exit.rs`,
+//! which a test checks against `crates/cli/src/exit.rs`): 0 done, 69 no window, 75 something
+//! live, 64 usage, 78 any other error (the directory, its config, a file it cannot list, stat
+//! or unlink).
 
 use crate::chain::chain;
+use crate::{USAGE, exit};
 use std::io::Write;
 use std::path::Path;
+use std::process::ExitCode;
 use worklane_admission::{DrainState, Pool};
 use worklane_guard::reclaim::{self, Entry, Removal};
 use worklane_lease::{Clock, SystemClock};
@@ -40,6 +53,47 @@ pub(crate) enum Outcome {
         removed: Vec<String>,
         busy: Vec<String>,
     },
+}
+
+/// `cargo xtask reclaim-guards [--dir DIR] [--apply]`: its arguments read, [`run`] in the
+/// process's environment, the report on stdout and the outcome as an exit code.
+pub(crate) fn reclaim_guards(args: &[String]) -> ExitCode {
+    let mut dir = None;
+    let mut apply = false;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--apply" => apply = true,
+            "--dir" => match args.next() {
+                Some(d) => dir = Some(std::path::PathBuf::from(d)),
+                None => {
+                    eprintln!("xtask reclaim-guards: --dir needs a directory\n{USAGE}");
+                    return ExitCode::from(exit::USAGE);
+                }
+            },
+            other => {
+                eprintln!("xtask reclaim-guards: unknown argument {other:?}\n{USAGE}");
+                return ExitCode::from(exit::USAGE);
+            }
+        }
+    }
+    let env = Environment::from_process();
+    match run(&env, dir.as_deref(), apply, &mut std::io::stdout()) {
+        Ok(outcome) => ExitCode::from(reclaim_code(&outcome)),
+        Err(e) => {
+            eprintln!("xtask reclaim-guards: {e}");
+            ExitCode::from(exit::CONFIG)
+        }
+    }
+}
+
+/// The exit code of a reclaim run: 0 done, 69 no window, 75 something live.
+fn reclaim_code(outcome: &Outcome) -> u8 {
+    match outcome {
+        Outcome::Done { .. } => 0,
+        Outcome::NoWindow(_) => exit::UNAVAILABLE,
+        Outcome::Live(_) => exit::TEMP_FAIL,
+    }
 }
 
 /// Runs the reclaim in `env`'s slot directory, or `dir` when given, writing a report to
@@ -190,7 +244,7 @@ pub(crate) fn run(
 
 #[cfg(test)]
 mod tests {
-    use super::{Outcome, run};
+    use super::{Outcome, reclaim_code, run};
     use crate::chain::{assert_no_part_repeats, chain};
     use std::path::Path;
     use std::time::{Duration, SystemTime};
@@ -510,5 +564,24 @@ mod tests {
         assert!(matches!(outcome, Outcome::Done { .. }), "{said}");
         assert!(said.contains("drain in force"), "{said}");
         assert!(!exists(&site.path(".old.lock.flock")));
+    }
+
+    #[test]
+    fn a_refused_reclaim_exits_with_the_clis_codes() {
+        assert_eq!(
+            reclaim_code(&Outcome::NoWindow(Vec::new())),
+            69,
+            "no window: unavailable, as a STOP or drain is in the CLI"
+        );
+        assert_eq!(
+            reclaim_code(&Outcome::Live(Vec::new())),
+            75,
+            "something live: busy, try again later"
+        );
+        let done = Outcome::Done {
+            removed: Vec::new(),
+            busy: Vec::new(),
+        };
+        assert_eq!(reclaim_code(&done), 0);
     }
 }

@@ -1,0 +1,141 @@
+//! `cargo xtask mutants [--crate NAME]... [--shard K/N] [--iterate] [--list]`: mutation testing
+//! of the library crates (MUTANTS.md).
+//!
+//! It runs `cargo mutants` (installed separately) on each library crate with
+//! `.cargo/mutants.toml` (test helpers excluded), each crate's mutants measured by its own
+//! tests, output under `target/mutants/`.
+
+use crate::{USAGE, exit};
+use std::process::{Command, ExitCode};
+
+/// The crates whose tests mutation testing measures (MUTANTS.md).
+const MUTATED_CRATES: &[&str] = &[
+    "guard",
+    "slotfile",
+    "identity",
+    "lease",
+    "transport",
+    "admission",
+    "dispatch",
+    "budget",
+];
+
+/// `cargo xtask mutants`: runs `cargo mutants` over each crate (all of them, or each
+/// `--crate`), one shard of it with `--shard K/N`, with the exclusions of
+/// `.cargo/mutants.toml` (test helpers). Each crate's mutants are tested by that crate's own
+/// tests; results go to `target/mutants/<crate>[-K-of-N]/mutants.out`. A full run takes hours
+/// on 2 cores: shard it. `--iterate` tests again only what the last run there did not catch
+/// (after new tests, the survivors).
+pub(crate) fn mutants(args: &[String]) -> ExitCode {
+    let mut crates = Vec::new();
+    let mut shard = None;
+    let mut list = false;
+    let mut iterate = false;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--crate" => match args.next() {
+                Some(name) if MUTATED_CRATES.contains(&name.trim_start_matches("worklane-")) => {
+                    crates.push(name.trim_start_matches("worklane-").to_owned());
+                }
+                other => {
+                    eprintln!(
+                        "xtask mutants: --crate takes one of {} (got {other:?})",
+                        MUTATED_CRATES.join(", ")
+                    );
+                    return ExitCode::from(exit::USAGE);
+                }
+            },
+            "--shard" => match args.next() {
+                Some(k_n) if parse_shard(k_n).is_some() => shard = Some(k_n.clone()),
+                other => {
+                    eprintln!("xtask mutants: --shard takes K/N with 0 <= K < N (got {other:?})");
+                    return ExitCode::from(exit::USAGE);
+                }
+            },
+            "--list" => list = true,
+            "--iterate" => iterate = true,
+            other => {
+                eprintln!("xtask mutants: unknown argument {other:?}\n{USAGE}");
+                return ExitCode::from(exit::USAGE);
+            }
+        }
+    }
+    if crates.is_empty() {
+        crates = MUTATED_CRATES.iter().map(|c| (*c).to_owned()).collect();
+    }
+    let cargo = crate::cargo();
+    let mut failed = false;
+    for krate in &crates {
+        let mut cmd = Command::new(&cargo);
+        cmd.args(["mutants", "--package", &format!("worklane-{krate}")]);
+        if list {
+            cmd.arg("--list");
+        } else {
+            let mut name = (*krate).clone();
+            if let Some(shard) = &shard {
+                name.push('-');
+                name.push_str(&shard.replace('/', "-of-"));
+                cmd.args(["--shard", shard]);
+            }
+            let out = crate::workspace_root().join("target/mutants").join(name);
+            if let Err(e) = std::fs::create_dir_all(&out) {
+                eprintln!("xtask mutants: cannot create {}: {e}", out.display());
+                return ExitCode::FAILURE;
+            }
+            cmd.arg("--output").arg(&out);
+            if iterate {
+                cmd.arg("--iterate");
+            }
+        }
+        cmd.current_dir(crate::workspace_root());
+        eprintln!("==> cargo mutants for worklane-{krate}");
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "not a test: cargo mutants runs in the foreground, holding no guard"
+        )]
+        let ran = cmd.status();
+        match ran {
+            // cargo mutants exits 2 when mutants were missed, 3 on timeouts: a result, not a
+            // failure to run.
+            Ok(status) if matches!(status.code(), Some(0 | 2 | 3)) => {}
+            Ok(status) => {
+                eprintln!("xtask mutants: worklane-{krate}: cargo mutants failed ({status})");
+                failed = true;
+            }
+            Err(e) => {
+                eprintln!(
+                    "xtask mutants: cannot run cargo mutants ({e}); install it with \
+                     `cargo install cargo-mutants --locked`"
+                );
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// `Some((k, n))` for `K/N` with `0 <= k < n`.
+fn parse_shard(text: &str) -> Option<(u32, u32)> {
+    let (k, n) = text.split_once('/')?;
+    let (k, n) = (k.parse().ok()?, n.parse().ok()?);
+    (k < n).then_some((k, n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_shard;
+
+    #[test]
+    fn shards_are_k_of_n() {
+        assert_eq!(parse_shard("0/4"), Some((0, 4)));
+        assert_eq!(parse_shard("3/4"), Some((3, 4)));
+        for bad in ["4/4", "1", "a/b", "1/0", "-1/2", ""] {
+            assert_eq!(parse_shard(bad), None, "{bad:?}");
+        }
+    }
+}
