@@ -19,6 +19,7 @@ use std::process::{Command, ExitCode};
 /// The crates that must compile for macOS: every crate that does not link SQLite (the
 /// dispatcher without its `server` feature).
 const MACOS_CRATES: &[&str] = &[
+    "worklane-stdx",
     "worklane-guard",
     "worklane-slotfile",
     "worklane-journal",

@@ -44,9 +44,6 @@
 #![allow(clippy::print_stdout)]
 
 mod bench;
-/// The CLI's error-chain formatter, the same file: both binaries print an error's chain alike.
-#[path = "../../crates/cli/src/chain.rs"]
-mod chain;
 mod ci;
 mod conformance;
 mod dist;

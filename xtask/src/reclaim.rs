@@ -16,7 +16,7 @@
 //! live, 64 usage, 78 any other error (the directory, its config, a file it cannot list, stat
 //! or unlink).
 
-use crate::chain::chain;
+use worklane_stdx::chain;
 use crate::{USAGE, exit};
 use std::io::Write;
 use std::path::Path;
@@ -245,7 +245,7 @@ pub(crate) fn run(
 #[cfg(test)]
 mod tests {
     use super::{Outcome, reclaim_code, run};
-    use crate::chain::{assert_no_part_repeats, chain};
+    use worklane_stdx::{assert_no_part_repeats, chain};
     use std::path::Path;
     use std::time::{Duration, SystemTime};
     use worklane_admission::{Stop, stop};

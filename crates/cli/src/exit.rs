@@ -36,7 +36,7 @@ impl Failure {
 }
 
 /// Errors are rendered with their chain of causes (shared with xtask, see `chain.rs`).
-pub(crate) use crate::chain::chain;
+pub(crate) use worklane_stdx::chain;
 
 impl From<worklane_slotfile::resolved::Error> for Failure {
     fn from(e: worklane_slotfile::resolved::Error) -> Failure {
@@ -160,7 +160,7 @@ impl From<worklane_slotfile::name::Error> for Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chain::assert_no_part_repeats;
+    use worklane_stdx::assert_no_part_repeats;
 
     #[test]
     fn library_errors_map_to_the_documented_codes() {

@@ -54,7 +54,6 @@
 
 mod around;
 mod budget;
-mod chain;
 mod cli;
 mod config;
 #[cfg(feature = "dispatcher")]

@@ -124,10 +124,7 @@ impl std::fmt::Debug for Server<'_> {
     }
 }
 
-/// An error and its causes, `outer: inner: innermost`, for a reply the client shows.
-fn chain(error: &dyn std::error::Error) -> String {
-    crate::service::chain(error)
-}
+use worklane_stdx::chain;
 
 impl<'a> Server<'a> {
     /// A server of `dispatcher` on `listener`, starting each admitted attempt's driver with

@@ -371,17 +371,7 @@ impl Dispatcher {
     }
 }
 
-/// An error and its causes, `outer: inner: innermost`.
-pub(crate) fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+pub(crate) use worklane_stdx::chain;
 
 #[cfg(test)]
 mod tests {

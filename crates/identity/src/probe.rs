@@ -3,7 +3,6 @@
 //! [`probe`] gathers facts from the system; [`decide`] turns them into a [`Verdict`] and is pure
 //! apart from the [`Observe`] seam, so every rule and its order is unit-tested with a fake.
 
-use std::error::Error as StdError;
 use std::io;
 
 use rustix::io::Errno;
@@ -254,17 +253,7 @@ fn unknown(reason: UnknownReason) -> Verdict {
     Verdict::Unknown(reason)
 }
 
-/// An error and its causes, joined by `": "`.
-fn chain(error: &dyn StdError) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+use worklane_stdx::chain;
 
 #[cfg(test)]
 mod tests;

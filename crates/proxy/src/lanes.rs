@@ -408,14 +408,4 @@ fn release(ctx: &Ctx, key: &CredentialKey, reservation: &str) {
     }
 }
 
-/// An error and its causes, `: `-separated.
-pub(crate) fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+pub(crate) use worklane_stdx::chain;

@@ -296,17 +296,7 @@ impl Pulse {
     }
 }
 
-/// An error with its causes, as one line.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(e) = cause {
-        text.push_str(": ");
-        text.push_str(&e.to_string());
-        cause = e.source();
-    }
-    text
-}
+use worklane_stdx::chain;
 
 /// The built-in watch of a [`Supervisor`]: the record names the command, STOP halts it, a role
 /// lease is pulsed, and the caller's own watch is asked last.

@@ -495,17 +495,7 @@ impl Pool {
     }
 }
 
-/// An error with its causes, as one line.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(e) = cause {
-        text.push_str(": ");
-        text.push_str(&e.to_string());
-        cause = e.source();
-    }
-    text
-}
+use worklane_stdx::chain;
 
 /// Whether a guard error means a stray file sits where the guard belongs (a directory, FIFO,
 /// symbolic link or non-empty file), which no process following the protocol can hold.

@@ -98,7 +98,7 @@ impl Raw {
             Ok(attempt) => attempt,
             Err(damage) => Attempt {
                 state: State::Failed,
-                last_error: Some(crate::service::chain(&damage)),
+                last_error: Some(worklane_stdx::chain(&damage)),
                 enqueuer: uid.zip(gid).map(|(uid, gid)| Enqueuer {
                     uid,
                     gid,

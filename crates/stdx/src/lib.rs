@@ -1,12 +1,24 @@
-//! An error with its chain of causes, as both binaries print it: `outer: inner: innermost`.
+//! The small helpers every crate of worklane shares, written once at the bottom of its graph
+//! (no dependency of its own), as rust-analyzer's `stdx` is.
 //!
-//! One formatter for the `worklane` CLI and for `cargo xtask` (which includes this file with
-//! `#[path]`: it is no library's API, so no library exports it for a sibling). Each library
-//! error says only what its own layer was doing and leaves its cause to `source()`, so every
-//! part is shown as it is, once, and nothing is deduplicated by searching the text.
+//! - [`chain`]: an error with its chain of causes, `outer: inner: innermost`, as every
+//!   worklane message shows one; [`assert_no_part_repeats`] checks, in a test, that no part of
+//!   a chain would be shown twice.
+//!
+//! Each library error of worklane says only what its own layer was doing and leaves its cause
+//! to `source()`, so every part is shown as it is, once, and nothing is deduplicated by
+//! searching the text.
+//!
+//! # Example
+//!
+//! ```
+//! let error = std::io::Error::new(std::io::ErrorKind::Other, "disk full");
+//! assert_eq!(worklane_stdx::chain(&error), "disk full");
+//! ```
 
 /// Renders `error` and each of its sources in turn, joined by `": "`.
-pub(crate) fn chain(error: &dyn std::error::Error) -> String {
+#[must_use]
+pub fn chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
@@ -17,10 +29,13 @@ pub(crate) fn chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-/// Fails when a message of `error`'s chain holds its cause's text: the part would be shown
-/// twice by [`chain`].
-#[cfg(test)]
-pub(crate) fn assert_no_part_repeats(error: &dyn std::error::Error) {
+/// Panics when a message of `error`'s chain holds its cause's text, which [`chain`] would
+/// show twice: for tests of error types.
+///
+/// # Panics
+///
+/// When a part of the chain repeats its cause.
+pub fn assert_no_part_repeats(error: &dyn std::error::Error) {
     let mut current = error;
     while let Some(cause) = current.source() {
         let (outer, inner) = (current.to_string(), cause.to_string());
