@@ -73,12 +73,12 @@
 //! admission reaches it only through lease; the CLI prints the reasons' `Display` text (the
 //! `reason` column of `worklane slots`).
 //!
-//! Linux code is in `linux.rs` and Darwin code in `macos.rs`, with the same signatures
+//! Linux code is in `sys/linux.rs` and Darwin code in `sys/macos.rs`, with the same signatures
 //! (`read_place`, `snapshot`). The parsers (`proc_stat`, `ps`, `uuid`) and the decision
 //! (`probe::decide`, behind the `Observe` seam) are pure and tested on every platform; a parser's
 //! `Malformed` (the part that was wrong) is the typed source of `process::Error::Malformed` and
 //! `place::Error::MalformedBootId`, which name the file or program read. Other
-//! platforms compile `other.rs`, whose `read_place` and `snapshot` fail with
+//! platforms compile `sys/other.rs`, whose `read_place` and `snapshot` fail with
 //! `place::Error::Unsupported` and `process::Error::Unsupported` (naming the platform), so every
 //! probe there is `Unknown` (`PlaceUnavailable`) and nothing is ever judged gone.
 
@@ -95,20 +95,7 @@ mod record;
 mod uuid;
 mod verdict;
 
-#[cfg(target_os = "linux")]
-mod linux;
-#[cfg(target_os = "linux")]
-use linux as sys;
-
-#[cfg(target_os = "macos")]
-mod macos;
-#[cfg(target_os = "macos")]
-use macos as sys;
-
-#[cfg(not(any(target_os = "linux", target_os = "macos")))]
-mod other;
-#[cfg(not(any(target_os = "linux", target_os = "macos")))]
-use other as sys;
+mod sys;
 
 pub use crate::parse::Malformed;
 pub use crate::place::Place;

@@ -63,7 +63,7 @@
 //!
 //! (How this crate is built, for contributors; the workspace map is ARCHITECTURE.md.)
 //!
-//! - `hold.rs`: [`Supervisor`], the slot's or role lease's watch (`Held`: the record's
+//! - `supervisor.rs`: [`Supervisor`], the slot's or role lease's watch (`Held`: the record's
 //!   `commandProcess` fields, STOP, the role's pulse every TTL/20 measured on the boot clock,
 //!   the caller's watch last), [`MIN_TTL`] and [`lease_grace`].
 //! - `supervise.rs`: the loop. One thread sleeps in poll(2) on a socket the signal handlers
@@ -83,7 +83,7 @@
 //!   namespace, makes anything be signalled, and only processes of the record's writer that
 //!   are the one named (start identity) or hold the slot's guard, never pid 1, us, our group
 //!   or session leader. Signals go through a pidfd (Linux) rechecked for the start identity.
-//! - `linux.rs` / `other.rs`: everything read from `/proc` (the table, one process's stat
+//! - `platform/linux.rs` / `platform/other.rs`: everything read from `/proc` (the table, one process's stat
 //!   and owner, the holders of a guard's descriptor, the subreaper setting); same signatures,
 //!   nothing seen off Linux.
 //! - `search.rs`: the paths execvp(3) tries, as glibc's does (a pure function).
@@ -114,91 +114,24 @@
 #[cfg(feature = "dispatcher")]
 pub mod driver;
 pub mod enforce;
-mod hold;
 pub mod jobs;
 #[cfg(target_os = "linux")]
 pub mod jobserver;
 mod search;
 mod signals;
+mod start_jobs;
 pub mod supervise;
+mod supervisor;
 mod sys;
 mod tree;
 
-#[cfg(target_os = "linux")]
-#[path = "linux.rs"]
-mod platform;
-#[cfg(not(target_os = "linux"))]
-#[path = "other.rs"]
 mod platform;
 
-pub use hold::{MIN_TTL, Supervisor, lease_grace};
 pub use jobs::{Jobs, Style};
+pub use signals::signal_name;
+pub use supervisor::{MIN_TTL, Supervisor, lease_grace};
 
-/// A signal's name as the journal says it (`SIGTERM`), or `signal N` for one without a name
-/// here.
-#[must_use]
-pub fn signal_name(signal: i32) -> String {
-    use rustix::process::Signal;
-    [
-        (Signal::HUP, "SIGHUP"),
-        (Signal::INT, "SIGINT"),
-        (Signal::QUIT, "SIGQUIT"),
-        (Signal::ABORT, "SIGABRT"),
-        (Signal::KILL, "SIGKILL"),
-        (Signal::USR1, "SIGUSR1"),
-        (Signal::USR2, "SIGUSR2"),
-        (Signal::PIPE, "SIGPIPE"),
-        (Signal::ALARM, "SIGALRM"),
-        (Signal::TERM, "SIGTERM"),
-    ]
-    .iter()
-    .find(|(s, _)| s.as_raw() == signal)
-    .map_or_else(
-        || format!("signal {signal}"),
-        |(_, name)| (*name).to_owned(),
-    )
-}
 pub use supervise::{CHECK_EVERY, GRACE, Outcome, Started, Watch, describe};
-
-/// A jobserver for the build under supervision (Linux: inotify watches its FIFO).
-#[cfg(target_os = "linux")]
-fn start_jobserver(
-    pool: &worklane_admission::Pool,
-    request: &worklane_lease::Request,
-    share: u32,
-    style: Style,
-) -> Result<jobserver::Jobserver, supervise::Error> {
-    jobserver::Jobserver::start(pool, request, share, style)
-}
-
-/// No jobserver off Linux.
-#[cfg(not(target_os = "linux"))]
-fn start_jobserver(
-    _pool: &worklane_admission::Pool,
-    _request: &worklane_lease::Request,
-    _share: u32,
-    _style: Style,
-) -> Result<NoJobserver, supervise::Error> {
-    Err(supervise::Error::Jobserver {
-        what: "a jobserver backed by the machine's job slots needs Linux (inotify)",
-        source: std::io::Error::from(std::io::ErrorKind::Unsupported),
-    })
-}
-
-/// What `start_jobserver` would give off Linux (it never does).
-#[cfg(not(target_os = "linux"))]
-struct NoJobserver;
-
-#[cfg(not(target_os = "linux"))]
-impl NoJobserver {
-    fn env(&self) -> &[(&'static str, std::ffi::OsString)] {
-        &[]
-    }
-    fn inherit(&mut self) -> Vec<std::os::fd::OwnedFd> {
-        Vec::new()
-    }
-    fn end(self) {}
-}
 
 /// This process's own signals, descriptors and detached starts: what a supervisor, a
 /// dispatcher or a detached runner needs of the process it runs in.

@@ -24,3 +24,28 @@ pub fn signal_pid(pid: u32, signal: rustix::process::Signal) -> std::io::Result<
         .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
     rustix::process::kill_process(pid, signal).map_err(Into::into)
 }
+
+/// A signal's name as the journal says it (`SIGTERM`), or `signal N` for one without a name
+/// here.
+#[must_use]
+pub fn signal_name(signal: i32) -> String {
+    use rustix::process::Signal;
+    [
+        (Signal::HUP, "SIGHUP"),
+        (Signal::INT, "SIGINT"),
+        (Signal::QUIT, "SIGQUIT"),
+        (Signal::ABORT, "SIGABRT"),
+        (Signal::KILL, "SIGKILL"),
+        (Signal::USR1, "SIGUSR1"),
+        (Signal::USR2, "SIGUSR2"),
+        (Signal::PIPE, "SIGPIPE"),
+        (Signal::ALARM, "SIGALRM"),
+        (Signal::TERM, "SIGTERM"),
+    ]
+    .iter()
+    .find(|(s, _)| s.as_raw() == signal)
+    .map_or_else(
+        || format!("signal {signal}"),
+        |(_, name)| (*name).to_owned(),
+    )
+}

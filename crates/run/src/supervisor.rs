@@ -163,7 +163,7 @@ impl<'a> Supervisor<'a> {
             if let Some(guard) = implicit.lease().guard() {
                 inherit.push(supervise::inheritable(guard)?);
             }
-            let mut server = crate::start_jobserver(pool, &request, share, jobs.style)?;
+            let mut server = crate::start_jobs::start_jobserver(pool, &request, share, jobs.style)?;
             inherit.extend(server.inherit());
             for (name, value) in server.env() {
                 env.retain(|(set, _)| set != name);
