@@ -72,12 +72,12 @@ impl Gated for Command {
 
 /// Starts `command` through the gate (see the module documentation).
 fn spawn(command: &mut Command) -> io::Result<std::process::Child> {
-    crate::storm::start_if_asked();
+    crate::storm::start_if_asked(spawn_unstormed);
     spawn_unstormed(command)
 }
 
 /// [`spawn`] without starting the storm: the storm's own starts.
-pub(crate) fn spawn_unstormed(command: &mut Command) -> io::Result<std::process::Child> {
+fn spawn_unstormed(command: &mut Command) -> io::Result<std::process::Child> {
     let _starting: Option<RwLockReadGuard<'static, ()>> = if QUIET_HERE.get() {
         None
     } else {
@@ -108,7 +108,7 @@ pub struct Quiet {
 /// flight, then holds off every other thread's start. Keep the section short and never wait
 /// in it for another thread of the process.
 pub fn quiet() -> Quiet {
-    crate::storm::start_if_asked();
+    crate::storm::start_if_asked(spawn_unstormed);
     if QUIET_HERE.get() {
         return Quiet { write: None };
     }

@@ -17,8 +17,13 @@ use std::time::Duration;
 /// The variable that asks for a storm, in milliseconds of linger per child.
 const STORM_VAR: &str = "WORKLANE_TEST_FORK_STORM";
 
-/// Starts the storm threads once, if the environment asks for them.
-pub(crate) fn start_if_asked() {
+/// How the storm starts a child: the gate's own start, without starting a storm again (passed
+/// in by the gate, so that this file needs nothing of it).
+pub(crate) type Start = fn(&mut Command) -> std::io::Result<std::process::Child>;
+
+/// Starts the storm threads once, if the environment asks for them, each starting its
+/// children with `start`.
+pub(crate) fn start_if_asked(start: Start) {
     static STARTED: Once = Once::new();
     STARTED.call_once(|| {
         let Some((linger, threads)) = std::env::var(STORM_VAR).ok().and_then(|v| parse(&v)) else {
@@ -37,7 +42,7 @@ pub(crate) fn start_if_asked() {
                             .stdout(Stdio::null())
                             .stderr(Stdio::null());
                         lingering(&mut command, linger);
-                        if let Ok(mut child) = crate::gate::spawn_unstormed(&mut command) {
+                        if let Ok(mut child) = start(&mut command) {
                             let _ = child.wait();
                         }
                         let _ = running.send(());
