@@ -45,6 +45,8 @@
 
 mod bench;
 mod ci;
+#[cfg(test)]
+mod circles;
 mod conformance;
 mod dist;
 mod exit;

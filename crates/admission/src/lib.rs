@@ -152,6 +152,7 @@
 
 pub mod drain;
 pub mod line;
+mod names;
 mod pool;
 mod problems;
 pub mod share;

@@ -30,10 +30,8 @@ use worklane_journal::{Event, Journal};
 use worklane_lease::{Clock, Lease, Options, Request, SystemClock};
 use worklane_slotfile::{Config, Environment, Located, Locations, Resolved, SlotDir};
 
-/// The lock held while counting and taking slots.
-pub const SLOTS_LOCK: &str = "slots.lock";
-/// The full-run lock.
-pub const FULL_RUN_LOCK: &str = "full-run.lock";
+pub use crate::names::{FULL_RUN_LOCK, SLOTS_LOCK, slot_index};
+pub(crate) use crate::names::{file_in, replace_over_empty_dir};
 
 /// What kind of slot to take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -409,51 +407,6 @@ impl Pool {
             })?;
         Ok(Slot::new(kind, lease, units, share_owner, &self.journal))
     }
-}
-
-/// Replaces `file` with `bytes` (see `SlotPath::replace`); when that fails because an empty
-/// directory sits at its name (an operator's `mkdir STOP`), the directory is removed and the
-/// replace tried once more. The first error stands otherwise.
-pub(crate) fn replace_over_empty_dir(
-    file: &worklane_slotfile::SlotPath,
-    bytes: &[u8],
-    mode: u32,
-) -> Result<(), worklane_slotfile::write::Error> {
-    match file.replace(bytes, mode) {
-        Ok(()) => Ok(()),
-        Err(first) => {
-            let is_dir = first.source.kind() == std::io::ErrorKind::IsADirectory;
-            if is_dir && matches!(file.remove_entry(), Ok(true)) {
-                file.replace(bytes, mode)
-            } else {
-                Err(first)
-            }
-        }
-    }
-}
-
-/// The file `name` in `dir`.
-pub(crate) fn file_in(dir: &SlotDir, name: &str) -> Result<worklane_slotfile::SlotPath, Error> {
-    dir.file(name).map_err(|source| Error::Name {
-        name: name.to_owned(),
-        source,
-    })
-}
-
-/// `Some(i)` when `name` is `<prefix>-<i>.lock` with `i` a plain decimal number.
-#[must_use]
-pub fn slot_index(prefix: &str, name: &str) -> Option<u32> {
-    let digits = name
-        .strip_prefix(prefix)?
-        .strip_prefix('-')?
-        .strip_suffix(".lock")?;
-    if digits.is_empty() || (digits.len() > 1 && digits.starts_with('0')) {
-        return None;
-    }
-    if !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
 }
 
 #[cfg(test)]

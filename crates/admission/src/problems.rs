@@ -2,7 +2,7 @@
 //! that fixes it. Reported by `worklane slots` and `worklane why`; none of them stops every
 //! take (PROTOCOL.md says how each is skipped or counted).
 
-use crate::pool::{FULL_RUN_LOCK, SLOTS_LOCK, slot_index};
+use crate::names::{FULL_RUN_LOCK, SLOTS_LOCK, slot_index};
 use worklane_guard::reclaim::{self, Entry};
 use worklane_lease::Record;
 use worklane_slotfile::{Hidden, SlotDir, TEMP_MIN_AGE_MS, is_temp_name};

@@ -44,7 +44,7 @@ fn or_unknown(s: &str) -> &str {
 /// Reads STOP: `Ok(None)` when there is none. A STOP that is not valid JSON is reported with
 /// its reason saying so; it is in force all the same.
 pub fn read(dir: &SlotDir) -> Result<Option<Stop>, crate::Error> {
-    let file = crate::pool::file_in(dir, STOP_FILE)?;
+    let file = crate::names::file_in(dir, STOP_FILE)?;
     Ok(match file.read() {
         Ok(None) => None,
         Ok(Some(raw)) => Some(serde_json::from_slice(&raw).unwrap_or_else(|e| Stop {
@@ -67,8 +67,8 @@ pub fn read(dir: &SlotDir) -> Result<Option<Stop>, crate::Error> {
 pub fn write(dir: &SlotDir, stop: &Stop) -> Result<(), crate::Error> {
     let mut bytes = serde_json::to_vec(stop).unwrap_or_default();
     bytes.push(b'\n');
-    let file = crate::pool::file_in(dir, STOP_FILE)?;
-    crate::pool::replace_over_empty_dir(&file, &bytes, SHARED_MODE).map_err(|source| {
+    let file = crate::names::file_in(dir, STOP_FILE)?;
+    crate::names::replace_over_empty_dir(&file, &bytes, SHARED_MODE).map_err(|source| {
         crate::Error::WriteStop {
             dir: dir.path().to_owned(),
             source,
@@ -86,7 +86,7 @@ pub fn write(dir: &SlotDir, stop: &Stop) -> Result<(), crate::Error> {
 pub fn remove(dir: &SlotDir) -> Result<bool, crate::Error> {
     // What is lifted, for the journal: read before it goes.
     let lifted = read(dir).ok().flatten();
-    let removed = crate::pool::file_in(dir, STOP_FILE)?
+    let removed = crate::names::file_in(dir, STOP_FILE)?
         .remove_entry()
         .map_err(|source| crate::Error::RemoveStop {
             dir: dir.path().to_owned(),
