@@ -16,7 +16,6 @@
 //! live, 64 usage, 78 any other error (the directory, its config, a file it cannot list, stat
 //! or unlink).
 
-use worklane_stdx::chain;
 use crate::{USAGE, exit};
 use std::io::Write;
 use std::path::Path;
@@ -25,6 +24,7 @@ use worklane_admission::{DrainState, Pool};
 use worklane_guard::reclaim::{self, Entry, Removal};
 use worklane_lease::{Clock, SystemClock};
 use worklane_slotfile::{Environment, SlotDir};
+use worklane_stdx::chain;
 
 /// A temp alias younger than this may belong to a publisher at work: left alone.
 pub(crate) const TEMP_MIN_AGE_MS: u64 = 60_000;
@@ -245,12 +245,12 @@ pub(crate) fn run(
 #[cfg(test)]
 mod tests {
     use super::{Outcome, reclaim_code, run};
-    use worklane_stdx::{assert_no_part_repeats, chain};
     use std::path::Path;
     use std::time::{Duration, SystemTime};
     use worklane_admission::{Stop, stop};
     use worklane_lease::{Acquired, Clock, Options, Request, acquire};
     use worklane_slotfile::{Environment, SlotDir};
+    use worklane_stdx::{assert_no_part_repeats, chain};
     use worklane_testkit::{Gated, gate};
 
     // Tests run on several threads, and a child being started by one holds copies of every

@@ -1,17 +1,25 @@
 //! The ledger: takes and observations against the state files in the slot directory, each
 //! under the budget's lock, with the robustness rules of the design: the ledger never stops a
 //! call because of its own trouble (a busy lock, an unwritable file), only because the budget
-//! is spent or paused.
+//! is spent or paused. Every change goes through one sequence, `Ledger::with_state`: lock,
+//! read, change, replace, release.
 
 use crate::key::CredentialKey;
 use crate::observe::Observation;
-use crate::state::{Decision, State, WaitWhy};
-use std::sync::{Arc, Mutex};
+use crate::state::{Decision, State, WaitWhy, Window};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use worklane_lease::{
-    Acquired, Clock, Lease, Options, Refusal, Request, SystemClock, acquire, rfc3339_ms,
-};
+use worklane_lease::{Acquired, Clock, Lease, Options, Request, SystemClock, acquire, rfc3339_ms};
 use worklane_slotfile::{SHARED_MODE, SlotDir, SlotPath};
+
+mod health;
+mod model;
+mod outcome;
+mod sweep;
+
+pub use health::{CredentialView, Health, ResourceView, StateProblem, UnshownState};
+pub use model::Need;
+pub use outcome::{Grant, Observed, Peek, Refused, Trouble};
 
 /// How long a take waits for calls to be left or a pause to end before it fails: 10 s.
 pub const MAX_WAIT_MS: u64 = 10_000;
@@ -46,196 +54,78 @@ impl Sleep for RealSleep {
     }
 }
 
-/// A call may go.
-#[derive(Debug)]
-pub struct Grant {
-    /// Whether a unit was taken from a known window.
-    pub counted: bool,
-    /// Calls left in the resource's window after this one, when known.
-    pub left: Option<u64>,
-    /// Why the call goes without being accounted, when the ledger could not do its part (its
-    /// lock busy for 0.5 s, its state unreadable or not writable). The call goes all the same;
-    /// the caller should say so where a person sees it.
-    pub unaccounted: Option<Trouble>,
-    /// A model provider's take: the reservation its response's observation (or its release,
-    /// if the call ends without one) names.
-    pub reservation: Option<String>,
-}
-
-/// Why the ledger could not do its part for one take or observation: the call goes all the
-/// same (a take, with [`Grant::unaccounted`]), or the response is not recorded (an
-/// observation, [`Observed::Skipped`]).
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Trouble {
-    /// The budget's lock stayed busy: for [`LOCK_PATIENCE_MS`] (a take) or at its one try (an
-    /// observation).
-    #[error("the budget lock {lock} stayed busy for {waited_ms} ms: {refusal}")]
-    LockBusy {
-        /// The lock's file name.
-        lock: String,
-        /// How long the ledger tried.
-        waited_ms: u64,
-        /// The lease layer's refusal at the last try: the holder's record as it was read (pid,
-        /// host, owner, since when), and why it counts as live (boxed: a large value).
-        refusal: Box<Refusal>,
-    },
-    /// The budget's lock could not be taken at all.
-    #[error("cannot take the budget lock {lock}")]
-    Lock {
-        /// The lock's file name.
-        lock: String,
-        /// Why (boxed: a large cause).
-        #[source]
-        source: Box<worklane_lease::acquire::Error>,
-    },
-    /// The state file exists but this process cannot read it (permissions, an I/O error). It
-    /// is left exactly as it is: a process that could not read the counts never replaces them.
-    #[error(
-        "the budget state exists but this process cannot read it; it was left as it is: give \
-         it the slot directory's group and mode 0660, or run as a member of that group"
-    )]
-    StateUnreadable {
-        /// The read error.
-        #[source]
-        source: worklane_slotfile::read::Error,
-    },
-    /// The state could not be written.
-    #[error("cannot record the {what}")]
-    NotWritten {
-        /// `call` (a take) or `response` (an observation).
-        what: &'static str,
-        /// The write error.
-        #[source]
-        source: worklane_slotfile::write::Error,
-    },
-    /// The credential's state file name is refused by the slot directory.
-    #[error("cannot name the budget state {name}")]
-    Name {
-        /// The name.
-        name: String,
-        /// Why.
-        #[source]
-        source: worklane_slotfile::name::Error,
-    },
-}
-
-/// A call must not be made: the budget is spent or paused, and stayed so for 10 s. Both are
-/// the provider's own kinds of error, status 429.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum Refused {
-    /// The resource's window has no calls left.
-    #[error(
-        "rate_limited (429): no {resource} calls are left for this credential until {} \
-         (waited {waited_ms} ms); the call was not made: retry after the reset",
-        rfc3339_ms(*.reset_at)
-    )]
-    RateLimited {
-        /// The resource.
-        resource: String,
-        /// When its window resets (ms since the Unix epoch).
-        reset_at: u64,
-        /// How long the take waited.
-        waited_ms: u64,
-    },
-    /// A secondary limit paused every call on this credential.
-    #[error(
-        "secondary_rate_limited (429): every call on this credential is paused until {} \
-         after a secondary rate limit (waited {waited_ms} ms); the call was not made: retry \
-         after the pause",
-        rfc3339_ms(*.until)
-    )]
-    SecondaryRateLimited {
-        /// When the pause ends (ms since the Unix epoch).
-        until: u64,
-        /// How long the take waited.
-        waited_ms: u64,
-    },
-}
-
-impl Refused {
-    /// The provider's error kind: `rate_limited` or `secondary_rate_limited`.
-    #[must_use]
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Refused::RateLimited { .. } => "rate_limited",
-            Refused::SecondaryRateLimited { .. } => "secondary_rate_limited",
-        }
-    }
-
-    /// The HTTP status the refusal stands for: 429.
-    #[must_use]
-    pub fn status(&self) -> u16 {
-        429
-    }
-}
-
-/// What became of an observation.
-#[derive(Debug)]
-pub enum Observed {
-    /// The state now reflects it.
-    Recorded,
-    /// Not recorded: the lock was busy (an observation tries it once and never waits), the
-    /// state exists but could not be read (it is left as it is), or it could not be written.
-    /// Nothing else follows from it.
-    Skipped(Trouble),
-}
-
-/// What [`Ledger::peek`] found.
-#[derive(Debug)]
-pub enum Peek {
-    /// A take would go now; `left` calls in the resource's window, when known.
-    Go {
-        /// Calls left, when the window is known.
-        left: Option<u64>,
-    },
-    /// A take would wait until `until` (ms), for `why`, and fail if that is over 10 s away.
-    Wait {
-        /// When the wait would end.
-        until: u64,
-        /// Spent window or pause.
-        why: WaitWhy,
-    },
-    /// The state exists but cannot be read by this process: a take would go, unaccounted
-    /// ([`Trouble::StateUnreadable`]).
-    Unaccounted(Trouble),
-}
-
 /// One step of a take, under the lock.
 enum Attempt {
     Go(Grant),
     Wait { until: u64, why: WaitWhy },
 }
 
-mod model;
+/// What a change made under the budget's lock asks of the state file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Save {
+    /// Replace it with the changed state.
+    Replace,
+    /// Leave it as it is (nothing changed that must be kept).
+    Leave,
+}
 
-pub use model::Need;
+/// A change made under the budget's lock ([`Ledger::with_state`]): what it decided, and how
+/// the write it asked for went (`Ok` also when it asked for none).
+struct Changed<T> {
+    value: T,
+    written: Result<(), Trouble>,
+}
 
-/// A new reservation's id: 16 random lowercase hex digits (`/dev/urandom`; without it, the
-/// time, the pid and a counter, mixed).
-pub(crate) fn reservation_id() -> String {
-    use std::io::Read;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut bytes = [0u8; 8];
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .is_err()
-    {
-        let mut x = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
-            ^ (u64::from(std::process::id()) << 32)
-            ^ COUNTER
-                .fetch_add(1, Ordering::Relaxed)
-                .wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        x ^= x >> 33;
-        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        x ^= x >> 33;
-        bytes = x.to_le_bytes();
+/// A grant for a call that goes unaccounted, because the ledger could not do its part.
+fn unaccounted(trouble: Trouble) -> Grant {
+    Grant {
+        counted: false,
+        left: None,
+        unaccounted: Some(trouble),
+        reservation: None,
     }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The step of a take under the lock ([`Ledger::with_state`]): the decision made there, with
+/// the calls left (when the take was counted against a known window) and the reservation
+/// that names it, if any. A take that could not be recorded goes, unaccounted.
+fn attempt_of(
+    changed: Result<Changed<(Decision, Option<u64>)>, Trouble>,
+    reservation: Option<&str>,
+) -> Attempt {
+    match changed {
+        Err(trouble) => Attempt::Go(unaccounted(trouble)),
+        Ok(Changed {
+            value: (Decision::Wait { until, why }, _),
+            ..
+        }) => Attempt::Wait { until, why },
+        Ok(Changed {
+            value: (Decision::Go { counted }, left),
+            written: Ok(()),
+        }) => Attempt::Go(Grant {
+            counted,
+            left,
+            unaccounted: None,
+            reservation: reservation.filter(|_| counted).map(str::to_owned),
+        }),
+        Ok(Changed {
+            value: (Decision::Go { .. }, left),
+            written: Err(trouble),
+        }) => Attempt::Go(Grant {
+            counted: false,
+            left,
+            unaccounted: Some(trouble),
+            reservation: None,
+        }),
+    }
+}
+
+/// What became of an observation or a release made under the lock.
+fn observed(changed: Result<Changed<()>, Trouble>) -> Observed {
+    match changed.and_then(|changed| changed.written) {
+        Ok(()) => Observed::Recorded,
+        Err(trouble) => Observed::Skipped(trouble),
+    }
 }
 
 /// The budget ledger of one slot directory.
@@ -245,9 +135,6 @@ pub struct Ledger {
     sleep: Arc<dyn Sleep>,
     owner: String,
 }
-
-/// When this process last swept for stale state files (whichever ledger did it).
-static LAST_SWEEP: Mutex<Option<u64>> = Mutex::new(None);
 
 impl std::fmt::Debug for Ledger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -401,116 +288,79 @@ impl Ledger {
     }
 
     fn attempt(&self, key: &CredentialKey, resource: &str, consumer: &str) -> Attempt {
-        let lease = match self.lock(&key.lock_name(), LOCK_PATIENCE_MS) {
-            Ok(lease) => lease,
-            Err(why) => {
-                return Attempt::Go(Grant {
-                    counted: false,
-                    left: None,
-                    unaccounted: Some(why),
-                    reservation: None,
-                });
+        let changed = self.with_state("github", key, LOCK_PATIENCE_MS, "call", |state, now| {
+            let decision = state.decide(resource, consumer, now);
+            if decision == (Decision::Go { counted: true }) {
+                let left = state.window(resource, now).map(Window::left);
+                ((decision, left), Save::Replace)
+            } else {
+                ((decision, None), Save::Leave)
             }
-        };
-        let unaccounted = |trouble| {
-            Attempt::Go(Grant {
-                counted: false,
-                left: None,
-                unaccounted: Some(trouble),
-                reservation: None,
-            })
-        };
-        let path = match self.dir.file(&key.state_name()) {
-            Ok(path) => path,
-            Err(e) => {
-                let _ = lease.release();
-                return unaccounted(Trouble::Name {
-                    name: key.state_name(),
-                    source: e,
-                });
-            }
-        };
-        let now = self.clock.now_ms();
-        let mut state = match read_state(&path) {
-            Ok(state) => state,
-            Err(trouble) => {
-                let _ = lease.release();
-                return unaccounted(trouble);
-            }
-        };
-        let attempt = match state.decide(resource, consumer, now) {
-            Decision::Wait { until, why } => Attempt::Wait { until, why },
-            Decision::Go { counted: false } => Attempt::Go(Grant {
-                counted: false,
-                left: None,
-                unaccounted: None,
-                reservation: None,
-            }),
-            Decision::Go { counted: true } => {
-                let left = state.window(resource, now).map(crate::state::Window::left);
-                match path.replace(&state.to_bytes(now), SHARED_MODE) {
-                    Ok(()) => Attempt::Go(Grant {
-                        counted: true,
-                        left,
-                        unaccounted: None,
-                        reservation: None,
-                    }),
-                    Err(e) => Attempt::Go(Grant {
-                        counted: false,
-                        left,
-                        unaccounted: Some(Trouble::NotWritten {
-                            what: "call",
-                            source: e,
-                        }),
-                        reservation: None,
-                    }),
-                }
-            }
-        };
-        let _ = lease.release();
-        attempt
+        });
+        attempt_of(changed, None)
     }
 
     /// Records what a response said. Tries the lock once and never waits.
     pub fn observe(&self, key: &CredentialKey, observation: &Observation) -> Observed {
-        let lease = match self.lock(&key.lock_name(), 0) {
-            Ok(lease) => lease,
-            Err(why) => return Observed::Skipped(why),
-        };
-        let path = match self.dir.file(&key.state_name()) {
-            Ok(path) => path,
-            Err(e) => {
-                let _ = lease.release();
-                return Observed::Skipped(Trouble::Name {
-                    name: key.state_name(),
-                    source: e,
-                });
-            }
-        };
-        let now = self.clock.now_ms();
-        // A state this process cannot read is never replaced: that would wipe the counts of
-        // every other user of the credential.
-        let mut state = match read_state(&path) {
-            Ok(state) => state,
-            Err(trouble) => {
-                let _ = lease.release();
-                return Observed::Skipped(trouble);
-            }
-        };
-        let paused = state.pause(now);
-        state.apply(observation, now);
-        let observed = match path.replace(&state.to_bytes(now), SHARED_MODE) {
-            Ok(()) => {
-                self.journal_paused("github", key, paused, state.pause(now));
-                Observed::Recorded
-            }
-            Err(e) => Observed::Skipped(Trouble::NotWritten {
-                what: "response",
-                source: e,
-            }),
-        };
+        observed(self.with_state("github", key, 0, "response", |state, now| {
+            state.apply(observation, now);
+            ((), Save::Replace)
+        }))
+    }
+
+    /// The one lock-read-change-write sequence of every take, observation and release: takes
+    /// the lock of `provider`'s budget of `key` (trying for up to `patience_ms`), reads its
+    /// state (a fresh one when there is none or what is there is not a state), runs `change`
+    /// on it at the clock's now, replaces the file whole (mode 0660) if `change` asks to,
+    /// journals a pause that write set or moved (`budget-paused`), and releases the lock.
+    ///
+    /// `Err` when the ledger could not do its part before `change` ran: the lock busy or
+    /// broken, the file's name refused, or a state that exists but that this process cannot
+    /// read, which is then never replaced (that would wipe the counts of every other user of
+    /// the credential). A write that failed is [`Changed::written`]:
+    /// [`Trouble::NotWritten`] with `what` (`call`, `response` or `release`).
+    fn with_state<T>(
+        &self,
+        provider: &str,
+        key: &CredentialKey,
+        patience_ms: u64,
+        what: &'static str,
+        change: impl FnOnce(&mut State, u64) -> (T, Save),
+    ) -> Result<Changed<T>, Trouble> {
+        let lease = self.lock(&key.lock_name_of(provider), patience_ms)?;
+        let changed = self.change_locked(provider, key, what, change);
         let _ = lease.release();
-        observed
+        changed
+    }
+
+    /// [`Ledger::with_state`]'s steps once the lock is held.
+    fn change_locked<T>(
+        &self,
+        provider: &str,
+        key: &CredentialKey,
+        what: &'static str,
+        change: impl FnOnce(&mut State, u64) -> (T, Save),
+    ) -> Result<Changed<T>, Trouble> {
+        let name = key.state_name_of(provider);
+        let path = self
+            .dir
+            .file(&name)
+            .map_err(|source| Trouble::Name { name, source })?;
+        let now = self.clock.now_ms();
+        let mut state = read_state(&path)?;
+        let paused = state.pause(now);
+        let (value, save) = change(&mut state, now);
+        let written = match save {
+            Save::Leave => Ok(()),
+            Save::Replace => match path.replace(&state.to_bytes(now), SHARED_MODE) {
+                Ok(()) => {
+                    self.journal_paused(provider, key, paused, state.pause(now));
+                    Ok(())
+                }
+                Err(source) => Err(Trouble::NotWritten { what, source }),
+            },
+        };
+        Ok(Changed { value, written })
     }
 
     /// A take refused, in the journal (`budget-refused`; the credential by its key).
@@ -619,205 +469,6 @@ impl Ledger {
             self.sleep.sleep(Duration::from_millis(LOCK_POLL_MS));
         }
     }
-
-    fn sweep_if_due(&self) {
-        let now = self.clock.now_ms();
-        {
-            let mut last = LAST_SWEEP
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            // A clock now behind the last sweep (set back) sweeps rather than waits.
-            if last.is_some_and(|at| now >= at && now - at < SWEEP_EVERY_MS) {
-                return;
-            }
-            *last = Some(now);
-        }
-        let _ = self.remove_stale();
-    }
-
-    /// Removes every budget state file unchanged for more than [`STALE_MS`], each under its
-    /// lock (tried once: a busy budget is in use) and only if its bytes did not change.
-    /// Returns how many were removed. [`Ledger::take`] calls this at most every
-    /// [`SWEEP_EVERY_MS`] per process.
-    pub fn remove_stale(&self) -> Result<usize, worklane_slotfile::open::Error> {
-        let now = self.clock.now_ms();
-        let mut removed = 0;
-        for path in self.dir.list()? {
-            let Some((provider, key)) = crate::key::parse_state_name(path.name()) else {
-                continue;
-            };
-            if !unchanged_for(&path, now) {
-                continue;
-            }
-            let Ok(lease) = self.lock(&key.lock_name_of(&provider), 0) else {
-                continue;
-            };
-            if unchanged_for(&path, now)
-                && let Ok(Some(bytes)) = path.read()
-                && matches!(
-                    path.remove_if_unchanged(&bytes),
-                    Ok(worklane_slotfile::Removal::Removed)
-                )
-            {
-                removed += 1;
-            }
-            let _ = lease.release();
-        }
-        Ok(removed)
-    }
-
-    /// The health view: without taking any lock, the newest [`HEALTH_SHOWN`] readable state
-    /// files (at most [`HEALTH_TRIED`] tried), numbered from 1, newest first. Credentials are
-    /// never named by their key here. Each shows what a take would count now: the pause only
-    /// while in force, and only windows that have not ended (within the bounds of a read).
-    pub fn health(&self) -> Result<Vec<CredentialView>, worklane_slotfile::open::Error> {
-        Ok(self.health_report()?.views)
-    }
-
-    /// [`Ledger::health`], with the state files it could not show and why (a directory, FIFO
-    /// or link at a state's name, a file this user cannot read, one over 64 KiB, one that is
-    /// not a state): at most [`HEALTH_TRIED`] of them. None of them stops a take (PROTOCOL.md
-    /// section 13), but a view that left them out without a word would hide a budget.
-    pub fn health_report(&self) -> Result<Health, worklane_slotfile::open::Error> {
-        let now = self.clock.now_ms();
-        let mut unshown = Vec::new();
-        let mut files: Vec<(u64, SlotPath)> = Vec::new();
-        for path in self.dir.list()? {
-            if crate::key::parse_state_name(path.name()).is_none() {
-                continue;
-            }
-            match path.modified_ms() {
-                Ok(Some(at)) => files.push((at, path)),
-                // Removed since the listing.
-                Ok(None) => {}
-                Err(source) => unshown.push(UnshownState {
-                    file: path.name().to_owned(),
-                    why: StateProblem::Unreadable(source),
-                }),
-            }
-        }
-        files.sort_by_key(|f| std::cmp::Reverse(f.0));
-        let mut states = Vec::new();
-        for (updated_ms, path) in files.into_iter().take(HEALTH_TRIED) {
-            if states.len() == HEALTH_SHOWN {
-                break;
-            }
-            match path.read() {
-                Ok(Some(bytes)) => match State::parse(&bytes) {
-                    Ok(state) => states.push((
-                        updated_ms,
-                        crate::key::parse_state_name(path.name())
-                            .map_or_else(|| "github".to_owned(), |(p, _)| p),
-                        state,
-                    )),
-                    Err(source) => unshown.push(UnshownState {
-                        file: path.name().to_owned(),
-                        why: StateProblem::NotAState(source),
-                    }),
-                },
-                Ok(None) => {}
-                Err(source) => unshown.push(UnshownState {
-                    file: path.name().to_owned(),
-                    why: StateProblem::Unreadable(source),
-                }),
-            }
-        }
-        unshown.truncate(HEALTH_TRIED);
-        let views = states
-            .into_iter()
-            .enumerate()
-            .map(|(i, (updated_ms, provider, state))| CredentialView {
-                number: i + 1,
-                provider,
-                updated_ms,
-                paused_until: state.pause(now),
-                resources: state
-                    .resources
-                    .clone()
-                    .into_iter()
-                    .filter(|(name, _)| state.window(name, now).is_some())
-                    .map(|(name, w)| ResourceView {
-                        left: w.left(),
-                        name,
-                        limit: w.limit,
-                        remaining: w.remaining,
-                        reset_at: w.reset_at,
-                        granted: w.granted,
-                        by_consumer: w.by_consumer.into_iter().collect(),
-                    })
-                    .collect(),
-            })
-            .collect();
-        Ok(Health { views, unshown })
-    }
-}
-
-/// The health view and the state files it could not show ([`Ledger::health_report`]).
-#[derive(Debug)]
-pub struct Health {
-    /// The credentials shown, newest first.
-    pub views: Vec<CredentialView>,
-    /// The state files left out, and why.
-    pub unshown: Vec<UnshownState>,
-}
-
-/// A budget state file the health view could not show.
-#[derive(Debug)]
-pub struct UnshownState {
-    /// Its file name in the slot directory (`github-budget-<key>.json`).
-    pub file: String,
-    /// Why it was left out.
-    pub why: StateProblem,
-}
-
-/// Why a budget state file was left out of the health view. A take treats the second kind
-/// (and the first, but for a file this user may not read) as no state: it starts afresh and
-/// replaces it; a state this user cannot read it neither counts against nor replaces.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum StateProblem {
-    /// It cannot be read as a state file: not a regular file (a directory, FIFO or link),
-    /// not readable by this user, or over 64 KiB.
-    #[error("cannot read the budget state")]
-    Unreadable(#[source] worklane_slotfile::read::Error),
-    /// It was read but is not a budget state.
-    #[error("the file is not a budget state")]
-    NotAState(#[source] crate::state::Unreadable),
-}
-
-/// One credential in the health view.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CredentialView {
-    /// Its number in this view (1 is the most recently updated); never its key.
-    pub number: usize,
-    /// The provider whose budget it is (`github`, `anthropic`, `openai`, or a configured
-    /// name).
-    pub provider: String,
-    /// When its state file last changed (ms).
-    pub updated_ms: u64,
-    /// The pause in force, if any (ms).
-    pub paused_until: Option<u64>,
-    /// Its resources' windows that have not ended.
-    pub resources: Vec<ResourceView>,
-}
-
-/// One resource's window in the health view.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResourceView {
-    /// The resource (`core`, `graphql`, ...).
-    pub name: String,
-    /// `X-RateLimit-Limit`, if seen.
-    pub limit: Option<u64>,
-    /// The remaining seen.
-    pub remaining: u64,
-    /// Calls left: remaining less those granted since.
-    pub left: u64,
-    /// When the window resets (ms).
-    pub reset_at: u64,
-    /// Calls granted since the window was seen.
-    pub granted: u64,
-    /// Calls granted in the window, by consumer (unusual names as `(other)`).
-    pub by_consumer: Vec<(String, u64)>,
 }
 
 /// A duration in whole milliseconds.
@@ -838,11 +489,6 @@ fn read_state(path: &SlotPath) -> Result<State, Trouble> {
         }
         Err(_) => Ok(State::default()),
     }
-}
-
-/// Whether `path` exists and last changed more than [`STALE_MS`] before `now`.
-fn unchanged_for(path: &SlotPath, now: u64) -> bool {
-    matches!(path.modified_ms(), Ok(Some(at)) if now.saturating_sub(at) > STALE_MS)
 }
 
 #[cfg(test)]

@@ -67,23 +67,48 @@
 //!   at `pausedUntil`, at most `MAX_PAUSE_MS` ahead), `window(resource, now)` (`now < resetAt <=
 //!   now + MAX_WINDOW_MS`), `decide(resource, consumer, now) -> Go {counted} | Wait {until, why}`, `apply(obs,
 //!   now)`; `consumer_name`.
-//! - `ledger.rs`: `Ledger::new(SlotDir)` with injectable `Clock` and `Sleep`; `take` (lock with
-//!   `LOCK_PATIENCE_MS` patience, decide, replace 0660, release; waits up to `MAX_WAIT_MS`, looking again every
+//! - `ledger.rs`: `Ledger::new(SlotDir)` with injectable `Clock` and `Sleep`; `with_state`, the
+//!   one lock-read-change-write sequence every take, observation and release goes through (lock
+//!   with the caller's patience, read, change, replace 0660 if asked, journal a pause the write
+//!   set or moved, release; a state it cannot read is never replaced); `take` (lock with
+//!   `LOCK_PATIENCE_MS` patience, decide; waits up to `MAX_WAIT_MS`, looking again every
 //!   `WAIT_POLL_MS`; both waits also end on a monotonic bound, so a clock set back cannot stretch
-//!   them), `observe` (lock tried once), `remove_stale` (mtime older than `STALE_MS`, under the lock,
-//!   remove-if-unchanged) run by `take` at most every `SWEEP_EVERY_MS` per process (a static),
-//!   `health` (no lock, 32 tried, 8 shown, numbered) and `health_report` (the same, with the state
-//!   files it could not show: `Health {views, unshown: Vec<UnshownState {file, why:
-//!   StateProblem}>}`, `Unreadable` or `NotAState` with the typed cause), `peek` (what a take would meet, read
-//!   without the lock and decided on a copy, for `worklane why`); `Grant`, `Refused` (`kind()`,
-//!   `status()`), `Observed`, `Peek`, and `Trouble`, the typed reason the ledger could not do its
-//!   part (`LockBusy`, `Lock`, `StateUnreadable`, `NotWritten`, `Name`) carried by
-//!   `Grant::unaccounted`, `Observed::Skipped` and `Peek::Unaccounted`. Each carries its typed
-//!   cause (lease's acquire error, slotfile's read, write or name error) as its source, not as
-//!   text, and `LockBusy` the lease's `Refusal` (the holder as read, and why it is live); so `Trouble`, `Grant`, `Observed` and `Peek` are neither `Clone` nor `PartialEq`, and
-//!   whoever shows one shows its chain. Reading the state tells
-//!   "not a state" (absent, not JSON, too large, not a regular file: afresh, replaced by the next
-//!   write) from "there but unreadable" (`read::Error::Io`: `StateUnreadable`, never replaced).
+//!   them), `observe` (lock tried once), `peek` (what a take would meet, read without the lock
+//!   and decided on a copy, for `worklane why`).
+//!   - `ledger/outcome.rs`: `Grant`, `Refused` (`kind()`, `status()`), `Observed`, `Peek`, and
+//!     `Trouble`, the typed reason the ledger could not do its part (`LockBusy`, `Lock`,
+//!     `StateUnreadable`, `NotWritten`, `Name`) carried by `Grant::unaccounted`,
+//!     `Observed::Skipped` and `Peek::Unaccounted`. Each carries its typed cause (lease's
+//!     acquire error, slotfile's read, write or name error) as its source, not as text, and
+//!     `LockBusy` the lease's `Refusal` (the holder as read, and why it is live); so `Trouble`,
+//!     `Grant`, `Observed` and `Peek` are neither `Clone` nor `PartialEq`, and whoever shows one
+//!     shows its chain. Reading the state tells "not a state" (absent, not JSON, too large, not
+//!     a regular file: afresh, replaced by the next write) from "there but unreadable"
+//!     (`read::Error::Io`: `StateUnreadable`, never replaced).
+//!   - `ledger/model.rs`: the model providers' budgets: `take_model` (a reservation of one
+//!     request and the tokens estimated, `Need`), `observe_model`, `release`, `peek_model`.
+//!   - `ledger/health.rs`: `health` (no lock, 32 tried, 8 shown, numbered) and `health_report`
+//!     (the same, with the state files it could not show: `Health {views, unshown:
+//!     Vec<UnshownState {file, why: StateProblem}>}`, `Unreadable` or `NotAState` with the
+//!     typed cause).
+//!   - `ledger/sweep.rs`: `remove_stale` (mtime older than `STALE_MS`, under the lock,
+//!     remove-if-unchanged) run by `take` at most every `SWEEP_EVERY_MS` per process (a
+//!     static).
+//! - `provider.rs`: `Provider` (GitHub, Anthropic, OpenAI, or a generic one by its profile).
+//!   - `provider/profile.rs`: `Profile`, `Dimension`, `ResetFormat` (`duration_ms` for
+//!     OpenAI's `6m0s`), the built-in profiles, `Profile::from_json` (the config's
+//!     `budget_providers.<name>`, refused with a `profile::Error` naming the field).
+//!   - `provider/observation.rs`: `ProviderObservation::from_headers(profile, status, now,
+//!     lookup)`, the windows seen and those not known any more, the pause and `retry-after`.
+//!   - `provider/usage.rs`: `Usage::of_body` (a body's or one event's `usage`, Anthropic's
+//!     `message.usage`, the Responses API's `response.usage`) and `StreamUsage` (a stream's
+//!     events, fed in chunks cut anywhere, an optional line bound; `Usage::of_stream` for a
+//!     whole one): the one reading of the proxy and of `worklane budget observe --usage-json`,
+//!     tested on each provider's real event shapes.
+//!   - `provider/resolve.rs`: `Provider::resolve` (a built-in name, or the config's
+//!     `budget_providers.<name>`; `from_config` is the pure part), refused with a
+//!     `resolve::Error` (the config not located or not read, the name not described, a profile
+//!     refused).
 
 pub mod key;
 pub mod ledger;
@@ -97,6 +122,8 @@ pub use ledger::{
     Sleep, StateProblem, Trouble, UnshownState,
 };
 pub use observe::Observation;
-pub use provider::{Dimension, Profile, Provider, ProviderObservation, ResetFormat, Usage};
+pub use provider::{
+    Dimension, Profile, Provider, ProviderObservation, ResetFormat, StreamUsage, Usage,
+};
 pub use state::State;
 pub use state::WaitWhy;

@@ -8,10 +8,11 @@ use std::process::ExitCode;
 use worklane_budget::{CredentialKey, CredentialView, Ledger};
 use worklane_lease::rfc3339_ms;
 
-mod model;
+mod answer;
+mod providers;
 mod take;
 
-pub(crate) use model::{provider, release, token_env};
+pub(crate) use providers::{provider, release, token_env};
 pub(crate) use take::{observe, take};
 
 /// The ledger of the machine's slot directory. Only the directory is resolved: a cap the

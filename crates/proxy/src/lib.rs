@@ -110,7 +110,9 @@
 //!   reservation is released instead of left in flight. The thread ends when the lane's map
 //!   entry (dropped after 10 min idle, or at shutdown) and every reservation are gone.
 //! - `estimate.rs`, `usage.rs`: pure functions with unit tests and proptests (the estimate
-//!   rule; the SSE and JSON usage scan, chunks cut anywhere).
+//!   rule; which body's usage is read, by its headers, and how much of it is kept). The usage
+//!   itself is read by `worklane-budget` (`Usage::of_body`, and `StreamUsage` for a stream's
+//!   events, chunks cut anywhere), the same reading as `worklane budget observe --usage-json`.
 //! - `answer.rs`: the proxy's own 429, 502, 400 and 403, in Anthropic's or OpenAI's error
 //!   shape (`#[derive(Serialize)]` types), marked with `x-worklane-proxy`.
 //! - `peer.rs`: the Unix socket's rule, the dispatcher's (root, the directory's owner, its

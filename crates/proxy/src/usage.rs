@@ -1,10 +1,11 @@
 //! What a response says it used, read from its body as it passes (never holding a chunk
-//! back): a JSON body's `usage`, or a stream's events (Anthropic: the input in
-//! `message_start`, the output, cumulative, in the last `message_delta`; OpenAI: the last
-//! chunk's `usage`, or `response.completed`'s `response.usage`).
+//! back): a JSON body's `usage`, or a stream's events, both read by `worklane-budget`
+//! ([`Usage::of_body`], [`StreamUsage`]: Anthropic's `message_start` and `message_delta`,
+//! OpenAI's last chat chunk, the Responses API's `response.completed`). This file decides
+//! which a body is, from its headers, and bounds what is kept of it.
 
 use http::HeaderMap;
-use worklane_budget::Usage;
+use worklane_budget::{StreamUsage, Usage};
 
 /// The longest JSON body kept to read its usage: 2 MiB (a longer one is observed by its
 /// headers alone).
@@ -17,18 +18,15 @@ pub const MAX_EVENT_LINE: usize = 64 << 10;
 #[derive(Debug)]
 pub(crate) struct UsageScan {
     kind: Kind,
-    /// The JSON body so far, or the stream's unfinished line.
-    buf: Vec<u8>,
-    /// A stream line too long to keep: skipped up to its end. A JSON body too long: given
-    /// up.
-    overflow: bool,
-    usage: Option<Usage>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 enum Kind {
-    Json,
-    Events,
+    /// The JSON body so far; `None` once it is too long to keep (given up).
+    Json(Option<Vec<u8>>),
+    /// Server-sent events, read line by line (a line over [`MAX_EVENT_LINE`] skipped).
+    Events(StreamUsage),
+    /// Another type, or a compressed body: not read.
     Nothing,
 }
 
@@ -46,129 +44,66 @@ impl UsageScan {
         };
         let encoding = header(http::header::CONTENT_ENCODING);
         let media = header(http::header::CONTENT_TYPE);
-        let kind = if !(encoding.is_empty() || encoding == "identity") {
-            Kind::Nothing
+        if !(encoding.is_empty() || encoding == "identity") {
+            UsageScan::nothing()
         } else if media.starts_with("text/event-stream") {
-            Kind::Events
+            UsageScan::events()
         } else if media.starts_with("application/json") || media.contains("+json") {
-            Kind::Json
+            UsageScan::json()
         } else {
-            Kind::Nothing
-        };
-        UsageScan::of_kind(kind)
+            UsageScan::nothing()
+        }
     }
 
-    fn of_kind(kind: Kind) -> UsageScan {
+    fn json() -> UsageScan {
         UsageScan {
-            kind,
-            buf: Vec::new(),
-            overflow: false,
-            usage: None,
+            kind: Kind::Json(Some(Vec::new())),
+        }
+    }
+
+    fn events() -> UsageScan {
+        UsageScan {
+            kind: Kind::Events(StreamUsage::new().max_line(MAX_EVENT_LINE)),
+        }
+    }
+
+    fn nothing() -> UsageScan {
+        UsageScan {
+            kind: Kind::Nothing,
         }
     }
 
     /// Whether the body is a stream of events.
     pub(crate) fn is_stream(&self) -> bool {
-        self.kind == Kind::Events
+        matches!(self.kind, Kind::Events(_))
     }
 
     /// Takes in the next chunk of the body.
     pub(crate) fn feed(&mut self, chunk: &[u8]) {
-        match self.kind {
-            Kind::Nothing => {}
-            Kind::Json => {
-                if self.overflow || self.buf.len() + chunk.len() > MAX_JSON_BODY {
-                    self.overflow = true;
-                    self.buf = Vec::new();
+        match &mut self.kind {
+            Kind::Nothing | Kind::Json(None) => {}
+            Kind::Json(Some(buf)) => {
+                if buf.len() + chunk.len() > MAX_JSON_BODY {
+                    self.kind = Kind::Json(None);
                 } else {
-                    self.buf.extend_from_slice(chunk);
+                    buf.extend_from_slice(chunk);
                 }
             }
-            Kind::Events => {
-                let mut rest = chunk;
-                while let Some(end) = rest.iter().position(|&b| b == b'\n') {
-                    let (part, after) = rest.split_at(end);
-                    if !self.overflow && self.buf.len() + part.len() <= MAX_EVENT_LINE {
-                        self.buf.extend_from_slice(part);
-                        let line = std::mem::take(&mut self.buf);
-                        self.line(&line);
-                    }
-                    self.buf.clear();
-                    self.overflow = false;
-                    rest = &after[1..];
-                }
-                if self.overflow || self.buf.len() + rest.len() > MAX_EVENT_LINE {
-                    self.overflow = true;
-                    self.buf.clear();
-                } else {
-                    self.buf.extend_from_slice(rest);
-                }
-            }
+            Kind::Events(stream) => stream.feed(chunk),
         }
     }
 
     /// The body ended: what it said it used, if it said.
-    pub(crate) fn finish(mut self) -> Option<Usage> {
+    pub(crate) fn finish(self) -> Option<Usage> {
         match self.kind {
-            Kind::Nothing => None,
-            Kind::Json => {
-                if self.overflow {
-                    return None;
-                }
-                let value = serde_json::from_slice(&self.buf).ok()?;
-                usage_of(&value)
+            Kind::Nothing | Kind::Json(None) => None,
+            Kind::Json(Some(buf)) => {
+                let value = serde_json::from_slice(&buf).ok()?;
+                Usage::of_body(&value)
             }
-            Kind::Events => {
-                if !self.overflow && !self.buf.is_empty() {
-                    let line = std::mem::take(&mut self.buf);
-                    self.line(&line);
-                }
-                self.usage
-            }
+            Kind::Events(stream) => stream.finish(),
         }
     }
-
-    /// One line of a stream: a `data:` line that mentions a usage is read.
-    fn line(&mut self, line: &[u8]) {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let Some(data) = line.strip_prefix(b"data:") else {
-            return;
-        };
-        if !data.windows(7).any(|w| w == b"\"usage\"") {
-            return;
-        }
-        let Ok(value) = serde_json::from_slice::<serde_json::Value>(data) else {
-            return;
-        };
-        if let Some(found) = usage_of(&value) {
-            self.usage = Some(match self.usage {
-                None => found,
-                // Each event says its part: Anthropic's `message_start` the input (and an
-                // output of 1 or so), its `message_delta`s the output so far.
-                Some(seen) => Usage {
-                    input_tokens: if found.input_tokens > 0 {
-                        found.input_tokens
-                    } else {
-                        seen.input_tokens
-                    },
-                    output_tokens: if found.output_tokens > 0 {
-                        found.output_tokens
-                    } else {
-                        seen.output_tokens
-                    },
-                },
-            });
-        }
-    }
-}
-
-/// The usage of a body or event: its own `usage` (or `message.usage`), or OpenAI's
-/// responses API's `response.usage`.
-fn usage_of(value: &serde_json::Value) -> Option<Usage> {
-    if value.get("usage").is_some_and(|u| !u.is_null()) || value.get("message").is_some() {
-        return Usage::of_json(value);
-    }
-    value.get("response").and_then(Usage::of_json)
 }
 
 #[cfg(test)]
@@ -187,12 +122,7 @@ mod tests {
         event: message_stop\n\
         data: {\"type\":\"message_stop\"}\n\n";
 
-    const OPENAI_STREAM: &str = "data: {\"id\":\"c\",\"choices\":[{\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\r\n\r\n\
-        data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":4,\"total_tokens\":15}}\r\n\r\n\
-        data: [DONE]\r\n\r\n";
-
-    fn scan(kind: Kind, chunks: &[&[u8]]) -> Option<Usage> {
-        let mut scan = UsageScan::of_kind(kind);
+    fn scan(mut scan: UsageScan, chunks: &[&[u8]]) -> Option<Usage> {
         for chunk in chunks {
             scan.feed(chunk);
         }
@@ -207,33 +137,53 @@ mod tests {
     }
 
     #[test]
-    fn each_provider_s_stream_says_its_usage() {
+    fn a_stream_is_read_by_the_budget_s_stream_reader_with_its_line_bound() {
+        // Each provider's events are the budget crate's tests (`provider/usage.rs`); here, that
+        // an event stream goes to that reader, bounded.
         assert_eq!(
-            scan(Kind::Events, &[ANTHROPIC_STREAM.as_bytes()]),
+            scan(UsageScan::events(), &[ANTHROPIC_STREAM.as_bytes()]),
             usage(25, 15),
             "message_start's input, the last message_delta's output"
         );
-        assert_eq!(
-            scan(Kind::Events, &[OPENAI_STREAM.as_bytes()]),
-            usage(11, 4)
-        );
         let responses = "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":3,\"output_tokens\":2}}}";
         assert_eq!(
-            scan(Kind::Events, &[responses.as_bytes()]),
+            scan(UsageScan::events(), &[responses.as_bytes()]),
             usage(3, 2),
-            "the last line needs no newline"
+            "OpenAI's response.usage; the last line needs no newline"
         );
-        assert_eq!(scan(Kind::Events, &[b"data: {\"x\":1}\n\n"]), None);
+        let long = format!(
+            "data: {{\"usage\":{{\"input_tokens\":1}},\"pad\":\"{}\"}}\n",
+            "x".repeat(MAX_EVENT_LINE)
+        );
+        let next = "data: {\"usage\":{\"input_tokens\":4,\"output_tokens\":5}}\n";
+        assert_eq!(
+            scan(UsageScan::events(), &[long.as_bytes(), next.as_bytes()]),
+            usage(4, 5),
+            "a line over MAX_EVENT_LINE is skipped"
+        );
     }
 
     #[test]
     fn a_json_body_says_its_usage_and_other_bodies_nothing() {
         let body = br#"{"id":"m","content":[],"usage":{"input_tokens":9,"output_tokens":2}}"#;
-        assert_eq!(scan(Kind::Json, &[&body[..10], &body[10..]]), usage(9, 2));
-        assert_eq!(scan(Kind::Json, &[b"{\"usage\":"]), None, "cut short");
-        assert_eq!(scan(Kind::Nothing, &[body]), None);
+        assert_eq!(
+            scan(UsageScan::json(), &[&body[..10], &body[10..]]),
+            usage(9, 2)
+        );
+        let responses = br#"{"type":"response.completed","response":{"usage":{"input_tokens":3,"output_tokens":2}}}"#;
+        assert_eq!(scan(UsageScan::json(), &[responses]), usage(3, 2));
+        assert_eq!(
+            scan(UsageScan::json(), &[b"{\"usage\":"]),
+            None,
+            "cut short"
+        );
+        assert_eq!(scan(UsageScan::nothing(), &[body]), None);
         let long = vec![b' '; MAX_JSON_BODY];
-        assert_eq!(scan(Kind::Json, &[&long, body]), None, "too long to keep");
+        assert_eq!(
+            scan(UsageScan::json(), &[&long, body]),
+            None,
+            "too long to keep"
+        );
     }
 
     #[test]
@@ -243,71 +193,39 @@ mod tests {
             for (name, value) in pairs {
                 headers.insert(*name, value.parse().expect("value"));
             }
-            UsageScan::for_response(&headers).kind
+            match UsageScan::for_response(&headers).kind {
+                Kind::Json(_) => "json",
+                Kind::Events(_) => "events",
+                Kind::Nothing => "nothing",
+            }
         };
         assert_eq!(
             kind(&[("content-type", "text/event-stream; charset=utf-8")]),
-            Kind::Events
+            "events"
         );
-        assert_eq!(kind(&[("content-type", "application/json")]), Kind::Json);
+        assert_eq!(kind(&[("content-type", "application/json")]), "json");
         assert_eq!(
             kind(&[("content-type", "application/problem+json")]),
-            Kind::Json
+            "json"
         );
-        assert_eq!(kind(&[("content-type", "text/html")]), Kind::Nothing);
+        assert_eq!(kind(&[("content-type", "text/html")]), "nothing");
         assert_eq!(
             kind(&[
                 ("content-type", "application/json"),
                 ("content-encoding", "gzip")
             ]),
-            Kind::Nothing,
+            "nothing",
             "a compressed body is not read"
         );
-        assert_eq!(kind(&[]), Kind::Nothing);
-    }
-
-    #[test]
-    fn a_line_too_long_is_skipped_and_the_next_one_read() {
-        let long = format!(
-            "data: {{\"usage\":{{\"input_tokens\":1}},\"pad\":\"{}\"}}\n",
-            "x".repeat(MAX_EVENT_LINE)
-        );
-        let next = "data: {\"usage\":{\"input_tokens\":4,\"output_tokens\":5}}\n";
-        assert_eq!(
-            scan(Kind::Events, &[long.as_bytes(), next.as_bytes()]),
-            usage(4, 5)
-        );
-        let (a, b) = long.split_at(MAX_EVENT_LINE / 2);
-        assert_eq!(
-            scan(Kind::Events, &[a.as_bytes(), b.as_bytes(), next.as_bytes()]),
-            usage(4, 5),
-            "also when it comes in pieces"
-        );
+        assert_eq!(kind(&[]), "nothing");
     }
 
     proptest! {
         #[test]
-        fn chunks_cut_anywhere_read_the_same(cuts in proptest::collection::vec(0usize..400, 0..12)) {
-            for (stream, expected) in [(ANTHROPIC_STREAM, usage(25, 15)), (OPENAI_STREAM, usage(11, 4))] {
-                let bytes = stream.as_bytes();
-                let mut points: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
-                points.sort_unstable();
-                let mut chunks = Vec::new();
-                let mut at = 0;
-                for p in points {
-                    chunks.push(&bytes[at..p]);
-                    at = p;
-                }
-                chunks.push(&bytes[at..]);
-                prop_assert_eq!(scan(Kind::Events, &chunks), expected);
-            }
-        }
-
-        #[test]
         fn no_bytes_make_it_panic(chunks in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..64), 0..8)) {
-            for kind in [Kind::Events, Kind::Json] {
-                let refs: Vec<&[u8]> = chunks.iter().map(Vec::as_slice).collect();
-                let _ = scan(kind, &refs);
+            let refs: Vec<&[u8]> = chunks.iter().map(Vec::as_slice).collect();
+            for fresh in [UsageScan::events, UsageScan::json] {
+                let _ = scan(fresh(), &refs);
             }
         }
     }

@@ -3,13 +3,12 @@
 //! response's observation (or the call's release) settles the reservation. The same files,
 //! lock, bounds and robustness as GitHub's budget, named `<provider>-budget-<key>.*`.
 
-use super::{Attempt, Grant, Ledger, Observed, Trouble, millis, read_state};
+use super::{Attempt, Grant, Ledger, Observed, Save, attempt_of, millis, observed, read_state};
 use crate::key::CredentialKey;
 use crate::provider::{Dimension, Provider, ProviderObservation};
 use crate::state::{Decision, WaitWhy};
 use crate::{Refused, ledger::LOCK_PATIENCE_MS};
 use std::time::{Duration, Instant};
-use worklane_slotfile::SHARED_MODE;
 
 /// What a model call needs: one request, and the tokens the caller estimates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -68,7 +67,7 @@ impl Ledger {
         let start = self.clock.now_ms();
         let deadline = start.saturating_add(wait_max_ms);
         let started = Instant::now();
-        let id = crate::ledger::reservation_id();
+        let id = reservation_id();
         loop {
             let (until, why, dimension) =
                 match self.attempt_model(provider, key, &units, consumer, &id) {
@@ -111,67 +110,31 @@ impl Ledger {
         consumer: &str,
         id: &str,
     ) -> (Attempt, String) {
-        let unaccounted = |trouble| {
-            Attempt::Go(Grant {
-                counted: false,
-                left: None,
-                unaccounted: Some(trouble),
-                reservation: None,
-            })
-        };
-        let lease = match self.lock(&key.lock_name_of(provider.name()), LOCK_PATIENCE_MS) {
-            Ok(lease) => lease,
-            Err(why) => return (unaccounted(why), String::new()),
-        };
-        let name = key.state_name_of(provider.name());
-        let path = match self.dir.file(&name) {
-            Ok(path) => path,
-            Err(source) => {
-                let _ = lease.release();
-                return (unaccounted(Trouble::Name { name, source }), String::new());
-            }
-        };
-        let now = self.clock.now_ms();
-        let mut state = match read_state(&path) {
-            Ok(state) => state,
-            Err(trouble) => {
-                let _ = lease.release();
-                return (unaccounted(trouble), String::new());
-            }
-        };
-        // The dimension that is short, for the refusal's words.
-        let short = units
-            .iter()
-            .find(|(d, n)| state.window(d, now).is_some_and(|w| w.left() < *n))
-            .map(|(d, _)| d.clone())
-            .unwrap_or_else(|| "requests".to_owned());
-        let attempt = match state.decide_units(units, consumer, now, id) {
-            Decision::Wait { until, why } => Attempt::Wait { until, why },
-            Decision::Go { .. } => {
-                let left = state
-                    .window(Dimension::Requests.name(), now)
-                    .map(crate::state::Window::left);
-                match path.replace(&state.to_bytes(now), SHARED_MODE) {
-                    Ok(()) => Attempt::Go(Grant {
-                        counted: true,
-                        left,
-                        unaccounted: None,
-                        reservation: Some(id.to_owned()),
-                    }),
-                    Err(source) => Attempt::Go(Grant {
-                        counted: false,
-                        left,
-                        unaccounted: Some(Trouble::NotWritten {
-                            what: "call",
-                            source,
-                        }),
-                        reservation: None,
-                    }),
+        let mut short = String::new();
+        let changed = self.with_state(
+            provider.name(),
+            key,
+            LOCK_PATIENCE_MS,
+            "call",
+            |state, now| {
+                // The dimension that is short, for the refusal's words.
+                short = units
+                    .iter()
+                    .find(|(d, n)| state.window(d, now).is_some_and(|w| w.left() < *n))
+                    .map(|(d, _)| d.clone())
+                    .unwrap_or_else(|| "requests".to_owned());
+                match state.decide_units(units, consumer, now, id) {
+                    wait @ Decision::Wait { .. } => ((wait, None), Save::Leave),
+                    go @ Decision::Go { .. } => {
+                        let left = state
+                            .window(Dimension::Requests.name(), now)
+                            .map(crate::state::Window::left);
+                        ((go, left), Save::Replace)
+                    }
                 }
-            }
-        };
-        let _ = lease.release();
-        (attempt, short)
+            },
+        );
+        (attempt_of(changed, Some(id)), short)
     }
 
     /// What a take of `need` from `provider` would meet now, without taking anything, waiting
@@ -229,36 +192,37 @@ impl Ledger {
         } else {
             0
         };
-        let lease = match self.lock(&key.lock_name_of(provider.name()), patience) {
-            Ok(lease) => lease,
-            Err(why) => return Observed::Skipped(why),
-        };
-        let name = key.state_name_of(provider.name());
-        let path = match self.dir.file(&name) {
-            Ok(path) => path,
-            Err(source) => {
-                let _ = lease.release();
-                return Observed::Skipped(Trouble::Name { name, source });
-            }
-        };
-        let now = self.clock.now_ms();
-        let mut state = match read_state(&path) {
-            Ok(state) => state,
-            Err(trouble) => {
-                let _ = lease.release();
-                return Observed::Skipped(trouble);
-            }
-        };
-        let paused = state.pause(now);
-        change(&mut state, now);
-        let observed = match path.replace(&state.to_bytes(now), SHARED_MODE) {
-            Ok(()) => {
-                self.journal_paused(provider.name(), key, paused, state.pause(now));
-                Observed::Recorded
-            }
-            Err(source) => Observed::Skipped(Trouble::NotWritten { what, source }),
-        };
-        let _ = lease.release();
-        observed
+        observed(
+            self.with_state(provider.name(), key, patience, what, |state, now| {
+                change(state, now);
+                ((), Save::Replace)
+            }),
+        )
     }
+}
+
+/// A new reservation's id: 16 random lowercase hex digits (`/dev/urandom`; without it, the
+/// time, the pid and a counter, mixed).
+fn reservation_id() -> String {
+    use std::io::Read;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut bytes = [0u8; 8];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .is_err()
+    {
+        let mut x = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+            ^ (u64::from(std::process::id()) << 32)
+            ^ COUNTER
+                .fetch_add(1, Ordering::Relaxed)
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^= x >> 33;
+        bytes = x.to_le_bytes();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -1,7 +1,11 @@
 //! The budgets of model providers from the command line: `budget take|observe|release
 //! --provider anthropic|openai|NAME`. A take prints its reservation, which the response's
-//! `observe --reservation` (or `release`, for a call that ended without one) settles.
+//! `observe --reservation` (or `release`, for a call that ended without one) settles. Which
+//! provider a name means, and what a response says it used, are `worklane-budget`'s
+//! (`Provider::resolve`, `Usage::of_body`, `Usage::of_stream`): the proxy reads them the same
+//! way.
 
+use super::answer::{go, refuse};
 use super::{key_from_env, ledger};
 use crate::cli::{BudgetObserveArgs, BudgetReleaseArgs, BudgetTakeArgs};
 use crate::exit::{self, Failure};
@@ -35,40 +39,26 @@ pub(crate) fn token_env(provider: &str, given: Option<&str>) -> Result<String, F
         })
 }
 
-/// The provider `name`: a built-in one, or one the config's `budget_providers` describes.
+/// The provider `name`: a built-in one, or one the config's `budget_providers` describes
+/// (`Provider::resolve`); every failure is a config error (exit 78).
 pub(crate) fn provider(name: &str) -> Result<Provider, Failure> {
-    if let Some(builtin) = Provider::builtin(name) {
-        return Ok(builtin);
-    }
-    let env = worklane_slotfile::Environment::from_process();
-    let locations = env
-        .locate()
-        .map_err(|e| Failure::new(exit::CONFIG, exit::chain(&e)))?;
-    let path = &locations.config;
-    let raw = worklane_slotfile::read::read_path_in(&env, path)
-        .map_err(|e| Failure::new(exit::CONFIG, exit::chain(&e)))?;
-    let doc: serde_json::Value = raw
-        .and_then(|raw| serde_json::from_slice(&raw).ok())
-        .unwrap_or_default();
-    let Some(value) = doc.get("budget_providers").and_then(|p| p.get(name)) else {
-        return Err(Failure::new(
-            exit::CONFIG,
-            format!(
+    use worklane_budget::provider::resolve::Error as E;
+    Provider::resolve(name).map_err(|e| {
+        let message = match &e {
+            E::Locate { source } => exit::chain(source),
+            E::Read { source, .. } => exit::chain(source),
+            E::Unknown { path, .. } => format!(
                 "--provider {name}: not github, anthropic or openai, and the config {} \
                  describes no provider of that name under `budget_providers` (PROTOCOL.md 13.4)",
                 path.display()
             ),
-        ));
-    };
-    let profile = Profile::from_json(value).map_err(|why| {
-        Failure::new(
-            exit::CONFIG,
-            format!("config {}: `budget_providers.{name}` {why}", path.display()),
-        )
-    })?;
-    Ok(Provider::Generic {
-        name: name.to_owned(),
-        profile,
+            E::Profile { path, source, .. } => format!(
+                "config {}: `budget_providers.{name}` {source}",
+                path.display()
+            ),
+            _ => exit::chain(&e),
+        };
+        Failure::new(exit::CONFIG, message)
     })
 }
 
@@ -92,19 +82,19 @@ pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
         Ok(ledger) => ledger,
         Err(failure) => {
             let why = format!("no budget ledger: {}", failure.message);
-            return super::take::go(args.json, false, None, Some(why), None);
+            return go(args.json, false, None, Some(why), None);
         }
     };
     let wait_max = u64::try_from(args.wait_max.as_millis()).unwrap_or(u64::MAX);
     match ledger.take_model_within(&provider, &key, need, &args.consumer, wait_max) {
-        Ok(grant) => super::take::go(
+        Ok(grant) => go(
             args.json,
             grant.counted,
             grant.left,
             grant.unaccounted.as_ref().map(|why| exit::chain(why)),
             grant.reservation,
         ),
-        Err(refused) => super::take::refuse(args.json, &refused),
+        Err(refused) => refuse(args.json, &refused),
     }
 }
 
@@ -170,32 +160,13 @@ fn usage_of(path: &std::path::Path) -> Result<Option<Usage>, Failure> {
         std::fs::File::open(path).and_then(|f| f.take(1 << 22).read_to_end(&mut raw))
     };
     read.map_err(|e| Failure::new(exit::USAGE, format!("--usage-json {}: {e}", path.display())))?;
-    // A stream's events: each `data:` line with a usage says its part (Anthropic: the input in
-    // `message_start`, the output, cumulative, in the last `message_delta`).
+    // A body, or a stream's events (Anthropic's `message_start` and `message_delta`, OpenAI's
+    // last chat chunk, the Responses API's `response.completed`), read as the proxy reads them.
     let text = String::from_utf8_lossy(&raw);
     if let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) {
-        return Ok(Usage::of_json(&value));
+        return Ok(Usage::of_body(&value));
     }
-    let mut usage = None;
-    for line in text.lines() {
-        if let Some(data) = line.strip_prefix("data:")
-            && let Ok(value) = serde_json::from_str::<serde_json::Value>(data.trim())
-            && let Some(found) = Usage::of_json(&value)
-        {
-            usage = Some(usage.map_or(found, |seen: Usage| Usage {
-                input_tokens: if found.input_tokens > 0 {
-                    found.input_tokens
-                } else {
-                    seen.input_tokens
-                },
-                output_tokens: if found.output_tokens > 0 {
-                    found.output_tokens
-                } else {
-                    seen.output_tokens
-                },
-            }));
-        }
-    }
+    let usage = Usage::of_stream(&raw);
     if usage.is_none() && !text.lines().any(|l| l.starts_with("data:")) {
         return Err(Failure::new(
             exit::USAGE,
@@ -206,4 +177,60 @@ fn usage_of(path: &std::path::Path) -> Result<Option<Usage>, Failure> {
         ));
     }
     Ok(usage)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::usage_of;
+    use worklane_budget::Usage;
+
+    fn usage_in(text: &str) -> Result<Option<Usage>, String> {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("body");
+        std::fs::write(&path, text).expect("write");
+        usage_of(&path).map_err(|failure| failure.message)
+    }
+
+    #[test]
+    fn usage_json_reads_a_body_or_any_provider_s_stream() {
+        let usage = |input_tokens, output_tokens| {
+            Ok(Some(Usage {
+                input_tokens,
+                output_tokens,
+            }))
+        };
+        assert_eq!(
+            usage_in(
+                r#"{"id":"msg_01","type":"message","usage":{"input_tokens":9,"output_tokens":2}}"#
+            ),
+            usage(9, 2),
+            "a JSON body"
+        );
+        assert_eq!(
+            usage_in(
+                "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":900,\"output_tokens\":1}}}\n\n\
+                 event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":120}}\n\n"
+            ),
+            usage(900, 120),
+            "Anthropic's stream"
+        );
+        assert_eq!(
+            usage_in(
+                "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"status\":\"in_progress\",\"usage\":null}}\n\n\
+                 event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\",\"usage\":{\"input_tokens\":37,\"output_tokens\":11,\"total_tokens\":48}}}\n\n"
+            ),
+            usage(37, 11),
+            "OpenAI's Responses stream: response.completed's response.usage"
+        );
+        assert_eq!(
+            usage_in("data: {\"choices\":[],\"usage\":null}\n\ndata: [DONE]\n\n"),
+            Ok(None),
+            "a stream that says no usage"
+        );
+        let refused = usage_in("<html>502 Bad Gateway</html>").expect_err("neither");
+        assert!(
+            refused.contains("neither a JSON body nor a stream"),
+            "{refused}"
+        );
+    }
 }
