@@ -166,7 +166,7 @@ pub use pool::{
     SWEEP_EVERY_MS, ShareUse, ShareUsed, Slot, SlotState, SlotView, Snapshot, Take, Wait, Waiting,
     owner_words, slot_index,
 };
-pub use problems::Problem;
+pub use problems::{Problem, drain_problem, stop_problem};
 pub use share::{Ask, Owner, ShareOf};
 pub use stop::{STOP_FILE, Stop};
 pub use weight::Weight;

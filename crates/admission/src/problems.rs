@@ -2,7 +2,9 @@
 //! that fixes it. Reported by `worklane slots` and `worklane why`; none of them stops every
 //! take (PROTOCOL.md says how each is skipped or counted).
 
+use crate::drain::{DRAIN_FILE, DrainState};
 use crate::names::{FULL_RUN_LOCK, SLOTS_LOCK, slot_index};
+use crate::stop::{STOP_FILE, Stop};
 use worklane_guard::reclaim::{self, Entry};
 use worklane_lease::Record;
 use worklane_slotfile::{Hidden, SlotDir, TEMP_MIN_AGE_MS, is_temp_name};
@@ -234,6 +236,64 @@ fn guard_problem(dir: &SlotDir, hidden: &Hidden, resource: &str) -> Option<Probl
         what: format!("{what}: {effect}"),
         fix,
         blocks,
+    })
+}
+
+/// What is wrong with the STOP file, when it is there but not a STOP as `stop-all` writes
+/// one (a directory, FIFO or link, a file over 64 KiB or one this user cannot read, not
+/// JSON): every harness treats it as a STOP in force all the same.
+pub fn stop_problem(dir: &SlotDir) -> Option<Problem> {
+    let file = dir.file(STOP_FILE).ok()?;
+    let wrong = match file.read() {
+        Ok(None) => return None,
+        Ok(Some(raw)) => match serde_json::from_slice::<Stop>(&raw) {
+            Ok(_) => return None,
+            Err(e) => format!("is not a STOP record ({e})"),
+        },
+        Err(e) => format!("cannot be read as one ({})", worklane_stdx::chain(&e)),
+    };
+    let path = quoted(dir, STOP_FILE);
+    Some(Problem {
+        name: STOP_FILE.to_owned(),
+        what: format!(
+            "the STOP file {wrong}: every harness treats it as a STOP in force, but nobody can \
+             tell who wrote it or why"
+        ),
+        fix: format!(
+            "`worklane resume-all` lifts it, `worklane stop-all REASON` replaces it with a \
+             readable one (a directory with files in it: look inside, then rm -r -- {path})"
+        ),
+        blocks: Some("every take"),
+    })
+}
+
+/// What is wrong with the drain flag (in `drain_dir`), when it is there but ignored for a
+/// reason an operator should see: it cannot be read (every harness then ignores it), or it says more than 4 h.
+pub fn drain_problem(drain_dir: &std::path::Path, drain: &DrainState) -> Option<Problem> {
+    use crate::drain::Ignored;
+    let path = drain_dir.join(DRAIN_FILE).display().to_string();
+    let quoted = format!("'{}'", path.replace('\'', r"'\''"));
+    let (what, fix) = match drain {
+        DrainState::Ignored(Ignored::Unreadable { detail }) => (
+            format!(
+                "the drain flag cannot be read ({detail}): every harness ignores it, so no \
+                 drain is in force"
+            ),
+            format!("rm -r -- {quoted}, then `worklane drain --until TIME` if a drain is wanted"),
+        ),
+        DrainState::Ignored(Ignored::TooFarAhead { drain }) => (
+            format!("the drain flag ({drain}) ends more than 4 h ahead: every harness ignores it"),
+            "`worklane drain --until TIME` within 4 h (again when the update takes longer), \
+             or `worklane undrain`"
+                .to_owned(),
+        ),
+        _ => return None,
+    };
+    Some(Problem {
+        name: DRAIN_FILE.to_owned(),
+        what,
+        fix,
+        blocks: None,
     })
 }
 

@@ -298,3 +298,59 @@ fn temp_files_are_named_from_a_minute_old() {
     assert_eq!(p.fix, format!("rm -- {}", quoted(&old, temp)), "its fix");
     assert_eq!(p.blocks, None, "{p:?}");
 }
+
+/// A STOP file that is not one (a directory, not JSON) is a problem that blocks every take
+/// (it counts as a STOP in force); a STOP `stop-all` wrote, or none, is none. A drain flag that
+/// every harness ignores for a reason an operator should see is one too; one in force is not.
+#[test]
+fn a_stop_or_drain_flag_that_is_not_one_is_said_with_its_fix() {
+    use worklane_admission::drain::{DrainState, Ignored};
+    use worklane_admission::{Drain, drain_problem, stop_problem};
+    let site = Site::new(r#"{"max_agents": 1}"#);
+    let dir = site.pool.dir();
+    assert_eq!(stop_problem(dir), None, "no STOP");
+    std::fs::write(site.temp.path().join("STOP"), b"not json").expect("write");
+    let problem = stop_problem(dir).expect("a STOP that is not one");
+    assert_eq!(
+        (problem.name.as_str(), problem.blocks),
+        ("STOP", Some("every take"))
+    );
+    assert!(
+        problem.what.contains("not a STOP record") && problem.fix.contains("resume-all"),
+        "{problem:?}"
+    );
+    std::fs::remove_file(site.temp.path().join("STOP")).expect("rm");
+    std::fs::create_dir(site.temp.path().join("STOP")).expect("mkdir");
+    assert!(
+        stop_problem(dir).is_some_and(|p| p.what.contains("cannot be read")),
+        "a directory"
+    );
+    std::fs::remove_dir(site.temp.path().join("STOP")).expect("rmdir");
+    worklane_admission::stop::write(
+        dir,
+        &Stop {
+            by: "ops".into(),
+            at: "2026-12-06T00:00:00.000Z".into(),
+            reason: "x".into(),
+        },
+    )
+    .expect("stop-all's STOP");
+    assert_eq!(stop_problem(dir), None, "a STOP as stop-all writes it");
+
+    let drain_dir = site.temp.path();
+    let drain = Drain {
+        since: "a".into(),
+        until: "b".into(),
+        to: None,
+    };
+    let unreadable = DrainState::Ignored(Ignored::Unreadable {
+        detail: "not JSON".into(),
+    });
+    let far = DrainState::Ignored(Ignored::TooFarAhead {
+        drain: drain.clone(),
+    });
+    assert!(drain_problem(drain_dir, &unreadable).is_some_and(|p| p.what.contains("not JSON")));
+    assert!(drain_problem(drain_dir, &far).is_some_and(|p| p.what.contains("4 h")));
+    assert_eq!(drain_problem(drain_dir, &DrainState::InForce(drain)), None);
+    assert_eq!(drain_problem(drain_dir, &DrainState::None), None);
+}

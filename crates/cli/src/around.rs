@@ -146,9 +146,13 @@ impl Around {
                 views: Vec::new(),
                 unshown: Vec::new(),
             });
-        let operator = crate::ops::stop_problem(pool.dir())
+        let operator = worklane_admission::stop_problem(pool.dir())
             .into_iter()
-            .chain(crate::ops::drain_problem(pool, &snapshot.drain))
+            .chain(worklane_admission::drain_problem(
+                &pool.locations().drain_dir,
+                &snapshot.drain,
+            ))
+            .map(json::Problem::from)
             .collect();
         Around {
             config: ConfigFile::of(pool, snapshot),
@@ -163,12 +167,7 @@ impl Around {
     /// status entries that are not ones.
     pub(crate) fn problems(&self, snapshot: &Snapshot) -> Vec<json::Problem> {
         let mut all: Vec<json::Problem> = self.operator.clone();
-        all.extend(snapshot.problems.iter().map(|p| json::Problem {
-            name: p.name.clone(),
-            what: p.what.clone(),
-            fix: p.fix.clone(),
-            blocks: p.blocks,
-        }));
+        all.extend(snapshot.problems.iter().cloned().map(json::Problem::from));
         all.extend(crate::budget::unshown_problems(
             &snapshot.dir,
             &self.budgets.unshown,

@@ -7,9 +7,8 @@ use crate::json;
 use crate::out::{outln, sayln};
 use std::process::ExitCode;
 use worklane_admission::drain::DRAIN_FILE;
-use worklane_admission::{Drain, DrainState, MAX_DRAIN_AHEAD_MS, Pool, STOP_FILE, Stop, stop};
+use worklane_admission::{Drain, DrainState, MAX_DRAIN_AHEAD_MS, STOP_FILE, Stop, stop};
 use worklane_lease::{Clock, SystemClock, parse_rfc3339_ms, rfc3339_ms};
-use worklane_slotfile::SlotDir;
 
 /// `USER@HOST` of this process (`uid N@HOST` without `USER`), for STOP and role leases.
 pub(crate) fn who() -> String {
@@ -20,64 +19,6 @@ pub(crate) fn who() -> String {
         .to_string_lossy()
         .into_owned();
     format!("{user}@{host}")
-}
-
-/// What is wrong with the STOP file, when it is there but not a STOP as `stop-all` writes
-/// one (a directory, FIFO or link, a file over 64 KiB or one this user cannot read, not
-/// JSON): every harness treats it as a STOP in force all the same.
-pub(crate) fn stop_problem(dir: &SlotDir) -> Option<json::Problem> {
-    let file = dir.file(STOP_FILE).ok()?;
-    let wrong = match file.read() {
-        Ok(None) => return None,
-        Ok(Some(raw)) => match serde_json::from_slice::<Stop>(&raw) {
-            Ok(_) => return None,
-            Err(e) => format!("is not a STOP record ({e})"),
-        },
-        Err(e) => format!("cannot be read as one ({})", exit::chain(&e)),
-    };
-    let path = shell_quote(&dir.path().join(STOP_FILE).display().to_string());
-    Some(json::Problem {
-        name: STOP_FILE.to_owned(),
-        what: format!(
-            "the STOP file {wrong}: every harness treats it as a STOP in force, but nobody can \
-             tell who wrote it or why"
-        ),
-        fix: format!(
-            "`worklane resume-all` lifts it, `worklane stop-all REASON` replaces it with a \
-             readable one (a directory with files in it: look inside, then rm -r -- {path})"
-        ),
-        blocks: Some("every take"),
-    })
-}
-
-/// What is wrong with the drain flag, when it is there but ignored for a reason an operator
-/// should see: it cannot be read (every harness then ignores it), or it says more than 4 h.
-pub(crate) fn drain_problem(pool: &Pool, drain: &DrainState) -> Option<json::Problem> {
-    use worklane_admission::drain::Ignored;
-    let path = pool.locations().drain_dir.join(DRAIN_FILE);
-    let quoted = shell_quote(&path.display().to_string());
-    let (what, fix) = match drain {
-        DrainState::Ignored(Ignored::Unreadable { detail }) => (
-            format!(
-                "the drain flag cannot be read ({detail}): every harness ignores it, so no \
-                 drain is in force"
-            ),
-            format!("rm -r -- {quoted}, then `worklane drain --until TIME` if a drain is wanted"),
-        ),
-        DrainState::Ignored(Ignored::TooFarAhead { drain }) => (
-            format!("the drain flag ({drain}) ends more than 4 h ahead: every harness ignores it"),
-            "`worklane drain --until TIME` within 4 h (again when the update takes longer), \
-             or `worklane undrain`"
-                .to_owned(),
-        ),
-        _ => return None,
-    };
-    Some(json::Problem {
-        name: DRAIN_FILE.to_owned(),
-        what,
-        fix,
-        blocks: None,
-    })
 }
 
 pub(crate) fn stop_all(reason: &str, as_json: bool) -> Result<ExitCode, Failure> {
@@ -95,12 +36,14 @@ pub(crate) fn stop_all(reason: &str, as_json: bool) -> Result<ExitCode, Failure>
         Ok(()) => (record, true),
         Err(e) => match pool.stop() {
             Ok(Some(in_force)) => {
-                let mut problem = stop_problem(pool.dir()).unwrap_or(json::Problem {
-                    name: STOP_FILE.to_owned(),
-                    what: "a STOP is in force that could not be replaced".to_owned(),
-                    fix: "`worklane resume-all`, then `worklane stop-all REASON`".to_owned(),
-                    blocks: Some("every take"),
-                });
+                let mut problem = worklane_admission::stop_problem(pool.dir())
+                    .map(json::Problem::from)
+                    .unwrap_or(json::Problem {
+                        name: STOP_FILE.to_owned(),
+                        what: "a STOP is in force that could not be replaced".to_owned(),
+                        fix: "`worklane resume-all`, then `worklane stop-all REASON`".to_owned(),
+                        blocks: Some("every take"),
+                    });
                 problem.what = format!(
                     "{}; it could not be replaced: {}",
                     problem.what,

@@ -130,6 +130,17 @@ pub(crate) struct Problem {
     pub(crate) blocks: Option<&'static str>,
 }
 
+impl From<worklane_admission::Problem> for Problem {
+    fn from(p: worklane_admission::Problem) -> Problem {
+        Problem {
+            name: p.name,
+            what: p.what,
+            fix: p.fix,
+            blocks: p.blocks,
+        }
+    }
+}
+
 /// Problems as lines for a person: `NAME: WHAT; fix: FIX`.
 pub(crate) fn problem_lines(problems: &[Problem]) -> Vec<String> {
     problems
