@@ -66,22 +66,30 @@
 //!   (unconfirmed since TTL/2, counted from the *send* of the last confirmed keepalive, or of
 //!   the grant before any: `Hold::new` takes the grant's send time),
 //!   `halt_grace` (at most TTL/4).
-//! - `client.rs` (feature `etcd`): `Fleet::connect`, `set_cap`, `status`, `take`, `claim_role`;
-//!   `Hold` (`epoch` = the key's create revision, `pulse`, `release`; dropped: revoked). One
-//!   current-thread tokio runtime per `Fleet`; every request has a `REQUEST_TIMEOUT` deadline and is
-//!   retried every 50 ms within it (a dead member's endpoint fails fast; the client balances over the
-//!   others). A waiter (`take` with a timeout, `claim_role`) does not poll: `Changes` watches the
-//!   pool's prefix (`keys::pool_root`) or the role's key from the revision after its last read,
-//!   and `wait_for_change` wakes it on an event; the take's waiter also wakes every `KEEP_EVERY`
-//!   to pulse its place's lease, and every waiter reads again at least every `RECHECK_EVERY`
-//!   (a watch that stalls without an error; `Fleet::with_recheck` sets it, never below
-//!   `POLL_EVERY`), or every `POLL_EVERY` while etcd refuses a watch. A watch that breaks, or
-//!   whose member cannot be reached, is opened again after `POLL_EVERY` from the same revision,
+//! - `client.rs` (feature `etcd`), the connection and the table of contents of `client/`:
+//!   `Fleet::connect`, `set_cap`, `status`, and the grant of a place's lease. One
+//!   current-thread tokio runtime per `Fleet`; every request has a `REQUEST_TIMEOUT` deadline
+//!   and is retried every 50 ms within it (a dead member's endpoint fails fast; the client
+//!   balances over the others).
+//! - `client/error.rs`: `connect::Error`, `Error` (taking, claiming, the pool's
+//!   administration), `Lost`, and `Unavailable`, which names the step as a typed `Doing`.
+//! - `client/take.rs`: `take`, `claim_role` and their outcomes (`Taken`, `Refusal`). A waiter
+//!   (`take` with a timeout, `claim_role`) does not poll: it waits on `client/watch.rs`; the
+//!   take's waiter also wakes every `KEEP_EVERY` to pulse its place's lease, and every waiter
+//!   reads again at least every `RECHECK_EVERY` (a watch that stalls without an error;
+//!   `Fleet::with_recheck` sets it, never below `POLL_EVERY`). A take whose read says it
+//!   holds first applies the halt rule (`Hold::check`, the network-free part of `pulse`): a
+//!   waiter suspended past TTL/2 fails instead of reporting a place its lease may lose any
+//!   moment.
+//! - `client/watch.rs`: `Changes` watches the pool's prefix (`keys::pool_root`) or the role's
+//!   key from the revision after its last read, and `wait_for_change` wakes the waiter on an
+//!   event, or after `POLL_EVERY` while etcd refuses a watch. A watch that breaks, or whose
+//!   member cannot be reached, is opened again after `POLL_EVERY` from the same revision,
 //!   without reading (a claim sent as its member, the leader, dies would fall in the election
-//!   and fail after `REQUEST_TIMEOUT`). A take whose read says it holds first applies the halt
-//!   rule (`Hold::check`, the network-free part of `pulse`): a waiter suspended past TTL/2 fails
-//!   instead of reporting a place its lease may lose any moment. `Unavailable` names the step as
-//!   a typed `Doing`.
+//!   and fail after `REQUEST_TIMEOUT`).
+//! - `client/hold.rs`: `Hold` (`epoch` = the key's create revision, `pulse`, `release`;
+//!   dropped: revoked), its keepalive, and the halt rule measured on identity's boot clock
+//!   (`Place::boot_clock_ms`).
 
 #![deny(unsafe_code)]
 
