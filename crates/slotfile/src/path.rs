@@ -16,6 +16,9 @@ use std::path::PathBuf;
 use worklane_guard::mode::from_bits as mode;
 use worklane_guard::{Guard, random_token};
 
+mod log;
+mod removal;
+
 /// Mode for lock records: everyone may read who holds what; only replacement (a directory
 /// write) changes them.
 pub const RECORD_MODE: u32 = 0o644;
@@ -505,151 +508,6 @@ impl SlotPath {
             path: self.shown(),
             source: e.into(),
         }
-    }
-
-    /// Removes the file only if its entire current contents equal `expected`.
-    ///
-    /// The comparison and the unlink are two steps: callers that race other writers hold the
-    /// file's guard ([`SlotPath::try_guard`]) around this call, as the lease layer does.
-    pub fn remove_if_unchanged(&self, expected: &[u8]) -> Result<Removal, remove::Error> {
-        let current = read::read_compare(self.dir.as_fd(), &self.name, expected, &self.shown())
-            .map_err(|source| remove::Error::Read {
-                path: self.shown(),
-                source,
-            })?;
-        match current {
-            None => Ok(Removal::Absent),
-            Some(false) => Ok(Removal::Changed),
-            Some(true) => match self.unlink()? {
-                true => Ok(Removal::Removed),
-                false => Ok(Removal::Absent),
-            },
-        }
-    }
-
-    /// Removes the file whatever it holds (for operator commands such as resume, which removes
-    /// STOP). `Ok(false)` if there was none.
-    pub fn remove(&self) -> Result<bool, remove::Error> {
-        self.unlink()
-    }
-
-    /// Removes whatever is at the name: a file of any kind ([`SlotPath::remove`]), or an
-    /// empty directory (as an operator's `mkdir STOP` leaves). A directory with entries in it
-    /// is left as it is (`Io`, "Directory not empty"): what it holds is not worklane's to
-    /// delete. `Ok(false)` if there was nothing.
-    pub fn remove_entry(&self) -> Result<bool, remove::Error> {
-        let dir = self.dir.as_fd();
-        let failed = match rustix::fs::unlinkat(dir, &*self.name, AtFlags::empty()) {
-            Ok(()) => return Ok(true),
-            Err(Errno::NOENT) => return Ok(false),
-            // Linux says EISDIR for a directory, POSIX allows EPERM.
-            Err(e @ (Errno::ISDIR | Errno::PERM)) => {
-                match rustix::fs::unlinkat(dir, &*self.name, AtFlags::REMOVEDIR) {
-                    Ok(()) => return Ok(true),
-                    Err(Errno::NOENT) => return Ok(false),
-                    // Not a directory after all: the unlink's own error says why.
-                    Err(Errno::NOTDIR) => e,
-                    Err(e) => e,
-                }
-            }
-            Err(e) => e,
-        };
-        Err(remove::Error::Io {
-            path: self.shown(),
-            source: failed.into(),
-        })
-    }
-
-    fn unlink(&self) -> Result<bool, remove::Error> {
-        match rustix::fs::unlinkat(self.dir.as_fd(), &*self.name, AtFlags::empty()) {
-            Ok(()) => Ok(true),
-            Err(Errno::NOENT) => Ok(false),
-            Err(e) => Err(remove::Error::Io {
-                path: self.shown(),
-                source: e.into(),
-            }),
-        }
-    }
-
-    /// Renames this file to `new_name` in the same directory with one `renameat`, replacing any
-    /// file of that name, and returns the new path. For files whose name is their content (the
-    /// lease layer's epoch markers); everything else is written with [`SlotPath::replace`].
-    pub fn rename(&self, new_name: &str) -> Result<SlotPath, write::Error> {
-        let to = SlotPath::named(self.dir.clone(), new_name).map_err(|e| write::Error {
-            op: "rename",
-            path: self.shown(),
-            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()),
-        })?;
-        let dir = self.dir.as_fd();
-        rustix::fs::renameat(dir, &*self.name, dir, &*to.name)
-            .map_err(|e| self.error("rename", e))?;
-        Ok(to)
-    }
-
-    /// Creates this file new (it must not exist) for appending, with mode exactly `mode` and the
-    /// directory's group, and returns its descriptor (close-on-exec): for a log that another
-    /// process writes as its output. Never follows a link; an existing file is
-    /// `AlreadyExists`-shaped I/O error.
-    pub fn create_log(&self, mode_bits: u32) -> Result<OwnedFd, write::Error> {
-        let fd = rustix::fs::openat(self.dir.as_fd(), &*self.name, LOG_FLAGS, mode(0o600))
-            .map_err(|e| self.error("create", e))?;
-        give_group(&fd, self.dir.gid());
-        rustix::fs::fchmod(&fd, mode(mode_bits)).map_err(|e| self.error("set the mode of", e))?;
-        Ok(fd)
-    }
-
-    /// Opens this file for appending another process's output, creating it if it is missing,
-    /// with mode exactly `mode_bits` and the directory's group; `owner`, when given (and this
-    /// process may give files away, as root), becomes its owner, so that the user whose
-    /// output it is can read it. A file already there is reopened only if it is a regular
-    /// file with one link, owned by this process's user or by `owner`: a FIFO, a hard link to
-    /// another file or a file of someone else's is refused (`InvalidData`), never written or
-    /// given away. Never follows a link; the descriptor is close-on-exec.
-    pub fn open_log(&self, mode_bits: u32, owner: Option<u32>) -> Result<OwnedFd, write::Error> {
-        let flags = OFlags::WRONLY
-            | OFlags::APPEND
-            | OFlags::CREATE
-            | OFlags::NOFOLLOW
-            | OFlags::NONBLOCK
-            | OFlags::NOCTTY
-            | OFlags::CLOEXEC;
-        let fd = rustix::fs::openat(self.dir.as_fd(), &*self.name, flags, mode(0o600))
-            .map_err(|e| self.error("open", e))?;
-        let stat = rustix::fs::fstat(&fd).map_err(|e| self.error("examine", e))?;
-        let me = rustix::process::geteuid().as_raw();
-        let ours = stat.st_uid == me || owner.is_some_and(|o| o == stat.st_uid);
-        let regular =
-            rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::RegularFile;
-        if !regular || stat.st_nlink != 1 || !ours {
-            return Err(write::Error {
-                op: "reuse",
-                path: self.shown(),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!(
-                        "it is a {} (uid {}, {} link(s)), not a log this process made: move it aside",
-                        worklane_guard::describe_file_type(rustix::fs::FileType::from_raw_mode(
-                            stat.st_mode
-                        )),
-                        stat.st_uid,
-                        stat.st_nlink
-                    ),
-                ),
-            });
-        }
-        rustix::fs::fcntl_setfl(&fd, OFlags::APPEND)
-            .map_err(|e| self.error("set the flags of", e))?;
-        match owner.filter(|o| *o != stat.st_uid) {
-            Some(owner) => rustix::fs::fchown(
-                &fd,
-                Some(rustix::fs::Uid::from_raw(owner)),
-                Some(rustix::fs::Gid::from_raw(self.dir.gid())),
-            )
-            .map_err(|e| self.error("give away", e))?,
-            None => give_group(&fd, self.dir.gid()),
-        }
-        rustix::fs::fchmod(&fd, mode(mode_bits)).map_err(|e| self.error("set the mode of", e))?;
-        Ok(fd)
     }
 
     /// Device and inode of this file's guard (`.{name}.flock`), without opening or locking it:
