@@ -183,6 +183,10 @@ pub struct LineView {
     pub entry: Entry,
     /// Its waiter's record, if readable.
     pub record: Option<worklane_lease::Record>,
+    /// Who may have written that record (its file's owner, mode and links): any member of the
+    /// directory's group may have put an entry in the line, so a record proves something of a
+    /// process only if its owner alone can have written it and the process is that owner's.
+    pub writer: Option<worklane_slotfile::Written>,
     /// Whether its guard was held when probed (a free one is a dead waiter's, retired by the
     /// next waiter).
     pub live: bool,
@@ -203,7 +207,12 @@ impl Pool {
                     continue;
                 };
                 let live = matches!(path.try_guard(), Ok(None));
-                let record = worklane_lease::read_record(&path).ok().flatten();
+                let (record, writer) = match path.read_with_owner() {
+                    Ok(Some((raw, writer))) => {
+                        (worklane_lease::Record::parse(&raw).ok(), Some(writer))
+                    }
+                    _ => (None, None),
+                };
                 let weight = record
                     .as_ref()
                     .map_or(1, |r| crate::weight::Weight::of(r).units(u32::MAX));
@@ -214,6 +223,7 @@ impl Pool {
                 views.push(LineView {
                     entry,
                     record,
+                    writer,
                     live,
                     weight,
                     share_owner,

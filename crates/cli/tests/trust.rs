@@ -655,3 +655,76 @@ fn a_file_a_member_put_at_the_socket_s_name_stops_no_dispatcher() {
         );
     }
 }
+
+/// A member puts an entry in the full-run line whose record names a process of root's as a
+/// queued full run's runner (its true pid and start), and holds the entry's guard so that it
+/// counts as live: root's `queue cancel fr-<pid>` signals nothing, and says why.
+#[test]
+fn a_queued_full_run_a_member_forged_gets_no_signal_sent_to_root_s_process() {
+    let site = shared_site(None);
+    // A record as worklane writes it, for its place.
+    let holder = site.spawn(&["run"], HOLD, "h");
+    wait_until("the holder's command", || site.file("up.h").exists());
+    let slot = names_in(&site.slots())
+        .into_iter()
+        .find(|n| n.starts_with("agent-") && n.ends_with(".lock"))
+        .expect("the holder's slot");
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(site.slots().join(&slot)).expect("record"))
+            .expect("json");
+    std::fs::write(site.file("release.h"), b"").expect("release");
+    drop(holder);
+    let mut victim = site
+        .command("sleep")
+        .arg("60")
+        .spawn_gated()
+        .expect("root's process");
+    let mut forged = record.clone();
+    forged["pid"] = victim.id().into();
+    forged["owner"] = "queued full run".into();
+    forged["identity"]["start"] = state_and_start(victim.id()).1.into();
+    std::fs::write(site.file("out/forged.json"), forged.to_string()).expect("forged");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("now")
+        .as_millis();
+    let entry = format!("line-full-run.0.{now}.0123456789abcdef");
+    member_sh(
+        &site,
+        &format!(r#"cp "$O/forged.json" "$S/{entry}" && : > "$S/.{entry}.flock""#),
+    );
+    let _keeper = Running::new(
+        site.command("setpriv")
+            .args([
+                &format!("--reuid={MEMBER}"),
+                &format!("--regid={MEMBER_GID}"),
+                &format!("--groups={SHARED}"),
+                "flock",
+                "-n",
+            ])
+            .arg(site.slots().join(format!(".{entry}.flock")))
+            .args(["sleep", "60"])
+            .stdin(Stdio::null())
+            .spawn_gated()
+            .expect("the member holds the entry's guard"),
+    );
+    let id = format!("fr-{}", victim.id());
+    wait_until("the forged entry listed as a waiting run", || {
+        let out = site.output(&["queue", "ls", "--json"]);
+        String::from_utf8_lossy(&out.stdout).contains(&format!("\"{id}\""))
+    });
+    let out = site.output(&["queue", "cancel", &id]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "refused: {err}");
+    assert!(
+        err.contains("nothing was signalled") && err.contains(&format!("uid {MEMBER}")),
+        "says why: {err}"
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        victim.try_wait().expect("try_wait").is_none(),
+        "root's process was not signalled"
+    );
+    victim.kill().expect("kill");
+    victim.wait().expect("reap");
+}

@@ -184,7 +184,7 @@ fn stopped_supervisor(command: &RecordedCommand, me: &Me) -> Option<Target> {
 
 /// Sends `signal` to `target`, if it is still the process observed (a pidfd pins it on
 /// Linux, so a pid reused since cannot be hit).
-fn send(target: &Target, signal: Signal) {
+pub(crate) fn send(target: &Target, signal: Signal) {
     let Some(pid) = i32::try_from(target.pid).ok().and_then(Pid::from_raw) else {
         return;
     };

@@ -117,6 +117,7 @@ pub mod enforce;
 pub mod jobs;
 #[cfg(target_os = "linux")]
 pub mod jobserver;
+pub mod queued;
 mod search;
 mod signals;
 mod start_jobs;

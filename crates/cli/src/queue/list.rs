@@ -1,94 +1,37 @@
 //! `queue ls` and `queue cancel`: the queued full runs (from the line and `full-run.lock`)
 //! and the dispatcher's attempts.
 
-use super::{ID_PREFIX, QUEUED_OWNER};
 use crate::exit::{self, Failure};
 use crate::json::problem_lines;
 use crate::out::outln;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
-use worklane_admission::{FULL_RUN_LOCK, Kind, Pool};
-use worklane_lease::rfc3339_ms;
+use std::time::Duration;
+use worklane_admission::Pool;
+use worklane_run::queued::{Cancelled, ID_PREFIX, Queued, State};
 
-/// A queued full run as `queue ls` shows it.
-struct Queued {
-    pid: u32,
-    state: &'static str,
-    position: Option<u32>,
-    priority: i64,
-    since: String,
-    command: Option<String>,
-    log: Option<String>,
-}
-
-impl Queued {
-    fn json(&self) -> crate::json::FullRun {
-        crate::json::FullRun {
-            id: format!("{ID_PREFIX}{}", self.pid),
-            pid: self.pid,
-            state: self.state,
-            position: self.position,
-            priority: self.priority,
-            since: self.since.clone(),
-            command: self.command.clone(),
-            log: self.log.clone(),
-        }
+/// A queued full run as `queue ls --json` shows it.
+fn json_of(q: &Queued) -> crate::json::FullRun {
+    let (state, position) = match q.state {
+        State::Waiting { position } => ("waiting", Some(position)),
+        State::Running => ("running", None),
+    };
+    crate::json::FullRun {
+        id: format!("{ID_PREFIX}{}", q.pid),
+        pid: q.pid,
+        state,
+        position,
+        priority: q.priority,
+        since: q.since.clone(),
+        command: q.command.clone(),
+        log: q.log.clone(),
     }
-}
-
-/// Every queued full run: those waiting in the full-run line (live entries whose record is a
-/// runner's), then the one running, if `full-run.lock` is held by a runner.
-fn queued_full_runs(pool: &Pool) -> Result<Vec<Queued>, Failure> {
-    let mut out = Vec::new();
-    let mut position = 0u32;
-    for view in pool.line_views()? {
-        if view.entry.kind != Kind::FullRun.label() || !view.live {
-            continue;
-        }
-        position += 1;
-        let Some(record) = view.record.as_ref() else {
-            continue;
-        };
-        if record.owner.as_deref() != Some(QUEUED_OWNER) {
-            continue;
-        }
-        let Some(pid) = record.pid() else { continue };
-        out.push(Queued {
-            pid,
-            state: "waiting",
-            position: Some(position),
-            priority: view.entry.priority,
-            since: rfc3339_ms(view.entry.start_ms),
-            command: record.extra_str("command").map(str::to_owned),
-            log: record.extra_str("log").map(str::to_owned),
-        });
-    }
-    if !pool.idle()? {
-        let path = pool.dir().file(FULL_RUN_LOCK)?;
-        let record = worklane_lease::read_record(&path).ok().flatten();
-        if let Some(record) = record
-            && record.owner.as_deref() == Some(QUEUED_OWNER)
-            && let Some(pid) = record.pid()
-        {
-            out.push(Queued {
-                pid,
-                state: "running",
-                position: None,
-                priority: 0,
-                since: record.acquired_at.clone().unwrap_or_default(),
-                command: record.extra_str("command").map(str::to_owned),
-                log: record.extra_str("log").map(str::to_owned),
-            });
-        }
-    }
-    Ok(out)
 }
 
 /// `worklane queue ls`: the queued full runs, then the dispatcher's attempts.
 pub(crate) fn list(json: bool, all: bool) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
-    let full_runs = queued_full_runs(&pool)?;
+    let full_runs = worklane_run::queued::list(&pool)?;
     let config = crate::config::Problem::of_pool(&pool);
     let mut problems = Vec::new();
     // A dispatcher that answers with something that is not a reply, or refuses to list, is
@@ -110,7 +53,7 @@ pub(crate) fn list(json: bool, all: bool) -> Result<ExitCode, Failure> {
             "{}",
             crate::json::line(&crate::json::QueueList {
                 version: crate::json::VERSION,
-                full_runs: full_runs.iter().map(Queued::json).collect(),
+                full_runs: full_runs.iter().map(json_of).collect(),
                 dispatcher: dispatcher.json,
                 problems,
                 config_problem: config.as_ref().map(crate::config::Problem::json),
@@ -123,10 +66,10 @@ pub(crate) fn list(json: bool, all: bool) -> Result<ExitCode, Failure> {
     }
     outln!("queued full runs: {}", full_runs.len())?;
     for q in &full_runs {
-        let place = q.position.map_or_else(
-            || "running".to_owned(),
-            |p| format!("waiting, {p}. in line"),
-        );
+        let place = match q.state {
+            State::Waiting { position } => format!("waiting, {position}. in line"),
+            State::Running => "running".to_owned(),
+        };
         outln!(
             "{ID_PREFIX}{}  {place}  priority {}  since {}  `{}`  log {}",
             q.pid,
@@ -213,43 +156,37 @@ pub(crate) fn cancel(id: &str, as_json: bool) -> Result<ExitCode, Failure> {
         )
     })?;
     let pool = crate::pool()?;
-    let found = queued_full_runs(&pool)?.into_iter().find(|q| q.pid == pid);
-    let Some(queued) = found else {
-        return Err(Failure::new(
+    match worklane_run::queued::cancel(&pool, pid)? {
+        Cancelled::Left { log } => {
+            crate::queued::cancelled(id, "full-run", log, as_json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cancelled::NotQueued => Err(Failure::new(
             exit::TEMP_FAIL,
             format!(
                 "{id}: no queued full run waits with runner pid {pid} (`worklane queue ls` lists \
                  them)"
             ),
-        ));
-    };
-    if queued.state == "running" {
-        return Err(Failure::new(
+        )),
+        Cancelled::Running { since } => Err(Failure::new(
             exit::TEMP_FAIL,
             format!(
-                "{id} is no longer queued: its full run has been running since {}; to end it, \
-                 `kill -TERM {pid}` (its runner halts the command) or `worklane stop-all`",
-                queued.since
+                "{id} is no longer queued: its full run has been running since {since}; to end \
+                 it, `kill -TERM {pid}` (its runner halts the command) or `worklane stop-all`"
             ),
-        ));
-    }
-    worklane_run::process::signal_pid(pid, rustix::process::Signal::TERM).map_err(|e| {
-        Failure::new(
+        )),
+        Cancelled::Unproven { why } => Err(Failure::new(
             exit::UNAVAILABLE,
-            format!("{id}: cannot signal its runner (pid {pid}): {e}"),
-        )
-    })?;
-    // Wait for it to leave (it looks at least every quarter second).
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
-        if !queued_full_runs(&pool)?.iter().any(|q| q.pid == pid) {
-            crate::queued::cancelled(id, "full-run", queued.log.clone(), as_json)?;
-            return Ok(ExitCode::SUCCESS);
-        }
-        std::thread::sleep(Duration::from_millis(20));
+            format!(
+                "{id}: nothing was signalled: {why}, so the process at pid {pid} is not proved to \
+                 be its runner (a line entry is a file any member of the group may put there)"
+            ),
+        )),
+        Cancelled::StillThere => Err(Failure::new(
+            exit::TEMP_FAIL,
+            format!(
+                "{id}: its runner (pid {pid}) was sent SIGTERM but has not left the line in 5 s"
+            ),
+        )),
     }
-    Err(Failure::new(
-        exit::TEMP_FAIL,
-        format!("{id}: its runner (pid {pid}) was sent SIGTERM but has not left the line in 5 s"),
-    ))
 }

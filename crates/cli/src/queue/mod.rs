@@ -4,8 +4,9 @@
 //!
 //! A runner stands in the full-run line (PROTOCOL.md 12.9) from the moment it starts until it
 //! takes `full-run.lock`, through STOP, a drain and a busy idle probe: its entry keeps its
-//! place, and its record (owner [`QUEUED_OWNER`], `command`, `log`) is what `slots` and
-//! `queue ls` show. `queue cancel fr-<pid>` sends it SIGTERM: waiting, it leaves the line and
+//! place, and its record (owner `QUEUED_OWNER`, `command`, `log`) is what `slots` and
+//! `queue ls` show (`worklane_run::queued`). `queue cancel fr-<pid>` sends it SIGTERM, when its
+//! record proves the process is its runner: waiting, it leaves the line and
 //! logs why; if it has just started its command, that command is halted as by STOP.
 
 mod list;
@@ -14,8 +15,4 @@ mod runner;
 pub(crate) use list::{cancel, list};
 pub(crate) use runner::{queue_full_run, runner};
 
-/// The `owner` of a queued full run's records (its line entry, then `full-run.lock`).
-pub(crate) const QUEUED_OWNER: &str = "queued full run";
-
-/// How a queued full run is named in `queue ls` and `queue cancel`: `fr-<runner pid>`.
-const ID_PREFIX: &str = "fr-";
+pub(crate) use worklane_run::queued::{ID_PREFIX, QUEUED_OWNER};
