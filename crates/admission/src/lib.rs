@@ -1,6 +1,6 @@
 //! Host admission for worklane: may this process start work now?
 //!
-//! The slot pool of one machine (SPEC section 7):
+//! The slot pool of one machine (PROTOCOL.md section 12):
 //!
 //! - [`Pool::try_take`] / [`Pool::take`] take an agent slot (`agent-<i>.lock`, at most
 //!   `max_agents` live), a test-run slot (`test-<i>.lock`, at most `max_test_runs`), or the one
@@ -15,7 +15,11 @@
 //!   against the share of an [`Owner`] (its uid, groups or tag) when the config gives
 //!   `shares`; the line then serves, within a priority, the owner with the smallest use of
 //!   its share first, and its head keeps the units freed until its weight fits.
-//! - [`Pool::snapshot`] is what `worklane slots` shows; [`Pool::idle`] is the idle probe.
+//! - [`Pool::snapshot`] is what `worklane slots` shows; [`Pool::idle`] is the idle probe;
+//!   [`stop_problem`] and [`drain_problem`] say what is wrong with a STOP or drain flag that is
+//!   not one.
+//! - [`role`]: role leases, one holder of a named role under TTL liveness, refused under STOP
+//!   ([`Pool::try_take_role`]).
 //!
 //! Every lock here is a `worklane-lease` lease with process liveness; the files are written
 //! only through `worklane-slotfile`.
@@ -155,6 +159,7 @@ pub mod line;
 mod names;
 mod pool;
 mod problems;
+pub mod role;
 pub mod share;
 pub mod stop;
 pub mod watch;
@@ -297,6 +302,15 @@ pub enum Error {
         /// Why (boxed: a large cause).
         #[source]
         source: Box<worklane_slotfile::remove::Error>,
+    },
+    /// A role's lease could not be tried (not held by another: broken).
+    #[error("cannot take the lease of role {role}")]
+    Role {
+        /// The role.
+        role: String,
+        /// Why (boxed: a large cause).
+        #[source]
+        source: Box<worklane_lease::acquire::Error>,
     },
     /// No place in the line could be taken (not busy: broken).
     #[error("cannot join the line for a slot of kind {kind}")]

@@ -41,6 +41,7 @@ mod kinds;
 mod drains;
 
 mod retries;
+mod role;
 
 mod other_user;
 

@@ -105,9 +105,10 @@ fn admission_code(e: &worklane_admission::Error) -> u8 {
         E::Config { .. } => CONFIG,
         E::List { source, .. } | E::DrainDir { source, .. } => open_code(source),
         E::Probe { source, .. } | E::AdoptGuard { source, .. } => guard_code(source),
-        E::Count { source, .. } | E::Take { source, .. } | E::JoinLine { source, .. } => {
-            lease_code(source)
-        }
+        E::Count { source, .. }
+        | E::Take { source, .. }
+        | E::JoinLine { source, .. }
+        | E::Role { source, .. } => lease_code(source),
         E::Adopt { source, .. } => adopt_code(source),
         // A weight no cap or share could ever admit: the caller asked wrongly.
         E::Weight { .. } | E::WeightOverShare { .. } => USAGE,

@@ -9,9 +9,8 @@ use crate::role::Refused;
 use crate::status::{HaltedBy, Status};
 use crate::watch::{CliWatch, with_fleet};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
-use worklane_lease::{Acquired, Options, Request, TtlLiveness, acquire};
+use worklane_admission::role::{self, RoleRequest, RoleTake};
 use worklane_run::{CHECK_EVERY, MIN_TTL, Supervisor, describe};
 
 pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
@@ -25,8 +24,7 @@ pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
 }
 
 fn lease_run_holding(args: LeaseRunArgs, status: &mut Status) -> Result<ExitCode, Failure> {
-    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
-    if args.role.is_empty() || args.role.starts_with('.') || !args.role.chars().all(plain) {
+    if !role::valid_role(&args.role) {
         return Err(Failure::new(
             exit::USAGE,
             format!(
@@ -49,19 +47,16 @@ fn lease_run_holding(args: LeaseRunArgs, status: &mut Status) -> Result<ExitCode
         ));
     }
     let pool = crate::taking_pool()?;
-    let name = format!("role-{}.lease", args.role);
+    let name = role::lease_name(&args.role);
     let ours = describe(&args.command);
     let identity = args.agent_identity.clone().unwrap_or_else(crate::ops::who);
-    let request = Request::new(identity.clone())
-        .field("role", args.role.clone())
-        .field("profile", args.profile.clone())
-        .field("agentIdentity", identity)
-        .field("entrypoint", ours.clone());
-    let options = Options::with_liveness(Arc::new(TtlLiveness::new(args.ttl)))
-        .journal(pool.journal().clone())
-        .role(args.role.clone());
-    // A waiter's refusals after the first are its wait, not news (`role-refused` once).
-    let retrying = options.clone().unjournaled_refusals();
+    let request = RoleRequest {
+        role: args.role.clone(),
+        identity: identity.clone(),
+        profile: args.profile.clone(),
+        entrypoint: ours.clone(),
+        ttl: args.ttl,
+    };
     let mut tries = 0u32;
     let wait = args.wait || args.timeout.is_some();
     let started = std::time::Instant::now();
@@ -69,23 +64,23 @@ fn lease_run_holding(args: LeaseRunArgs, status: &mut Status) -> Result<ExitCode
     // The host's role lease, then the role across the fleet (`--fleet`), tried at once: while
     // the fleet's role is held elsewhere, the host's lease is given back before waiting, so a
     // waiter never holds a TTL lease it does not pulse.
-    let owner = request.owner.clone();
+    let owner = identity;
     let (mut lease, mut fleet) = loop {
         let lease = loop {
             // An emergency STOP halts role holders too (below), so it refuses a new one up front
             // rather than start the command only to halt it a moment later; a waiter is refused
-            // as soon as one is written.
-            if let Some(stop) = pool.stop()? {
-                progress.clear();
-                let failure = Refused::stop(&args.role, &name, &ours, &stop).fail(args.json);
-                status.refused(&failure);
-                return Err(failure);
-            }
+            // as soon as one is written. A waiter's refusals after the first are its wait, not
+            // news (`role-refused` once).
             tries += 1;
-            let opts = if tries == 1 { &options } else { &retrying };
-            let refusal = match acquire(pool.dir(), &name, &request, opts)? {
-                Acquired::Held(lease) => break lease,
-                Acquired::Refused(refusal) => refusal,
+            let refusal = match pool.try_take_role(&request, tries > 1)? {
+                RoleTake::Held(lease) => break lease,
+                RoleTake::Refused(refusal) => refusal,
+                RoleTake::Stopped(stop) => {
+                    progress.clear();
+                    let failure = Refused::stop(&args.role, &name, &ours, &stop).fail(args.json);
+                    status.refused(&failure);
+                    return Err(failure);
+                }
             };
             let waited = started.elapsed();
             let left = args.timeout.map(|t| t.saturating_sub(waited));
