@@ -33,9 +33,9 @@ pub(crate) fn reconcile(_: &str, _: bool) -> Result<ExitCode, Failure> {
 pub(crate) fn listing(
     _: &worklane_admission::Pool,
     _: bool,
-) -> Result<crate::queued::Listing, Failure> {
+) -> Result<crate::queue_say::Listing, Failure> {
     let why = "attempts: none (this worklane was built without the dispatcher)";
-    Ok(crate::queued::Listing {
+    Ok(crate::queue_say::Listing {
         json: crate::json::DispatcherList::none(why.to_owned()),
         lines: vec![why.to_owned()],
     })

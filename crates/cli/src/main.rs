@@ -52,7 +52,6 @@
 
 #![forbid(unsafe_code)]
 
-mod around;
 mod budget;
 mod cli;
 mod config;
@@ -83,7 +82,7 @@ mod proxy;
 #[path = "proxy_off.rs"]
 mod proxy;
 mod queue;
-mod queued;
+mod queue_say;
 mod role;
 mod run;
 mod slots;
@@ -93,6 +92,7 @@ mod top;
 #[cfg(not(feature = "top"))]
 #[path = "top_off.rs"]
 mod top;
+mod views;
 mod watch;
 mod why;
 

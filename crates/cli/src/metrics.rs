@@ -7,10 +7,10 @@
 //! Printed on stdout, written atomically to a file for node_exporter's textfile collector
 //! (`--textfile`), or served over HTTP (`--listen`): `serve.rs`.
 
-use crate::around::Around;
 use crate::cli::MetricsArgs;
 use crate::exit::{self, Failure};
 use crate::json;
+use crate::views::Around;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;

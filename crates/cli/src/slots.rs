@@ -1,9 +1,9 @@
 //! `worklane slots`: what is held, by whom, and what is in force.
 
-use crate::around::{Around, QueueView, line_json};
 use crate::exit::Failure;
 use crate::json;
 use crate::out::outln;
+use crate::views::{Around, QueueView, line_json};
 use serde_json::Value;
 use std::process::ExitCode;
 use worklane_admission::{DrainState, SlotState, SlotView, Snapshot, drain::Ignored};

@@ -3,9 +3,9 @@
 //! change is a new line in the event journal, which every change writes, followed on inotify
 //! by a thread of its own. `q` (or Esc, Ctrl-C) quits and gives the terminal back as it was.
 
-use crate::around::Around;
 use crate::exit::{self, Failure};
 use crate::json;
+use crate::views::Around;
 use ratatui::crossterm::event::{self, Event as Input, KeyCode, KeyEventKind, KeyModifiers};
 use ratatui::layout::{Constraint, Layout};
 use ratatui::style::{Color, Modifier, Style};

@@ -18,7 +18,7 @@
 use crate::env::EnvFilter;
 use crate::lane::is_own_lane;
 pub use crate::lane::{lane_lock, valid_lane};
-use crate::store::{Attempt, Ended, Enqueuer, Outcome, State, Store, db};
+use crate::store::{Attempt, Ended, Enqueuer, Error as StoreError, Outcome, State, Store};
 use crate::wire::{AttemptView, EndedView, Enqueue, Reply, code};
 use std::collections::{HashMap, HashSet};
 use std::os::fd::OwnedFd;

@@ -12,7 +12,7 @@ use worklane_lease::rfc3339_ms;
 /// A take that lets the call go (exit 0): its JSON with `--json`; without, a model provider's
 /// reservation alone on stdout (GitHub's take prints nothing); and, in both forms, why it goes
 /// unaccounted if it does, on stderr (a call that goes unaccounted is a person's to notice).
-pub(super) fn go(
+pub(super) fn granted(
     as_json: bool,
     counted: bool,
     left: Option<u64>,
@@ -43,7 +43,7 @@ pub(super) fn go(
 }
 
 /// A refused take: its JSON (with `--json`) and exit 75.
-pub(super) fn refuse(as_json: bool, refused: &Refused) -> Result<ExitCode, Failure> {
+pub(super) fn refusal(as_json: bool, refused: &Refused) -> Result<ExitCode, Failure> {
     if as_json {
         outln!(
             "{}",

@@ -5,7 +5,7 @@
 //! (`Provider::resolve`, `Usage::of_body`, `Usage::of_stream`): the proxy reads them the same
 //! way.
 
-use super::answer::{go, refuse};
+use super::answer::{granted, refusal};
 use super::{key_from_env, ledger};
 use crate::cli::{BudgetObserveArgs, BudgetReleaseArgs, BudgetTakeArgs};
 use crate::exit::{self, Failure};
@@ -82,19 +82,19 @@ pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
         Ok(ledger) => ledger,
         Err(failure) => {
             let why = format!("no budget ledger: {}", failure.message);
-            return go(args.json, false, None, Some(why), None);
+            return granted(args.json, false, None, Some(why), None);
         }
     };
     let wait_max = u64::try_from(args.wait_max.as_millis()).unwrap_or(u64::MAX);
     match ledger.take_model_within(&provider, &key, need, &args.consumer, wait_max) {
-        Ok(grant) => go(
+        Ok(grant) => granted(
             args.json,
             grant.counted,
             grant.left,
             grant.unaccounted.as_ref().map(|why| exit::chain(why)),
             grant.reservation,
         ),
-        Err(refused) => refuse(args.json, &refused),
+        Err(refused) => refusal(args.json, &refused),
     }
 }
 

@@ -1,7 +1,7 @@
 //! `worklane budget take` (one unit before a call, waiting up to its bound) and `budget
 //! observe` (the response's headers, given as arguments or a curl header dump).
 
-use super::answer::{go, refuse};
+use super::answer::{granted, refusal};
 use super::{key_from_env, ledger};
 
 use crate::cli::{BudgetObserveArgs, BudgetTakeArgs};
@@ -27,8 +27,8 @@ pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
             args.wait_max,
         )?;
         return match taken {
-            Ok((counted, left)) => go(args.json, counted, left, None, None),
-            Err(refused) => refuse(args.json, &refused),
+            Ok((counted, left)) => granted(args.json, counted, left, None, None),
+            Err(refused) => refusal(args.json, &refused),
         };
     }
     // The ledger never holds a call back for its own trouble, a slot directory it cannot
@@ -37,18 +37,18 @@ pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
         Ok(ledger) => ledger,
         Err(failure) => {
             let why = format!("no budget ledger: {}", failure.message);
-            return go(args.json, false, None, Some(why), None);
+            return granted(args.json, false, None, Some(why), None);
         }
     };
     match ledger.take_within(&key, &args.resource, &args.consumer, args.wait_max) {
-        Ok(grant) => go(
+        Ok(grant) => granted(
             args.json,
             grant.counted,
             grant.left,
             grant.unaccounted.as_ref().map(|why| exit::chain(why)),
             None,
         ),
-        Err(refused) => refuse(args.json, &refused),
+        Err(refused) => refusal(args.json, &refused),
     }
 }
 

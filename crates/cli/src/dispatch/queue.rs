@@ -5,12 +5,12 @@ use super::*;
 /// The dispatcher's part of `queue ls` (with `all`, its history too). A dispatcher that does
 /// not answer (none started) has no attempts, and says so; one that answers and refuses is an
 /// error.
-pub(crate) fn listing(pool: &Pool, all: bool) -> Result<crate::queued::Listing, Failure> {
+pub(crate) fn listing(pool: &Pool, all: bool) -> Result<crate::queue_say::Listing, Failure> {
     let path = socket_path(pool, None);
     let stream = match connect(pool, &path) {
         Ok(stream) => stream,
         Err(failure) => {
-            return Ok(crate::queued::Listing {
+            return Ok(crate::queue_say::Listing {
                 json: json::DispatcherList::none(failure.message.clone()),
                 lines: vec![format!("attempts: none ({})", failure.message)],
             });
@@ -98,7 +98,7 @@ pub(crate) fn listing(pool: &Pool, all: bool) -> Result<crate::queued::Listing, 
         trouble: reply.trouble,
         damage: reply.damage,
     };
-    Ok(crate::queued::Listing { json, lines })
+    Ok(crate::queue_say::Listing { json, lines })
 }
 
 /// The dispatcher's own trouble, as it says it (for `why`); `None` when it has none or does
@@ -126,8 +126,8 @@ pub(crate) fn cancel(attempt: &str, as_json: bool) -> Result<ExitCode, Failure> 
         return Err(refused(&reply));
     }
     match &reply.message {
-        Some(halting) => crate::queued::halting(attempt, halting, as_json)?,
-        None => crate::queued::cancelled(attempt, "attempt", None, as_json)?,
+        Some(halting) => crate::queue_say::halting(attempt, halting, as_json)?,
+        None => crate::queue_say::cancelled(attempt, "attempt", None, as_json)?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -38,7 +38,7 @@ pub(crate) fn list(json: bool, all: bool) -> Result<ExitCode, Failure> {
     // shown as a problem: the full runs and the rest of the view are still worth seeing.
     let dispatcher = listing_within(&pool, all, DISPATCHER_PATIENCE).unwrap_or_else(|failure| {
         problems.push(dispatcher_problem(&pool, &failure));
-        crate::queued::Listing {
+        crate::queue_say::Listing {
             json: crate::json::DispatcherList::none(format!(
                 "the dispatcher did not answer with a list: {}",
                 failure.message
@@ -99,7 +99,7 @@ fn listing_within(
     pool: &Pool,
     all: bool,
     patience: Duration,
-) -> Result<crate::queued::Listing, Failure> {
+) -> Result<crate::queue_say::Listing, Failure> {
     let (send, answer) = std::sync::mpsc::channel();
     let asking = pool.clone();
     let spawned = std::thread::Builder::new()
@@ -158,7 +158,7 @@ pub(crate) fn cancel(id: &str, as_json: bool) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
     match worklane_run::queued::cancel(&pool, pid)? {
         Cancelled::Left { log } => {
-            crate::queued::cancelled(id, "full-run", log, as_json)?;
+            crate::queue_say::cancelled(id, "full-run", log, as_json)?;
             Ok(ExitCode::SUCCESS)
         }
         Cancelled::NotQueued => Err(Failure::new(

@@ -14,7 +14,7 @@ pub enum Error {
     OpenQueue {
         /// Why.
         #[source]
-        source: Box<db::Error>,
+        source: Box<StoreError>,
     },
     /// A database an older worklane kept in the slot directory could not be taken over (it
     /// is left where it was, and tried again at the next start).
@@ -31,7 +31,7 @@ pub enum Error {
         purpose: &'static str,
         /// Why.
         #[source]
-        source: Box<db::Error>,
+        source: Box<StoreError>,
     },
     /// One attempt's row could not be read.
     #[error("cannot read attempt {attempt} from the queue")]
@@ -40,7 +40,7 @@ pub enum Error {
         attempt: String,
         /// Why.
         #[source]
-        source: Box<db::Error>,
+        source: Box<StoreError>,
     },
     /// Whether a lane is queued already could not be looked up.
     #[error("cannot look up whether lane {lane} is queued")]
@@ -49,7 +49,7 @@ pub enum Error {
         lane: String,
         /// Why.
         #[source]
-        source: Box<db::Error>,
+        source: Box<StoreError>,
     },
     /// An accepted enqueue's row could not be stored.
     #[error("cannot queue attempt {attempt} of lane {lane}")]
@@ -60,7 +60,7 @@ pub enum Error {
         lane: String,
         /// Why.
         #[source]
-        source: Box<db::Error>,
+        source: Box<StoreError>,
     },
     /// An attempt's row could not be moved to a new state.
     #[error("cannot mark attempt {attempt} {}", state.word())]
@@ -71,7 +71,7 @@ pub enum Error {
         state: State,
         /// Why.
         #[source]
-        source: Box<db::Error>,
+        source: Box<StoreError>,
     },
     /// An attempt's row could not be removed (claimed, cancelled, or its lane held by another
     /// at recovery), or its end kept in the history.
@@ -81,7 +81,7 @@ pub enum Error {
         attempt: String,
         /// Why.
         #[source]
-        source: Box<db::Error>,
+        source: Box<StoreError>,
     },
     /// The history of ended attempts could not be read or pruned.
     #[error("cannot {op} the history of ended attempts")]
@@ -90,7 +90,7 @@ pub enum Error {
         op: &'static str,
         /// Why.
         #[source]
-        source: Box<db::Error>,
+        source: Box<StoreError>,
     },
     /// At recovery, the lanes of the stored rows could not be acquired again (not busy:
     /// broken).
@@ -148,21 +148,21 @@ pub enum Error {
 }
 
 impl Error {
-    pub(super) fn read_queue(purpose: &'static str) -> impl FnOnce(db::Error) -> Error {
+    pub(super) fn read_queue(purpose: &'static str) -> impl FnOnce(StoreError) -> Error {
         move |source| Error::ReadQueue {
             purpose,
             source: Box::new(source),
         }
     }
 
-    pub(super) fn read_attempt(attempt: &str) -> impl FnOnce(db::Error) -> Error + '_ {
+    pub(super) fn read_attempt(attempt: &str) -> impl FnOnce(StoreError) -> Error + '_ {
         move |source| Error::ReadAttempt {
             attempt: attempt.to_owned(),
             source: Box::new(source),
         }
     }
 
-    pub(super) fn set_state(attempt: &str, state: State) -> impl FnOnce(db::Error) -> Error + '_ {
+    pub(super) fn set_state(attempt: &str, state: State) -> impl FnOnce(StoreError) -> Error + '_ {
         move |source| Error::SetState {
             attempt: attempt.to_owned(),
             state,
@@ -170,14 +170,14 @@ impl Error {
         }
     }
 
-    pub(super) fn remove(attempt: &str) -> impl FnOnce(db::Error) -> Error + '_ {
+    pub(super) fn remove(attempt: &str) -> impl FnOnce(StoreError) -> Error + '_ {
         move |source| Error::Remove {
             attempt: attempt.to_owned(),
             source: Box::new(source),
         }
     }
 
-    pub(super) fn history(op: &'static str) -> impl FnOnce(db::Error) -> Error {
+    pub(super) fn history(op: &'static str) -> impl FnOnce(StoreError) -> Error {
         move |source| Error::History {
             op,
             source: Box::new(source),

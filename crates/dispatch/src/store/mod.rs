@@ -10,7 +10,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use std::path::{Path, PathBuf};
 
 mod attempt;
-pub mod db;
+mod error;
 mod open;
 mod rows;
 mod schema;
@@ -18,7 +18,7 @@ mod schema;
 mod tests;
 
 pub use attempt::{Attempt, Cancel, Ended, Enqueuer, Outcome, State, log_name};
-use db::Error;
+pub use error::Error;
 pub use open::{Aside, Damage};
 use rows::{Raw, ended_from_row};
 use schema::MIGRATIONS;

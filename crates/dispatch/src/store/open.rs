@@ -1,7 +1,7 @@
 //! Opening the queue database: created, migrated, checked, a damaged one moved aside, and in
 //! the dispatcher's private state directory judged file by file first.
 
-use super::db::Error;
+use super::Error;
 use super::{DATABASE, MIGRATIONS, SCHEMA_VERSION, Store};
 use rusqlite::Connection;
 use std::path::{Path, PathBuf};

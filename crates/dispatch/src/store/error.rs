@@ -1,4 +1,4 @@
-//! Errors of the queue database.
+//! Errors of the queue database (`store::Error`).
 
 use std::path::PathBuf;
 
