@@ -30,38 +30,27 @@ pub(crate) fn queue_view(dir: &worklane_slotfile::SlotDir) -> QueueView {
     // A held guard is a live dispatcher (it holds it for life); probing a free one takes it
     // for a moment, as `slots` does for every lock.
     let alive = lock.is_some_and(|l| matches!(l.try_guard(), Ok(None)));
-    let mut attempts = Vec::new();
-    let mut problems = Vec::new();
-    for path in dir.list_prefixed("queue-").unwrap_or_default() {
-        if !path.name().ends_with(".json") {
-            continue;
-        }
-        let wrong = match path.read() {
-            Ok(None) => continue,
-            Ok(Some(raw)) => match serde_json::from_slice::<Value>(&raw) {
-                Ok(entry @ Value::Object(_)) => {
-                    attempts.push(entry);
-                    continue;
-                }
-                Ok(_) => "is JSON but not an object".to_owned(),
-                Err(e) => format!("is not JSON ({e})"),
-            },
-            Err(e) => format!("cannot be read ({})", crate::exit::chain(&e)),
-        };
-        let shown = crate::config::shell_quote(&dir.path().join(path.name()).display().to_string());
-        problems.push(json::Problem {
-            name: path.name().to_owned(),
-            what: format!(
-                "a dispatcher status entry that {wrong}: the attempt it describes is not shown \
-                 here (`worklane queue ls` asks the dispatcher itself)"
-            ),
-            fix: format!(
-                "a running dispatcher rewrites it at its next heartbeat; with none running: \
-                 rm -r -- {shown}"
-            ),
-            blocks: None,
-        });
-    }
+    let (entries, unreadable) = worklane_dispatch::status::read_all(dir);
+    let attempts = entries.into_iter().map(|e| e.value).collect();
+    let problems = unreadable
+        .into_iter()
+        .map(|u| {
+            let shown = crate::config::shell_quote(&dir.path().join(&u.name).display().to_string());
+            json::Problem {
+                what: format!(
+                    "a dispatcher status entry that {}: the attempt it describes is not shown \
+                     here (`worklane queue ls` asks the dispatcher itself)",
+                    u.why
+                ),
+                fix: format!(
+                    "a running dispatcher rewrites it at its next heartbeat; with none running: \
+                     rm -r -- {shown}"
+                ),
+                name: u.name,
+                blocks: None,
+            }
+        })
+        .collect();
     QueueView {
         pid,
         alive,

@@ -144,9 +144,71 @@ pub struct Found {
     pub written: worklane_slotfile::Written,
 }
 
-/// Every status entry in `dir` (`queue-<lane>.json` files that parse as JSON objects and, if
-/// they name a lane, name the one of their file; the rest are skipped), with who may have
-/// written each: any member of the directory's group may have put one there.
+/// A file at a status entry's name that is not one.
+#[derive(Debug)]
+pub struct Unreadable {
+    /// Its file name.
+    pub name: String,
+    /// What is wrong with it, in words (`is not JSON (...)`, `cannot be read (...)`).
+    pub why: String,
+}
+
+/// Every file `queue-<lane>.json` of `dir`, as it reads: the entries (JSON objects, each
+/// with its lane from the file's name and who may have written it), and the files that are
+/// not ones. The one reader of the status entries: recovery ([`read_entries`]) and the views
+/// (`worklane slots`, `why`) both go through it.
+#[must_use]
+pub fn read_all(dir: &SlotDir) -> (Vec<Read>, Vec<Unreadable>) {
+    let mut entries = Vec::new();
+    let mut unreadable = Vec::new();
+    for path in dir.list_prefixed("queue-").unwrap_or_default() {
+        let Some(lane) = path
+            .name()
+            .strip_prefix("queue-")
+            .and_then(|n| n.strip_suffix(".json"))
+            .map(str::to_owned)
+        else {
+            continue;
+        };
+        let why = match path.read_with_owner() {
+            Ok(None) => continue,
+            Ok(Some((raw, written))) => match serde_json::from_slice::<serde_json::Value>(&raw) {
+                Ok(value @ serde_json::Value::Object(_)) => {
+                    entries.push(Read {
+                        lane,
+                        value,
+                        written,
+                    });
+                    continue;
+                }
+                Ok(_) => "is JSON but not an object".to_owned(),
+                Err(e) => format!("is not JSON ({e})"),
+            },
+            Err(e) => format!("cannot be read ({})", worklane_stdx::chain(&e)),
+        };
+        unreadable.push(Unreadable {
+            name: path.name().to_owned(),
+            why,
+        });
+    }
+    (entries, unreadable)
+}
+
+/// A status entry as read: its lane (from its file's name), its JSON object, and who may
+/// have written it.
+#[derive(Debug, Clone)]
+pub struct Read {
+    /// The lane its file names.
+    pub lane: String,
+    /// The entry, a JSON object.
+    pub value: serde_json::Value,
+    /// Who may have written it: its file's owner, mode and links, from the file read.
+    pub written: worklane_slotfile::Written,
+}
+
+/// Every status entry in `dir` ([`read_all`]) that, if it names a lane, names the one of its
+/// file, with the fields recovery reads and who may have written it: any member of the
+/// directory's group may have put one there.
 #[must_use]
 pub fn read_entries(dir: &SlotDir) -> Vec<Found> {
     #[derive(serde::Deserialize)]
@@ -162,25 +224,21 @@ pub fn read_entries(dir: &SlotDir) -> Vec<Found> {
         #[serde(default)]
         dispatcher: Option<serde_json::Value>,
     }
-    let Ok(paths) = dir.list_prefixed("queue-") else {
-        return Vec::new();
-    };
-    paths
+    read_all(dir)
+        .0
         .into_iter()
-        .filter_map(|path| {
-            let lane = path
-                .name()
-                .strip_prefix("queue-")?
-                .strip_suffix(".json")?
-                .to_owned();
-            let (raw, written) = path.read_with_owner().ok().flatten()?;
-            let entry: Raw = serde_json::from_slice(&raw).ok()?;
-            if entry.lane.as_ref().is_some_and(|named| *named != lane) {
+        .filter_map(|found| {
+            let entry: Raw = serde_json::from_value(found.value).ok()?;
+            if entry
+                .lane
+                .as_ref()
+                .is_some_and(|named| *named != found.lane)
+            {
                 return None;
             }
             Some(Found {
-                written,
-                lane,
+                written: found.written,
+                lane: found.lane,
                 attempt: entry.attempt,
                 args: entry.args.unwrap_or_default(),
                 start_ms: entry
