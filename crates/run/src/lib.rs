@@ -103,6 +103,11 @@
 //!   the taker (one standby token at a time, taken in the machine's `job` line), and the keeper
 //!   socket whose in-flight `SCM_RIGHTS` descriptors keep the token slots' locks while the tree
 //!   lives, whatever happens to the supervisor.
+//! - `dispatcher.rs` (feature `dispatcher`): the admission dispatcher as a process: its lock,
+//!   its socket (systemd's, its mode narrowed through a descriptor; or made through the slot
+//!   directory's descriptor, anything else at the name set aside), its state directory, the
+//!   server wired to the drivers' launch and reaping, systemd's readiness and watchdog; what
+//!   happens is told to the caller (`Said`), which prints it.
 //! - `driver.rs` (feature `dispatcher`): the admission dispatcher's drivers as processes:
 //!   started detached as their enqueuer with a fresh environment and their log, and reaped by
 //!   a thread that learns of an exit with `waitid(WNOWAIT)` and reaps under the lock a start
@@ -111,6 +116,8 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+#[cfg(feature = "dispatcher")]
+pub mod dispatcher;
 #[cfg(feature = "dispatcher")]
 pub mod driver;
 pub mod enforce;

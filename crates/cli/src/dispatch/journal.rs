@@ -3,16 +3,6 @@
 
 use super::*;
 
-/// How an ended attempt ended, in words (its log's last line, `queue ls --all`).
-pub(crate) fn ended_words(ended: &worklane_dispatch::wire::EndedView) -> String {
-    let how = match (ended.status, ended.signal) {
-        (_, Some(signal)) => format!("killed by signal {signal}"),
-        (Some(status), None) => format!("with exit status {status}"),
-        (None, None) => "with its status in its log".to_owned(),
-    };
-    format!("{} {how} ({})", ended.outcome, ended.detail)
-}
-
 /// The dispatcher's log (its stderr): one line per event, with a line that repeats (the same
 /// kind, of the same attempt or peer) said at most once a minute, and how many were left out
 /// said with the next.

@@ -14,10 +14,11 @@ mod serve;
 
 pub(crate) use claim::claim;
 pub(crate) use enqueue::enqueue;
-use journal::{Journal, ended_words};
+use journal::Journal;
 pub(crate) use queue::{cancel, listing, prune, retry, trouble};
 pub(crate) use reconcile::reconcile;
 pub(crate) use serve::serve;
+use worklane_run::dispatcher::ended_words;
 
 use crate::cli::{ClaimArgs, DispatcherArgs, EnqueueArgs};
 use crate::exit::{self, Failure};
@@ -26,23 +27,22 @@ use crate::out::{errln, outln};
 use crate::watch::CliWatch;
 use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use worklane_admission::Pool;
-use worklane_dispatch::client::{self, DISPATCHER_LOCK, SOCKET};
+use worklane_dispatch::client;
 use worklane_dispatch::env::EnvFilter;
 use worklane_dispatch::lane::{is_own_lane, own_lane, retire_own_lane};
-use worklane_dispatch::server::{Event, Server};
+use worklane_dispatch::server::Event;
 use worklane_dispatch::service::{
-    Dispatcher, Mode, Recovery, Settings, StartFailure, cancel_marker, lane_lock, valid_lane,
+    Mode, Recovery, Settings, StartFailure, cancel_marker, lane_lock, valid_lane,
 };
 use worklane_dispatch::wire::{Enqueue, Reply, Request as Wire, code};
 use worklane_lease::{Acquired, Clock, Options, Request, SystemClock, acquire, rfc3339_ms};
 use worklane_run::{Supervisor, describe};
-use worklane_transport::Trust;
 
 /// The dispatcher's socket: `given` (a `--socket`), else `$WORKLANE_SOCKET`, else the slot
 /// directory's.
