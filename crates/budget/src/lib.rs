@@ -123,7 +123,8 @@ pub use ledger::{
 };
 pub use observe::Observation;
 pub use provider::{
-    Dimension, Profile, Provider, ProviderObservation, ResetFormat, StreamUsage, Usage,
+    Dimension, GENERATION_PATHS, Profile, Provider, ProviderObservation, ResetFormat, StreamUsage,
+    Usage, is_generation,
 };
 pub use state::State;
 pub use state::WaitWhy;

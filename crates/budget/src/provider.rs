@@ -102,9 +102,57 @@ impl Provider {
     }
 }
 
+/// The paths of the calls a model provider's generation limits count, as each path's last
+/// segments: Anthropic's Messages, OpenAI's chat and text completions, Responses and
+/// embeddings. Anything else (`/v1/messages/count_tokens`, `/v1/models`, a batch, a file, a
+/// response fetched or cancelled by id) is counted apart by the provider, or not at all.
+pub const GENERATION_PATHS: [&str; 5] = [
+    "/messages",
+    "/chat/completions",
+    "/completions",
+    "/responses",
+    "/embeddings",
+];
+
+/// Whether a call of `method` to `path` (without its query) is one a model provider's
+/// generation limits count, and so takes from the budget: a `POST` to a path that ends with one
+/// of [`GENERATION_PATHS`] (after any prefix, such as `/v1`). Every other call is forwarded
+/// without a take.
+#[must_use]
+pub fn is_generation(method: &str, path: &str) -> bool {
+    let path = path.trim_end_matches('/');
+    method.eq_ignore_ascii_case("POST") && GENERATION_PATHS.iter().any(|end| path.ends_with(end))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_generation_calls_take_from_the_budget() {
+        for (method, path) in [
+            ("POST", "/v1/messages"),
+            ("POST", "/v1/chat/completions"),
+            ("post", "/v1/responses/"),
+            ("POST", "/v1/completions"),
+            ("POST", "/v1/embeddings"),
+            ("POST", "/openai/v1/chat/completions"),
+        ] {
+            assert!(is_generation(method, path), "{method} {path}");
+        }
+        for (method, path) in [
+            ("POST", "/v1/messages/count_tokens"),
+            ("GET", "/v1/models"),
+            ("GET", "/v1/messages"),
+            ("POST", "/v1/messages/batches"),
+            ("GET", "/v1/responses/resp_123"),
+            ("POST", "/v1/responses/resp_123/cancel"),
+            ("HEAD", "/"),
+            ("POST", "/v1/files"),
+        ] {
+            assert!(!is_generation(method, path), "{method} {path}");
+        }
+    }
 
     #[test]
     fn names_of_providers_and_dimensions() {

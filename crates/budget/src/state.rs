@@ -506,18 +506,42 @@ impl State {
         for dimension in &observation.unknown {
             self.resources.remove(dimension.name());
         }
-        let (Some(reserved), Some(usage)) = (reserved, observation.usage) else {
+        let Some(reserved) = reserved else {
             return;
         };
         for (name, estimate) in reserved.units {
             if reported.contains(&name) {
                 continue;
             }
-            let used = crate::Dimension::parse(&name).map_or(estimate, |d| usage.units(d));
+            // What the response's usage says it used replaces the estimate; a response that
+            // says nothing of it (no window, no usage) gives the estimate back.
+            let used = match observation.usage {
+                Some(usage) => crate::Dimension::parse(&name).map_or(estimate, |d| usage.units(d)),
+                None => 0,
+            };
             if let Some(window) = self.resources.get_mut(&name) {
                 window.granted = add_safe(window.granted.saturating_sub(estimate), used);
             }
         }
+    }
+
+    /// Takes in the head of reservation `id`'s response as it arrives (a stream, whose body
+    /// may last minutes): each window it reports counts the request already (the provider
+    /// counts it before it answers), so that dimension of the reservation is settled now;
+    /// the others stay reserved until the body's usage settles them ([`State::apply_provider`]
+    /// with `id`). Otherwise as [`State::apply_provider`] without a reservation.
+    pub fn apply_provider_head(
+        &mut self,
+        observation: &crate::ProviderObservation,
+        id: &str,
+        now: u64,
+    ) {
+        if let Some(reservation) = self.in_flight.get_mut(id) {
+            for window in &observation.windows {
+                reservation.units.remove(window.dimension.name());
+            }
+        }
+        self.apply_provider(observation, None, now);
     }
 }
 

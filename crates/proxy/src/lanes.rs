@@ -41,6 +41,8 @@ enum Op {
     Observe {
         reservation: Option<String>,
         observation: ProviderObservation,
+        /// Only the response's head (a stream's): it settles the dimensions it reports.
+        head: bool,
     },
     Release {
         reservation: String,
@@ -92,8 +94,9 @@ impl Reservation {
     /// the upstream answered them, not the order their bodies ended.
     pub(crate) fn record(&self, observation: ProviderObservation) {
         let _ = self.ops.send(Op::Observe {
-            reservation: None,
+            reservation: self.id.clone(),
             observation,
+            head: true,
         });
     }
 
@@ -104,6 +107,7 @@ impl Reservation {
         let _ = self.ops.send(Op::Observe {
             reservation: self.id.take(),
             observation,
+            head: false,
         });
     }
 }
@@ -337,19 +341,16 @@ fn run(ctx: &Ctx, key: &CredentialKey, batch: Vec<Op>, ops: &Weak<LaneTx>) -> bo
             Op::Observe {
                 reservation,
                 observation,
+                head,
             } => {
                 log::trace!(
                     "observe {} ({}): {:?} {:?}",
                     observation.status,
-                    if reservation.is_some() {
-                        "settles"
-                    } else {
-                        "head"
-                    },
+                    if head { "head" } else { "settles" },
                     observation.windows,
                     observation.usage
                 );
-                observe(ctx, key, reservation.as_deref(), &observation);
+                observe(ctx, key, reservation.as_deref(), head, &observation);
                 recorded = true;
             }
             Op::Release { reservation } => {
@@ -368,14 +369,20 @@ fn observe(
     ctx: &Ctx,
     key: &CredentialKey,
     reservation: Option<&str>,
+    head: bool,
     observation: &ProviderObservation,
 ) {
     let started = Instant::now();
     loop {
-        match ctx
-            .ledger
-            .observe_model(&ctx.provider, key, reservation, observation)
-        {
+        let observed = match (head, reservation) {
+            (true, Some(id)) => ctx
+                .ledger
+                .observe_model_head(&ctx.provider, key, id, observation),
+            _ => ctx
+                .ledger
+                .observe_model(&ctx.provider, key, reservation, observation),
+        };
+        match observed {
             Observed::Recorded => return,
             Observed::Skipped(trouble) => {
                 if matches!(trouble, Trouble::LockBusy { .. })
@@ -389,7 +396,8 @@ fn observe(
                     ctx.provider.name(),
                     chain(&trouble)
                 );
-                if let Some(id) = reservation {
+                // A head's reservation is settled by its body (or given back as it drops).
+                if !head && let Some(id) = reservation {
                     release(ctx, key, id);
                 }
                 return;

@@ -21,9 +21,13 @@
 //! - records the response's rate-limit headers in the ledger (a pause asked for pauses every
 //!   client of the key, through any proxy, and every direct taker), and settles the take's
 //!   reservation: at once when the headers report every dimension (they count the request
-//!   already), else with the usage read from the body as it passes (a JSON body's `usage`, a
-//!   stream's events); a response cut short (the client went away) keeps its estimate
-//!   counted, and a request that got no response gives its reservation back.
+//!   already), a stream's head settling the dimensions it reports and its body the rest with
+//!   the usage read as it passes (a JSON body's `usage`, a stream's events); a response cut
+//!   short (the client went away) keeps its estimate counted, a response that reports
+//!   nothing gives it back, and a request that got no response gives its reservation back;
+//! - takes only for generation calls (`worklane_budget::is_generation`: a `POST` to
+//!   `.../messages`, `.../chat/completions`, `.../completions`, `.../responses`,
+//!   `.../embeddings`); a token count, a model list, a batch or a file goes unaccounted.
 //!
 //! It listens on loopback (or a Unix socket, whose peers must be root, the slot directory's
 //! owner or members of its group); a [`Trigger`] or the shutdown future stops it gracefully.

@@ -244,6 +244,16 @@ async fn handle(shared: &Shared, request: Request<Incoming>) -> Response<ProxyBo
         log::debug!("{} {path}: no API key; forwarded unaccounted", parts.method);
         return forward_to(shared, &parts, Outgoing::stream(body), None).await;
     };
+    // Only a generation call takes from the budget: a token count, a model list, a batch or a
+    // file is counted apart by the provider (or not at all), and its response says nothing
+    // of the generation windows.
+    if !worklane_budget::is_generation(parts.method.as_str(), &path) {
+        log::debug!(
+            "{} {path}: not a generation call; forwarded unaccounted",
+            parts.method
+        );
+        return forward_to(shared, &parts, Outgoing::stream(body), None).await;
+    }
     let content_length = parts
         .headers
         .get(http::header::CONTENT_LENGTH)

@@ -462,6 +462,14 @@ mod streaming {
                     site.in_flight(flavor, &token) == 0
                 })
                 .await;
+                // The head's requests window counted the request already: once it ends, the
+                // request is not counted again as granted (it was, and the next request
+                // waited for the window's reset).
+                let state = site.state(flavor, &token).expect("state");
+                assert_eq!(
+                    state["resources"]["requests"]["granted"], 0,
+                    "the request counted once, by the head's remaining: {state}"
+                );
                 proxy.stop().await;
             });
         }
@@ -660,14 +668,25 @@ mod forwarding {
                     fake::sum(text.as_bytes()).to_string(),
                     "the body reached the provider whole"
                 );
-                let state = site.state(flavor, token).expect("state");
-                let units = state["inFlight"]
-                    .as_object()
-                    .and_then(|f| f.values().next())
-                    .map(|r| r["units"].clone())
-                    .expect("a reservation in flight");
+                let units = || {
+                    site.state(flavor, token)
+                        .and_then(|state| {
+                            state["inFlight"]
+                                .as_object()
+                                .and_then(|f| f.values().next())
+                                .map(|r| r["units"].clone())
+                        })
+                        .unwrap_or_default()
+                };
+                // Its head reports the requests window alone: that dimension is settled by
+                // it (the provider counted the request), the tokens stay reserved.
+                eventually("the head's window settles the request", || {
+                    let units = units();
+                    units["tokens"].is_u64() && units.get("requests").is_none()
+                })
+                .await;
                 let input = (text.len() as u64).div_ceil(worklane_proxy::BYTES_PER_TOKEN);
-                assert_eq!(units["requests"], 1, "{units}");
+                let units = units();
                 assert_eq!(units["tokens"], input + output, "{hold}: {units}");
                 fake.release(hold);
                 within("the end", response.into_body().collect())
@@ -675,6 +694,75 @@ mod forwarding {
                     .expect("the rest");
                 eventually("settled", || site.in_flight(flavor, token) == 0).await;
             }
+            proxy.stop().await;
+        });
+    }
+
+    /// A token count and a model list are no generation calls: with the window's last
+    /// request still unused they go at once, take nothing (no reservation, the window's
+    /// remaining untouched), and the message after them still gets the last request.
+    #[test]
+    fn calls_that_are_no_generation_take_nothing_from_the_budget() {
+        run(async {
+            let flavor = Flavor::Anthropic;
+            let token = "sk-ant-count-not-real";
+            // Two messages a minute: one spent below, one left.
+            let fake = Fake::start(
+                flavor,
+                Limits {
+                    window_ms: 60_000,
+                    requests: 2,
+                    tokens: 1_000_000,
+                },
+            )
+            .await;
+            let site = Site::new();
+            let proxy = start(worklane_proxy::Config {
+                max_wait: Duration::from_millis(300),
+                ..config(&site, flavor, &fake)
+            });
+            let client = client();
+            let message = || {
+                request(flavor, &proxy.url(), token)
+                    .body(Full::from(prompt(flavor, false)))
+                    .expect("request")
+            };
+            assert_eq!(send(&client, message()).await.0.status(), 200);
+            eventually("the window is recorded", || {
+                site.state(flavor, token)
+                    .is_some_and(|s| s["resources"]["requests"]["remaining"] == 1)
+            })
+            .await;
+            for (method, path, body) in [
+                ("POST", "/v1/messages/count_tokens", prompt(flavor, false)),
+                ("POST", "/v1/messages/count_tokens", prompt(flavor, false)),
+                ("GET", "/v1/models", String::new()),
+            ] {
+                let call = http::Request::builder()
+                    .method(method)
+                    .uri(format!("{}{path}", proxy.url()))
+                    .header("x-api-key", token)
+                    .header("content-type", "application/json")
+                    .body(Full::from(body))
+                    .expect("request");
+                let (head, _) = send(&client, call).await;
+                assert_eq!(head.status(), 200, "{method} {path}");
+                assert!(
+                    head.headers()
+                        .get(worklane_proxy::ANSWERED_HEADER)
+                        .is_none(),
+                    "{method} {path}: the provider's answer, not the proxy's"
+                );
+            }
+            assert_eq!(fake.counts(|c| c.apart), 3, "each reached the provider");
+            let state = site.state(flavor, token).expect("state");
+            assert_eq!(state["resources"]["requests"]["remaining"], 1, "{state}");
+            assert_eq!(site.in_flight(flavor, token), 0, "nothing reserved");
+            assert_eq!(
+                send(&client, message()).await.0.status(),
+                200,
+                "the window's last request is still the message's"
+            );
             proxy.stop().await;
         });
     }

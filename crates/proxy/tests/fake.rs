@@ -8,6 +8,8 @@
 //! [`Fake::release`]`(ID)`; `x-test-status: N` answers N with a fixed error body (never
 //! counted); `x-test-partial: 1` reports the requests window alone (as a provider that
 //! reports fewer dimensions than the profile knows). [`Fake::force_429`] makes the next request a 429 with `retry-after`.
+//! A token count (`.../count_tokens`) or a model list (`.../models`) is answered at once,
+//! without rate-limit headers, and counted apart (`Counts::apart`), as the providers do.
 
 use http::{HeaderMap, Request, Response};
 use http_body_util::combinators::BoxBody;
@@ -77,6 +79,8 @@ pub(crate) struct Counts {
     pub(crate) served: u64,
     /// Requests refused by the fake's own limits.
     pub(crate) too_many: u64,
+    /// Calls that are no generation (a token count, a model list), counted apart.
+    pub(crate) apart: u64,
     /// Requests answered 429 by `force_429`, with when.
     pub(crate) forced_at: Vec<u64>,
     /// Every request, in order of arrival.
@@ -235,6 +239,17 @@ async fn answer(inner: &Inner, request: Request<Incoming>) -> Response<FakeBody>
         response
             .headers_mut()
             .insert("x-test-marker", "from-the-upstream".parse().expect("value"));
+        return echo(response);
+    }
+    // As the providers do: a token count or a model list is no generation call, answered
+    // without the generation limits' headers and counted apart (here: not at all).
+    let path = parts.uri.path();
+    if path.ends_with("/count_tokens") || path.ends_with("/models") {
+        inner.counts.lock().expect("counts").apart += 1;
+        let mut response = Response::new(full(r#"{"input_tokens": 12}"#));
+        response
+            .headers_mut()
+            .insert("content-type", "application/json".parse().expect("value"));
         return echo(response);
     }
     let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();

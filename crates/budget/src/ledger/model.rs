@@ -172,6 +172,21 @@ impl Ledger {
         })
     }
 
+    /// Records the head of `reservation`'s response as it arrives (a stream's): the windows it
+    /// reports settle those dimensions of the reservation at once, the rest waits for the
+    /// body ([`crate::State::apply_provider_head`]). Tries the lock once and never waits.
+    pub fn observe_model_head(
+        &self,
+        provider: &Provider,
+        key: &CredentialKey,
+        reservation: &str,
+        observation: &ProviderObservation,
+    ) -> Observed {
+        self.change_model(provider, key, "response", |state, now| {
+            state.apply_provider_head(observation, reservation, now);
+        })
+    }
+
     /// Gives back what `reservation` took: its call ended without a response to observe (the
     /// client went away, the connection failed). Tries the lock for up to 0.5 s.
     pub fn release(&self, provider: &Provider, key: &CredentialKey, reservation: &str) -> Observed {

@@ -629,3 +629,87 @@ fn reports_of_one_window_read_at_different_moments_keep_the_least_left() {
     state.apply_provider(&requests_seen(7, NOW + 60_950), None, late);
     assert_eq!(state.window("requests", late).map(Window::left), Some(7));
 }
+
+/// A model provider's response at `now` reporting `remaining` tokens of a window that resets
+/// at `reset_at`.
+fn tokens_seen(remaining: u64, reset_at: u64) -> crate::ProviderObservation {
+    crate::ProviderObservation {
+        status: 200,
+        windows: vec![crate::provider::SeenWindow {
+            dimension: crate::Dimension::Tokens,
+            limit: Some(100_000),
+            remaining,
+            reset_at,
+        }],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_stream_s_head_settles_the_windows_it_reports_and_its_body_the_rest() {
+    // Both windows known; a streamed call reserves 1 request and 500 tokens.
+    let mut state = State::default();
+    state.apply_provider(&requests_seen(10, NOW + 60_000), None, NOW);
+    state.apply_provider(&tokens_seen(50_000, NOW + 60_000), None, NOW);
+    let units = [("requests".to_owned(), 1), ("tokens".to_owned(), 500)];
+    assert!(matches!(
+        state.decide_units(&units, "proxy", NOW, "r1"),
+        Decision::Go { counted: true }
+    ));
+    // Its head reports the requests window alone, counting the request already.
+    state.apply_provider_head(&requests_seen(9, NOW + 60_000), "r1", NOW + 10);
+    assert_eq!(
+        state.window("requests", NOW + 10).map(Window::left),
+        Some(9),
+        "the request counted once: by the head's remaining, not again as reserved"
+    );
+    assert_eq!(
+        state.window("tokens", NOW + 10).map(Window::left),
+        Some(49_500),
+        "the tokens still reserved"
+    );
+    // Its body's usage settles the rest.
+    let body = crate::ProviderObservation {
+        status: 200,
+        usage: Some(crate::Usage {
+            input_tokens: 100,
+            output_tokens: 200,
+        }),
+        ..Default::default()
+    };
+    state.apply_provider(&body, Some("r1"), NOW + 5_000);
+    assert_eq!(
+        state.window("requests", NOW + 5_000).map(Window::left),
+        Some(9),
+        "the request stays counted once after the stream ends"
+    );
+    assert_eq!(
+        state.window("tokens", NOW + 5_000).map(Window::left),
+        Some(49_700),
+        "the tokens it used, not its estimate"
+    );
+    assert!(state.in_flight.is_empty(), "settled");
+}
+
+#[test]
+fn a_reservation_whose_response_says_nothing_is_given_back() {
+    let mut state = State::default();
+    state.apply_provider(&requests_seen(1, NOW + 60_000), None, NOW);
+    let units = [("requests".to_owned(), 1)];
+    assert!(matches!(
+        state.decide_units(&units, "proxy", NOW, "r1"),
+        Decision::Go { counted: true }
+    ));
+    assert_eq!(state.window("requests", NOW).map(Window::left), Some(0));
+    // No window, no usage: nothing says the provider counted it.
+    let silent = crate::ProviderObservation {
+        status: 200,
+        ..Default::default()
+    };
+    state.apply_provider(&silent, Some("r1"), NOW + 100);
+    assert_eq!(
+        state.window("requests", NOW + 100).map(Window::left),
+        Some(1),
+        "given back"
+    );
+}
