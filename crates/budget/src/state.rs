@@ -15,6 +15,15 @@ pub const MAX_PAUSE_MS: u64 = 15 * 60 * 1000;
 pub const MAX_WINDOW_MS: u64 = 65 * 60 * 1000;
 /// The pause after a secondary limit without `Retry-After`: one minute, as GitHub advises.
 pub const DEFAULT_PAUSE_MS: u64 = 60 * 1000;
+/// A model provider's 429 without `retry-after` (optional at OpenAI) pauses until the latest
+/// reset of the windows its own headers say are spent; with none spent, for this long.
+pub const NO_WAIT_SAID_PAUSE_MS: u64 = 5 * 1000;
+/// The first backoff after a model provider says it is overloaded (Anthropic's 529: its
+/// capacity, not the key's quota); it doubles with each overload in a row, up to
+/// [`MAX_OVERLOAD_BACKOFF_MS`], and a response that is not an overload starts it again.
+pub const OVERLOAD_BACKOFF_MS: u64 = 1000;
+/// The longest backoff after overloads in a row.
+pub const MAX_OVERLOAD_BACKOFF_MS: u64 = 16 * 1000;
 /// The name under which grants by an unnamed or oddly named consumer are counted and shown.
 pub const OTHER_CONSUMER: &str = "(other)";
 /// At most this many consumers are named in one window; grants by further ones are counted
@@ -33,6 +42,9 @@ pub struct State {
     /// A model provider's calls in flight: what each take reserved, until its response is
     /// observed or it is released (at most [`RESERVATION_TTL_MS`]).
     pub in_flight: BTreeMap<String, Reservation>,
+    /// How many responses in a row said the provider is overloaded (its backoff grows with
+    /// them).
+    pub overloads: u32,
     /// Top-level fields this version does not know, written back unchanged.
     pub extra: Map<String, Value>,
 }
@@ -140,7 +152,7 @@ impl State {
             .filter(|(k, _)| {
                 !matches!(
                     k.as_str(),
-                    "pausedUntil" | "resources" | "updatedAt" | "inFlight"
+                    "pausedUntil" | "resources" | "updatedAt" | "inFlight" | "overloads"
                 )
             })
             .map(|(k, v)| (k.clone(), v.clone()))
@@ -163,10 +175,16 @@ impl State {
                 }
             }
         }
+        let overloads = top
+            .get("overloads")
+            .and_then(safe)
+            .and_then(|n| u32::try_from(n.min(64)).ok())
+            .unwrap_or(0);
         Ok(State {
             paused_until,
             resources,
             in_flight,
+            overloads,
             extra,
         })
     }
@@ -200,6 +218,9 @@ impl State {
                 .map(|(id, r)| (id.clone(), json!({"at": r.at_ms, "units": r.units})))
                 .collect();
             top.insert("inFlight".to_owned(), Value::Object(in_flight));
+        }
+        if self.overloads > 0 {
+            top.insert("overloads".to_owned(), self.overloads.into());
         }
         top.insert("updatedAt".to_owned(), now.into());
         let mut bytes = serde_json::to_vec(&Value::Object(top)).unwrap_or_default();
@@ -417,8 +438,11 @@ impl State {
     }
 
     /// Takes in a model provider's response at `now`, for reservation `id` (if it was taken
-    /// with one). A pause status pauses every caller of the credential for its `retry-after`
-    /// (default [`DEFAULT_PAUSE_MS`], at most [`MAX_PAUSE_MS`]). Each window it reports
+    /// with one). A pause status pauses every caller of the credential for its `retry-after`,
+    /// else until the latest reset of the windows its headers say are spent, else for
+    /// [`NO_WAIT_SAID_PAUSE_MS`] (at most [`MAX_PAUSE_MS`]); an overload status (the
+    /// provider's capacity) backs every caller off for [`OVERLOAD_BACKOFF_MS`], doubling with
+    /// each overload in a row up to [`MAX_OVERLOAD_BACKOFF_MS`] (a shorter `retry-after` wins). Each window it reports
     /// replaces that dimension's (never with more left than a window of the same reset had:
     /// an overtaken response gives nothing back), and counts as granted what the other calls
     /// still in flight reserved; a dimension whose headers were not readable is not known any
@@ -435,10 +459,39 @@ impl State {
     ) {
         self.expire(now);
         let reserved = id.and_then(|id| self.in_flight.remove(id));
-        if observation.pause {
+        if observation.overloaded {
+            // The provider's capacity, not the key's quota: a brief backoff, growing with
+            // overloads in a row (the client's own retry is right; a minute for the whole key
+            // is not).
+            self.overloads = self.overloads.saturating_add(1).min(64);
+            let backoff = OVERLOAD_BACKOFF_MS
+                .saturating_mul(1 << (self.overloads - 1).min(16))
+                .min(MAX_OVERLOAD_BACKOFF_MS);
             let wait = observation
                 .retry_after_ms
-                .unwrap_or(DEFAULT_PAUSE_MS)
+                .map_or(backoff, |asked| asked.min(MAX_OVERLOAD_BACKOFF_MS));
+            let until = now.saturating_add(wait);
+            let kept = self.pause(now).unwrap_or(0);
+            log::info!(
+                "the provider is overloaded: every caller of this credential backs off {wait} ms"
+            );
+            self.paused_until = Some(until.max(kept));
+        } else if observation.status != 0 {
+            self.overloads = 0;
+        }
+        if observation.pause {
+            // Without a wait asked (optional at OpenAI), the response's own headers say when:
+            // the latest reset of the windows it reports spent, else a short pause.
+            let spent_until = observation
+                .windows
+                .iter()
+                .filter(|w| w.remaining == 0)
+                .map(|w| w.reset_at.saturating_sub(now))
+                .max();
+            let wait = observation
+                .retry_after_ms
+                .or(spent_until)
+                .unwrap_or(NO_WAIT_SAID_PAUSE_MS)
                 .min(MAX_PAUSE_MS);
             let until = now.saturating_add(wait);
             let kept = self.pause(now).unwrap_or(0);

@@ -767,6 +767,57 @@ mod forwarding {
         });
     }
 
+    /// Anthropic's 529 (overloaded) is the provider's capacity, not the key's quota: it comes
+    /// back to its client unchanged, and the key's next request goes after a backoff of a
+    /// second, not after the minute a pause of the whole key took.
+    #[test]
+    fn an_overload_backs_off_a_second_not_the_key_s_minute() {
+        run(async {
+            let flavor = Flavor::Anthropic;
+            let token = "sk-ant-overload-not-real";
+            let fake = Fake::start(flavor, GENEROUS).await;
+            let site = Site::new();
+            let proxy = start(worklane_proxy::Config {
+                max_wait: Duration::from_secs(5),
+                ..config(&site, flavor, &fake)
+            });
+            let client = client();
+            let overloaded = request(flavor, &proxy.url(), token)
+                .header("x-test-status", "529")
+                .body(Full::from(prompt(flavor, false)))
+                .expect("request");
+            let (head, _) = send(&client, overloaded).await;
+            assert_eq!(head.status(), 529, "the provider's answer, passed through");
+            assert!(
+                head.headers()
+                    .get(worklane_proxy::ANSWERED_HEADER)
+                    .is_none()
+            );
+            eventually("the backoff is recorded", || {
+                site.state(flavor, token)
+                    .is_some_and(|s| s["overloads"] == 1 && s["pausedUntil"].is_u64())
+            })
+            .await;
+            let state = site.state(flavor, token).expect("state");
+            let paused = state["pausedUntil"].as_u64().expect("until");
+            let at = state["updatedAt"].as_u64().expect("at");
+            assert!(
+                paused.saturating_sub(at) <= 1_000,
+                "a backoff of a second at most: {state}"
+            );
+            let next = request(flavor, &proxy.url(), token)
+                .body(Full::from(prompt(flavor, false)))
+                .expect("request");
+            let (head, _) = send(&client, next).await;
+            assert_eq!(
+                head.status(),
+                200,
+                "the next request goes within the proxy's 5 s wait"
+            );
+            proxy.stop().await;
+        });
+    }
+
     #[test]
     fn a_request_without_a_key_is_forwarded_unaccounted() {
         run(async {

@@ -27,8 +27,11 @@ pub struct ProviderObservation {
     pub windows: Vec<SeenWindow>,
     /// The dimensions whose headers were there but not well-formed: not known any more.
     pub unknown: Vec<Dimension>,
-    /// Whether it pauses every caller of the credential (a pause status).
+    /// Whether it pauses every caller of the credential (a pause status: the key's quota).
     pub pause: bool,
+    /// Whether the provider says it is overloaded (an overload status: its capacity, not the
+    /// key's quota).
+    pub overloaded: bool,
     /// The wait it asked for, ms (`retry-after-ms`, `retry-after`), if readable.
     pub retry_after_ms: Option<u64>,
     /// What it used, if its body said.
@@ -92,6 +95,7 @@ impl ProviderObservation {
             windows,
             unknown,
             pause: profile.pause_statuses.contains(&status),
+            overloaded: profile.overload_statuses.contains(&status),
             retry_after_ms,
             usage: None,
         }
@@ -115,7 +119,7 @@ mod tests {
     const NOW: u64 = 1_800_000_000_000;
 
     #[test]
-    fn anthropic_headers_make_four_windows_and_a_529_pauses() {
+    fn anthropic_headers_make_four_windows_and_a_529_says_overloaded() {
         let profile = Provider::Anthropic.profile().expect("a profile");
         let reset = worklane_lease::rfc3339_ms(NOW + 30_000);
         let lookup = |name: &str| -> Option<&str> {
@@ -146,10 +150,18 @@ mod tests {
             [Dimension::Tokens, Dimension::InputTokens],
             "a negative remaining and a reset in the past are not known"
         );
-        assert!(seen.pause, "overloaded pauses");
+        assert!(
+            seen.overloaded && !seen.pause,
+            "a 529 is the provider's capacity, not the key's quota"
+        );
         assert_eq!(seen.retry_after_ms, Some(7_000));
+        let limited = ProviderObservation::from_headers(&profile, 429, NOW, lookup);
+        assert!(
+            limited.pause && !limited.overloaded,
+            "a 429 is the key's quota"
+        );
         let ok = ProviderObservation::from_headers(&profile, 200, NOW, lookup);
-        assert!(!ok.pause);
+        assert!(!ok.pause && !ok.overloaded);
     }
 
     #[test]

@@ -164,8 +164,12 @@ pub struct Profile {
     /// The headers of a wait asked for: `(name, unit in ms)`, the first present wins
     /// (`retry-after-ms` before `retry-after`).
     pub retry_after: Vec<(String, u64)>,
-    /// The statuses that pause every caller of the credential (429; Anthropic's 529, overloaded).
+    /// The statuses that pause every caller of the credential for the key's quota (429).
     pub pause_statuses: Vec<u16>,
+    /// The statuses that say the provider is overloaded (Anthropic's 529): its capacity, not
+    /// the key's quota, so every caller backs off briefly ([`crate::state::OVERLOAD_BACKOFF_MS`],
+    /// growing with repeats), never for the key's whole window.
+    pub overload_statuses: Vec<u16>,
 }
 
 fn headers(
@@ -185,8 +189,8 @@ fn headers(
 }
 
 /// Anthropic's profile: four dimensions (`anthropic-ratelimit-<dimension>-limit`,
-/// `-remaining`, `-reset` in RFC 3339), `retry-after` in seconds, 429 and 529 (overloaded)
-/// pause.
+/// `-remaining`, `-reset` in RFC 3339), `retry-after` in seconds, 429 pauses, 529 says it is
+/// overloaded.
 pub(super) fn anthropic() -> Profile {
     use Dimension::{InputTokens, OutputTokens, Requests, Tokens};
     let dims = [
@@ -209,7 +213,8 @@ pub(super) fn anthropic() -> Profile {
             })
             .collect(),
         retry_after: vec![("retry-after".to_owned(), 1000)],
-        pause_statuses: vec![429, 529],
+        pause_statuses: vec![429],
+        overload_statuses: vec![529],
     }
 }
 
@@ -235,6 +240,7 @@ pub(super) fn openai() -> Profile {
             ("retry-after".to_owned(), 1000),
         ],
         pause_statuses: vec![429],
+        overload_statuses: Vec::new(),
     }
 }
 
@@ -255,10 +261,12 @@ impl Profile {
     pub fn from_json(value: &serde_json::Value) -> Result<Profile, Error> {
         use Error as E;
         let object = value.as_object().ok_or(E::NotAnObject)?;
-        if let Some(key) = object
-            .keys()
-            .find(|k| !matches!(k.as_str(), "dimensions" | "retry_after" | "pause_statuses"))
-        {
+        if let Some(key) = object.keys().find(|k| {
+            !matches!(
+                k.as_str(),
+                "dimensions" | "retry_after" | "pause_statuses" | "overload_statuses"
+            )
+        }) {
             return Err(E::UnknownField { field: key.clone() });
         }
         let dims = object
@@ -315,23 +323,26 @@ impl Profile {
                 .collect::<Result<_, _>>()?,
             Some(_) => return Err(E::RetryAfter),
         };
-        let pause_statuses = match object.get("pause_statuses") {
-            None => vec![429],
+        let statuses = |field: &str, default: Vec<u16>, error: E| match object.get(field) {
+            None => Ok(default),
             Some(serde_json::Value::Array(codes)) => codes
                 .iter()
                 .map(|c| {
                     c.as_u64()
                         .filter(|c| (100..600).contains(c))
                         .and_then(|c| u16::try_from(c).ok())
-                        .ok_or(E::PauseStatuses)
+                        .ok_or(error.clone())
                 })
-                .collect::<Result<_, _>>()?,
-            Some(_) => return Err(E::PauseStatuses),
+                .collect::<Result<_, _>>(),
+            Some(_) => Err(error.clone()),
         };
+        let pause_statuses = statuses("pause_statuses", vec![429], E::PauseStatuses)?;
+        let overload_statuses = statuses("overload_statuses", Vec::new(), E::OverloadStatuses)?;
         Ok(Profile {
             dimensions,
             retry_after,
             pause_statuses,
+            overload_statuses,
         })
     }
 }
@@ -355,7 +366,7 @@ pub enum Error {
     #[error("must be an object with `dimensions` (and optionally `retry_after`, `pause_statuses`)")]
     NotAnObject,
     /// A field the profile does not have.
-    #[error("unknown field `{field}` (dimensions, retry_after, pause_statuses)")]
+    #[error("unknown field `{field}` (dimensions, retry_after, pause_statuses, overload_statuses)")]
     UnknownField {
         /// The field as written.
         field: String,
@@ -397,6 +408,9 @@ pub enum Error {
     /// `pause_statuses` is not an array of HTTP statuses.
     #[error("`pause_statuses` must be an array of HTTP statuses (100 to 599)")]
     PauseStatuses,
+    /// `overload_statuses` is not an array of HTTP statuses.
+    #[error("`overload_statuses` must be an array of HTTP statuses (100 to 599)")]
+    OverloadStatuses,
 }
 
 #[cfg(test)]

@@ -713,3 +713,83 @@ fn a_reservation_whose_response_says_nothing_is_given_back() {
         "given back"
     );
 }
+
+/// A response of status `status` with `retry_after_ms` and `windows`.
+fn answered(
+    status: u16,
+    retry_after_ms: Option<u64>,
+    windows: Vec<crate::provider::SeenWindow>,
+) -> crate::ProviderObservation {
+    let profile = crate::Provider::Anthropic.profile().expect("a profile");
+    crate::ProviderObservation {
+        status,
+        windows,
+        pause: profile.pause_statuses.contains(&status),
+        overloaded: profile.overload_statuses.contains(&status),
+        retry_after_ms,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn an_overload_backs_off_seconds_growing_with_repeats_never_the_key_s_minute() {
+    let mut state = State::default();
+    let mut at = NOW;
+    for expected in [1_000, 2_000, 4_000, 8_000, 16_000, 16_000] {
+        state.apply_provider(&answered(529, None, Vec::new()), None, at);
+        assert_eq!(
+            state.pause(at),
+            Some(at + expected),
+            "after {} overloads",
+            state.overloads
+        );
+        at += expected;
+    }
+    // A shorter wait asked wins; a longer one is cut to the longest backoff.
+    state.apply_provider(&answered(529, Some(500), Vec::new()), None, at);
+    assert_eq!(state.pause(at), Some(at + 500));
+    state.apply_provider(&answered(529, Some(60_000), Vec::new()), None, at + 500);
+    assert_eq!(state.pause(at + 500), Some(at + 500 + 16_000));
+    // A response that is no overload starts the backoff again.
+    let later = at + 20_000;
+    state.apply_provider(&answered(200, None, Vec::new()), None, later);
+    assert_eq!(state.overloads, 0);
+    state.apply_provider(&answered(529, None, Vec::new()), None, later);
+    assert_eq!(state.pause(later), Some(later + 1_000));
+    // The streak survives the file.
+    let read = State::parse(&state.to_bytes(later)).expect("parse");
+    assert_eq!(read.overloads, 1);
+}
+
+#[test]
+fn a_429_without_retry_after_pauses_until_its_spent_window_resets_or_briefly() {
+    let spent = crate::provider::SeenWindow {
+        dimension: crate::Dimension::Requests,
+        limit: Some(50),
+        remaining: 0,
+        reset_at: NOW + 1_020,
+    };
+    let left = crate::provider::SeenWindow {
+        dimension: crate::Dimension::Tokens,
+        limit: Some(10_000),
+        remaining: 400,
+        reset_at: NOW + 30_000,
+    };
+    let mut state = State::default();
+    state.apply_provider(&answered(429, None, vec![spent, left]), None, NOW);
+    assert_eq!(
+        state.pause(NOW),
+        Some(NOW + 1_020),
+        "until the spent window's reset, not a minute"
+    );
+    let mut state = State::default();
+    state.apply_provider(&answered(429, None, vec![left]), None, NOW);
+    assert_eq!(
+        state.pause(NOW),
+        Some(NOW + NO_WAIT_SAID_PAUSE_MS),
+        "nothing said spent: briefly"
+    );
+    let mut state = State::default();
+    state.apply_provider(&answered(429, Some(7_000), vec![spent]), None, NOW);
+    assert_eq!(state.pause(NOW), Some(NOW + 7_000), "a wait asked wins");
+}

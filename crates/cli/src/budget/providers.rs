@@ -110,6 +110,7 @@ pub(crate) fn observe(
         dimensions: Vec::new(),
         retry_after: Vec::new(),
         pause_statuses: Vec::new(),
+        overload_statuses: Vec::new(),
     });
     let usage = match &args.usage_json {
         Some(path) => usage_of(path)?,
