@@ -63,6 +63,8 @@ pub const MAX_IN_FLIGHT: usize = 256;
 /// when the window was seen, is of the window before (a response overtaken by one of the
 /// next window) and is not taken as the window now.
 pub const SAME_WINDOW_MS: u64 = 500;
+/// The shortest period a window carried over is taken to last (see [`State::carry`]): 1 s.
+pub const MIN_PERIOD_MS: u64 = 1000;
 
 /// What one call in flight reserved of each dimension.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,6 +90,9 @@ pub struct Window {
     pub granted: u64,
     /// Calls granted in this window, by consumer.
     pub by_consumer: BTreeMap<String, u64>,
+    /// Not seen: carried over from the window before it, which ended ([`State::carry`]), its
+    /// limit as the remaining, until a response reports this window.
+    pub assumed: bool,
 }
 
 impl Window {
@@ -95,6 +100,26 @@ impl Window {
     #[must_use]
     pub fn left(&self) -> u64 {
         self.remaining.saturating_sub(self.granted)
+    }
+
+    /// How long the provider's period of this window is taken to be, for the window carried
+    /// over after it: at least from when it was seen to its reset; for a window seen with
+    /// `remaining` below its `limit`, as long as refilling the whole limit takes at the rate
+    /// the used part refills by the reset (a token bucket's, as Anthropic's: it refills
+    /// continuously and its reset is when it is full again). From [`MIN_PERIOD_MS`] to
+    /// [`MAX_WINDOW_MS`].
+    #[must_use]
+    pub fn period_ms(&self) -> u64 {
+        let span = self.reset_at.saturating_sub(self.seen_at);
+        let whole = match self.limit {
+            Some(limit) if !self.assumed && limit > self.remaining => {
+                let whole =
+                    u128::from(span) * u128::from(limit) / u128::from(limit - self.remaining);
+                u64::try_from(whole).unwrap_or(MAX_WINDOW_MS)
+            }
+            _ => span,
+        };
+        whole.max(span).clamp(MIN_PERIOD_MS, MAX_WINDOW_MS)
     }
 }
 
@@ -205,6 +230,11 @@ impl State {
                     "byConsumer": w.by_consumer,
                 }),
             );
+            if w.assumed
+                && let Some(Value::Object(window)) = resources.get_mut(name)
+            {
+                window.insert("assumed".to_owned(), true.into());
+            }
         }
         let mut top = self.extra.clone();
         if let Some(until) = self.paused_until {
@@ -329,6 +359,7 @@ impl State {
                 seen_at: now,
                 granted: 0,
                 by_consumer,
+                assumed: false,
             },
         );
     }
@@ -349,6 +380,42 @@ impl State {
             .collect();
         for id in old {
             self.release(&id);
+        }
+    }
+
+    /// Carries each model provider's window that has ended at `now` over into the window of
+    /// the same period that holds `now`, assumed until a response reports it: its limit as
+    /// its remaining (so at most the limit goes after a reset, not every waiter at once), less
+    /// what the reservations in flight hold of that dimension (a call taken before the reset
+    /// may reach the provider after it). Its period is [`Window::period_ms`]. A window
+    /// without a limit stays as it is: "not known" once ended.
+    pub fn carry(&mut self, now: u64) {
+        for (name, window) in &mut self.resources {
+            let Some(limit) = window.limit else {
+                continue;
+            };
+            if window.reset_at > now {
+                continue;
+            }
+            let period = window.period_ms();
+            let behind = (now - window.reset_at) / period;
+            let start = window
+                .reset_at
+                .saturating_add(behind.saturating_mul(period));
+            let in_flight = self
+                .in_flight
+                .values()
+                .filter_map(|r| r.units.get(name))
+                .fold(0, |a, b| add_safe(a, *b));
+            *window = Window {
+                limit: Some(limit),
+                remaining: limit,
+                reset_at: start.saturating_add(period),
+                seen_at: start,
+                granted: in_flight,
+                by_consumer: BTreeMap::new(),
+                assumed: true,
+            };
         }
     }
 
@@ -379,6 +446,7 @@ impl State {
         id: &str,
     ) -> Decision {
         self.expire(now);
+        self.carry(now);
         if let Some(until) = self.pause(now) {
             return Decision::Wait {
                 until,
@@ -447,9 +515,10 @@ impl State {
     /// an overtaken response gives nothing back), and counts as granted what the other calls
     /// still in flight reserved; a dimension whose headers were not readable is not known any
     /// more. Reports whose resets are less than [`SAME_WINDOW_MS`] apart are of the same
-    /// window: the smaller remaining and the earlier reset are kept, whichever order the
-    /// responses were recorded in; a report of the window before, recorded late, is
-    /// ignored. In a dimension it did not report, the reservation's estimate is replaced by what
+    /// window: the smaller remaining and the later reset are kept, whichever order the
+    /// responses were recorded in, and so they are for a report whose reset is earlier than a
+    /// seen window's (an older state of it: a token bucket's reset moves later with each call
+    /// it counts); a report of the window before, recorded late, is ignored. In a dimension it did not report, the reservation's estimate is replaced by what
     /// the response's usage says it used. So what is in flight is counted, and nothing twice.
     pub fn apply_provider(
         &mut self,
@@ -458,6 +527,7 @@ impl State {
         now: u64,
     ) {
         self.expire(now);
+        self.carry(now);
         let reserved = id.and_then(|id| self.in_flight.remove(id));
         if observation.overloaded {
             // The provider's capacity, not the key's quota: a brief backoff, growing with
@@ -528,7 +598,8 @@ impl State {
                 .fold(0, |a, b| add_safe(a, *b));
             let stored = self.resources.get(&name);
             if stored.is_some_and(|w| {
-                seen.reset_at.saturating_add(SAME_WINDOW_MS) <= w.reset_at
+                !w.assumed
+                    && seen.reset_at.saturating_add(SAME_WINDOW_MS) <= w.reset_at
                     && seen.reset_at < w.seen_at.saturating_add(SAME_WINDOW_MS)
             }) {
                 // A report of an earlier window, recorded after the window that followed it
@@ -539,8 +610,17 @@ impl State {
             let (remaining, reset_at, by_consumer) = match self.resources.remove(&name) {
                 Some(same) if same.reset_at.abs_diff(seen.reset_at) < SAME_WINDOW_MS => (
                     seen.remaining.min(same.remaining),
-                    seen.reset_at.min(same.reset_at),
+                    seen.reset_at.max(same.reset_at),
                     same.by_consumer,
+                ),
+                // A reset before the one known, not of the window before: an older state of
+                // the same window (a token bucket's reset moves later with every call it
+                // counts; two answers recorded in the other order than the provider counted
+                // them). It never loosens what the later one said.
+                Some(later) if !later.assumed && seen.reset_at < later.reset_at => (
+                    seen.remaining.min(later.remaining),
+                    later.reset_at,
+                    later.by_consumer,
                 ),
                 _ => (seen.remaining, seen.reset_at, BTreeMap::new()),
             };
@@ -553,6 +633,7 @@ impl State {
                     seen_at: now,
                     granted: in_flight,
                     by_consumer,
+                    assumed: false,
                 },
             );
         }
@@ -663,6 +744,7 @@ fn parse_window(value: &Value) -> Option<Window> {
             Some(granted) => safe(granted)?,
         },
         by_consumer,
+        assumed: w.get("assumed") == Some(&Value::Bool(true)),
     })
 }
 

@@ -11,6 +11,13 @@ use worklane_proxy::{Config, Listen, Proxy, Upstream};
 
 pub(crate) fn proxy(args: &ProxyArgs) -> Result<ExitCode, Failure> {
     let provider = crate::budget::provider(&args.provider)?;
+    if provider.profile().is_none() {
+        // Said before anything else: no --upstream makes GitHub's budget a proxy's.
+        return Err(Failure::new(
+            exit::USAGE,
+            exit::chain(&worklane_proxy::bind::Error::Github),
+        ));
+    }
     let upstream = match &args.upstream {
         Some(url) => url.parse::<Upstream>().map_err(|e| {
             Failure::new(

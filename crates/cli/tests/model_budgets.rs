@@ -320,10 +320,14 @@ fn a_provider_of_ones_own_is_described_in_the_config() {
         ],
         "",
     );
+    let err = String::from_utf8_lossy(&unknown.stderr);
     assert_eq!(
         unknown.status.code(),
-        Some(78),
-        "{}",
-        String::from_utf8_lossy(&unknown.stderr)
+        Some(64),
+        "a name nothing describes: {err}"
+    );
+    assert!(
+        err.contains("--provider nobody") && err.contains("PROTOCOL.md 13.1"),
+        "names the value and the section that describes providers: {err}"
     );
 }

@@ -45,12 +45,33 @@ fn the_proxy_listens_on_loopback_and_stops_on_sigterm() {
 
 #[cfg(feature = "proxy")]
 #[test]
-fn a_provider_the_config_does_not_describe_is_a_config_error() {
+fn a_provider_nothing_describes_is_a_usage_error_and_github_is_refused_first() {
     let site = Site::new(None);
     let out = site.output(&["proxy", "--provider", "nosuch"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(64),
+        "an undescribed provider: {err}"
+    );
+    assert!(err.contains("--provider nosuch"), "names the value: {err}");
+    // GitHub is refused for what it is, not for a missing --upstream.
+    let out = site.output(&["proxy", "--provider", "github"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "github: {err}");
+    assert!(
+        err.contains("GitHub") && !err.contains("--upstream"),
+        "says GitHub is not served, without asking for an upstream: {err}"
+    );
+    // A provider the config describes wrongly is the machine's mistake.
+    let bad = Site::new(Some(
+        r#"{"budget_providers": {"mistral": {"dimensions": {"requests": {"format": "unix"}}}}}"#,
+    ));
+    let out = bad.output(&["proxy", "--provider", "mistral"]);
     assert_eq!(
         out.status.code(),
         Some(78),
-        "an undescribed provider: {out:?}"
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }

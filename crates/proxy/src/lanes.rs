@@ -221,12 +221,20 @@ impl Lanes {
             if waited >= max_wait {
                 return Err(NotTaken::Refused { refused, waited });
             }
-            let until = match &refused {
-                Refused::RateLimited { reset_at, .. } => *reset_at,
-                Refused::SecondaryRateLimited { until, .. } => *until,
-                _ => 0,
+            let (until, sure) = match &refused {
+                // The provider's pause holds every caller until it ends; a spent requests
+                // window gets a request back only from a call that went away.
+                Refused::SecondaryRateLimited { until, .. } => (*until, true),
+                Refused::RateLimited {
+                    reset_at, resource, ..
+                } => (*reset_at, resource == "requests"),
+                _ => (0, false),
             };
             let ahead = Duration::from_millis(until.saturating_sub(SystemClock.now_ms()).max(1));
+            if sure && ahead > max_wait - waited {
+                // The same answer after the whole wait: given now, with its retry-after.
+                return Err(NotTaken::Refused { refused, waited });
+            }
             let nap = ahead.min(LOOK_AGAIN).min(max_wait - waited);
             let sleep = std::pin::pin!(tokio::time::sleep(nap));
             let change = std::pin::pin!(changed.changed());

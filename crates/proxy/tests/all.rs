@@ -3,6 +3,7 @@
 //! of the test's own, and real connections.
 
 mod fake;
+mod herd;
 mod support;
 
 use fake::{Fake, Flavor, GENEROUS, Limits};

@@ -1,8 +1,15 @@
 //! A fake provider: a real hyper server on loopback that enforces its own requests- and
-//! tokens-per-window limits (fixed windows aligned to the clock) and answers with the
-//! provider's real header names and formats (Anthropic: `anthropic-ratelimit-*`, resets in
-//! RFC 3339; OpenAI: `x-ratelimit-*`, resets as durations like `850ms`, `1.5s`, `6m0s`),
-//! JSON bodies with their `usage`, and server-sent events as each provider streams them.
+//! tokens-per-window limits and answers with the provider's real header names and formats
+//! (Anthropic: `anthropic-ratelimit-*`, resets in RFC 3339; OpenAI: `x-ratelimit-*`, resets as
+//! durations like `850ms`, `1.5s`, `6m0s`), JSON bodies with their `usage`, and server-sent
+//! events as each provider streams them.
+//!
+//! Its [`Manner`] says how kind it is. [`ALIGNED`]: fixed windows aligned to the clock, resets
+//! to the millisecond, `retry-after` on every 429. The providers are not so kind, and
+//! [`Manner`] can make it as they are: windows that start anywhere, Anthropic's token bucket
+//! (it refills continuously; its reset is when it is full again), resets written as the
+//! providers write them (Anthropic's cut to the whole second, OpenAI's rounded: `4.53s`,
+//! `6m0s`), and OpenAI's 429 without `retry-after` (optional there).
 //!
 //! Request headers steer it: `x-test-hold: ID` stops a stream after its first event until
 //! [`Fake::release`]`(ID)`; `x-test-status: N` answers N with a fixed error body (never
@@ -50,6 +57,49 @@ pub(crate) struct Limits {
     pub(crate) tokens: u64,
 }
 
+/// How the fake keeps and says its windows.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Manner {
+    /// Fixed windows start this long after a multiple of the window on the clock.
+    pub(crate) offset_ms: u64,
+    /// A token bucket per dimension instead of fixed windows: it refills continuously, the
+    /// whole limit in a window's time; its reset says when it is full again (Anthropic's).
+    pub(crate) bucket: bool,
+    /// Resets written as the providers write them: Anthropic's RFC 3339 cut to the whole
+    /// second (so before the true instant), OpenAI's durations rounded to 10 ms, or to the
+    /// second from a minute on (`4.53s`, `6m0s`).
+    pub(crate) coarse: bool,
+    /// Whether its own 429s say `retry-after` (OpenAI's may not).
+    pub(crate) retry_after: bool,
+}
+
+/// The kind fake: fixed windows aligned to the clock, exact resets, `retry-after` always.
+pub(crate) const ALIGNED: Manner = Manner {
+    offset_ms: 0,
+    bucket: false,
+    coarse: false,
+    retry_after: true,
+};
+
+/// The provider as it behaves: Anthropic's token bucket with resets to the whole second;
+/// OpenAI's fixed windows started anywhere, rounded resets, and 429s without `retry-after`.
+pub(crate) fn as_it_is(flavor: Flavor) -> Manner {
+    match flavor {
+        Flavor::Anthropic => Manner {
+            offset_ms: 0,
+            bucket: true,
+            coarse: true,
+            retry_after: true,
+        },
+        Flavor::Openai => Manner {
+            offset_ms: 377,
+            bucket: false,
+            coarse: true,
+            retry_after: false,
+        },
+    }
+}
+
 /// Limits no test reaches.
 pub(crate) const GENEROUS: Limits = Limits {
     window_ms: 60_000,
@@ -75,6 +125,8 @@ pub(crate) struct Counts {
     tokens: u64,
     input: u64,
     output: u64,
+    /// The buckets' levels (requests, tokens) when last changed, in units, and when.
+    levels: Option<(f64, f64, u64)>,
     /// Requests answered 200.
     pub(crate) served: u64,
     /// Requests refused by the fake's own limits.
@@ -93,6 +145,7 @@ pub(crate) struct Counts {
 struct Inner {
     flavor: Flavor,
     limits: Limits,
+    manner: Manner,
     counts: Arc<Mutex<Counts>>,
     holds: Mutex<HashMap<String, Arc<Notify>>>,
 }
@@ -111,6 +164,11 @@ impl Drop for Fake {
 
 impl Fake {
     pub(crate) async fn start(flavor: Flavor, limits: Limits) -> Fake {
+        Fake::start_as(flavor, limits, ALIGNED).await
+    }
+
+    /// A fake that keeps and says its windows in `manner`.
+    pub(crate) async fn start_as(flavor: Flavor, limits: Limits, manner: Manner) -> Fake {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("the fake binds");
@@ -118,6 +176,7 @@ impl Fake {
         let inner = Arc::new(Inner {
             flavor,
             limits,
+            manner,
             counts: Arc::new(Mutex::new(Counts::default())),
             holds: Mutex::new(HashMap::new()),
         });
@@ -262,66 +321,31 @@ async fn answer(inner: &Inner, request: Request<Incoming>) -> Response<FakeBody>
     let input = body.len() as u64 / 5;
     let output = max.min(5);
     let limits = inner.limits;
-    let window = now - now % limits.window_ms;
-    let end = window + limits.window_ms;
-    let (status, retry, requests_left, tokens_left, input_left, output_left) = {
-        let mut counts = inner.counts.lock().expect("counts");
-        if counts.window != window {
-            counts.window = window;
-            counts.requests = 0;
-            counts.tokens = 0;
-            counts.input = 0;
-            counts.output = 0;
-        }
-        if let Some(secs) = counts.force.take() {
-            counts.forced_at.push(now);
-            (
-                429,
-                Some(secs),
-                limits.requests - counts.requests,
-                limits.tokens.saturating_sub(counts.tokens),
-                limits.tokens.saturating_sub(counts.input),
-                limits.tokens.saturating_sub(counts.output),
-            )
-        } else if counts.requests + 1 > limits.requests
-            || counts.tokens + input + max > limits.tokens
-        {
-            counts.too_many += 1;
-            (
-                429,
-                Some((end - now).div_ceil(1000).max(1)),
-                limits.requests - counts.requests,
-                limits.tokens.saturating_sub(counts.tokens),
-                limits.tokens.saturating_sub(counts.input),
-                limits.tokens.saturating_sub(counts.output),
-            )
-        } else {
-            counts.requests += 1;
-            counts.tokens += input + max;
-            counts.input += input;
-            counts.output += max;
-            counts.served += 1;
-            (
-                200,
-                None,
-                limits.requests - counts.requests,
-                limits.tokens - counts.tokens,
-                limits.tokens.saturating_sub(counts.input),
-                limits.tokens.saturating_sub(counts.output),
-            )
-        }
-    };
-    let mut builder = Response::builder().status(status);
+    let manner = inner.manner;
     let partial = parts.headers.contains_key("x-test-partial");
+    let verdict = {
+        let mut counts = inner.counts.lock().expect("counts");
+        admit(&mut counts, limits, manner, now, input, max)
+    };
+    let window = verdict.window;
+    let (status, retry) = (verdict.status, verdict.retry);
+    let mut builder = Response::builder().status(status);
     let reported = |dim: &str| !partial || dim == "requests";
     match inner.flavor {
         Flavor::Anthropic => {
-            let reset = rfc3339_ms(end);
-            for (dim, limit, left) in [
-                ("requests", limits.requests, requests_left),
-                ("tokens", limits.tokens, tokens_left),
-                ("input-tokens", limits.tokens, input_left),
-                ("output-tokens", limits.tokens, output_left),
+            let reset = |at: u64| {
+                if manner.coarse {
+                    // Cut to the whole second, as Anthropic writes it: before the instant.
+                    rfc3339_ms(at - at % 1000).replace(".000Z", "Z")
+                } else {
+                    rfc3339_ms(at)
+                }
+            };
+            for (dim, limit, (left, at)) in [
+                ("requests", limits.requests, verdict.requests),
+                ("tokens", limits.tokens, verdict.tokens),
+                ("input-tokens", limits.tokens, verdict.input),
+                ("output-tokens", limits.tokens, verdict.output),
             ] {
                 if !reported(dim) {
                     continue;
@@ -329,15 +353,21 @@ async fn answer(inner: &Inner, request: Request<Incoming>) -> Response<FakeBody>
                 builder = builder
                     .header(format!("anthropic-ratelimit-{dim}-limit"), limit)
                     .header(format!("anthropic-ratelimit-{dim}-remaining"), left)
-                    .header(format!("anthropic-ratelimit-{dim}-reset"), reset.as_str());
+                    .header(format!("anthropic-ratelimit-{dim}-reset"), reset(at));
             }
             builder = builder.header("request-id", "req_fake");
         }
         Flavor::Openai => {
-            let reset = go_duration(end - now);
-            for (dim, limit, left) in [
-                ("requests", limits.requests, requests_left),
-                ("tokens", limits.tokens, tokens_left),
+            let reset = |at: u64| {
+                if manner.coarse {
+                    openai_duration(at - now)
+                } else {
+                    go_duration(at - now)
+                }
+            };
+            for (dim, limit, (left, at)) in [
+                ("requests", limits.requests, verdict.requests),
+                ("tokens", limits.tokens, verdict.tokens),
             ] {
                 if !reported(dim) {
                     continue;
@@ -345,16 +375,20 @@ async fn answer(inner: &Inner, request: Request<Incoming>) -> Response<FakeBody>
                 builder = builder
                     .header(format!("x-ratelimit-limit-{dim}"), limit)
                     .header(format!("x-ratelimit-remaining-{dim}"), left)
-                    .header(format!("x-ratelimit-reset-{dim}"), reset.as_str());
+                    .header(format!("x-ratelimit-reset-{dim}"), reset(at));
             }
             builder = builder.header("x-request-id", "req_fake");
         }
     }
-    if let Some(secs) = retry {
+    if let Some(secs) = retry.filter(|_| status == 429)
+        && (manner.retry_after || verdict.forced)
+    {
         builder = builder.header("retry-after", secs);
         if inner.flavor == Flavor::Openai {
             builder = builder.header("retry-after-ms", secs * 1000);
         }
+    }
+    if status == 429 {
         let body = match inner.flavor {
             Flavor::Anthropic => {
                 r#"{"type":"error","error":{"type":"rate_limit_error","message":"fake: rate limited"}}"#
@@ -370,7 +404,7 @@ async fn answer(inner: &Inner, request: Request<Incoming>) -> Response<FakeBody>
                 .expect("response"),
         );
     }
-    let give_back = max - output;
+    let back = max - output;
     if !stream {
         let body = match inner.flavor {
             Flavor::Anthropic => serde_json::json!({
@@ -385,7 +419,12 @@ async fn answer(inner: &Inner, request: Request<Incoming>) -> Response<FakeBody>
                           "total_tokens": input + output}
             }),
         };
-        settle(inner, window, give_back);
+        give_back(
+            &mut inner.counts.lock().expect("counts"),
+            limits,
+            window,
+            back,
+        );
         return echo(
             builder
                 .header("content-type", "application/json")
@@ -413,11 +452,7 @@ async fn answer(inner: &Inner, request: Request<Incoming>) -> Response<FakeBody>
                 held.notified().await;
             }
         }
-        let mut counts = counts.lock().expect("counts");
-        if counts.window == window {
-            counts.tokens = counts.tokens.saturating_sub(give_back);
-            counts.output = counts.output.saturating_sub(give_back);
-        }
+        give_back(&mut counts.lock().expect("counts"), limits, window, back);
     });
     echo(
         builder
@@ -429,12 +464,136 @@ async fn answer(inner: &Inner, request: Request<Incoming>) -> Response<FakeBody>
 }
 
 /// The output tokens the request reserved but did not use go back, as Anthropic adjusts at
-/// the end of a request.
-fn settle(inner: &Inner, window: u64, give_back: u64) {
-    let mut counts = inner.counts.lock().expect("counts");
-    if counts.window == window {
-        counts.tokens = counts.tokens.saturating_sub(give_back);
-        counts.output = counts.output.saturating_sub(give_back);
+/// the end of a request: to its bucket, or to its window if that is still the one now.
+fn give_back(counts: &mut Counts, limits: Limits, window: u64, back: u64) {
+    if let Some((requests, tokens, at)) = counts.levels {
+        counts.levels = Some((
+            requests,
+            (tokens + back as f64).min(limits.tokens as f64),
+            at,
+        ));
+    } else if counts.window == window {
+        counts.tokens = counts.tokens.saturating_sub(back);
+        counts.output = counts.output.saturating_sub(back);
+    }
+}
+
+/// What the fake's limits say of one request.
+struct Verdict {
+    status: u16,
+    /// Seconds to wait, for a 429.
+    retry: Option<u64>,
+    /// Made a 429 by [`Fake::force_429`].
+    forced: bool,
+    /// The fixed window it fell in (its start), or 0 with a bucket.
+    window: u64,
+    /// Each dimension's units left and when it resets (ms).
+    requests: (u64, u64),
+    tokens: (u64, u64),
+    input: (u64, u64),
+    output: (u64, u64),
+}
+
+/// Takes one request needing `input + max` tokens from the limits at `now`, or refuses it.
+fn admit(
+    counts: &mut Counts,
+    limits: Limits,
+    manner: Manner,
+    now: u64,
+    input: u64,
+    max: u64,
+) -> Verdict {
+    let forced = counts.force.take();
+    if forced.is_some() {
+        counts.forced_at.push(now);
+    }
+    if manner.bucket {
+        let (full_r, full_t) = (limits.requests as f64, limits.tokens as f64);
+        let (r, t, at) = counts.levels.unwrap_or((full_r, full_t, now));
+        let filled = now.saturating_sub(at) as f64 / limits.window_ms as f64;
+        let (mut r, mut t) = (
+            (r + filled * full_r).min(full_r),
+            (t + filled * full_t).min(full_t),
+        );
+        let need = (input + max) as f64;
+        let (status, retry) = if let Some(secs) = forced {
+            (429, Some(secs))
+        } else if r < 1.0 || t < need {
+            counts.too_many += 1;
+            // Until the bucket holds what the request needs.
+            let short = ((1.0 - r) / full_r).max((need - t) / full_t).max(0.0);
+            let ms = (short * limits.window_ms as f64).ceil() as u64;
+            (429, Some(ms.div_ceil(1000).max(1)))
+        } else {
+            r -= 1.0;
+            t -= need;
+            counts.served += 1;
+            (200, None)
+        };
+        counts.levels = Some((r, t, now));
+        // Full again after the missing part refills.
+        let full_at = |level: f64, full: f64| {
+            now + (((full - level) / full) * limits.window_ms as f64).ceil() as u64
+        };
+        let tokens = (t.floor() as u64, full_at(t, full_t));
+        return Verdict {
+            status,
+            retry,
+            forced: forced.is_some(),
+            window: 0,
+            requests: (r.floor() as u64, full_at(r, full_r)),
+            tokens,
+            input: tokens,
+            output: tokens,
+        };
+    }
+    let offset = manner.offset_ms % limits.window_ms;
+    let window = (now - offset) / limits.window_ms * limits.window_ms + offset;
+    let end = window + limits.window_ms;
+    if counts.window != window {
+        counts.window = window;
+        counts.requests = 0;
+        counts.tokens = 0;
+        counts.input = 0;
+        counts.output = 0;
+    }
+    let (status, retry) = if let Some(secs) = forced {
+        (429, Some(secs))
+    } else if counts.requests + 1 > limits.requests || counts.tokens + input + max > limits.tokens {
+        counts.too_many += 1;
+        (429, Some((end - now).div_ceil(1000).max(1)))
+    } else {
+        counts.requests += 1;
+        counts.tokens += input + max;
+        counts.input += input;
+        counts.output += max;
+        counts.served += 1;
+        (200, None)
+    };
+    Verdict {
+        status,
+        retry,
+        forced: forced.is_some(),
+        window,
+        requests: (limits.requests - counts.requests, end),
+        tokens: (limits.tokens.saturating_sub(counts.tokens), end),
+        input: (limits.tokens.saturating_sub(counts.input), end),
+        output: (limits.tokens.saturating_sub(counts.output), end),
+    }
+}
+
+/// A duration as OpenAI writes its resets: rounded to 10 ms under a minute (`4.53s`), to the
+/// second from a minute on (`6m0s`), in ms under a second (`850ms`).
+pub(crate) fn openai_duration(ms: u64) -> String {
+    if ms < 1_000 {
+        format!("{ms}ms")
+    } else if ms < 60_000 {
+        let centis = (ms + 5) / 10;
+        let text = format!("{}.{:02}", centis / 100, centis % 100);
+        format!("{}s", text.trim_end_matches('0').trim_end_matches('.'))
+    } else {
+        let secs = (ms + 500) / 1000;
+        format!("{}m{}s", secs / 60, secs % 60)
     }
 }
 

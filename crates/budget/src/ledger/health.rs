@@ -66,7 +66,15 @@ impl Ledger {
         let views = states
             .into_iter()
             .enumerate()
-            .map(|(i, (updated_ms, provider, state))| CredentialView {
+            .map(|(i, (updated_ms, provider, mut state))| {
+                if provider != "github" {
+                    // As the next take will see it: a model provider's ended window carried
+                    // over.
+                    state.carry(now);
+                }
+                (i, updated_ms, provider, state)
+            })
+            .map(|(i, updated_ms, provider, state)| CredentialView {
                 number: i + 1,
                 provider,
                 updated_ms,

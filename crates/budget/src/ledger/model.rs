@@ -117,6 +117,8 @@ impl Ledger {
             LOCK_PATIENCE_MS,
             "call",
             |state, now| {
+                // A window that ended is carried over first, so the words name the right one.
+                state.carry(now);
                 // The dimension that is short, for the refusal's words.
                 short = units
                     .iter()
@@ -149,6 +151,7 @@ impl Ledger {
             Ok(state) => state,
             Err(trouble) => return super::Peek::Unaccounted(trouble),
         };
+        state.carry(now);
         let left = state
             .window(Dimension::Requests.name(), now)
             .map(crate::state::Window::left);

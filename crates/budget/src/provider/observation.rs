@@ -142,7 +142,7 @@ mod tests {
                 dimension: Dimension::Requests,
                 limit: Some(50),
                 remaining: 49,
-                reset_at: NOW + 30_000
+                reset_at: NOW + 30_001
             }]
         );
         assert_eq!(
@@ -181,7 +181,7 @@ mod tests {
                 dimension: Dimension::Tokens,
                 limit: Some(150_000),
                 remaining: 149_984,
-                reset_at: NOW + 360_000
+                reset_at: NOW + 361_000
             }]
         );
         assert!(seen.pause);

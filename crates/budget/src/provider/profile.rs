@@ -70,18 +70,45 @@ impl ResetFormat {
         }
     }
 
-    /// When a reset written `text` in this format falls, ms since the Unix epoch, for a
-    /// response seen at `now_ms`; `None` when it is not one (or not after `now_ms` for the
-    /// absolute forms: a reset in the past says nothing).
+    /// The latest instant a reset written `text` in this format can stand for, ms since the
+    /// Unix epoch, for a response seen at `now_ms`; `None` when it is not one. A reset is
+    /// written to some precision (Anthropic's to the whole second, OpenAI's rounded: `4.53s`,
+    /// `6m0s`), and the window may reset anywhere up to one unit of its last digit after
+    /// what it says: so the unit is added (a whole second to `10:00:30Z` and to `6m0s`,
+    /// 10 ms to `4.53s`). Taken any earlier, callers waiting for the reset would go before the
+    /// provider's window has one. A duration counts from `now_ms`, when the response was
+    /// read, which is after the provider wrote it: later still, never earlier.
     #[must_use]
     pub fn reset_at(self, text: &str, now_ms: u64) -> Option<u64> {
         let text = text.trim();
         let at = match self {
-            ResetFormat::EpochSeconds => whole(text)?.checked_mul(1000)?,
-            ResetFormat::Rfc3339 => worklane_lease::parse_rfc3339_ms(text)?,
-            ResetFormat::Duration => now_ms.checked_add(duration_ms(text)?)?,
+            ResetFormat::EpochSeconds => whole(text)?.checked_mul(1000)?.checked_add(1000)?,
+            ResetFormat::Rfc3339 => {
+                worklane_lease::parse_rfc3339_ms(text)?.checked_add(rfc3339_unit_ms(text))?
+            }
+            ResetFormat::Duration => {
+                let (ns, unit_ns) = duration_ns(text)?;
+                now_ms.checked_add(u64::try_from((ns + unit_ns).div_ceil(1_000_000)).ok()?)?
+            }
         };
         (at <= MAX_SAFE).then_some(at)
+    }
+}
+
+/// The unit of the last digit of an RFC 3339 time's seconds, in ms (at least 1): 1000 for
+/// `10:00:30Z`, 100 for `10:00:30.5Z`, 1 for three fraction digits or more.
+fn rfc3339_unit_ms(text: &str) -> u64 {
+    let digits = text
+        .get(19..)
+        .and_then(|rest| rest.strip_prefix('.'))
+        .map_or(0, |fraction| {
+            fraction.bytes().take_while(u8::is_ascii_digit).count()
+        });
+    match digits {
+        0 => 1000,
+        1 => 100,
+        2 => 10,
+        _ => 1,
     }
 }
 
@@ -91,12 +118,19 @@ impl ResetFormat {
 /// one (its unit is not known), nor a sign, an empty text, or more than a day.
 #[must_use]
 pub fn duration_ms(text: &str) -> Option<u64> {
+    duration_ns(text).and_then(|(ns, _)| u64::try_from(ns.div_ceil(1_000_000)).ok())
+}
+
+/// A duration as [`duration_ms`] reads it, in ns, with the unit of its last digit in ns
+/// (`4.53s`: 10 ms; `6m0s`: 1 s; `20ms`: 1 ms).
+fn duration_ns(text: &str) -> Option<(u128, u128)> {
     const DAY_NS: u128 = 86_400 * 1_000_000_000;
     let mut rest = text.trim();
     if rest.is_empty() {
         return None;
     }
     let mut total_ns: u128 = 0;
+    let mut unit_ns: u128 = 1;
     while !rest.is_empty() {
         let digits = rest
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -132,13 +166,14 @@ pub fn duration_ms(text: &str) -> Option<u64> {
             place /= 10;
             ns = ns.checked_add(u128::from(digit - b'0') * place)?;
         }
+        unit_ns = place.max(1);
         total_ns = total_ns.checked_add(ns)?;
         if total_ns > DAY_NS {
             return None;
         }
         rest = next;
     }
-    u64::try_from(total_ns.div_ceil(1_000_000)).ok()
+    Some((total_ns, unit_ns))
 }
 
 /// The headers of one dimension's window.
@@ -455,19 +490,41 @@ mod tests {
     }
 
     #[test]
-    fn the_three_reset_formats() {
+    fn the_three_reset_formats_each_at_its_latest_instant() {
+        // Each is written to some precision; the window may reset up to one unit of its
+        // last digit after what it says.
         assert_eq!(
             ResetFormat::EpochSeconds.reset_at("1800000030", NOW),
-            Some(NOW + 30_000)
+            Some(NOW + 31_000)
         );
-        assert_eq!(
-            ResetFormat::Rfc3339.reset_at("2027-01-15T08:00:30Z", NOW),
-            worklane_lease::parse_rfc3339_ms("2027-01-15T08:00:30Z")
-        );
-        assert_eq!(
-            ResetFormat::Duration.reset_at("6m0s", NOW),
-            Some(NOW + 360_000)
-        );
+        let at = worklane_lease::parse_rfc3339_ms("2027-01-15T08:00:30Z").expect("a time");
+        for (text, unit) in [
+            ("2027-01-15T08:00:30Z", 1_000),
+            ("2027-01-15T08:00:30.0Z", 100),
+            ("2027-01-15T08:00:30.00+00:00", 10),
+            ("2027-01-15T08:00:30.000Z", 1),
+            ("2027-01-15T08:00:30.000000Z", 1),
+        ] {
+            assert_eq!(
+                ResetFormat::Rfc3339.reset_at(text, NOW),
+                Some(at + unit),
+                "{text}"
+            );
+        }
+        for (text, ms) in [
+            ("6m0s", 361_000),
+            ("4.53s", 4_540),
+            ("1.02s", 1_030),
+            ("20ms", 21),
+            ("1h2m3.5s", 3_723_600),
+            ("750us", 1),
+        ] {
+            assert_eq!(
+                ResetFormat::Duration.reset_at(text, NOW),
+                Some(NOW + ms),
+                "{text}"
+            );
+        }
         for (format, bad) in [
             (ResetFormat::EpochSeconds, "-5"),
             (ResetFormat::EpochSeconds, "1e9"),

@@ -1,5 +1,5 @@
 //! Which provider a name means: a built-in one (`github`, `anthropic`, `openai`), or one the
-//! slot directory's config describes under `budget_providers.<name>` (PROTOCOL.md 13.4), read
+//! slot directory's config describes under `budget_providers.<name>` (PROTOCOL.md 13.1), read
 //! with its profile. `worklane budget --provider`, `worklane why --provider` and `worklane
 //! proxy --provider` all resolve their name here.
 
@@ -31,7 +31,7 @@ pub enum Error {
     /// provider of that name.
     #[error(
         "provider {name}: not github, anthropic or openai, and the config {} describes no \
-         provider of that name under `budget_providers` (PROTOCOL.md 13.4)",
+         provider of that name under `budget_providers` (PROTOCOL.md 13.1)",
         path.display()
     )]
     Unknown {

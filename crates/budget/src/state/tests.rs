@@ -595,14 +595,16 @@ fn a_response_of_a_window_that_ended_meanwhile_keeps_the_next_window() {
         Some(40),
         "the later window is kept"
     );
-    // Its own window, ended, is forgotten.
+    // Its own window, ended, is carried over (its limit left), and the late report says
+    // nothing of the window now.
     let mut state = State::default();
     state.apply_provider(&requests_seen(3, NOW + 1_000), None, NOW);
     state.apply_provider(&requests_seen(2, NOW + 1_000), None, later);
-    assert!(
-        !state.resources.contains_key("requests"),
-        "an ended window is not kept"
-    );
+    let window = state
+        .window("requests", later)
+        .expect("the window carried over");
+    assert!(window.assumed, "{window:?}");
+    assert_eq!(window.left(), 50, "the limit, not the late report's 2");
 }
 
 #[test]
@@ -614,7 +616,11 @@ fn reports_of_one_window_read_at_different_moments_keep_the_least_left() {
     state.apply_provider(&requests_seen(12, NOW + 60_000), None, NOW);
     let window = state.window("requests", NOW).expect("a window");
     assert_eq!(window.left(), 10, "an overtaken report gives nothing back");
-    assert_eq!(window.reset_at, NOW + 60_000, "the earlier reset is kept");
+    assert_eq!(
+        window.reset_at,
+        NOW + 60_300,
+        "the later reset is kept: the window cannot have reset before it"
+    );
     // Half a second or more later: the next window, which replaces it.
     let next = NOW + 60_100;
     state.apply_provider(&requests_seen(40, NOW + 61_000), None, next);
@@ -792,4 +798,146 @@ fn a_429_without_retry_after_pauses_until_its_spent_window_resets_or_briefly() {
     let mut state = State::default();
     state.apply_provider(&answered(429, Some(7_000), vec![spent]), None, NOW);
     assert_eq!(state.pause(NOW), Some(NOW + 7_000), "a wait asked wins");
+}
+
+/// `n` requests of one unit each, as reservation ids `r<i>`, decided at `now`.
+fn take_requests(state: &mut State, n: usize, now: u64) -> Vec<Decision> {
+    (0..n)
+        .map(|i| {
+            state.decide_units(
+                &[("requests".to_owned(), 1)],
+                "agent",
+                now,
+                &format!("r{now}x{i}"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_spent_window_carries_its_limit_into_the_next_so_at_most_the_limit_goes_after_a_reset() {
+    // A window of 2, seen spent: it refills in 5 s, the whole limit's period.
+    let mut state = State::default();
+    let mut spent = requests_seen(0, NOW + 5_000);
+    spent.windows[0].limit = Some(2);
+    state.apply_provider(&spent, None, NOW);
+    assert_eq!(
+        take_requests(&mut state, 1, NOW + 4_999),
+        vec![Decision::Wait {
+            until: NOW + 5_000,
+            why: WaitWhy::Spent
+        }]
+    );
+    // Exactly at the reset, six waiters try: two go, four wait for the next window, which
+    // the window before says lasts 5 s.
+    let at = NOW + 5_000;
+    let decided = take_requests(&mut state, 6, at);
+    let went = decided
+        .iter()
+        .filter(|d| matches!(d, Decision::Go { counted: true }))
+        .count();
+    assert_eq!(went, 2, "{decided:?}");
+    assert_eq!(
+        decided[5],
+        Decision::Wait {
+            until: NOW + 10_000,
+            why: WaitWhy::Spent
+        }
+    );
+    let window = state.window("requests", at).expect("carried over");
+    assert!(window.assumed);
+    assert_eq!((window.limit, window.granted), (Some(2), 2));
+    // A response of the new window replaces the assumption.
+    let mut next = requests_seen(1, NOW + 9_000);
+    next.windows[0].limit = Some(2);
+    state.apply_provider(&next, Some(&format!("r{at}x0")), at + 100);
+    let window = state.window("requests", at + 100).expect("reported");
+    assert!(!window.assumed);
+    assert_eq!(
+        window.left(),
+        0,
+        "its remaining 1, less the other call in flight"
+    );
+}
+
+#[test]
+fn a_carried_window_counts_the_calls_still_in_flight_and_lasts_the_period_of_the_one_before() {
+    let mut state = State::default();
+    // A token bucket of 10 seen at NOW with 6 left, full again at NOW + 2 s: the 4 used
+    // refill in 2 s, so the whole 10 in 5 s.
+    let mut seen = requests_seen(6, NOW + 2_000);
+    seen.windows[0].limit = Some(10);
+    state.apply_provider(&seen, None, NOW);
+    assert_eq!(state.resources["requests"].period_ms(), 5_000);
+    // Three calls taken, none answered when the window ends.
+    assert!(
+        take_requests(&mut state, 3, NOW + 1_000)
+            .iter()
+            .all(|d| *d == Decision::Go { counted: true })
+    );
+    // 12 s after the reset: the window that holds now is the third after it.
+    let now = NOW + 14_000;
+    state.carry(now);
+    let window = state.window("requests", now).expect("carried");
+    assert_eq!(
+        (window.seen_at, window.reset_at),
+        (NOW + 12_000, NOW + 17_000)
+    );
+    assert_eq!(window.left(), 7, "10, less the 3 calls in flight");
+    // Carried again, it keeps its period (it says nothing of a rate of its own).
+    state.carry(NOW + 17_000);
+    let window = state
+        .window("requests", NOW + 17_000)
+        .expect("carried again");
+    assert_eq!(window.reset_at, NOW + 22_000);
+    // It survives the file, still marked assumed.
+    let read = State::parse(&state.to_bytes(NOW + 17_000)).expect("its own bytes");
+    assert_eq!(read.resources["requests"], state.resources["requests"]);
+}
+
+#[test]
+fn a_window_without_a_limit_is_not_carried_and_periods_are_bounded() {
+    let mut state = State::default();
+    let mut seen = requests_seen(0, NOW + 300);
+    seen.windows[0].limit = None;
+    state.apply_provider(&seen, None, NOW);
+    state.carry(NOW + 300);
+    assert!(
+        state.window("requests", NOW + 300).is_none(),
+        "without a limit, nothing says how many may go after the reset"
+    );
+    // A window seen 300 ms before its reset, all its limit left: at least a second.
+    let mut full = requests_seen(50, NOW + 300);
+    full.windows[0].limit = Some(50);
+    state.apply_provider(&full, None, NOW);
+    assert_eq!(state.resources["requests"].period_ms(), MIN_PERIOD_MS);
+    // One of a million used, refilled by a reset an hour away: at most 65 min.
+    let mut slow = tokens_seen(999_999, NOW + 3_600_000);
+    slow.windows[0].limit = Some(1_000_000);
+    state.apply_provider(&slow, None, NOW);
+    assert_eq!(state.resources["tokens"].period_ms(), MAX_WINDOW_MS);
+}
+
+#[test]
+fn a_token_bucket_s_older_answer_recorded_last_never_loosens_the_window() {
+    // A bucket of 4: the provider counted X (3 left, full at +1.5 s) before Y (2 left, full
+    // at +3 s), but Y's answer is recorded first.
+    let bucket = |remaining: u64, reset_at: u64| {
+        let mut seen = requests_seen(remaining, reset_at);
+        seen.windows[0].limit = Some(4);
+        seen
+    };
+    let mut state = State::default();
+    state.apply_provider(&bucket(2, NOW + 3_000), None, NOW);
+    state.apply_provider(&bucket(3, NOW + 1_500), None, NOW + 10);
+    let window = state.window("requests", NOW + 10).expect("known");
+    assert_eq!(
+        (window.left(), window.reset_at),
+        (2, NOW + 3_000),
+        "the later state stands"
+    );
+    // A later answer with a later reset is the newer state, whatever it says.
+    state.apply_provider(&bucket(3, NOW + 4_000), None, NOW + 2_000);
+    let window = state.window("requests", NOW + 2_000).expect("known");
+    assert_eq!((window.left(), window.reset_at), (3, NOW + 4_000));
 }

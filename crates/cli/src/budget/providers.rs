@@ -44,21 +44,30 @@ pub(crate) fn token_env(provider: &str, given: Option<&str>) -> Result<String, F
 pub(crate) fn provider(name: &str) -> Result<Provider, Failure> {
     use worklane_budget::provider::resolve::Error as E;
     Provider::resolve(name).map_err(|e| {
-        let message = match &e {
-            E::Locate { source } => exit::chain(source),
-            E::Read { source, .. } => exit::chain(source),
-            E::Unknown { path, .. } => format!(
-                "--provider {name}: not github, anthropic or openai, and the config {} \
-                 describes no provider of that name under `budget_providers` (PROTOCOL.md 13.4)",
-                path.display()
+        // A name nothing describes is the caller's mistake (64); a config that cannot be read
+        // or describes the provider wrongly is the machine's (78).
+        let (code, message) = match &e {
+            E::Locate { source } => (exit::CONFIG, exit::chain(source)),
+            E::Read { source, .. } => (exit::CONFIG, exit::chain(source)),
+            E::Unknown { path, .. } => (
+                exit::USAGE,
+                format!(
+                    "--provider {name}: not github, anthropic or openai, and the config {} \
+                     describes no provider of that name under `budget_providers` \
+                     (PROTOCOL.md 13.1)",
+                    path.display()
+                ),
             ),
-            E::Profile { path, source, .. } => format!(
-                "config {}: `budget_providers.{name}` {source}",
-                path.display()
+            E::Profile { path, source, .. } => (
+                exit::CONFIG,
+                format!(
+                    "config {}: `budget_providers.{name}` {source}",
+                    path.display()
+                ),
             ),
-            _ => exit::chain(&e),
+            _ => (exit::CONFIG, exit::chain(&e)),
         };
-        Failure::new(exit::CONFIG, message)
+        Failure::new(code, message)
     })
 }
 
