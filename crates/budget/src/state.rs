@@ -45,6 +45,9 @@ pub struct State {
     /// How many responses in a row said the provider is overloaded (its backoff grows with
     /// them).
     pub overloads: u32,
+    /// Calls waiting for this budget in a process that waits in its own way (a proxy), by
+    /// that process's own random id: how many, and when it last said so.
+    pub waiting: BTreeMap<String, Waiting>,
     /// Top-level fields this version does not know, written back unchanged.
     pub extra: Map<String, Value>,
 }
@@ -65,6 +68,21 @@ pub const MAX_IN_FLIGHT: usize = 256;
 pub const SAME_WINDOW_MS: u64 = 500;
 /// The shortest period a window carried over is taken to last (see [`State::carry`]): 1 s.
 pub const MIN_PERIOD_MS: u64 = 1000;
+
+/// A waiting process's word that it holds calls waiting for the budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Waiting {
+    /// How many calls wait.
+    pub calls: u64,
+    /// When it said so (ms); it says so again at least every second while calls wait.
+    pub at_ms: u64,
+}
+
+/// A word of waiting older than this is not counted (its process stopped saying it, or was
+/// killed): 5 s.
+pub const WAITING_FRESH_MS: u64 = 5_000;
+/// At most this many waiting processes are kept; the stalest go first.
+pub const MAX_WAITERS: usize = 64;
 
 /// What one call in flight reserved of each dimension.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -177,7 +195,12 @@ impl State {
             .filter(|(k, _)| {
                 !matches!(
                     k.as_str(),
-                    "pausedUntil" | "resources" | "updatedAt" | "inFlight" | "overloads"
+                    "pausedUntil"
+                        | "resources"
+                        | "updatedAt"
+                        | "inFlight"
+                        | "overloads"
+                        | "waiting"
                 )
             })
             .map(|(k, v)| (k.clone(), v.clone()))
@@ -205,11 +228,22 @@ impl State {
             .and_then(safe)
             .and_then(|n| u32::try_from(n.min(64)).ok())
             .unwrap_or(0);
+        let mut waiting = BTreeMap::new();
+        if let Some(Value::Object(map)) = top.get("waiting") {
+            for (id, w) in map.iter().take(MAX_WAITERS) {
+                let calls = w.get("calls").and_then(safe);
+                let at_ms = w.get("at").and_then(safe);
+                if let (Some(calls), Some(at_ms), true) = (calls, at_ms, is_resource_name(id)) {
+                    waiting.insert(id.clone(), Waiting { calls, at_ms });
+                }
+            }
+        }
         Ok(State {
             paused_until,
             resources,
             in_flight,
             overloads,
+            waiting,
             extra,
         })
     }
@@ -251,6 +285,14 @@ impl State {
         }
         if self.overloads > 0 {
             top.insert("overloads".to_owned(), self.overloads.into());
+        }
+        if !self.waiting.is_empty() {
+            let waiting: Map<String, Value> = self
+                .waiting
+                .iter()
+                .map(|(id, w)| (id.clone(), json!({"calls": w.calls, "at": w.at_ms})))
+                .collect();
+            top.insert("waiting".to_owned(), Value::Object(waiting));
         }
         top.insert("updatedAt".to_owned(), now.into());
         let mut bytes = serde_json::to_vec(&Value::Object(top)).unwrap_or_default();
@@ -402,11 +444,7 @@ impl State {
             let start = window
                 .reset_at
                 .saturating_add(behind.saturating_mul(period));
-            let in_flight = self
-                .in_flight
-                .values()
-                .filter_map(|r| r.units.get(name))
-                .fold(0, |a, b| add_safe(a, *b));
+            let in_flight = in_flight_units(&self.in_flight, name);
             *window = Window {
                 limit: Some(limit),
                 remaining: limit,
@@ -417,6 +455,54 @@ impl State {
                 assumed: true,
             };
         }
+    }
+
+    /// Records that process `id` holds `calls` calls waiting for this budget at `now` (0: none
+    /// any more), dropping every word older than [`WAITING_FRESH_MS`] and, past
+    /// [`MAX_WAITERS`], the stalest.
+    pub fn note_waiting(&mut self, id: &str, calls: u64, now: u64) {
+        self.waiting
+            .retain(|_, w| now.saturating_sub(w.at_ms) <= WAITING_FRESH_MS && w.at_ms <= now);
+        if calls == 0 {
+            self.waiting.remove(id);
+            return;
+        }
+        self.waiting.insert(
+            id.to_owned(),
+            Waiting {
+                calls: calls.min(MAX_SAFE),
+                at_ms: now,
+            },
+        );
+        while self.waiting.len() > MAX_WAITERS {
+            let stalest = self
+                .waiting
+                .iter()
+                .min_by_key(|(_, w)| w.at_ms)
+                .map(|(id, _)| id.clone());
+            match stalest {
+                Some(stalest) => {
+                    self.waiting.remove(&stalest);
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// The calls waiting at `now`, by every process whose word is fresh (at most
+    /// [`WAITING_FRESH_MS`] old, and not from the future).
+    #[must_use]
+    pub fn waiting_at(&self, now: u64) -> u64 {
+        self.waiting
+            .values()
+            .filter(|w| w.at_ms <= now && now - w.at_ms <= WAITING_FRESH_MS)
+            .fold(0, |a, w| add_safe(a, w.calls))
+    }
+
+    /// The units the calls in flight hold of `dimension`.
+    #[must_use]
+    pub fn in_flight_units(&self, dimension: &str) -> u64 {
+        in_flight_units(&self.in_flight, dimension)
     }
 
     /// Gives back what reservation `id` took (its call ended without a response to observe:
@@ -591,11 +677,7 @@ impl State {
                 self.resources.remove(&name);
                 continue;
             }
-            let in_flight: u64 = self
-                .in_flight
-                .values()
-                .filter_map(|r| r.units.get(&name))
-                .fold(0, |a, b| add_safe(a, *b));
+            let in_flight = self.in_flight_units(&name);
             let stored = self.resources.get(&name);
             if stored.is_some_and(|w| {
                 !w.assumed
@@ -689,6 +771,13 @@ pub fn consumer_name(consumer: &str) -> &str {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
     if plain { consumer } else { OTHER_CONSUMER }
+}
+
+fn in_flight_units(in_flight: &BTreeMap<String, Reservation>, dimension: &str) -> u64 {
+    in_flight
+        .values()
+        .filter_map(|r| r.units.get(dimension))
+        .fold(0, |a, b| add_safe(a, *b))
 }
 
 /// `a + b`, never beyond 2^53 - 1 (a count must stay one every JSON reader keeps exactly).

@@ -48,6 +48,8 @@ pub(crate) fn views_json(views: &[CredentialView]) -> Vec<json::Budget> {
             provider: v.provider.clone(),
             updated: rfc3339_ms(v.updated_ms),
             paused_until: v.paused_until.map(rfc3339_ms),
+            in_flight: v.in_flight,
+            waiting: v.waiting,
             resources: v
                 .resources
                 .iter()
@@ -59,6 +61,8 @@ pub(crate) fn views_json(views: &[CredentialView]) -> Vec<json::Budget> {
                     left: r.left,
                     reset: rfc3339_ms(r.reset_at),
                     by_consumer: r.by_consumer.iter().cloned().collect(),
+                    in_flight: r.in_flight,
+                    assumed: r.assumed,
                 })
                 .collect(),
         })
@@ -86,6 +90,13 @@ pub(crate) fn print_views(views: &[CredentialView]) -> Result<(), Failure> {
             };
             outln!("  paused until {} ({why})", rfc3339_ms(until))?;
         }
+        if v.in_flight > 0 || v.waiting > 0 {
+            outln!(
+                "  {} call(s) in flight, {} waiting in a proxy",
+                v.in_flight,
+                v.waiting
+            )?;
+        }
         for r in &v.resources {
             let limit = r.limit.map_or_else(String::new, |l| format!(" of {l}"));
             let consumers = r
@@ -94,12 +105,27 @@ pub(crate) fn print_views(views: &[CredentialView]) -> Result<(), Failure> {
                 .map(|(name, n)| format!("{name} {n}"))
                 .collect::<Vec<_>>()
                 .join(", ");
+            let seen = if r.assumed {
+                // Carried over: no response has reported this window yet.
+                format!(
+                    "assumed: the limit carried over, {} granted since",
+                    r.granted
+                )
+            } else {
+                format!(
+                    "remaining {} when seen, {} granted since",
+                    r.remaining, r.granted
+                )
+            };
+            let in_flight = if r.in_flight > 0 {
+                format!(", {} in flight", r.in_flight)
+            } else {
+                String::new()
+            };
             outln!(
-                "  {:<10} {} left{limit} (remaining {} when seen, {} granted since); resets {}{}",
+                "  {:<10} {} left{limit} ({seen}{in_flight}); resets {}{}",
                 r.name,
                 r.left,
-                r.remaining,
-                r.granted,
                 rfc3339_ms(r.reset_at),
                 if consumers.is_empty() {
                     String::new()

@@ -125,6 +125,24 @@ fn state(registry: &mut Registry, doc: &json::Slots) {
         "budget_paused",
         "1 while a credential's calls are paused, by provider and credential",
     );
+    let in_flight = gauges(
+        registry,
+        "budget_in_flight",
+        "A model provider's calls taken whose responses are not yet recorded, by provider and \
+         credential",
+    );
+    let waiting = gauges(
+        registry,
+        "budget_waiting",
+        "Calls waiting for a credential's budget in a proxy, by provider and credential",
+    );
+    let in_flight_units = gauges(
+        registry,
+        "budget_in_flight_units",
+        "The units of each dimension the calls in flight hold, by provider, credential and \
+         resource",
+    );
+    let big = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     for budget in &doc.budgets {
         let credential = budget.credential.to_string();
         let who = [
@@ -134,11 +152,19 @@ fn state(registry: &mut Registry, doc: &json::Slots) {
         paused
             .get_or_create(&labels(&who))
             .set(i64::from(budget.paused_until.is_some()));
+        in_flight
+            .get_or_create(&labels(&who))
+            .set(count(budget.in_flight));
+        waiting
+            .get_or_create(&labels(&who))
+            .set(big(budget.waiting));
         for resource in &budget.resources {
             let mut at = who.to_vec();
             at.push(("resource", resource.name.as_str()));
-            left.get_or_create(&labels(&at))
-                .set(i64::try_from(resource.left).unwrap_or(i64::MAX));
+            left.get_or_create(&labels(&at)).set(big(resource.left));
+            in_flight_units
+                .get_or_create(&labels(&at))
+                .set(big(resource.in_flight));
         }
     }
 }

@@ -162,8 +162,13 @@ fn draw(frame: &mut ratatui::Frame<'_>, view: &View) {
             .paused_until
             .as_deref()
             .map_or(String::new(), |u| format!(", paused until {u}"));
+        let busy = if b.in_flight > 0 || b.waiting > 0 {
+            format!(", {} in flight, {} waiting", b.in_flight, b.waiting)
+        } else {
+            String::new()
+        };
         format!(
-            "{} credential {}: {}{paused}",
+            "{} credential {}: {}{paused}{busy}",
             b.provider,
             b.credential,
             left.join(", ")

@@ -172,7 +172,7 @@ fn events_filters_by_kind_and_time_and_refuses_what_it_cannot_read() {
 
 /// A careful reader of the Prometheus text format (0.0.4): every sample belongs to a
 /// family with a TYPE; histograms have ordered cumulative buckets whose +Inf is the count.
-fn parse_exposition(text: &str) -> BTreeMap<String, f64> {
+pub(super) fn parse_exposition(text: &str) -> BTreeMap<String, f64> {
     let mut types: BTreeMap<String, String> = BTreeMap::new();
     let mut samples = BTreeMap::new();
     assert!(text.ends_with('\n'), "ends with a newline");

@@ -331,3 +331,111 @@ fn a_provider_of_ones_own_is_described_in_the_config() {
         "names the value and the section that describes providers: {err}"
     );
 }
+
+/// `budget show` and `metrics` show a model provider's calls in flight (a take not yet
+/// observed), the calls a proxy says wait, and an ended window carried over as assumed.
+#[test]
+fn calls_in_flight_waiting_and_an_assumed_window_are_shown() {
+    let site = Site::new(None);
+    let reset = reset_in(60);
+    let headers = format!(
+        "anthropic-ratelimit-requests-limit: 50\n\
+         anthropic-ratelimit-requests-remaining: 3\n\
+         anthropic-ratelimit-requests-reset: {reset}\n"
+    );
+    let seen = budget(
+        &site,
+        &[
+            "observe",
+            "--provider",
+            "anthropic",
+            "--status",
+            "200",
+            "--headers-file",
+            "-",
+        ],
+        &headers,
+    );
+    assert!(seen.status.success(), "{seen:?}");
+    let taken = budget(
+        &site,
+        &[
+            "take",
+            "--provider",
+            "anthropic",
+            "--consumer",
+            "a",
+            "--tokens",
+            "100",
+        ],
+        "",
+    );
+    assert!(taken.status.success(), "{taken:?}");
+    // A proxy's word that two of its calls wait, said now; another's, said a minute ago.
+    let state_path = std::fs::read_dir(site.slots())
+        .expect("list")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
+            name.is_some_and(|n| n.starts_with("anthropic-budget-") && n.ends_with(".json"))
+        })
+        .expect("the state");
+    let mut state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&state_path).expect("read")).expect("JSON");
+    let now = state["updatedAt"].as_u64().expect("updatedAt");
+    state["waiting"] = serde_json::json!({
+        "00000000000000aa": {"calls": 2, "at": now},
+        "00000000000000bb": {"calls": 7, "at": now - 60_000},
+    });
+    std::fs::write(&state_path, state.to_string()).expect("write");
+    let out = site.output(&["budget", "show", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let view = &doc["budgets"][0];
+    assert_eq!(view["in_flight"], 1, "{view}");
+    assert_eq!(view["waiting"], 2, "the stale word is not counted: {view}");
+    let requests = view["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .find(|r| r["name"] == "requests")
+        .expect("requests");
+    assert_eq!(requests["in_flight"], 1, "{requests}");
+    assert_eq!(requests["assumed"], false);
+    let text = site.output(&["budget", "show"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("1 call(s) in flight, 2 waiting in a proxy"),
+        "{text}"
+    );
+    let metrics = site.output(&["metrics"]);
+    let m = super::journal::parse_exposition(&String::from_utf8_lossy(&metrics.stdout));
+    let who = "provider=\"anthropic\",credential=\"1\"";
+    assert_eq!(m[&format!("worklane_budget_in_flight{{{who}}}")], 1.0);
+    assert_eq!(m[&format!("worklane_budget_waiting{{{who}}}")], 2.0);
+    assert_eq!(
+        m[&format!("worklane_budget_in_flight_units{{{who},resource=\"requests\"}}")],
+        1.0
+    );
+    // The window ended a second ago: shown carried over, its limit less the call in flight.
+    let mut state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&state_path).expect("read")).expect("JSON");
+    state["resources"]["requests"]["resetAt"] = (now - 1_000).into();
+    state["resources"]["requests"]["seenAt"] = (now - 61_000).into();
+    std::fs::write(&state_path, state.to_string()).expect("write");
+    let out = site.output(&["budget", "show", "--json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let requests = doc["budgets"][0]["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .find(|r| r["name"] == "requests")
+        .cloned()
+        .expect("the window carried over");
+    assert_eq!(requests["assumed"], true, "{requests}");
+    assert_eq!(
+        requests["left"], 49,
+        "50, less the call in flight: {requests}"
+    );
+}

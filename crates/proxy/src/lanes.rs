@@ -12,6 +12,7 @@
 //! response of the credential, and at least every [`LOOK_AGAIN`] (another process may have).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak, mpsc};
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, watch};
@@ -47,6 +48,12 @@ enum Op {
     Release {
         reservation: String,
     },
+    /// A client was refused after its whole wait: one `budget-refused` event.
+    Refused {
+        refused: Refused,
+    },
+    /// The number of requests waiting changed: say so in the state.
+    Waiting,
 }
 
 /// The ledger, the provider and how takes are named.
@@ -54,6 +61,8 @@ struct Ctx {
     ledger: Ledger,
     provider: Provider,
     consumer: String,
+    /// This proxy's id in the states' `waiting` (PROTOCOL.md 13.1).
+    waiter: String,
 }
 
 /// The way into a lane. The lane's thread ends once every one is dropped (the map's, the
@@ -69,7 +78,33 @@ impl LaneTx {
 struct Lane {
     ops: Arc<LaneTx>,
     changed: watch::Receiver<u64>,
+    /// Requests of this lane waiting for the budget.
+    waiting: Arc<AtomicU64>,
     used: Instant,
+}
+
+/// One request counted as waiting while it lives.
+struct Waiter {
+    ops: Arc<LaneTx>,
+    waiting: Arc<AtomicU64>,
+}
+
+impl Waiter {
+    fn new(ops: &Arc<LaneTx>, waiting: &Arc<AtomicU64>) -> Waiter {
+        waiting.fetch_add(1, Ordering::SeqCst);
+        ops.send(Op::Waiting);
+        Waiter {
+            ops: Arc::clone(ops),
+            waiting: Arc::clone(waiting),
+        }
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        self.ops.send(Op::Waiting);
+    }
 }
 
 /// Every lane of one proxy.
@@ -142,6 +177,7 @@ impl Lanes {
                 ledger,
                 provider,
                 consumer,
+                waiter: Ledger::waiter_id(),
             }),
             lanes: Mutex::new(HashMap::new()),
             workers: Mutex::new(Vec::new()),
@@ -150,7 +186,7 @@ impl Lanes {
 
     /// The lane of `key` (made, with its thread, on first use); `None` when no thread can be
     /// started.
-    fn lane(&self, key: &CredentialKey) -> Option<(Arc<LaneTx>, watch::Receiver<u64>)> {
+    fn lane(&self, key: &CredentialKey) -> Option<LaneRef> {
         let mut lanes = self
             .lanes
             .lock()
@@ -158,7 +194,11 @@ impl Lanes {
         let now = Instant::now();
         if let Some(lane) = lanes.get_mut(key) {
             lane.used = now;
-            return Some((Arc::clone(&lane.ops), lane.changed.clone()));
+            return Some(LaneRef {
+                ops: Arc::clone(&lane.ops),
+                changed: lane.changed.clone(),
+                waiting: Arc::clone(&lane.waiting),
+            });
         }
         lanes.retain(|_, lane| now.duration_since(lane.used) < IDLE_LANE);
         let (tx, rx) = mpsc::channel();
@@ -167,9 +207,11 @@ impl Lanes {
         let ctx = Arc::clone(&self.ctx);
         let weak = Arc::downgrade(&ops);
         let key_copy = key.clone();
+        let waiting = Arc::new(AtomicU64::new(0));
+        let counted = Arc::clone(&waiting);
         let worker = std::thread::Builder::new()
             .name("worklane-proxy-ledger".to_owned())
-            .spawn(move || work(&ctx, &key_copy, &rx, &weak, &changed_tx));
+            .spawn(move || work(&ctx, &key_copy, &rx, &weak, &changed_tx, &counted));
         let worker = match worker {
             Ok(worker) => worker,
             Err(e) => {
@@ -188,10 +230,15 @@ impl Lanes {
             Lane {
                 ops: Arc::clone(&ops),
                 changed: changed.clone(),
+                waiting: Arc::clone(&waiting),
                 used: now,
             },
         );
-        Some((ops, changed))
+        Some(LaneRef {
+            ops,
+            changed,
+            waiting,
+        })
     }
 
     /// Takes what a request needs from `key`'s budget, waiting up to `max_wait` while it is
@@ -203,9 +250,16 @@ impl Lanes {
         max_wait: Duration,
     ) -> Result<Reservation, NotTaken> {
         let started = Instant::now();
-        let Some((ops, mut changed)) = self.lane(key) else {
+        let Some(LaneRef {
+            ops,
+            mut changed,
+            waiting,
+        }) = self.lane(key)
+        else {
             return Err(NotTaken::Closed);
         };
+        // Counted as waiting from its first refusal until it goes, is refused or is dropped.
+        let mut waiter = None;
         loop {
             changed.borrow_and_update();
             let (reply, answer) = oneshot::channel();
@@ -219,7 +273,7 @@ impl Lanes {
             };
             let waited = started.elapsed();
             if waited >= max_wait {
-                return Err(NotTaken::Refused { refused, waited });
+                return Err(refuse(&ops, refused, waited));
             }
             let (until, sure) = match &refused {
                 // The provider's pause holds every caller until it ends; a spent requests
@@ -233,7 +287,11 @@ impl Lanes {
             let ahead = Duration::from_millis(until.saturating_sub(SystemClock.now_ms()).max(1));
             if sure && ahead > max_wait - waited {
                 // The same answer after the whole wait: given now, with its retry-after.
-                return Err(NotTaken::Refused { refused, waited });
+                return Err(refuse(&ops, refused, waited));
+            }
+            if waiter.is_none() {
+                log::debug!("a request waits for the budget: {refused}");
+                waiter = Some(Waiter::new(&ops, &waiting));
             }
             let nap = ahead.min(LOOK_AGAIN).min(max_wait - waited);
             let sleep = std::pin::pin!(tokio::time::sleep(nap));
@@ -270,6 +328,36 @@ impl Lanes {
     }
 }
 
+/// The way into a lane, for one take.
+struct LaneRef {
+    ops: Arc<LaneTx>,
+    changed: watch::Receiver<u64>,
+    waiting: Arc<AtomicU64>,
+}
+
+/// The refusal a client gets after waiting `waited`, journaled once (by the lane, which may
+/// write files).
+fn refuse(ops: &LaneTx, refused: Refused, waited: Duration) -> NotTaken {
+    let waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
+    let refused = match refused {
+        Refused::RateLimited {
+            resource, reset_at, ..
+        } => Refused::RateLimited {
+            resource,
+            reset_at,
+            waited_ms,
+        },
+        Refused::SecondaryRateLimited { until, .. } => {
+            Refused::SecondaryRateLimited { until, waited_ms }
+        }
+        other => other,
+    };
+    ops.send(Op::Refused {
+        refused: refused.clone(),
+    });
+    NotTaken::Refused { refused, waited }
+}
+
 /// Waits for whichever of two futures ends first.
 async fn first_of<A: Future, B: Future>(
     mut a: std::pin::Pin<&mut A>,
@@ -292,7 +380,10 @@ fn work(
     rx: &mpsc::Receiver<Op>,
     ops: &Weak<LaneTx>,
     changed: &watch::Sender<u64>,
+    waiting: &AtomicU64,
 ) {
+    // What the state was last told of this lane's waiting requests, and when.
+    let mut told: (u64, Option<Instant>) = (0, None);
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while batch.len() < BATCH {
@@ -304,6 +395,22 @@ fn work(
         if run(ctx, key, batch, ops) {
             changed.send_modify(|n| *n = n.wrapping_add(1));
         }
+        // Said when it changes, and again every second while requests wait (a waiting
+        // request tries again at least that often, so the lane runs); a word older than 5 s
+        // is not counted by readers.
+        let now = waiting.load(Ordering::SeqCst);
+        let stale = told.1.is_none_or(|at| at.elapsed() >= LOOK_AGAIN);
+        if now != told.0 || (now > 0 && stale) {
+            let said = ctx
+                .ledger
+                .note_waiting(&ctx.provider, key, &ctx.waiter, now);
+            if matches!(said, Observed::Recorded) {
+                told = (now, Some(Instant::now()));
+            }
+        }
+    }
+    if told.0 > 0 {
+        let _ = ctx.ledger.note_waiting(&ctx.provider, key, &ctx.waiter, 0);
     }
 }
 
@@ -314,9 +421,11 @@ fn run(ctx: &Ctx, key: &CredentialKey, batch: Vec<Op>, ops: &Weak<LaneTx>) -> bo
     for op in batch {
         match op {
             Op::Take { need, reply } => {
-                let taken =
-                    ctx.ledger
-                        .take_model_within(&ctx.provider, key, need, &ctx.consumer, 0);
+                // One try: a refused take is tried again by its request, and journaled once,
+                // when its client is refused.
+                let taken = ctx
+                    .ledger
+                    .try_take_model(&ctx.provider, key, need, &ctx.consumer);
                 log::trace!("take of {need:?}: {:?}", taken.as_ref().map(|g| g.left));
                 let taken = match taken {
                     Ok(grant) => {
@@ -366,6 +475,11 @@ fn run(ctx: &Ctx, key: &CredentialKey, batch: Vec<Op>, ops: &Weak<LaneTx>) -> bo
                 release(ctx, key, &reservation);
                 recorded = true;
             }
+            Op::Refused { refused } => {
+                ctx.ledger
+                    .journal_model_refusal(&ctx.provider, key, &ctx.consumer, &refused);
+            }
+            Op::Waiting => {}
         }
     }
     recorded

@@ -113,6 +113,11 @@
 //!   unsettled. An observation whose lock is busy is tried for up to 1 s, then the
 //!   reservation is released instead of left in flight. The thread ends when the lane's map
 //!   entry (dropped after 10 min idle, or at shutdown) and every reservation are gone.
+//!   A take known to stay refused past the request's wait (a pause, a spent requests
+//!   window) is answered at once; a request that waits is counted in the lane's `waiting`,
+//!   which the thread writes to the state (`Ledger::note_waiting`) when it changes and every
+//!   second while it is not 0; only the refusal a client gets is journaled
+//!   (`try_take_model` journals nothing, `journal_model_refusal` once).
 //! - `estimate.rs`, `usage.rs`: pure functions with unit tests and proptests (the estimate
 //!   rule; which body's usage is read, by its headers, and how much of it is kept). The usage
 //!   itself is read by `worklane-budget` (`Usage::of_body`, and `StreamUsage` for a stream's

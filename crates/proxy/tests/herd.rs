@@ -248,3 +248,131 @@ fn a_pause_longer_than_the_wait_is_answered_at_once() {
         proxy.stop().await;
     });
 }
+
+/// The `budget-refused` lines of `site`'s journal.
+fn refusals_journaled(site: &Site) -> usize {
+    std::fs::read_to_string(site.temp.path().join("journal.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("\"budget-refused\""))
+        .count()
+}
+
+/// A request that waits is shown waiting (in the state, and so in `budget show`, `metrics`
+/// and `top`) while it waits, and the calls in flight are shown; a client refused after its
+/// whole wait is one `budget-refused` event, however often its take was tried.
+#[test]
+fn a_waiting_request_is_shown_and_its_refusal_journaled_once() {
+    run(async {
+        let flavor = Flavor::Anthropic;
+        let token = "sk-ant-waiting-not-real";
+        let fake = Fake::start(
+            flavor,
+            Limits {
+                window_ms: 60_000,
+                requests: 100,
+                tokens: 400,
+            },
+        )
+        .await;
+        let site = Site::new();
+        let impatient = start(worklane_proxy::Config {
+            max_wait: Duration::from_millis(2_500),
+            ..config(&site, flavor, &fake)
+        });
+        let patient = start(worklane_proxy::Config {
+            max_wait: Duration::from_secs(30),
+            ..config(&site, flavor, &fake)
+        });
+        let client = client();
+        let ask = move |base: &str| {
+            request(flavor, base, token)
+                .body(Full::from(prompt(flavor, false)))
+                .expect("request")
+        };
+        assert_eq!(send(&client, ask(&impatient.url())).await.0.status(), 200);
+        eventually("the tokens window is recorded", || {
+            site.state(flavor, token)
+                .is_some_and(|s| s["resources"]["tokens"]["remaining"].is_u64())
+        })
+        .await;
+        // A direct taker holds all but 10 of the tokens left: the next request waits for
+        // them (they may come back), it is not refused at once.
+        let state = site.state(flavor, token).expect("state");
+        let left = state["resources"]["tokens"]["remaining"]
+            .as_u64()
+            .expect("remaining")
+            - state["resources"]["tokens"]["granted"]
+                .as_u64()
+                .unwrap_or(0);
+        let ledger = site.ledger();
+        let key = CredentialKey::of_token(token);
+        let held = ledger
+            .take_model_within(
+                &flavor.provider(),
+                &key,
+                Need {
+                    input_tokens: left - 10,
+                    output_tokens: 0,
+                },
+                "direct",
+                0,
+            )
+            .expect("the direct take goes");
+        let reservation = held.reservation.expect("a reservation");
+        let waits = |site: &Site| {
+            site.state(flavor, token)
+                .and_then(|s| {
+                    s["waiting"]
+                        .as_object()
+                        .map(|w| w.values().filter_map(|v| v["calls"].as_u64()).sum::<u64>())
+                })
+                .unwrap_or(0)
+        };
+        let refused = tokio::spawn({
+            let (client, base) = (client.clone(), impatient.url());
+            async move { send(&client, ask(&base)).await }
+        });
+        eventually("the request is shown waiting", || waits(&site) == 1).await;
+        let health = ledger.health_report().expect("the health view");
+        let view = &health.views[0];
+        assert_eq!((view.in_flight, view.waiting), (1, 1), "{view:?}");
+        let tokens = view
+            .resources
+            .iter()
+            .find(|r| r.name == "tokens")
+            .expect("tokens");
+        assert_eq!(
+            tokens.in_flight,
+            left - 10,
+            "the direct reservation's tokens"
+        );
+        let (head, body) = within("the refusal", refused).await.expect("the request");
+        assert_eq!(head.status(), 429);
+        assert_eq!(
+            head.headers()[worklane_proxy::ANSWERED_HEADER],
+            "rate_limited"
+        );
+        assert!(String::from_utf8_lossy(&body).contains("waited"));
+        eventually("no longer waiting", || waits(&site) == 0).await;
+        assert_eq!(
+            refusals_journaled(&site),
+            1,
+            "one event for the one refused client, not one per try"
+        );
+        // Another waits, and goes when the direct taker gives its tokens back.
+        let goes = tokio::spawn({
+            let (client, base) = (client.clone(), patient.url());
+            async move { send(&client, ask(&base)).await.0.status() }
+        });
+        eventually("the second is shown waiting", || waits(&site) == 1).await;
+        assert!(matches!(
+            ledger.release(&flavor.provider(), &key, &reservation),
+            worklane_budget::Observed::Recorded
+        ));
+        assert_eq!(within("the second", goes).await.expect("request"), 200);
+        assert_eq!(refusals_journaled(&site), 1, "no refusal: it went");
+        impatient.stop().await;
+        patient.stop().await;
+    });
+}

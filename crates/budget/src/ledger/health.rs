@@ -79,12 +79,16 @@ impl Ledger {
                 provider,
                 updated_ms,
                 paused_until: state.pause(now),
+                in_flight: state.in_flight.len(),
+                waiting: state.waiting_at(now),
                 resources: state
                     .resources
                     .clone()
                     .into_iter()
                     .filter(|(name, _)| state.window(name, now).is_some())
                     .map(|(name, w)| ResourceView {
+                        in_flight: state.in_flight_units(&name),
+                        assumed: w.assumed,
                         left: w.left(),
                         name,
                         limit: w.limit,
@@ -145,6 +149,10 @@ pub struct CredentialView {
     pub updated_ms: u64,
     /// The pause in force, if any (ms).
     pub paused_until: Option<u64>,
+    /// A model provider's calls in flight: taken, their responses not yet recorded.
+    pub in_flight: usize,
+    /// Calls waiting for this budget in a proxy (as its proxies last said, within 5 s).
+    pub waiting: u64,
     /// Its resources' windows that have not ended.
     pub resources: Vec<ResourceView>,
 }
@@ -166,4 +174,8 @@ pub struct ResourceView {
     pub granted: u64,
     /// Calls granted in the window, by consumer (unusual names as `(other)`).
     pub by_consumer: Vec<(String, u64)>,
+    /// A model provider's: the units the calls in flight hold of this dimension.
+    pub in_flight: u64,
+    /// Not seen: carried over from the window before, which ended (PROTOCOL.md 13.1).
+    pub assumed: bool,
 }

@@ -61,6 +61,47 @@ impl Ledger {
         consumer: &str,
         wait_max_ms: u64,
     ) -> Result<Grant, Refused> {
+        self.take_model_journaled(provider, key, need, consumer, wait_max_ms, true)
+    }
+
+    /// One try of [`Ledger::take_model`], without waiting and without a `budget-refused`
+    /// event: for a caller that waits in its own way and tries again (the proxy), and
+    /// journals the one refusal its client gets with [`Ledger::journal_model_refusal`].
+    pub fn try_take_model(
+        &self,
+        provider: &Provider,
+        key: &CredentialKey,
+        need: Need,
+        consumer: &str,
+    ) -> Result<Grant, Refused> {
+        self.take_model_journaled(provider, key, need, consumer, 0, false)
+    }
+
+    /// A refusal its caller's client got after trying with [`Ledger::try_take_model`], in the
+    /// journal (`budget-refused`, with how long the client waited in `refused`).
+    pub fn journal_model_refusal(
+        &self,
+        provider: &Provider,
+        key: &CredentialKey,
+        consumer: &str,
+        refused: &Refused,
+    ) {
+        let resource = match refused {
+            Refused::RateLimited { resource, .. } if !resource.is_empty() => resource.as_str(),
+            _ => "requests",
+        };
+        self.journal_refused(provider.name(), key, resource, consumer, refused);
+    }
+
+    fn take_model_journaled(
+        &self,
+        provider: &Provider,
+        key: &CredentialKey,
+        need: Need,
+        consumer: &str,
+        wait_max_ms: u64,
+        journal: bool,
+    ) -> Result<Grant, Refused> {
         self.sweep_if_due();
         let wait_max_ms = wait_max_ms.min(super::MAX_WAIT_MS);
         let units = need.units(&provider.dimensions());
@@ -91,7 +132,9 @@ impl Ledger {
                         waited_ms,
                     },
                 };
-                self.journal_refused(provider.name(), key, &asked, consumer, &refused);
+                if journal {
+                    self.journal_refused(provider.name(), key, &asked, consumer, &refused);
+                }
                 return Err(refused);
             }
             let wake = until
@@ -196,6 +239,29 @@ impl Ledger {
         self.change_model(provider, key, "release", |state, _| {
             state.release(reservation);
         })
+    }
+
+    /// Records that the process known by `waiter` (a random id of its own, as
+    /// [`Ledger::waiter_id`] makes) holds `calls` calls waiting for this budget (0: none any
+    /// more), for the health view. Tries the lock once and never waits; a word not written is
+    /// said again by the next one (a waiting process says it at least every second, and a
+    /// word older than 5 s is not counted).
+    pub fn note_waiting(
+        &self,
+        provider: &Provider,
+        key: &CredentialKey,
+        waiter: &str,
+        calls: u64,
+    ) -> Observed {
+        self.change_model(provider, key, "waiting", |state, now| {
+            state.note_waiting(waiter, calls, now);
+        })
+    }
+
+    /// A new random id for [`Ledger::note_waiting`]: 16 lowercase hex digits.
+    #[must_use]
+    pub fn waiter_id() -> String {
+        reservation_id()
     }
 
     fn change_model(

@@ -941,3 +941,34 @@ fn a_token_bucket_s_older_answer_recorded_last_never_loosens_the_window() {
     let window = state.window("requests", NOW + 2_000).expect("known");
     assert_eq!((window.left(), window.reset_at), (3, NOW + 4_000));
 }
+
+#[test]
+fn waiting_words_count_while_fresh_and_are_bounded() {
+    let mut state = State::default();
+    state.note_waiting("aaaa", 3, NOW);
+    state.note_waiting("bbbb", 2, NOW + 1_000);
+    assert_eq!(state.waiting_at(NOW + 1_000), 5);
+    assert_eq!(
+        state.waiting_at(NOW + WAITING_FRESH_MS),
+        5,
+        "exactly 5 s old counts"
+    );
+    assert_eq!(
+        state.waiting_at(NOW + WAITING_FRESH_MS + 1),
+        2,
+        "older than 5 s: not counted"
+    );
+    assert_eq!(state.waiting_at(NOW - 1), 0, "a word from the future is not");
+    // None any more: the word goes; a stale one goes with the next word.
+    state.note_waiting("bbbb", 0, NOW + 1_000);
+    assert!(!state.waiting.contains_key("bbbb"));
+    state.note_waiting("cccc", 1, NOW + 6_000);
+    assert!(!state.waiting.contains_key("aaaa"), "stale, dropped");
+    for i in 0..(MAX_WAITERS + 5) {
+        state.note_waiting(&format!("w{i:04}"), 1, NOW + 6_000 + i as u64);
+    }
+    assert_eq!(state.waiting.len(), MAX_WAITERS, "the stalest went first");
+    assert!(state.waiting.contains_key(&format!("w{:04}", MAX_WAITERS + 4)));
+    let read = State::parse(&state.to_bytes(NOW + 7_000)).expect("its own bytes");
+    assert_eq!(read.waiting, state.waiting, "it survives the file");
+}

@@ -119,11 +119,16 @@ pub(crate) fn budget_views(at: &FleetAt) -> Result<Vec<worklane_budget::Credenti
                 .max()
                 .unwrap_or(0),
             paused_until: state.pause(now),
+            // The fleet's budgets are GitHub's: nothing is reserved or waits in a proxy.
+            in_flight: 0,
+            waiting: 0,
             resources: state
                 .resources
                 .iter()
                 .filter(|(name, _)| state.window(name, now).is_some())
                 .map(|(name, w)| ResourceView {
+                    in_flight: 0,
+                    assumed: w.assumed,
                     left: w.left(),
                     name: name.clone(),
                     limit: w.limit,

@@ -22,6 +22,10 @@ pub(crate) struct Budget {
     pub(crate) provider: String,
     pub(crate) updated: String,
     pub(crate) paused_until: Option<String>,
+    /// A model provider's calls taken whose responses are not yet recorded.
+    pub(crate) in_flight: usize,
+    /// Calls waiting for the budget in a proxy.
+    pub(crate) waiting: u64,
     pub(crate) resources: Vec<BudgetResource>,
 }
 
@@ -35,6 +39,10 @@ pub(crate) struct BudgetResource {
     pub(crate) left: u64,
     pub(crate) reset: String,
     pub(crate) by_consumer: BTreeMap<String, u64>,
+    /// The units the calls in flight hold of it.
+    pub(crate) in_flight: u64,
+    /// Carried over from the window before, not yet reported.
+    pub(crate) assumed: bool,
 }
 
 /// `budget take --json`: the call may go, or not.
