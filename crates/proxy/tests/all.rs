@@ -4,6 +4,7 @@
 
 mod fake;
 mod herd;
+mod sdk;
 mod support;
 
 use fake::{Fake, Flavor, GENEROUS, Limits};

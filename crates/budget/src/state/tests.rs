@@ -958,7 +958,11 @@ fn waiting_words_count_while_fresh_and_are_bounded() {
         2,
         "older than 5 s: not counted"
     );
-    assert_eq!(state.waiting_at(NOW - 1), 0, "a word from the future is not");
+    assert_eq!(
+        state.waiting_at(NOW - 1),
+        0,
+        "a word from the future is not"
+    );
     // None any more: the word goes; a stale one goes with the next word.
     state.note_waiting("bbbb", 0, NOW + 1_000);
     assert!(!state.waiting.contains_key("bbbb"));
@@ -968,7 +972,11 @@ fn waiting_words_count_while_fresh_and_are_bounded() {
         state.note_waiting(&format!("w{i:04}"), 1, NOW + 6_000 + i as u64);
     }
     assert_eq!(state.waiting.len(), MAX_WAITERS, "the stalest went first");
-    assert!(state.waiting.contains_key(&format!("w{:04}", MAX_WAITERS + 4)));
+    assert!(
+        state
+            .waiting
+            .contains_key(&format!("w{:04}", MAX_WAITERS + 4))
+    );
     let read = State::parse(&state.to_bytes(NOW + 7_000)).expect("its own bytes");
     assert_eq!(read.waiting, state.waiting, "it survives the file");
 }
