@@ -2,6 +2,7 @@
 //! limits, with each provider's headers and streams), real ledger files in a slot directory
 //! of the test's own, and real connections.
 
+mod claude_code;
 mod fake;
 mod herd;
 mod sdk;
