@@ -473,3 +473,45 @@ fn a_killed_supervisor_frees_no_job_slot_its_build_still_uses() {
         jobs_held(&site) == 0
     });
 }
+
+/// The journal's events of `kind` (all of its lines that are JSON).
+fn journaled(site: &Site, kind: &str) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(site.slots().join("journal.jsonl")).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["kind"] == kind)
+        .collect()
+}
+
+/// Builds that end normally leave nothing to take over: the supervisor stops its token taker
+/// and waits for it before it releases and exits, so no take is half done at exit.
+#[test]
+fn builds_that_end_normally_leave_no_slot_to_take_over() {
+    let site = Site::new(Some(r#"{"max_agents": 8, "max_jobs": 3}"#));
+    let dir = makefile(&site, 6, "0.02");
+    let counter = site.file("counter");
+    for _batch in 0..6 {
+        let builds: Vec<Running> = (0..8)
+            .map(|_| build(&site, &["--jobs"], &dir, &counter))
+            .collect();
+        for b in builds {
+            finish(b, "every build");
+        }
+    }
+    assert_eq!(counts(&counter).len(), 48 * 6, "every target ran");
+    let takeovers = journaled(&site, "takeover");
+    assert!(takeovers.is_empty(), "no takeover: {takeovers:?}");
+    let jobs = |kind: &str| {
+        journaled(&site, kind)
+            .into_iter()
+            .filter(|e| e["slot_kind"] == "job")
+            .count()
+    };
+    let (taken, released) = (jobs("slot-taken"), jobs("slot-released"));
+    assert!(taken >= 48, "each build took its own job slot at least: {taken}");
+    assert_eq!(taken, released, "every job slot taken was released");
+    assert_eq!(jobs_held(&site), 0);
+    // Nothing left for the next take to find and take over.
+    assert_eq!(site.code(&["run", "--kind", "job", "--", "true"]), 0);
+    assert!(journaled(&site, "takeover").is_empty());
+}

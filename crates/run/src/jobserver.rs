@@ -121,6 +121,9 @@ pub struct Jobserver {
     inherit: Vec<OwnedFd>,
     env: Vec<(&'static str, OsString)>,
     accountant: Option<std::thread::JoinHandle<()>>,
+    /// Joined before anything is released: a take it completes after the end is its own to
+    /// give back, and no take is in progress when the process goes on to exit.
+    taker: Option<std::thread::JoinHandle<()>>,
 }
 
 fn io(what: &'static str) -> impl Fn(rustix::io::Errno) -> Error {
@@ -239,23 +242,25 @@ impl Jobserver {
                     source,
                 })?
         };
-        {
+        let taker = {
             let shared = Arc::clone(&shared);
             std::thread::Builder::new()
                 .name("jobserver-taker".into())
                 .spawn(move || shared.take_standbys())
-                .map_err(|source| Error::Jobserver {
-                    what: "starting its taker",
-                    source,
-                })?;
-        }
-        Ok(Jobserver {
+        };
+        let mut server = Jobserver {
             shared,
             dir,
             inherit,
             env,
             accountant: Some(accountant),
-        })
+            taker: None,
+        };
+        server.taker = Some(taker.map_err(|source| Error::Jobserver {
+            what: "starting its taker",
+            source,
+        })?);
+        Ok(server)
     }
 
     /// The variables the command gets: `MAKEFLAGS`, `CARGO_MAKEFLAGS`, `WORKLANE_JOBSERVER`.
@@ -284,6 +289,18 @@ impl Jobserver {
 
     fn stop_now(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
+        // The taker first: waiting for `want`, it wakes now; waiting in the job line, it sees
+        // `stop` at its next look (within the line's 250 ms) and leaves; inside a take, it
+        // finishes it and gives the slot back itself. Only then is nothing taken behind the
+        // release below, and the process may exit without a take half done (a slot or
+        // `slots.lock` left to be taken over).
+        {
+            let _ledger = lock(&self.shared.ledger);
+            self.shared.wanted.notify_all();
+        }
+        if let Some(taker) = self.taker.take() {
+            let _ = taker.join();
+        }
         {
             let mut ledger = lock(&self.shared.ledger);
             ledger.want = false;
