@@ -515,3 +515,36 @@ fn builds_that_end_normally_leave_no_slot_to_take_over() {
     assert_eq!(site.code(&["run", "--kind", "job", "--", "true"]), 0);
     assert!(journaled(&site, "takeover").is_empty());
 }
+
+/// A held job slot is one unit of `max_jobs` everywhere: `why --kind job` says the pool is
+/// full and exits 75 as a take would be refused, and `slots --json` gives each 1 unit.
+#[test]
+fn held_job_slots_count_one_unit_each_in_why_and_slots() {
+    let site = Site::new(Some(r#"{"max_agents": 8, "max_jobs": 3}"#));
+    let holders: Vec<Running> = (0..3)
+        .map(|i| site.spawn(&["run", "--kind", "job"], HOLD, &i.to_string()))
+        .collect();
+    for i in 0..3 {
+        wait_until("a job slot held", || site.file(&format!("up.{i}")).exists());
+    }
+    let why = site.output(&["why", "--kind", "job"]);
+    let text = String::from_utf8_lossy(&why.stdout);
+    assert_eq!(why.status.code(), Some(75), "{text}");
+    assert!(text.contains("at cap: 3 of 3 held"), "{text}");
+    assert_eq!(site.code(&["run", "--kind", "job", "-n", "--", "true"]), 75);
+    let out = site.output(&["slots", "--json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("slots --json");
+    let units: Vec<u64> = doc["slots"]
+        .as_array()
+        .expect("slots")
+        .iter()
+        .filter(|s| s["kind"] == "job")
+        .map(|s| s["units"].as_u64().expect("units"))
+        .collect();
+    assert_eq!(units, [1, 1, 1], "{doc}");
+    for (i, holder) in holders.into_iter().enumerate() {
+        std::fs::write(site.file(&format!("release.{i}")), b"").expect("release");
+        finish(holder, "a holder");
+    }
+    assert_eq!(site.code(&["why", "--kind", "job"]), 0, "clear again");
+}

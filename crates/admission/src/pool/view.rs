@@ -27,8 +27,8 @@ pub struct SlotView {
     /// readable record).
     pub weight: Weight,
     /// The units of its kind's cap it counts for, as a take counts them under the cap in
-    /// force (its weight uncut when the config cannot be used); 0 when its holder is gone,
-    /// and for locks and leases outside the pool's caps.
+    /// force (its weight uncut when the config cannot be used; 1 for a held job slot or full
+    /// run); 0 when its holder is gone, and for locks and leases outside the pool's caps.
     pub units: u32,
     /// Its record's `shareOwner`: the owner whose share its units count against.
     pub share_owner: Option<String>,
@@ -48,7 +48,8 @@ pub struct ShareUse {
 }
 
 impl Snapshot {
-    /// The units held of `kind` (`agent`, `test`, `full-run`): the sum of its slots' units.
+    /// The units held of `kind` (`agent`, `test`, `job`, `full-run`): the sum of its slots'
+    /// units.
     #[must_use]
     pub fn held_units(&self, kind: &str) -> u32 {
         self.slots
@@ -195,7 +196,8 @@ impl Pool {
             };
             let units = match kind {
                 "agent" | "test" => crate::weight::counted(&state, &weight, cap(kind)),
-                "full-run" => u32::from(state.is_held()),
+                // A job slot is one token of `max_jobs`, always of weight 1.
+                "full-run" | "job" => u32::from(state.is_held()),
                 _ => 0,
             };
             slots.push(SlotView {
