@@ -508,7 +508,10 @@ fn builds_that_end_normally_leave_no_slot_to_take_over() {
             .count()
     };
     let (taken, released) = (jobs("slot-taken"), jobs("slot-released"));
-    assert!(taken >= 48, "each build took its own job slot at least: {taken}");
+    assert!(
+        taken >= 48,
+        "each build took its own job slot at least: {taken}"
+    );
     assert_eq!(taken, released, "every job slot taken was released");
     assert_eq!(jobs_held(&site), 0);
     // Nothing left for the next take to find and take over.

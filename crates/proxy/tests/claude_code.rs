@@ -8,6 +8,7 @@
 //! it was not run.
 
 use super::*;
+use worklane_testkit::Gated;
 
 /// The `claude` to run, if this run has one.
 fn claude() -> Option<String> {
@@ -16,7 +17,7 @@ fn claude() -> Option<String> {
         _ => {
             let npm = std::process::Command::new("npm")
                 .arg("--version")
-                .output()
+                .output_gated()
                 .is_ok_and(|o| o.status.success());
             assert!(
                 !(npm && std::env::var_os("WORKLANE_REQUIRE_SDKS").is_some()),
@@ -57,7 +58,7 @@ fn claude_code_answers_through_the_proxy() {
             .env("NO_PROXY", "*");
         let out = within(
             "claude -p",
-            tokio::task::spawn_blocking(move || command.output()),
+            tokio::task::spawn_blocking(move || command.output_gated()),
         )
         .await
         .expect("the blocking thread")

@@ -10,6 +10,7 @@
 
 use super::*;
 use fake::as_it_is;
+use worklane_testkit::Gated;
 
 /// The python of a virtual environment with both SDKs, if this run has one.
 fn sdk_python() -> Option<String> {
@@ -60,7 +61,7 @@ async fn drive(
         .env("NO_PROXY", "*");
     let out = within(
         "the SDK's scenario",
-        tokio::task::spawn_blocking(move || command.output()),
+        tokio::task::spawn_blocking(move || command.output_gated()),
     )
     .await
     .expect("the blocking thread")
