@@ -48,7 +48,10 @@ fn count(n: usize) -> i64 {
 }
 
 /// The kinds `slots --json` names a lock file by.
-const KINDS: [&str; 6] = ["agent", "test", "full-run", "role", "lease", "lock"];
+const KINDS: [&str; 7] = ["agent", "test", "job", "full-run", "role", "lease", "lock"];
+
+/// The kinds of slot a take waits for in line, and whose holds are timed.
+const SLOT_KINDS: [&str; 4] = ["agent", "test", "job", "full-run"];
 
 /// The state's part: everything read from `slots --json`'s document.
 fn state(registry: &mut Registry, doc: &json::Slots) {
@@ -76,12 +79,13 @@ fn state(registry: &mut Registry, doc: &json::Slots) {
     for (kind, cap) in [
         ("agent", i64::from(doc.max_agents)),
         ("test", i64::from(doc.max_test_runs)),
+        ("job", i64::from(doc.max_jobs)),
         ("full-run", i64::from(usable)),
     ] {
         caps.get_or_create(&labels(&[("kind", kind)])).set(cap);
     }
     let waiters = gauges(registry, "waiters", "Live waiters in line, by kind");
-    for kind in ["agent", "test", "full-run"] {
+    for kind in SLOT_KINDS {
         let n = doc.line.iter().filter(|w| w.kind == kind && w.live).count();
         waiters
             .get_or_create(&labels(&[("kind", kind)]))
@@ -169,6 +173,15 @@ fn state(registry: &mut Registry, doc: &json::Slots) {
     }
 }
 
+/// A journal line's slot kind as a label: one of [`SLOT_KINDS`], else `other` (a line another
+/// writer made up must not add series without end).
+fn known_kind(kind: &str) -> &'static str {
+    SLOT_KINDS
+        .into_iter()
+        .find(|k| *k == kind)
+        .unwrap_or("other")
+}
+
 /// The journal's part: what happened, counted and measured from its events.
 fn history(registry: &mut Registry, journal: &Batch) {
     let takeovers = Counter::<u64>::default();
@@ -186,12 +199,18 @@ fn history(registry: &mut Registry, journal: &Batch) {
     for by in ["supervisor", "worklane"] {
         halts.get_or_create(&labels(&[("by", by)])).inc_by(0);
     }
-    let histogram = || Histogram::new(exponential_buckets(0.01, 4.0, 10));
-    let queue_wait = histogram();
+    fn histogram() -> Histogram {
+        Histogram::new(exponential_buckets(0.01, 4.0, 10))
+    }
+    // By the kind of slot: a build's many short job-token holds would otherwise swamp the
+    // agents' runs.
+    let by_kind = || Family::<Labels, Histogram>::new_with_constructor(histogram as fn() -> _);
+    let queue_wait = by_kind();
     registry.register(
         "queue_wait_seconds",
-        "How long work waited for its slot: each take of a run (0 when it did not wait) and \
-         each dispatched attempt, from its queue start to its admission",
+        "How long work waited for its slot, by kind: each take of a run (0 when it did not \
+         wait) and each dispatched attempt (an agent slot), from its queue start to its \
+         admission",
         queue_wait.clone(),
     );
     let claim_wait = histogram();
@@ -200,12 +219,17 @@ fn history(registry: &mut Registry, journal: &Batch) {
         "From a dispatched attempt's admission to its driver's claim",
         claim_wait.clone(),
     );
-    let run = histogram();
+    let run = by_kind();
     registry.register(
         "run_seconds",
-        "How long a slot was held, from its take (or a driver's claim) to its release",
+        "How long a slot was held, by kind, from its take (or a driver's claim) to its release",
         run.clone(),
     );
+    for kind in SLOT_KINDS {
+        // Every kind's series exists from the first scrape, empty until something happens.
+        let _ = queue_wait.get_or_create(&labels(&[("kind", kind)]));
+        let _ = run.get_or_create(&labels(&[("kind", kind)]));
+    }
     let dropped = Counter::<u64>::default();
     registry.register(
         "journal_dropped_events",
@@ -223,13 +247,24 @@ fn history(registry: &mut Registry, journal: &Batch) {
                 halts.get_or_create(&labels(&[("by", by.as_str())])).inc();
             }
             Event::SlotTaken {
-                owner, waited_ms, ..
-            } if owner != "worklane dispatcher" => queue_wait.observe(seconds(*waited_ms)),
-            Event::DispatchAdmitted { waited_ms, .. } => queue_wait.observe(seconds(*waited_ms)),
+                owner,
+                waited_ms,
+                slot_kind,
+                ..
+            } if owner != "worklane dispatcher" => queue_wait
+                .get_or_create(&labels(&[("kind", known_kind(slot_kind))]))
+                .observe(seconds(*waited_ms)),
+            Event::DispatchAdmitted { waited_ms, .. } => queue_wait
+                .get_or_create(&labels(&[("kind", "agent")]))
+                .observe(seconds(*waited_ms)),
             Event::DispatchClaimed { admitted_ms, .. } => {
                 claim_wait.observe(seconds(*admitted_ms));
             }
-            Event::SlotReleased { held_ms, .. } => run.observe(seconds(*held_ms)),
+            Event::SlotReleased {
+                held_ms, slot_kind, ..
+            } => run
+                .get_or_create(&labels(&[("kind", known_kind(slot_kind))]))
+                .observe(seconds(*held_ms)),
             _ => {}
         }
     }

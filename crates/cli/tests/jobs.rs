@@ -545,9 +545,34 @@ fn held_job_slots_count_one_unit_each_in_why_and_slots() {
         .map(|s| s["units"].as_u64().expect("units"))
         .collect();
     assert_eq!(units, [1, 1, 1], "{doc}");
+    // A fourth waits in the job line.
+    let waiter = site.spawn(&["run", "--kind", "job"], HOLD, "3");
+    wait_until("the fourth in line", || {
+        let out = site.output(&["slots", "--json"]);
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("slots --json");
+        doc["line"].as_array().is_some_and(|l| !l.is_empty())
+    });
+    // The metrics watch max_jobs as they watch the other caps.
+    let metrics = |site: &Site| {
+        let out = site.output(&["metrics"]);
+        assert!(out.status.success(), "{out:?}");
+        super::journal::parse_exposition(&String::from_utf8_lossy(&out.stdout))
+    };
+    let m = metrics(&site);
+    assert_eq!(m["worklane_holders{kind=\"job\"}"], 3.0);
+    assert_eq!(m["worklane_cap{kind=\"job\"}"], 3.0);
+    assert_eq!(m["worklane_waiters{kind=\"job\"}"], 1.0);
     for (i, holder) in holders.into_iter().enumerate() {
         std::fs::write(site.file(&format!("release.{i}")), b"").expect("release");
         finish(holder, "a holder");
     }
+    wait_until("the fourth holds", || site.file("up.3").exists());
+    std::fs::write(site.file("release.3"), b"").expect("release");
+    finish(waiter, "the fourth");
     assert_eq!(site.code(&["why", "--kind", "job"]), 0, "clear again");
+    // Each hold and wait timed under its own kind, apart from agents'.
+    let m = metrics(&site);
+    assert_eq!(m["worklane_run_seconds_count{kind=\"job\"}"], 4.0);
+    assert_eq!(m["worklane_queue_wait_seconds_count{kind=\"job\"}"], 4.0);
+    assert_eq!(m["worklane_run_seconds_count{kind=\"agent\"}"], 0.0);
 }

@@ -230,20 +230,45 @@ pub(super) fn parse_exposition(text: &str) -> BTreeMap<String, f64> {
         if kind != "histogram" {
             continue;
         }
-        let buckets: Vec<f64> = samples
-            .iter()
-            .filter(|(s, _)| s.starts_with(&format!("{family}_bucket{{")))
-            .map(|(_, v)| *v)
-            .collect();
-        let mut sorted = buckets.clone();
-        sorted.sort_by(f64::total_cmp);
-        let inf = samples[&format!("{family}_bucket{{le=\"+Inf\"}}")];
-        assert_eq!(
-            inf,
-            samples[&format!("{family}_count")],
-            "{family}: +Inf is the count"
-        );
-        assert_eq!(sorted.last(), Some(&inf), "{family}: cumulative");
+        // Each series of the family (its labels but `le`): cumulative buckets whose +Inf is
+        // its count.
+        let mut series: BTreeMap<String, Vec<(String, f64)>> = BTreeMap::new();
+        for (sample, value) in &samples {
+            let Some(labels) = sample.strip_prefix(&format!("{family}_bucket{{")) else {
+                continue;
+            };
+            let labels = labels.strip_suffix('}').expect("closed");
+            let (others, le): (Vec<&str>, Vec<&str>) =
+                labels.split(',').partition(|pair| !pair.starts_with("le="));
+            series
+                .entry(others.join(","))
+                .or_default()
+                .push((le.concat(), *value));
+        }
+        assert!(!series.is_empty(), "{family}: no buckets");
+        for (others, buckets) in series {
+            let mut values: Vec<f64> = buckets.iter().map(|(_, v)| *v).collect();
+            values.sort_by(f64::total_cmp);
+            let inf = buckets
+                .iter()
+                .find(|(le, _)| le == "le=\"+Inf\"")
+                .map(|(_, v)| *v)
+                .unwrap_or_else(|| panic!("{family}{{{others}}}: a +Inf bucket"));
+            let count = if others.is_empty() {
+                format!("{family}_count")
+            } else {
+                format!("{family}_count{{{others}}}")
+            };
+            assert_eq!(
+                inf, samples[&count],
+                "{family}{{{others}}}: +Inf is the count"
+            );
+            assert_eq!(
+                values.last(),
+                Some(&inf),
+                "{family}{{{others}}}: cumulative"
+            );
+        }
     }
     samples
 }
@@ -305,7 +330,7 @@ fn metrics_parse_and_agree_with_slots_json() {
     let m = check(0.0, 0.0, 1);
     assert_eq!(m["worklane_holders{kind=\"agent\"}"], 1.0);
     assert_eq!(
-        m["worklane_queue_wait_seconds_count"], 1.0,
+        m["worklane_queue_wait_seconds_count{kind=\"agent\"}"], 1.0,
         "the holder's take"
     );
     // A drain refuses the waiter at once.
@@ -318,8 +343,14 @@ fn metrics_parse_and_agree_with_slots_json() {
     assert_eq!(site.code(&["stop-all", "metrics"]), 0);
     let m = check(1.0, 0.0, 0);
     assert_eq!(m["worklane_holders{kind=\"agent\"}"], 0.0);
-    assert_eq!(m["worklane_run_seconds_count"], 1.0, "one run ended");
-    assert_eq!(m["worklane_queue_wait_seconds_count"], 1.0, "one take");
+    assert_eq!(
+        m["worklane_run_seconds_count{kind=\"agent\"}"], 1.0,
+        "one run ended"
+    );
+    assert_eq!(
+        m["worklane_queue_wait_seconds_count{kind=\"agent\"}"], 1.0,
+        "one take"
+    );
     assert_eq!(site.code(&["resume-all"]), 0);
 }
 
@@ -402,5 +433,31 @@ fn listen_serves_get_metrics_and_nothing_else() {
     parse_exposition(body);
     assert!(get(port, "GET / HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
     assert!(get(port, "POST /metrics HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 405"));
+    // Three idle connections and one sending its head a byte at a time hold up no scrape:
+    // it is answered while they are all still open (a server serving one connection at a
+    // time would answer it only after giving each of them up, 5 s apiece).
+    let idle: Vec<std::net::TcpStream> = (0..3)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect"))
+        .collect();
+    let mut slow = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    slow.write_all(b"GE").expect("a first byte");
+    let reply = get(port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(reply.starts_with("HTTP/1.1 200 OK\r\n"), "{reply}");
+    for stream in idle.iter().chain([&slow]) {
+        stream.set_nonblocking(true).expect("nonblocking");
+        let mut byte = [0u8; 1];
+        let read = (&*stream).read(&mut byte);
+        assert!(
+            matches!(&read, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+            "still open, unanswered, when the scrape was answered: {read:?}"
+        );
+    }
+    // The slow one finishes its head and is answered too.
+    slow.set_nonblocking(false).expect("blocking");
+    slow.write_all(b"T /metrics HTTP/1.1\r\n\r\n")
+        .expect("the rest");
+    let mut reply = String::new();
+    slow.read_to_string(&mut reply).expect("reply");
+    assert!(reply.starts_with("HTTP/1.1 200 OK\r\n"), "{reply}");
     drop(server);
 }

@@ -1,13 +1,21 @@
 //! Where the exposition goes besides stdout: a file replaced atomically for node_exporter's
-//! textfile collector, or a small blocking HTTP server (one request per connection, `GET
-//! /metrics` only, loopback unless told otherwise).
+//! textfile collector, or a small HTTP server (one request per connection, `GET /metrics`
+//! only, loopback unless told otherwise) that serves each connection on a thread of its own,
+//! at most [`MAX_CONNECTIONS`] at once, each given [`HEAD_DEADLINE`] to send its request: an
+//! idle or slow client never holds up a scrape.
 
 use crate::exit::{self, Failure};
 use crate::out::errln;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// Connections served at once; one more is answered 503 at once and closed.
+const MAX_CONNECTIONS: usize = 64;
+/// How long a connection has to send its whole request head.
+const HEAD_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Writes `text` to `path` as node_exporter's textfile collector needs it: never seen half
 /// written. A temp file in the same directory (created new, never through a link), written,
@@ -63,11 +71,11 @@ fn address(addr: &str) -> String {
 }
 
 /// Serves `GET /metrics` at `addr` until the process is ended, one request per connection,
-/// each answered with a fresh exposition. Says the address it listens on (its port, when 0
-/// was asked) on stderr.
+/// each answered with a fresh exposition, each connection on a thread of its own. Says the
+/// address it listens on (its port, when 0 was asked) on stderr.
 pub(super) fn listen(
     addr: &str,
-    exposition: &dyn Fn() -> Result<String, Failure>,
+    exposition: &(dyn Fn() -> Result<String, Failure> + Sync),
 ) -> Result<(), Failure> {
     let addr = address(addr);
     let listener = TcpListener::bind(&addr).map_err(|e| {
@@ -80,23 +88,61 @@ pub(super) fn listen(
         .local_addr()
         .map_or(addr.clone(), |a| a.to_string());
     errln!("worklane: serving http://{bound}/metrics");
-    // A connection that fails is that client's trouble; the next one is served.
-    for stream in listener.incoming().flatten() {
-        let _ = answer(stream, exposition);
-    }
+    let busy = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        // A connection that fails is that client's trouble; the others are served.
+        for stream in listener.incoming().flatten() {
+            if busy.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
+                let _ = too_busy(stream);
+                continue;
+            }
+            busy.fetch_add(1, Ordering::SeqCst);
+            let busy = &busy;
+            let served = std::thread::Builder::new()
+                .name("metrics-connection".into())
+                .spawn_scoped(scope, move || {
+                    let _ = answer(stream, exposition);
+                    busy.fetch_sub(1, Ordering::SeqCst);
+                });
+            if served.is_err() {
+                busy.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    });
     Ok(())
 }
 
-/// Reads one request's head (at most 8 KiB, within 5 s) and answers it.
+/// Answers a connection past [`MAX_CONNECTIONS`]: 503, try again in a second.
+fn too_busy(mut stream: TcpStream) -> std::io::Result<()> {
+    stream.set_write_timeout(Some(Duration::from_secs(1)))?;
+    let body = "too many connections at once; try again\n";
+    stream.write_all(
+        format!(
+            "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: text/plain; \
+             charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )
+}
+
+/// Reads one request's head (at most 8 KiB, all of it within [`HEAD_DEADLINE`]) and answers
+/// it.
 fn answer(
     mut stream: TcpStream,
-    exposition: &dyn Fn() -> Result<String, Failure>,
+    exposition: &(dyn Fn() -> Result<String, Failure> + Sync),
 ) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let deadline = Instant::now() + HEAD_DEADLINE;
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
+        // The whole head by the deadline, however slowly it trickles in.
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        stream.set_read_timeout(Some(left))?;
         let n = stream.read(&mut buf)?;
         if n == 0 {
             break;
