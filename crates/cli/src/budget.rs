@@ -45,6 +45,7 @@ pub(crate) fn views_json(views: &[CredentialView]) -> Vec<json::Budget> {
         .iter()
         .map(|v| json::Budget {
             credential: v.number,
+            key: v.key.clone(),
             provider: v.provider.clone(),
             updated: rfc3339_ms(v.updated_ms),
             paused_until: v.paused_until.map(rfc3339_ms),

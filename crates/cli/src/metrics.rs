@@ -121,8 +121,8 @@ fn state(registry: &mut Registry, doc: &json::Slots) {
     let left = gauges(
         registry,
         "budget_left",
-        "Calls left in a credential's last seen window, by provider, credential (numbered as \
-         budget show numbers them) and resource",
+        "Calls left in a credential's last seen window, by provider, credential (its key's \
+         16-hex hash, as its budget files and the journal name it) and resource",
     );
     let paused = gauges(
         registry,
@@ -148,7 +148,12 @@ fn state(registry: &mut Registry, doc: &json::Slots) {
     );
     let big = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     for budget in &doc.budgets {
-        let credential = budget.credential.to_string();
+        // By the key's hash, as the journal names it: a rank would move between keys.
+        let credential = if budget.key.is_empty() {
+            budget.credential.to_string()
+        } else {
+            budget.key.clone()
+        };
         let who = [
             ("provider", budget.provider.as_str()),
             ("credential", credential.as_str()),

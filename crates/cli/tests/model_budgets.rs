@@ -411,7 +411,16 @@ fn calls_in_flight_waiting_and_an_assumed_window_are_shown() {
     );
     let metrics = site.output(&["metrics"]);
     let m = super::journal::parse_exposition(&String::from_utf8_lossy(&metrics.stdout));
-    let who = "provider=\"anthropic\",credential=\"1\"";
+    // Labelled by the key's hash, as its files and the journal name it (a rank would move).
+    let key = state_path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_prefix("anthropic-budget-"))
+        .and_then(|n| n.strip_suffix(".json"))
+        .expect("the key in the name")
+        .to_owned();
+    assert_eq!(key.len(), 16, "{key}");
+    let who = format!("provider=\"anthropic\",credential=\"{key}\"");
     assert_eq!(m[&format!("worklane_budget_in_flight{{{who}}}")], 1.0);
     assert_eq!(m[&format!("worklane_budget_waiting{{{who}}}")], 2.0);
     assert_eq!(

@@ -46,8 +46,10 @@ impl Ledger {
                 Ok(Some(bytes)) => match State::parse(&bytes) {
                     Ok(state) => states.push((
                         updated_ms,
-                        crate::key::parse_state_name(path.name())
-                            .map_or_else(|| "github".to_owned(), |(p, _)| p),
+                        crate::key::parse_state_name(path.name()).map_or_else(
+                            || ("github".to_owned(), String::new()),
+                            |(p, k)| (p, k.as_str().to_owned()),
+                        ),
                         state,
                     )),
                     Err(source) => unshown.push(UnshownState {
@@ -66,16 +68,17 @@ impl Ledger {
         let views = states
             .into_iter()
             .enumerate()
-            .map(|(i, (updated_ms, provider, mut state))| {
+            .map(|(i, (updated_ms, (provider, key), mut state))| {
                 if provider != "github" {
                     // As the next take will see it: a model provider's ended window carried
                     // over.
                     state.carry(now);
                 }
-                (i, updated_ms, provider, state)
+                (i, updated_ms, provider, key, state)
             })
-            .map(|(i, updated_ms, provider, state)| CredentialView {
+            .map(|(i, updated_ms, provider, key, state)| CredentialView {
                 number: i + 1,
+                key,
                 provider,
                 updated_ms,
                 paused_until: state.pause(now),
@@ -140,8 +143,11 @@ pub enum StateProblem {
 /// One credential in the health view.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CredentialView {
-    /// Its number in this view (1 is the most recently updated); never its key.
+    /// Its number in this view (1 is the most recently updated).
     pub number: usize,
+    /// Its key: 16 hex digits, the hash its budget files and journal events are named by
+    /// (never anything of the token); empty when the view does not know it (a fleet's).
+    pub key: String,
     /// The provider whose budget it is (`github`, `anthropic`, `openai`, or a configured
     /// name).
     pub provider: String,

@@ -112,6 +112,7 @@ pub(crate) fn budget_views(at: &FleetAt) -> Result<Vec<worklane_budget::Credenti
         .map(|(i, state)| worklane_budget::CredentialView {
             provider: "github".to_owned(),
             number: i + 1,
+            key: String::new(),
             updated_ms: state
                 .resources
                 .values()

@@ -18,6 +18,10 @@ pub(crate) struct BudgetShow {
 #[derive(Debug, Serialize)]
 pub(crate) struct Budget {
     pub(crate) credential: usize,
+    /// The key's hash, for the metrics' labels (a rank moves between keys); not in the JSON,
+    /// which numbers credentials.
+    #[serde(skip)]
+    pub(crate) key: String,
     /// Whose budget: `github`, `anthropic`, `openai`, or a configured provider.
     pub(crate) provider: String,
     pub(crate) updated: String,
