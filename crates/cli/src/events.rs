@@ -13,14 +13,23 @@ pub(crate) mod line;
 struct Filter {
     since_ms: Option<i64>,
     kinds: Vec<String>,
+    /// Events skipped under `--since` because their `at` is not a time (counted, said once
+    /// per batch).
+    timeless: std::cell::Cell<u64>,
 }
 
 impl Filter {
     fn accepts(&self, entry: &Entry) -> bool {
-        if let Some(since) = self.since_ms
-            && worklane_journal::ms_of_time(&entry.at).is_some_and(|at| at < since)
-        {
-            return false;
+        if let Some(since) = self.since_ms {
+            match worklane_journal::ms_of_time(&entry.at) {
+                Some(at) if at < since => return false,
+                Some(_) => {}
+                None => {
+                    // Nothing says it is recent: not shown as if it were.
+                    self.timeless.set(self.timeless.get() + 1);
+                    return false;
+                }
+            }
         }
         let kind = entry.event.kind();
         self.kinds.is_empty()
@@ -81,8 +90,38 @@ fn print(batch: &Batch, filter: &Filter, as_json: bool) -> Result<(), Failure> {
             batch.skipped
         );
     }
+    let timeless = filter.timeless.replace(0);
+    if timeless > 0 {
+        errln!(
+            "worklane: {timeless} event(s) skipped under --since: their `at` is not an RFC \
+             3339 time"
+        );
+    }
     Ok(())
 }
+
+/// Whether standard output's reader has gone (a pipe whose reader closed: `events --follow |
+/// grep -m1 ...`), looked at without writing: poll reports the error or hang-up at once.
+fn stdout_gone() -> bool {
+    use std::os::fd::AsFd;
+    let stdout = std::io::stdout();
+    let fd = stdout.as_fd();
+    let mut fds = [rustix::event::PollFd::new(
+        &fd,
+        rustix::event::PollFlags::empty(),
+    )];
+    let zero = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    matches!(rustix::event::poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
+        && fds[0]
+            .revents()
+            .intersects(rustix::event::PollFlags::ERR | rustix::event::PollFlags::HUP)
+}
+
+/// How often `--follow` looks whether its reader has gone while no event comes.
+const READER_LOOK: std::time::Duration = std::time::Duration::from_millis(200);
 
 fn read_failed(e: &worklane_journal::error::Error) -> Failure {
     use worklane_journal::error::Error as E;
@@ -107,6 +146,7 @@ pub(crate) fn events(args: &EventsArgs) -> Result<ExitCode, Failure> {
     let filter = Filter {
         since_ms,
         kinds: args.kinds.clone(),
+        timeless: std::cell::Cell::new(0),
     };
     let pool = crate::pool()?;
     if !args.follow {
@@ -116,8 +156,11 @@ pub(crate) fn events(args: &EventsArgs) -> Result<ExitCode, Failure> {
     }
     let (mut follow, history) = Follow::start(pool.dir()).map_err(|e| read_failed(&e))?;
     print(&history, &filter, args.json)?;
-    while !crate::out::closed() {
-        let batch = follow.next(None).map_err(|e| read_failed(&e))?;
+    // Until the reader goes: seen at a write, or between events within READER_LOOK.
+    while !crate::out::closed() && !stdout_gone() {
+        let batch = follow
+            .next(Some(READER_LOOK))
+            .map_err(|e| read_failed(&e))?;
         print(&batch, &filter, args.json)?;
     }
     Ok(ExitCode::SUCCESS)

@@ -136,6 +136,31 @@ fn events_follow_prints_new_events_across_rotations() {
     drop(follower);
 }
 
+/// `events --follow | head -n1` ends once head has its line, though no event comes after:
+/// the follower sees its reader gone without having to write.
+#[test]
+fn events_follow_ends_when_its_reader_goes_without_a_next_event() {
+    let site = Site::new(None);
+    assert_eq!(site.code(&["run", "--", "true"]), 0);
+    let mut pipeline = site
+        .command("sh")
+        .args(["-c", "\"$WORKLANE\" events --follow --json | head -n1"])
+        .env("WORKLANE", worklane_bin())
+        .env("AGENT_SLOTS_DIR", site.slots())
+        .env_remove("AGENT_SLOTS_CONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn_gated()
+        .expect("the pipeline");
+    let status = wait_exit(&mut pipeline, "the pipeline, with no further event");
+    assert!(status.success(), "{status:?}");
+    let mut line = String::new();
+    std::io::Read::read_to_string(&mut pipeline.stdout.take().expect("stdout"), &mut line)
+        .expect("read");
+    assert!(line.contains("slot-taken"), "{line}");
+}
+
 #[test]
 fn events_filters_by_kind_and_time_and_refuses_what_it_cannot_read() {
     let site = Site::new(None);
@@ -160,6 +185,30 @@ fn events_filters_by_kind_and_time_and_refuses_what_it_cannot_read() {
     assert_eq!(site.code(&["events", "--since", "10m"]), 0);
     assert_eq!(site.code(&["events", "--since", "soon"]), 64);
     assert_eq!(site.code(&["events", "--kind", "slots"]), 64);
+    // An event whose `at` is not a time (another writer's) is not shown as recent: skipped
+    // under --since, and counted on stderr.
+    let journal = site.slots().join("journal.jsonl");
+    let text = std::fs::read_to_string(&journal).expect("the journal");
+    let mut odd: serde_json::Value =
+        serde_json::from_str(text.lines().next().expect("a line")).expect("json");
+    odd["at"] = "yesterday".into();
+    std::fs::write(&journal, format!("{text}{odd}\n")).expect("append");
+    let all = site.output(&["events"]);
+    assert_eq!(
+        String::from_utf8_lossy(&all.stdout).lines().count(),
+        text.lines().count() + 1,
+        "without --since it is shown"
+    );
+    let out = site.output(&["events", "--since", "10m"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().count(),
+        text.lines().count(),
+        "under --since it is not"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("1 event(s) skipped under --since"),
+        "{out:?}"
+    );
     std::fs::remove_file(site.slots().join("journal.jsonl")).expect("rm");
     std::fs::create_dir(site.slots().join("journal.jsonl")).expect("a directory there");
     let out = site.output(&["events"]);
