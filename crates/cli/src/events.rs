@@ -100,26 +100,6 @@ fn print(batch: &Batch, filter: &Filter, as_json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Whether standard output's reader has gone (a pipe whose reader closed: `events --follow |
-/// grep -m1 ...`), looked at without writing: poll reports the error or hang-up at once.
-fn stdout_gone() -> bool {
-    use std::os::fd::AsFd;
-    let stdout = std::io::stdout();
-    let fd = stdout.as_fd();
-    let mut fds = [rustix::event::PollFd::new(
-        &fd,
-        rustix::event::PollFlags::empty(),
-    )];
-    let zero = rustix::event::Timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    matches!(rustix::event::poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
-        && fds[0]
-            .revents()
-            .intersects(rustix::event::PollFlags::ERR | rustix::event::PollFlags::HUP)
-}
-
 /// How often `--follow` looks whether its reader has gone while no event comes.
 const READER_LOOK: std::time::Duration = std::time::Duration::from_millis(200);
 
@@ -157,7 +137,7 @@ pub(crate) fn events(args: &EventsArgs) -> Result<ExitCode, Failure> {
     let (mut follow, history) = Follow::start(pool.dir()).map_err(|e| read_failed(&e))?;
     print(&history, &filter, args.json)?;
     // Until the reader goes: seen at a write, or between events within READER_LOOK.
-    while !crate::out::closed() && !stdout_gone() {
+    while !crate::out::closed() && !crate::out::reader_gone() {
         let batch = follow
             .next(Some(READER_LOOK))
             .map_err(|e| read_failed(&e))?;

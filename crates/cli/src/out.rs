@@ -168,6 +168,27 @@ pub(crate) fn seconds(d: std::time::Duration) -> String {
     format!("{whole}.{}", frac.trim_end_matches('0'))
 }
 
+/// Whether standard output's reader has gone (a pipe whose reader closed: `events --follow |
+/// grep -m1 ...`), looked at without writing: poll reports the error or hang-up at once.
+#[allow(clippy::disallowed_methods)] // the one place that touches stdout; nothing is written
+pub(crate) fn reader_gone() -> bool {
+    use std::os::fd::AsFd;
+    let stdout = std::io::stdout();
+    let fd = stdout.as_fd();
+    let mut fds = [rustix::event::PollFd::new(
+        &fd,
+        rustix::event::PollFlags::empty(),
+    )];
+    let zero = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    matches!(rustix::event::poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
+        && fds[0]
+            .revents()
+            .intersects(rustix::event::PollFlags::ERR | rustix::event::PollFlags::HUP)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
