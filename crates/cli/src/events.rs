@@ -90,6 +90,13 @@ fn print(batch: &Batch, filter: &Filter, as_json: bool) -> Result<(), Failure> {
             batch.skipped
         );
     }
+    if batch.mistyped > 0 {
+        errln!(
+            "worklane: {} journal line(s) skipped: a field has the wrong type for its kind \
+             (another writer's; PROTOCOL.md 17.1 lists each kind's fields)",
+            batch.mistyped
+        );
+    }
     let timeless = filter.timeless.replace(0);
     if timeless > 0 {
         errln!(

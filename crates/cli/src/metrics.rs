@@ -279,6 +279,13 @@ fn history(registry: &mut Registry, journal: &Batch) {
         "Torn or unreadable journal lines skipped (a writer killed mid-line leaves one)",
         i64::try_from(journal.skipped).unwrap_or(i64::MAX),
     );
+    gauge(
+        registry,
+        "journal_mistyped_lines",
+        "Whole journal lines skipped because a field has the wrong type for its kind (another \
+         writer's mistake)",
+        i64::try_from(journal.mistyped).unwrap_or(i64::MAX),
+    );
 }
 
 /// The exposition of `doc` (`slots --json`'s document) and `journal`.

@@ -42,58 +42,79 @@ pub enum Event {
     /// A slot was taken.
     SlotTaken {
         /// Its file (`agent-0.lock`).
+        #[serde(default)]
         slot: String,
         /// `agent`, `test` or `full-run`.
+        #[serde(default)]
         slot_kind: String,
         /// Its holder's owner, as recorded.
+        #[serde(default)]
         owner: String,
         /// Its fencing epoch.
+        #[serde(default)]
         epoch: u64,
         /// How long the take waited in line (0: it did not wait).
+        #[serde(default)]
         waited_ms: u64,
     },
     /// A slot was released by its holder.
     SlotReleased {
         /// Its file.
+        #[serde(default)]
         slot: String,
         /// `agent`, `test` or `full-run`.
+        #[serde(default)]
         slot_kind: String,
         /// Its holder's owner.
+        #[serde(default)]
         owner: String,
         /// How long it was held by this process.
+        #[serde(default)]
         held_ms: u64,
     },
     /// A take was refused (STOP, a drain, the cap with `--no-wait`, a wait that timed out).
     SlotRefused {
         /// The kind asked for.
+        #[serde(default)]
         slot_kind: String,
         /// Who asked.
+        #[serde(default)]
         owner: String,
         /// `stop`, `drain`, `at-cap`, `full-run-held`, `counting` or `in-line`.
+        #[serde(default)]
         blocker: String,
         /// The refusal in words.
+        #[serde(default)]
         why: String,
         /// How long it waited first (0: it did not wait).
+        #[serde(default)]
         waited_ms: u64,
     },
     /// A take waits in line: said when it joins and whenever its place changes.
     SlotWaiting {
         /// The kind waited for.
+        #[serde(default)]
         slot_kind: String,
         /// Who waits.
+        #[serde(default)]
         owner: String,
         /// Its place in line, 1 for the head.
+        #[serde(default)]
         position: u32,
         /// How many of its kind wait, itself included.
+        #[serde(default)]
         in_line: u32,
         /// What it waits for, in words.
+        #[serde(default)]
         why: String,
     },
     /// A dead holder's lock was taken over.
     Takeover {
         /// The lock or lease file.
+        #[serde(default)]
         resource: String,
         /// The new holder's owner.
+        #[serde(default)]
         owner: String,
         /// The dead holder's pid, as recorded.
         stale_pid: Option<u32>,
@@ -103,46 +124,58 @@ pub enum Event {
         stale_since: Option<String>,
         /// The claim file of the takeover (`<lock>.<hash16>.claim`): the hash names the record
         /// taken over.
+        #[serde(default)]
         claim: String,
         /// The proof of death, in words (its guard free while it declared it held, no such
         /// process, another start, another boot, a lapsed pulse).
+        #[serde(default)]
         proof: String,
     },
     /// A command was halted by an emergency STOP.
     Halt {
         /// The lock or lease file it ran under.
+        #[serde(default)]
         resource: String,
         /// The command's pid.
+        #[serde(default)]
         command_pid: u32,
         /// `supervisor` (its `worklane run` halted it) or `worklane` (`stop-all` signalled it:
         /// its supervisor could not).
+        #[serde(default)]
         by: String,
         /// The STOP, in words.
+        #[serde(default)]
         reason: String,
         /// The signal that ended it (`SIGTERM`, `SIGKILL`), or null when it exited by itself.
         signal: Option<String>,
         /// Its exit status when it exited by itself.
         status: Option<u8>,
         /// From the first signal to its end.
+        #[serde(default)]
         took_ms: u64,
     },
     /// An emergency STOP was written.
     Stop {
         /// Who wrote it.
+        #[serde(default)]
         by: String,
         /// Why.
+        #[serde(default)]
         reason: String,
     },
     /// STOP was lifted.
     Resume {
         /// Who had written the STOP lifted (empty when it was unreadable).
+        #[serde(default)]
         by: String,
         /// Its reason.
+        #[serde(default)]
         reason: String,
     },
     /// An update drain was set.
     Drain {
         /// Until when.
+        #[serde(default)]
         until: String,
         /// The version being installed, if named.
         to: Option<String>,
@@ -152,140 +185,187 @@ pub enum Event {
     /// A role lease was taken.
     RoleTaken {
         /// The role.
+        #[serde(default)]
         role: String,
         /// Its lease file (`role-<role>.lease`).
+        #[serde(default)]
         resource: String,
         /// Its holder's owner.
+        #[serde(default)]
         owner: String,
         /// Its TTL.
         ttl_ms: Option<u64>,
         /// Its fencing epoch.
+        #[serde(default)]
         epoch: u64,
     },
     /// A role lease was refused: someone holds it.
     RoleRefused {
         /// The role.
+        #[serde(default)]
         role: String,
         /// Its lease file.
+        #[serde(default)]
         resource: String,
         /// Who asked.
+        #[serde(default)]
         owner: String,
         /// The holder's pid.
         holder_pid: Option<u32>,
         /// The holder's owner.
         holder_owner: Option<String>,
         /// Why it counts as held.
+        #[serde(default)]
         why: String,
     },
     /// A held role lease was lost: its record is another's now, or its pulse went unconfirmed
     /// too long.
     RoleLost {
         /// The role.
+        #[serde(default)]
         role: String,
         /// Its lease file.
+        #[serde(default)]
         resource: String,
         /// Why, in words.
+        #[serde(default)]
         why: String,
     },
     /// The dispatcher queued an attempt.
     DispatchEnqueued {
         /// The attempt (`a-<32 hex>`).
+        #[serde(default)]
         attempt: String,
         /// Its lane.
+        #[serde(default)]
         lane: String,
         /// Its priority.
+        #[serde(default)]
         priority: i64,
         /// Who enqueued it.
+        #[serde(default)]
         uid: u32,
     },
     /// The dispatcher admitted an attempt: an agent slot is taken for it.
     DispatchAdmitted {
         /// The attempt.
+        #[serde(default)]
         attempt: String,
         /// Its lane.
+        #[serde(default)]
         lane: String,
         /// The slot taken for it.
+        #[serde(default)]
         slot: String,
         /// How long it had waited, from its original queue start.
+        #[serde(default)]
         waited_ms: u64,
     },
     /// An admitted attempt's driver claimed it.
     DispatchClaimed {
         /// The attempt.
+        #[serde(default)]
         attempt: String,
         /// Its lane.
+        #[serde(default)]
         lane: String,
         /// The slot handed over.
+        #[serde(default)]
         slot: String,
         /// From its admission to this claim.
+        #[serde(default)]
         admitted_ms: u64,
     },
     /// An admitted attempt went unclaimed past the claim interval and is queued again.
     DispatchExpired {
         /// The attempt.
+        #[serde(default)]
         attempt: String,
         /// Its lane.
+        #[serde(default)]
         lane: String,
         /// How long it was starting.
+        #[serde(default)]
         starting_ms: u64,
     },
     /// A dispatcher's start found a stored attempt and kept or dropped it.
     DispatchRecovered {
         /// The attempt.
+        #[serde(default)]
         attempt: String,
         /// Its lane.
+        #[serde(default)]
         lane: String,
         /// Kept (queued again) or dropped.
+        #[serde(default)]
         kept: bool,
         /// Why, in words.
+        #[serde(default)]
         why: String,
     },
     /// An attempt was cancelled.
     DispatchCancelled {
         /// The attempt.
+        #[serde(default)]
         attempt: String,
         /// Its lane.
+        #[serde(default)]
         lane: String,
         /// Its state when cancelled (`queued`, `starting`, `failed`, `running`).
+        #[serde(default)]
         state: String,
         /// Who cancelled it.
+        #[serde(default)]
         uid: u32,
     },
     /// A credential's calls were paused (a secondary rate limit, a provider's pause status).
     BudgetPaused {
         /// `github`, `anthropic`, `openai` or a provider of the config.
+        #[serde(default)]
         provider: String,
         /// The credential's key (16 hex digits, as in its budget files' names).
+        #[serde(default)]
         credential: String,
         /// Until when.
+        #[serde(default)]
         until: String,
     },
     /// A call was refused by the budget (none left, or paused, for its whole wait).
     BudgetRefused {
         /// The provider.
+        #[serde(default)]
         provider: String,
         /// The credential's key.
+        #[serde(default)]
         credential: String,
         /// The resource or dimension that refused it.
+        #[serde(default)]
         resource: String,
         /// `rate_limited` or `secondary_rate_limited`.
+        #[serde(default)]
         refusal: String,
         /// When a call may go again, if known.
         retry_at: Option<String>,
         /// Who asked.
+        #[serde(default)]
         consumer: String,
         /// How long it waited first.
+        #[serde(default)]
         waited_ms: u64,
     },
     /// A stray or broken file was found (and, when `fixed`, removed).
     BrokenFile {
         /// Its name in the slot directory.
+        #[serde(default)]
         name: String,
         /// What is wrong with it and what that does.
+        #[serde(default)]
         what: String,
         /// What fixes it (or fixed it).
+        #[serde(default)]
         fix: String,
         /// Whether worklane fixed it already.
+        #[serde(default)]
         fixed: bool,
     },
     /// A kind this version does not know (a newer writer's): its fields are not kept.
@@ -392,30 +472,115 @@ fn shorten(value: &mut serde_json::Value) {
 
 /// What one line's bytes (without its newline) hold: the entry, and how many torn fragments
 /// before it were skipped; `None` with the count when no entry could be read.
-pub(crate) fn decode(line: &[u8]) -> (Option<Entry>, u64) {
+pub(crate) fn decode(line: &[u8]) -> Decoded {
     if line.is_empty() {
-        return (None, 0);
+        return Decoded::default();
     }
-    if let Ok(entry) = serde_json::from_slice::<Entry>(line) {
-        return (Some(entry), 0);
+    if let Some(decoded) = whole(line) {
+        return decoded;
     }
     // A writer killed mid-line left a fragment that the next line was appended to: each
     // marker after the first byte starts another event; the last one may be whole.
     let starts: Vec<usize> = (1..line.len())
         .filter(|&i| line[i..].starts_with(MARKER))
         .collect();
-    match starts.last() {
-        Some(&last) => match serde_json::from_slice::<Entry>(&line[last..]) {
-            Ok(entry) => (Some(entry), starts.len() as u64),
-            Err(_) => (None, starts.len() as u64 + 1),
+    let torn = starts.len() as u64;
+    match starts.last().and_then(|&last| whole(&line[last..])) {
+        Some(mut decoded) => {
+            decoded.torn += torn;
+            decoded
+        }
+        None => Decoded {
+            torn: torn.max(1) + u64::from(!starts.is_empty()),
+            ..Decoded::default()
         },
-        None => (None, 1),
     }
+}
+
+/// What one line held: its entry, the torn pieces skipped, and whether it was a whole line
+/// with a field of the wrong type.
+#[derive(Debug, Default)]
+pub(crate) struct Decoded {
+    pub(crate) entry: Option<Entry>,
+    pub(crate) torn: u64,
+    pub(crate) mistyped: u64,
+}
+
+/// `bytes` as one whole line, if it is one: an entry (a field written `null`, as every field
+/// not known is, taken as not given: its default), or a whole line whose fields do not fit
+/// its kind (mistyped). `None` when it is not a whole JSON object beginning as lines do (torn).
+fn whole(bytes: &[u8]) -> Option<Decoded> {
+    if let Ok(entry) = serde_json::from_slice::<Entry>(bytes) {
+        return Some(Decoded {
+            entry: Some(entry),
+            ..Decoded::default()
+        });
+    }
+    if !bytes.starts_with(MARKER) {
+        return None;
+    }
+    let Ok(serde_json::Value::Object(mut fields)) = serde_json::from_slice(bytes) else {
+        return None;
+    };
+    fields.retain(|_, value| !value.is_null());
+    Some(
+        match serde_json::from_value::<Entry>(serde_json::Value::Object(fields)) {
+            Ok(entry) => Decoded {
+                entry: Some(entry),
+                ..Decoded::default()
+            },
+            Err(_) => Decoded {
+                mistyped: 1,
+                ..Decoded::default()
+            },
+        },
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A line's entry and torn pieces, none of it mistyped.
+    fn decode(line: &[u8]) -> (Option<Entry>, u64) {
+        let decoded = super::decode(line);
+        assert_eq!(decoded.mistyped, 0, "{}", String::from_utf8_lossy(line));
+        (decoded.entry, decoded.torn)
+    }
+
+    #[test]
+    fn a_field_not_known_may_be_null_and_a_wrong_type_is_mistyped_not_torn() {
+        // Another implementation's slot-waiting that did not know its place in line.
+        let line = br#"{"version":1,"at":"2026-11-30T04:55:19.924Z","pid":7,"dropped":0,"kind":"slot-waiting","slot_kind":"agent","owner":"x","position":null,"in_line":null,"why":null}"#;
+        let (read, torn) = decode(line);
+        assert_eq!(torn, 0);
+        assert_eq!(
+            read.map(|e| e.event),
+            Some(Event::SlotWaiting {
+                slot_kind: "agent".to_owned(),
+                owner: "x".to_owned(),
+                position: 0,
+                in_line: 0,
+                why: String::new(),
+            }),
+            "null read as not given"
+        );
+        // A field of the wrong type: a whole line, skipped apart from torn ones.
+        let wrong = br#"{"version":1,"at":"2026-11-30T04:55:19.924Z","pid":7,"dropped":0,"kind":"slot-waiting","slot_kind":"agent","owner":"x","position":"first","in_line":2,"why":""}"#;
+        let decoded = super::decode(wrong);
+        assert_eq!(
+            (decoded.entry.is_none(), decoded.torn, decoded.mistyped),
+            (true, 0, 1)
+        );
+        // A torn piece before a mistyped line: one of each.
+        let mut both = br#"{"version":1,"at":"2026-11-3"#.to_vec();
+        both.extend_from_slice(wrong);
+        let decoded = super::decode(&both);
+        assert_eq!((decoded.torn, decoded.mistyped), (1, 1));
+        // `at` is never null: without it a line is mistyped.
+        let timeless = br#"{"version":1,"at":null,"pid":7,"dropped":0,"kind":"undrain"}"#;
+        assert_eq!(super::decode(timeless).mistyped, 1);
+    }
 
     fn entry(event: Event) -> Entry {
         Entry {

@@ -59,13 +59,16 @@ pub mod error {
 use error::Error;
 
 /// Lines read: the entries in file order, and how many torn or unreadable lines (or pieces of
-/// lines) were skipped.
+/// lines) were skipped, and how many whole lines with a field of the wrong type.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Batch {
     /// The entries.
     pub entries: Vec<Entry>,
     /// Torn or unreadable pieces skipped.
     pub skipped: u64,
+    /// Whole lines (JSON objects that begin as a line must) skipped because a field of a
+    /// known kind has the wrong type: another writer's mistake, not a torn write.
+    pub mistyped: u64,
 }
 
 impl Batch {
@@ -73,6 +76,7 @@ impl Batch {
     pub fn extend(&mut self, other: Batch) {
         self.entries.extend(other.entries);
         self.skipped += other.skipped;
+        self.mistyped += other.mistyped;
     }
 }
 
@@ -94,9 +98,10 @@ impl Lines {
                 self.pending.extend_from_slice(&rest[..end]);
                 &self.pending
             };
-            let (entry, skipped) = decode(line);
-            into.entries.extend(entry);
-            into.skipped += skipped;
+            let decoded = decode(line);
+            into.entries.extend(decoded.entry);
+            into.skipped += decoded.torn;
+            into.mistyped += decoded.mistyped;
             self.pending.clear();
             rest = &rest[end + 1..];
         }
