@@ -357,3 +357,65 @@ fn a_full_or_unwritable_journal_never_changes_a_take() {
         drop(again);
     }
 }
+
+/// A waiter says its place when it joins and when it reaches the head, not at every step:
+/// the third of three moves 3, 2, 1 and says so twice.
+#[test]
+fn a_waiter_says_its_place_on_joining_and_at_the_head_only() {
+    let site = Site::new(r#"{"max_agents": 1}"#);
+    let dir = site.pool.dir().clone();
+    let held = site.take(Kind::Agent);
+    let waiters: Vec<_> = (0..3)
+        .map(|i| {
+            let pool = site.pool.clone();
+            let waiter = std::thread::spawn(move || {
+                let taken = pool
+                    .take(
+                        Kind::Agent,
+                        &Request::new(format!("w{i}")),
+                        Wait {
+                            timeout: None,
+                            priority: 0,
+                            on_wait: &mut |_| {},
+                        },
+                    )
+                    .expect("take");
+                match taken {
+                    // Held a moment, so the next moves up while it holds.
+                    Take::Held(slot) => gate::quietly(|| {
+                        // Longer than a waiter goes between looks (250 ms): the next
+                        // sees itself at the head while this one holds.
+                        std::thread::sleep(Duration::from_millis(400));
+                        drop(slot);
+                    }),
+                    Take::Blocked(b) => panic!("it waits for ever: {b}"),
+                }
+            });
+            // In line before the next joins: their order is fixed.
+            let give_up = std::time::Instant::now() + Duration::from_secs(60);
+            while count(&dir, "slot-waiting") <= i {
+                assert!(std::time::Instant::now() < give_up, "w{i} says its place");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            waiter
+        })
+        .collect();
+    held.end(Slot::release).expect("release");
+    for waiter in waiters {
+        waiter.join().expect("waiter");
+    }
+    let places = |who: &str| -> Vec<u32> {
+        all(&dir)
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::SlotWaiting {
+                    owner, position, ..
+                } if owner == who => Some(*position),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(places("w0"), [1], "joined at the head");
+    assert_eq!(places("w1"), [2, 1], "joined second, then at the head");
+    assert_eq!(places("w2"), [3, 1], "not at 2: only joining and the head");
+}

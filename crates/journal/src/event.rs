@@ -90,7 +90,7 @@ pub enum Event {
         #[serde(default)]
         waited_ms: u64,
     },
-    /// A take waits in line: said when it joins and whenever its place changes.
+    /// A take waits in line: said when it joins and when it reaches the head.
     SlotWaiting {
         /// The kind waited for.
         #[serde(default)]

@@ -125,7 +125,8 @@ impl Pool {
         // Made only when a look finds it must wait: a take that goes at once watches nothing.
         let mut watch = None;
         let mut pause = Backoff::new(Duration::from_millis(25)).doubling_to(LOOK_AGAIN_AT_MOST);
-        let mut said: Option<(u32, u32)> = None;
+        // Whether it was at the head when it last said its place (`None`: not said yet).
+        let mut said: Option<bool> = None;
         loop {
             let me = place.entry();
             let waited_ms = millis(started.elapsed());
@@ -177,9 +178,11 @@ impl Pool {
                 self.journal_refused(kind, request, &refused, millis(waited));
                 return Ok(refused);
             }
-            // Said when it joins, and whenever its place changes.
-            if said != Some((position, in_line)) {
-                said = Some((position, in_line));
+            // Said when it joins, and when it reaches the head: not at every step of the line
+            // (a busy line would write a line per waiter per release).
+            let head = position == 1;
+            if said.is_none() || (head && said != Some(true)) {
+                said = Some(head);
                 self.journal.emit(Event::SlotWaiting {
                     slot_kind: kind.label().to_owned(),
                     owner: request.owner.clone(),
