@@ -231,6 +231,18 @@ pub enum Event {
         #[serde(default)]
         why: String,
     },
+    /// A role lease was released by its holder (its record removed: the role is free).
+    RoleReleased {
+        /// The role.
+        #[serde(default)]
+        role: String,
+        /// Its lease file.
+        #[serde(default)]
+        resource: String,
+        /// Its holder's owner.
+        #[serde(default)]
+        owner: String,
+    },
     /// The dispatcher queued an attempt.
     DispatchEnqueued {
         /// The attempt (`a-<32 hex>`).
@@ -391,6 +403,7 @@ impl Event {
             Event::RoleTaken { .. } => "role-taken",
             Event::RoleRefused { .. } => "role-refused",
             Event::RoleLost { .. } => "role-lost",
+            Event::RoleReleased { .. } => "role-released",
             Event::DispatchEnqueued { .. } => "dispatch-enqueued",
             Event::DispatchAdmitted { .. } => "dispatch-admitted",
             Event::DispatchClaimed { .. } => "dispatch-claimed",
@@ -406,7 +419,7 @@ impl Event {
 }
 
 /// Every `kind` this version writes, in the order of [`Event`].
-pub const KINDS: [&str; 22] = [
+pub const KINDS: [&str; 23] = [
     "slot-taken",
     "slot-released",
     "slot-refused",
@@ -420,6 +433,7 @@ pub const KINDS: [&str; 22] = [
     "role-taken",
     "role-refused",
     "role-lost",
+    "role-released",
     "dispatch-enqueued",
     "dispatch-admitted",
     "dispatch-claimed",
@@ -621,7 +635,9 @@ mod tests {
         let undrain = serde_json::to_value(entry(Event::Undrain)).expect("json");
         assert_eq!(undrain["kind"], "undrain");
         assert_eq!(Event::Undrain.kind(), "undrain");
-        assert!(KINDS.contains(&"broken-file") && KINDS.len() == 22);
+        assert!(
+            KINDS.contains(&"broken-file") && KINDS.contains(&"role-released") && KINDS.len() == 23
+        );
         let unknown: Entry = serde_json::from_str(
             r#"{"version":1,"at":"x","pid":1,"dropped":0,"kind":"from-the-future","n":1}"#,
         )

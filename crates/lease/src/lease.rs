@@ -328,6 +328,16 @@ impl Lease {
             let bytes = std::mem::take(&mut lease.bytes);
             let removed = lease.path.remove_if_unchanged(&bytes);
             lease.bytes = bytes;
+            if let (Ok(Removal::Removed), Some(role)) = (&removed, &lease.options.role) {
+                lease
+                    .options
+                    .journal_in(lease.path.dir())
+                    .emit(Event::RoleReleased {
+                        role: role.to_string(),
+                        resource: lease.path.name().to_owned(),
+                        owner: lease.record.owner.clone().unwrap_or_default(),
+                    });
+            }
             match removed {
                 Ok(Removal::Removed | Removal::Absent | Removal::Changed) => Ok(()),
                 Err(source) => Err(Error::Remove {

@@ -2813,7 +2813,21 @@ mod journal {
         assert!(why.contains("bob"), "who holds it now: {why}");
         let _ = gate::quietly(|| first.pulse());
         assert_eq!(of_kind(&site, "role-lost").len(), 1, "lost once");
-        drop(second);
+        // Bob gives the role back: said once; Alice's lost lease, dropped, says nothing.
+        second.end(Lease::release).expect("release");
+        let Event::RoleReleased {
+            role: name,
+            resource,
+            owner,
+        } = one(&site, "role-released")
+        else {
+            panic!("role-released");
+        };
+        assert_eq!(
+            (name.as_str(), resource.as_str(), owner.as_str()),
+            ("reviewer", LOCK, "bob")
+        );
         drop(first);
+        assert_eq!(of_kind(&site, "role-released").len(), 1);
     }
 }

@@ -89,6 +89,7 @@ pub(crate) fn what(event: &Event) -> String {
             holder_pid.map_or_else(|| "?".to_owned(), |p| p.to_string())
         ),
         Event::RoleLost { role, why, .. } => format!("role {role} lost: {why}"),
+        Event::RoleReleased { role, owner, .. } => format!("role {role} released by {owner}"),
         Event::DispatchEnqueued {
             attempt,
             lane,
