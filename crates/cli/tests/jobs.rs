@@ -223,7 +223,18 @@ fn stop_halts_a_build_and_frees_its_job_slots() {
         jobs.iter().all(|s| s["pid"] == supervisor),
         "each names the build's supervisor: {doc}"
     );
-    assert_eq!(site.code(&["stop-all", "build", "storm"]), 0);
+    let out = site.output(&["stop-all", "--json", "build", "storm"]);
+    assert!(out.status.success(), "{out:?}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stop-all --json");
+    let halted = report["halted"].as_array().expect("halted");
+    // One command, counted once: under its agent slot, not again under its own job slot.
+    assert_eq!(halted.len(), 1, "{report}");
+    assert!(
+        halted[0]["resource"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("agent-")),
+        "{report}"
+    );
     let status = wait_exit(&mut run, "the halted build");
     assert_eq!(status.code(), Some(143), "halted by SIGTERM: {status:?}");
     wait_until("every job slot free", || jobs_held(&site) == 0);
@@ -575,4 +586,105 @@ fn held_job_slots_count_one_unit_each_in_why_and_slots() {
     assert_eq!(m["worklane_run_seconds_count{kind=\"job\"}"], 4.0);
     assert_eq!(m["worklane_queue_wait_seconds_count{kind=\"job\"}"], 4.0);
     assert_eq!(m["worklane_run_seconds_count{kind=\"agent\"}"], 0.0);
+}
+
+/// Backdates `path`'s modification time by two minutes.
+fn backdate(path: &Path) {
+    let out = Command::new("touch")
+        .args(["-d", "2 minutes ago"])
+        .arg(path)
+        .output_gated()
+        .expect("touch");
+    assert!(out.status.success(), "{out:?}");
+}
+
+/// A jobserver's private directory left by a SIGKILLed supervisor is swept by the next
+/// `run --jobs` of its user; a live jobserver's (locked), a young one, and another user's
+/// are left alone.
+#[test]
+fn a_killed_supervisors_private_directory_is_swept_by_the_next_build() {
+    let site = Site::new(Some(r#"{"max_agents": 8, "max_jobs": 3}"#));
+    // The site's own root as TMPDIR: a test's paths must all be inside it.
+    let temp = site.file("");
+    let dirs = |temp: &Path| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(temp)
+            .expect("list")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("worklane-jobs-"))
+            .collect();
+        names.sort();
+        names
+    };
+    // A real one: the supervisor and its command SIGKILLed mid-build.
+    let mut killed = Running::new(
+        site.worklane()
+            .args(["run", "--jobs", "--", "sleep", "30"])
+            .env("TMPDIR", &temp)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn_gated()
+            .expect("run --jobs"),
+    );
+    wait_until("its private directory", || {
+        if let Ok(Some(status)) = killed.try_wait() {
+            let mut err = String::new();
+            let _ =
+                std::io::Read::read_to_string(&mut killed.stderr.take().expect("stderr"), &mut err);
+            panic!("run --jobs ended: {status:?} {err}");
+        }
+        dirs(&temp).len() == 1
+    });
+    let left = dirs(&temp).remove(0);
+    let supervisor = killed.id();
+    wait_until("its command", || child_named(supervisor, "sleep").is_some());
+    let command = child_named(supervisor, "sleep").expect("sleep");
+    sigkill(supervisor);
+    sigkill(command);
+    let _ = wait_exit(&mut killed, "the killed supervisor");
+    assert!(temp.join(&left).join("jobserver").exists(), "left behind");
+    backdate(&temp.join(&left));
+    // Three that must stay: a live jobserver's (its lock held), a young one, another user's.
+    let live = temp.join("worklane-jobs-live-0-0");
+    let young = temp.join("worklane-jobs-young-0-0");
+    let others = temp.join("worklane-jobs-others-0-0");
+    for dir in [&live, &young, &others] {
+        std::fs::create_dir(dir).expect("mkdir");
+    }
+    std::os::unix::fs::chown(&others, Some(65534), Some(65534)).expect("chown");
+    backdate(&live);
+    backdate(&others);
+    let mut holder = Running::new(
+        site.command("flock")
+            .arg(&live)
+            .args(["-c", "sleep 60"])
+            .stdin(Stdio::null())
+            .spawn_gated()
+            .expect("flock"),
+    );
+    wait_until("the live one locked", || {
+        site.command("flock")
+            .args(["-n"])
+            .arg(&live)
+            .arg("true")
+            .output_gated()
+            .is_ok_and(|o| !o.status.success())
+    });
+    let next = site
+        .worklane()
+        .args(["run", "--jobs", "--", "true"])
+        .env("TMPDIR", &temp)
+        .output_gated()
+        .expect("the next build");
+    assert!(next.status.success(), "{next:?}");
+    assert_eq!(
+        dirs(&temp),
+        [
+            "worklane-jobs-live-0-0",
+            "worklane-jobs-others-0-0",
+            "worklane-jobs-young-0-0"
+        ],
+        "the killed one's swept ({left}), the next build's own removed at its end"
+    );
+    sigkill(holder.id());
+    let _ = wait_exit(&mut holder, "the lock's holder");
 }

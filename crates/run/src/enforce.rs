@@ -366,7 +366,7 @@ pub fn enforce_stop(pool: &Pool) -> Report {
     let mut running_at_stop: Option<Vec<Run>> = None;
     let woken = continue_unnamed(pool, here, &me, &mut continued);
     loop {
-        let commands = pool.recorded_commands().unwrap_or_default();
+        let commands = one_per_command(pool.recorded_commands().unwrap_or_default());
         let guards: HashSet<FileId> = commands.iter().filter_map(|c| c.guard).collect();
         let holders = guard_holders(&guards);
         let mut live: Vec<Left> = Vec::new();
@@ -469,6 +469,17 @@ pub fn enforce_stop(pool: &Pool) -> Report {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// One record per command: a `run --jobs` names its command in its agent (or test-run) slot
+/// and again in its build's own job slot; it is one command, halted and counted once, under
+/// the slot that is not the job slot.
+fn one_per_command(mut commands: Vec<RecordedCommand>) -> Vec<RecordedCommand> {
+    let is_job = |c: &RecordedCommand| c.resource.starts_with("job-");
+    commands.sort_by_key(|c| is_job(c));
+    let mut seen = HashSet::new();
+    commands.retain(|c| seen.insert((c.pid, c.start, c.record.pid())));
+    commands
 }
 
 /// The runs enforcement itself halted, in the journal (`halt`, by `worklane`): a supervisor

@@ -30,7 +30,12 @@
 //!   job of at least one thread, plus whoever coordinates them). Checked every 250 ms while
 //!   tokens are out; a token held by a live process that will never return it is returned
 //!   only when the tree ends;
-//! - *end*: when the command's supervision ends, every slot still held is released at once.
+//! - *end*: when the command's supervision ends, the token taker is stopped and joined (a
+//!   take it completes is its own to give back), then every slot still held is released at
+//!   once;
+//! - *left behind*: the private directory is locked (`flock`) for the jobserver's life; one
+//!   whose lock is free, a minute old and of this user was left by a killed supervisor, and
+//!   the next jobserver's start removes it.
 //!
 //! A SIGKILLed supervisor frees nothing a live build still uses: each token slot's guard is
 //! also sent, as `SCM_RIGHTS`, into a Unix socket whose receiving end the tree inherits and
@@ -121,6 +126,10 @@ pub struct Jobserver {
     inherit: Vec<OwnedFd>,
     env: Vec<(&'static str, OsString)>,
     accountant: Option<std::thread::JoinHandle<()>>,
+    /// The private directory, locked (`flock`) for the jobserver's life: a directory whose lock
+    /// is free was left by a supervisor that was killed, and the next jobserver of its user
+    /// sweeps it ([`sweep_left_dirs`]).
+    _dir_lock: Option<OwnedFd>,
     /// Joined before anything is released: a take it completes after the end is its own to
     /// give back, and no take is in progress when the process goes on to exit.
     taker: Option<std::thread::JoinHandle<()>>,
@@ -148,7 +157,9 @@ impl Jobserver {
         style: Style,
     ) -> Result<Jobserver, Error> {
         use rustix::fs::{Mode, OFlags};
+        sweep_left_dirs(&std::env::temp_dir());
         let dir = private_dir()?;
+        let dir_lock = lock_dir(&dir);
         let fifo_path = dir.join("jobserver");
         rustix::fs::mkfifoat(rustix::fs::CWD, &fifo_path, Mode::RUSR | Mode::WUSR)
             .map_err(io("making the jobserver's FIFO"))?;
@@ -254,6 +265,7 @@ impl Jobserver {
             inherit,
             env,
             accountant: Some(accountant),
+            _dir_lock: dir_lock,
             taker: None,
         };
         server.taker = Some(taker.map_err(|source| Error::Jobserver {
@@ -332,6 +344,87 @@ impl Drop for Jobserver {
     }
 }
 
+/// The prefix of the jobservers' private directories in the temp directory.
+const DIR_PREFIX: &str = "worklane-jobs-";
+
+/// A directory left this long unlocked is a killed supervisor's; a younger one may be between
+/// its `mkdir` and its lock.
+const LEFT_AFTER: Duration = Duration::from_secs(60);
+
+/// Opens `dir` and locks it for the jobserver's life; `None` if it cannot (the directory is
+/// then never swept while the jobserver lives: only a free lock lets a sweep remove one).
+// The jobserver's own private directory in the temp directory, not the slot directory: its
+// lock says only that its jobserver lives, and no guard or record is involved.
+#[allow(clippy::disallowed_methods)]
+fn lock_dir(dir: &std::path::Path) -> Option<OwnedFd> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive).ok()?;
+    Some(fd)
+}
+
+/// Removes the private directories (and their FIFO) that jobservers of this user left in
+/// `temp` when their supervisor was killed: each `worklane-jobs-*` directory owned by this
+/// user, not a link, at least [`LEFT_AFTER`] old, whose lock is free (a live jobserver holds
+/// it for its life). Another user's, a link, or anything else is left alone.
+// Names in the temp directory, never in the slot directory: removed relative to descriptors
+// judged by `fstat` (no link followed), the lock tried as `lock_dir` takes it.
+#[allow(clippy::disallowed_methods)]
+pub(crate) fn sweep_left_dirs(temp: &std::path::Path) {
+    use rustix::fs::{AtFlags, Mode, OFlags};
+    let Ok(entries) = std::fs::read_dir(temp) else {
+        return;
+    };
+    let Ok(temp_fd) = rustix::fs::open(
+        temp,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return;
+    };
+    let me = rustix::process::geteuid();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if !name.to_string_lossy().starts_with(DIR_PREFIX) {
+            continue;
+        }
+        let Ok(dir) = rustix::fs::openat(
+            &temp_fd,
+            &name,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) else {
+            continue;
+        };
+        let Ok(stat) = rustix::fs::fstat(&dir) else {
+            continue;
+        };
+        let age = now.saturating_sub(u64::try_from(stat.st_mtime).unwrap_or(u64::MAX));
+        if stat.st_uid != me.as_raw() || age < LEFT_AFTER.as_secs() {
+            continue;
+        }
+        if rustix::fs::flock(&dir, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+            // A live jobserver's.
+            continue;
+        }
+        let _ = rustix::fs::unlinkat(&dir, "jobserver", AtFlags::empty());
+        if rustix::fs::unlinkat(&temp_fd, &name, AtFlags::REMOVEDIR).is_ok() {
+            log::info!(
+                "removed {}, left by a jobserver whose supervisor was killed",
+                temp.join(&name).display()
+            );
+        }
+    }
+}
+
 /// A new directory only this user can enter, for the FIFO: under `$TMPDIR` (else `/tmp`).
 /// mkdir(2) never follows a link at the name and fails on anything there, so a name another
 /// user made first is passed over for the next.
@@ -342,7 +435,7 @@ fn private_dir() -> Result<PathBuf, Error> {
         .map_or(0, |d| d.subsec_nanos());
     for attempt in 0..64u32 {
         let dir = base.join(format!(
-            "worklane-jobs-{}-{nanos:08x}-{attempt}",
+            "{DIR_PREFIX}{}-{nanos:08x}-{attempt}",
             std::process::id()
         ));
         match rustix::fs::mkdir(&dir, rustix::fs::Mode::RWXU) {
