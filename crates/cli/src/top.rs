@@ -65,25 +65,31 @@ fn draw(frame: &mut ratatui::Frame<'_>, view: &View) {
         }
         _ => None,
     };
+    let live_waiters = doc.line.iter().filter(|w| w.live).count();
+    // The line as tall as it needs (every waiter that fits), the held slots and the events
+    // keep their least.
+    let line_rows = u16::try_from(live_waiters.max(1)).unwrap_or(u16::MAX);
     let [head, holders, line, rows, events] = Layout::vertical([
         Constraint::Length(2),
         Constraint::Min(4),
-        Constraint::Length(4),
+        Constraint::Length(line_rows.saturating_add(2)),
         Constraint::Length(4),
         Constraint::Min(4),
     ])
     .areas(frame.area());
     let mut top = vec![Line::from(format!(
-        "worklane top  agents {} of {}  tests {} of {}  full run {}  (q quits)",
+        "worklane top  agents {} of {}  tests {} of {}  build jobs {} of {}  full run {}",
         doc.agents_held,
         doc.max_agents,
         doc.test_runs_held,
         doc.max_test_runs,
+        doc.jobs_held,
+        doc.max_jobs,
         if doc.full_run_held { "running" } else { "none" }
     ))];
     top.push(match banner {
         Some((text, color)) => Line::styled(text, style(view.color, color)),
-        None => Line::from("STOP: none  drain: none"),
+        None => Line::from("STOP: none  drain: none  (q quits)"),
     });
     frame.render_widget(Paragraph::new(top), head);
 
@@ -120,7 +126,7 @@ fn draw(frame: &mut ratatui::Frame<'_>, view: &View) {
             .block(Block::bordered().title("held")),
         holders,
     );
-    let waiting: Vec<String> = doc
+    let mut waiting: Vec<String> = doc
         .line
         .iter()
         .filter(|w| w.live)
@@ -135,6 +141,13 @@ fn draw(frame: &mut ratatui::Frame<'_>, view: &View) {
             )
         })
         .collect();
+    // As many as fit, and how many more there are.
+    let room = usize::from(line.height.saturating_sub(2));
+    if waiting.len() > room {
+        let more = waiting.len() - room.saturating_sub(1);
+        waiting.truncate(room.saturating_sub(1));
+        waiting.push(format!("+{more} more"));
+    }
     frame.render_widget(
         Paragraph::new(waiting.join("\n")).block(Block::bordered().title("line")),
         line,
@@ -243,14 +256,18 @@ pub(crate) fn top() -> Result<ExitCode, Failure> {
             // Keys are looked at every 50 ms; a change redraws within that, and the ages
             // move once a second.
             loop {
-                if event::poll(Duration::from_millis(50)).map_err(|e| failed("read keys", &e))?
-                    && let Input::Key(key) = event::read().map_err(|e| failed("read keys", &e))?
-                    && key.kind == KeyEventKind::Press
-                {
-                    let ctrl_c = key.code == KeyCode::Char('c')
-                        && key.modifiers.contains(KeyModifiers::CONTROL);
-                    if matches!(key.code, KeyCode::Char('q') | KeyCode::Esc) || ctrl_c {
-                        return Ok(());
+                if event::poll(Duration::from_millis(50)).map_err(|e| failed("read keys", &e))? {
+                    match event::read().map_err(|e| failed("read keys", &e))? {
+                        Input::Key(key) if key.kind == KeyEventKind::Press => {
+                            let ctrl_c = key.code == KeyCode::Char('c')
+                                && key.modifiers.contains(KeyModifiers::CONTROL);
+                            if matches!(key.code, KeyCode::Char('q') | KeyCode::Esc) || ctrl_c {
+                                return Ok(());
+                            }
+                        }
+                        // Drawn again at once for the new size, not at the next tick.
+                        Input::Resize(..) => break,
+                        _ => {}
                     }
                 }
                 let mut changed = false;

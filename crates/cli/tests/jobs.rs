@@ -401,7 +401,7 @@ fn child_named(parent: u32, name: &str) -> Option<u32> {
         .map(|(pid, _, _)| pid)
 }
 
-fn sigkill(pid: u32) {
+pub(super) fn sigkill(pid: u32) {
     if let Some(pid) = i32::try_from(pid)
         .ok()
         .and_then(rustix::process::Pid::from_raw)

@@ -56,6 +56,10 @@ fn top_shows_a_new_holder_and_stop_and_q_gives_the_terminal_back() {
     wait_until("the holder", || site.file("up.0").exists());
     let screen = tmux.shows("the new holder on screen", "agent-0.lock");
     assert!(screen.contains("holder"), "its owner: {screen}");
+    assert!(
+        screen.contains("build jobs 0 of"),
+        "the build jobs in the header: {screen}"
+    );
     assert!(screen.contains("slot-taken"), "and its event: {screen}");
     assert!(
         screen.lines().count() <= 24 && screen.lines().all(|l| l.chars().count() <= 80),
@@ -82,4 +86,61 @@ fn top_shows_a_new_holder_and_stop_and_q_gives_the_terminal_back() {
         !screen.contains("worklane top"),
         "the alternate screen is gone: {screen}"
     );
+}
+
+/// Five waiters in line are all shown when the screen has room, and "+N more" says how
+/// many did not fit when it has not.
+#[test]
+fn top_shows_every_waiter_that_fits_and_how_many_more() {
+    let site = Site::new(Some(r#"{"max_agents": 1}"#));
+    let name = format!("worklane-top-line-{}", std::process::id());
+    let started = Command::new("tmux")
+        .args(["new-session", "-d", "-s", &name, "-x", "100", "-y", "40"])
+        .arg("-e")
+        .arg(format!("AGENT_SLOTS_DIR={}", site.slots().display()))
+        .arg("-e")
+        .arg(format!("WORKLANE_TEST_ROOT={}", site.temp.path().display()))
+        .args([
+            "sh",
+            "-c",
+            &format!("{} top; exec sleep 60", worklane_bin()),
+        ])
+        .output_gated()
+        .expect("tmux new-session");
+    assert!(started.status.success(), "{started:?}");
+    let tmux = Tmux { name };
+    tmux.shows("top's first screen", "worklane top");
+    let mut holder = site.spawn(&["run", "--owner", "holder"], HOLD, "0");
+    wait_until("the holder", || site.file("up.0").exists());
+    let mut waiters: Vec<Running> = (1..=5)
+        .map(|i| {
+            site.spawn(
+                &["run", "--owner", &format!("waiter{i}")],
+                HOLD,
+                &i.to_string(),
+            )
+        })
+        .collect();
+    let screen = tmux.shows("the fifth waiter on screen", "waiter5");
+    for i in 1..=5 {
+        assert!(
+            screen.contains(&format!("waiter{i}")),
+            "waiter{i}: {screen}"
+        );
+    }
+    // A screen too short for all of them: the first that fit, then how many more.
+    let resized = Command::new("tmux")
+        .args(["resize-window", "-t", &tmux.name, "-x", "100", "-y", "18"])
+        .output_gated()
+        .expect("tmux resize-window");
+    assert!(resized.status.success(), "{resized:?}");
+    let screen = tmux.shows("the rest counted", "more");
+    assert!(screen.contains("waiter1"), "the head still shown: {screen}");
+    assert!(!screen.contains("waiter5"), "the last not shown: {screen}");
+    for (i, waiter) in waiters.iter_mut().enumerate() {
+        super::jobs::sigkill(waiter.id());
+        let _ = wait_exit(waiter, &format!("waiter{}", i + 1));
+    }
+    std::fs::write(site.file("release.0"), b"").expect("release");
+    assert!(wait_exit(&mut holder, "the holder").success());
 }
