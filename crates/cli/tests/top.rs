@@ -121,22 +121,41 @@ fn top_shows_every_waiter_that_fits_and_how_many_more() {
             )
         })
         .collect();
-    let screen = tmux.shows("the fifth waiter on screen", "waiter5");
-    for i in 1..=5 {
-        assert!(
-            screen.contains(&format!("waiter{i}")),
-            "waiter{i}: {screen}"
-        );
-    }
+    // The line panel alone (the events below name the waiters too).
+    let panel = |screen: &str| -> String {
+        screen
+            .lines()
+            .skip_while(|l| !l.contains("┌line"))
+            .skip(1)
+            .take_while(|l| !l.contains('└'))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let mut line = String::new();
+    wait_until("every waiter in the line panel", || {
+        line = panel(&tmux.capture());
+        (1..=5).all(|i| line.contains(&format!("waiter{i}")))
+    });
+    assert!(!line.contains("more"), "all of them fit: {line}");
     // A screen too short for all of them: the first that fit, then how many more.
     let resized = Command::new("tmux")
         .args(["resize-window", "-t", &tmux.name, "-x", "100", "-y", "18"])
         .output_gated()
         .expect("tmux resize-window");
     assert!(resized.status.success(), "{resized:?}");
-    let screen = tmux.shows("the rest counted", "more");
-    assert!(screen.contains("waiter1"), "the head still shown: {screen}");
-    assert!(!screen.contains("waiter5"), "the last not shown: {screen}");
+    wait_until("the rest counted", || {
+        line = panel(&tmux.capture());
+        line.contains("more")
+    });
+    assert!(
+        line.contains("1. agent waiter"),
+        "the head still shown: {line}"
+    );
+    let shown = line.matches("waiter").count();
+    assert!(
+        shown < 5 && line.contains(&format!("+{} more", 5 - shown)),
+        "the others counted: {line}"
+    );
     for (i, waiter) in waiters.iter_mut().enumerate() {
         super::jobs::sigkill(waiter.id());
         let _ = wait_exit(waiter, &format!("waiter{}", i + 1));
