@@ -44,6 +44,7 @@ pub(crate) fn scan(dir: &SlotDir, now_ms: u64) -> Vec<Problem> {
             _ => {}
         }
     }
+    found.extend(journal_problem(dir));
     for path in dir.list().unwrap_or_default() {
         let name = path.name();
         if let Some(problem) = exhausted_epoch(dir, name) {
@@ -73,6 +74,43 @@ pub(crate) fn scan(dir: &SlotDir, now_ms: u64) -> Vec<Problem> {
         });
     }
     found
+}
+
+/// The event journal when the directory's group cannot append to it (PROTOCOL.md 17.1: mode
+/// 0660, the directory's group): in a directory shared with a group (group write on the
+/// directory), a `journal.jsonl` without group read and write, or of another group, drops
+/// every member's events (each member says so once on stderr).
+fn journal_problem(dir: &SlotDir) -> Option<Problem> {
+    use rustix::fs::{AtFlags, FileType};
+    const JOURNAL: &str = "journal.jsonl";
+    let shared = rustix::fs::fstat(dir).ok()?;
+    if shared.st_mode & 0o020 == 0 {
+        return None;
+    }
+    let stat = rustix::fs::statat(dir, JOURNAL, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+        // Anything else at the name drops every writer's events: named by the readers'
+        // own errors (`events`, `metrics`).
+        return None;
+    }
+    let group_rw = stat.st_mode & 0o060 == 0o060;
+    if group_rw && stat.st_gid == shared.st_gid {
+        return None;
+    }
+    let gid = shared.st_gid;
+    let path = quoted(dir, JOURNAL);
+    Some(Problem {
+        name: JOURNAL.to_owned(),
+        what: format!(
+            "the event journal is mode {:04o}, group {}: the directory's group ({gid}) cannot \
+             append to it, so every member's events are dropped (PROTOCOL.md 17.1: 0660, the \
+             directory's group)",
+            stat.st_mode & 0o7777,
+            stat.st_gid
+        ),
+        fix: format!("chgrp {gid} {path} && chmod 0660 {path} (as its owner or root)"),
+        blocks: None,
+    })
 }
 
 /// `Some(lock)` when `name` is `<lock>.<16 hex>.claim`.

@@ -89,6 +89,41 @@ fn a_read_only_journal_never_changes_a_members_take() {
         2,
         "only root's holder wrote (taken, released): the member's events were dropped"
     );
+    // Not silently: the member says so once, and `slots` names the journal with its fix.
+    let run = as_member(&site, &["run", "--", "true"]);
+    assert!(run.status.success(), "{run:?}");
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(
+        err.matches("cannot be appended to").count(),
+        1,
+        "said once, though the take and the release were both dropped: {err}"
+    );
+    let slots = site.output(&["slots", "--json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&slots.stdout).expect("slots --json");
+    let problem = doc["problems"]
+        .as_array()
+        .expect("problems")
+        .iter()
+        .find(|p| p["name"] == "journal.jsonl")
+        .cloned()
+        .unwrap_or_else(|| panic!("the journal named: {doc}"));
+    assert!(
+        problem["fix"]
+            .as_str()
+            .is_some_and(|f| f.contains("chmod 0660")),
+        "{problem}"
+    );
+    std::fs::set_permissions(&journal, std::fs::Permissions::from_mode(0o660)).expect("chmod");
+    let slots = site.output(&["slots", "--json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&slots.stdout).expect("slots --json");
+    assert!(
+        !doc["problems"]
+            .as_array()
+            .expect("problems")
+            .iter()
+            .any(|p| p["name"] == "journal.jsonl"),
+        "fixed: {doc}"
+    );
 }
 
 /// `events --follow --json` prints what there is, then each new event as it comes, across

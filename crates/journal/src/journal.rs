@@ -4,7 +4,7 @@
 use crate::append::{Open, Trouble, append};
 use crate::event::{Entry, Event, VERSION, encode};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use worklane_slotfile::{DEFAULT_JOURNAL_MAX_BYTES, JOURNAL_BYTES_RANGE, SlotDir};
 
@@ -144,11 +144,22 @@ impl Journal {
             }
             Err(trouble) => {
                 shared.dropped.fetch_add(1, Ordering::Relaxed);
-                log::debug!(
-                    "journal of {}: {} event dropped: {trouble}",
-                    shared.dir.path().display(),
-                    entry.event.kind()
-                );
+                // Said once per process, loud enough to be seen (a `run` is one process: its
+                // dropped count never reaches a line of its own).
+                static WARNED: AtomicBool = AtomicBool::new(false);
+                if WARNED.swap(true, Ordering::Relaxed) {
+                    log::debug!(
+                        "journal of {}: {} event dropped: {trouble}",
+                        shared.dir.path().display(),
+                        entry.event.kind()
+                    );
+                } else {
+                    log::warn!(
+                        "the event journal in {} cannot be appended to ({trouble}): this \
+                         process's events are dropped; `worklane slots` says how to fix it",
+                        shared.dir.path().display()
+                    );
+                }
             }
         }
     }
