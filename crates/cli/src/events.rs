@@ -32,6 +32,10 @@ impl Filter {
             }
         }
         let kind = entry.event.kind();
+        // A rotation's carried totals are bookkeeping, not an event: shown when asked for.
+        if kind == "totals" && !self.kinds.iter().any(|k| k == "totals") {
+            return false;
+        }
         self.kinds.is_empty()
             || self.kinds.iter().any(|k| {
                 kind == k

@@ -11,13 +11,15 @@ use crate::cli::MetricsArgs;
 use crate::exit::{self, Failure};
 use crate::json;
 use crate::views::Around;
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::process::ExitCode;
-use worklane_journal::{Batch, Event};
+use worklane_journal::Batch;
+use worklane_journal::tally::{Hist, SLOT_KINDS};
 
 mod serve;
 
@@ -49,9 +51,6 @@ fn count(n: usize) -> i64 {
 
 /// The kinds `slots --json` names a lock file by.
 const KINDS: [&str; 7] = ["agent", "test", "job", "full-run", "role", "lease", "lock"];
-
-/// The kinds of slot a take waits for in line, and whose holds are timed.
-const SLOT_KINDS: [&str; 4] = ["agent", "test", "job", "full-run"];
 
 /// The state's part: everything read from `slots --json`'s document.
 fn state(registry: &mut Registry, doc: &json::Slots) {
@@ -178,101 +177,96 @@ fn state(registry: &mut Registry, doc: &json::Slots) {
     }
 }
 
-/// A journal line's slot kind as a label: one of [`SLOT_KINDS`], else `other` (a line another
-/// writer made up must not add series without end).
-fn known_kind(kind: &str) -> &'static str {
-    SLOT_KINDS
-        .into_iter()
-        .find(|k| *k == kind)
-        .unwrap_or("other")
+/// Histograms already counted (a journal's [`Tally`]), one series per label set, encoded as
+/// Prometheus histograms.
+#[derive(Debug)]
+struct Counted(Vec<(Labels, Hist)>);
+
+impl EncodeMetric for Counted {
+    fn encode(&self, mut encoder: MetricEncoder<'_>) -> Result<(), std::fmt::Error> {
+        for (labels, hist) in &self.0 {
+            encoder
+                .encode_family(labels)?
+                .encode_histogram::<NoLabelSet>(hist.sum, hist.count, &hist.pairs(), None)?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
 }
 
-/// The journal's part: what happened, counted and measured from its events.
+/// The histograms of `by_kind` labelled `kind`, every slot kind present (empty until
+/// something happens), then any `other`.
+fn by_kind(by_kind: &std::collections::BTreeMap<String, Hist>) -> Counted {
+    let mut series: Vec<(Labels, Hist)> = SLOT_KINDS
+        .iter()
+        .map(|kind| {
+            (
+                labels(&[("kind", kind)]),
+                by_kind.get(*kind).cloned().unwrap_or_default(),
+            )
+        })
+        .collect();
+    if let Some(other) = by_kind.get("other") {
+        series.push((labels(&[("kind", "other")]), other.clone()));
+    }
+    Counted(series)
+}
+
+/// The journal's part: what happened, counted and measured from its events, and carried
+/// across its rotations (the current file's `totals`), so that no counter goes down when a
+/// rotation drops the older file.
 fn history(registry: &mut Registry, journal: &Batch) {
+    let tally = worklane_journal::tally::total(&journal.entries);
     let takeovers = Counter::<u64>::default();
+    takeovers.inc_by(tally.takeovers);
     registry.register(
         "takeovers",
         "Locks taken over from holders proved dead, in the journal",
-        takeovers.clone(),
+        takeovers,
     );
     let halts = Family::<Labels, Counter>::default();
-    registry.register(
-        "halts",
-        "Commands halted by STOP, in the journal, by who halted them (supervisor, worklane)",
-        halts.clone(),
-    );
     for by in ["supervisor", "worklane"] {
         halts.get_or_create(&labels(&[("by", by)])).inc_by(0);
     }
-    fn histogram() -> Histogram {
-        Histogram::new(exponential_buckets(0.01, 4.0, 10))
+    for (by, n) in &tally.halts {
+        halts
+            .get_or_create(&labels(&[("by", by.as_str())]))
+            .inc_by(*n);
     }
+    registry.register(
+        "halts",
+        "Commands halted by STOP, in the journal, by who halted them (supervisor, worklane)",
+        halts,
+    );
     // By the kind of slot: a build's many short job-token holds would otherwise swamp the
     // agents' runs.
-    let by_kind = || Family::<Labels, Histogram>::new_with_constructor(histogram as fn() -> _);
-    let queue_wait = by_kind();
     registry.register(
         "queue_wait_seconds",
         "How long work waited for its slot, by kind: each take of a run (0 when it did not \
          wait) and each dispatched attempt (an agent slot), from its queue start to its \
          admission",
-        queue_wait.clone(),
+        by_kind(&tally.queue_wait),
     );
-    let claim_wait = histogram();
     registry.register(
         "admission_to_claim_seconds",
         "From a dispatched attempt's admission to its driver's claim",
-        claim_wait.clone(),
+        Counted(vec![(Vec::new(), tally.claim_wait.clone())]),
     );
-    let run = by_kind();
     registry.register(
         "run_seconds",
         "How long a slot was held, by kind, from its take (or a driver's claim) to its release",
-        run.clone(),
+        by_kind(&tally.run),
     );
-    for kind in SLOT_KINDS {
-        // Every kind's series exists from the first scrape, empty until something happens.
-        let _ = queue_wait.get_or_create(&labels(&[("kind", kind)]));
-        let _ = run.get_or_create(&labels(&[("kind", kind)]));
-    }
     let dropped = Counter::<u64>::default();
+    dropped.inc_by(tally.dropped);
     registry.register(
         "journal_dropped_events",
         "Events writers could not append (a full disk, an unwritable journal) and said later",
-        dropped.clone(),
+        dropped,
     );
-    let seconds = |ms: u64| ms as f64 / 1000.0;
-    for entry in &journal.entries {
-        dropped.inc_by(entry.dropped);
-        match &entry.event {
-            Event::Takeover { .. } => {
-                takeovers.inc();
-            }
-            Event::Halt { by, .. } => {
-                halts.get_or_create(&labels(&[("by", by.as_str())])).inc();
-            }
-            Event::SlotTaken {
-                owner,
-                waited_ms,
-                slot_kind,
-                ..
-            } if owner != "worklane dispatcher" => queue_wait
-                .get_or_create(&labels(&[("kind", known_kind(slot_kind))]))
-                .observe(seconds(*waited_ms)),
-            Event::DispatchAdmitted { waited_ms, .. } => queue_wait
-                .get_or_create(&labels(&[("kind", "agent")]))
-                .observe(seconds(*waited_ms)),
-            Event::DispatchClaimed { admitted_ms, .. } => {
-                claim_wait.observe(seconds(*admitted_ms));
-            }
-            Event::SlotReleased {
-                held_ms, slot_kind, ..
-            } => run
-                .get_or_create(&labels(&[("kind", known_kind(slot_kind))]))
-                .observe(seconds(*held_ms)),
-            _ => {}
-        }
-    }
     gauge(
         registry,
         "journal_skipped_lines",

@@ -241,7 +241,11 @@ pub(crate) fn top() -> Result<ExitCode, Failure> {
     let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let mut view = View {
         doc: document(&pool)?,
-        events: history.entries,
+        events: history
+            .entries
+            .into_iter()
+            .filter(|e| e.event.kind() != "totals")
+            .collect(),
         color,
     };
     let mut terminal = ratatui::try_init().map_err(|e| failed("use the terminal", &e))?;
@@ -272,7 +276,9 @@ pub(crate) fn top() -> Result<ExitCode, Failure> {
                 }
                 let mut changed = false;
                 while let Ok(entries) = rx.try_recv() {
-                    view.events.extend(entries);
+                    // A rotation's carried totals are no event to show.
+                    view.events
+                        .extend(entries.into_iter().filter(|e| e.event.kind() != "totals"));
                     changed = true;
                 }
                 if changed || drawn.elapsed() >= Duration::from_secs(1) {

@@ -545,3 +545,76 @@ fn listen_serves_get_metrics_and_nothing_else() {
     assert!(reply.starts_with("HTTP/1.1 200 OK\r\n"), "{reply}");
     drop(server);
 }
+
+/// The counters and histograms never go down when a rotation drops the older file: each
+/// rotation carries what it drops in the new file's `totals` line, so a scrape after any
+/// number of rotations counts every event ever written.
+#[test]
+fn metrics_count_every_event_across_rotations() {
+    let site = Site::new(Some(r#"{"journal_max_bytes": 65536}"#));
+    let dir = worklane_slotfile::SlotDir::open(&site.slots()).expect("open");
+    let journal = worklane_journal::Journal::of(&dir);
+    journal.set_max_bytes(65536);
+    let count = |site: &Site| {
+        let out = site.output(&["metrics"]);
+        assert!(out.status.success(), "{out:?}");
+        let m = parse_exposition(&String::from_utf8_lossy(&out.stdout));
+        (
+            m["worklane_run_seconds_count{kind=\"agent\"}"],
+            m["worklane_run_seconds_sum{kind=\"agent\"}"],
+            m["worklane_takeovers_total"],
+        )
+    };
+    let first_lines = || -> usize {
+        // How many rotations there have been: each new file starts with its totals.
+        std::fs::read_to_string(site.slots().join("journal.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .next()
+            .map_or(0, |l| usize::from(l.contains("\"kind\":\"totals\"")))
+    };
+    let mut written = 0u32;
+    let mut rotations_seen = 0;
+    let mut previous_id = None;
+    for round in 0..6 {
+        for _ in 0..200 {
+            journal.emit(worklane_journal::Event::SlotReleased {
+                slot: "agent-0.lock".to_owned(),
+                slot_kind: "agent".to_owned(),
+                owner: "o".repeat(40),
+                held_ms: 1500,
+            });
+            written += 1;
+        }
+        journal.emit(worklane_journal::Event::Takeover {
+            resource: "agent-0.lock".to_owned(),
+            owner: "o".to_owned(),
+            stale_pid: Some(1),
+            stale_owner: None,
+            stale_since: None,
+            claim: "c".to_owned(),
+            proof: "p".to_owned(),
+        });
+        let id = std::fs::metadata(site.slots().join("journal.1.jsonl"))
+            .ok()
+            .map(|m| std::os::unix::fs::MetadataExt::ino(&m));
+        if id != previous_id {
+            rotations_seen += 1;
+            previous_id = id;
+        }
+        let (runs, sum, takeovers) = count(&site);
+        assert_eq!(runs, f64::from(written), "round {round}: every run counted");
+        assert!(
+            (sum - 1.5 * f64::from(written)).abs() < 1e-6,
+            "round {round}: their time too: {sum}"
+        );
+        assert_eq!(takeovers, f64::from(round + 1), "round {round}");
+    }
+    assert!(rotations_seen >= 3, "it rotated: {rotations_seen}");
+    assert_eq!(first_lines(), 1, "the current file starts with its totals");
+    // `events` shows no totals line unless asked.
+    let out = site.output(&["events", "--json"]);
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("\"totals\""));
+    let out = site.output(&["events", "--kind", "totals", "--json"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"kind\":\"totals\""));
+}

@@ -145,10 +145,59 @@ fn rotate(current: &SlotPath, half: u64) -> bool {
     if current.meta().ok().flatten().is_none_or(|m| m.size < half) {
         return true;
     }
+    // What the file about to be dropped adds to what the current one carries: the new file's
+    // first line, so that the counts of every rotated file go on (PROTOCOL.md 17.3).
+    let carried = carried_totals(current);
     let rotated = current.rename(PREVIOUS).is_ok();
     if rotated {
-        let _ = current.publish(b"", MODE);
+        let _ = current.publish(&carried, MODE);
     }
     drop(guard);
     rotated
+}
+
+/// The `totals` line the file after `current` starts with: the totals `current` starts with,
+/// plus the tally of every event of the previous file, which the rotation drops. Empty when it
+/// cannot be made (the counts then start again from what is read).
+fn carried_totals(current: &SlotPath) -> Vec<u8> {
+    use crate::read::{Lines, drain, open};
+    use crate::tally::Tally;
+    use crate::{Entry, Event};
+    let dir = current.dir();
+    let mut totals = first_totals(current).unwrap_or_default();
+    if let Ok(Some((fd, _))) = open(dir, PREVIOUS) {
+        let mut batch = crate::Batch::default();
+        let mut lines = Lines::default();
+        if drain(&fd, PREVIOUS, &mut lines, &mut batch).is_ok() {
+            totals.merge(&Tally::of(&batch.entries));
+        }
+    }
+    let line = Entry {
+        version: crate::VERSION,
+        at: crate::journal::now(),
+        pid: std::process::id(),
+        dropped: 0,
+        event: Event::Totals { totals },
+    };
+    crate::event::encode(&line).unwrap_or_default()
+}
+
+/// The totals the file at `path` starts with, if its first line is a `totals` line.
+fn first_totals(path: &SlotPath) -> Option<crate::tally::Tally> {
+    let (fd, _) = path.open_stream().ok()??;
+    let mut head = vec![0u8; crate::MAX_LINE];
+    let mut got = 0;
+    while got < head.len() {
+        match rustix::io::read(&fd, &mut head[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return None,
+        }
+    }
+    let end = head[..got].iter().position(|&b| b == b'\n')?;
+    match crate::event::decode(&head[..end]).entry?.event {
+        crate::Event::Totals { totals } => Some(totals),
+        _ => None,
+    }
 }

@@ -231,6 +231,13 @@ pub enum Event {
         #[serde(default)]
         why: String,
     },
+    /// What the events of the files rotations dropped added up to (the first line of a file
+    /// a rotation made, PROTOCOL.md 17.3): the counts `worklane metrics` carries on.
+    Totals {
+        /// The carried tally.
+        #[serde(default)]
+        totals: crate::tally::Tally,
+    },
     /// A role lease was released by its holder (its record removed: the role is free).
     RoleReleased {
         /// The role.
@@ -404,6 +411,7 @@ impl Event {
             Event::RoleRefused { .. } => "role-refused",
             Event::RoleLost { .. } => "role-lost",
             Event::RoleReleased { .. } => "role-released",
+            Event::Totals { .. } => "totals",
             Event::DispatchEnqueued { .. } => "dispatch-enqueued",
             Event::DispatchAdmitted { .. } => "dispatch-admitted",
             Event::DispatchClaimed { .. } => "dispatch-claimed",
@@ -419,7 +427,7 @@ impl Event {
 }
 
 /// Every `kind` this version writes, in the order of [`Event`].
-pub const KINDS: [&str; 23] = [
+pub const KINDS: [&str; 24] = [
     "slot-taken",
     "slot-released",
     "slot-refused",
@@ -434,6 +442,7 @@ pub const KINDS: [&str; 23] = [
     "role-refused",
     "role-lost",
     "role-released",
+    "totals",
     "dispatch-enqueued",
     "dispatch-admitted",
     "dispatch-claimed",
@@ -636,7 +645,7 @@ mod tests {
         assert_eq!(undrain["kind"], "undrain");
         assert_eq!(Event::Undrain.kind(), "undrain");
         assert!(
-            KINDS.contains(&"broken-file") && KINDS.contains(&"role-released") && KINDS.len() == 23
+            KINDS.contains(&"broken-file") && KINDS.contains(&"role-released") && KINDS.len() == 24
         );
         let unknown: Entry = serde_json::from_str(
             r#"{"version":1,"at":"x","pid":1,"dropped":0,"kind":"from-the-future","n":1}"#,

@@ -92,6 +92,7 @@ mod follow;
 mod journal;
 mod names;
 mod read;
+pub mod tally;
 
 pub use event::{Entry, Event, KINDS, MARKER, MAX_LINE, VERSION};
 pub use follow::{Follow, LOOK_EVERY};

@@ -143,6 +143,14 @@ pub(crate) fn what(event: &Event) -> String {
             true => format!("{name}: {what}: {fix}"),
             false => format!("{name}: {what}; fix: {fix}"),
         },
+        Event::Totals { totals } => format!(
+            "totals carried over the rotation: {} takeover(s), {} run(s), {} wait(s), {} \
+             dropped",
+            totals.takeovers,
+            totals.run.values().map(|h| h.count).sum::<u64>(),
+            totals.queue_wait.values().map(|h| h.count).sum::<u64>(),
+            totals.dropped
+        ),
         _ => "(a kind this worklane does not know)".to_owned(),
     }
 }
