@@ -254,6 +254,51 @@ fn events_filters_by_kind_and_time_and_refuses_what_it_cannot_read() {
     );
 }
 
+/// `promtool check metrics` on `text`: no error and no lint. `.ci/run` installs promtool
+/// (Debian's `prometheus`) and sets `WORKLANE_REQUIRE_PROMTOOL`, so CI fails without it;
+/// elsewhere, without promtool, this says so on stderr and checks nothing.
+fn promtool_lint(text: &str) {
+    let available = Command::new("promtool")
+        .arg("--version")
+        .output_gated()
+        .is_ok_and(|o| o.status.success());
+    if !available {
+        assert!(
+            std::env::var_os("WORKLANE_REQUIRE_PROMTOOL").is_none(),
+            "WORKLANE_REQUIRE_PROMTOOL is set but promtool is not on PATH"
+        );
+        // A test's own note, on the harness's stderr (not the CLI's output).
+        #[allow(clippy::disallowed_macros)]
+        {
+            eprintln!("promtool not found: the exposition was not linted");
+        }
+        return;
+    }
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn_gated()
+        .expect("promtool");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write");
+    let out = child.wait_with_output().expect("promtool ends");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool: {said}\n{text}"
+    );
+}
+
 /// A careful reader of the Prometheus text format (0.0.4): every sample belongs to a
 /// family with a TYPE; histograms have ordered cumulative buckets whose +Inf is the count.
 pub(super) fn parse_exposition(text: &str) -> BTreeMap<String, f64> {
@@ -412,6 +457,8 @@ fn metrics_parse_and_agree_with_slots_json() {
         m
     };
     let m = check(0.0, 0.0, 1);
+    // Loaded (a holder, a waiter, the journal's histograms): Prometheus's own linter agrees.
+    promtool_lint(&String::from_utf8_lossy(&site.output(&["metrics"]).stdout));
     assert_eq!(m["worklane_holders{kind=\"agent\"}"], 1.0);
     assert_eq!(
         m["worklane_queue_wait_seconds_count{kind=\"agent\"}"], 1.0,
