@@ -79,6 +79,10 @@ fn four_builds_never_run_more_targets_at_once_than_max_jobs() {
         "never more than max_jobs (4) targets at once machine-wide: {most}"
     );
     assert_eq!(jobs_held(&site), 0, "every job slot is released");
+    assert!(
+        journaled(&site, "jobs-escaped").is_empty(),
+        "a build that reads the jobserver is no escape"
+    );
 }
 
 #[test]
@@ -687,4 +691,71 @@ fn a_killed_supervisors_private_directory_is_swept_by_the_next_build() {
     );
     sigkill(holder.id());
     let _ = wait_exit(&mut holder, "the lock's holder");
+}
+
+/// `sh -c 'make -j8'` under `--jobs`: make, given its own -j through a shell worklane cannot
+/// rewrite, drops the jobserver and runs 8 at once. That cannot be stopped from outside, so it
+/// is said: once on stderr, and as a `jobs-escaped` event.
+#[test]
+fn a_make_given_its_own_j_through_a_shell_is_said_to_escape() {
+    let site = Site::new(Some(r#"{"max_agents": 8, "max_jobs": 3}"#));
+    // Long enough for the two looks a second apart, whenever the first falls.
+    let dir = makefile(&site, 8, "4");
+    let counter = site.file("counter");
+    let out = site
+        .worklane()
+        .args(["run", "--jobs", "--", "sh", "-c"])
+        .arg(format!("make -s -j8 CTR={}", counter.display()))
+        .current_dir(&dir)
+        .output_gated()
+        .expect("run --jobs -- sh -c make -j8");
+    assert!(out.status.success(), "{out:?}");
+    let most = counts(&counter).into_iter().max().unwrap_or(0);
+    assert!(most > 3, "it did run past max_jobs: {most}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.matches("runs outside the machine's max_jobs").count(),
+        1,
+        "said once: {err}"
+    );
+    let escaped = journaled(&site, "jobs-escaped");
+    assert_eq!(escaped.len(), 1, "{escaped:?}");
+    assert!(
+        escaped[0]["command"]
+            .as_str()
+            .is_some_and(|c| c.contains("make -s -j8")),
+        "{escaped:?}"
+    );
+}
+
+/// With `--jobs-shim` the same `sh -c 'make -j8'` stays within max_jobs: the shim first on
+/// PATH runs the real make without its -j8, so make reads the jobserver.
+#[test]
+fn the_jobs_shim_keeps_a_make_started_through_a_shell_within_max_jobs() {
+    let site = Site::new(Some(r#"{"max_agents": 8, "max_jobs": 3}"#));
+    let dir = makefile(&site, 9, "0.3");
+    let counter = site.file("counter");
+    let out = site
+        .worklane()
+        .args(["run", "--jobs", "--jobs-shim", "--", "sh", "-c"])
+        .arg(format!(
+            "env nice make -s -j 8 --jobs=8 -j8 CTR={}",
+            counter.display()
+        ))
+        .current_dir(&dir)
+        .output_gated()
+        .expect("run --jobs --jobs-shim");
+    assert!(out.status.success(), "{out:?}");
+    let seen = counts(&counter);
+    assert_eq!(seen.len(), 9, "every target ran: {seen:?}");
+    let most = seen.iter().copied().max().unwrap_or(0);
+    assert!(
+        most <= 3,
+        "within max_jobs (3), though asked -j8 three ways: {most}"
+    );
+    assert_eq!(
+        most, 3,
+        "and as wide as the machine gives: the jobserver was read"
+    );
+    assert!(journaled(&site, "jobs-escaped").is_empty());
 }

@@ -231,6 +231,20 @@ pub enum Event {
         #[serde(default)]
         why: String,
     },
+    /// A build under `run --jobs` runs more processes at once than its job tokens allow: a
+    /// part of it was given its own `-jN` and escapes the machine's `max_jobs` (said once per
+    /// build).
+    JobsEscaped {
+        /// The build's command.
+        #[serde(default)]
+        command: String,
+        /// Its processes working at once (with no child of their own).
+        #[serde(default)]
+        processes: u64,
+        /// The job tokens it held (its own included).
+        #[serde(default)]
+        tokens: u64,
+    },
     /// What the events of the files rotations dropped added up to (the first line of a file
     /// a rotation made, PROTOCOL.md 17.3): the counts `worklane metrics` carries on.
     Totals {
@@ -412,6 +426,7 @@ impl Event {
             Event::RoleLost { .. } => "role-lost",
             Event::RoleReleased { .. } => "role-released",
             Event::Totals { .. } => "totals",
+            Event::JobsEscaped { .. } => "jobs-escaped",
             Event::DispatchEnqueued { .. } => "dispatch-enqueued",
             Event::DispatchAdmitted { .. } => "dispatch-admitted",
             Event::DispatchClaimed { .. } => "dispatch-claimed",
@@ -427,7 +442,7 @@ impl Event {
 }
 
 /// Every `kind` this version writes, in the order of [`Event`].
-pub const KINDS: [&str; 24] = [
+pub const KINDS: [&str; 25] = [
     "slot-taken",
     "slot-released",
     "slot-refused",
@@ -443,6 +458,7 @@ pub const KINDS: [&str; 24] = [
     "role-lost",
     "role-released",
     "totals",
+    "jobs-escaped",
     "dispatch-enqueued",
     "dispatch-admitted",
     "dispatch-claimed",
@@ -645,7 +661,7 @@ mod tests {
         assert_eq!(undrain["kind"], "undrain");
         assert_eq!(Event::Undrain.kind(), "undrain");
         assert!(
-            KINDS.contains(&"broken-file") && KINDS.contains(&"role-released") && KINDS.len() == 24
+            KINDS.contains(&"broken-file") && KINDS.contains(&"role-released") && KINDS.len() == 25
         );
         let unknown: Entry = serde_json::from_str(
             r#"{"version":1,"at":"x","pid":1,"dropped":0,"kind":"from-the-future","n":1}"#,

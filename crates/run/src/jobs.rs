@@ -25,6 +25,10 @@ pub struct Jobs {
     pub share: Option<u32>,
     /// How the build is told.
     pub style: Style,
+    /// Put `make` and `ninja` shims first on the command's `PATH` that take out any `-jN`
+    /// before running the real ones, so that a make or ninja started through a shell reads
+    /// the jobserver instead of running its own `-jN` past `max_jobs`.
+    pub shim: bool,
 }
 
 /// `make`'s `-j` options taken out of `args` (the command's arguments after its program), for

@@ -110,7 +110,15 @@ struct Ledger {
     suspect: Option<(std::time::Instant, u64)>,
     /// The last look at the job line: when, and whether a build waited in it.
     line_seen: Option<(std::time::Instant, bool)>,
+    /// The last look for a part of the build that escaped the jobserver ([`ESCAPE_LOOK`]):
+    /// when, and whether it was seen then (said once it is seen at two looks in a row).
+    escape_look: Option<(std::time::Instant, bool)>,
+    /// Whether the escape was said.
+    escape_said: bool,
 }
+
+/// How often the accountant looks whether the build runs more at once than its tokens allow.
+const ESCAPE_LOOK: Duration = Duration::from_secs(1);
 
 /// A running jobserver; [`Jobserver::end`] (or dropping it) releases everything.
 ///
@@ -281,6 +289,49 @@ impl Jobserver {
         &self.env
     }
 
+    /// Puts `make`, `gmake` and `ninja` shims first on the command's `PATH` (in the private
+    /// directory's `bin`), each running the real one found on `PATH` now without any `-jN`,
+    /// `-j N`, `-j`, `--jobs=N` or `--jobs N`: a make or ninja that a shell or `env` starts then
+    /// reads the jobserver instead of running its own `-jN` past `max_jobs` (a ninja older
+    /// than 1.13 reads no jobserver and runs its default width). A program not on `PATH` gets
+    /// no shim.
+    pub fn add_shims(&mut self) -> Result<(), Error> {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let bin = self.dir.join("bin");
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&bin)
+            .map_err(|source| Error::Jobserver {
+                what: "making the directory of its make and ninja shims",
+                source,
+            })?;
+        let path = std::env::var_os("PATH");
+        for name in ["make", "gmake", "ninja"] {
+            let Some(real) = on_path(name, path.as_deref()) else {
+                continue;
+            };
+            let script = shim_script(&real);
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o700)
+                .open(bin.join(name))
+                .and_then(|mut f| std::io::Write::write_all(&mut f, script.as_bytes()))
+                .map_err(|source| Error::Jobserver {
+                    what: "writing its make and ninja shims",
+                    source,
+                })?;
+        }
+        let mut joined = bin.into_os_string();
+        if let Some(path) = path {
+            joined.push(":");
+            joined.push(path);
+        }
+        self.env.retain(|(name, _)| *name != "PATH");
+        self.env.push(("PATH", joined));
+        Ok(())
+    }
+
     /// The FIFO (a client of the fifo form opens it by this path).
     #[must_use]
     pub fn fifo(&self) -> &std::path::Path {
@@ -342,6 +393,41 @@ impl Drop for Jobserver {
             self.stop_now();
         }
     }
+}
+
+/// The first executable file named `name` on `path`.
+fn on_path(name: &str, path: Option<&std::ffi::OsStr>) -> Option<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+    crate::search::search(std::ffi::OsStr::new(name), path)
+        .into_iter()
+        .map(|p| std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&p)))
+        .find(|p| {
+            p.is_absolute()
+                && std::fs::metadata(p)
+                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
+/// A shim that runs `real` without any `-j` option (POSIX sh: the arguments are walked once,
+/// each kept one appended after the ones still to walk).
+fn shim_script(real: &std::path::Path) -> String {
+    let real = real.display().to_string().replace('\'', r"'\''");
+    format!(
+        "#!/bin/sh\n\
+         # worklane run --jobs-shim: without its own -jN, so that it reads the jobserver.\n\
+         skip=\n\
+         for a in \"$@\"; do\n\
+         \x20 shift\n\
+         \x20 if [ -n \"$skip\" ]; then skip=; case \"$a\" in [0-9]*) continue;; esac; fi\n\
+         \x20 case \"$a\" in\n\
+         \x20   -j|--jobs) skip=1; continue;;\n\
+         \x20   -j[0-9]*|--jobs=*) continue;;\n\
+         \x20 esac\n\
+         \x20 set -- \"$@\" \"$a\"\n\
+         done\n\
+         exec '{real}' \"$@\"\n"
+    )
 }
 
 /// The prefix of the jobservers' private directories in the temp directory.
@@ -489,6 +575,7 @@ impl Shared {
     /// client reading between two looks at the FIFO can never make a slot go that backs a
     /// token it holds.
     fn settle(&self, ledger: &mut Ledger, look_for_lost: bool) {
+        self.look_for_escape(ledger);
         let fionread = || rustix::io::ioctl_fionread(&self.fifo).unwrap_or(0);
         let circulating = ledger.written - ledger.read;
         let in_fifo = fionread();
@@ -551,6 +638,58 @@ impl Shared {
             ledger.want = want;
             self.wanted.notify_all();
         }
+    }
+
+    /// Says once (stderr and the journal's `jobs-escaped`) when the build runs more processes
+    /// at once than its tokens allow, seen at two looks [`ESCAPE_LOOK`] apart: something in
+    /// it was given its own `-jN` (`sh -c 'make -j8'`, `env make -j8`, `ninja -j8`: GNU make
+    /// and ninja drop an inherited jobserver then) and runs outside the machine's `max_jobs`.
+    /// The tree's working processes (those with no child of their own) above three per
+    /// token held (the build's own included: a recipe may be a pipeline) are the sign.
+    fn look_for_escape(&self, ledger: &mut Ledger) {
+        if ledger.escape_said
+            || ledger
+                .escape_look
+                .is_some_and(|(at, _)| at.elapsed() < ESCAPE_LOOK)
+        {
+            return;
+        }
+        let Some(table) = crate::platform::table() else {
+            return;
+        };
+        let working = crate::tree::leaves(std::process::id(), &table) as u64;
+        let in_fifo = rustix::io::ioctl_fionread(&self.fifo).unwrap_or(0);
+        let tokens = (ledger.written - ledger.read)
+            .saturating_sub(in_fifo)
+            .saturating_add(1);
+        let over = working > tokens.saturating_mul(3);
+        let before = ledger.escape_look.is_some_and(|(_, seen)| seen);
+        ledger.escape_look = Some((std::time::Instant::now(), over));
+        if !(over && before) {
+            return;
+        }
+        ledger.escape_said = true;
+        let command = self
+            .request
+            .fields
+            .get("command")
+            .and_then(|v| v.as_str())
+            .unwrap_or("the build")
+            .to_owned();
+        log::warn!(
+            "the build `{command}` runs {working} processes at once while it holds {tokens} job \
+             token(s): a part of it was given its own -jN (`sh -c 'make -j8'`, `env make \
+             -j8`, `ninja -j8`: make and ninja then drop the jobserver) and runs outside the \
+             machine's max_jobs; give it no -j (make and ninja then read the jobserver), or \
+             run it with --jobs-shim"
+        );
+        self.pool
+            .journal()
+            .emit(worklane_journal::Event::JobsEscaped {
+                command,
+                processes: working,
+                tokens,
+            });
     }
 
     /// Whether a build stands in the job line (a live entry), looked up at most every

@@ -42,4 +42,7 @@ impl NoJobserver {
         Vec::new()
     }
     pub(crate) fn end(self) {}
+    pub(crate) fn add_shims(&mut self) -> Result<(), supervise::Error> {
+        Ok(())
+    }
 }

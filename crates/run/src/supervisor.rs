@@ -164,6 +164,9 @@ impl<'a> Supervisor<'a> {
                 inherit.push(supervise::inheritable(guard)?);
             }
             let mut server = crate::start_jobs::start_jobserver(pool, &request, share, jobs.style)?;
+            if jobs.shim {
+                server.add_shims()?;
+            }
             inherit.extend(server.inherit());
             for (name, value) in server.env() {
                 env.retain(|(set, _)| set != name);

@@ -38,6 +38,21 @@ pub(crate) fn descendants(root: u32, table: &[Entry]) -> Vec<u32> {
     found
 }
 
+/// How many of `root`'s live descendants in `table` run with no live child of their own: the
+/// processes doing the tree's work at this moment (a build's running jobs; a shell or make
+/// that waits for its children is not one).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+pub(crate) fn leaves(root: u32, table: &[Entry]) -> usize {
+    let live: Vec<&Entry> = descendants(root, table)
+        .into_iter()
+        .filter_map(|pid| table.iter().find(|e| e.pid == pid))
+        .filter(|e| !matches!(e.state, b'Z' | b'X'))
+        .collect();
+    live.iter()
+        .filter(|e| !live.iter().any(|c| c.ppid == e.pid))
+        .count()
+}
+
 /// The process table, if it is consistent with what we know: our child `child` (the command,
 /// running or an unreaped zombie) must be in it with us as its parent. A `/proc` of another
 /// pid namespace whose numbering happened to agree on our own pid fails this.
@@ -137,6 +152,26 @@ pub(crate) fn reap_orphans(keep: u32) -> usize {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn leaves_are_the_live_descendants_without_live_children() {
+        let e = |pid, ppid, state| Entry { pid, ppid, state };
+        // 1 is the supervisor; 2 make; 3, 4, 5 recipe shells; 6 a compiler under 3; 7 a
+        // zombie under 4; 8 someone else's.
+        let table = [
+            e(2, 1, b'S'),
+            e(3, 2, b'S'),
+            e(4, 2, b'S'),
+            e(5, 2, b'R'),
+            e(6, 3, b'R'),
+            e(7, 4, b'Z'),
+            e(8, 99, b'R'),
+        ];
+        // 6 (under 3), 4 (its only child a zombie), 5.
+        assert_eq!(leaves(1, &table), 3);
+        assert_eq!(leaves(6, &table), 0, "no descendants");
+    }
     use super::{Entry, descendants};
 
     fn entry(pid: u32, ppid: u32) -> Entry {

@@ -51,6 +51,11 @@ pub(crate) struct RunArgs {
     /// since 3.78, cargo, ninja) or fifo (`fifo:PATH`, make 4.4).
     #[arg(long, value_enum, default_value_t = JobsStyleArg::Fds, requires = "jobs")]
     pub(crate) jobs_style: JobsStyleArg,
+    /// Put `make` and `ninja` first on the command's PATH as shims that take out any -jN (a
+    /// make or ninja started through `sh -c`, `env`, `nice` then reads the jobserver instead
+    /// of running past max_jobs).
+    #[arg(long, requires = "jobs")]
+    pub(crate) jobs_shim: bool,
     /// Past this host: also take a place in a fleet pool on etcd.
     #[command(flatten)]
     pub(crate) fleet: FleetArgs,
@@ -178,13 +183,14 @@ pub(crate) enum JobsStyleArg {
 impl RunArgs {
     /// The jobserver asked for, if any.
     pub(crate) fn jobs(&self) -> Option<worklane_run::Jobs> {
-        jobs(self.jobs, self.jobs_style)
+        jobs(self.jobs, self.jobs_style, self.jobs_shim)
     }
 }
 
 /// `--jobs [N]` and `--jobs-style` as the library takes them (N 0: no share of its own).
-pub(crate) fn jobs(n: Option<u32>, style: JobsStyleArg) -> Option<worklane_run::Jobs> {
+pub(crate) fn jobs(n: Option<u32>, style: JobsStyleArg, shim: bool) -> Option<worklane_run::Jobs> {
     n.map(|n| worklane_run::Jobs {
+        shim,
         share: Some(n).filter(|&n| n > 0),
         style: match style {
             JobsStyleArg::Fds => worklane_run::Style::Fds,

@@ -92,10 +92,12 @@ pub(crate) fn claim(args: &ClaimArgs) -> Result<ExitCode, Failure> {
             Some(guard) => s.inherit(guard),
             None => Ok(s),
         })
-        .map(|s| match crate::cli::jobs(args.jobs, args.jobs_style) {
-            Some(jobs) => s.jobs(jobs),
-            None => s,
-        })
+        .map(
+            |s| match crate::cli::jobs(args.jobs, args.jobs_style, false) {
+                Some(jobs) => s.jobs(jobs),
+                None => s,
+            },
+        )
         .and_then(|s| s.watch(&mut watch).run(&args.command));
     let released = slot.release();
     if lane_lease.release().is_ok()

@@ -143,6 +143,14 @@ pub(crate) fn what(event: &Event) -> String {
             true => format!("{name}: {what}: {fix}"),
             false => format!("{name}: {what}; fix: {fix}"),
         },
+        Event::JobsEscaped {
+            command,
+            processes,
+            tokens,
+        } => format!(
+            "the build `{command}` ran {processes} processes at once on {tokens} job token(s): \
+             a part of it escaped max_jobs with its own -jN"
+        ),
         Event::Totals { totals } => format!(
             "totals carried over the rotation: {} takeover(s), {} run(s), {} wait(s), {} \
              dropped",
