@@ -177,7 +177,7 @@ fn state(registry: &mut Registry, doc: &json::Slots) {
     }
 }
 
-/// Histograms already counted (a journal's [`Tally`]), one series per label set, encoded as
+/// Histograms already counted (a journal's [`Tally`](worklane_journal::tally::Tally)), one series per label set, encoded as
 /// Prometheus histograms.
 #[derive(Debug)]
 struct Counted(Vec<(Labels, Hist)>);
