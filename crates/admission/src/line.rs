@@ -411,9 +411,24 @@ impl Pool {
         if !path.modified_ms().is_ok_and(|m| m.is_some()) {
             return Ok(false);
         }
+        // Who waited, read before its record goes (for the journal).
+        let record = path
+            .read()
+            .ok()
+            .flatten()
+            .and_then(|raw| worklane_lease::Record::parse(&raw).ok());
         let retired = worklane_lease::retire(self.dir(), &entry.name());
         if matches!(retired, Ok(Removal::Removed)) {
             log::info!("retired {}: its waiter is gone", entry.name());
+            self.journal().emit(worklane_journal::Event::SlotLeft {
+                slot_kind: entry.kind.clone(),
+                owner: record
+                    .as_ref()
+                    .and_then(|r| r.owner.clone())
+                    .unwrap_or_default(),
+                waiter_pid: record.as_ref().and_then(worklane_lease::Record::pid),
+                waited_ms: self.clock().now_ms().saturating_sub(entry.start_ms),
+            });
         }
         Ok(matches!(retired, Ok(Removal::Busy)))
     }

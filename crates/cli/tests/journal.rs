@@ -665,3 +665,41 @@ fn metrics_count_every_event_across_rotations() {
     let out = site.output(&["events", "--kind", "totals", "--json"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("\"kind\":\"totals\""));
 }
+
+/// A waiter killed in line cannot say it left: the next waiter that finds its entry dead
+/// retires it and says so (`slot-left`, with who waited).
+#[test]
+fn a_killed_waiter_is_said_gone_by_the_one_that_retires_its_entry() {
+    let site = Site::new(Some(r#"{"max_agents": 1}"#));
+    let mut holder = site.spawn(&["run", "--owner", "holder"], HOLD, "0");
+    wait_until("the holder", || site.file("up.0").exists());
+    let mut victim = site.spawn(&["run", "--owner", "victim"], HOLD, "1");
+    let in_line = |site: &Site| {
+        let doc: serde_json::Value =
+            serde_json::from_slice(&site.output(&["slots", "--json"]).stdout).expect("json");
+        doc["line"].as_array().map_or(0, Vec::len)
+    };
+    wait_until("the victim in line", || in_line(&site) == 1);
+    super::jobs::sigkill(victim.id());
+    let _ = wait_exit(&mut victim, "the killed waiter");
+    let mut next = site.spawn(&["run", "--owner", "next"], HOLD, "2");
+    let left = || {
+        std::fs::read_to_string(site.slots().join("journal.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| e["kind"] == "slot-left")
+            .collect::<Vec<_>>()
+    };
+    wait_until("the dead entry retired and said", || !left().is_empty());
+    let said = left();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert_eq!(said[0]["owner"], "victim", "{said:?}");
+    assert_eq!(said[0]["slot_kind"], "agent");
+    assert!(said[0]["waiter_pid"].is_u64(), "{said:?}");
+    std::fs::write(site.file("release.0"), b"").expect("release");
+    assert!(wait_exit(&mut holder, "the holder").success());
+    wait_until("the next one holds", || site.file("up.2").exists());
+    std::fs::write(site.file("release.2"), b"").expect("release");
+    assert!(wait_exit(&mut next, "the next").success());
+}

@@ -108,6 +108,21 @@ pub enum Event {
         #[serde(default)]
         why: String,
     },
+    /// A waiter left the line without its slot and could not say so itself (it was killed):
+    /// said by the waiter that found its entry dead and retired it.
+    SlotLeft {
+        /// The kind it waited for.
+        #[serde(default)]
+        slot_kind: String,
+        /// Who waited (from its entry's record; empty when that could not be read).
+        #[serde(default)]
+        owner: String,
+        /// Its pid, as its entry recorded it.
+        waiter_pid: Option<u32>,
+        /// From its joining to its entry's retirement.
+        #[serde(default)]
+        waited_ms: u64,
+    },
     /// A dead holder's lock was taken over.
     Takeover {
         /// The lock or lease file.
@@ -427,6 +442,7 @@ impl Event {
             Event::RoleReleased { .. } => "role-released",
             Event::Totals { .. } => "totals",
             Event::JobsEscaped { .. } => "jobs-escaped",
+            Event::SlotLeft { .. } => "slot-left",
             Event::DispatchEnqueued { .. } => "dispatch-enqueued",
             Event::DispatchAdmitted { .. } => "dispatch-admitted",
             Event::DispatchClaimed { .. } => "dispatch-claimed",
@@ -442,7 +458,7 @@ impl Event {
 }
 
 /// Every `kind` this version writes, in the order of [`Event`].
-pub const KINDS: [&str; 25] = [
+pub const KINDS: [&str; 26] = [
     "slot-taken",
     "slot-released",
     "slot-refused",
@@ -459,6 +475,7 @@ pub const KINDS: [&str; 25] = [
     "role-released",
     "totals",
     "jobs-escaped",
+    "slot-left",
     "dispatch-enqueued",
     "dispatch-admitted",
     "dispatch-claimed",
@@ -661,7 +678,7 @@ mod tests {
         assert_eq!(undrain["kind"], "undrain");
         assert_eq!(Event::Undrain.kind(), "undrain");
         assert!(
-            KINDS.contains(&"broken-file") && KINDS.contains(&"role-released") && KINDS.len() == 25
+            KINDS.contains(&"broken-file") && KINDS.contains(&"role-released") && KINDS.len() == 26
         );
         let unknown: Entry = serde_json::from_str(
             r#"{"version":1,"at":"x","pid":1,"dropped":0,"kind":"from-the-future","n":1}"#,

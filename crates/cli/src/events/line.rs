@@ -143,6 +143,15 @@ pub(crate) fn what(event: &Event) -> String {
             true => format!("{name}: {what}: {fix}"),
             false => format!("{name}: {what}; fix: {fix}"),
         },
+        Event::SlotLeft {
+            slot_kind,
+            owner,
+            waiter_pid,
+            waited_ms,
+        } => format!(
+            "{slot_kind} waiter {owner} (pid {}) gone from the line after {waited_ms} ms (killed)",
+            waiter_pid.map_or_else(|| "?".to_owned(), |p| p.to_string())
+        ),
         Event::JobsEscaped {
             command,
             processes,
