@@ -17,7 +17,8 @@
 //!   group: every member appends and reads.
 //! - [`read()`] reads both files in order; [`Follow`] follows them as they grow, woken by
 //!   inotify, across rotations. A line a killed writer tore is skipped and counted
-//!   ([`Batch::skipped`]); the line after it is kept.
+//!   ([`Batch::skipped`]); the line after it is kept. A whole line whose field has the wrong
+//!   type is counted apart ([`Batch::mistyped`]); a `null` field is read as not known.
 //!
 //! PROTOCOL.md ("The event journal") says all of it for a harness in any language.
 //!
@@ -33,8 +34,8 @@
 //!   its write, that line is lost, uncounted. A follower reads the renamed file to its end
 //!   before it moves on, but not lines appended to it after that.
 //! - The count of dropped events lives in the writing process: a process that never appends
-//!   again (a journal it may never write) takes its count with it. A process that never read
-//!   the config rotates at the default cap.
+//!   again (a journal it may never write) takes its count with it (it says so once, as a
+//!   warning). A process that never read the config rotates at the default cap.
 //! - The time of an event is the wall clock of its writer, read before the write: lines of
 //!   concurrent writers may be a few milliseconds out of order.
 //! - Following wakes on inotify on Linux; elsewhere it looks every [`LOOK_EVERY`].
@@ -73,7 +74,12 @@
 //!   inode is not the one held, the rotation when due, one `write(2)`. The current file is
 //!   created by slotfile's publish (temp file, mode and group set, link), so it never appears
 //!   without its mode; rotation takes the current file's guard without waiting (busy: someone
-//!   else rotates), checks the size again under it, renames, publishes a new empty file.
+//!   else rotates), checks the size again under it, renames, publishes the new file holding
+//!   one `totals` line: what the current file carried plus the tally of the previous file,
+//!   which the rotation drops.
+//! - `tally.rs`: [`tally::Tally`], what events add up to (takeovers, halts, dropped, waits and
+//!   holds in histograms), carried across rotations; [`tally::total`] is what a reader of
+//!   both files counts, what `worklane metrics` exposes.
 //! - `read.rs`: [`Lines`] splits bytes into lines across reads; [`read()`] opens both files
 //!   (the previous one checked again after the current one is opened, against a rotation
 //!   between the opens).
