@@ -354,6 +354,8 @@ fn a_waiting_request_is_shown_and_its_refusal_journaled_once() {
             "rate_limited"
         );
         assert!(String::from_utf8_lossy(&body).contains("waited"));
+        // The lane journals the refusal after the client has its answer: waited for.
+        eventually("the refusal journaled", || refusals_journaled(&site) > 0).await;
         eventually("no longer waiting", || waits(&site) == 0).await;
         assert_eq!(
             refusals_journaled(&site),
