@@ -174,7 +174,7 @@ fn carried_totals(current: &SlotPath) -> Vec<u8> {
     }
     let line = Entry {
         version: crate::VERSION,
-        at: crate::journal::now(),
+        at: crate::clock::now(),
         pid: std::process::id(),
         dropped: 0,
         event: Event::Totals { totals },

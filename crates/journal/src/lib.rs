@@ -69,7 +69,9 @@
 //!   and decoding (a line that does not parse is searched for [`MARKER`], the bytes every line
 //!   begins with and no line holds elsewhere, to keep the event after a torn fragment).
 //! - `journal.rs`: [`Journal`], one per directory per process (a registry of weak handles by
-//!   path), its cap, its count of dropped events, the [`emit`] libraries call, the time stamp.
+//!   path), its cap, its count of dropped events, the [`emit`] libraries call.
+//! - `clock.rs`: the time stamp ([`time_of_ms`], [`ms_of_time`]), used by the append and by
+//!   the rotation's `totals` line.
 //! - `append.rs`: per event, `statat` of [`CURRENT`] (its inode and size), a reopen when the
 //!   inode is not the one held, the rotation when due, one `write(2)`. The current file is
 //!   created by slotfile's publish (temp file, mode and group set, link), so it never appears
@@ -93,6 +95,7 @@
 #![deny(missing_docs)]
 
 mod append;
+mod clock;
 mod event;
 mod follow;
 mod journal;
@@ -100,8 +103,9 @@ mod names;
 mod read;
 pub mod tally;
 
+pub use clock::{ms_of_time, time_of_ms};
 pub use event::{Entry, Event, KINDS, MARKER, MAX_LINE, VERSION};
 pub use follow::{Follow, LOOK_EVERY};
-pub use journal::{Journal, emit, ms_of_time, time_of_ms};
+pub use journal::{Journal, emit};
 pub use names::{CURRENT, PREVIOUS};
 pub use read::{Batch, Lines, error, read};
