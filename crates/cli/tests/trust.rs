@@ -700,7 +700,9 @@ fn a_queued_full_run_a_member_forged_gets_no_signal_sent_to_root_s_process() {
                 &format!("--regid={MEMBER_GID}"),
                 &format!("--groups={SHARED}"),
                 "flock",
-                "-n",
+                // Waiting: the probe below holds the lock for a moment while it looks.
+                "-w",
+                "30",
             ])
             .arg(site.slots().join(format!(".{entry}.flock")))
             .args(["sleep", "60"])
@@ -708,6 +710,16 @@ fn a_queued_full_run_a_member_forged_gets_no_signal_sent_to_root_s_process() {
             .spawn_gated()
             .expect("the member holds the entry's guard"),
     );
+    // Held before anyone looks: an entry whose guard is free is a dead waiter's, retired at
+    // the first look.
+    wait_until("the member's lock on the entry's guard", || {
+        site.command("flock")
+            .arg("-n")
+            .arg(site.slots().join(format!(".{entry}.flock")))
+            .arg("true")
+            .output_gated()
+            .is_ok_and(|o| !o.status.success())
+    });
     let id = format!("fr-{}", victim.id());
     wait_until("the forged entry listed as a waiting run", || {
         let out = site.output(&["queue", "ls", "--json"]);
