@@ -70,26 +70,10 @@ impl ProviderObservation {
                 None => unknown.push(dim.dimension),
             }
         }
-        let retry_after_ms = profile.retry_after.iter().find_map(|(name, unit)| {
-            let text = header(name)?.trim();
-            (!text.is_empty() && text.bytes().all(|b| b.is_ascii_digit() || b == b'.')).then(|| {
-                let (int, frac) = text.split_once('.').unwrap_or((text, ""));
-                let int: u64 = int.parse().unwrap_or(u64::MAX);
-                let frac_ms = frac
-                    .bytes()
-                    .take(3)
-                    .fold((0u64, 100u64), |(acc, place), d| {
-                        (acc + u64::from(d - b'0') * place, place / 10)
-                    })
-                    .0;
-                let extra = if *unit >= 1000 {
-                    frac_ms * (unit / 1000)
-                } else {
-                    0
-                };
-                int.saturating_mul(*unit).saturating_add(extra)
-            })
-        });
+        let retry_after_ms = profile
+            .retry_after
+            .iter()
+            .find_map(|(name, unit)| wait_ms(header(name)?, *unit));
         ProviderObservation {
             status,
             windows,
@@ -107,6 +91,35 @@ impl ProviderObservation {
         self.usage = usage;
         self
     }
+}
+
+/// A wait header's value (`7`, `1.5`, `.25`) in ms, its number counted in `unit` ms; `None`
+/// for anything else (`..`, `1.2.3`, `-1`, empty): an unreadable wait is not a wait.
+fn wait_ms(text: &str, unit: u64) -> Option<u64> {
+    let text = text.trim();
+    let (int, frac) = text.split_once('.').unwrap_or((text, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if (int.is_empty() && frac.is_empty()) || !digits(int) || !digits(frac) {
+        return None;
+    }
+    let int: u64 = if int.is_empty() {
+        0
+    } else {
+        int.parse().unwrap_or(u64::MAX)
+    };
+    let frac_ms = frac
+        .bytes()
+        .take(3)
+        .fold((0u64, 100u64), |(acc, place), d| {
+            (acc + u64::from(d - b'0') * place, place / 10)
+        })
+        .0;
+    let extra = if unit >= 1000 {
+        frac_ms * (unit / 1000)
+    } else {
+        0
+    };
+    Some(int.saturating_mul(unit).saturating_add(extra))
 }
 
 #[cfg(test)]
@@ -214,6 +227,26 @@ mod tests {
                     prop_assert!(w.remaining <= MAX_SAFE);
                 }
             }
+        }
+
+        #[test]
+        fn a_wait_of_digits_and_dots_never_panics(text in "[0-9.]{0,8}", unit in 1u64..=1000) {
+            let readable = text.matches('.').count() <= 1 && text.chars().any(|c| c.is_ascii_digit());
+            prop_assert_eq!(wait_ms(&text, unit).is_some(), readable, "{:?}", text);
+        }
+    }
+
+    #[test]
+    fn wait_headers_read_as_numbers_or_not_at_all() {
+        assert_eq!(wait_ms("7", 1000), Some(7000));
+        assert_eq!(wait_ms(" 1.5 ", 1000), Some(1500));
+        assert_eq!(wait_ms(".25", 1000), Some(250));
+        assert_eq!(wait_ms("2.", 1000), Some(2000));
+        assert_eq!(wait_ms("1.9999", 1000), Some(1999));
+        assert_eq!(wait_ms("250", 1), Some(250));
+        assert_eq!(wait_ms("99999999999999999999", 1000), Some(u64::MAX));
+        for bad in ["", ".", "..", "1.2.3", "-1", "1e3", "Fri, 01 Jan 2027"] {
+            assert_eq!(wait_ms(bad, 1000), None, "{bad:?}");
         }
     }
 }
