@@ -68,6 +68,9 @@ class Bucket:
 def fake_provider(bucket):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # As the providers' servers: a response's body is not held back for the ACK of its
+        # head (with Nagle on, a kept-alive connection would add the peer's 40 ms delayed ACK).
+        disable_nagle_algorithm = True
 
         def log_message(self, *args):
             pass

@@ -80,12 +80,17 @@ impl Proxy {
             owner: stat.st_uid,
             group: stat.st_gid,
         };
+        // Without TCP_NODELAY a request's body, written after its head, waits for the
+        // upstream's delayed ACK of the head: 40 ms added to a call.
+        let mut http = HttpConnector::new();
+        http.set_nodelay(true);
+        http.enforce_http(false);
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
             .map_err(|source| Error::Tls { source })?
             .https_or_http()
             .enable_http1()
-            .build();
+            .wrap_connector(http);
         let client = Client::builder(TokioExecutor::new()).build(connector);
         let (listener, local) = listen(&config.listen)?;
         if !config.listen.is_local() {

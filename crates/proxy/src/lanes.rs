@@ -11,7 +11,7 @@
 //! is tried again when the window resets or the pause ends, when this proxy records another
 //! response of the credential, and at least every [`LOOK_AGAIN`] (another process may have).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak, mpsc};
 use std::time::{Duration, Instant};
@@ -80,7 +80,61 @@ struct Lane {
     changed: watch::Receiver<u64>,
     /// Requests of this lane waiting for the budget.
     waiting: Arc<AtomicU64>,
+    /// Their order.
+    line: Arc<Line>,
     used: Instant,
+}
+
+/// The requests of a lane that wait for the budget, in the order they began to wait: only the
+/// first tries it; the others wait for it to go or give up, so that at a reset the calls go
+/// in their order, not in whichever order their timers fire.
+struct Line {
+    queue: Mutex<VecDeque<u64>>,
+    next: AtomicU64,
+    /// Bumped when one leaves, as the lane's worker bumps it for each response recorded.
+    changed: Arc<watch::Sender<u64>>,
+}
+
+impl Line {
+    fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<u64>> {
+        self.queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A place at the back.
+    fn join(self: &Arc<Line>) -> Ticket {
+        let id = self.next.fetch_add(1, Ordering::SeqCst);
+        self.queue().push_back(id);
+        Ticket {
+            line: Arc::clone(self),
+            id,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.queue().is_empty()
+    }
+}
+
+/// A request's place in its lane's [`Line`], left when dropped.
+struct Ticket {
+    line: Arc<Line>,
+    id: u64,
+}
+
+impl Ticket {
+    fn first(&self) -> bool {
+        self.line.queue().front() == Some(&self.id)
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.line.queue().retain(|id| *id != self.id);
+        // The next one tries at once.
+        self.line.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
 }
 
 /// One request counted as waiting while it lives.
@@ -198,12 +252,19 @@ impl Lanes {
                 ops: Arc::clone(&lane.ops),
                 changed: lane.changed.clone(),
                 waiting: Arc::clone(&lane.waiting),
+                line: Arc::clone(&lane.line),
             });
         }
         lanes.retain(|_, lane| now.duration_since(lane.used) < IDLE_LANE);
         let (tx, rx) = mpsc::channel();
         let ops = Arc::new(LaneTx(tx));
         let (changed_tx, changed) = watch::channel(0u64);
+        let changed_tx = Arc::new(changed_tx);
+        let line = Arc::new(Line {
+            queue: Mutex::new(VecDeque::new()),
+            next: AtomicU64::new(0),
+            changed: Arc::clone(&changed_tx),
+        });
         let ctx = Arc::clone(&self.ctx);
         let weak = Arc::downgrade(&ops);
         let key_copy = key.clone();
@@ -231,6 +292,7 @@ impl Lanes {
                 ops: Arc::clone(&ops),
                 changed: changed.clone(),
                 waiting: Arc::clone(&waiting),
+                line: Arc::clone(&line),
                 used: now,
             },
         );
@@ -238,11 +300,14 @@ impl Lanes {
             ops,
             changed,
             waiting,
+            line,
         })
     }
 
     /// Takes what a request needs from `key`'s budget, waiting up to `max_wait` while it is
-    /// spent or paused.
+    /// spent or paused. Requests that wait do so in line: only the first tries the budget;
+    /// one that finds others waiting goes behind them without trying (at the end of its wait
+    /// it tries once wherever it stands).
     pub(crate) async fn take(
         &self,
         key: &CredentialKey,
@@ -254,14 +319,36 @@ impl Lanes {
             ops,
             mut changed,
             waiting,
+            line,
         }) = self.lane(key)
         else {
             return Err(NotTaken::Closed);
         };
-        // Counted as waiting from its first refusal until it goes, is refused or is dropped.
+        // Counted as waiting from its first refusal (or its joining the line) until it goes,
+        // is refused or is dropped; its place in line as long.
         let mut waiter = None;
+        let mut ticket: Option<Ticket> = None;
         loop {
             changed.borrow_and_update();
+            let waited = started.elapsed();
+            let behind = waited < max_wait
+                && match &ticket {
+                    Some(ticket) => !ticket.first(),
+                    None => !line.is_empty(),
+                };
+            if behind {
+                if ticket.is_none() {
+                    ticket = Some(line.join());
+                }
+                if waiter.is_none() {
+                    waiter = Some(Waiter::new(&ops, &waiting));
+                }
+                let nap = LOOK_AGAIN.min(max_wait - waited);
+                let sleep = std::pin::pin!(tokio::time::sleep(nap));
+                let change = std::pin::pin!(changed.changed());
+                first_of(sleep, change).await;
+                continue;
+            }
             let (reply, answer) = oneshot::channel();
             if !ops.send(Op::Take { need, reply }) {
                 return Err(NotTaken::Closed);
@@ -292,6 +379,9 @@ impl Lanes {
             if waiter.is_none() {
                 log::debug!("a request waits for the budget: {refused}");
                 waiter = Some(Waiter::new(&ops, &waiting));
+            }
+            if ticket.is_none() {
+                ticket = Some(line.join());
             }
             let nap = ahead.min(LOOK_AGAIN).min(max_wait - waited);
             let sleep = std::pin::pin!(tokio::time::sleep(nap));
@@ -333,6 +423,7 @@ struct LaneRef {
     ops: Arc<LaneTx>,
     changed: watch::Receiver<u64>,
     waiting: Arc<AtomicU64>,
+    line: Arc<Line>,
 }
 
 /// The refusal a client gets after waiting `waited`, journaled once (by the lane, which may

@@ -249,6 +249,74 @@ fn a_pause_longer_than_the_wait_is_answered_at_once() {
     });
 }
 
+/// How many calls of `token` the state shows waiting.
+fn waiting(site: &Site, flavor: Flavor, token: &str) -> u64 {
+    site.state(flavor, token)
+        .and_then(|s| {
+            s["waiting"]
+                .as_object()
+                .map(|w| w.values().filter_map(|v| v["calls"].as_u64()).sum::<u64>())
+        })
+        .unwrap_or(0)
+}
+
+/// Callers that wait for a spent window go in the order they came: one a reset here, four
+/// waiting, and each reset serves the one that has waited longest, not whichever's timer
+/// fires first.
+#[test]
+fn waiting_callers_go_in_the_order_they_came() {
+    run(async {
+        let flavor = Flavor::Anthropic;
+        let token = "sk-ant-in-line-not-real";
+        let limits = Limits {
+            window_ms: 1_000,
+            requests: 1,
+            tokens: 1_000_000,
+        };
+        let fake = Fake::start_as(flavor, limits, as_it_is(flavor)).await;
+        let site = Site::new();
+        let proxy = patient(&site, flavor, &fake);
+        let warm = clients(flavor, &proxy.url(), token, 1, 1).await;
+        assert_eq!(warm[0].0, 200, "{warm:?}");
+        eventually("the spent window is recorded", || {
+            site.state(flavor, token)
+                .is_some_and(|s| s["resources"]["requests"]["remaining"] == 0)
+        })
+        .await;
+        let client = client();
+        let (done_tx, mut done) = tokio::sync::mpsc::unbounded_channel();
+        for n in 0..4u64 {
+            let (client, base, done_tx) = (client.clone(), proxy.url(), done_tx.clone());
+            tokio::spawn(async move {
+                let ask = request(flavor, &base, token)
+                    .body(Full::from(prompt(flavor, false)))
+                    .expect("request");
+                let (head, _) = send(&client, ask).await;
+                done_tx
+                    .send((n, head.status().as_u16()))
+                    .expect("the test listens");
+            });
+            // Each one waits before the next comes.
+            eventually("the caller waits (or has gone)", || {
+                waiting(&site, flavor, token) + fake.counts(|c| c.served) as u64 > n + 1
+            })
+            .await;
+        }
+        drop(done_tx);
+        let mut order = Vec::new();
+        while let Some(one) = done.recv().await {
+            order.push(one);
+        }
+        assert_eq!(
+            order,
+            vec![(0, 200), (1, 200), (2, 200), (3, 200)],
+            "served in the order they came"
+        );
+        assert_eq!(fake.counts(|c| (c.served, c.too_many)), (5, 0));
+        proxy.stop().await;
+    });
+}
+
 /// The `budget-refused` lines of `site`'s journal.
 fn refusals_journaled(site: &Site) -> usize {
     std::fs::read_to_string(site.temp.path().join("journal.jsonl"))
@@ -320,15 +388,7 @@ fn a_waiting_request_is_shown_and_its_refusal_journaled_once() {
             )
             .expect("the direct take goes");
         let reservation = held.reservation.expect("a reservation");
-        let waits = |site: &Site| {
-            site.state(flavor, token)
-                .and_then(|s| {
-                    s["waiting"]
-                        .as_object()
-                        .map(|w| w.values().filter_map(|v| v["calls"].as_u64()).sum::<u64>())
-                })
-                .unwrap_or(0)
-        };
+        let waits = |site: &Site| waiting(site, flavor, token);
         let refused = tokio::spawn({
             let (client, base) = (client.clone(), impatient.url());
             async move { send(&client, ask(&base)).await }
