@@ -278,6 +278,74 @@ fn a_takeover_names_the_record_taken_over_and_the_proof() {
     gate::quietly(|| drop(slot));
 }
 
+/// A holder killed with nobody after it is said by the first look at the pool (`slots`,
+/// `metrics`, `top`, `why`): one `holder-gone`, its record removed, the slot free to the next
+/// look; a live holder and a lease of another kind are left alone.
+#[test]
+fn a_dead_holder_nobody_takes_over_is_said_once_by_the_first_look() {
+    let site = Site::new(r#"{"max_agents": 2}"#);
+    let dir = site.pool.dir().clone();
+    let dead = dead_record();
+    site.write_record("agent-1.lock", &dead);
+    site.write_record("other.lock", &dead);
+    let live = site.take(Kind::Agent);
+    assert_eq!(live.name(), "agent-0.lock");
+    site.pool.snapshot().expect("a plain snapshot");
+    assert!(
+        site.temp.path().join("agent-1.lock").exists(),
+        "a plain snapshot changes nothing"
+    );
+    let first = site.pool.snapshot_retiring().expect("snapshot");
+    let state = |snapshot: &worklane_admission::Snapshot, name: &str| {
+        snapshot
+            .slots
+            .iter()
+            .find(|v| v.name == name)
+            .map(|v| v.state.is_held())
+    };
+    assert_eq!(
+        state(&first, "agent-1.lock"),
+        Some(false),
+        "shown dead once"
+    );
+    assert_eq!(state(&first, "agent-0.lock"), Some(true));
+    let Event::HolderGone {
+        slot,
+        slot_kind,
+        stale_pid,
+        stale_owner,
+        proof,
+        ..
+    } = one(&dir, "holder-gone")
+    else {
+        panic!("holder-gone");
+    };
+    assert_eq!(
+        (slot.as_str(), slot_kind.as_str()),
+        ("agent-1.lock", "agent")
+    );
+    assert_eq!(stale_pid, dead.pid());
+    assert_eq!(stale_owner.as_deref(), Some("dead"));
+    assert!(!proof.is_empty());
+    assert!(
+        !site.temp.path().join("agent-1.lock").exists(),
+        "its record is removed"
+    );
+    assert!(
+        site.temp.path().join("other.lock").exists(),
+        "a lock outside the pool's slots is not the view's to retire"
+    );
+    let second = site.pool.snapshot_retiring().expect("snapshot");
+    assert_eq!(state(&second, "agent-1.lock"), None, "free: not listed");
+    assert_eq!(state(&second, "agent-0.lock"), Some(true));
+    let gone = all(&dir)
+        .iter()
+        .filter(|e| e.event.kind() == "holder-gone")
+        .count();
+    assert_eq!(gone, 1, "said once");
+    gate::quietly(|| drop(live));
+}
+
 #[test]
 fn a_stray_guard_is_said_once_and_a_dead_writer_s_temp_file_when_swept() {
     let site = Site::new(r#"{"max_agents": 3}"#);

@@ -66,7 +66,7 @@ fn check_kind(kind: &str) -> Result<(), String> {
         true => Ok(()),
         false => Err(format!(
             "--kind {kind:?}: no such kind; the kinds are {} (or a family: slot, role, dispatch, \
-             budget)",
+             budget, holder)",
             KINDS.join(", ")
         )),
     }

@@ -227,6 +227,13 @@ fn history(registry: &mut Registry, journal: &Batch) {
         "Locks taken over from holders proved dead, in the journal",
         takeovers,
     );
+    let gone = Counter::<u64>::default();
+    gone.inc_by(tally.gone);
+    registry.register(
+        "holders_gone",
+        "Slots whose holders were found dead with nobody taking them over, in the journal",
+        gone,
+    );
     let halts = Family::<Labels, Counter>::default();
     for by in ["supervisor", "worklane"] {
         halts.get_or_create(&labels(&[("by", by)])).inc_by(0);
@@ -295,7 +302,7 @@ fn render(doc: &json::Slots, journal: &Batch) -> String {
 
 /// The exposition of the machine now.
 fn exposition(pool: &worklane_admission::Pool) -> Result<String, Failure> {
-    let snapshot = pool.snapshot()?;
+    let snapshot = pool.snapshot_retiring()?;
     let around = Around::of(pool, &snapshot);
     let doc = crate::slots::to_json(&snapshot, &around);
     let journal = worklane_journal::read(pool.dir())

@@ -186,7 +186,7 @@ pub(crate) fn to_json(snapshot: &Snapshot, around: &Around) -> json::Slots {
 pub(crate) fn show(as_json: bool, fleet: &crate::cli::FleetArgs) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
     let fleet = crate::fleet::slots_section(fleet);
-    let snapshot = pool.snapshot()?;
+    let snapshot = pool.snapshot_retiring()?;
     let around = Around::of(&pool, &snapshot);
     if as_json {
         outln!(

@@ -215,7 +215,7 @@ fn draw(frame: &mut ratatui::Frame<'_>, view: &View) {
 
 /// `slots --json`'s document now.
 fn document(pool: &worklane_admission::Pool) -> Result<json::Slots, Failure> {
-    let snapshot = pool.snapshot()?;
+    let snapshot = pool.snapshot_retiring()?;
     let around = Around::of(pool, &snapshot);
     Ok(crate::slots::to_json(&snapshot, &around))
 }

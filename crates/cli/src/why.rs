@@ -20,7 +20,7 @@ use questions::{Answer, admission, ownership, quota, with_fleet};
 
 pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
-    let snapshot = pool.snapshot()?;
+    let snapshot = pool.snapshot_retiring()?;
     let ledger = Ledger::new(pool.dir().clone());
     let answers = [
         (

@@ -703,3 +703,45 @@ fn a_killed_waiter_is_said_gone_by_the_one_that_retires_its_entry() {
     std::fs::write(site.file("release.2"), b"").expect("release");
     assert!(wait_exit(&mut next, "the next").success());
 }
+
+/// A supervisor SIGKILLed with nobody after it: once its command has ended too, the first look
+/// (`slots`) says the holder is gone (`holder-gone`, once), `metrics` counts it and `events`
+/// shows it.
+#[test]
+fn a_killed_holder_with_no_successor_is_said_gone_by_the_first_look() {
+    let site = Site::new(Some(r#"{"max_agents": 2}"#));
+    let mut holder = site.spawn(&["run", "--owner", "killed"], HOLD, "0");
+    wait_until("the holder", || site.file("up.0").exists());
+    super::jobs::sigkill(holder.id());
+    let _ = wait_exit(&mut holder, "the killed supervisor");
+    let gone = || {
+        std::fs::read_to_string(site.slots().join("journal.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| e["kind"] == "holder-gone")
+            .collect::<Vec<_>>()
+    };
+    // Its command gets SIGTERM from the kernel (`PR_SET_PDEATHSIG`) and ends; once the last
+    // copy of the guard is closed, the first look says the holder is gone.
+    std::fs::write(site.file("release.0"), b"").expect("release");
+    wait_until("the first look after the command's end says it", || {
+        assert!(site.output(&["slots"]).status.success());
+        !gone().is_empty()
+    });
+    assert!(site.output(&["slots"]).status.success());
+    let said = gone();
+    assert_eq!(said.len(), 1, "once: {said:?}");
+    assert_eq!(said[0]["slot"], "agent-0.lock", "{said:?}");
+    assert_eq!(said[0]["slot_kind"], "agent");
+    assert_eq!(said[0]["stale_owner"], "killed");
+    assert_eq!(said[0]["stale_pid"].as_u64(), Some(u64::from(holder.id())));
+    let metrics = String::from_utf8_lossy(&site.output(&["metrics"]).stdout).into_owned();
+    assert!(
+        metrics.contains("worklane_holders_gone_total 1\n"),
+        "{metrics}"
+    );
+    let shown =
+        String::from_utf8_lossy(&site.output(&["events", "--kind", "holder"]).stdout).into_owned();
+    assert!(shown.contains("agent-0.lock freed"), "{shown}");
+}

@@ -123,6 +123,27 @@ pub enum Event {
         #[serde(default)]
         waited_ms: u64,
     },
+    /// A slot's holder was found dead with nobody taking its slot over (killed, its command
+    /// ended since): said by the first worklane process that looked at the slot afterwards
+    /// (`slots`, `why`, `metrics`, `top`), which removed its record under its guard. A slot
+    /// taken over instead says `takeover`.
+    HolderGone {
+        /// The slot's file (`agent-3.lock`).
+        #[serde(default)]
+        slot: String,
+        /// `agent`, `test`, `job` or `full-run`.
+        #[serde(default)]
+        slot_kind: String,
+        /// The dead holder's pid, as recorded.
+        stale_pid: Option<u32>,
+        /// The dead holder's owner.
+        stale_owner: Option<String>,
+        /// When it had taken the slot (its `acquiredAt`).
+        stale_since: Option<String>,
+        /// The proof of death, in words.
+        #[serde(default)]
+        proof: String,
+    },
     /// A dead holder's lock was taken over.
     Takeover {
         /// The lock or lease file.
@@ -431,6 +452,7 @@ impl Event {
             Event::SlotRefused { .. } => "slot-refused",
             Event::SlotWaiting { .. } => "slot-waiting",
             Event::Takeover { .. } => "takeover",
+            Event::HolderGone { .. } => "holder-gone",
             Event::Halt { .. } => "halt",
             Event::Stop { .. } => "stop",
             Event::Resume { .. } => "resume",
@@ -458,11 +480,12 @@ impl Event {
 }
 
 /// Every `kind` this version writes, in the order of [`Event`].
-pub const KINDS: [&str; 26] = [
+pub const KINDS: [&str; 27] = [
     "slot-taken",
     "slot-released",
     "slot-refused",
     "slot-waiting",
+    "holder-gone",
     "takeover",
     "halt",
     "stop",
@@ -674,11 +697,25 @@ mod tests {
 
     #[test]
     fn every_kind_is_named_as_written() {
+        let gone = Event::HolderGone {
+            slot: "agent-1.lock".to_owned(),
+            slot_kind: "agent".to_owned(),
+            stale_pid: None,
+            stale_owner: None,
+            stale_since: None,
+            proof: "no such process".to_owned(),
+        };
+        assert_eq!(gone.kind(), "holder-gone");
+        let line = encode(&entry(gone.clone())).expect("short");
+        assert_eq!(decode(&line[..line.len() - 1]), (Some(entry(gone)), 0));
         let undrain = serde_json::to_value(entry(Event::Undrain)).expect("json");
         assert_eq!(undrain["kind"], "undrain");
         assert_eq!(Event::Undrain.kind(), "undrain");
         assert!(
-            KINDS.contains(&"broken-file") && KINDS.contains(&"role-released") && KINDS.len() == 26
+            KINDS.contains(&"broken-file")
+                && KINDS.contains(&"role-released")
+                && KINDS.contains(&"holder-gone")
+                && KINDS.len() == 27
         );
         let unknown: Entry = serde_json::from_str(
             r#"{"version":1,"at":"x","pid":1,"dropped":0,"kind":"from-the-future","n":1}"#,

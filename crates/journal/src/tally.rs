@@ -88,6 +88,8 @@ impl Hist {
 pub struct Tally {
     /// Locks taken over from holders proved dead.
     pub takeovers: u64,
+    /// Slots whose holders were found dead with nobody taking them over (`holder-gone`).
+    pub gone: u64,
     /// Commands halted by STOP, by who halted them (`supervisor`, `worklane`, `other`).
     pub halts: BTreeMap<String, u64>,
     /// Events writers could not append, said in their later lines.
@@ -130,6 +132,7 @@ impl Tally {
         self.dropped = self.dropped.saturating_add(entry.dropped);
         match &entry.event {
             Event::Takeover { .. } => self.takeovers = self.takeovers.saturating_add(1),
+            Event::HolderGone { .. } => self.gone = self.gone.saturating_add(1),
             Event::Halt { by, .. } => {
                 let by = match by.as_str() {
                     "supervisor" => "supervisor",
@@ -172,6 +175,7 @@ impl Tally {
     /// Adds `other`'s counts. Labels another writer made up are counted as `other`.
     pub fn merge(&mut self, other: &Tally) {
         self.takeovers = self.takeovers.saturating_add(other.takeovers);
+        self.gone = self.gone.saturating_add(other.gone);
         self.dropped = self.dropped.saturating_add(other.dropped);
         for (by, n) in &other.halts {
             let by = match by.as_str() {

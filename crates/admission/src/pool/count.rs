@@ -208,6 +208,20 @@ impl Pool {
         path: &SlotPath,
         liveness: &dyn Liveness,
     ) -> Result<(SlotState, Option<Vec<u8>>), Error> {
+        self.observe_retiring(path, liveness, None)
+    }
+
+    /// [`Pool::observe`] that, for a slot of `retire`'s kind whose record proves its holder
+    /// dead, also removes that record while it holds the guard, and journals `holder-gone`:
+    /// the first look after a holder's death says so, whether or not anyone takes the slot
+    /// over. The state returned is the one judged (`Dead`); the next look finds the slot free.
+    /// A record this user may not remove stays (a taker's takeover says it later).
+    pub(super) fn observe_retiring(
+        &self,
+        path: &SlotPath,
+        liveness: &dyn Liveness,
+        retire: Option<&'static str>,
+    ) -> Result<(SlotState, Option<Vec<u8>>), Error> {
         use worklane_guard::acquire::Error as GuardError;
         use worklane_slotfile::read::Error as ReadError;
         let guard = match path.try_guard() {
@@ -260,11 +274,50 @@ impl Pool {
                 Ok(record) => match liveness.judge(&record, &worklane_lease::Now::of(&*self.clock))
                 {
                     Judgement::Live(why) => SlotState::Live(why),
-                    Judgement::Dead(why) => SlotState::Dead(why),
+                    Judgement::Dead(why) => {
+                        if let Some(kind) = retire {
+                            self.retire_dead(path, raw, &record, &why, kind);
+                        }
+                        SlotState::Dead(why)
+                    }
                 },
             },
         };
         drop(guard);
         Ok((state, raw))
+    }
+
+    /// Removes the dead holder's `record` (still `raw`, byte for byte) of slot `path`, under
+    /// its guard (held by the caller), and journals it.
+    fn retire_dead(
+        &self,
+        path: &SlotPath,
+        raw: &[u8],
+        record: &Record,
+        why: &worklane_lease::DeadWhy,
+        kind: &'static str,
+    ) {
+        match path.remove_if_unchanged(raw) {
+            Ok(worklane_slotfile::Removal::Removed) => {
+                log::info!(
+                    "{}: its holder (pid {}) is gone and nobody took it over: {why}; its record \
+                     is removed",
+                    path.name(),
+                    record
+                        .pid()
+                        .map_or_else(|| "?".to_owned(), |p| p.to_string())
+                );
+                self.journal.emit(worklane_journal::Event::HolderGone {
+                    slot: path.name().to_owned(),
+                    slot_kind: kind.to_owned(),
+                    stale_pid: record.pid(),
+                    stale_owner: record.owner.clone(),
+                    stale_since: record.acquired_at.clone(),
+                    proof: why.to_string(),
+                });
+            }
+            Ok(_) => {}
+            Err(e) => log::debug!("{}: its dead holder's record stays: {e}", path.name()),
+        }
     }
 }

@@ -146,7 +146,21 @@ impl Pool {
     }
 
     /// Every slot, run, lease and lock file with its verdict, plus caps, STOP and drain.
+    /// Changes nothing (see [`Pool::snapshot_retiring`] for the operator's views).
     pub fn snapshot(&self) -> Result<Snapshot, Error> {
+        self.snapshot_with(false)
+    }
+
+    /// [`Pool::snapshot`] for a view an operator reads (`slots`, `why`, `metrics`, `top`): a
+    /// slot (agent, test, job, full run) whose holder is proved dead is shown dead this once
+    /// and retired: its record removed under its guard and a `holder-gone` event journaled,
+    /// so that a holder killed with nobody after it is on record from the first look, not
+    /// only from the next take (PROTOCOL.md section 8).
+    pub fn snapshot_retiring(&self) -> Result<Snapshot, Error> {
+        self.snapshot_with(true)
+    }
+
+    fn snapshot_with(&self, retiring: bool) -> Result<Snapshot, Error> {
         let config = Config::load_in(&self.env, &self.locations.config);
         // The caps the units are counted under (none while the config cannot be used).
         let cap = |kind: &str| match (&config, kind) {
@@ -180,7 +194,11 @@ impl Pool {
             // judged from; a held guard's record is read after the probe, so it never names a
             // holder that had already left before it. A record that cannot be read is shown
             // without one; its state says why.
-            let (state, raw) = self.observe(&path, liveness.as_ref())?;
+            // A slot's dead holder is retired on the way (`holder-gone`): see
+            // `Pool::observe_retiring`.
+            let retire =
+                (retiring && matches!(kind, "agent" | "test" | "job" | "full-run")).then_some(kind);
+            let (state, raw) = self.observe_retiring(&path, liveness.as_ref(), retire)?;
             let raw = match raw {
                 Some(raw) => Some(raw),
                 None if matches!(state, SlotState::GuardHeld) => path.read().ok().flatten(),

@@ -40,6 +40,17 @@ pub(crate) fn what(event: &Event) -> String {
         } => {
             format!("{owner} waits for a {slot_kind} slot, {position} of {in_line} in line: {why}")
         }
+        Event::HolderGone {
+            slot,
+            stale_pid,
+            stale_owner,
+            proof,
+            ..
+        } => format!(
+            "{slot} freed: its holder, pid {} ({}), is gone and nobody took it over: {proof}",
+            stale_pid.map_or_else(|| "?".to_owned(), |p| p.to_string()),
+            or_dash(stale_owner.as_deref())
+        ),
         Event::Takeover {
             resource,
             owner,
