@@ -83,6 +83,33 @@ pub enum Error {
         #[source]
         source: Box<worklane_lease::acquire::Error>,
     },
+    /// The directory's protocol (`protocol.json`) asks what this worklane cannot keep.
+    #[error("cannot act in the slot directory {}", dir.display())]
+    Protocol {
+        /// The slot directory.
+        dir: PathBuf,
+        /// Why.
+        #[source]
+        why: crate::protocol::Unsupported,
+    },
+    /// `slots.lock` stayed held by another process for about 2 s.
+    #[error(
+        "slots.lock in {} stayed held for 2 s: is its holder stopped? (`worklane slots` names it)",
+        dir.display()
+    )]
+    SlotsLockBusy {
+        /// The slot directory.
+        dir: PathBuf,
+    },
+    /// `protocol.json` could not be written.
+    #[error("cannot write protocol.json in {}", dir.display())]
+    WriteProtocol {
+        /// The slot directory.
+        dir: PathBuf,
+        /// Why.
+        #[source]
+        source: worklane_slotfile::write::Error,
+    },
     /// STOP could not be written.
     #[error("cannot write STOP in {}", dir.display())]
     WriteStop {

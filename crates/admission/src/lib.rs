@@ -133,6 +133,11 @@
 //!   `worklane slots` shows; each `SlotView` has `name`, `kind` (`agent`, `test`, `full-run`,
 //!   `role`, `lease`, `lock`), the parsed `record` and a `SlotState`. `idle()` is the idle probe: no live
 //!   `full-run.lock`.
+//! - `protocol` module: `protocol.json` (`Protocol {version, level, extensions}`), `LEVEL` 1 and
+//!   the `KNOWN` extensions (`weights`); every take (`try_take_until`) checks it first and
+//!   refuses with `Error::Protocol` (a higher level, an unknown extension, an unreadable file);
+//!   a take of weight above 1, or under `shares`, declares `weights` under `slots.lock`
+//!   (`Pool::declare`); `Pool::drop_extension` removes one when nothing uses it.
 //! - `stop` module: `Stop {by, at, reason}`, `read` (an unreadable STOP is still a STOP),
 //!   `write` (replace, `SHARED_MODE` 0660; an empty directory at the name is removed first,
 //!   `replace_over_empty_dir`), `remove` (`remove_entry`). `drain` module: `Drain {since, until, to}` (`to`
@@ -144,7 +149,8 @@
 //! - Errors: one crate-root `Error` for every pool operation, because they share their steps
 //!   (the config, STOP, the drain flag, listing, judging a slot, `slots.lock`, the line). Each
 //!   variant names its step and subject (`Config`, `Name`, `List`, `Probe`, `Judge`,
-//!   `Count`/`Counted` (`slots.lock` for a kind), `Take {kind}`, `WriteStop`, `RemoveStop`,
+//!   `Count`/`Counted` (`slots.lock` for a kind), `Take {kind}`, `Protocol`, `WriteProtocol`,
+//!   `WriteStop`, `RemoveStop`,
 //!   `DrainDir`, `WriteDrain`, `RemoveDrain`, `JoinLine {kind}`, `LineFull`, `LeaveLine`,
 //!   `Retire`, `NotASlot`, `AdoptGuard`, `Adopt`, `Annotate`, `Weight`, `WeightOverShare`,
 //!   `PoolField`, `Release`) and carries the typed
@@ -160,6 +166,7 @@ pub mod line;
 mod names;
 mod pool;
 mod problems;
+pub mod protocol;
 pub mod role;
 pub mod share;
 pub mod stop;
@@ -169,9 +176,9 @@ pub mod weight;
 pub use drain::{Drain, DrainState, MAX_DRAIN_AHEAD_MS};
 pub use error::Error;
 pub use pool::{
-    Blocker, FULL_RUN_LOCK, Holding, Kind, LOOK_AGAIN_AT_MOST, Pool, RecordedCommand, SLOTS_LOCK,
-    SWEEP_EVERY_MS, ShareUse, ShareUsed, Slot, SlotState, SlotView, Snapshot, Take, Wait, Waiting,
-    owner_words, slot_index,
+    Blocker, Dropped, FULL_RUN_LOCK, Holding, Kind, LOOK_AGAIN_AT_MOST, Pool, RecordedCommand,
+    SLOTS_LOCK, SWEEP_EVERY_MS, ShareUse, ShareUsed, Slot, SlotState, SlotView, Snapshot, Take,
+    Wait, Waiting, owner_words, slot_index,
 };
 pub use problems::{Problem, drain_problem, stop_problem};
 pub use share::{Ask, Owner, ShareOf};

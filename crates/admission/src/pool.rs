@@ -18,6 +18,7 @@ mod wait;
 
 pub use blocker::{Blocker, Holding, ShareUsed, owner_words};
 pub use count::SlotState;
+pub use operator::Dropped;
 pub use take::Take;
 pub use view::{RecordedCommand, ShareUse, SlotView, Snapshot};
 pub use wait::{LOOK_AGAIN_AT_MOST, Wait, Waiting};

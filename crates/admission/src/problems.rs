@@ -44,6 +44,7 @@ pub(crate) fn scan(dir: &SlotDir, now_ms: u64) -> Vec<Problem> {
             _ => {}
         }
     }
+    found.extend(protocol_problem(dir));
     found.extend(journal_problem(dir));
     for path in dir.list().unwrap_or_default() {
         let name = path.name();
@@ -74,6 +75,24 @@ pub(crate) fn scan(dir: &SlotDir, now_ms: u64) -> Vec<Problem> {
         });
     }
     found
+}
+
+/// `protocol.json` when it asks what this worklane cannot keep: every take, lease and enqueue
+/// of this worklane is then refused (the views still work).
+fn protocol_problem(dir: &SlotDir) -> Option<Problem> {
+    let why = crate::protocol::check_dir(dir).err()?;
+    Some(Problem {
+        name: crate::protocol::PROTOCOL_FILE.to_owned(),
+        what: format!("{why}; until then this worklane refuses every take, lease and enqueue here"),
+        fix: match &why {
+            crate::protocol::Unsupported::Unreadable { .. } => format!(
+                "repair or remove {} (see PROTOCOL.md section 0)",
+                quoted(dir, crate::protocol::PROTOCOL_FILE)
+            ),
+            _ => "upgrade worklane on this machine (see PROTOCOL.md's changelog)".to_owned(),
+        },
+        blocks: Some("every take"),
+    })
 }
 
 /// The event journal when the directory's group cannot append to it (PROTOCOL.md 17.1: mode

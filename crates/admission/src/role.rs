@@ -61,6 +61,7 @@ impl Pool {
     /// liveness, journaled as the pool's takes are. `retry` marks a waiter's later tries, whose
     /// refusals are its wait, not news (a `role-refused` event is written for the first only).
     pub fn try_take_role(&self, request: &RoleRequest, retry: bool) -> Result<RoleTake, Error> {
+        self.protocol()?;
         if let Some(stop) = self.stop()? {
             return Ok(RoleTake::Stopped(stop));
         }

@@ -30,6 +30,8 @@ mod strays;
 
 mod problems;
 
+mod protocol;
+
 mod line;
 
 mod sweep;

@@ -244,6 +244,20 @@ pub(crate) fn set_test_slots(n: u32) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Shares are what only an implementation that counts weights keeps: `protocol.json` names
+/// the `weights` extension from the first config that sets them, and the operator is told.
+fn declare_weights() -> Result<(), Failure> {
+    let pool = crate::pool()?;
+    if pool.declare_extension(worklane_admission::protocol::WEIGHTS)? {
+        sayln!(
+            "the slot directory now uses the protocol extension \"weights\" (protocol.json): \
+             implementations that do not count weights and shares refuse to take slots here \
+             (`worklane protocol show`)"
+        )?;
+    }
+    Ok(())
+}
+
 pub(crate) fn command(command: ConfigCommand) -> Result<ExitCode, Failure> {
     match command {
         ConfigCommand::Get { key, json } => get(key, json),
@@ -274,10 +288,15 @@ pub(crate) fn command(command: ConfigCommand) -> Result<ExitCode, Failure> {
                 )
             })?;
             let shown = plain(&parsed);
+            let sets_shares = key == ConfigKey::Shares
+                && parsed.as_object().is_some_and(|shares| !shares.is_empty());
             let path = edit(|keys| {
                 keys.insert(key.name().to_owned(), parsed);
             })?;
             sayln!("{} = {shown} in {}", key.name(), path.display())?;
+            if sets_shares {
+                declare_weights()?;
+            }
             Ok(ExitCode::SUCCESS)
         }
         ConfigCommand::Unset { key } => {

@@ -102,7 +102,7 @@ impl From<worklane_admission::Error> for Failure {
 fn admission_code(e: &worklane_admission::Error) -> u8 {
     use worklane_admission::Error as E;
     match e {
-        E::Config { .. } => CONFIG,
+        E::Config { .. } | E::Protocol { .. } => CONFIG,
         E::List { source, .. } | E::DrainDir { source, .. } => open_code(source),
         E::Probe { source, .. } | E::AdoptGuard { source, .. } => guard_code(source),
         E::Count { source, .. }

@@ -76,6 +76,7 @@ mod nesting;
 mod ops;
 mod out;
 mod progress;
+mod protocol;
 #[cfg(feature = "proxy")]
 mod proxy;
 #[cfg(not(feature = "proxy"))]
@@ -120,10 +121,12 @@ fn pool() -> Result<Pool, Failure> {
     Ok(Pool::open(located))
 }
 
-/// The machine's pool for a take: its config must be usable, or the take is refused (78,
-/// naming the file, what is wrong and the fix) before anything is taken.
+/// The machine's pool for a take: its protocol (`protocol.json`) must be one this worklane
+/// keeps and its config usable, or the take is refused (78, naming the file, what is wrong and
+/// the fix) before anything is taken.
 fn taking_pool() -> Result<Pool, Failure> {
     let pool = pool()?;
+    pool.protocol()?;
     pool.config().map_err(config::take_refused)?;
     Ok(pool)
 }
@@ -211,6 +214,7 @@ fn main() -> ExitCode {
         Command::Drain { until, to, json } => ops::drain(&until, to, json),
         Command::Undrain { json } => ops::undrain(json),
         Command::Idle => ops::idle(),
+        Command::Protocol(command) => protocol::command(command),
         Command::Lease(LeaseCommand::Run(args)) => lease_run::lease_run(args),
         Command::Fleet(FleetCommand::SetCap { fleet: args, cap }) => fleet::set_cap(&args, cap),
         Command::Fleet(FleetCommand::Status { fleet: args, json }) => fleet::status(&args, json),

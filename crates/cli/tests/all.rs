@@ -102,6 +102,9 @@ mod jobs;
 /// `run --weight` and the config's `shares`.
 mod weights;
 
+/// `protocol.json`: levels and extensions.
+mod protocol;
+
 /// `worklane proxy`.
 mod proxy;
 

@@ -224,6 +224,16 @@ fn every_documented_example_has_the_shape_of_the_real_output() {
     );
     let config = site.output(&["config", "get", "--json"]);
     check("config get --json", vec![doc(&config, "config get --json")]);
+    std::fs::write(
+        site.slots().join("protocol.json"),
+        r#"{"version": 1, "level": 1, "extensions": ["weights"]}"#,
+    )
+    .expect("protocol.json");
+    let protocol = site.output(&["protocol", "show", "--json"]);
+    check(
+        "protocol show --json",
+        vec![doc(&protocol, "protocol show --json")],
+    );
     let reconciled = site.output(&["reconcile", "a-00000000000000000000000000000000", "--json"]);
     check(
         "reconcile --json",

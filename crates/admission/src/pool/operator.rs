@@ -90,3 +90,104 @@ impl Pool {
         Ok(None)
     }
 }
+
+/// Why an extension cannot be dropped: what still uses it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Dropped {
+    /// It was named and is no longer.
+    Dropped,
+    /// It was not named.
+    NotNamed,
+    /// Something uses it (each in words: `agent-1.lock holds 3 units`, `the config's shares`).
+    InUse(Vec<String>),
+}
+
+impl Pool {
+    /// The directory's `protocol.json`, if this worklane may act under it: a higher level, an
+    /// unknown extension or an unreadable file is [`Error::Protocol`].
+    pub fn protocol(&self) -> Result<crate::protocol::Protocol, Error> {
+        crate::protocol::check_dir(&self.dir).map_err(|why| Error::Protocol {
+            dir: self.dir.path().to_owned(),
+            why,
+        })
+    }
+
+    /// Declares `extension` in `protocol.json` under `slots.lock`, held by the caller (a take
+    /// that uses it); `Ok(true)` when it was added now.
+    pub(super) fn declare_held(&self, extension: &str) -> Result<bool, Error> {
+        let protocol = self.protocol()?;
+        let added = crate::protocol::declare(&self.dir, protocol, extension)?;
+        if added {
+            log::info!(
+                "the slot directory now uses the protocol extension {extension:?} \
+                 (protocol.json): implementations that do not know it refuse to take slots here"
+            );
+        }
+        Ok(added)
+    }
+
+    /// Declares `extension` in `protocol.json` (under `slots.lock`), for an operator's change
+    /// that starts using it (`config set shares`); `Ok(true)` when it was added now.
+    pub fn declare_extension(&self, extension: &str) -> Result<bool, Error> {
+        let counting = self.hold_slots_lock_for_change()?;
+        let added = self.declare_held(extension);
+        counting.release().map_err(|source| Error::Counted {
+            kind: "agent",
+            source,
+        })?;
+        added
+    }
+
+    /// Removes `extension` from `protocol.json` (under `slots.lock`) when nothing uses it: for
+    /// `weights`, no live agent or test slot counts for more than one unit and the config has no
+    /// `shares`. An extension this worklane does not know cannot be checked, so it is never
+    /// dropped here ([`Error::Protocol`]).
+    pub fn drop_extension(&self, extension: &str) -> Result<Dropped, Error> {
+        let read = crate::protocol::read(&self.dir).map_err(|why| Error::Protocol {
+            dir: self.dir.path().to_owned(),
+            why,
+        })?;
+        if !crate::protocol::KNOWN.contains(&extension) {
+            return Err(Error::Protocol {
+                dir: self.dir.path().to_owned(),
+                why: crate::protocol::Unsupported::Extension {
+                    name: extension.to_owned(),
+                },
+            });
+        }
+        if !read.extensions.iter().any(|e| e == extension) {
+            return Ok(Dropped::NotNamed);
+        }
+        let counting = self.hold_slots_lock_for_change()?;
+        let outcome = self.drop_held(extension);
+        counting.release().map_err(|source| Error::Counted {
+            kind: "agent",
+            source,
+        })?;
+        outcome
+    }
+
+    fn drop_held(&self, extension: &str) -> Result<Dropped, Error> {
+        let mut protocol = crate::protocol::read(&self.dir).map_err(|why| Error::Protocol {
+            dir: self.dir.path().to_owned(),
+            why,
+        })?;
+        let mut users = Vec::new();
+        if let Ok(config) = self.config()
+            && !config.shares.is_empty()
+        {
+            users.push("the config's shares".to_owned());
+        }
+        for view in self.snapshot()?.slots {
+            if matches!(view.kind, "agent" | "test") && view.units > 1 {
+                users.push(format!("{} holds {} units", view.name, view.units));
+            }
+        }
+        if !users.is_empty() {
+            return Ok(Dropped::InUse(users));
+        }
+        protocol.extensions.retain(|e| e != extension);
+        crate::protocol::write(&self.dir, &protocol)?;
+        Ok(Dropped::Dropped)
+    }
+}

@@ -294,6 +294,8 @@ impl Pool {
         line: Option<(i64, u64, Option<&crate::line::Entry>)>,
         waited_ms: u64,
     ) -> Result<Take, Error> {
+        // A directory whose protocol this worklane cannot keep is not acted in at all.
+        self.protocol()?;
         if let Some(blocker) = self.operator_blocker()? {
             return Ok(Take::Blocked(blocker));
         }
@@ -343,6 +345,14 @@ impl Pool {
         }; // Re-check under slots.lock: a STOP written a moment ago wins.
         if let Some(blocker) = self.operator_blocker()? {
             return Ok(Take::Blocked(blocker));
+        }
+        // A slot of more than one unit, or units bounded by shares, is what an implementation
+        // that does not count weights would break: said in protocol.json before it is taken.
+        if (asked.weight > 1 || !asked.shares.is_empty())
+            && let Err(e) = self.declare_held(crate::protocol::WEIGHTS)
+        {
+            counting.release().map_err(counted)?;
+            return Err(e);
         }
         let (files, hidden) = self.dir.list_with_hidden().map_err(self.listing())?;
         let fair = !asked.shares.is_empty();
@@ -435,6 +445,15 @@ impl Pool {
                 fixed: true,
             });
         }
+    }
+
+    /// Takes `slots.lock` for an operator's change (waiting up to about 2 s for a counter):
+    /// [`Error::SlotsLockBusy`] when it stays busy.
+    pub(super) fn hold_slots_lock_for_change(&self) -> Result<Lease, Error> {
+        self.hold_slots_lock(Kind::Agent, None)?
+            .ok_or_else(|| Error::SlotsLockBusy {
+                dir: self.dir.path().to_owned(),
+            })
     }
 
     /// Takes `slots.lock`, waiting up to about 2 s (or until `deadline`, if sooner) for another

@@ -125,6 +125,10 @@ pub(crate) enum Command {
     },
     /// The idle probe: exit 0 only when no full run is live (checks the lock, not processes).
     Idle,
+    /// The slot directory's protocol (`protocol.json`): its level and the extensions in use,
+    /// and what this worklane keeps.
+    #[command(subcommand)]
+    Protocol(ProtocolCommand),
     /// Role leases: one owner per role on this machine.
     #[command(subcommand)]
     Lease(LeaseCommand),

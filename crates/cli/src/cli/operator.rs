@@ -2,6 +2,26 @@
 
 use super::*;
 
+/// `worklane protocol`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum ProtocolCommand {
+    /// Print the directory's level and extensions, and whether this worklane may take here.
+    Show {
+        /// Print `{"version", "level", "extensions", "keeps": {"level", "extensions"},
+        /// "refused"}` as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove an extension from `protocol.json` once nothing uses it (for `weights`: no live
+    /// slot of more than one unit and no `shares` in the config), so that implementations
+    /// that do not know it may take here again.
+    Drop {
+        /// The extension (`weights`).
+        extension: String,
+    },
+}
+
+/// `worklane config`.
 #[derive(Debug, Subcommand)]
 pub(crate) enum ConfigCommand {
     /// Print KEY's value in force (its default when the file does not set it); without KEY,

@@ -1,0 +1,200 @@
+//! `protocol.json`: the protocol level of the slot directory and the extensions in use, so that
+//! an implementation that cannot keep a rule in force there refuses to act instead of breaking
+//! it (PROTOCOL.md section 0, modelled on git's `core.repositoryformatversion` and
+//! `extensions.*`).
+//!
+//! No file is level 1 with no extension. A take, a lease and an enqueue in a directory whose
+//! level is above [`LEVEL`], or that names an extension not in [`KNOWN`], is refused
+//! ([`Unsupported`]); the views still read the directory and say why. An extension is declared
+//! under `slots.lock` the first time it is used (never removed by a take), and removed only by
+//! an operator's command that checks nothing uses it.
+
+use serde::{Deserialize, Serialize};
+use worklane_slotfile::{SHARED_MODE, SlotDir};
+
+/// The file's name in the slot directory.
+pub const PROTOCOL_FILE: &str = "protocol.json";
+
+/// The protocol level this implementation keeps: PROTOCOL.md's, with the waiting line.
+pub const LEVEL: u32 = 1;
+
+/// Weights and shares (PROTOCOL.md 12.10): a slot may count for more than one unit of its
+/// cap, and an owner's units may be bounded by its share. An implementation that does not
+/// count weights takes past the cap.
+pub const WEIGHTS: &str = "weights";
+
+/// The extensions this implementation knows and keeps.
+pub const KNOWN: [&str; 1] = [WEIGHTS];
+
+/// What `protocol.json` says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Protocol {
+    /// The file's format: 1.
+    pub version: u32,
+    /// The protocol level.
+    pub level: u32,
+    /// The extensions in use, sorted, each once.
+    #[serde(default)]
+    pub extensions: Vec<String>,
+}
+
+impl Default for Protocol {
+    fn default() -> Protocol {
+        Protocol {
+            version: 1,
+            level: 1,
+            extensions: Vec::new(),
+        }
+    }
+}
+
+/// Why this implementation may not act in a directory.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unsupported {
+    /// The directory is at a level above this implementation's.
+    #[error(
+        "the slot directory is at protocol level {level} ({PROTOCOL_FILE}) and this worklane \
+         keeps level {LEVEL}: upgrade worklane (every program that takes slots here) to one of \
+         level {level} or above"
+    )]
+    Level {
+        /// The directory's level.
+        level: u32,
+    },
+    /// The directory names an extension this implementation does not know.
+    #[error(
+        "the slot directory uses the protocol extension {name:?} ({PROTOCOL_FILE}), which this \
+         worklane does not know: upgrade worklane (every program that takes slots here) to one \
+         that knows it, or, if nothing uses it any more, `worklane protocol drop {name}` with \
+         a worklane that knows it"
+    )]
+    Extension {
+        /// Its name.
+        name: String,
+    },
+    /// The file cannot be read or does not parse: what it asks cannot be known.
+    #[error(
+        "{PROTOCOL_FILE} cannot be read ({detail}): what the directory's protocol asks is not \
+         known; repair it (`{{\"version\": 1, \"level\": 1, \"extensions\": []}}` with the \
+         extensions in use) or remove it if no extension is in use"
+    )]
+    Unreadable {
+        /// Why.
+        detail: String,
+    },
+}
+
+/// Reads `dir`'s `protocol.json`: the default (level 1, no extension) when there is none.
+pub fn read(dir: &SlotDir) -> Result<Protocol, Unsupported> {
+    let unreadable = |detail: String| Unsupported::Unreadable { detail };
+    let file = dir
+        .file(PROTOCOL_FILE)
+        .map_err(|e| unreadable(e.to_string()))?;
+    match file.read() {
+        Ok(None) => Ok(Protocol::default()),
+        Ok(Some(raw)) => {
+            let protocol: Protocol =
+                serde_json::from_slice(&raw).map_err(|e| unreadable(e.to_string()))?;
+            if protocol.version != 1 {
+                return Err(unreadable(format!(
+                    "its format is version {}; this worklane reads version 1",
+                    protocol.version
+                )));
+            }
+            Ok(protocol)
+        }
+        Err(e) => Err(unreadable(e.to_string())),
+    }
+}
+
+/// Whether this implementation may act under `protocol`.
+pub fn check(protocol: &Protocol) -> Result<(), Unsupported> {
+    if protocol.level > LEVEL {
+        return Err(Unsupported::Level {
+            level: protocol.level,
+        });
+    }
+    match protocol
+        .extensions
+        .iter()
+        .find(|e| !KNOWN.contains(&e.as_str()))
+    {
+        Some(name) => Err(Unsupported::Extension { name: name.clone() }),
+        None => Ok(()),
+    }
+}
+
+/// [`read`] then [`check`]: whether this implementation may take, lease or enqueue in `dir`.
+pub fn check_dir(dir: &SlotDir) -> Result<Protocol, Unsupported> {
+    let protocol = read(dir)?;
+    check(&protocol)?;
+    Ok(protocol)
+}
+
+/// Adds `extension` to `dir`'s `protocol.json` if it is not named yet; `Ok(true)` when it was
+/// added. The caller holds `slots.lock` (every declaration is made under it, so two are never
+/// lost to each other) and has read `protocol` ([`check_dir`]) under it.
+pub(crate) fn declare(
+    dir: &SlotDir,
+    mut protocol: Protocol,
+    extension: &str,
+) -> Result<bool, crate::Error> {
+    if protocol.extensions.iter().any(|e| e == extension) {
+        return Ok(false);
+    }
+    protocol.extensions.push(extension.to_owned());
+    protocol.extensions.sort();
+    protocol.extensions.dedup();
+    write(dir, &protocol)?;
+    Ok(true)
+}
+
+/// Writes `protocol` as `dir`'s `protocol.json` (temp file, mode 0660, rename).
+pub(crate) fn write(dir: &SlotDir, protocol: &Protocol) -> Result<(), crate::Error> {
+    let mut bytes = serde_json::to_vec(protocol).unwrap_or_default();
+    bytes.push(b'\n');
+    crate::names::file_in(dir, PROTOCOL_FILE)?
+        .replace(&bytes, SHARED_MODE)
+        .map_err(|source| crate::Error::WriteProtocol {
+            dir: dir.path().to_owned(),
+            source,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn protocol(level: u32, extensions: &[&str]) -> Protocol {
+        Protocol {
+            version: 1,
+            level,
+            extensions: extensions.iter().map(|e| (*e).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_higher_level_or_an_unknown_extension_is_refused_and_known_ones_pass() {
+        assert_eq!(check(&Protocol::default()), Ok(()));
+        assert_eq!(check(&protocol(1, &["weights"])), Ok(()));
+        assert_eq!(check(&protocol(0, &[])), Ok(()), "a lower level is kept");
+        assert_eq!(
+            check(&protocol(2, &[])),
+            Err(Unsupported::Level { level: 2 })
+        );
+        assert_eq!(
+            check(&protocol(1, &["weights", "cgroups"])),
+            Err(Unsupported::Extension {
+                name: "cgroups".into()
+            })
+        );
+        let said = Unsupported::Extension {
+            name: "cgroups".into(),
+        }
+        .to_string();
+        assert!(
+            said.contains("\"cgroups\"") && said.contains("upgrade worklane"),
+            "{said}"
+        );
+    }
+}

@@ -1,0 +1,160 @@
+//! `protocol.json` (PROTOCOL.md section 0): a take in a directory whose level is above this
+//! implementation's, or that names an extension it does not know, is refused before anything
+//! is taken; the views still work and say why; `weights` is declared by the first take that
+//! uses a weight or a share, and dropped only when nothing uses it.
+
+use super::*;
+use worklane_admission::protocol::{self, Unsupported};
+use worklane_admission::{Ask, Dropped};
+
+fn protocol_file(site: &Site) -> std::path::PathBuf {
+    site.temp.path().join(protocol::PROTOCOL_FILE)
+}
+
+fn declared(site: &Site) -> Vec<String> {
+    std::fs::read(protocol_file(site))
+        .ok()
+        .map(|raw| {
+            let doc: serde_json::Value = serde_json::from_slice(&raw).expect("JSON");
+            doc["extensions"]
+                .as_array()
+                .expect("a list")
+                .iter()
+                .map(|e| e.as_str().expect("a name").to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn try_take(site: &Site, ask: &Ask) -> Result<Take, worklane_admission::Error> {
+    gate::quietly(|| {
+        let now = site.pool.clock().now_ms();
+        site.pool
+            .try_take_for(Kind::Agent, &Request::new("test"), ask, 0, now)
+    })
+}
+
+#[test]
+fn an_unknown_extension_or_a_higher_level_refuses_every_take_and_the_views_say_so() {
+    for (written, expected) in [
+        (
+            r#"{"version": 1, "level": 1, "extensions": ["weights", "cgroups"]}"#,
+            Unsupported::Extension {
+                name: "cgroups".into(),
+            },
+        ),
+        (
+            r#"{"version": 1, "level": 2, "extensions": []}"#,
+            Unsupported::Level { level: 2 },
+        ),
+    ] {
+        let site = Site::new(r#"{"max_agents": 2}"#);
+        std::fs::write(protocol_file(&site), written).expect("protocol.json");
+        let refused = try_take(&site, &Ask::new()).expect_err("refused");
+        assert!(
+            matches!(&refused, worklane_admission::Error::Protocol { why, .. } if *why == expected),
+            "{refused:?}"
+        );
+        let listed: Vec<_> = std::fs::read_dir(site.temp.path())
+            .expect("list")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            !listed.iter().any(|n| n.starts_with("agent-")),
+            "nothing taken: {listed:?}"
+        );
+        let snapshot = site
+            .pool
+            .snapshot()
+            .expect("the views still read the directory");
+        let problem = snapshot
+            .problems
+            .iter()
+            .find(|p| p.name == "protocol.json")
+            .expect("named as a problem");
+        assert!(problem.what.contains(&expected.to_string()), "{problem:?}");
+        assert_eq!(problem.blocks, Some("every take"));
+    }
+}
+
+#[test]
+fn an_unreadable_protocol_file_refuses_takes_and_no_file_is_level_one() {
+    let site = Site::new(r#"{"max_agents": 2}"#);
+    assert_eq!(
+        protocol::check_dir(site.pool.dir()),
+        Ok(protocol::Protocol::default())
+    );
+    std::fs::write(protocol_file(&site), b"{not json").expect("garbage");
+    let refused = try_take(&site, &Ask::new()).expect_err("refused");
+    assert!(
+        matches!(
+            &refused,
+            worklane_admission::Error::Protocol {
+                why: Unsupported::Unreadable { .. },
+                ..
+            }
+        ),
+        "{refused:?}"
+    );
+}
+
+#[test]
+fn weights_are_declared_by_their_first_use_and_dropped_only_when_unused() {
+    let site = Site::new(r#"{"max_agents": 4}"#);
+    let plain = match try_take(&site, &Ask::new()).expect("take") {
+        Take::Held(slot) => QuietDrop::new(slot),
+        Take::Blocked(b) => panic!("{b}"),
+    };
+    assert!(
+        !protocol_file(&site).exists(),
+        "a take of weight 1 with no shares uses no extension"
+    );
+    let heavy = match try_take(&site, &Ask::new().with_weight(2)).expect("take") {
+        Take::Held(slot) => QuietDrop::new(slot),
+        Take::Blocked(b) => panic!("{b}"),
+    };
+    assert_eq!(declared(&site), vec!["weights".to_owned()]);
+    let in_use = gate::quietly(|| site.pool.drop_extension("weights")).expect("checked");
+    let Dropped::InUse(users) = in_use else {
+        panic!("dropped while used: {in_use:?}")
+    };
+    assert!(
+        users.iter().any(|u| u.contains("holds 2 units")),
+        "{users:?}"
+    );
+    assert_eq!(declared(&site), vec!["weights".to_owned()], "kept");
+    drop(heavy);
+    assert_eq!(
+        gate::quietly(|| site.pool.drop_extension("weights")).expect("dropped"),
+        Dropped::Dropped
+    );
+    assert!(declared(&site).is_empty());
+    assert_eq!(
+        gate::quietly(|| site.pool.drop_extension("weights")).expect("not named"),
+        Dropped::NotNamed
+    );
+    assert!(
+        gate::quietly(|| site.pool.drop_extension("cgroups")).is_err(),
+        "an extension this worklane does not know cannot be checked, so is not dropped"
+    );
+    drop(plain);
+}
+
+#[test]
+fn shares_in_the_config_declare_weights_at_the_first_take() {
+    let site = Site::new(r#"{"max_agents": 4, "shares": {"*": 2}}"#);
+    let slot = match try_take(&site, &Ask::new()).expect("take") {
+        Take::Held(slot) => QuietDrop::new(slot),
+        Take::Blocked(b) => panic!("{b}"),
+    };
+    assert_eq!(declared(&site), vec!["weights".to_owned()]);
+    let mut other = serde_json::from_slice::<serde_json::Value>(
+        &std::fs::read(protocol_file(&site)).expect("read"),
+    )
+    .expect("JSON");
+    assert_eq!(
+        (other["version"].take(), other["level"].take()),
+        (1.into(), 1.into())
+    );
+    drop(slot);
+}
