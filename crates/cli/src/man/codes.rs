@@ -173,6 +173,19 @@ pub(crate) fn exit_codes(path: &[&str]) -> Option<Vec<(&'static str, &'static st
                 "the config cannot be used (the message names the file and the fix)",
             ),
         ],
+        ["protocol", "show"] => vec![
+            ("0", "shown (also when this worklane may not take here)"),
+            DIR,
+        ],
+        ["protocol", "drop"] => vec![
+            ("0", "removed, or it was not named"),
+            ("75", "something still uses it: named, and it stays"),
+            (
+                "78",
+                "the slot directory cannot be used, protocol.json cannot be read, or the \
+                 extension is one this worklane does not know (it cannot check what uses it)",
+            ),
+        ],
         ["idle"] => vec![
             ("0", "no full run is live"),
             ("75", "a full run is live"),
@@ -210,7 +223,7 @@ pub(crate) fn exit_codes(path: &[&str]) -> Option<Vec<(&'static str, &'static st
             ("75", "the lane is taken or already queued"),
             TAKE_CONFIG,
         ],
-        ["queue"] | ["lease"] | ["config"] | ["budget"] | ["fleet"] => {
+        ["queue"] | ["lease"] | ["config"] | ["budget"] | ["fleet"] | ["protocol"] => {
             vec![("0", "see each subcommand's page for its exit codes")]
         }
         ["queue", "cancel"] => vec![
