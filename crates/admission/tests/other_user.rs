@@ -30,6 +30,17 @@ fn a_guard_this_user_cannot_open_is_skipped() {
     let guard = slots.join(".agent-0.lock.flock");
     std::fs::write(&guard, b"").expect("plant");
     std::fs::set_permissions(&guard, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    // And a slot with a record whose guard only root can open: it cannot be judged, so it
+    // counts as held, and the count goes on (PROTOCOL.md section 3, "Errors"): it does not
+    // fail every take of this user.
+    let judged = slots.join(".agent-2.lock.flock");
+    std::fs::write(&judged, b"").expect("plant");
+    std::fs::set_permissions(&judged, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    std::fs::write(
+        slots.join("agent-2.lock"),
+        br#"{"version":1,"pid":1,"owner":"root's"}"#,
+    )
+    .expect("a record");
     // Our own binary may sit under directories user 65534 cannot enter: run a copy.
     let exe = temp.path().join("admission-subject");
     // Copied with the gate quiet: a child started meanwhile would hold the descriptor the

@@ -222,18 +222,18 @@ impl Pool {
         liveness: &dyn Liveness,
         retire: Option<&'static str>,
     ) -> Result<(SlotState, Option<Vec<u8>>), Error> {
-        use worklane_guard::acquire::Error as GuardError;
         use worklane_slotfile::read::Error as ReadError;
         let guard = match path.try_guard() {
             Ok(Some(guard)) => guard,
             Ok(None) => return Ok((SlotState::GuardHeld, None)),
-            Err(
-                e @ (GuardError::Symlink { .. }
-                | GuardError::NotRegular { .. }
-                | GuardError::NotEmpty { .. }),
-            ) => {
+            // A stray at the guard's name, or a guard this user may not open (its mode): the
+            // slot cannot be judged, so it counts as held and the count goes on (PROTOCOL.md
+            // section 3, "Errors"); one such file never fails every take.
+            Err(e) if super::take::broken_guard(&e) => {
                 return Ok((
-                    SlotState::Live(LiveWhy::Other(format!("its guard is broken: {e}"))),
+                    SlotState::Live(LiveWhy::Other(format!(
+                        "its guard is broken or cannot be opened: {e}"
+                    ))),
                     None,
                 ));
             }

@@ -518,7 +518,7 @@ use worklane_stdx::chain;
 
 /// Whether a guard error means a stray file sits where the guard belongs (a directory, FIFO,
 /// symbolic link or non-empty file), which no process following the protocol can hold.
-fn broken_guard(e: &worklane_guard::acquire::Error) -> bool {
+pub(super) fn broken_guard(e: &worklane_guard::acquire::Error) -> bool {
     use worklane_guard::acquire::Error as G;
     match e {
         G::Symlink { .. } | G::NotRegular { .. } | G::NotEmpty { .. } => true,
