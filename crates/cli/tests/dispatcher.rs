@@ -894,3 +894,57 @@ fn one_dispatcher_per_directory_and_a_restart_recovers_the_queue() {
     assert_eq!(site.code(&["resume-all"]), 0);
     wait_until("the recovered attempt to run", || site.file("ran").exists());
 }
+
+/// A lane of its own whose enqueue is refused (no dispatcher) is never used again: its files
+/// go with it, not only its record.
+#[test]
+fn a_refused_enqueue_leaves_no_files_of_its_own_lane() {
+    let site = Site::new(None);
+    let out = enqueue(&site, &[], "true");
+    assert_eq!(
+        out.status.code(),
+        Some(69),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let left: Vec<String> = std::fs::read_dir(site.slots())
+        .expect("list")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.contains("lane-q-"))
+        .collect();
+    assert!(left.is_empty(), "nothing of the lane is left: {left:?}");
+}
+
+/// The command a driver runs is in an agent slot as a `run`'s is: a `worklane run` inside it
+/// is refused at once (64), not left waiting for a second slot for ever at a cap of 1; and an
+/// empty `WORKLANE_SOCKET` is no socket (the slot directory's is used).
+#[test]
+fn a_run_inside_dispatched_work_is_refused_at_once_and_an_empty_socket_variable_is_unset() {
+    let site = Site::new(Some(r#"{"max_agents": 1}"#));
+    let _dispatcher = start(&site, &[]);
+    let script = format!(
+        r#"echo "$WORKLANE_AGENT_SLOT" > "$T/slot"; timeout 20 "{}" run -- true; echo $? > "$T/nested""#,
+        worklane_bin()
+    );
+    let out = site
+        .worklane()
+        .env("WORKLANE_SOCKET", "")
+        .arg("enqueue")
+        .args(["--", "sh", "-c", &driven(&script)])
+        .output_gated()
+        .expect("enqueue");
+    assert!(
+        out.status.success(),
+        "an empty WORKLANE_SOCKET is unset: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_until("the nested run to end", || site.file("nested").exists());
+    let nested = std::fs::read_to_string(site.file("nested")).expect("status");
+    assert_eq!(nested.trim(), "64", "refused at once, not waiting");
+    let slot = std::fs::read_to_string(site.file("slot")).expect("slot");
+    assert!(
+        slot.trim().starts_with(&site.slots().display().to_string())
+            && slot.trim().ends_with("agent-0.lock"),
+        "{slot}"
+    );
+}

@@ -4,11 +4,11 @@
 use super::*;
 
 fn var(name: &str) -> Result<String, Failure> {
-    std::env::var(name).map_err(|_| {
+    std::env::var(name).ok().filter(|v| !v.is_empty()).ok_or_else(|| {
         Failure::new(
             exit::USAGE,
             format!(
-                "{name} is not set: `worklane claim` is the driver the dispatcher starts for an \
+                "{name} is not set (or empty): `worklane claim` is the driver the dispatcher starts for an \
                  admitted attempt, with WORKLANE_ATTEMPT, WORKLANE_TOKEN and WORKLANE_SOCKET"
             ),
         )
@@ -86,7 +86,11 @@ pub(crate) fn claim(args: &ClaimArgs) -> Result<ExitCode, Failure> {
         }),
         ..CliWatch::default()
     };
+    // The command runs in an agent slot as `run`'s does: a `worklane run` inside it is refused
+    // at once rather than waiting for a second slot (for ever at a cap of 1).
+    let nesting = crate::nesting::env(crate::cli::KindArg::Agent, dir.path(), &slot_name);
     let outcome = Supervisor::new(&pool, &mut slot)
+        .map(|s| s.env(nesting.0, nesting.1))
         .and_then(|s| match lane_lease.guard() {
             // The command keeps the lane too, as it keeps the slot.
             Some(guard) => s.inherit(guard),

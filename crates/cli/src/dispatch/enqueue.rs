@@ -82,23 +82,46 @@ pub(crate) fn enqueue(args: &EnqueueArgs) -> Result<ExitCode, Failure> {
     let guard = lease
         .guard()
         .ok_or_else(|| Failure::new(exit::SOFTWARE, "a lane lease without its guard"))?;
-    let (reply, _) = ask(&pool, &socket, &Wire::Enqueue(entry), &[guard.as_fd()]).map_err(|f| {
-        if f.code == exit::OS_ERROR {
-            Failure::new(
-                exit::OS_ERROR,
-                format!(
-                    "{}; the dispatcher may have queued it before it failed: `worklane queue \
-                     ls` lists lane {lane} if so (do not enqueue it again before you look)",
-                    f.message
-                ),
-            )
-        } else {
-            f
+    let asked = ask(&pool, &socket, &Wire::Enqueue(entry), &[guard.as_fd()])
+        .map_err(|f| {
+            if f.code == exit::OS_ERROR {
+                Failure::new(
+                    exit::OS_ERROR,
+                    format!(
+                        "{}; the dispatcher may have queued it before it failed: `worklane \
+                         queue ls` lists lane {lane} if so (do not enqueue it again before you \
+                         look)",
+                        f.message
+                    ),
+                )
+            } else {
+                f
+            }
+        })
+        .and_then(|(reply, _)| match reply.ok {
+            true => Ok(reply),
+            false => Err(refused(&reply)),
+        });
+    let reply = match asked {
+        Ok(reply) => reply,
+        Err(failure) => {
+            // A lane of its own is never used again: released, its files go too (PROTOCOL.md
+            // 14.3 step 1). A dispatcher that kept a copy of its guard keeps it busy, and the
+            // files stay for it.
+            if args.lane.is_none() {
+                let released = lease.release();
+                if released.is_ok()
+                    && let Err(e) = retire_own_lane(pool.dir(), &lane)
+                {
+                    errln!(
+                        "worklane: removing the files of {lock}: {}",
+                        exit::chain(&e)
+                    );
+                }
+            }
+            return Err(failure);
         }
-    })?;
-    if !reply.ok {
-        return Err(refused(&reply));
-    }
+    };
     // The dispatcher's copy holds the lane now; ours closes without removing the record.
     drop(lease.hand_over());
     let attempt = reply.attempt.unwrap_or_default();

@@ -47,8 +47,16 @@ use worklane_run::{Supervisor, describe};
 /// The dispatcher's socket: `given` (a `--socket`), else `$WORKLANE_SOCKET`, else the slot
 /// directory's.
 fn socket_path(pool: &Pool, given: Option<&Path>) -> PathBuf {
-    let from_env = std::env::var_os("WORKLANE_SOCKET").map(PathBuf::from);
+    let from_env = socket_from_env();
     client::socket_path(pool.dir(), given.or(from_env.as_deref()))
+}
+
+/// `$WORKLANE_SOCKET`, when set and not empty (an empty one is unset, as an empty
+/// `AGENT_SLOTS_DIR` is).
+pub(crate) fn socket_from_env() -> Option<PathBuf> {
+    std::env::var_os("WORKLANE_SOCKET")
+        .filter(|s| !s.is_empty())
+        .map(PathBuf::from)
 }
 
 /// The dispatcher's part of the config ([`worklane_dispatch::config`]: `admission`, and the

@@ -125,6 +125,7 @@ fn listing_within(
 /// that means and what to do.
 fn dispatcher_problem(pool: &Pool, failure: &Failure) -> crate::json::Problem {
     let socket = std::env::var_os("WORKLANE_SOCKET")
+        .filter(|s| !s.is_empty())
         .map_or_else(|| pool.dir().path().join("dispatcher.sock"), PathBuf::from);
     crate::json::Problem {
         name: socket
