@@ -92,6 +92,15 @@ pub enum Error {
         #[source]
         why: crate::protocol::Unsupported,
     },
+    /// Every slot index of a kind up to the largest is held, broken or spent (PROTOCOL.md
+    /// 12.2 step 6): none can be taken.
+    #[error(
+        "no {kind} slot index is left to take: every one up to 4294967295 is held, broken or spent"
+    )]
+    NoFreeIndex {
+        /// The kind.
+        kind: &'static str,
+    },
     /// `slots.lock` stayed held by another process for about 2 s.
     #[error(
         "slots.lock in {} stayed held for 2 s: is its holder stopped? (`worklane slots` names it)",

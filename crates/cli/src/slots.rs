@@ -36,13 +36,18 @@ const CLAIM_OWNER: &str = "worklane claim";
 
 const QUEUE_OWNERS: [&str; 2] = ["worklane enqueue", "worklane dispatcher"];
 
-/// The attempt a record belongs to: its `attempt` field, or, for a lane `enqueue` handed to
-/// the dispatcher (its record names only the lane), the attempt of that lane's status entry.
-fn attempt_of(record: &Record, queue: &QueueView) -> Option<String> {
+/// The attempt the record of file `file` belongs to: its `attempt` field, or, for a lane
+/// handed to the dispatcher (its record names no attempt), the attempt of that lane's status
+/// entry; the lane is the one the file names (`lane-<lane>.lock`), so a lane another
+/// implementation handed over without a `lane` field is found too (PROTOCOL.md 14.3).
+fn attempt_of(file: &str, record: &Record, queue: &QueueView) -> Option<String> {
     if let Some(attempt) = record.extra_str("attempt") {
         return Some(attempt.to_owned());
     }
-    let lane = record.extra_str("lane")?;
+    let lane = file
+        .strip_prefix("lane-")
+        .and_then(|l| l.strip_suffix(".lock"))
+        .or_else(|| record.extra_str("lane"))?;
     queue
         .attempts
         .iter()
@@ -55,7 +60,7 @@ fn attempt_of(record: &Record, queue: &QueueView) -> Option<String> {
 /// work, named by its command once a driver claimed it (`worklane claim` holds it for the
 /// command), and by its lane and attempt while it is queued or starting (the dispatcher holds
 /// it).
-pub(crate) fn holder_name(record: &Record, queue: &QueueView) -> Option<String> {
+pub(crate) fn holder_name(file: &str, record: &Record, queue: &QueueView) -> Option<String> {
     let owner = record.owner.as_deref();
     if owner == Some(CLAIM_OWNER)
         && let Some(command) = record.extra_str("command")
@@ -64,7 +69,7 @@ pub(crate) fn holder_name(record: &Record, queue: &QueueView) -> Option<String> 
     }
     if owner.is_some_and(|o| QUEUE_OWNERS.contains(&o)) {
         let lane = record.extra_str("lane");
-        let attempt = attempt_of(record, queue);
+        let attempt = attempt_of(file, record, queue);
         match (lane, attempt) {
             (Some(lane), Some(attempt)) => return Some(format!("lane {lane}, attempt {attempt}")),
             (Some(lane), None) => return Some(format!("lane {lane}")),
@@ -82,7 +87,7 @@ fn slot_json(view: &SlotView, queue: &QueueView) -> json::Slot {
         kind: view.kind,
         pid: r.and_then(|r| r.pid()),
         owner: r.and_then(|r| r.owner.clone()),
-        attempt: r.and_then(|r| attempt_of(r, queue)),
+        attempt: r.and_then(|r| attempt_of(&view.name, r, queue)),
         since: r.and_then(|r| r.acquired_at.clone()),
         role: r.and_then(|r| r.extra_str("role")).map(str::to_owned),
         command: r
@@ -296,7 +301,7 @@ pub(crate) fn show(as_json: bool, fleet: &crate::cli::FleetArgs) -> Result<ExitC
             let holder = view
                 .record
                 .as_ref()
-                .and_then(|r| holder_name(r, queue))
+                .and_then(|r| holder_name("", r, queue))
                 .unwrap_or_else(|| "-".to_owned());
             outln!(
                 "  {} {:<8} priority {} pid {} owner {} since {}{}",
@@ -343,7 +348,7 @@ pub(crate) fn show(as_json: bool, fleet: &crate::cli::FleetArgs) -> Result<ExitC
             view.kind,
             r.and_then(|r| r.pid())
                 .map_or("-".to_owned(), |p| p.to_string()),
-            r.and_then(|r| holder_name(r, queue))
+            r.and_then(|r| holder_name(&view.name, r, queue))
                 .unwrap_or_else(|| "-".to_owned()),
             r.and_then(|r| r.acquired_at.clone())
                 .unwrap_or_else(|| "-".to_owned()),
@@ -355,4 +360,38 @@ pub(crate) fn show(as_json: bool, fleet: &crate::cli::FleetArgs) -> Result<ExitC
         crate::fleet::print_section(section)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_handed_over_lane_s_attempt_is_found_by_its_file_name_without_a_lane_field() {
+        let queue = QueueView {
+            pid: None,
+            alive: true,
+            attempts: vec![serde_json::json!({"attempt": "a-1", "lane": "build"})],
+            problems: Vec::new(),
+        };
+        let bare = Record {
+            owner: Some("another harness".into()),
+            ..Record::default()
+        };
+        assert_eq!(
+            attempt_of("lane-build.lock", &bare, &queue).as_deref(),
+            Some("a-1")
+        );
+        assert_eq!(attempt_of("lane-other.lock", &bare, &queue), None);
+        assert_eq!(attempt_of("agent-0.lock", &bare, &queue), None);
+        let mut named = bare.clone();
+        named
+            .extra
+            .insert("attempt".into(), serde_json::json!("a-9"));
+        assert_eq!(
+            attempt_of("lane-build.lock", &named, &queue).as_deref(),
+            Some("a-9"),
+            "the record's own attempt first"
+        );
+    }
 }

@@ -229,7 +229,7 @@ impl Pool {
             // A stray at the guard's name, or a guard this user may not open (its mode): the
             // slot cannot be judged, so it counts as held and the count goes on (PROTOCOL.md
             // section 3, "Errors"); one such file never fails every take.
-            Err(e) if super::take::broken_guard(&e) => {
+            Err(e) if broken_guard(&e) => {
                 return Ok((
                     SlotState::Live(LiveWhy::Other(format!(
                         "its guard is broken or cannot be opened: {e}"
@@ -319,5 +319,17 @@ impl Pool {
             Ok(_) => {}
             Err(e) => log::debug!("{}: its dead holder's record stays: {e}", path.name()),
         }
+    }
+}
+
+/// Whether a guard error means a stray file sits where the guard belongs (a directory, FIFO,
+/// symbolic link or non-empty file), which no process following the protocol can hold.
+pub(super) fn broken_guard(e: &worklane_guard::acquire::Error) -> bool {
+    use worklane_guard::acquire::Error as G;
+    match e {
+        G::Symlink { .. } | G::NotRegular { .. } | G::NotEmpty { .. } => true,
+        // A guard this user may not open (its mode, or a group it is not in).
+        G::Io { source, .. } => source.kind() == std::io::ErrorKind::PermissionDenied,
+        _ => false,
     }
 }

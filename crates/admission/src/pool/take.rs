@@ -2,7 +2,7 @@
 //! `slots.lock`, the first free index. (Whose turn it is, from that count: `turn.rs`.)
 
 use super::blocker::Blocker;
-use super::count::units_of;
+use super::count::{broken_guard, units_of};
 use super::turn::{Asked, Decided};
 use super::{FULL_RUN_LOCK, Kind, Pool, SLOTS_LOCK, SWEEP_EVERY_MS, Slot, slot_index};
 use crate::Error;
@@ -404,7 +404,12 @@ impl Pool {
                     }
                 }
             }
-            index += 1;
+            // Past the last index (never in practice: every index up to it taken or broken).
+            let Some(next) = index.checked_add(1) else {
+                counting.release().map_err(counted)?;
+                return Err(Error::NoFreeIndex { kind: kind.label() });
+            };
+            index = next;
         };
         self.sweep();
         counting.release().map_err(counted)?;
@@ -515,18 +520,6 @@ impl Pool {
 }
 
 use worklane_stdx::chain;
-
-/// Whether a guard error means a stray file sits where the guard belongs (a directory, FIFO,
-/// symbolic link or non-empty file), which no process following the protocol can hold.
-pub(super) fn broken_guard(e: &worklane_guard::acquire::Error) -> bool {
-    use worklane_guard::acquire::Error as G;
-    match e {
-        G::Symlink { .. } | G::NotRegular { .. } | G::NotEmpty { .. } => true,
-        // A guard this user may not open (its mode, or a group it is not in).
-        G::Io { source, .. } => source.kind() == std::io::ErrorKind::PermissionDenied,
-        _ => false,
-    }
-}
 
 #[cfg(test)]
 mod tests {

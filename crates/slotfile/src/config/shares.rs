@@ -51,6 +51,14 @@ impl ShareKey {
                     && (name == "0" || !name.starts_with('0'));
                 plain.then(|| name.parse().ok().map(ShareKey::Uid))?
             }
+            // All digits is a gid, spelt as `uid:` is (no leading zero, within u32): any other
+            // spelling would name the group one way in the config and another in records.
+            "group" if plain_name && name.bytes().all(|b| b.is_ascii_digit()) => {
+                let plain = name == "0" || !name.starts_with('0');
+                plain
+                    .then(|| name.parse::<u32>().ok())?
+                    .map(|_| ShareKey::Group(name.to_owned()))
+            }
             "group" if plain_name => Some(ShareKey::Group(name.to_owned())),
             "owner" if plain_name => Some(ShareKey::Tag(name.to_owned())),
             _ => None,
@@ -163,6 +171,9 @@ mod tests {
             ("uid:4294967295", ShareKey::Uid(u32::MAX)),
             ("group:ci", ShareKey::Group("ci".into())),
             ("group:1001", ShareKey::Group("1001".into())),
+            ("group:0", ShareKey::Group("0".into())),
+            ("group:4294967295", ShareKey::Group("4294967295".into())),
+            ("group:ci2", ShareKey::Group("ci2".into())),
             ("owner:nightly", ShareKey::Tag("nightly".into())),
             ("owner:a:b", ShareKey::Tag("a:b".into())),
             ("*", ShareKey::Anyone),
@@ -181,6 +192,8 @@ mod tests {
             "uid:4294967296",
             "uid:alice",
             "group:",
+            "group:01001",
+            "group:4294967296",
             "owner:",
             "user:alice",
             "ci",
