@@ -140,6 +140,10 @@ pub(crate) fn events(args: &EventsArgs) -> Result<ExitCode, Failure> {
         timeless: std::cell::Cell::new(0),
     };
     let pool = crate::pool()?;
+    // The journal reads the same, but this worklane takes nothing here: said once.
+    if let Err(why) = worklane_admission::protocol::check_dir(pool.dir()) {
+        errln!("worklane: note: {why}");
+    }
     if !args.follow {
         let batch = worklane_journal::read(pool.dir()).map_err(|e| read_failed(&e))?;
         print(&batch, &filter, args.json)?;

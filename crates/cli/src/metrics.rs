@@ -102,6 +102,17 @@ fn state(registry: &mut Registry, doc: &json::Slots) {
         "1 while an update drain is in force",
         i64::from(matches!(doc.drain, json::Drain::InForce(_))),
     );
+    gauge(
+        registry,
+        "protocol_refused",
+        "1 while the slot directory's protocol.json asks what this worklane cannot keep (a \
+         higher level, an unknown extension): its takes are refused",
+        i64::from(
+            doc.problems
+                .iter()
+                .any(|p| p.name == worklane_admission::protocol::PROTOCOL_FILE),
+        ),
+    );
     let rows = gauges(
         registry,
         "dispatcher_rows",

@@ -37,6 +37,18 @@ fn a_directory_naming_an_unknown_extension_refuses_takes_leases_and_enqueues_wit
     let slots = site.output(&["slots"]);
     assert!(slots.status.success(), "{}", text(&slots));
     assert!(text(&slots).contains("protocol.json"), "{}", text(&slots));
+    let events = site.output(&["events"]);
+    assert!(events.status.success(), "{}", text(&events));
+    assert!(
+        String::from_utf8_lossy(&events.stderr).contains("cgroups"),
+        "events reads on and says so: {}",
+        text(&events)
+    );
+    let metrics = String::from_utf8_lossy(&site.output(&["metrics"]).stdout).into_owned();
+    assert!(
+        metrics.contains("worklane_protocol_refused 1\n"),
+        "{metrics}"
+    );
     let shown = site.output(&["protocol", "show", "--json"]);
     let doc: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("JSON");
     assert_eq!(doc["extensions"], serde_json::json!(["cgroups"]));
