@@ -66,7 +66,9 @@
 //!   its source, a non-object `Unreadable::NotAnObject`; malformed parts are left out) and `to_bytes`; the pure decisions, every boundary unit-tested: `pause(now)` (over
 //!   at `pausedUntil`, at most `MAX_PAUSE_MS` ahead), `window(resource, now)` (`now < resetAt <=
 //!   now + MAX_WINDOW_MS`), `decide(resource, consumer, now) -> Go {counted} | Wait {until, why}`, `apply(obs,
-//!   now)`; `consumer_name`.
+//!   now)`; `consumer_name`. `state/units.rs`: the calls in flight and their units, and a model
+//!   provider's windows of several dimensions (`expire`, `carry`, `note_waiting`,
+//!   `decide_units`, `apply_provider`).
 //! - `ledger.rs`: `Ledger::new(SlotDir)` with injectable `Clock` and `Sleep`; `with_state`, the
 //!   one lock-read-change-write sequence every take, observation and release goes through (lock
 //!   with the caller's patience, read, change, replace 0660 if asked, journal a pause the write

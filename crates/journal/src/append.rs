@@ -179,7 +179,7 @@ fn carried_totals(current: &SlotPath) -> Vec<u8> {
         dropped: 0,
         event: Event::Totals { totals },
     };
-    crate::event::encode(&line).unwrap_or_default()
+    crate::line::encode(&line).unwrap_or_default()
 }
 
 /// The totals the file at `path` starts with, if its first line is a `totals` line.
@@ -196,7 +196,7 @@ fn first_totals(path: &SlotPath) -> Option<crate::tally::Tally> {
         }
     }
     let end = head[..got].iter().position(|&b| b == b'\n')?;
-    match crate::event::decode(&head[..end]).entry?.event {
+    match crate::line::decode(&head[..end]).entry?.event {
         crate::Event::Totals { totals } => Some(totals),
         _ => None,
     }

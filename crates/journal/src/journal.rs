@@ -3,7 +3,8 @@
 
 use crate::append::{Open, Trouble, append};
 use crate::clock::now;
-use crate::event::{Entry, Event, VERSION, encode};
+use crate::event::{Entry, Event, VERSION};
+use crate::line::encode;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};

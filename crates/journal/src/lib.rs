@@ -64,10 +64,11 @@
 //!
 //! (How this crate is built, for contributors; the workspace map is ARCHITECTURE.md.)
 //!
-//! - `event.rs`: the schema (`serde`, `kind` as the tag, every field always written), the
-//!   line's encoding (cut to [`MAX_LINE`] by shortening strings over 256 bytes, else dropped)
-//!   and decoding (a line that does not parse is searched for [`MARKER`], the bytes every line
-//!   begins with and no line holds elsewhere, to keep the event after a torn fragment).
+//! - `event.rs`: the schema (`serde`, `kind` as the tag, every field always written).
+//! - `line.rs`: the line's encoding (cut to [`MAX_LINE`] by shortening strings over 256 bytes,
+//!   else dropped) and decoding (a line that does not parse is searched for [`MARKER`], the
+//!   bytes every line begins with and no line holds elsewhere, to keep the event after a torn
+//!   fragment; `null` fields read as not known, a wrong type counted apart).
 //! - `journal.rs`: [`Journal`], one per directory per process (a registry of weak handles by
 //!   path), its cap, its count of dropped events, the [`emit`] libraries call.
 //! - `clock.rs`: the time stamp ([`time_of_ms`], [`ms_of_time`]), used by the append and by
@@ -99,6 +100,7 @@ mod clock;
 mod event;
 mod follow;
 mod journal;
+mod line;
 mod names;
 mod read;
 pub mod tally;

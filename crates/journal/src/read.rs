@@ -1,7 +1,8 @@
 //! Reading the journal: its two files in order, lines split as bytes come, torn lines skipped
 //! and counted.
 
-use crate::event::{Entry, decode};
+use crate::event::Entry;
+use crate::line::decode;
 use crate::names::{CURRENT, PREVIOUS};
 use rustix::fd::OwnedFd;
 use worklane_slotfile::{Meta, SlotDir};
@@ -199,7 +200,8 @@ pub fn read(dir: &SlotDir) -> Result<Batch, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{Event, VERSION, encode};
+    use crate::event::{Event, VERSION};
+    use crate::line::encode;
 
     fn line(pid: u32) -> Vec<u8> {
         encode(&Entry {

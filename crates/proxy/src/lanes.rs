@@ -11,7 +11,8 @@
 //! is tried again when the window resets or the pause ends, when this proxy records another
 //! response of the credential, and at least every [`LOOK_AGAIN`] (another process may have).
 
-use std::collections::{HashMap, VecDeque};
+use crate::line::{Line, Ticket};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak, mpsc};
 use std::time::{Duration, Instant};
@@ -83,58 +84,6 @@ struct Lane {
     /// Their order.
     line: Arc<Line>,
     used: Instant,
-}
-
-/// The requests of a lane that wait for the budget, in the order they began to wait: only the
-/// first tries it; the others wait for it to go or give up, so that at a reset the calls go
-/// in their order, not in whichever order their timers fire.
-struct Line {
-    queue: Mutex<VecDeque<u64>>,
-    next: AtomicU64,
-    /// Bumped when one leaves, as the lane's worker bumps it for each response recorded.
-    changed: Arc<watch::Sender<u64>>,
-}
-
-impl Line {
-    fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<u64>> {
-        self.queue
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// A place at the back.
-    fn join(self: &Arc<Line>) -> Ticket {
-        let id = self.next.fetch_add(1, Ordering::SeqCst);
-        self.queue().push_back(id);
-        Ticket {
-            line: Arc::clone(self),
-            id,
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.queue().is_empty()
-    }
-}
-
-/// A request's place in its lane's [`Line`], left when dropped.
-struct Ticket {
-    line: Arc<Line>,
-    id: u64,
-}
-
-impl Ticket {
-    fn first(&self) -> bool {
-        self.line.queue().front() == Some(&self.id)
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        self.line.queue().retain(|id| *id != self.id);
-        // The next one tries at once.
-        self.line.changed.send_modify(|n| *n = n.wrapping_add(1));
-    }
 }
 
 /// One request counted as waiting while it lives.
@@ -260,11 +209,7 @@ impl Lanes {
         let ops = Arc::new(LaneTx(tx));
         let (changed_tx, changed) = watch::channel(0u64);
         let changed_tx = Arc::new(changed_tx);
-        let line = Arc::new(Line {
-            queue: Mutex::new(VecDeque::new()),
-            next: AtomicU64::new(0),
-            changed: Arc::clone(&changed_tx),
-        });
+        let line = Arc::new(Line::new(Arc::clone(&changed_tx)));
         let ctx = Arc::clone(&self.ctx);
         let weak = Arc::downgrade(&ops);
         let key_copy = key.clone();

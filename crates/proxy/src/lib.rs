@@ -134,6 +134,7 @@ mod config;
 mod estimate;
 mod forward;
 mod lanes;
+mod line;
 pub mod listen;
 mod peer;
 pub mod serve;

@@ -98,9 +98,10 @@
 //!   descriptor above 2 closed in the child), and the driver's `detach` (setsid, the
 //!   descriptor limit, the enqueuer's groups, gid and uid, then the same exec as `spawn`).
 //! - `jobs.rs` (pure: make's `-j` options, `MAKEFLAGS`, the lost-token rule) and
-//!   `jobserver.rs` (Linux): the FIFO, its accountant (inotify on the FIFO, `FIONREAD`, the
-//!   slots held kept equal to the bytes written less those read back less tokens judged lost),
-//!   the taker (one standby token at a time, taken in the machine's `job` line), and the keeper
+//!   `jobserver.rs` (Linux): the FIFO, its accountant (`jobserver/account.rs`: inotify on the
+//!   FIFO, `FIONREAD`, the slots held kept equal to the bytes written less those read back less
+//!   tokens judged lost), its private directory and the sweep of killed ones' (`dirs.rs`), the
+//!   taker (one standby token at a time, taken in the machine's `job` line), and the keeper
 //!   socket whose in-flight `SCM_RIGHTS` descriptors keep the token slots' locks while the tree
 //!   lives, whatever happens to the supervisor.
 //! - `dispatcher.rs` (feature `dispatcher`): the admission dispatcher as a process: its lock,

@@ -24,17 +24,7 @@ use std::time::Duration;
 use worklane_admission::{Ask, Kind, Owner, Pool, Take, Wait};
 use worklane_lease::{ManualClock, Request};
 use worklane_slotfile::{Environment, SlotDir};
-
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+use worklane_stdx::chain;
 
 fn say(line: &str) {
     let mut out = std::io::stdout().lock();

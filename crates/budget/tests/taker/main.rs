@@ -12,6 +12,7 @@
 use std::process::ExitCode;
 use worklane_budget::{CredentialKey, Ledger, Observation, Observed};
 use worklane_slotfile::SlotDir;
+use worklane_stdx::chain;
 
 fn observe(dir: &str, token: &str, remaining: &str, reset_s: &str) -> ExitCode {
     let dir = match SlotDir::open(std::path::Path::new(dir)) {
@@ -34,18 +35,6 @@ fn observe(dir: &str, token: &str, remaining: &str, reset_s: &str) -> ExitCode {
         Observed::Skipped(why) => println!("skipped {}", chain(&why)),
     }
     ExitCode::SUCCESS
-}
-
-/// An error with its causes, as the CLI shows it: `outer: inner`.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 fn main() -> ExitCode {

@@ -13,18 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use worklane_fleet::{Fleet, Holder, Taken, Wait};
-
-/// An error and its causes, as the CLI prints them: `error: cause: cause`.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+use worklane_stdx::chain;
 
 fn stop_self() {
     let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::STOP);
