@@ -23,8 +23,13 @@ pub const LEVEL: u32 = 1;
 /// count weights takes past the cap.
 pub const WEIGHTS: &str = "weights";
 
+/// A run's cgroup (PROTOCOL.md 12.7): a slot whose record names its run's cgroup counts as
+/// held while that cgroup has processes, whatever its guard. An implementation that does not
+/// know it takes over a slot whose run's daemons still work.
+pub const CGROUPS: &str = "cgroups";
+
 /// The extensions this implementation knows and keeps.
-pub const KNOWN: [&str; 1] = [WEIGHTS];
+pub const KNOWN: [&str; 2] = [CGROUPS, WEIGHTS];
 
 /// What `protocol.json` says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -183,17 +188,17 @@ mod tests {
             Err(Unsupported::Level { level: 2 })
         );
         assert_eq!(
-            check(&protocol(1, &["weights", "cgroups"])),
+            check(&protocol(1, &["weights", "freezer"])),
             Err(Unsupported::Extension {
-                name: "cgroups".into()
+                name: "freezer".into()
             })
         );
         let said = Unsupported::Extension {
-            name: "cgroups".into(),
+            name: "freezer".into(),
         }
         .to_string();
         assert!(
-            said.contains("\"cgroups\"") && said.contains("upgrade worklane"),
+            said.contains("\"freezer\"") && said.contains("upgrade worklane"),
             "{said}"
         );
     }

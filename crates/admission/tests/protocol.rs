@@ -38,9 +38,9 @@ fn try_take(site: &Site, ask: &Ask) -> Result<Take, worklane_admission::Error> {
 fn an_unknown_extension_or_a_higher_level_refuses_every_take_and_the_views_say_so() {
     for (written, expected) in [
         (
-            r#"{"version": 1, "level": 1, "extensions": ["weights", "cgroups"]}"#,
+            r#"{"version": 1, "level": 1, "extensions": ["weights", "freezer"]}"#,
             Unsupported::Extension {
-                name: "cgroups".into(),
+                name: "freezer".into(),
             },
         ),
         (
@@ -134,7 +134,7 @@ fn weights_are_declared_by_their_first_use_and_dropped_only_when_unused() {
         Dropped::NotNamed
     );
     assert!(
-        gate::quietly(|| site.pool.drop_extension("cgroups")).is_err(),
+        gate::quietly(|| site.pool.drop_extension("freezer")).is_err(),
         "an extension this worklane does not know cannot be checked, so is not dropped"
     );
     drop(plain);

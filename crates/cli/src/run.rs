@@ -202,7 +202,20 @@ fn run_holding(args: RunArgs, status: &mut Status) -> Result<ExitCode, Failure> 
     {
         errln!("worklane: releasing the fleet place: {e}");
     }
-    let released = slot.release();
+    let released = match outcome.as_ref().map(|o| o.left_running.len()) {
+        Ok(left @ 1..) => {
+            // What the command left running in the run's cgroup keeps the slot, its record
+            // naming the cgroup, so that `slots` shows it and `stop-all` reaches it.
+            errln!(
+                "worklane: {left} process(es) the command started still run in its cgroup; {} \
+                 stays held until they end (`worklane stop-all` ends them)",
+                slot.name()
+            );
+            drop(slot.hand_over());
+            Ok(())
+        }
+        _ => slot.release(),
+    };
     let outcome = outcome?;
     crate::watch::released(what, released);
     let halt = if lost {

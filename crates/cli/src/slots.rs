@@ -105,6 +105,36 @@ fn slot_json(view: &SlotView, queue: &QueueView) -> json::Slot {
         state: state_word(&view.state),
         counts: view.state.is_held(),
         reason: reason(&view.state),
+        cgroup: r.and_then(cgroup_json),
+    }
+}
+
+/// The cgroup a record names (`cgroup`) and what it holds now, if it exists.
+fn cgroup_json(record: &Record) -> Option<json::SlotCgroup> {
+    let path = record.extra_str(worklane_identity::cgroup::RECORD_FIELD)?;
+    let usage = worklane_identity::cgroup::usage(path)?;
+    Some(json::SlotCgroup {
+        path: path.to_owned(),
+        procs: usage.procs,
+        cpu_usec: usage.cpu_usec,
+        memory_current: usage.memory_current,
+        memory_peak: usage.memory_peak,
+    })
+}
+
+/// Whether runs get a cgroup each here, and why not.
+pub(crate) fn containment_json() -> json::Containment {
+    match worklane_run::cgroup::probe() {
+        Ok(cgroups) => json::Containment {
+            on: true,
+            cgroups: Some(cgroups),
+            why: None,
+        },
+        Err(off) => json::Containment {
+            on: false,
+            cgroups: None,
+            why: Some(off.to_string()),
+        },
     }
 }
 
@@ -183,6 +213,7 @@ pub(crate) fn to_json(snapshot: &Snapshot, around: &Around) -> json::Slots {
         },
         line: line_json(snapshot),
         budgets: crate::budget::views_json(&around.budgets.views),
+        containment: containment_json(),
         config_problem: around.config.problem.as_ref().map(|p| p.json()),
         fleet: None,
     }
@@ -250,6 +281,15 @@ pub(crate) fn show(as_json: bool, fleet: &crate::cli::FleetArgs) -> Result<ExitC
             })
             .collect();
         outln!("shares (units held of each owner's): {}", words.join("; "))?;
+    }
+    let containment = containment_json();
+    match (&containment.cgroups, &containment.why) {
+        (Some(cgroups), _) => outln!("containment: a cgroup per run, under {cgroups}")?,
+        (None, Some(why)) => outln!(
+            "containment: off ({why}); STOP reaches a run's process group and what holds its \
+             slot"
+        )?,
+        (None, None) => {}
     }
     match &snapshot.stop {
         Some(stop) => outln!("STOP in force: {stop}")?,
@@ -355,6 +395,25 @@ pub(crate) fn show(as_json: bool, fleet: &crate::cli::FleetArgs) -> Result<ExitC
             state_word(&view.state),
             reason(&view.state),
         )?;
+        if let Some(cgroup) = r.and_then(cgroup_json)
+            && !cgroup.procs.is_empty()
+        {
+            let cpu = cgroup.cpu_usec.map_or_else(String::new, |us| {
+                format!(", {:.1} s of CPU", us as f64 / 1e6)
+            });
+            outln!(
+                "{:<28} cgroup {}: {} process(es) ({}){cpu}",
+                "",
+                cgroup.path,
+                cgroup.procs.len(),
+                cgroup
+                    .procs
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )?;
+        }
     }
     if let Some(section) = &fleet {
         crate::fleet::print_section(section)?;

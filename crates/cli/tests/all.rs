@@ -105,6 +105,9 @@ mod weights;
 /// `protocol.json`: levels and extensions.
 mod protocol;
 
+/// A cgroup per run: containment and measure.
+mod containment;
+
 /// `worklane proxy`.
 mod proxy;
 

@@ -923,7 +923,7 @@ fn a_run_inside_dispatched_work_is_refused_at_once_and_an_empty_socket_variable_
     let site = Site::new(Some(r#"{"max_agents": 1}"#));
     let _dispatcher = start(&site, &[]);
     let script = format!(
-        r#"echo "$WORKLANE_AGENT_SLOT" > "$T/slot"; timeout 20 "{}" run -- true; echo $? > "$T/nested""#,
+        r#"echo "$WORKLANE_AGENT_SLOT" > "$T/slot"; timeout 20 "{}" run -- true; echo $? > "$T/nested.tmp"; mv "$T/nested.tmp" "$T/nested""#,
         worklane_bin()
     );
     let out = site

@@ -84,6 +84,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cgroup;
 pub mod place;
 pub mod process;
 

@@ -363,6 +363,10 @@ pub fn enforce_stop(pool: &Pool) -> Report {
     let mut signalled: BTreeSet<Run> = BTreeSet::new();
     let mut killed_runs: BTreeSet<Run> = BTreeSet::new();
     let mut continued: BTreeSet<u32> = BTreeSet::new();
+    // Runs' cgroups (by resource) signalled, and when.
+    let mut cgroups_termed: BTreeMap<String, Instant> = BTreeMap::new();
+    let mut cgroups_killed: BTreeSet<String> = BTreeSet::new();
+    let dir_key = worklane_identity::cgroup::dir_key_of(pool.dir()).unwrap_or_default();
     let mut running_at_stop: Option<Vec<Run>> = None;
     let woken = continue_unnamed(pool, here, &me, &mut continued);
     loop {
@@ -384,7 +388,47 @@ pub fn enforce_stop(pool: &Pool) -> Report {
                     .or_else(|| command.record.extra_str("entrypoint"))
                     .map(str::to_owned),
             };
-            match judge(command, here, &me, &observe, held) {
+            let judged = judge(command, here, &me, &observe, held);
+            // The run's cgroup, when its supervisor cannot act (gone, or the command gone and
+            // what it left running is all that is left): every process in it, those that
+            // left the command's group and session too.
+            if !matches!(
+                judged,
+                Judged::Running {
+                    supervised: true,
+                    ..
+                }
+            ) && let Some(cgroup) = recorded_cgroup(command, &dir_key)
+            {
+                // An emptied cgroup goes (a run's own removes it; this one outlived it).
+                if cgroup.pids().is_empty() {
+                    cgroup.remove_if_empty();
+                } else {
+                    let now = Instant::now();
+                    match cgroups_termed.get(&command.resource) {
+                        None => {
+                            cgroup.signal(Signal::CONT);
+                            cgroup.signal(Signal::TERM);
+                            cgroups_termed.insert(command.resource.clone(), now);
+                            signalled.insert(run.clone());
+                        }
+                        Some(at) => {
+                            if now >= *at + GRACE && cgroups_killed.insert(command.resource.clone())
+                            {
+                                cgroup.kill();
+                                killed_runs.insert(run.clone());
+                            }
+                        }
+                    }
+                    if matches!(judged, Judged::Gone) {
+                        live.push(Left {
+                            run: run.clone(),
+                            why: None,
+                        });
+                    }
+                }
+            }
+            match judged {
                 Judged::Gone => {}
                 Judged::Untouchable(why) => live.push(Left {
                     run,
@@ -469,6 +513,25 @@ pub fn enforce_stop(pool: &Pool) -> Report {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The cgroup `command`'s record names (`cgroup`), if it may be acted on: named as its run's
+/// cgroup is, and made by the record's writer (or root), by a writer that alone could have
+/// written the record (the trust rule of `commandProcess`).
+fn recorded_cgroup(command: &RecordedCommand, dir_key: &str) -> Option<crate::cgroup::RunCgroup> {
+    if !command.writer.only_by_owner() {
+        return None;
+    }
+    let path = command
+        .record
+        .extra_str(worklane_identity::cgroup::RECORD_FIELD)?;
+    crate::cgroup::RunCgroup::recorded(
+        path,
+        dir_key,
+        &command.resource,
+        command.record.epoch?,
+        command.writer.uid,
+    )
 }
 
 /// One record per command: a `run --jobs` names its command in its agent (or test-run) slot

@@ -117,6 +117,7 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod cgroup;
 #[cfg(feature = "dispatcher")]
 pub mod dispatcher;
 #[cfg(feature = "dispatcher")]

@@ -94,6 +94,9 @@ pub struct Launch<'a> {
     pub inherit: Vec<OwnedFd>,
     /// Variables set in the command's environment.
     pub env: Vec<(&'static str, OsString)>,
+    /// The run's cgroup, if it has one: the command starts in it, and a halt reaches every
+    /// process in it.
+    pub cgroup: Option<crate::cgroup::RunCgroup>,
 }
 
 /// A copy of `fd` that a child inherits (dup(2) clears close-on-exec on the copy).
@@ -119,6 +122,10 @@ pub struct Outcome {
     /// The signal that ended the command, whoever sent it (a halt's included); `None` when it
     /// exited.
     pub ended_by: Option<i32>,
+    /// The processes of the run still in its cgroup once the command ended (daemons it left,
+    /// by default let run on as under the bare command): the slot stays theirs, its record
+    /// naming the cgroup, until they end.
+    pub left_running: Vec<u32>,
 }
 
 /// Runs `command`, calling `check` every [`CHECK_EVERY`]; when `check` returns a reason, the
@@ -135,6 +142,7 @@ pub fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Outcome, E
         grace,
         inherit,
         env,
+        cgroup,
     } = launch;
     let (program, args) = command.split_first().ok_or(Error::NoCommand)?;
     // Every signal a caller may send a job is passed on to the command, except those the
@@ -159,7 +167,9 @@ pub fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Outcome, E
     let interactive = std::io::stdin().is_terminal();
     // Orphans of the command's tree are re-parented to us (Linux), so a halt still finds them.
     let reaping = crate::platform::become_subreaper();
-    let spawned = crate::sys::spawn(program, args, &env, !interactive);
+    let procs = cgroup.as_ref().and_then(|c| c.procs_file().ok());
+    let spawned = crate::sys::spawn(program, args, &env, !interactive, procs.as_ref());
+    drop(procs);
     // The command has its copy now (or failed to start): ours goes.
     drop(inherit);
     let child = spawned.map_err(|source| {
@@ -227,6 +237,7 @@ pub fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Outcome, E
                 halt(
                     target,
                     pid,
+                    cgroup.as_ref(),
                     &[rustix::process::Signal::TERM, rustix::process::Signal::CONT],
                 );
                 halting = Some((reason, now));
@@ -236,7 +247,15 @@ pub fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Outcome, E
             && !killed
             && now >= *since + grace
         {
-            halt(target, pid, &[rustix::process::Signal::KILL]);
+            halt(
+                target,
+                pid,
+                cgroup.as_ref(),
+                &[rustix::process::Signal::KILL],
+            );
+            if let Some(cgroup) = &cgroup {
+                cgroup.kill();
+            }
             killed = true;
         }
         let mut due = next_check;
@@ -255,10 +274,29 @@ pub fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Outcome, E
     if halting.is_some() {
         target.send(rustix::process::Signal::KILL);
         crate::tree::kill_descendants(raw_pid(pid));
+        if let Some(cgroup) = &cgroup {
+            cgroup.kill();
+        }
     }
     let status = waited
         .and_then(|()| child.wait())
         .map_err(|source| Error::Wait { source })?;
+    let left_running = match &cgroup {
+        Some(cgroup) => {
+            // After a kill, the kernel empties the cgroup at once but not instantly.
+            let until = Instant::now() + Duration::from_secs(2);
+            let mut left = cgroup.pids();
+            while halting.is_some() && !left.is_empty() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(10));
+                left = cgroup.pids();
+            }
+            if left.is_empty() {
+                cgroup.remove_if_empty();
+            }
+            left
+        }
+        None => Vec::new(),
+    };
     let code = match (status.code(), status.signal()) {
         (Some(code), _) => u8::try_from(code).unwrap_or(u8::MAX),
         (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(u8::MAX),
@@ -271,15 +309,25 @@ pub fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Outcome, E
         code,
         signal: status.signal().filter(|_| halting.is_none()),
         halted: halting.map(|(reason, _)| reason),
+        left_running,
     })
 }
 
 /// Sends a halt signal to the command (its group, or its pid with a terminal) and to every
 /// other descendant of worklane, which reaches the processes that left the group or were
 /// orphaned (see [`crate::tree`]).
-fn halt(target: Target, command: rustix::process::Pid, signals: &[rustix::process::Signal]) {
+fn halt(
+    target: Target,
+    command: rustix::process::Pid,
+    cgroup: Option<&crate::cgroup::RunCgroup>,
+    signals: &[rustix::process::Signal],
+) {
     for &signal in signals {
         target.send(signal);
+        // Every process of the run, those that left its group and session too.
+        if let Some(cgroup) = cgroup {
+            cgroup.signal(signal);
+        }
     }
     crate::tree::signal_descendants(raw_pid(command), signals);
 }

@@ -138,7 +138,7 @@ impl<'a> Supervisor<'a> {
     pub fn run(self, command: &[OsString]) -> Result<Outcome, Error> {
         let Supervisor {
             pool,
-            hold,
+            mut hold,
             grace,
             mut env,
             mut inherit,
@@ -174,11 +174,13 @@ impl<'a> Supervisor<'a> {
             }
             build = Some((implicit, server));
         }
+        let cgroup = run_cgroup(pool, &mut hold);
         let launch = Launch {
             command: &command,
             grace,
             inherit,
             env,
+            cgroup,
         };
         let mut held = Held {
             pool,
@@ -207,6 +209,45 @@ impl<'a> Supervisor<'a> {
         outcome.lease_lost = lost;
         Ok(outcome)
     }
+}
+
+/// The run's cgroup (Linux, cgroup v2), named in the record (`cgroup`) so that `stop-all` can
+/// reach it when this supervisor cannot; `None` (containment off, said once at debug level:
+/// `slots` and `why` say it to the operator) where there is none to make.
+fn run_cgroup(pool: &Pool, hold: &mut Hold<'_>) -> Option<crate::cgroup::RunCgroup> {
+    let (resource, epoch) = match hold {
+        Hold::Slot(slot) => (slot.name().to_owned(), slot.lease().epoch()),
+        Hold::Role { lease, .. } => (lease.resource().to_owned(), lease.epoch()),
+    };
+    let key = worklane_identity::cgroup::dir_key_of(pool.dir()).ok()?;
+    let cgroup = match crate::cgroup::RunCgroup::create(&key, &resource, epoch) {
+        Ok(cgroup) => cgroup,
+        Err(off) => {
+            log::debug!("{resource}: no cgroup of its own (containment off): {off}");
+            return None;
+        }
+    };
+    // What a record's `cgroup` obliges (its slot held while the cgroup runs) is declared
+    // before the first record names one (PROTOCOL.md section 0).
+    if let Err(e) = pool.declare_extension(worklane_admission::protocol::CGROUPS) {
+        log::warn!(
+            "{resource}: cannot declare the protocol extension \"cgroups\": {}",
+            chain(&e)
+        );
+    }
+    let mut fields = serde_json::Map::new();
+    fields.insert(
+        worklane_identity::cgroup::RECORD_FIELD.to_owned(),
+        cgroup.path().into(),
+    );
+    let named = match hold {
+        Hold::Slot(slot) => slot.annotate(fields).map_err(|e| chain(&e)),
+        Hold::Role { lease, .. } => lease.annotate(fields).map_err(|e| chain(&e)),
+    };
+    if let Err(why) = named {
+        log::warn!("cannot name the run's cgroup in {resource}: {why}");
+    }
+    Some(cgroup)
 }
 
 /// The build's own job slot (its implicit token), waiting in the job line.

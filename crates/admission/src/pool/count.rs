@@ -275,10 +275,19 @@ impl Pool {
                 {
                     Judgement::Live(why) => SlotState::Live(why),
                     Judgement::Dead(why) => {
-                        if let Some(kind) = retire {
-                            self.retire_dead(path, raw, &record, &why, kind);
+                        // A run whose processes outlived its supervisor and command, in the
+                        // cgroup its record names, holds its slot until they end, whether or
+                        // not they kept the guard (PROTOCOL.md 12.7).
+                        if let Some(n) = cgroup_still_running(&self.dir, path.name(), &record) {
+                            SlotState::Live(LiveWhy::Other(format!(
+                                "its run's cgroup still holds {n} process(es)"
+                            )))
+                        } else {
+                            if let Some(kind) = retire {
+                                self.retire_dead(path, raw, &record, &why, kind);
+                            }
+                            SlotState::Dead(why)
                         }
-                        SlotState::Dead(why)
                     }
                 },
             },
@@ -332,4 +341,21 @@ pub(super) fn broken_guard(e: &worklane_guard::acquire::Error) -> bool {
         G::Io { source, .. } => source.kind() == std::io::ErrorKind::PermissionDenied,
         _ => false,
     }
+}
+
+/// How many processes the cgroup `record` names still holds, when it names its own run's
+/// cgroup ([`worklane_identity::cgroup::names_run`]) and that has any.
+fn cgroup_still_running(
+    dir: &worklane_slotfile::SlotDir,
+    resource: &str,
+    record: &Record,
+) -> Option<usize> {
+    use worklane_identity::cgroup;
+    let path = record.extra_str(cgroup::RECORD_FIELD)?;
+    let key = cgroup::dir_key_of(dir).ok()?;
+    if !cgroup::names_run(path, &key, resource, record.epoch?) {
+        return None;
+    }
+    let n = cgroup::usage(path)?.procs.len();
+    (n > 0).then_some(n)
 }

@@ -129,6 +129,10 @@ impl Pool {
     /// Declares `extension` in `protocol.json` (under `slots.lock`), for an operator's change
     /// that starts using it (`config set shares`); `Ok(true)` when it was added now.
     pub fn declare_extension(&self, extension: &str) -> Result<bool, Error> {
+        // Named already (the common case): no lock needed, as a take never removes one.
+        if self.protocol()?.extensions.iter().any(|e| e == extension) {
+            return Ok(false);
+        }
         let counting = self.hold_slots_lock_for_change()?;
         let added = self.declare_held(extension);
         counting.release().map_err(|source| Error::Counted {
@@ -140,7 +144,7 @@ impl Pool {
 
     /// Removes `extension` from `protocol.json` (under `slots.lock`) when nothing uses it: for
     /// `weights`, no live agent or test slot counts for more than one unit and the config has no
-    /// `shares`. An extension this worklane does not know cannot be checked, so it is never
+    /// `shares`; for `cgroups`, no held slot's record names a cgroup. An extension this worklane does not know cannot be checked, so it is never
     /// dropped here ([`Error::Protocol`]).
     pub fn drop_extension(&self, extension: &str) -> Result<Dropped, Error> {
         let read = crate::protocol::read(&self.dir).map_err(|why| Error::Protocol {
@@ -173,14 +177,29 @@ impl Pool {
             why,
         })?;
         let mut users = Vec::new();
-        if let Ok(config) = self.config()
+        if extension == crate::protocol::WEIGHTS
+            && let Ok(config) = self.config()
             && !config.shares.is_empty()
         {
             users.push("the config's shares".to_owned());
         }
         for view in self.snapshot()?.slots {
-            if matches!(view.kind, "agent" | "test") && view.units > 1 {
-                users.push(format!("{} holds {} units", view.name, view.units));
+            let uses = match extension {
+                crate::protocol::WEIGHTS => matches!(view.kind, "agent" | "test") && view.units > 1,
+                // A held slot whose record names a cgroup.
+                _ => {
+                    view.state.is_held()
+                        && view.record.as_ref().is_some_and(|r| {
+                            r.extra_str(worklane_identity::cgroup::RECORD_FIELD)
+                                .is_some()
+                        })
+                }
+            };
+            if uses {
+                users.push(match extension {
+                    crate::protocol::WEIGHTS => format!("{} holds {} units", view.name, view.units),
+                    _ => format!("{} is held by a run with a cgroup", view.name),
+                });
             }
         }
         if !users.is_empty() {

@@ -27,6 +27,7 @@ pub(crate) struct Slots {
     pub(crate) queue: Queue,
     pub(crate) line: Vec<LineEntry>,
     pub(crate) budgets: Vec<Budget>,
+    pub(crate) containment: Containment,
     /// Why the config in force cannot be used (then `max_agents` and `max_test_runs` are 0:
     /// no take is admitted), or `None`.
     pub(crate) config_problem: Option<ConfigProblem>,
@@ -110,6 +111,28 @@ pub(crate) struct Slot {
     pub(crate) state: &'static str,
     pub(crate) counts: bool,
     pub(crate) reason: String,
+    /// The run's cgroup (its record's `cgroup`) and what it holds, when it has one.
+    pub(crate) cgroup: Option<SlotCgroup>,
+}
+
+/// A held slot's cgroup (`slots --json`): what runs in it and what it used.
+#[derive(Debug, Serialize)]
+pub(crate) struct SlotCgroup {
+    pub(crate) path: String,
+    pub(crate) procs: Vec<u32>,
+    pub(crate) cpu_usec: Option<u64>,
+    pub(crate) memory_current: Option<u64>,
+    pub(crate) memory_peak: Option<u64>,
+}
+
+/// Whether this worklane's runs get a cgroup each (`slots --json`'s `containment`).
+#[derive(Debug, Serialize)]
+pub(crate) struct Containment {
+    pub(crate) on: bool,
+    /// Where the runs' cgroups go (`/worklane`), when on.
+    pub(crate) cgroups: Option<String>,
+    /// Why not, when off.
+    pub(crate) why: Option<String>,
 }
 
 /// One owner's use of its share of the agents' cap (`slots --json`).

@@ -30,8 +30,10 @@ pub(crate) fn spawn(
     args: &[std::ffi::OsString],
     env: &[(&str, std::ffi::OsString)],
     group: bool,
+    cgroup: Option<&std::fs::File>,
 ) -> std::io::Result<Child> {
     use std::ffi::{OsStr, c_int, c_void};
+    use std::os::fd::AsRawFd;
     use std::sync::atomic::{AtomicI32, Ordering};
 
     let env: Vec<(&OsStr, &OsStr)> = env
@@ -46,6 +48,8 @@ pub(crate) fn spawn(
         /// What to exec (its `/bin/sh` vector written by the child only).
         exec: *mut Exec,
         group: bool,
+        /// `cgroup.procs` of the run's cgroup (-1: none): the child moves itself in.
+        cgroup_procs: c_int,
         parent: c_int,
         /// Signals this process catches (std's and the supervisor's handlers), which must be at
         /// their default before the child can take a signal, and SIGPIPE (ignored by std).
@@ -75,6 +79,12 @@ pub(crate) fn spawn(
         unsafe {
             if start.group && libc::setpgid(0, 0) != 0 {
                 return fail(*libc::__errno_location());
+            }
+            // Into the run's cgroup before anything of the command runs, so nothing it starts
+            // can be outside. A move the kernel refuses leaves the run without containment,
+            // as where there are no cgroups: the command still starts.
+            if start.cgroup_procs >= 0 {
+                libc::write(start.cgroup_procs, b"0".as_ptr().cast::<c_void>(), 1);
             }
             for &signal in &start.defaults {
                 let mut old: libc::sigaction = std::mem::zeroed();
@@ -121,6 +131,7 @@ pub(crate) fn spawn(
     let start = Start {
         exec: std::ptr::addr_of_mut!(exec),
         group,
+        cgroup_procs: cgroup.map_or(-1, AsRawFd::as_raw_fd),
         parent: rustix::process::getpid().as_raw_nonzero().get(),
         defaults: [
             libc::SIGPIPE,

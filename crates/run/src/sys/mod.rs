@@ -40,13 +40,15 @@ impl Child {
     }
 }
 
-/// Starts the command with std's `Command` (off Linux: no parent-death signal).
+/// Starts the command with std's `Command` (off Linux: no parent-death signal, and no cgroups,
+/// so `_cgroup` is always `None`).
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn spawn(
     program: &std::ffi::OsStr,
     args: &[std::ffi::OsString],
     env: &[(&str, std::ffi::OsString)],
     group: bool,
+    _cgroup: Option<&std::fs::File>,
 ) -> std::io::Result<Child> {
     use std::os::unix::process::CommandExt;
     let mut cmd = std::process::Command::new(program);
@@ -387,7 +389,7 @@ mod tests {
         let refused = |program: &str, args: &[&str], env: &[(&'static str, &str)]| {
             let args: Vec<OsString> = args.iter().map(OsString::from).collect();
             let env: Vec<(&str, OsString)> = env.iter().map(|(k, v)| (*k, v.into())).collect();
-            spawn(OsStr::new(program), &args, &env, true)
+            spawn(OsStr::new(program), &args, &env, true, None)
                 .err()
                 .expect("refused")
         };

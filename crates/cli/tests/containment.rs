@@ -1,0 +1,178 @@
+//! A cgroup per run (cgroup v2, as root on this machine's unified hierarchy): a daemon a
+//! command leaves keeps its slot and `stop-all` ends it, also after its supervisor was
+//! SIGKILLed; the slot is free once the cgroup empties; a busy command's CPU time shows in
+//! `slots --json`; a run without a cgroup of its own (an unprivileged user, no delegated
+//! subtree) still works, and `slots` says containment is off and why.
+
+use super::queue_rights::{as_member, shared_site};
+use super::*;
+
+/// A daemon that leaves the command's process group and session and closes every descriptor
+/// it inherited (the slot's guard too), as dev servers and watchers do: only the run's cgroup
+/// still ties it to the run.
+const DAEMON: &str = r#"setsid bash -c 'for fd in $(seq 3 63); do eval "exec $fd>&-"; done 2>/dev/null; exec 0<&- 1>&- 2>&-; echo $$ > "$T/daemon.tmp"; mv "$T/daemon.tmp" "$T/daemon"; while :; do sleep 0.1; done' &"#;
+
+fn slots_json(site: &Site) -> serde_json::Value {
+    let out = site.output(&["slots", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+/// Containment must be on here: the tests run as root on a machine with cgroup v2.
+fn contained(site: &Site) {
+    let doc = slots_json(site);
+    assert_eq!(
+        doc["containment"]["on"], true,
+        "cgroup v2 containment on this machine: {}",
+        doc["containment"]
+    );
+}
+
+fn daemon_pid(site: &Site) -> i32 {
+    wait_until("the daemon", || site.file("daemon").exists());
+    std::fs::read_to_string(site.file("daemon"))
+        .expect("daemon pid")
+        .trim()
+        .parse()
+        .expect("a pid")
+}
+
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| !s.contains(") Z ") && !s.contains(") X "))
+}
+
+fn held(site: &Site) -> u64 {
+    slots_json(site)["agents_held"]
+        .as_u64()
+        .expect("agents_held")
+}
+
+#[test]
+fn a_daemon_a_command_leaves_keeps_its_slot_until_stop_all_ends_it() {
+    let site = Site::new(Some(r#"{"max_agents": 1}"#));
+    contained(&site);
+    let out = site
+        .worklane()
+        .args([
+            "run",
+            "--",
+            "sh",
+            "-c",
+            &format!("{DAEMON} sleep 0.2; exit 0"),
+        ])
+        .env("T", site.file(""))
+        .output_gated()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("still run in its cgroup"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let daemon = daemon_pid(&site);
+    assert!(alive(daemon));
+    let doc = slots_json(&site);
+    assert_eq!(doc["agents_held"], 1, "the daemon keeps the slot: {doc}");
+    let cgroup = &doc["slots"][0]["cgroup"];
+    assert!(
+        cgroup["procs"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|p| p.as_i64() == Some(i64::from(daemon)))),
+        "slots lists what still runs in the run's cgroup: {doc}"
+    );
+    assert_eq!(
+        site.code(&["run", "-n", "--", "true"]),
+        75,
+        "the cap counts the daemon's slot"
+    );
+    let stop = site.output(&["stop-all", "daemon", "left"]);
+    assert!(
+        stop.status.success(),
+        "{}",
+        String::from_utf8_lossy(&stop.stderr)
+    );
+    wait_until("the daemon ended by stop-all", || !alive(daemon));
+    wait_until("the slot free once the cgroup is empty", || {
+        held(&site) == 0
+    });
+    assert_eq!(site.code(&["resume-all"]), 0);
+    assert_eq!(site.code(&["run", "-n", "--", "true"]), 0, "free again");
+}
+
+#[test]
+fn a_killed_supervisor_s_cgroup_is_reached_by_stop_all() {
+    let site = Site::new(Some(r#"{"max_agents": 1}"#));
+    contained(&site);
+    let script = format!(r#"{DAEMON} touch "$T/up.$K"; while :; do sleep 0.1; done"#);
+    let mut holder = site.spawn(&["run"], &script, "0");
+    wait_until("the holder", || site.file("up.0").exists());
+    let daemon = daemon_pid(&site);
+    super::jobs::sigkill(holder.id());
+    let _ = wait_exit(&mut holder, "the killed supervisor");
+    // The command got SIGTERM from the kernel (its supervisor died); the daemon left its
+    // group and session, and runs on in the run's cgroup, holding the slot.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(alive(daemon), "the daemon outlived its supervisor");
+    assert_eq!(held(&site), 1, "its slot stays held");
+    let stop = site.output(&["stop-all", "supervisor", "gone"]);
+    assert!(
+        stop.status.success(),
+        "{}",
+        String::from_utf8_lossy(&stop.stderr)
+    );
+    assert!(!alive(daemon), "stop-all ended it before it returned");
+    wait_until("the slot free", || held(&site) == 0);
+    assert_eq!(site.code(&["resume-all"]), 0);
+}
+
+#[test]
+fn a_busy_command_s_cpu_time_shows_in_slots() {
+    let site = Site::new(Some(r#"{"max_agents": 1}"#));
+    contained(&site);
+    let script = r#"end=$(($(date +%s) + 1)); while [ "$(date +%s)" -le "$end" ]; do :; done; touch "$T/up.$K"; while [ ! -e "$T/release.$K" ]; do sleep 0.05; done"#;
+    let mut holder = site.spawn(&["run"], script, "0");
+    wait_until("the busy part done", || site.file("up.0").exists());
+    let doc = slots_json(&site);
+    let cpu = doc["slots"][0]["cgroup"]["cpu_usec"]
+        .as_u64()
+        .expect("cpu_usec");
+    assert!(
+        cpu >= 500_000,
+        "a second of busy shell counts: {cpu} µs: {doc}"
+    );
+    std::fs::write(site.file("release.0"), b"").expect("release");
+    assert!(wait_exit(&mut holder, "the holder").success());
+    assert_eq!(held(&site), 0);
+}
+
+#[test]
+fn without_a_delegated_subtree_a_run_works_and_containment_is_said_off() {
+    let site = shared_site(Some(r#"{"max_agents": 1}"#));
+    let out = as_member(&site)
+        .args(["run", "--", "true"])
+        .output_gated()
+        .expect("run as the member");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let slots = as_member(&site)
+        .arg("slots")
+        .output_gated()
+        .expect("slots as the member");
+    let text = String::from_utf8_lossy(&slots.stdout);
+    assert!(
+        text.contains("containment: off (") && text.contains("may not create cgroups"),
+        "{text}"
+    );
+}
