@@ -37,10 +37,14 @@
 //! `mod.rs`) is SQLite in WAL mode, one row per attempt and per lane, admission order from the
 //! `attempts_order` index; it lives in the private state directory, never in the slot
 //! directory. The service (`service.rs` and `service/`: one file per operation, `procs.rs` the
-//! pidfds of the drivers and claimers it may signal) decides and never touches a socket; the
-//! server (`server.rs` and `server/`: connections, answers, events) is the one place that
-//! does, and maps the service's decisions to replies. Starting a driver and reaping it are the
-//! caller's callbacks (`worklane-run`'s `Launcher`).
+//! pidfds of the drivers and claimers it may signal) decides and never touches a socket: each
+//! operation returns a typed outcome or refusal (`service/outcome.rs`: `Enqueued`,
+//! `EnqueueRefused`, `Claimed`, `ClaimRefused`, ...), each refusal with the data it names and
+//! its words, and builds no reply. The server (`server.rs` and `server/`: connections,
+//! answers, events) is the one place that touches the socket, and `server/reply.rs` the one
+//! place that maps the service's outcomes and refusals to replies and their codes (PROTOCOL.md
+//! 14.2). Starting a driver and reaping it are the caller's callbacks (`worklane-run`'s
+//! `Launcher`).
 
 pub mod client;
 #[cfg(feature = "server")]

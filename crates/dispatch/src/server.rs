@@ -11,6 +11,11 @@
 //! A step of the loop that fails (the disk full, the database or a slot unwritable) is
 //! reported ([`Event::Trouble`]), shown by `list`, and retried with a backoff that doubles up
 //! to [`MAX_TROUBLE_BACKOFF`]; the loop serves on. Only its own socket failing ends it.
+//!
+//! Files: `conn` (accepting, reading and closing connections), `answer` (one request: the
+//! service asked, what its decision asks of the loop done), `reply` (the one place where the
+//! service's outcomes and refusals become replies, each refusal with its code), `event` (what
+//! the loop reports).
 
 use crate::service::{
     Admitted, Caller, Dispatcher, DriverEnded, Error as ServiceError, Exit, StartFailure, Started,
@@ -27,6 +32,7 @@ use worklane_transport::{self as transport, Refused, Trust};
 mod answer;
 mod conn;
 mod event;
+mod reply;
 
 use conn::{Conn, Outgoing, spare};
 pub use event::{ConnectionError, Event};

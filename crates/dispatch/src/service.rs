@@ -9,17 +9,24 @@
 //! cancels or retries it. A dispatcher that is not root starts drivers only as itself, so it
 //! refuses an enqueue from any other uid.
 //!
+//! An operation decides, and says what it decided as a type: its outcome ([`Enqueued`],
+//! [`Claimed`], [`Cancelled`]) or its refusal ([`EnqueueRefused`], [`ClaimRefused`],
+//! [`CancelRefused`], [`RetryRefused`]), each refusal with the data it names and its words for
+//! a person. It builds no reply: the server maps each to its reply and code (PROTOCOL.md 14.2).
+//! An [`Error`] is the dispatcher's own failure, never a refusal.
+//!
 //! By operation: `enqueue` (a launcher's held lane taken in, within the per-user bounds),
 //! `admit` (the next row under the slot pool, its driver's start, failed and expired starts),
 //! `claim` (claim, cancel, retry), `runs` (running attempts' ends and halts), `recover` (the
 //! start of a dispatcher), `views` (what `list` shows), `weights` (fair choice among owners),
-//! `procs` (the pidfds of drivers and claimers, the only processes it signals), `error`.
+//! `procs` (the pidfds of drivers and claimers, the only processes it signals), `outcome` (what
+//! the operations decide: outcomes and refusals), `error`.
 
 use crate::env::EnvFilter;
 use crate::lane::is_own_lane;
 pub use crate::lane::{lane_lock, valid_lane};
 use crate::store::{Attempt, Ended, Enqueuer, Error as StoreError, Outcome, State, Store};
-use crate::wire::{AttemptView, EndedView, Enqueue, Reply, code};
+use crate::wire::{AttemptView, EndedView, Enqueue};
 use std::collections::{HashMap, HashSet};
 use std::os::fd::OwnedFd;
 use worklane_admission::{Error as PoolError, Kind, Pool, Slot, Take};
@@ -31,6 +38,7 @@ mod admit;
 mod claim;
 mod enqueue;
 mod error;
+mod outcome;
 mod procs;
 mod recover;
 mod runs;
@@ -39,6 +47,9 @@ mod weights;
 
 pub use admit::start_backoff_ms;
 pub use error::Error;
+pub use outcome::{
+    CancelRefused, Cancelled, ClaimRefused, Claimed, EnqueueRefused, Enqueued, RetryRefused,
+};
 use views::ended_view;
 
 pub use procs::Started;
@@ -103,7 +114,8 @@ pub struct Settings {
     /// How long ended attempts and their logs are kept.
     pub retention_ms: u64,
     /// The most rows one uid other than root may have waiting (queued, starting or failed);
-    /// an enqueue beyond is refused ([`wire::code::LIMIT`](crate::wire::code::LIMIT)).
+    /// an enqueue beyond is refused ([`EnqueueRefused::TooManyRows`], code
+    /// [`wire::code::LIMIT`](crate::wire::code::LIMIT) on the wire).
     pub max_rows_per_user: u64,
 }
 
@@ -191,15 +203,6 @@ pub struct Admitted {
     pub token: String,
     /// The slot reserved for it.
     pub slot: String,
-}
-
-/// A successful claim: what to send (the lane's guard, then the slot's).
-#[derive(Debug)]
-pub struct Claimed {
-    /// The reply to send.
-    pub reply: Reply,
-    /// The descriptors to send with it, lane first.
-    pub fds: Vec<Guard>,
 }
 
 /// What became of an attempt whose driver could not be started.

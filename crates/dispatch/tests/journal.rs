@@ -94,7 +94,7 @@ fn the_dispatcher_says_each_enqueue_admission_claim_expiry_and_cancel() {
     );
     drop(claimed);
     let b = bench.enqueue("b", T0, 0);
-    assert!(bench.dispatcher.cancel(&b, &me()).expect("cancel").ok);
+    assert!(bench.dispatcher.cancel(&b, &me()).expect("cancel").is_ok());
     assert_eq!(
         one(&dir, "dispatch-cancelled"),
         Event::DispatchCancelled {

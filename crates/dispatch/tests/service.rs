@@ -2,9 +2,12 @@
 //! process: the launcher's hand-over is a duplicated descriptor of its held lane guard.
 use super::*;
 use std::os::fd::{AsFd, OwnedFd};
-use worklane_dispatch::service::{Caller, Dispatcher, Mode, Settings, lane_lock};
+use worklane_dispatch::service::{
+    Caller, CancelRefused, Cancelled, ClaimRefused, Dispatcher, EnqueueRefused, Mode, RetryRefused,
+    Settings, lane_lock,
+};
 use worklane_dispatch::store::{State, Store};
-use worklane_dispatch::wire::{Enqueue, code};
+use worklane_dispatch::wire::Enqueue;
 use worklane_lease::{Acquired, Options, Request as LeaseRequest};
 
 pub(super) const T0: u64 = 1_800_000_000_000;
@@ -109,9 +112,9 @@ impl Bench {
         let reply = self
             .dispatcher
             .enqueue(entry, vec![fd], &me())
-            .expect("enqueue");
-        assert!(reply.ok, "accepted: {reply:?}");
-        reply.attempt.expect("an attempt id")
+            .expect("enqueue")
+            .expect("accepted");
+        reply.attempt
     }
 
     pub(super) fn enqueue(&mut self, name: &str, start_ms: u64, priority: i64) -> String {
@@ -119,9 +122,9 @@ impl Bench {
         let reply = self
             .dispatcher
             .enqueue(Bench::entry(name, start_ms, priority), vec![fd], &me())
-            .expect("enqueue");
-        assert!(reply.ok, "accepted: {reply:?}");
-        reply.attempt.expect("an attempt id")
+            .expect("enqueue")
+            .expect("accepted");
+        reply.attempt
     }
 
     /// Whether another process finds the lane free (`flock -n` on its guard).
@@ -173,20 +176,25 @@ fn every_refused_enqueue_closes_every_descriptor() {
         .dispatcher
         .enqueue(Bench::entry("a", T0, 0), two, &me())
         .expect("enqueue");
-    assert_eq!(reply.error.as_deref(), Some(code::DESCRIPTORS), "{reply:?}");
+    assert!(
+        matches!(reply, Err(EnqueueRefused::Descriptors { count: 2 })),
+        "{reply:?}"
+    );
     let reply = bench
         .dispatcher
         .enqueue(Bench::entry("a", T0, 0), vec![], &me())
         .expect("enqueue");
-    assert_eq!(reply.error.as_deref(), Some(code::DESCRIPTORS), "{reply:?}");
+    assert!(
+        matches!(reply, Err(EnqueueRefused::Descriptors { count: 0 })),
+        "{reply:?}"
+    );
     let other = bench.launch("b");
     let reply = bench
         .dispatcher
         .enqueue(Bench::entry("a", T0, 0), vec![other], &me())
         .expect("enqueue");
-    assert_eq!(
-        reply.error.as_deref(),
-        Some(code::NOT_THE_LANE),
+    assert!(
+        matches!(&reply, Err(EnqueueRefused::NotTheLane { lock, .. }) if lock == "lane-a.lock"),
         "another lane's guard: {reply:?}"
     );
     let mut missing = Bench::entry("a", T0, 0);
@@ -195,9 +203,8 @@ fn every_refused_enqueue_closes_every_descriptor() {
         .dispatcher
         .enqueue(missing, vec![bench.launch("a")], &me())
         .expect("enqueue");
-    assert_eq!(
-        reply.error.as_deref(),
-        Some(code::MISSING_FIELD),
+    assert!(
+        matches!(reply, Err(EnqueueRefused::MissingField)),
         "{reply:?}"
     );
     let mut missing = Bench::entry("a", T0, 0);
@@ -206,9 +213,8 @@ fn every_refused_enqueue_closes_every_descriptor() {
         .dispatcher
         .enqueue(missing, vec![bench.launch("a")], &me())
         .expect("enqueue");
-    assert_eq!(
-        reply.error.as_deref(),
-        Some(code::MISSING_FIELD),
+    assert!(
+        matches!(reply, Err(EnqueueRefused::MissingField)),
         "{reply:?}"
     );
     assert_eq!(
@@ -232,7 +238,10 @@ fn every_refused_enqueue_closes_every_descriptor() {
         .dispatcher
         .enqueue(Bench::entry("c", T0, 0), vec![unlocked], &me())
         .expect("enqueue");
-    assert_eq!(reply.error.as_deref(), Some(code::NOT_HELD), "{reply:?}");
+    assert!(
+        matches!(&reply, Err(EnqueueRefused::NotHeld { lock }) if lock == "lane-c.lock"),
+        "{reply:?}"
+    );
     drop(holder);
     let mut waiter = Bench::new(
         "{}",
@@ -246,7 +255,10 @@ fn every_refused_enqueue_closes_every_descriptor() {
         .dispatcher
         .enqueue(Bench::entry("w", T0, 0), vec![fd], &me())
         .expect("enqueue");
-    assert_eq!(reply.error.as_deref(), Some(code::WAITER_MODE), "{reply:?}");
+    assert!(
+        matches!(reply, Err(EnqueueRefused::WaiterMode)),
+        "{reply:?}"
+    );
     assert!(
         waiter.lane_free("w"),
         "refused in waiter mode, descriptor closed"
@@ -281,7 +293,10 @@ fn an_accepted_enqueue_holds_the_lane_and_keeps_start_and_priority() {
         ["LANE_X"],
         "a secret-shaped name is never stored"
     );
-    assert!(bench.dispatcher.cancel(&id, &me()).expect("cancel").ok);
+    assert_eq!(
+        bench.dispatcher.cancel(&id, &me()).expect("cancel").ok(),
+        Some(Cancelled::Dropped)
+    );
     assert!(bench.lane_free("docs"), "cancel closes the lane");
 }
 
@@ -314,10 +329,11 @@ fn admit_claim_and_the_seeds_refusals() {
             .claim(id, token, &me())
             .expect("claim")
             .expect_err("refused");
-        assert_eq!(
-            refused.message.as_deref(),
-            Some("no admitted row for this token")
+        assert!(
+            matches!(refused, ClaimRefused::NoAdmittedRow),
+            "{refused:?}"
         );
+        assert_eq!(refused.to_string(), "no admitted row for this token");
     }
     assert_eq!(
         bench.dispatcher.list().expect("list").len(),
@@ -331,8 +347,11 @@ fn admit_claim_and_the_seeds_refusals() {
         .expect("claim")
         .expect("claimed");
     assert_eq!(claimed.fds.len(), 2, "the lane and the slot");
-    assert_eq!(claimed.reply.slot.as_deref(), Some("agent-0.lock"));
-    assert_eq!(claimed.reply.lane.as_deref(), Some("lane-a.lock"));
+    assert_eq!(claimed.slot, "agent-0.lock");
+    assert_eq!(
+        (claimed.attempt.as_str(), claimed.lane.as_str()),
+        (first.as_str(), "a")
+    );
     let rows = bench.dispatcher.list().expect("list");
     assert_eq!(
         rows.iter().map(|r| r.state.as_str()).collect::<Vec<_>>(),
@@ -426,13 +445,19 @@ fn an_enqueue_no_cap_could_admit_is_refused_naming_weight_and_cap() {
             owner: owner.map(str::to_owned),
             ..Bench::entry("x", T0, 0)
         };
-        let reply = bench
+        let refused = bench
             .dispatcher
             .enqueue(entry, vec![fd], &me())
-            .expect("enqueue");
-        assert!(!reply.ok, "{weight} {owner:?}: {reply:?}");
-        assert_eq!(reply.error.as_deref(), Some(code::BAD_REQUEST));
-        let message = reply.message.unwrap_or_default();
+            .expect("enqueue")
+            .expect_err("refused");
+        assert!(
+            matches!(
+                refused,
+                EnqueueRefused::Unfit { .. } | EnqueueRefused::BadOwner { .. }
+            ),
+            "{weight} {owner:?}: {refused:?}"
+        );
+        let message = refused.to_string();
         assert!(message.contains(says), "{message}");
         assert!(
             bench.lane_free("x"),
@@ -754,10 +779,22 @@ fn the_dispatcher_stands_in_line_for_its_first_queued_row() {
         [(3, T0 + 5)],
         "standing again changes nothing"
     );
-    assert!(bench.dispatcher.cancel(&high, &me()).expect("cancel").ok);
+    assert!(
+        bench
+            .dispatcher
+            .cancel(&high, &me())
+            .expect("cancel")
+            .is_ok()
+    );
     bench.dispatcher.stand().expect("stand");
     assert_eq!(entries(&bench), [(0, T0)], "back to the next row's place");
-    assert!(bench.dispatcher.cancel(&low, &me()).expect("cancel").ok);
+    assert!(
+        bench
+            .dispatcher
+            .cancel(&low, &me())
+            .expect("cancel")
+            .is_ok()
+    );
     bench.dispatcher.stand().expect("stand");
     assert_eq!(entries(&bench), [], "none once nothing is queued");
 }
@@ -844,15 +881,13 @@ fn a_lane_of_its_own_must_say_so_and_no_other_lane_may() {
     let reply = bench
         .dispatcher
         .enqueue(Bench::entry(own, T0, 0), vec![bench.launch(own)], &me())
-        .expect("enqueue");
-    assert_eq!(reply.error.as_deref(), Some(code::BAD_REQUEST), "{reply:?}");
+        .expect("enqueue")
+        .expect_err("refused");
     assert!(
-        reply
-            .message
-            .as_deref()
-            .is_some_and(|m| m.contains("reserved")),
-        "says why: {reply:?}"
+        matches!(&reply, EnqueueRefused::ReservedLane { lane } if lane == own),
+        "{reply:?}"
     );
+    assert!(reply.to_string().contains("reserved"), "says why: {reply}");
     assert!(bench.lane_free(own), "refused, its descriptor closed");
     let mut claimed = Bench::entry("docs", T0, 0);
     claimed.own_lane = true;
@@ -860,14 +895,17 @@ fn a_lane_of_its_own_must_say_so_and_no_other_lane_may() {
         .dispatcher
         .enqueue(claimed, vec![bench.launch("docs")], &me())
         .expect("enqueue");
-    assert_eq!(reply.error.as_deref(), Some(code::BAD_REQUEST), "{reply:?}");
+    assert!(
+        matches!(&reply, Err(EnqueueRefused::NotOwnLane { lane }) if lane == "docs"),
+        "{reply:?}"
+    );
     let mut declared = Bench::entry(own, T0, 0);
     declared.own_lane = true;
     let reply = bench
         .dispatcher
         .enqueue(declared, vec![bench.launch(own)], &me())
         .expect("enqueue");
-    assert!(reply.ok, "declared, it is queued: {reply:?}");
+    assert!(reply.is_ok(), "declared, it is queued: {reply:?}");
 }
 
 #[test]
@@ -899,13 +937,13 @@ fn a_descriptor_that_is_no_guard_is_named_for_what_it_is() {
         let reply = bench
             .dispatcher
             .enqueue(Bench::entry("l", T0, 0), vec![fd], &me())
-            .expect("enqueue");
-        assert_eq!(
-            reply.error.as_deref(),
-            Some(code::NOT_THE_LANE),
+            .expect("enqueue")
+            .expect_err("refused");
+        assert!(
+            matches!(&reply, EnqueueRefused::NotAFile { lock, .. } if lock == "lane-l.lock"),
             "{reply:?}"
         );
-        let message = reply.message.unwrap_or_default();
+        let message = reply.to_string();
         assert!(
             message.contains(&format!("the descriptor sent is {what}")),
             "named for what it is: {message}"
@@ -927,15 +965,13 @@ fn a_descriptor_that_is_no_guard_is_named_for_what_it_is() {
     let reply = bench
         .dispatcher
         .enqueue(Bench::entry("f", T0, 0), vec![unlocked], &me())
-        .expect("enqueue");
-    assert_eq!(reply.error.as_deref(), Some(code::NOT_HELD), "{reply:?}");
+        .expect("enqueue")
+        .expect_err("refused");
     assert!(
-        reply
-            .message
-            .as_deref()
-            .is_some_and(|m| m.contains("nobody holds")),
+        matches!(&reply, EnqueueRefused::LockFree { lock } if lock == "lane-f.lock"),
         "{reply:?}"
     );
+    assert!(reply.to_string().contains("nobody holds"), "{reply}");
     assert!(
         bench.lane_free("f"),
         "and the dispatcher did not take it either"
@@ -967,9 +1003,12 @@ fn only_the_enqueuer_or_root_claims_and_only_it_root_or_the_owner_cancels() {
         .claim(&id, &admitted.token, &stranger())
         .expect("claim")
         .expect_err("another user's claim");
-    assert_eq!(
-        refused.error.as_deref(),
-        Some(code::PERMISSION),
+    assert!(
+        matches!(
+            &refused,
+            ClaimRefused::Permission { attempt, enqueuer, uid }
+                if *attempt == id && *enqueuer == Some(me.uid) && *uid == stranger().uid
+        ),
         "{refused:?}"
     );
     assert_eq!(
@@ -978,7 +1017,13 @@ fn only_the_enqueuer_or_root_claims_and_only_it_root_or_the_owner_cancels() {
         "it stays"
     );
     let reply = bench.dispatcher.cancel(&id, &stranger()).expect("cancel");
-    assert_eq!(reply.error.as_deref(), Some(code::PERMISSION), "{reply:?}");
+    assert!(
+        matches!(
+            &reply,
+            Err(CancelRefused::Permission { attempt, enqueuer }) if *attempt == id && *enqueuer == Some(me.uid)
+        ),
+        "{reply:?}"
+    );
     assert!(!bench.lane_free("a"), "not cancelled");
     let claimed = bench
         .dispatcher
@@ -1092,11 +1137,17 @@ fn a_failed_start_backs_off_the_line_moves_on_and_the_bounded_tries_park_it() {
     );
     assert!(!bench.lane_free("head"), "its lane is still held");
     let reply = bench.dispatcher.retry(&head, &me()).expect("retry");
-    assert!(reply.ok, "{reply:?}");
+    assert!(reply.is_ok(), "{reply:?}");
     let row = bench.dispatcher.view(&head).expect("view").expect("kept");
     assert_eq!((row.state.as_str(), row.failures), ("queued", 0));
     let reply = bench.dispatcher.retry(&head, &me()).expect("retry");
-    assert_eq!(reply.error.as_deref(), Some(code::NOT_FAILED), "{reply:?}");
+    assert!(
+        matches!(
+            &reply,
+            Err(RetryRefused::NotFailed { attempt, state: State::Queued }) if *attempt == head
+        ),
+        "{reply:?}"
+    );
 }
 
 #[test]
@@ -1319,7 +1370,7 @@ fn a_driver_that_never_claims_is_halted_counted_and_parked_and_the_row_behind_ru
         .expect("the row behind");
     assert_eq!(admitted.attempt.id, b, "the row behind runs meanwhile");
     let cancelled = bench.dispatcher.cancel(&b, &me()).expect("cancel");
-    assert!(cancelled.ok, "{cancelled:?}");
+    assert_eq!(cancelled.ok(), Some(Cancelled::Dropped));
     // Past its backoff, `a` is still not started again: its first driver ignores SIGTERM and
     // lives on through the grace.
     bench.clock.advance(500);
@@ -1408,7 +1459,11 @@ fn a_cancel_across_a_restart_signals_no_pid_read_from_a_file() {
         ("running", Some(victim.id())),
         "the stored pid names the victim: {row:?}"
     );
-    assert!(dispatcher.cancel(&id, &me()).expect("cancel").ok);
+    assert_eq!(
+        dispatcher.cancel(&id, &me()).expect("cancel").ok(),
+        Some(Cancelled::Halting { grace_ms: 2_000 }),
+        "a running attempt's driver is halted"
+    );
     assert!(
         site.temp.path().join(cancel_marker(&id)).exists(),
         "the marker, for a driver to obey"

@@ -1,6 +1,9 @@
-//! One request answered: the message parsed, the service asked, its decision made a reply.
+//! One request answered: the message parsed, the service asked, what its decision asks of
+//! the loop done (an admission round, the status entries, the line), and the decision made a
+//! reply ([`reply`]).
 
 use super::*;
+use reply::Refusal;
 
 impl<'a> Server<'a> {
     /// The reply to one whole request of `caller`, and what to send with it.
@@ -15,22 +18,11 @@ impl<'a> Server<'a> {
             Ok(answer) => answer,
             // The dispatcher's own failure (its database, the directory): the client is
             // told, the service goes on.
-            Err(e) => (
-                "unknown",
-                Reply::refused(
-                    code::INTERNAL,
-                    format!("the dispatcher failed: {}", chain(&e)),
-                ),
-                Vec::new(),
-            ),
+            Err(e) => ("unknown", reply::failed(&chain(&e)), Vec::new()),
         };
         let bytes = serde_json::to_vec(&reply).unwrap_or_default();
         let sender = transport::Sender::new(&bytes).unwrap_or_else(|_| {
-            let short = Reply::refused(
-                code::INTERNAL,
-                "the reply is longer than a message may be (64 KiB); ask for less",
-            );
-            transport::Sender::new(&serde_json::to_vec(&short).unwrap_or_default())
+            transport::Sender::new(&serde_json::to_vec(&reply::too_long()).unwrap_or_default())
                 .expect("a short refusal fits a message")
         });
         Outgoing {
@@ -50,44 +42,24 @@ impl<'a> Server<'a> {
     ) -> Result<(&'static str, Reply, Vec<Guard>), ServiceError> {
         if let Some(unknown) = crate::wire::unknown_version(line) {
             drop(fds);
-            return Ok((
-                "unknown",
-                Reply::refused(
-                    code::BAD_REQUEST,
-                    format!(
-                        "protocol version {unknown} is not known here (this dispatcher speaks \
-                         version {})",
-                        crate::wire::VERSION
-                    ),
-                ),
-                Vec::new(),
-            ));
+            return Ok(("unknown", reply::unknown_version(&unknown), Vec::new()));
         }
         let request = match serde_json::from_slice::<Request>(line) {
             Ok(request) => request,
             Err(e) => {
                 drop(fds);
-                return Ok((
-                    "unknown",
-                    Reply::refused(code::BAD_REQUEST, format!("not a request: {e}")),
-                    Vec::new(),
-                ));
+                return Ok(("unknown", reply::not_a_request(&e), Vec::new()));
             }
         };
         let op = request.op();
         if !fds.is_empty() && !matches!(request, Request::Enqueue(_)) {
             drop(fds);
-            return Ok((
-                op,
-                Reply::refused(code::DESCRIPTORS, format!("a {op} carries no descriptor")),
-                Vec::new(),
-            ));
+            return Ok((op, reply::no_descriptor(op), Vec::new()));
         }
         let dir = self.dispatcher.pool().dir().clone();
         Ok(match request {
-            Request::Enqueue(entry) => {
-                let reply = self.dispatcher.enqueue(entry, fds, caller)?;
-                if let (true, Some(id)) = (reply.ok, reply.attempt.as_deref()) {
+            Request::Enqueue(entry) => match self.dispatcher.enqueue(entry, fds, caller)? {
+                Ok(enqueued) => {
                     self.at(CrashPoint::AfterInsert);
                     // Admitted at once, its entry is written as starting; else as queued. (A
                     // crash before either leaves a row without an entry, which the next
@@ -100,33 +72,35 @@ impl<'a> Server<'a> {
                             Vec::new()
                         }
                     };
-                    if !admitted.iter().any(|a| a == id) {
-                        self.write_entry(id);
+                    if !admitted.contains(&enqueued.attempt) {
+                        self.write_entry(&enqueued.attempt);
                     }
+                    ("enqueue", reply::enqueued(&enqueued), Vec::new())
                 }
-                ("enqueue", reply, Vec::new())
-            }
+                Err(refused) => ("enqueue", refused.reply(), Vec::new()),
+            },
             Request::Claim { attempt, token } => {
                 match self.dispatcher.claim_by(&attempt, &token, caller, pidfd)? {
                     Ok(claimed) => {
                         self.at(CrashPoint::AfterClaimRemove);
-                        if let Some(lane) = claimed.reply.lane.as_deref() {
+                        let (reply, fds) = reply::claimed(claimed);
+                        if let Some(lane) = reply.lane.as_deref() {
                             let name = lane.trim_start_matches("lane-").trim_end_matches(".lock");
                             let _ = status::remove_entry(&dir, name);
                         }
-                        ("claim", claimed.reply, claimed.fds)
+                        ("claim", reply, fds)
                     }
-                    Err(refused) => ("claim", refused, Vec::new()),
+                    Err(refused) => ("claim", refused.reply(), Vec::new()),
                 }
             }
             Request::List { all } => {
-                let mut reply = Reply::ok();
-                reply.attempts = Some(self.dispatcher.list()?);
-                reply.pid = Some(std::process::id());
-                if all {
-                    reply.history = Some(self.dispatcher.history()?);
-                }
-                reply.trouble = self.trouble.as_ref().map(|t| {
+                let attempts = self.dispatcher.list()?;
+                let history = if all {
+                    Some(self.dispatcher.history()?)
+                } else {
+                    None
+                };
+                let trouble = self.trouble.as_ref().map(|t| {
                     format!(
                         "failing since {} tries: {} (next try within {} s)",
                         t.failures,
@@ -147,33 +121,44 @@ impl<'a> Server<'a> {
                 };
                 let damage = recovery.damage.as_ref().map(|d| d.sentence());
                 let said: Vec<String> = damage.into_iter().chain(refused).collect();
-                reply.damage = (!said.is_empty())
+                let damage = (!said.is_empty())
                     .then(|| format!("{} when this dispatcher started", said.join("; ")));
-                ("list", reply, Vec::new())
+                (
+                    "list",
+                    reply::listed(attempts, history, trouble, damage),
+                    Vec::new(),
+                )
             }
             Request::Cancel { attempt } => {
                 let lane = self.dispatcher.view(&attempt)?.map(|a| (a.lane, a.state));
-                let reply = self.dispatcher.cancel(&attempt, caller)?;
-                if reply.ok
-                    && let Some((lane, state)) = lane
-                    && state != "running"
-                {
-                    let _ = status::remove_entry(&dir, &lane);
-                }
+                let reply = match self.dispatcher.cancel(&attempt, caller)? {
+                    Ok(cancelled) => {
+                        if let Some((lane, state)) = lane
+                            && state != "running"
+                        {
+                            let _ = status::remove_entry(&dir, &lane);
+                        }
+                        reply::cancelled(&attempt, cancelled)
+                    }
+                    Err(refused) => refused.reply(),
+                };
                 self.dispatcher.stand()?;
                 ("cancel", reply, Vec::new())
             }
             Request::Retry { attempt } => {
-                let reply = self.dispatcher.retry(&attempt, caller)?;
-                if reply.ok {
-                    self.write_entry(&attempt);
-                    self.dispatcher.stand()?;
-                }
+                let reply = match self.dispatcher.retry(&attempt, caller)? {
+                    Ok(()) => {
+                        self.write_entry(&attempt);
+                        self.dispatcher.stand()?;
+                        reply::retried(&attempt)
+                    }
+                    Err(refused) => refused.reply(),
+                };
                 ("retry", reply, Vec::new())
             }
             Request::Prune { older_than_ms } => (
                 "prune",
-                self.dispatcher.prune(caller, older_than_ms)?,
+                reply::pruned(self.dispatcher.prune(caller, older_than_ms)?),
                 Vec::new(),
             ),
         })

@@ -3,9 +3,10 @@
 
 use super::*;
 
-/// Errors of the dispatcher's own state (a refusal of a request is a [`Reply`]). Each variant
-/// says which step failed and for which attempt; the cause (the queue database, the slot pool,
-/// the lease layer, the socket) is its source.
+/// Errors of the dispatcher's own state (a refused request is no error: it is its operation's
+/// refusal, such as [`EnqueueRefused`]). Each variant says which step failed and for which
+/// attempt; the cause (the queue database, the slot pool, the lease layer, the socket) is its
+/// source.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

@@ -5,7 +5,7 @@
 use super::{Caller, Dispatcher, Error, Exit, StartFailure};
 use crate::lane::retire_own_lane;
 use crate::store::{Attempt, Cancel, Ended, Outcome, State, log_name};
-use crate::wire::{EndedView, Reply};
+use crate::wire::EndedView;
 use worklane_guard::Guard;
 
 /// How often a running attempt's lane is probed when nothing says it ended (ms).
@@ -210,8 +210,12 @@ impl Dispatcher {
 
     /// Forgets the ended attempts that ended more than `older_than_ms` ago (all without it)
     /// and removes their logs, for `caller`: root and the directory's owner prune everyone's,
-    /// anyone else their own. The reply's history lists what went.
-    pub fn prune(&mut self, caller: &Caller, older_than_ms: Option<u64>) -> Result<Reply, Error> {
+    /// anyone else their own. Returns what went (the reply's history).
+    pub fn prune(
+        &mut self,
+        caller: &Caller,
+        older_than_ms: Option<u64>,
+    ) -> Result<Vec<EndedView>, Error> {
         let now = self.now();
         let before = now
             .saturating_sub(older_than_ms.unwrap_or(0))
@@ -222,9 +226,7 @@ impl Dispatcher {
             .prune(before, whose)
             .map_err(Error::history("prune"))?;
         self.remove_logs(&pruned);
-        let mut reply = Reply::ok();
-        reply.history = Some(pruned.into_iter().map(super::ended_view).collect());
-        Ok(reply)
+        Ok(pruned.into_iter().map(super::ended_view).collect())
     }
 
     /// Keeps the history and the logs within the retention period: ended attempts older than

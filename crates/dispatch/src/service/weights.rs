@@ -2,7 +2,7 @@
 //! is refused, a row a lowered cap can no longer admit is parked, and with shares the next row
 //! is the first of the owner with the smallest use of its share.
 
-use super::{Attempt, Caller, Dispatcher, Enqueue, Error, PoolError, Reply, State, chain, code};
+use super::{Attempt, Caller, Dispatcher, Enqueue, EnqueueRefused, Error, PoolError, State, chain};
 use worklane_admission::Kind;
 
 impl Dispatcher {
@@ -10,18 +10,11 @@ impl Dispatcher {
     /// of 0 or above `max_agents` or its owner's share, a tag no config could name. (A config
     /// that cannot be used is no reason to refuse: every admission waits for it to be fixed,
     /// and a row it then cannot admit is parked.)
-    pub(super) fn refuse_ask(&self, entry: &Enqueue, caller: &Caller) -> Option<Reply> {
+    pub(super) fn refuse_ask(&self, entry: &Enqueue, caller: &Caller) -> Option<EnqueueRefused> {
         if let Some(tag) = &entry.owner
             && worklane_slotfile::ShareKey::parse(&format!("owner:{tag}")).is_none()
         {
-            return Some(Reply::refused(
-                code::BAD_REQUEST,
-                format!(
-                    "owner {tag:?}: a tag is 1 to {} bytes without white space or control \
-                     characters",
-                    worklane_slotfile::config::MAX_OWNER_NAME
-                ),
-            ));
+            return Some(EnqueueRefused::BadOwner { owner: tag.clone() });
         }
         let attempt = Attempt {
             enqueuer: Some(caller.enqueuer()),
@@ -32,7 +25,7 @@ impl Dispatcher {
         let ask = attempt.ask()?;
         match self.pool.check_ask(Kind::Agent, &ask) {
             Err(e @ (PoolError::Weight { .. } | PoolError::WeightOverShare { .. })) => {
-                Some(Reply::refused(code::BAD_REQUEST, chain(&e)))
+                Some(EnqueueRefused::Unfit { error: Box::new(e) })
             }
             _ => None,
         }
