@@ -2,7 +2,7 @@
 //! is refused, a row a lowered cap can no longer admit is parked, and with shares the next row
 //! is the first of the owner with the smallest use of its share.
 
-use super::{Attempt, Caller, Dispatcher, Enqueue, Error, PoolError, Reply, State, chain, code};
+use super::{Attempt, Caller, Dispatcher, Enqueue, Error, Reply, State, TakeError, chain, code};
 use worklane_admission::Kind;
 
 impl Dispatcher {
@@ -31,7 +31,7 @@ impl Dispatcher {
         };
         let ask = attempt.ask()?;
         match self.pool.check_ask(Kind::Agent, &ask) {
-            Err(e @ (PoolError::Weight { .. } | PoolError::WeightOverShare { .. })) => {
+            Err(e @ (TakeError::Weight { .. } | TakeError::WeightOverShare { .. })) => {
                 Some(Reply::refused(code::BAD_REQUEST, chain(&e)))
             }
             _ => None,
@@ -44,7 +44,7 @@ impl Dispatcher {
     pub(super) fn park_unfit(
         &mut self,
         id: &str,
-        error: &PoolError,
+        error: &TakeError,
         now: u64,
     ) -> Result<(), Error> {
         log::warn!("attempt {id} parked: {}", chain(error));
