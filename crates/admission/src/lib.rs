@@ -63,11 +63,11 @@
 //! `Pool::new(Resolved)` wraps the resolved directory, its `Locations` and its `Environment`
 //! (for the config and drain re-reads); `Pool::open(Located)` does the same without a config
 //! ever loaded: the pool never keeps the caps, every agent or test-run take reads them
-//! (`Pool::config`, `Error::Config` while the file is broken), and STOP, the drain, the idle probe
-//! and the snapshot work whatever it holds; `with_clock` injects the `Clock` used for drain
-//! decisions and record times.
+//! (`Pool::config`, `take::Error::Config` while the file is broken), and STOP, the drain, the
+//! idle probe and the snapshot work whatever it holds; `with_clock` injects the `Clock` used for
+//! drain decisions and record times.
 //!
-//! - `try_take(Kind, &Request) -> Result<Take, Error>` never waits. `Kind` is `Agent`,
+//! - `try_take(Kind, &Request) -> Result<Take, take::Error>` never waits. `Kind` is `Agent`,
 //!   `Test { limit_ms }` or `FullRun`; `Take` is `Held(Slot)` or `Blocked(Blocker)`. It checks STOP,
 //!   then the drain; for agents and test runs it reads the cap from the config, holds `slots.lock`
 //!   (tried at least once, then every millisecond for about 2 s, else `Blocker::Counting`), checks
@@ -104,19 +104,19 @@
 //!   each slot, its verdict, weight and `shareOwner` (`Counted`), reading a held guard's
 //!   record once (`recordless_held` skips the indexes the listing showed a record for).
 //! - Shares (`share.rs`): `Ask {weight, owner}` (default: 1, `Owner::of_process()`),
-//!   `resolve(shares, owner) -> ShareOf {owner: ShareKey, ceiling}` (tag, then uid, then
-//!   group by smallest share, then the uid under `*`); `take.rs`'s `asked` checks the weight
-//!   against the cap and the ceiling (`Error::Weight`, `Error::WeightOverShare`) and the take
-//!   writes `weight` and `shareOwner` into its record and its line entry. Under `slots.lock`
-//!   the take checks its owner's share, then its turn, then the cap (`pool/turn.rs`). With shares (agents),
-//!   the turn is `share::turn` over the line's entries (their records' weight and owner) in
-//!   the fair order `Use::order` (priority, then held/share of the owner, entries without an
-//!   owner last, then start, then token); every look of a waiting take is decided under
-//!   `slots.lock`, so all waiters see one order. Without shares the line is the name order
-//!   (priority, start, token) as before. The dispatcher chooses among its rows' owners the
-//!   same way (`Store::queued_heads`, one head per enqueuer uid and tag), stands for that
-//!   row's weight and owner, and parks a row whose weight the cap or its share can never
-//!   admit (`worklane-dispatch`'s `service/weights.rs`).
+//!   `resolve(shares, owner) -> ShareOf {owner: ShareKey, ceiling}` (tag, then uid, then group by
+//!   smallest share, then the uid under `*`); `take.rs`'s `asked` checks the weight against the cap
+//!   and the ceiling (`take::Error::Weight`, `take::Error::WeightOverShare`) and the take writes
+//!   `weight` and `shareOwner` into its record and its line entry. Under `slots.lock` the take
+//!   checks its owner's share, then its turn, then the cap (`pool/turn.rs`). With shares (agents),
+//!   the turn is `share::turn` over the line's entries (their records' weight and owner) in the
+//!   fair order `Use::order` (priority, then held/share of the owner, entries without an owner
+//!   last, then start, then token); every look of a waiting take is decided under `slots.lock`, so
+//!   all waiters see one order. Without shares the line is the name order (priority, start, token)
+//!   as before. The dispatcher chooses among its rows' owners the same way (`Store::queued_heads`,
+//!   one head per enqueuer uid and tag), stands for that row's weight and owner, and parks a row
+//!   whose weight the cap or its share can never admit (`worklane-dispatch`'s
+//!   `service/weights.rs`).
 //! - After counting, an agent or test-run take skips an index whose guard is a stray (directory,
 //!   FIFO, link, non-empty file: `broken_guard`) and, before releasing `slots.lock`, sweeps the
 //!   temp files killed writers left (`SlotDir::sweep_temps`, older than a minute and unlocked).
@@ -135,9 +135,10 @@
 //!   `full-run.lock`.
 //! - `protocol` module: `protocol.json` (`Protocol {version, level, extensions}`), `LEVEL` 1 and
 //!   the `KNOWN` extensions (`weights`); every take (`try_take_until`) checks it first and
-//!   refuses with `Error::Protocol` (a higher level, an unknown extension, an unreadable file);
-//!   a take of weight above 1, or under `shares`, declares `weights` under `slots.lock`
-//!   (`Pool::declare`); `Pool::drop_extension` removes one when nothing uses it.
+//!   refuses with `take::Error::Protocol` (a higher level, an unknown extension, an
+//!   unreadable file); a take of weight above 1, or under `shares`, declares `weights` under
+//!   `slots.lock` (`Pool::declare_held`; an operator's change, `Pool::declare_extension`);
+//!   `Pool::drop_extension` removes one when nothing uses it.
 //! - `stop` module: `Stop {by, at, reason}`, `read` (an unreadable STOP is still a STOP),
 //!   `write` (replace, `SHARED_MODE` 0660; an empty directory at the name is removed first,
 //!   `replace_over_empty_dir`), `remove` (`remove_entry`). `drain` module: `Drain {since, until, to}` (`to`
@@ -146,16 +147,36 @@
 //!   TooFarAhead | Unreadable)`; in force while `now < until` and `until - now <=
 //!   MAX_DRAIN_AHEAD_MS`). `Pool::drain`, `write_drain` (mode 0644, over an empty directory too)
 //!   and `remove_drain` (`remove_entry`) use `Locations::drain_dir`.
-//! - Errors: one crate-root `Error` for every pool operation, because they share their steps
-//!   (the config, STOP, the drain flag, listing, judging a slot, `slots.lock`, the line). Each
-//!   variant names its step and subject (`Config`, `Name`, `List`, `Probe`, `Judge`,
-//!   `Count`/`Counted` (`slots.lock` for a kind), `Take {kind}`, `Protocol`, `WriteProtocol`,
-//!   `WriteStop`, `RemoveStop`,
-//!   `DrainDir`, `WriteDrain`, `RemoveDrain`, `JoinLine {kind}`, `LineFull`, `LeaveLine`,
-//!   `Retire`, `NotASlot`, `AdoptGuard`, `Adopt`, `Annotate`, `Weight`, `WeightOverShare`,
-//!   `PoolField`, `Release`) and carries the typed
-//!   cause (slotfile's, guard's or lease's error) as its source, never repeated in its message;
-//!   the CLI maps each cause's kind to an exit code.
+//! - Errors: one enum per operation, as in `worklane-lease`. Each variant names its step and
+//!   subject and carries the typed cause (slotfile's, guard's or lease's error) as its source,
+//!   never repeated in its message; the CLI maps each cause's kind to an exit code. The pool's
+//!   own operations have theirs in `error.rs` (modules `take`, `slot`, `operator`, re-exported
+//!   at the root); each public module has its own.
+//!   - `look::Error` (`look.rs`, a leaf): the steps every operation shares, `Name`, `List`,
+//!     `Probe`, `Judge`. The views return it (`snapshot`, `snapshot_retiring`, `idle`,
+//!     `recorded_commands`, `line_views`, `line`, `standing`, `held_by_owner`), and so does
+//!     reading STOP and the drain flag (`stop`, `drain`, `operator_blocker`, `stop::read`);
+//!     every other enum embeds it as `Look` (transparent, `From`), shown as it is.
+//!   - `take::Error`: the take (`try_take` and kin, `admit`, `take` and kin, `join_line` and
+//!     kin, `check_ask`, `may_fit`, `config`): `Config`, `Look`, `Count`/`Counted`
+//!     (`slots.lock` for a kind), `Take {kind}`, `Protocol`, `WriteProtocol` (declaring
+//!     `weights`), `NoFreeIndex`, `JoinLine {kind}`, `LineFull`, `Weight`, `WeightOverShare`.
+//!   - `slot::Error`: a held or handed-over slot (`Pool::adopt`, `Slot::annotate`,
+//!     `Slot::release`): `NotASlot`, `AdoptGuard`, `Look`, `Adopt`, `PoolField`, `Annotate`,
+//!     `Release`.
+//!   - `operator::Error`: STOP and the drain flag written or removed (`stop::write`,
+//!     `stop::remove`, `write_drain`, `remove_drain`): `Look`, `WriteStop`, `RemoveStop`,
+//!     `DrainDir`, `WriteDrain`, `RemoveDrain`.
+//!   - `protocol::Error` (`protocol.rs`): `protocol.json` changed (`declare_extension`,
+//!     `drop_extension`) or not kept (`Pool::protocol`): `Protocol`, `Look`, `SlotsLockBusy`,
+//!     `Count`/`Counted`, `WriteProtocol`.
+//!   - `role::Error` (`role.rs`): `try_take_role`: `Protocol`, `Look`, `Role`.
+//!   - `line::Error` (`line.rs`): `Place::leave`: `LeaveLine`, `Retire`.
+//!
+//!   A step two operations share (`Protocol`, `Count`, `Counted`, `WriteProtocol`) is a
+//!   variant of each, with the same message. The declaration of an extension that a take and
+//!   `declare_extension` share (`declare_held`) fails with the private `Undeclared`, which
+//!   each turns into its own.
 
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
@@ -163,6 +184,7 @@
 pub mod drain;
 mod error;
 pub mod line;
+pub mod look;
 mod names;
 mod pool;
 mod problems;
@@ -174,7 +196,7 @@ pub mod watch;
 pub mod weight;
 
 pub use drain::{Drain, DrainState, MAX_DRAIN_AHEAD_MS};
-pub use error::Error;
+pub use error::{operator, slot, take};
 pub use pool::{
     Blocker, Dropped, FULL_RUN_LOCK, Holding, Kind, LOOK_AGAIN_AT_MOST, Pool, RecordedCommand,
     SLOTS_LOCK, SWEEP_EVERY_MS, ShareUse, ShareUsed, Slot, SlotState, SlotView, Snapshot, Take,

@@ -9,7 +9,9 @@
 //! would take (its priority, now). An entry whose guard is free is a dead waiter's: whoever
 //! finds it retires it (record, epoch and guard removed) and looks on.
 
-use crate::{Error, Kind, Pool};
+use crate::error::take;
+use crate::look;
+use crate::{Kind, Pool};
 use worklane_guard::reclaim::Removal;
 use worklane_lease::{Acquired, Lease, Options, Request};
 use worklane_slotfile::SlotDir;
@@ -111,6 +113,32 @@ impl Ord for Entry {
     }
 }
 
+/// Why a place could not leave the line ([`Place::leave`]). Each variant names the step that
+/// failed and the entry; the cause is its source. (Joining the line is part of a take:
+/// [`Pool::join_line`] fails with `take::Error`.)
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A place in line could not be left: its entry's record could not be released.
+    #[error("cannot leave the line: the record of entry {entry} cannot be released")]
+    LeaveLine {
+        /// The entry's file name.
+        entry: String,
+        /// Why (boxed: a large cause).
+        #[source]
+        source: Box<worklane_lease::held::Error>,
+    },
+    /// A line entry (a place left, or a dead waiter's) could not be retired.
+    #[error("cannot retire line entry {entry}")]
+    Retire {
+        /// The entry's file name.
+        entry: String,
+        /// Why.
+        #[source]
+        source: worklane_guard::reclaim::Error,
+    },
+}
+
 /// A waiter's place in line. Leaving the line ([`Place::leave`], or dropping it) removes the
 /// entry; a killed waiter's entry is dead at once (its guard free) and retired by whoever
 /// finds it.
@@ -199,7 +227,7 @@ pub struct LineView {
 impl Pool {
     /// Every entry of every kind's line, in line order within each kind (agents, test runs,
     /// the full run), each probed for a moment and never removed: what `worklane slots` shows.
-    pub fn line_views(&self) -> Result<Vec<LineView>, Error> {
+    pub fn line_views(&self) -> Result<Vec<LineView>, look::Error> {
         let mut views = Vec::new();
         for label in ["agent", "test", "full-run", "job"] {
             for entry in self.listed_line(label)? {
@@ -235,7 +263,12 @@ impl Pool {
 
     /// Takes a place in the line for `kind` at `priority`, starting now (the pool's clock):
     /// an entry held by this process for as long as the [`Place`] lives.
-    pub fn join_line(&self, kind: Kind, priority: i64, request: &Request) -> Result<Place, Error> {
+    pub fn join_line(
+        &self,
+        kind: Kind,
+        priority: i64,
+        request: &Request,
+    ) -> Result<Place, take::Error> {
         self.join_line_at(kind, priority, self.clock().now_ms(), request)
     }
 
@@ -247,14 +280,14 @@ impl Pool {
         priority: i64,
         start_ms: u64,
         request: &Request,
-    ) -> Result<Place, Error> {
+    ) -> Result<Place, take::Error> {
         self.join_line_for(kind, priority, start_ms, request, &crate::Ask::default())
     }
 
     /// [`Pool::join_line_at`] for `ask`: the entry's record says its weight and the owner
     /// whose share it waits on (`weight`, `shareOwner`, resolved from the config in force
     /// now), which the fair order reads (PROTOCOL.md 12.10). The weight is checked as a take
-    /// checks it ([`Error::Weight`], [`Error::WeightOverShare`]).
+    /// checks it ([`take::Error::Weight`], [`take::Error::WeightOverShare`]).
     pub fn join_line_for(
         &self,
         kind: Kind,
@@ -262,7 +295,7 @@ impl Pool {
         start_ms: u64,
         request: &Request,
         ask: &crate::Ask,
-    ) -> Result<Place, Error> {
+    ) -> Result<Place, take::Error> {
         let request = match (kind, self.asked(kind, ask)) {
             (Kind::FullRun, asked) => {
                 asked?;
@@ -278,7 +311,7 @@ impl Pool {
             // A config that cannot be used refuses every take, but not a place in line (a
             // waiter waits for it to be fixed): a place of weight 1 stands without a weight
             // or an owner, as an older harness's does.
-            (_, Err(Error::Config { .. })) if ask.weight() == 1 => request.clone(),
+            (_, Err(take::Error::Config { .. })) if ask.weight() == 1 => request.clone(),
             (_, Err(e)) => return Err(e),
         };
         for _ in 0..4 {
@@ -294,7 +327,7 @@ impl Pool {
                 .field("priority", priority);
             let options = Options::process().clock(self.clock());
             let joined = worklane_lease::acquire(self.dir(), &entry.name(), &request, &options)
-                .map_err(|source| Error::JoinLine {
+                .map_err(|source| take::Error::JoinLine {
                     kind: kind.label(),
                     source: Box::new(source),
                 })?;
@@ -310,11 +343,11 @@ impl Pool {
                 Acquired::Refused(_) => {}
             }
         }
-        Err(Error::LineFull)
+        Err(take::Error::LineFull)
     }
 
     /// The live line for `kind`, in order (dead entries found are retired on the way).
-    pub fn line(&self, kind: Kind) -> Result<Vec<Entry>, Error> {
+    pub fn line(&self, kind: Kind) -> Result<Vec<Entry>, look::Error> {
         let mut live = Vec::new();
         for entry in self.listed_line(kind.label())? {
             if self.is_live(&entry)? {
@@ -333,7 +366,7 @@ impl Pool {
         priority: i64,
         start_ms: u64,
         own: Option<&Entry>,
-    ) -> Result<Standing, Error> {
+    ) -> Result<Standing, look::Error> {
         let listed = self.listed_line(kind.label())?;
         self.standing_among(&listed, priority, start_ms, own)
     }
@@ -344,7 +377,7 @@ impl Pool {
         priority: i64,
         start_ms: u64,
         own: Option<&Entry>,
-    ) -> Result<Standing, Error> {
+    ) -> Result<Standing, look::Error> {
         let in_line = u32::try_from(listed.len()).unwrap_or(u32::MAX);
         let before: Vec<&Entry> = listed
             .iter()
@@ -372,12 +405,12 @@ impl Pool {
     }
 
     /// How many entries of `kind`'s line are listed (not probed).
-    pub(crate) fn line_length(&self, kind: Kind) -> Result<u32, Error> {
+    pub(crate) fn line_length(&self, kind: Kind) -> Result<u32, look::Error> {
         Ok(u32::try_from(self.listed_line(kind.label())?.len()).unwrap_or(u32::MAX))
     }
 
     /// The entries of `label` as listed, in line order (not probed).
-    fn listed_line(&self, label: &str) -> Result<Vec<Entry>, Error> {
+    fn listed_line(&self, label: &str) -> Result<Vec<Entry>, look::Error> {
         let prefix = format!("{LINE_PREFIX}{label}.");
         let listed = self.dir().list_prefixed(&prefix).map_err(self.listing())?;
         Ok(entries_of(label, &listed))
@@ -393,7 +426,7 @@ impl Pool {
         priority: i64,
         start_ms: u64,
         own: Option<&Entry>,
-    ) -> Result<u32, Error> {
+    ) -> Result<u32, look::Error> {
         let entries = entries_of(kind.label(), listed);
         Ok(self
             .standing_among(&entries, priority, start_ms, own)?
@@ -406,7 +439,7 @@ impl Pool {
     /// being retired by another waiter: its guard may be unlinked and made again under us);
     /// one whose guard cannot be taken or removed cannot stand in anyone's way either: at
     /// worst someone goes before it, and the cap is kept by the count whatever the line says.
-    pub(crate) fn is_live(&self, entry: &Entry) -> Result<bool, Error> {
+    pub(crate) fn is_live(&self, entry: &Entry) -> Result<bool, look::Error> {
         let path = self.file(&entry.name())?;
         if !path.modified_ms().is_ok_and(|m| m.is_some()) {
             return Ok(false);

@@ -2,7 +2,6 @@
 //! slot's index in its name, and the two ways the pool names and replaces a file of the slot
 //! directory. A leaf: the pool, STOP and the problems' scan all use it.
 
-use crate::Error;
 use worklane_slotfile::SlotDir;
 
 /// The lock held while counting and taking slots.
@@ -32,8 +31,11 @@ pub(crate) fn replace_over_empty_dir(
 }
 
 /// The file `name` in `dir`.
-pub(crate) fn file_in(dir: &SlotDir, name: &str) -> Result<worklane_slotfile::SlotPath, Error> {
-    dir.file(name).map_err(|source| Error::Name {
+pub(crate) fn file_in(
+    dir: &SlotDir,
+    name: &str,
+) -> Result<worklane_slotfile::SlotPath, crate::look::Error> {
+    dir.file(name).map_err(|source| crate::look::Error::Name {
         name: name.to_owned(),
         source,
     })

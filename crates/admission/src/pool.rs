@@ -6,7 +6,7 @@
 //! - `wait.rs`: waiting in line for a slot ([`Pool::take`]);
 //! - `count.rs`: the verdict on each slot ([`SlotState`]);
 //! - `view.rs`: what `worklane slots` shows ([`Snapshot`]) and the commands records name;
-//! - `operator.rs`: STOP and the drain flag.
+//! - `operator.rs`: STOP and the drain flag, and the operator's changes to `protocol.json`.
 
 mod blocker;
 pub(crate) mod count;
@@ -23,7 +23,8 @@ pub use take::Take;
 pub use view::{RecordedCommand, ShareUse, SlotView, Snapshot};
 pub use wait::{LOOK_AGAIN_AT_MOST, Wait, Waiting};
 
-use crate::Error;
+use crate::error::slot;
+use crate::look;
 use crate::weight::{SHARE_OWNER_FIELD, WEIGHT_FIELD};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -174,23 +175,23 @@ impl Slot {
 
     /// Adds fields to the slot's record (see `Lease::annotate`), e.g. the process that runs
     /// under it. The pool's own fields, `weight` and `shareOwner`, are refused
-    /// ([`Error::PoolField`]): what a slot counts for is fixed when it is taken.
+    /// ([`slot::Error::PoolField`]): what a slot counts for is fixed when it is taken.
     pub fn annotate(
         &mut self,
         fields: serde_json::Map<String, serde_json::Value>,
-    ) -> Result<(), Error> {
+    ) -> Result<(), slot::Error> {
         if let Some(field) = fields
             .keys()
             .find(|k| [WEIGHT_FIELD, SHARE_OWNER_FIELD].contains(&k.as_str()))
         {
-            return Err(Error::PoolField {
+            return Err(slot::Error::PoolField {
                 slot: self.lease.resource().to_owned(),
                 field: field.clone(),
             });
         }
         self.lease
             .annotate(fields)
-            .map_err(|source| Error::Annotate {
+            .map_err(|source| slot::Error::Annotate {
                 slot: self.lease.resource().to_owned(),
                 source: Box::new(source),
             })
@@ -209,10 +210,10 @@ impl Slot {
     }
 
     /// Releases the slot now, reporting errors.
-    pub fn release(self) -> Result<(), Error> {
+    pub fn release(self) -> Result<(), slot::Error> {
         let Slot { lease, note, .. } = self;
         let slot = lease.resource().to_owned();
-        let released = lease.release().map_err(|source| Error::Release {
+        let released = lease.release().map_err(|source| slot::Error::Release {
             slot,
             source: Box::new(source),
         });
@@ -263,7 +264,8 @@ impl Pool {
     /// The pool of a slot directory whose config has not been loaded (see
     /// `SlotDir::resolve_located`): STOP, the drain flag, the idle probe and the views work
     /// whatever the config holds; an agent or test-run take reads the config and fails with
-    /// [`Error::Config`] while it is broken, and [`Pool::snapshot`] reports its problem.
+    /// [`take::Error::Config`](crate::take::Error::Config) while it is broken, and
+    /// [`Pool::snapshot`] reports its problem.
     #[must_use]
     pub fn open(located: Located) -> Pool {
         let journal = Journal::of(&located.dir);
@@ -322,21 +324,23 @@ impl Pool {
 
     /// The caps, re-read from the config file (an operator may change them while we run); the
     /// journal's cap is set from it too.
-    pub fn config(&self) -> Result<Config, Error> {
+    pub fn config(&self) -> Result<Config, crate::error::take::Error> {
         let config = Config::load_in(&self.env, &self.locations.config)
-            .map_err(|source| Error::Config { source })?;
+            .map_err(|source| crate::error::take::Error::Config { source })?;
         self.journal.set_max_bytes(config.journal_max_bytes);
         Ok(config)
     }
 
     /// The pool's file `name` in its slot directory.
-    pub(crate) fn file(&self, name: &str) -> Result<worklane_slotfile::SlotPath, Error> {
+    pub(crate) fn file(&self, name: &str) -> Result<worklane_slotfile::SlotPath, look::Error> {
         file_in(&self.dir, name)
     }
 
     /// The error of a listing of the slot directory that failed.
-    pub(crate) fn listing(&self) -> impl FnOnce(worklane_slotfile::open::Error) -> Error + '_ {
-        |source| Error::List {
+    pub(crate) fn listing(
+        &self,
+    ) -> impl FnOnce(worklane_slotfile::open::Error) -> look::Error + '_ {
+        |source| look::Error::List {
             dir: self.dir.path().to_owned(),
             source,
         }
@@ -358,7 +362,7 @@ impl Pool {
         name: &str,
         fd: std::os::fd::OwnedFd,
         request: &Request,
-    ) -> Result<Slot, Error> {
+    ) -> Result<Slot, slot::Error> {
         let kind = if slot_index("agent", name).is_some() {
             Kind::Agent
         } else if slot_index("test", name).is_some() {
@@ -368,12 +372,12 @@ impl Pool {
         } else if slot_index("job", name).is_some() {
             Kind::Job
         } else {
-            return Err(Error::NotASlot {
+            return Err(slot::Error::NotASlot {
                 name: name.to_owned(),
             });
         };
         let guard = worklane_guard::Guard::from_received(fd, &self.dir, self.dir.path(), name)
-            .map_err(|source| Error::AdoptGuard {
+            .map_err(|source| slot::Error::AdoptGuard {
                 slot: name.to_owned(),
                 source,
             })?;
@@ -402,7 +406,7 @@ impl Pool {
             request = request.field(SHARE_OWNER_FIELD, owner.clone());
         }
         let lease = worklane_lease::adopt(&self.dir, name, guard, &request, &self.options())
-            .map_err(|source| Error::Adopt {
+            .map_err(|source| slot::Error::Adopt {
                 slot: name.to_owned(),
                 source,
             })?;

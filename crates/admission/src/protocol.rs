@@ -10,7 +10,8 @@
 //! an operator's command that checks nothing uses it.
 
 use serde::{Deserialize, Serialize};
-use worklane_slotfile::{SHARED_MODE, SlotDir};
+use std::path::PathBuf;
+use worklane_slotfile::{SHARED_MODE, SlotDir, SlotPath};
 
 /// The file's name in the slot directory.
 pub const PROTOCOL_FILE: &str = "protocol.json";
@@ -136,34 +137,93 @@ pub fn check_dir(dir: &SlotDir) -> Result<Protocol, Unsupported> {
     Ok(protocol)
 }
 
-/// Adds `extension` to `dir`'s `protocol.json` if it is not named yet; `Ok(true)` when it was
-/// added. The caller holds `slots.lock` (every declaration is made under it, so two are never
-/// lost to each other) and has read `protocol` ([`check_dir`]) under it.
+/// Adds `extension` to `protocol.json` (`file`) if it is not named yet; `Ok(true)` when it
+/// was added. The caller holds `slots.lock` (every declaration is made under it, so two are
+/// never lost to each other) and has read `protocol` ([`check_dir`]) under it.
 pub(crate) fn declare(
-    dir: &SlotDir,
+    file: &SlotPath,
     mut protocol: Protocol,
     extension: &str,
-) -> Result<bool, crate::Error> {
+) -> Result<bool, worklane_slotfile::write::Error> {
     if protocol.extensions.iter().any(|e| e == extension) {
         return Ok(false);
     }
     protocol.extensions.push(extension.to_owned());
     protocol.extensions.sort();
     protocol.extensions.dedup();
-    write(dir, &protocol)?;
+    write(file, &protocol)?;
     Ok(true)
 }
 
-/// Writes `protocol` as `dir`'s `protocol.json` (temp file, mode 0660, rename).
-pub(crate) fn write(dir: &SlotDir, protocol: &Protocol) -> Result<(), crate::Error> {
+/// Writes `protocol` as `protocol.json` (`file`: temp file, mode 0660, rename).
+pub(crate) fn write(
+    file: &SlotPath,
+    protocol: &Protocol,
+) -> Result<(), worklane_slotfile::write::Error> {
     let mut bytes = serde_json::to_vec(protocol).unwrap_or_default();
     bytes.push(b'\n');
-    crate::names::file_in(dir, PROTOCOL_FILE)?
-        .replace(&bytes, SHARED_MODE)
-        .map_err(|source| crate::Error::WriteProtocol {
-            dir: dir.path().to_owned(),
-            source,
-        })
+    file.replace(&bytes, SHARED_MODE)
+}
+
+/// Why `protocol.json` could not be changed
+/// ([`Pool::declare_extension`](crate::Pool::declare_extension),
+/// [`Pool::drop_extension`](crate::Pool::drop_extension)), or asks what this worklane cannot
+/// keep ([`Pool::protocol`](crate::Pool::protocol)). Each variant names the step that failed
+/// and what it was done on; the cause is its source. (A take that declares an extension says
+/// its own steps: [`take::Error`](crate::take::Error).)
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The directory's protocol asks what this worklane cannot keep, or names an extension it
+    /// cannot check.
+    #[error("cannot act in the slot directory {}", dir.display())]
+    Protocol {
+        /// The slot directory.
+        dir: PathBuf,
+        /// Why.
+        #[source]
+        why: Unsupported,
+    },
+    /// The directory could not be looked at (a file's name, the listing, a slot's guard or
+    /// record), to name `protocol.json` or to see what uses the extension.
+    #[error(transparent)]
+    Look(#[from] crate::look::Error),
+    /// `slots.lock` stayed held by another process for about 2 s.
+    #[error(
+        "slots.lock in {} stayed held for 2 s: is its holder stopped? (`worklane slots` names it)",
+        dir.display()
+    )]
+    SlotsLockBusy {
+        /// The slot directory.
+        dir: PathBuf,
+    },
+    /// `slots.lock` could not be taken (not busy: broken).
+    #[error("cannot take slots.lock to count {kind} slots")]
+    Count {
+        /// The kind counted (`agent`).
+        kind: &'static str,
+        /// Why (boxed: a large cause).
+        #[source]
+        source: Box<worklane_lease::acquire::Error>,
+    },
+    /// `slots.lock` could not be released after the change.
+    #[error("cannot release slots.lock after counting {kind} slots")]
+    Counted {
+        /// The kind counted (`agent`).
+        kind: &'static str,
+        /// Why.
+        #[source]
+        source: worklane_lease::held::Error,
+    },
+    /// `protocol.json` could not be written.
+    #[error("cannot write protocol.json in {}", dir.display())]
+    WriteProtocol {
+        /// The slot directory.
+        dir: PathBuf,
+        /// Why.
+        #[source]
+        source: worklane_slotfile::write::Error,
+    },
 }
 
 #[cfg(test)]

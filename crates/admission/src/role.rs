@@ -7,8 +7,9 @@
 //! holder's release, or its lease lapsing one TTL after its last pulse, is seen at the next
 //! try) and pulses what it holds (`worklane_run::Supervisor::role`).
 
+use crate::Pool;
 use crate::stop::Stop;
-use crate::{Error, Pool};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use worklane_lease::{Acquired, Lease, Options, Refusal, Request, TtlLiveness};
@@ -56,12 +57,44 @@ pub enum RoleTake {
     Stopped(Stop),
 }
 
+/// Why a try for a role failed ([`Pool::try_take_role`]; being refused is not an error: it is
+/// [`RoleTake::Refused`] or [`RoleTake::Stopped`]). Each variant names the step that failed and
+/// what it was done on; the cause is its source.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The directory's protocol (`protocol.json`) asks what this worklane cannot keep.
+    #[error("cannot act in the slot directory {}", dir.display())]
+    Protocol {
+        /// The slot directory.
+        dir: PathBuf,
+        /// Why.
+        #[source]
+        why: crate::protocol::Unsupported,
+    },
+    /// STOP could not be looked for (its file's name refused).
+    #[error(transparent)]
+    Look(#[from] crate::look::Error),
+    /// A role's lease could not be tried (not held by another: broken).
+    #[error("cannot take the lease of role {role}")]
+    Role {
+        /// The role.
+        role: String,
+        /// Why (boxed: a large cause).
+        #[source]
+        source: Box<worklane_lease::acquire::Error>,
+    },
+}
+
 impl Pool {
     /// One nonblocking try for the role `request` names: STOP first, then the lease under TTL
     /// liveness, journaled as the pool's takes are. `retry` marks a waiter's later tries, whose
     /// refusals are its wait, not news (a `role-refused` event is written for the first only).
     pub fn try_take_role(&self, request: &RoleRequest, retry: bool) -> Result<RoleTake, Error> {
-        self.protocol()?;
+        crate::protocol::check_dir(self.dir()).map_err(|why| Error::Protocol {
+            dir: self.dir().path().to_owned(),
+            why,
+        })?;
         if let Some(stop) = self.stop()? {
             return Ok(RoleTake::Stopped(stop));
         }

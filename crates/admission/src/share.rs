@@ -119,7 +119,7 @@ impl Ask {
     }
 
     /// The same ask with weight `weight` (checked at the take: 1 to the cap, else
-    /// [`Error::Weight`](crate::Error::Weight)).
+    /// [`take::Error::Weight`](crate::take::Error::Weight)).
     #[must_use]
     pub fn with_weight(mut self, weight: u32) -> Ask {
         self.weight = weight;

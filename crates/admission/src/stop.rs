@@ -1,5 +1,6 @@
 //! The emergency STOP file: `{"by", "at", "reason"}` in the slot directory.
 
+use crate::error::operator;
 use serde::{Deserialize, Serialize};
 use worklane_journal::{Event, Journal};
 use worklane_slotfile::{SHARED_MODE, SlotDir};
@@ -43,7 +44,7 @@ fn or_unknown(s: &str) -> &str {
 
 /// Reads STOP: `Ok(None)` when there is none. A STOP that is not valid JSON is reported with
 /// its reason saying so; it is in force all the same.
-pub fn read(dir: &SlotDir) -> Result<Option<Stop>, crate::Error> {
+pub fn read(dir: &SlotDir) -> Result<Option<Stop>, crate::look::Error> {
     let file = crate::names::file_in(dir, STOP_FILE)?;
     Ok(match file.read() {
         Ok(None) => None,
@@ -64,12 +65,12 @@ pub fn read(dir: &SlotDir) -> Result<Option<Stop>, crate::Error> {
 /// Writes STOP (replacing any earlier one, whatever file it is; an empty directory at its name
 /// is removed first). A directory with entries in it cannot be replaced (`WriteStop`): it is
 /// a STOP in force all the same, as [`read`] says.
-pub fn write(dir: &SlotDir, stop: &Stop) -> Result<(), crate::Error> {
+pub fn write(dir: &SlotDir, stop: &Stop) -> Result<(), operator::Error> {
     let mut bytes = serde_json::to_vec(stop).unwrap_or_default();
     bytes.push(b'\n');
     let file = crate::names::file_in(dir, STOP_FILE)?;
     crate::names::replace_over_empty_dir(&file, &bytes, SHARED_MODE).map_err(|source| {
-        crate::Error::WriteStop {
+        operator::Error::WriteStop {
             dir: dir.path().to_owned(),
             source,
         }
@@ -83,12 +84,12 @@ pub fn write(dir: &SlotDir, stop: &Stop) -> Result<(), crate::Error> {
 
 /// Removes STOP, whatever file it is, or an empty directory at its name; `Ok(false)` when
 /// there was none. A directory with entries in it is left (`RemoveStop`): look inside first.
-pub fn remove(dir: &SlotDir) -> Result<bool, crate::Error> {
+pub fn remove(dir: &SlotDir) -> Result<bool, operator::Error> {
     // What is lifted, for the journal: read before it goes.
     let lifted = read(dir).ok().flatten();
     let removed = crate::names::file_in(dir, STOP_FILE)?
         .remove_entry()
-        .map_err(|source| crate::Error::RemoveStop {
+        .map_err(|source| operator::Error::RemoveStop {
             dir: dir.path().to_owned(),
             source: Box::new(source),
         })?;

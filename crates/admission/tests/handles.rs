@@ -31,7 +31,7 @@ fn a_handed_over_slot_is_adopted_as_its_kind_and_nothing_else_is_a_slot() {
         .adopt("lane-x.lock", file.into(), &Request::new("driver"))
         .expect_err("a lane is no slot");
     assert!(
-        matches!(error, worklane_admission::Error::NotASlot { ref name } if name == "lane-x.lock"),
+        matches!(error, worklane_admission::slot::Error::NotASlot { ref name } if name == "lane-x.lock"),
         "{error}"
     );
 }

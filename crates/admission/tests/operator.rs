@@ -131,7 +131,7 @@ fn a_pool_opened_without_its_config_reads_it_only_to_take() {
     assert!(worklane_admission::stop::remove(pool.dir()).expect("resume"));
     let taken = gate::quietly(|| pool.try_take(Kind::Agent, &Request::new("test")));
     assert!(
-        matches!(taken, Err(worklane_admission::Error::Config { .. })),
+        matches!(taken, Err(worklane_admission::take::Error::Config { .. })),
         "an agent take reads the config: {taken:?}"
     );
     site.set_config(r#"{"max_agents": 1}"#);

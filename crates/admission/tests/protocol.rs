@@ -26,7 +26,7 @@ fn declared(site: &Site) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn try_take(site: &Site, ask: &Ask) -> Result<Take, worklane_admission::Error> {
+fn try_take(site: &Site, ask: &Ask) -> Result<Take, worklane_admission::take::Error> {
     gate::quietly(|| {
         let now = site.pool.clock().now_ms();
         site.pool
@@ -52,7 +52,7 @@ fn an_unknown_extension_or_a_higher_level_refuses_every_take_and_the_views_say_s
         std::fs::write(protocol_file(&site), written).expect("protocol.json");
         let refused = try_take(&site, &Ask::new()).expect_err("refused");
         assert!(
-            matches!(&refused, worklane_admission::Error::Protocol { why, .. } if *why == expected),
+            matches!(&refused, worklane_admission::take::Error::Protocol { why, .. } if *why == expected),
             "{refused:?}"
         );
         let listed: Vec<_> = std::fs::read_dir(site.temp.path())
@@ -89,7 +89,7 @@ fn an_unreadable_protocol_file_refuses_takes_and_no_file_is_level_one() {
     assert!(
         matches!(
             &refused,
-            worklane_admission::Error::Protocol {
+            worklane_admission::take::Error::Protocol {
                 why: Unsupported::Unreadable { .. },
                 ..
             }

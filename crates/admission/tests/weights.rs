@@ -22,7 +22,7 @@ fn ask(weight: u32) -> Ask {
     Ask::new().with_weight(weight)
 }
 
-fn try_take(site: &Site, ask: &Ask) -> Result<Take, worklane_admission::Error> {
+fn try_take(site: &Site, ask: &Ask) -> Result<Take, worklane_admission::take::Error> {
     gate::quietly(|| {
         let now = site.pool.clock().now_ms();
         site.pool
@@ -133,7 +133,7 @@ mod takes {
             assert!(
                 matches!(
                     err,
-                    worklane_admission::Error::Weight { kind: "agent", weight: w, cap: 4 }
+                    worklane_admission::take::Error::Weight { kind: "agent", weight: w, cap: 4 }
                         if w == weight
                 ),
                 "{weight}: {err:?}"
@@ -156,7 +156,7 @@ mod takes {
         assert!(
             matches!(
                 test,
-                Err(worklane_admission::Error::Weight {
+                Err(worklane_admission::take::Error::Weight {
                     kind: "test",
                     weight: 3,
                     cap: 2
@@ -169,7 +169,10 @@ mod takes {
                 .try_take_for(Kind::FullRun, &Request::new("t"), &ask(2), 0, 0)
         });
         assert!(
-            matches!(full, Err(worklane_admission::Error::Weight { cap: 1, .. })),
+            matches!(
+                full,
+                Err(worklane_admission::take::Error::Weight { cap: 1, .. })
+            ),
             "the full run is one lock: {full:?}"
         );
         // A waiting take is refused at once, never left waiting for what cannot come.
@@ -184,7 +187,7 @@ mod takes {
             },
         );
         assert!(
-            matches!(waited, Err(worklane_admission::Error::Weight { .. })),
+            matches!(waited, Err(worklane_admission::take::Error::Weight { .. })),
             "{waited:?}"
         );
         assert!(
@@ -275,7 +278,7 @@ mod takes {
         fields.insert("weight".into(), 1.into());
         let refused = slot.annotate(fields);
         assert!(
-            matches!(&refused, Err(worklane_admission::Error::PoolField { field, .. }) if field == "weight"),
+            matches!(&refused, Err(worklane_admission::slot::Error::PoolField { field, .. }) if field == "weight"),
             "{refused:?}"
         );
         let name = slot.name().to_owned();
@@ -500,7 +503,7 @@ mod shares {
         assert!(
             matches!(
                 &err,
-                worklane_admission::Error::WeightOverShare { owner, weight: 2, share: 1 }
+                worklane_admission::take::Error::WeightOverShare { owner, weight: 2, share: 1 }
                     if owner == "uid:1002"
             ),
             "{err:?}"
@@ -558,7 +561,7 @@ mod shares {
             let site = Site::new("{}");
             site.set_config(config);
             let err = try_take(&site, &ask(1)).expect_err(config);
-            let worklane_admission::Error::Config { source } = &err else {
+            let worklane_admission::take::Error::Config { source } = &err else {
                 panic!("{config}: {err:?}")
             };
             let text = source.to_string();

@@ -92,27 +92,98 @@ fn adopt_code(e: &worklane_lease::adopt::Error) -> u8 {
     }
 }
 
-impl From<worklane_admission::Error> for Failure {
-    fn from(e: worklane_admission::Error) -> Failure {
-        Failure::new(admission_code(&e), chain(&e))
+/// The exit code of a look at the slot directory that failed, by its step and cause.
+fn look_code(e: &worklane_admission::look::Error) -> u8 {
+    use worklane_admission::look::Error as E;
+    match e {
+        E::List { source, .. } => open_code(source),
+        E::Probe { source, .. } => guard_code(source),
+        _ => OS_ERROR,
     }
 }
 
-/// The exit code of a pool error, by the step that failed and its cause.
-fn admission_code(e: &worklane_admission::Error) -> u8 {
-    use worklane_admission::Error as E;
+/// The exit code of a take that failed, by the step that failed and its cause.
+fn take_code(e: &worklane_admission::take::Error) -> u8 {
+    use worklane_admission::take::Error as E;
     match e {
         E::Config { .. } | E::Protocol { .. } => CONFIG,
-        E::List { source, .. } | E::DrainDir { source, .. } => open_code(source),
-        E::Probe { source, .. } | E::AdoptGuard { source, .. } => guard_code(source),
-        E::Count { source, .. }
-        | E::Take { source, .. }
-        | E::JoinLine { source, .. }
-        | E::Role { source, .. } => lease_code(source),
-        E::Adopt { source, .. } => adopt_code(source),
+        E::Look(look) => look_code(look),
+        E::Count { source, .. } | E::Take { source, .. } | E::JoinLine { source, .. } => {
+            lease_code(source)
+        }
         // A weight no cap or share could ever admit: the caller asked wrongly.
         E::Weight { .. } | E::WeightOverShare { .. } => USAGE,
         _ => OS_ERROR,
+    }
+}
+
+/// The exit code of a slot's adoption, annotation or release that failed.
+fn slot_code(e: &worklane_admission::slot::Error) -> u8 {
+    use worklane_admission::slot::Error as E;
+    match e {
+        E::AdoptGuard { source, .. } => guard_code(source),
+        E::Adopt { source, .. } => adopt_code(source),
+        E::Look(look) => look_code(look),
+        _ => OS_ERROR,
+    }
+}
+
+/// The exit code of an operator's change to STOP or the drain flag that failed.
+fn operator_code(e: &worklane_admission::operator::Error) -> u8 {
+    use worklane_admission::operator::Error as E;
+    match e {
+        E::DrainDir { source, .. } => open_code(source),
+        E::Look(look) => look_code(look),
+        _ => OS_ERROR,
+    }
+}
+
+/// The exit code of a change to `protocol.json` that failed, or of a protocol not kept.
+fn protocol_code(e: &worklane_admission::protocol::Error) -> u8 {
+    use worklane_admission::protocol::Error as E;
+    match e {
+        E::Protocol { .. } => CONFIG,
+        E::Look(look) => look_code(look),
+        E::Count { source, .. } => lease_code(source),
+        _ => OS_ERROR,
+    }
+}
+
+/// The exit code of a try for a role that failed.
+fn role_code(e: &worklane_admission::role::Error) -> u8 {
+    use worklane_admission::role::Error as E;
+    match e {
+        E::Protocol { .. } => CONFIG,
+        E::Look(look) => look_code(look),
+        E::Role { source, .. } => lease_code(source),
+        _ => OS_ERROR,
+    }
+}
+
+/// Each error of the slot pool, by operation, with its code and its chain of causes.
+macro_rules! from_pool_error {
+    ($($error:ty => $code:ident),* $(,)?) => {$(
+        impl From<$error> for Failure {
+            fn from(e: $error) -> Failure {
+                Failure::new($code(&e), chain(&e))
+            }
+        }
+    )*};
+}
+
+from_pool_error! {
+    worklane_admission::look::Error => look_code,
+    worklane_admission::take::Error => take_code,
+    worklane_admission::slot::Error => slot_code,
+    worklane_admission::operator::Error => operator_code,
+    worklane_admission::protocol::Error => protocol_code,
+    worklane_admission::role::Error => role_code,
+}
+
+/// Leaving a place in line fails only on the system's side.
+impl From<worklane_admission::line::Error> for Failure {
+    fn from(e: worklane_admission::line::Error) -> Failure {
+        Failure::new(OS_ERROR, chain(&e))
     }
 }
 
@@ -146,7 +217,7 @@ impl From<worklane_run::supervise::Error> for Failure {
             E::NoPid => Failure::new(SOFTWARE, chain(&e)),
             // STOP or a drain refuses the build's own job slot as it refuses any slot.
             E::JobsRefused { .. } => Failure::new(UNAVAILABLE, chain(&e)),
-            E::JobSlot { source } => Failure::new(admission_code(source), chain(&e)),
+            E::JobSlot { source } => Failure::new(take_code(source), chain(&e)),
             _ => Failure::new(OS_ERROR, chain(&e)),
         }
     }
@@ -167,7 +238,7 @@ mod tests {
     fn library_errors_map_to_the_documented_codes() {
         let config = worklane_slotfile::Config::parse(b"{", std::path::Path::new("config.json"))
             .expect_err("a broken config");
-        let failure = Failure::from(worklane_admission::Error::Config { source: config });
+        let failure = Failure::from(worklane_admission::take::Error::Config { source: config });
         assert_eq!(
             failure.code, CONFIG,
             "a config re-read while running: {}",
@@ -204,7 +275,7 @@ mod tests {
             path: temp.path().join("nope"),
         };
         assert_eq!(
-            Failure::from(worklane_admission::Error::List {
+            Failure::from(worklane_admission::look::Error::List {
                 dir: temp.path().to_owned(),
                 source: io()
             })
@@ -220,7 +291,7 @@ mod tests {
             OS_ERROR
         );
         assert_eq!(
-            Failure::from(worklane_admission::Error::List {
+            Failure::from(worklane_admission::look::Error::List {
                 dir: temp.path().to_owned(),
                 source: missing()
             })
@@ -235,6 +306,36 @@ mod tests {
             .code,
             CONFIG
         );
+    }
+
+    #[test]
+    fn a_look_maps_and_renders_alike_in_every_operation() {
+        use worklane_admission::{look, operator, protocol, role, slot, take};
+        let temp = tempfile::tempdir().expect("temp dir");
+        let missing = || look::Error::List {
+            dir: temp.path().to_owned(),
+            source: worklane_slotfile::open::Error::Missing {
+                path: temp.path().join("nope"),
+            },
+        };
+        let alone = chain(&missing());
+        for (what, failure) in [
+            ("a view", Failure::from(missing())),
+            ("a take", Failure::from(take::Error::from(missing()))),
+            ("a slot", Failure::from(slot::Error::from(missing()))),
+            (
+                "an operator",
+                Failure::from(operator::Error::from(missing())),
+            ),
+            (
+                "protocol.json",
+                Failure::from(protocol::Error::from(missing())),
+            ),
+            ("a role", Failure::from(role::Error::from(missing()))),
+        ] {
+            assert_eq!(failure.code, CONFIG, "{what}: {}", failure.message);
+            assert_eq!(failure.message, alone, "{what}: the look's own words");
+        }
     }
 
     #[test]
@@ -352,10 +453,10 @@ mod tests {
             "{}",
             chain(&trouble)
         );
-        assert_no_part_repeats(&worklane_admission::Error::DrainDir {
+        assert_no_part_repeats(&worklane_admission::operator::Error::DrainDir {
             dir: temp.path().join("nope"),
             source: missing,
         });
-        assert_no_part_repeats(&worklane_admission::Error::Config { source: config });
+        assert_no_part_repeats(&worklane_admission::take::Error::Config { source: config });
     }
 }

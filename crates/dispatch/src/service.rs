@@ -29,7 +29,8 @@ use crate::store::{Attempt, Ended, Enqueuer, Error as StoreError, Outcome, State
 use crate::wire::{AttemptView, EndedView, Enqueue};
 use std::collections::{HashMap, HashSet};
 use std::os::fd::OwnedFd;
-use worklane_admission::{Error as PoolError, Kind, Pool, Slot, Take};
+use worklane_admission::take::Error as TakeError;
+use worklane_admission::{Kind, Pool, Slot, Take};
 use worklane_guard::Guard;
 use worklane_journal::Event;
 use worklane_lease::{Clock, Request};
@@ -330,7 +331,7 @@ impl Dispatcher {
                 &ask,
             ) {
                 Ok(place) => break (place, head.id),
-                Err(e @ (PoolError::Weight { .. } | PoolError::WeightOverShare { .. })) => {
+                Err(e @ (TakeError::Weight { .. } | TakeError::WeightOverShare { .. })) => {
                     self.park_unfit(&head.id, &e, now)?;
                 }
                 Err(source) => {

@@ -695,7 +695,7 @@ fn a_failed_step_names_itself_and_its_attempt_and_keeps_its_cause() {
     };
     assert_eq!(attempt, &id, "the attempt it was for");
     assert!(
-        matches!(**source, worklane_admission::Error::Config { .. }),
+        matches!(**source, worklane_admission::take::Error::Config { .. }),
         "the pool's own error, to match on: {source:?}"
     );
     // Each part of the chain says its own step once: the cause's text is not repeated.

@@ -58,7 +58,7 @@ pub struct Queued {
 
 /// Every queued full run: those waiting in the full-run line (live entries whose record is a
 /// runner's), then the one running, if `full-run.lock` is held by a runner.
-pub fn list(pool: &Pool) -> Result<Vec<Queued>, worklane_admission::Error> {
+pub fn list(pool: &Pool) -> Result<Vec<Queued>, worklane_admission::look::Error> {
     let mut out = Vec::new();
     let mut position = 0u32;
     for view in pool.line_views()? {
@@ -85,13 +85,12 @@ pub fn list(pool: &Pool) -> Result<Vec<Queued>, worklane_admission::Error> {
         });
     }
     if !pool.idle()? {
-        let path =
-            pool.dir()
-                .file(FULL_RUN_LOCK)
-                .map_err(|source| worklane_admission::Error::Name {
-                    name: FULL_RUN_LOCK.to_owned(),
-                    source,
-                })?;
+        let path = pool.dir().file(FULL_RUN_LOCK).map_err(|source| {
+            worklane_admission::look::Error::Name {
+                name: FULL_RUN_LOCK.to_owned(),
+                source,
+            }
+        })?;
         if let Ok(Some((raw, writer))) = path.read_with_owner()
             && let Ok(record) = Record::parse(&raw)
             && record.owner.as_deref() == Some(QUEUED_OWNER)
@@ -140,7 +139,7 @@ pub enum Cancelled {
 /// Cancels the queued full run whose runner is `pid`, if it still waits: SIGTERM to the
 /// runner (it leaves the line and logs why), only when its record proves the process is it
 /// (the module's rule); then waits up to [`CANCEL_PATIENCE`] for it to leave.
-pub fn cancel(pool: &Pool, pid: u32) -> Result<Cancelled, worklane_admission::Error> {
+pub fn cancel(pool: &Pool, pid: u32) -> Result<Cancelled, worklane_admission::look::Error> {
     let Some(queued) = list(pool)?.into_iter().find(|q| q.pid == pid) else {
         return Ok(Cancelled::NotQueued);
     };

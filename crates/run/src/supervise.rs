@@ -519,7 +519,7 @@ pub enum Error {
     JobSlot {
         /// Why.
         #[source]
-        source: worklane_admission::Error,
+        source: worklane_admission::take::Error,
     },
     /// The build's own job slot is refused (STOP or a drain in force).
     #[error("refused a job slot: {blocker}")]

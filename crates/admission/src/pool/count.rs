@@ -1,7 +1,8 @@
 //! Counting slots: the verdict on each slot's holder, and guards held with no record.
 
 use super::{Pool, slot_index};
-use crate::Error;
+use crate::error::take;
+use crate::look::Error;
 use crate::weight::Weight;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -120,7 +121,7 @@ impl Pool {
     /// nothing takes no lock and publishes no epoch. `true` may still be refused by the take
     /// itself (the line, a share, another taker first); `false` holds for this moment only. The
     /// full run, which has no units, always says `true`.
-    pub fn may_fit(&self, kind: crate::Kind, weight: u32) -> Result<bool, Error> {
+    pub fn may_fit(&self, kind: crate::Kind, weight: u32) -> Result<bool, take::Error> {
         let Some(prefix) = kind.prefix() else {
             return Ok(true);
         };

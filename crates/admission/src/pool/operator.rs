@@ -2,15 +2,18 @@
 
 use super::blocker::Blocker;
 use super::{Pool, file_in};
-use crate::Error;
 use crate::drain::{DRAIN_FILE, DrainState};
+use crate::error::{operator, take};
+use crate::look;
+use crate::protocol::{self, PROTOCOL_FILE, Unsupported};
 use crate::stop::{self, Stop};
+use std::path::PathBuf;
 use worklane_journal::Event;
 use worklane_slotfile::SlotDir;
 
 impl Pool {
     /// The emergency STOP, if in force.
-    pub fn stop(&self) -> Result<Option<Stop>, Error> {
+    pub fn stop(&self) -> Result<Option<Stop>, look::Error> {
         stop::read(&self.dir)
     }
 
@@ -23,15 +26,16 @@ impl Pool {
     }
 
     /// The drain flag's directory, opened to change the flag.
-    fn drain_dir_to_change(&self) -> Result<SlotDir, Error> {
-        self.drain_dir().map_err(|source| Error::DrainDir {
-            dir: self.locations.drain_dir.clone(),
-            source,
-        })
+    fn drain_dir_to_change(&self) -> Result<SlotDir, operator::Error> {
+        self.drain_dir()
+            .map_err(|source| operator::Error::DrainDir {
+                dir: self.locations.drain_dir.clone(),
+                source,
+            })
     }
 
     /// The drain flag and whether it is in force now.
-    pub fn drain(&self) -> Result<DrainState, Error> {
+    pub fn drain(&self) -> Result<DrainState, look::Error> {
         let raw = match self.drain_dir() {
             Ok(dir) => match file_in(&dir, DRAIN_FILE)?.read() {
                 Ok(None) => None,
@@ -46,12 +50,12 @@ impl Pool {
     }
 
     /// Writes the drain flag (`update-drain.json`, mode 0644).
-    pub fn write_drain(&self, drain: &crate::drain::Drain) -> Result<(), Error> {
+    pub fn write_drain(&self, drain: &crate::drain::Drain) -> Result<(), operator::Error> {
         let mut bytes = serde_json::to_vec(drain).unwrap_or_default();
         bytes.push(b'\n');
         let dir = self.drain_dir_to_change()?;
         super::replace_over_empty_dir(&file_in(&dir, DRAIN_FILE)?, &bytes, 0o644).map_err(
-            |source| Error::WriteDrain {
+            |source| operator::Error::WriteDrain {
                 dir: dir.path().to_owned(),
                 source,
             },
@@ -65,11 +69,11 @@ impl Pool {
 
     /// Removes the drain flag, whatever file it is, or an empty directory at its name;
     /// `Ok(false)` if there was none.
-    pub fn remove_drain(&self) -> Result<bool, Error> {
+    pub fn remove_drain(&self) -> Result<bool, operator::Error> {
         let dir = self.drain_dir_to_change()?;
         let removed = file_in(&dir, DRAIN_FILE)?
             .remove_entry()
-            .map_err(|source| Error::RemoveDrain {
+            .map_err(|source| operator::Error::RemoveDrain {
                 dir: dir.path().to_owned(),
                 source: Box::new(source),
             })?;
@@ -80,7 +84,7 @@ impl Pool {
     }
 
     /// What STOP or drain blocks every new slot, if anything.
-    pub fn operator_blocker(&self) -> Result<Option<Blocker>, Error> {
+    pub fn operator_blocker(&self) -> Result<Option<Blocker>, look::Error> {
         if let Some(stop) = self.stop()? {
             return Ok(Some(Blocker::Stop(stop)));
         }
@@ -102,11 +106,45 @@ pub enum Dropped {
     InUse(Vec<String>),
 }
 
+/// Why an extension could not be declared in `protocol.json`, said by its caller as its own
+/// step: a take's ([`take::Error`]) or an operator's change's ([`protocol::Error`]).
+pub(super) enum Undeclared {
+    /// The directory's protocol is not kept here.
+    Protocol { dir: PathBuf, why: Unsupported },
+    /// `protocol.json` could not be named.
+    Look(look::Error),
+    /// `protocol.json` could not be written.
+    Write {
+        dir: PathBuf,
+        source: worklane_slotfile::write::Error,
+    },
+}
+
+impl From<Undeclared> for take::Error {
+    fn from(undeclared: Undeclared) -> take::Error {
+        match undeclared {
+            Undeclared::Protocol { dir, why } => take::Error::Protocol { dir, why },
+            Undeclared::Look(look) => take::Error::Look(look),
+            Undeclared::Write { dir, source } => take::Error::WriteProtocol { dir, source },
+        }
+    }
+}
+
+impl From<Undeclared> for protocol::Error {
+    fn from(undeclared: Undeclared) -> protocol::Error {
+        match undeclared {
+            Undeclared::Protocol { dir, why } => protocol::Error::Protocol { dir, why },
+            Undeclared::Look(look) => protocol::Error::Look(look),
+            Undeclared::Write { dir, source } => protocol::Error::WriteProtocol { dir, source },
+        }
+    }
+}
+
 impl Pool {
     /// The directory's `protocol.json`, if this worklane may act under it: a higher level, an
-    /// unknown extension or an unreadable file is [`Error::Protocol`].
-    pub fn protocol(&self) -> Result<crate::protocol::Protocol, Error> {
-        crate::protocol::check_dir(&self.dir).map_err(|why| Error::Protocol {
+    /// unknown extension or an unreadable file is [`protocol::Error::Protocol`].
+    pub fn protocol(&self) -> Result<protocol::Protocol, protocol::Error> {
+        protocol::check_dir(&self.dir).map_err(|why| protocol::Error::Protocol {
             dir: self.dir.path().to_owned(),
             why,
         })
@@ -114,9 +152,13 @@ impl Pool {
 
     /// Declares `extension` in `protocol.json` under `slots.lock`, held by the caller (a take
     /// that uses it); `Ok(true)` when it was added now.
-    pub(super) fn declare_held(&self, extension: &str) -> Result<bool, Error> {
-        let protocol = self.protocol()?;
-        let added = crate::protocol::declare(&self.dir, protocol, extension)?;
+    pub(super) fn declare_held(&self, extension: &str) -> Result<bool, Undeclared> {
+        let dir = || self.dir.path().to_owned();
+        let kept = protocol::check_dir(&self.dir)
+            .map_err(|why| Undeclared::Protocol { dir: dir(), why })?;
+        let file = self.file(PROTOCOL_FILE).map_err(Undeclared::Look)?;
+        let added = protocol::declare(&file, kept, extension)
+            .map_err(|source| Undeclared::Write { dir: dir(), source })?;
         if added {
             log::info!(
                 "the slot directory now uses the protocol extension {extension:?} \
@@ -128,51 +170,54 @@ impl Pool {
 
     /// Declares `extension` in `protocol.json` (under `slots.lock`), for an operator's change
     /// that starts using it (`config set shares`); `Ok(true)` when it was added now.
-    pub fn declare_extension(&self, extension: &str) -> Result<bool, Error> {
+    pub fn declare_extension(&self, extension: &str) -> Result<bool, protocol::Error> {
         // Named already (the common case): no lock needed, as a take never removes one.
         if self.protocol()?.extensions.iter().any(|e| e == extension) {
             return Ok(false);
         }
         let counting = self.hold_slots_lock_for_change()?;
         let added = self.declare_held(extension);
-        counting.release().map_err(|source| Error::Counted {
-            kind: "agent",
-            source,
-        })?;
-        added
+        counting
+            .release()
+            .map_err(|source| protocol::Error::Counted {
+                kind: "agent",
+                source,
+            })?;
+        Ok(added?)
     }
 
     /// Removes `extension` from `protocol.json` (under `slots.lock`) when nothing uses it: for
     /// `weights`, no live agent or test slot counts for more than one unit and the config has no
-    /// `shares`; for `cgroups`, no held slot's record names a cgroup. An extension this worklane does not know cannot be checked, so it is never
-    /// dropped here ([`Error::Protocol`]).
-    pub fn drop_extension(&self, extension: &str) -> Result<Dropped, Error> {
-        let read = crate::protocol::read(&self.dir).map_err(|why| Error::Protocol {
+    /// `shares`; for `cgroups`, no held slot's record names a cgroup. An extension this
+    /// worklane does not know cannot be checked, so it is never dropped here
+    /// ([`protocol::Error::Protocol`]).
+    pub fn drop_extension(&self, extension: &str) -> Result<Dropped, protocol::Error> {
+        let unsupported = |why| protocol::Error::Protocol {
             dir: self.dir.path().to_owned(),
             why,
-        })?;
-        if !crate::protocol::KNOWN.contains(&extension) {
-            return Err(Error::Protocol {
-                dir: self.dir.path().to_owned(),
-                why: crate::protocol::Unsupported::Extension {
-                    name: extension.to_owned(),
-                },
-            });
+        };
+        let read = protocol::read(&self.dir).map_err(unsupported)?;
+        if !protocol::KNOWN.contains(&extension) {
+            return Err(unsupported(Unsupported::Extension {
+                name: extension.to_owned(),
+            }));
         }
         if !read.extensions.iter().any(|e| e == extension) {
             return Ok(Dropped::NotNamed);
         }
         let counting = self.hold_slots_lock_for_change()?;
         let outcome = self.drop_held(extension);
-        counting.release().map_err(|source| Error::Counted {
-            kind: "agent",
-            source,
-        })?;
+        counting
+            .release()
+            .map_err(|source| protocol::Error::Counted {
+                kind: "agent",
+                source,
+            })?;
         outcome
     }
 
-    fn drop_held(&self, extension: &str) -> Result<Dropped, Error> {
-        let mut protocol = crate::protocol::read(&self.dir).map_err(|why| Error::Protocol {
+    fn drop_held(&self, extension: &str) -> Result<Dropped, protocol::Error> {
+        let mut kept = protocol::read(&self.dir).map_err(|why| protocol::Error::Protocol {
             dir: self.dir.path().to_owned(),
             why,
         })?;
@@ -205,8 +250,12 @@ impl Pool {
         if !users.is_empty() {
             return Ok(Dropped::InUse(users));
         }
-        protocol.extensions.retain(|e| e != extension);
-        crate::protocol::write(&self.dir, &protocol)?;
+        kept.extensions.retain(|e| e != extension);
+        let file = self.file(PROTOCOL_FILE)?;
+        protocol::write(&file, &kept).map_err(|source| protocol::Error::WriteProtocol {
+            dir: self.dir.path().to_owned(),
+            source,
+        })?;
         Ok(Dropped::Dropped)
     }
 }

@@ -5,8 +5,10 @@ use super::blocker::Blocker;
 use super::count::{broken_guard, units_of};
 use super::turn::{Asked, Decided};
 use super::{FULL_RUN_LOCK, Kind, Pool, SLOTS_LOCK, SWEEP_EVERY_MS, Slot, slot_index};
-use crate::Error;
 use crate::drain::DRAIN_FILE;
+use crate::error::take::Error;
+use crate::look;
+use crate::protocol;
 use crate::share::Ask;
 use crate::weight::{SHARE_OWNER_FIELD, WEIGHT_FIELD};
 use std::sync::atomic::Ordering;
@@ -247,7 +249,7 @@ impl Pool {
 
     /// The units of `kind`'s records present (as listed, not probed; each record's weight
     /// as written, at most `cap`, 1 when it cannot be read).
-    fn listed_units(&self, kind: Kind, cap: u32) -> Result<u32, Error> {
+    fn listed_units(&self, kind: Kind, cap: u32) -> Result<u32, look::Error> {
         let names = self.dir.list().map_err(self.listing())?;
         let units = match kind.prefix() {
             Some(prefix) => names
@@ -295,7 +297,10 @@ impl Pool {
         waited_ms: u64,
     ) -> Result<Take, Error> {
         // A directory whose protocol this worklane cannot keep is not acted in at all.
-        self.protocol()?;
+        protocol::check_dir(&self.dir).map_err(|why| Error::Protocol {
+            dir: self.dir.path().to_owned(),
+            why,
+        })?;
         if let Some(blocker) = self.operator_blocker()? {
             return Ok(Take::Blocked(blocker));
         }
@@ -340,7 +345,13 @@ impl Pool {
             kind: kind.label(),
             source,
         };
-        let Some(counting) = self.hold_slots_lock(kind, deadline)? else {
+        let counting = self
+            .hold_slots_lock(deadline)
+            .map_err(|source| Error::Count {
+                kind: kind.label(),
+                source: Box::new(source),
+            })?;
+        let Some(counting) = counting else {
             return Ok(Take::Blocked(Blocker::Counting));
         }; // Re-check under slots.lock: a STOP written a moment ago wins.
         if let Some(blocker) = self.operator_blocker()? {
@@ -352,7 +363,7 @@ impl Pool {
             && let Err(e) = self.declare_held(crate::protocol::WEIGHTS)
         {
             counting.release().map_err(counted)?;
-            return Err(e);
+            return Err(e.into());
         }
         let (files, hidden) = self.dir.list_with_hidden().map_err(self.listing())?;
         let fair = !asked.shares.is_empty();
@@ -453,10 +464,14 @@ impl Pool {
     }
 
     /// Takes `slots.lock` for an operator's change (waiting up to about 2 s for a counter):
-    /// [`Error::SlotsLockBusy`] when it stays busy.
-    pub(super) fn hold_slots_lock_for_change(&self) -> Result<Lease, Error> {
-        self.hold_slots_lock(Kind::Agent, None)?
-            .ok_or_else(|| Error::SlotsLockBusy {
+    /// [`protocol::Error::SlotsLockBusy`] when it stays busy.
+    pub(super) fn hold_slots_lock_for_change(&self) -> Result<Lease, protocol::Error> {
+        self.hold_slots_lock(None)
+            .map_err(|source| protocol::Error::Count {
+                kind: Kind::Agent.label(),
+                source: Box::new(source),
+            })?
+            .ok_or_else(|| protocol::Error::SlotsLockBusy {
                 dir: self.dir.path().to_owned(),
             })
     }
@@ -464,23 +479,14 @@ impl Pool {
     /// Takes `slots.lock`, waiting up to about 2 s (or until `deadline`, if sooner) for another
     /// counter to finish (counting takes microseconds to milliseconds). It is always tried at
     /// least once. `None` only if it stays busy that long.
-    fn hold_slots_lock(
-        &self,
-        kind: Kind,
-        deadline: Option<Instant>,
-    ) -> Result<Option<Lease>, Error> {
+    fn hold_slots_lock(&self, deadline: Option<Instant>) -> Result<Option<Lease>, LeaseError> {
         let request = Request::new("counting slots");
         // 2000 tries, 1 ms apart.
         let mut backoff = Backoff::new(Duration::from_millis(1)).retries(1999);
         loop {
-            let counting =
-                acquire(&self.dir, SLOTS_LOCK, &request, &self.options()).map_err(|source| {
-                    Error::Count {
-                        kind: kind.label(),
-                        source: Box::new(source),
-                    }
-                })?;
-            if let Acquired::Held(lease) = counting {
+            if let Acquired::Held(lease) =
+                acquire(&self.dir, SLOTS_LOCK, &request, &self.options())?
+            {
                 return Ok(Some(lease));
             }
             if deadline.is_some_and(|d| Instant::now() >= d) || !backoff.sleep() {

@@ -4,7 +4,8 @@
 use super::blocker::{Blocker, Holding, ShareUsed};
 use super::count::Counted;
 use super::{Kind, Pool};
-use crate::Error;
+use crate::error::take::Error;
+use crate::look;
 use crate::share::{ShareOf, Turn, Use, Waiter};
 use std::collections::HashMap;
 use worklane_slotfile::Shares;
@@ -113,7 +114,7 @@ impl Pool {
         priority: i64,
         start_ms: u64,
         own: Option<&crate::line::Entry>,
-    ) -> Result<Turn, Error> {
+    ) -> Result<Turn, look::Error> {
         let mut waiters: Vec<Waiter> = entries
             .iter()
             .map(|entry| {

@@ -4,8 +4,8 @@
 use super::blocker::Holding;
 use super::count::SlotState;
 use super::{FULL_RUN_LOCK, Pool, slot_index};
-use crate::Error;
 use crate::drain::DrainState;
+use crate::look::Error;
 use crate::stop::Stop;
 use crate::weight::Weight;
 use std::path::PathBuf;
@@ -122,8 +122,8 @@ pub struct Snapshot {
     /// The slot directory.
     pub dir: PathBuf,
     /// The caps in force, or why the config cannot be used (then every agent and test-run
-    /// take fails with [`Error::Config`] until it is fixed; STOP, the drain and the full run
-    /// do not read it).
+    /// take fails with [`take::Error::Config`](crate::take::Error::Config) until it is fixed;
+    /// STOP, the drain and the full run do not read it).
     pub config: Result<Config, worklane_slotfile::config::Error>,
     /// STOP, if in force.
     pub stop: Option<Stop>,

@@ -4,7 +4,8 @@
 use super::blocker::Blocker;
 use super::take::Take;
 use super::{Kind, Pool};
-use crate::{Ask, Error};
+use crate::Ask;
+use crate::error::take::Error;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use worklane_journal::Event;

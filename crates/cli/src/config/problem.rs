@@ -48,7 +48,7 @@ impl Problem {
     /// The pool's config problem, if any.
     pub(crate) fn of_pool(pool: &worklane_admission::Pool) -> Option<Problem> {
         match pool.config() {
-            Err(worklane_admission::Error::Config { source }) => Some(Problem::of(&source)),
+            Err(worklane_admission::take::Error::Config { source }) => Some(Problem::of(&source)),
             _ => None,
         }
     }
@@ -115,9 +115,9 @@ pub(super) fn fix(file: &Path, e: &worklane_slotfile::config::Error) -> String {
 }
 
 /// A take refused because its pool's config cannot be used: 78, with the fix.
-pub(crate) fn take_refused(e: worklane_admission::Error) -> Failure {
+pub(crate) fn take_refused(e: worklane_admission::take::Error) -> Failure {
     let fix = match &e {
-        worklane_admission::Error::Config { source } => Some(fix(source.path(), source)),
+        worklane_admission::take::Error::Config { source } => Some(fix(source.path(), source)),
         _ => None,
     };
     let failure = Failure::from(e);

@@ -265,7 +265,7 @@ mod tests {
             ),
             (
                 EnqueueRefused::Unfit {
-                    error: Box::new(worklane_admission::Error::Weight {
+                    error: Box::new(worklane_admission::take::Error::Weight {
                         kind: "agent",
                         weight: 5,
                         cap: 4,

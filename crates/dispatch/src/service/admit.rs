@@ -131,7 +131,7 @@ impl Dispatcher {
         );
         let taken = match taken {
             Ok(taken) => taken,
-            Err(e @ (PoolError::Weight { .. } | PoolError::WeightOverShare { .. })) => {
+            Err(e @ (TakeError::Weight { .. } | TakeError::WeightOverShare { .. })) => {
                 // It can never be admitted under this cap or share: parked, and the next row
                 // stands in its place.
                 self.park_unfit(&attempt.id, &e, now)?;

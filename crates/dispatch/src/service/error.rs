@@ -110,7 +110,7 @@ pub enum Error {
         attempt: String,
         /// Why (boxed: a large cause).
         #[source]
-        source: Box<PoolError>,
+        source: Box<TakeError>,
     },
     /// The dispatcher could not stand in the agents' line for its first queued attempt.
     #[error("cannot stand in the agents' line for attempt {attempt}")]
@@ -119,7 +119,7 @@ pub enum Error {
         attempt: String,
         /// Why (boxed: a large cause).
         #[source]
-        source: Box<PoolError>,
+        source: Box<TakeError>,
     },
     /// What each owner holds of the agents' units could not be counted, to choose the next
     /// attempt among owners.
@@ -127,14 +127,14 @@ pub enum Error {
     CountShares {
         /// Why (boxed: a large cause).
         #[source]
-        source: Box<PoolError>,
+        source: Box<worklane_admission::look::Error>,
     },
     /// The dispatcher's old place in the agents' line could not be left.
     #[error("cannot leave the dispatcher's place in the agents' line")]
     LeaveLine {
         /// Why (boxed: a large cause).
         #[source]
-        source: Box<PoolError>,
+        source: Box<worklane_admission::line::Error>,
     },
     /// The listening socket failed.
     #[error("cannot {op}")]
@@ -185,7 +185,7 @@ impl Error {
         }
     }
 
-    pub(super) fn leave_line(source: PoolError) -> Error {
+    pub(super) fn leave_line(source: worklane_admission::line::Error) -> Error {
         Error::LeaveLine {
             source: Box::new(source),
         }

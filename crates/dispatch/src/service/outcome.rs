@@ -3,7 +3,7 @@
 //! which code it goes by on the wire, and the reply itself, are the server's to say
 //! (`server/reply.rs`, the one place replies are made).
 
-use super::{DESCRIPTOR_RESERVE, PoolError, State, chain};
+use super::{DESCRIPTOR_RESERVE, State, TakeError, chain};
 use rustix::fs::FileType;
 use std::collections::BTreeMap;
 use worklane_guard::Guard;
@@ -83,7 +83,7 @@ pub enum EnqueueRefused {
     #[error("{}", chain(.error))]
     Unfit {
         /// The pool's word on it (its whole chain is the message).
-        error: Box<PoolError>,
+        error: Box<TakeError>,
     },
     /// The caller (not root) has as many rows waiting as one user may.
     #[error(

@@ -2,7 +2,7 @@
 //! is refused, a row a lowered cap can no longer admit is parked, and with shares the next row
 //! is the first of the owner with the smallest use of its share.
 
-use super::{Attempt, Caller, Dispatcher, Enqueue, EnqueueRefused, Error, PoolError, State, chain};
+use super::{Attempt, Caller, Dispatcher, Enqueue, EnqueueRefused, Error, State, TakeError, chain};
 use worklane_admission::Kind;
 
 impl Dispatcher {
@@ -24,7 +24,7 @@ impl Dispatcher {
         };
         let ask = attempt.ask()?;
         match self.pool.check_ask(Kind::Agent, &ask) {
-            Err(e @ (PoolError::Weight { .. } | PoolError::WeightOverShare { .. })) => {
+            Err(e @ (TakeError::Weight { .. } | TakeError::WeightOverShare { .. })) => {
                 Some(EnqueueRefused::Unfit { error: Box::new(e) })
             }
             _ => None,
@@ -37,7 +37,7 @@ impl Dispatcher {
     pub(super) fn park_unfit(
         &mut self,
         id: &str,
-        error: &PoolError,
+        error: &TakeError,
         now: u64,
     ) -> Result<(), Error> {
         log::warn!("attempt {id} parked: {}", chain(error));
