@@ -948,3 +948,21 @@ fn a_run_inside_dispatched_work_is_refused_at_once_and_an_empty_socket_variable_
         "{slot}"
     );
 }
+
+/// A lane named like a lane's lock (`lane-x`): once its attempt is claimed, its status entry
+/// `queue-lane-x.json` goes, as every claimed attempt's does.
+#[test]
+fn a_lane_named_lane_something_loses_its_status_entry_when_claimed() {
+    let site = Site::new(Some(r#"{"max_agents": 1}"#));
+    let _dispatcher = start(&site, &[]);
+    let out = enqueue(&site, &["--lane", "lane-x"], r#"touch "$T/ran-lane-x""#);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_until("the attempt ran", || site.file("ran-lane-x").exists());
+    wait_until("its status entry removed", || {
+        !site.slots().join("queue-lane-x.json").exists()
+    });
+}

@@ -468,7 +468,17 @@ fn what_a_finished_run_leaves_running_keeps_its_slot_until_it_exits() {
     let slot = &doc["slots"][0];
     assert_eq!(slot["name"], "agent-0.lock", "{doc}");
     assert_eq!(slot["state"], "held", "{doc}");
-    assert_eq!(slot["pid"], serde_json::Value::Null, "no record: {doc}");
+    if doc["containment"]["on"] == true {
+        // The run's record stays, naming the cgroup the leftover runs in (PROTOCOL.md 12.7).
+        assert!(
+            slot["cgroup"]["procs"]
+                .as_array()
+                .is_some_and(|p| p.iter().any(|p| p.as_i64() == Some(i64::from(left)))),
+            "the leftover listed in the run's cgroup: {doc}"
+        );
+    } else {
+        assert_eq!(slot["pid"], serde_json::Value::Null, "no record: {doc}");
+    }
     signal(left, Signal::KILL);
     wait_until("the leftover's end", || gone(left));
     let mut code = 75;

@@ -83,11 +83,11 @@ impl<'a> Server<'a> {
                 match self.dispatcher.claim_by(&attempt, &token, caller, pidfd)? {
                     Ok(claimed) => {
                         self.at(CrashPoint::AfterClaimRemove);
+                        // The lane's own name: a lane may be named `lane-x` (its lock then
+                        // `lane-lane-x.lock`), so it is never cut out of the lock's name.
+                        let lane = claimed.lane.clone();
                         let (reply, fds) = reply::claimed(claimed);
-                        if let Some(lane) = reply.lane.as_deref() {
-                            let name = lane.trim_start_matches("lane-").trim_end_matches(".lock");
-                            let _ = status::remove_entry(&dir, name);
-                        }
+                        let _ = status::remove_entry(&dir, &lane);
                         ("claim", reply, fds)
                     }
                     Err(refused) => ("claim", refused.reply(), Vec::new()),
