@@ -102,6 +102,28 @@ fn state(registry: &mut Registry, doc: &json::Slots) {
         "1 while an update drain is in force",
         i64::from(matches!(doc.drain, json::Drain::InForce(_))),
     );
+    // Each held slot's run, measured in its cgroup (containment on): what a slot costs.
+    let cpu = Family::<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+    registry.register(
+        "slot_cpu_seconds",
+        "CPU time the processes of a held slot's run used, from its cgroup (cpu.stat)",
+        cpu.clone(),
+    );
+    let procs = gauges(
+        registry,
+        "slot_processes",
+        "Processes in a held slot's run's cgroup (what its command left running included)",
+    );
+    for slot in doc.slots.iter().filter(|s| s.counts) {
+        let Some(cgroup) = &slot.cgroup else {
+            continue;
+        };
+        let labels = labels(&[("slot", slot.name.as_str()), ("kind", slot.kind)]);
+        if let Some(us) = cgroup.cpu_usec {
+            cpu.get_or_create(&labels).set(us as f64 / 1e6);
+        }
+        procs.get_or_create(&labels).set(count(cgroup.procs.len()));
+    }
     gauge(
         registry,
         "protocol_refused",

@@ -186,7 +186,8 @@ fn run_holding(args: RunArgs, status: &mut Status) -> Result<ExitCode, Failure> 
     let outcome = Supervisor::new(&pool, &mut slot)
         .map(|s| {
             let s = with_fleet(
-                s.env(nesting.0, nesting.1),
+                s.env(nesting.0, nesting.1)
+                    .kill_tree_on_exit(args.kill_tree_on_exit),
                 watch.fleet.as_deref(),
                 host_epoch,
             );

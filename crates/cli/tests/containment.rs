@@ -149,6 +149,17 @@ fn a_busy_command_s_cpu_time_shows_in_slots() {
         cpu >= 500_000,
         "a second of busy shell counts: {cpu} µs: {doc}"
     );
+    let metrics = String::from_utf8_lossy(&site.output(&["metrics"]).stdout).into_owned();
+    let seconds: f64 = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("worklane_slot_cpu_seconds{") && l.contains("slot=\"agent-0.lock\"")
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("the slot's CPU time in metrics: {metrics}"));
+    assert!(seconds >= 0.5, "{seconds}");
+    super::journal::promtool_lint(&metrics);
     std::fs::write(site.file("release.0"), b"").expect("release");
     assert!(wait_exit(&mut holder, "the holder").success());
     assert_eq!(held(&site), 0);
@@ -175,4 +186,33 @@ fn without_a_delegated_subtree_a_run_works_and_containment_is_said_off() {
         text.contains("containment: off (") && text.contains("may not create cgroups"),
         "{text}"
     );
+}
+
+#[test]
+fn kill_tree_on_exit_ends_what_the_command_left_with_it() {
+    let site = Site::new(Some(r#"{"max_agents": 1}"#));
+    contained(&site);
+    let out = site
+        .worklane()
+        .args([
+            "run",
+            "--kill-tree-on-exit",
+            "--",
+            "sh",
+            "-c",
+            &format!(r#"{DAEMON} while [ ! -e "$T/daemon" ]; do sleep 0.02; done; exit 3"#),
+        ])
+        .env("T", site.file(""))
+        .output_gated()
+        .expect("run");
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "the command's own status: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let daemon = daemon_pid(&site);
+    assert!(!alive(daemon), "the daemon ended with the command");
+    assert_eq!(held(&site), 0, "the slot is free at once");
+    assert_eq!(site.code(&["run", "-n", "--", "true"]), 0);
 }

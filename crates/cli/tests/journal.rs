@@ -257,7 +257,7 @@ fn events_filters_by_kind_and_time_and_refuses_what_it_cannot_read() {
 /// `promtool check metrics` on `text`: no error and no lint. `.ci/run` installs promtool
 /// (Debian's `prometheus`) and sets `WORKLANE_REQUIRE_PROMTOOL`, so CI fails without it;
 /// elsewhere, without promtool, this says so on stderr and checks nothing.
-fn promtool_lint(text: &str) {
+pub(super) fn promtool_lint(text: &str) {
     let available = Command::new("promtool")
         .arg("--version")
         .output_gated()

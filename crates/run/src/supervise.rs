@@ -97,6 +97,8 @@ pub struct Launch<'a> {
     /// The run's cgroup, if it has one: the command starts in it, and a halt reaches every
     /// process in it.
     pub cgroup: Option<crate::cgroup::RunCgroup>,
+    /// End what the command left running when it ends (SIGTERM, SIGKILL after the grace).
+    pub kill_tree_on_exit: bool,
 }
 
 /// A copy of `fd` that a child inherits (dup(2) clears close-on-exec on the copy).
@@ -143,6 +145,7 @@ pub fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Outcome, E
         inherit,
         env,
         cgroup,
+        kill_tree_on_exit,
     } = launch;
     let (program, args) = command.split_first().ok_or(Error::NoCommand)?;
     // Every signal a caller may send a job is passed on to the command, except those the
@@ -277,6 +280,8 @@ pub fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Outcome, E
         if let Some(cgroup) = &cgroup {
             cgroup.kill();
         }
+    } else if kill_tree_on_exit && waited.is_ok() {
+        end_tree(target, pid, cgroup.as_ref(), grace);
     }
     let status = waited
         .and_then(|()| child.wait())
@@ -330,6 +335,39 @@ fn halt(
         }
     }
     crate::tree::signal_descendants(raw_pid(command), signals);
+}
+
+/// Ends what an ended command left running (`--kill-tree-on-exit`): SIGTERM (and SIGCONT) to
+/// every process of the run, then, what is left after `grace`, SIGKILL. The command is not
+/// reaped yet, so its pid and its group's cannot have been reused.
+fn end_tree(
+    target: Target,
+    command: rustix::process::Pid,
+    cgroup: Option<&crate::cgroup::RunCgroup>,
+    grace: Duration,
+) {
+    let left = || match cgroup {
+        Some(cgroup) => !cgroup.pids().is_empty(),
+        None => crate::tree::has_descendants(raw_pid(command)),
+    };
+    if !left() {
+        return;
+    }
+    halt(
+        target,
+        command,
+        cgroup,
+        &[rustix::process::Signal::TERM, rustix::process::Signal::CONT],
+    );
+    let until = Instant::now() + grace;
+    while left() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    target.send(rustix::process::Signal::KILL);
+    crate::tree::kill_descendants(raw_pid(command));
+    if let Some(cgroup) = cgroup {
+        cgroup.kill();
+    }
 }
 
 fn raw_pid(pid: rustix::process::Pid) -> u32 {

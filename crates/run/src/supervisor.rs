@@ -52,6 +52,7 @@ pub struct Supervisor<'a> {
     inherit: Vec<OwnedFd>,
     watch: Option<&'a mut dyn Watch>,
     jobs: Option<Jobs>,
+    kill_tree_on_exit: bool,
 }
 
 impl<'a> Supervisor<'a> {
@@ -72,6 +73,7 @@ impl<'a> Supervisor<'a> {
             inherit,
             watch: None,
             jobs: None,
+            kill_tree_on_exit: false,
         })
     }
 
@@ -89,6 +91,7 @@ impl<'a> Supervisor<'a> {
             inherit: Vec::new(),
             watch: None,
             jobs: None,
+            kill_tree_on_exit: false,
         }
     }
 
@@ -122,6 +125,14 @@ impl<'a> Supervisor<'a> {
         self
     }
 
+    /// Ends what the command leaves running when it ends (SIGTERM to every process of the
+    /// run, SIGKILL after the grace), as systemd's `KillMode=control-group` does; by default it
+    /// runs on, keeping the slot.
+    pub fn kill_tree_on_exit(mut self, kill: bool) -> Supervisor<'a> {
+        self.kill_tree_on_exit = kill;
+        self
+    }
+
     /// Gives the command's build a jobserver backed by the machine's job slots (`max_jobs`):
     /// one job slot is taken for the command itself before it starts (waiting in the job line;
     /// refused under STOP or a drain), and every token its tree reads is backed by one more,
@@ -144,6 +155,7 @@ impl<'a> Supervisor<'a> {
             mut inherit,
             watch,
             jobs,
+            kill_tree_on_exit,
         } = self;
         let mut command = command.to_vec();
         let mut build = None;
@@ -181,6 +193,7 @@ impl<'a> Supervisor<'a> {
             inherit,
             env,
             cgroup,
+            kill_tree_on_exit,
         };
         let mut held = Held {
             pool,

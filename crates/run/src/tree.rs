@@ -107,6 +107,22 @@ pub(crate) fn signal_descendants(child: u32, signals: &[rustix::process::Signal]
     sent
 }
 
+/// Whether this process has a live descendant (the ended command, a zombie until reaped, is
+/// not one).
+pub(crate) fn has_descendants(child: u32) -> bool {
+    let _held = table_lock();
+    let Some(table) = table_with(child) else {
+        return false;
+    };
+    let ours = rustix::process::getpid()
+        .as_raw_nonzero()
+        .get()
+        .unsigned_abs();
+    descendants(ours, &table)
+        .into_iter()
+        .any(|pid| table.iter().any(|e| e.pid == pid && e.state != b'Z'))
+}
+
 /// SIGKILLs every descendant of this process until a fresh look at the table finds none alive
 /// (a descendant may fork between one look and the kill; as a subreaper we find its child the
 /// next time). At most 16 passes. Returns how many were killed.

@@ -56,6 +56,12 @@ pub(crate) struct RunArgs {
     /// of running past max_jobs).
     #[arg(long, requires = "jobs")]
     pub(crate) jobs_shim: bool,
+    /// When the command ends, end what it left running too (SIGTERM to every process of the
+    /// run, SIGKILL after the grace), as systemd's KillMode=control-group does: the whole
+    /// cgroup with containment on, else the command's group and descendants. By default
+    /// they run on, as under the bare command, and keep the slot.
+    #[arg(long)]
+    pub(crate) kill_tree_on_exit: bool,
     /// Past this host: also take a place in a fleet pool on etcd.
     #[command(flatten)]
     pub(crate) fleet: FleetArgs,
