@@ -96,6 +96,8 @@ struct Released {
     owner: String,
     since: std::time::Instant,
     armed: bool,
+    /// What the run used, as its supervisor measured it.
+    cpu_usec: Option<u64>,
 }
 
 impl Released {
@@ -107,6 +109,7 @@ impl Released {
             owner: lease.record().owner.clone().unwrap_or_default(),
             since: std::time::Instant::now(),
             armed: true,
+            cpu_usec: None,
         }
     }
 }
@@ -119,6 +122,7 @@ impl Drop for Released {
                 slot_kind: self.kind.label().to_owned(),
                 owner: std::mem::take(&mut self.owner),
                 held_ms: u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX),
+                cpu_usec: self.cpu_usec,
             });
         }
     }
@@ -195,6 +199,12 @@ impl Slot {
                 slot: self.lease.resource().to_owned(),
                 source: Box::new(source),
             })
+    }
+
+    /// Records what the run under the slot used (`cpu_usec`, µs of CPU from its cgroup), said
+    /// in the `slot-released` event of its release.
+    pub fn note_usage(&mut self, cpu_usec: Option<u64>) {
+        self.note.cpu_usec = cpu_usec;
     }
 
     /// Gives the slot up without releasing it: its record stays and its held guard is returned,

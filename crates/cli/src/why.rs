@@ -62,6 +62,7 @@ pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
                 problems,
                 queued: queued.iter().map(Queued::json).collect(),
                 config_problem: around.config.problem.as_ref().map(|p| p.json()),
+                containment: crate::slots::containment_json(),
             })
         )?;
     } else {
@@ -76,6 +77,12 @@ pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
         }
         if let Some(problem) = &around.config.problem {
             outln!("{}", problem.line())?;
+        }
+        if let Some(off) = crate::slots::containment_json().why {
+            outln!(
+                "containment: off ({off}): a run's processes are followed by their group and \
+                 by what holds its slot, not by a cgroup"
+            )?;
         }
         let problems = crate::json::problem_lines(&problems);
         if !problems.is_empty() {

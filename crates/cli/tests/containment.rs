@@ -163,6 +163,20 @@ fn a_busy_command_s_cpu_time_shows_in_slots() {
     std::fs::write(site.file("release.0"), b"").expect("release");
     assert!(wait_exit(&mut holder, "the holder").success());
     assert_eq!(held(&site), 0);
+    let released: Vec<serde_json::Value> =
+        std::fs::read_to_string(site.slots().join("journal.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .filter(|e: &serde_json::Value| e["kind"] == "slot-released")
+            .collect();
+    assert_eq!(released.len(), 1, "{released:?}");
+    assert!(
+        released[0]["cpu_usec"]
+            .as_u64()
+            .is_some_and(|us| us >= 500_000),
+        "the release says what the run used: {released:?}"
+    );
 }
 
 #[test]
@@ -186,6 +200,12 @@ fn without_a_delegated_subtree_a_run_works_and_containment_is_said_off() {
         text.contains("containment: off (") && text.contains("may not create cgroups"),
         "{text}"
     );
+    let why = as_member(&site)
+        .arg("why")
+        .output_gated()
+        .expect("why as the member");
+    let text = String::from_utf8_lossy(&why.stdout);
+    assert!(text.contains("containment: off ("), "{text}");
 }
 
 #[test]

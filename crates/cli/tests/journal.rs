@@ -630,6 +630,7 @@ fn metrics_count_every_event_across_rotations() {
                 slot_kind: "agent".to_owned(),
                 owner: "o".repeat(40),
                 held_ms: 1500,
+                cpu_usec: None,
             });
             written += 1;
         }

@@ -71,6 +71,9 @@ pub enum Event {
         /// How long it was held by this process.
         #[serde(default)]
         held_ms: u64,
+        /// The CPU time its run used, µs, from the run's cgroup (null without one).
+        #[serde(default)]
+        cpu_usec: Option<u64>,
     },
     /// A take was refused (STOP, a drain, the cap with `--no-wait`, a wait that timed out).
     SlotRefused {

@@ -235,6 +235,7 @@ mod tests {
             slot_kind: kind.to_owned(),
             owner: "o".to_owned(),
             held_ms,
+            cpu_usec: None,
         })
     }
 

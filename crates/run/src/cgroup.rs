@@ -189,6 +189,14 @@ impl RunCgroup {
             .unwrap_or_default()
     }
 
+    /// The CPU time its processes used, µs (`cpu.stat`'s `usage_usec`).
+    #[must_use]
+    pub fn cpu_usec(&self) -> Option<u64> {
+        std::fs::read_to_string(self.dir.join("cpu.stat"))
+            .ok()
+            .and_then(|t| read::parse_cpu_usec(&t))
+    }
+
     /// Sends `signal` to every process in it (this one spared).
     pub fn signal(&self, signal: rustix::process::Signal) {
         let me = std::process::id();

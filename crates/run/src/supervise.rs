@@ -128,6 +128,8 @@ pub struct Outcome {
     /// by default let run on as under the bare command): the slot stays theirs, its record
     /// naming the cgroup, until they end.
     pub left_running: Vec<u32>,
+    /// The CPU time the run used, µs, from its cgroup (`None` without one).
+    pub cpu_usec: Option<u64>,
 }
 
 /// Runs `command`, calling `check` every [`CHECK_EVERY`]; when `check` returns a reason, the
@@ -286,6 +288,7 @@ pub fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Outcome, E
     let status = waited
         .and_then(|()| child.wait())
         .map_err(|source| Error::Wait { source })?;
+    let cpu_usec = cgroup.as_ref().and_then(crate::cgroup::RunCgroup::cpu_usec);
     let left_running = match &cgroup {
         Some(cgroup) => {
             // After a kill, the kernel empties the cgroup at once but not instantly.
@@ -315,6 +318,7 @@ pub fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Outcome, E
         signal: status.signal().filter(|_| halting.is_none()),
         halted: halting.map(|(reason, _)| reason),
         left_running,
+        cpu_usec,
     })
 }
 

@@ -209,6 +209,9 @@ impl<'a> Supervisor<'a> {
             held.role = Some(Pulse::new(*ttl));
         }
         let outcome = supervise::supervise(launch, &mut held);
+        if let (Ok(outcome), Hold::Slot(slot)) = (&outcome, &mut held.hold) {
+            slot.note_usage(outcome.cpu_usec);
+        }
         let lost = held.lost;
         if let Ok(outcome) = &outcome {
             held.journal_halt(outcome);

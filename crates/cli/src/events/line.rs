@@ -23,8 +23,15 @@ pub(crate) fn what(event: &Event) -> String {
             slot,
             owner,
             held_ms,
+            cpu_usec,
             ..
-        } => format!("{slot} released by {owner} after {held_ms} ms"),
+        } => match cpu_usec {
+            Some(us) => format!(
+                "{slot} released by {owner} after {held_ms} ms, {:.1} s of CPU",
+                *us as f64 / 1e6
+            ),
+            None => format!("{slot} released by {owner} after {held_ms} ms"),
+        },
         Event::SlotRefused {
             slot_kind,
             owner,

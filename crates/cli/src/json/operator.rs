@@ -18,6 +18,7 @@ pub(crate) struct Why {
     pub(crate) problems: Vec<Problem>,
     pub(crate) queued: Vec<QueuedAttempt>,
     pub(crate) config_problem: Option<ConfigProblem>,
+    pub(crate) containment: Containment,
 }
 
 /// One question's answer.
