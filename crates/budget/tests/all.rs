@@ -827,10 +827,10 @@ mod lock {
 
     /// Advances the clock like [`ManualSleep`], and releases a held lock once the clock
     /// reaches `free_at`, as its holder finishing would.
-    struct FreeAt {
-        clock: ManualClock,
-        free_at: u64,
-        held: std::sync::Mutex<Option<worklane_lease::Lease>>,
+    pub(super) struct FreeAt {
+        pub(super) clock: ManualClock,
+        pub(super) free_at: u64,
+        pub(super) held: std::sync::Mutex<Option<worklane_lease::Lease>>,
     }
 
     impl Sleep for FreeAt {
@@ -1382,6 +1382,71 @@ mod models {
         Need {
             input_tokens: input,
             output_tokens: output,
+        }
+    }
+
+    /// A response that settles a reservation waits (up to 0.5 s) for a lock another holder
+    /// has: dropped, the call would stay counted in flight until its reservation expired. An
+    /// observation that settles nothing still never waits.
+    #[test]
+    fn a_settling_response_waits_for_a_busy_lock_and_a_bare_one_does_not() {
+        let site = Site::new();
+        let key = key();
+        let provider = Provider::Anthropic;
+        let reserved = site
+            .ledger()
+            .take_model(&provider, &key, need(10, 10), "agent")
+            .expect("goes")
+            .reservation
+            .expect("a reservation");
+        let in_flight = || -> usize {
+            let state: serde_json::Value = serde_json::from_slice(
+                &std::fs::read(site.path(&key.state_name_of("anthropic"))).expect("state"),
+            )
+            .expect("JSON");
+            state["inFlight"]
+                .as_object()
+                .map_or(0, serde_json::Map::len)
+        };
+        assert_eq!(in_flight(), 1, "reserved");
+        let start = site.now();
+        let ledger = Ledger::new(site.dir())
+            .clock(Arc::new(site.clock.clone()))
+            .sleeper(Arc::new(super::lock::FreeAt {
+                clock: site.clock.clone(),
+                free_at: start + 300,
+                held: std::sync::Mutex::new(Some(hold_lock_of(&site, &key, &provider))),
+            }));
+        let bare = ledger.observe_model(&provider, &key, None, &response(start, 200, 9, 900));
+        assert!(!matches!(bare, Observed::Recorded), "{bare:?}");
+        assert_eq!(site.now(), start, "a bare observation does not wait");
+        let seen = ledger.observe_model(
+            &provider,
+            &key,
+            Some(&reserved),
+            &response(site.now(), 200, 9, 900),
+        );
+        assert!(matches!(seen, Observed::Recorded), "{seen:?}");
+        assert_eq!(site.now() - start, 300, "it waited for the lock's release");
+        assert_eq!(in_flight(), 0, "settled");
+    }
+
+    /// Holds `provider`'s budget lock of `key` as another holder would.
+    fn hold_lock_of(
+        site: &Site,
+        key: &CredentialKey,
+        provider: &Provider,
+    ) -> worklane_lease::Lease {
+        match acquire(
+            &site.dir(),
+            &key.lock_name_of(provider.name()),
+            &Request::new("holder"),
+            &Options::process(),
+        )
+        .expect("acquire")
+        {
+            Acquired::Held(lease) => lease,
+            Acquired::Refused(r) => panic!("refused: {r}"),
         }
     }
 

@@ -205,7 +205,9 @@ impl Ledger {
     }
 
     /// Records what a response of `provider` said (and, with `reservation`, settles what its
-    /// take reserved). Tries the lock once and never waits.
+    /// take reserved). Without a reservation it tries the lock once and never waits; with one
+    /// it tries for up to 0.5 s, as a release does: a settlement lost to a busy lock would
+    /// leave the call counted in flight until its reservation expires (10 min).
     pub fn observe_model(
         &self,
         provider: &Provider,
@@ -213,14 +215,20 @@ impl Ledger {
         reservation: Option<&str>,
         observation: &ProviderObservation,
     ) -> Observed {
-        self.change_model(provider, key, "response", |state, now| {
+        let patience = if reservation.is_some() {
+            LOCK_PATIENCE_MS
+        } else {
+            0
+        };
+        self.change_model(provider, key, "response", patience, |state, now| {
             state.apply_provider(observation, reservation, now);
         })
     }
 
     /// Records the head of `reservation`'s response as it arrives (a stream's): the windows it
     /// reports settle those dimensions of the reservation at once, the rest waits for the
-    /// body ([`crate::State::apply_provider_head`]). Tries the lock once and never waits.
+    /// body ([`crate::State::apply_provider_head`]). Tries the lock for up to 0.5 s, as a
+    /// settlement does.
     pub fn observe_model_head(
         &self,
         provider: &Provider,
@@ -228,7 +236,7 @@ impl Ledger {
         reservation: &str,
         observation: &ProviderObservation,
     ) -> Observed {
-        self.change_model(provider, key, "response", |state, now| {
+        self.change_model(provider, key, "response", LOCK_PATIENCE_MS, |state, now| {
             state.apply_provider_head(observation, reservation, now);
         })
     }
@@ -236,7 +244,7 @@ impl Ledger {
     /// Gives back what `reservation` took: its call ended without a response to observe (the
     /// client went away, the connection failed). Tries the lock for up to 0.5 s.
     pub fn release(&self, provider: &Provider, key: &CredentialKey, reservation: &str) -> Observed {
-        self.change_model(provider, key, "release", |state, _| {
+        self.change_model(provider, key, "release", LOCK_PATIENCE_MS, |state, _| {
             state.release(reservation);
         })
     }
@@ -253,7 +261,7 @@ impl Ledger {
         waiter: &str,
         calls: u64,
     ) -> Observed {
-        self.change_model(provider, key, "waiting", |state, now| {
+        self.change_model(provider, key, "waiting", 0, |state, now| {
             state.note_waiting(waiter, calls, now);
         })
     }
@@ -269,13 +277,9 @@ impl Ledger {
         provider: &Provider,
         key: &CredentialKey,
         what: &'static str,
+        patience: u64,
         change: impl FnOnce(&mut crate::State, u64),
     ) -> Observed {
-        let patience = if what == "release" {
-            LOCK_PATIENCE_MS
-        } else {
-            0
-        };
         observed(
             self.with_state(provider.name(), key, patience, what, |state, now| {
                 change(state, now);
