@@ -102,12 +102,23 @@ fn draw(frame: &mut ratatui::Frame<'_>, view: &View) {
                 "role" => format!("pulse {}", age(s.last_pulse.as_deref(), now)),
                 _ => String::new(),
             };
+            // The run's CPU time and processes, from its cgroup (containment on).
+            let cpu = s.cgroup.as_ref().map_or_else(
+                || "-".to_owned(),
+                |c| {
+                    c.cpu_usec.map_or_else(
+                        || format!("{}p", c.procs.len()),
+                        |us| format!("{:.1}s {}p", us as f64 / 1e6, c.procs.len()),
+                    )
+                },
+            );
             Row::new(vec![
                 s.name.clone(),
                 s.kind.to_owned(),
                 s.pid.map_or("-".to_owned(), |p| p.to_string()),
                 s.owner.clone().unwrap_or_else(|| "-".to_owned()),
                 age(s.since.as_deref(), now),
+                cpu,
                 pulse,
             ])
         })
@@ -118,11 +129,14 @@ fn draw(frame: &mut ratatui::Frame<'_>, view: &View) {
         Constraint::Length(7),
         Constraint::Length(16),
         Constraint::Length(8),
+        Constraint::Length(11),
         Constraint::Min(10),
     ];
     frame.render_widget(
         Table::new(held, widths)
-            .header(Row::new(["holder", "kind", "pid", "owner", "age", ""]))
+            .header(Row::new([
+                "holder", "kind", "pid", "owner", "age", "cpu", "",
+            ]))
             .block(Block::bordered().title("held")),
         holders,
     );

@@ -56,6 +56,14 @@ fn top_shows_a_new_holder_and_stop_and_q_gives_the_terminal_back() {
     wait_until("the holder", || site.file("up.0").exists());
     let screen = tmux.shows("the new holder on screen", "agent-0.lock");
     assert!(screen.contains("holder"), "its owner: {screen}");
+    let contained =
+        serde_json::from_slice::<serde_json::Value>(&site.output(&["slots", "--json"]).stdout)
+            .expect("json")["containment"]["on"]
+            == true;
+    if contained {
+        // The run's CPU time and processes, from its cgroup.
+        tmux.shows("the run's CPU column", "s 2p");
+    }
     assert!(
         screen.contains("build jobs 0 of"),
         "the build jobs in the header: {screen}"
