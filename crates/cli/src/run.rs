@@ -187,7 +187,11 @@ fn run_holding(args: RunArgs, status: &mut Status) -> Result<ExitCode, Failure> 
         .map(|s| {
             let s = with_fleet(
                 s.env(nesting.0, nesting.1)
-                    .kill_tree_on_exit(args.kill_tree_on_exit),
+                    .kill_tree_on_exit(args.kill_tree_on_exit)
+                    .limits(worklane_run::Limits {
+                        memory: args.memory_max,
+                        cpus: args.cpu_max,
+                    }),
                 watch.fleet.as_deref(),
                 host_epoch,
             );

@@ -236,3 +236,32 @@ fn kill_tree_on_exit_ends_what_the_command_left_with_it() {
     assert_eq!(held(&site), 0, "the slot is free at once");
     assert_eq!(site.code(&["run", "-n", "--", "true"]), 0);
 }
+
+/// `--memory-max` and `--cpu-max` are written to the run's cgroup where those controllers
+/// are enabled; where they are not (this machine's unified hierarchy has none), the run says
+/// what is unavailable and why, and goes on: a take never fails for want of them.
+#[test]
+fn limits_are_set_where_the_hierarchy_gives_them_and_said_unavailable_elsewhere() {
+    let site = Site::new(Some(r#"{"max_agents": 1}"#));
+    contained(&site);
+    let out = site
+        .worklane()
+        .args(["run", "--memory-max", "100M", "--cpu-max", "0.5", "--", "sh", "-c"])
+        .arg(
+            r#"m=$(awk -F' - ' '$2 ~ /^cgroup2 / {split($1, f, " "); print f[5]; exit}' /proc/self/mountinfo); cg=$(sed -n 's/^0:://p' /proc/self/cgroup); cat "$m$cg/memory.max" 2>/dev/null || echo none"#,
+        )
+        .output_gated()
+        .expect("run");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    let seen = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    if said.contains("memory.max is unavailable") {
+        assert_eq!(seen, "none", "no memory controller here: {said}");
+        assert!(said.contains("cpu.max is unavailable"), "{said}");
+    } else {
+        assert_eq!(
+            seen, "104857600",
+            "the limit is on the run's cgroup: {said}"
+        );
+    }
+}

@@ -189,6 +189,57 @@ impl RunCgroup {
             .unwrap_or_default()
     }
 
+    /// Sets its limits where the hierarchy gives them: `memory` bytes to `memory.max` and `cpus`
+    /// (CPUs, 1.5 for one and a half) to `cpu.max` (per 100 ms period). A controller that is
+    /// not enabled for it is tried once, enabling it in its parent's `cgroup.subtree_control`
+    /// (which only the subtree's owner may); what stays unavailable is returned, each in
+    /// words, and the run goes on without it.
+    #[must_use]
+    pub fn limit(&self, memory: Option<u64>, cpus: Option<f64>) -> Vec<String> {
+        let mut unavailable = Vec::new();
+        let parent = self.dir.parent().map(Path::to_path_buf);
+        let mut set = |controller: &str, file: &str, value: String| {
+            let enabled = || {
+                std::fs::read_to_string(self.dir.join("cgroup.controllers"))
+                    .is_ok_and(|c| c.split_whitespace().any(|w| w == controller))
+            };
+            if !enabled()
+                && let Some(parent) = &parent
+            {
+                let _ = std::fs::write(
+                    parent.join("cgroup.subtree_control"),
+                    format!("+{controller}"),
+                );
+            }
+            if !enabled() {
+                unavailable.push(format!(
+                    "{file} is unavailable: the {controller} controller is not enabled for {} \
+                     (enable it in the hierarchy, e.g. a systemd unit with Delegate=yes and \
+                     {}Accounting=yes)",
+                    self.path,
+                    if controller == "memory" {
+                        "Memory"
+                    } else {
+                        "CPU"
+                    }
+                ));
+                return;
+            }
+            if let Err(e) = std::fs::write(self.dir.join(file), value) {
+                unavailable.push(format!("{file} could not be set: {e}"));
+            }
+        };
+        if let Some(bytes) = memory {
+            set("memory", "memory.max", bytes.to_string());
+        }
+        if let Some(cpus) = cpus {
+            // A quota per 100 ms period, at least 1 ms.
+            let quota = ((cpus * 100_000.0).round() as u64).max(1000);
+            set("cpu", "cpu.max", format!("{quota} 100000"));
+        }
+        unavailable
+    }
+
     /// The CPU time its processes used, µs (`cpu.stat`'s `usage_usec`).
     #[must_use]
     pub fn cpu_usec(&self) -> Option<u64> {

@@ -139,7 +139,7 @@ mod platform;
 
 pub use jobs::{Jobs, Style};
 pub use signals::signal_name;
-pub use supervisor::{MIN_TTL, Supervisor, lease_grace};
+pub use supervisor::{Limits, MIN_TTL, Supervisor, lease_grace};
 
 pub use supervise::{CHECK_EVERY, GRACE, Outcome, Started, Watch, describe};
 

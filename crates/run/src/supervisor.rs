@@ -53,6 +53,16 @@ pub struct Supervisor<'a> {
     watch: Option<&'a mut dyn Watch>,
     jobs: Option<Jobs>,
     kill_tree_on_exit: bool,
+    limits: Limits,
+}
+
+/// What a run's cgroup is limited to (`--memory-max`, `--cpu-max`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Limits {
+    /// Bytes of memory (`memory.max`).
+    pub memory: Option<u64>,
+    /// CPUs (`cpu.max`: 1.5 is one and a half).
+    pub cpus: Option<f64>,
 }
 
 impl<'a> Supervisor<'a> {
@@ -74,6 +84,7 @@ impl<'a> Supervisor<'a> {
             watch: None,
             jobs: None,
             kill_tree_on_exit: false,
+            limits: Limits::default(),
         })
     }
 
@@ -92,6 +103,7 @@ impl<'a> Supervisor<'a> {
             watch: None,
             jobs: None,
             kill_tree_on_exit: false,
+            limits: Limits::default(),
         }
     }
 
@@ -133,6 +145,13 @@ impl<'a> Supervisor<'a> {
         self
     }
 
+    /// Limits the run's cgroup (memory, CPUs) where the hierarchy gives those controllers;
+    /// where it does not, the run says once what is unavailable and why, and goes on.
+    pub fn limits(mut self, limits: Limits) -> Supervisor<'a> {
+        self.limits = limits;
+        self
+    }
+
     /// Gives the command's build a jobserver backed by the machine's job slots (`max_jobs`):
     /// one job slot is taken for the command itself before it starts (waiting in the job line;
     /// refused under STOP or a drain), and every token its tree reads is backed by one more,
@@ -156,6 +175,7 @@ impl<'a> Supervisor<'a> {
             watch,
             jobs,
             kill_tree_on_exit,
+            limits,
         } = self;
         let mut command = command.to_vec();
         let mut build = None;
@@ -186,7 +206,7 @@ impl<'a> Supervisor<'a> {
             }
             build = Some((implicit, server));
         }
-        let cgroup = run_cgroup(pool, &mut hold);
+        let cgroup = run_cgroup(pool, &mut hold, limits);
         let launch = Launch {
             command: &command,
             grace,
@@ -230,7 +250,12 @@ impl<'a> Supervisor<'a> {
 /// The run's cgroup (Linux, cgroup v2), named in the record (`cgroup`) so that `stop-all` can
 /// reach it when this supervisor cannot; `None` (containment off, said once at debug level:
 /// `slots` and `why` say it to the operator) where there is none to make.
-fn run_cgroup(pool: &Pool, hold: &mut Hold<'_>) -> Option<crate::cgroup::RunCgroup> {
+fn run_cgroup(
+    pool: &Pool,
+    hold: &mut Hold<'_>,
+    limits: Limits,
+) -> Option<crate::cgroup::RunCgroup> {
+    let limited = limits != Limits::default();
     let (resource, epoch) = match hold {
         Hold::Slot(slot) => (slot.name().to_owned(), slot.lease().epoch()),
         Hold::Role { lease, .. } => (lease.resource().to_owned(), lease.epoch()),
@@ -239,10 +264,17 @@ fn run_cgroup(pool: &Pool, hold: &mut Hold<'_>) -> Option<crate::cgroup::RunCgro
     let cgroup = match crate::cgroup::RunCgroup::create(&key, &resource, epoch) {
         Ok(cgroup) => cgroup,
         Err(off) => {
-            log::debug!("{resource}: no cgroup of its own (containment off): {off}");
+            if limited {
+                log::warn!("{resource}: no memory or CPU limit: no cgroup of its own: {off}");
+            } else {
+                log::debug!("{resource}: no cgroup of its own (containment off): {off}");
+            }
             return None;
         }
     };
+    for unavailable in cgroup.limit(limits.memory, limits.cpus) {
+        log::warn!("{resource}: {unavailable}; the run goes on without it");
+    }
     // What a record's `cgroup` obliges (its slot held while the cgroup runs) is declared
     // before the first record names one (PROTOCOL.md section 0).
     if let Err(e) = pool.declare_extension(worklane_admission::protocol::CGROUPS) {

@@ -62,6 +62,14 @@ pub(crate) struct RunArgs {
     /// they run on, as under the bare command, and keep the slot.
     #[arg(long)]
     pub(crate) kill_tree_on_exit: bool,
+    /// Limit the run's memory (its cgroup's memory.max): bytes, or with K, M, G or T (powers
+    /// of 1024). Where the memory controller is not enabled, the run says so and goes on.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub(crate) memory_max: Option<u64>,
+    /// Limit the run's CPU (its cgroup's cpu.max): CPUs, 1.5 for one and a half. Where the
+    /// cpu controller is not enabled, the run says so and goes on.
+    #[arg(long, value_name = "CPUS", value_parser = parse_cpus)]
+    pub(crate) cpu_max: Option<f64>,
     /// Past this host: also take a place in a fleet pool on etcd.
     #[command(flatten)]
     pub(crate) fleet: FleetArgs,
@@ -203,4 +211,50 @@ pub(crate) fn jobs(n: Option<u32>, style: JobsStyleArg, shim: bool) -> Option<wo
             JobsStyleArg::Fifo => worklane_run::Style::Fifo,
         },
     })
+}
+
+/// `--memory-max`: bytes, or a whole number with K, M, G or T (powers of 1024).
+fn parse_size(text: &str) -> Result<u64, String> {
+    let (digits, shift) = match text.chars().last() {
+        Some('K' | 'k') => (&text[..text.len() - 1], 10),
+        Some('M' | 'm') => (&text[..text.len() - 1], 20),
+        Some('G' | 'g') => (&text[..text.len() - 1], 30),
+        Some('T' | 't') => (&text[..text.len() - 1], 40),
+        _ => (text, 0),
+    };
+    let n: u64 = digits.parse().map_err(|_| {
+        format!("{text:?} is not a size: a whole number of bytes, or with K, M, G or T")
+    })?;
+    n.checked_mul(1u64 << shift)
+        .filter(|&bytes| bytes > 0)
+        .ok_or_else(|| format!("{text:?}: a size from 1 byte to 16 EiB"))
+}
+
+/// `--cpu-max`: CPUs, above 0 (1.5 is one and a half).
+fn parse_cpus(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(cpus) if cpus.is_finite() && cpus >= 0.01 && cpus <= 4096.0 => Ok(cpus),
+        _ => Err(format!(
+            "{text:?} is not a number of CPUs from 0.01 to 4096 (1.5 is one and a half)"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod limit_tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_cpus_are_read_or_refused_with_what_they_must_be() {
+        assert_eq!(parse_size("512"), Ok(512));
+        assert_eq!(parse_size("4K"), Ok(4096));
+        assert_eq!(parse_size("2g"), Ok(2 << 30));
+        for bad in ["", "0", "G", "1.5G", "-1", "99999999999T"] {
+            assert!(parse_size(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(parse_cpus("1.5"), Ok(1.5));
+        for bad in ["0", "-1", "NaN", "inf", "x", "5000"] {
+            assert!(parse_cpus(bad).is_err(), "{bad:?}");
+        }
+    }
 }
