@@ -233,7 +233,7 @@ fn parse_size(text: &str) -> Result<u64, String> {
 /// `--cpu-max`: CPUs, above 0 (1.5 is one and a half).
 fn parse_cpus(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
-        Ok(cpus) if cpus.is_finite() && cpus >= 0.01 && cpus <= 4096.0 => Ok(cpus),
+        Ok(cpus) if (0.01..=4096.0).contains(&cpus) => Ok(cpus),
         _ => Err(format!(
             "{text:?} is not a number of CPUs from 0.01 to 4096 (1.5 is one and a half)"
         )),
