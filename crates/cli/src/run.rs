@@ -188,10 +188,7 @@ fn run_holding(args: RunArgs, status: &mut Status) -> Result<ExitCode, Failure> 
             let s = with_fleet(
                 s.env(nesting.0, nesting.1)
                     .kill_tree_on_exit(args.kill_tree_on_exit)
-                    .limits(worklane_run::Limits {
-                        memory: args.memory_max,
-                        cpus: args.cpu_max,
-                    }),
+                    .limits(run_limits(&pool, &args)),
                 watch.fleet.as_deref(),
                 host_epoch,
             );
@@ -233,4 +230,23 @@ fn run_holding(args: RunArgs, status: &mut Status) -> Result<ExitCode, Failure> 
         worklane_run::process::die_by(signal);
     }
     Ok(ExitCode::from(outcome.code))
+}
+
+/// The run's cgroup limits: `--memory-max` and `--cpu-max`, else the config's `max_memory`
+/// and `max_cpu` for its kind.
+fn run_limits(pool: &worklane_admission::Pool, args: &RunArgs) -> worklane_run::Limits {
+    let config = pool.config().ok();
+    let kind = kind_word(args.kind);
+    worklane_run::Limits {
+        memory: args
+            .memory_max
+            .or_else(|| config.as_ref()?.max_memory.get(kind).copied()),
+        cpus: args.cpu_max.or_else(|| {
+            config
+                .as_ref()?
+                .max_cpu_milli
+                .get(kind)
+                .map(|milli| *milli as f64 / 1000.0)
+        }),
+    }
 }

@@ -265,3 +265,65 @@ fn limits_are_set_where_the_hierarchy_gives_them_and_said_unavailable_elsewhere(
         );
     }
 }
+
+/// The config's `max_memory` and `max_cpu` limit a kind's runs as `--memory-max` and
+/// `--cpu-max` do; a bad value is refused by `config set`, naming the key.
+#[test]
+fn the_config_limits_a_kind_s_runs() {
+    let site = Site::new(Some(r#"{"max_agents": 1}"#));
+    contained(&site);
+    let bad = site.output(&["config", "set", "max_memory", r#"{"agents": 1}"#]);
+    assert_eq!(
+        bad.status.code(),
+        Some(78),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("max_memory"));
+    assert_eq!(
+        site.code(&["config", "set", "max_memory", r#"{"agent": 104857600}"#]),
+        0
+    );
+    assert_eq!(
+        site.code(&["config", "set", "max_cpu", r#"{"test": 0.5}"#]),
+        0
+    );
+    // Each run prints its cgroup's memory.max and cpu.max ("none" where there is none).
+    let limits = |kind: &str| {
+        let out = site
+            .worklane()
+            .args(["run", "--kind", kind, "--", "sh", "-c"])
+            .arg(
+                r#"m=$(awk -F' - ' '$2 ~ /^cgroup2 / {split($1, f, " "); print f[5]; exit}' /proc/self/mountinfo); cg=$(sed -n 's/^0:://p' /proc/self/cgroup); for f in memory.max cpu.max; do cat "$m$cg/$f" 2>/dev/null || echo none; done"#,
+            )
+            .output_gated()
+            .expect("run");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (seen, said) = limits("agent");
+    if said.contains("memory.max is unavailable") {
+        assert!(
+            !said.contains("cpu.max"),
+            "the agent's memory limit only: {said}"
+        );
+    } else {
+        assert!(seen.starts_with("104857600\n"), "{seen} {said}");
+    }
+    let (seen, said) = limits("test");
+    if said.contains("cpu.max is unavailable") {
+        assert!(
+            !said.contains("memory.max"),
+            "the test runs' CPU limit only: {said}"
+        );
+    } else {
+        assert!(seen.ends_with("50000 100000\n"), "{seen} {said}");
+    }
+}

@@ -43,7 +43,7 @@ pub const JOURNAL_BYTES_RANGE: std::ops::RangeInclusive<u64> = 64 * 1024..=1024 
 /// read by the dispatcher, and the model providers' profiles (`budget_providers`), read by the
 /// budget's callers. Any other key is refused ([`Error::UnknownKey`]): a misspelt `max_agent`
 /// would otherwise leave the default cap in force without a word.
-pub const KEYS: [&str; 9] = [
+pub const KEYS: [&str; 11] = [
     "max_agents",
     "max_test_runs",
     "max_jobs",
@@ -53,7 +53,12 @@ pub const KEYS: [&str; 9] = [
     "budget_providers",
     "shares",
     "journal_max_bytes",
+    "max_memory",
+    "max_cpu",
 ];
+
+/// The kinds whose runs `max_memory` and `max_cpu` may limit.
+pub const LIMITED_KINDS: [&str; 3] = ["agent", "test", "full-run"];
 
 /// The machine's caps and the owners' shares. A key outside [`KEYS`] makes the whole file an
 /// error.
@@ -71,6 +76,11 @@ pub struct Config {
     /// The event journal's cap: its current and previous file together stay under it
     /// ([`JOURNAL_BYTES_RANGE`]).
     pub journal_max_bytes: u64,
+    /// Each kind's memory limit of a run's cgroup, bytes (`max_memory`: `{"agent": 4294967296}`).
+    pub max_memory: std::collections::BTreeMap<String, u64>,
+    /// Each kind's CPU limit of a run's cgroup, in thousandths of a CPU (`max_cpu`:
+    /// `{"agent": 1.5}` is 1500).
+    pub max_cpu_milli: std::collections::BTreeMap<String, u64>,
 }
 
 impl Default for Config {
@@ -81,6 +91,8 @@ impl Default for Config {
             max_jobs: default_max_jobs(),
             shares: Shares::default(),
             journal_max_bytes: DEFAULT_JOURNAL_MAX_BYTES,
+            max_memory: std::collections::BTreeMap::new(),
+            max_cpu_milli: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -130,8 +142,8 @@ pub enum Error {
     /// A key that is none of [`KEYS`] (a misspelling, or a setting of another tool).
     #[error(
         "config {path}: unknown key `{key}`; the keys are max_agents, max_test_runs, \
-         max_jobs, admission, env_allow_prefixes, env_secret_words, budget_providers, shares \
-         and journal_max_bytes (fix its spelling or remove it)"
+         max_jobs, admission, env_allow_prefixes, env_secret_words, budget_providers, shares, \
+         journal_max_bytes, max_memory and max_cpu (fix its spelling or remove it)"
     )]
     UnknownKey {
         /// The config file.
@@ -194,6 +206,46 @@ impl Error {
             | Error::Share { path, .. } => path,
         }
     }
+}
+
+/// A per-kind object (`max_memory`, `max_cpu`): each key one of [`LIMITED_KINDS`], each value
+/// read by `value`.
+fn per_kind(
+    value: Option<&serde_json::Value>,
+    path: &Path,
+    field: &'static str,
+    read: impl Fn(&serde_json::Value) -> Option<u64>,
+) -> Result<std::collections::BTreeMap<String, u64>, Error> {
+    let expected = match field {
+        "max_memory" => {
+            "an object of kinds (agent, test, full-run) and whole numbers of bytes above 0, \
+             like {\"agent\": 4294967296}"
+        }
+        _ => {
+            "an object of kinds (agent, test, full-run) and numbers of CPUs from 0.01 to 4096, \
+              like {\"agent\": 1.5}"
+        }
+    };
+    let wrong = |v: &serde_json::Value| Error::Field {
+        path: path.to_owned(),
+        field,
+        value: v.to_string(),
+        expected,
+    };
+    let Some(value) = value else {
+        return Ok(std::collections::BTreeMap::new());
+    };
+    let serde_json::Value::Object(map) = value else {
+        return Err(wrong(value));
+    };
+    let mut out = std::collections::BTreeMap::new();
+    for (kind, v) in map {
+        if !LIMITED_KINDS.contains(&kind.as_str()) {
+            return Err(wrong(value));
+        }
+        out.insert(kind.clone(), read(v).ok_or_else(|| wrong(value))?);
+    }
+    Ok(out)
 }
 
 impl Config {
@@ -276,6 +328,14 @@ impl Config {
                                    (1 GiB)",
                     })?,
             },
+            max_memory: per_kind(map.get("max_memory"), path, "max_memory", |v| {
+                v.as_u64().filter(|&n| n > 0)
+            })?,
+            max_cpu_milli: per_kind(map.get("max_cpu"), path, "max_cpu", |v| {
+                v.as_f64()
+                    .filter(|c| (0.01..=4096.0).contains(c))
+                    .map(|c| (c * 1000.0).round() as u64)
+            })?,
         })
     }
 
@@ -410,8 +470,32 @@ mod tests {
                 max_jobs: default_max_jobs(),
                 shares: Shares::default(),
                 journal_max_bytes: DEFAULT_JOURNAL_MAX_BYTES,
+                ..Config::default()
             }
         );
+    }
+
+    #[test]
+    fn run_limits_are_read_per_kind_and_anything_else_is_an_error_naming_the_field() {
+        let c =
+            parse(r#"{"max_memory": {"agent": 4294967296, "test": 1}, "max_cpu": {"agent": 1.5}}"#)
+                .expect("valid");
+        assert_eq!(c.max_memory.get("agent"), Some(&4_294_967_296));
+        assert_eq!(c.max_memory.get("test"), Some(&1));
+        assert_eq!(c.max_cpu_milli.get("agent"), Some(&1500));
+        assert!(c.max_cpu_milli.get("test").is_none());
+        for (text, field) in [
+            (r#"{"max_memory": 5}"#, "max_memory"),
+            (r#"{"max_memory": {"agents": 5}}"#, "max_memory"),
+            (r#"{"max_memory": {"agent": 0}}"#, "max_memory"),
+            (r#"{"max_memory": {"agent": "4G"}}"#, "max_memory"),
+            (r#"{"max_cpu": {"agent": 0}}"#, "max_cpu"),
+            (r#"{"max_cpu": {"job": 1}}"#, "max_cpu"),
+            (r#"{"max_cpu": {"agent": 5000}}"#, "max_cpu"),
+        ] {
+            let e = parse(text).expect_err(text);
+            assert!(e.to_string().contains(field), "{text}: {e}");
+        }
     }
 
     #[test]

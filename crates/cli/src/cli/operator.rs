@@ -85,6 +85,14 @@ pub(crate) enum ConfigKey {
     /// 16777216).
     #[value(name = "journal_max_bytes")]
     JournalMaxBytes,
+    /// Each kind's memory limit of a run's cgroup: a JSON object of kinds (agent, test,
+    /// full-run) and bytes, e.g. {"agent": 4294967296} (`run --memory-max` overrides it).
+    #[value(name = "max_memory")]
+    MaxMemory,
+    /// Each kind's CPU limit of a run's cgroup: a JSON object of kinds and CPUs, e.g.
+    /// {"agent": 1.5} (`run --cpu-max` overrides it).
+    #[value(name = "max_cpu")]
+    MaxCpu,
 }
 
 #[derive(Debug, Args)]

@@ -21,10 +21,12 @@ impl ConfigKey {
             ConfigKey::BudgetProviders => "budget_providers",
             ConfigKey::Shares => "shares",
             ConfigKey::JournalMaxBytes => "journal_max_bytes",
+            ConfigKey::MaxMemory => "max_memory",
+            ConfigKey::MaxCpu => "max_cpu",
         }
     }
 
-    pub(super) const ALL: [ConfigKey; 9] = [
+    pub(super) const ALL: [ConfigKey; 11] = [
         ConfigKey::MaxAgents,
         ConfigKey::MaxTestRuns,
         ConfigKey::MaxJobs,
@@ -34,6 +36,8 @@ impl ConfigKey {
         ConfigKey::BudgetProviders,
         ConfigKey::Shares,
         ConfigKey::JournalMaxBytes,
+        ConfigKey::MaxMemory,
+        ConfigKey::MaxCpu,
     ];
 
     /// Its value when the file does not set it.
@@ -47,7 +51,10 @@ impl ConfigKey {
             ConfigKey::Admission => Value::from("dispatcher"),
             ConfigKey::EnvAllowPrefixes => strings(DEFAULT_PREFIXES),
             ConfigKey::EnvSecretWords => strings(DEFAULT_SECRET_WORDS),
-            ConfigKey::BudgetProviders | ConfigKey::Shares => Value::Object(serde_json::Map::new()),
+            ConfigKey::BudgetProviders
+            | ConfigKey::Shares
+            | ConfigKey::MaxMemory
+            | ConfigKey::MaxCpu => Value::Object(serde_json::Map::new()),
             ConfigKey::JournalMaxBytes => Value::from(DEFAULT_JOURNAL_MAX_BYTES),
         }
     }
@@ -97,6 +104,17 @@ impl ConfigKey {
                 }
                 Ok(Value::from(items))
             }
+            // Checked whole with the file's other keys before it is written.
+            ConfigKey::MaxMemory | ConfigKey::MaxCpu => match serde_json::from_str::<Value>(text) {
+                Ok(Value::Object(limits)) => Ok(Value::Object(limits)),
+                _ => Err(format!(
+                    "a JSON object of kinds (agent, test, full-run) and {}",
+                    match self {
+                        ConfigKey::MaxMemory => "bytes, e.g. {\"agent\": 4294967296}",
+                        _ => "CPUs, e.g. {\"agent\": 1.5}",
+                    }
+                )),
+            },
             ConfigKey::Shares => match serde_json::from_str::<Value>(text) {
                 // Checked whole with the file's other keys before it is written (the cap a
                 // share may not pass is the file's).
