@@ -483,7 +483,7 @@ mod tests {
         assert_eq!(c.max_memory.get("agent"), Some(&4_294_967_296));
         assert_eq!(c.max_memory.get("test"), Some(&1));
         assert_eq!(c.max_cpu_milli.get("agent"), Some(&1500));
-        assert!(c.max_cpu_milli.get("test").is_none());
+        assert!(!c.max_cpu_milli.contains_key("test"));
         for (text, field) in [
             (r#"{"max_memory": 5}"#, "max_memory"),
             (r#"{"max_memory": {"agents": 5}}"#, "max_memory"),
