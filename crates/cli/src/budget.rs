@@ -39,6 +39,19 @@ pub(super) fn key_from_env(var: &str) -> Result<CredentialKey, Failure> {
     }
 }
 
+/// At most `max` bytes of the file `path`, or of stdin for `-`: a saved response's headers or
+/// body, which `budget observe` reads.
+fn read_input(path: &std::path::Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut raw = Vec::new();
+    if path.as_os_str() == "-" {
+        std::io::stdin().lock().take(max).read_to_end(&mut raw)?;
+    } else {
+        std::fs::File::open(path)?.take(max).read_to_end(&mut raw)?;
+    }
+    Ok(raw)
+}
+
 /// The health view as JSON: credentials numbered, never named by key.
 pub(crate) fn views_json(views: &[CredentialView]) -> Vec<json::Budget> {
     views
