@@ -21,7 +21,8 @@
 //!   [`drain_not_removed`] what stays, and its fix, when `stop-all`, `resume-all`, `drain` or
 //!   `undrain` could not change the file.
 //! - [`role`]: role leases, one holder of a named role under TTL liveness, refused under STOP
-//!   ([`Pool::try_take_role`]).
+//!   ([`Pool::try_take_role`]; `role::RoleWait`, a bounded wait for one; `role::Holder`, the
+//!   holder as its record names it, and `role::advice`, what a refused caller can do).
 //!
 //! Every lock here is a `worklane-lease` lease with process liveness; the files are written
 //! only through `worklane-slotfile`.
@@ -173,7 +174,8 @@
 //!   - `protocol::Error` (`protocol.rs`): `protocol.json` changed (`declare_extension`,
 //!     `drop_extension`) or not kept (`Pool::protocol`): `Protocol`, `Look`, `SlotsLockBusy`,
 //!     `Count`/`Counted`, `WriteProtocol`.
-//!   - `role::Error` (`role.rs`): `try_take_role`: `Protocol`, `Look`, `Role`.
+//!   - `role::Error` (`role.rs`): `try_take_role`: `Protocol`, `Look`, `Role`. `role/holder.rs`
+//!     and `role/wait.rs`: the holder and advice of a refusal, and the wait.
 //!   - `line::Error` (`line.rs`): `Place::leave`: `LeaveLine`, `Retire`.
 //!
 //!   A step two operations share (`Protocol`, `Count`, `Counted`, `WriteProtocol`) is a

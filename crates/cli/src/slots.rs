@@ -7,20 +7,7 @@ use crate::views::{Around, QueueView, line_json};
 use serde_json::Value;
 use std::process::ExitCode;
 use worklane_admission::{DrainState, SlotState, SlotView, Snapshot, drain::Ignored};
-use worklane_lease::{LiveWhy, Record, rfc3339_ms};
-
-/// The `state` word of a slot in both outputs.
-pub(crate) fn state_word(state: &SlotState) -> &'static str {
-    match state {
-        SlotState::GuardHeld => "held",
-        SlotState::Live(LiveWhy::Alive) => "alive",
-        SlotState::Live(LiveWhy::Fresh { .. }) => "fresh",
-        SlotState::Live(LiveWhy::Unknown(_)) => "unknown",
-        SlotState::Live(LiveWhy::Malformed { .. }) => "malformed",
-        SlotState::Live(_) => "busy",
-        SlotState::Dead(_) => "dead",
-    }
-}
+use worklane_lease::{Record, rfc3339_ms};
 
 fn reason(state: &SlotState) -> String {
     match state {
@@ -102,7 +89,7 @@ fn slot_json(view: &SlotView, queue: &QueueView) -> json::Slot {
         },
         units: view.units,
         share_owner: view.share_owner.clone(),
-        state: state_word(&view.state),
+        state: view.state.word(),
         counts: view.state.is_held(),
         reason: reason(&view.state),
         cgroup: r.and_then(cgroup_json),
@@ -392,7 +379,7 @@ pub(crate) fn show(as_json: bool, fleet: &crate::cli::FleetArgs) -> Result<ExitC
                 .unwrap_or_else(|| "-".to_owned()),
             r.and_then(|r| r.acquired_at.clone())
                 .unwrap_or_else(|| "-".to_owned()),
-            state_word(&view.state),
+            view.state.word(),
             reason(&view.state),
         )?;
         if let Some(cgroup) = r.and_then(cgroup_json)
