@@ -45,7 +45,10 @@ fn lease_run_holding(args: LeaseRunArgs, status: &mut Status) -> Result<ExitCode
     let pool = crate::taking_pool()?;
     let name = role::lease_name(&args.role);
     let ours = describe(&args.command);
-    let identity = args.agent_identity.clone().unwrap_or_else(crate::ops::who);
+    let identity = args
+        .agent_identity
+        .clone()
+        .unwrap_or_else(crate::shared::who);
     let request = RoleRequest {
         role: args.role.clone(),
         identity: identity.clone(),
@@ -143,7 +146,7 @@ fn lease_run_holding(args: LeaseRunArgs, status: &mut Status) -> Result<ExitCode
     }
     status.end(
         outcome.code,
-        crate::run::halted_by(&outcome, HaltedBy::Stop),
+        crate::status::halted_by(&outcome, HaltedBy::Stop),
     );
     if let Some(signal) = outcome.signal {
         worklane_run::process::die_by(signal);

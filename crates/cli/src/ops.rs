@@ -9,21 +9,10 @@ use worklane_admission::drain::DRAIN_FILE;
 use worklane_admission::{Drain, DrainState, MAX_DRAIN_AHEAD_MS, Stop, stop};
 use worklane_lease::{Clock, SystemClock, parse_rfc3339_ms, rfc3339_ms};
 
-/// `USER@HOST` of this process (`uid N@HOST` without `USER`), for STOP and role leases.
-pub(crate) fn who() -> String {
-    let user = std::env::var("USER")
-        .unwrap_or_else(|_| format!("uid {}", rustix::process::getuid().as_raw()));
-    let host = rustix::system::uname()
-        .nodename()
-        .to_string_lossy()
-        .into_owned();
-    format!("{user}@{host}")
-}
-
 pub(crate) fn stop_all(reason: &str, as_json: bool) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
     let record = Stop {
-        by: who(),
+        by: crate::shared::who(),
         at: rfc3339_ms(SystemClock.now_ms()),
         reason: reason.to_owned(),
     };

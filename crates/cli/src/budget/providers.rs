@@ -7,61 +7,14 @@
 //! exit codes and the messages.
 
 use super::answer::{granted, refusal};
-use super::{key_from_env, ledger};
 use crate::cli::{BudgetObserveArgs, BudgetReleaseArgs, BudgetTakeArgs};
 use crate::exit::{self, Failure};
 use crate::out::errln;
+use crate::shared::budget::{key_from_env, ledger, provider, token_env};
 use std::process::ExitCode;
 use worklane_budget::dump::lookup;
-use worklane_budget::{Need, Observed, Profile, Provider, ProviderObservation, Usage};
+use worklane_budget::{Need, Observed, Profile, ProviderObservation, Usage};
 use worklane_lease::{Clock, SystemClock};
-
-/// The variable `--token-env` names, or the provider's usual one.
-pub(crate) fn token_env(provider: &str, given: Option<&str>) -> Result<String, Failure> {
-    given
-        .map(str::to_owned)
-        .or_else(|| worklane_budget::default_token_env(provider).map(str::to_owned))
-        .ok_or_else(|| {
-            Failure::new(
-                exit::USAGE,
-                format!(
-                    "--provider {provider}: name the variable holding its key with --token-env"
-                ),
-            )
-        })
-}
-
-/// The provider `name`: a built-in one, or one the config's `budget_providers` describes
-/// (`Provider::resolve`); every failure is a config error (exit 78).
-pub(crate) fn provider(name: &str) -> Result<Provider, Failure> {
-    use worklane_budget::provider::resolve::Error as E;
-    Provider::resolve(name).map_err(|e| {
-        // A name nothing describes is the caller's mistake (64); a config that cannot be read
-        // or describes the provider wrongly is the machine's (78).
-        let (code, message) = match &e {
-            E::Locate { source } => (exit::CONFIG, exit::chain(source)),
-            E::Read { source, .. } => (exit::CONFIG, exit::chain(source)),
-            E::Unknown { path, .. } => (
-                exit::USAGE,
-                format!(
-                    "--provider {name}: not github, anthropic or openai, and the config {} \
-                     describes no provider of that name under `budget_providers` \
-                     (PROTOCOL.md 13.1)",
-                    path.display()
-                ),
-            ),
-            E::Profile { path, source, .. } => (
-                exit::CONFIG,
-                format!(
-                    "config {}: `budget_providers.{name}` {source}",
-                    path.display()
-                ),
-            ),
-            _ => (exit::CONFIG, exit::chain(&e)),
-        };
-        Failure::new(code, message)
-    })
-}
 
 /// `budget take --provider P`: one request and the tokens estimated, reserved; prints the
 /// reservation (or, with `--json`, the document with it).

@@ -2,7 +2,7 @@
 //! observe` (the response's headers, given as arguments or a curl header dump).
 
 use super::answer::{granted, refusal};
-use super::{key_from_env, ledger};
+use crate::shared::budget::{key_from_env, ledger, token_env};
 
 use crate::cli::{BudgetObserveArgs, BudgetTakeArgs};
 use crate::exit::{self, Failure};
@@ -16,10 +16,7 @@ pub(crate) fn take(args: &BudgetTakeArgs) -> Result<ExitCode, Failure> {
     if args.provider != "github" {
         return super::providers::take(args);
     }
-    let key = key_from_env(&super::providers::token_env(
-        "github",
-        args.token_env.as_deref(),
-    )?)?;
+    let key = key_from_env(&token_env("github", args.token_env.as_deref())?)?;
     if !args.fleet.endpoints.is_empty() {
         let taken = crate::fleet::budget_take(
             &args.fleet,
@@ -102,10 +99,7 @@ pub(crate) fn observe(args: &BudgetObserveArgs) -> Result<ExitCode, Failure> {
     if args.provider != "github" {
         return super::providers::observe(args, status, &headers);
     }
-    let key = key_from_env(&super::providers::token_env(
-        "github",
-        args.token_env.as_deref(),
-    )?)?;
+    let key = key_from_env(&token_env("github", args.token_env.as_deref())?)?;
     let observation = Observation::from_headers(status, |name| dump::lookup(&headers, name))
         .with_secondary_limit(args.secondary_limit);
     if !args.fleet.endpoints.is_empty() {

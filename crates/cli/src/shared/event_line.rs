@@ -184,7 +184,7 @@ pub(crate) fn what(event: &Event) -> String {
 }
 
 /// The line of `entry`: `TIME  KIND  WHAT  [pid N]`, and the events its writer had to drop.
-pub(super) fn describe(entry: &Entry) -> String {
+pub(crate) fn describe(entry: &Entry) -> String {
     let mut line = format!(
         "{}  {:<18} {}  [pid {}]",
         entry.at,
