@@ -82,7 +82,7 @@ fn print(batch: &Batch, filter: &Filter, as_json: bool) -> Result<(), Failure> {
         if as_json {
             outln!("{}", crate::json::line(entry))?;
         } else {
-            outln!("{}", crate::shared::event_line::describe(entry))?;
+            outln!("{}", entry.describe())?;
         }
     }
     if batch.skipped > 0 {

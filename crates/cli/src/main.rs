@@ -38,7 +38,8 @@
 //!   `resume-all`, `drain`, `undrain`, `idle`, `completions`), `config/` (`config
 //!   get|set|unset`, `set-test-slots`), `slots.rs` (`slots`), `why/` (the four permission
 //!   questions), `budget/` (`budget show|take|observe|release`, GitHub's and the model
-//!   providers'), `events.rs` (the event journal, read or followed), `metrics.rs` (the Prometheus exposition; its
+//!   providers'), `events.rs` (the event journal, read or followed; a line for a person is
+//!   `worklane_journal`'s `Entry::describe`), `metrics.rs` (the Prometheus exposition; its
 //!   textfile and HTTP listener in `metrics/serve.rs`), `fleet.rs` (feature `fleet`; `fleet_off.rs` exits 69),
 //!   `man/` (clap_mangen's pages with each command's exit codes);
 //! - `shared/`: what several commands use, so that no command imports another's helpers:
@@ -46,7 +47,7 @@
 //!   them) and `budget_view.rs` (the budgets' health view); `config_problem.rs` (a config that
 //!   cannot be used, as every view shows it and a take refuses with it); `views.rs` (what a
 //!   view shows besides the snapshot) and `slots_json.rs` (the `slots` document, for `slots`,
-//!   `metrics` and `top`); `event_line.rs` (an event as a line for a person). A command names
+//!   `metrics` and `top`). A command names
 //!   `shared/`, the facades `fleet` and `dispatch` (each with its `_off` twin) and the
 //!   plumbing (`exit`, `out`, `json`, `cli`, `status`, `progress`, `watch`, `nesting`), never
 //!   another command;

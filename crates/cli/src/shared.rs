@@ -2,14 +2,12 @@
 //! process is (`who`), what a take asks (`ask`), the budget ledger and providers as the
 //! command line names them (`budget`) and their health view (`budget_view`), a config that
 //! cannot be used as every view shows it and a take refuses with it (`config_problem`), the
-//! `slots`
-//! document of a snapshot (`slots_json`), what a view shows besides the snapshot (`views`:
-//! `Around`, the queue, the line), and one event as a line for a person (`event_line`).
+//! `slots` document of a snapshot (`slots_json`), and what a view shows besides the snapshot
+//! (`views`: `Around`, the queue, the line).
 
 pub(crate) mod budget;
 pub(crate) mod budget_view;
 pub(crate) mod config_problem;
-pub(crate) mod event_line;
 pub(crate) mod slots_json;
 pub(crate) mod views;
 

@@ -203,7 +203,7 @@ fn draw(frame: &mut ratatui::Frame<'_>, view: &View) {
                 "{} {} {}",
                 e.at.get(11..19).unwrap_or(&e.at),
                 e.event.kind(),
-                crate::shared::event_line::what(&e.event)
+                e.event.what()
             )
         })
         .collect();
