@@ -17,9 +17,12 @@
 //!   its share first, and its head keeps the units freed until its weight fits.
 //! - [`Pool::snapshot`] is what `worklane slots` shows; [`Pool::idle`] is the idle probe;
 //!   [`stop_problem`] and [`drain_problem`] say what is wrong with a STOP or drain flag that is
-//!   not one.
+//!   not one; [`stop_not_replaced`], [`stop_not_removed`], [`drain_not_written`] and
+//!   [`drain_not_removed`] what stays, and its fix, when `stop-all`, `resume-all`, `drain` or
+//!   `undrain` could not change the file.
 //! - [`role`]: role leases, one holder of a named role under TTL liveness, refused under STOP
-//!   ([`Pool::try_take_role`]).
+//!   ([`Pool::try_take_role`]; `role::RoleWait`, a bounded wait for one; `role::Holder`, the
+//!   holder as its record names it, and `role::advice`, what a refused caller can do).
 //!
 //! Every lock here is a `worklane-lease` lease with process liveness; the files are written
 //! only through `worklane-slotfile`.
@@ -122,7 +125,8 @@
 //!   temp files killed writers left (`SlotDir::sweep_temps`, older than a minute and unlocked).
 //! - `problems.rs`: `Problem {name, what, fix, blocks}`, every stray or broken file (a guard that
 //!   is not an empty regular file, a garbage claim, an old temp file) with what it does and the
-//!   command that fixes it; in `Snapshot::problems`.
+//!   command that fixes it; in `Snapshot::problems`. Also the STOP and drain flag's
+//!   diagnoses, for the views and for the operator commands that could not change them.
 //! - `recorded_commands()`: every record's `commandProcess` with the record file's owner uid (read
 //!   from the same open file), the input of `stop-all`'s enforcement.
 //! - `snapshot() -> Snapshot {dir, config, stop, drain, slots: Vec<SlotView>, problems, line}`
@@ -170,7 +174,8 @@
 //!   - `protocol::Error` (`protocol.rs`): `protocol.json` changed (`declare_extension`,
 //!     `drop_extension`) or not kept (`Pool::protocol`): `Protocol`, `Look`, `SlotsLockBusy`,
 //!     `Count`/`Counted`, `WriteProtocol`.
-//!   - `role::Error` (`role.rs`): `try_take_role`: `Protocol`, `Look`, `Role`.
+//!   - `role::Error` (`role.rs`): `try_take_role`: `Protocol`, `Look`, `Role`. `role/holder.rs`
+//!     and `role/wait.rs`: the holder and advice of a refusal, and the wait.
 //!   - `line::Error` (`line.rs`): `Place::leave`: `LeaveLine`, `Retire`.
 //!
 //!   A step two operations share (`Protocol`, `Count`, `Counted`, `WriteProtocol`) is a
@@ -202,7 +207,10 @@ pub use pool::{
     SLOTS_LOCK, SWEEP_EVERY_MS, ShareUse, ShareUsed, Slot, SlotState, SlotView, Snapshot, Take,
     Wait, Waiting, owner_words, slot_index,
 };
-pub use problems::{Problem, drain_problem, stop_problem};
+pub use problems::{
+    Problem, drain_not_removed, drain_not_written, drain_problem, stop_not_removed,
+    stop_not_replaced, stop_problem,
+};
 pub use share::{Ask, Owner, ShareOf};
 pub use stop::{STOP_FILE, Stop};
 pub use weight::Weight;

@@ -8,6 +8,7 @@ use crate::stop::{STOP_FILE, Stop};
 use worklane_guard::reclaim::{self, Entry};
 use worklane_lease::Record;
 use worklane_slotfile::{Hidden, SlotDir, TEMP_MIN_AGE_MS, is_temp_name};
+use worklane_stdx::shell_quote;
 
 /// One stray or broken file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -354,9 +355,67 @@ pub fn drain_problem(drain_dir: &std::path::Path, drain: &DrainState) -> Option<
     })
 }
 
+/// The STOP in force that `stop-all` could not replace (`why`: a directory with files in it
+/// sits at its name): what [`stop_problem`] says of it, or that a STOP is in force, with why
+/// it could not be replaced. It is in force all the same.
+pub fn stop_not_replaced(dir: &SlotDir, why: &dyn std::error::Error) -> Problem {
+    let mut problem = stop_problem(dir).unwrap_or(Problem {
+        name: STOP_FILE.to_owned(),
+        what: "a STOP is in force that could not be replaced".to_owned(),
+        fix: "`worklane resume-all`, then `worklane stop-all REASON`".to_owned(),
+        blocks: Some("every take"),
+    });
+    problem.what = format!(
+        "{}; it could not be replaced: {}",
+        problem.what,
+        worklane_stdx::chain(why)
+    );
+    problem
+}
+
+/// What stays, and its fix, when `resume-all` could not remove the STOP of `dir`: said after
+/// why.
+#[must_use]
+pub fn stop_not_removed(dir: &SlotDir) -> String {
+    format!(
+        "the STOP stays in force: a directory with files in it sits at its name (look inside, \
+         then rm -r -- {})",
+        shell_quote(&dir.path().join(STOP_FILE).display().to_string())
+    )
+}
+
+/// What stays, and its fix, when `drain` could not write the flag in `drain_dir`: said after
+/// why.
+#[must_use]
+pub fn drain_not_written(drain_dir: &std::path::Path) -> String {
+    format!(
+        "no drain is in force (if a directory with files in it sits at its name: look inside, \
+         then rm -r -- {})",
+        shell_quote(&drain_dir.join(DRAIN_FILE).display().to_string())
+    )
+}
+
+/// What sits at the drain flag's name in `drain_dir` when `undrain` could not remove it
+/// (`why`) and it is no drain flag in force: every harness ignores it, so the drain is over.
+pub fn drain_not_removed(drain_dir: &std::path::Path, why: &dyn std::error::Error) -> Problem {
+    Problem {
+        name: DRAIN_FILE.to_owned(),
+        what: format!(
+            "something that is no drain flag sits at its name and could not be removed ({}): \
+             every harness ignores it",
+            worklane_stdx::chain(why)
+        ),
+        fix: format!(
+            "look inside, then rm -r -- {}",
+            shell_quote(&drain_dir.join(DRAIN_FILE).display().to_string())
+        ),
+        blocks: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::claim_of;
+    use super::*;
 
     #[test]
     fn claim_names() {
@@ -371,5 +430,34 @@ mod tests {
         assert_eq!(claim_of("slots.lock.0123.claim"), None);
         assert_eq!(claim_of(".0123456789abcdef.claim"), None);
         assert_eq!(claim_of("slots.lock"), None);
+    }
+
+    #[test]
+    fn what_stays_when_stop_or_the_drain_flag_cannot_be_changed() {
+        let temp = tempfile::tempdir().expect("a temp dir");
+        let dir = SlotDir::open(temp.path()).expect("the slot dir");
+        let why = std::io::Error::other("Directory not empty");
+        let stop = stop_not_replaced(&dir, &why);
+        assert_eq!(stop.name, STOP_FILE);
+        assert_eq!(
+            stop.what,
+            "a STOP is in force that could not be replaced; it could not be replaced: \
+             Directory not empty"
+        );
+        assert_eq!(stop.blocks, Some("every take"));
+        let plain = temp.path().join(STOP_FILE).display().to_string();
+        assert!(
+            stop_not_removed(&dir).ends_with(&format!("rm -r -- {})", shell_quote(&plain))),
+            "{}",
+            stop_not_removed(&dir)
+        );
+        let drain = drain_not_removed(temp.path(), &why);
+        assert_eq!(
+            drain.what,
+            "something that is no drain flag sits at its name and could not be removed \
+             (Directory not empty): every harness ignores it"
+        );
+        assert!(drain.fix.starts_with("look inside, then rm -r -- "));
+        assert!(drain_not_written(temp.path()).starts_with("no drain is in force"));
     }
 }

@@ -5,7 +5,15 @@
 //!
 //! [`Pool::try_take_role`] is one nonblocking try; a caller that waits tries again (the
 //! holder's release, or its lease lapsing one TTL after its last pulse, is seen at the next
-//! try) and pulses what it holds (`worklane_run::Supervisor::role`).
+//! try) and pulses what it holds (`worklane_run::Supervisor::role`); [`RoleWait`] is that
+//! wait, bounded. [`check_role`] is the name rule, [`Holder`] the holder as its record names
+//! it and [`advice`] what a refused caller can do.
+
+mod holder;
+mod wait;
+
+pub use holder::{Holder, advice};
+pub use wait::RoleWait;
 
 use crate::Pool;
 use crate::stop::Stop;
@@ -23,6 +31,23 @@ pub fn valid_role(role: &str) -> bool {
         && role
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// A name that cannot name a role ([`check_role`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "a role is a non-empty name of letters, digits, `-`, `_` and `.` (not starting with `.`); \
+     it names the file role-<ROLE>.lease"
+)]
+pub struct InvalidRole;
+
+/// [`valid_role`], as a result that says the rule.
+pub fn check_role(role: &str) -> Result<(), InvalidRole> {
+    if valid_role(role) {
+        Ok(())
+    } else {
+        Err(InvalidRole)
+    }
 }
 
 /// The file of role `role`'s lease.

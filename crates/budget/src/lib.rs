@@ -54,6 +54,9 @@
 //!
 //! Owns the per-credential API budget (PROTOCOL.md section 13).
 //!
+//! - `dump.rs`: a response's status and headers as a caller saved them (`parse_header_dump`, a
+//!   `curl -D` dump, its last response; `header_lines`; `header_arg`, one `Name: value`), for
+//!   `worklane budget observe --headers-file/--header`.
 //! - `key.rs`: `CredentialKey::of_token` (first 16 hex of the SHA-256; `Debug` shows the key,
 //!   never the token), `parse`, the file names.
 //! - `observe.rs`: `Observation::from_headers(status, lookup)`, HTTP-client agnostic (a closure
@@ -96,7 +99,8 @@
 //!   - `ledger/sweep.rs`: `remove_stale` (mtime older than `STALE_MS`, under the lock,
 //!     remove-if-unchanged) run by `take` at most every `SWEEP_EVERY_MS` per process (a
 //!     static).
-//! - `provider.rs`: `Provider` (GitHub, Anthropic, OpenAI, or a generic one by its profile).
+//! - `provider.rs`: `Provider` (GitHub, Anthropic, OpenAI, or a generic one by its profile),
+//!   `default_token_env` (the variable a built-in provider's key is usually in).
 //!   - `provider/profile.rs`: `Profile`, `Dimension`, `ResetFormat` (`duration_ms` for
 //!     OpenAI's `6m0s`), the built-in profiles, `Profile::from_json` (the config's
 //!     `budget_providers.<name>`, refused with a `profile::Error` naming the field).
@@ -105,13 +109,15 @@
 //!   - `provider/usage.rs`: `Usage::of_body` (a body's or one event's `usage`, Anthropic's
 //!     `message.usage`, the Responses API's `response.usage`) and `StreamUsage` (a stream's
 //!     events, fed in chunks cut anywhere, an optional line bound; `Usage::of_stream` for a
-//!     whole one): the one reading of the proxy and of `worklane budget observe --usage-json`,
+//!     whole one; `Usage::of_saved` for a saved body or stream, `NotAResponse` for neither):
+//!     the one reading of the proxy and of `worklane budget observe --usage-json`,
 //!     tested on each provider's real event shapes.
 //!   - `provider/resolve.rs`: `Provider::resolve` (a built-in name, or the config's
 //!     `budget_providers.<name>`; `from_config` is the pure part), refused with a
 //!     `resolve::Error` (the config not located or not read, the name not described, a profile
 //!     refused).
 
+pub mod dump;
 pub mod key;
 pub mod ledger;
 pub mod observe;
@@ -125,8 +131,8 @@ pub use ledger::{
 };
 pub use observe::Observation;
 pub use provider::{
-    Dimension, GENERATION_PATHS, Profile, Provider, ProviderObservation, ResetFormat, StreamUsage,
-    Usage, is_generation,
+    Dimension, GENERATION_PATHS, NotAResponse, Profile, Provider, ProviderObservation, ResetFormat,
+    StreamUsage, Usage, default_token_env, is_generation,
 };
 pub use state::State;
 pub use state::WaitWhy;

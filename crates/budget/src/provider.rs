@@ -24,7 +24,7 @@ mod usage;
 
 pub use observation::{ProviderObservation, SeenWindow};
 pub use profile::{Dimension, DimensionHeaders, Profile, ResetFormat, duration_ms};
-pub use usage::{StreamUsage, Usage};
+pub use usage::{NotAResponse, StreamUsage, Usage};
 
 /// A provider.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,6 +102,19 @@ impl Provider {
     }
 }
 
+/// The environment variable a built-in provider's key is usually read from
+/// (`GITHUB_TOKEN`, `ANTHROPIC_API_KEY`, `OPENAI_API_KEY`); `None` for any other name, whose
+/// caller must name the variable.
+#[must_use]
+pub fn default_token_env(name: &str) -> Option<&'static str> {
+    match name {
+        "github" => Some("GITHUB_TOKEN"),
+        "anthropic" => Some("ANTHROPIC_API_KEY"),
+        "openai" => Some("OPENAI_API_KEY"),
+        _ => None,
+    }
+}
+
 /// The paths of the calls a model provider's generation limits count, as each path's last
 /// segments: Anthropic's Messages, OpenAI's chat and text completions, Responses and
 /// embeddings. Anything else (`/v1/messages/count_tokens`, `/v1/models`, a batch, a file, a
@@ -162,6 +175,10 @@ mod tests {
                 Some(name.into())
             );
             assert!(!is_provider_name(name), "{name} is built in");
+            assert!(
+                default_token_env(name).is_some(),
+                "{name} has a usual variable"
+            );
         }
         assert!(is_provider_name("mistral-eu"));
         for bad in ["", "Mistral", "-x", "a/b", "x.y", &"a".repeat(33)] {

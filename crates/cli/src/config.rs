@@ -16,9 +16,8 @@ use std::process::ExitCode;
 use worklane_slotfile::{Config, Environment, SlotDir, TEST_RUNS_RANGE};
 
 mod key;
-mod problem;
 
-pub(crate) use problem::{Problem, describe_file, shell_quote, take_refused};
+use crate::shared::config_problem::{Problem, describe_file};
 
 /// The mode a written config gets (readable by every harness, as before).
 const CONFIG_MODE: u32 = 0o644;

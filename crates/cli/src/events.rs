@@ -7,8 +7,6 @@ use crate::out::{errln, outln};
 use std::process::ExitCode;
 use worklane_journal::{Batch, Entry, Follow, KINDS};
 
-pub(crate) mod line;
-
 /// Which events are shown.
 struct Filter {
     since_ms: Option<i64>,
@@ -84,7 +82,7 @@ fn print(batch: &Batch, filter: &Filter, as_json: bool) -> Result<(), Failure> {
         if as_json {
             outln!("{}", crate::json::line(entry))?;
         } else {
-            outln!("{}", line::describe(entry))?;
+            outln!("{}", entry.describe())?;
         }
     }
     if batch.skipped > 0 {

@@ -187,6 +187,18 @@ impl From<worklane_admission::line::Error> for Failure {
     }
 }
 
+/// A queued runner's wait: a look's or a take's code.
+impl From<worklane_run::queued::runner::WaitError> for Failure {
+    fn from(e: worklane_run::queued::runner::WaitError) -> Failure {
+        use worklane_run::queued::runner::WaitError as E;
+        match e {
+            E::Look(e) => Failure::from(e),
+            E::Take(e) => Failure::from(e),
+            _ => Failure::new(OS_ERROR, chain(&e)),
+        }
+    }
+}
+
 impl From<worklane_lease::acquire::Error> for Failure {
     fn from(e: worklane_lease::acquire::Error) -> Failure {
         let code = lease_code(&e);

@@ -9,8 +9,7 @@ use crate::role::Refused;
 use crate::status::{HaltedBy, Status};
 use crate::watch::{CliWatch, with_fleet};
 use std::process::ExitCode;
-use std::time::Duration;
-use worklane_admission::role::{self, RoleRequest, RoleTake};
+use worklane_admission::role::{self, RoleRequest, RoleTake, RoleWait};
 use worklane_run::{CHECK_EVERY, MIN_TTL, Supervisor, describe};
 
 pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
@@ -24,14 +23,11 @@ pub(crate) fn lease_run(args: LeaseRunArgs) -> Result<ExitCode, Failure> {
 }
 
 fn lease_run_holding(args: LeaseRunArgs, status: &mut Status) -> Result<ExitCode, Failure> {
-    if !role::valid_role(&args.role) {
+    if let Err(rule) = role::check_role(&args.role) {
+        let role = &args.role;
         return Err(Failure::new(
             exit::USAGE,
-            format!(
-                "--role {:?}: a role is a non-empty name of letters, digits, `-`, `_` and `.` \
-                 (not starting with `.`); it names the file role-<ROLE>.lease",
-                args.role
-            ),
+            format!("--role {role:?}: {rule}"),
         ));
     }
     if args.ttl < MIN_TTL {
@@ -49,7 +45,10 @@ fn lease_run_holding(args: LeaseRunArgs, status: &mut Status) -> Result<ExitCode
     let pool = crate::taking_pool()?;
     let name = role::lease_name(&args.role);
     let ours = describe(&args.command);
-    let identity = args.agent_identity.clone().unwrap_or_else(crate::ops::who);
+    let identity = args
+        .agent_identity
+        .clone()
+        .unwrap_or_else(crate::shared::who);
     let request = RoleRequest {
         role: args.role.clone(),
         identity: identity.clone(),
@@ -57,60 +56,48 @@ fn lease_run_holding(args: LeaseRunArgs, status: &mut Status) -> Result<ExitCode
         entrypoint: ours.clone(),
         ttl: args.ttl,
     };
-    let mut tries = 0u32;
-    let wait = args.wait || args.timeout.is_some();
-    let started = std::time::Instant::now();
+    let mut wait = RoleWait::new(
+        args.wait || args.timeout.is_some(),
+        args.timeout,
+        CHECK_EVERY,
+    );
     let mut progress = Progress::new("the role");
     // The host's role lease, then the role across the fleet (`--fleet`), tried at once: while
     // the fleet's role is held elsewhere, the host's lease is given back before waiting, so a
     // waiter never holds a TTL lease it does not pulse.
     let owner = identity;
     let (mut lease, mut fleet) = loop {
-        let lease = loop {
-            // An emergency STOP halts role holders too (below), so it refuses a new one up front
-            // rather than start the command only to halt it a moment later; a waiter is refused
-            // as soon as one is written. A waiter's refusals after the first are its wait, not
-            // news (`role-refused` once).
-            tries += 1;
-            let refusal = match pool.try_take_role(&request, tries > 1)? {
-                RoleTake::Held(lease) => break lease,
-                RoleTake::Refused(refusal) => refusal,
-                RoleTake::Stopped(stop) => {
-                    progress.clear();
-                    let failure = Refused::stop(&args.role, &name, &ours, &stop).fail(args.json);
-                    status.refused(&failure);
-                    return Err(failure);
-                }
-            };
-            let waited = started.elapsed();
-            let left = args.timeout.map(|t| t.saturating_sub(waited));
-            if !wait || left == Some(Duration::ZERO) {
+        // An emergency STOP halts role holders too, so it refuses a new one up front rather
+        // than start the command only to halt it a moment later; a waiter is refused as soon
+        // as one is written.
+        let taken = wait.take(&pool, &request, |refusal, waited| {
+            let why = format!("held: {}", refusal.why);
+            progress.show(&why, waited);
+            status.waiting("role", &why);
+        })?;
+        let lease = match taken {
+            RoleTake::Held(lease) => lease,
+            RoleTake::Stopped(stop) => {
+                progress.clear();
+                let failure = Refused::stop(&args.role, &name, &ours, &stop).fail(args.json);
+                status.refused(&failure);
+                return Err(failure);
+            }
+            RoleTake::Refused(refusal) => {
                 progress.clear();
                 let refused = Refused::held(&args.role, pool.dir().path(), &refusal, &ours);
                 let failure = refused.fail(args.json);
                 status.refused(&failure);
                 return Err(failure);
             }
-            let why = format!("held: {}", refusal.why);
-            progress.show(&why, waited);
-            status.waiting("role", &why);
-            // A role is given up by its holder's release or lapses one TTL after its last pulse;
-            // either is seen at the next look.
-            let nap = CHECK_EVERY;
-            std::thread::sleep(left.map_or(nap, |left| left.min(nap)));
         };
-        let waited = started.elapsed();
-        let left = args.timeout.map(|t| t.saturating_sub(waited));
         match crate::fleet::claim_role(&args.fleet, &args.role, &owner, &ours, false, None) {
             Ok(fleet) => break (lease, fleet),
-            Err(failure)
-                if failure.code == exit::TEMP_FAIL && wait && left != Some(Duration::ZERO) =>
-            {
+            Err(failure) if failure.code == exit::TEMP_FAIL && wait.goes_on() => {
                 let _ = lease.release();
-                progress.show(&failure.message, waited);
+                progress.show(&failure.message, wait.waited());
                 status.waiting("role", &failure.message);
-                let nap = CHECK_EVERY;
-                std::thread::sleep(left.map_or(nap, |left| left.min(nap)));
+                wait.nap();
             }
             Err(failure) => {
                 progress.clear();
@@ -159,7 +146,7 @@ fn lease_run_holding(args: LeaseRunArgs, status: &mut Status) -> Result<ExitCode
     }
     status.end(
         outcome.code,
-        crate::run::halted_by(&outcome, HaltedBy::Stop),
+        crate::status::halted_by(&outcome, HaltedBy::Stop),
     );
     if let Some(signal) = outcome.signal {
         worklane_run::process::die_by(signal);

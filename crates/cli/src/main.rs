@@ -36,13 +36,21 @@
 //!   `worklane_dispatch`, `enqueue`, `claim`, `queue retry|prune`, `reconcile`;
 //!   `dispatch_off.rs` without it), `ops.rs` (`stop-all` with its enforcement report,
 //!   `resume-all`, `drain`, `undrain`, `idle`, `completions`), `config/` (`config
-//!   get|set|unset`, `set-test-slots`, and `Problem`: a config that cannot be used, as every view
-//!   shows it), `slots.rs` and `around.rs` (`slots` and what a view shows besides the snapshot),
-//!   `why/` (the four permission questions), `budget/` (`budget show|take|observe|release`,
-//!   GitHub's and the model providers'), `events.rs` (the event journal, read or followed;
-//!   `events/line.rs` a line for a person), `metrics.rs` (the Prometheus exposition; its
+//!   get|set|unset`, `set-test-slots`), `slots.rs` (`slots`), `why/` (the four permission
+//!   questions), `budget/` (`budget show|take|observe|release`, GitHub's and the model
+//!   providers'), `events.rs` (the event journal, read or followed; a line for a person is
+//!   `worklane_journal`'s `Entry::describe`), `metrics.rs` (the Prometheus exposition; its
 //!   textfile and HTTP listener in `metrics/serve.rs`), `fleet.rs` (feature `fleet`; `fleet_off.rs` exits 69),
 //!   `man/` (clap_mangen's pages with each command's exit codes);
+//! - `shared/`: what several commands use, so that no command imports another's helpers:
+//!   `who` and `ask`; `budget.rs` (the ledger, a key, a provider as the command line names
+//!   them) and `budget_view.rs` (the budgets' health view); `config_problem.rs` (a config that
+//!   cannot be used, as every view shows it and a take refuses with it); `views.rs` (what a
+//!   view shows besides the snapshot) and `slots_json.rs` (the `slots` document, for `slots`,
+//!   `metrics` and `top`). A command names
+//!   `shared/`, the facades `fleet` and `dispatch` (each with its `_off` twin) and the
+//!   plumbing (`exit`, `out`, `json`, `cli`, `status`, `progress`, `watch`, `nesting`), never
+//!   another command;
 //! - `json/`: the `#[derive(Serialize)]` type of every `--json` document, each with `version`;
 //!   the schema and an example per command are `docs/json.md`, checked against real output by
 //!   the CLI test `json_docs`.
@@ -86,6 +94,7 @@ mod queue;
 mod queue_say;
 mod role;
 mod run;
+mod shared;
 mod slots;
 mod status;
 #[cfg(feature = "top")]
@@ -93,7 +102,6 @@ mod top;
 #[cfg(not(feature = "top"))]
 #[path = "top_off.rs"]
 mod top;
-mod views;
 mod watch;
 mod why;
 
@@ -127,7 +135,8 @@ fn pool() -> Result<Pool, Failure> {
 fn taking_pool() -> Result<Pool, Failure> {
     let pool = pool()?;
     pool.protocol()?;
-    pool.config().map_err(config::take_refused)?;
+    pool.config()
+        .map_err(crate::shared::config_problem::take_refused)?;
     Ok(pool)
 }
 

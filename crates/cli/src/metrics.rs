@@ -10,7 +10,7 @@
 use crate::cli::MetricsArgs;
 use crate::exit::{self, Failure};
 use crate::json;
-use crate::views::Around;
+use crate::shared::views::Around;
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
@@ -337,7 +337,7 @@ fn render(doc: &json::Slots, journal: &Batch) -> String {
 fn exposition(pool: &worklane_admission::Pool) -> Result<String, Failure> {
     let snapshot = pool.snapshot_retiring()?;
     let around = Around::of(pool, &snapshot);
-    let doc = crate::slots::to_json(&snapshot, &around);
+    let doc = crate::shared::slots_json::to_json(&snapshot, &around);
     let journal = worklane_journal::read(pool.dir())
         .map_err(|e| Failure::new(exit::OS_ERROR, exit::chain(&e)))?;
     Ok(render(&doc, &journal))

@@ -1,30 +1,18 @@
 //! Operator commands: stop-all, resume-all, drain, undrain, idle, completions (the man pages
 //! are `man.rs`).
 
-use crate::config::shell_quote;
 use crate::exit::{self, Failure};
 use crate::json;
 use crate::out::{outln, sayln};
 use std::process::ExitCode;
 use worklane_admission::drain::DRAIN_FILE;
-use worklane_admission::{Drain, DrainState, MAX_DRAIN_AHEAD_MS, STOP_FILE, Stop, stop};
+use worklane_admission::{Drain, DrainState, MAX_DRAIN_AHEAD_MS, Stop, stop};
 use worklane_lease::{Clock, SystemClock, parse_rfc3339_ms, rfc3339_ms};
-
-/// `USER@HOST` of this process (`uid N@HOST` without `USER`), for STOP and role leases.
-pub(crate) fn who() -> String {
-    let user = std::env::var("USER")
-        .unwrap_or_else(|_| format!("uid {}", rustix::process::getuid().as_raw()));
-    let host = rustix::system::uname()
-        .nodename()
-        .to_string_lossy()
-        .into_owned();
-    format!("{user}@{host}")
-}
 
 pub(crate) fn stop_all(reason: &str, as_json: bool) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
     let record = Stop {
-        by: who(),
+        by: crate::shared::who(),
         at: rfc3339_ms(SystemClock.now_ms()),
         reason: reason.to_owned(),
     };
@@ -36,20 +24,8 @@ pub(crate) fn stop_all(reason: &str, as_json: bool) -> Result<ExitCode, Failure>
         Ok(()) => (record, true),
         Err(e) => match pool.stop() {
             Ok(Some(in_force)) => {
-                let mut problem = worklane_admission::stop_problem(pool.dir())
-                    .map(json::Problem::from)
-                    .unwrap_or(json::Problem {
-                        name: STOP_FILE.to_owned(),
-                        what: "a STOP is in force that could not be replaced".to_owned(),
-                        fix: "`worklane resume-all`, then `worklane stop-all REASON`".to_owned(),
-                        blocks: Some("every take"),
-                    });
-                problem.what = format!(
-                    "{}; it could not be replaced: {}",
-                    problem.what,
-                    exit::chain(&e)
-                );
-                problems.push(problem);
+                let problem = worklane_admission::stop_not_replaced(pool.dir(), &e);
+                problems.push(json::Problem::from(problem));
                 (in_force, false)
             }
             _ => return Err(Failure::from(e)),
@@ -154,15 +130,8 @@ pub(crate) fn resume_all(as_json: bool) -> Result<ExitCode, Failure> {
     let was = pool.stop()?;
     let removed = stop::remove(pool.dir()).map_err(|e| {
         let failure = Failure::from(e);
-        Failure::new(
-            failure.code,
-            format!(
-                "{}; the STOP stays in force: a directory with files in it sits at its name \
-                 (look inside, then rm -r -- {})",
-                failure.message,
-                shell_quote(&pool.dir().path().join(STOP_FILE).display().to_string())
-            ),
-        )
+        let stays = worklane_admission::stop_not_removed(pool.dir());
+        Failure::new(failure.code, format!("{}; {stays}", failure.message))
     })?;
     if as_json {
         outln!(
@@ -225,15 +194,8 @@ pub(crate) fn drain(until: &str, to: Option<String>, as_json: bool) -> Result<Ex
     let file = pool.locations().drain_dir.join(DRAIN_FILE);
     pool.write_drain(&flag).map_err(|e| {
         let failure = Failure::from(e);
-        Failure::new(
-            failure.code,
-            format!(
-                "{}; no drain is in force (if a directory with files in it sits at its name: \
-                 look inside, then rm -r -- {})",
-                failure.message,
-                shell_quote(&file.display().to_string())
-            ),
-        )
+        let stays = worklane_admission::drain_not_written(&pool.locations().drain_dir);
+        Failure::new(failure.code, format!("{}; {stays}", failure.message))
     })?;
     if as_json {
         outln!(
@@ -266,19 +228,8 @@ pub(crate) fn undrain(as_json: bool) -> Result<ExitCode, Failure> {
         // What cannot be removed (a directory with files in it) is no drain flag: every
         // harness ignores it, so no drain is in force, which is what undrain is for.
         Err(e) if !matches!(pool.drain(), Ok(DrainState::InForce(_))) => {
-            problems.push(json::Problem {
-                name: DRAIN_FILE.to_owned(),
-                what: format!(
-                    "something that is no drain flag sits at its name and could not be removed \
-                     ({}): every harness ignores it",
-                    exit::chain(&e)
-                ),
-                fix: format!(
-                    "look inside, then rm -r -- {}",
-                    shell_quote(&file.display().to_string())
-                ),
-                blocks: None,
-            });
+            let problem = worklane_admission::drain_not_removed(&pool.locations().drain_dir, &e);
+            problems.push(json::Problem::from(problem));
             false
         }
         Err(e) => return Err(Failure::from(e)),

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use worklane_proxy::{Config, Listen, Proxy, Upstream};
 
 pub(crate) fn proxy(args: &ProxyArgs) -> Result<ExitCode, Failure> {
-    let provider = crate::budget::provider(&args.provider)?;
+    let provider = crate::shared::budget::provider(&args.provider)?;
     if provider.profile().is_none() {
         // Said before anything else: no --upstream makes GitHub's budget a proxy's.
         return Err(Failure::new(

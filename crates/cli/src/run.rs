@@ -10,7 +10,7 @@ use crate::watch::{CliWatch, with_fleet};
 use std::process::ExitCode;
 use worklane_admission::{Kind, Take, Wait};
 use worklane_lease::Request;
-use worklane_run::{Outcome, Supervisor, describe};
+use worklane_run::{Supervisor, describe};
 
 fn basename(command: &[std::ffi::OsString]) -> String {
     command
@@ -45,32 +45,6 @@ fn kind_word(kind: KindArg) -> &'static str {
     }
 }
 
-/// What halted the command, for `--status-fd`'s `end`: a halt worklane made (`halt`), else a
-/// signal that ended it.
-/// What a take asks of the pool: `weight` units, for the caller's uid and groups, and the
-/// `--owner` tag when one is given (a share the config names for `owner:TAG` wins, PROTOCOL.md
-/// 12.10).
-pub(crate) fn ask(weight: u32, tag: Option<&str>) -> worklane_admission::Ask {
-    let owner = worklane_admission::Owner::of_process();
-    let owner = match tag {
-        Some(tag) => owner.with_tag(tag),
-        None => owner,
-    };
-    worklane_admission::Ask::new()
-        .with_weight(weight)
-        .with_owner(owner)
-}
-
-pub(crate) fn halted_by(outcome: &Outcome, halt: HaltedBy) -> Option<HaltedBy> {
-    if outcome.halted.is_some() {
-        Some(halt)
-    } else if outcome.signal.is_some() {
-        Some(HaltedBy::Signal)
-    } else {
-        None
-    }
-}
-
 fn run_holding(args: RunArgs, status: &mut Status) -> Result<ExitCode, Failure> {
     let started = std::time::Instant::now();
     let limit_ms = args
@@ -97,12 +71,12 @@ fn run_holding(args: RunArgs, status: &mut Status) -> Result<ExitCode, Failure> 
         .clone()
         .unwrap_or_else(|| basename(&args.command));
     let request = Request::new(owner).field("command", describe(&args.command));
-    let ask = ask(args.weight, args.owner.as_deref());
+    let ask = crate::shared::ask(args.weight, args.owner.as_deref());
     let mut progress = Progress::new(what);
     let taken = if args.no_wait {
         let now = pool.clock().now_ms();
         pool.try_take_for(kind, &request, &ask, args.priority, now)
-            .map_err(crate::config::take_refused)?
+            .map_err(crate::shared::config_problem::take_refused)?
     } else {
         pool.take_for(
             kind,
@@ -118,7 +92,7 @@ fn run_holding(args: RunArgs, status: &mut Status) -> Result<ExitCode, Failure> 
             },
         )
         // A config broken while it waited: 78, naming the fix, as at the start.
-        .map_err(crate::config::take_refused)?
+        .map_err(crate::shared::config_problem::take_refused)?
     };
     progress.clear();
     let slot = match taken {
@@ -225,7 +199,7 @@ fn run_holding(args: RunArgs, status: &mut Status) -> Result<ExitCode, Failure> 
     } else {
         HaltedBy::Stop
     };
-    status.end(outcome.code, halted_by(&outcome, halt));
+    status.end(outcome.code, crate::status::halted_by(&outcome, halt));
     if let Some(signal) = outcome.signal {
         worklane_run::process::die_by(signal);
     }

@@ -184,6 +184,18 @@ impl Status {
     }
 }
 
+/// What halted the command, for `--status-fd`'s `end`: a halt worklane made (`halt`), else a
+/// signal that ended it.
+pub(crate) fn halted_by(outcome: &worklane_run::Outcome, halt: HaltedBy) -> Option<HaltedBy> {
+    if outcome.halted.is_some() {
+        Some(halt)
+    } else if outcome.signal.is_some() {
+        Some(HaltedBy::Signal)
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,7 @@
 
 use crate::exit::{self, Failure};
 use crate::json;
-use crate::views::Around;
+use crate::shared::views::Around;
 use ratatui::crossterm::event::{self, Event as Input, KeyCode, KeyEventKind, KeyModifiers};
 use ratatui::layout::{Constraint, Layout};
 use ratatui::style::{Color, Modifier, Style};
@@ -217,7 +217,7 @@ fn draw(frame: &mut ratatui::Frame<'_>, view: &View) {
                 "{} {} {}",
                 e.at.get(11..19).unwrap_or(&e.at),
                 e.event.kind(),
-                crate::events::line::what(&e.event)
+                e.event.what()
             )
         })
         .collect();
@@ -231,7 +231,7 @@ fn draw(frame: &mut ratatui::Frame<'_>, view: &View) {
 fn document(pool: &worklane_admission::Pool) -> Result<json::Slots, Failure> {
     let snapshot = pool.snapshot_retiring()?;
     let around = Around::of(pool, &snapshot);
-    Ok(crate::slots::to_json(&snapshot, &around))
+    Ok(crate::shared::slots_json::to_json(&snapshot, &around))
 }
 
 fn failed(what: &str, e: &std::io::Error) -> Failure {

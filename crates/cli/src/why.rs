@@ -29,7 +29,7 @@ pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
                 admission(
                     args.kind,
                     &snapshot,
-                    &crate::run::ask(args.weight, args.owner.as_deref()),
+                    &crate::shared::ask(args.weight, args.owner.as_deref()),
                 ),
                 args,
             ),
@@ -45,7 +45,7 @@ pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
         ),
     ];
     let first = answers.iter().find(|(_, a)| a.blocks == Some(true));
-    let around = crate::views::Around::of(&pool, &snapshot);
+    let around = crate::shared::views::Around::of(&pool, &snapshot);
     let problems = around.problems(&snapshot);
     let queued = queued_attempts(&pool, &around.queue, &snapshot);
     if args.json {
@@ -133,7 +133,7 @@ impl Queued {
 /// (STOP, a drain, the cap) and for the attempts ahead of it, by priority then start.
 fn queued_attempts(
     pool: &worklane_admission::Pool,
-    queue: &crate::views::QueueView,
+    queue: &crate::shared::views::QueueView,
     snapshot: &Snapshot,
 ) -> Vec<Queued> {
     let now = worklane_lease::Clock::now_ms(&worklane_lease::SystemClock);

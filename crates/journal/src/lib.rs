@@ -83,6 +83,8 @@
 //! - `tally.rs`: [`tally::Tally`], what events add up to (takeovers, halts, dropped, waits and
 //!   holds in histograms), carried across rotations; [`tally::total`] is what a reader of
 //!   both files counts, what `worklane metrics` exposes.
+//! - `words.rs`: an entry as a line for a person ([`Entry::describe`], [`Event::what`]), as
+//!   `worklane events` and `worklane top` show it.
 //! - `read.rs`: [`Lines`] splits bytes into lines across reads; [`read()`] opens both files
 //!   (the previous one checked again after the current one is opened, against a rotation
 //!   between the opens).
@@ -104,6 +106,7 @@ mod line;
 mod names;
 mod read;
 pub mod tally;
+mod words;
 
 pub use clock::{ms_of_time, time_of_ms};
 pub use event::{Entry, Event, KINDS, MARKER, MAX_LINE, VERSION};

@@ -113,6 +113,12 @@
 //!   started detached as their enqueuer with a fresh environment and their log, and reaped by
 //!   a thread that learns of an exit with `waitid(WNOWAIT)` and reaps under the lock a start
 //!   holds, so a child std is still starting is never taken from it.
+//! - `queued.rs`: the queued full runs as `queue ls` and `queue cancel` see them (`list`,
+//!   `cancel`, a signal only through a pidfd rechecked for the runner's start);
+//!   `queued/runner.rs`: the detached runner's own mechanism, its log (`runner_log`, a 0600
+//!   file in the user's 0700 `worklane-<euid>`) and its wait in the full-run line
+//!   (`wait_turn`: STOP or drain, another full run, waiters before it, the idle probe, then
+//!   `full-run.lock`; a SIGTERM seen within a quarter second, the place left either way).
 
 #![deny(unsafe_code)]
 #![deny(missing_docs)]

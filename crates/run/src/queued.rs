@@ -1,13 +1,16 @@
 //! Queued full runs (`worklane queue full-run`): a detached runner waits in the full-run line
 //! (PROTOCOL.md 12.9), then runs its command holding `full-run.lock`. Here: which runners
 //! wait or run ([`list`]), and a cancel that signals a runner only when its record proves the
-//! process is it ([`cancel`]).
+//! process is it ([`cancel`]); and the runner's own mechanism ([`runner`]: its log, and its
+//! wait in the line until it holds `full-run.lock`, [`runner::wait_turn`]).
 //!
 //! A line entry is a file any member of the slot directory's group may have put there, naming
 //! any pid: a cancel trusts it only as `stop-all` trusts a record (the [`crate::enforce`]
 //! rule): only its owner can have written it (no group or other write bit, one name), the
 //! process at the pid is that owner's, on this host, boot and pid namespace, and has the start
 //! the record names; the signal goes through a pidfd rechecked for that start.
+
+pub mod runner;
 
 use crate::enforce::{Target, send};
 use std::time::{Duration, Instant};

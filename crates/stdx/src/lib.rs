@@ -4,6 +4,8 @@
 //! - [`chain`]: an error with its chain of causes, `outer: inner: innermost`, as every
 //!   worklane message shows one; [`assert_no_part_repeats`] checks, in a test, that no part of
 //!   a chain would be shown twice.
+//! - [`shell_quote`]: a path or key quoted for a shell when it needs it, as every fix a
+//!   message gives shows one.
 //!
 //! Each library error of worklane says only what its own layer was doing and leaves its cause
 //! to `source()`, so every part is shown as it is, once, and nothing is deduplicated by
@@ -27,6 +29,26 @@ pub fn chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+/// `text` quoted for a shell, when it needs it (a path or key shown in a fix): as it is when
+/// it is only letters, digits and `/._-+:,=@%`, else in single quotes.
+///
+/// ```
+/// assert_eq!(worklane_stdx::shell_quote("/tmp/slots/STOP"), "/tmp/slots/STOP");
+/// assert_eq!(worklane_stdx::shell_quote("it's here"), r"'it'\''s here'");
+/// ```
+#[must_use]
+pub fn shell_quote(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+:,=@%".contains(&b));
+    if plain {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
 }
 
 /// Panics when a message of `error`'s chain holds its cause's text, which [`chain`] would

@@ -26,6 +26,21 @@ impl SlotState {
     pub fn is_held(&self) -> bool {
         !matches!(self, SlotState::Dead(_))
     }
+
+    /// The verdict in one word, as `worklane slots` and a refused role show it: `held`,
+    /// `alive`, `fresh`, `unknown`, `malformed`, `busy` (another live verdict) or `dead`.
+    #[must_use]
+    pub fn word(&self) -> &'static str {
+        match self {
+            SlotState::GuardHeld => "held",
+            SlotState::Live(LiveWhy::Alive) => "alive",
+            SlotState::Live(LiveWhy::Fresh { .. }) => "fresh",
+            SlotState::Live(LiveWhy::Unknown(_)) => "unknown",
+            SlotState::Live(LiveWhy::Malformed { .. }) => "malformed",
+            SlotState::Live(_) => "busy",
+            SlotState::Dead(_) => "dead",
+        }
+    }
 }
 
 /// One slot of a kind, as a take counts it.

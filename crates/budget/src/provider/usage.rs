@@ -17,6 +17,12 @@
 use super::Dimension;
 use crate::observe::MAX_SAFE;
 
+/// A saved response that is neither a JSON body nor a stream of `data:` events
+/// ([`Usage::of_saved`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("neither a JSON body nor a stream of `data:` events")]
+pub struct NotAResponse;
+
 /// What a response used, from its body's `usage` (or the final stream event's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Usage {
@@ -80,6 +86,23 @@ impl Usage {
         scan.feed(stream);
         scan.finish()
     }
+
+    /// The usage a saved response says, whole: a JSON body (read as [`Usage::of_body`]), or a
+    /// stream of events (as [`Usage::of_stream`]), as the proxy would have read it passing.
+    /// `Ok(None)` when it says none; [`NotAResponse`] when it is neither a JSON body nor a
+    /// stream of `data:` events (a gateway's HTML page, say).
+    pub fn of_saved(raw: &[u8]) -> Result<Option<Usage>, NotAResponse> {
+        let text = String::from_utf8_lossy(raw);
+        if let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) {
+            return Ok(Usage::of_body(&value));
+        }
+        let usage = Usage::of_stream(raw);
+        if usage.is_none() && !text.lines().any(|l| l.starts_with("data:")) {
+            return Err(NotAResponse);
+        }
+        Ok(usage)
+    }
+
     /// Both together.
     #[must_use]
     pub fn total(self) -> u64 {
@@ -410,6 +433,38 @@ mod tests {
             }
             .units(Dimension::Requests),
             1
+        );
+    }
+
+    #[test]
+    fn a_saved_response_is_a_body_or_any_provider_s_stream() {
+        assert_eq!(
+            Usage::of_saved(
+                br#"{"id":"msg_01","type":"message","usage":{"input_tokens":9,"output_tokens":2}}"#
+            ),
+            Ok(usage(9, 2)),
+            "a JSON body"
+        );
+        assert_eq!(
+            Usage::of_saved(b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":900,\"output_tokens\":1}}}\n\n\
+                 event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":120}}\n\n"),
+            Ok(usage(900, 120)),
+            "Anthropic's stream"
+        );
+        assert_eq!(
+            Usage::of_saved(b"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"status\":\"in_progress\",\"usage\":null}}\n\n\
+                 event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\",\"usage\":{\"input_tokens\":37,\"output_tokens\":11,\"total_tokens\":48}}}\n\n"),
+            Ok(usage(37, 11)),
+            "OpenAI's Responses stream: response.completed's response.usage"
+        );
+        assert_eq!(
+            Usage::of_saved(b"data: {\"choices\":[],\"usage\":null}\n\ndata: [DONE]\n\n"),
+            Ok(None),
+            "a stream that says no usage"
+        );
+        assert_eq!(
+            Usage::of_saved(b"<html>502 Bad Gateway</html>"),
+            Err(NotAResponse)
         );
     }
 

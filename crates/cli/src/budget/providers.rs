@@ -1,75 +1,20 @@
 //! The budgets of model providers from the command line: `budget take|observe|release
 //! --provider anthropic|openai|NAME`. A take prints its reservation, which the response's
 //! `observe --reservation` (or `release`, for a call that ended without one) settles. Which
-//! provider a name means, and what a response says it used, are `worklane-budget`'s
-//! (`Provider::resolve`, `Usage::of_body`, `Usage::of_stream`): the proxy reads them the same
-//! way.
+//! provider a name means, its key's usual variable, and what a response says it used, are
+//! `worklane-budget`'s (`Provider::resolve`, `default_token_env`, `Usage::of_saved`): the
+//! proxy reads them the same way. What is left here is the command line: the files read, the
+//! exit codes and the messages.
 
 use super::answer::{granted, refusal};
-use super::{key_from_env, ledger};
 use crate::cli::{BudgetObserveArgs, BudgetReleaseArgs, BudgetTakeArgs};
 use crate::exit::{self, Failure};
 use crate::out::errln;
+use crate::shared::budget::{key_from_env, ledger, provider, token_env};
 use std::process::ExitCode;
-use worklane_budget::{Need, Observed, Profile, Provider, ProviderObservation, Usage};
+use worklane_budget::dump::lookup;
+use worklane_budget::{Need, Observed, Profile, ProviderObservation, Usage};
 use worklane_lease::{Clock, SystemClock};
-
-/// The environment variable a provider's key is read from by default.
-pub(crate) fn default_token_env(provider: &str) -> Option<&'static str> {
-    match provider {
-        "github" => Some("GITHUB_TOKEN"),
-        "anthropic" => Some("ANTHROPIC_API_KEY"),
-        "openai" => Some("OPENAI_API_KEY"),
-        _ => None,
-    }
-}
-
-/// The variable `--token-env` names, or the provider's usual one.
-pub(crate) fn token_env(provider: &str, given: Option<&str>) -> Result<String, Failure> {
-    given
-        .map(str::to_owned)
-        .or_else(|| default_token_env(provider).map(str::to_owned))
-        .ok_or_else(|| {
-            Failure::new(
-                exit::USAGE,
-                format!(
-                    "--provider {provider}: name the variable holding its key with --token-env"
-                ),
-            )
-        })
-}
-
-/// The provider `name`: a built-in one, or one the config's `budget_providers` describes
-/// (`Provider::resolve`); every failure is a config error (exit 78).
-pub(crate) fn provider(name: &str) -> Result<Provider, Failure> {
-    use worklane_budget::provider::resolve::Error as E;
-    Provider::resolve(name).map_err(|e| {
-        // A name nothing describes is the caller's mistake (64); a config that cannot be read
-        // or describes the provider wrongly is the machine's (78).
-        let (code, message) = match &e {
-            E::Locate { source } => (exit::CONFIG, exit::chain(source)),
-            E::Read { source, .. } => (exit::CONFIG, exit::chain(source)),
-            E::Unknown { path, .. } => (
-                exit::USAGE,
-                format!(
-                    "--provider {name}: not github, anthropic or openai, and the config {} \
-                     describes no provider of that name under `budget_providers` \
-                     (PROTOCOL.md 13.1)",
-                    path.display()
-                ),
-            ),
-            E::Profile { path, source, .. } => (
-                exit::CONFIG,
-                format!(
-                    "config {}: `budget_providers.{name}` {source}",
-                    path.display()
-                ),
-            ),
-            _ => (exit::CONFIG, exit::chain(&e)),
-        };
-        Failure::new(code, message)
-    })
-}
 
 /// `budget take --provider P`: one request and the tokens estimated, reserved; prints the
 /// reservation (or, with `--json`, the document with it).
@@ -127,10 +72,7 @@ pub(crate) fn observe(
     };
     let observation =
         ProviderObservation::from_headers(&profile, status, SystemClock.now_ms(), |name| {
-            headers
-                .iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, v)| v.as_str())
+            lookup(headers, name)
         })
         .with_usage(usage);
     let ledger = match ledger("worklane") {
@@ -159,88 +101,13 @@ pub(crate) fn release(args: &BudgetReleaseArgs) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The `usage` of a response body (or of its final stream event) in `path` (`-`: stdin):
-/// none when it has none, a usage error when the file cannot be read or is not JSON.
+/// The `usage` of a response body (or of its final stream event) in `path` (`-`: stdin), read
+/// as the proxy reads it (`Usage::of_saved`): none when it has none, a usage error when the
+/// file cannot be read or is neither a body nor a stream.
 fn usage_of(path: &std::path::Path) -> Result<Option<Usage>, Failure> {
-    use std::io::Read;
-    let mut raw = Vec::new();
-    let read = if path.as_os_str() == "-" {
-        std::io::stdin().lock().take(1 << 22).read_to_end(&mut raw)
-    } else {
-        std::fs::File::open(path).and_then(|f| f.take(1 << 22).read_to_end(&mut raw))
+    let fail = |e: &dyn std::fmt::Display| {
+        Failure::new(exit::USAGE, format!("--usage-json {}: {e}", path.display()))
     };
-    read.map_err(|e| Failure::new(exit::USAGE, format!("--usage-json {}: {e}", path.display())))?;
-    // A body, or a stream's events (Anthropic's `message_start` and `message_delta`, OpenAI's
-    // last chat chunk, the Responses API's `response.completed`), read as the proxy reads them.
-    let text = String::from_utf8_lossy(&raw);
-    if let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) {
-        return Ok(Usage::of_body(&value));
-    }
-    let usage = Usage::of_stream(&raw);
-    if usage.is_none() && !text.lines().any(|l| l.starts_with("data:")) {
-        return Err(Failure::new(
-            exit::USAGE,
-            format!(
-                "--usage-json {}: neither a JSON body nor a stream of `data:` events",
-                path.display()
-            ),
-        ));
-    }
-    Ok(usage)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::usage_of;
-    use worklane_budget::Usage;
-
-    fn usage_in(text: &str) -> Result<Option<Usage>, String> {
-        let dir = tempfile::tempdir().expect("a temp dir");
-        let path = dir.path().join("body");
-        std::fs::write(&path, text).expect("write");
-        usage_of(&path).map_err(|failure| failure.message)
-    }
-
-    #[test]
-    fn usage_json_reads_a_body_or_any_provider_s_stream() {
-        let usage = |input_tokens, output_tokens| {
-            Ok(Some(Usage {
-                input_tokens,
-                output_tokens,
-            }))
-        };
-        assert_eq!(
-            usage_in(
-                r#"{"id":"msg_01","type":"message","usage":{"input_tokens":9,"output_tokens":2}}"#
-            ),
-            usage(9, 2),
-            "a JSON body"
-        );
-        assert_eq!(
-            usage_in(
-                "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":900,\"output_tokens\":1}}}\n\n\
-                 event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":120}}\n\n"
-            ),
-            usage(900, 120),
-            "Anthropic's stream"
-        );
-        assert_eq!(
-            usage_in(
-                "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"status\":\"in_progress\",\"usage\":null}}\n\n\
-                 event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\",\"usage\":{\"input_tokens\":37,\"output_tokens\":11,\"total_tokens\":48}}}\n\n"
-            ),
-            usage(37, 11),
-            "OpenAI's Responses stream: response.completed's response.usage"
-        );
-        assert_eq!(
-            usage_in("data: {\"choices\":[],\"usage\":null}\n\ndata: [DONE]\n\n"),
-            Ok(None),
-            "a stream that says no usage"
-        );
-        let refused = usage_in("<html>502 Bad Gateway</html>").expect_err("neither");
-        assert!(
-            refused.contains("neither a JSON body nor a stream"),
-            "{refused}"
-        );
-    }
+    let raw = super::read_input(path, 1 << 22).map_err(|e| fail(&e))?;
+    Usage::of_saved(&raw).map_err(|e| fail(&e))
 }

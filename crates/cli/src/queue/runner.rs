@@ -1,5 +1,6 @@
 //! The queued full run's runner: `queue full-run` starts it detached; it waits in the
-//! full-run line, then runs the command holding `full-run.lock`.
+//! full-run line, then runs the command holding `full-run.lock`. Its log and its wait are
+//! `worklane_run::queued::runner`'s; here are the arguments, the log's lines and exit codes.
 
 use super::{ID_PREFIX, QUEUED_OWNER};
 use crate::exit::{self, Failure};
@@ -9,15 +10,11 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
-use worklane_admission::{Kind, Take};
+use std::sync::atomic::AtomicBool;
+use worklane_admission::Kind;
 use worklane_lease::{Clock, Request, SystemClock, rfc3339_ms};
+use worklane_run::queued::runner::{LogError, Turn, runner_log, wait_turn};
 use worklane_run::{Supervisor, describe};
-
-/// How often a runner retries while STOP or a drain is in force, and its idle probe.
-const OPERATOR_RETRY: Duration = Duration::from_secs(1);
-const PROBE_RETRY: Duration = Duration::from_secs(5);
 
 pub(crate) fn queue_full_run(
     idle_probe: Option<String>,
@@ -28,29 +25,12 @@ pub(crate) fn queue_full_run(
     // Resolve now, so that a configuration error is reported here and not in the runner's log.
     // The runner inherits this environment and resolves the same directory.
     crate::taking_pool()?;
-    let now = SystemClock.now_ms();
-    // In a directory of this user's own (0700, created if missing, owner and mode checked,
-    // no link on its path), created anew with mode 0600: the command's output is for its user
-    // alone, and no other user can put a link or a file at the log's name first.
-    let euid = rustix::process::geteuid().as_raw();
-    let logs = std::env::temp_dir().join(format!("worklane-{euid}"));
-    let logs = worklane_slotfile::PrivateDir::open(&logs, true).map_err(|e| {
-        Failure::new(
-            exit::CONFIG,
-            format!("cannot keep the queued run's log: {}", exit::chain(&e)),
-        )
-    })?;
-    let name = format!(
-        "worklane-full-run-{}-{}.log",
-        rfc3339_ms(now).replace(':', ""),
-        std::process::id()
-    );
-    let log = logs.join(&name);
-    let file = logs.create_new(&name, 0o600).map_err(|e| {
-        Failure::new(
-            exit::OS_ERROR,
-            format!("cannot create log {}: {e}", log.display()),
-        )
+    let (log, file) = runner_log(SystemClock.now_ms(), std::process::id()).map_err(|e| {
+        let code = match e {
+            LogError::Dir(_) => exit::CONFIG,
+            _ => exit::OS_ERROR,
+        };
+        Failure::new(code, exit::chain(&e))
     })?;
     let err = file
         .try_clone()
@@ -133,59 +113,29 @@ pub(crate) fn runner(
         place.entry().name()
     );
     let mut last_said = String::new();
-    let mut say = |what: String| {
+    let say = |what: String| {
         if what != last_said {
             errln!("worklane: {} waiting: {what}", stamp());
             last_said = what;
         }
     };
-    let slot = loop {
-        if cancelled.load(Ordering::Relaxed) {
-            let _ = place.leave();
-            errln!(
-                "worklane: {} cancelled (SIGTERM, as `worklane queue cancel` sends) while \
-                 waiting: left the line; the command never ran",
-                stamp()
-            );
-            return Ok(ExitCode::from(128 + 15));
-        }
-        // The idle probe (a process) runs only when nothing else stands in the way, right
-        // before the take.
-        let entry = place.entry();
-        let blocked = if let Some(blocker) = pool.operator_blocker()? {
-            (blocker.to_string(), OPERATOR_RETRY)
-        } else if !pool.idle()? {
-            (
-                "another full run holds full-run.lock".to_owned(),
-                worklane_admission::LOOK_AGAIN_AT_MOST,
-            )
-        } else if let ahead @ 1.. = pool
-            .standing(Kind::FullRun, entry.priority, entry.start_ms, Some(entry))?
-            .ahead
-        {
-            (
-                format!("{ahead} waiter(s) before it in the full-run line"),
-                worklane_admission::LOOK_AGAIN_AT_MOST,
-            )
-        } else if let Some(probe) = idle_probe.as_deref()
-            && !worklane_run::process::shell_says_yes(probe)
-        {
-            (format!("idle probe `{probe}` says busy"), PROBE_RETRY)
-        } else {
-            match pool.try_take_as(Kind::FullRun, &request, entry)? {
-                Take::Held(slot) => break slot,
-                Take::Blocked(blocker) => {
-                    (blocker.to_string(), worklane_admission::LOOK_AGAIN_AT_MOST)
-                }
-            }
-        };
-        say(blocked.0);
-        nap(blocked.1, &cancelled);
+    let turn = wait_turn(
+        &pool,
+        place,
+        &request,
+        idle_probe.as_deref(),
+        &cancelled,
+        say,
+    )?;
+    let Turn::Held(mut slot) = turn else {
+        errln!(
+            "worklane: {} cancelled (SIGTERM, as `worklane queue cancel` sends) while \
+             waiting: left the line; the command never ran",
+            stamp()
+        );
+        return Ok(ExitCode::from(128 + 15));
     };
-    // Out of the line the moment the slot is held; a file left behind is litter only.
-    let _ = place.leave();
     errln!("worklane: {} starting the full run", stamp());
-    let mut slot = slot;
     // Its command runs inside the full run, as under `worklane run --kind full-run`; a SIGTERM
     // that came after the last look in line (the command just started) halts the command as
     // STOP would, instead of being lost.
@@ -209,16 +159,4 @@ pub(crate) fn runner(
 /// Now, as the log shows it.
 fn stamp() -> String {
     rfc3339_ms(SystemClock.now_ms())
-}
-
-/// Sleeps `total`, in steps short enough to see a SIGTERM within a quarter second.
-fn nap(total: Duration, cancelled: &AtomicBool) {
-    let until = Instant::now() + total;
-    while !cancelled.load(Ordering::Relaxed) {
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return;
-        }
-        std::thread::sleep(left.min(Duration::from_millis(250)));
-    }
 }

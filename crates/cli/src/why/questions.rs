@@ -150,7 +150,7 @@ pub(super) fn admission(
     let caps = match &snapshot.config {
         Ok(caps) => caps,
         Err(e) => {
-            let problem = crate::config::Problem::of(e);
+            let problem = crate::shared::config_problem::Problem::of(e);
             return Answer::blocked(
                 asked,
                 format!(
@@ -280,8 +280,8 @@ pub(super) fn quota(args: &WhyArgs, ledger: &Ledger) -> Answer {
     } else {
         format!("{} calls", args.provider)
     };
-    let var =
-        crate::budget::token_env(&args.provider, args.token_env.as_deref()).unwrap_or_default();
+    let var = crate::shared::budget::token_env(&args.provider, args.token_env.as_deref())
+        .unwrap_or_default();
     let token = std::env::var(&var).unwrap_or_default();
     if token.is_empty() {
         return Answer::not_asked(
@@ -293,7 +293,7 @@ pub(super) fn quota(args: &WhyArgs, ledger: &Ledger) -> Answer {
     let peek = if github {
         ledger.peek(&key, &args.resource)
     } else {
-        match crate::budget::provider(&args.provider) {
+        match crate::shared::budget::provider(&args.provider) {
             Ok(provider) => ledger.peek_model(&provider, &key, worklane_budget::Need::default()),
             Err(failure) => return Answer::not_asked(&asked, failure.message),
         }

@@ -1,13 +1,30 @@
-//! One event as a line for a person: its time, its kind, what happened, and who wrote it.
+//! One event as a line for a person: its time, its kind, what happened, and who wrote it
+//! ([`Entry::describe`], [`Event::what`]), as `worklane events` and `worklane top` show it.
 
-use worklane_journal::{Entry, Event};
+use crate::event::{Entry, Event};
 
 fn or_dash(text: Option<&str>) -> &str {
     text.filter(|t| !t.is_empty()).unwrap_or("-")
 }
 
-/// What happened, in words.
-pub(crate) fn what(event: &Event) -> String {
+impl Event {
+    /// What happened, in words.
+    #[must_use]
+    pub fn what(&self) -> String {
+        what(self)
+    }
+}
+
+impl Entry {
+    /// The line of this entry for a person: `TIME  KIND  WHAT  [pid N]`, and the events its
+    /// writer had to drop.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        describe(self)
+    }
+}
+
+fn what(event: &Event) -> String {
     match event {
         Event::SlotTaken {
             slot,
@@ -190,8 +207,7 @@ pub(crate) fn what(event: &Event) -> String {
     }
 }
 
-/// The line of `entry`: `TIME  KIND  WHAT  [pid N]`, and the events its writer had to drop.
-pub(super) fn describe(entry: &Entry) -> String {
+fn describe(entry: &Entry) -> String {
     let mut line = format!(
         "{}  {:<18} {}  [pid {}]",
         entry.at,
@@ -206,4 +222,27 @@ pub(super) fn describe(entry: &Entry) -> String {
         ));
     }
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_says_time_kind_what_and_writer() {
+        let entry: Entry = serde_json::from_str(
+            r#"{"version":1,"at":"2026-11-30T00:00:00.000Z","pid":7,"dropped":2,"kind":"undrain"}"#,
+        )
+        .expect("an entry");
+        let line = entry.describe();
+        assert!(
+            line.starts_with("2026-11-30T00:00:00.000Z  undrain"),
+            "{line}"
+        );
+        assert!(
+            line.ends_with("[pid 7] (2 earlier event(s) of this writer dropped)"),
+            "{line}"
+        );
+        assert_eq!(entry.event.what(), what(&entry.event));
+    }
 }

@@ -35,7 +35,7 @@ pub(crate) fn queue_view(dir: &worklane_slotfile::SlotDir) -> QueueView {
     let problems = unreadable
         .into_iter()
         .map(|u| {
-            let shown = crate::config::shell_quote(&dir.path().join(&u.name).display().to_string());
+            let shown = worklane_stdx::shell_quote(&dir.path().join(&u.name).display().to_string());
             json::Problem {
                 what: format!(
                     "a dispatcher status entry that {}: the attempt it describes is not shown \
@@ -94,7 +94,7 @@ pub(crate) fn line_json(snapshot: &Snapshot) -> Vec<json::LineEntry> {
 pub(crate) struct ConfigFile {
     pub(crate) path: std::path::PathBuf,
     pub(crate) exists: bool,
-    pub(crate) problem: Option<crate::config::Problem>,
+    pub(crate) problem: Option<crate::shared::config_problem::Problem>,
 }
 
 impl ConfigFile {
@@ -107,7 +107,7 @@ impl ConfigFile {
             .config
             .as_ref()
             .err()
-            .map(crate::config::Problem::of);
+            .map(crate::shared::config_problem::Problem::of);
         ConfigFile {
             path,
             exists,
@@ -157,7 +157,7 @@ impl Around {
     pub(crate) fn problems(&self, snapshot: &Snapshot) -> Vec<json::Problem> {
         let mut all: Vec<json::Problem> = self.operator.clone();
         all.extend(snapshot.problems.iter().cloned().map(json::Problem::from));
-        all.extend(crate::budget::unshown_problems(
+        all.extend(crate::shared::budget_view::unshown_problems(
             &snapshot.dir,
             &self.budgets.unshown,
         ));

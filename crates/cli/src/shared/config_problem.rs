@@ -5,19 +5,7 @@ use crate::exit::{self, Failure};
 use std::path::{Path, PathBuf};
 use worklane_slotfile::{Config, Environment};
 
-/// `text` quoted for a shell, when it needs it (a path or key shown in a fix).
-pub(crate) fn shell_quote(text: &str) -> String {
-    let plain = !text.is_empty()
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"/._-+:,=@%".contains(&b));
-    if plain {
-        text.to_owned()
-    } else {
-        format!("'{}'", text.replace('\'', r"'\''"))
-    }
-}
-
+use worklane_stdx::shell_quote;
 /// Why the config in force cannot be used, as the views show it (one line of text, the
 /// `config_problem` of their JSON): the file, what is wrong, and the command that fixes it.
 /// While there is one, every take is refused (78); STOP, resume, the drain and the views
