@@ -62,7 +62,7 @@ pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
                 problems,
                 queued: queued.iter().map(Queued::json).collect(),
                 config_problem: around.config.problem.as_ref().map(|p| p.json()),
-                containment: crate::slots::containment_json(),
+                containment: crate::shared::slots_json::containment_json(),
             })
         )?;
     } else {
@@ -78,7 +78,7 @@ pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
         if let Some(problem) = &around.config.problem {
             outln!("{}", problem.line())?;
         }
-        if let Some(off) = crate::slots::containment_json().why {
+        if let Some(off) = crate::shared::slots_json::containment_json().why {
             outln!(
                 "containment: off ({off}): a run's processes are followed by their group and \
                  by what holds its slot, not by a cgroup"
