@@ -13,13 +13,13 @@ use worklane_lease::{Acquired, Clock, Lease, Options, Request, SystemClock, acqu
 use worklane_slotfile::{SHARED_MODE, SlotDir, SlotPath};
 
 mod health;
-mod model;
 mod outcome;
+mod providers;
 mod sweep;
 
 pub use health::{CredentialView, Health, ResourceView, StateProblem, UnshownState};
-pub use model::Need;
 pub use outcome::{Grant, Observed, Peek, Refused, Trouble};
+pub use providers::Need;
 
 /// How long a take waits for calls to be left or a pause to end before it fails: 10 s.
 pub const MAX_WAIT_MS: u64 = 10_000;

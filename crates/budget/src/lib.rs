@@ -90,7 +90,7 @@
 //!     shows its chain. Reading the state tells "not a state" (absent, not JSON, too large, not
 //!     a regular file: afresh, replaced by the next write) from "there but unreadable"
 //!     (`read::Error::Io`: `StateUnreadable`, never replaced).
-//!   - `ledger/model.rs`: the model providers' budgets: `take_model` (a reservation of one
+//!   - `ledger/providers.rs`: the model providers' budgets: `take_model` (a reservation of one
 //!     request and the tokens estimated, `Need`), `observe_model`, `release`, `peek_model`.
 //!   - `ledger/health.rs`: `health` (no lock, 32 tried, 8 shown, numbered) and `health_report`
 //!     (the same, with the state files it could not show: `Health {views, unshown:
