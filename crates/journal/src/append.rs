@@ -201,3 +201,88 @@ fn first_totals(path: &SlotPath) -> Option<crate::tally::Tally> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Entry, Event, VERSION};
+
+    /// A line of exactly `len` bytes, newline included.
+    fn line(len: usize) -> Vec<u8> {
+        let stop = |n| {
+            crate::line::encode(&Entry {
+                version: VERSION,
+                at: "2026-11-30T04:55:19.924Z".to_owned(),
+                pid: 42,
+                dropped: 0,
+                event: Event::Stop {
+                    by: "x".repeat(n),
+                    reason: String::new(),
+                },
+            })
+            .expect("line")
+        };
+        let line = stop(len - stop(0).len());
+        assert_eq!(line.len(), len);
+        line
+    }
+
+    const HALF: u64 = 1000;
+
+    /// The current file holding `before` bytes, and the next line appended: whether the
+    /// journal rotated.
+    fn rotated_at(before: u64) -> bool {
+        let temp = tempfile::tempdir().expect("temp");
+        let dir = SlotDir::open(temp.path()).expect("open");
+        let size = |name| std::fs::metadata(temp.path().join(name)).map(|m| m.len());
+        let mut open = None;
+        append(&dir, &mut open, &line(600), HALF).expect("appended");
+        // 600 + 400 bytes: the file at half the cap, rotated by no line yet.
+        let second = usize::try_from(before - 600).expect("small");
+        append(&dir, &mut open, &line(second), HALF).expect("appended");
+        assert_eq!(size(CURRENT).expect("current"), before);
+        assert!(size(PREVIOUS).is_err(), "not rotated at {before} bytes");
+        append(&dir, &mut open, &line(200), HALF).expect("appended");
+        let after = size(CURRENT).expect("current");
+        match size(PREVIOUS) {
+            Ok(previous) => {
+                assert_eq!(previous, before, "the whole file renamed");
+                // The new file: the `totals` line, then the line.
+                let text = std::fs::read_to_string(temp.path().join(CURRENT)).expect("read");
+                let kinds: Vec<_> = text
+                    .lines()
+                    .map(|l| crate::line::decode(l.as_bytes()).entry.expect("a line"))
+                    .map(|e| e.event.kind())
+                    .collect();
+                assert_eq!(kinds, ["totals", "stop"]);
+                true
+            }
+            Err(_) => {
+                assert_eq!(after, before + 200, "appended to the current file");
+                false
+            }
+        }
+    }
+
+    /// The rotation comes with the first line appended to a file that holds half the cap:
+    /// a file one byte short of it takes one more line (the line that crosses half the cap
+    /// goes to the current file).
+    #[test]
+    fn the_journal_rotates_once_it_holds_half_the_cap() {
+        assert!(!rotated_at(HALF - 1), "one byte short of half the cap");
+        assert!(rotated_at(HALF), "exactly half the cap");
+        assert!(rotated_at(HALF + 1), "one byte past");
+    }
+
+    /// A line longer than half the cap goes to an empty file whole: no rotation of nothing.
+    #[test]
+    fn a_long_line_goes_to_an_empty_file() {
+        let temp = tempfile::tempdir().expect("temp");
+        let dir = SlotDir::open(temp.path()).expect("open");
+        let mut open = None;
+        append(&dir, &mut open, &line(300), 100).expect("appended");
+        assert!(!temp.path().join(PREVIOUS).exists());
+        let size = std::fs::metadata(temp.path().join(CURRENT)).expect("current");
+        assert_eq!(size.len(), 300);
+    }
+}

@@ -252,3 +252,86 @@ fn journal_changed(fd: &OwnedFd) -> bool {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Event, Journal};
+    use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+
+    /// `follow` waiting on another thread: its wake said on the receiver, the follower given
+    /// back by the thread.
+    fn waiting(mut follow: Follow) -> (Receiver<()>, std::thread::JoinHandle<Follow>) {
+        let (woken, rx) = channel();
+        let waiter = std::thread::spawn(move || {
+            follow.wait(None);
+            let _ = woken.send(());
+            follow
+        });
+        (rx, waiter)
+    }
+
+    /// A journal file's name made (a link: created and nothing written), given to another
+    /// file, or taken from one (a rotation's rename, or the first half of one) wakes a
+    /// waiting follower.
+    #[test]
+    fn a_waiting_follower_is_woken_by_a_journal_file_named_or_renamed() {
+        type Change = fn(&std::path::Path);
+        let changes: [(&str, Change); 3] = [
+            ("linked", |p| {
+                std::fs::hard_link(p.join("other"), p.join(CURRENT)).expect("link");
+            }),
+            ("renamed to", |p| {
+                std::fs::rename(p.join("other"), p.join(PREVIOUS)).expect("rename");
+            }),
+            ("renamed from", |p| {
+                std::fs::rename(p.join(CURRENT), p.join("elsewhere")).expect("rename");
+            }),
+        ];
+        for (what, change) in changes {
+            let temp = tempfile::tempdir().expect("temp");
+            let dir = SlotDir::open(temp.path()).expect("open");
+            std::fs::write(temp.path().join("other"), b"").expect("other");
+            if what == "renamed from" {
+                Journal::of(&dir).emit(Event::Undrain);
+            }
+            let (follow, _) = Follow::start(&dir).expect("follow");
+            let (rx, waiter) = waiting(follow);
+            change(temp.path());
+            rx.recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|e| panic!("woken by a journal file {what}: {e}"));
+            waiter.join().expect("the waiter");
+        }
+    }
+
+    /// A follower with nothing new to read sleeps until a journal file changes: a write to
+    /// another file of the directory does not wake it (nor would a look every
+    /// [`LOOK_EVERY`]), an append does.
+    #[test]
+    fn a_waiting_follower_is_woken_by_an_append_and_by_nothing_else() {
+        let temp = tempfile::tempdir().expect("temp");
+        let dir = SlotDir::open(temp.path()).expect("open");
+        let journal = Journal::of(&dir);
+        journal.emit(Event::Undrain);
+        let (follow, first) = Follow::start(&dir).expect("follow");
+        assert_eq!(first.entries.len(), 1, "what is there");
+        let (rx, waiter) = waiting(follow);
+        // Queued for the follower whether it waits already or not.
+        std::fs::write(temp.path().join("agent-0.lock"), b"another file").expect("write");
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(1)),
+            Err(RecvTimeoutError::Timeout),
+            "woken by something other than an append"
+        );
+        journal.emit(Event::Stop {
+            by: "a".to_owned(),
+            reason: "b".to_owned(),
+        });
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("woken by the append");
+        let mut follow = waiter.join().expect("the waiter");
+        let next = follow.next(Some(Duration::ZERO)).expect("read");
+        let kinds: Vec<_> = next.entries.iter().map(|e| e.event.kind()).collect();
+        assert_eq!(kinds, ["stop"]);
+    }
+}

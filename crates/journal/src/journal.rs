@@ -198,3 +198,117 @@ fn write(shared: &Shared, writer: &mut Writer, line: &[u8]) -> Result<(), Troubl
 pub fn emit(dir: &SlotDir, event: Event) {
     Journal::of(dir).emit(event);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::names::{CURRENT, PREVIOUS};
+    use crate::read;
+
+    fn kinds(dir: &SlotDir) -> Vec<&'static str> {
+        read(dir)
+            .expect("read")
+            .entries
+            .iter()
+            .map(|e| e.event.kind())
+            .collect()
+    }
+
+    #[test]
+    fn emit_appends_to_the_directory_s_journal() {
+        let temp = tempfile::tempdir().expect("temp");
+        let dir = SlotDir::open(temp.path()).expect("open");
+        emit(&dir, Event::Undrain);
+        emit(&dir, Event::Undrain);
+        assert_eq!(kinds(&dir), ["undrain", "undrain"]);
+        assert_eq!(Journal::of(&dir).dropped(), 0, "nothing dropped");
+    }
+
+    #[test]
+    fn a_journal_that_is_off_writes_nothing() {
+        let temp = tempfile::tempdir().expect("temp");
+        let dir = SlotDir::open(temp.path()).expect("open");
+        assert!(Journal::of(&dir).is_on());
+        let off = Journal::off();
+        assert!(!off.is_on());
+        off.set_max_bytes(1024 * 1024);
+        off.emit(Event::Undrain);
+        assert_eq!((off.max_bytes(), off.dropped()), (0, 0));
+        assert_eq!(format!("{off:?}"), "Journal(off)");
+        let names: Vec<_> = std::fs::read_dir(temp.path()).expect("ls").collect();
+        assert!(names.is_empty(), "{names:?}");
+    }
+
+    #[test]
+    fn the_cap_is_the_default_until_set_and_kept_in_range() {
+        let temp = tempfile::tempdir().expect("temp");
+        let dir = SlotDir::open(temp.path()).expect("open");
+        let journal = Journal::of(&dir);
+        assert_eq!(journal.max_bytes(), DEFAULT_JOURNAL_MAX_BYTES);
+        journal.set_max_bytes(100 * 1024);
+        assert_eq!(journal.max_bytes(), 100 * 1024);
+        assert_eq!(
+            Journal::of(&dir).max_bytes(),
+            100 * 1024,
+            "shared by the handles"
+        );
+        journal.set_max_bytes(1);
+        assert_eq!(journal.max_bytes(), *JOURNAL_BYTES_RANGE.start());
+        journal.set_max_bytes(u64::MAX);
+        assert_eq!(journal.max_bytes(), *JOURNAL_BYTES_RANGE.end());
+    }
+
+    /// The cap set is the one the journal rotates at: the current file is renamed once it
+    /// holds half of it, not at half the default.
+    #[test]
+    fn the_journal_rotates_at_half_the_cap_set() {
+        let temp = tempfile::tempdir().expect("temp");
+        let dir = SlotDir::open(temp.path()).expect("open");
+        let journal = Journal::of(&dir);
+        let cap = *JOURNAL_BYTES_RANGE.start();
+        journal.set_max_bytes(cap);
+        let size = |name| std::fs::metadata(temp.path().join(name)).map(|m| m.len());
+        let mut before = 0;
+        while size(PREVIOUS).is_err() {
+            before = size(CURRENT).unwrap_or(0);
+            assert!(before <= cap, "no rotation at {before} bytes");
+            journal.emit(Event::Undrain);
+        }
+        let line = size(CURRENT).expect("the new current file");
+        assert_eq!(
+            size(PREVIOUS).expect("rotated"),
+            before,
+            "the file as it was"
+        );
+        assert!(before >= cap / 2 && before < cap / 2 + line, "{before}");
+        assert_eq!(journal.dropped(), 0);
+        assert_eq!(kinds(&dir).last(), Some(&"undrain"));
+    }
+
+    /// The `test-seams` sink: every line goes to its descriptor, none to the journal.
+    #[cfg(feature = "test-seams")]
+    #[test]
+    fn a_sink_takes_every_line() {
+        let temp = tempfile::tempdir().expect("temp");
+        let dir = SlotDir::open(temp.path()).expect("open");
+        let elsewhere = tempfile::tempdir().expect("temp");
+        let sunk = elsewhere.path().join("sink");
+        let journal = Journal::of(&dir);
+        journal.sink(std::fs::File::create(&sunk).expect("sink").into());
+        journal.emit(Event::Undrain);
+        journal.emit(Event::Undrain);
+        assert_eq!(journal.dropped(), 0, "written whole");
+        assert!(!temp.path().join(CURRENT).exists(), "the journal untouched");
+        let text = std::fs::read_to_string(&sunk).expect("the sink");
+        let kinds: Vec<_> = text
+            .lines()
+            .map(|l| {
+                crate::line::decode(l.as_bytes())
+                    .entry
+                    .expect("a line")
+                    .event
+            })
+            .collect();
+        assert_eq!(kinds, [Event::Undrain, Event::Undrain]);
+    }
+}

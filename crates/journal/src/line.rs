@@ -241,6 +241,98 @@ mod tests {
         assert!(what.ends_with('…'));
     }
 
+    /// The length of `entry`'s JSON, newline not included.
+    fn json_len(entry: &Entry) -> usize {
+        serde_json::to_vec(entry).expect("json").len()
+    }
+
+    /// The entry `make(n)` whose JSON is exactly `len` bytes (`make` grows by one byte a step).
+    fn sized(len: usize, make: impl Fn(usize) -> Entry) -> Entry {
+        let sized = make(len - json_len(&make(0)));
+        assert_eq!(json_len(&sized), len);
+        sized
+    }
+
+    /// A `totals` line whose bulk is a map's key: shortening cuts string values, never keys.
+    fn uncuttable(pad: usize) -> Entry {
+        let mut totals = crate::tally::Tally::default();
+        totals.halts.insert("k".repeat(pad), 1);
+        entry(Event::Totals { totals })
+    }
+
+    /// A `broken-file` line whose bulk is strings over 256 bytes, which shortening cuts.
+    fn cuttable(pad: usize) -> Entry {
+        entry(Event::BrokenFile {
+            name: "n".repeat(300 + pad),
+            what: "w".repeat(3000),
+            fix: "rm".to_owned(),
+            fixed: false,
+        })
+    }
+
+    #[test]
+    fn a_line_of_max_line_bytes_is_kept_and_one_byte_more_is_cut_or_dropped() {
+        // MAX_LINE - 1 bytes and the newline: the longest line, kept as it is, long strings
+        // and all.
+        for make in [uncuttable, cuttable] {
+            let e = sized(MAX_LINE - 1, make);
+            let mut whole = serde_json::to_vec(&e).expect("json");
+            whole.push(b'\n');
+            assert_eq!(encode(&e), Some(whole), "kept whole at MAX_LINE bytes");
+        }
+        // One byte more: its long strings are cut...
+        let line = encode(&sized(MAX_LINE, cuttable)).expect("cut to fit");
+        assert!(line.len() < MAX_LINE, "{}", line.len());
+        let (read, _) = decode(&line[..line.len() - 1]);
+        let Some(Entry {
+            event: Event::BrokenFile { name, what, .. },
+            ..
+        }) = read
+        else {
+            panic!("reads back");
+        };
+        assert_eq!((name.len(), what.len()), (259, 259), "256 bytes and `…`");
+        // ... and with nothing to cut it is dropped, never written past MAX_LINE.
+        assert_eq!(encode(&sized(MAX_LINE, uncuttable)), None);
+        assert_eq!(encode(&sized(MAX_LINE + 1, uncuttable)), None);
+    }
+
+    #[test]
+    fn a_string_of_256_bytes_is_kept_and_of_257_cut_on_a_character() {
+        let cut = |text: &str| {
+            let mut value = serde_json::Value::String(text.to_owned());
+            shorten(&mut value);
+            value.as_str().expect("a string").to_owned()
+        };
+        let kept = "a".repeat(256);
+        assert_eq!(cut(&kept), kept);
+        assert_eq!(cut(&"a".repeat(257)), format!("{kept}…"));
+        // Byte 256 inside a two-byte character: cut before it, at 255.
+        let odd = format!("x{}", "é".repeat(200));
+        assert!(!odd.is_char_boundary(256));
+        assert_eq!(cut(&odd), format!("x{}…", "é".repeat(127)));
+        // In objects and arrays too, keys left alone.
+        let mut value = serde_json::json!({ ("k".repeat(300)): ["b".repeat(257), "c"] });
+        shorten(&mut value);
+        assert_eq!(
+            value,
+            serde_json::json!({ ("k".repeat(300)): [format!("{}…", "b".repeat(256)), "c"] })
+        );
+    }
+
+    #[test]
+    fn torn_fragments_without_a_whole_event_after_them_are_each_counted() {
+        let whole = encode(&entry(Event::Undrain)).expect("line");
+        let whole = &whole[..whole.len() - 1];
+        // Two fragments, the second begun with the marker: two pieces skipped.
+        let mut two = whole[..17].to_vec();
+        two.extend_from_slice(&whole[..30]);
+        assert_eq!(decode(&two), (None, 2));
+        let mut three = two.clone();
+        three.extend_from_slice(&whole[..25]);
+        assert_eq!(decode(&three), (None, 3));
+    }
+
     #[test]
     fn a_torn_fragment_is_skipped_and_the_event_after_it_kept() {
         let whole = encode(&entry(Event::Undrain)).expect("line");

@@ -164,6 +164,12 @@ pub(crate) fn open_both(dir: &SlotDir) -> Result<(Opened, Opened), Error> {
     let mut tries = 0;
     loop {
         let previous = open(dir, PREVIOUS)?;
+        #[cfg(test)]
+        tests::BETWEEN_OPENS.with_borrow_mut(|hook| {
+            if let Some(hook) = hook {
+                hook();
+            }
+        });
         let current = open(dir, CURRENT)?;
         let now = dir
             .file(PREVIOUS)
@@ -203,15 +209,111 @@ mod tests {
     use crate::event::{Event, VERSION};
     use crate::line::encode;
 
-    fn line(pid: u32) -> Vec<u8> {
-        encode(&Entry {
+    fn entry(pid: u32) -> Entry {
+        Entry {
             version: VERSION,
             at: "2026-11-30T04:55:19.924Z".to_owned(),
             pid,
             dropped: 0,
             event: Event::Undrain,
-        })
-        .expect("line")
+        }
+    }
+
+    fn line(pid: u32) -> Vec<u8> {
+        encode(&entry(pid)).expect("line")
+    }
+
+    thread_local! {
+        /// Test seam: what `open_both` does between its two opens (a rotation at the worst
+        /// moment), on this thread.
+        pub(super) static BETWEEN_OPENS: std::cell::RefCell<Option<Box<dyn FnMut()>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+
+    /// Reads the journal of `dir` while `rotations` rotations happen, each between the two
+    /// opens of one try; returns what was read and how many tries were made.
+    fn read_rotated_between_opens(dir: &SlotDir, rotations: u32) -> (Vec<String>, u32) {
+        let tries = std::rc::Rc::new(std::cell::Cell::new(0));
+        let counted = tries.clone();
+        let (journal, path) = (crate::Journal::of(dir), dir.path().to_owned());
+        BETWEEN_OPENS.set(Some(Box::new(move || {
+            counted.set(counted.get() + 1);
+            if counted.get() <= rotations {
+                std::fs::rename(path.join(CURRENT), path.join(PREVIOUS)).expect("rotate");
+                journal.emit(Event::Stop {
+                    by: format!("rotation {}", counted.get()),
+                    reason: String::new(),
+                });
+            }
+        })));
+        let batch = read(dir);
+        BETWEEN_OPENS.set(None);
+        let by = batch
+            .expect("read")
+            .entries
+            .into_iter()
+            .map(|e| match e.event {
+                Event::Stop { by, .. } => by,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        (by, tries.get())
+    }
+
+    fn stop(dir: &SlotDir, by: &str) {
+        crate::Journal::of(dir).emit(Event::Stop {
+            by: by.to_owned(),
+            reason: String::new(),
+        });
+    }
+
+    /// A rotation between the opens of the previous and the current file would skip the file
+    /// renamed: it is seen, and the pair opened again.
+    #[test]
+    fn a_rotation_between_the_two_opens_is_seen_and_both_opened_again() {
+        let temp = tempfile::tempdir().expect("temp");
+        let dir = SlotDir::open(temp.path()).expect("open");
+        stop(&dir, "a");
+        std::fs::rename(temp.path().join(CURRENT), temp.path().join(PREVIOUS)).expect("rotate");
+        stop(&dir, "b");
+        assert_eq!(
+            read_rotated_between_opens(&dir, 0),
+            (vec!["a".into(), "b".into()], 1)
+        );
+        // `b` renamed over `a` after `a` was opened: `a` and `rotation 1` would skip `b`.
+        assert_eq!(
+            read_rotated_between_opens(&dir, 1),
+            (vec!["b".into(), "rotation 1".into()], 2)
+        );
+    }
+
+    /// Rotations without end between the opens: a reader gives up after eight tries, with
+    /// what it opened last, rather than wait for ever.
+    #[test]
+    fn a_reader_tries_eight_times_under_rotations_without_end() {
+        let temp = tempfile::tempdir().expect("temp");
+        let dir = SlotDir::open(temp.path()).expect("open");
+        stop(&dir, "a");
+        let (read, tries) = read_rotated_between_opens(&dir, 20);
+        assert_eq!(tries, 8);
+        // The last pair opened: `rotation 7` came and went between them.
+        assert_eq!(read, ["rotation 6", "rotation 8"]);
+    }
+
+    #[test]
+    fn batches_add_up() {
+        let mut batch = Batch {
+            entries: vec![entry(1)],
+            skipped: 2,
+            mistyped: 1,
+        };
+        batch.extend(Batch {
+            entries: vec![entry(2), entry(3)],
+            skipped: 3,
+            mistyped: 4,
+        });
+        let pids: Vec<u32> = batch.entries.iter().map(|e| e.pid).collect();
+        assert_eq!((pids, batch.skipped, batch.mistyped), (vec![1, 2, 3], 5, 5));
     }
 
     #[test]

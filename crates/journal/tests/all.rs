@@ -255,33 +255,47 @@ mod append {
         assert_eq!(std::fs::read(&journal).expect("read"), before, "untouched");
     }
 
+    /// A small tmpfs mounted over the site's directory, unmounted when dropped.
+    struct Tmpfs<'a>(&'a Path);
+
+    impl Tmpfs<'_> {
+        fn over(site: &Site) -> Tmpfs<'_> {
+            let mount = Command::new("mount")
+                .args(["-t", "tmpfs", "-o", "size=256k,mode=2770", "tmpfs"])
+                .arg(&site.path)
+                .status_gated()
+                .expect("mount");
+            assert!(mount.success(), "mount a tmpfs");
+            Tmpfs(&site.path)
+        }
+
+        /// Fills the disk: every page is taken, bar the room left in files' last pages.
+        fn fill(&self) -> PathBuf {
+            let fill = self.0.join("fill");
+            let mut file = std::fs::File::create(&fill).expect("fill");
+            let chunk = vec![0u8; 4096];
+            while std::io::Write::write_all(&mut file, &chunk).is_ok() {}
+            fill
+        }
+    }
+
+    impl Drop for Tmpfs<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(self.0).status_gated();
+        }
+    }
+
     /// A disk that fills: events are dropped and counted; once there is room the next line
     /// says how many.
     #[test]
     fn a_full_disk_drops_and_counts_and_the_next_line_says_so() {
         let site = Site::new();
-        let mount = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=256k,mode=2770", "tmpfs"])
-            .arg(&site.path)
-            .status_gated()
-            .expect("mount");
-        assert!(mount.success(), "mount a tmpfs");
-        struct Unmount<'a>(&'a Path);
-        impl Drop for Unmount<'_> {
-            fn drop(&mut self) {
-                let _ = Command::new("umount").arg("-l").arg(self.0).status_gated();
-            }
-        }
-        let _unmount = Unmount(&site.path);
+        let tmpfs = Tmpfs::over(&site);
         let dir = SlotDir::open(&site.path).expect("open");
         let journal = Journal::of(&dir);
         journal.emit(Event::Undrain);
         // Fill the disk, the journal's last page too.
-        let fill = site.path.join("fill");
-        let mut file = std::fs::File::create(&fill).expect("fill");
-        let chunk = vec![0u8; 4096];
-        while std::io::Write::write_all(&mut file, &chunk).is_ok() {}
-        drop(file);
+        let fill = tmpfs.fill();
         let mut i = 0;
         while journal.dropped() == 0 {
             journal.emit(Event::Undrain);
@@ -304,6 +318,83 @@ mod append {
         // The write that met the full disk may have put part of its line in the last page:
         // a fragment, which readers skip and count.
         assert!(batch.skipped <= 1, "{}", batch.skipped);
+    }
+
+    /// A write the disk cuts short (room left for part of the line only, in the last page of
+    /// the file written): the event is dropped and counted, not taken for written; the piece
+    /// it left is skipped by readers, and the next line, which says how many were dropped,
+    /// read. To the journal, or to the `test-seams` sink when `sink` is given its name.
+    fn a_short_write(sink: Option<&str>) {
+        let site = Site::new();
+        let tmpfs = Tmpfs::over(&site);
+        let dir = SlotDir::open(&site.path).expect("open");
+        let journal = Journal::of(&dir);
+        let written = site.path.join(sink.unwrap_or(CURRENT));
+        if sink.is_some() {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&written)
+                .expect("the sink");
+            journal.sink(file.into());
+        }
+        let size = || std::fs::metadata(&written).expect("written").len();
+        let long = Event::Stop {
+            by: "x".repeat(3900),
+            reason: "long".to_owned(),
+        };
+        // A tmpfs's block: its page.
+        let page = std::fs::metadata(&site.path).expect("stat").blksize();
+        // Lines until the long one (over 3,900 bytes) no longer fits in the file's last page,
+        // which has room left.
+        journal.emit(Event::Undrain);
+        while page - size() % page >= 3900 {
+            journal.emit(Event::Undrain);
+        }
+        assert_eq!(journal.dropped(), 0, "lines written whole are not dropped");
+        let before = size();
+        assert_ne!(before % page, 0);
+        let fill = tmpfs.fill();
+        journal.emit(long);
+        assert_eq!(
+            size(),
+            before.next_multiple_of(page),
+            "a part of the line went"
+        );
+        assert_eq!(journal.dropped(), 1, "cut short: dropped and counted");
+        if sink.is_some() {
+            assert!(!site.path.join(CURRENT).exists(), "all went to the sink");
+            return;
+        }
+        std::fs::remove_file(&fill).expect("free");
+        journal.emit(Event::Stop {
+            by: "x".to_owned(),
+            reason: "after".to_owned(),
+        });
+        assert_eq!(journal.dropped(), 0);
+        let batch = read(&dir).expect("read");
+        assert_eq!(batch.skipped, 1, "the piece of the long line");
+        let last = batch.entries.last().expect("a line");
+        assert_eq!(
+            (&last.event, last.dropped),
+            (
+                &Event::Stop {
+                    by: "x".to_owned(),
+                    reason: "after".to_owned()
+                },
+                1
+            )
+        );
+    }
+
+    #[test]
+    fn a_write_cut_short_by_a_full_disk_is_dropped_and_counted() {
+        a_short_write(None);
+    }
+
+    #[test]
+    fn a_write_to_the_sink_cut_short_is_dropped_and_counted() {
+        a_short_write(Some("sink"));
     }
 }
 
