@@ -76,7 +76,7 @@ fn append_once(
 ) -> Result<(), Trouble> {
     let mut meta = now(current)?;
     let len = line.len() as u64;
-    if meta.size > 0 && meta.size.saturating_add(len) > half && rotate(current, half) {
+    if past_half(meta.size, len, half) && rotate(current, half, len) {
         meta = now(current)?;
     }
     if open.as_ref().is_none_or(|o| o.meta.id != meta.id) {
@@ -132,7 +132,13 @@ fn now(current: &SlotPath) -> Result<Meta, Trouble> {
 /// A guard that cannot be taken at all (a stray file at its name) does not keep the journal
 /// from its cap: the rotation goes on without it, and two rotations racing then lose at
 /// most the previous file's older half.
-fn rotate(current: &SlotPath, half: u64) -> bool {
+/// Whether a line of `len` bytes would take a file of `size` bytes past half the cap (`half`):
+/// the file is not empty and the two add up to more than `half` (PROTOCOL.md 17.3).
+fn past_half(size: u64, len: u64, half: u64) -> bool {
+    size > 0 && size.saturating_add(len) > half
+}
+
+fn rotate(current: &SlotPath, half: u64, len: u64) -> bool {
     let guard = match current.try_guard() {
         Ok(Some(guard)) => Some(guard),
         Ok(None) => return false,
@@ -141,8 +147,14 @@ fn rotate(current: &SlotPath, half: u64) -> bool {
             None
         }
     };
-    // Under the lock: a rotation since our look has made the file small again.
-    if current.meta().ok().flatten().is_none_or(|m| m.size < half) {
+    // Under the lock: a rotation since our look has made the file small again (by the same
+    // rule as the look: the line no longer takes it past half the cap).
+    if current
+        .meta()
+        .ok()
+        .flatten()
+        .is_none_or(|m| !past_half(m.size, len, half))
+    {
         return true;
     }
     // What the file about to be dropped adds to what the current one carries: the new file's
@@ -229,20 +241,19 @@ mod tests {
 
     const HALF: u64 = 1000;
 
-    /// The current file holding `before` bytes, and the next line appended: whether the
-    /// journal rotated.
-    fn rotated_at(before: u64) -> bool {
+    /// The current file holding `before` bytes (one line: an empty file takes any), and a
+    /// line of `next` bytes appended: whether the journal rotated first.
+    fn rotated_at(before: u64, next: u64) -> bool {
         let temp = tempfile::tempdir().expect("temp");
         let dir = SlotDir::open(temp.path()).expect("open");
         let size = |name| std::fs::metadata(temp.path().join(name)).map(|m| m.len());
         let mut open = None;
-        append(&dir, &mut open, &line(600), HALF).expect("appended");
-        // 600 + 400 bytes: the file at half the cap, rotated by no line yet.
-        let second = usize::try_from(before - 600).expect("small");
-        append(&dir, &mut open, &line(second), HALF).expect("appended");
+        let first = usize::try_from(before).expect("small");
+        append(&dir, &mut open, &line(first), HALF).expect("appended");
         assert_eq!(size(CURRENT).expect("current"), before);
-        assert!(size(PREVIOUS).is_err(), "not rotated at {before} bytes");
-        append(&dir, &mut open, &line(200), HALF).expect("appended");
+        assert!(size(PREVIOUS).is_err(), "an empty file is never rotated");
+        let next_len = usize::try_from(next).expect("small");
+        append(&dir, &mut open, &line(next_len), HALF).expect("appended");
         let after = size(CURRENT).expect("current");
         match size(PREVIOUS) {
             Ok(previous) => {
@@ -258,20 +269,20 @@ mod tests {
                 true
             }
             Err(_) => {
-                assert_eq!(after, before + 200, "appended to the current file");
+                assert_eq!(after, before + next, "appended to the current file");
                 false
             }
         }
     }
 
-    /// The rotation comes with the first line appended to a file that holds half the cap:
-    /// a file one byte short of it takes one more line (the line that crosses half the cap
-    /// goes to the current file).
+    /// A line that would take the current file past half the cap rotates it first, so the
+    /// current file never passes half the cap (PROTOCOL.md 17.3); one that brings it to
+    /// exactly half does not.
     #[test]
-    fn the_journal_rotates_once_it_holds_half_the_cap() {
-        assert!(!rotated_at(HALF - 1), "one byte short of half the cap");
-        assert!(rotated_at(HALF), "exactly half the cap");
-        assert!(rotated_at(HALF + 1), "one byte past");
+    fn a_line_that_would_pass_half_the_cap_rotates_first() {
+        assert!(!rotated_at(800, 200), "exactly half the cap");
+        assert!(rotated_at(800, 201), "one byte past");
+        assert!(rotated_at(1000, 200), "a file at half the cap");
     }
 
     /// A line longer than half the cap goes to an empty file whole: no rotation of nothing.
