@@ -4,7 +4,7 @@ use crate::exit::Failure;
 use crate::json;
 use crate::out::outln;
 use crate::shared::slots_json::{
-    cgroup_json, containment_json, count, holder_name, reason, to_json,
+    cgroup_json, containment_json, count, dir_key, holder_name, reason, to_json,
 };
 use crate::shared::views::{Around, line_json};
 use std::process::ExitCode;
@@ -171,6 +171,7 @@ pub(crate) fn show(as_json: bool, fleet: &crate::cli::FleetArgs) -> Result<ExitC
         "since",
         "state"
     )?;
+    let key = dir_key(&snapshot.dir);
     for view in &snapshot.slots {
         let r = view.record.as_ref();
         outln!(
@@ -186,7 +187,7 @@ pub(crate) fn show(as_json: bool, fleet: &crate::cli::FleetArgs) -> Result<ExitC
             view.state.word(),
             reason(&view.state),
         )?;
-        if let Some(cgroup) = r.and_then(cgroup_json)
+        if let Some(cgroup) = r.and_then(|r| cgroup_json(key.as_deref(), &view.name, r))
             && !cgroup.procs.is_empty()
         {
             let cpu = cgroup.cpu_usec.map_or_else(String::new, |us| {

@@ -175,15 +175,24 @@ impl Pool {
         if self.protocol()?.extensions.iter().any(|e| e == extension) {
             return Ok(false);
         }
+        self.under_slots_lock(|| self.declare_held(extension))
+    }
+
+    /// `change` under `slots.lock` (an operator's change of `protocol.json`), the lock released
+    /// whatever it returned.
+    fn under_slots_lock<T, E: Into<protocol::Error>>(
+        &self,
+        change: impl FnOnce() -> Result<T, E>,
+    ) -> Result<T, protocol::Error> {
         let counting = self.hold_slots_lock_for_change()?;
-        let added = self.declare_held(extension);
+        let done = change();
         counting
             .release()
             .map_err(|source| protocol::Error::Counted {
                 kind: "agent",
                 source,
             })?;
-        Ok(added?)
+        done.map_err(Into::into)
     }
 
     /// Removes `extension` from `protocol.json` (under `slots.lock`) when nothing uses it: for
@@ -205,15 +214,7 @@ impl Pool {
         if !read.extensions.iter().any(|e| e == extension) {
             return Ok(Dropped::NotNamed);
         }
-        let counting = self.hold_slots_lock_for_change()?;
-        let outcome = self.drop_held(extension);
-        counting
-            .release()
-            .map_err(|source| protocol::Error::Counted {
-                kind: "agent",
-                source,
-            })?;
-        outcome
+        self.under_slots_lock(|| self.drop_held(extension))
     }
 
     fn drop_held(&self, extension: &str) -> Result<Dropped, protocol::Error> {

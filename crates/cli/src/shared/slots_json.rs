@@ -66,7 +66,7 @@ pub(crate) fn holder_name(file: &str, record: &Record, queue: &QueueView) -> Opt
     record.owner.clone()
 }
 
-fn slot_json(view: &SlotView, queue: &QueueView) -> json::Slot {
+fn slot_json(view: &SlotView, queue: &QueueView, dir_key: Option<&str>) -> json::Slot {
     let r = view.record.as_ref();
     json::Slot {
         name: view.name.clone(),
@@ -91,14 +91,31 @@ fn slot_json(view: &SlotView, queue: &QueueView) -> json::Slot {
         state: view.state.word(),
         counts: view.state.is_held(),
         reason: reason(&view.state),
-        cgroup: r.and_then(cgroup_json),
+        cgroup: r.and_then(|r| cgroup_json(dir_key, &view.name, r)),
     }
 }
 
-/// The cgroup a record names (`cgroup`) and what it holds now, if it exists.
-pub(crate) fn cgroup_json(record: &Record) -> Option<json::SlotCgroup> {
-    let path = record.extra_str(worklane_identity::cgroup::RECORD_FIELD)?;
-    let usage = worklane_identity::cgroup::usage(path)?;
+/// The key of the slot directory at `dir` in its runs' cgroup names.
+pub(crate) fn dir_key(dir: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(dir).ok()?;
+    Some(worklane_identity::cgroup::dir_key(meta.dev(), meta.ino()))
+}
+
+/// The cgroup the record of `resource` names (`cgroup`) and what it holds now, if it exists
+/// and is that run's own (as admission judges it: a record any member may write must not
+/// show another cgroup's processes as the slot's).
+pub(crate) fn cgroup_json(
+    dir_key: Option<&str>,
+    resource: &str,
+    record: &Record,
+) -> Option<json::SlotCgroup> {
+    use worklane_identity::cgroup;
+    let path = record.extra_str(cgroup::RECORD_FIELD)?;
+    if !cgroup::names_run(path, dir_key?, resource, record.epoch?) {
+        return None;
+    }
+    let usage = cgroup::usage(path)?;
     Some(json::SlotCgroup {
         path: path.to_owned(),
         procs: usage.procs,
@@ -151,6 +168,7 @@ pub(crate) fn count(snapshot: &Snapshot, kind: &str) -> usize {
 
 /// The document of `slots --json` (schema in docs/json.md).
 pub(crate) fn to_json(snapshot: &Snapshot, around: &Around) -> json::Slots {
+    let key = dir_key(&snapshot.dir);
     let caps = snapshot.config.as_ref().ok();
     json::Slots {
         version: json::VERSION,
@@ -187,7 +205,7 @@ pub(crate) fn to_json(snapshot: &Snapshot, around: &Around) -> json::Slots {
         slots: snapshot
             .slots
             .iter()
-            .map(|v| slot_json(v, &around.queue))
+            .map(|v| slot_json(v, &around.queue, key.as_deref()))
             .collect(),
         problems: around.problems(snapshot),
         queue: json::Queue {
@@ -208,6 +226,22 @@ pub(crate) fn to_json(snapshot: &Snapshot, around: &Around) -> json::Slots {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_shows_only_its_own_run_s_cgroup() {
+        let mut record = Record {
+            epoch: Some(1),
+            ..Record::default()
+        };
+        // Another cgroup that exists (worklane's runs' directory, where runs were made): a
+        // forged record must not show its processes as the slot's.
+        record.extra.insert("cgroup".into(), "/worklane".into());
+        assert!(cgroup_json(Some("k"), "agent-0.lock", &record).is_none());
+        record
+            .extra
+            .insert("cgroup".into(), "/worklane/j-agent-0-1".into());
+        assert!(cgroup_json(Some("k"), "agent-0.lock", &record).is_none());
+    }
 
     #[test]
     fn a_handed_over_lane_s_attempt_is_found_by_its_file_name_without_a_lane_field() {
