@@ -5,8 +5,9 @@ use crate::exit::{self, Failure};
 use crate::json;
 use crate::out::outln;
 use crate::shared::budget::ledger;
-use crate::shared::budget_view::{print_views, unshown_problems, views_json};
+use crate::shared::budget_text::print_views;
 use std::process::ExitCode;
+use worklane_view::budget::{unshown_problems, views_json};
 
 mod answer;
 mod providers;
@@ -41,7 +42,7 @@ pub(crate) fn show(as_json: bool, fleet: &crate::cli::FleetAt) -> Result<ExitCod
         (crate::fleet::budget_views(fleet)?, Vec::new())
     };
     let (views, problems) = health;
-    let config = crate::shared::config_problem::Problem::now();
+    let config = worklane_view::config_problem::Problem::now();
     if as_json {
         outln!(
             "{}",
@@ -51,7 +52,7 @@ pub(crate) fn show(as_json: bool, fleet: &crate::cli::FleetAt) -> Result<ExitCod
                 problems,
                 config_problem: config
                     .as_ref()
-                    .map(crate::shared::config_problem::Problem::json),
+                    .map(worklane_view::config_problem::Problem::json),
             })
         )?;
         return Ok(ExitCode::SUCCESS);

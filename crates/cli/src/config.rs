@@ -17,7 +17,7 @@ use worklane_slotfile::{Config, Environment, SlotDir, TEST_RUNS_RANGE};
 
 mod key;
 
-use crate::shared::config_problem::{Problem, describe_file};
+use worklane_view::config_problem::{Problem, describe_file};
 
 /// The mode a written config gets (readable by every harness, as before).
 const CONFIG_MODE: u32 = 0o644;

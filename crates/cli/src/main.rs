@@ -136,7 +136,7 @@ fn taking_pool() -> Result<Pool, Failure> {
     let pool = pool()?;
     pool.protocol()?;
     pool.config()
-        .map_err(crate::shared::config_problem::take_refused)?;
+        .map_err(crate::shared::take_refused::take_refused)?;
     Ok(pool)
 }
 

@@ -76,7 +76,7 @@ fn run_holding(args: RunArgs, status: &mut Status) -> Result<ExitCode, Failure> 
     let taken = if args.no_wait {
         let now = pool.clock().now_ms();
         pool.try_take_for(kind, &request, &ask, args.priority, now)
-            .map_err(crate::shared::config_problem::take_refused)?
+            .map_err(crate::shared::take_refused::take_refused)?
     } else {
         pool.take_for(
             kind,
@@ -92,7 +92,7 @@ fn run_holding(args: RunArgs, status: &mut Status) -> Result<ExitCode, Failure> 
             },
         )
         // A config broken while it waited: 78, naming the fix, as at the start.
-        .map_err(crate::shared::config_problem::take_refused)?
+        .map_err(crate::shared::take_refused::take_refused)?
     };
     progress.clear();
     let slot = match taken {

@@ -1,15 +1,12 @@
 //! What several commands share, so that no command imports another's helpers: who this
 //! process is (`who`), what a take asks (`ask`), the budget ledger and providers as the
-//! command line names them (`budget`) and their health view (`budget_view`), a config that
-//! cannot be used as every view shows it and a take refuses with it (`config_problem`), the
-//! `slots` document of a snapshot (`slots_json`), and what a view shows besides the snapshot
-//! (`views`: `Around`, the queue, the line).
+//! command line names them (`budget`) and their health view for people (`budget_text`), and a
+//! take refused for a config that cannot be used (`take_refused`). What the views show (the
+//! slots document, the queue, the line, the budgets, a config's problem) is `worklane_view`.
 
 pub(crate) mod budget;
-pub(crate) mod budget_view;
-pub(crate) mod config_problem;
-pub(crate) mod slots_json;
-pub(crate) mod views;
+pub(crate) mod budget_text;
+pub(crate) mod take_refused;
 
 /// `USER@HOST` of this process (`uid N@HOST` without `USER`), for STOP and role leases.
 pub(crate) fn who() -> String {

@@ -3,12 +3,12 @@
 use crate::exit::Failure;
 use crate::json;
 use crate::out::outln;
-use crate::shared::slots_json::{
-    cgroup_json, containment_json, count, dir_key, holder_name, reason, to_json,
-};
-use crate::shared::views::{Around, line_json};
 use std::process::ExitCode;
 use worklane_admission::{DrainState, drain::Ignored};
+use worklane_view::context::{Around, line_json};
+use worklane_view::slots::{
+    cgroup_json, containment_json, count, dir_key, holder_name, reason, to_json,
+};
 
 pub(crate) fn show(as_json: bool, fleet: &crate::cli::FleetArgs) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
@@ -30,7 +30,7 @@ pub(crate) fn show(as_json: bool, fleet: &crate::cli::FleetArgs) -> Result<ExitC
     outln!("slot directory: {}", snapshot.dir.display())?;
     outln!(
         "{}",
-        crate::shared::config_problem::describe_file(&config.path, config.exists)
+        worklane_view::config_problem::describe_file(&config.path, config.exists)
     )?;
     if let Some(problem) = &config.problem {
         outln!("{}", problem.line())?;
@@ -99,7 +99,7 @@ pub(crate) fn show(as_json: bool, fleet: &crate::cli::FleetArgs) -> Result<ExitC
             outln!("drain: ignored (unreadable: {detail})")?
         }
     }
-    crate::shared::budget_view::print_views(&around.budgets.views)?;
+    crate::shared::budget_text::print_views(&around.budgets.views)?;
     if queue.pid.is_some() || !queue.attempts.is_empty() {
         outln!(
             "dispatcher: {}; {} attempt(s) queued or starting",

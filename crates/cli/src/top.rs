@@ -5,7 +5,6 @@
 
 use crate::exit::{self, Failure};
 use crate::json;
-use crate::shared::views::Around;
 use ratatui::crossterm::event::{self, Event as Input, KeyCode, KeyEventKind, KeyModifiers};
 use ratatui::layout::{Constraint, Layout};
 use ratatui::style::{Color, Modifier, Style};
@@ -15,6 +14,7 @@ use std::process::ExitCode;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use worklane_journal::{Entry, Follow};
+use worklane_view::context::Around;
 
 /// How many of the last events are kept for the view.
 const LAST_EVENTS: usize = 50;
@@ -231,7 +231,7 @@ fn draw(frame: &mut ratatui::Frame<'_>, view: &View) {
 fn document(pool: &worklane_admission::Pool) -> Result<json::Slots, Failure> {
     let snapshot = pool.snapshot_retiring()?;
     let around = Around::of(pool, &snapshot);
-    Ok(crate::shared::slots_json::to_json(&snapshot, &around))
+    Ok(worklane_view::slots::to_json(&snapshot, &around))
 }
 
 fn failed(what: &str, e: &std::io::Error) -> Failure {

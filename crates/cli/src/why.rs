@@ -16,7 +16,8 @@ use worklane_budget::Ledger;
 
 mod questions;
 
-use questions::{Answer, admission, ownership, quota, with_fleet};
+use questions::{admission, answer_json, code, ownership, quota, with_fleet};
+use worklane_view::why::Answer;
 
 pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
@@ -44,8 +45,8 @@ pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
             ),
         ),
     ];
-    let first = answers.iter().find(|(_, a)| a.blocks == Some(true));
-    let around = crate::shared::views::Around::of(&pool, &snapshot);
+    let first = answers.iter().find(|(_, a)| a.blocks() == Some(true));
+    let around = worklane_view::context::Around::of(&pool, &snapshot);
     let problems = around.problems(&snapshot);
     let queued = queued_attempts(&pool, &around.queue, &snapshot);
     if args.json {
@@ -54,15 +55,15 @@ pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
             "{}",
             json::line(&json::Why {
                 version: json::VERSION,
-                resource_admission: admission.1.json(),
-                provider_quota: quota.1.json(),
-                task_ownership: ownership.1.json(),
-                release_authority: release.1.json(),
+                resource_admission: answer_json(&admission.1),
+                provider_quota: answer_json(&quota.1),
+                task_ownership: answer_json(&ownership.1),
+                release_authority: answer_json(&release.1),
                 blocked_by: first.map(|(key, _)| *key),
                 problems,
                 queued: queued.iter().map(Queued::json).collect(),
                 config_problem: around.config.problem.as_ref().map(|p| p.json()),
-                containment: crate::shared::slots_json::containment_json(),
+                containment: worklane_view::slots::containment_json(),
             })
         )?;
     } else {
@@ -78,7 +79,7 @@ pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
         if let Some(problem) = &around.config.problem {
             outln!("{}", problem.line())?;
         }
-        if let Some(off) = crate::shared::slots_json::containment_json().why {
+        if let Some(off) = worklane_view::slots::containment_json().why {
             outln!(
                 "containment: off ({off}): a run's processes are followed by their group and \
                  by what holds its slot, not by a cgroup"
@@ -104,7 +105,7 @@ pub(crate) fn why(args: &WhyArgs) -> Result<ExitCode, Failure> {
             }
         }
     }
-    Ok(ExitCode::from(first.map_or(0, |(_, a)| a.code)))
+    Ok(ExitCode::from(first.map_or(0, |(_, a)| code(a))))
 }
 
 /// A queued attempt and what holds it.
@@ -133,7 +134,7 @@ impl Queued {
 /// (STOP, a drain, the cap) and for the attempts ahead of it, by priority then start.
 fn queued_attempts(
     pool: &worklane_admission::Pool,
-    queue: &crate::shared::views::QueueView,
+    queue: &worklane_view::context::QueueView,
     snapshot: &Snapshot,
 ) -> Vec<Queued> {
     let now = worklane_lease::Clock::now_ms(&worklane_lease::SystemClock);
@@ -185,7 +186,7 @@ fn queued_attempts(
                 )
             } else if let Some(trouble) = &trouble {
                 format!("the dispatcher cannot admit work now: {trouble}")
-            } else if admission.blocks == Some(true) {
+            } else if admission.blocks() == Some(true) {
                 format!("resource admission: {}", admission.why)
             } else if ahead > 0 {
                 format!("{ahead} attempt(s) ahead of it in the queue")

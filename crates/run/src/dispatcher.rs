@@ -5,7 +5,10 @@
 //! reaps ([`crate::driver`]), and systemd's readiness and watchdog, until a stop flag is set.
 //!
 //! What happens is told to the caller ([`Said`]), who decides what to print; this module
-//! prints nothing.
+//! prints nothing ([`log::Log`] words the service loop's events as `worklane dispatcher`
+//! logs them).
+
+pub mod log;
 
 use crate::driver::{Launcher, reap};
 use std::os::unix::net::UnixListener;

@@ -7,14 +7,12 @@
 
 mod claim;
 mod enqueue;
-mod journal;
 mod queue;
 mod reconcile;
 mod serve;
 
 pub(crate) use claim::claim;
 pub(crate) use enqueue::enqueue;
-use journal::Journal;
 pub(crate) use queue::{cancel, listing, prune, retry, trouble};
 pub(crate) use reconcile::reconcile;
 pub(crate) use serve::serve;
@@ -36,10 +34,7 @@ use worklane_admission::Pool;
 use worklane_dispatch::client;
 use worklane_dispatch::env::EnvFilter;
 use worklane_dispatch::lane::{is_own_lane, own_lane, retire_own_lane};
-use worklane_dispatch::server::Event;
-use worklane_dispatch::service::{
-    Mode, Recovery, Settings, StartFailure, cancel_marker, lane_lock, valid_lane,
-};
+use worklane_dispatch::service::{Mode, Recovery, Settings, cancel_marker, lane_lock, valid_lane};
 use worklane_dispatch::wire::{Enqueue, Reply, Request as Wire, code};
 use worklane_lease::{Acquired, Clock, Options, Request, SystemClock, acquire, rfc3339_ms};
 use worklane_run::{Supervisor, describe};

@@ -38,7 +38,7 @@ pub(crate) fn serve(args: &DispatcherArgs) -> Result<ExitCode, Failure> {
             })
         }),
     };
-    let mut journal = Journal::default();
+    let mut log = worklane_run::dispatcher::log::Log::default();
     let served = worklane_run::dispatcher::serve(&pool, options, &stop, |said| match said {
         Said::Recovery(recovery) => say_recovery(recovery),
         Said::Socket(text) => errln!("worklane: {text}"),
@@ -52,7 +52,11 @@ pub(crate) fn serve(args: &DispatcherArgs) -> Result<ExitCode, Failure> {
             },
             crate::out::seconds(args.claim_interval)
         ),
-        Said::Event(event) => journal.log(event),
+        Said::Event(event) => {
+            if let Some(line) = log.line(event, SystemClock.now_ms(), std::time::Instant::now()) {
+                errln!("worklane: {line}");
+            }
+        }
     });
     served.map_err(|e| {
         let code = match &e {

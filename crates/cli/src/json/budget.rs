@@ -14,41 +14,6 @@ pub(crate) struct BudgetShow {
     pub(crate) config_problem: Option<ConfigProblem>,
 }
 
-/// One credential's budget (`budget show --json`'s and `slots --json`'s `budgets`).
-#[derive(Debug, Serialize)]
-pub(crate) struct Budget {
-    pub(crate) credential: usize,
-    /// The key's hash, for the metrics' labels (a rank moves between keys); not in the JSON,
-    /// which numbers credentials.
-    #[serde(skip)]
-    pub(crate) key: String,
-    /// Whose budget: `github`, `anthropic`, `openai`, or a configured provider.
-    pub(crate) provider: String,
-    pub(crate) updated: String,
-    pub(crate) paused_until: Option<String>,
-    /// A model provider's calls taken whose responses are not yet recorded.
-    pub(crate) in_flight: usize,
-    /// Calls waiting for the budget in a proxy.
-    pub(crate) waiting: u64,
-    pub(crate) resources: Vec<BudgetResource>,
-}
-
-/// One resource's window.
-#[derive(Debug, Serialize)]
-pub(crate) struct BudgetResource {
-    pub(crate) name: String,
-    pub(crate) limit: Option<u64>,
-    pub(crate) remaining: u64,
-    pub(crate) granted: u64,
-    pub(crate) left: u64,
-    pub(crate) reset: String,
-    pub(crate) by_consumer: BTreeMap<String, u64>,
-    /// The units the calls in flight hold of it.
-    pub(crate) in_flight: u64,
-    /// Carried over from the window before, not yet reported.
-    pub(crate) assumed: bool,
-}
-
 /// `budget take --json`: the call may go, or not.
 #[derive(Debug, Serialize)]
 pub(crate) struct Take {

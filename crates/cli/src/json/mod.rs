@@ -11,30 +11,15 @@
 //! `config_problem` ([`ConfigProblem`], null when the config is good) and its `problems`.
 
 use serde::Serialize;
-use std::collections::BTreeMap;
-
-/// The `version` of every document; raised when a field changes meaning or goes away.
-pub(crate) const VERSION: u32 = 1;
-
-/// Serializes a document on one line (plain data: it cannot fail).
-pub(crate) fn line(doc: &impl Serialize) -> String {
-    serde_json::to_string(doc).unwrap_or_default()
-}
-
-/// Serializes a document indented, as `slots --json` and `budget show --json` print it.
-pub(crate) fn pretty(doc: &impl Serialize) -> String {
-    serde_json::to_string_pretty(doc).unwrap_or_default()
-}
 
 mod budget;
 mod operator;
 mod queue;
-mod slots;
 
 pub(crate) use budget::*;
 pub(crate) use operator::*;
 pub(crate) use queue::*;
-pub(crate) use slots::*;
+pub(crate) use worklane_view::doc::*;
 
 #[cfg(test)]
 mod tests {

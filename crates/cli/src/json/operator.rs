@@ -126,30 +126,3 @@ pub(crate) struct Config {
 }
 
 // ---- fleet status --json -------------------------------------------------------------------
-
-/// `fleet status --json`.
-#[cfg_attr(not(feature = "fleet"), allow(dead_code))]
-#[derive(Debug, Serialize)]
-pub(crate) struct FleetStatus {
-    pub(crate) version: u32,
-    pub(crate) endpoints: String,
-    pub(crate) pool: String,
-    pub(crate) cap: Option<u32>,
-    pub(crate) held: usize,
-    pub(crate) keys: Vec<FleetKey>,
-}
-
-/// One key of a fleet pool, in line order.
-#[cfg_attr(not(feature = "fleet"), allow(dead_code))]
-#[derive(Debug, Serialize)]
-pub(crate) struct FleetKey {
-    pub(crate) key: String,
-    pub(crate) epoch: i64,
-    /// Whether it is within the cap (holds a place) or waits.
-    pub(crate) holds: bool,
-    pub(crate) host: Option<String>,
-    pub(crate) pid: Option<u32>,
-    pub(crate) owner: Option<String>,
-    pub(crate) since: Option<String>,
-    pub(crate) command: Option<String>,
-}

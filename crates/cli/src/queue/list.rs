@@ -32,7 +32,7 @@ fn json_of(q: &Queued) -> crate::json::FullRun {
 pub(crate) fn list(json: bool, all: bool) -> Result<ExitCode, Failure> {
     let pool = crate::pool()?;
     let full_runs = worklane_run::queued::list(&pool)?;
-    let config = crate::shared::config_problem::Problem::of_pool(&pool);
+    let config = worklane_view::config_problem::Problem::of_pool(&pool);
     let mut problems = Vec::new();
     // A dispatcher that answers with something that is not a reply, or refuses to list, is
     // shown as a problem: the full runs and the rest of the view are still worth seeing.
@@ -58,7 +58,7 @@ pub(crate) fn list(json: bool, all: bool) -> Result<ExitCode, Failure> {
                 problems,
                 config_problem: config
                     .as_ref()
-                    .map(crate::shared::config_problem::Problem::json),
+                    .map(worklane_view::config_problem::Problem::json),
             })
         )?;
         return Ok(ExitCode::SUCCESS);

@@ -2,13 +2,14 @@
 //! `slots`, served by `metrics` and shown by `top`; and the words of a slot both outputs of
 //! `slots` share (its reason, its holder's name, the counts held).
 
-use crate::json;
-use crate::shared::views::{Around, QueueView, line_json};
+use crate::context::{Around, QueueView, line_json};
+use crate::doc;
 use serde_json::Value;
 use worklane_admission::{DrainState, SlotState, SlotView, Snapshot, drain::Ignored};
 use worklane_lease::{Record, rfc3339_ms};
 
-pub(crate) fn reason(state: &SlotState) -> String {
+/// A slot's verdict in words.
+pub fn reason(state: &SlotState) -> String {
     match state {
         SlotState::GuardHeld => "a live process holds its kernel guard".to_owned(),
         SlotState::Live(why) => why.to_string(),
@@ -46,7 +47,7 @@ fn attempt_of(file: &str, record: &Record, queue: &QueueView) -> Option<String> 
 /// work, named by its command once a driver claimed it (`worklane claim` holds it for the
 /// command), and by its lane and attempt while it is queued or starting (the dispatcher holds
 /// it).
-pub(crate) fn holder_name(file: &str, record: &Record, queue: &QueueView) -> Option<String> {
+pub fn holder_name(file: &str, record: &Record, queue: &QueueView) -> Option<String> {
     let owner = record.owner.as_deref();
     if owner == Some(CLAIM_OWNER)
         && let Some(command) = record.extra_str("command")
@@ -66,9 +67,9 @@ pub(crate) fn holder_name(file: &str, record: &Record, queue: &QueueView) -> Opt
     record.owner.clone()
 }
 
-fn slot_json(view: &SlotView, queue: &QueueView, dir_key: Option<&str>) -> json::Slot {
+fn slot_json(view: &SlotView, queue: &QueueView, dir_key: Option<&str>) -> doc::Slot {
     let r = view.record.as_ref();
-    json::Slot {
+    doc::Slot {
         name: view.name.clone(),
         kind: view.kind,
         pid: r.and_then(|r| r.pid()),
@@ -96,7 +97,7 @@ fn slot_json(view: &SlotView, queue: &QueueView, dir_key: Option<&str>) -> json:
 }
 
 /// The key of the slot directory at `dir` in its runs' cgroup names.
-pub(crate) fn dir_key(dir: &std::path::Path) -> Option<String> {
+pub fn dir_key(dir: &std::path::Path) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(dir).ok()?;
     Some(worklane_identity::cgroup::dir_key(meta.dev(), meta.ino()))
@@ -105,18 +106,18 @@ pub(crate) fn dir_key(dir: &std::path::Path) -> Option<String> {
 /// The cgroup the record of `resource` names (`cgroup`) and what it holds now, if it exists
 /// and is that run's own (as admission judges it: a record any member may write must not
 /// show another cgroup's processes as the slot's).
-pub(crate) fn cgroup_json(
+pub fn cgroup_json(
     dir_key: Option<&str>,
     resource: &str,
     record: &Record,
-) -> Option<json::SlotCgroup> {
+) -> Option<doc::SlotCgroup> {
     use worklane_identity::cgroup;
     let path = record.extra_str(cgroup::RECORD_FIELD)?;
     if !cgroup::names_run(path, dir_key?, resource, record.epoch?) {
         return None;
     }
     let usage = cgroup::usage(path)?;
-    Some(json::SlotCgroup {
+    Some(doc::SlotCgroup {
         path: path.to_owned(),
         procs: usage.procs,
         cpu_usec: usage.cpu_usec,
@@ -126,14 +127,14 @@ pub(crate) fn cgroup_json(
 }
 
 /// Whether runs get a cgroup each here, and why not.
-pub(crate) fn containment_json() -> json::Containment {
+pub fn containment_json() -> doc::Containment {
     match worklane_run::cgroup::probe() {
-        Ok(cgroups) => json::Containment {
+        Ok(cgroups) => doc::Containment {
             on: true,
             cgroups: Some(cgroups),
             why: None,
         },
-        Err(off) => json::Containment {
+        Err(off) => doc::Containment {
             on: false,
             cgroups: None,
             why: Some(off.to_string()),
@@ -141,24 +142,25 @@ pub(crate) fn containment_json() -> json::Containment {
     }
 }
 
-fn drain_json(drain: &DrainState) -> json::Drain {
-    let flag = |d: &worklane_admission::Drain| json::DrainFlag {
+fn drain_json(drain: &DrainState) -> doc::Drain {
+    let flag = |d: &worklane_admission::Drain| doc::DrainFlag {
         since: d.since.clone(),
         until: d.until.clone(),
         to: d.to.clone(),
     };
     match drain {
-        DrainState::None => json::Drain::None,
-        DrainState::InForce(d) => json::Drain::InForce(flag(d)),
-        DrainState::Ignored(Ignored::Expired { drain: d }) => json::Drain::Expired(flag(d)),
-        DrainState::Ignored(Ignored::TooFarAhead { drain: d }) => json::Drain::TooFarAhead(flag(d)),
-        DrainState::Ignored(Ignored::Unreadable { detail }) => json::Drain::Unreadable {
+        DrainState::None => doc::Drain::None,
+        DrainState::InForce(d) => doc::Drain::InForce(flag(d)),
+        DrainState::Ignored(Ignored::Expired { drain: d }) => doc::Drain::Expired(flag(d)),
+        DrainState::Ignored(Ignored::TooFarAhead { drain: d }) => doc::Drain::TooFarAhead(flag(d)),
+        DrainState::Ignored(Ignored::Unreadable { detail }) => doc::Drain::Unreadable {
             detail: detail.clone(),
         },
     }
 }
 
-pub(crate) fn count(snapshot: &Snapshot, kind: &str) -> usize {
+/// The entries of `kind` that count as held.
+pub fn count(snapshot: &Snapshot, kind: &str) -> usize {
     snapshot
         .slots
         .iter()
@@ -167,13 +169,13 @@ pub(crate) fn count(snapshot: &Snapshot, kind: &str) -> usize {
 }
 
 /// The document of `slots --json` (schema in docs/json.md).
-pub(crate) fn to_json(snapshot: &Snapshot, around: &Around) -> json::Slots {
+pub fn to_json(snapshot: &Snapshot, around: &Around) -> doc::Slots {
     let key = dir_key(&snapshot.dir);
     let caps = snapshot.config.as_ref().ok();
-    json::Slots {
-        version: json::VERSION,
+    doc::Slots {
+        version: doc::VERSION,
         dir: snapshot.dir.display().to_string(),
-        config: json::ConfigFile {
+        config: doc::ConfigFile {
             path: around.config.path.display().to_string(),
             exists: around.config.exists,
         },
@@ -188,7 +190,7 @@ pub(crate) fn to_json(snapshot: &Snapshot, around: &Around) -> json::Slots {
         shares: snapshot
             .share_uses()
             .into_iter()
-            .map(|u| json::ShareUse {
+            .map(|u| doc::ShareUse {
                 owner: u.owner,
                 held: u.held,
                 share: u.share,
@@ -196,7 +198,7 @@ pub(crate) fn to_json(snapshot: &Snapshot, around: &Around) -> json::Slots {
             .collect(),
         jobs_held: count(snapshot, "job"),
         full_run_held: count(snapshot, "full-run") > 0,
-        stop: snapshot.stop.as_ref().map(|s| json::Stop {
+        stop: snapshot.stop.as_ref().map(|s| doc::Stop {
             by: s.by.clone(),
             at: s.at.clone(),
             reason: s.reason.clone(),
@@ -208,15 +210,15 @@ pub(crate) fn to_json(snapshot: &Snapshot, around: &Around) -> json::Slots {
             .map(|v| slot_json(v, &around.queue, key.as_deref()))
             .collect(),
         problems: around.problems(snapshot),
-        queue: json::Queue {
-            dispatcher: json::Dispatcher {
+        queue: doc::Queue {
+            dispatcher: doc::Dispatcher {
                 pid: around.queue.pid,
                 alive: around.queue.alive,
             },
             attempts: around.queue.attempts.clone(),
         },
         line: line_json(snapshot),
-        budgets: super::budget_view::views_json(&around.budgets.views),
+        budgets: crate::budget::views_json(&around.budgets.views),
         containment: containment_json(),
         config_problem: around.config.problem.as_ref().map(|p| p.json()),
         fleet: None,

@@ -1,7 +1,6 @@
 //! A config that cannot be used, as the views show it and as a take refuses with it: the
 //! file, what is wrong, and the command that fixes it.
 
-use crate::exit::{self, Failure};
 use std::path::{Path, PathBuf};
 use worklane_slotfile::{Config, Environment};
 
@@ -10,39 +9,44 @@ use worklane_stdx::shell_quote;
 /// `config_problem` of their JSON): the file, what is wrong, and the command that fixes it.
 /// While there is one, every take is refused (78); STOP, resume, the drain and the views
 /// work.
-pub(crate) struct Problem {
-    pub(crate) file: PathBuf,
-    pub(crate) what: String,
-    pub(crate) fix: String,
+pub struct Problem {
+    /// The config file.
+    pub file: PathBuf,
+    /// What is wrong with it.
+    pub what: String,
+    /// The command (or step) that fixes it.
+    pub fix: String,
 }
 
 impl Problem {
-    pub(crate) fn of(e: &worklane_slotfile::config::Error) -> Problem {
+    /// The problem a config error is, with its fix.
+    pub fn of(e: &worklane_slotfile::config::Error) -> Problem {
         Problem {
             file: e.path().to_owned(),
-            what: exit::chain(e),
+            what: worklane_stdx::chain(e),
             fix: fix(e.path(), e),
         }
     }
 
     /// The config's problem now, if the config in force cannot be used (none when even its
     /// place cannot be resolved: the slot directory's error then says why).
-    pub(crate) fn now() -> Option<Problem> {
+    pub fn now() -> Option<Problem> {
         let env = Environment::from_process();
         let file = env.locate().ok()?.config;
         Config::load_in(&env, &file).err().map(|e| Problem::of(&e))
     }
 
     /// The pool's config problem, if any.
-    pub(crate) fn of_pool(pool: &worklane_admission::Pool) -> Option<Problem> {
+    pub fn of_pool(pool: &worklane_admission::Pool) -> Option<Problem> {
         match pool.config() {
             Err(worklane_admission::take::Error::Config { source }) => Some(Problem::of(&source)),
             _ => None,
         }
     }
 
-    pub(crate) fn json(&self) -> crate::json::ConfigProblem {
-        crate::json::ConfigProblem {
+    /// As the documents show it.
+    pub fn json(&self) -> crate::doc::ConfigProblem {
+        crate::doc::ConfigProblem {
             file: self.file.display().to_string(),
             what: self.what.clone(),
             fix: self.fix.clone(),
@@ -50,7 +54,7 @@ impl Problem {
     }
 
     /// The line a view prints.
-    pub(crate) fn line(&self) -> String {
+    pub fn line(&self) -> String {
         format!(
             "config problem: {}; fix: {} (until then every take is refused with 78)",
             self.what, self.fix
@@ -59,7 +63,7 @@ impl Problem {
 }
 
 /// The command (or step) that fixes a config that cannot be used.
-pub(super) fn fix(file: &Path, e: &worklane_slotfile::config::Error) -> String {
+pub fn fix(file: &Path, e: &worklane_slotfile::config::Error) -> String {
     use worklane_slotfile::config::Error as E;
     use worklane_slotfile::read::Error as R;
     let q = shell_quote(&file.display().to_string());
@@ -102,21 +106,8 @@ pub(super) fn fix(file: &Path, e: &worklane_slotfile::config::Error) -> String {
     }
 }
 
-/// A take refused because its pool's config cannot be used: 78, with the fix.
-pub(crate) fn take_refused(e: worklane_admission::take::Error) -> Failure {
-    let fix = match &e {
-        worklane_admission::take::Error::Config { source } => Some(fix(source.path(), source)),
-        _ => None,
-    };
-    let failure = Failure::from(e);
-    match fix {
-        Some(fix) => Failure::new(failure.code, format!("{}; fix: {fix}", failure.message)),
-        None => failure,
-    }
-}
-
 /// `config: PATH`, saying when the file does not exist and the defaults hold.
-pub(crate) fn describe_file(path: &Path, exists: bool) -> String {
+pub fn describe_file(path: &Path, exists: bool) -> String {
     if exists {
         format!("config: {}", path.display())
     } else {

@@ -4,8 +4,6 @@
 //! at most [`MAX_CONNECTIONS`] at once, each given [`HEAD_DEADLINE`] to send its request: an
 //! idle or slow client never holds up a scrape.
 
-use crate::exit::{self, Failure};
-use crate::out::errln;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
@@ -13,23 +11,54 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// Connections served at once; one more is answered 503 at once and closed.
-const MAX_CONNECTIONS: usize = 64;
+pub const MAX_CONNECTIONS: usize = 64;
 /// How long a connection has to send its whole request head.
-const HEAD_DEADLINE: Duration = Duration::from_secs(5);
+pub const HEAD_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Why the exposition could not be written or served.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The textfile's path names no file.
+    #[error("{path} names no file: give the textfile a file name")]
+    NoFileName {
+        /// The path given.
+        path: std::path::PathBuf,
+    },
+    /// A step of writing the textfile failed.
+    #[error("cannot {step} for {path}")]
+    Textfile {
+        /// The textfile.
+        path: std::path::PathBuf,
+        /// The step.
+        step: &'static str,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The address cannot be listened on.
+    #[error("cannot listen on {addr}")]
+    Listen {
+        /// The address.
+        addr: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
 
 /// Writes `text` to `path` as node_exporter's textfile collector needs it: never seen half
 /// written. A temp file in the same directory (created new, never through a link), written,
 /// flushed to disk, mode 0644, then renamed over `path`; removed again if anything fails.
-pub(super) fn write_textfile(path: &Path, text: &str) -> Result<(), Failure> {
-    let failed = |what: &str, e: std::io::Error| {
-        Failure::new(
-            exit::OS_ERROR,
-            format!("metrics --textfile {}: cannot {what}: {e}", path.display()),
-        )
+pub fn write_textfile(path: &Path, text: &str) -> Result<(), Error> {
+    let failed = |step: &'static str, source: std::io::Error| Error::Textfile {
+        path: path.to_owned(),
+        step,
+        source,
     };
-    let name = path
-        .file_name()
-        .ok_or_else(|| Failure::new(exit::USAGE, "--textfile needs a file name"))?;
+    let name = path.file_name().ok_or_else(|| Error::NoFileName {
+        path: path.to_owned(),
+    })?;
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
         _ => std::path::PathBuf::from("."),
@@ -61,8 +90,9 @@ pub(super) fn write_textfile(path: &Path, text: &str) -> Result<(), Failure> {
     written
 }
 
-/// `--listen ADDR`: HOST:PORT, or a PORT alone on the loopback address.
-fn address(addr: &str) -> String {
+/// An address to listen on as `--listen` takes it: HOST:PORT, or a PORT alone on the
+/// loopback address.
+pub fn address(addr: &str) -> String {
     if !addr.is_empty() && addr.bytes().all(|b| b.is_ascii_digit()) {
         format!("127.0.0.1:{addr}")
     } else {
@@ -70,24 +100,16 @@ fn address(addr: &str) -> String {
     }
 }
 
-/// Serves `GET /metrics` at `addr` until the process is ended, one request per connection,
-/// each answered with a fresh exposition, each connection on a thread of its own. Says the
-/// address it listens on (its port, when 0 was asked) on stderr.
-pub(super) fn listen(
-    addr: &str,
-    exposition: &(dyn Fn() -> Result<String, Failure> + Sync),
-) -> Result<(), Failure> {
+/// Listens on `addr` (as [`address`] reads it).
+pub fn bind(addr: &str) -> Result<TcpListener, Error> {
     let addr = address(addr);
-    let listener = TcpListener::bind(&addr).map_err(|e| {
-        Failure::new(
-            exit::OS_ERROR,
-            format!("metrics --listen {addr}: cannot listen there: {e}"),
-        )
-    })?;
-    let bound = listener
-        .local_addr()
-        .map_or(addr.clone(), |a| a.to_string());
-    errln!("worklane: serving http://{bound}/metrics");
+    TcpListener::bind(&addr).map_err(|source| Error::Listen { addr, source })
+}
+
+/// Serves `GET /metrics` on `listener` for ever, one request per connection, each answered
+/// with a fresh exposition (an `Err` is answered 500 with its text), each connection on a
+/// thread of its own.
+pub fn serve(listener: &TcpListener, exposition: &(dyn Fn() -> Result<String, String> + Sync)) {
     let busy = AtomicUsize::new(0);
     std::thread::scope(|scope| {
         // A connection that fails is that client's trouble; the others are served.
@@ -109,7 +131,6 @@ pub(super) fn listen(
             }
         }
     });
-    Ok(())
 }
 
 /// Answers a connection past [`MAX_CONNECTIONS`]: 503, try again in a second.
@@ -130,7 +151,7 @@ fn too_busy(mut stream: TcpStream) -> std::io::Result<()> {
 /// it.
 fn answer(
     mut stream: TcpStream,
-    exposition: &(dyn Fn() -> Result<String, Failure> + Sync),
+    exposition: &(dyn Fn() -> Result<String, String> + Sync),
 ) -> std::io::Result<()> {
     stream.set_write_timeout(Some(Duration::from_secs(5)))?;
     let deadline = Instant::now() + HEAD_DEADLINE;
@@ -160,10 +181,10 @@ fn answer(
                 prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
                 text,
             ),
-            Err(failure) => (
+            Err(message) => (
                 "500 Internal Server Error",
                 "text/plain; charset=utf-8",
-                format!("{}\n", failure.message),
+                format!("{message}\n"),
             ),
         },
         ("GET" | "HEAD", _) => (

@@ -2,7 +2,7 @@
 //! the waiting lines, the config file, the budgets, and the problems of each (`slots`, `why`
 //! and `queue ls` show them).
 
-use crate::json;
+use crate::doc;
 use serde_json::Value;
 use worklane_admission::Snapshot;
 use worklane_budget::Ledger;
@@ -10,18 +10,19 @@ use worklane_lease::rfc3339_ms;
 
 /// The dispatcher's queue as the slot directory shows it: the dispatcher (its lock's record
 /// and whether its guard is held) and the status entries `queue-<lane>.json` it keeps.
-pub(crate) struct QueueView {
+pub struct QueueView {
     /// The dispatcher's pid, from `dispatcher.lock`, if there is a record.
-    pub(crate) pid: Option<u32>,
+    pub pid: Option<u32>,
     /// Whether a dispatcher holds `dispatcher.lock` now.
-    pub(crate) alive: bool,
+    pub alive: bool,
     /// The status entries (JSON objects).
-    pub(crate) attempts: Vec<Value>,
+    pub attempts: Vec<Value>,
     /// The status entries that could not be read or are not JSON objects.
-    pub(crate) problems: Vec<json::Problem>,
+    pub problems: Vec<doc::Problem>,
 }
 
-pub(crate) fn queue_view(dir: &worklane_slotfile::SlotDir) -> QueueView {
+/// The dispatcher's queue as the files of the slot directory `dir` show it.
+pub fn queue_view(dir: &worklane_slotfile::SlotDir) -> QueueView {
     let lock = dir.file("dispatcher.lock").ok();
     let pid = lock
         .as_ref()
@@ -36,7 +37,7 @@ pub(crate) fn queue_view(dir: &worklane_slotfile::SlotDir) -> QueueView {
         .into_iter()
         .map(|u| {
             let shown = worklane_stdx::shell_quote(&dir.path().join(&u.name).display().to_string());
-            json::Problem {
+            doc::Problem {
                 what: format!(
                     "a dispatcher status entry that {}: the attempt it describes is not shown \
                      here (`worklane queue ls` asks the dispatcher itself)",
@@ -61,7 +62,7 @@ pub(crate) fn queue_view(dir: &worklane_slotfile::SlotDir) -> QueueView {
 
 /// The waiting lines: each live entry with its place in its kind's line (dead ones, waiting
 /// to be retired by the next waiter, are listed with `"live": false` and no position).
-pub(crate) fn line_json(snapshot: &Snapshot) -> Vec<json::LineEntry> {
+pub fn line_json(snapshot: &Snapshot) -> Vec<doc::LineEntry> {
     let mut positions: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
     snapshot
         .line
@@ -73,7 +74,7 @@ pub(crate) fn line_json(snapshot: &Snapshot) -> Vec<json::LineEntry> {
                 *n
             });
             let r = v.record.as_ref();
-            json::LineEntry {
+            doc::LineEntry {
                 kind: v.entry.kind.clone(),
                 position,
                 priority: v.entry.priority,
@@ -91,10 +92,13 @@ pub(crate) fn line_json(snapshot: &Snapshot) -> Vec<json::LineEntry> {
 
 /// The config file in force, whether it exists (when not, the defaults hold), and why it
 /// cannot be used, if it cannot.
-pub(crate) struct ConfigFile {
-    pub(crate) path: std::path::PathBuf,
-    pub(crate) exists: bool,
-    pub(crate) problem: Option<crate::shared::config_problem::Problem>,
+pub struct ConfigFile {
+    /// Its path.
+    pub path: std::path::PathBuf,
+    /// Whether something is at its name.
+    pub exists: bool,
+    /// Why it cannot be used, if it cannot.
+    pub problem: Option<crate::config_problem::Problem>,
 }
 
 impl ConfigFile {
@@ -107,7 +111,7 @@ impl ConfigFile {
             .config
             .as_ref()
             .err()
-            .map(crate::shared::config_problem::Problem::of);
+            .map(crate::config_problem::Problem::of);
         ConfigFile {
             path,
             exists,
@@ -118,16 +122,20 @@ impl ConfigFile {
 
 /// Everything `slots` shows but the snapshot: the budgets (and the state files left out of
 /// them), the dispatcher's queue, the config file.
-pub(crate) struct Around {
-    pub(crate) config: ConfigFile,
-    pub(crate) budgets: worklane_budget::Health,
-    pub(crate) queue: QueueView,
+pub struct Around {
+    /// The config file in force.
+    pub config: ConfigFile,
+    /// The budgets' health, and the state files left out of it.
+    pub budgets: worklane_budget::Health,
+    /// The dispatcher's queue.
+    pub queue: QueueView,
     /// A STOP or drain flag that is there but not as worklane writes it.
-    pub(crate) operator: Vec<json::Problem>,
+    pub operator: Vec<doc::Problem>,
 }
 
 impl Around {
-    pub(crate) fn of(pool: &worklane_admission::Pool, snapshot: &Snapshot) -> Around {
+    /// What is around `snapshot` of `pool` now.
+    pub fn of(pool: &worklane_admission::Pool, snapshot: &Snapshot) -> Around {
         // The budgets are a view, never a reason to fail: an unlistable directory shows none.
         let budgets = Ledger::new(pool.dir().clone())
             .health_report()
@@ -141,7 +149,7 @@ impl Around {
                 &pool.locations().drain_dir,
                 &snapshot.drain,
             ))
-            .map(json::Problem::from)
+            .map(doc::Problem::from)
             .collect();
         Around {
             config: ConfigFile::of(pool, snapshot),
@@ -154,10 +162,10 @@ impl Around {
     /// Every problem the views show but the config's: a STOP or drain flag that is not one,
     /// the pool's stray and broken files, the budget states left out of the budgets, the
     /// status entries that are not ones.
-    pub(crate) fn problems(&self, snapshot: &Snapshot) -> Vec<json::Problem> {
-        let mut all: Vec<json::Problem> = self.operator.clone();
-        all.extend(snapshot.problems.iter().cloned().map(json::Problem::from));
-        all.extend(crate::shared::budget_view::unshown_problems(
+    pub fn problems(&self, snapshot: &Snapshot) -> Vec<doc::Problem> {
+        let mut all: Vec<doc::Problem> = self.operator.clone();
+        all.extend(snapshot.problems.iter().cloned().map(doc::Problem::from));
+        all.extend(crate::budget::unshown_problems(
             &snapshot.dir,
             &self.budgets.unshown,
         ));
