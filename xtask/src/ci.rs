@@ -31,6 +31,7 @@ const MACOS_CRATES: &[&str] = &[
     "worklane-budget",
     "worklane-run",
     "worklane-fleet",
+    "worklane-config",
     "worklane-view",
     "worklane",
 ];

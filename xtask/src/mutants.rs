@@ -18,6 +18,7 @@ const MUTATED_CRATES: &[&str] = &[
     "admission",
     "dispatch",
     "budget",
+    "config",
     "view",
 ];
 

@@ -80,7 +80,6 @@ mod lease_run;
 mod logging;
 mod man;
 mod metrics;
-mod nesting;
 mod ops;
 mod out;
 mod progress;

@@ -64,8 +64,9 @@ fn run_holding(args: RunArgs, status: &mut Status) -> Result<ExitCode, Failure> 
     }
     // Usage is checked before the configuration, so a usage error is never hidden by a 78.
     let pool = crate::taking_pool()?;
-    let nested = std::env::var_os(crate::nesting::var(args.kind));
-    crate::nesting::refuse_nested(args.kind, pool.dir().path(), nested)?;
+    let nested = std::env::var_os(worklane_run::nesting::var(&args.kind.kind()));
+    worklane_run::nesting::refuse_nested(&args.kind.kind(), pool.dir().path(), nested)
+        .map_err(|e| Failure::new(exit::USAGE, e.to_string()))?;
     let owner = args
         .owner
         .clone()
@@ -151,7 +152,7 @@ fn run_holding(args: RunArgs, status: &mut Status) -> Result<ExitCode, Failure> 
             .map_or(slot.lease().epoch(), |f| f.epoch().unsigned_abs()),
     );
     let host_epoch = slot.lease().epoch();
-    let nesting = crate::nesting::env(args.kind, pool.dir().path(), slot.name());
+    let nesting = worklane_run::nesting::env(&args.kind.kind(), pool.dir().path(), slot.name());
     let mut watch = CliWatch {
         fleet: fleet.as_mut(),
         ..CliWatch::default()

@@ -108,7 +108,8 @@
 //!   its socket (systemd's, its mode narrowed through a descriptor; or made through the slot
 //!   directory's descriptor, anything else at the name set aside), its state directory, the
 //!   server wired to the drivers' launch and reaping, systemd's readiness and watchdog; what
-//!   happens is told to the caller (`Said`), which prints it.
+//!   happens is told to the caller (`Said`), which prints it; `dispatcher/log.rs` words the
+//!   service loop's events as `worklane dispatcher` logs them, a repeat said once a minute.
 //! - `driver.rs` (feature `dispatcher`): the admission dispatcher's drivers as processes:
 //!   started detached as their enqueuer with a fresh environment and their log, and reaped by
 //!   a thread that learns of an exit with `waitid(WNOWAIT)` and reaps under the lock a start
@@ -119,6 +120,9 @@
 //!   file in the user's 0700 `worklane-<euid>`) and its wait in the full-run line
 //!   (`wait_turn`: STOP or drain, another full run, waiters before it, the idle probe, then
 //!   `full-run.lock`; a SIGTERM seen within a quarter second, the place left either way).
+//! - `nesting.rs`: a run inside the command of another run: the variable naming the slot each
+//!   kind's run holds (`WORKLANE_AGENT_SLOT`...), and the refusal of a run of the same kind in
+//!   the same slot directory, which would wait for ever at a cap of 1.
 
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
@@ -132,6 +136,7 @@ pub mod enforce;
 pub mod jobs;
 #[cfg(target_os = "linux")]
 pub mod jobserver;
+pub mod nesting;
 pub mod queued;
 mod search;
 mod signals;

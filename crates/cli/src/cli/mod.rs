@@ -213,3 +213,15 @@ pub(crate) enum KindArg {
     /// command and for each token its build reads.
     Job,
 }
+
+impl KindArg {
+    /// The pool's kind (a test run without a time limit).
+    pub(crate) fn kind(self) -> worklane_admission::Kind {
+        match self {
+            KindArg::Agent => worklane_admission::Kind::Agent,
+            KindArg::Test => worklane_admission::Kind::Test { limit_ms: None },
+            KindArg::FullRun => worklane_admission::Kind::FullRun,
+            KindArg::Job => worklane_admission::Kind::Job,
+        }
+    }
+}

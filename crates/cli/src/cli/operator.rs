@@ -1,6 +1,7 @@
 //! The arguments of the operator's commands: `config`, `why`, `budget`.
 
 use super::*;
+use worklane_config::Key as ConfigKey;
 
 /// `worklane protocol`.
 #[derive(Debug, Subcommand)]
@@ -49,50 +50,6 @@ pub(crate) enum ConfigCommand {
         /// The key, as written in the file.
         key: String,
     },
-}
-
-/// A key of the config file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum ConfigKey {
-    /// The cap on concurrent agents (1 to 4294967295, default 2).
-    #[value(name = "max_agents")]
-    MaxAgents,
-    /// The cap on concurrent test runs (1 to 8, default 2).
-    #[value(name = "max_test_runs")]
-    MaxTestRuns,
-    /// The cap on concurrent build jobs machine-wide, the jobservers' tokens (1 to 4096,
-    /// default the CPUs).
-    #[value(name = "max_jobs")]
-    MaxJobs,
-    /// How waiting work is admitted: dispatcher (the default) or waiter.
-    #[value(name = "admission")]
-    Admission,
-    /// The variable prefixes a queued attempt keeps (replaces the defaults).
-    #[value(name = "env_allow_prefixes")]
-    EnvAllowPrefixes,
-    /// The words that make a variable secret-shaped (replaces the defaults).
-    #[value(name = "env_secret_words")]
-    EnvSecretWords,
-    /// Model providers of one's own for the budget ledger: a JSON object of profiles by name
-    /// (PROTOCOL.md 13.1).
-    #[value(name = "budget_providers")]
-    BudgetProviders,
-    /// The owners' shares of the agents' cap: a JSON object of owners (`uid:N`, `group:NAME`,
-    /// `owner:TAG`, `*`) and whole numbers of units (PROTOCOL.md 12.10).
-    #[value(name = "shares")]
-    Shares,
-    /// The event journal's cap in bytes, its two files together (65536 to 1073741824, default
-    /// 16777216).
-    #[value(name = "journal_max_bytes")]
-    JournalMaxBytes,
-    /// Each kind's memory limit of a run's cgroup: a JSON object of kinds (agent, test,
-    /// full-run) and bytes, e.g. {"agent": 4294967296} (`run --memory-max` overrides it).
-    #[value(name = "max_memory")]
-    MaxMemory,
-    /// Each kind's CPU limit of a run's cgroup: a JSON object of kinds and CPUs, e.g.
-    /// {"agent": 1.5} (`run --cpu-max` overrides it).
-    #[value(name = "max_cpu")]
-    MaxCpu,
 }
 
 #[derive(Debug, Args)]

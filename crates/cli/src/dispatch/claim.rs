@@ -88,7 +88,8 @@ pub(crate) fn claim(args: &ClaimArgs) -> Result<ExitCode, Failure> {
     };
     // The command runs in an agent slot as `run`'s does: a `worklane run` inside it is refused
     // at once rather than waiting for a second slot (for ever at a cap of 1).
-    let nesting = crate::nesting::env(crate::cli::KindArg::Agent, dir.path(), &slot_name);
+    let nesting =
+        worklane_run::nesting::env(&worklane_admission::Kind::Agent, dir.path(), &slot_name);
     let outcome = Supervisor::new(&pool, &mut slot)
         .map(|s| s.env(nesting.0, nesting.1))
         .and_then(|s| match lane_lease.guard() {

@@ -139,7 +139,11 @@ pub(crate) fn runner(
     // Its command runs inside the full run, as under `worklane run --kind full-run`; a SIGTERM
     // that came after the last look in line (the command just started) halts the command as
     // STOP would, instead of being lost.
-    let nesting = crate::nesting::env(crate::cli::KindArg::FullRun, pool.dir().path(), slot.name());
+    let nesting = worklane_run::nesting::env(
+        &worklane_admission::Kind::FullRun,
+        pool.dir().path(),
+        slot.name(),
+    );
     let mut watch = CliWatch {
         cancelled: Some(&cancelled),
         ..CliWatch::default()
