@@ -1,0 +1,6 @@
+//! The view crate's tests: a real slot pool in a temp directory, real guards and records.
+
+mod metrics;
+mod serve;
+mod support;
+mod why;
