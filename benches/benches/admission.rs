@@ -6,6 +6,8 @@
 //!   of weight 3 among holders of weights 1 and 2, 12 units held: the weights read and summed)
 //!   and `shared_slot_with_8_held` (the same under `"shares": {"*": 16}`: the owner's share
 //!   checked and the fair order decided under `slots.lock`).
+//!   `syscall_floor_with_8_held` is its floor: the same durable steps by hand with raw
+//!   syscalls (`floor_take_release`).
 //! - `admission_take_release_cpu/{disk,tmpfs}`: the same three, measured in CPU time of the
 //!   benchmarking thread (user and kernel, `CLOCK_THREAD_CPUTIME_ID`) rather than wall time, so
 //!   that two builds can be compared on a machine busy with other work: the time spent waiting
@@ -145,6 +147,16 @@ fn bench_take<M: Measurement>(c: &mut Criterion<M>, group: &str, label: &str, pa
         group.bench_function("agent_slot_with_8_held", |b| {
             b.iter(|| take(&pool).release().expect("release"));
         });
+        let record = {
+            let slot = take(&pool);
+            let bytes = std::fs::read(pool.dir().path().join(slot.name())).expect("record");
+            slot.release().expect("release");
+            bytes
+        };
+        group.bench_function("syscall_floor_with_8_held", |b| {
+            let dir = std::fs::File::open(pool.dir().path()).expect("open the slot directory");
+            b.iter(|| floor_take_release(&dir, &record));
+        });
         drop(held);
     }
     for (name, config) in [
@@ -166,6 +178,65 @@ fn bench_take<M: Measurement>(c: &mut Criterion<M>, group: &str, label: &str, pa
         drop(held);
     }
     group.finish();
+}
+
+/// What a take + release with 8 held must do at the least, by hand with raw syscalls: the
+/// guard of `slots.lock` (open, `flock`), the directory read (to count the held), the 8 held
+/// slots' guards probed (open, `flock` refused, close), the free slot's guard taken, its
+/// record published by temp + link (create, fchmod, write, link, unlink the temp), `slots.lock`
+/// let go, then the release (the record unlinked, the guard closed).
+fn floor_take_release(dir: &std::fs::File, record: &[u8]) {
+    use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags};
+    use std::io::Write;
+    let guard_flags =
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+    let lock = rustix::fs::openat(dir, ".slots.lock.flock", guard_flags, Mode::empty())
+        .expect("open the count's guard");
+    rustix::fs::flock(&lock, FlockOperation::LockExclusive).expect("flock");
+    let listing = rustix::fs::openat(
+        dir,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .expect("open the directory");
+    let mut entries = 0;
+    for entry in rustix::fs::Dir::read_from(&listing).expect("read the directory") {
+        entry.expect("an entry");
+        entries += 1;
+    }
+    std::hint::black_box(entries);
+    for i in 0..8 {
+        let probe = rustix::fs::openat(
+            dir,
+            format!(".agent-{i}.lock.flock"),
+            guard_flags,
+            Mode::empty(),
+        )
+        .expect("open a held guard");
+        assert!(
+            rustix::fs::flock(&probe, FlockOperation::NonBlockingLockExclusive).is_err(),
+            "held"
+        );
+    }
+    let guard = rustix::fs::openat(dir, ".agent-8.lock.flock", guard_flags, Mode::empty())
+        .expect("open the free guard");
+    rustix::fs::flock(&guard, FlockOperation::NonBlockingLockExclusive).expect("free");
+    let temp = ".agent-8.lock.tmp-floor";
+    let t = rustix::fs::openat(
+        dir,
+        temp,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_bits_truncate(0o600),
+    )
+    .expect("create the temp");
+    rustix::fs::fchmod(&t, Mode::from_bits_truncate(0o644)).expect("fchmod");
+    std::fs::File::from(t).write_all(record).expect("write");
+    rustix::fs::linkat(dir, temp, dir, "agent-8.lock", AtFlags::empty()).expect("link");
+    rustix::fs::unlinkat(dir, temp, AtFlags::empty()).expect("unlink the temp");
+    drop(lock);
+    rustix::fs::unlinkat(dir, "agent-8.lock", AtFlags::empty()).expect("unlink the record");
+    drop(guard);
 }
 
 fn take_release(c: &mut Criterion) {

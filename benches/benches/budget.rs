@@ -3,7 +3,14 @@
 //! has none of the ledger's safety (no crash-safe replace, no dead-holder recovery, no bounds,
 //! no waits); the figure shows what those cost. Reported on the disk's filesystem and on tmpfs.
 //!
+//! `syscall_floor` is the ledger's own steps by hand (`floor_take`): its lock, the state read
+//! and changed, a temp file renamed over it.
+//!
 //! `cargo bench -p worklane-benches --bench budget`
+
+// The floor takes kernel locks and renames by hand, as the ledger's libraries do: that is what
+// it measures.
+#![allow(clippy::disallowed_methods)]
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
@@ -62,7 +69,60 @@ fn bench_on(c: &mut Criterion, label: &str, parent: &Path) {
             fs2::FileExt::unlock(&lock).expect("unlock");
         });
     });
+    // The ledger's steps by hand: its lock (a guard flocked), the state read, changed and
+    // replaced by temp + rename, the lock let go.
+    let fd = std::fs::File::open(dir.path()).expect("open the directory");
+    std::fs::write(
+        dir.path().join("floor.json"),
+        br#"{"core": {"granted": 0}}"#,
+    )
+    .expect("state");
+    std::fs::write(dir.path().join(".floor.lock.flock"), b"").expect("guard");
+    group.bench_function("syscall_floor", |b| {
+        b.iter(|| floor_take(&fd));
+    });
     group.finish();
+}
+
+/// One counted take at the least, by hand with raw syscalls: the guard of the state's lock
+/// opened and flocked, the state read and its count raised, the new state written to a temp
+/// file and renamed over the old, the guard closed.
+fn floor_take(dir: &std::fs::File) {
+    use rustix::fs::{FlockOperation, Mode, OFlags};
+    let guard = rustix::fs::openat(
+        dir,
+        ".floor.lock.flock",
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .expect("open the guard");
+    rustix::fs::flock(&guard, FlockOperation::LockExclusive).expect("flock");
+    let state = rustix::fs::openat(
+        dir,
+        "floor.json",
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .expect("open the state");
+    let mut text = String::new();
+    std::fs::File::from(state)
+        .read_to_string(&mut text)
+        .expect("read");
+    let mut value: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let granted = value["core"]["granted"].as_u64().expect("count");
+    value["core"]["granted"] = serde_json::Value::from(black_box(granted + 1));
+    let temp = rustix::fs::openat(
+        dir,
+        ".floor.json.tmp",
+        OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_bits_truncate(0o660),
+    )
+    .expect("create the temp");
+    std::fs::File::from(temp)
+        .write_all(&serde_json::to_vec(&value).expect("json"))
+        .expect("write");
+    rustix::fs::renameat(dir, ".floor.json.tmp", dir, "floor.json").expect("rename");
+    drop(guard);
 }
 
 fn budget_benches(c: &mut Criterion) {

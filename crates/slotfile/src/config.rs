@@ -23,14 +23,19 @@ pub const JOBS_RANGE: std::ops::RangeInclusive<u32> = 1..=4096;
 
 /// The default cap on concurrent build jobs machine-wide: the CPUs this process may run on
 /// (`available_parallelism`: online CPUs, less an affinity mask or a cgroup quota), within
-/// [`JOBS_RANGE`].
+/// [`JOBS_RANGE`]. Asked once per process: every load of the config needs it, and the
+/// question costs about twenty system calls (`/proc/self/cgroup`, the quota's files, the
+/// affinity mask), more than the rest of a take's reading of the config.
 #[must_use]
 pub fn default_max_jobs() -> u32 {
-    std::thread::available_parallelism()
-        .ok()
-        .and_then(|n| u32::try_from(n.get()).ok())
-        .unwrap_or(1)
-        .clamp(*JOBS_RANGE.start(), *JOBS_RANGE.end())
+    static CPUS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(|| {
+        std::thread::available_parallelism()
+            .ok()
+            .and_then(|n| u32::try_from(n.get()).ok())
+            .unwrap_or(1)
+            .clamp(*JOBS_RANGE.start(), *JOBS_RANGE.end())
+    })
 }
 
 /// Default cap on the event journal: its current and previous file together, 16 MiB.
