@@ -17,7 +17,8 @@
 //! hand-written `flock` + read + rewrite-in-place counter. `dispatcher`: one enqueue, admission
 //! and claim through a `Server` in a thread on a real socket (descriptors passed both ways, the
 //! driver's adopt and release included), choosing the next row with 10 and 10 000 queued, and
-//! recovering 10 000 rows. `guard`, `slotfile`, `lease`, `budget`
+//! recovering 10 000 rows (and cold, the page cache dropped). `views`: the `slots` document,
+//! the metrics and `why` with 1,000 holders and 1,000 waiters. `guard`, `slotfile`, `lease`, `budget`
 //! and the admission take run on the temp directory's filesystem and on `/dev/shm` when it exists. The lease stress and the
 //! CLI bench run the release `lease-holder` and `worklane` binaries, built first. Figures go in
 //! `BENCHMARKS.md`.

@@ -7,14 +7,20 @@
 //!   `{disk,tmpfs}/enqueue-to-claim` times only the dispatcher's part of that cycle: from the
 //!   enqueue's request (the lane already held) to the claim's reply (both descriptors
 //!   received), the launcher's acquire and the driver's adopt and release left out.
-//! - `dispatcher_next_row/{10,10000}`: choosing the next row to admit with 10 and with 10 000
-//!   queued (the `attempts_order` index).
+//!   `{disk,tmpfs}/syscall_floor` is that part's floor by hand (`floor_in`): two Unix-socket
+//!   requests and replies, one descriptor in and two out, and the row's insert and two
+//!   updates in SQLite (WAL, `synchronous = NORMAL`).
+//! - `dispatcher_next_row/{10,10000,100000}`: choosing the next row to admit with 10, 10 000
+//!   and 100 000 queued (the `attempts_order` index).
 //! - `dispatcher_recovery_10000_rows/{disk,tmpfs}`: a dispatcher starting over 10 000 stored
 //!   rows whose lanes are free (each lane's lock taken again) and every row's status entry
 //!   rewritten, as after a restart: each lane has the guard, epoch file and record its
 //!   launcher left, and each row the status entry the dead dispatcher wrote. `/fresh`: the same rows in a
 //!   directory without any lane file (as after a reboot with the slot directory on tmpfs),
-//!   so each lane's guard and first epoch file are created too.
+//!   so each lane's guard and first epoch file are created too. `disk/cold`: as `disk`, with
+//!   the page cache dropped before each recovery (`sync`, then 3 written to
+//!   `/proc/sys/vm/drop_caches`; root only, skipped elsewhere), as after a reboot: the database
+//!   and every lane file read from the disk.
 //!
 //! `cargo bench -p worklane-benches --bench dispatcher`
 
@@ -171,6 +177,93 @@ fn round_trip_in(
     });
     stop.store(true, Ordering::SeqCst);
     server.join().expect("server");
+    floor_in(group, label, root);
+}
+
+/// `{label}/syscall_floor`, the floor of `enqueue-to-claim`: what handing a lane over and
+/// back needs at the least, by hand. A server thread on a Unix socket, and per round two
+/// connections: the enqueue (a JSON line and one descriptor in; the row inserted; a line
+/// back) and the claim (a JSON line in; the row updated to admitted, then to running; a line
+/// and two descriptors back), the rows in SQLite in WAL mode with `synchronous = NORMAL`, as
+/// the dispatcher keeps them.
+fn floor_in(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    label: &str,
+    root: &Path,
+) {
+    let temp = tempfile::tempdir_in(root).expect("temp");
+    let socket = temp.path().join("floor.sock");
+    let listener = UnixListener::bind(&socket).expect("bind");
+    let db = rusqlite::Connection::open(temp.path().join("floor.db")).expect("db");
+    db.pragma_update(None, "journal_mode", "WAL").expect("wal");
+    db.pragma_update(None, "synchronous", "NORMAL")
+        .expect("normal");
+    db.execute_batch(
+        "CREATE TABLE rows (id INTEGER PRIMARY KEY, lane TEXT NOT NULL, state TEXT NOT NULL, \
+         args TEXT NOT NULL)",
+    )
+    .expect("schema");
+    let lane = std::fs::File::create(temp.path().join("lane")).expect("a lane");
+    let slot = std::fs::File::create(temp.path().join("slot")).expect("a slot");
+    let stop = Arc::new(AtomicBool::new(false));
+    let server = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for stream in listener.incoming() {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                let stream = stream.expect("accept");
+                let (line, fds) = worklane_transport::recv(&stream).expect("recv");
+                let request: serde_json::Value = serde_json::from_slice(&line).expect("json");
+                if request["op"] == "enqueue" {
+                    db.execute(
+                        "INSERT INTO rows (lane, state, args) VALUES (?1, 'queued', ?2)",
+                        (request["lane"].as_str().expect("lane"), "[\"driver\"]"),
+                    )
+                    .expect("insert");
+                    held = fds;
+                    worklane_transport::send(&stream, br#"{"ok":true}"#, &[]).expect("reply");
+                } else {
+                    let id = db.last_insert_rowid();
+                    db.execute("UPDATE rows SET state = 'starting' WHERE id = ?1", [id])
+                        .expect("admit");
+                    db.execute("UPDATE rows SET state = 'running' WHERE id = ?1", [id])
+                        .expect("claim");
+                    worklane_transport::send(
+                        &stream,
+                        br#"{"ok":true,"slot":"agent-0.lock"}"#,
+                        &[lane.as_fd(), slot.as_fd()],
+                    )
+                    .expect("reply");
+                    held.clear();
+                }
+            }
+        })
+    };
+    let held = std::fs::File::create(temp.path().join("held")).expect("held");
+    group.bench_function(format!("{label}/syscall_floor"), |b| {
+        b.iter(|| {
+            let enqueue = UnixStream::connect(&socket).expect("connect");
+            worklane_transport::send(
+                &enqueue,
+                br#"{"op":"enqueue","lane":"bench"}"#,
+                &[held.as_fd()],
+            )
+            .expect("send");
+            let (reply, _) = worklane_transport::recv(&enqueue).expect("recv");
+            assert_eq!(reply, br#"{"ok":true}"#);
+            let claim = UnixStream::connect(&socket).expect("connect");
+            worklane_transport::send(&claim, br#"{"op":"claim"}"#, &[]).expect("send");
+            let (_, fds) = worklane_transport::recv(&claim).expect("recv");
+            assert_eq!(fds.len(), 2);
+        });
+    });
+    stop.store(true, Ordering::SeqCst);
+    // Wake the accept loop so it sees the stop.
+    drop(UnixStream::connect(&socket));
+    server.join().expect("server");
 }
 
 fn attempt(i: usize, state: State) -> Attempt {
@@ -190,7 +283,7 @@ fn attempt(i: usize, state: State) -> Attempt {
 
 fn next_row(c: &mut Criterion) {
     let mut group = c.benchmark_group("dispatcher_next_row");
-    for n in [10usize, 10_000] {
+    for n in [10usize, 10_000, 100_000] {
         let temp = tempfile::tempdir().expect("temp");
         let store = Store::open(&temp.path().join("queue.db")).expect("store");
         for i in 0..n {
@@ -217,14 +310,27 @@ fn recovery(c: &mut Criterion) {
     let mut group = c.benchmark_group("dispatcher_recovery_10000_rows");
     group.sample_size(10);
     group.measurement_time(Duration::from_secs(30));
-    for ((label, root), fresh) in worklane_benches::filesystems()
-        .into_iter()
-        .flat_map(|fs| [(fs.clone(), false), (fs, true)])
-    {
-        let label = if fresh {
-            format!("{label}/fresh")
-        } else {
-            label.to_owned()
+    let can_drop = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/proc/sys/vm/drop_caches")
+        .is_ok();
+    if !can_drop {
+        eprintln!(
+            "dispatcher_recovery_10000_rows/disk/cold skipped: the page cache cannot be dropped here"
+        );
+    }
+    for ((label, root), fresh, cold) in worklane_benches::filesystems().into_iter().flat_map(|fs| {
+        let cold = fs.0 == "disk" && can_drop;
+        let mut each = vec![(fs.clone(), false, false), (fs.clone(), true, false)];
+        if cold {
+            each.push((fs, false, true));
+        }
+        each
+    }) {
+        let label = match (fresh, cold) {
+            (true, _) => format!("{label}/fresh"),
+            (false, true) => format!("{label}/cold"),
+            (false, false) => label.to_owned(),
         };
         group.bench_function(label, |b| {
             b.iter_batched(
@@ -261,6 +367,9 @@ fn recovery(c: &mut Criterion) {
                         .expect("a first dispatcher");
                     write_entries(&served);
                     drop(served);
+                    if cold {
+                        drop_caches();
+                    }
                     temp
                 },
                 |temp| {
@@ -277,6 +386,12 @@ fn recovery(c: &mut Criterion) {
         });
     }
     group.finish();
+}
+
+/// Writes what is dirty to disk and drops the page cache, so the next read comes from the disk.
+fn drop_caches() {
+    rustix::fs::sync();
+    std::fs::write("/proc/sys/vm/drop_caches", b"3").expect("drop the page cache");
 }
 
 criterion_group!(benches, round_trip, next_row, recovery);

@@ -5,8 +5,8 @@
 //!   `Pool::take` (in line, woken by inotify); `polling` is what `take` did before the line:
 //!   `try_take` again and again with a 25 ms pause doubling to 500 ms. The release comes
 //!   100 ms after the waiter began (a poller then looks again at 175 ms).
-//! - `line_take_release/{0,100}_waiting`: a take and release of an agent slot that passes the
-//!   line (priority 1) with no waiter, and with 100 waiters of priority 0 in line (each entry
+//! - `line_take_release/{0,100,1000}_waiting`: a take and release of an agent slot that passes
+//!   the line (priority 1) with no waiter, and with 100 and 1,000 waiters of priority 0 in line (each entry
 //!   held by this process, so each is live), on tmpfs: the cost the line adds to a take.
 //!
 //! `cargo bench -p worklane-benches --bench line`
@@ -123,7 +123,7 @@ fn take_with_waiters(c: &mut Criterion) {
         std::env::temp_dir()
     };
     let mut group = c.benchmark_group("line_take_release");
-    for waiting in [0usize, 100] {
+    for waiting in [0usize, 100, 1000] {
         let (_dir, pool) = pool_in(&root, 4);
         let places: Vec<Place> = (0..waiting)
             .map(|_| {
