@@ -345,6 +345,42 @@ mod records {
     //! Records of other writers: without a weight, with a hostile one, unjudgeable.
     use super::*;
 
+    /// A slot held by its guard whose record says weight 3, written where `protocol.json`
+    /// does not name `weights` (a writer that broke PROTOCOL.md section 0: weights are
+    /// declared before they are used): a take of weight 1 counts it one unit, without reading
+    /// it, until the extension is declared; then its weight counts.
+    #[test]
+    fn without_the_weights_extension_a_held_slot_counts_one_unit_whatever_its_record_says() {
+        let site = Site::new(r#"{"max_agents": 2}"#);
+        let first = held(&site, &ask(1));
+        assert_eq!(first.name(), "agent-0.lock");
+        let mut record = record_of(&site, "agent-0.lock");
+        record["weight"] = serde_json::json!(3);
+        std::fs::write(
+            site.temp.path().join("agent-0.lock"),
+            serde_json::to_vec(&record).expect("JSON"),
+        )
+        .expect("rewrite the record");
+        let second = held(&site, &ask(1));
+        assert_eq!(
+            second.name(),
+            "agent-1.lock",
+            "counted one unit: 1 + 1 <= 2"
+        );
+        drop(second);
+        assert!(
+            site.pool
+                .declare_extension(worklane_admission::protocol::WEIGHTS)
+                .expect("declare")
+        );
+        assert_eq!(
+            blocked(&site, &ask(1)),
+            Blocker::AtCap { held: 2, cap: 2 },
+            "declared: its record is read and its weight (at most the cap) counts"
+        );
+        drop(first);
+    }
+
     #[test]
     fn a_record_without_a_weight_counts_one() {
         let site = Site::new(r#"{"max_agents": 2}"#);

@@ -86,13 +86,15 @@ impl Pool {
     ///
     /// A held guard's record is read after the probe, for its weight and owner only (the
     /// holder may replace it meanwhile, never with another weight: a weight is written once,
-    /// at the take, and kept by every rewrite); a free guard's is the one its verdict was
-    /// judged from.
+    /// at the take, and kept by every rewrite), and only when `weighed`: else every held
+    /// guard counts one unit and no owner (see [`Pool::weighed`]). A free guard's record is
+    /// the one its verdict was judged from.
     pub(crate) fn kind_slots_in(
         &self,
         prefix: &str,
         files: Vec<SlotPath>,
         hidden: &[String],
+        weighed: bool,
     ) -> Result<Vec<Counted>, Error> {
         let mut out = Vec::new();
         for path in files {
@@ -102,7 +104,7 @@ impl Pool {
             let (state, raw) = self.observe(&path, &ProcessLiveness)?;
             let raw = match (&state, raw) {
                 (_, Some(raw)) => Some(raw),
-                (SlotState::GuardHeld, None) => path.read().ok().flatten(),
+                (SlotState::GuardHeld, None) if weighed => path.read().ok().flatten(),
                 _ => None,
             };
             let (weight, owner) = raw
@@ -142,7 +144,7 @@ impl Pool {
         };
         let cap = self.cap(kind)?;
         let (files, hidden) = self.dir.list_with_hidden().map_err(self.listing())?;
-        let slots = self.kind_slots_in(prefix, files, &hidden)?;
+        let slots = self.kind_slots_in(prefix, files, &hidden, true)?;
         let held = units_of(&slots, cap).0;
         Ok(u64::from(held) + u64::from(weight.clamp(1, cap.max(1))) <= u64::from(cap))
     }
@@ -151,8 +153,26 @@ impl Pool {
     /// `slots.lock`): the dispatcher's fair choice among its own rows.
     pub fn held_by_owner(&self, prefix: &str, cap: u32) -> Result<HashMap<String, u32>, Error> {
         let (files, hidden) = self.dir.list_with_hidden().map_err(self.listing())?;
-        let slots = self.kind_slots_in(prefix, files, &hidden)?;
+        let slots = self.kind_slots_in(prefix, files, &hidden, true)?;
         Ok(units_of(&slots, cap).1)
+    }
+
+    /// Whether a count under `slots.lock` for a take of `weight` (`shares`: the config has
+    /// shares for its kind) must read the records of slots whose guard is held, for their
+    /// weight and share owner: when the take itself has a weight above one or counts shares,
+    /// or when `protocol.json` names `weights`. Read under `slots.lock`
+    /// (the caller holds it), the answer holds for the count: a take of weight above one, or
+    /// under shares, declares `weights` under the same lock before it takes, and an operator
+    /// drops it only while no live slot counts for more than one unit and the config has no
+    /// shares (PROTOCOL.md section 0, "Declaring" and "Dropping"). So where it is not named,
+    /// every held slot counts one unit and no share is counted, and the reads (four system
+    /// calls a held slot) are skipped. A `protocol.json` that cannot be read means read them.
+    pub(crate) fn weighed(&self, weight: u32, shares: bool) -> bool {
+        weight > 1
+            || shares
+            || crate::protocol::read(&self.dir).map_or(true, |p| {
+                p.extensions.iter().any(|e| e == crate::protocol::WEIGHTS)
+            })
     }
 
     /// The slots of `prefix` whose guard is held with no record behind it: the holder's record

@@ -379,7 +379,12 @@ impl Pool {
         } else {
             Vec::new()
         };
-        let slots = self.kind_slots_in(prefix, files, &hidden)?;
+        let slots = self.kind_slots_in(
+            prefix,
+            files,
+            &hidden,
+            self.weighed(asked.weight, !asked.shares.is_empty()),
+        )?;
         let (held, by_owner) = units_of(&slots, asked.cap);
         let decided = Decided { held, by_owner };
         if let Some(blocker) = self.blocker_of(kind, &asked, &decided, &slots, line, &entries)? {
