@@ -135,7 +135,7 @@ pub fn unified() -> Option<PathBuf> {
     if !cfg!(target_os = "linux") {
         return None;
     }
-    parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo").ok()?)
+    parse_mountinfo(&worklane_stdx::read_small_text("/proc/self/mountinfo").ok()?)
 }
 
 /// This process's own cgroup v2 path (`None` without one, or off Linux).
@@ -144,7 +144,7 @@ pub fn own() -> Option<String> {
     if !cfg!(target_os = "linux") {
         return None;
     }
-    parse_own(&std::fs::read_to_string("/proc/self/cgroup").ok()?)
+    parse_own(&worklane_stdx::read_small_text("/proc/self/cgroup").ok()?)
 }
 
 /// What a cgroup holds now.
@@ -192,15 +192,15 @@ pub fn dir_of(mount: &Path, path: &str) -> Option<PathBuf> {
 #[must_use]
 pub fn usage(path: &str) -> Option<Usage> {
     let dir = dir_of(&unified()?, path)?;
-    let procs = parse_procs(&std::fs::read_to_string(dir.join("cgroup.procs")).ok()?);
+    let procs = parse_procs(&worklane_stdx::read_small_text(dir.join("cgroup.procs")).ok()?);
     let number = |name: &str| {
-        std::fs::read_to_string(dir.join(name))
+        worklane_stdx::read_small_text(dir.join(name))
             .ok()
             .and_then(|t| t.trim().parse().ok())
     };
     Some(Usage {
         procs,
-        cpu_usec: std::fs::read_to_string(dir.join("cpu.stat"))
+        cpu_usec: worklane_stdx::read_small_text(dir.join("cpu.stat"))
             .ok()
             .and_then(|t| parse_cpu_usec(&t)),
         memory_current: number("memory.current"),

@@ -184,7 +184,7 @@ impl RunCgroup {
     /// The processes in it now.
     #[must_use]
     pub fn pids(&self) -> Vec<u32> {
-        std::fs::read_to_string(self.dir.join("cgroup.procs"))
+        worklane_stdx::read_small_text(self.dir.join("cgroup.procs"))
             .map(|t| read::parse_procs(&t))
             .unwrap_or_default()
     }
@@ -200,7 +200,7 @@ impl RunCgroup {
         let parent = self.dir.parent().map(Path::to_path_buf);
         let mut set = |controller: &str, file: &str, value: String| {
             let enabled = || {
-                std::fs::read_to_string(self.dir.join("cgroup.controllers"))
+                worklane_stdx::read_small_text(self.dir.join("cgroup.controllers"))
                     .is_ok_and(|c| c.split_whitespace().any(|w| w == controller))
             };
             if !enabled()
@@ -243,7 +243,7 @@ impl RunCgroup {
     /// The CPU time its processes used, µs (`cpu.stat`'s `usage_usec`).
     #[must_use]
     pub fn cpu_usec(&self) -> Option<u64> {
-        std::fs::read_to_string(self.dir.join("cpu.stat"))
+        worklane_stdx::read_small_text(self.dir.join("cpu.stat"))
             .ok()
             .and_then(|t| read::parse_cpu_usec(&t))
     }
@@ -285,13 +285,18 @@ fn sweep(runs: &Path) {
     };
     let now = std::time::SystemTime::now();
     for entry in entries.flatten() {
+        // The directory's own type first (from the listing, no system call): the control
+        // files beside the runs' cgroups (about twenty) are never looked at.
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
         let old = entry
             .metadata()
             .and_then(|m| m.modified())
             .ok()
             .and_then(|at| now.duration_since(at).ok())
             .is_some_and(|age| age.as_secs() >= YOUNG_SECS);
-        if old && entry.file_type().is_ok_and(|t| t.is_dir()) {
+        if old {
             // Refused (EBUSY) while a process runs in it: then it stays.
             let _ = std::fs::remove_dir(entry.path());
         }

@@ -6,6 +6,7 @@
 //!   a chain would be shown twice.
 //! - [`shell_quote`]: a path or key quoted for a shell when it needs it, as every fix a
 //!   message gives shows one.
+//! - [`read_small`]: a small file (`/proc`, `/sys`, a cgroup's) read whole in one `read`.
 //!
 //! Each library error of worklane says only what its own layer was doing and leaves its cause
 //! to `source()`, so every part is shown as it is, once, and nothing is deduplicated by
@@ -17,6 +18,35 @@
 //! let error = std::io::Error::new(std::io::ErrorKind::Other, "disk full");
 //! assert_eq!(worklane_stdx::chain(&error), "disk full");
 //! ```
+
+/// Reads a small file whole, as the files of `/proc`, `/sys` and a cgroup are read: one
+/// `read` of up to 4 KiB, then one more to see its end (a longer file is read on in steps).
+/// `std::fs::read` first asks the file's size, which such a file gives as 0, and then reads
+/// it in growing steps from 32 bytes: `/proc/<pid>/stat` took eight system calls that way,
+/// four this way, and a process table is read once per process.
+///
+/// # Errors
+///
+/// Opening or reading the file failed.
+pub fn read_small(path: impl AsRef<std::path::Path>) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let mut bytes = Vec::with_capacity(4096);
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// [`read_small`] as text (the bytes that are not UTF-8 replaced).
+///
+/// # Errors
+///
+/// Opening or reading the file failed.
+pub fn read_small_text(path: impl AsRef<std::path::Path>) -> std::io::Result<String> {
+    read_small(path).map(|bytes| match String::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    })
+}
 
 /// Renders `error` and each of its sources in turn, joined by `": "`.
 #[must_use]
@@ -72,6 +102,32 @@ pub fn assert_no_part_repeats(error: &dyn std::error::Error) {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_small_file_is_read_whole_and_a_longer_one_too() {
+        let temp = std::env::temp_dir().join(format!("stdx-read-small-{}", std::process::id()));
+        let long: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&temp, &long).expect("write");
+        assert_eq!(super::read_small(&temp).expect("read"), long);
+        std::fs::write(&temp, b"caf\xc3\xa9 \xff").expect("write");
+        assert_eq!(
+            super::read_small_text(&temp).expect("read"),
+            "caf\u{e9} \u{fffd}"
+        );
+        std::fs::remove_file(&temp).expect("remove");
+        assert!(super::read_small(&temp).is_err(), "gone");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_proc_file_that_says_it_is_empty_is_read_whole() {
+        let stat = super::read_small_text("/proc/self/stat").expect("read");
+        assert!(
+            stat.starts_with(&format!("{} (", std::process::id())),
+            "{stat}"
+        );
+        assert!(stat.ends_with('\n'), "whole: {stat}");
+    }
     use super::{assert_no_part_repeats, chain};
 
     /// A step of some layer, with the step below it as its source.

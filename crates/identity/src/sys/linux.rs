@@ -28,7 +28,7 @@ const TIME_NS: &str = "/proc/self/ns/time";
 
 /// Reads the place of the current process.
 pub(crate) fn read_place() -> Result<Place, place::Error> {
-    let raw = fs::read(BOOT_ID).map_err(|source| place::Error::Read {
+    let raw = worklane_stdx::read_small(BOOT_ID).map_err(|source| place::Error::Read {
         path: BOOT_ID,
         source,
     })?;
@@ -61,7 +61,7 @@ fn namespace(path: &'static str) -> Result<Option<u64>, place::Error> {
 /// Reads the start and state of `pid` from one read of `/proc/<pid>/stat`.
 pub(crate) fn snapshot(pid: u32) -> Result<Snapshot, process::Error> {
     let path = PathBuf::from(format!("/proc/{pid}/stat"));
-    let bytes = match fs::read(&path) {
+    let bytes = match worklane_stdx::read_small(&path) {
         Ok(bytes) => bytes,
         // ESRCH: the process was reaped between the open and the read.
         Err(error)

@@ -17,7 +17,7 @@ pub(crate) fn table() -> Option<Vec<Entry>> {
     let mut table = Vec::new();
     for pid in proc_pids()? {
         // A process can exit between the listing and the read: skip it.
-        let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
+        let Ok(stat) = worklane_stdx::read_small(format!("/proc/{pid}/stat")) else {
             continue;
         };
         if let Ok(s) = proc_stat::parse(&stat) {
@@ -66,7 +66,7 @@ pub(crate) fn become_subreaper() -> bool {
 
 /// How a process looks now, `None` when it is gone or cannot be seen.
 pub(crate) fn observe(pid: u32) -> Option<Seen> {
-    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    let stat = worklane_stdx::read_small(format!("/proc/{pid}/stat")).ok()?;
     let proc_stat::Stat {
         state,
         pgid,
@@ -144,7 +144,7 @@ pub(crate) fn tree_use(fifo: &std::path::Path) -> (Option<u32>, Option<u32>) {
         if table.iter().any(|e| e.pid == pid && e.state == b'Z') {
             continue;
         }
-        let Some(n) = std::fs::read(format!("/proc/{pid}/stat"))
+        let Some(n) = worklane_stdx::read_small(format!("/proc/{pid}/stat"))
             .ok()
             .and_then(|s| proc_stat::parse(&s).ok())
             .map(|s| s.threads)
