@@ -12,12 +12,12 @@
 //! one named (same start identity) or holds the slot's guard; it belongs to the record's owner;
 //! and it is not pid 1, this process, or this process's group or session leader. So a record
 //! can never make `stop-all` signal a process its writer could not signal itself. The
-//! decisions are plain functions (`judge`; the stat line is `worklane_identity::proc_stat`'s); only the platform module's
+//! decisions are plain functions (`judge`; the stat line is `worklane_identity::proc_stat`'s); only `sys`'s
 //! `observe` and `guard_holders` read the machine (Linux `/proc`; elsewhere nothing is observed and
 //! supervisors alone halt their commands).
 
-use crate::platform::{guard_holders, observe};
 use crate::supervise::{CHECK_EVERY, GRACE};
+use crate::sys::{guard_holders, observe};
 use rustix::process::{Pid, Signal};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::{Duration, Instant};

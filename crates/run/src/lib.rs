@@ -83,11 +83,12 @@
 //!   namespace, makes anything be signalled, and only processes of the record's writer that
 //!   are the one named (start identity) or hold the slot's guard, never pid 1, us, our group
 //!   or session leader. Signals go through a pidfd (Linux) rechecked for the start identity.
-//! - `platform/linux.rs` / `platform/other.rs`: everything read from `/proc` (the table, one process's stat
-//!   and owner, the holders of a guard's descriptor, the subreaper setting); same signatures,
-//!   nothing seen off Linux.
+//! - `sys/linux/proc.rs` / `sys/other.rs`: everything read from `/proc` (the table, one
+//!   process's stat and owner, the holders of a guard's descriptor, the subreaper setting);
+//!   same signatures, nothing seen off Linux (one file per platform under `sys/`, as guard and
+//!   identity have theirs).
 //! - `search.rs`: the paths execvp(3) tries, as glibc's does (a pure function).
-//! - `sys/`: the one place with `unsafe`: `spawn` (Linux: `clone(CLONE_VM | CLONE_VFORK)` on
+//! - `sys/` is also the one place with `unsafe`: `spawn` (Linux: `clone(CLONE_VM | CLONE_VFORK)` on
 //!   its own stack with every signal blocked across it; the child resets caught signals and
 //!   SIGPIPE, spends a job-control stop that would freeze us both, sets `PR_SET_PDEATHSIG`,
 //!   rechecks its parent, empties its mask and tries the prepared paths, `/bin/sh` on
@@ -145,8 +146,6 @@ pub mod supervise;
 mod supervisor;
 mod sys;
 mod tree;
-
-mod platform;
 
 pub use jobs::{Jobs, Style};
 pub use signals::signal_name;

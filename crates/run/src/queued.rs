@@ -188,7 +188,7 @@ fn proven(queued: &Queued) -> Result<Target, String> {
     if place.host != here.host || place.boot != here.boot || place.pidns != here.pidns {
         return Err("its record names another host, boot or pid namespace".to_owned());
     }
-    let seen = crate::platform::observe(queued.pid)
+    let seen = crate::sys::observe(queued.pid)
         .ok_or_else(|| format!("pid {} cannot be seen", queued.pid))?;
     if seen.uid != writer.uid {
         return Err(format!(

@@ -171,7 +171,7 @@ pub fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Outcome, E
     }
     let interactive = std::io::stdin().is_terminal();
     // Orphans of the command's tree are re-parented to us (Linux), so a halt still finds them.
-    let reaping = crate::platform::become_subreaper();
+    let reaping = crate::sys::become_subreaper();
     let procs = cgroup.as_ref().and_then(|c| c.procs_file().ok());
     let spawned = crate::sys::spawn(program, args, &env, !interactive, procs.as_ref());
     drop(procs);

@@ -10,7 +10,7 @@
 //!
 //! The decisions are plain functions ([`descendants`]; a process's stat line is parsed by
 //! `worklane_identity::proc_stat`) tested everywhere; only
-//! the platform module's `table` reads the machine (Linux `/proc`; elsewhere there is no table
+//! `sys`'s `table` reads the machine (Linux `/proc`; elsewhere there is no table
 //! and a halt reaches the command's group or pid only).
 
 /// One row of the process table.
@@ -61,7 +61,7 @@ fn table_with(child: u32) -> Option<Vec<Entry>> {
         .as_raw_nonzero()
         .get()
         .unsigned_abs();
-    let table = crate::platform::table()?;
+    let table = crate::sys::table()?;
     table
         .iter()
         .any(|e| e.pid == child && e.ppid == ours)
@@ -236,7 +236,7 @@ mod tests {
             .stdin(std::process::Stdio::null())
             .spawn_gated()
             .expect("spawn sleep");
-        let table = crate::platform::table().expect("a process table on Linux");
+        let table = crate::sys::table().expect("a process table on Linux");
         let ours = std::process::id();
         assert!(
             descendants(ours, &table).contains(&child.id()),

@@ -55,7 +55,7 @@ impl Shared {
         let out = circulating.saturating_sub(fionread());
         ledger.lost = ledger.lost.min(out);
         if look_for_lost && out > ledger.lost {
-            let (threads, holders) = crate::platform::tree_use(&self.fifo_path);
+            let (threads, holders) = crate::sys::tree_use(&self.fifo_path);
             let short = match (threads, holders) {
                 (Some(threads), Some(holders)) => {
                     lost_tokens(out, threads, holders).saturating_sub(ledger.lost)
@@ -122,7 +122,7 @@ impl Shared {
         {
             return;
         }
-        let Some(table) = crate::platform::table() else {
+        let Some(table) = crate::sys::table() else {
             return;
         };
         let working = crate::tree::leaves(std::process::id(), &table) as u64;

@@ -2,6 +2,8 @@
 //! `posix_spawn` does (rustix has no clone), and the exec(2) of a prepared [`Exec`], tried along
 //! `PATH` as glibc's execvpe does whichever libc this was linked with.
 
+pub(crate) mod proc;
+
 use super::Child;
 
 /// Starts `program` with `args` (searched in `PATH` as glibc's execvp(3) does, a file

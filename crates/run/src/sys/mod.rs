@@ -1,4 +1,5 @@
-//! The one module of the crate with `unsafe` (`linux.rs` below it too): starting the command (a
+//! The platform's calls, one file per platform (`linux.rs`, `other.rs`), as in guard and
+//! identity; and the one module of the crate with `unsafe` (`linux.rs` below it too): starting the command (a
 //! `clone(CLONE_VM | CLONE_VFORK)` whose child sets the parent-death signal before its exec;
 //! rustix has no clone) and std's `Command::pre_exec` (its closure runs in the forked child)
 //! are unsafe; taking an inherited descriptor by its number (`--status-fd`, systemd's socket)
@@ -11,7 +12,17 @@
 #[cfg(target_os = "linux")]
 mod linux;
 #[cfg(target_os = "linux")]
+pub(crate) use linux::proc::*;
+#[cfg(target_os = "linux")]
 pub(crate) use linux::spawn;
+
+// What the crate reads of the machine's processes (the process table, how one process looks,
+// who holds a guard's descriptor, the subreaper setting), with the same signatures on every
+// platform: `linux/proc.rs` reads `/proc` (safe code); `other.rs` sees nothing.
+#[cfg(not(target_os = "linux"))]
+mod other;
+#[cfg(not(target_os = "linux"))]
+pub(crate) use other::*;
 
 /// A command started by [`spawn`]: its pid, reaped by [`Child::wait`].
 pub(crate) struct Child {

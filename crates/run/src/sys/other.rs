@@ -1,6 +1,6 @@
 //! Every platform but Linux: no process table is read, so a halt reaches the command's group
 //! (or pid) only, nothing is observed for STOP's enforcement (supervisors alone halt their
-//! commands), and there are no subreapers. The same signatures as `linux.rs`.
+//! commands), and there are no subreapers. The same signatures as `linux/proc.rs`.
 
 use crate::enforce::Seen;
 use crate::tree::Entry;

@@ -2,7 +2,7 @@
 //! (for a halt's reach beyond the command's group), how one process looks (for STOP's
 //! enforcement), which processes hold a guard's descriptor, and the subreaper setting. A
 //! process's `/proc/<pid>/stat` is parsed by `worklane_identity::proc_stat`, tested everywhere;
-//! `other.rs` has the same signatures for every other platform, where nothing is seen (but
+//! `sys/other.rs` has the same signatures for every other platform, where nothing is seen (but
 //! `tree_use`, which only the Linux jobserver asks).
 
 use crate::enforce::Seen;
