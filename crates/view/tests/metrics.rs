@@ -78,3 +78,160 @@ fn the_exposition_has_the_holders_and_caps_of_the_pool() {
         "0.0.4 text: {text}"
     );
 }
+
+/// The series of every line starting with `name{` or `name ` in the exposition.
+fn series<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .collect()
+}
+
+#[test]
+fn stop_drain_waiters_and_the_full_run_s_cap_are_gauges_of_the_moment() {
+    let site = Site::new(r#"{"max_agents": 1}"#);
+    let before = worklane_view::metrics::exposition(&site.pool).expect("exposition");
+    assert_eq!(value(&before, "worklane_stop"), 0.0);
+    assert_eq!(value(&before, "worklane_drain"), 0.0);
+    assert_eq!(value(&before, "worklane_cap{kind=\"full-run\"}"), 1.0);
+    assert_eq!(value(&before, "worklane_waiters{kind=\"agent\"}"), 0.0);
+    assert_eq!(value(&before, "worklane_protocol_refused"), 0.0);
+    let _held = site.take(Kind::Agent);
+    let _waiting = site
+        .pool
+        .join_line(Kind::Agent, 0, &Request::new("waiter"))
+        .expect("join");
+    worklane_admission::stop::write(
+        site.pool.dir(),
+        &worklane_admission::Stop {
+            by: "op@host".into(),
+            at: rfc3339_ms(0),
+            reason: "test".into(),
+        },
+    )
+    .expect("stop");
+    site.pool
+        .write_drain(&worklane_admission::Drain {
+            since: rfc3339_ms(0),
+            until: rfc3339_ms(now_ms() + 3_600_000),
+            to: None,
+        })
+        .expect("drain");
+    let after = worklane_view::metrics::exposition(&site.pool).expect("exposition");
+    assert_eq!(value(&after, "worklane_stop"), 1.0);
+    assert_eq!(value(&after, "worklane_drain"), 1.0);
+    assert_eq!(value(&after, "worklane_waiters{kind=\"agent\"}"), 1.0);
+    assert_eq!(value(&after, "worklane_waiters{kind=\"test\"}"), 0.0);
+    std::fs::write(
+        site.temp.path().join("protocol.json"),
+        br#"{"version": 1, "level": 99, "extensions": []}"#,
+    )
+    .expect("protocol");
+    let refused = worklane_view::metrics::exposition(&site.pool).expect("exposition");
+    assert_eq!(value(&refused, "worklane_protocol_refused"), 1.0);
+}
+
+#[test]
+fn what_happened_is_counted_from_the_journal() {
+    let site = Site::new(r#"{"max_agents": 2}"#);
+    let before = worklane_view::metrics::exposition(&site.pool).expect("exposition");
+    assert_eq!(value(&before, "worklane_takeovers_total"), 0.0);
+    assert_eq!(value(&before, "worklane_holders_gone_total"), 0.0);
+    assert_eq!(value(&before, "worklane_halts_total{by=\"worklane\"}"), 0.0);
+    assert_eq!(
+        value(&before, "worklane_halts_total{by=\"supervisor\"}"),
+        0.0
+    );
+    for _ in 0..3 {
+        site.take(Kind::Agent).release().expect("release");
+    }
+    site.take(Kind::Test { limit_ms: None })
+        .release()
+        .expect("release");
+    let text = worklane_view::metrics::exposition(&site.pool).expect("exposition");
+    assert_eq!(
+        value(&text, "worklane_run_seconds_count{kind=\"agent\"}"),
+        3.0,
+        "each release measured: {text}"
+    );
+    assert_eq!(
+        value(&text, "worklane_run_seconds_count{kind=\"test\"}"),
+        1.0
+    );
+    assert_eq!(
+        value(&text, "worklane_queue_wait_seconds_count{kind=\"agent\"}"),
+        3.0,
+        "each take measured"
+    );
+    assert_eq!(value(&text, "worklane_journal_dropped_events_total"), 0.0);
+    assert_eq!(value(&text, "worklane_journal_skipped_lines"), 0.0);
+    // A torn line, as a writer killed mid-line leaves one, is skipped and counted.
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(site.temp.path().join("journal.jsonl"))
+        .expect("journal")
+        .write_all(b"{\"version\":1,\"at\"")
+        .expect("tear");
+    let torn = worklane_view::metrics::exposition(&site.pool).expect("exposition");
+    assert_eq!(
+        value(&torn, "worklane_journal_skipped_lines"),
+        1.0,
+        "{torn}"
+    );
+    assert_eq!(series(&torn, "worklane_run_seconds_bucket").len() % 2, 0);
+}
+
+#[test]
+fn a_dead_holder_is_said_gone_once_by_the_first_look() {
+    let site = Site::new(r#"{"max_agents": 2}"#);
+    let slot = site.take(Kind::Agent);
+    let name = slot.name().to_owned();
+    // Its holder gone without releasing: the record stays, naming a pid that has exited.
+    let mut record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(site.temp.path().join(&name)).expect("record"))
+            .expect("JSON");
+    drop(slot.hand_over());
+    let dead = dead_pid();
+    record["pid"] = serde_json::json!(dead);
+    if let Some(identity) = record.get_mut("identity") {
+        identity["pid"] = serde_json::json!(dead);
+    }
+    std::fs::write(
+        site.temp.path().join(&name),
+        serde_json::to_vec(&record).expect("JSON"),
+    )
+    .expect("rewrite");
+    let first = worklane_view::metrics::exposition(&site.pool).expect("exposition");
+    assert_eq!(value(&first, "worklane_holders_gone_total"), 1.0, "{first}");
+    assert_eq!(value(&first, "worklane_holders{kind=\"agent\"}"), 0.0);
+    let second = worklane_view::metrics::exposition(&site.pool).expect("exposition");
+    assert_eq!(
+        value(&second, "worklane_holders_gone_total"),
+        1.0,
+        "said once"
+    );
+}
+
+/// A pid no process can have (the kernel's `pid_max` itself: pids stay below it), so that no
+/// process is started here (a start beside the other tests' releases would need the fork
+/// gate).
+fn dead_pid() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .expect("pid_max")
+        .trim()
+        .parse()
+        .expect("a number")
+}
+
+fn now_ms() -> u64 {
+    u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_millis(),
+    )
+    .expect("fits")
+}
