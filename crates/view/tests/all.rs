@@ -2,5 +2,6 @@
 
 mod metrics;
 mod serve;
+mod slots;
 mod support;
 mod why;
