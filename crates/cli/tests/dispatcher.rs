@@ -505,8 +505,12 @@ fn a_driver_that_cannot_start_is_parked_as_failed_and_the_line_moves_on() {
     let good = enqueue(&site, &["--lane", "good"], r#"touch "$T/good-ran""#);
     assert!(good.status.success());
     assert_eq!(site.code(&["resume-all"]), 0);
-    wait_until("the good row to run", || site.file("good-ran").exists());
-    wait_until("every broken row parked", || {
+    // 320 failed starts come first (40 rows, 8 starts each): a process each.
+    let starts = Duration::from_secs(120);
+    wait_until_within("the good row to run", starts, || {
+        site.file("good-ran").exists()
+    });
+    wait_until_within("every broken row parked", starts, || {
         let states = states(&site);
         broken
             .iter()

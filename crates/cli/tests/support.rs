@@ -159,8 +159,14 @@ impl Drop for Running {
     }
 }
 
-pub(crate) fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
+pub(crate) fn wait_until(what: &str, cond: impl FnMut() -> bool) {
+    wait_until_within(what, Duration::from_secs(30), cond);
+}
+
+/// [`wait_until`] with a bound of its own, for a wait whose work is many process starts (a
+/// loaded machine runs them slower, never wrongly).
+pub(crate) fn wait_until_within(what: &str, bound: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + bound;
     while !cond() {
         assert!(Instant::now() < deadline, "gave up waiting for {what}");
         std::thread::sleep(Duration::from_millis(20));
