@@ -281,6 +281,7 @@ mod tests {
                 refused,
                 Err(Error::Field {
                     key: "admission",
+                    expected: "\"dispatcher\" or \"waiter\"",
                     ..
                 })
             ),
@@ -297,12 +298,17 @@ mod tests {
                 refused,
                 Err(Error::Field {
                     key: "env_allow_prefixes",
+                    expected: "an array of non-empty strings",
                     ..
                 })
             ),
             "{refused:?}"
         );
         assert_eq!(std::fs::read(&path).expect("read"), before, "unchanged");
+        edit(&env, |keys| {
+            keys.insert("env_secret_words".to_owned(), serde_json::json!(["TOKEN"]));
+        })
+        .expect("a list of non-empty strings is taken");
     }
 
     #[test]

@@ -241,4 +241,68 @@ mod tests {
         assert!(Key::EnvAllowPrefixes.parse("A,,B").is_err());
         assert!(Key::EnvAllowPrefixes.parse("[1]").is_err());
     }
+
+    #[test]
+    fn the_json_keys_take_objects_and_say_what_they_must_be() {
+        assert_eq!(
+            Key::MaxMemory.parse(r#"{"agent": 4294967296}"#),
+            Ok(serde_json::json!({"agent": 4_294_967_296_u64}))
+        );
+        assert_eq!(
+            Key::MaxCpu.parse(r#"{"agent": 1.5}"#),
+            Ok(serde_json::json!({"agent": 1.5}))
+        );
+        let memory = Key::MaxMemory.parse("4G").expect_err("not an object");
+        assert!(memory.contains("bytes"), "{memory}");
+        let cpu = Key::MaxCpu.parse("[1]").expect_err("not an object");
+        assert!(cpu.contains("CPUs"), "{cpu}");
+        assert_eq!(
+            Key::Shares.parse(r#"{"uid:1001": 4, "*": 2}"#),
+            Ok(serde_json::json!({"uid:1001": 4, "*": 2}))
+        );
+        assert!(Key::Shares.parse("4").is_err());
+        let profile = r#"{"mine": {"dimensions": {"requests": {"limit": "x-limit", "remaining": "x-remaining", "reset": "x-reset", "format": "duration"}}}}"#;
+        let parsed = Key::BudgetProviders
+            .parse(profile)
+            .expect("a provider of one's own");
+        assert!(parsed["mine"].is_object());
+        let reserved = Key::BudgetProviders
+            .parse(&profile.replace("mine", "github"))
+            .expect_err("a built-in name");
+        assert!(reserved.contains("not a name of one's own"), "{reserved}");
+        assert!(Key::BudgetProviders.parse("[]").is_err());
+        let broken = Key::BudgetProviders
+            .parse(r#"{"mine": {"dimensions": 3}}"#)
+            .expect_err("a broken profile");
+        assert!(broken.starts_with("provider \"mine\""), "{broken}");
+    }
+
+    #[test]
+    fn each_key_has_the_default_its_readers_use() {
+        assert_eq!(Key::MaxAgents.default_value(), Value::from(2));
+        assert_eq!(Key::MaxTestRuns.default_value(), Value::from(2));
+        assert_eq!(
+            Key::MaxJobs.default_value(),
+            Value::from(worklane_slotfile::config::default_max_jobs())
+        );
+        assert_eq!(Key::Admission.default_value(), Value::from("dispatcher"));
+        assert_eq!(
+            Key::JournalMaxBytes.default_value(),
+            Value::from(16 * 1024 * 1024)
+        );
+        assert!(
+            Key::EnvAllowPrefixes
+                .default_value()
+                .as_array()
+                .is_some_and(|a| !a.is_empty())
+        );
+        for key in [
+            Key::Shares,
+            Key::MaxMemory,
+            Key::MaxCpu,
+            Key::BudgetProviders,
+        ] {
+            assert_eq!(key.default_value(), serde_json::json!({}), "{key:?}");
+        }
+    }
 }
