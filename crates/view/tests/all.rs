@@ -5,3 +5,4 @@ mod serve;
 mod slots;
 mod support;
 mod why;
+mod words;

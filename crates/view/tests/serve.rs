@@ -45,9 +45,13 @@ fn ask(addr: std::net::SocketAddr, request: &str) -> String {
         .set_read_timeout(Some(std::time::Duration::from_secs(10)))
         .expect("timeout");
     stream.write_all(request.as_bytes()).expect("send");
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).expect("answer");
-    answer
+    // What arrives before the server closes (a reset after the answer ends the read too).
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n @ 1..) = stream.read(&mut buf) {
+        answer.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8(answer).expect("text")
 }
 
 #[test]
@@ -85,4 +89,79 @@ fn get_metrics_is_answered_fresh_other_paths_404_other_methods_405_and_an_error_
     assert!(other.starts_with("HTTP/1.1 404"), "{other}");
     let post = ask(addr, "POST /metrics HTTP/1.1\r\n\r\n");
     assert!(post.starts_with("HTTP/1.1 405"), "{post}");
+}
+
+/// A server on a free loopback port that answers every scrape with `ok`.
+fn server() -> std::net::SocketAddr {
+    let listener = serve::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || serve::serve(&listener, &|| Ok("ok\n".to_owned())));
+    addr
+}
+
+#[test]
+fn a_head_that_trickles_in_is_read_to_its_end_before_it_is_answered() {
+    let addr = server();
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    stream.write_all(b"GET /met").expect("send");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    stream.write_all(b"rics HTTP/1.1\r\n\r\n").expect("send");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("answer");
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+}
+
+#[test]
+fn a_head_of_8_kib_without_its_end_is_answered_at_once_from_what_came() {
+    let addr = server();
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(3)))
+        .expect("timeout");
+    let mut head = b"GET /metrics HTTP/1.1\r\nX-Pad: ".to_vec();
+    head.resize(8192, b'a');
+    stream.write_all(&head).expect("send");
+    // The connection stays open: the answer comes because 8 KiB is all a head may be, not
+    // because the client is done (the head's deadline is 5 s, this read's 3 s).
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+            Err(e) => panic!("no answer within 3 s: {e}"),
+        }
+    }
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200 OK\r\n"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+}
+
+#[test]
+fn a_connection_past_the_limit_is_told_to_come_back() {
+    let addr = server();
+    // MAX_CONNECTIONS silent clients, each held open by the server for its head's deadline.
+    let silent: Vec<_> = (0..serve::MAX_CONNECTIONS)
+        .map(|_| std::net::TcpStream::connect(addr).expect("connect"))
+        .collect();
+    // Asked until the server has taken them all in (each stays counted for its head's 5 s).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(4);
+    let answer = loop {
+        let answer = ask(addr, "GET /metrics HTTP/1.1\r\n\r\n");
+        if answer.starts_with("HTTP/1.1 503") || std::time::Instant::now() > deadline {
+            break answer;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(
+        answer.starts_with("HTTP/1.1 503 Service Unavailable\r\n"),
+        "{answer}"
+    );
+    assert!(answer.contains("Retry-After: 1\r\n"), "{answer}");
+    drop(silent);
 }

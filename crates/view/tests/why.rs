@@ -186,3 +186,69 @@ fn now_ms() -> u64 {
     )
     .expect("fits")
 }
+
+#[test]
+fn a_used_share_blocks_with_its_holdings_and_another_owner_s_share_does_not() {
+    use worklane_admission::Owner;
+    let site = Site::new(r#"{"max_agents": 4, "shares": {"uid:1001": 1, "*": 4}}"#);
+    let take_as = |uid: u32| {
+        let ask = Ask::new().with_owner(Owner::of_uid(uid));
+        let now = site.pool.clock().now_ms();
+        match site
+            .pool
+            .try_take_for(Kind::Agent, &Request::new("view-test"), &ask, 0, now)
+            .expect("take")
+        {
+            Take::Held(slot) => slot,
+            Take::Blocked(b) => panic!("free: {b}"),
+        }
+    };
+    let _held = take_as(1001);
+    let ask = |uid: u32| Ask::new().with_owner(Owner::of_uid(uid));
+    let used = why::admission(why::Kind::Agent, &site.snapshot(), &ask(1001));
+    assert_eq!(used.state, State::Blocked(Blocker::Busy), "{used:?}");
+    assert!(
+        used.why
+            .starts_with("your share (uid 1001: 1 of 1) is used; held: agent-0.lock (1 unit, pid "),
+        "{}",
+        used.why
+    );
+    let other = why::admission(why::Kind::Agent, &site.snapshot(), &ask(1002));
+    assert_eq!(
+        other.state,
+        State::Clear,
+        "another owner's share: {other:?}"
+    );
+    let test = why::admission(why::Kind::Test, &site.snapshot(), &ask(1001));
+    assert_eq!(
+        test.state,
+        State::Clear,
+        "shares bound agents only: {test:?}"
+    );
+}
+
+#[test]
+fn waiters_in_line_block_a_new_run_of_their_kind_even_below_the_cap() {
+    let site = Site::new(r#"{"max_agents": 2}"#);
+    let _waiter = site
+        .pool
+        .join_line(Kind::Agent, 3, &Request::new("waiter"))
+        .expect("join");
+    let answer = admission(&site, why::Kind::Agent, 1);
+    assert_eq!(answer.state, State::Blocked(Blocker::Busy), "{answer:?}");
+    assert!(
+        answer.why.starts_with(&format!(
+            "0 of 2 held; 1 waiting in line, first pid {} (waiter) at priority 3 since ",
+            std::process::id()
+        )),
+        "{}",
+        answer.why
+    );
+    assert!(
+        answer.why.ends_with(": a new run waits its turn"),
+        "{}",
+        answer.why
+    );
+    let test = admission(&site, why::Kind::Test, 1);
+    assert_eq!(test.state, State::Clear, "another kind's line: {test:?}");
+}

@@ -144,7 +144,20 @@ fn too_busy(mut stream: TcpStream) -> std::io::Result<()> {
             body.len()
         )
         .as_bytes(),
-    )
+    )?;
+    // Closing a socket with the request unread makes the kernel reset the connection, and a
+    // client may then lose the answer it was sent: the write side is closed first, then what
+    // has come of the request is read away, without waiting (this runs on the accept loop).
+    stream.shutdown(std::net::Shutdown::Write)?;
+    stream.set_nonblocking(true)?;
+    let mut buf = [0u8; 4096];
+    for _ in 0..16 {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    Ok(())
 }
 
 /// Reads one request's head (at most 8 KiB, all of it within [`HEAD_DEADLINE`]) and answers
