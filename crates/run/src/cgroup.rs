@@ -297,3 +297,6 @@ fn sweep(runs: &Path) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -156,6 +156,8 @@ fn sigkill(pid: u32) {
     let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
 }
 
+mod cgroups;
+
 mod supervisor {
     use super::*;
 

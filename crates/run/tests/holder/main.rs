@@ -7,6 +7,9 @@
 //!
 //! `run-holder role ROLE TTL_MS -- CMD...` does the same under a TTL role lease
 //! `role-ROLE.lease` (`held role-ROLE.lease`).
+//!
+//! `run-holder cgroups` prints where this process's runs' cgroups would go (`probe {:?}`) and
+//! makes their directory (`containment {:?}`): what a user other than root gets.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -45,6 +48,14 @@ fn report(outcome: Result<Outcome, worklane_run::supervise::Error>) -> ExitCode 
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    if args.len() == 1 && args[0] == "cgroups" {
+        say(&format!("probe {:?}", worklane_run::cgroup::probe()));
+        say(&format!(
+            "containment {:?}",
+            worklane_run::cgroup::containment().map(|(_, runs)| runs)
+        ));
+        return ExitCode::SUCCESS;
+    }
     let Some(split) = args.iter().position(|a| a == "--") else {
         eprintln!("usage: run-holder slot|role ROLE TTL_MS -- CMD...");
         return ExitCode::from(64);
