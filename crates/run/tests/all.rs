@@ -8,7 +8,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{ChildStdout, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use worklane_admission::{Kind, Pool, Stop, Take};
 use worklane_lease::Request;
@@ -39,18 +39,26 @@ impl Site {
 
     /// `run-holder ARGS -- COMMAND`, its stdout piped, started in this site's directory.
     fn holder(&self, args: &[&str], command: &[&str]) -> Holder {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_run-holder"))
-            .args(args)
-            .arg("--")
-            .args(command)
+        let mut cmd = self.holder_command(args);
+        cmd.arg("--").args(command).stdin(Stdio::null());
+        Holder::start(&mut cmd)
+    }
+
+    /// `run-holder queue PRIORITY [PROBE]`: a queued full run's runner, which keeps
+    /// `full-run.lock` once it holds it until [`Holder::close`].
+    fn runner(&self, priority: i64, probe: Option<&str>) -> Holder {
+        let mut cmd = self.holder_command(&["queue", &priority.to_string()]);
+        cmd.args(probe).arg("--").stdin(Stdio::piped());
+        Holder::start(&mut cmd)
+    }
+
+    fn holder_command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_run-holder"));
+        cmd.args(args)
             .env("AGENT_SLOTS_DIR", self.temp.path().join("slots"))
             .env("WORKLANE_TEST_ROOT", self.temp.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn_gated()
-            .expect("start run-holder");
-        let out = BufReader::new(child.stdout.take().expect("stdout"));
-        Holder { child, out }
+            .stdout(Stdio::piped());
+        cmd
     }
 
     /// Whether an agent slot can be taken now (released at once if it can).
@@ -80,22 +88,60 @@ impl Site {
     }
 }
 
+/// A `run-holder` running, its lines read by a thread of their own so that every wait for
+/// one has a deadline.
 struct Holder {
     child: Child,
-    out: BufReader<ChildStdout>,
+    lines: std::sync::mpsc::Receiver<String>,
 }
 
 impl Holder {
-    /// The next line it prints (empty at its end).
-    fn line(&mut self) -> String {
-        let mut line = String::new();
-        self.out.read_line(&mut line).expect("read run-holder");
-        line.trim_end().to_owned()
+    fn start(cmd: &mut Command) -> Holder {
+        let mut child = cmd.spawn_gated().expect("start run-holder");
+        let out = BufReader::new(child.stdout.take().expect("stdout"));
+        let (send, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in out.lines() {
+                let Ok(line) = line else { break };
+                if send.send(line.trim_end().to_owned()).is_err() {
+                    break;
+                }
+            }
+        });
+        Holder { child, lines }
     }
 
-    /// Waits for it to end (after its last line it still releases what it holds).
+    /// The next line it prints (empty at its end); at most 30 s.
+    fn line(&mut self) -> String {
+        match self.lines.recv_timeout(Duration::from_secs(30)) {
+            Ok(line) => line,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => String::new(),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                panic!("run-holder (pid {}) said nothing for 30 s", self.pid())
+            }
+        }
+    }
+
+    /// Waits (at most 30 s) for it to end (after its last line it still releases what it
+    /// holds).
     fn end(&mut self) -> std::process::ExitStatus {
-        self.child.wait().expect("wait for run-holder")
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for run-holder") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "run-holder (pid {}) did not end within 30 s",
+                self.pid()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Closes its stdin: a runner holding `full-run.lock` lets go of it and ends.
+    fn close(&mut self) {
+        drop(self.child.stdin.take());
     }
 
     fn pid(&self) -> u32 {
@@ -157,6 +203,8 @@ fn sigkill(pid: u32) {
 }
 
 mod cgroups;
+mod jobs;
+mod queued;
 
 mod supervisor {
     use super::*;

@@ -1,0 +1,309 @@
+//! `Supervisor::jobs`: a build's jobserver backed by the machine's job slots (`max_jobs`),
+//! with real GNU make and clients that read tokens and die, each build under a `run-holder`
+//! of its own (a jobserver reads its own process's tree, so a build is never this test's
+//! child).
+
+use super::*;
+
+impl Site {
+    /// A slot directory whose config allows `agents` agents and `jobs` job slots.
+    fn with_caps(agents: u32, jobs: u32) -> Site {
+        let site = Site::new();
+        std::fs::write(
+            site.temp.path().join("slots/config.json"),
+            format!(r#"{{"max_agents": {agents}, "max_jobs": {jobs}}}"#),
+        )
+        .expect("config");
+        site
+    }
+
+    /// The job slots held now.
+    fn jobs_held(&self) -> usize {
+        gate::quietly(|| self.pool.snapshot())
+            .expect("snapshot")
+            .slots
+            .iter()
+            .filter(|s| s.kind == "job" && s.state.is_held())
+            .count()
+    }
+
+    /// The journal's events of `kind`.
+    fn journaled(&self, kind: &str) -> Vec<worklane_journal::Event> {
+        worklane_journal::read(self.pool.dir())
+            .expect("read the journal")
+            .entries
+            .into_iter()
+            .map(|e| e.event)
+            .filter(|e| e.kind() == kind)
+            .collect()
+    }
+
+    /// `run-holder slot OPTIONS -- sh -c SCRIPT`, `$T` its directory, `$CTR` a counter.
+    fn build(&self, options: &[&str], script: &str) -> Holder {
+        self.build_of(options, &["sh", "-c", script])
+    }
+
+    /// `run-holder slot OPTIONS -- COMMAND`, as [`Site::build`].
+    fn build_of(&self, options: &[&str], command: &[&str]) -> Holder {
+        let mut args = vec!["slot"];
+        args.extend_from_slice(options);
+        let mut cmd = self.holder_command(&args);
+        cmd.arg("--")
+            .args(command)
+            .env("T", self.temp.path())
+            .env("CTR", self.path("counter"))
+            .current_dir(self.temp.path())
+            .stdin(Stdio::null());
+        Holder::start(&mut cmd)
+    }
+
+    /// Every count the targets saw at their start.
+    fn counts(&self) -> Vec<u32> {
+        std::fs::read_to_string(self.path("counter.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| l.parse().expect("a count"))
+            .collect()
+    }
+
+    /// A Makefile of `targets` targets that each count themselves in while they run (under
+    /// flock(1)), sleep `secs`, and count themselves out; every count seen at a start goes to
+    /// `$CTR.log`.
+    fn makefile(&self, targets: u32, secs: &str) {
+        let text = format!(
+            "T := $(shell seq 1 {targets})\n\
+             all: $(addprefix t,$(T))\n\
+             t%:\n\
+             \t@flock $(CTR).lock sh -c 'n=$$(($$(cat $(CTR) 2>/dev/null || echo 0)+1)); echo $$n > $(CTR); echo $$n >> $(CTR).log'; \
+             sleep {secs}; \
+             flock $(CTR).lock sh -c 'echo $$(($$(cat $(CTR))-1)) > $(CTR)'\n"
+        );
+        std::fs::write(self.path("Makefile"), text).expect("Makefile");
+    }
+}
+
+/// Waits for the build's outcome line and its end; its command's exit code.
+fn finished(mut build: Holder) -> String {
+    assert!(build.line().starts_with("held agent-"), "an agent slot");
+    let outcome = build.line();
+    assert!(build.end().success(), "run-holder exits 0: {outcome}");
+    outcome
+}
+
+#[test]
+fn builds_never_run_more_targets_at_once_than_max_jobs() {
+    let site = Site::with_caps(8, 4);
+    site.makefile(30, "0.05");
+    let builds: Vec<Holder> = (0..3)
+        .map(|_| site.build_of(&["--jobs"], &["make", "-s", "-j32"]))
+        .collect();
+    for b in builds {
+        assert_eq!(finished(b), "outcome 0 - - false");
+    }
+    let seen = site.counts();
+    assert_eq!(seen.len(), 90, "every target of the three builds ran");
+    let most = seen.iter().copied().max().expect("counts");
+    assert!(most <= 4, "never more than max_jobs (4) at once: {most}");
+    assert_eq!(site.jobs_held(), 0, "every job slot is released");
+    assert!(site.journaled("jobs-escaped").is_empty(), "no escape");
+}
+
+#[test]
+fn one_build_runs_at_the_machines_full_width_or_its_share() {
+    let site = Site::with_caps(8, 3);
+    site.makefile(9, "0.3");
+    assert_eq!(
+        finished(site.build_of(&["--jobs"], &["make", "-s", "-j32"])),
+        "outcome 0 - - false"
+    );
+    assert_eq!(
+        site.counts().iter().copied().max(),
+        Some(3),
+        "as wide as max_jobs (3) and no wider"
+    );
+    std::fs::remove_file(site.path("counter.log")).expect("a new log");
+    assert_eq!(
+        finished(site.build_of(&["--jobs=2"], &["make", "-s"])),
+        "outcome 0 - - false"
+    );
+    assert_eq!(site.counts().iter().copied().max(), Some(2), "--jobs=2");
+}
+
+#[test]
+fn the_build_is_told_its_jobserver_in_either_form() {
+    let site = Site::with_caps(8, 3);
+    let tell = r#"printf '%s' "$MAKEFLAGS" > "$T/flags"; printf '%s' "$CARGO_MAKEFLAGS" > "$T/cargo"; printf '%s' "$WORKLANE_JOBSERVER" > "$T/fifo"; ls -l "$WORKLANE_JOBSERVER" > "$T/mode""#;
+    let read = |name: &str| std::fs::read_to_string(site.path(name)).expect(name);
+    assert_eq!(
+        finished(site.build(&["--jobs=4"], tell)),
+        "outcome 0 - - false"
+    );
+    let flags = read("flags");
+    assert!(
+        flags.starts_with("-j4 --jobserver-auth=") && flags.contains(','),
+        "two descriptors and the share: {flags}"
+    );
+    assert_eq!(read("cargo"), flags, "cargo's too");
+    assert!(
+        read("mode").starts_with("prw-------"),
+        "a FIFO of its user's alone: {}",
+        read("mode")
+    );
+    assert!(!Path::new(&read("fifo")).exists(), "removed at the end");
+    assert_eq!(
+        finished(site.build(&["--jobs", "--jobs-style=fifo"], tell)),
+        "outcome 0 - - false"
+    );
+    assert_eq!(
+        read("flags"),
+        format!("-j --jobserver-auth=fifo:{}", read("fifo")),
+        "no share: `-j` alone; the FIFO by its path"
+    );
+}
+
+#[test]
+fn an_older_make_style_client_reads_and_returns_tokens_through_the_descriptors() {
+    let site = Site::with_caps(8, 3);
+    // What make before 4.4 does: a blocking read of one byte per job on R, the byte written
+    // back on W.
+    let client = r#"
+        set -- $(printf '%s' "$MAKEFLAGS" | sed -n 's/.*--jobserver-auth=\([0-9]*\),\([0-9]*\).*/\1 \2/p')
+        python3 - "$1" "$2" <<'EOF'
+import os, sys
+r, w = int(sys.argv[1]), int(sys.argv[2])
+got = [os.read(r, 1) for _ in range(2)]
+open(os.environ["T"] + "/got", "w").write(str(len(b"".join(got))))
+for t in got:
+    os.write(w, t)
+EOF
+    "#;
+    assert_eq!(
+        finished(site.build(&["--jobs"], client)),
+        "outcome 0 - - false"
+    );
+    assert_eq!(
+        std::fs::read_to_string(site.path("got")).expect("got"),
+        "2",
+        "two tokens beside the implicit one (max_jobs 3)"
+    );
+    assert_eq!(site.jobs_held(), 0, "returned, and released");
+}
+
+#[test]
+fn a_token_read_and_never_written_back_is_returned_while_the_tree_runs() {
+    let site = Site::with_caps(8, 2);
+    // A client of the fifo form reads a token and exits; the tree runs on without anyone
+    // holding the jobserver, so the token is judged lost and its slot returned.
+    let thief = r#"
+        head -c 1 "$WORKLANE_JOBSERVER" > "$T/stolen"
+        touch "$T/up"
+        while [ ! -e "$T/release" ]; do sleep 0.02; done
+    "#;
+    let mut build = site.build(&["--jobs", "--jobs-style=fifo"], thief);
+    assert_eq!(build.line(), "held agent-0.lock");
+    assert!(
+        eventually(|| site.path("up").exists()),
+        "the thief has its token"
+    );
+    assert_eq!(std::fs::read(site.path("stolen")).expect("stolen").len(), 1);
+    // Both job slots were held (the build's own, the stolen token's): another build's job
+    // gets one only once the stolen token is judged lost.
+    let other = gate::quietly(|| {
+        site.pool.take(
+            Kind::Job,
+            &Request::new("another build"),
+            worklane_admission::Wait {
+                timeout: Some(Duration::from_secs(20)),
+                priority: 0,
+                on_wait: &mut |_| {},
+            },
+        )
+    });
+    match other {
+        Ok(Take::Held(slot)) => gate::quietly(|| slot.release()).expect("release"),
+        other => panic!("the lost token's slot never came back: {other:?}"),
+    }
+    std::fs::write(site.path("release"), "").expect("release");
+    assert_eq!(build.line(), "outcome 0 - - false");
+    assert!(build.end().success());
+    assert_eq!(site.jobs_held(), 0, "nothing held once the tree has ended");
+}
+
+#[test]
+fn a_killed_supervisor_frees_no_job_slot_its_build_still_uses() {
+    let site = Site::with_caps(2, 3);
+    // A client that takes a token, then runs on (ignoring the SIGTERM its supervisor's death
+    // sends) until it is released.
+    let client = r#"
+        trap '' TERM
+        head -c 1 "$WORKLANE_JOBSERVER" > /dev/null
+        touch "$T/up"
+        while [ ! -e "$T/release" ]; do sleep 0.02; done
+    "#;
+    let mut build = site.build(&["--jobs", "--jobs-style=fifo"], client);
+    assert_eq!(build.line(), "held agent-0.lock");
+    assert!(
+        eventually(|| site.path("up").exists()),
+        "the client holds its token"
+    );
+    assert!(
+        eventually(|| site.jobs_held() >= 2),
+        "the build's own slot and its token's"
+    );
+    build.signal(rustix::process::Signal::KILL);
+    let _ = build.end();
+    // The build's own by the guard it inherited, the token's by the descriptor in flight in
+    // the keeper socket the tree inherited.
+    assert!(
+        site.jobs_held() >= 2,
+        "nothing the live build uses is freed by its supervisor's death"
+    );
+    std::fs::write(site.path("release"), "").expect("release");
+    assert!(
+        eventually(|| site.jobs_held() == 0),
+        "every job slot free once the tree has ended"
+    );
+}
+
+#[test]
+fn a_make_given_its_own_j_through_a_shell_is_said_to_escape_and_the_shim_keeps_it_in() {
+    let site = Site::with_caps(8, 3);
+    // Long enough for the two looks a second apart, whenever the first falls.
+    site.makefile(8, "2.5");
+    assert_eq!(
+        finished(site.build(&["--jobs"], "make -s -j8")),
+        "outcome 0 - - false"
+    );
+    let most = site.counts().into_iter().max().unwrap_or(0);
+    assert!(most > 3, "it did run past max_jobs: {most}");
+    let escaped = site.journaled("jobs-escaped");
+    assert_eq!(escaped.len(), 1, "said once: {escaped:?}");
+    let worklane_journal::Event::JobsEscaped {
+        command,
+        tokens,
+        processes,
+    } = &escaped[0]
+    else {
+        panic!("{escaped:?}");
+    };
+    assert_eq!(command, "sh -c make -s -j8");
+    assert_eq!(*tokens, 1, "its own alone: make read none");
+    assert!(*processes > 3, "more than three per token: {processes}");
+    std::fs::remove_file(site.path("counter.log")).expect("a new log");
+    site.makefile(9, "0.3");
+    assert_eq!(
+        finished(site.build(
+            &["--jobs", "--jobs-shim"],
+            "env nice make -s -j 8 --jobs=8 -j8"
+        )),
+        "outcome 0 - - false"
+    );
+    let seen = site.counts();
+    assert_eq!(seen.len(), 9, "every target ran: {seen:?}");
+    assert_eq!(
+        seen.iter().copied().max(),
+        Some(3),
+        "within max_jobs (3) and as wide, though asked -j8 three ways"
+    );
+    assert_eq!(site.journaled("jobs-escaped").len(), 1, "no new escape");
+}
