@@ -33,6 +33,36 @@ impl Site {
         Site { temp, pool }
     }
 
+    /// A slot directory whose config allows `agents` agents and `jobs` job slots.
+    fn with_caps(agents: u32, jobs: u32) -> Site {
+        let site = Site::new();
+        std::fs::write(
+            site.temp.path().join("slots/config.json"),
+            format!(r#"{{"max_agents": {agents}, "max_jobs": {jobs}}}"#),
+        )
+        .expect("config");
+        site
+    }
+
+    /// `run-holder slot OPTIONS -- sh -c SCRIPT`, `$T` its directory, `$CTR` a counter.
+    fn build(&self, options: &[&str], script: &str) -> Holder {
+        self.build_of(options, &["sh", "-c", script])
+    }
+
+    /// `run-holder slot OPTIONS -- COMMAND`, as [`Site::build`].
+    fn build_of(&self, options: &[&str], command: &[&str]) -> Holder {
+        let mut args = vec!["slot"];
+        args.extend_from_slice(options);
+        let mut cmd = self.holder_command(&args);
+        cmd.arg("--")
+            .args(command)
+            .env("T", self.temp.path())
+            .env("CTR", self.path("counter"))
+            .current_dir(self.temp.path())
+            .stdin(Stdio::null());
+        Holder::start(&mut cmd)
+    }
+
     fn path(&self, name: &str) -> PathBuf {
         self.temp.path().join(name)
     }
@@ -111,13 +141,13 @@ impl Holder {
         Holder { child, lines }
     }
 
-    /// The next line it prints (empty at its end); at most 30 s.
+    /// The next line it prints (empty at its end); at most 20 s.
     fn line(&mut self) -> String {
-        match self.lines.recv_timeout(Duration::from_secs(30)) {
+        match self.lines.recv_timeout(Duration::from_secs(20)) {
             Ok(line) => line,
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => String::new(),
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                panic!("run-holder (pid {}) said nothing for 30 s", self.pid())
+                panic!("run-holder (pid {}) said nothing for 20 s", self.pid())
             }
         }
     }
@@ -204,7 +234,10 @@ fn sigkill(pid: u32) {
 
 mod cgroups;
 mod jobs;
+mod process;
 mod queued;
+mod roles;
+mod supervise;
 
 mod supervisor {
     use super::*;
@@ -423,6 +456,51 @@ mod enforce {
             ("agent-0.lock", command, "worklane")
         );
         assert!(signal.is_some(), "the signal it sent");
+    }
+}
+
+mod enforce_guard {
+    use super::*;
+
+    #[test]
+    fn a_run_whose_command_is_gone_is_found_by_the_processes_holding_its_guard() {
+        let site = Site::new();
+        // Without a cgroup, the guard's holders are all that tie the child to the run.
+        let mut holder = site.build(
+            &["--no-cgroup"],
+            r#"sleep 60 & echo $! > "$T/child.tmp"; mv "$T/child.tmp" "$T/child"; wait"#,
+        );
+        assert_eq!(holder.line(), "held agent-0.lock");
+        let child = pid_in(&site.path("child"));
+        assert!(
+            eventually(|| {
+                site.pool
+                    .recorded_commands()
+                    .is_ok_and(|c| c.iter().any(|c| c.guard.is_some()))
+            }),
+            "the record names the command and the slot has its guard"
+        );
+        // The supervisor SIGKILLed: its death's SIGTERM ends the command (the shell); its
+        // child runs on, holding the slot's guard.
+        holder.signal(rustix::process::Signal::KILL);
+        let _ = holder.end();
+        let command = site.pool.recorded_commands().expect("records")[0].pid;
+        assert!(eventually(|| !alive(command)), "the command ended");
+        assert!(alive(child), "its child runs on");
+        site.write_stop();
+        let report = worklane_run::enforce::enforce_stop(&site.pool);
+        assert!(report.left.is_empty(), "{:?}", report.left);
+        assert_eq!(
+            report
+                .halted
+                .iter()
+                .map(|h| (h.run.resource.as_str(), h.by_worklane))
+                .collect::<Vec<_>>(),
+            [("agent-0.lock", true)],
+            "{:?}",
+            report.halted
+        );
+        assert!(!alive(child), "found by the guard it holds, and halted");
     }
 }
 

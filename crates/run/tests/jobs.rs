@@ -6,17 +6,6 @@
 use super::*;
 
 impl Site {
-    /// A slot directory whose config allows `agents` agents and `jobs` job slots.
-    fn with_caps(agents: u32, jobs: u32) -> Site {
-        let site = Site::new();
-        std::fs::write(
-            site.temp.path().join("slots/config.json"),
-            format!(r#"{{"max_agents": {agents}, "max_jobs": {jobs}}}"#),
-        )
-        .expect("config");
-        site
-    }
-
     /// The job slots held now.
     fn jobs_held(&self) -> usize {
         gate::quietly(|| self.pool.snapshot())
@@ -36,25 +25,6 @@ impl Site {
             .map(|e| e.event)
             .filter(|e| e.kind() == kind)
             .collect()
-    }
-
-    /// `run-holder slot OPTIONS -- sh -c SCRIPT`, `$T` its directory, `$CTR` a counter.
-    fn build(&self, options: &[&str], script: &str) -> Holder {
-        self.build_of(options, &["sh", "-c", script])
-    }
-
-    /// `run-holder slot OPTIONS -- COMMAND`, as [`Site::build`].
-    fn build_of(&self, options: &[&str], command: &[&str]) -> Holder {
-        let mut args = vec!["slot"];
-        args.extend_from_slice(options);
-        let mut cmd = self.holder_command(&args);
-        cmd.arg("--")
-            .args(command)
-            .env("T", self.temp.path())
-            .env("CTR", self.path("counter"))
-            .current_dir(self.temp.path())
-            .stdin(Stdio::null());
-        Holder::start(&mut cmd)
     }
 
     /// Every count the targets saw at their start.

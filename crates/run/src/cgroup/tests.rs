@@ -174,11 +174,15 @@ fn a_signal_reaches_every_process_in_it_and_a_kill_ends_them() {
 fn the_cpu_time_its_processes_used_is_read() {
     let made = Made::new("agent-4.lock", 1);
     assert_eq!(made.cgroup.cpu_usec(), Some(0), "nothing ran in it yet");
+    // It waits to be moved in before it works.
+    let go = made._temp.path().join("go");
     let mut busy = made.start(&[
         "sh",
         "-c",
-        "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done",
+        "while [ ! -e \"$0\" ]; do sleep 0.01; done; i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done",
+        go.to_str().expect("utf-8"),
     ]);
+    std::fs::write(&go, "").expect("go");
     assert!(ended(&mut busy), "the loop ends");
     assert!(
         made.cgroup.cpu_usec().is_some_and(|us| us >= 1000),
