@@ -435,3 +435,76 @@ mod dirs;
 
 pub(crate) use dirs::sweep_left_dirs;
 use dirs::{lock_dir, private_dir};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_shims_program_is_the_first_executable_file_on_an_absolute_path_entry() {
+        let temp = tempfile::tempdir().expect("temp");
+        let entry = |name: &str| {
+            let dir = temp.path().join(name);
+            std::fs::create_dir(&dir).expect("mkdir");
+            dir
+        };
+        let (as_dir, not_exec, exec, later) = (entry("a"), entry("b"), entry("c"), entry("d"));
+        std::fs::create_dir(as_dir.join("tool")).expect("a directory named tool");
+        std::fs::write(not_exec.join("tool"), "").expect("a file");
+        std::fs::set_permissions(
+            not_exec.join("tool"),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .expect("chmod");
+        for dir in [&exec, &later] {
+            std::fs::write(dir.join("tool"), "#!/bin/sh\n").expect("a program");
+            std::fs::set_permissions(dir.join("tool"), std::fs::Permissions::from_mode(0o755))
+                .expect("chmod");
+        }
+        // An empty entry first: the current directory, never searched for a shim.
+        let path = format!(
+            ":{}:{}:{}:{}",
+            as_dir.display(),
+            not_exec.display(),
+            exec.display(),
+            later.display()
+        );
+        let cwd_tool = std::env::current_dir().expect("cwd").join("tool");
+        assert!(!cwd_tool.exists(), "the test runs where no `tool` is");
+        assert_eq!(
+            on_path("tool", Some(std::ffi::OsStr::new(&path))),
+            Some(exec.join("tool"))
+        );
+        assert_eq!(
+            on_path("no-such-tool", Some(std::ffi::OsStr::new(&path))),
+            None
+        );
+    }
+
+    #[test]
+    fn a_shim_runs_the_real_program_without_any_j() {
+        let temp = tempfile::tempdir().expect("temp");
+        let real = temp.path().join("it's real");
+        let shim = temp.path().join("shim");
+        // Written with the gate quiet: a child another test is starting would hold a copy of
+        // the write descriptor, and the exec below fail (ETXTBSY).
+        worklane_testkit::gate::quietly(|| {
+            std::fs::write(&real, "#!/bin/sh\nprintf '%s|' \"$@\"\n").expect("real");
+            std::fs::write(&shim, shim_script(&real)).expect("shim");
+        });
+        for program in [&real, &shim] {
+            std::fs::set_permissions(program, std::fs::Permissions::from_mode(0o755))
+                .expect("chmod");
+        }
+        use worklane_testkit::Gated;
+        let out = std::process::Command::new(&shim)
+            .args([
+                "-j8", "all", "-j", "4", "--jobs=2", "--jobs", "3", "-k", "-j", "x",
+            ])
+            .output_gated()
+            .expect("run the shim");
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "all|-k|x|");
+    }
+}

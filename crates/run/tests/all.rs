@@ -84,6 +84,11 @@ impl Site {
 
     fn holder_command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_run-holder"));
+        // No jobserver of whatever runs the tests (cargo-mutants makes one) reaches a build:
+        // a build that was not given its own would use it.
+        for var in ["MAKEFLAGS", "MFLAGS", "CARGO_MAKEFLAGS"] {
+            cmd.env_remove(var);
+        }
         cmd.args(args)
             .env("AGENT_SLOTS_DIR", self.temp.path().join("slots"))
             .env("WORKLANE_TEST_ROOT", self.temp.path())

@@ -129,6 +129,23 @@ fn the_build_is_told_its_jobserver_in_either_form() {
         format!("-j --jobserver-auth=fifo:{}", read("fifo")),
         "no share: `-j` alone; the FIFO by its path"
     );
+    let tell_path = format!(r#"{tell}; printf '%s' "$PATH" > "$T/path""#);
+    assert_eq!(
+        finished(site.build(&["--jobs", "--jobs-style=fifo", "--jobs-shim"], &tell_path)),
+        "outcome 0 - - false"
+    );
+    assert_eq!(
+        read("flags"),
+        format!("-j --jobserver-auth=fifo:{}", read("fifo")),
+        "with the shims too"
+    );
+    let fifo = PathBuf::from(read("fifo"));
+    let shims = fifo.parent().expect("its directory").join("bin");
+    assert!(
+        read("path").starts_with(&format!("{}:", shims.display())),
+        "the shims first on PATH: {}",
+        read("path")
+    );
 }
 
 #[test]
@@ -276,4 +293,67 @@ fn a_make_given_its_own_j_through_a_shell_is_said_to_escape_and_the_shim_keeps_i
         "within max_jobs (3) and as wide, though asked -j8 three ways"
     );
     assert_eq!(site.journaled("jobs-escaped").len(), 1, "no new escape");
+}
+
+#[test]
+fn a_jobserver_run_by_hand_gives_its_fifo_and_descriptors_once_and_removes_them_at_its_end() {
+    use std::os::fd::AsRawFd;
+    use worklane_run::jobserver::Jobserver;
+    let site = Site::with_caps(8, 3);
+    let mut server = gate::quietly(|| {
+        Jobserver::start(
+            &site.pool,
+            &Request::new("by hand"),
+            3,
+            worklane_run::Style::Fds,
+        )
+    })
+    .expect("start");
+    let fifo = server.fifo().to_owned();
+    assert!(fifo.exists(), "{}", fifo.display());
+    let fds = server.inherit();
+    assert_eq!(fds.len(), 3, "the keeper socket's end and the FIFO's two");
+    assert!(server.inherit().is_empty(), "given away once");
+    let env: Vec<(String, String)> = server
+        .env()
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), v.to_string_lossy().into_owned()))
+        .collect();
+    let auth = format!("{},{}", fds[1].as_raw_fd(), fds[2].as_raw_fd());
+    assert!(
+        env.iter()
+            .any(|(k, v)| k == "MAKEFLAGS" && v.ends_with(&format!("-j3 --jobserver-auth={auth}"))),
+        "the share and the two descriptors inherited, after this process's own flags: {env:?}"
+    );
+    assert!(
+        env.contains(&("WORKLANE_JOBSERVER".to_owned(), fifo.display().to_string())),
+        "{env:?}"
+    );
+    assert!(
+        eventually(|| site.jobs_held() == 1),
+        "one standby token, its job slot taken"
+    );
+    gate::quietly(|| server.end());
+    assert!(!fifo.exists(), "the FIFO goes");
+    assert!(
+        !fifo.parent().expect("its directory").exists(),
+        "and its directory"
+    );
+    assert_eq!(site.jobs_held(), 0, "the standby's slot released");
+    drop(fds);
+    // Dropped without `end`: the same.
+    let server = gate::quietly(|| {
+        Jobserver::start(
+            &site.pool,
+            &Request::new("by hand"),
+            2,
+            worklane_run::Style::Fifo,
+        )
+    })
+    .expect("start");
+    let fifo = server.fifo().to_owned();
+    assert!(eventually(|| site.jobs_held() == 1), "its standby");
+    gate::quietly(|| drop(server));
+    assert!(!fifo.exists(), "dropped, it ends too");
+    assert_eq!(site.jobs_held(), 0);
 }
