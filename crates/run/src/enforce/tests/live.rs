@@ -849,3 +849,134 @@ mod enforce_stop {
         );
     }
 }
+
+mod cgroups {
+    use super::*;
+
+    /// The cgroup of the run holding `agent-0.lock` at epoch 1 in `site`, with `child` moved
+    /// into it.
+    fn run_cgroup(site: &Site, child: &Child) -> crate::cgroup::RunCgroup {
+        let key = worklane_identity::cgroup::dir_key_of(site.pool.dir()).expect("key");
+        let cgroup = crate::cgroup::RunCgroup::create(&key, "agent-0.lock", 1)
+            .expect("cgroup v2 containment on this machine");
+        std::io::Write::write_all(
+            &mut cgroup.procs_file().expect("cgroup.procs"),
+            child.id().to_string().as_bytes(),
+        )
+        .expect("move it in");
+        cgroup
+    }
+
+    /// A record of a run whose supervisor and command are gone, naming `cgroup`; and the
+    /// command's pid.
+    fn leftover(cgroup: &crate::cgroup::RunCgroup) -> (Record, u32) {
+        let mut rec = record(gone(), &local());
+        let command = gone();
+        rec.extra.extend(
+            crate::supervise::Started {
+                pid: command.pid,
+                start: Some(command.start),
+                group: true,
+            }
+            .fields(),
+        );
+        rec.extra.insert(
+            worklane_identity::cgroup::RECORD_FIELD.to_owned(),
+            cgroup.path().into(),
+        );
+        (rec, command.pid)
+    }
+
+    fn gone_from_the_hierarchy(cgroup: &crate::cgroup::RunCgroup) -> bool {
+        !worklane_identity::cgroup::unified()
+            .expect("unified")
+            .join(&cgroup.path()[1..])
+            .exists()
+    }
+
+    #[test]
+    fn what_a_gone_run_left_in_its_cgroup_gets_sigterm_then_sigkill_a_grace_later() {
+        let site = Site::new();
+        let daemon = start(&["env", "--ignore-signal=TERM", "sleep", "60"], true);
+        let pid = daemon.id();
+        let cgroup = run_cgroup(&site, &daemon);
+        let (rec, command) = leftover(&cgroup);
+        site.write("agent-0.lock", &rec, 0o644, 0);
+        let clock = Ticks::new(|now| {
+            if now <= GRACE {
+                assert!(
+                    untouched(pid),
+                    "{now:?}: SIGTERM is ignored; SIGKILL waits its grace"
+                );
+            } else {
+                ends(pid, "SIGKILL a grace after SIGTERM, through its cgroup");
+            }
+        });
+        let report = enforce_stop_on(&site.pool, &clock);
+        assert!(report.left.is_empty(), "{:?}", report.left);
+        assert!(
+            report.took > GRACE,
+            "waited for the cgroup to empty: {:?}",
+            report.took
+        );
+        assert_eq!(
+            report.halted,
+            [Halted {
+                run: Run {
+                    resource: "agent-0.lock".into(),
+                    pid: command,
+                    command: None,
+                },
+                by_worklane: true
+            }]
+        );
+        assert_eq!(
+            site.halts(),
+            [(
+                "agent-0.lock".to_owned(),
+                command,
+                "worklane".to_owned(),
+                Some("SIGKILL".to_owned())
+            )],
+            "journaled as killed"
+        );
+        assert!(gone_from_the_hierarchy(&cgroup), "emptied, it is removed");
+    }
+
+    #[test]
+    fn a_cgroup_named_by_a_record_others_could_have_written_is_left_alone() {
+        let site = Site::new();
+        let daemon = sleeper();
+        let cgroup = run_cgroup(&site, &daemon);
+        site.write("agent-0.lock", &leftover(&cgroup).0, 0o664, 0);
+        let clock = Ticks::new(|now| {
+            assert!(untouched(daemon.id()), "{now:?}: never signalled");
+        });
+        let report = enforce_stop_on(&site.pool, &clock);
+        assert!(report.halted.is_empty(), "{:?}", report.halted);
+        let mut daemon = daemon;
+        let _ = daemon.kill();
+        let _ = daemon.wait();
+        assert!(
+            within(|| cgroup.remove_if_empty()),
+            "the test's cgroup removed"
+        );
+    }
+
+    #[test]
+    fn an_emptied_cgroup_a_gone_run_left_is_removed() {
+        let site = Site::new();
+        let mut daemon = sleeper();
+        let cgroup = run_cgroup(&site, &daemon);
+        let _ = daemon.kill();
+        let _ = daemon.wait();
+        assert!(within(|| cgroup.pids().is_empty()), "emptied");
+        site.write("agent-0.lock", &leftover(&cgroup).0, 0o644, 0);
+        let report = enforce_stop_on(&site.pool, &Ticks::new(|_| {}));
+        assert!(
+            report.halted.is_empty() && report.left.is_empty(),
+            "{report:?}"
+        );
+        assert!(gone_from_the_hierarchy(&cgroup), "removed by enforcement");
+    }
+}
