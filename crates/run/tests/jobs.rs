@@ -357,3 +357,75 @@ fn a_jobserver_run_by_hand_gives_its_fifo_and_descriptors_once_and_removes_them_
     assert!(!fifo.exists(), "dropped, it ends too");
     assert_eq!(site.jobs_held(), 0);
 }
+
+#[test]
+fn a_byte_no_token_accounts_for_is_dropped_and_the_build_runs_full_width() {
+    let site = Site::with_caps(8, 3);
+    site.makefile(9, "0.3");
+    // A client writes a byte it never read, then runs make (which reads the jobserver).
+    let script = r#"printf + > "$WORKLANE_JOBSERVER"; exec make -s"#;
+    assert_eq!(
+        finished(site.build(&["--jobs"], script)),
+        "outcome 0 - - false"
+    );
+    let seen = site.counts();
+    assert_eq!(seen.len(), 9, "every target ran: {seen:?}");
+    assert_eq!(
+        seen.iter().copied().max(),
+        Some(3),
+        "as wide as max_jobs, and no wider: the stray byte was no token"
+    );
+    assert_eq!(site.jobs_held(), 0, "every slot released");
+}
+
+#[test]
+fn a_token_stolen_after_one_came_back_is_still_judged_lost() {
+    let site = Site::with_caps(8, 3);
+    // A client reads a token and writes it back (the jobserver reads the surplus back), then
+    // a thief reads one and exits, the tree running on without anyone holding the jobserver.
+    let script = r#"
+        head -c 1 "$WORKLANE_JOBSERVER" > /dev/null
+        touch "$T/one"
+        while [ ! -e "$T/back" ]; do sleep 0.02; done
+        printf + > "$WORKLANE_JOBSERVER"
+        while [ ! -e "$T/steal" ]; do sleep 0.02; done
+        head -c 1 "$WORKLANE_JOBSERVER" > /dev/null
+        touch "$T/up"
+        while [ ! -e "$T/release" ]; do sleep 0.02; done
+        # Standbys keep coming, one read after the other: the accounts still add up.
+        exec timeout 10 head -c 2 "$WORKLANE_JOBSERVER" > /dev/null
+    "#;
+    let mut build = site.build(&["--jobs", "--jobs-style=fifo"], script);
+    assert_eq!(build.line(), "held agent-0.lock");
+    assert!(eventually(|| site.path("one").exists()), "a token read");
+    assert!(
+        eventually(|| site.jobs_held() == 3),
+        "the build's own, the one read, a standby"
+    );
+    std::fs::write(site.path("back"), "").expect("back");
+    assert!(
+        eventually(|| site.jobs_held() == 2),
+        "written back: one of the two standing by is read back and its slot released"
+    );
+    std::fs::write(site.path("steal"), "").expect("steal");
+    assert!(eventually(|| site.path("up").exists()), "stolen");
+    let other = gate::quietly(|| {
+        site.pool.take(
+            Kind::Job,
+            &Request::new("another build"),
+            worklane_admission::Wait {
+                timeout: Some(Duration::from_secs(15)),
+                priority: 0,
+                on_wait: &mut |_| {},
+            },
+        )
+    });
+    match other {
+        Ok(Take::Held(slot)) => gate::quietly(|| slot.release()).expect("release"),
+        other => panic!("the stolen token's slot never came back: {other:?}"),
+    }
+    std::fs::write(site.path("release"), "").expect("release");
+    assert_eq!(build.line(), "outcome 0 - - false");
+    assert!(build.end().success());
+    assert_eq!(site.jobs_held(), 0);
+}
