@@ -281,6 +281,10 @@ fn what_a_command_leaves_runs_on_unless_the_tree_is_ended_with_a_cgroup_or_witho
         let left = daemon(&site);
         assert!(alive(left), "{options:?}: by default it runs on");
         sigkill(left);
+        assert!(
+            eventually(|| site.slot_is_free()),
+            "{options:?}: the slot is free once it has gone"
+        );
         std::fs::remove_file(site.path("daemon")).expect("a new daemon file");
         let mut ended = site.build(&[options, &["--kill-tree-on-exit"][..]].concat(), DAEMON);
         assert_eq!(ended.line(), "held agent-0.lock");
@@ -296,7 +300,7 @@ fn what_a_command_leaves_runs_on_unless_the_tree_is_ended_with_a_cgroup_or_witho
 
 #[test]
 fn a_halt_reaches_what_left_the_group_with_a_cgroup_or_without() {
-    for options in [&[][..], &["--no-cgroup"]] {
+    for options in [&["--say-left"][..], &["--say-left", "--no-cgroup"]] {
         let site = Site::new();
         // An escapee of the command's group and session that ignores SIGTERM.
         let script = r#"setsid sh -c 'trap "" TERM; echo $$ > "$T/daemon.tmp"; mv "$T/daemon.tmp" "$T/daemon"; while :; do sleep 0.05; done' < /dev/null > /dev/null 2>&1 &
@@ -305,6 +309,11 @@ fn a_halt_reaches_what_left_the_group_with_a_cgroup_or_without() {
         assert_eq!(holder.line(), "held agent-0.lock");
         let escapee = daemon(&site);
         site.write_stop();
+        assert_eq!(
+            holder.line(),
+            "left 0",
+            "{options:?}: nothing of a halted run is left at its outcome"
+        );
         let outcome = holder.line();
         assert!(outcome.starts_with("outcome 143 STOP_by_test"), "{outcome}");
         assert!(
