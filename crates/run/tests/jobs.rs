@@ -429,3 +429,49 @@ fn a_token_stolen_after_one_came_back_is_still_judged_lost() {
     assert!(build.end().success());
     assert_eq!(site.jobs_held(), 0);
 }
+
+#[test]
+fn a_token_written_back_goes_to_a_build_waiting_in_the_job_line() {
+    let site = Site::with_caps(8, 2);
+    // Build A holds both job slots (its own and a token); its t1 ends once build B waits in
+    // the job line, its t2 only once B has run: A ends only if the token t1 gives back (make
+    // has nothing else to run on it) goes to B rather than standing by for A.
+    let wait_for = |file: &str| {
+        format!(
+            "@i=0; while [ ! -e $(T)/{file} ]; do i=$$((i+1)); [ $$i -gt 200 ] && exit 1; sleep 0.05; done"
+        )
+    };
+    std::fs::write(
+        site.path("Makefile"),
+        format!(
+            "all: t1 t2\nt1:\n\t{}\nt2:\n\t{}\n",
+            wait_for("b-queued"),
+            wait_for("b-ran")
+        ),
+    )
+    .expect("Makefile");
+    let mut a = site.build_of(&["--jobs"], &["make", "-s"]);
+    assert_eq!(a.line(), "held agent-0.lock");
+    assert!(
+        eventually(|| site.jobs_held() == 2),
+        "A holds both job slots"
+    );
+    let mut b = site.build(&["--jobs"], r#"touch "$T/b-ran""#);
+    assert_eq!(b.line(), "held agent-1.lock");
+    assert!(
+        eventually(
+            || gate::quietly(|| site.pool.line_views()).is_ok_and(|l| l.iter().any(|v| v
+                .entry
+                .kind
+                == "job"
+                && v.live))
+        ),
+        "B waits in the job line"
+    );
+    std::fs::write(site.path("b-queued"), "").expect("b-queued");
+    assert_eq!(b.line(), "outcome 0 - - false", "B got A's token's slot");
+    assert!(b.end().success());
+    assert_eq!(a.line(), "outcome 0 - - false", "and A went on to its end");
+    assert!(a.end().success());
+    assert_eq!(site.jobs_held(), 0);
+}
