@@ -83,7 +83,12 @@ impl Site {
     }
 
     fn holder_command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_run-holder"));
+        // SIGINT and SIGQUIT at their defaults whatever started the tests (a shell's
+        // background job, cargo-mutants, ignore them): run-holder forwards only the signals
+        // its caller does not ignore.
+        let mut cmd = Command::new("env");
+        cmd.arg("--default-signal=INT,QUIT")
+            .arg(env!("CARGO_BIN_EXE_run-holder"));
         // No jobserver of whatever runs the tests (cargo-mutants makes one) reaches a build:
         // a build that was not given its own would use it.
         for var in ["MAKEFLAGS", "MFLAGS", "CARGO_MAKEFLAGS"] {

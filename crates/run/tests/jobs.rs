@@ -195,7 +195,9 @@ fn a_token_read_and_never_written_back_is_returned_while_the_tree_runs() {
     assert_eq!(std::fs::read(site.path("stolen")).expect("stolen").len(), 1);
     // Both job slots were held (the build's own, the stolen token's): another build's job
     // gets one only once the stolen token is judged lost.
-    let other = gate::quietly(|| {
+    // Waited for outside the fork gate (a quiet section blocks every start of the process);
+    // only the release must be quiet.
+    let other = {
         site.pool.take(
             Kind::Job,
             &Request::new("another build"),
@@ -205,7 +207,7 @@ fn a_token_read_and_never_written_back_is_returned_while_the_tree_runs() {
                 on_wait: &mut |_| {},
             },
         )
-    });
+    };
     match other {
         Ok(Take::Held(slot)) => gate::quietly(|| slot.release()).expect("release"),
         other => panic!("the lost token's slot never came back: {other:?}"),
@@ -300,18 +302,25 @@ fn a_jobserver_run_by_hand_gives_its_fifo_and_descriptors_once_and_removes_them_
     use std::os::fd::AsRawFd;
     use worklane_run::jobserver::Jobserver;
     let site = Site::with_caps(8, 3);
-    let mut server = gate::quietly(|| {
-        Jobserver::start(
+    // The descriptors a command would inherit are made close-on-exec at once, with the gate
+    // quiet: a child another test starts must not carry them (and the slots' locks in flight)
+    // away.
+    let (mut server, fds) = gate::quietly(|| {
+        let mut server = Jobserver::start(
             &site.pool,
             &Request::new("by hand"),
             3,
             worklane_run::Style::Fds,
         )
-    })
-    .expect("start");
+        .expect("start");
+        let fds = server.inherit();
+        for fd in &fds {
+            rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC).expect("cloexec");
+        }
+        (server, fds)
+    });
     let fifo = server.fifo().to_owned();
     assert!(fifo.exists(), "{}", fifo.display());
-    let fds = server.inherit();
     assert_eq!(fds.len(), 3, "the keeper socket's end and the FIFO's two");
     assert!(server.inherit().is_empty(), "given away once");
     let env: Vec<(String, String)> = server
@@ -333,27 +342,35 @@ fn a_jobserver_run_by_hand_gives_its_fifo_and_descriptors_once_and_removes_them_
         eventually(|| site.jobs_held() == 1),
         "one standby token, its job slot taken"
     );
-    gate::quietly(|| server.end());
+    gate::quietly(|| {
+        server.end();
+        drop(fds);
+    });
     assert!(!fifo.exists(), "the FIFO goes");
     assert!(
         !fifo.parent().expect("its directory").exists(),
         "and its directory"
     );
     assert_eq!(site.jobs_held(), 0, "the standby's slot released");
-    drop(fds);
     // Dropped without `end`: the same.
-    let server = gate::quietly(|| {
-        Jobserver::start(
+    let (server, keeper) = gate::quietly(|| {
+        let mut server = Jobserver::start(
             &site.pool,
             &Request::new("by hand"),
             2,
             worklane_run::Style::Fifo,
         )
-    })
-    .expect("start");
+        .expect("start");
+        let keeper = server.inherit();
+        for fd in &keeper {
+            rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC).expect("cloexec");
+        }
+        (server, keeper)
+    });
+    assert_eq!(keeper.len(), 1, "the keeper socket's end alone");
     let fifo = server.fifo().to_owned();
     assert!(eventually(|| site.jobs_held() == 1), "its standby");
-    gate::quietly(|| drop(server));
+    gate::quietly(|| drop((server, keeper)));
     assert!(!fifo.exists(), "dropped, it ends too");
     assert_eq!(site.jobs_held(), 0);
 }
@@ -362,8 +379,26 @@ fn a_jobserver_run_by_hand_gives_its_fifo_and_descriptors_once_and_removes_them_
 fn a_byte_no_token_accounts_for_is_dropped_and_the_build_runs_full_width() {
     let site = Site::with_caps(8, 3);
     site.makefile(9, "0.3");
-    // A client writes a byte it never read, then runs make (which reads the jobserver).
-    let script = r#"printf + > "$WORKLANE_JOBSERVER"; exec make -s"#;
+    // A client writes a byte it never read (once the standby is there, so that the byte is
+    // surely a stray), waits until the jobserver has taken it back out, then runs make (which
+    // reads the jobserver).
+    let script = r#"
+        python3 - "$WORKLANE_JOBSERVER" <<'EOF'
+import array, fcntl, os, sys, termios, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_NONBLOCK)
+def waiting():
+    n = array.array('i', [0])
+    fcntl.ioctl(fd, termios.FIONREAD, n)
+    return n[0]
+deadline = time.time() + 10
+while waiting() != 1 and time.time() < deadline:
+    time.sleep(0.01)
+os.write(fd, b'+')
+while waiting() != 1 and time.time() < deadline:
+    time.sleep(0.01)
+EOF
+        exec make -s
+    "#;
     assert_eq!(
         finished(site.build(&["--jobs"], script)),
         "outcome 0 - - false"
@@ -409,7 +444,9 @@ fn a_token_stolen_after_one_came_back_is_still_judged_lost() {
     );
     std::fs::write(site.path("steal"), "").expect("steal");
     assert!(eventually(|| site.path("up").exists()), "stolen");
-    let other = gate::quietly(|| {
+    // Waited for outside the fork gate (a quiet section blocks every start of the process);
+    // only the release must be quiet.
+    let other = {
         site.pool.take(
             Kind::Job,
             &Request::new("another build"),
@@ -419,7 +456,7 @@ fn a_token_stolen_after_one_came_back_is_still_judged_lost() {
                 on_wait: &mut |_| {},
             },
         )
-    });
+    };
     match other {
         Ok(Take::Held(slot)) => gate::quietly(|| slot.release()).expect("release"),
         other => panic!("the stolen token's slot never came back: {other:?}"),

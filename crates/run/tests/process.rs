@@ -211,6 +211,10 @@ fn the_command_learns_its_slot_its_epoch_and_what_the_caller_sets() {
     let mut holder = site.build(&["--env-epoch=99"], tell);
     assert_eq!(holder.line(), "held agent-0.lock");
     assert_eq!(holder.line(), "outcome 0 - - false");
+    assert!(
+        holder.end().success(),
+        "it lets go of the slot after its outcome"
+    );
     assert_eq!(
         std::fs::read_to_string(site.path("env")).expect("env"),
         "agent-0.lock 99 yes",

@@ -122,7 +122,7 @@ fn with_a_terminal_the_command_stays_in_the_foreground_group_and_ctrl_c_is_the_t
     // is.
     let script = r#"trap 'exit 42' INT; trap 'exit 44' QUIT; trap 'exit 43' TERM; echo "$PPID $(ps -o pgid= $$) $(ps -o pgid= $PPID)" > "$T/ids.tmp"; mv "$T/ids.tmp" "$T/ids"; while :; do sleep 0.05; done"#;
     let line = format!(
-        "exec env AGENT_SLOTS_DIR='{}' WORKLANE_TEST_ROOT='{}' T='{}' '{}' slot --watch=1000 -- sh -c '{}'",
+        "exec env --default-signal=INT,QUIT AGENT_SLOTS_DIR='{}' WORKLANE_TEST_ROOT='{}' T='{}' '{}' slot --watch=1000 -- sh -c '{}'",
         site.temp.path().join("slots").display(),
         site.temp.path().display(),
         site.temp.path().display(),
