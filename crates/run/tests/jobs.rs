@@ -512,3 +512,82 @@ fn a_token_written_back_goes_to_a_build_waiting_in_the_job_line() {
     assert!(a.end().success());
     assert_eq!(site.jobs_held(), 0);
 }
+
+#[test]
+fn a_lost_token_that_comes_back_later_is_read_back_not_handed_out_again() {
+    let site = Site::with_caps(8, 2);
+    // A thief reads the standby and keeps it while nobody holds the jobserver, so it is judged
+    // lost (the test takes its slot); then it writes it back: no slot backs that byte, so the
+    // jobserver reads it back, and nobody can read a token until the test lets its slot go.
+    let script = r#"
+        head -c 1 "$WORKLANE_JOBSERVER" > /dev/null
+        touch "$T/up"
+        while [ ! -e "$T/back" ]; do sleep 0.02; done
+        python3 - "$WORKLANE_JOBSERVER" <<'EOF'
+import array, fcntl, os, sys, termios, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_NONBLOCK)
+os.write(fd, b'+')
+deadline = time.time() + 10
+while time.time() < deadline:
+    n = array.array('i', [0])
+    fcntl.ioctl(fd, termios.FIONREAD, n)
+    if n[0] == 0:
+        break
+    time.sleep(0.01)
+EOF
+        timeout 1 head -c 1 "$WORKLANE_JOBSERVER" > /dev/null
+        echo $? > "$T/no-token"
+        touch "$T/asked"
+        while [ ! -e "$T/release" ]; do sleep 0.02; done
+        exec timeout 10 head -c 1 "$WORKLANE_JOBSERVER" > /dev/null
+    "#;
+    let mut build = site.build(&["--jobs", "--jobs-style=fifo"], script);
+    assert_eq!(build.line(), "held agent-0.lock");
+    assert!(eventually(|| site.path("up").exists()), "stolen");
+    let taken = site.pool.take(
+        Kind::Job,
+        &Request::new("another build"),
+        worklane_admission::Wait {
+            timeout: Some(Duration::from_secs(15)),
+            priority: 0,
+            on_wait: &mut |_| {},
+        },
+    );
+    let Ok(Take::Held(slot)) = taken else {
+        panic!("the stolen token's slot never came back: {taken:?}");
+    };
+    std::fs::write(site.path("back"), "").expect("back");
+    assert!(
+        eventually(|| site.path("asked").exists()),
+        "a token asked for"
+    );
+    assert_eq!(
+        std::fs::read_to_string(site.path("no-token"))
+            .expect("no-token")
+            .trim(),
+        "124",
+        "no token while both job slots are held (the build's own and the test's): the byte \
+         that came back was read back"
+    );
+    gate::quietly(|| slot.release()).expect("release");
+    std::fs::write(site.path("release"), "").expect("release");
+    assert_eq!(
+        build.line(),
+        "outcome 0 - - false",
+        "the slot let go backs a standby again"
+    );
+    assert!(build.end().success());
+    assert_eq!(site.jobs_held(), 0);
+}
+
+#[test]
+fn three_processes_at_work_per_token_are_no_escape() {
+    let site = Site::with_caps(8, 3);
+    // The build's own token alone and three processes working under it, for two looks a
+    // second apart: a recipe may be a pipeline of three.
+    assert_eq!(
+        finished(site.build(&["--jobs"], "sleep 2.5 & sleep 2.5 & sleep 2.5 & wait")),
+        "outcome 0 - - false"
+    );
+    assert_eq!(site.journaled("jobs-escaped"), [], "not said");
+}
