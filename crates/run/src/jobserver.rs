@@ -74,6 +74,28 @@ const LINE_LOOK: Duration = Duration::from_millis(20);
 /// The most descriptors one `SCM_RIGHTS` message carries into the keeper socket.
 const CHUNK: usize = 250;
 
+// The FIFO's mode and opens, as named constants (no flag arithmetic in the code).
+/// The FIFO's mode: its user's alone.
+const FIFO_MODE: rustix::fs::Mode = rustix::fs::Mode::RUSR.union(rustix::fs::Mode::WUSR);
+/// Our own descriptor on it: read-write (never blocks at open, and the FIFO never sees its
+/// last writer leave), nonblocking.
+const OPEN_OURS: rustix::fs::OFlags = rustix::fs::OFlags::RDWR
+    .union(rustix::fs::OFlags::NONBLOCK)
+    .union(rustix::fs::OFlags::CLOEXEC);
+/// The client's read end, opened without blocking (made blocking once open: make waits in
+/// read(2) or pselect).
+const OPEN_READ_END: rustix::fs::OFlags = rustix::fs::OFlags::RDONLY
+    .union(rustix::fs::OFlags::NONBLOCK)
+    .union(rustix::fs::OFlags::CLOEXEC);
+/// The client's write end.
+const OPEN_WRITE_END: rustix::fs::OFlags =
+    rustix::fs::OFlags::WRONLY.union(rustix::fs::OFlags::CLOEXEC);
+/// What wakes the accountant: a read or write of the FIFO, or an attribute change (the end's
+/// fchmod).
+const WATCHED: rustix::fs::inotify::WatchFlags = rustix::fs::inotify::WatchFlags::ACCESS
+    .union(rustix::fs::inotify::WatchFlags::MODIFY)
+    .union(rustix::fs::inotify::WatchFlags::ATTRIB);
+
 /// What both threads and the supervision share.
 struct Shared {
     pool: Pool,
@@ -164,19 +186,18 @@ impl Jobserver {
         share: u32,
         style: Style,
     ) -> Result<Jobserver, Error> {
-        use rustix::fs::{Mode, OFlags};
+        use rustix::fs::Mode;
         sweep_left_dirs(&std::env::temp_dir());
         let dir = private_dir()?;
         let dir_lock = lock_dir(&dir);
         let fifo_path = dir.join("jobserver");
-        rustix::fs::mkfifoat(rustix::fs::CWD, &fifo_path, Mode::RUSR | Mode::WUSR)
+        rustix::fs::mkfifoat(rustix::fs::CWD, &fifo_path, FIFO_MODE)
             .map_err(io("making the jobserver's FIFO"))?;
         let open = |flags| {
-            rustix::fs::open(&fifo_path, flags | OFlags::CLOEXEC, Mode::empty())
+            rustix::fs::open(&fifo_path, flags, Mode::empty())
                 .map_err(io("opening the jobserver's FIFO"))
         };
-        // Read-write: never blocks at open, and the FIFO never sees its last writer leave.
-        let fifo = open(OFlags::RDWR | OFlags::NONBLOCK)?;
+        let fifo = open(OPEN_OURS)?;
         let (keep_send, keep_tree) = rustix::net::socketpair(
             rustix::net::AddressFamily::UNIX,
             rustix::net::SocketType::STREAM,
@@ -195,9 +216,9 @@ impl Jobserver {
             Style::Fds => {
                 // The client's ends: a blocking read end (make waits in read(2) or pselect)
                 // and a write end, both inherited by the command.
-                let read = open(OFlags::RDONLY | OFlags::NONBLOCK)?;
+                let read = open(OPEN_READ_END)?;
                 rustix::io::ioctl_fionbio(&read, false).map_err(io("the FIFO's read end"))?;
-                let write = open(OFlags::WRONLY)?;
+                let write = open(OPEN_WRITE_END)?;
                 let (read, write) = (
                     crate::supervise::inheritable(&read)?,
                     crate::supervise::inheritable(&write)?,
@@ -230,14 +251,8 @@ impl Jobserver {
         ];
         let inotify = rustix::fs::inotify::init(rustix::fs::inotify::CreateFlags::CLOEXEC)
             .map_err(io("watching the jobserver's FIFO"))?;
-        rustix::fs::inotify::add_watch(
-            &inotify,
-            &fifo_path,
-            rustix::fs::inotify::WatchFlags::ACCESS
-                | rustix::fs::inotify::WatchFlags::MODIFY
-                | rustix::fs::inotify::WatchFlags::ATTRIB,
-        )
-        .map_err(io("watching the jobserver's FIFO"))?;
+        rustix::fs::inotify::add_watch(&inotify, &fifo_path, WATCHED)
+            .map_err(io("watching the jobserver's FIFO"))?;
         let shared = Arc::new(Shared {
             pool: pool.clone(),
             request: request.clone().field("token", true),
@@ -375,10 +390,7 @@ impl Jobserver {
         }
         self.shared.wanted.notify_all();
         // Wakes the accountant's inotify (an attribute change is an event).
-        let _ = rustix::fs::fchmod(
-            &self.shared.fifo,
-            rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
-        );
+        let _ = rustix::fs::fchmod(&self.shared.fifo, FIFO_MODE);
         if let Some(accountant) = self.accountant.take() {
             let _ = accountant.join();
         }

@@ -386,7 +386,9 @@ fn raw_pid(pid: rustix::process::Pid) -> u32 {
 fn exited(pid: rustix::process::Pid, reap: bool) -> std::io::Result<bool> {
     use rustix::io::Errno;
     use rustix::process::{WaitId, WaitIdOptions, waitid};
-    let options = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT | WaitIdOptions::NOHANG;
+    let options = WaitIdOptions::EXITED
+        .union(WaitIdOptions::NOWAIT)
+        .union(WaitIdOptions::NOHANG);
     loop {
         match waitid(WaitId::Pid(pid), options) {
             Ok(Some(_)) => return Ok(true),

@@ -2,9 +2,21 @@
 //! locked for its life) and the sweep of those a killed supervisor left.
 
 use super::*;
+use rustix::fs::OFlags;
 
 /// The prefix of the jobservers' private directories in the temp directory.
 const DIR_PREFIX: &str = "worklane-jobs-";
+
+/// A jobserver's directory as it is locked and swept: never through a link, closed at exec.
+const OPEN_DIR: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
+
+/// The temp directory, for the removals relative to it.
+const OPEN_TEMP: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::CLOEXEC);
 
 /// A directory left this long unlocked is a killed supervisor's; a younger one may be between
 /// its `mkdir` and its lock.
@@ -16,13 +28,7 @@ const LEFT_AFTER: Duration = Duration::from_secs(60);
 // lock says only that its jobserver lives, and no guard or record is involved.
 #[allow(clippy::disallowed_methods)]
 pub(super) fn lock_dir(dir: &std::path::Path) -> Option<OwnedFd> {
-    use rustix::fs::{Mode, OFlags};
-    let fd = rustix::fs::open(
-        dir,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .ok()?;
+    let fd = rustix::fs::open(dir, OPEN_DIR, rustix::fs::Mode::empty()).ok()?;
     rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive).ok()?;
     Some(fd)
 }
@@ -35,15 +41,11 @@ pub(super) fn lock_dir(dir: &std::path::Path) -> Option<OwnedFd> {
 // judged by `fstat` (no link followed), the lock tried as `lock_dir` takes it.
 #[allow(clippy::disallowed_methods)]
 pub(crate) fn sweep_left_dirs(temp: &std::path::Path) {
-    use rustix::fs::{AtFlags, Mode, OFlags};
+    use rustix::fs::{AtFlags, Mode};
     let Ok(entries) = std::fs::read_dir(temp) else {
         return;
     };
-    let Ok(temp_fd) = rustix::fs::open(
-        temp,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    ) else {
+    let Ok(temp_fd) = rustix::fs::open(temp, OPEN_TEMP, Mode::empty()) else {
         return;
     };
     let me = rustix::process::geteuid();
@@ -55,12 +57,7 @@ pub(crate) fn sweep_left_dirs(temp: &std::path::Path) {
         if !name.to_string_lossy().starts_with(DIR_PREFIX) {
             continue;
         }
-        let Ok(dir) = rustix::fs::openat(
-            &temp_fd,
-            &name,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        ) else {
+        let Ok(dir) = rustix::fs::openat(&temp_fd, &name, OPEN_DIR, Mode::empty()) else {
             continue;
         };
         let Ok(stat) = rustix::fs::fstat(&dir) else {
