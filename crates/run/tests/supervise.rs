@@ -326,8 +326,9 @@ fn a_halt_reaches_what_left_the_group_with_a_cgroup_or_without() {
 #[test]
 fn orphans_of_the_tree_are_adopted_and_reaped_while_the_command_runs() {
     let site = Site::new();
-    // Three orphans (their parent subshell exits at once), re-parented to the supervisor.
-    let script = r#"for i in 1 2 3; do (sleep 0.5 &); done; touch "$T/ready"; while [ ! -e "$T/release" ]; do sleep 0.02; done"#;
+    // Three orphans (the subshell that started each has exited by the time the loop goes
+    // on), re-parented to the supervisor; the test ends them.
+    let script = r#"for i in 1 2 3; do (sleep 30 &); done; touch "$T/ready"; while [ ! -e "$T/release" ]; do sleep 0.02; done"#;
     let mut holder = site.build(&["--no-cgroup"], script);
     assert_eq!(holder.line(), "held agent-0.lock");
     assert!(
@@ -335,11 +336,15 @@ fn orphans_of_the_tree_are_adopted_and_reaped_while_the_command_runs() {
         "the orphans are made"
     );
     let supervisor = holder.pid();
-    let adopted = children(supervisor)
+    let adopted: Vec<u32> = children(supervisor)
         .into_iter()
         .filter(|(_, _, name)| name == "sleep")
-        .count();
-    assert_eq!(adopted, 3, "adopted by the supervisor (a subreaper)");
+        .map(|(pid, _, _)| pid)
+        .collect();
+    assert_eq!(adopted.len(), 3, "adopted by the supervisor (a subreaper)");
+    for pid in adopted {
+        sigkill(pid);
+    }
     assert!(
         eventually(|| children(supervisor)
             .iter()
