@@ -302,3 +302,6 @@ fn sweep(runs: &Path) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -352,7 +352,35 @@ fn continue_unnamed(
 /// check and its grace after STOP), for at most about 5 s.
 #[must_use]
 pub fn enforce_stop(pool: &Pool) -> Report {
-    let started = Instant::now();
+    enforce_stop_on(pool, &RealClock)
+}
+
+/// Time as [`enforce_stop`]'s loop reads it: the machine's monotonic clock, or a test's, which
+/// moves only when the loop sleeps (so a test pins the grace's boundaries to the tick).
+pub(crate) trait Clock {
+    /// Now.
+    fn now(&self) -> Instant;
+    /// Waits `pause` before the next look.
+    fn sleep(&self, pause: Duration);
+}
+
+/// The machine's monotonic clock.
+struct RealClock;
+
+impl Clock for RealClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    fn sleep(&self, pause: Duration) {
+        std::thread::sleep(pause);
+    }
+}
+
+/// [`enforce_stop`] on `clock`.
+pub(crate) fn enforce_stop_on(pool: &Pool, clock: &dyn Clock) -> Report {
+    let started = clock.now();
+    let elapsed = || clock.now().saturating_duration_since(started);
     let give_up = CHECK_EVERY + GRACE + Duration::from_millis(1500);
     let Ok(here) = Place::current() else {
         return Report::default();
@@ -404,7 +432,7 @@ pub fn enforce_stop(pool: &Pool) -> Report {
                 if cgroup.pids().is_empty() {
                     cgroup.remove_if_empty();
                 } else {
-                    let now = Instant::now();
+                    let now = clock.now();
                     match cgroups_termed.get(&command.resource) {
                         None => {
                             cgroup.signal(Signal::CONT);
@@ -447,7 +475,7 @@ pub fn enforce_stop(pool: &Pool) -> Report {
                     {
                         send(&supervisor, Signal::CONT);
                     }
-                    let now = Instant::now();
+                    let now = clock.now();
                     for target in &targets {
                         if !supervised && !termed.contains_key(target) {
                             send(target, Signal::CONT);
@@ -494,7 +522,7 @@ pub fn enforce_stop(pool: &Pool) -> Report {
                 at_stop.push(l.run.clone());
             }
         }
-        if live.is_empty() || started.elapsed() >= give_up {
+        if live.is_empty() || elapsed() >= give_up {
             let at_stop = running_at_stop.unwrap_or_default();
             let report = Report {
                 halted: at_stop
@@ -506,12 +534,12 @@ pub fn enforce_stop(pool: &Pool) -> Report {
                     })
                     .collect(),
                 left: live,
-                took: started.elapsed(),
+                took: elapsed(),
             };
             journal_halts(pool, &report, &killed_runs);
             return report;
         }
-        std::thread::sleep(Duration::from_millis(50));
+        clock.sleep(Duration::from_millis(50));
     }
 }
 
@@ -572,234 +600,4 @@ fn journal_halts(pool: &Pool, report: &Report, killed: &BTreeSet<Run>) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use worklane_identity::{ProcessIdentity, Recorded};
-    use worklane_lease::Record;
-    use worklane_slotfile::Written;
-
-    fn command(place: &Place, uid: u32, mode: u32) -> RecordedCommand {
-        RecordedCommand {
-            resource: "agent-0.lock".into(),
-            record: Record {
-                holder: Recorded::new(ProcessIdentity { pid: 100, start: 5 }, place.clone()),
-                ..Record::default()
-            },
-            pid: 200,
-            start: Some(7),
-            group: true,
-            writer: Written {
-                uid,
-                mode,
-                links: 1,
-            },
-            guard: None,
-        }
-    }
-
-    fn here() -> Place {
-        Place {
-            host: "h".into(),
-            boot: "b".into(),
-            pidns: Some(1),
-            timens: None,
-        }
-    }
-
-    const ROOT: Me = Me {
-        uid: 0,
-        pid: 50,
-        pgid: 50,
-        sid: 40,
-    };
-
-    fn proc(state: u8, pgid: u32, start: u64, uid: u32) -> Seen {
-        Seen {
-            state,
-            pgid,
-            sid: 1,
-            start,
-            uid,
-        }
-    }
-
-    fn table(rows: &[(u32, Seen)]) -> impl Fn(u32) -> Option<Seen> + '_ {
-        move |pid| rows.iter().find(|(p, _)| *p == pid).map(|(_, s)| *s)
-    }
-
-    fn group(pid: u32, start: u64) -> Target {
-        Target {
-            pid,
-            start,
-            group: true,
-        }
-    }
-
-    #[test]
-    fn only_the_recorded_process_of_the_records_writer_is_signalled() {
-        let here = here();
-        let c = command(&here, 1000, 0o644);
-        let judge_with = |rows: &[(u32, Seen)]| judge(&c, &here, &ROOT, &table(rows), &[]);
-        assert_eq!(judge_with(&[]), Judged::Gone, "gone");
-        assert_eq!(
-            judge_with(&[(200, proc(b'S', 200, 8, 1000))]),
-            Judged::Gone,
-            "another start: the pid was reused"
-        );
-        assert_eq!(
-            judge_with(&[(200, proc(b'Z', 200, 7, 1000))]),
-            Judged::Gone,
-            "a zombie has exited"
-        );
-        assert!(
-            matches!(
-                judge_with(&[(200, proc(b'S', 200, 7, 0))]),
-                Judged::Untouchable(_)
-            ),
-            "never a process of another user than the record's writer"
-        );
-        assert_eq!(
-            judge_with(&[(200, proc(b'S', 200, 7, 1000))]),
-            Judged::Running {
-                supervised: false,
-                targets: vec![group(200, 7)]
-            }
-        );
-        let mut other = here.clone();
-        other.pidns = Some(2);
-        assert!(matches!(
-            judge(
-                &command(&other, 1000, 0o644),
-                &here,
-                &ROOT,
-                &table(&[]),
-                &[]
-            ),
-            Judged::Untouchable(_)
-        ));
-        let mut elsewhere = here.clone();
-        elsewhere.host = "other".into();
-        assert!(matches!(
-            judge(
-                &command(&elsewhere, 1000, 0o644),
-                &here,
-                &ROOT,
-                &table(&[]),
-                &[]
-            ),
-            Judged::Untouchable(_)
-        ));
-    }
-
-    #[test]
-    fn a_record_others_could_have_written_proves_nothing() {
-        let here = here();
-        let rows = [(200, proc(b'S', 200, 7, 0))];
-        for mode in [0o660, 0o664, 0o646, 0o666] {
-            let c = command(&here, 0, mode);
-            assert!(
-                matches!(
-                    judge(&c, &here, &ROOT, &table(&rows), &[]),
-                    Judged::Untouchable(_)
-                ),
-                "mode {mode:o}"
-            );
-        }
-        let mut linked = command(&here, 0, 0o644);
-        linked.writer.links = 2;
-        assert!(matches!(
-            judge(&linked, &here, &ROOT, &table(&rows), &[]),
-            Judged::Untouchable(_)
-        ));
-    }
-
-    #[test]
-    fn pid_1_ourselves_our_group_and_session_are_spared() {
-        let here = here();
-        let mut init = command(&here, 0, 0o644);
-        init.pid = 1;
-        assert_eq!(
-            judge(
-                &init,
-                &here,
-                &ROOT,
-                &table(&[(1, proc(b'S', 1, 7, 0))]),
-                &[]
-            ),
-            Judged::Gone,
-            "pid 1 is never signalled (kill(-1) would be everyone)"
-        );
-        let mut ours = command(&here, 0, 0o644);
-        ours.pid = ROOT.pgid;
-        let rows = [(ROOT.pgid, proc(b'S', ROOT.pgid, 7, 0))];
-        assert_eq!(
-            judge(&ours, &here, &ROOT, &table(&rows), &[]),
-            Judged::Gone,
-            "our own pid"
-        );
-        let mut session = command(&here, 0, 0o644);
-        session.pid = ROOT.sid;
-        let rows = [(ROOT.sid, proc(b'S', ROOT.sid, 7, 0))];
-        assert_eq!(
-            judge(&session, &here, &ROOT, &table(&rows), &[]),
-            Judged::Running {
-                supervised: false,
-                targets: vec![Target {
-                    pid: ROOT.sid,
-                    start: 7,
-                    group: false
-                }]
-            },
-            "the leader of our session alone, never its group"
-        );
-    }
-
-    #[test]
-    fn the_guards_holders_are_the_run_even_without_its_leader() {
-        let here = here();
-        let c = command(&here, 1000, 0o644);
-        let rows = [
-            (300, proc(b'S', 200, 30, 1000)),
-            (301, proc(b'S', 200, 31, 0)),
-            (100, proc(b'S', 100, 5, 1000)),
-        ];
-        assert_eq!(
-            judge(&c, &here, &ROOT, &table(&rows), &[300, 301, 100]),
-            Judged::Running {
-                supervised: true,
-                targets: vec![Target {
-                    pid: 300,
-                    start: 30,
-                    group: false
-                }]
-            },
-            "the leader is gone: the guard's other holders of the writer's uid, not the \
-             supervisor (pid 100)"
-        );
-    }
-
-    #[test]
-    fn a_supervisor_counts_only_while_it_can_act() {
-        let here = here();
-        let c = command(&here, 1000, 0o644);
-        let running = |sup: Option<Seen>| {
-            let mut rows = vec![(200, proc(b'S', 200, 7, 1000))];
-            if let Some(s) = sup {
-                rows.push((100, s));
-            }
-            match judge(&c, &here, &ROOT, &table(&rows), &[]) {
-                Judged::Running { supervised, .. } => supervised,
-                other => panic!("{other:?}"),
-            }
-        };
-        assert!(running(Some(proc(b'S', 100, 5, 1000))));
-        for (state, start) in [(b'T', 5), (b't', 5), (b'Z', 5), (b'S', 6)] {
-            assert!(
-                !running(Some(proc(state, 100, start, 1000))),
-                "supervisor {} start {start}",
-                state as char
-            );
-        }
-        assert!(!running(None), "a supervisor that is gone");
-    }
-}
+mod tests;

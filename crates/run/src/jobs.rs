@@ -104,13 +104,12 @@ pub fn makeflags(existing: Option<&str>, share: Option<u32>, auth: &str) -> Stri
         .unwrap_or("")
         .split_ascii_whitespace()
         .filter(|w| {
-            !(w.starts_with("--jobserver-auth")
-                || w.starts_with("--jobserver-fds")
-                || w.starts_with("--jobserver-style")
+            // `--jobs`, `--jobs=N` and every `--jobserver-*` (`-auth`, `-fds`, `-style`) share
+            // the one prefix.
+            !(w.starts_with("--jobs")
                 || *w == "-j"
                 || w.strip_prefix("-j")
-                    .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
-                || w.starts_with("--jobs"))
+                    .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
         })
         .collect();
     // A first word of single-letter flags (make writes `k` or `ks`) stays first.
@@ -186,6 +185,8 @@ mod tests {
             (&["-C", "dir", "-j2"], &["-C", "dir"], Some(Some(2))),
             (&["-Cjdir"], &["-Cjdir"], None),
             (&["-kfj.mk"], &["-kfj.mk"], None),
+            (&["-j0", "all"], &["all"], Some(None)),
+            (&["--jobs=0"], &[], Some(None)),
         ] {
             assert_eq!(
                 make_jobs(make, &os(args)),
@@ -218,6 +219,15 @@ mod tests {
                 "7,8"
             ),
             "-j2 --jobserver-auth=7,8"
+        );
+        assert_eq!(
+            makeflags(
+                Some("ks --jobs=3 -j12 -jx --jobserver-auth=fifo:/old"),
+                Some(2),
+                "7,8"
+            ),
+            "ks -jx -j2 --jobserver-auth=7,8",
+            "every -j and jobserver word goes, a -j followed by a letter stays"
         );
     }
 

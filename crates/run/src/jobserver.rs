@@ -74,6 +74,28 @@ const LINE_LOOK: Duration = Duration::from_millis(20);
 /// The most descriptors one `SCM_RIGHTS` message carries into the keeper socket.
 const CHUNK: usize = 250;
 
+// The FIFO's mode and opens, as named constants (no flag arithmetic in the code).
+/// The FIFO's mode: its user's alone.
+const FIFO_MODE: rustix::fs::Mode = rustix::fs::Mode::RUSR.union(rustix::fs::Mode::WUSR);
+/// Our own descriptor on it: read-write (never blocks at open, and the FIFO never sees its
+/// last writer leave), nonblocking.
+const OPEN_OURS: rustix::fs::OFlags = rustix::fs::OFlags::RDWR
+    .union(rustix::fs::OFlags::NONBLOCK)
+    .union(rustix::fs::OFlags::CLOEXEC);
+/// The client's read end, opened without blocking (made blocking once open: make waits in
+/// read(2) or pselect).
+const OPEN_READ_END: rustix::fs::OFlags = rustix::fs::OFlags::RDONLY
+    .union(rustix::fs::OFlags::NONBLOCK)
+    .union(rustix::fs::OFlags::CLOEXEC);
+/// The client's write end.
+const OPEN_WRITE_END: rustix::fs::OFlags =
+    rustix::fs::OFlags::WRONLY.union(rustix::fs::OFlags::CLOEXEC);
+/// What wakes the accountant: a read or write of the FIFO, or an attribute change (the end's
+/// fchmod).
+const WATCHED: rustix::fs::inotify::WatchFlags = rustix::fs::inotify::WatchFlags::ACCESS
+    .union(rustix::fs::inotify::WatchFlags::MODIFY)
+    .union(rustix::fs::inotify::WatchFlags::ATTRIB);
+
 /// What both threads and the supervision share.
 struct Shared {
     pool: Pool,
@@ -164,19 +186,18 @@ impl Jobserver {
         share: u32,
         style: Style,
     ) -> Result<Jobserver, Error> {
-        use rustix::fs::{Mode, OFlags};
+        use rustix::fs::Mode;
         sweep_left_dirs(&std::env::temp_dir());
         let dir = private_dir()?;
         let dir_lock = lock_dir(&dir);
         let fifo_path = dir.join("jobserver");
-        rustix::fs::mkfifoat(rustix::fs::CWD, &fifo_path, Mode::RUSR | Mode::WUSR)
+        rustix::fs::mkfifoat(rustix::fs::CWD, &fifo_path, FIFO_MODE)
             .map_err(io("making the jobserver's FIFO"))?;
         let open = |flags| {
-            rustix::fs::open(&fifo_path, flags | OFlags::CLOEXEC, Mode::empty())
+            rustix::fs::open(&fifo_path, flags, Mode::empty())
                 .map_err(io("opening the jobserver's FIFO"))
         };
-        // Read-write: never blocks at open, and the FIFO never sees its last writer leave.
-        let fifo = open(OFlags::RDWR | OFlags::NONBLOCK)?;
+        let fifo = open(OPEN_OURS)?;
         let (keep_send, keep_tree) = rustix::net::socketpair(
             rustix::net::AddressFamily::UNIX,
             rustix::net::SocketType::STREAM,
@@ -195,9 +216,9 @@ impl Jobserver {
             Style::Fds => {
                 // The client's ends: a blocking read end (make waits in read(2) or pselect)
                 // and a write end, both inherited by the command.
-                let read = open(OFlags::RDONLY | OFlags::NONBLOCK)?;
+                let read = open(OPEN_READ_END)?;
                 rustix::io::ioctl_fionbio(&read, false).map_err(io("the FIFO's read end"))?;
-                let write = open(OFlags::WRONLY)?;
+                let write = open(OPEN_WRITE_END)?;
                 let (read, write) = (
                     crate::supervise::inheritable(&read)?,
                     crate::supervise::inheritable(&write)?,
@@ -230,14 +251,8 @@ impl Jobserver {
         ];
         let inotify = rustix::fs::inotify::init(rustix::fs::inotify::CreateFlags::CLOEXEC)
             .map_err(io("watching the jobserver's FIFO"))?;
-        rustix::fs::inotify::add_watch(
-            &inotify,
-            &fifo_path,
-            rustix::fs::inotify::WatchFlags::ACCESS
-                | rustix::fs::inotify::WatchFlags::MODIFY
-                | rustix::fs::inotify::WatchFlags::ATTRIB,
-        )
-        .map_err(io("watching the jobserver's FIFO"))?;
+        rustix::fs::inotify::add_watch(&inotify, &fifo_path, WATCHED)
+            .map_err(io("watching the jobserver's FIFO"))?;
         let shared = Arc::new(Shared {
             pool: pool.clone(),
             request: request.clone().field("token", true),
@@ -375,10 +390,7 @@ impl Jobserver {
         }
         self.shared.wanted.notify_all();
         // Wakes the accountant's inotify (an attribute change is an event).
-        let _ = rustix::fs::fchmod(
-            &self.shared.fifo,
-            rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
-        );
+        let _ = rustix::fs::fchmod(&self.shared.fifo, FIFO_MODE);
         if let Some(accountant) = self.accountant.take() {
             let _ = accountant.join();
         }
@@ -435,3 +447,76 @@ mod dirs;
 
 pub(crate) use dirs::sweep_left_dirs;
 use dirs::{lock_dir, private_dir};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_shims_program_is_the_first_executable_file_on_an_absolute_path_entry() {
+        let temp = tempfile::tempdir().expect("temp");
+        let entry = |name: &str| {
+            let dir = temp.path().join(name);
+            std::fs::create_dir(&dir).expect("mkdir");
+            dir
+        };
+        let (as_dir, not_exec, exec, later) = (entry("a"), entry("b"), entry("c"), entry("d"));
+        std::fs::create_dir(as_dir.join("tool")).expect("a directory named tool");
+        std::fs::write(not_exec.join("tool"), "").expect("a file");
+        std::fs::set_permissions(
+            not_exec.join("tool"),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .expect("chmod");
+        for dir in [&exec, &later] {
+            std::fs::write(dir.join("tool"), "#!/bin/sh\n").expect("a program");
+            std::fs::set_permissions(dir.join("tool"), std::fs::Permissions::from_mode(0o755))
+                .expect("chmod");
+        }
+        // An empty entry first: the current directory, never searched for a shim.
+        let path = format!(
+            ":{}:{}:{}:{}",
+            as_dir.display(),
+            not_exec.display(),
+            exec.display(),
+            later.display()
+        );
+        let cwd_tool = std::env::current_dir().expect("cwd").join("tool");
+        assert!(!cwd_tool.exists(), "the test runs where no `tool` is");
+        assert_eq!(
+            on_path("tool", Some(std::ffi::OsStr::new(&path))),
+            Some(exec.join("tool"))
+        );
+        assert_eq!(
+            on_path("no-such-tool", Some(std::ffi::OsStr::new(&path))),
+            None
+        );
+    }
+
+    #[test]
+    fn a_shim_runs_the_real_program_without_any_j() {
+        let temp = tempfile::tempdir().expect("temp");
+        let real = temp.path().join("it's real");
+        let shim = temp.path().join("shim");
+        // Written with the gate quiet: a child another test is starting would hold a copy of
+        // the write descriptor, and the exec below fail (ETXTBSY).
+        worklane_testkit::gate::quietly(|| {
+            std::fs::write(&real, "#!/bin/sh\nprintf '%s|' \"$@\"\n").expect("real");
+            std::fs::write(&shim, shim_script(&real)).expect("shim");
+        });
+        for program in [&real, &shim] {
+            std::fs::set_permissions(program, std::fs::Permissions::from_mode(0o755))
+                .expect("chmod");
+        }
+        use worklane_testkit::Gated;
+        let out = std::process::Command::new(&shim)
+            .args([
+                "-j8", "all", "-j", "4", "--jobs=2", "--jobs", "3", "-k", "-j", "x",
+            ])
+            .output_gated()
+            .expect("run the shim");
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "all|-k|x|");
+    }
+}

@@ -49,3 +49,50 @@ pub fn signal_name(signal: i32) -> String {
         |(_, name)| (*name).to_owned(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use worklane_testkit::Gated;
+
+    #[test]
+    fn the_idle_probe_is_yes_only_when_its_script_exits_0() {
+        assert!(shell_says_yes("true"));
+        assert!(shell_says_yes("test -d /"));
+        assert!(!shell_says_yes("false"));
+        assert!(!shell_says_yes("exit 3"));
+        assert!(
+            !shell_says_yes("read line; test -n \"$line\""),
+            "its stdin is empty"
+        );
+    }
+
+    #[test]
+    fn a_signal_reaches_the_pid_named_and_no_pid_is_an_error() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .stdin(std::process::Stdio::null())
+            .spawn_gated()
+            .expect("start sleep");
+        signal_pid(child.id(), rustix::process::Signal::KILL).expect("signal it");
+        let status = child.wait().expect("reap");
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(9)
+        );
+        assert_eq!(
+            signal_pid(0, rustix::process::Signal::TERM)
+                .expect_err("pid 0 is no process")
+                .kind(),
+            std::io::ErrorKind::InvalidInput
+        );
+    }
+
+    #[test]
+    fn signals_are_named_as_the_journal_says_them() {
+        assert_eq!(signal_name(15), "SIGTERM");
+        assert_eq!(signal_name(9), "SIGKILL");
+        assert_eq!(signal_name(2), "SIGINT");
+        assert_eq!(signal_name(34), "signal 34");
+    }
+}

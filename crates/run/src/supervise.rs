@@ -386,7 +386,9 @@ fn raw_pid(pid: rustix::process::Pid) -> u32 {
 fn exited(pid: rustix::process::Pid, reap: bool) -> std::io::Result<bool> {
     use rustix::io::Errno;
     use rustix::process::{WaitId, WaitIdOptions, waitid};
-    let options = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT | WaitIdOptions::NOHANG;
+    let options = WaitIdOptions::EXITED
+        .union(WaitIdOptions::NOWAIT)
+        .union(WaitIdOptions::NOHANG);
     loop {
         match waitid(WaitId::Pid(pid), options) {
             Ok(Some(_)) => return Ok(true),
@@ -576,4 +578,30 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::describe;
+    use std::ffi::OsString;
+
+    #[test]
+    fn a_command_line_is_described_in_at_most_512_bytes_cut_at_a_character() {
+        let line = |args: &[&str]| describe(&args.iter().map(OsString::from).collect::<Vec<_>>());
+        assert_eq!(line(&["make", "-j8", "all"]), "make -j8 all");
+        let exact = "x".repeat(512);
+        assert_eq!(line(&[&exact]), exact, "512 bytes fit");
+        let long = "y".repeat(513);
+        let cut = line(&[&long]);
+        assert_eq!(
+            cut,
+            format!("{}...", "y".repeat(509)),
+            "cut to 509 and marked"
+        );
+        // A two-byte character across byte 509: the cut moves back before it.
+        let wide = format!("{}é{}", "z".repeat(508), "z".repeat(10));
+        let cut = line(&[&wide]);
+        assert_eq!(cut, format!("{}...", "z".repeat(508)));
+        assert!(cut.len() <= 512);
+    }
 }

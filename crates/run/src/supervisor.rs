@@ -54,6 +54,9 @@ pub struct Supervisor<'a> {
     jobs: Option<Jobs>,
     kill_tree_on_exit: bool,
     limits: Limits,
+    /// Whether the run gets a cgroup of its own where it can (off only through the test
+    /// seam [`Supervisor::without_cgroup`]).
+    contained: bool,
 }
 
 /// What a run's cgroup is limited to (`--memory-max`, `--cpu-max`).
@@ -85,6 +88,7 @@ impl<'a> Supervisor<'a> {
             jobs: None,
             kill_tree_on_exit: false,
             limits: Limits::default(),
+            contained: true,
         })
     }
 
@@ -104,6 +108,7 @@ impl<'a> Supervisor<'a> {
             jobs: None,
             kill_tree_on_exit: false,
             limits: Limits::default(),
+            contained: true,
         }
     }
 
@@ -152,6 +157,15 @@ impl<'a> Supervisor<'a> {
         self
     }
 
+    /// Runs the command without a cgroup of its own, as where there is none (an unprivileged
+    /// user without a delegated subtree): a halt then reaches its processes through the
+    /// process table alone. A test seam (feature `test-seams`).
+    #[cfg(feature = "test-seams")]
+    pub fn without_cgroup(mut self) -> Supervisor<'a> {
+        self.contained = false;
+        self
+    }
+
     /// Gives the command's build a jobserver backed by the machine's job slots (`max_jobs`):
     /// one job slot is taken for the command itself before it starts (waiting in the job line;
     /// refused under STOP or a drain), and every token its tree reads is backed by one more,
@@ -176,6 +190,7 @@ impl<'a> Supervisor<'a> {
             jobs,
             kill_tree_on_exit,
             limits,
+            contained,
         } = self;
         let mut command = command.to_vec();
         let mut build = None;
@@ -206,7 +221,11 @@ impl<'a> Supervisor<'a> {
             }
             build = Some((implicit, server));
         }
-        let cgroup = run_cgroup(pool, &mut hold, limits);
+        let cgroup = if contained {
+            run_cgroup(pool, &mut hold, limits)
+        } else {
+            None
+        };
         let launch = Launch {
             command: &command,
             grace,

@@ -8,7 +8,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{ChildStdout, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use worklane_admission::{Kind, Pool, Stop, Take};
 use worklane_lease::Request;
@@ -33,24 +33,72 @@ impl Site {
         Site { temp, pool }
     }
 
+    /// A slot directory whose config allows `agents` agents and `jobs` job slots.
+    fn with_caps(agents: u32, jobs: u32) -> Site {
+        let site = Site::new();
+        std::fs::write(
+            site.temp.path().join("slots/config.json"),
+            format!(r#"{{"max_agents": {agents}, "max_jobs": {jobs}}}"#),
+        )
+        .expect("config");
+        site
+    }
+
+    /// `run-holder slot OPTIONS -- sh -c SCRIPT`, `$T` its directory, `$CTR` a counter.
+    fn build(&self, options: &[&str], script: &str) -> Holder {
+        self.build_of(options, &["sh", "-c", script])
+    }
+
+    /// `run-holder slot OPTIONS -- COMMAND`, as [`Site::build`].
+    fn build_of(&self, options: &[&str], command: &[&str]) -> Holder {
+        let mut args = vec!["slot"];
+        args.extend_from_slice(options);
+        let mut cmd = self.holder_command(&args);
+        cmd.arg("--")
+            .args(command)
+            .env("T", self.temp.path())
+            .env("CTR", self.path("counter"))
+            .current_dir(self.temp.path())
+            .stdin(Stdio::null());
+        Holder::start(&mut cmd)
+    }
+
     fn path(&self, name: &str) -> PathBuf {
         self.temp.path().join(name)
     }
 
     /// `run-holder ARGS -- COMMAND`, its stdout piped, started in this site's directory.
     fn holder(&self, args: &[&str], command: &[&str]) -> Holder {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_run-holder"))
-            .args(args)
-            .arg("--")
-            .args(command)
+        let mut cmd = self.holder_command(args);
+        cmd.arg("--").args(command).stdin(Stdio::null());
+        Holder::start(&mut cmd)
+    }
+
+    /// `run-holder queue PRIORITY [PROBE]`: a queued full run's runner, which keeps
+    /// `full-run.lock` once it holds it until [`Holder::close`].
+    fn runner(&self, priority: i64, probe: Option<&str>) -> Holder {
+        let mut cmd = self.holder_command(&["queue", &priority.to_string()]);
+        cmd.args(probe).arg("--").stdin(Stdio::piped());
+        Holder::start(&mut cmd)
+    }
+
+    fn holder_command(&self, args: &[&str]) -> Command {
+        // SIGINT and SIGQUIT at their defaults whatever started the tests (a shell's
+        // background job, cargo-mutants, ignore them): run-holder forwards only the signals
+        // its caller does not ignore.
+        let mut cmd = Command::new("env");
+        cmd.arg("--default-signal=INT,QUIT")
+            .arg(env!("CARGO_BIN_EXE_run-holder"));
+        // No jobserver of whatever runs the tests (cargo-mutants makes one) reaches a build:
+        // a build that was not given its own would use it.
+        for var in ["MAKEFLAGS", "MFLAGS", "CARGO_MAKEFLAGS"] {
+            cmd.env_remove(var);
+        }
+        cmd.args(args)
             .env("AGENT_SLOTS_DIR", self.temp.path().join("slots"))
             .env("WORKLANE_TEST_ROOT", self.temp.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn_gated()
-            .expect("start run-holder");
-        let out = BufReader::new(child.stdout.take().expect("stdout"));
-        Holder { child, out }
+            .stdout(Stdio::piped());
+        cmd
     }
 
     /// Whether an agent slot can be taken now (released at once if it can).
@@ -80,22 +128,60 @@ impl Site {
     }
 }
 
+/// A `run-holder` running, its lines read by a thread of their own so that every wait for
+/// one has a deadline.
 struct Holder {
     child: Child,
-    out: BufReader<ChildStdout>,
+    lines: std::sync::mpsc::Receiver<String>,
 }
 
 impl Holder {
-    /// The next line it prints (empty at its end).
-    fn line(&mut self) -> String {
-        let mut line = String::new();
-        self.out.read_line(&mut line).expect("read run-holder");
-        line.trim_end().to_owned()
+    fn start(cmd: &mut Command) -> Holder {
+        let mut child = cmd.spawn_gated().expect("start run-holder");
+        let out = BufReader::new(child.stdout.take().expect("stdout"));
+        let (send, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in out.lines() {
+                let Ok(line) = line else { break };
+                if send.send(line.trim_end().to_owned()).is_err() {
+                    break;
+                }
+            }
+        });
+        Holder { child, lines }
     }
 
-    /// Waits for it to end (after its last line it still releases what it holds).
+    /// The next line it prints (empty at its end); at most 20 s.
+    fn line(&mut self) -> String {
+        match self.lines.recv_timeout(Duration::from_secs(20)) {
+            Ok(line) => line,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => String::new(),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                panic!("run-holder (pid {}) said nothing for 20 s", self.pid())
+            }
+        }
+    }
+
+    /// Waits (at most 30 s) for it to end (after its last line it still releases what it
+    /// holds).
     fn end(&mut self) -> std::process::ExitStatus {
-        self.child.wait().expect("wait for run-holder")
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for run-holder") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "run-holder (pid {}) did not end within 30 s",
+                self.pid()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Closes its stdin: a runner holding `full-run.lock` lets go of it and ends.
+    fn close(&mut self) {
+        drop(self.child.stdin.take());
     }
 
     fn pid(&self) -> u32 {
@@ -155,6 +241,13 @@ fn sigkill(pid: u32) {
     let pid = rustix::process::Pid::from_raw(i32::try_from(pid).expect("pid")).expect("pid");
     let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
 }
+
+mod cgroups;
+mod jobs;
+mod process;
+mod queued;
+mod roles;
+mod supervise;
 
 mod supervisor {
     use super::*;
@@ -373,6 +466,51 @@ mod enforce {
             ("agent-0.lock", command, "worklane")
         );
         assert!(signal.is_some(), "the signal it sent");
+    }
+}
+
+mod enforce_guard {
+    use super::*;
+
+    #[test]
+    fn a_run_whose_command_is_gone_is_found_by_the_processes_holding_its_guard() {
+        let site = Site::new();
+        // Without a cgroup, the guard's holders are all that tie the child to the run.
+        let mut holder = site.build(
+            &["--no-cgroup"],
+            r#"sleep 60 & echo $! > "$T/child.tmp"; mv "$T/child.tmp" "$T/child"; wait"#,
+        );
+        assert_eq!(holder.line(), "held agent-0.lock");
+        let child = pid_in(&site.path("child"));
+        assert!(
+            eventually(|| {
+                site.pool
+                    .recorded_commands()
+                    .is_ok_and(|c| c.iter().any(|c| c.guard.is_some()))
+            }),
+            "the record names the command and the slot has its guard"
+        );
+        // The supervisor SIGKILLed: its death's SIGTERM ends the command (the shell); its
+        // child runs on, holding the slot's guard.
+        holder.signal(rustix::process::Signal::KILL);
+        let _ = holder.end();
+        let command = site.pool.recorded_commands().expect("records")[0].pid;
+        assert!(eventually(|| !alive(command)), "the command ended");
+        assert!(alive(child), "its child runs on");
+        site.write_stop();
+        let report = worklane_run::enforce::enforce_stop(&site.pool);
+        assert!(report.left.is_empty(), "{:?}", report.left);
+        assert_eq!(
+            report
+                .halted
+                .iter()
+                .map(|h| (h.run.resource.as_str(), h.by_worklane))
+                .collect::<Vec<_>>(),
+            [("agent-0.lock", true)],
+            "{:?}",
+            report.halted
+        );
+        assert!(!alive(child), "found by the guard it holds, and halted");
     }
 }
 

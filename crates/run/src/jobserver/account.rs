@@ -261,7 +261,7 @@ impl Shared {
                 &self.keep_send,
                 &[IoSlice::new(b"k")],
                 &mut control,
-                SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
+                SendFlags::DONTWAIT.union(SendFlags::NOSIGNAL),
             )
             .is_ok()
             {
@@ -284,7 +284,7 @@ impl Shared {
             &self.keep_recv,
             &mut [IoSliceMut::new(&mut byte)],
             &mut control,
-            RecvFlags::DONTWAIT | RecvFlags::CMSG_CLOEXEC,
+            RecvFlags::DONTWAIT.union(RecvFlags::CMSG_CLOEXEC),
         );
         // Dropping the received descriptors closes them.
         drop(control.drain().collect::<Vec<_>>());

@@ -2,9 +2,21 @@
 //! locked for its life) and the sweep of those a killed supervisor left.
 
 use super::*;
+use rustix::fs::OFlags;
 
 /// The prefix of the jobservers' private directories in the temp directory.
 const DIR_PREFIX: &str = "worklane-jobs-";
+
+/// A jobserver's directory as it is locked and swept: never through a link, closed at exec.
+const OPEN_DIR: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
+
+/// The temp directory, for the removals relative to it.
+const OPEN_TEMP: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::CLOEXEC);
 
 /// A directory left this long unlocked is a killed supervisor's; a younger one may be between
 /// its `mkdir` and its lock.
@@ -16,13 +28,7 @@ const LEFT_AFTER: Duration = Duration::from_secs(60);
 // lock says only that its jobserver lives, and no guard or record is involved.
 #[allow(clippy::disallowed_methods)]
 pub(super) fn lock_dir(dir: &std::path::Path) -> Option<OwnedFd> {
-    use rustix::fs::{Mode, OFlags};
-    let fd = rustix::fs::open(
-        dir,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .ok()?;
+    let fd = rustix::fs::open(dir, OPEN_DIR, rustix::fs::Mode::empty()).ok()?;
     rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive).ok()?;
     Some(fd)
 }
@@ -35,15 +41,11 @@ pub(super) fn lock_dir(dir: &std::path::Path) -> Option<OwnedFd> {
 // judged by `fstat` (no link followed), the lock tried as `lock_dir` takes it.
 #[allow(clippy::disallowed_methods)]
 pub(crate) fn sweep_left_dirs(temp: &std::path::Path) {
-    use rustix::fs::{AtFlags, Mode, OFlags};
+    use rustix::fs::{AtFlags, Mode};
     let Ok(entries) = std::fs::read_dir(temp) else {
         return;
     };
-    let Ok(temp_fd) = rustix::fs::open(
-        temp,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    ) else {
+    let Ok(temp_fd) = rustix::fs::open(temp, OPEN_TEMP, Mode::empty()) else {
         return;
     };
     let me = rustix::process::geteuid();
@@ -55,12 +57,7 @@ pub(crate) fn sweep_left_dirs(temp: &std::path::Path) {
         if !name.to_string_lossy().starts_with(DIR_PREFIX) {
             continue;
         }
-        let Ok(dir) = rustix::fs::openat(
-            &temp_fd,
-            &name,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        ) else {
+        let Ok(dir) = rustix::fs::openat(&temp_fd, &name, OPEN_DIR, Mode::empty()) else {
             continue;
         };
         let Ok(stat) = rustix::fs::fstat(&dir) else {
@@ -106,4 +103,82 @@ pub(super) fn private_dir() -> Result<PathBuf, Error> {
     Err(io("making the jobserver's directory")(
         rustix::io::Errno::EXIST,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::SystemTime;
+
+    fn aged(path: &std::path::Path, secs: u64) {
+        std::fs::File::open(path)
+            .and_then(|f| f.set_modified(SystemTime::now() - Duration::from_secs(secs)))
+            .expect("age it");
+    }
+
+    /// A jobserver's directory in `temp`, with its FIFO's name in it, `secs` old.
+    fn left(temp: &std::path::Path, name: &str, secs: u64) -> PathBuf {
+        let dir = temp.join(name);
+        std::fs::create_dir(&dir).expect("mkdir");
+        std::fs::write(dir.join("jobserver"), "").expect("its FIFO's name");
+        aged(&dir, secs);
+        dir
+    }
+
+    #[test]
+    fn a_jobservers_directory_is_locked_through_a_descriptor_closed_at_exec() {
+        let temp = tempfile::tempdir().expect("temp");
+        let dir = temp.path().join("worklane-jobs-mine");
+        std::fs::create_dir(&dir).expect("mkdir");
+        let lock = lock_dir(&dir).expect("locked");
+        assert!(
+            rustix::io::fcntl_getfd(&lock).is_ok_and(|f| f.contains(rustix::io::FdFlags::CLOEXEC)),
+            "a command the supervisor starts does not inherit it"
+        );
+        assert!(lock_dir(&dir).is_none(), "held: a second lock is refused");
+        let file = temp.path().join("a-file");
+        std::fs::write(&file, "").expect("file");
+        assert!(lock_dir(&file).is_none(), "only a directory");
+        let link = temp.path().join("a-link");
+        std::os::unix::fs::symlink(temp.path(), &link).expect("symlink");
+        assert!(lock_dir(&link).is_none(), "never through a link");
+    }
+
+    #[test]
+    fn only_this_users_unlocked_directories_a_minute_old_are_swept() {
+        let temp = tempfile::tempdir().expect("temp");
+        let t = temp.path();
+        let killed = left(t, "worklane-jobs-killed", 120);
+        let at_minute = left(t, "worklane-jobs-minute", LEFT_AFTER.as_secs());
+        let young = left(t, "worklane-jobs-young", 0);
+        let live = left(t, "worklane-jobs-live", 120);
+        let _lock = lock_dir(&live).expect("a live jobserver's lock");
+        let others = left(t, "worklane-jobs-others", 120);
+        std::os::unix::fs::chown(&others, Some(65534), Some(65534)).expect("chown");
+        aged(&others, 120);
+        let unrelated = left(t, "unrelated", 120);
+        // A link at a jobserver's name, to an old directory of this user's.
+        let target = left(t, "target", 120);
+        std::os::unix::fs::symlink(&target, t.join("worklane-jobs-link")).expect("symlink");
+        sweep_left_dirs(t);
+        assert!(!killed.exists(), "a killed supervisor's goes, FIFO and all");
+        assert!(!at_minute.exists(), "a minute old is old enough");
+        for (dir, why) in [
+            (&young, "a young one may be between its mkdir and its lock"),
+            (&live, "a live jobserver holds its lock"),
+            (&others, "another user's"),
+            (&unrelated, "not a jobserver's"),
+        ] {
+            assert!(dir.join("jobserver").exists(), "{why}: {}", dir.display());
+        }
+        assert!(
+            target.join("jobserver").exists() && t.join("worklane-jobs-link").exists(),
+            "a link is never followed"
+        );
+    }
+
+    #[test]
+    fn a_sweep_of_a_directory_that_cannot_be_read_does_nothing() {
+        sweep_left_dirs(std::path::Path::new("/nonexistent-worklane-temp"));
+    }
 }

@@ -1,17 +1,40 @@
 #![allow(clippy::print_stdout, clippy::print_stderr, missing_docs)]
 //! Test helper: a Rust caller of `worklane-run` in a process of its own.
 //!
-//! `run-holder slot -- CMD...` takes an agent slot of `$AGENT_SLOTS_DIR` without waiting
-//! (exit 75 when blocked), prints `held NAME`, runs CMD under `Supervisor::new`, and prints
-//! `outcome CODE HALTED SIGNAL LOST` (`-` for none) or `error MESSAGE` (exit 1).
+//! `run-holder slot [OPTION]... -- CMD...` takes an agent slot of `$AGENT_SLOTS_DIR` without
+//! waiting (exit 75 when blocked), prints `held NAME`, runs CMD under `Supervisor::new` (with
+//! `--jobs[=N]`, `--jobs-style=fifo`, `--jobs-shim`: a jobserver; `--kill-tree-on-exit`;
+//! `--grace-ms=N`; `--env-epoch=E`: `WORKLANE_EPOCH` set to E and `RUN_HOLDER_SET` to `yes`;
+//! `--no-cgroup`: the test seam; `--watch=N`: a watch of its own that says
+//! each check and halts at its Nth; `--log`: warnings said as `log LEVEL MESSAGE`), and prints
+//! `outcome CODE HALTED SIGNAL LOST` (`-` for none) or `error MESSAGE` (exit 1); with
+//! `--say-left`, `left N` (the processes left in its cgroup) before it; with `--die-by`, it
+//! then ends by the signal that ended the command, as `worklane run` does.
 //!
 //! `run-holder role ROLE TTL_MS -- CMD...` does the same under a TTL role lease
 //! `role-ROLE.lease` (`held role-ROLE.lease`).
+//!
+//! `run-holder queue PRIORITY [PROBE]` is a queued full run's runner without a command: it
+//! joins the full-run line (`queued`), says each new reason it waits (`waiting WHAT`), and once
+//! it holds `full-run.lock` says `held full-run.lock` and keeps it until its stdin ends; a
+//! SIGTERM while it waits makes it leave the line (`cancelled`, exit 143).
+//!
+//! `run-holder fds N...` takes each inherited descriptor N (`fd N ok cloexec BOOL`, `fd N
+//! closed`, `fd N read-only`, `fd N taken`, `fd N other`) and writes `taken N` to each it got;
+//! `run-holder listener` takes systemd's socket twice (`listener 3 cloexec BOOL` or
+//! `listener none`); `run-holder nofile` raises its descriptor limit twice (`raised from
+//! SOFT` or `not raised`, then `now SOFT HARD`); `run-holder detach OUT` starts `sh` detached
+//! with a descriptor of its own open (`detached PID open FD`), which writes its descriptors and
+//! its stat line to `OUT.fds` and `OUT.stat`.
+//!
+//! `run-holder cgroups` prints where this process's runs' cgroups would go (`probe {:?}`) and
+//! makes their directory (`containment {:?}`): what a user other than root gets.
 
 use std::ffi::OsString;
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 use worklane_admission::{Kind, Pool, Take};
 use worklane_lease::{Acquired, Options, Request, TtlLiveness};
@@ -45,6 +68,17 @@ fn report(outcome: Result<Outcome, worklane_run::supervise::Error>) -> ExitCode 
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    if let Some(code) = process_calls(&args) {
+        return code;
+    }
+    if args.len() == 1 && args[0] == "cgroups" {
+        say(&format!("probe {:?}", worklane_run::cgroup::probe()));
+        say(&format!(
+            "containment {:?}",
+            worklane_run::cgroup::containment().map(|(_, runs)| runs)
+        ));
+        return ExitCode::SUCCESS;
+    }
     let Some(split) = args.iter().position(|a| a == "--") else {
         eprintln!("usage: run-holder slot|role ROLE TTL_MS -- CMD...");
         return ExitCode::from(64);
@@ -67,7 +101,7 @@ fn main() -> ExitCode {
         .collect::<Vec<_>>()
         .as_slice()
     {
-        ["slot"] => {
+        ["slot", options @ ..] => {
             let mut slot = match pool.try_take(Kind::Agent, &Request::new("run-holder")) {
                 Ok(Take::Held(slot)) => slot,
                 Ok(Take::Blocked(blocker)) => {
@@ -80,10 +114,43 @@ fn main() -> ExitCode {
                 }
             };
             say(&format!("held {}", slot.name()));
-            let outcome = Supervisor::new(&pool, &mut slot).and_then(|s| s.run(command));
+            let mut watch = options
+                .iter()
+                .find_map(|o| o.strip_prefix("--watch="))
+                .map(|n| Checks {
+                    halt_at: n.parse().unwrap_or(1),
+                    seen: 0,
+                    started: None,
+                });
+            if options.contains(&"--log") {
+                let _ = log::set_logger(&SAY_LOG);
+                log::set_max_level(log::LevelFilter::Warn);
+            }
+            let outcome = Supervisor::new(&pool, &mut slot)
+                .and_then(|s| with_options(s, options))
+                .map(|s| match watch.as_mut() {
+                    Some(watch) => s.watch(watch),
+                    None => s,
+                })
+                .and_then(|s| s.run(command));
+            if options.contains(&"--say-left")
+                && let Ok(outcome) = &outcome
+            {
+                say(&format!("left {}", outcome.left_running.len()));
+            }
+            let signal = outcome.as_ref().ok().and_then(|o| o.signal);
             let code = report(outcome);
             let _ = slot.release();
+            if options.contains(&"--die-by")
+                && let Some(signal) = signal
+            {
+                worklane_run::process::die_by(signal);
+                say("still alive");
+            }
             code
+        }
+        ["queue", priority, probe @ ..] => {
+            queue(&pool, priority.parse().unwrap_or(0), probe.first().copied())
         }
         ["role", role, ttl_ms] => {
             let ttl = Duration::from_millis(ttl_ms.parse().unwrap_or(2_000));
@@ -109,6 +176,227 @@ fn main() -> ExitCode {
         _ => {
             eprintln!("usage: run-holder slot|role ROLE TTL_MS -- CMD...");
             ExitCode::from(64)
+        }
+    }
+}
+
+/// `fds`, `listener`, `nofile`, `detach`: this process's calls of `worklane_run::process`.
+fn process_calls(args: &[OsString]) -> Option<ExitCode> {
+    use std::os::fd::AsRawFd;
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let cloexec = |fd: &std::os::fd::OwnedFd| {
+        rustix::io::fcntl_getfd(fd).is_ok_and(|f| f.contains(rustix::io::FdFlags::CLOEXEC))
+    };
+    match args.first().map(String::as_str) {
+        Some("fds") => {
+            let mut kept = Vec::new();
+            for n in &args[1..] {
+                let n: i32 = n.parse().unwrap_or(-1);
+                match worklane_run::process::take_inherited_fd(n) {
+                    Ok(fd) => {
+                        say(&format!("fd {n} ok cloexec {}", cloexec(&fd)));
+                        kept.push(fd);
+                    }
+                    Err(worklane_run::process::BadFd::Closed) => say(&format!("fd {n} closed")),
+                    Err(worklane_run::process::BadFd::ReadOnly) => {
+                        say(&format!("fd {n} read-only"));
+                    }
+                    Err(worklane_run::process::BadFd::Taken) => say(&format!("fd {n} taken")),
+                    Err(worklane_run::process::BadFd::Other(_)) => say(&format!("fd {n} other")),
+                }
+            }
+            for fd in kept {
+                let _ = rustix::io::write(&fd, format!("taken {}\n", fd.as_raw_fd()).as_bytes());
+            }
+            Some(ExitCode::SUCCESS)
+        }
+        Some("listener") => {
+            for _ in 0..2 {
+                match worklane_run::process::systemd_listener() {
+                    Some(fd) => {
+                        say(&format!(
+                            "listener {} cloexec {}",
+                            fd.as_raw_fd(),
+                            cloexec(&fd)
+                        ));
+                        // Kept open: the number must not be closed twice.
+                        std::mem::forget(fd);
+                    }
+                    None => say("listener none"),
+                }
+            }
+            Some(ExitCode::SUCCESS)
+        }
+        Some("nofile") => {
+            for _ in 0..2 {
+                match worklane_run::process::raise_nofile() {
+                    Some(before) => say(&format!("raised from {:?}", before.current)),
+                    None => say("not raised"),
+                }
+            }
+            let now = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+            say(&format!("now {:?} {:?}", now.current, now.maximum));
+            Some(ExitCode::SUCCESS)
+        }
+        Some("detach") => {
+            let out = args.get(1)?;
+            // A descriptor of ours that a plain child would inherit.
+            let open = rustix::io::dup(std::io::stdout()).ok()?;
+            let mut cmd = std::process::Command::new("sh");
+            cmd.args([
+                "-c",
+                &format!("ls /proc/$$/fd > {out}.fds.tmp; mv {out}.fds.tmp {out}.fds; cat /proc/$$/stat > {out}.stat.tmp; mv {out}.stat.tmp {out}.stat"),
+            ])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null());
+            match worklane_run::process::start_detached(&mut cmd) {
+                Ok(pid) => say(&format!("detached {pid} open {}", open.as_raw_fd())),
+                Err(e) => say(&format!("error {e}")),
+            }
+            Some(ExitCode::SUCCESS)
+        }
+        _ => None,
+    }
+}
+
+/// The supervision as `options` ask: `--jobs[=N]`, `--jobs-style=fifo`, `--jobs-shim`,
+/// `--kill-tree-on-exit`, `--grace-ms=N`.
+fn with_options<'a>(
+    mut supervisor: Supervisor<'a>,
+    options: &[&str],
+) -> Result<Supervisor<'a>, worklane_run::supervise::Error> {
+    let mut jobs: Option<worklane_run::Jobs> = None;
+    for option in options {
+        match *option {
+            "--jobs" => jobs = Some(jobs.unwrap_or_default()),
+            "--jobs-style=fifo" => {
+                jobs = Some(worklane_run::Jobs {
+                    style: worklane_run::Style::Fifo,
+                    ..jobs.unwrap_or_default()
+                });
+            }
+            "--jobs-shim" => {
+                jobs = Some(worklane_run::Jobs {
+                    shim: true,
+                    ..jobs.unwrap_or_default()
+                });
+            }
+            "--kill-tree-on-exit" => supervisor = supervisor.kill_tree_on_exit(true),
+            "--no-cgroup" => supervisor = supervisor.without_cgroup(),
+            "--log" | "--die-by" | "--say-left" => {}
+            other => {
+                if let Some(n) = other.strip_prefix("--jobs=") {
+                    jobs = Some(worklane_run::Jobs {
+                        share: n.parse().ok(),
+                        ..jobs.unwrap_or_default()
+                    });
+                } else if let Some(epoch) = other.strip_prefix("--env-epoch=") {
+                    supervisor = supervisor
+                        .env("WORKLANE_EPOCH", epoch)
+                        .env("RUN_HOLDER_SET", "yes");
+                } else if other.starts_with("--watch=") {
+                } else if let Some(ms) = other.strip_prefix("--grace-ms=") {
+                    supervisor =
+                        supervisor.grace_at_most(Duration::from_millis(ms.parse().unwrap_or(3000)));
+                } else {
+                    eprintln!("run-holder: unknown option {other}");
+                    std::process::exit(64);
+                }
+            }
+        }
+    }
+    Ok(match jobs {
+        Some(jobs) => supervisor.jobs(jobs),
+        None => supervisor,
+    })
+}
+
+/// The caller's own watch (`--watch=N`): says each check (`check K at MS`, the time since the
+/// command started) and halts the command at its Nth (reason `watch N`).
+struct Checks {
+    halt_at: u32,
+    seen: u32,
+    started: Option<std::time::Instant>,
+}
+
+impl worklane_run::Watch for Checks {
+    fn started(&mut self, command: &worklane_run::Started) {
+        self.started = Some(std::time::Instant::now());
+        say(&format!("started group {}", command.group));
+    }
+
+    fn check(&mut self) -> Option<String> {
+        self.seen += 1;
+        let ms = self.started.map_or(0, |at| at.elapsed().as_millis());
+        say(&format!("check {} at {ms}", self.seen));
+        (self.seen == self.halt_at).then(|| format!("watch {}", self.halt_at))
+    }
+}
+
+/// `--log`: warnings and errors said as `log LEVEL MESSAGE`.
+struct SayLog;
+
+static SAY_LOG: SayLog = SayLog;
+
+impl log::Log for SayLog {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= log::Level::Warn
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if self.enabled(record.metadata()) {
+            say(&format!("log {} {}", record.level(), record.args()));
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+fn queue(pool: &Pool, priority: i64, probe: Option<&str>) -> ExitCode {
+    use worklane_run::queued::QUEUED_OWNER;
+    use worklane_run::queued::runner::{Turn, wait_turn};
+    let cancelled = Arc::new(AtomicBool::new(false));
+    if let Err(e) =
+        worklane_run::process::on_flag(signal_hook::consts::SIGTERM, Arc::clone(&cancelled))
+    {
+        eprintln!("run-holder: {e}");
+        return ExitCode::from(1);
+    }
+    let request = Request::new(QUEUED_OWNER)
+        .field("command", "queued by run-holder")
+        .field("log", "/nowhere/run-holder.log");
+    let place = match pool.join_line(Kind::FullRun, priority, &request) {
+        Ok(place) => place,
+        Err(e) => {
+            eprintln!("run-holder: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    say("queued");
+    let mut last = String::new();
+    let turn = wait_turn(pool, place, &request, probe, &cancelled, |what| {
+        if what != last {
+            say(&format!("waiting {what}"));
+            last = what;
+        }
+    });
+    match turn {
+        Ok(Turn::Held(slot)) => {
+            say(&format!("held {}", slot.name()));
+            let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+            let _ = slot.release();
+            ExitCode::SUCCESS
+        }
+        Ok(Turn::Cancelled) => {
+            say("cancelled");
+            ExitCode::from(143)
+        }
+        Err(e) => {
+            say(&format!("error {e}"));
+            ExitCode::from(1)
         }
     }
 }
