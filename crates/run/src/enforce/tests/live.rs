@@ -184,7 +184,7 @@ mod sending {
         let mut leader = start(&["sh", "-c", "sleep 60 & wait"], true);
         let pid = leader.id();
         let member = || {
-            crate::platform::table()
+            crate::sys::table()
                 .expect("a process table")
                 .iter()
                 .find(|e| e.ppid == pid)
