@@ -263,7 +263,7 @@ impl Observing {
     /// Settles the reservation: with the usage read when the body ended whole. A body cut
     /// short has no usage: the estimate stays counted where no window of the response
     /// counts the request, since the upstream counted it and giving it back would overstate
-    /// what is left.
+    /// what is left (the ledger gives back the estimate of a response that says no usage).
     fn settle(&mut self, whole: bool) {
         let scan = self.scan.take();
         let Some(reservation) = self.reservation.take() else {
@@ -272,11 +272,9 @@ impl Observing {
         let usage = if whole {
             scan.and_then(UsageScan::finish)
         } else {
-            None
+            log::debug!("a response ended before its body did: its estimate stays counted");
+            Some(reservation.estimate())
         };
-        if !whole {
-            log::debug!("a response ended before its body did: settled without its usage");
-        }
         let settle = std::mem::replace(&mut self.settle, Settle::Recorded { status: 0 });
         match settle {
             Settle::Head(observation) => reservation.settle(observation.with_usage(usage)),

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, Weak, mpsc};
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, watch};
 use worklane_budget::{
-    CredentialKey, Ledger, Need, Observed, Provider, ProviderObservation, Refused, Trouble,
+    CredentialKey, Ledger, Need, Observed, Provider, ProviderObservation, Refused, Trouble, Usage,
 };
 use worklane_lease::{Clock, SystemClock};
 
@@ -124,6 +124,8 @@ pub(crate) struct Reservation {
     id: Option<String>,
     ops: Arc<LaneTx>,
     settled: bool,
+    /// What the take reserved.
+    need: Need,
 }
 
 impl Reservation {
@@ -136,6 +138,15 @@ impl Reservation {
             observation,
             head: true,
         });
+    }
+
+    /// What the take reserved, as a usage: what a response cut short settles with (the
+    /// upstream counted the request; what it did not report stays counted at the estimate).
+    pub(crate) fn estimate(&self) -> Usage {
+        Usage {
+            input_tokens: self.need.input_tokens,
+            output_tokens: self.need.output_tokens,
+        }
     }
 
     /// Settles what the take reserved with what the response's body said it used (an
@@ -477,6 +488,7 @@ fn run(ctx: &Ctx, key: &CredentialKey, batch: Vec<Op>, ops: &Weak<LaneTx>) -> bo
                                 id: grant.reservation,
                                 ops,
                                 settled: false,
+                                need,
                             }),
                             None => {
                                 if let Some(id) = grant.reservation {

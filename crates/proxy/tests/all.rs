@@ -6,6 +6,7 @@ mod claude_code;
 mod fake;
 mod herd;
 mod sdk;
+mod settle;
 mod support;
 
 use fake::{Fake, Flavor, GENEROUS, Limits};
