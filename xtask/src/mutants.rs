@@ -18,6 +18,7 @@ const MUTATED_CRATES: &[&str] = &[
     "admission",
     "dispatch",
     "budget",
+    "proxy",
 ];
 
 /// `cargo xtask mutants`: runs `cargo mutants` over each crate (all of them, or each
