@@ -404,6 +404,34 @@ mod tests {
         }
     }
 
+    /// A body replayed from the frames read first: they go out in order, and its size hint
+    /// stays exact as they go (it is what hyper frames the upstream request by).
+    #[test]
+    fn a_replayed_body_gives_its_frames_in_order_with_an_exact_size() {
+        let mut frames = VecDeque::new();
+        frames.push_back(Frame::data(Bytes::from_static(b"abc")));
+        frames.push_back(Frame::data(Bytes::from_static(b"de")));
+        let mut body = Outgoing::replay(Prefix {
+            frames,
+            bytes: b"abcde".to_vec(),
+            rest: None,
+        });
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut next = |body: &mut Outgoing| match Pin::new(body).poll_frame(&mut cx) {
+            Poll::Ready(Some(Ok(frame))) => Some(frame.into_data().expect("data")),
+            Poll::Ready(None) => None,
+            other => panic!("a replayed body is ready at once: {other:?}"),
+        };
+        for (expected, left) in [(&b"abc"[..], 2), (&b"de"[..], 0)] {
+            assert!(!body.is_end_stream(), "frames are left");
+            assert_eq!(body.size_hint().exact(), Some(left + expected.len() as u64));
+            assert_eq!(next(&mut body).as_deref(), Some(expected));
+            assert_eq!(body.size_hint().exact(), Some(left), "after {expected:?}");
+        }
+        assert!(body.is_end_stream(), "read whole");
+        assert_eq!(next(&mut body), None);
+    }
+
     #[test]
     fn the_upstream_request_keeps_method_path_and_headers_and_sets_host() {
         let (parts, ()) = Request::builder()

@@ -151,7 +151,7 @@ fn a_stream_s_head_is_recorded_while_its_body_streams() {
                 .expect("data");
             lane_passed(&client, flavor, &proxy.url(), &token).await;
             eventually("the plain refusal's reservation is given back", || {
-                site.in_flight(flavor, &token) == 1
+                site.in_flight(flavor, &token) <= 1
             })
             .await;
             assert_eq!(
@@ -206,7 +206,7 @@ fn a_stream_cut_short_keeps_its_estimate_counted() {
             let estimate = (body.len() as u64).div_ceil(worklane_proxy::BYTES_PER_TOKEN) + 64;
             lane_passed(&client, flavor, &proxy.url(), &token).await;
             eventually("the plain refusal's reservation is given back", || {
-                site.in_flight(flavor, &token) == 1
+                site.in_flight(flavor, &token) <= 1
             })
             .await;
             assert_eq!(
