@@ -1153,6 +1153,38 @@ mod shutdown {
 mod bind {
     use super::*;
 
+    /// Listening beyond loopback is allowed, with a warning that whoever reaches the proxy
+    /// spends the machine's budget; loopback is not warned about.
+    #[test]
+    fn listening_beyond_loopback_is_warned_about_and_loopback_is_not() {
+        let site = Site::new();
+        capture_logs();
+        let bind = |listen: worklane_proxy::Listen| {
+            let proxy = worklane_proxy::Proxy::bind(worklane_proxy::Config {
+                dir: Some(site.dir.clone()),
+                ..worklane_proxy::Config::new(
+                    worklane_proxy::Provider::Anthropic,
+                    "http://127.0.0.1:9".parse().expect("upstream"),
+                    listen,
+                )
+            })
+            .expect("binds");
+            let warned = format!("listens on {}, which is not loopback", proxy.local_addr());
+            drop(proxy);
+            logs()
+                .iter()
+                .any(|l| l.starts_with("WARN") && l.contains(&warned))
+        };
+        assert!(
+            bind("0.0.0.0:0".parse().expect("listen")),
+            "all interfaces: warned"
+        );
+        assert!(
+            !bind(worklane_proxy::Listen::loopback(0)),
+            "loopback: not warned"
+        );
+    }
+
     #[test]
     fn github_is_not_a_model_provider_to_proxy() {
         let site = Site::new();

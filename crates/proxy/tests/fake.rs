@@ -17,7 +17,8 @@
 //! Request headers steer it: `x-test-hold: ID` stops a stream after its first event until
 //! [`Fake::release`]`(ID)`; `x-test-status: N` answers N with a fixed error body (never
 //! counted); `x-test-partial: 1` reports the requests window alone (as a provider that
-//! reports fewer dimensions than the profile knows). [`Fake::force_429`] makes the next request a 429 with `retry-after`.
+//! reports fewer dimensions than the profile knows), `x-test-partial: requests,tokens` those
+//! it lists. [`Fake::force_429`] makes the next request a 429 with `retry-after`.
 //! A token count (`.../count_tokens`) or a model list (`.../models`) is answered at once,
 //! without rate-limit headers, and counted apart (`Counts::apart`), as the providers do.
 
@@ -330,7 +331,14 @@ async fn answer(inner: &Inner, request: Request<Incoming>) -> Response<FakeBody>
     let output = max.min(5);
     let limits = inner.limits;
     let manner = inner.manner;
-    let partial = parts.headers.contains_key("x-test-partial");
+    let partial: Option<Vec<String>> =
+        parts
+            .headers
+            .get("x-test-partial")
+            .map(|v| match v.to_str().expect("dimensions") {
+                "1" => vec!["requests".to_owned()],
+                list => list.split(',').map(str::to_owned).collect(),
+            });
     let verdict = {
         let mut counts = inner.counts.lock().expect("counts");
         admit(&mut counts, limits, manner, now, input, max)
@@ -338,7 +346,11 @@ async fn answer(inner: &Inner, request: Request<Incoming>) -> Response<FakeBody>
     let window = verdict.window;
     let (status, retry) = (verdict.status, verdict.retry);
     let mut builder = Response::builder().status(status);
-    let reported = |dim: &str| !partial || dim == "requests";
+    let reported = |dim: &str| {
+        partial
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|d| d == dim))
+    };
     match inner.flavor {
         Flavor::Anthropic => {
             let reset = |at: u64| {

@@ -124,6 +124,97 @@ fn a_response_s_usage_settles_its_reservation_where_its_head_reported_no_window(
     }
 }
 
+/// An Anthropic response whose head reports two of its four windows (requests and tokens):
+/// the head counts the request in those, and the usage settles the input and output tokens
+/// (the reservation is not settled by a head that leaves windows out).
+#[test]
+fn a_head_reporting_some_windows_leaves_the_others_to_the_usage() {
+    run(async {
+        let flavor = Flavor::Anthropic;
+        let token = "sk-some-windows-not-real";
+        let fake = Fake::start(flavor, GENEROUS).await;
+        let site = Site::new();
+        let proxy = start(config(&site, flavor, &fake));
+        let client = client();
+        windows_known(&client, &site, flavor, &proxy.url(), token).await;
+        let body = prompt(flavor, false);
+        let (head, _) = send(
+            &client,
+            request(flavor, &proxy.url(), token)
+                .header("x-test-partial", "requests,tokens")
+                .body(Full::from(body.clone()))
+                .expect("request"),
+        )
+        .await;
+        assert_eq!(head.status(), 200);
+        eventually("the response is settled", || {
+            site.in_flight(flavor, token) == 0
+        })
+        .await;
+        let state = site.state(flavor, token).expect("state");
+        assert_eq!(
+            (
+                window(&site, flavor, token, "input-tokens").0,
+                window(&site, flavor, token, "output-tokens").0,
+            ),
+            (body.len() as u64 / 5, 5),
+            "the usage settles the windows the head did not report: {state}"
+        );
+        assert_eq!(
+            window(&site, flavor, token, "tokens").0,
+            0,
+            "the head's tokens window counts the request, which is not counted again: {state}"
+        );
+        proxy.stop().await;
+    });
+}
+
+/// A stream whose head reports every window is settled by its head, while its body still
+/// streams: the provider counted the request before it answered.
+#[test]
+fn a_stream_whose_head_reports_every_window_is_settled_by_it() {
+    for flavor in [Flavor::Anthropic, Flavor::Openai] {
+        run(async {
+            let token = format!("sk-stream-full-{flavor:?}-not-real");
+            let fake = Fake::start(flavor, GENEROUS).await;
+            let site = Site::new();
+            let proxy = start(config(&site, flavor, &fake));
+            let client = client();
+            windows_known(&client, &site, flavor, &proxy.url(), &token).await;
+            let hold = format!("full-{flavor:?}");
+            let stream = request(flavor, &proxy.url(), &token)
+                .header("x-test-hold", &hold)
+                .body(Full::from(prompt(flavor, true)))
+                .expect("request");
+            let (response, _conn) = open_stream(proxy.addr, stream).await;
+            let mut body = response.into_body();
+            within("the first event", body.frame())
+                .await
+                .expect("a frame")
+                .expect("data");
+            lane_passed(&client, flavor, &proxy.url(), &token).await;
+            // The plain refusal reserved a request; a reservation the stream's head settled
+            // nothing of would still hold one too.
+            eventually("the plain refusal's reservation is given back", || {
+                let state = site.state(flavor, &token).expect("state");
+                state["inFlight"]
+                    .as_object()
+                    .is_none_or(|f| f.values().all(|r| r["units"]["requests"].is_null()))
+            })
+            .await;
+            assert_eq!(
+                site.in_flight(flavor, &token),
+                0,
+                "{flavor:?}: settled by its head while it streams: {}",
+                site.state(flavor, &token).expect("state")
+            );
+            fake.release(&hold);
+            within("the rest", body.collect()).await.expect("the rest");
+            proxy.stop().await;
+        });
+    }
+}
+
 /// A streamed response's head is recorded as it arrives, while its body streams: its
 /// requests window is in the state and the request is no longer reserved in it.
 #[test]
