@@ -741,6 +741,161 @@ mod tests {
         )
     }
 
+    /// A way into a lane whose calls the test reads.
+    fn ops() -> (Arc<LaneTx>, mpsc::Receiver<Op>) {
+        let (tx, rx) = mpsc::channel();
+        (Arc::new(LaneTx(tx)), rx)
+    }
+
+    fn reservation(ops: &Arc<LaneTx>) -> Reservation {
+        Reservation {
+            id: Some("r1".to_owned()),
+            ops: Arc::clone(ops),
+            settled: false,
+            need: Need {
+                input_tokens: 7,
+                output_tokens: 3,
+            },
+        }
+    }
+
+    /// What a reservation queues: its head recorded (the reservation kept), its settlement
+    /// (nothing more when it drops), or its release when dropped unsettled; and what it
+    /// reserved, as a usage.
+    #[test]
+    fn a_reservation_queues_its_head_its_settlement_or_its_release() {
+        let (ops, calls) = ops();
+        assert!(ops.send(Op::Waiting), "a lane that listens takes a call");
+        assert!(matches!(calls.try_recv(), Ok(Op::Waiting)));
+        let settled = reservation(&ops);
+        assert_eq!(
+            settled.estimate(),
+            Usage {
+                input_tokens: 7,
+                output_tokens: 3
+            }
+        );
+        settled.record(ProviderObservation {
+            status: 201,
+            ..ProviderObservation::default()
+        });
+        assert!(matches!(
+            calls.try_recv(),
+            Ok(Op::Observe { reservation: Some(id), observation, head: true })
+                if id == "r1" && observation.status == 201
+        ));
+        settled.settle(ProviderObservation {
+            status: 202,
+            ..ProviderObservation::default()
+        });
+        assert!(matches!(
+            calls.try_recv(),
+            Ok(Op::Observe { reservation: Some(id), observation, head: false })
+                if id == "r1" && observation.status == 202
+        ));
+        assert!(
+            calls.try_recv().is_err(),
+            "a settled reservation is not released"
+        );
+        drop(reservation(&ops));
+        assert!(matches!(
+            calls.try_recv(),
+            Ok(Op::Release { reservation }) if reservation == "r1"
+        ));
+        drop(calls);
+        assert!(!ops.send(Op::Waiting), "a lane that ended takes no call");
+    }
+
+    /// A waiting request is counted, and the lane told, while it lives.
+    #[test]
+    fn a_waiter_is_counted_while_it_lives() {
+        let (ops, calls) = ops();
+        let waiting = Arc::new(AtomicU64::new(0));
+        let first = Waiter::new(&ops, &waiting);
+        let second = Waiter::new(&ops, &waiting);
+        assert_eq!(waiting.load(Ordering::SeqCst), 2);
+        drop(first);
+        assert_eq!(waiting.load(Ordering::SeqCst), 1);
+        drop(second);
+        assert_eq!(waiting.load(Ordering::SeqCst), 0);
+        assert_eq!(
+            calls
+                .try_iter()
+                .filter(|c| matches!(c, Op::Waiting))
+                .count(),
+            4,
+            "each change told"
+        );
+    }
+
+    /// `first_of` ends when either future ends, and not before.
+    #[test]
+    fn first_of_ends_with_either() {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let mut poll = |a: bool, b: bool| {
+            let mut a = std::pin::pin!(async move {
+                if !a {
+                    std::future::pending::<()>().await;
+                }
+            });
+            let mut b = std::pin::pin!(async move {
+                if !b {
+                    std::future::pending::<()>().await;
+                }
+            });
+            let mut both = std::pin::pin!(first_of(a.as_mut(), b.as_mut()));
+            both.as_mut().poll(&mut cx).is_ready()
+        };
+        assert!(!poll(false, false), "neither ended");
+        assert!(poll(true, false) && poll(false, true) && poll(true, true));
+    }
+
+    /// A take with nobody waiting for the budget goes at once, without joining the line; one
+    /// that finds another request in line waits behind it, however much the budget has left,
+    /// and goes when that one leaves.
+    #[test]
+    fn a_take_goes_at_once_with_nobody_in_line_and_waits_behind_a_request_in_line() {
+        let site = Site::new();
+        let lanes = Lanes::new(site.ledger(), PROVIDER, "test".to_owned());
+        let key = CredentialKey::of_token("sk-line-not-real");
+        let lane = lanes.lane(&key).expect("the lane");
+        let need = Need {
+            input_tokens: 1,
+            output_tokens: 1,
+        };
+        let bound = Duration::from_secs(20);
+        let wait = Duration::from_secs(60);
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+            .block_on(async {
+                let mut changed = lane.changed.clone();
+                changed.borrow_and_update();
+                let taken = tokio::time::timeout(bound, lanes.take(&key, need, wait))
+                    .await
+                    .unwrap_or_else(|_| panic!("an empty line: the take goes at once"));
+                assert!(taken.is_ok(), "it goes");
+                assert!(
+                    !changed.has_changed().expect("the lane"),
+                    "it never joined the line (leaving it wakes the lane)"
+                );
+                assert_eq!(lane.waiting.load(Ordering::SeqCst), 0);
+                let ahead = lane.line.join();
+                let behind = lanes.take(&key, need, wait);
+                let mut behind = std::pin::pin!(behind);
+                let early = tokio::time::timeout(Duration::from_millis(300), behind.as_mut()).await;
+                assert!(early.is_err(), "it waits behind the request in line");
+                assert_eq!(lane.waiting.load(Ordering::SeqCst), 1, "counted waiting");
+                drop(ahead);
+                let taken = tokio::time::timeout(bound, behind)
+                    .await
+                    .unwrap_or_else(|_| panic!("it goes when the one ahead leaves"));
+                assert!(taken.is_ok(), "it goes");
+                assert_eq!(lane.waiting.load(Ordering::SeqCst), 0);
+            });
+    }
+
     /// One lane per key, made on first use with its thread; a lane unused for
     /// `IDLE_LANE` is dropped when another is made; each live lane's thread is kept for
     /// `close` to join, and `close` ends every lane and joins their threads.

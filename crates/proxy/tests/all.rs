@@ -320,6 +320,59 @@ mod pause {
         one_429_pauses_everyone(Flavor::Openai);
     }
 
+    /// A pause, or a spent requests window, that outlasts what is left of a request's wait
+    /// is answered at once: the same refusal after the whole wait would only come later.
+    /// (A spent tokens window waits: a reservation given back frees tokens.)
+    #[test]
+    fn a_refusal_sure_to_outlast_the_wait_is_answered_at_once() {
+        run(async {
+            let flavor = Flavor::Anthropic;
+            let client = client();
+            // Sooner than the wait: bounded so that a request that waits it out fails here.
+            let at_once = Duration::from_secs(20);
+            for spent in ["pause", "requests"] {
+                let token = format!("sk-at-once-{spent}-not-real");
+                let fake = Fake::start(
+                    flavor,
+                    Limits {
+                        window_ms: 120_000,
+                        requests: if spent == "requests" { 1 } else { 1_000 },
+                        tokens: 1_000_000,
+                    },
+                )
+                .await;
+                let site = Site::new();
+                let proxy = start(worklane_proxy::Config {
+                    max_wait: Duration::from_secs(60),
+                    ..config(&site, flavor, &fake)
+                });
+                let ask = || {
+                    request(flavor, &proxy.url(), &token)
+                        .body(Full::from(prompt(flavor, false)))
+                        .expect("request")
+                };
+                if spent == "pause" {
+                    fake.force_429(120);
+                }
+                send(&client, ask()).await;
+                eventually("the first answer is recorded", || {
+                    site.state(flavor, &token).is_some() && site.in_flight(flavor, &token) == 0
+                })
+                .await;
+                let (head, _) = tokio::time::timeout(at_once, send(&client, ask()))
+                    .await
+                    .unwrap_or_else(|_| panic!("{spent}: refused at once, not after the wait"));
+                assert_eq!(head.status(), 429, "{spent}");
+                assert!(
+                    head.headers().contains_key(worklane_proxy::ANSWERED_HEADER),
+                    "{spent}: the proxy's own answer"
+                );
+                assert_eq!(fake.counts(|c| c.seen.len()), 1, "{spent}: not sent");
+                proxy.stop().await;
+            }
+        });
+    }
+
     #[test]
     fn a_spent_window_is_refused_in_the_provider_s_shape_naming_the_dimension() {
         run(async {
