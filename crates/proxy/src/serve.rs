@@ -468,6 +468,22 @@ mod tests {
             });
     }
 
+    /// A bound proxy shows its provider, upstream and address, never its client or ledger.
+    #[test]
+    fn a_proxy_shows_what_it_serves_where() {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let proxy = proxy(&temp);
+        let shown = format!("{proxy:?}");
+        let listen = proxy.local_addr().to_string();
+        assert!(listen.starts_with("127.0.0.1:"), "{listen}");
+        assert_eq!(
+            shown,
+            format!(
+                "Proxy {{ provider: \"anthropic\", upstream: \"http://127.0.0.1:9\", listen: \"{listen}\", .. }}"
+            )
+        );
+    }
+
     /// Serving ends when its trigger fires (the shutdown future still pending) and when its
     /// shutdown future ends (the trigger never fired), each within a bound.
     #[test]
