@@ -19,6 +19,7 @@ const MUTATED_CRATES: &[&str] = &[
     "dispatch",
     "budget",
     "run",
+    "proxy",
     "config",
     "view",
 ];

@@ -88,11 +88,18 @@ mod tests {
                 String::from_utf8_lossy(body)
             );
         }
-        assert_eq!(
-            estimate(br#"{"max_tokens":9007199254740993}"#, true, None).output_tokens,
-            MAX_COUNT,
-            "bounded as the ledger counts"
-        );
+        for (max_tokens, out) in [
+            (9_007_199_254_740_991_u64, 9_007_199_254_740_991),
+            (9_007_199_254_740_992, 9_007_199_254_740_991),
+            (9_007_199_254_740_993, 9_007_199_254_740_991),
+        ] {
+            let body = format!(r#"{{"max_tokens":{max_tokens}}}"#);
+            assert_eq!(
+                estimate(body.as_bytes(), true, None).output_tokens,
+                out,
+                "bounded at 2^53 - 1, as the ledger counts"
+            );
+        }
     }
 
     #[test]

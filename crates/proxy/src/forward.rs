@@ -263,7 +263,7 @@ impl Observing {
     /// Settles the reservation: with the usage read when the body ended whole. A body cut
     /// short has no usage: the estimate stays counted where no window of the response
     /// counts the request, since the upstream counted it and giving it back would overstate
-    /// what is left.
+    /// what is left (the ledger gives back the estimate of a response that says no usage).
     fn settle(&mut self, whole: bool) {
         let scan = self.scan.take();
         let Some(reservation) = self.reservation.take() else {
@@ -272,11 +272,9 @@ impl Observing {
         let usage = if whole {
             scan.and_then(UsageScan::finish)
         } else {
-            None
+            log::debug!("a response ended before its body did: its estimate stays counted");
+            Some(reservation.estimate())
         };
-        if !whole {
-            log::debug!("a response ended before its body did: settled without its usage");
-        }
         let settle = std::mem::replace(&mut self.settle, Settle::Recorded { status: 0 });
         match settle {
             Settle::Head(observation) => reservation.settle(observation.with_usage(usage)),
@@ -404,6 +402,34 @@ mod tests {
         ] {
             assert_eq!(credential(&none), None, "{none:?}");
         }
+    }
+
+    /// A body replayed from the frames read first: they go out in order, and its size hint
+    /// stays exact as they go (it is what hyper frames the upstream request by).
+    #[test]
+    fn a_replayed_body_gives_its_frames_in_order_with_an_exact_size() {
+        let mut frames = VecDeque::new();
+        frames.push_back(Frame::data(Bytes::from_static(b"abc")));
+        frames.push_back(Frame::data(Bytes::from_static(b"de")));
+        let mut body = Outgoing::replay(Prefix {
+            frames,
+            bytes: b"abcde".to_vec(),
+            rest: None,
+        });
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut next = |body: &mut Outgoing| match Pin::new(body).poll_frame(&mut cx) {
+            Poll::Ready(Some(Ok(frame))) => Some(frame.into_data().expect("data")),
+            Poll::Ready(None) => None,
+            other => panic!("a replayed body is ready at once: {other:?}"),
+        };
+        for (expected, left) in [(&b"abc"[..], 2), (&b"de"[..], 0)] {
+            assert!(!body.is_end_stream(), "frames are left");
+            assert_eq!(body.size_hint().exact(), Some(left + expected.len() as u64));
+            assert_eq!(next(&mut body).as_deref(), Some(expected));
+            assert_eq!(body.size_hint().exact(), Some(left), "after {expected:?}");
+        }
+        assert!(body.is_end_stream(), "read whole");
+        assert_eq!(next(&mut body), None);
     }
 
     #[test]

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, Weak, mpsc};
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, watch};
 use worklane_budget::{
-    CredentialKey, Ledger, Need, Observed, Provider, ProviderObservation, Refused, Trouble,
+    CredentialKey, Ledger, Need, Observed, Provider, ProviderObservation, Refused, Trouble, Usage,
 };
 use worklane_lease::{Clock, SystemClock};
 
@@ -60,6 +60,9 @@ enum Op {
 /// The ledger, the provider and how takes are named.
 struct Ctx {
     ledger: Ledger,
+    /// The ledger's clock: an observation's patience counts by it as well as by the
+    /// monotonic clock, as the ledger's own lock waits do (tests run both on a manual clock).
+    clock: Arc<dyn Clock>,
     provider: Provider,
     consumer: String,
     /// This proxy's id in the states' `waiting` (PROTOCOL.md 13.1).
@@ -124,6 +127,8 @@ pub(crate) struct Reservation {
     id: Option<String>,
     ops: Arc<LaneTx>,
     settled: bool,
+    /// What the take reserved.
+    need: Need,
 }
 
 impl Reservation {
@@ -136,6 +141,15 @@ impl Reservation {
             observation,
             head: true,
         });
+    }
+
+    /// What the take reserved, as a usage: what a response cut short settles with (the
+    /// upstream counted the request; what it did not report stays counted at the estimate).
+    pub(crate) fn estimate(&self) -> Usage {
+        Usage {
+            input_tokens: self.need.input_tokens,
+            output_tokens: self.need.output_tokens,
+        }
     }
 
     /// Settles what the take reserved with what the response's body said it used (an
@@ -178,6 +192,7 @@ impl Lanes {
         Lanes {
             ctx: Arc::new(Ctx {
                 ledger,
+                clock: Arc::new(SystemClock),
                 provider,
                 consumer,
                 waiter: Ledger::waiter_id(),
@@ -477,6 +492,7 @@ fn run(ctx: &Ctx, key: &CredentialKey, batch: Vec<Op>, ops: &Weak<LaneTx>) -> bo
                                 id: grant.reservation,
                                 ops,
                                 settled: false,
+                                need,
                             }),
                             None => {
                                 if let Some(id) = grant.reservation {
@@ -530,7 +546,10 @@ fn observe(
     head: bool,
     observation: &ProviderObservation,
 ) {
-    let started = Instant::now();
+    let (started, start_ms) = (Instant::now(), ctx.clock.now_ms());
+    let elapsed = || {
+        Duration::from_millis(ctx.clock.now_ms().saturating_sub(start_ms)).max(started.elapsed())
+    };
     loop {
         let observed = match (head, reservation) {
             (true, Some(id)) => ctx
@@ -543,9 +562,7 @@ fn observe(
         match observed {
             Observed::Recorded => return,
             Observed::Skipped(trouble) => {
-                if matches!(trouble, Trouble::LockBusy { .. })
-                    && started.elapsed() < OBSERVE_PATIENCE
-                {
+                if matches!(trouble, Trouble::LockBusy { .. }) && elapsed() < OBSERVE_PATIENCE {
                     std::thread::sleep(OBSERVE_POLL);
                     continue;
                 }
@@ -575,3 +592,438 @@ fn release(ctx: &Ctx, key: &CredentialKey, reservation: &str) {
 }
 
 pub(crate) use worklane_stdx::chain;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use worklane_budget::provider::SeenWindow;
+    use worklane_budget::{Dimension, Sleep};
+    use worklane_lease::{Acquired, Lease, ManualClock, Options, Request};
+    use worklane_slotfile::SlotDir;
+
+    const PROVIDER: Provider = Provider::Anthropic;
+
+    /// A slot directory of the test's own, and a manual clock for its ledgers.
+    struct Site {
+        temp: tempfile::TempDir,
+        dir: SlotDir,
+        clock: ManualClock,
+    }
+
+    impl Site {
+        fn new() -> Site {
+            let temp = tempfile::tempdir().expect("temp dir");
+            let dir = SlotDir::open(temp.path()).expect("the slot directory");
+            Site {
+                temp,
+                dir,
+                // The wall clock's time: the ledger sweeps state files older than 2 h by it.
+                clock: ManualClock::at(SystemClock.now_ms()),
+            }
+        }
+
+        fn ledger(&self) -> Ledger {
+            Ledger::new(self.dir.clone()).clock(Arc::new(self.clock.clone()))
+        }
+
+        /// `key`'s state file.
+        fn state(&self, key: &CredentialKey) -> serde_json::Value {
+            let path = self.temp.path().join(key.state_name_of(PROVIDER.name()));
+            serde_json::from_slice(&std::fs::read(path).expect("the state")).expect("JSON")
+        }
+
+        /// The budget's lock, held as another process's call would hold it.
+        fn hold_lock(&self, key: &CredentialKey) -> Lease {
+            let lock = key.lock_name_of(PROVIDER.name());
+            match worklane_lease::acquire(
+                &self.dir,
+                &lock,
+                &Request::new("holder"),
+                &Options::process(),
+            )
+            .expect("acquire")
+            {
+                Acquired::Held(lease) => lease,
+                Acquired::Refused(r) => panic!("refused: {r}"),
+            }
+        }
+    }
+
+    /// Lets the manual clock advance instead of sleeping, and releases a held lock once the
+    /// clock reaches `free_at`, as its holder finishing would.
+    struct FreeAt {
+        clock: ManualClock,
+        free_at: u64,
+        held: Mutex<Option<Lease>>,
+    }
+
+    impl Sleep for FreeAt {
+        fn sleep(&self, duration: Duration) {
+            self.clock
+                .advance(u64::try_from(duration.as_millis()).expect("ms"));
+            if self.clock.now_ms() >= self.free_at
+                && let Some(lease) = self.held.lock().expect("not poisoned").take()
+            {
+                lease.release().expect("release");
+            }
+        }
+    }
+
+    fn window(site: &Site, dimension: Dimension) -> SeenWindow {
+        SeenWindow {
+            dimension,
+            limit: Some(1_000_000),
+            remaining: 1_000_000,
+            reset_at: site.clock.now_ms() + 60_000,
+        }
+    }
+
+    /// The windows known, and one take of 100 input and 50 output tokens in flight: its id.
+    fn one_take(site: &Site, key: &CredentialKey) -> String {
+        let ledger = site.ledger();
+        let known = ProviderObservation {
+            status: 200,
+            windows: [
+                Dimension::Requests,
+                Dimension::Tokens,
+                Dimension::InputTokens,
+                Dimension::OutputTokens,
+            ]
+            .map(|d| window(site, d))
+            .to_vec(),
+            ..ProviderObservation::default()
+        };
+        assert!(matches!(
+            ledger.observe_model(&PROVIDER, key, None, &known),
+            Observed::Recorded
+        ));
+        let need = Need {
+            input_tokens: 100,
+            output_tokens: 50,
+        };
+        let grant = ledger
+            .try_take_model(&PROVIDER, key, need, "test")
+            .expect("the take goes");
+        grant.reservation.expect("a reservation")
+    }
+
+    /// A lane's context on `site`'s ledger whose lock, held now, is freed when the manual
+    /// clock reaches `free_at` (its waits pass on that clock at once).
+    fn busy_until(site: &Site, key: &CredentialKey, free_at: u64) -> (Ctx, Arc<FreeAt>) {
+        let sleeper = Arc::new(FreeAt {
+            clock: site.clock.clone(),
+            free_at,
+            held: Mutex::new(Some(site.hold_lock(key))),
+        });
+        let ledger = site
+            .ledger()
+            .sleeper(Arc::clone(&sleeper) as Arc<dyn Sleep>);
+        let ctx = Ctx {
+            ledger,
+            clock: Arc::new(site.clock.clone()),
+            provider: PROVIDER,
+            consumer: "test".to_owned(),
+            waiter: Ledger::waiter_id(),
+        };
+        (ctx, sleeper)
+    }
+
+    /// The tokens window's `granted` and the reservations in flight.
+    fn counted(site: &Site, key: &CredentialKey) -> (u64, usize) {
+        let state = site.state(key);
+        (
+            state["resources"]["tokens"]["granted"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("a tokens window: {state}")),
+            state["inFlight"]
+                .as_object()
+                .map_or(0, serde_json::Map::len),
+        )
+    }
+
+    /// A way into a lane whose calls the test reads.
+    fn ops() -> (Arc<LaneTx>, mpsc::Receiver<Op>) {
+        let (tx, rx) = mpsc::channel();
+        (Arc::new(LaneTx(tx)), rx)
+    }
+
+    fn reservation(ops: &Arc<LaneTx>) -> Reservation {
+        Reservation {
+            id: Some("r1".to_owned()),
+            ops: Arc::clone(ops),
+            settled: false,
+            need: Need {
+                input_tokens: 7,
+                output_tokens: 3,
+            },
+        }
+    }
+
+    /// What a reservation queues: its head recorded (the reservation kept), its settlement
+    /// (nothing more when it drops), or its release when dropped unsettled; and what it
+    /// reserved, as a usage.
+    #[test]
+    fn a_reservation_queues_its_head_its_settlement_or_its_release() {
+        let (ops, calls) = ops();
+        assert!(ops.send(Op::Waiting), "a lane that listens takes a call");
+        assert!(matches!(calls.try_recv(), Ok(Op::Waiting)));
+        let settled = reservation(&ops);
+        assert_eq!(
+            settled.estimate(),
+            Usage {
+                input_tokens: 7,
+                output_tokens: 3
+            }
+        );
+        settled.record(ProviderObservation {
+            status: 201,
+            ..ProviderObservation::default()
+        });
+        assert!(matches!(
+            calls.try_recv(),
+            Ok(Op::Observe { reservation: Some(id), observation, head: true })
+                if id == "r1" && observation.status == 201
+        ));
+        settled.settle(ProviderObservation {
+            status: 202,
+            ..ProviderObservation::default()
+        });
+        assert!(matches!(
+            calls.try_recv(),
+            Ok(Op::Observe { reservation: Some(id), observation, head: false })
+                if id == "r1" && observation.status == 202
+        ));
+        assert!(
+            calls.try_recv().is_err(),
+            "a settled reservation is not released"
+        );
+        drop(reservation(&ops));
+        assert!(matches!(
+            calls.try_recv(),
+            Ok(Op::Release { reservation }) if reservation == "r1"
+        ));
+        drop(calls);
+        assert!(!ops.send(Op::Waiting), "a lane that ended takes no call");
+    }
+
+    /// A waiting request is counted, and the lane told, while it lives.
+    #[test]
+    fn a_waiter_is_counted_while_it_lives() {
+        let (ops, calls) = ops();
+        let waiting = Arc::new(AtomicU64::new(0));
+        let first = Waiter::new(&ops, &waiting);
+        let second = Waiter::new(&ops, &waiting);
+        assert_eq!(waiting.load(Ordering::SeqCst), 2);
+        drop(first);
+        assert_eq!(waiting.load(Ordering::SeqCst), 1);
+        drop(second);
+        assert_eq!(waiting.load(Ordering::SeqCst), 0);
+        assert_eq!(
+            calls
+                .try_iter()
+                .filter(|c| matches!(c, Op::Waiting))
+                .count(),
+            4,
+            "each change told"
+        );
+    }
+
+    /// `first_of` ends when either future ends, and not before.
+    #[test]
+    fn first_of_ends_with_either() {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let mut poll = |a: bool, b: bool| {
+            let mut a = std::pin::pin!(async move {
+                if !a {
+                    std::future::pending::<()>().await;
+                }
+            });
+            let mut b = std::pin::pin!(async move {
+                if !b {
+                    std::future::pending::<()>().await;
+                }
+            });
+            let mut both = std::pin::pin!(first_of(a.as_mut(), b.as_mut()));
+            both.as_mut().poll(&mut cx).is_ready()
+        };
+        assert!(!poll(false, false), "neither ended");
+        assert!(poll(true, false) && poll(false, true) && poll(true, true));
+    }
+
+    /// A take with nobody waiting for the budget goes at once, without joining the line; one
+    /// that finds another request in line waits behind it, however much the budget has left,
+    /// and goes when that one leaves.
+    #[test]
+    fn a_take_goes_at_once_with_nobody_in_line_and_waits_behind_a_request_in_line() {
+        let site = Site::new();
+        let lanes = Lanes::new(site.ledger(), PROVIDER, "test".to_owned());
+        let key = CredentialKey::of_token("sk-line-not-real");
+        let lane = lanes.lane(&key).expect("the lane");
+        let need = Need {
+            input_tokens: 1,
+            output_tokens: 1,
+        };
+        let bound = Duration::from_secs(20);
+        let wait = Duration::from_secs(60);
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+            .block_on(async {
+                let mut changed = lane.changed.clone();
+                changed.borrow_and_update();
+                let taken = tokio::time::timeout(bound, lanes.take(&key, need, wait))
+                    .await
+                    .unwrap_or_else(|_| panic!("an empty line: the take goes at once"));
+                assert!(taken.is_ok(), "it goes");
+                assert!(
+                    !changed.has_changed().expect("the lane"),
+                    "it never joined the line (leaving it wakes the lane)"
+                );
+                assert_eq!(lane.waiting.load(Ordering::SeqCst), 0);
+                let ahead = lane.line.join();
+                let behind = lanes.take(&key, need, wait);
+                let mut behind = std::pin::pin!(behind);
+                let early = tokio::time::timeout(Duration::from_millis(300), behind.as_mut()).await;
+                assert!(early.is_err(), "it waits behind the request in line");
+                assert_eq!(lane.waiting.load(Ordering::SeqCst), 1, "counted waiting");
+                drop(ahead);
+                let taken = tokio::time::timeout(bound, behind)
+                    .await
+                    .unwrap_or_else(|_| panic!("it goes when the one ahead leaves"));
+                assert!(taken.is_ok(), "it goes");
+                assert_eq!(lane.waiting.load(Ordering::SeqCst), 0);
+            });
+    }
+
+    /// One lane per key, made on first use with its thread; a lane unused for
+    /// `IDLE_LANE` is dropped when another is made; each live lane's thread is kept for
+    /// `close` to join, and `close` ends every lane and joins their threads.
+    #[test]
+    fn one_lane_per_key_an_idle_one_dropped_and_every_thread_joined_at_close() {
+        let site = Site::new();
+        let lanes = Lanes::new(site.ledger(), PROVIDER, "test".to_owned());
+        let [a, b, c] = ["a", "b", "c"].map(|t| CredentialKey::of_token(&format!("sk-{t}")));
+        let first = lanes.lane(&a).expect("a lane");
+        let again = lanes.lane(&a).expect("a lane");
+        assert!(Arc::ptr_eq(&first.ops, &again.ops), "one lane for one key");
+        let other = lanes.lane(&b).expect("b's lane");
+        assert!(!Arc::ptr_eq(&first.ops, &other.ops), "a lane per key");
+        let keys = |lanes: &Lanes| {
+            let mut keys: Vec<CredentialKey> =
+                lanes.lanes.lock().expect("lanes").keys().cloned().collect();
+            keys.sort_by_key(|k| k.state_name_of("p"));
+            keys
+        };
+        let mut both = vec![a.clone(), b.clone()];
+        both.sort_by_key(|k| k.state_name_of("p"));
+        assert_eq!(keys(&lanes), both, "a lane in use is kept");
+        let threads = |lanes: &Lanes| lanes.workers.lock().expect("workers").len();
+        assert_eq!(
+            threads(&lanes),
+            2,
+            "each lane's thread is kept, to be joined"
+        );
+        // a's lane was last used longer ago than IDLE_LANE: the next lane made drops it.
+        lanes
+            .lanes
+            .lock()
+            .expect("lanes")
+            .get_mut(&a)
+            .expect("a")
+            .used -= IDLE_LANE + Duration::from_secs(1);
+        let third = lanes.lane(&c).expect("c's lane");
+        let mut kept = vec![b.clone(), c.clone()];
+        kept.sort_by_key(|k| k.state_name_of("p"));
+        assert_eq!(keys(&lanes), kept, "the idle lane is dropped");
+        assert_eq!(
+            threads(&lanes),
+            3,
+            "its thread lives on while a way in is held, and is still joined"
+        );
+        drop((first, again, other, third));
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+            .block_on(lanes.close(Duration::from_secs(60)));
+        assert!(keys(&lanes).is_empty(), "every lane ended");
+        assert_eq!(threads(&lanes), 0, "every thread joined");
+    }
+
+    /// A response's settlement that finds the budget's lock busy tries it for 1 s (on the
+    /// ledger's clock): freed within that second, the usage settles the reservation; freed
+    /// after it, while the reservation is given back instead, the estimate goes back; never
+    /// freed, the reservation is left in flight (it expires).
+    #[test]
+    fn a_settlement_waits_a_second_for_a_busy_lock_then_gives_the_reservation_back() {
+        let usage = Usage {
+            input_tokens: 10,
+            output_tokens: 5,
+        };
+        let settles = ProviderObservation {
+            status: 200,
+            ..ProviderObservation::default()
+        }
+        .with_usage(Some(usage));
+        // The first try gives up at 500 ms, the second at 1 000 ms: the observation's
+        // patience is over then, and the release tries until 1 500 ms.
+        for (free_in, expected, what) in [
+            (700, (15, 0), "settled by its usage, on the second try"),
+            (1_200, (0, 0), "given back after the second of patience"),
+            (3_000, (150, 1), "left in flight: not even given back"),
+        ] {
+            let site = Site::new();
+            let key = CredentialKey::of_token("sk-busy-not-real");
+            let id = one_take(&site, &key);
+            assert_eq!(counted(&site, &key), (150, 1), "the take's estimate");
+            let start = site.clock.now_ms();
+            let (ctx, sleeper) = busy_until(&site, &key, start + free_in);
+            observe(&ctx, &key, Some(&id), false, &settles);
+            if let Some(lease) = sleeper.held.lock().expect("not poisoned").take() {
+                lease.release().expect("release");
+            }
+            assert_eq!(
+                counted(&site, &key),
+                expected,
+                "a lock freed {free_in} ms after the response: {what}"
+            );
+        }
+    }
+
+    /// A stream's head settles the windows it reports at once and leaves the rest of the
+    /// reservation in flight for its body; when its lock stays busy, the reservation is not
+    /// given back (its body settles it).
+    #[test]
+    fn a_head_settles_what_it_reports_and_leaves_the_rest_to_its_body() {
+        for (free_in, in_flight) in [(0, 1), (1_200, 1)] {
+            let site = Site::new();
+            let head = ProviderObservation {
+                status: 200,
+                windows: vec![window(&site, Dimension::Requests)],
+                ..ProviderObservation::default()
+            };
+            let key = CredentialKey::of_token("sk-head-not-real");
+            let id = one_take(&site, &key);
+            let start = site.clock.now_ms();
+            let (ctx, sleeper) = busy_until(&site, &key, start + free_in);
+            if free_in == 0 {
+                sleeper.held.lock().expect("not poisoned").take();
+            }
+            observe(&ctx, &key, Some(&id), true, &head);
+            let state = site.state(&key);
+            let units = &state["inFlight"][&id]["units"];
+            assert_eq!(
+                counted(&site, &key).1,
+                in_flight,
+                "lock free in {free_in} ms: the body settles the reservation: {state}"
+            );
+            if free_in == 0 {
+                assert!(
+                    units.get("requests").is_none() && units["tokens"] == 150,
+                    "the head settled the request alone: {units}"
+                );
+            }
+        }
+    }
+}

@@ -66,3 +66,39 @@ impl Drop for Ticket {
         self.line.changed.send_modify(|n| *n = n.wrapping_add(1));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_first_in_line_tries_and_a_leaver_wakes_the_rest() {
+        let (changed, mut seen) = watch::channel(0u64);
+        let line = Arc::new(Line::new(Arc::new(changed)));
+        assert!(line.is_empty(), "a new line is empty");
+        let a = line.join();
+        assert!(!line.is_empty(), "one waits");
+        let b = line.join();
+        let c = line.join();
+        assert!(
+            a.first() && !b.first() && !c.first(),
+            "the first to come is first"
+        );
+        assert!(!seen.has_changed().expect("open"), "joining wakes nobody");
+        drop(b);
+        assert!(seen.has_changed().expect("open"), "a leaver wakes the line");
+        seen.borrow_and_update();
+        assert!(
+            a.first() && !c.first(),
+            "one from the middle leaves its place alone"
+        );
+        drop(a);
+        assert!(
+            seen.has_changed().expect("open"),
+            "the first leaving wakes the next"
+        );
+        assert!(c.first(), "the next is first once those before it left");
+        drop(c);
+        assert!(line.is_empty(), "all left");
+    }
+}

@@ -389,3 +389,133 @@ pub enum Error {
         source: std::io::Error,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Config, Listen, Provider};
+
+    /// A proxy on a port of loopback the system picks, on a slot directory of its own.
+    fn proxy(temp: &tempfile::TempDir) -> Proxy {
+        Proxy::bind(Config {
+            dir: Some(worklane_slotfile::SlotDir::open(temp.path()).expect("the slot directory")),
+            ..Config::new(
+                Provider::Anthropic,
+                "http://127.0.0.1:9".parse().expect("upstream"),
+                Listen::loopback(0),
+            )
+        })
+        .expect("the proxy binds")
+    }
+
+    /// A client's connection serves one request after another (keep-alive), and an idle one
+    /// is closed at once when the proxy stops: not held open until the drain bound cuts it.
+    #[test]
+    fn a_connection_is_kept_alive_and_closed_when_the_proxy_stops() {
+        use http_body_util::BodyExt;
+        let temp = tempfile::tempdir().expect("temp dir");
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a runtime")
+            .block_on(async {
+                let bound = Duration::from_secs(20);
+                let proxy = Proxy {
+                    drain: Duration::from_secs(60),
+                    ..proxy(&temp)
+                };
+                let Listen::Tcp(addr) = *proxy.local_addr() else {
+                    panic!("a TCP proxy");
+                };
+                let trigger = proxy.trigger();
+                let serving = tokio::spawn(proxy.serve(std::future::pending()));
+                let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+                let (mut sender, conn) =
+                    hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                        .await
+                        .expect("handshake");
+                let conn = tokio::spawn(conn);
+                for n in 0..2 {
+                    // No key: forwarded unaccounted, to an upstream nobody serves.
+                    let request = Request::get("/v1/models")
+                        .header("host", "proxy")
+                        .body(Full::<Bytes>::default())
+                        .expect("request");
+                    tokio::time::timeout(bound, sender.ready())
+                        .await
+                        .expect("ready in time")
+                        .unwrap_or_else(|e| panic!("the connection, for request {n}: {e}"));
+                    let response = tokio::time::timeout(bound, sender.send_request(request))
+                        .await
+                        .expect("an answer in time")
+                        .unwrap_or_else(|e| panic!("request {n} on the same connection: {e}"));
+                    assert_eq!(response.status(), 502, "the proxy's own answer");
+                    response.into_body().collect().await.expect("its body");
+                }
+                trigger.fire();
+                let served = tokio::time::timeout(bound, serving)
+                    .await
+                    .expect("serving ends before the drain bound")
+                    .expect("the task")
+                    .expect("served");
+                assert_eq!(served, Served { cut: 0 }, "the idle connection was not cut");
+                tokio::time::timeout(bound, conn)
+                    .await
+                    .expect("the connection is closed")
+                    .expect("the task")
+                    .expect("closed cleanly");
+            });
+    }
+
+    /// A bound proxy shows its provider, upstream and address, never its client or ledger.
+    #[test]
+    fn a_proxy_shows_what_it_serves_where() {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let proxy = proxy(&temp);
+        let shown = format!("{proxy:?}");
+        let listen = proxy.local_addr().to_string();
+        assert!(listen.starts_with("127.0.0.1:"), "{listen}");
+        assert_eq!(
+            shown,
+            format!(
+                "Proxy {{ provider: \"anthropic\", upstream: \"http://127.0.0.1:9\", listen: \"{listen}\", .. }}"
+            )
+        );
+    }
+
+    /// Serving ends when its trigger fires (the shutdown future still pending) and when its
+    /// shutdown future ends (the trigger never fired), each within a bound.
+    #[test]
+    fn serving_ends_when_its_trigger_fires_or_its_shutdown_future_ends() {
+        let temp = tempfile::tempdir().expect("temp dir");
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a runtime")
+            .block_on(async {
+                let bound = Duration::from_secs(20);
+                let fired = proxy(&temp);
+                let trigger = fired.trigger();
+                let serving = tokio::spawn(fired.serve(std::future::pending()));
+                trigger.fire();
+                let served = tokio::time::timeout(bound, serving)
+                    .await
+                    .expect("serving ends when its trigger fires")
+                    .expect("the task")
+                    .expect("served");
+                assert_eq!(served, Served { cut: 0 });
+                let (end, ended) = tokio::sync::oneshot::channel::<()>();
+                let serving = tokio::spawn(proxy(&temp).serve(async {
+                    let _ = ended.await;
+                }));
+                end.send(()).expect("serving");
+                tokio::time::timeout(bound, serving)
+                    .await
+                    .expect("serving ends with its shutdown future")
+                    .expect("the task")
+                    .expect("served");
+            });
+    }
+}

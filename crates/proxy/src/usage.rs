@@ -186,6 +186,34 @@ mod tests {
         );
     }
 
+    /// A JSON body of exactly `MAX_JSON_BODY` bytes is kept and read, one byte more is not
+    /// (in one chunk or in two).
+    #[test]
+    fn a_json_body_is_read_up_to_max_json_body_bytes() {
+        let usage_json = br#"{"usage":{"input_tokens":9,"output_tokens":2}}"#;
+        let padded = |len: usize| {
+            let mut body = vec![b' '; len - usage_json.len()];
+            body.extend_from_slice(usage_json);
+            body
+        };
+        let exact = padded(MAX_JSON_BODY);
+        assert_eq!(
+            scan(UsageScan::json(), &[&exact]),
+            usage(9, 2),
+            "exactly the bound"
+        );
+        let (head, tail) = exact.split_at(MAX_JSON_BODY / 2);
+        assert_eq!(
+            scan(UsageScan::json(), &[head, tail]),
+            usage(9, 2),
+            "in two"
+        );
+        let over = padded(MAX_JSON_BODY + 1);
+        assert_eq!(scan(UsageScan::json(), &[&over]), None, "a byte past it");
+        let (head, tail) = over.split_at(MAX_JSON_BODY / 2);
+        assert_eq!(scan(UsageScan::json(), &[head, tail]), None, "in two");
+    }
+
     #[test]
     fn the_kind_comes_from_the_headers() {
         let kind = |pairs: &[(&'static str, &'static str)]| {

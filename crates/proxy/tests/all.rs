@@ -6,6 +6,7 @@ mod claude_code;
 mod fake;
 mod herd;
 mod sdk;
+mod settle;
 mod support;
 
 use fake::{Fake, Flavor, GENEROUS, Limits};
@@ -317,6 +318,59 @@ mod pause {
     #[test]
     fn openai_one_429_pauses_every_client_and_direct_taker() {
         one_429_pauses_everyone(Flavor::Openai);
+    }
+
+    /// A pause, or a spent requests window, that outlasts what is left of a request's wait
+    /// is answered at once: the same refusal after the whole wait would only come later.
+    /// (A spent tokens window waits: a reservation given back frees tokens.)
+    #[test]
+    fn a_refusal_sure_to_outlast_the_wait_is_answered_at_once() {
+        run(async {
+            let flavor = Flavor::Anthropic;
+            let client = client();
+            // Sooner than the wait: bounded so that a request that waits it out fails here.
+            let at_once = Duration::from_secs(20);
+            for spent in ["pause", "requests"] {
+                let token = format!("sk-at-once-{spent}-not-real");
+                let fake = Fake::start(
+                    flavor,
+                    Limits {
+                        window_ms: 120_000,
+                        requests: if spent == "requests" { 1 } else { 1_000 },
+                        tokens: 1_000_000,
+                    },
+                )
+                .await;
+                let site = Site::new();
+                let proxy = start(worklane_proxy::Config {
+                    max_wait: Duration::from_secs(60),
+                    ..config(&site, flavor, &fake)
+                });
+                let ask = || {
+                    request(flavor, &proxy.url(), &token)
+                        .body(Full::from(prompt(flavor, false)))
+                        .expect("request")
+                };
+                if spent == "pause" {
+                    fake.force_429(120);
+                }
+                send(&client, ask()).await;
+                eventually("the first answer is recorded", || {
+                    site.state(flavor, &token).is_some() && site.in_flight(flavor, &token) == 0
+                })
+                .await;
+                let (head, _) = tokio::time::timeout(at_once, send(&client, ask()))
+                    .await
+                    .unwrap_or_else(|_| panic!("{spent}: refused at once, not after the wait"));
+                assert_eq!(head.status(), 429, "{spent}");
+                assert!(
+                    head.headers().contains_key(worklane_proxy::ANSWERED_HEADER),
+                    "{spent}: the proxy's own answer"
+                );
+                assert_eq!(fake.counts(|c| c.seen.len()), 1, "{spent}: not sent");
+                proxy.stop().await;
+            }
+        });
     }
 
     #[test]
@@ -1151,6 +1205,38 @@ mod shutdown {
 
 mod bind {
     use super::*;
+
+    /// Listening beyond loopback is allowed, with a warning that whoever reaches the proxy
+    /// spends the machine's budget; loopback is not warned about.
+    #[test]
+    fn listening_beyond_loopback_is_warned_about_and_loopback_is_not() {
+        let site = Site::new();
+        capture_logs();
+        let bind = |listen: worklane_proxy::Listen| {
+            let proxy = worklane_proxy::Proxy::bind(worklane_proxy::Config {
+                dir: Some(site.dir.clone()),
+                ..worklane_proxy::Config::new(
+                    worklane_proxy::Provider::Anthropic,
+                    "http://127.0.0.1:9".parse().expect("upstream"),
+                    listen,
+                )
+            })
+            .expect("binds");
+            let warned = format!("listens on {}, which is not loopback", proxy.local_addr());
+            drop(proxy);
+            logs()
+                .iter()
+                .any(|l| l.starts_with("WARN") && l.contains(&warned))
+        };
+        assert!(
+            bind("0.0.0.0:0".parse().expect("listen")),
+            "all interfaces: warned"
+        );
+        assert!(
+            !bind(worklane_proxy::Listen::loopback(0)),
+            "loopback: not warned"
+        );
+    }
 
     #[test]
     fn github_is_not_a_model_provider_to_proxy() {

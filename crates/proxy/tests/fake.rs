@@ -4,9 +4,12 @@
 //! durations like `850ms`, `1.5s`, `6m0s`), JSON bodies with their `usage`, and server-sent
 //! events as each provider streams them.
 //!
-//! Its [`Manner`] says how kind it is. [`ALIGNED`]: fixed windows aligned to the clock, resets
-//! to the millisecond, `retry-after` on every 429. The providers are not so kind, and
-//! [`Manner`] can make it as they are: windows that start anywhere, Anthropic's token bucket
+//! Its windows count from its own first request, never from the wall clock: a test's outcome
+//! cannot depend on where the clock stands when it runs (a window aligned to the clock's
+//! minutes reset under a test that crossed one). Its [`Manner`] says how kind it is.
+//! [`EXACT`]: fixed windows that start at its first request, resets to the millisecond,
+//! `retry-after` on every 429. The providers are not so kind, and [`Manner`] can make it as
+//! they are: windows already running when the first request comes, Anthropic's token bucket
 //! (it refills continuously; its reset is when it is full again), resets written as the
 //! providers write them (Anthropic's cut to the whole second, OpenAI's rounded: `4.53s`,
 //! `6m0s`), and OpenAI's 429 without `retry-after` (optional there).
@@ -14,7 +17,8 @@
 //! Request headers steer it: `x-test-hold: ID` stops a stream after its first event until
 //! [`Fake::release`]`(ID)`; `x-test-status: N` answers N with a fixed error body (never
 //! counted); `x-test-partial: 1` reports the requests window alone (as a provider that
-//! reports fewer dimensions than the profile knows). [`Fake::force_429`] makes the next request a 429 with `retry-after`.
+//! reports fewer dimensions than the profile knows), `x-test-partial: requests,tokens` those
+//! it lists. [`Fake::force_429`] makes the next request a 429 with `retry-after`.
 //! A token count (`.../count_tokens`) or a model list (`.../models`) is answered at once,
 //! without rate-limit headers, and counted apart (`Counts::apart`), as the providers do.
 
@@ -60,7 +64,9 @@ pub(crate) struct Limits {
 /// How the fake keeps and says its windows.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Manner {
-    /// Fixed windows start this long after a multiple of the window on the clock.
+    /// The first fixed window started this long before the fake's first request (a window
+    /// already running when a caller comes, so its reset is no whole window away); the next
+    /// ones follow it back to back.
     pub(crate) offset_ms: u64,
     /// A token bucket per dimension instead of fixed windows: it refills continuously, the
     /// whole limit in a window's time; its reset says when it is full again (Anthropic's).
@@ -73,8 +79,8 @@ pub(crate) struct Manner {
     pub(crate) retry_after: bool,
 }
 
-/// The kind fake: fixed windows aligned to the clock, exact resets, `retry-after` always.
-pub(crate) const ALIGNED: Manner = Manner {
+/// The kind fake: fixed windows from its first request, exact resets, `retry-after` always.
+pub(crate) const EXACT: Manner = Manner {
     offset_ms: 0,
     bucket: false,
     coarse: false,
@@ -82,7 +88,8 @@ pub(crate) const ALIGNED: Manner = Manner {
 };
 
 /// The provider as it behaves: Anthropic's token bucket with resets to the whole second;
-/// OpenAI's fixed windows started anywhere, rounded resets, and 429s without `retry-after`.
+/// OpenAI's fixed windows already running at the first request, rounded resets, and 429s
+/// without `retry-after`.
 pub(crate) fn as_it_is(flavor: Flavor) -> Manner {
     match flavor {
         Flavor::Anthropic => Manner {
@@ -120,6 +127,8 @@ pub(crate) struct Seen {
 
 #[derive(Debug, Default)]
 pub(crate) struct Counts {
+    /// When the first fixed window started (set by the first request).
+    origin: Option<u64>,
     window: u64,
     requests: u64,
     tokens: u64,
@@ -164,7 +173,7 @@ impl Drop for Fake {
 
 impl Fake {
     pub(crate) async fn start(flavor: Flavor, limits: Limits) -> Fake {
-        Fake::start_as(flavor, limits, ALIGNED).await
+        Fake::start_as(flavor, limits, EXACT).await
     }
 
     /// A fake that keeps and says its windows in `manner`.
@@ -322,7 +331,14 @@ async fn answer(inner: &Inner, request: Request<Incoming>) -> Response<FakeBody>
     let output = max.min(5);
     let limits = inner.limits;
     let manner = inner.manner;
-    let partial = parts.headers.contains_key("x-test-partial");
+    let partial: Option<Vec<String>> =
+        parts
+            .headers
+            .get("x-test-partial")
+            .map(|v| match v.to_str().expect("dimensions") {
+                "1" => vec!["requests".to_owned()],
+                list => list.split(',').map(str::to_owned).collect(),
+            });
     let verdict = {
         let mut counts = inner.counts.lock().expect("counts");
         admit(&mut counts, limits, manner, now, input, max)
@@ -330,7 +346,11 @@ async fn answer(inner: &Inner, request: Request<Incoming>) -> Response<FakeBody>
     let window = verdict.window;
     let (status, retry) = (verdict.status, verdict.retry);
     let mut builder = Response::builder().status(status);
-    let reported = |dim: &str| !partial || dim == "requests";
+    let reported = |dim: &str| {
+        partial
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|d| d == dim))
+    };
     match inner.flavor {
         Flavor::Anthropic => {
             let reset = |at: u64| {
@@ -547,8 +567,11 @@ fn admit(
             output: tokens,
         };
     }
-    let offset = manner.offset_ms % limits.window_ms;
-    let window = (now - offset) / limits.window_ms * limits.window_ms + offset;
+    let origin = *counts
+        .origin
+        .get_or_insert(now.saturating_sub(manner.offset_ms % limits.window_ms));
+    // A request whose clock was read before an earlier one's falls in the first window.
+    let window = origin + now.saturating_sub(origin) / limits.window_ms * limits.window_ms;
     let end = window + limits.window_ms;
     if counts.window != window {
         counts.window = window;
@@ -662,5 +685,46 @@ impl Body for ChannelBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         self.0.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b))))
+    }
+}
+
+/// The fake's windows count from its first request, wherever the clock stands: a window
+/// aligned to the clock's minutes reset under a test that crossed one (a spent window let a
+/// request through 2 ms after it was spent).
+#[test]
+fn a_window_starts_at_the_first_request_not_on_the_clock_s_minute() {
+    let limits = Limits {
+        window_ms: 60_000,
+        requests: 1,
+        tokens: 1_000_000,
+    };
+    let minute = 1_796_550_060_000;
+    for (manner, already) in [(EXACT, 0), (as_it_is(Flavor::Openai), 377)] {
+        let mut counts = Counts::default();
+        let first = admit(&mut counts, limits, manner, minute - 1, 10, 10);
+        assert_eq!(first.status, 200);
+        assert_eq!(
+            first.requests,
+            (0, minute - 1 - already + 60_000),
+            "the window runs a minute from its start, {already} ms before the first request"
+        );
+        let across = admit(&mut counts, limits, manner, minute + 1, 10, 10);
+        assert_eq!(
+            (across.status, across.retry),
+            (429, Some(60)),
+            "the window is still spent across the clock's minute"
+        );
+        let next = admit(
+            &mut counts,
+            limits,
+            manner,
+            minute - 1 - already + 60_000,
+            10,
+            10,
+        );
+        assert_eq!(
+            next.status, 200,
+            "the next window starts when the first ends"
+        );
     }
 }

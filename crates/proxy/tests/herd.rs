@@ -438,3 +438,105 @@ fn a_waiting_request_is_shown_and_its_refusal_journaled_once() {
         patient.stop().await;
     });
 }
+
+/// A request that waits longer than the 5 s after which a word of waiting is no longer
+/// counted is still shown waiting (its lane says so again every second), and no longer once
+/// it goes.
+#[test]
+fn a_request_waiting_past_five_seconds_is_still_shown_and_not_once_it_went() {
+    run(async {
+        let flavor = Flavor::Anthropic;
+        let token = "sk-ant-long-wait-not-real";
+        let fake = Fake::start(
+            flavor,
+            Limits {
+                window_ms: 60_000,
+                requests: 100,
+                tokens: 400,
+            },
+        )
+        .await;
+        let site = Site::new();
+        let proxy = start(worklane_proxy::Config {
+            max_wait: Duration::from_secs(50),
+            ..config(&site, flavor, &fake)
+        });
+        let client = client();
+        let ask = move |base: &str| {
+            request(flavor, base, token)
+                .body(Full::from(prompt(flavor, false)))
+                .expect("request")
+        };
+        assert_eq!(send(&client, ask(&proxy.url())).await.0.status(), 200);
+        eventually("the tokens window is recorded", || {
+            site.state(flavor, token)
+                .is_some_and(|s| s["resources"]["tokens"]["remaining"].is_u64())
+        })
+        .await;
+        // A direct taker holds all but 10 of the tokens left: the next request waits.
+        let state = site.state(flavor, token).expect("state");
+        let left = state["resources"]["tokens"]["remaining"]
+            .as_u64()
+            .expect("remaining")
+            - state["resources"]["tokens"]["granted"]
+                .as_u64()
+                .unwrap_or(0);
+        let ledger = site.ledger();
+        let key = CredentialKey::of_token(token);
+        let held = ledger
+            .take_model_within(
+                &flavor.provider(),
+                &key,
+                Need {
+                    input_tokens: left - 10,
+                    output_tokens: 0,
+                },
+                "direct",
+                0,
+            )
+            .expect("the direct take goes");
+        let waits = tokio::spawn({
+            let (client, base) = (client.clone(), proxy.url());
+            async move { send(&client, ask(&base)).await.0.status() }
+        });
+        eventually("the request is shown waiting", || {
+            waiting(&site, flavor, token) == 1
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let health = ledger.health_report().expect("the health view");
+        assert_eq!(
+            health.views[0].waiting,
+            1,
+            "after 6 s its word is fresh: {:?}",
+            site.state(flavor, token)
+        );
+        assert!(!waits.is_finished(), "it still waits");
+        assert!(matches!(
+            ledger.release(
+                &flavor.provider(),
+                &key,
+                &held.reservation.expect("a reservation")
+            ),
+            worklane_budget::Observed::Recorded
+        ));
+        assert_eq!(within("the request", waits).await.expect("request"), 200);
+        // The lane's calls are in order, and it says how many wait after each batch of them:
+        // once the second of two calls queued after the request went has been answered (the
+        // first may have been in the batch of its going), the state says what the lane said.
+        for _ in 0..2 {
+            let after = request(flavor, &proxy.url(), token)
+                .header("x-test-status", "400")
+                .body(Full::from(prompt(flavor, false)))
+                .expect("request");
+            assert_eq!(send(&client, after).await.0.status(), 400);
+        }
+        assert_eq!(
+            waiting(&site, flavor, token),
+            0,
+            "no longer waiting: {:?}",
+            site.state(flavor, token)
+        );
+        proxy.stop().await;
+    });
+}

@@ -235,8 +235,8 @@ impl log::Log for Capture {
     fn flush(&self) {}
 }
 
-/// Every record at every level, from every crate, kept for [`logs`].
-fn capture_logs() {
+/// Every record at every level, from every crate, kept for [`logs`] ([`run`] starts it).
+pub(crate) fn capture_logs() {
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| {
         log::set_logger(&Capture).expect("the only logger");
