@@ -280,14 +280,77 @@ mod tests {
     /// exactly half does not.
     #[test]
     fn a_line_that_would_pass_half_the_cap_rotates_first() {
+        let _deadline = crate::testing::deadline();
         assert!(!rotated_at(800, 200), "exactly half the cap");
         assert!(rotated_at(800, 201), "one byte past");
         assert!(rotated_at(1000, 200), "a file at half the cap");
     }
 
+    /// Each rotation writes, as the new file's first line, the totals the file it renames
+    /// carried plus the tally of the file it drops: after many rotations the whole count of a
+    /// read journal is every event ever appended, the dropped files' included
+    /// (PROTOCOL.md 17.3).
+    #[test]
+    fn the_totals_carry_the_count_of_every_file_rotated_away() {
+        let _deadline = crate::testing::deadline();
+        let temp = tempfile::tempdir().expect("temp");
+        let dir = SlotDir::open(temp.path()).expect("open");
+        let gone = crate::line::encode(&Entry {
+            version: VERSION,
+            at: "2026-11-30T04:55:19.924Z".to_owned(),
+            pid: 42,
+            dropped: 0,
+            event: Event::HolderGone {
+                slot: "agent-0.lock".to_owned(),
+                slot_kind: "agent".to_owned(),
+                stale_pid: Some(7),
+                stale_owner: None,
+                stale_since: None,
+                proof: "no such process".to_owned(),
+            },
+        })
+        .expect("a line");
+        // About four lines a file, the `totals` line included.
+        let half = 4 * gone.len() as u64;
+        let mut open = None;
+        let previous = || std::fs::metadata(temp.path().join(PREVIOUS)).ok();
+        let mut rotations = 0;
+        let mut last = None;
+        for n in 1..=30 {
+            append(&dir, &mut open, &gone, half).expect("appended");
+            let now = previous().map(|m| std::os::unix::fs::MetadataExt::ino(&m));
+            if now != last {
+                rotations += 1;
+                last = now;
+            }
+            let read = crate::read(&dir).expect("read");
+            assert_eq!(
+                crate::tally::total(&read.entries).gone,
+                n,
+                "every event counted after {n} appends and {rotations} rotations"
+            );
+        }
+        assert!(rotations >= 5, "rotated again and again: {rotations}");
+    }
+
+    #[test]
+    fn trouble_says_what_it_is() {
+        let _deadline = crate::testing::deadline();
+        assert_eq!(
+            Trouble::Short.to_string(),
+            "the line could not be written whole"
+        );
+        let io = Trouble::from(io::Error::from(io::ErrorKind::StorageFull));
+        assert_eq!(
+            io.to_string(),
+            io::Error::from(io::ErrorKind::StorageFull).to_string()
+        );
+    }
+
     /// A line longer than half the cap goes to an empty file whole: no rotation of nothing.
     #[test]
     fn a_long_line_goes_to_an_empty_file() {
+        let _deadline = crate::testing::deadline();
         let temp = tempfile::tempdir().expect("temp");
         let dir = SlotDir::open(temp.path()).expect("open");
         let mut open = None;

@@ -106,6 +106,8 @@ mod line;
 mod names;
 mod read;
 pub mod tally;
+#[cfg(test)]
+mod testing;
 mod words;
 
 pub use clock::{ms_of_time, time_of_ms};

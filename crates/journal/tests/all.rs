@@ -583,12 +583,25 @@ mod killed {
 mod follow {
     use super::*;
 
+    /// `follow.next(None)` on a thread of its own, bounded: a follower that is never woken
+    /// fails the test instead of hanging it.
+    fn next_woken(follow: Follow) -> (Follow, Batch) {
+        let (read, got) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut follow = follow;
+            let batch = follow.next(None).expect("follow");
+            let _ = read.send((follow, batch));
+        });
+        got.recv_timeout(Duration::from_secs(10))
+            .expect("woken within 10 s")
+    }
+
     #[test]
     fn a_follower_wakes_for_a_new_line_and_after_a_rotation() {
         let site = Site::new();
         let journal = Journal::of(&site.dir);
         journal.emit(Event::Undrain);
-        let (mut follow, first) = Follow::start(&site.dir).expect("follow");
+        let (follow, first) = Follow::start(&site.dir).expect("follow");
         assert_eq!(first.entries.len(), 1, "what is there");
         let writer = {
             let dir = site.dir.clone();
@@ -600,13 +613,13 @@ mod follow {
                 });
             })
         };
-        let next = follow.next(None).expect("woken");
+        let (follow, next) = next_woken(follow);
         writer.join().expect("writer");
         assert_eq!(next.entries[0].event.kind(), "stop");
         // Rotated by hand (as a rotation does it), then a line in the new file.
         std::fs::rename(site.path.join(CURRENT), site.path.join(PREVIOUS)).expect("rename");
         journal.emit(Event::Undrain);
-        let next = follow.next(None).expect("woken after the rotation");
+        let (mut follow, next) = next_woken(follow);
         let kinds: Vec<&str> = next.entries.iter().map(|e| e.event.kind()).collect();
         assert_eq!(kinds, ["undrain"], "the new file read from its start, once");
         assert_eq!(
