@@ -74,14 +74,14 @@ fn append_once(
     line: &[u8],
     half: u64,
 ) -> Result<(), Trouble> {
-    let mut meta = now(current)?;
+    let (mut file, mut meta) = now(current)?;
     let len = line.len() as u64;
-    if past_half(meta.size, len, half) && rotate(current, half, len) {
-        meta = now(current)?;
+    if file.name() == CURRENT && past_half(meta.size, len, half) && rotate(current, half, len) {
+        (file, meta) = now(current)?;
     }
     if open.as_ref().is_none_or(|o| o.meta.id != meta.id) {
         *open = None;
-        let Some((fd, opened)) = current.open_append().map_err(other)? else {
+        let Some((fd, opened)) = file.open_append().map_err(other)? else {
             return Err(io::Error::from(io::ErrorKind::NotFound).into());
         };
         *open = Some(Open { fd, meta: opened });
@@ -109,19 +109,44 @@ fn append_once(
     }
 }
 
-/// The current file's inode and size, publishing it empty (mode 0660, the directory's group)
-/// when there is none.
-fn now(current: &SlotPath) -> Result<Meta, Trouble> {
+/// The file a line goes to now, with its inode and size: the current file, published empty
+/// (mode 0660, the directory's group) when there is none, under its guard.
+///
+/// A rotation renames the current file away and then publishes the new one, whose first line
+/// carries the totals: a writer that published an empty file in between would take the name
+/// from it, and the totals would be lost (the counts of every file rotated away, PROTOCOL.md
+/// 17.3). So the current file is published only under its guard, taken without waiting; when
+/// another holds it and the previous file is there, a rotation is between its rename and its
+/// publish, and the line goes to the file it renamed (the previous one), as the line of a
+/// writer that looked just before the rotation does. With no previous file, no rotation is
+/// under way (the holder publishes the first file): publishing too is harmless (`EEXIST`:
+/// theirs is used).
+fn now(current: &SlotPath) -> Result<(SlotPath, Meta), Trouble> {
     if let Some(meta) = current.meta().map_err(other)? {
-        return Ok(meta);
+        return Ok((current.clone(), meta));
     }
+    let guard = match current.try_guard() {
+        Ok(Some(guard)) => Some(guard),
+        Ok(None) => {
+            let previous = current.dir().file(PREVIOUS).map_err(other)?;
+            if let Some(meta) = previous.meta().map_err(other)? {
+                return Ok((previous, meta));
+            }
+            None
+        }
+        // A guard that cannot be taken at all (a stray file at its name): rotations go on
+        // without it, and so does this.
+        Err(_) => None,
+    };
     // Published whole (a temp file, its mode and group set, then linked): every appender
     // opens a file that is already shared. Someone else's at the same moment is as good.
     let _ = current.publish(b"", MODE).map_err(other)?;
-    current
+    drop(guard);
+    let meta = current
         .meta()
         .map_err(other)?
-        .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound).into())
+        .ok_or_else(|| Trouble::from(io::Error::from(io::ErrorKind::NotFound)))?;
+    Ok((current.clone(), meta))
 }
 
 /// Rotates the journal when it still holds `half` bytes or more: under the current file's
@@ -331,6 +356,56 @@ mod tests {
             );
         }
         assert!(rotations >= 5, "rotated again and again: {rotations}");
+    }
+
+    /// A rotation renames the current file away, then publishes the new one with the totals
+    /// as its first line. A writer that finds no current file in between, while the guard is
+    /// held, publishes nothing (that would take the name from the rotation, and the totals
+    /// would be lost): its line goes to the file just renamed. With the guard free (a rotation
+    /// killed in between), the writer publishes the current file.
+    #[test]
+    fn a_line_between_a_rotation_s_rename_and_its_publish_goes_to_the_file_renamed() {
+        let _deadline = crate::testing::deadline();
+        let temp = tempfile::tempdir().expect("temp");
+        let dir = SlotDir::open(temp.path()).expect("open");
+        let current = dir.file(CURRENT).expect("name");
+        let mut open = None;
+        append(&dir, &mut open, &line(150), HALF).expect("appended");
+        // A rotation between its rename and its publish: the guard held, no current file.
+        let guard = current.try_guard().expect("guard").expect("free");
+        std::fs::rename(temp.path().join(CURRENT), temp.path().join(PREVIOUS)).expect("rename");
+        for writer in [&mut open, &mut None] {
+            append(&dir, writer, &line(160), HALF).expect("appended");
+        }
+        assert!(
+            !temp.path().join(CURRENT).exists(),
+            "the current file left to the rotation"
+        );
+        let size = |name| std::fs::metadata(temp.path().join(name)).map(|m| m.len());
+        assert_eq!(
+            size(PREVIOUS).expect("previous"),
+            150 + 2 * 160,
+            "both lines in the file renamed"
+        );
+        let totals = carried_totals(&current);
+        assert!(!totals.is_empty());
+        assert_eq!(
+            current.publish(&totals, MODE).expect("publish"),
+            worklane_slotfile::Publish::Published,
+            "the rotation's own file"
+        );
+        drop(guard);
+        append(&dir, &mut open, &line(150), HALF).expect("appended");
+        assert_eq!(
+            size(CURRENT).expect("current"),
+            totals.len() as u64 + 150,
+            "the totals line first, then the line"
+        );
+        // Killed between its rename and its publish: the guard is free, and the next writer
+        // makes the current file.
+        std::fs::rename(temp.path().join(CURRENT), temp.path().join(PREVIOUS)).expect("rename");
+        append(&dir, &mut None, &line(150), HALF).expect("appended");
+        assert_eq!(size(CURRENT).expect("made again"), 150);
     }
 
     #[test]

@@ -79,7 +79,9 @@
 //!   without its mode; rotation takes the current file's guard without waiting (busy: someone
 //!   else rotates), checks the size again under it, renames, publishes the new file holding
 //!   one `totals` line: what the current file carried plus the tally of the previous file,
-//!   which the rotation drops.
+//!   which the rotation drops. A writer that finds no current file publishes it under the same
+//!   guard; busy, with a previous file there, it appends to that one (a rotation is between
+//!   its rename and its publish, which must keep the name for its `totals` line).
 //! - `tally.rs`: [`tally::Tally`], what events add up to (takeovers, halts, dropped, waits and
 //!   holds in histograms), carried across rotations; [`tally::total`] is what a reader of
 //!   both files counts, what `worklane metrics` exposes.

@@ -403,9 +403,9 @@ mod rotation {
 
     const CAP: u64 = 64 * 1024;
 
-    /// Four writers at once, 2,000 lines each, with a cap of 64 KiB: about ninety rotations.
-    /// The journal stays near its cap, no line is torn, nothing is dropped, and each writer's
-    /// newest lines are all there, in order.
+    /// Four writers at once, 2,000 lines each, with a cap of 64 KiB: about seventy rotations.
+    /// The journal keeps rotating (it holds a small part of what was written), no line is
+    /// torn, nothing is dropped, and each writer's newest lines are all there, in order.
     #[test]
     fn concurrent_writers_rotate_under_the_cap() {
         let site = Site::new();
@@ -419,9 +419,50 @@ mod rotation {
         for child in children {
             assert_eq!(dropped_said(&child.wait_with_output().expect("wait")), 0);
         }
-        let slack = 4 * 2 * worklane_journal::MAX_LINE as u64;
-        assert!(site.size() <= CAP + slack, "{} bytes", site.size());
+        // While one writer rotates, the others append to the file they find (PROTOCOL.md
+        // 17.3, step 1): the cap is soft by as much as they write meanwhile. Mostly that is a
+        // few lines, but a loaded machine stretches it: a rotating writer descheduled for some
+        // 20 ms let the three others add 200 KB, in 2 runs of 20 of this test, so a bound of
+        // the cap plus a few lines was a flake. What holds whatever the scheduling: the
+        // journal rotated all along, and holds a small part of what was written.
+        let line = std::fs::read_to_string(site.path.join(CURRENT))
+            .expect("the journal")
+            .lines()
+            .last()
+            .expect("a line")
+            .len() as u64;
+        let written = 4 * 2000 * line;
+        assert!(
+            site.size() <= written / 2,
+            "{} bytes of {written} written",
+            site.size()
+        );
+        // Each file was made by a rotation, and begins with its totals: no writer took the
+        // name between the rotation's rename and its publish.
+        for name in [PREVIOUS, CURRENT] {
+            let text = std::fs::read_to_string(site.path.join(name)).expect("a journal file");
+            assert!(
+                text.starts_with(r#"{"version":1,"#)
+                    && text.contains(r#""kind":"totals""#)
+                    && text
+                        .lines()
+                        .next()
+                        .is_some_and(|l| l.contains(r#""kind":"totals""#)),
+                "{name} begins with a totals line: {}",
+                &text[..text.len().min(200)]
+            );
+        }
         let batch = read(&site.dir).expect("read");
+        // And the totals carried across the rotations count the lines written, rotated away
+        // or not: all of them but the few of a writer that a rotation overtook between its
+        // look and its write (its line tallied and written again, or written after the
+        // tally to a file then dropped: one either way in a quarter of the runs). A totals
+        // line lost would lose thousands.
+        let waits = worklane_journal::tally::total(&batch.entries).queue_wait["agent"].count;
+        assert!(
+            waits.abs_diff(4 * 2000) <= 80,
+            "{waits} slot-taken counted of 8000"
+        );
         assert_eq!(batch.skipped, 0, "no line torn by a rotation");
         // The journal holds the newest lines only: each writer there has its own last ones,
         // in order (a writer that ended early may have rotated out entirely).
