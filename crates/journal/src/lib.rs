@@ -31,7 +31,8 @@
 //!   is read whole by the next read.
 //! - A writer that looked at the current file just before a rotation appends its line to the
 //!   file renamed away (read as the previous file); if two rotations pass between its look and
-//!   its write, that line is lost, uncounted. A follower reads the renamed file to its end
+//!   its write, that line is lost, uncounted, or (written again when the writer finds its file
+//!   gone, after a rotation had tallied it) counted twice by the totals. A follower reads the renamed file to its end
 //!   before it moves on, but not lines appended to it after that.
 //! - The count of dropped events lives in the writing process: a process that never appends
 //!   again (a journal it may never write) takes its count with it (it says so once, as a
