@@ -76,7 +76,9 @@ fn append_once(
 ) -> Result<(), Trouble> {
     let (mut file, mut meta) = now(current)?;
     let len = line.len() as u64;
-    if file.name() == CURRENT && past_half(meta.size, len, half) && rotate(current, half, len) {
+    // (When `file` is the previous file, a rotation is under way: `rotate` finds its guard
+    // busy, or the rotation done and nothing to do, and the name is looked at again.)
+    if past_half(meta.size, len, half) && rotate(current, half, len) {
         (file, meta) = now(current)?;
     }
     if open.as_ref().is_none_or(|o| o.meta.id != meta.id) {
@@ -370,7 +372,8 @@ mod tests {
         let dir = SlotDir::open(temp.path()).expect("open");
         let current = dir.file(CURRENT).expect("name");
         let mut open = None;
-        append(&dir, &mut open, &line(150), HALF).expect("appended");
+        // Near half the cap, as a file a rotation renames is.
+        append(&dir, &mut open, &line(950), HALF).expect("appended");
         // A rotation between its rename and its publish: the guard held, no current file.
         let guard = current.try_guard().expect("guard").expect("free");
         std::fs::rename(temp.path().join(CURRENT), temp.path().join(PREVIOUS)).expect("rename");
@@ -384,7 +387,7 @@ mod tests {
         let size = |name| std::fs::metadata(temp.path().join(name)).map(|m| m.len());
         assert_eq!(
             size(PREVIOUS).expect("previous"),
-            150 + 2 * 160,
+            950 + 2 * 160,
             "both lines in the file renamed"
         );
         let totals = carried_totals(&current);
