@@ -14,6 +14,7 @@ const MUTATED_CRATES: &[&str] = &[
     "slotfile",
     "identity",
     "lease",
+    "journal",
     "transport",
     "admission",
     "dispatch",

@@ -74,14 +74,16 @@ fn append_once(
     line: &[u8],
     half: u64,
 ) -> Result<(), Trouble> {
-    let mut meta = now(current)?;
+    let (mut file, mut meta) = now(current)?;
     let len = line.len() as u64;
+    // (When `file` is the previous file, a rotation is under way: `rotate` finds its guard
+    // busy, or the rotation done and nothing to do, and the name is looked at again.)
     if past_half(meta.size, len, half) && rotate(current, half, len) {
-        meta = now(current)?;
+        (file, meta) = now(current)?;
     }
     if open.as_ref().is_none_or(|o| o.meta.id != meta.id) {
         *open = None;
-        let Some((fd, opened)) = current.open_append().map_err(other)? else {
+        let Some((fd, opened)) = file.open_append().map_err(other)? else {
             return Err(io::Error::from(io::ErrorKind::NotFound).into());
         };
         *open = Some(Open { fd, meta: opened });
@@ -109,19 +111,44 @@ fn append_once(
     }
 }
 
-/// The current file's inode and size, publishing it empty (mode 0660, the directory's group)
-/// when there is none.
-fn now(current: &SlotPath) -> Result<Meta, Trouble> {
+/// The file a line goes to now, with its inode and size: the current file, published empty
+/// (mode 0660, the directory's group) when there is none, under its guard.
+///
+/// A rotation renames the current file away and then publishes the new one, whose first line
+/// carries the totals: a writer that published an empty file in between would take the name
+/// from it, and the totals would be lost (the counts of every file rotated away, PROTOCOL.md
+/// 17.3). So the current file is published only under its guard, taken without waiting; when
+/// another holds it and the previous file is there, a rotation is between its rename and its
+/// publish, and the line goes to the file it renamed (the previous one), as the line of a
+/// writer that looked just before the rotation does. With no previous file, no rotation is
+/// under way (the holder publishes the first file): publishing too is harmless (`EEXIST`:
+/// theirs is used).
+fn now(current: &SlotPath) -> Result<(SlotPath, Meta), Trouble> {
     if let Some(meta) = current.meta().map_err(other)? {
-        return Ok(meta);
+        return Ok((current.clone(), meta));
     }
+    let guard = match current.try_guard() {
+        Ok(Some(guard)) => Some(guard),
+        Ok(None) => {
+            let previous = current.dir().file(PREVIOUS).map_err(other)?;
+            if let Some(meta) = previous.meta().map_err(other)? {
+                return Ok((previous, meta));
+            }
+            None
+        }
+        // A guard that cannot be taken at all (a stray file at its name): rotations go on
+        // without it, and so does this.
+        Err(_) => None,
+    };
     // Published whole (a temp file, its mode and group set, then linked): every appender
     // opens a file that is already shared. Someone else's at the same moment is as good.
     let _ = current.publish(b"", MODE).map_err(other)?;
-    current
+    drop(guard);
+    let meta = current
         .meta()
         .map_err(other)?
-        .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound).into())
+        .ok_or_else(|| Trouble::from(io::Error::from(io::ErrorKind::NotFound)))?;
+    Ok((current.clone(), meta))
 }
 
 /// Rotates the journal when it still holds `half` bytes or more: under the current file's
@@ -280,14 +307,128 @@ mod tests {
     /// exactly half does not.
     #[test]
     fn a_line_that_would_pass_half_the_cap_rotates_first() {
+        let _deadline = crate::testing::deadline();
         assert!(!rotated_at(800, 200), "exactly half the cap");
         assert!(rotated_at(800, 201), "one byte past");
         assert!(rotated_at(1000, 200), "a file at half the cap");
     }
 
+    /// Each rotation writes, as the new file's first line, the totals the file it renames
+    /// carried plus the tally of the file it drops: after many rotations the whole count of a
+    /// read journal is every event ever appended, the dropped files' included
+    /// (PROTOCOL.md 17.3).
+    #[test]
+    fn the_totals_carry_the_count_of_every_file_rotated_away() {
+        let _deadline = crate::testing::deadline();
+        let temp = tempfile::tempdir().expect("temp");
+        let dir = SlotDir::open(temp.path()).expect("open");
+        let gone = crate::line::encode(&Entry {
+            version: VERSION,
+            at: "2026-11-30T04:55:19.924Z".to_owned(),
+            pid: 42,
+            dropped: 0,
+            event: Event::HolderGone {
+                slot: "agent-0.lock".to_owned(),
+                slot_kind: "agent".to_owned(),
+                stale_pid: Some(7),
+                stale_owner: None,
+                stale_since: None,
+                proof: "no such process".to_owned(),
+            },
+        })
+        .expect("a line");
+        // About four lines a file, the `totals` line included.
+        let half = 4 * gone.len() as u64;
+        let mut open = None;
+        let previous = || std::fs::metadata(temp.path().join(PREVIOUS)).ok();
+        let mut rotations = 0;
+        let mut last = None;
+        for n in 1..=30 {
+            append(&dir, &mut open, &gone, half).expect("appended");
+            let now = previous().map(|m| std::os::unix::fs::MetadataExt::ino(&m));
+            if now != last {
+                rotations += 1;
+                last = now;
+            }
+            let read = crate::read(&dir).expect("read");
+            assert_eq!(
+                crate::tally::total(&read.entries).gone,
+                n,
+                "every event counted after {n} appends and {rotations} rotations"
+            );
+        }
+        assert!(rotations >= 5, "rotated again and again: {rotations}");
+    }
+
+    /// A rotation renames the current file away, then publishes the new one with the totals
+    /// as its first line. A writer that finds no current file in between, while the guard is
+    /// held, publishes nothing (that would take the name from the rotation, and the totals
+    /// would be lost): its line goes to the file just renamed. With the guard free (a rotation
+    /// killed in between), the writer publishes the current file.
+    #[test]
+    fn a_line_between_a_rotation_s_rename_and_its_publish_goes_to_the_file_renamed() {
+        let _deadline = crate::testing::deadline();
+        let temp = tempfile::tempdir().expect("temp");
+        let dir = SlotDir::open(temp.path()).expect("open");
+        let current = dir.file(CURRENT).expect("name");
+        let mut open = None;
+        // Near half the cap, as a file a rotation renames is.
+        append(&dir, &mut open, &line(950), HALF).expect("appended");
+        // A rotation between its rename and its publish: the guard held, no current file.
+        let guard = current.try_guard().expect("guard").expect("free");
+        std::fs::rename(temp.path().join(CURRENT), temp.path().join(PREVIOUS)).expect("rename");
+        for writer in [&mut open, &mut None] {
+            append(&dir, writer, &line(160), HALF).expect("appended");
+        }
+        assert!(
+            !temp.path().join(CURRENT).exists(),
+            "the current file left to the rotation"
+        );
+        let size = |name| std::fs::metadata(temp.path().join(name)).map(|m| m.len());
+        assert_eq!(
+            size(PREVIOUS).expect("previous"),
+            950 + 2 * 160,
+            "both lines in the file renamed"
+        );
+        let totals = carried_totals(&current);
+        assert!(!totals.is_empty());
+        assert_eq!(
+            current.publish(&totals, MODE).expect("publish"),
+            worklane_slotfile::Publish::Published,
+            "the rotation's own file"
+        );
+        drop(guard);
+        append(&dir, &mut open, &line(150), HALF).expect("appended");
+        assert_eq!(
+            size(CURRENT).expect("current"),
+            totals.len() as u64 + 150,
+            "the totals line first, then the line"
+        );
+        // Killed between its rename and its publish: the guard is free, and the next writer
+        // makes the current file.
+        std::fs::rename(temp.path().join(CURRENT), temp.path().join(PREVIOUS)).expect("rename");
+        append(&dir, &mut None, &line(150), HALF).expect("appended");
+        assert_eq!(size(CURRENT).expect("made again"), 150);
+    }
+
+    #[test]
+    fn trouble_says_what_it_is() {
+        let _deadline = crate::testing::deadline();
+        assert_eq!(
+            Trouble::Short.to_string(),
+            "the line could not be written whole"
+        );
+        let io = Trouble::from(io::Error::from(io::ErrorKind::StorageFull));
+        assert_eq!(
+            io.to_string(),
+            io::Error::from(io::ErrorKind::StorageFull).to_string()
+        );
+    }
+
     /// A line longer than half the cap goes to an empty file whole: no rotation of nothing.
     #[test]
     fn a_long_line_goes_to_an_empty_file() {
+        let _deadline = crate::testing::deadline();
         let temp = tempfile::tempdir().expect("temp");
         let dir = SlotDir::open(temp.path()).expect("open");
         let mut open = None;

@@ -256,8 +256,10 @@ fn journal_changed(fd: &OwnedFd) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::{BOUND, within};
     use crate::{Event, Journal};
     use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+    use std::time::Instant;
 
     /// `follow` waiting on another thread: its wake said on the receiver, the follower given
     /// back by the thread.
@@ -271,11 +273,34 @@ mod tests {
         (rx, waiter)
     }
 
+    fn kinds(batch: &Batch) -> Vec<&'static str> {
+        batch.entries.iter().map(|e| e.event.kind()).collect()
+    }
+
+    fn stop(by: &str) -> Event {
+        Event::Stop {
+            by: by.to_owned(),
+            reason: String::new(),
+        }
+    }
+
+    fn stopped_by(batch: &Batch) -> Vec<String> {
+        batch
+            .entries
+            .iter()
+            .map(|e| match &e.event {
+                Event::Stop { by, .. } => by.clone(),
+                other => panic!("only stops were written: {other:?}"),
+            })
+            .collect()
+    }
+
     /// A journal file's name made (a link: created and nothing written), given to another
     /// file, or taken from one (a rotation's rename, or the first half of one) wakes a
     /// waiting follower.
     #[test]
     fn a_waiting_follower_is_woken_by_a_journal_file_named_or_renamed() {
+        let _deadline = crate::testing::deadline();
         type Change = fn(&std::path::Path);
         let changes: [(&str, Change); 3] = [
             ("linked", |p| {
@@ -298,7 +323,7 @@ mod tests {
             let (follow, _) = Follow::start(&dir).expect("follow");
             let (rx, waiter) = waiting(follow);
             change(temp.path());
-            rx.recv_timeout(Duration::from_secs(60))
+            rx.recv_timeout(BOUND)
                 .unwrap_or_else(|e| panic!("woken by a journal file {what}: {e}"));
             waiter.join().expect("the waiter");
         }
@@ -309,6 +334,7 @@ mod tests {
     /// [`LOOK_EVERY`]), an append does.
     #[test]
     fn a_waiting_follower_is_woken_by_an_append_and_by_nothing_else() {
+        let _deadline = crate::testing::deadline();
         let temp = tempfile::tempdir().expect("temp");
         let dir = SlotDir::open(temp.path()).expect("open");
         let journal = Journal::of(&dir);
@@ -323,15 +349,167 @@ mod tests {
             Err(RecvTimeoutError::Timeout),
             "woken by something other than an append"
         );
-        journal.emit(Event::Stop {
-            by: "a".to_owned(),
-            reason: "b".to_owned(),
-        });
-        rx.recv_timeout(Duration::from_secs(60))
-            .expect("woken by the append");
+        journal.emit(stop("a"));
+        rx.recv_timeout(BOUND).expect("woken by the append");
         let mut follow = waiter.join().expect("the waiter");
         let next = follow.next(Some(Duration::ZERO)).expect("read");
-        let kinds: Vec<_> = next.entries.iter().map(|e| e.event.kind()).collect();
-        assert_eq!(kinds, ["stop"]);
+        assert_eq!(kinds(&next), ["stop"]);
+    }
+
+    /// With nothing new, `next` waits out its timeout and then returns an empty batch, and
+    /// `wait` sleeps its time: neither returns early (a caller following on a timeout would
+    /// turn that into a busy loop, or take the empty batch for the timeout passed).
+    #[test]
+    fn with_nothing_new_a_follower_waits_out_its_timeout() {
+        let _deadline = crate::testing::deadline();
+        let temp = tempfile::tempdir().expect("temp");
+        let dir = SlotDir::open(temp.path()).expect("open");
+        Journal::of(&dir).emit(Event::Undrain);
+        let (mut follow, _) = Follow::start(&dir).expect("follow");
+        let timeout = Duration::from_millis(150);
+        let start = Instant::now();
+        let batch = follow.next(Some(timeout)).expect("read");
+        let waited = start.elapsed();
+        assert_eq!(batch, Batch::default(), "nothing new");
+        assert!(waited >= timeout, "next returned after {waited:?}");
+        let start = Instant::now();
+        follow.wait(Some(timeout));
+        let waited = start.elapsed();
+        assert!(waited >= timeout, "wait returned after {waited:?}");
+    }
+
+    /// `next(None)` waits as long as it takes, for lines: it returns the line appended while
+    /// it waits, not an empty batch (bounded here by running it on a thread of its own).
+    #[test]
+    fn next_without_a_timeout_returns_the_line_appended_meanwhile() {
+        let _deadline = crate::testing::deadline();
+        let temp = tempfile::tempdir().expect("temp");
+        let dir = SlotDir::open(temp.path()).expect("open");
+        let (mut follow, first) = Follow::start(&dir).expect("follow");
+        assert_eq!(first, Batch::default(), "no journal yet");
+        let (read, got) = channel();
+        std::thread::spawn(move || {
+            let _ = read.send(follow.next(None).map(|batch| kinds(&batch)));
+        });
+        Journal::of(&dir).emit(Event::Undrain);
+        let kinds = got
+            .recv_timeout(BOUND)
+            .expect("next(None) returned")
+            .expect("read");
+        assert_eq!(kinds, ["undrain"]);
+    }
+
+    /// New lines are returned as soon as they are there, not at the timeout: a line appended
+    /// before `next` is called, and one appended while it waits.
+    #[test]
+    fn next_returns_new_lines_at_once() {
+        let _deadline = crate::testing::deadline();
+        let temp = tempfile::tempdir().expect("temp");
+        let dir = SlotDir::open(temp.path()).expect("open");
+        let journal = Journal::of(&dir);
+        let (follow, _) = Follow::start(&dir).expect("follow");
+        journal.emit(stop("before"));
+        let (mut follow, before) = within("next with a line there", move || {
+            let mut follow = follow;
+            let batch = follow.next(Some(Duration::from_secs(3600))).expect("read");
+            (follow, batch)
+        });
+        assert_eq!(stopped_by(&before), ["before"]);
+        let (read, got) = channel();
+        std::thread::spawn(move || {
+            let _ = read.send(follow.next(Some(Duration::from_secs(3600))));
+        });
+        journal.emit(stop("while"));
+        let meanwhile = got
+            .recv_timeout(BOUND)
+            .expect("next returned")
+            .expect("read");
+        assert_eq!(stopped_by(&meanwhile), ["while"]);
+    }
+
+    /// A torn piece alone (what a writer killed mid-line leaves) is news: `next` returns it,
+    /// counted, at once, not an empty batch at its timeout.
+    #[test]
+    fn a_torn_piece_alone_is_returned_at_once() {
+        let _deadline = crate::testing::deadline();
+        let temp = tempfile::tempdir().expect("temp");
+        let dir = SlotDir::open(temp.path()).expect("open");
+        Journal::of(&dir).emit(Event::Undrain);
+        let (mut follow, _) = Follow::start(&dir).expect("follow");
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(temp.path().join(CURRENT))
+            .expect("the journal");
+        std::io::Write::write_all(&mut file, b"{\"version\":1,\"at\":\"2026\n").expect("torn");
+        let start = Instant::now();
+        let batch = follow.next(Some(BOUND)).expect("read");
+        assert_eq!(
+            (batch.entries.len(), batch.skipped),
+            (0, 1),
+            "after {:?}",
+            start.elapsed()
+        );
+    }
+
+    /// Two rotations while the follower did not look: the file it held is gone (read to its
+    /// end), the previous file is one it never saw (read from its start), then the current
+    /// one: every line, in order.
+    #[test]
+    fn a_follower_two_rotations_behind_reads_the_file_it_never_saw() {
+        let _deadline = crate::testing::deadline();
+        let temp = tempfile::tempdir().expect("temp");
+        let dir = SlotDir::open(temp.path()).expect("open");
+        let journal = Journal::of(&dir);
+        let rotate = || {
+            std::fs::rename(temp.path().join(CURRENT), temp.path().join(PREVIOUS)).expect("rotate");
+        };
+        journal.emit(stop("first file"));
+        let (mut follow, first) = Follow::start(&dir).expect("follow");
+        assert_eq!(stopped_by(&first), ["first file"]);
+        journal.emit(stop("first file, later"));
+        rotate();
+        journal.emit(stop("second file"));
+        rotate();
+        journal.emit(stop("third file"));
+        let batch = follow.next(Some(BOUND)).expect("read");
+        assert_eq!(
+            stopped_by(&batch),
+            ["first file, later", "second file", "third file"]
+        );
+        assert_eq!(batch.skipped, 0);
+        // One rotation: the file held is the previous one now, read on.
+        let mut previous = std::fs::OpenOptions::new()
+            .append(true)
+            .open(temp.path().join(CURRENT))
+            .expect("the journal");
+        rotate();
+        let line = crate::line::encode(&crate::Entry {
+            version: crate::VERSION,
+            at: crate::clock::now(),
+            pid: 1,
+            dropped: 0,
+            event: stop("third file, after its rotation"),
+        })
+        .expect("a line");
+        std::io::Write::write_all(&mut previous, &line).expect("a late line");
+        journal.emit(stop("fourth file"));
+        let batch = follow.next(Some(BOUND)).expect("read");
+        assert_eq!(
+            stopped_by(&batch),
+            ["third file, after its rotation", "fourth file"]
+        );
+    }
+
+    #[test]
+    fn a_follower_shows_its_directory() {
+        let _deadline = crate::testing::deadline();
+        let temp = tempfile::tempdir().expect("temp");
+        let dir = SlotDir::open(temp.path()).expect("open");
+        let (follow, _) = Follow::start(&dir).expect("follow");
+        let shown = format!("{follow:?}");
+        assert!(
+            shown.starts_with("Follow {") && shown.contains(&format!("{:?}", dir.path())),
+            "{shown}"
+        );
     }
 }

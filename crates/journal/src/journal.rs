@@ -216,6 +216,7 @@ mod tests {
 
     #[test]
     fn emit_appends_to_the_directory_s_journal() {
+        let _deadline = crate::testing::deadline();
         let temp = tempfile::tempdir().expect("temp");
         let dir = SlotDir::open(temp.path()).expect("open");
         emit(&dir, Event::Undrain);
@@ -226,6 +227,7 @@ mod tests {
 
     #[test]
     fn a_journal_that_is_off_writes_nothing() {
+        let _deadline = crate::testing::deadline();
         let temp = tempfile::tempdir().expect("temp");
         let dir = SlotDir::open(temp.path()).expect("open");
         assert!(Journal::of(&dir).is_on());
@@ -241,6 +243,7 @@ mod tests {
 
     #[test]
     fn the_cap_is_the_default_until_set_and_kept_in_range() {
+        let _deadline = crate::testing::deadline();
         let temp = tempfile::tempdir().expect("temp");
         let dir = SlotDir::open(temp.path()).expect("open");
         let journal = Journal::of(&dir);
@@ -258,10 +261,35 @@ mod tests {
         assert_eq!(journal.max_bytes(), *JOURNAL_BYTES_RANGE.end());
     }
 
+    /// Handles on the same directory share one journal, also after every handle of an
+    /// earlier one was dropped (its entry in the registry is gone with it, not found first).
+    #[test]
+    fn a_journal_made_again_is_shared_by_its_handles() {
+        let _deadline = crate::testing::deadline();
+        let temp = tempfile::tempdir().expect("temp");
+        let dir = SlotDir::open(temp.path()).expect("open");
+        let first = Journal::of(&dir);
+        first.set_max_bytes(100 * 1024);
+        drop(first);
+        let again = Journal::of(&dir);
+        assert_eq!(
+            again.max_bytes(),
+            DEFAULT_JOURNAL_MAX_BYTES,
+            "a new journal: the default cap"
+        );
+        again.set_max_bytes(200 * 1024);
+        assert_eq!(
+            Journal::of(&dir).max_bytes(),
+            200 * 1024,
+            "the live journal, not a third one"
+        );
+    }
+
     /// The cap set is the one the journal rotates at: the current file is renamed before a
     /// line would take it past half of it, not at half the default.
     #[test]
     fn the_journal_rotates_at_half_the_cap_set() {
+        let _deadline = crate::testing::deadline();
         let temp = tempfile::tempdir().expect("temp");
         let dir = SlotDir::open(temp.path()).expect("open");
         let journal = Journal::of(&dir);
@@ -269,9 +297,18 @@ mod tests {
         journal.set_max_bytes(cap);
         let size = |name| std::fs::metadata(temp.path().join(name)).map(|m| m.len());
         let mut before = 0;
-        while size(PREVIOUS).is_err() {
+        // Bounded: a journal that grows by nothing (events dropped, or lines of no bytes)
+        // would never rotate.
+        for emitted in 0.. {
+            if size(PREVIOUS).is_ok() {
+                break;
+            }
             before = size(CURRENT).unwrap_or(0);
             assert!(before <= cap, "no rotation at {before} bytes");
+            assert!(
+                emitted < cap,
+                "{emitted} events and no rotation: {before} bytes written"
+            );
             journal.emit(Event::Undrain);
         }
         let line = size(CURRENT).expect("the new current file");
@@ -294,6 +331,7 @@ mod tests {
     #[cfg(feature = "test-seams")]
     #[test]
     fn a_sink_takes_every_line() {
+        let _deadline = crate::testing::deadline();
         let temp = tempfile::tempdir().expect("temp");
         let dir = SlotDir::open(temp.path()).expect("open");
         let elsewhere = tempfile::tempdir().expect("temp");

@@ -31,7 +31,8 @@
 //!   is read whole by the next read.
 //! - A writer that looked at the current file just before a rotation appends its line to the
 //!   file renamed away (read as the previous file); if two rotations pass between its look and
-//!   its write, that line is lost, uncounted. A follower reads the renamed file to its end
+//!   its write, that line is lost, uncounted, or (written again when the writer finds its file
+//!   gone, after a rotation had tallied it) counted twice by the totals. A follower reads the renamed file to its end
 //!   before it moves on, but not lines appended to it after that.
 //! - The count of dropped events lives in the writing process: a process that never appends
 //!   again (a journal it may never write) takes its count with it (it says so once, as a
@@ -79,7 +80,9 @@
 //!   without its mode; rotation takes the current file's guard without waiting (busy: someone
 //!   else rotates), checks the size again under it, renames, publishes the new file holding
 //!   one `totals` line: what the current file carried plus the tally of the previous file,
-//!   which the rotation drops.
+//!   which the rotation drops. A writer that finds no current file publishes it under the same
+//!   guard; busy, with a previous file there, it appends to that one (a rotation is between
+//!   its rename and its publish, which must keep the name for its `totals` line).
 //! - `tally.rs`: [`tally::Tally`], what events add up to (takeovers, halts, dropped, waits and
 //!   holds in histograms), carried across rotations; [`tally::total`] is what a reader of
 //!   both files counts, what `worklane metrics` exposes.
@@ -106,6 +109,8 @@ mod line;
 mod names;
 mod read;
 pub mod tally;
+#[cfg(test)]
+mod testing;
 mod words;
 
 pub use clock::{ms_of_time, time_of_ms};

@@ -271,6 +271,7 @@ mod tests {
     /// renamed: it is seen, and the pair opened again.
     #[test]
     fn a_rotation_between_the_two_opens_is_seen_and_both_opened_again() {
+        let _deadline = crate::testing::deadline();
         let temp = tempfile::tempdir().expect("temp");
         let dir = SlotDir::open(temp.path()).expect("open");
         stop(&dir, "a");
@@ -291,6 +292,7 @@ mod tests {
     /// what it opened last, rather than wait for ever.
     #[test]
     fn a_reader_tries_eight_times_under_rotations_without_end() {
+        let _deadline = crate::testing::deadline();
         let temp = tempfile::tempdir().expect("temp");
         let dir = SlotDir::open(temp.path()).expect("open");
         stop(&dir, "a");
@@ -302,6 +304,7 @@ mod tests {
 
     #[test]
     fn batches_add_up() {
+        let _deadline = crate::testing::deadline();
         let mut batch = Batch {
             entries: vec![entry(1)],
             skipped: 2,
@@ -318,6 +321,7 @@ mod tests {
 
     #[test]
     fn lines_split_across_chunks_read_whole() {
+        let _deadline = crate::testing::deadline();
         let mut all = line(1);
         all.extend(line(2));
         all.extend(line(3));
@@ -334,6 +338,7 @@ mod tests {
 
     #[test]
     fn a_torn_line_is_counted_once_and_the_next_kept() {
+        let _deadline = crate::testing::deadline();
         let whole = line(2);
         let mut bytes = line(1)[..30].to_vec();
         bytes.extend(&whole);
@@ -347,8 +352,56 @@ mod tests {
         assert_eq!(batch.skipped, 2, "and the unfinished end");
     }
 
+    /// An unfinished line is kept for its end up to [`MAX_PENDING`] bytes: a line of
+    /// [`MAX_LINE`](crate::MAX_LINE) bytes that comes in pieces is read whole, and garbage of
+    /// exactly `MAX_PENDING` bytes is one torn piece once its newline comes.
+    #[test]
+    fn an_unfinished_line_is_kept_up_to_max_pending_bytes() {
+        let _deadline = crate::testing::deadline();
+        let long = encode(&Entry {
+            event: Event::Stop {
+                by: "x".repeat(3900),
+                reason: String::new(),
+            },
+            ..entry(5)
+        })
+        .expect("a line");
+        assert!(long.len() > 3900 && long.len() <= crate::MAX_LINE);
+        let mut lines = Lines::default();
+        let mut batch = Batch::default();
+        for piece in long.chunks(1000) {
+            lines.push(piece, &mut batch);
+        }
+        let pids: Vec<u32> = batch.entries.iter().map(|e| e.pid).collect();
+        assert_eq!((pids, batch.skipped), (vec![5], 0), "read whole");
+        let mut lines = Lines::default();
+        let mut batch = Batch::default();
+        lines.push(&vec![b'x'; MAX_PENDING], &mut batch);
+        assert_eq!(batch.skipped, 0, "kept for its end");
+        lines.push(b"\n", &mut batch);
+        assert_eq!(batch.skipped, 1, "one torn piece");
+    }
+
+    /// A whole line with a field of the wrong type is counted as mistyped, each one.
+    #[test]
+    fn mistyped_lines_are_counted_as_they_come() {
+        let _deadline = crate::testing::deadline();
+        let wrong = br#"{"version":1,"at":"2026-11-30T04:55:19.924Z","pid":7,"dropped":0,"kind":"slot-waiting","slot_kind":"agent","owner":"x","position":"first","in_line":2,"why":""}"#;
+        let mut bytes = wrong.to_vec();
+        bytes.push(b'\n');
+        bytes.extend(line(1));
+        bytes.extend_from_slice(wrong);
+        bytes.push(b'\n');
+        let mut lines = Lines::default();
+        let mut batch = Batch::default();
+        lines.push(&bytes, &mut batch);
+        let pids: Vec<u32> = batch.entries.iter().map(|e| e.pid).collect();
+        assert_eq!((pids, batch.skipped, batch.mistyped), (vec![1], 0, 2));
+    }
+
     #[test]
     fn endless_garbage_is_not_kept_for_ever() {
+        let _deadline = crate::testing::deadline();
         let mut lines = Lines::default();
         let mut batch = Batch::default();
         lines.push(&vec![b'x'; MAX_PENDING + 1], &mut batch);

@@ -255,6 +255,126 @@ mod tests {
         assert_eq!(pairs[10], (f64::INFINITY, 2));
     }
 
+    /// A histogram read from another writer's line, with fewer or more buckets than the
+    /// bounds, is brought to as many before it counts.
+    #[test]
+    fn a_histogram_of_another_shape_is_fitted_to_the_bounds() {
+        let mut few = Hist {
+            count: 1,
+            sum: 0.005,
+            buckets: vec![1],
+        };
+        few.observe(5000.0);
+        let mut expected = vec![0; BOUNDS.len() + 1];
+        expected[0] = 1;
+        expected[BOUNDS.len()] = 1;
+        assert_eq!(
+            few.buckets, expected,
+            "above every bound, in the last bucket"
+        );
+        let mut many = Hist {
+            count: 0,
+            sum: 0.0,
+            buckets: vec![0; 15],
+        };
+        many.merge(&few);
+        assert_eq!(many.buckets, expected, "as many buckets as the bounds");
+        assert_eq!(many.count, 2);
+    }
+
+    /// Each kind of event is counted where it belongs: takeovers, slots freed with nobody
+    /// taking over, halts by who halted them (any other name as `other`), waits for a slot
+    /// (the dispatcher's own takes are counted at their admission, not twice), claims, holds.
+    #[test]
+    fn each_event_is_counted_where_it_belongs() {
+        let halt = |by: &str| {
+            entry(Event::Halt {
+                resource: "agent-0.lock".to_owned(),
+                command_pid: 1,
+                by: by.to_owned(),
+                reason: String::new(),
+                signal: None,
+                status: None,
+                took_ms: 0,
+            })
+        };
+        let taken = |owner: &str, slot_kind: &str, waited_ms| {
+            entry(Event::SlotTaken {
+                slot: "agent-0.lock".to_owned(),
+                slot_kind: slot_kind.to_owned(),
+                owner: owner.to_owned(),
+                epoch: 1,
+                waited_ms,
+            })
+        };
+        let entries = [
+            entry(Event::HolderGone {
+                slot: "agent-0.lock".to_owned(),
+                slot_kind: "agent".to_owned(),
+                stale_pid: None,
+                stale_owner: None,
+                stale_since: None,
+                proof: String::new(),
+            }),
+            halt("supervisor"),
+            halt("supervisor"),
+            halt("worklane"),
+            halt("someone"),
+            taken("alice", "test", 30),
+            taken("worklane dispatcher", "agent", 50),
+            entry(Event::DispatchAdmitted {
+                attempt: "a1".to_owned(),
+                lane: "ci".to_owned(),
+                slot: "agent-0.lock".to_owned(),
+                waited_ms: 2000,
+            }),
+            entry(Event::DispatchClaimed {
+                attempt: "a1".to_owned(),
+                lane: "ci".to_owned(),
+                slot: "agent-0.lock".to_owned(),
+                admitted_ms: 20,
+            }),
+            released("test", 10),
+            entry(Event::Undrain),
+        ];
+        let tally = Tally::of(&entries);
+        assert_eq!((tally.gone, tally.takeovers), (1, 0));
+        let halts = |tally: &Tally| {
+            tally
+                .halts
+                .iter()
+                .map(|(by, n)| (by.clone(), *n))
+                .collect::<Vec<_>>()
+        };
+        let by = |n: [(&str, u64); 3]| n.map(|(by, n)| (by.to_owned(), n)).to_vec();
+        assert_eq!(
+            halts(&tally),
+            by([("other", 1), ("supervisor", 2), ("worklane", 1)])
+        );
+        let waits: Vec<(&str, u64, f64)> = tally
+            .queue_wait
+            .iter()
+            .map(|(kind, h)| (kind.as_str(), h.count, h.sum))
+            .collect();
+        assert_eq!(
+            waits,
+            [("agent", 1, 2.0), ("test", 1, 0.03)],
+            "the dispatcher's take counted at its admission only"
+        );
+        assert_eq!((tally.claim_wait.count, tally.claim_wait.sum), (1, 0.02));
+        assert_eq!(tally.run["test"].count, 1);
+        // Merged: the halts keep their names, an unknown one is `other`.
+        let mut merged = Tally::default();
+        merged.merge(&tally);
+        merged.halts.insert("made-up".to_owned(), 0);
+        let mut again = Tally::default();
+        again.merge(&merged);
+        assert_eq!(
+            halts(&again),
+            by([("other", 1), ("supervisor", 2), ("worklane", 1)])
+        );
+    }
+
     #[test]
     fn totals_carried_plus_the_events_make_the_whole_count() {
         let dropped = Tally::of(&[released("agent", 20), released("job", 5)]);

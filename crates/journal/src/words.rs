@@ -244,5 +244,237 @@ mod tests {
             "{line}"
         );
         assert_eq!(entry.event.what(), what(&entry.event));
+        let quiet: Entry = serde_json::from_str(
+            r#"{"version":1,"at":"2026-11-30T00:00:00.000Z","pid":8,"dropped":0,"kind":"undrain"}"#,
+        )
+        .expect("an entry");
+        assert_eq!(
+            quiet.describe(),
+            "2026-11-30T00:00:00.000Z  undrain            drain ended  [pid 8]",
+            "nothing said of dropped events when there were none"
+        );
+    }
+
+    /// What an event of `kind` with `fields` (a JSON object's members) says.
+    fn said(kind: &str, fields: &str) -> String {
+        let comma = if fields.is_empty() { "" } else { "," };
+        let line = format!(
+            r#"{{"version":1,"at":"2026-11-30T00:00:00.000Z","pid":1,"dropped":0,"kind":"{kind}"{comma}{fields}}}"#
+        );
+        let entry: Entry = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line}: {e}"));
+        entry.event.what()
+    }
+
+    /// Every kind in its own words, each way its words can go (as `worklane events` and
+    /// `worklane top` show them).
+    #[test]
+    fn every_kind_says_what_happened() {
+        let cases = [
+            (
+                "slot-taken",
+                r#""slot":"agent-0.lock","slot_kind":"agent","owner":"a@h","epoch":3,"waited_ms":0"#,
+                "agent-0.lock taken by a@h (epoch 3)",
+            ),
+            (
+                "slot-taken",
+                r#""slot":"agent-0.lock","owner":"a@h","epoch":4,"waited_ms":250"#,
+                "agent-0.lock taken by a@h (epoch 4) after waiting 250 ms",
+            ),
+            (
+                "slot-released",
+                r#""slot":"job-1.lock","owner":"b","held_ms":900,"cpu_usec":2500000"#,
+                "job-1.lock released by b after 900 ms, 2.5 s of CPU",
+            ),
+            (
+                "slot-released",
+                r#""slot":"job-1.lock","owner":"b","held_ms":900,"cpu_usec":null"#,
+                "job-1.lock released by b after 900 ms",
+            ),
+            (
+                "slot-refused",
+                r#""slot_kind":"test","owner":"c","blocker":"stop","why":"STOP is set""#,
+                "test slot refused to c: STOP is set",
+            ),
+            (
+                "slot-waiting",
+                r#""slot_kind":"agent","owner":"d","position":2,"in_line":5,"why":"at cap""#,
+                "d waits for a agent slot, 2 of 5 in line: at cap",
+            ),
+            (
+                "slot-left",
+                r#""slot_kind":"agent","owner":"e","waiter_pid":77,"waited_ms":12"#,
+                "agent waiter e (pid 77) gone from the line after 12 ms (killed)",
+            ),
+            (
+                "slot-left",
+                r#""slot_kind":"agent","owner":"e","waiter_pid":null,"waited_ms":12"#,
+                "agent waiter e (pid ?) gone from the line after 12 ms (killed)",
+            ),
+            (
+                "holder-gone",
+                r#""slot":"agent-2.lock","stale_pid":41,"stale_owner":"f","proof":"no such process""#,
+                "agent-2.lock freed: its holder, pid 41 (f), is gone and nobody took it over: no such process",
+            ),
+            (
+                "holder-gone",
+                r#""slot":"agent-2.lock","stale_pid":null,"stale_owner":"","proof":"p""#,
+                "agent-2.lock freed: its holder, pid ? (-), is gone and nobody took it over: p",
+            ),
+            (
+                "takeover",
+                r#""resource":"agent-3.lock","owner":"g","stale_pid":9,"stale_owner":"h","proof":"reused pid""#,
+                "agent-3.lock taken over by g from pid 9 (h): reused pid",
+            ),
+            (
+                "takeover",
+                r#""resource":"agent-3.lock","owner":"g","stale_pid":null,"stale_owner":null,"proof":"p""#,
+                "agent-3.lock taken over by g from pid ? (-): p",
+            ),
+            (
+                "halt",
+                r#""resource":"agent-0.lock","command_pid":100,"by":"supervisor","signal":"SIGTERM","status":1,"took_ms":30"#,
+                "STOP halted pid 100 of agent-0.lock (supervisor): ended by SIGTERM after 30 ms",
+            ),
+            (
+                "halt",
+                r#""resource":"agent-0.lock","command_pid":100,"by":"worklane","signal":null,"status":3,"took_ms":30"#,
+                "STOP halted pid 100 of agent-0.lock (worklane): exited 3 after 30 ms",
+            ),
+            (
+                "halt",
+                r#""resource":"agent-0.lock","command_pid":100,"by":"other","signal":null,"status":null,"took_ms":30"#,
+                "STOP halted pid 100 of agent-0.lock (other): ended after 30 ms",
+            ),
+            (
+                "stop",
+                r#""by":"alice","reason":"maintenance""#,
+                "STOP written by alice: maintenance",
+            ),
+            (
+                "resume",
+                r#""by":"alice","reason":"done""#,
+                "STOP lifted (written by alice: done)",
+            ),
+            (
+                "resume",
+                r#""by":"","reason":"done""#,
+                "STOP lifted (written by -: done)",
+            ),
+            (
+                "drain",
+                r#""until":"2026-12-01T00:00:00Z","to":"v2""#,
+                "drain until 2026-12-01T00:00:00Z (installing v2)",
+            ),
+            (
+                "drain",
+                r#""until":"2026-12-01T00:00:00Z","to":null"#,
+                "drain until 2026-12-01T00:00:00Z",
+            ),
+            ("undrain", "", "drain ended"),
+            (
+                "role-taken",
+                r#""role":"leader","resource":"r","owner":"i","ttl_ms":null,"epoch":1"#,
+                "role leader taken by i",
+            ),
+            (
+                "role-refused",
+                r#""role":"leader","owner":"j","holder_pid":5,"why":"held""#,
+                "role leader refused to j: held by pid 5: held",
+            ),
+            (
+                "role-refused",
+                r#""role":"leader","owner":"j","holder_pid":null,"why":"held""#,
+                "role leader refused to j: held by pid ?: held",
+            ),
+            (
+                "role-lost",
+                r#""role":"leader","resource":"r","why":"expired""#,
+                "role leader lost: expired",
+            ),
+            (
+                "role-released",
+                r#""role":"leader","resource":"r","owner":"k""#,
+                "role leader released by k",
+            ),
+            (
+                "dispatch-enqueued",
+                r#""attempt":"a1","lane":"ci","priority":-2,"uid":1000"#,
+                "a1 queued on lane ci (priority -2, uid 1000)",
+            ),
+            (
+                "dispatch-admitted",
+                r#""attempt":"a1","lane":"ci","slot":"agent-0.lock","waited_ms":40"#,
+                "a1 admitted to agent-0.lock after waiting 40 ms",
+            ),
+            (
+                "dispatch-claimed",
+                r#""attempt":"a1","lane":"ci","slot":"agent-0.lock","admitted_ms":15"#,
+                "a1 claimed 15 ms after its admission",
+            ),
+            (
+                "dispatch-expired",
+                r#""attempt":"a1","lane":"ci","starting_ms":60000"#,
+                "a1 not claimed in 60000 ms: queued again",
+            ),
+            (
+                "dispatch-recovered",
+                r#""attempt":"a1","lane":"ci","kept":true,"why":"its driver lives""#,
+                "a1 kept at the dispatcher's start: its driver lives",
+            ),
+            (
+                "dispatch-recovered",
+                r#""attempt":"a1","lane":"ci","kept":false,"why":"gone""#,
+                "a1 dropped at the dispatcher's start: gone",
+            ),
+            (
+                "dispatch-cancelled",
+                r#""attempt":"a1","lane":"ci","state":"queued","uid":0"#,
+                "a1 cancelled while queued by uid 0",
+            ),
+            (
+                "budget-paused",
+                r#""provider":"anthropic","credential":"0123456789abcdef","until":"12:00""#,
+                "anthropic budget paused until 12:00",
+            ),
+            (
+                "budget-refused",
+                r#""provider":"openai","resource":"tokens","refusal":"spent","consumer":"l""#,
+                "openai tokens call refused to l: spent",
+            ),
+            (
+                "broken-file",
+                r#""name":"agent-0.lock","what":"not JSON","fix":"removed","fixed":true"#,
+                "agent-0.lock: not JSON: removed",
+            ),
+            (
+                "broken-file",
+                r#""name":"agent-0.lock","what":"not JSON","fix":"rm it","fixed":false"#,
+                "agent-0.lock: not JSON; fix: rm it",
+            ),
+            (
+                "jobs-escaped",
+                r#""command":"make","processes":9,"tokens":4"#,
+                "the build `make` ran 9 processes at once on 4 job token(s): a part of it \
+                 escaped max_jobs with its own -jN",
+            ),
+            (
+                "totals",
+                r#""totals":{"takeovers":2,"dropped":5,"run":{"agent":{"count":3},"job":{"count":4}},"queue_wait":{"agent":{"count":6}}}"#,
+                "totals carried over the rotation: 2 takeover(s), 7 run(s), 6 wait(s), 5 dropped",
+            ),
+            (
+                "from-the-future",
+                r#""n":1"#,
+                "(a kind this worklane does not know)",
+            ),
+        ];
+        let mut kinds: Vec<&str> = cases.iter().map(|(kind, _, _)| *kind).collect();
+        for (kind, fields, words) in cases {
+            assert_eq!(said(kind, fields), words, "{kind} {fields}");
+        }
+        kinds.dedup();
+        for kind in crate::KINDS {
+            assert!(kinds.contains(&kind), "{kind} has words of its own here");
+        }
     }
 }

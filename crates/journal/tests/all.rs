@@ -403,9 +403,9 @@ mod rotation {
 
     const CAP: u64 = 64 * 1024;
 
-    /// Four writers at once, 2,000 lines each, with a cap of 64 KiB: about ninety rotations.
-    /// The journal stays near its cap, no line is torn, nothing is dropped, and each writer's
-    /// newest lines are all there, in order.
+    /// Four writers at once, 2,000 lines each, with a cap of 64 KiB: about seventy rotations.
+    /// The journal keeps rotating (it holds a small part of what was written), no line is
+    /// torn, nothing is dropped, and each writer's newest lines are all there, in order.
     #[test]
     fn concurrent_writers_rotate_under_the_cap() {
         let site = Site::new();
@@ -419,9 +419,50 @@ mod rotation {
         for child in children {
             assert_eq!(dropped_said(&child.wait_with_output().expect("wait")), 0);
         }
-        let slack = 4 * 2 * worklane_journal::MAX_LINE as u64;
-        assert!(site.size() <= CAP + slack, "{} bytes", site.size());
+        // While one writer rotates, the others append to the file they find (PROTOCOL.md
+        // 17.3, step 1): the cap is soft by as much as they write meanwhile. Mostly that is a
+        // few lines, but a loaded machine stretches it: a rotating writer descheduled for some
+        // 20 ms let the three others add 200 KB, in 2 runs of 20 of this test, so a bound of
+        // the cap plus a few lines was a flake. What holds whatever the scheduling: the
+        // journal rotated all along, and holds a small part of what was written.
+        let line = std::fs::read_to_string(site.path.join(CURRENT))
+            .expect("the journal")
+            .lines()
+            .last()
+            .expect("a line")
+            .len() as u64;
+        let written = 4 * 2000 * line;
+        assert!(
+            site.size() <= written / 2,
+            "{} bytes of {written} written",
+            site.size()
+        );
+        // Each file was made by a rotation, and begins with its totals: no writer took the
+        // name between the rotation's rename and its publish.
+        for name in [PREVIOUS, CURRENT] {
+            let text = std::fs::read_to_string(site.path.join(name)).expect("a journal file");
+            assert!(
+                text.starts_with(r#"{"version":1,"#)
+                    && text.contains(r#""kind":"totals""#)
+                    && text
+                        .lines()
+                        .next()
+                        .is_some_and(|l| l.contains(r#""kind":"totals""#)),
+                "{name} begins with a totals line: {}",
+                &text[..text.len().min(200)]
+            );
+        }
         let batch = read(&site.dir).expect("read");
+        // And the totals carried across the rotations count the lines written, rotated away
+        // or not: all of them but the few of a writer that a rotation overtook between its
+        // look and its write (its line tallied and written again, or written after the
+        // tally to a file then dropped: one either way in a quarter of the runs). A totals
+        // line lost would lose thousands.
+        let waits = worklane_journal::tally::total(&batch.entries).queue_wait["agent"].count;
+        assert!(
+            waits.abs_diff(4 * 2000) <= 80,
+            "{waits} slot-taken counted of 8000"
+        );
         assert_eq!(batch.skipped, 0, "no line torn by a rotation");
         // The journal holds the newest lines only: each writer there has its own last ones,
         // in order (a writer that ended early may have rotated out entirely).
@@ -583,12 +624,25 @@ mod killed {
 mod follow {
     use super::*;
 
+    /// `follow.next(None)` on a thread of its own, bounded: a follower that is never woken
+    /// fails the test instead of hanging it.
+    fn next_woken(follow: Follow) -> (Follow, Batch) {
+        let (read, got) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut follow = follow;
+            let batch = follow.next(None).expect("follow");
+            let _ = read.send((follow, batch));
+        });
+        got.recv_timeout(Duration::from_secs(10))
+            .expect("woken within 10 s")
+    }
+
     #[test]
     fn a_follower_wakes_for_a_new_line_and_after_a_rotation() {
         let site = Site::new();
         let journal = Journal::of(&site.dir);
         journal.emit(Event::Undrain);
-        let (mut follow, first) = Follow::start(&site.dir).expect("follow");
+        let (follow, first) = Follow::start(&site.dir).expect("follow");
         assert_eq!(first.entries.len(), 1, "what is there");
         let writer = {
             let dir = site.dir.clone();
@@ -600,13 +654,13 @@ mod follow {
                 });
             })
         };
-        let next = follow.next(None).expect("woken");
+        let (follow, next) = next_woken(follow);
         writer.join().expect("writer");
         assert_eq!(next.entries[0].event.kind(), "stop");
         // Rotated by hand (as a rotation does it), then a line in the new file.
         std::fs::rename(site.path.join(CURRENT), site.path.join(PREVIOUS)).expect("rename");
         journal.emit(Event::Undrain);
-        let next = follow.next(None).expect("woken after the rotation");
+        let (mut follow, next) = next_woken(follow);
         let kinds: Vec<&str> = next.entries.iter().map(|e| e.event.kind()).collect();
         assert_eq!(kinds, ["undrain"], "the new file read from its start, once");
         assert_eq!(
