@@ -10,6 +10,7 @@ use std::process::{Command, ExitCode};
 
 /// The crates whose tests mutation testing measures (MUTANTS.md).
 const MUTATED_CRATES: &[&str] = &[
+    "stdx",
     "guard",
     "slotfile",
     "identity",
