@@ -39,7 +39,7 @@ fn measured(krate: &str) -> &'static [&'static str] {
             "--exclude",
             "crates/run/src/dispatcher.rs",
             "--exclude",
-            "crates/run/src/dispatcher/**",
+            "crates/run/src/dispatcher/log.rs",
             "--exclude-re",
             r"^crates/run/src/sys/mod\.rs:\d+:\d+: replace detach ",
         ],
