@@ -235,3 +235,66 @@ fn now_ms() -> u64 {
     )
     .expect("fits")
 }
+
+#[test]
+fn the_document_shows_the_full_run_a_weight_and_whether_the_config_file_exists() {
+    let site = Site::new(r#"{"max_agents": 4}"#);
+    let doc = |site: &Site| {
+        let snapshot = site.snapshot();
+        worklane_view::slots::to_json(&snapshot, &Around::of(&site.pool, &snapshot))
+    };
+    assert!(!doc(&site).full_run_held);
+    assert!(doc(&site).config.exists);
+    let full = site.take(Kind::FullRun);
+    let now = site.pool.clock().now_ms();
+    let heavy = match site
+        .pool
+        .try_take_for(
+            Kind::Agent,
+            &Request::new("heavy"),
+            &worklane_admission::Ask::new().with_weight(2),
+            0,
+            now,
+        )
+        .expect("take")
+    {
+        Take::Held(slot) => slot,
+        Take::Blocked(b) => panic!("free: {b}"),
+    };
+    let shown = doc(&site);
+    assert!(shown.full_run_held);
+    let slot = shown
+        .slots
+        .iter()
+        .find(|s| s.name == heavy.name())
+        .expect("the heavy slot");
+    assert_eq!((slot.weight, slot.units), (2, 2));
+    assert_eq!(shown.agent_units_held, 2);
+    drop(full);
+    drop(heavy);
+    std::fs::remove_file(site.temp.path().join("config.json")).expect("rm");
+    let defaults = doc(&site);
+    assert!(!defaults.config.exists, "the defaults hold");
+    assert!(defaults.config_problem.is_none());
+}
+
+#[test]
+fn the_dispatcher_s_rows_are_counted_by_state() {
+    let site = Site::new("{}");
+    for (lane, state) in [("a", "queued"), ("b", "queued"), ("c", "starting")] {
+        std::fs::write(
+            site.temp.path().join(format!("queue-{lane}.json")),
+            format!(r#"{{"attempt": "x-{lane}", "lane": "{lane}", "state": "{state}"}}"#),
+        )
+        .expect("entry");
+    }
+    let text = worklane_view::metrics::exposition(&site.pool).expect("exposition");
+    assert_eq!(
+        value(&text, "worklane_dispatcher_rows{state=\"queued\"}"),
+        2.0
+    );
+    assert_eq!(
+        value(&text, "worklane_dispatcher_rows{state=\"starting\"}"),
+        1.0
+    );
+}

@@ -41,8 +41,13 @@ fn a_free_slot_is_clear_and_a_full_cap_is_busy_with_the_count() {
 #[test]
 fn the_full_run_is_busy_while_another_holds_it() {
     let site = Site::new("{}");
+    let _agent = site.take(Kind::Agent);
     let free = admission(&site, why::Kind::FullRun, 1);
-    assert_eq!(free.state, State::Clear);
+    assert_eq!(
+        free.state,
+        State::Clear,
+        "an agent slot is not the full run"
+    );
     assert_eq!(free.asked, "the full-run lock");
     let _held = site.take(Kind::FullRun);
     let held = admission(&site, why::Kind::FullRun, 1);
