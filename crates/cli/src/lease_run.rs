@@ -7,7 +7,7 @@ use crate::out::errln;
 use crate::progress::Progress;
 use crate::role::Refused;
 use crate::status::{HaltedBy, Status};
-use crate::watch::{CliWatch, with_fleet};
+use crate::watch::{CliWatch, Taken, with_fleet};
 use std::process::ExitCode;
 use worklane_admission::role::{self, RoleRequest, RoleTake, RoleWait};
 use worklane_run::{CHECK_EVERY, MIN_TTL, Supervisor, describe};
@@ -108,16 +108,18 @@ fn lease_run_holding(args: LeaseRunArgs, status: &mut Status) -> Result<ExitCode
         }
     };
     progress.clear();
-    status.taken(
-        "role",
-        lease.resource(),
-        fleet
+    let taken = Taken {
+        status: &mut *status,
+        kind: "role",
+        slot: lease.resource().to_owned(),
+        epoch: fleet
             .as_ref()
             .map_or(lease.epoch(), |f| f.epoch().unsigned_abs()),
-    );
+    };
     let host_epoch = lease.epoch();
     let mut watch = CliWatch {
         fleet: fleet.as_mut(),
+        taken: Some(taken),
         ..CliWatch::default()
     };
     let supervisor = Supervisor::role(&pool, &mut lease, args.ttl);

@@ -6,7 +6,7 @@ use crate::exit::{self, Failure};
 use crate::out::errln;
 use crate::progress::{Progress, waiting_line};
 use crate::status::{HaltedBy, Status};
-use crate::watch::{CliWatch, with_fleet};
+use crate::watch::{CliWatch, Taken, with_fleet};
 use std::process::ExitCode;
 use worklane_admission::{Kind, Take, Wait};
 use worklane_lease::Request;
@@ -144,17 +144,19 @@ fn run_holding(args: RunArgs, status: &mut Status) -> Result<ExitCode, Failure> 
             return Err(failure);
         }
     };
-    status.taken(
-        kind_word(args.kind),
-        slot.name(),
-        fleet
+    let taken = Taken {
+        status: &mut *status,
+        kind: kind_word(args.kind),
+        slot: slot.name().to_owned(),
+        epoch: fleet
             .as_ref()
             .map_or(slot.lease().epoch(), |f| f.epoch().unsigned_abs()),
-    );
+    };
     let host_epoch = slot.lease().epoch();
     let nesting = worklane_run::nesting::env(&args.kind.kind(), pool.dir().path(), slot.name());
     let mut watch = CliWatch {
         fleet: fleet.as_mut(),
+        taken: Some(taken),
         ..CliWatch::default()
     };
     let jobs = args.jobs();

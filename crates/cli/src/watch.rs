@@ -18,9 +18,33 @@ pub(crate) struct CliWatch<'a> {
     pub(crate) marker: Option<Marker>,
     /// A queued full run's runner was sent SIGTERM.
     pub(crate) cancelled: Option<&'a AtomicBool>,
+    /// `--status-fd`'s `taken` (kind, file, epoch), said once what the hold needs is in place
+    /// and the command starts next: a reader that then looks at the directory finds the run's
+    /// record whole (its cgroup named) and `slots.lock` no longer held for it.
+    pub(crate) taken: Option<Taken<'a>>,
+}
+
+/// What `taken` says, and where.
+pub(crate) struct Taken<'a> {
+    pub(crate) status: &'a mut crate::status::Status,
+    pub(crate) kind: &'static str,
+    pub(crate) slot: String,
+    pub(crate) epoch: u64,
 }
 
 impl Watch for CliWatch<'_> {
+    fn starting(&mut self) {
+        if let Some(Taken {
+            status,
+            kind,
+            slot,
+            epoch,
+        }) = self.taken.take()
+        {
+            status.taken(kind, &slot, epoch);
+        }
+    }
+
     fn started(&mut self, _command: &Started) {}
 
     fn check(&mut self) -> Option<String> {

@@ -354,3 +354,55 @@ fn the_config_limits_a_kind_s_runs() {
         assert!(seen.ends_with("50000 100000\n"), "{seen} {said}");
     }
 }
+
+/// `--status-fd`'s `taken` comes once the hold is whole: the record names the run's cgroup,
+/// `protocol.json` declares `cgroups`, and `slots.lock` (taken again for that declaration) is
+/// no longer held, so a harness that looks at the directory on `taken` sees the slot as it
+/// stays. (CI's conformance run once looked in the moment between and found `slots.lock`.)
+#[test]
+fn taken_is_said_once_the_record_names_the_cgroup() {
+    use std::io::{BufRead, Write};
+    let site = Site::new(None);
+    contained(&site);
+    let mut run = Running::new(
+        site.command("sh")
+            .args(["-c", r#"exec "$0" "$@" 3>&1 1>/dev/null"#])
+            .arg(worklane_bin())
+            .args(["run", "--status-fd", "3", "--", "cat"])
+            .env("AGENT_SLOTS_DIR", site.slots())
+            .env("WORKLANE_STATE_DIR", site.state())
+            .env_remove("AGENT_SLOTS_CONFIG")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn_gated()
+            .expect("worklane"),
+    );
+    let mut events = std::io::BufReader::new(run.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    events.read_line(&mut line).expect("the first event");
+    // Looked at at once, before anything else can happen.
+    let record = std::fs::read_to_string(site.slots().join("agent-0.lock"));
+    let counting = site.slots().join("slots.lock").exists();
+    let protocol = std::fs::read_to_string(site.slots().join("protocol.json"));
+    let event: serde_json::Value = serde_json::from_str(&line).expect("json");
+    assert_eq!(event["event"], "taken", "{line}");
+    let record: serde_json::Value =
+        serde_json::from_str(&record.expect("agent-0.lock")).expect("a record");
+    assert!(
+        record["cgroup"].as_str().is_some_and(|c| !c.is_empty()),
+        "the record names its cgroup when `taken` is said: {record}"
+    );
+    assert!(!counting, "slots.lock is released when `taken` is said");
+    assert!(
+        protocol.expect("protocol.json").contains("\"cgroups\""),
+        "cgroups declared when `taken` is said"
+    );
+    drop(run.stdin.take().expect("stdin").write_all(b""));
+    let out = run.wait_with_output().expect("wait");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

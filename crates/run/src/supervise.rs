@@ -67,6 +67,11 @@ pub const COMMAND_PROCESS: &str = "commandProcess";
 
 /// What the supervisor is told while the command runs.
 pub trait Watch {
+    /// Called once, right before the command is started: what the hold needs is in place
+    /// (the run's cgroup made and named in its record, a build's own job slot taken), so a
+    /// caller that tells others the run is under way (`--status-fd`'s `taken`) says it here.
+    /// By default nothing.
+    fn starting(&mut self) {}
     /// Called once, right after the command started.
     fn started(&mut self, command: &Started);
     /// Called every [`CHECK_EVERY`]: a reason halts the command.
@@ -173,6 +178,7 @@ pub fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Outcome, E
     // Orphans of the command's tree are re-parented to us (Linux), so a halt still finds them.
     let reaping = crate::sys::become_subreaper();
     let procs = cgroup.as_ref().and_then(|c| c.procs_file().ok());
+    watch.starting();
     let spawned = crate::sys::spawn(program, args, &env, !interactive, procs.as_ref());
     drop(procs);
     // The command has its copy now (or failed to start): ours goes.

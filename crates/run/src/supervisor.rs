@@ -448,6 +448,12 @@ impl Held<'_, '_> {
 }
 
 impl Watch for Held<'_, '_> {
+    fn starting(&mut self) {
+        if let Some(extra) = self.extra.as_mut() {
+            extra.starting();
+        }
+    }
+
     fn started(&mut self, command: &Started) {
         self.command_pid = command.pid;
         // Without it only `stop-all`'s enforcement is lost (the supervisor still halts the
