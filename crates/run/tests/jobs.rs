@@ -299,80 +299,67 @@ fn a_make_given_its_own_j_through_a_shell_is_said_to_escape_and_the_shim_keeps_i
 
 #[test]
 fn a_jobserver_run_by_hand_gives_its_fifo_and_descriptors_once_and_removes_them_at_its_end() {
-    use std::os::fd::AsRawFd;
-    use worklane_run::jobserver::Jobserver;
+    // In a run-holder of its own: the descriptors a build inherits are not close-on-exec, and
+    // an accountant that hangs must not hang the test process.
     let site = Site::with_caps(8, 3);
-    // The descriptors a command would inherit are made close-on-exec at once, with the gate
-    // quiet: a child another test starts must not carry them (and the slots' locks in flight)
-    // away.
-    let (mut server, fds) = gate::quietly(|| {
-        let mut server = Jobserver::start(
-            &site.pool,
-            &Request::new("by hand"),
-            3,
-            worklane_run::Style::Fds,
-        )
-        .expect("start");
-        let fds = server.inherit();
-        for fd in &fds {
-            rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC).expect("cloexec");
+    for (share, style, end) in [("3", "fds", "end"), ("2", "fifo", "drop")] {
+        let mut cmd = site.holder_command(&["jobserver", share, style]);
+        cmd.stdin(Stdio::piped());
+        let mut server = Holder::start(&mut cmd);
+        let fifo = PathBuf::from(server.line().strip_prefix("fifo ").expect("its FIFO first"));
+        assert!(fifo.exists(), "{}", fifo.display());
+        let inherit = server.line();
+        let fds: Vec<&str> = inherit
+            .strip_prefix("inherit ")
+            .expect("inherit")
+            .split(' ')
+            .collect();
+        assert_eq!(
+            fds.len(),
+            if style == "fds" { 3 } else { 1 },
+            "{style}: the keeper socket's end, and the FIFO's two with descriptors: {inherit}"
+        );
+        assert_eq!(server.line(), "inherit again 0", "given away once");
+        let mut env = Vec::new();
+        loop {
+            let line = server.line();
+            if line == "started" || line.is_empty() || env.len() > 10 {
+                break;
+            }
+            env.push(line);
         }
-        (server, fds)
-    });
-    let fifo = server.fifo().to_owned();
-    assert!(fifo.exists(), "{}", fifo.display());
-    assert_eq!(fds.len(), 3, "the keeper socket's end and the FIFO's two");
-    assert!(server.inherit().is_empty(), "given away once");
-    let env: Vec<(String, String)> = server
-        .env()
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), v.to_string_lossy().into_owned()))
-        .collect();
-    let auth = format!("{},{}", fds[1].as_raw_fd(), fds[2].as_raw_fd());
-    assert!(
-        env.iter()
-            .any(|(k, v)| k == "MAKEFLAGS" && v.ends_with(&format!("-j3 --jobserver-auth={auth}"))),
-        "the share and the two descriptors inherited, after this process's own flags: {env:?}"
-    );
-    assert!(
-        env.contains(&("WORKLANE_JOBSERVER".to_owned(), fifo.display().to_string())),
-        "{env:?}"
-    );
-    assert!(
-        eventually(|| site.jobs_held() == 1),
-        "one standby token, its job slot taken"
-    );
-    gate::quietly(|| {
-        server.end();
-        drop(fds);
-    });
-    assert!(!fifo.exists(), "the FIFO goes");
-    assert!(
-        !fifo.parent().expect("its directory").exists(),
-        "and its directory"
-    );
-    assert_eq!(site.jobs_held(), 0, "the standby's slot released");
-    // Dropped without `end`: the same.
-    let (server, keeper) = gate::quietly(|| {
-        let mut server = Jobserver::start(
-            &site.pool,
-            &Request::new("by hand"),
-            2,
-            worklane_run::Style::Fifo,
+        let auth = if style == "fds" {
+            format!("{},{}", fds[1], fds[2])
+        } else {
+            format!("fifo:{}", fifo.display())
+        };
+        assert!(
+            env.iter().any(|l| l.starts_with("env MAKEFLAGS=")
+                && l.ends_with(&format!("-j{share} --jobserver-auth={auth}"))),
+            "{style}: the share and the jobserver: {env:?}"
+        );
+        assert!(
+            env.contains(&format!("env WORKLANE_JOBSERVER={}", fifo.display())),
+            "{env:?}"
+        );
+        assert!(
+            eventually(|| site.jobs_held() == 1),
+            "one standby token, its job slot taken"
+        );
+        std::io::Write::write_all(
+            server.child.stdin.as_mut().expect("stdin"),
+            format!("{end}\n").as_bytes(),
         )
-        .expect("start");
-        let keeper = server.inherit();
-        for fd in &keeper {
-            rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC).expect("cloexec");
-        }
-        (server, keeper)
-    });
-    assert_eq!(keeper.len(), 1, "the keeper socket's end alone");
-    let fifo = server.fifo().to_owned();
-    assert!(eventually(|| site.jobs_held() == 1), "its standby");
-    gate::quietly(|| drop((server, keeper)));
-    assert!(!fifo.exists(), "dropped, it ends too");
-    assert_eq!(site.jobs_held(), 0);
+        .expect("tell it");
+        assert_eq!(server.line(), "ended", "{end}");
+        assert!(!fifo.exists(), "{end}: the FIFO goes");
+        assert!(
+            !fifo.parent().expect("its directory").exists(),
+            "{end}: and its directory"
+        );
+        assert_eq!(site.jobs_held(), 0, "{end}: the standby's slot released");
+        assert!(server.end().success());
+    }
 }
 
 #[test]
