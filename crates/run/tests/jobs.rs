@@ -615,3 +615,20 @@ fn a_burst_shorter_than_a_second_is_no_escape() {
     );
     assert_eq!(site.journaled("jobs-escaped"), [], "not said");
 }
+
+#[test]
+fn an_idle_build_keeps_its_one_standby() {
+    let site = Site::with_caps(8, 3);
+    // Nobody waits in the job line and the build reads no token: the standby stays, taken
+    // once, for the whole run.
+    assert_eq!(
+        finished(site.build(&["--jobs"], "sleep 1.5")),
+        "outcome 0 - - false"
+    );
+    let taken = site
+        .journaled("slot-taken")
+        .into_iter()
+        .filter(|e| matches!(e, worklane_journal::Event::SlotTaken { slot_kind, .. } if slot_kind == "job"))
+        .count();
+    assert_eq!(taken, 2, "the build's own job slot and one standby's");
+}
