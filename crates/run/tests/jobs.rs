@@ -632,3 +632,24 @@ fn an_idle_build_keeps_its_one_standby() {
         .count();
     assert_eq!(taken, 2, "the build's own job slot and one standby's");
 }
+
+#[test]
+fn a_token_written_back_beside_a_standby_gives_back_its_own_slot_only() {
+    let site = Site::with_caps(8, 3);
+    // The build's own slot, the first standby's (read), the next standby's; the first token
+    // written back is the surplus: its slot goes, the standby stays.
+    let script = format!("{RETURN_ONE}\nsleep 1");
+    assert_eq!(
+        finished(site.build(&["--jobs", "--jobs-style=fifo"], &script)),
+        "outcome 0 - - false"
+    );
+    let taken = site
+        .journaled("slot-taken")
+        .into_iter()
+        .filter(|e| matches!(e, worklane_journal::Event::SlotTaken { slot_kind, .. } if slot_kind == "job"))
+        .count();
+    assert_eq!(
+        taken, 3,
+        "no standby read back with the surplus and taken again"
+    );
+}
