@@ -33,7 +33,12 @@ const MUTATED_CRATES: &[&str] = &[
 fn measured(krate: &str) -> &'static [&'static str] {
     match krate {
         // The `dispatcher` feature: the admission dispatcher as a process and its drivers.
+        // The suite's tests wait on processes, each within its own bound: with 16 at a time
+        // (`TEST_THREADS`) a mutant that makes many of them wait theirs out fails within
+        // two minutes rather than being cut off as a timeout.
         "run" => &[
+            "--timeout",
+            "120",
             "--exclude",
             "crates/run/src/driver.rs",
             "--exclude",
@@ -97,6 +102,9 @@ pub(crate) fn mutants(args: &[String]) -> ExitCode {
         let mut cmd = Command::new(&cargo);
         cmd.args(["mutants", "--package", &format!("worklane-{krate}")]);
         cmd.args(measured(krate));
+        if let Some(threads) = test_threads(krate) {
+            cmd.env("RUST_TEST_THREADS", threads);
+        }
         if list {
             cmd.arg("--list");
         } else {
@@ -145,6 +153,12 @@ pub(crate) fn mutants(args: &[String]) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// How many of `krate`'s tests run at once in a mutation run, when not the number of CPUs:
+/// run's tests mostly wait on the processes they start.
+fn test_threads(krate: &str) -> Option<&'static str> {
+    (krate == "run").then_some("16")
 }
 
 /// `Some((k, n))` for `K/N` with `0 <= k < n`.

@@ -254,13 +254,35 @@ fn a_killed_supervisor_frees_no_job_slot_its_build_still_uses() {
     );
 }
 
+/// A client of the jobserver reads a token, waits for the next standby, writes its token back,
+/// then waits until the jobserver has read the surplus back (one byte waits in the FIFO).
+const RETURN_ONE: &str = r#"python3 - "$WORKLANE_JOBSERVER" <<'EOF'
+import array, fcntl, os, sys, termios, time
+fd = os.open(sys.argv[1], os.O_RDWR)
+def waiting():
+    n = array.array('i', [0])
+    fcntl.ioctl(fd, termios.FIONREAD, n)
+    return n[0]
+deadline = time.time() + 10
+def until_one():
+    while waiting() != 1 and time.time() < deadline:
+        time.sleep(0.01)
+os.read(fd, 1)
+until_one()
+os.write(fd, b'+')
+until_one()
+EOF"#;
+
 #[test]
 fn a_make_given_its_own_j_through_a_shell_is_said_to_escape_and_the_shim_keeps_it_in() {
     let site = Site::with_caps(8, 3);
-    // Long enough for the two looks a second apart, whenever the first falls.
+    // Long enough for the two looks a second apart, whenever the first falls. A token read
+    // and written back first (the jobserver reads the surplus back), so that the tokens out
+    // are counted from what was written less what was read.
     site.makefile(8, "2.5");
+    let script = format!("{RETURN_ONE}\nexec make -s -j8");
     assert_eq!(
-        finished(site.build(&["--jobs"], "make -s -j8")),
+        finished(site.build(&["--jobs"], &script)),
         "outcome 0 - - false"
     );
     let most = site.counts().into_iter().max().unwrap_or(0);
@@ -275,7 +297,7 @@ fn a_make_given_its_own_j_through_a_shell_is_said_to_escape_and_the_shim_keeps_i
     else {
         panic!("{escaped:?}");
     };
-    assert_eq!(command, "sh -c make -s -j8");
+    assert!(command.ends_with("exec make -s -j8"), "{command}");
     assert_eq!(*tokens, 1, "its own alone: make read none");
     assert!(*processes > 3, "more than three per token: {processes}");
     std::fs::remove_file(site.path("counter.log")).expect("a new log");
@@ -299,80 +321,67 @@ fn a_make_given_its_own_j_through_a_shell_is_said_to_escape_and_the_shim_keeps_i
 
 #[test]
 fn a_jobserver_run_by_hand_gives_its_fifo_and_descriptors_once_and_removes_them_at_its_end() {
-    use std::os::fd::AsRawFd;
-    use worklane_run::jobserver::Jobserver;
+    // In a run-holder of its own: the descriptors a build inherits are not close-on-exec, and
+    // an accountant that hangs must not hang the test process.
     let site = Site::with_caps(8, 3);
-    // The descriptors a command would inherit are made close-on-exec at once, with the gate
-    // quiet: a child another test starts must not carry them (and the slots' locks in flight)
-    // away.
-    let (mut server, fds) = gate::quietly(|| {
-        let mut server = Jobserver::start(
-            &site.pool,
-            &Request::new("by hand"),
-            3,
-            worklane_run::Style::Fds,
-        )
-        .expect("start");
-        let fds = server.inherit();
-        for fd in &fds {
-            rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC).expect("cloexec");
+    for (share, style, end) in [("3", "fds", "end"), ("2", "fifo", "drop")] {
+        let mut cmd = site.holder_command(&["jobserver", share, style]);
+        cmd.stdin(Stdio::piped());
+        let mut server = Holder::start(&mut cmd);
+        let fifo = PathBuf::from(server.line().strip_prefix("fifo ").expect("its FIFO first"));
+        assert!(fifo.exists(), "{}", fifo.display());
+        let inherit = server.line();
+        let fds: Vec<&str> = inherit
+            .strip_prefix("inherit ")
+            .expect("inherit")
+            .split(' ')
+            .collect();
+        assert_eq!(
+            fds.len(),
+            if style == "fds" { 3 } else { 1 },
+            "{style}: the keeper socket's end, and the FIFO's two with descriptors: {inherit}"
+        );
+        assert_eq!(server.line(), "inherit again 0", "given away once");
+        let mut env = Vec::new();
+        loop {
+            let line = server.line();
+            if line == "started" || line.is_empty() || env.len() > 10 {
+                break;
+            }
+            env.push(line);
         }
-        (server, fds)
-    });
-    let fifo = server.fifo().to_owned();
-    assert!(fifo.exists(), "{}", fifo.display());
-    assert_eq!(fds.len(), 3, "the keeper socket's end and the FIFO's two");
-    assert!(server.inherit().is_empty(), "given away once");
-    let env: Vec<(String, String)> = server
-        .env()
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), v.to_string_lossy().into_owned()))
-        .collect();
-    let auth = format!("{},{}", fds[1].as_raw_fd(), fds[2].as_raw_fd());
-    assert!(
-        env.iter()
-            .any(|(k, v)| k == "MAKEFLAGS" && v.ends_with(&format!("-j3 --jobserver-auth={auth}"))),
-        "the share and the two descriptors inherited, after this process's own flags: {env:?}"
-    );
-    assert!(
-        env.contains(&("WORKLANE_JOBSERVER".to_owned(), fifo.display().to_string())),
-        "{env:?}"
-    );
-    assert!(
-        eventually(|| site.jobs_held() == 1),
-        "one standby token, its job slot taken"
-    );
-    gate::quietly(|| {
-        server.end();
-        drop(fds);
-    });
-    assert!(!fifo.exists(), "the FIFO goes");
-    assert!(
-        !fifo.parent().expect("its directory").exists(),
-        "and its directory"
-    );
-    assert_eq!(site.jobs_held(), 0, "the standby's slot released");
-    // Dropped without `end`: the same.
-    let (server, keeper) = gate::quietly(|| {
-        let mut server = Jobserver::start(
-            &site.pool,
-            &Request::new("by hand"),
-            2,
-            worklane_run::Style::Fifo,
+        let auth = if style == "fds" {
+            format!("{},{}", fds[1], fds[2])
+        } else {
+            format!("fifo:{}", fifo.display())
+        };
+        assert!(
+            env.iter().any(|l| l.starts_with("env MAKEFLAGS=")
+                && l.ends_with(&format!("-j{share} --jobserver-auth={auth}"))),
+            "{style}: the share and the jobserver: {env:?}"
+        );
+        assert!(
+            env.contains(&format!("env WORKLANE_JOBSERVER={}", fifo.display())),
+            "{env:?}"
+        );
+        assert!(
+            eventually(|| site.jobs_held() == 1),
+            "one standby token, its job slot taken"
+        );
+        std::io::Write::write_all(
+            server.child.stdin.as_mut().expect("stdin"),
+            format!("{end}\n").as_bytes(),
         )
-        .expect("start");
-        let keeper = server.inherit();
-        for fd in &keeper {
-            rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC).expect("cloexec");
-        }
-        (server, keeper)
-    });
-    assert_eq!(keeper.len(), 1, "the keeper socket's end alone");
-    let fifo = server.fifo().to_owned();
-    assert!(eventually(|| site.jobs_held() == 1), "its standby");
-    gate::quietly(|| drop((server, keeper)));
-    assert!(!fifo.exists(), "dropped, it ends too");
-    assert_eq!(site.jobs_held(), 0);
+        .expect("tell it");
+        assert_eq!(server.line(), "ended", "{end}");
+        assert!(!fifo.exists(), "{end}: the FIFO goes");
+        assert!(
+            !fifo.parent().expect("its directory").exists(),
+            "{end}: and its directory"
+        );
+        assert_eq!(site.jobs_held(), 0, "{end}: the standby's slot released");
+        assert!(server.end().success());
+    }
 }
 
 #[test]
@@ -590,4 +599,57 @@ fn three_processes_at_work_per_token_are_no_escape() {
         "outcome 0 - - false"
     );
     assert_eq!(site.journaled("jobs-escaped"), [], "not said");
+}
+
+#[test]
+fn a_burst_shorter_than_a_second_is_no_escape() {
+    let site = Site::with_caps(8, 3);
+    // Five processes at work under the build's own token for 0.8 s, then one: over three per
+    // token, but never at two looks a second apart.
+    assert_eq!(
+        finished(site.build(
+            &["--jobs"],
+            "for i in 1 2 3 4 5; do sleep 0.8 & done; wait; sleep 1.5"
+        )),
+        "outcome 0 - - false"
+    );
+    assert_eq!(site.journaled("jobs-escaped"), [], "not said");
+}
+
+#[test]
+fn an_idle_build_keeps_its_one_standby() {
+    let site = Site::with_caps(8, 3);
+    // Nobody waits in the job line and the build reads no token: the standby stays, taken
+    // once, for the whole run.
+    assert_eq!(
+        finished(site.build(&["--jobs"], "sleep 1.5")),
+        "outcome 0 - - false"
+    );
+    let taken = site
+        .journaled("slot-taken")
+        .into_iter()
+        .filter(|e| matches!(e, worklane_journal::Event::SlotTaken { slot_kind, .. } if slot_kind == "job"))
+        .count();
+    assert_eq!(taken, 2, "the build's own job slot and one standby's");
+}
+
+#[test]
+fn a_token_written_back_beside_a_standby_gives_back_its_own_slot_only() {
+    let site = Site::with_caps(8, 3);
+    // The build's own slot, the first standby's (read), the next standby's; the first token
+    // written back is the surplus: its slot goes, the standby stays.
+    let script = format!("{RETURN_ONE}\nsleep 1");
+    assert_eq!(
+        finished(site.build(&["--jobs", "--jobs-style=fifo"], &script)),
+        "outcome 0 - - false"
+    );
+    let taken = site
+        .journaled("slot-taken")
+        .into_iter()
+        .filter(|e| matches!(e, worklane_journal::Event::SlotTaken { slot_kind, .. } if slot_kind == "job"))
+        .count();
+    assert_eq!(
+        taken, 3,
+        "no standby read back with the surplus and taken again"
+    );
 }

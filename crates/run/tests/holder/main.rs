@@ -25,7 +25,9 @@
 //! `listener none`); `run-holder nofile` raises its descriptor limit twice (`raised from
 //! SOFT` or `not raised`, then `now SOFT HARD`); `run-holder detach OUT` starts `sh` detached
 //! with a descriptor of its own open (`detached PID open FD`), which writes its descriptors and
-//! its stat line to `OUT.fds` and `OUT.stat`.
+//! its stat line to `OUT.fds` and `OUT.stat`; `run-holder jobserver SHARE fds|fifo` starts a
+//! `Jobserver` by hand (`fifo PATH`, `inherit FD...`, `inherit again N`, `env NAME=VALUE`...,
+//! `started`), then ends it (`end` on stdin) or drops it (anything else) and says `ended`.
 //!
 //! `run-holder cgroups` prints where this process's runs' cgroups would go (`probe {:?}`) and
 //! makes their directory (`containment {:?}`): what a user other than root gets.
@@ -239,6 +241,52 @@ fn process_calls(args: &[OsString]) -> Option<ExitCode> {
             }
             let now = rustix::process::getrlimit(rustix::process::Resource::Nofile);
             say(&format!("now {:?} {:?}", now.current, now.maximum));
+            Some(ExitCode::SUCCESS)
+        }
+        Some("jobserver") => {
+            // A jobserver started by hand (as a caller that runs its build itself would), for
+            // the pool of `$AGENT_SLOTS_DIR`: `jobserver SHARE fds|fifo`, then `end` or `drop`
+            // on stdin.
+            let pool = Pool::new(SlotDir::resolve_in(&Environment::from_process()).ok()?);
+            let share = args.get(1)?.parse().ok()?;
+            let style = match args.get(2).map(String::as_str) {
+                Some("fifo") => worklane_run::Style::Fifo,
+                _ => worklane_run::Style::Fds,
+            };
+            let mut server = match worklane_run::jobserver::Jobserver::start(
+                &pool,
+                &Request::new("by hand"),
+                share,
+                style,
+            ) {
+                Ok(server) => server,
+                Err(e) => {
+                    say(&format!("error {e}"));
+                    return Some(ExitCode::from(1));
+                }
+            };
+            say(&format!("fifo {}", server.fifo().display()));
+            let fds = server.inherit();
+            say(&format!(
+                "inherit {}",
+                fds.iter()
+                    .map(|fd| fd.as_raw_fd().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ));
+            say(&format!("inherit again {}", server.inherit().len()));
+            for (name, value) in server.env() {
+                say(&format!("env {name}={}", value.to_string_lossy()));
+            }
+            say("started");
+            let mut line = String::new();
+            let _ = std::io::stdin().read_line(&mut line);
+            match line.trim() {
+                "end" => server.end(),
+                _ => drop(server),
+            }
+            drop(fds);
+            say("ended");
             Some(ExitCode::SUCCESS)
         }
         Some("detach") => {
