@@ -76,7 +76,7 @@
 //!   foreground group and SIGINT/SIGQUIT are not forwarded (the terminal delivers them).
 //! - `tree.rs`: the process table's pure parts (`descendants`), the signalling
 //!   of every descendant from one read under one lock (so a pid read as ours is not reaped and
-//!   reused before it is signalled), `kill_descendants` (at most 16 passes), `reap_orphans`.
+//!   reused before it is signalled), `kill_descendants` (until none is alive, at most 2 s), `reap_orphans`.
 //! - `enforce.rs`: STOP's enforcement for `stop-all`: `judge` (pure) decides per recorded
 //!   command (gone, untouchable and why, running with or without a supervisor able to act);
 //!   only a record its owner alone could have written, naming this host, boot and pid

@@ -125,18 +125,33 @@ pub(crate) fn has_descendants(child: u32) -> bool {
 
 /// SIGKILLs every descendant of this process until a fresh look at the table finds none alive
 /// (a descendant may fork between one look and the kill; as a subreaper we find its child the
-/// next time). At most 16 passes. Returns how many were killed.
+/// next time), for at most [`KILL_SETTLE`]. A process sent SIGKILL is still in the table,
+/// and not yet a zombie, until the kernel has run its exit, which on a loaded machine takes
+/// a while: the looks go on (a few at once, then every 5 ms) until every one has died, so
+/// that the caller's outcome comes after its processes are gone. Only a process the kernel
+/// cannot end (in uninterruptible sleep) outlasts the bound. Returns how many signals were
+/// sent.
 pub(crate) fn kill_descendants(child: u32) -> usize {
+    let until = std::time::Instant::now() + KILL_SETTLE;
     let mut killed = 0;
-    for _ in 0..16 {
+    for pass in 0u32.. {
         let n = signal_descendants(child, &[rustix::process::Signal::KILL]);
         if n == 0 {
             break;
         }
         killed += n;
+        if std::time::Instant::now() >= until {
+            break;
+        }
+        if pass >= 3 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
     killed
 }
+
+/// How long [`kill_descendants`] waits for what it killed to die.
+pub(crate) const KILL_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Reaps exited children of this process other than `keep` (orphans re-parented to us);
 /// returns how many were reaped.
