@@ -5,7 +5,8 @@
 //!
 //! OP: `take` (an agent slot taken and released with 8 held, as the `admission` bench),
 //! `budget` (a counted `Ledger::take`, as the `budget` bench), `lease` (a lease acquired and
-//! released, as the `lease` bench), `guard` (a guard acquired and released).
+//! released, as the `lease` bench), `guard` (a guard acquired and released), `slots-view` (the
+//! `slots --json` document with 1,000 holders and 1,000 waiting, as the `views` bench).
 
 #![allow(clippy::print_stdout)]
 
@@ -29,7 +30,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let (op, n, parent) = match args.as_slice() {
         [_, op, n, dir] => (op.as_str(), n.parse::<u32>().expect("N"), Path::new(dir)),
-        _ => panic!("usage: ops take|budget|lease|guard N DIR"),
+        _ => panic!("usage: ops take|budget|lease|guard|slots-view N DIR"),
     };
     let dir = tempfile::tempdir_in(parent).expect("temp dir");
     std::fs::write(dir.path().join("config.json"), r#"{"max_agents": 16}"#).expect("config");
@@ -82,6 +83,25 @@ fn main() {
                     .expect("free");
                 drop(guard);
             }
+        }
+        "slots-view" => {
+            std::fs::write(dir.path().join("config.json"), r#"{"max_agents": 1000}"#)
+                .expect("config");
+            let pool = Pool::new(SlotDir::resolve_in(&env).expect("resolve"));
+            let held: Vec<Slot> = (0..1000).map(|_| take(&pool)).collect();
+            let places: Vec<_> = (0..1000)
+                .map(|_| {
+                    pool.join_line(Kind::Agent, 0, &Request::new("waiter"))
+                        .expect("join")
+                })
+                .collect();
+            for _ in 0..n {
+                let snapshot = pool.snapshot().expect("snapshot");
+                let around = worklane_view::context::Around::of(&pool, &snapshot);
+                let doc = worklane_view::slots::to_json(&snapshot, &around);
+                assert_eq!(doc.agents_held, held.len());
+            }
+            drop(places);
         }
         other => panic!("no op {other}"),
     }

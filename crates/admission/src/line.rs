@@ -228,9 +228,16 @@ impl Pool {
     /// Every entry of every kind's line, in line order within each kind (agents, test runs,
     /// the full run), each probed for a moment and never removed: what `worklane slots` shows.
     pub fn line_views(&self) -> Result<Vec<LineView>, look::Error> {
+        let listed = self.dir().list().map_err(self.listing())?;
+        Ok(self.line_views_in(&listed))
+    }
+
+    /// [`Pool::line_views`] from a listing of the directory already made (a snapshot lists it
+    /// once for its slots, its problems and its lines).
+    pub(crate) fn line_views_in(&self, listed: &[worklane_slotfile::SlotPath]) -> Vec<LineView> {
         let mut views = Vec::new();
         for label in ["agent", "test", "full-run", "job"] {
-            for entry in self.listed_line(label)? {
+            for entry in entries_of(label, listed) {
                 let Ok(path) = self.dir().file(&entry.name()) else {
                     continue;
                 };
@@ -258,7 +265,7 @@ impl Pool {
                 });
             }
         }
-        Ok(views)
+        views
     }
 
     /// Takes a place in the line for `kind` at `priority`, starting now (the pool's clock):

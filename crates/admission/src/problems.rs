@@ -7,7 +7,7 @@ use crate::names::{FULL_RUN_LOCK, SLOTS_LOCK, slot_index};
 use crate::stop::{STOP_FILE, Stop};
 use worklane_guard::reclaim::{self, Entry};
 use worklane_lease::Record;
-use worklane_slotfile::{Hidden, SlotDir, TEMP_MIN_AGE_MS, is_temp_name};
+use worklane_slotfile::{Hidden, SlotDir, SlotPath, TEMP_MIN_AGE_MS, is_temp_name};
 use worklane_stdx::shell_quote;
 
 /// One stray or broken file.
@@ -29,10 +29,17 @@ fn quoted(dir: &SlotDir, name: &str) -> String {
     format!("'{}'", path.replace('\'', r"'\''"))
 }
 
-/// Every stray or broken file of `dir`, at `now_ms`.
-pub(crate) fn scan(dir: &SlotDir, now_ms: u64) -> Vec<Problem> {
+/// Every stray or broken file of `dir`, at `now_ms`; `listed` and `hidden` are one listing of
+/// its ordinary and hidden names (`SlotDir::list_with_hidden`), made once by the caller for
+/// this and its other uses.
+pub(crate) fn scan(
+    dir: &SlotDir,
+    now_ms: u64,
+    listed: &[SlotPath],
+    hidden: &[String],
+) -> Vec<Problem> {
     let mut found = Vec::new();
-    for hidden in dir.hidden().unwrap_or_default() {
+    for hidden in dir.hidden_of(hidden.iter().cloned()) {
         let old = now_ms.saturating_sub(hidden.modified_ms) >= TEMP_MIN_AGE_MS;
         match reclaim::classify(&hidden.name) {
             Some(Entry::Guard { resource }) => {
@@ -47,7 +54,7 @@ pub(crate) fn scan(dir: &SlotDir, now_ms: u64) -> Vec<Problem> {
     }
     found.extend(protocol_problem(dir));
     found.extend(journal_problem(dir));
-    for path in dir.list().unwrap_or_default() {
+    for path in listed {
         let name = path.name();
         if let Some(problem) = exhausted_epoch(dir, name) {
             found.push(problem);

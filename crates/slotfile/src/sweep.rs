@@ -78,8 +78,15 @@ impl SlotDir {
     /// Every hidden name with its type, size and age (names that vanish meanwhile are left
     /// out), for tools that report what ordinary listings skip.
     pub fn hidden(&self) -> Result<Vec<Hidden>, open::Error> {
+        Ok(self.hidden_of(self.hidden_names()?))
+    }
+
+    /// [`SlotDir::hidden`] of names already listed ([`SlotDir::list_with_hidden`]'s): each
+    /// looked at now, those that vanished meanwhile left out.
+    #[must_use]
+    pub fn hidden_of(&self, names: impl IntoIterator<Item = String>) -> Vec<Hidden> {
         let mut found = Vec::new();
-        for name in self.hidden_names()? {
+        for name in names {
             let Ok(stat) =
                 rustix::fs::statat(self.as_fd(), name.as_str(), AtFlags::SYMLINK_NOFOLLOW)
             else {
@@ -97,7 +104,7 @@ impl SlotDir {
                 mode: worklane_guard::mode::of(&stat),
             });
         }
-        Ok(found)
+        found
     }
 
     /// Every hidden name in the directory (a leading `.`: guards, temp aliases, temp files),

@@ -170,7 +170,7 @@ impl Pool {
         };
         let mut slots = Vec::new();
         let (files, hidden) = self.dir.list_with_hidden().map_err(self.listing())?;
-        for path in files {
+        for path in &files {
             let name = path.name();
             let (kind, liveness): (&'static str, Box<dyn Liveness>) =
                 if slot_index("agent", name).is_some() {
@@ -198,7 +198,7 @@ impl Pool {
             // `Pool::observe_retiring`.
             let retire =
                 (retiring && matches!(kind, "agent" | "test" | "job" | "full-run")).then_some(kind);
-            let (state, raw) = self.observe_retiring(&path, liveness.as_ref(), retire)?;
+            let (state, raw) = self.observe_retiring(path, liveness.as_ref(), retire)?;
             let raw = match raw {
                 Some(raw) => Some(raw),
                 None if matches!(state, SlotState::GuardHeld) => path.read().ok().flatten(),
@@ -249,7 +249,9 @@ impl Pool {
             }
         }
         slots.sort_by(|a, b| a.name.cmp(&b.name));
-        let mut problems = crate::problems::scan(&self.dir, self.clock.now_ms());
+        // One listing for the slots, the problems and the lines: each more is a read of the
+        // whole directory (thousands of names with a long line).
+        let mut problems = crate::problems::scan(&self.dir, self.clock.now_ms(), &files, &hidden);
         problems.extend(
             slots
                 .iter()
@@ -262,7 +264,7 @@ impl Pool {
             drain: self.drain()?,
             slots,
             problems,
-            line: self.line_views()?,
+            line: self.line_views_in(&files),
         })
     }
 }
