@@ -1,6 +1,7 @@
 //! `cargo xtask bench`: runs the criterion benches that need nothing beyond the workspace, with
 //! short measurement times, and prints one Markdown table of their medians (the "Current" table
-//! at the top of BENCHMARKS.md).
+//! at the top of BENCHMARKS.md), then a second of the goals of issue 38 ([`GOALS`]): each ratio
+//! of a primitive to its floor, or each bound, beside its goal and whether this run met it.
 //!
 //! [`bench()`] builds [`PREREQUISITES`] (the release binaries the benches run), runs [`BENCHES`]
 //! (every bench but `fleet`) with [`WARM_UP_SECS`] and [`MEASUREMENT_SECS`] (or
@@ -29,6 +30,9 @@ pub(crate) const BENCHES: &[&str] = &[
     "dispatcher",
     "line",
     "proxy",
+    "views",
+    "journal",
+    "jobserver",
 ];
 
 /// The release binaries the benches run, each with the cargo arguments that build it: the
@@ -142,9 +146,13 @@ pub(crate) fn bench(args: &[String]) -> ExitCode {
     }
     let dir = std::env::var_os("CRITERION_HOME")
         .map_or_else(|| crate::target_dir().join("criterion"), PathBuf::from);
-    match collect(&dir).and_then(|found| markdown_table(&found)) {
-        Ok(table) => {
-            print!("{table}");
+    let tables = collect(&dir).and_then(|found| {
+        let table = markdown_table(&found)?;
+        Ok(format!("{table}\n{}", goals_table(&found)?))
+    });
+    match tables {
+        Ok(tables) => {
+            print!("{tables}");
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -201,14 +209,7 @@ impl std::fmt::Display for Error {
 pub(crate) fn markdown_table(estimates: &[Estimate]) -> Result<String, Error> {
     let mut rows = Vec::with_capacity(estimates.len());
     for estimate in estimates {
-        let median = serde_json::from_str::<serde_json::Value>(&estimate.json)
-            .ok()
-            .and_then(|v| v["median"]["point_estimate"].as_f64())
-            .filter(|ns| ns.is_finite() && *ns >= 0.0)
-            .ok_or_else(|| Error::NoMedian {
-                id: estimate.id.clone(),
-            })?;
-        let (value, unit) = scaled(median);
+        let (value, unit) = scaled(median_of(estimate)?);
         rows.push((estimate.id.as_str(), value, unit));
     }
     rows.sort_by(|a, b| a.0.cmp(b.0));
@@ -217,6 +218,150 @@ pub(crate) fn markdown_table(estimates: &[Estimate]) -> Result<String, Error> {
         table.push_str(&format!("| `{id}` | {value} | {unit} |\n"));
     }
     Ok(table)
+}
+
+/// A goal of issue 38, as the benches measure it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Goal {
+    /// `ours` takes at most `max` times `floor` (the same durable steps by hand, or the
+    /// alternative a user would pick).
+    Ratio {
+        ours: &'static str,
+        floor: &'static str,
+        max: f64,
+    },
+    /// `ours` takes under `max_ns` nanoseconds.
+    Under { ours: &'static str, max_ns: f64 },
+}
+
+/// Every goal the second table checks, each by the ids of the benches that measure it.
+pub(crate) const GOALS: &[Goal] = &[
+    Goal::Ratio {
+        ours: "guard_acquire_release/disk/worklane_guard",
+        floor: "guard_acquire_release/disk/raw_open_flock_close",
+        max: 1.3,
+    },
+    Goal::Ratio {
+        ours: "guard_acquire_release/tmpfs/worklane_guard",
+        floor: "guard_acquire_release/tmpfs/raw_open_flock_close",
+        max: 1.3,
+    },
+    Goal::Ratio {
+        ours: "lease_acquire_release/disk/worklane_lease",
+        floor: "lease_acquire_release/disk/raw_floor",
+        max: 1.3,
+    },
+    Goal::Ratio {
+        ours: "lease_acquire_release/tmpfs/worklane_lease",
+        floor: "lease_acquire_release/tmpfs/raw_floor",
+        max: 1.3,
+    },
+    Goal::Ratio {
+        ours: "admission_take_release/disk/agent_slot_with_8_held",
+        floor: "admission_take_release/disk/syscall_floor_with_8_held",
+        max: 1.5,
+    },
+    Goal::Ratio {
+        ours: "admission_take_release/tmpfs/agent_slot_with_8_held",
+        floor: "admission_take_release/tmpfs/syscall_floor_with_8_held",
+        max: 1.5,
+    },
+    Goal::Ratio {
+        ours: "budget_take/disk/worklane_budget_take",
+        floor: "budget_take/disk/syscall_floor",
+        max: 1.5,
+    },
+    Goal::Ratio {
+        ours: "budget_take/tmpfs/worklane_budget_take",
+        floor: "budget_take/tmpfs/syscall_floor",
+        max: 1.5,
+    },
+    Goal::Ratio {
+        ours: "cli_per_run/worklane_dist_run_true",
+        floor: "cli_per_run/flock_n_file_true",
+        max: 1.1,
+    },
+    Goal::Ratio {
+        ours: "line_take_release/100_waiting",
+        floor: "admission_take_release/tmpfs/agent_slot_with_8_held",
+        max: 1.5,
+    },
+    Goal::Ratio {
+        ours: "line_take_release/1000_waiting",
+        floor: "admission_take_release/tmpfs/agent_slot_with_8_held",
+        max: 2.0,
+    },
+    Goal::Under {
+        ours: "views_1000_holders_1000_waiting/slots_document",
+        max_ns: 50e6,
+    },
+    Goal::Under {
+        ours: "views_1000_holders_1000_waiting/metrics_exposition",
+        max_ns: 50e6,
+    },
+    Goal::Under {
+        ours: "views_1000_holders_1000_waiting/why_admission",
+        max_ns: 50e6,
+    },
+    Goal::Under {
+        ours: "dispatcher_recovery_10000_rows/disk/cold",
+        max_ns: 1e9,
+    },
+];
+
+/// The second table: each of [`GOALS`] with what this run measured, `| worklane | against |
+/// ratio | goal | met |`; a goal whose benches are not among `estimates` says so (`not
+/// measured`), so that a partial run never reads as a pass.
+pub(crate) fn goals_table(estimates: &[Estimate]) -> Result<String, Error> {
+    let median = |id: &str| -> Result<Option<f64>, Error> {
+        let Some(estimate) = estimates.iter().find(|e| e.id == id) else {
+            return Ok(None);
+        };
+        median_of(estimate).map(Some)
+    };
+    let shown = |ns: f64| {
+        let (value, unit) = scaled(ns);
+        format!("{value} {unit}")
+    };
+    let mut table =
+        String::from("| worklane | against | ratio | goal | met |\n|---|---|---:|---:|---|\n");
+    for goal in GOALS {
+        let row = match *goal {
+            Goal::Ratio { ours, floor, max } => match (median(ours)?, median(floor)?) {
+                (Some(a), Some(b)) if b > 0.0 => format!(
+                    "| `{ours}` {} | `{floor}` {} | {:.2}x | <= {max}x | {} |",
+                    shown(a),
+                    shown(b),
+                    a / b,
+                    if a / b <= max { "yes" } else { "no" }
+                ),
+                _ => format!("| `{ours}` | `{floor}` | not measured | <= {max}x | |"),
+            },
+            Goal::Under { ours, max_ns } => match median(ours)? {
+                Some(a) => format!(
+                    "| `{ours}` {} | | | < {} | {} |",
+                    shown(a),
+                    shown(max_ns),
+                    if a < max_ns { "yes" } else { "no" }
+                ),
+                None => format!("| `{ours}` | | not measured | < {} | |", shown(max_ns)),
+            },
+        };
+        table.push_str(&row);
+        table.push('\n');
+    }
+    Ok(table)
+}
+
+/// The median of `estimate` (criterion's point estimate, in nanoseconds).
+fn median_of(estimate: &Estimate) -> Result<f64, Error> {
+    serde_json::from_str::<serde_json::Value>(&estimate.json)
+        .ok()
+        .and_then(|v| v["median"]["point_estimate"].as_f64())
+        .filter(|ns| ns.is_finite() && *ns >= 0.0)
+        .ok_or_else(|| Error::NoMedian {
+            id: estimate.id.clone(),
+        })
 }
 
 /// `ns` nanoseconds as a number of three significant figures and its unit.
@@ -301,12 +446,99 @@ fn walk(root: &Path, dir: &Path, found: &mut Vec<Estimate>) -> Result<(), Error>
 
 #[cfg(test)]
 mod tests {
-    use super::{Error, Estimate, collect, markdown_table};
+    use super::{Error, Estimate, collect, goals_table, markdown_table};
 
     fn estimates(median_ns: f64) -> String {
         format!(
             r#"{{"mean":{{"confidence_interval":{{"confidence_level":0.95,"lower_bound":1.0,"upper_bound":2.0}},"point_estimate":999999.0,"standard_error":1.0}},"median":{{"confidence_interval":{{"confidence_level":0.95,"lower_bound":1.0,"upper_bound":2.0}},"point_estimate":{median_ns},"standard_error":1.0}}}}"#
         )
+    }
+
+    #[test]
+    fn each_goal_is_its_ratio_or_bound_met_or_not_and_a_missing_bench_is_not_measured() {
+        let one = |id: &str, ns: f64| Estimate {
+            id: id.into(),
+            json: estimates(ns),
+        };
+        let table = goals_table(&[
+            one("guard_acquire_release/disk/worklane_guard", 3_000.0),
+            one("guard_acquire_release/disk/raw_open_flock_close", 2_500.0),
+            one("guard_acquire_release/tmpfs/worklane_guard", 4_000.0),
+            one("guard_acquire_release/tmpfs/raw_open_flock_close", 2_000.0),
+            one(
+                "views_1000_holders_1000_waiting/slots_document",
+                49_000_000.0,
+            ),
+            one(
+                "views_1000_holders_1000_waiting/why_admission",
+                50_000_000.0,
+            ),
+            one("lease_acquire_release/disk/worklane_lease", 1_300.0),
+            one("lease_acquire_release/disk/raw_floor", 1_000.0),
+        ])
+        .expect("a table");
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines[0], "| worklane | against | ratio | goal | met |");
+        assert_eq!(
+            lines[2],
+            "| `guard_acquire_release/disk/worklane_guard` 3.00 µs | \
+             `guard_acquire_release/disk/raw_open_flock_close` 2.50 µs | 1.20x | <= 1.3x | yes |"
+        );
+        assert_eq!(
+            lines[3],
+            "| `guard_acquire_release/tmpfs/worklane_guard` 4.00 µs | \
+             `guard_acquire_release/tmpfs/raw_open_flock_close` 2.00 µs | 2.00x | <= 1.3x | no |"
+        );
+        assert!(
+            lines[4].ends_with("| 1.30x | <= 1.3x | yes |"),
+            "the bound itself is met: {}",
+            lines[4]
+        );
+        assert_eq!(
+            lines[5],
+            "| `lease_acquire_release/tmpfs/worklane_lease` | \
+             `lease_acquire_release/tmpfs/raw_floor` | not measured | <= 1.3x | |"
+        );
+        let under = |id: &str| {
+            *lines
+                .iter()
+                .find(|l| l.starts_with(&format!("| `{id}`")))
+                .expect(id)
+        };
+        assert_eq!(
+            under("views_1000_holders_1000_waiting/slots_document"),
+            "| `views_1000_holders_1000_waiting/slots_document` 49.0 ms | | | < 50.0 ms | yes |"
+        );
+        assert!(
+            under("views_1000_holders_1000_waiting/why_admission").ends_with("| < 50.0 ms | no |"),
+            "under means under"
+        );
+        assert!(
+            under("views_1000_holders_1000_waiting/metrics_exposition").contains("not measured")
+        );
+        assert_eq!(lines.len(), 2 + super::GOALS.len());
+        assert!(matches!(
+            goals_table(&[Estimate {
+                id: "guard_acquire_release/disk/worklane_guard".into(),
+                json: "{}".into(),
+            }]),
+            Err(Error::NoMedian { .. })
+        ));
+    }
+
+    #[test]
+    fn every_bench_but_fleet_is_run() {
+        let dir = crate::workspace_root().join("benches/benches");
+        let mut files: Vec<String> = std::fs::read_dir(&dir)
+            .expect("benches/benches")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter_map(|name| name.strip_suffix(".rs").map(str::to_owned))
+            .filter(|name| name != "fleet")
+            .collect();
+        files.sort();
+        let mut run: Vec<String> = super::BENCHES.iter().map(|b| (*b).to_owned()).collect();
+        run.sort();
+        assert_eq!(run, files, "BENCHES names every bench file but fleet's");
     }
 
     #[test]
