@@ -117,3 +117,47 @@ pub fn describe_file(path: &Path, exists: bool) -> String {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Problem;
+    use worklane_slotfile::config::Error as E;
+    use worklane_slotfile::read::Error as R;
+
+    /// A config whose read failed with `error` (made here: the tests run as root, whom no
+    /// permission refuses, and EIO cannot be made on demand).
+    fn failed_with(error: std::io::Error) -> E {
+        E::Read {
+            path: "/etc/worklane/slots.json".into(),
+            source: R::Io {
+                path: "/etc/worklane/slots.json".into(),
+                source: error,
+            },
+        }
+    }
+
+    #[test]
+    fn a_config_nobody_may_read_is_made_readable_and_another_io_error_is_checked() {
+        let denied = Problem::of(&failed_with(std::io::ErrorKind::PermissionDenied.into()));
+        assert_eq!(
+            denied.fix,
+            "let every harness read it: chmod a+r -- /etc/worklane/slots.json (and let them \
+             search its directory)"
+        );
+        assert_eq!(
+            denied.file,
+            std::path::Path::new("/etc/worklane/slots.json")
+        );
+        let eio = Problem::of(&failed_with(std::io::Error::from_raw_os_error(5)));
+        assert_eq!(
+            eio.fix,
+            "check /etc/worklane/slots.json and its filesystem, then try again"
+        );
+        assert!(
+            eio.what
+                .starts_with("cannot read config /etc/worklane/slots.json"),
+            "{}",
+            eio.what
+        );
+    }
+}

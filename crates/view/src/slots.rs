@@ -246,6 +246,22 @@ mod tests {
     }
 
     #[test]
+    fn a_directory_s_key_is_its_device_and_inode_s_as_runs_name_their_cgroups() {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let open = std::fs::File::open(temp.path()).expect("open");
+        let key = worklane_identity::cgroup::dir_key_of(&open).expect("fstat");
+        assert_eq!(dir_key(temp.path()), Some(key.clone()));
+        assert_eq!(key.len(), 12, "{key}");
+        let other = tempfile::tempdir().expect("temp dir");
+        assert_ne!(
+            dir_key(other.path()),
+            Some(key),
+            "another directory, another key"
+        );
+        assert_eq!(dir_key(&temp.path().join("absent")), None);
+    }
+
+    #[test]
     fn a_handed_over_lane_s_attempt_is_found_by_its_file_name_without_a_lane_field() {
         let queue = QueueView {
             pid: None,
