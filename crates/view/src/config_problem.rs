@@ -123,6 +123,7 @@ mod tests {
     use super::Problem;
     use worklane_slotfile::config::Error as E;
     use worklane_slotfile::read::Error as R;
+    use worklane_testkit::Gated;
 
     /// A config whose read failed with `error` (made here: the tests run as root, whom no
     /// permission refuses, and EIO cannot be made on demand).
@@ -159,5 +160,44 @@ mod tests {
             "{}",
             eio.what
         );
+    }
+
+    /// Where the parent test tells its child the slot directory is.
+    const CHILD_DIR: &str = "WORKLANE_VIEW_TEST_NOW_DIR";
+    const TEST_NAME: &str =
+        "config_problem::tests::the_config_problem_now_is_that_of_the_process_s";
+
+    /// `Problem::now` reads this process's environment, which only a process started with a
+    /// slot directory of its own can be given: the test runs its own binary again with one,
+    /// and in that run it is the subject.
+    #[test]
+    fn the_config_problem_now_is_that_of_the_process_s() {
+        if let Some(dir) = std::env::var_os(CHILD_DIR) {
+            let dir = std::path::PathBuf::from(dir);
+            let problem = Problem::now().expect("the subject's config cannot be used");
+            assert_eq!(problem.file, dir.join("config.json"));
+            assert!(
+                problem.fix.starts_with("correct the JSON in "),
+                "{}",
+                problem.fix
+            );
+            return;
+        }
+        let temp = tempfile::tempdir().expect("temp dir");
+        std::fs::write(temp.path().join("config.json"), b"{not json").expect("config");
+        let out = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+            .args(["--exact", TEST_NAME, "--test-threads=1"])
+            .env("AGENT_SLOTS_DIR", temp.path())
+            .env_remove("AGENT_SLOTS_CONFIG")
+            .env(CHILD_DIR, temp.path())
+            .output_gated()
+            .expect("start the subject");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "the subject must pass\n{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("test result: ok. 1 passed"), "{stdout}");
     }
 }
