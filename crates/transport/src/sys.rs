@@ -80,7 +80,7 @@ pub(crate) fn peer_pidfd(socket: BorrowedFd<'_>) -> std::io::Result<OwnedFd> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::os::fd::AsFd;
 
@@ -110,5 +110,38 @@ mod tests {
             .map(str::trim)
             .expect("a pidfd's fdinfo names its Pid");
         assert_eq!(pid, std::process::id().to_string(), "{fdinfo}");
+    }
+
+    /// A socket pair made by a thread whose supplementary groups are `groups` (set for that
+    /// thread alone, as root may): its peer's groups are those.
+    pub(crate) fn pair_in_groups(
+        groups: &[u32],
+    ) -> (
+        std::os::unix::net::UnixStream,
+        std::os::unix::net::UnixStream,
+    ) {
+        let groups: Vec<rustix::thread::Gid> = groups
+            .iter()
+            .map(|g| rustix::thread::Gid::from_raw(*g))
+            .collect();
+        std::thread::spawn(move || {
+            rustix::thread::set_thread_groups(&groups)
+                .expect("set this thread's groups (the tests run as root)");
+            std::os::unix::net::UnixStream::pair().expect("pair")
+        })
+        .join()
+        .expect("the thread")
+    }
+
+    #[test]
+    fn a_peer_s_groups_are_read_however_many_it_has() {
+        // 32 fit the first buffer; more are read again with the size the kernel says.
+        for n in [1, 32, 33, 100] {
+            let groups: Vec<u32> = (0..n).map(|i| 5000 + i).collect();
+            let (a, _b) = pair_in_groups(&groups);
+            let mut got = peer_groups(a.as_fd()).expect("SO_PEERGROUPS");
+            got.sort_unstable();
+            assert_eq!(got, groups, "{n} groups");
+        }
     }
 }
