@@ -271,7 +271,7 @@ mod tests {
 
     /// How long a test waits for anything: a receive that gets nothing, a send that does not
     /// end, fail the test within it rather than hang it.
-    const BOUND: std::time::Duration = std::time::Duration::from_secs(10);
+    const BOUND: std::time::Duration = std::time::Duration::from_secs(3);
 
     /// A connected pair whose receives give up after [`BOUND`].
     fn pair() -> (OwnedFd, OwnedFd) {
@@ -507,9 +507,24 @@ mod tests {
         fds[0].revents().contains(PollFlags::OUT)
     }
 
+    /// Signals the handler of SIGUSR1 below has taken.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    static SIGNALLED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    /// Waits (within [`BOUND`]) until `done` holds.
+    fn wait_until(what: &str, done: impl Fn() -> bool) {
+        let deadline = std::time::Instant::now() + BOUND;
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "never: {what}");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
     /// A blocking `sendmsg` a signal cuts short after some bytes returns their count: `send`
-    /// goes on with the rest. A handler of SIGUSR1 that does nothing is installed for it
-    /// (no other test of this binary uses the signal).
+    /// goes on with the rest, from where it was, however often it is cut. Here twice, so
+    /// that the line goes in three parts: a handler of SIGUSR1 that counts is installed for
+    /// it (no other test of this binary uses the signal), and the writer is signalled while
+    /// its sendmsg waits for room, with part of the line sent in that very call.
     #[cfg(any(target_os = "linux", target_os = "android"))]
     #[test]
     #[allow(
@@ -518,12 +533,16 @@ mod tests {
     )]
     fn a_send_cut_short_by_a_signal_goes_on_with_the_rest() {
         use std::os::unix::thread::JoinHandleExt;
-        extern "C" fn nothing(_: libc::c_int) {}
+        use std::sync::atomic::Ordering;
+        extern "C" fn count(_: libc::c_int) {
+            SIGNALLED.fetch_add(1, Ordering::SeqCst);
+        }
         // SAFETY: `action` is a zeroed sigaction (a valid one: no flags, no mask) given a
-        // handler that does nothing, so is async-signal-safe; the old action is not asked for.
+        // handler that only adds to an atomic, which is async-signal-safe; the old action is
+        // not asked for.
         unsafe {
             let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = nothing as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            action.sa_sigaction = count as extern "C" fn(libc::c_int) as libc::sighandler_t;
             libc::sigemptyset(&mut action.sa_mask);
             assert_eq!(
                 libc::sigaction(libc::SIGUSR1, &action, std::ptr::null_mut()),
@@ -533,34 +552,52 @@ mod tests {
         let (a, b) = pair();
         rustix::net::sockopt::set_socket_send_buffer_size(&a, 4096).expect("SO_SNDBUF");
         let probe = rustix::io::dup(&a).expect("dup");
+        let line: Vec<u8> = (0..60_000u32)
+            .map(|i| b'a' + u8::try_from(i % 26).expect("a letter"))
+            .collect();
+        let expected = line.clone();
         let (tx, rx) = std::sync::mpsc::channel();
         let writer = std::thread::spawn(move || {
-            let sent = super::send(&a, &[b's'; 60_000], &[]);
+            let sent = super::send(&a, &line, &[]);
             drop(a);
             let _ = tx.send(sent);
         });
-        // Nobody reads yet: once the socket takes no more, the writer's first sendmsg is
-        // waiting in the kernel for room, with part of the line sent.
-        let deadline = std::time::Instant::now() + BOUND;
-        while writable(&probe) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the line never filled the socket"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        // SAFETY: the writer's thread is live (its send cannot end before the line is read),
-        // and SIGUSR1 has a handler that does nothing.
-        let signalled =
-            unsafe { libc::pthread_kill(writer.as_pthread_t() as libc::pthread_t, libc::SIGUSR1) };
-        assert_eq!(signalled, 0, "pthread_kill");
-        // The writer's end is its own again: closed once its send returns.
-        drop(probe);
-        let (line, _) = recv(&b).expect("the whole line, the rest sent after the signal");
+        let cut = |n: usize| {
+            // SAFETY: the writer's thread is live (its send cannot end before the line is
+            // read), and SIGUSR1 has a handler that only counts.
+            let signalled = unsafe {
+                libc::pthread_kill(writer.as_pthread_t() as libc::pthread_t, libc::SIGUSR1)
+            };
+            assert_eq!(signalled, 0, "pthread_kill");
+            // The handler runs once the sendmsg it cut short has returned.
+            wait_until("the handler ran", || SIGNALLED.load(Ordering::SeqCst) >= n);
+        };
+        let queued = || rustix::io::ioctl_fionread(&b).expect("FIONREAD");
+        let before = SIGNALLED.load(Ordering::SeqCst);
+        // Nobody reads yet: once the socket takes no more, the first sendmsg waits for room.
+        wait_until("the line filled the socket", || !writable(&probe));
+        cut(before + 1);
+        // The next sendmsg has no room either: what is queued is all the first one sent.
+        let first = usize::try_from(queued()).expect("a size");
         assert!(
-            line.len() == 60_000 && line.iter().all(|&c| c == b's'),
-            "{} bytes",
-            line.len()
+            first > 0 && first < expected.len(),
+            "{first} bytes in the first part"
+        );
+        let mut got = vec![0u8; first];
+        let mut at = 0;
+        while at < first {
+            at += rustix::io::read(&b, &mut got[at..]).expect("read");
+        }
+        // Room made: the second sendmsg sends some of the rest, and waits again.
+        wait_until("the second part began", || queued() > 0);
+        cut(before + 2);
+        drop(probe);
+        let (rest, _) = recv(&b).expect("the rest of the line, sent after the signals");
+        got.extend_from_slice(&rest);
+        assert!(
+            got == expected,
+            "every byte once, in order ({} bytes)",
+            got.len()
         );
         rx.recv_timeout(BOUND)
             .expect("send returned")

@@ -144,4 +144,37 @@ pub(crate) mod tests {
             assert_eq!(got, groups, "{n} groups");
         }
     }
+
+    /// Where the parent test tells its subject to act.
+    const SUBJECT: &str = "WORKLANE_TRANSPORT_TEST_PIDFD_SUBJECT";
+    const TEST_NAME: &str = "sys::tests::a_pidfd_numbered_0_is_a_pidfd";
+
+    /// A process that closed its standard input gets a pidfd numbered 0, a pidfd like any
+    /// other. The test runs its own binary again, running only itself, as the subject: it
+    /// closes its fd 0 (no other test runs there to take the number) and asks for a pidfd.
+    #[test]
+    fn a_pidfd_numbered_0_is_a_pidfd() {
+        use worklane_testkit::Gated;
+        if std::env::var_os(SUBJECT).is_some() {
+            let (a, _b) = std::os::unix::net::UnixStream::pair().expect("pair");
+            // SAFETY: fd 0 is the subject's standard input (/dev/null, given by the parent),
+            // which nothing in it reads or holds as an owned descriptor.
+            assert_eq!(unsafe { libc::close(0) }, 0, "close fd 0");
+            let pidfd = peer_pidfd(a.as_fd()).expect("a pidfd numbered 0");
+            assert_eq!(pidfd.as_raw_fd(), 0, "the lowest number free");
+            return;
+        }
+        let out = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+            .args(["--exact", TEST_NAME, "--test-threads=1"])
+            .env(SUBJECT, "1")
+            .output_gated()
+            .expect("start the subject");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "the subject must pass\n{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("test result: ok. 1 passed"), "{stdout}");
+    }
 }
