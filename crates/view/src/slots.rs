@@ -278,13 +278,20 @@ mod tests {
         let shown = cgroup_json(Some("0123456789ab"), "agent-0.lock", &record)
             .expect("the run's own cgroup, which exists");
         assert_eq!(shown.path, path);
-        assert!(shown.procs.is_empty(), "nothing runs in it: {:?}", shown.procs);
+        assert!(
+            shown.procs.is_empty(),
+            "nothing runs in it: {:?}",
+            shown.procs
+        );
         assert_eq!(shown.cpu_usec, Some(0), "cpu.stat's usage_usec");
         assert!(
             cgroup_json(Some("0123456789ab"), "agent-1.lock", &record).is_none(),
             "another slot's run"
         );
-        assert!(cgroup_json(None, "agent-0.lock", &record).is_none(), "no key");
+        assert!(
+            cgroup_json(None, "agent-0.lock", &record).is_none(),
+            "no key"
+        );
         record.epoch = Some(8);
         assert!(
             cgroup_json(Some("0123456789ab"), "agent-0.lock", &record).is_none(),
