@@ -269,14 +269,54 @@ mod tests {
     use super::*;
     use rustix::net::{AddressFamily, SocketFlags, SocketType, socketpair};
 
+    /// How long a test waits for anything: a receive that gets nothing, a send that does not
+    /// end, fail the test within it rather than hang it.
+    const BOUND: std::time::Duration = std::time::Duration::from_secs(3);
+
+    /// A connected pair whose receives give up after [`BOUND`].
     fn pair() -> (OwnedFd, OwnedFd) {
-        socketpair(
+        let (a, b) = socketpair(
             AddressFamily::UNIX,
             SocketType::STREAM,
             SocketFlags::CLOEXEC,
             None,
         )
-        .expect("socketpair")
+        .expect("socketpair");
+        for end in [&a, &b] {
+            rustix::net::sockopt::set_socket_timeout(
+                end,
+                rustix::net::sockopt::Timeout::Recv,
+                Some(BOUND),
+            )
+            .expect("SO_RCVTIMEO");
+        }
+        (a, b)
+    }
+
+    /// `f`'s result, run on a thread of its own: the test fails if it has not returned
+    /// within [`BOUND`].
+    fn within_bound<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(BOUND)
+            .expect("returned within the bound (or panicked)")
+    }
+
+    /// [`super::send`] within [`BOUND`] (see [`within_bound`]), given duplicates of the socket
+    /// and of the descriptors (the same socket, the same open files), closed before it returns.
+    fn send(socket: &OwnedFd, line: &[u8], fds: &[BorrowedFd<'_>]) -> Result<(), Error> {
+        let socket = rustix::io::dup(socket).expect("dup");
+        let fds: Vec<OwnedFd> = fds
+            .iter()
+            .map(|fd| rustix::io::dup(fd).expect("dup"))
+            .collect();
+        let line = line.to_vec();
+        within_bound(move || {
+            let borrowed: Vec<BorrowedFd<'_>> = fds.iter().map(AsFd::as_fd).collect();
+            super::send(&socket, &line, &borrowed)
+        })
     }
 
     #[test]
@@ -441,5 +481,220 @@ mod tests {
                 .contains(rustix::io::FdFlags::CLOEXEC),
             "idempotent"
         );
+    }
+
+    #[test]
+    fn a_send_returns_once_its_line_is_sent() {
+        let (a, b) = pair();
+        send(&a, br#"{"op":"y"}"#, &[]).expect("send");
+        assert_eq!(recv(&b).expect("the line").0, br#"{"op":"y"}"#);
+        drop(a);
+        assert!(
+            matches!(recv(&b), Err(Error::Closed { got: 0 })),
+            "one line, nothing after it"
+        );
+    }
+
+    /// Whether `socket` would take more now.
+    fn writable(socket: &OwnedFd) -> bool {
+        use rustix::event::{PollFd, PollFlags, Timespec};
+        let mut fds = [PollFd::new(socket, PollFlags::OUT)];
+        let now = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        rustix::event::poll(&mut fds, Some(&now)).expect("poll");
+        fds[0].revents().contains(PollFlags::OUT)
+    }
+
+    /// Signals the handler of SIGUSR1 below has taken.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    static SIGNALLED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    /// Waits (within [`BOUND`]) until `done` holds.
+    fn wait_until(what: &str, done: impl Fn() -> bool) {
+        let deadline = std::time::Instant::now() + BOUND;
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "never: {what}");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// A blocking `sendmsg` a signal cuts short after some bytes returns their count: `send`
+    /// goes on with the rest, from where it was, however often it is cut. Here twice, so
+    /// that the line goes in three parts: a handler of SIGUSR1 that counts is installed for
+    /// it (no other test of this binary uses the signal), and the writer is signalled while
+    /// its sendmsg waits for room, with part of the line sent in that very call.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[test]
+    #[allow(
+        unsafe_code,
+        reason = "a signal handler of the test's own, and pthread_kill"
+    )]
+    fn a_send_cut_short_by_a_signal_goes_on_with_the_rest() {
+        use std::os::unix::thread::JoinHandleExt;
+        use std::sync::atomic::Ordering;
+        extern "C" fn count(_: libc::c_int) {
+            SIGNALLED.fetch_add(1, Ordering::SeqCst);
+        }
+        // SAFETY: `action` is a zeroed sigaction (a valid one: no flags, no mask) given a
+        // handler that only adds to an atomic, which is async-signal-safe; the old action is
+        // not asked for.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = count as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            libc::sigemptyset(&mut action.sa_mask);
+            assert_eq!(
+                libc::sigaction(libc::SIGUSR1, &action, std::ptr::null_mut()),
+                0
+            );
+        }
+        let (a, b) = pair();
+        rustix::net::sockopt::set_socket_send_buffer_size(&a, 4096).expect("SO_SNDBUF");
+        let probe = rustix::io::dup(&a).expect("dup");
+        let line: Vec<u8> = (0..60_000u32)
+            .map(|i| b'a' + u8::try_from(i % 26).expect("a letter"))
+            .collect();
+        let expected = line.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let writer = std::thread::spawn(move || {
+            let sent = super::send(&a, &line, &[]);
+            drop(a);
+            let _ = tx.send(sent);
+        });
+        let cut = |n: usize| {
+            // SAFETY: the writer's thread is live (its send cannot end before the line is
+            // read), and SIGUSR1 has a handler that only counts.
+            let signalled = unsafe {
+                libc::pthread_kill(writer.as_pthread_t() as libc::pthread_t, libc::SIGUSR1)
+            };
+            assert_eq!(signalled, 0, "pthread_kill");
+            // The handler runs once the sendmsg it cut short has returned.
+            wait_until("the handler ran", || SIGNALLED.load(Ordering::SeqCst) >= n);
+        };
+        let queued = || rustix::io::ioctl_fionread(&b).expect("FIONREAD");
+        let before = SIGNALLED.load(Ordering::SeqCst);
+        // Nobody reads yet: once the socket takes no more, the first sendmsg waits for room.
+        wait_until("the line filled the socket", || !writable(&probe));
+        cut(before + 1);
+        // The next sendmsg has no room either: what is queued is all the first one sent.
+        let first = usize::try_from(queued()).expect("a size");
+        assert!(
+            first > 0 && first < expected.len(),
+            "{first} bytes in the first part"
+        );
+        let mut got = vec![0u8; first];
+        let mut at = 0;
+        while at < first {
+            at += rustix::io::read(&b, &mut got[at..]).expect("read");
+        }
+        // Room made: the second sendmsg sends some of the rest, and waits again.
+        wait_until("the second part began", || queued() > 0);
+        cut(before + 2);
+        drop(probe);
+        let (rest, _) = recv(&b).expect("the rest of the line, sent after the signals");
+        got.extend_from_slice(&rest);
+        assert!(
+            got == expected,
+            "every byte once, in order ({} bytes)",
+            got.len()
+        );
+        rx.recv_timeout(BOUND)
+            .expect("send returned")
+            .expect("send succeeded");
+        writer.join().expect("writer");
+    }
+
+    #[test]
+    fn a_reader_says_how_much_of_a_line_has_come() {
+        let (a, b) = pair();
+        rustix::io::ioctl_fionbio(&b, true).expect("nonblocking");
+        let mut reader = Reader::default();
+        assert!(reader.read(&b).expect("nothing yet").is_none());
+        assert_eq!(reader.received(), 0);
+        rustix::io::write(&a, b"{\"op\"").expect("write");
+        assert!(reader.read(&b).expect("a part").is_none());
+        assert_eq!(reader.received(), 5);
+        rustix::io::write(&a, b":1}\n").expect("write");
+        let (line, fds) = reader.read(&b).expect("read").expect("the whole line");
+        assert_eq!((line.as_slice(), fds.len()), (&br#"{"op":1}"#[..], 0));
+        assert_eq!(reader.received(), 0, "a new line begins");
+    }
+
+    #[test]
+    fn a_sender_sends_up_to_max_fds_descriptors_with_its_line() {
+        let file = tempfile::tempfile().expect("file");
+        for n in [0, 1, MAX_FDS] {
+            let (a, b) = pair();
+            let fds: Vec<OwnedFd> = (0..n)
+                .map(|_| rustix::io::dup(&file).expect("dup"))
+                .collect();
+            let done = within_bound(move || {
+                let borrowed: Vec<BorrowedFd<'_>> = fds.iter().map(AsFd::as_fd).collect();
+                Sender::new(b"{}")
+                    .expect("sender")
+                    .send(&a, &borrowed)
+                    .map(|done| (done, a))
+            });
+            let (done, _a) = done.expect("send");
+            assert!(done, "{n} descriptors: all sent at once");
+            let (line, got) = recv(&b).expect("recv");
+            assert_eq!((line.as_slice(), got.len()), (&b"{}"[..], n));
+        }
+        let (a, _b) = pair();
+        let mut sender = Sender::new(b"{}").expect("sender");
+        assert!(matches!(
+            sender.send(&a, &[file.as_fd(); MAX_FDS + 1]),
+            Err(Error::TooManyFds)
+        ));
+        assert!(matches!(
+            Sender::new(&vec![b'x'; MAX_MESSAGE]),
+            Err(Error::TooLong)
+        ));
+    }
+
+    /// A line far longer than a nonblocking socket takes at once, sent as the peer reads: the
+    /// descriptor goes once, with the first bytes, and every byte arrives once, in order.
+    #[test]
+    fn a_sender_sends_a_long_line_in_parts_as_the_peer_reads_its_descriptor_once() {
+        let (a, b) = pair();
+        rustix::net::sockopt::set_socket_send_buffer_size(&a, 4096).expect("SO_SNDBUF");
+        for end in [&a, &b] {
+            rustix::io::ioctl_fionbio(end, true).expect("nonblocking");
+        }
+        let file = tempfile::tempfile().expect("file");
+        let line: Vec<u8> = (0..60_000u32)
+            .map(|i| b'a' + u8::try_from(i % 26).expect("a letter"))
+            .collect();
+        let expected = line.clone();
+        let (parts, got) = within_bound(move || {
+            let mut sender = Sender::new(&line).expect("sender");
+            let mut reader = Reader::default();
+            let mut parts = 0;
+            let mut sent = false;
+            let mut got = None;
+            // Each round sends what the socket takes and reads what came; a round that moves
+            // nothing would be a sender or reader that lost its place.
+            for _ in 0..10_000 {
+                if !sent {
+                    sent = sender.send(&a, &[file.as_fd()]).expect("send");
+                    parts += 1;
+                }
+                if got.is_none() {
+                    got = reader.read(&b).expect("read");
+                }
+                if sent && got.is_some() {
+                    break;
+                }
+            }
+            (parts, got)
+        });
+        let (line, fds) = got.expect("the whole line within 10 000 rounds");
+        assert!(
+            parts > 1,
+            "sent in {parts} parts: the socket took it at once"
+        );
+        assert!(line == expected, "every byte once, in order");
+        assert_eq!(fds.len(), 1, "the descriptor once");
     }
 }

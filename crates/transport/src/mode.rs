@@ -149,4 +149,21 @@ mod tests {
             Narrowed::Refused { .. }
         ));
     }
+
+    #[test]
+    fn a_link_at_the_name_to_a_socket_of_the_caller_s_is_not_followed() {
+        let temp = tempfile::tempdir().expect("temp");
+        let sock = temp.path().join("s.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&sock).expect("bind");
+        std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+        // Another user swapped a link in at the name, to a socket the caller owns elsewhere.
+        let link = temp.path().join("link.sock");
+        std::os::unix::fs::symlink(&sock, &link).expect("symlink");
+        let refused = narrow(&link).expect("the link itself");
+        assert!(
+            matches!(&refused, Narrowed::Refused { why } if why.ends_with("is not a socket now")),
+            "{refused:?}"
+        );
+        assert_eq!(mode(&sock), 0o666, "the socket behind the link untouched");
+    }
 }

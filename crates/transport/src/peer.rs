@@ -180,4 +180,18 @@ mod tests {
         ours.sort_unstable();
         assert_eq!(got, ours);
     }
+
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[test]
+    fn the_groups_of_a_peer_in_other_groups_are_its_own() {
+        let groups = [4001, 4002, 4003];
+        let (a, _b) = crate::sys::tests::pair_in_groups(&groups);
+        let mut told = peer_groups(&a).expect("SO_PEERGROUPS");
+        told.sort_unstable();
+        assert_eq!(told, groups);
+        let peer = peer(&a).expect("peer");
+        let mut got = groups_of(&a, &peer);
+        got.sort_unstable();
+        assert_eq!(got, groups);
+    }
 }

@@ -80,7 +80,7 @@ pub(crate) fn peer_pidfd(socket: BorrowedFd<'_>) -> std::io::Result<OwnedFd> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::os::fd::AsFd;
 
@@ -110,5 +110,71 @@ mod tests {
             .map(str::trim)
             .expect("a pidfd's fdinfo names its Pid");
         assert_eq!(pid, std::process::id().to_string(), "{fdinfo}");
+    }
+
+    /// A socket pair made by a thread whose supplementary groups are `groups` (set for that
+    /// thread alone, as root may): its peer's groups are those.
+    pub(crate) fn pair_in_groups(
+        groups: &[u32],
+    ) -> (
+        std::os::unix::net::UnixStream,
+        std::os::unix::net::UnixStream,
+    ) {
+        let groups: Vec<rustix::thread::Gid> = groups
+            .iter()
+            .map(|g| rustix::thread::Gid::from_raw(*g))
+            .collect();
+        std::thread::spawn(move || {
+            rustix::thread::set_thread_groups(&groups)
+                .expect("set this thread's groups (the tests run as root)");
+            std::os::unix::net::UnixStream::pair().expect("pair")
+        })
+        .join()
+        .expect("the thread")
+    }
+
+    #[test]
+    fn a_peer_s_groups_are_read_however_many_it_has() {
+        // 32 fit the first buffer; more are read again with the size the kernel says.
+        for n in [1, 32, 33, 100] {
+            let groups: Vec<u32> = (0..n).map(|i| 5000 + i).collect();
+            let (a, _b) = pair_in_groups(&groups);
+            let mut got = peer_groups(a.as_fd()).expect("SO_PEERGROUPS");
+            got.sort_unstable();
+            assert_eq!(got, groups, "{n} groups");
+        }
+    }
+
+    /// Where the parent test tells its subject to act.
+    const SUBJECT: &str = "WORKLANE_TRANSPORT_TEST_PIDFD_SUBJECT";
+    const TEST_NAME: &str = "sys::tests::a_pidfd_numbered_0_is_a_pidfd";
+
+    /// A process that closed its standard input gets a pidfd numbered 0, a pidfd like any
+    /// other. The test runs its own binary again, running only itself, as the subject: it
+    /// closes its fd 0 (no other test runs there to take the number) and asks for a pidfd.
+    #[test]
+    fn a_pidfd_numbered_0_is_a_pidfd() {
+        use worklane_testkit::Gated;
+        if std::env::var_os(SUBJECT).is_some() {
+            let (a, _b) = std::os::unix::net::UnixStream::pair().expect("pair");
+            // SAFETY: fd 0 is the subject's standard input (/dev/null, given by the parent),
+            // which nothing in it reads or holds as an owned descriptor.
+            assert_eq!(unsafe { libc::close(0) }, 0, "close fd 0");
+            let pidfd = peer_pidfd(a.as_fd()).expect("a pidfd numbered 0");
+            assert_eq!(pidfd.as_raw_fd(), 0, "the lowest number free");
+            return;
+        }
+        let out = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+            .args(["--exact", TEST_NAME, "--test-threads=1"])
+            .env(SUBJECT, "1")
+            .output_gated()
+            .expect("start the subject");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "the subject must pass\n{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("test result: ok. 1 passed"), "{stdout}");
     }
 }

@@ -85,3 +85,57 @@ pub fn unshown_problems(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::unshown_problems;
+    use worklane_budget::{StateProblem, UnshownState};
+    use worklane_slotfile::read::Error as R;
+
+    /// A state that the read failed on with `error` (made here: the tests run as root, whom
+    /// no permission refuses, and EIO cannot be made on demand).
+    fn failed_with(error: std::io::Error) -> UnshownState {
+        UnshownState {
+            file: "github-budget-0123456789abcdef.json".into(),
+            why: StateProblem::Unreadable(R::Io {
+                path: "/slots/github-budget-0123456789abcdef.json".into(),
+                source: error,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_state_this_user_may_not_read_is_given_to_the_group_and_another_io_error_is_checked() {
+        let dir = std::path::Path::new("/slots");
+        let denied = unshown_problems(
+            dir,
+            &[failed_with(std::io::ErrorKind::PermissionDenied.into())],
+        );
+        assert_eq!(
+            denied[0].fix,
+            "chgrp --reference=/slots -- /slots/github-budget-0123456789abcdef.json && chmod \
+             0660 -- /slots/github-budget-0123456789abcdef.json"
+        );
+        assert!(
+            denied[0].what.ends_with(
+                ": this user's takes of its credential go unaccounted and never replace it"
+            ),
+            "{}",
+            denied[0].what
+        );
+        let eio = unshown_problems(dir, &[failed_with(std::io::Error::from_raw_os_error(5))]);
+        assert_eq!(
+            eio[0].fix,
+            "check /slots/github-budget-0123456789abcdef.json and its filesystem"
+        );
+        assert!(
+            eio[0]
+                .what
+                .ends_with(": takes of its credential go unaccounted"),
+            "{}",
+            eio[0].what
+        );
+        assert_eq!(eio[0].name, "github-budget-0123456789abcdef.json");
+        assert!(eio[0].blocks.is_none());
+    }
+}

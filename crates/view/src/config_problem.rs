@@ -117,3 +117,87 @@ pub fn describe_file(path: &Path, exists: bool) -> String {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Problem;
+    use worklane_slotfile::config::Error as E;
+    use worklane_slotfile::read::Error as R;
+    use worklane_testkit::Gated;
+
+    /// A config whose read failed with `error` (made here: the tests run as root, whom no
+    /// permission refuses, and EIO cannot be made on demand).
+    fn failed_with(error: std::io::Error) -> E {
+        E::Read {
+            path: "/etc/worklane/slots.json".into(),
+            source: R::Io {
+                path: "/etc/worklane/slots.json".into(),
+                source: error,
+            },
+        }
+    }
+
+    #[test]
+    fn a_config_nobody_may_read_is_made_readable_and_another_io_error_is_checked() {
+        let denied = Problem::of(&failed_with(std::io::ErrorKind::PermissionDenied.into()));
+        assert_eq!(
+            denied.fix,
+            "let every harness read it: chmod a+r -- /etc/worklane/slots.json (and let them \
+             search its directory)"
+        );
+        assert_eq!(
+            denied.file,
+            std::path::Path::new("/etc/worklane/slots.json")
+        );
+        let eio = Problem::of(&failed_with(std::io::Error::from_raw_os_error(5)));
+        assert_eq!(
+            eio.fix,
+            "check /etc/worklane/slots.json and its filesystem, then try again"
+        );
+        assert!(
+            eio.what
+                .starts_with("cannot read config /etc/worklane/slots.json"),
+            "{}",
+            eio.what
+        );
+    }
+
+    /// Where the parent test tells its child the slot directory is.
+    const CHILD_DIR: &str = "WORKLANE_VIEW_TEST_NOW_DIR";
+    const TEST_NAME: &str =
+        "config_problem::tests::the_config_problem_now_is_that_of_the_process_s";
+
+    /// `Problem::now` reads this process's environment, which only a process started with a
+    /// slot directory of its own can be given: the test runs its own binary again with one,
+    /// and in that run it is the subject.
+    #[test]
+    fn the_config_problem_now_is_that_of_the_process_s() {
+        if let Some(dir) = std::env::var_os(CHILD_DIR) {
+            let dir = std::path::PathBuf::from(dir);
+            let problem = Problem::now().expect("the subject's config cannot be used");
+            assert_eq!(problem.file, dir.join("config.json"));
+            assert!(
+                problem.fix.starts_with("correct the JSON in "),
+                "{}",
+                problem.fix
+            );
+            return;
+        }
+        let temp = tempfile::tempdir().expect("temp dir");
+        std::fs::write(temp.path().join("config.json"), b"{not json").expect("config");
+        let out = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+            .args(["--exact", TEST_NAME, "--test-threads=1"])
+            .env("AGENT_SLOTS_DIR", temp.path())
+            .env_remove("AGENT_SLOTS_CONFIG")
+            .env(CHILD_DIR, temp.path())
+            .output_gated()
+            .expect("start the subject");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "the subject must pass\n{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("test result: ok. 1 passed"), "{stdout}");
+    }
+}

@@ -245,6 +245,76 @@ mod tests {
         assert!(cgroup_json(Some("k"), "agent-0.lock", &record).is_none());
     }
 
+    /// A cgroup made under the unified hierarchy's root for a test (as root, as run's tests
+    /// make theirs), with worklane's runs' directory in it; removed, with it, at the end.
+    struct Scratch(std::path::PathBuf);
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            if let Ok(runs) = std::fs::read_dir(self.0.join("worklane")) {
+                for run in runs.flatten() {
+                    let _ = std::fs::remove_dir(run.path());
+                }
+            }
+            let _ = std::fs::remove_dir(self.0.join("worklane"));
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+
+    #[test]
+    fn a_record_s_own_run_s_cgroup_is_shown_with_what_it_holds() {
+        let mount = worklane_identity::cgroup::unified().expect("cgroup v2 on this machine");
+        let top = format!("worklane-test-view-{}", std::process::id());
+        let scratch = Scratch(mount.join(&top));
+        let run = worklane_identity::cgroup::run_name("0123456789ab", "agent-0.lock", 7);
+        std::fs::create_dir_all(scratch.0.join("worklane").join(&run))
+            .expect("make a test cgroup (as root)");
+        let path = format!("/{top}/worklane/{run}");
+        let mut record = Record {
+            epoch: Some(7),
+            ..Record::default()
+        };
+        record.extra.insert("cgroup".into(), path.clone().into());
+        let shown = cgroup_json(Some("0123456789ab"), "agent-0.lock", &record)
+            .expect("the run's own cgroup, which exists");
+        assert_eq!(shown.path, path);
+        assert!(
+            shown.procs.is_empty(),
+            "nothing runs in it: {:?}",
+            shown.procs
+        );
+        assert_eq!(shown.cpu_usec, Some(0), "cpu.stat's usage_usec");
+        assert!(
+            cgroup_json(Some("0123456789ab"), "agent-1.lock", &record).is_none(),
+            "another slot's run"
+        );
+        assert!(
+            cgroup_json(None, "agent-0.lock", &record).is_none(),
+            "no key"
+        );
+        record.epoch = Some(8);
+        assert!(
+            cgroup_json(Some("0123456789ab"), "agent-0.lock", &record).is_none(),
+            "another epoch's run"
+        );
+    }
+
+    #[test]
+    fn a_directory_s_key_is_its_device_and_inode_s_as_runs_name_their_cgroups() {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let open = std::fs::File::open(temp.path()).expect("open");
+        let key = worklane_identity::cgroup::dir_key_of(&open).expect("fstat");
+        assert_eq!(dir_key(temp.path()), Some(key.clone()));
+        assert_eq!(key.len(), 12, "{key}");
+        let other = tempfile::tempdir().expect("temp dir");
+        assert_ne!(
+            dir_key(other.path()),
+            Some(key),
+            "another directory, another key"
+        );
+        assert_eq!(dir_key(&temp.path().join("absent")), None);
+    }
+
     #[test]
     fn a_handed_over_lane_s_attempt_is_found_by_its_file_name_without_a_lane_field() {
         let queue = QueueView {

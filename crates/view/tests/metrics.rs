@@ -298,3 +298,43 @@ fn the_dispatcher_s_rows_are_counted_by_state() {
         1.0
     );
 }
+
+#[test]
+fn a_held_slot_s_cgroup_is_shown_in_cpu_seconds_and_processes() {
+    let site = Site::new(r#"{"max_agents": 2}"#);
+    let _held = site.take(Kind::Agent);
+    let snapshot = site.snapshot();
+    let mut doc = worklane_view::slots::to_json(&snapshot, &Around::of(&site.pool, &snapshot));
+    // The cgroup a run in one would have (its parts are read from cgroupfs, which needs a run
+    // in a cgroup: the CLI's containment tests make one as root).
+    let slot = doc
+        .slots
+        .iter_mut()
+        .find(|s| s.name == "agent-0.lock")
+        .expect("the agent slot");
+    slot.cgroup = Some(worklane_view::doc::SlotCgroup {
+        path: "/worklane/j-x-agent-0-1".into(),
+        procs: vec![10, 11, 12],
+        cpu_usec: Some(2_500_000),
+        memory_current: None,
+        memory_peak: None,
+    });
+    let journal = worklane_journal::read(site.pool.dir()).expect("journal");
+    let text = worklane_view::metrics::render(&doc, &journal);
+    assert_eq!(
+        value(
+            &text,
+            "worklane_slot_cpu_seconds{slot=\"agent-0.lock\",kind=\"agent\"}"
+        ),
+        2.5,
+        "{text}"
+    );
+    assert_eq!(
+        value(
+            &text,
+            "worklane_slot_processes{slot=\"agent-0.lock\",kind=\"agent\"}"
+        ),
+        3.0,
+        "{text}"
+    );
+}

@@ -25,10 +25,15 @@ fn the_textfile_is_replaced_whole_readable_by_node_exporter_and_no_temp_is_left(
         serve::write_textfile(std::path::Path::new("/"), "x"),
         Err(serve::Error::NoFileName { .. })
     ));
+    // The temp file is made beside the textfile, in its directory, so that the rename is
+    // within one: in a directory that is not there, the first step fails.
     let missing = temp.path().join("no/such/dir/x.prom");
     assert!(matches!(
         serve::write_textfile(&missing, "x"),
-        Err(serve::Error::Textfile { .. })
+        Err(serve::Error::Textfile {
+            step: "create a temp file beside it",
+            ..
+        })
     ));
 }
 
