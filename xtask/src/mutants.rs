@@ -102,6 +102,13 @@ pub(crate) fn mutants(args: &[String]) -> ExitCode {
         let mut cmd = Command::new(&cargo);
         cmd.args(["mutants", "--package", &format!("worklane-{krate}")]);
         cmd.args(measured(krate));
+        // Each mutant is built in cargo-mutants' own copy of the tree, in that copy's target
+        // directory. A `CARGO_TARGET_DIR` shared with the worktree would give both the same
+        // artifacts (cargo names a workspace member's by its path within the workspace): a
+        // build in the worktree meanwhile looks newer than a mutant's change, so the mutant
+        // is tested unbuilt and reported missed, and a mutant's build is left behind for the
+        // worktree's next test.
+        cmd.env_remove("CARGO_TARGET_DIR");
         if let Some(threads) = test_threads(krate) {
             cmd.env("RUST_TEST_THREADS", threads);
         }

@@ -36,4 +36,23 @@ mod tests {
             "a file type in the bits is dropped"
         );
     }
+
+    #[test]
+    fn a_stat_s_mode_is_its_permission_bits_without_the_file_type() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"").expect("a file");
+        for bits in [0o2750, 0o640, 0o4711, 0o1777] {
+            rustix::fs::chmod(&file, super::from_bits(bits)).expect("chmod");
+            let stat = rustix::fs::stat(&file).expect("stat");
+            assert_eq!(super::of(&stat), bits, "{bits:o} of a regular file");
+        }
+        rustix::fs::chmod(dir.path(), super::from_bits(0o2710)).expect("chmod the directory");
+        let stat = rustix::fs::stat(dir.path()).expect("stat the directory");
+        assert_eq!(
+            super::of(&stat),
+            0o2710,
+            "a directory's type bits are not among its permission bits"
+        );
+    }
 }
