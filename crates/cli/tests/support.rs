@@ -191,3 +191,34 @@ pub(crate) fn driven(script: &str) -> String {
 /// A child script that reports it is up, then runs until its release file appears.
 pub(crate) const HOLD: &str =
     r#"touch "$T/up.$K"; while [ ! -e "$T/release.$K" ]; do sleep 0.02; done"#;
+
+/// The signal masks (`SigBlk`, `SigIgn`, `SigCgt`, `SigPnd`, `ShdPnd`) and state of `pid` and
+/// of every process below it, from `/proc`.
+pub(crate) fn signal_states(pid: u32) -> String {
+    let mut out = String::new();
+    let mut pending = vec![pid];
+    while let Some(pid) = pending.pop() {
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+            continue;
+        };
+        let keep: Vec<&str> = status
+            .lines()
+            .filter(|l| {
+                [
+                    "Name:", "State:", "SigBlk:", "SigIgn:", "SigCgt:", "SigPnd:", "ShdPnd:",
+                ]
+                .iter()
+                .any(|k| l.starts_with(k))
+            })
+            .collect();
+        out.push_str(&format!("[{pid}: {}] ", keep.join(" ").replace('\t', " ")));
+        if let Ok(children) = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")) {
+            pending.extend(
+                children
+                    .split_whitespace()
+                    .filter_map(|c| c.parse::<u32>().ok()),
+            );
+        }
+    }
+    out
+}
