@@ -222,3 +222,17 @@ pub(crate) fn signal_states(pid: u32) -> String {
     }
     out
 }
+
+/// Whether this test process ignores `signal` (its bit in `SigIgn` of `/proc/self/status`), as
+/// `nohup` leaves SIGHUP and a non-interactive shell's `&` leaves SIGINT and SIGQUIT: such a
+/// signal stays ignored in everything the test starts, by design and by POSIX.
+pub(crate) fn ignored_on_entry(signal: rustix::process::Signal) -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("SigIgn:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|mask| mask & (1 << (signal.as_raw() - 1)) != 0)
+}
