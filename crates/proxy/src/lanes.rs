@@ -219,7 +219,7 @@ impl Lanes {
                 line: Arc::clone(&lane.line),
             });
         }
-        lanes.retain(|_, lane| now.duration_since(lane.used) < IDLE_LANE);
+        lanes.retain(|_, lane| !idle(lane.used, now));
         let (tx, rx) = mpsc::channel();
         let ops = Arc::new(LaneTx(tx));
         let (changed_tx, changed) = watch::channel(0u64);
@@ -376,6 +376,11 @@ impl Lanes {
             );
         }
     }
+}
+
+/// Whether a lane last used at `used` is idle at `now`: unused for [`IDLE_LANE`] or longer.
+fn idle(used: Instant, now: Instant) -> bool {
+    now.duration_since(used) >= IDLE_LANE
 }
 
 /// The way into a lane, for one take.
@@ -739,6 +744,18 @@ mod tests {
                 .as_object()
                 .map_or(0, serde_json::Map::len),
         )
+    }
+
+    #[test]
+    fn a_lane_is_idle_from_ten_minutes_unused() {
+        let now = Instant::now();
+        let used = now.checked_sub(IDLE_LANE).expect("an instant 10 min ago");
+        assert!(idle(used, now), "unused for exactly IDLE_LANE");
+        assert!(
+            !idle(used + Duration::from_nanos(1), now),
+            "a nanosecond less"
+        );
+        assert!(!idle(now, now), "just used");
     }
 
     /// A way into a lane whose calls the test reads.
