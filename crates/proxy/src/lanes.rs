@@ -758,6 +758,104 @@ mod tests {
         assert!(!idle(now, now), "just used");
     }
 
+    /// A lane's context on `site`'s ledger.
+    fn plain(site: &Site) -> Ctx {
+        Ctx {
+            ledger: site.ledger(),
+            clock: Arc::new(site.clock.clone()),
+            provider: PROVIDER,
+            consumer: "test".to_owned(),
+            waiter: Ledger::waiter_id(),
+        }
+    }
+
+    /// A lane's thread makes its calls a batch of at most `BATCH` at a time, and wakes the
+    /// waiting requests once for each batch that recorded a response or a release (a batch of
+    /// words of waiting wakes nobody, and writes nothing while no request waits).
+    #[test]
+    fn a_lane_works_a_batch_at_a_time_and_wakes_waiters_once_a_batch() {
+        let site = Site::new();
+        let ctx = plain(&site);
+        let run_all = |key: &CredentialKey, calls: Vec<Op>| {
+            let (ops, rx) = ops();
+            for call in calls {
+                assert!(ops.send(call));
+            }
+            let weak = Arc::downgrade(&ops);
+            drop(ops);
+            let (changed, woken) = watch::channel(0u64);
+            work(&ctx, key, &rx, &weak, &changed, &AtomicU64::new(0));
+            *woken.borrow()
+        };
+        let quiet = CredentialKey::of_token("sk-quiet-not-real");
+        let woken = run_all(&quiet, (0..3).map(|_| Op::Waiting).collect());
+        assert_eq!(woken, 0, "words of waiting wake nobody");
+        assert!(
+            !site
+                .temp
+                .path()
+                .join(quiet.state_name_of(PROVIDER.name()))
+                .exists(),
+            "nobody waits, as the state was last told: nothing written"
+        );
+        // 3 words and 62 releases: a batch of 64, then one of 1.
+        let busy = CredentialKey::of_token("sk-busy-lane-not-real");
+        let calls = (0..3)
+            .map(|_| Op::Waiting)
+            .chain((0..62).map(|i| Op::Release {
+                reservation: format!("{i:016x}"),
+            }))
+            .collect();
+        assert_eq!(
+            run_all(&busy, calls),
+            2,
+            "two batches, each woke the waiters once"
+        );
+    }
+
+    /// A lane says in the state how many of its requests wait when the number changes, and
+    /// at its end says none if the last word it wrote was not none.
+    #[test]
+    fn a_lane_s_last_word_of_waiting_is_none() {
+        let site = Site::new();
+        let key = CredentialKey::of_token("sk-last-word-not-real");
+        let waiting = Arc::new(AtomicU64::new(0));
+        let (ops, rx) = ops();
+        let weak = Arc::downgrade(&ops);
+        let worker = std::thread::spawn({
+            let (ctx, key, waiting) = (plain(&site), key.clone(), Arc::clone(&waiting));
+            move || {
+                let (changed, _woken) = watch::channel(0u64);
+                work(&ctx, &key, &rx, &weak, &changed, &waiting);
+            }
+        });
+        let said = || {
+            let path = site.temp.path().join(key.state_name_of(PROVIDER.name()));
+            std::fs::read(path).ok().map(|bytes| {
+                let state: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
+                state["waiting"]
+                    .as_object()
+                    .map_or(0, |w| w.values().filter_map(|v| v["calls"].as_u64()).sum())
+            })
+        };
+        waiting.store(1, Ordering::SeqCst);
+        assert!(ops.send(Op::Waiting));
+        let started = Instant::now();
+        while said() != Some(1) {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "the lane says a request waits"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // The request went without its word reaching the lane (as when that write found the
+        // lock busy); the lane ends.
+        waiting.store(0, Ordering::SeqCst);
+        drop(ops);
+        worker.join().expect("the lane's thread");
+        assert_eq!(said(), Some(0), "its last word: none waits");
+    }
+
     /// A way into a lane whose calls the test reads.
     fn ops() -> (Arc<LaneTx>, mpsc::Receiver<Op>) {
         let (tx, rx) = mpsc::channel();
