@@ -274,7 +274,8 @@ impl Lanes {
         need: Need,
         max_wait: Duration,
     ) -> Result<Reservation, NotTaken> {
-        let started = Instant::now();
+        // The runtime's clock, as its naps are: a test runs it paused, each nap exact.
+        let started = tokio::time::Instant::now();
         let Some(LaneRef {
             ops,
             mut changed,
@@ -1009,6 +1010,129 @@ mod tests {
                 assert!(taken.is_ok(), "it goes");
                 assert_eq!(lane.waiting.load(Ordering::SeqCst), 0);
             });
+    }
+
+    /// Runs `test` on a runtime whose clock is paused (a nap passes at once, exactly as long
+    /// as asked), in a thread of its own: one that never ends fails the test after 20 s.
+    fn paused<T: Send + 'static>(test: impl Future<Output = T> + Send + 'static) -> T {
+        let (done, result) = mpsc::channel();
+        std::thread::spawn(move || {
+            let out = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .start_paused(true)
+                .build()
+                .expect("a runtime")
+                .block_on(test);
+            let _ = done.send(out);
+        });
+        result
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the test's waits end")
+    }
+
+    /// How long a take of `key` waits on the paused clock, with `max_wait`, and whether it
+    /// went; behind a request that stays in line when `behind`.
+    fn waits(site: Site, key: CredentialKey, max_wait: Duration, behind: bool) -> (Duration, bool) {
+        paused(async move {
+            let lanes = Lanes::new(site.ledger(), PROVIDER, "test".to_owned());
+            let lane = lanes.lane(&key).expect("the lane");
+            let _ahead = behind.then(|| lane.line.join());
+            let need = Need {
+                input_tokens: 1,
+                output_tokens: 1,
+            };
+            let started = tokio::time::Instant::now();
+            let taken = lanes.take(&key, need, max_wait).await;
+            (started.elapsed(), taken.is_ok())
+        })
+    }
+
+    /// A request behind another in line waits its whole wait, in naps of at most a second,
+    /// the last one cut to what is left, then tries once wherever it stands (and goes, with
+    /// the budget free): after exactly its wait, not a nap later.
+    #[test]
+    fn a_take_behind_another_tries_once_when_its_wait_is_over() {
+        let key = CredentialKey::of_token("sk-behind-not-real");
+        let (waited, went) = waits(Site::new(), key, Duration::from_millis(1_500), true);
+        assert!(went, "it went at the end of its wait");
+        assert!(
+            (Duration::from_millis(1_500)..Duration::from_millis(1_510)).contains(&waited),
+            "after its 1.5 s: {waited:?}"
+        );
+    }
+
+    /// A take refused for a window that may come back early (tokens: a reservation given back
+    /// frees some) tries again every second, the last nap cut to what is left of its wait,
+    /// and is refused when the wait is over: after exactly its wait, not a nap later.
+    #[test]
+    fn a_take_refused_for_tokens_tries_until_its_wait_is_over() {
+        let site = Site::new();
+        let key = CredentialKey::of_token("sk-spent-tokens-not-real");
+        let spent = ProviderObservation {
+            status: 200,
+            windows: vec![
+                window(&site, Dimension::Requests),
+                SeenWindow {
+                    remaining: 0,
+                    ..window(&site, Dimension::Tokens)
+                },
+            ],
+            ..ProviderObservation::default()
+        };
+        assert!(matches!(
+            site.ledger().observe_model(&PROVIDER, &key, None, &spent),
+            Observed::Recorded
+        ));
+        let (waited, went) = waits(site, key, Duration::from_millis(1_500), false);
+        assert!(!went, "refused: the tokens stayed spent");
+        assert!(
+            (Duration::from_millis(1_500)..Duration::from_millis(1_510)).contains(&waited),
+            "after its 1.5 s: {waited:?}"
+        );
+    }
+
+    /// A refusal sure to last past the rest of the wait (a spent requests window resetting
+    /// after it) is answered at once, also after the request waited in line: what is left of
+    /// its wait is compared, not the whole wait.
+    #[test]
+    fn a_sure_refusal_after_a_wait_in_line_is_answered_at_once() {
+        let site = Site::new();
+        let key = CredentialKey::of_token("sk-sure-after-line-not-real");
+        let spent = ProviderObservation {
+            status: 200,
+            windows: vec![SeenWindow {
+                remaining: 0,
+                reset_at: site.clock.now_ms() + 10_000,
+                ..window(&site, Dimension::Requests)
+            }],
+            ..ProviderObservation::default()
+        };
+        assert!(matches!(
+            site.ledger().observe_model(&PROVIDER, &key, None, &spent),
+            Observed::Recorded
+        ));
+        let (waited, went) = paused(async move {
+            let lanes = Lanes::new(site.ledger(), PROVIDER, "test".to_owned());
+            let lane = lanes.lane(&key).expect("the lane");
+            let ahead = lane.line.join();
+            let take = tokio::spawn(async move {
+                let need = Need {
+                    input_tokens: 1,
+                    output_tokens: 1,
+                };
+                let started = tokio::time::Instant::now();
+                let taken = lanes.take(&key, need, Duration::from_secs(10)).await;
+                (started.elapsed(), taken.is_ok())
+            });
+            tokio::time::sleep(Duration::from_millis(1_200)).await;
+            drop(ahead);
+            take.await.expect("the take")
+        });
+        assert!(!went, "refused: the window resets after the wait");
+        assert!(
+            (Duration::from_millis(1_200)..Duration::from_millis(1_210)).contains(&waited),
+            "refused as soon as it tried, after its 1.2 s in line: {waited:?}"
+        );
     }
 
     /// One lane per key, made on first use with its thread; a lane unused for
