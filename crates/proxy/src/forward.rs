@@ -236,13 +236,12 @@ pub(crate) enum Settle {
     /// observation, the head's windows with the body's usage, records it and settles the
     /// reservation.
     Head(ProviderObservation),
-    /// Its head was recorded as it arrived (a stream, which may last minutes: its windows
-    /// and a pause count from its first byte); the body's usage replaces the estimate in
-    /// the windows the head did not report.
-    Recorded {
-        /// The response's status.
-        status: u16,
-    },
+    /// Its head was recorded as it arrived (a stream, which may last minutes: its windows,
+    /// its status and a pause count from its first byte, in the order the provider
+    /// answered); the body's usage replaces the estimate in the windows the head did not
+    /// report, and its status is not recorded again (an overload answered meanwhile stays
+    /// counted in a row).
+    Recorded,
 }
 
 impl Observing {
@@ -275,16 +274,12 @@ impl Observing {
             log::debug!("a response ended before its body did: its estimate stays counted");
             Some(reservation.estimate())
         };
-        let settle = std::mem::replace(&mut self.settle, Settle::Recorded { status: 0 });
+        let settle = std::mem::replace(&mut self.settle, Settle::Recorded);
         match settle {
             Settle::Head(observation) => reservation.settle(observation.with_usage(usage)),
-            Settle::Recorded { status } => reservation.settle(
-                ProviderObservation {
-                    status,
-                    ..ProviderObservation::default()
-                }
-                .with_usage(usage),
-            ),
+            Settle::Recorded => {
+                reservation.settle(ProviderObservation::default().with_usage(usage));
+            }
         }
     }
 }

@@ -333,7 +333,6 @@ async fn forward_to(
         started.elapsed().as_millis()
     );
     let (mut head, body) = response.into_parts();
-    let status = head.status.as_u16();
     let observation = ProviderObservation::from_headers(
         &shared.profile,
         head.status.as_u16(),
@@ -352,11 +351,11 @@ async fn forward_to(
     let (settle, reservation) = match reservation {
         Some(reservation) if head_counts_it => {
             reservation.settle(observation);
-            (Settle::Recorded { status }, None)
+            (Settle::Recorded, None)
         }
         Some(reservation) if scan.is_stream() => {
             reservation.record(observation);
-            (Settle::Recorded { status }, Some(reservation))
+            (Settle::Recorded, Some(reservation))
         }
         reservation => (Settle::Head(observation), reservation),
     };

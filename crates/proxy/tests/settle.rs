@@ -323,3 +323,52 @@ fn a_stream_cut_short_keeps_its_estimate_counted() {
         });
     }
 }
+
+/// A stream's status is recorded with its head, in the order the provider answered: an
+/// overload answered while the stream still streams stays counted (as one in a row) when the
+/// stream ends, rather than being set back to 0 by a status answered before it.
+#[test]
+fn a_stream_s_end_does_not_undo_an_overload_answered_after_its_head() {
+    run(async {
+        let flavor = Flavor::Anthropic;
+        let token = "sk-overload-mid-stream-not-real";
+        let fake = Fake::start(flavor, GENEROUS).await;
+        let site = Site::new();
+        let proxy = start(config(&site, flavor, &fake));
+        let client = client();
+        windows_known(&client, &site, flavor, &proxy.url(), token).await;
+        let stream = request(flavor, &proxy.url(), token)
+            .header("x-test-hold", "overload")
+            .header("x-test-partial", "1")
+            .body(Full::from(prompt(flavor, true)))
+            .expect("request");
+        let (response, _conn) = open_stream(proxy.addr, stream).await;
+        let mut body = response.into_body();
+        within("the first event", body.frame())
+            .await
+            .expect("a frame")
+            .expect("data");
+        let overloaded = request(flavor, &proxy.url(), token)
+            .header("x-test-status", "529")
+            .body(Full::from(prompt(flavor, false)))
+            .expect("request");
+        assert_eq!(send(&client, overloaded).await.0.status(), 529);
+        eventually("the overload is recorded", || {
+            site.state(flavor, token)
+                .is_some_and(|s| s["overloads"] == 1)
+        })
+        .await;
+        fake.release("overload");
+        within("the rest", body.collect()).await.expect("the rest");
+        eventually("the stream is settled", || {
+            site.in_flight(flavor, token) == 0
+        })
+        .await;
+        let state = site.state(flavor, token).expect("state");
+        assert_eq!(
+            state["overloads"], 1,
+            "the overload answered after the stream's head is still counted: {state}"
+        );
+        proxy.stop().await;
+    });
+}
