@@ -61,7 +61,9 @@ enum Op {
 struct Ctx {
     ledger: Ledger,
     /// The ledger's clock: an observation's patience counts by it as well as by the
-    /// monotonic clock, as the ledger's own lock waits do (tests run both on a manual clock).
+    /// monotonic clock, as the ledger's own lock waits do, and a refused take's wait for a
+    /// reset from it, as the refusal's times are the ledger's (tests run them on a clock of
+    /// their own).
     clock: Arc<dyn Clock>,
     provider: Provider,
     consumer: String,
@@ -332,7 +334,8 @@ impl Lanes {
                 } => (*reset_at, resource == "requests"),
                 _ => (0, false),
             };
-            let ahead = Duration::from_millis(until.saturating_sub(SystemClock.now_ms()).max(1));
+            // The refusal's times are the ledger's: counted from its clock.
+            let ahead = Duration::from_millis(until.saturating_sub(self.ctx.clock.now_ms()).max(1));
             if sure && ahead > max_wait - waited {
                 // The same answer after the whole wait: given now, with its retry-after.
                 return Err(refuse(&ops, refused, waited));
@@ -1132,6 +1135,77 @@ mod tests {
         assert!(
             (Duration::from_millis(1_200)..Duration::from_millis(1_210)).contains(&waited),
             "refused as soon as it tried, after its 1.2 s in line: {waited:?}"
+        );
+    }
+
+    /// A clock that follows the runtime's (paused) one from `base_ms`, read from any thread:
+    /// the ledger's time passes exactly as the take's naps do.
+    struct RuntimeClock {
+        runtime: tokio::runtime::Handle,
+        started: tokio::time::Instant,
+        base_ms: u64,
+    }
+
+    impl Clock for RuntimeClock {
+        fn now_ms(&self) -> u64 {
+            let _inside = self.runtime.enter();
+            let passed = tokio::time::Instant::now().duration_since(self.started);
+            self.base_ms + u64::try_from(passed.as_millis()).expect("ms")
+        }
+    }
+
+    /// A refusal sure to last exactly the rest of the wait (a spent requests window that
+    /// resets as the wait ends) is not answered at once: the take looks again, and goes
+    /// when the window resets, at the end of its wait.
+    #[test]
+    fn a_window_resetting_as_the_wait_ends_is_waited_for() {
+        let site = Site::new();
+        let key = CredentialKey::of_token("sk-reset-at-the-end-not-real");
+        let wait = Duration::from_secs(2);
+        let base_ms = site.clock.now_ms();
+        let spent = ProviderObservation {
+            status: 200,
+            windows: vec![SeenWindow {
+                remaining: 0,
+                reset_at: base_ms + 2_000,
+                ..window(&site, Dimension::Requests)
+            }],
+            ..ProviderObservation::default()
+        };
+        assert!(matches!(
+            site.ledger().observe_model(&PROVIDER, &key, None, &spent),
+            Observed::Recorded
+        ));
+        let dir = site.dir.clone();
+        let (waited, went) = paused(async move {
+            let clock: Arc<dyn Clock> = Arc::new(RuntimeClock {
+                runtime: tokio::runtime::Handle::current(),
+                started: tokio::time::Instant::now(),
+                base_ms,
+            });
+            let lanes = Lanes {
+                ctx: Arc::new(Ctx {
+                    ledger: Ledger::new(dir).clock(Arc::clone(&clock)),
+                    clock,
+                    provider: PROVIDER,
+                    consumer: "test".to_owned(),
+                    waiter: Ledger::waiter_id(),
+                }),
+                lanes: Mutex::default(),
+                workers: Mutex::default(),
+            };
+            let need = Need {
+                input_tokens: 1,
+                output_tokens: 1,
+            };
+            let started = tokio::time::Instant::now();
+            let went = lanes.take(&key, need, wait).await.is_ok();
+            (started.elapsed(), went)
+        });
+        assert!(went, "it went as the window reset");
+        assert!(
+            (Duration::from_secs(2)..Duration::from_millis(2_010)).contains(&waited),
+            "at the end of its 2 s: {waited:?}"
         );
     }
 
