@@ -427,6 +427,69 @@ mod tests {
         assert_eq!(next(&mut body), None);
     }
 
+    /// A response's body tells hyper the upstream body's size as it is (hyper frames the
+    /// client's response by it): 5 bytes announced, 5 bytes hinted, exactly.
+    #[test]
+    fn an_observed_body_hints_the_upstream_body_s_size() {
+        use std::io::{Read, Write};
+        let upstream = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = upstream.local_addr().expect("its address");
+        let served = std::thread::spawn(move || {
+            let (mut conn, _) = upstream.accept().expect("accept");
+            conn.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+                .expect("a read bound");
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                assert_eq!(
+                    conn.read(&mut byte).expect("the request"),
+                    1,
+                    "a whole head"
+                );
+                head.push(byte[0]);
+            }
+            conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello")
+                .expect("the response");
+            head
+        });
+        let hint = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+            .block_on(async {
+                let bound = std::time::Duration::from_secs(20);
+                let stream = tokio::time::timeout(bound, tokio::net::TcpStream::connect(addr))
+                    .await
+                    .expect("connected in time")
+                    .expect("connect");
+                let (mut sender, conn) =
+                    hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                        .await
+                        .expect("handshake");
+                tokio::spawn(conn);
+                let request = Request::get("/v1/models")
+                    .header("host", "upstream")
+                    .body(http_body_util::Empty::<Bytes>::new())
+                    .expect("request");
+                let response = tokio::time::timeout(bound, sender.send_request(request))
+                    .await
+                    .expect("a response in time")
+                    .expect("a response");
+                let (head, body) = response.into_parts();
+                let observing = Observing::new(
+                    body,
+                    UsageScan::for_response(&head.headers),
+                    Settle::Head(ProviderObservation::default()),
+                    None,
+                );
+                let hint = observing.size_hint();
+                (hint.lower(), hint.upper())
+            });
+        let head = served.join().expect("the upstream");
+        assert!(head.starts_with(b"GET /v1/models "), "{head:?}");
+        assert_eq!(hint, (5, Some(5)), "the upstream's length, exactly");
+    }
+
     #[test]
     fn the_upstream_request_keeps_method_path_and_headers_and_sets_host() {
         let (parts, ()) = Request::builder()
