@@ -372,3 +372,62 @@ fn a_stream_s_end_does_not_undo_an_overload_answered_after_its_head() {
         proxy.stop().await;
     });
 }
+
+/// A JSON response is recorded once, as its body ends: its head's window with its usage in
+/// one observation. While its body is still on its way (held after its first half), the
+/// state shows nothing of it: its requests window is not yet counted there, the request is
+/// still reserved in it.
+#[test]
+fn a_json_response_is_recorded_once_as_its_body_ends() {
+    run(async {
+        let flavor = Flavor::Anthropic;
+        let token = "sk-json-held-not-real";
+        let fake = Fake::start(flavor, GENEROUS).await;
+        let site = Site::new();
+        let proxy = start(config(&site, flavor, &fake));
+        let client = client();
+        windows_known(&client, &site, flavor, &proxy.url(), token).await;
+        assert_eq!(window(&site, flavor, token, "requests").1, 999_999);
+        let held = request(flavor, &proxy.url(), token)
+            .header("x-test-hold", "json")
+            .header("x-test-partial", "1")
+            .body(Full::from(prompt(flavor, false)))
+            .expect("request");
+        let (response, _conn) = open_stream(proxy.addr, held).await;
+        assert_eq!(response.status(), 200);
+        let mut body = response.into_body();
+        within("the first half", body.frame())
+            .await
+            .expect("a frame")
+            .expect("data");
+        lane_passed(&client, flavor, &proxy.url(), token).await;
+        eventually("the plain refusal's reservation is given back", || {
+            site.in_flight(flavor, token) <= 1
+        })
+        .await;
+        assert_eq!(
+            window(&site, flavor, token, "requests"),
+            (1, 999_999),
+            "the held response's head is not recorded before its body ends: its request is \
+             reserved, its window not seen ({})",
+            site.state(flavor, token).expect("state")
+        );
+        assert!(
+            reserved(&site, flavor, token)["requests"].is_u64(),
+            "the request is still reserved"
+        );
+        fake.release("json");
+        within("the rest", body.collect()).await.expect("the rest");
+        eventually("the response's end settles it", || {
+            site.in_flight(flavor, token) == 0
+        })
+        .await;
+        assert_eq!(
+            window(&site, flavor, token, "requests"),
+            (0, 999_998),
+            "its head's window, recorded with its usage ({})",
+            site.state(flavor, token).expect("state")
+        );
+        proxy.stop().await;
+    });
+}
