@@ -236,13 +236,12 @@ pub(crate) enum Settle {
     /// observation, the head's windows with the body's usage, records it and settles the
     /// reservation.
     Head(ProviderObservation),
-    /// Its head was recorded as it arrived (a stream, which may last minutes: its windows
-    /// and a pause count from its first byte); the body's usage replaces the estimate in
-    /// the windows the head did not report.
-    Recorded {
-        /// The response's status.
-        status: u16,
-    },
+    /// Its head was recorded as it arrived (a stream, which may last minutes: its windows,
+    /// its status and a pause count from its first byte, in the order the provider
+    /// answered); the body's usage replaces the estimate in the windows the head did not
+    /// report, and its status is not recorded again (an overload answered meanwhile stays
+    /// counted in a row).
+    Recorded,
 }
 
 impl Observing {
@@ -275,16 +274,12 @@ impl Observing {
             log::debug!("a response ended before its body did: its estimate stays counted");
             Some(reservation.estimate())
         };
-        let settle = std::mem::replace(&mut self.settle, Settle::Recorded { status: 0 });
+        let settle = std::mem::replace(&mut self.settle, Settle::Recorded);
         match settle {
             Settle::Head(observation) => reservation.settle(observation.with_usage(usage)),
-            Settle::Recorded { status } => reservation.settle(
-                ProviderObservation {
-                    status,
-                    ..ProviderObservation::default()
-                }
-                .with_usage(usage),
-            ),
+            Settle::Recorded => {
+                reservation.settle(ProviderObservation::default().with_usage(usage));
+            }
         }
     }
 }
@@ -430,6 +425,69 @@ mod tests {
         }
         assert!(body.is_end_stream(), "read whole");
         assert_eq!(next(&mut body), None);
+    }
+
+    /// A response's body tells hyper the upstream body's size as it is (hyper frames the
+    /// client's response by it): 5 bytes announced, 5 bytes hinted, exactly.
+    #[test]
+    fn an_observed_body_hints_the_upstream_body_s_size() {
+        use std::io::{Read, Write};
+        let upstream = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = upstream.local_addr().expect("its address");
+        let served = std::thread::spawn(move || {
+            let (mut conn, _) = upstream.accept().expect("accept");
+            conn.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+                .expect("a read bound");
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                assert_eq!(
+                    conn.read(&mut byte).expect("the request"),
+                    1,
+                    "a whole head"
+                );
+                head.push(byte[0]);
+            }
+            conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello")
+                .expect("the response");
+            head
+        });
+        let hint = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+            .block_on(async {
+                let bound = std::time::Duration::from_secs(20);
+                let stream = tokio::time::timeout(bound, tokio::net::TcpStream::connect(addr))
+                    .await
+                    .expect("connected in time")
+                    .expect("connect");
+                let (mut sender, conn) =
+                    hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                        .await
+                        .expect("handshake");
+                tokio::spawn(conn);
+                let request = Request::get("/v1/models")
+                    .header("host", "upstream")
+                    .body(http_body_util::Empty::<Bytes>::new())
+                    .expect("request");
+                let response = tokio::time::timeout(bound, sender.send_request(request))
+                    .await
+                    .expect("a response in time")
+                    .expect("a response");
+                let (head, body) = response.into_parts();
+                let observing = Observing::new(
+                    body,
+                    UsageScan::for_response(&head.headers),
+                    Settle::Head(ProviderObservation::default()),
+                    None,
+                );
+                let hint = observing.size_hint();
+                (hint.lower(), hint.upper())
+            });
+        let head = served.join().expect("the upstream");
+        assert!(head.starts_with(b"GET /v1/models "), "{head:?}");
+        assert_eq!(hint, (5, Some(5)), "the upstream's length, exactly");
     }
 
     #[test]

@@ -61,7 +61,9 @@ enum Op {
 struct Ctx {
     ledger: Ledger,
     /// The ledger's clock: an observation's patience counts by it as well as by the
-    /// monotonic clock, as the ledger's own lock waits do (tests run both on a manual clock).
+    /// monotonic clock, as the ledger's own lock waits do, and a refused take's wait for a
+    /// reset from it, as the refusal's times are the ledger's (tests run them on a clock of
+    /// their own).
     clock: Arc<dyn Clock>,
     provider: Provider,
     consumer: String,
@@ -219,7 +221,7 @@ impl Lanes {
                 line: Arc::clone(&lane.line),
             });
         }
-        lanes.retain(|_, lane| now.duration_since(lane.used) < IDLE_LANE);
+        lanes.retain(|_, lane| !idle(lane.used, now));
         let (tx, rx) = mpsc::channel();
         let ops = Arc::new(LaneTx(tx));
         let (changed_tx, changed) = watch::channel(0u64);
@@ -274,7 +276,8 @@ impl Lanes {
         need: Need,
         max_wait: Duration,
     ) -> Result<Reservation, NotTaken> {
-        let started = Instant::now();
+        // The runtime's clock, as its naps are: a test runs it paused, each nap exact.
+        let started = tokio::time::Instant::now();
         let Some(LaneRef {
             ops,
             mut changed,
@@ -331,7 +334,8 @@ impl Lanes {
                 } => (*reset_at, resource == "requests"),
                 _ => (0, false),
             };
-            let ahead = Duration::from_millis(until.saturating_sub(SystemClock.now_ms()).max(1));
+            // The refusal's times are the ledger's: counted from its clock.
+            let ahead = Duration::from_millis(until.saturating_sub(self.ctx.clock.now_ms()).max(1));
             if sure && ahead > max_wait - waited {
                 // The same answer after the whole wait: given now, with its retry-after.
                 return Err(refuse(&ops, refused, waited));
@@ -376,6 +380,11 @@ impl Lanes {
             );
         }
     }
+}
+
+/// Whether a lane last used at `used` is idle at `now`: unused for [`IDLE_LANE`] or longer.
+fn idle(used: Instant, now: Instant) -> bool {
+    now.duration_since(used) >= IDLE_LANE
 }
 
 /// The way into a lane, for one take.
@@ -741,6 +750,116 @@ mod tests {
         )
     }
 
+    #[test]
+    fn a_lane_is_idle_from_ten_minutes_unused() {
+        let now = Instant::now();
+        let used = now.checked_sub(IDLE_LANE).expect("an instant 10 min ago");
+        assert!(idle(used, now), "unused for exactly IDLE_LANE");
+        assert!(
+            !idle(used + Duration::from_nanos(1), now),
+            "a nanosecond less"
+        );
+        assert!(!idle(now, now), "just used");
+    }
+
+    /// A lane's context on `site`'s ledger.
+    fn plain(site: &Site) -> Ctx {
+        Ctx {
+            ledger: site.ledger(),
+            clock: Arc::new(site.clock.clone()),
+            provider: PROVIDER,
+            consumer: "test".to_owned(),
+            waiter: Ledger::waiter_id(),
+        }
+    }
+
+    /// A lane's thread makes its calls a batch of at most `BATCH` at a time, and wakes the
+    /// waiting requests once for each batch that recorded a response or a release (a batch of
+    /// words of waiting wakes nobody, and writes nothing while no request waits).
+    #[test]
+    fn a_lane_works_a_batch_at_a_time_and_wakes_waiters_once_a_batch() {
+        let site = Site::new();
+        let ctx = plain(&site);
+        let run_all = |key: &CredentialKey, calls: Vec<Op>| {
+            let (ops, rx) = ops();
+            for call in calls {
+                assert!(ops.send(call));
+            }
+            let weak = Arc::downgrade(&ops);
+            drop(ops);
+            let (changed, woken) = watch::channel(0u64);
+            work(&ctx, key, &rx, &weak, &changed, &AtomicU64::new(0));
+            *woken.borrow()
+        };
+        let quiet = CredentialKey::of_token("sk-quiet-not-real");
+        let woken = run_all(&quiet, (0..3).map(|_| Op::Waiting).collect());
+        assert_eq!(woken, 0, "words of waiting wake nobody");
+        assert!(
+            !site
+                .temp
+                .path()
+                .join(quiet.state_name_of(PROVIDER.name()))
+                .exists(),
+            "nobody waits, as the state was last told: nothing written"
+        );
+        // 3 words and 62 releases: a batch of 64, then one of 1.
+        let busy = CredentialKey::of_token("sk-busy-lane-not-real");
+        let calls = (0..3)
+            .map(|_| Op::Waiting)
+            .chain((0..62).map(|i| Op::Release {
+                reservation: format!("{i:016x}"),
+            }))
+            .collect();
+        assert_eq!(
+            run_all(&busy, calls),
+            2,
+            "two batches, each woke the waiters once"
+        );
+    }
+
+    /// A lane says in the state how many of its requests wait when the number changes, and
+    /// at its end says none if the last word it wrote was not none.
+    #[test]
+    fn a_lane_s_last_word_of_waiting_is_none() {
+        let site = Site::new();
+        let key = CredentialKey::of_token("sk-last-word-not-real");
+        let waiting = Arc::new(AtomicU64::new(0));
+        let (ops, rx) = ops();
+        let weak = Arc::downgrade(&ops);
+        let worker = std::thread::spawn({
+            let (ctx, key, waiting) = (plain(&site), key.clone(), Arc::clone(&waiting));
+            move || {
+                let (changed, _woken) = watch::channel(0u64);
+                work(&ctx, &key, &rx, &weak, &changed, &waiting);
+            }
+        });
+        let said = || {
+            let path = site.temp.path().join(key.state_name_of(PROVIDER.name()));
+            std::fs::read(path).ok().map(|bytes| {
+                let state: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
+                state["waiting"]
+                    .as_object()
+                    .map_or(0, |w| w.values().filter_map(|v| v["calls"].as_u64()).sum())
+            })
+        };
+        waiting.store(1, Ordering::SeqCst);
+        assert!(ops.send(Op::Waiting));
+        let started = Instant::now();
+        while said() != Some(1) {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "the lane says a request waits"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // The request went without its word reaching the lane (as when that write found the
+        // lock busy); the lane ends.
+        waiting.store(0, Ordering::SeqCst);
+        drop(ops);
+        worker.join().expect("the lane's thread");
+        assert_eq!(said(), Some(0), "its last word: none waits");
+    }
+
     /// A way into a lane whose calls the test reads.
     fn ops() -> (Arc<LaneTx>, mpsc::Receiver<Op>) {
         let (tx, rx) = mpsc::channel();
@@ -894,6 +1013,200 @@ mod tests {
                 assert!(taken.is_ok(), "it goes");
                 assert_eq!(lane.waiting.load(Ordering::SeqCst), 0);
             });
+    }
+
+    /// Runs `test` on a runtime whose clock is paused (a nap passes at once, exactly as long
+    /// as asked), in a thread of its own: one that never ends fails the test after 20 s.
+    fn paused<T: Send + 'static>(test: impl Future<Output = T> + Send + 'static) -> T {
+        let (done, result) = mpsc::channel();
+        std::thread::spawn(move || {
+            let out = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .start_paused(true)
+                .build()
+                .expect("a runtime")
+                .block_on(test);
+            let _ = done.send(out);
+        });
+        result
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the test's waits end")
+    }
+
+    /// How long a take of `key` waits on the paused clock, with `max_wait`, and whether it
+    /// went; behind a request that stays in line when `behind`.
+    fn waits(site: Site, key: CredentialKey, max_wait: Duration, behind: bool) -> (Duration, bool) {
+        paused(async move {
+            let lanes = Lanes::new(site.ledger(), PROVIDER, "test".to_owned());
+            let lane = lanes.lane(&key).expect("the lane");
+            let _ahead = behind.then(|| lane.line.join());
+            let need = Need {
+                input_tokens: 1,
+                output_tokens: 1,
+            };
+            let started = tokio::time::Instant::now();
+            let taken = lanes.take(&key, need, max_wait).await;
+            (started.elapsed(), taken.is_ok())
+        })
+    }
+
+    /// A request behind another in line waits its whole wait, in naps of at most a second,
+    /// the last one cut to what is left, then tries once wherever it stands (and goes, with
+    /// the budget free): after exactly its wait, not a nap later.
+    #[test]
+    fn a_take_behind_another_tries_once_when_its_wait_is_over() {
+        let key = CredentialKey::of_token("sk-behind-not-real");
+        let (waited, went) = waits(Site::new(), key, Duration::from_millis(1_500), true);
+        assert!(went, "it went at the end of its wait");
+        assert!(
+            (Duration::from_millis(1_500)..Duration::from_millis(1_510)).contains(&waited),
+            "after its 1.5 s: {waited:?}"
+        );
+    }
+
+    /// A take refused for a window that may come back early (tokens: a reservation given back
+    /// frees some) tries again every second, the last nap cut to what is left of its wait,
+    /// and is refused when the wait is over: after exactly its wait, not a nap later.
+    #[test]
+    fn a_take_refused_for_tokens_tries_until_its_wait_is_over() {
+        let site = Site::new();
+        let key = CredentialKey::of_token("sk-spent-tokens-not-real");
+        let spent = ProviderObservation {
+            status: 200,
+            windows: vec![
+                window(&site, Dimension::Requests),
+                SeenWindow {
+                    remaining: 0,
+                    ..window(&site, Dimension::Tokens)
+                },
+            ],
+            ..ProviderObservation::default()
+        };
+        assert!(matches!(
+            site.ledger().observe_model(&PROVIDER, &key, None, &spent),
+            Observed::Recorded
+        ));
+        let (waited, went) = waits(site, key, Duration::from_millis(1_500), false);
+        assert!(!went, "refused: the tokens stayed spent");
+        assert!(
+            (Duration::from_millis(1_500)..Duration::from_millis(1_510)).contains(&waited),
+            "after its 1.5 s: {waited:?}"
+        );
+    }
+
+    /// A refusal sure to last past the rest of the wait (a spent requests window resetting
+    /// after it) is answered at once, also after the request waited in line: what is left of
+    /// its wait is compared, not the whole wait.
+    #[test]
+    fn a_sure_refusal_after_a_wait_in_line_is_answered_at_once() {
+        let site = Site::new();
+        let key = CredentialKey::of_token("sk-sure-after-line-not-real");
+        let spent = ProviderObservation {
+            status: 200,
+            windows: vec![SeenWindow {
+                remaining: 0,
+                reset_at: site.clock.now_ms() + 10_000,
+                ..window(&site, Dimension::Requests)
+            }],
+            ..ProviderObservation::default()
+        };
+        assert!(matches!(
+            site.ledger().observe_model(&PROVIDER, &key, None, &spent),
+            Observed::Recorded
+        ));
+        let (waited, went) = paused(async move {
+            let lanes = Lanes::new(site.ledger(), PROVIDER, "test".to_owned());
+            let lane = lanes.lane(&key).expect("the lane");
+            let ahead = lane.line.join();
+            let take = tokio::spawn(async move {
+                let need = Need {
+                    input_tokens: 1,
+                    output_tokens: 1,
+                };
+                let started = tokio::time::Instant::now();
+                let taken = lanes.take(&key, need, Duration::from_secs(10)).await;
+                (started.elapsed(), taken.is_ok())
+            });
+            tokio::time::sleep(Duration::from_millis(1_200)).await;
+            drop(ahead);
+            take.await.expect("the take")
+        });
+        assert!(!went, "refused: the window resets after the wait");
+        assert!(
+            (Duration::from_millis(1_200)..Duration::from_millis(1_210)).contains(&waited),
+            "refused as soon as it tried, after its 1.2 s in line: {waited:?}"
+        );
+    }
+
+    /// A clock that follows the runtime's (paused) one from `base_ms`, read from any thread:
+    /// the ledger's time passes exactly as the take's naps do.
+    struct RuntimeClock {
+        runtime: tokio::runtime::Handle,
+        started: tokio::time::Instant,
+        base_ms: u64,
+    }
+
+    impl Clock for RuntimeClock {
+        fn now_ms(&self) -> u64 {
+            let _inside = self.runtime.enter();
+            let passed = tokio::time::Instant::now().duration_since(self.started);
+            self.base_ms + u64::try_from(passed.as_millis()).expect("ms")
+        }
+    }
+
+    /// A refusal sure to last exactly the rest of the wait (a spent requests window that
+    /// resets as the wait ends) is not answered at once: the take looks again, and goes
+    /// when the window resets, at the end of its wait.
+    #[test]
+    fn a_window_resetting_as_the_wait_ends_is_waited_for() {
+        let site = Site::new();
+        let key = CredentialKey::of_token("sk-reset-at-the-end-not-real");
+        let wait = Duration::from_secs(2);
+        let base_ms = site.clock.now_ms();
+        let spent = ProviderObservation {
+            status: 200,
+            windows: vec![SeenWindow {
+                remaining: 0,
+                reset_at: base_ms + 2_000,
+                ..window(&site, Dimension::Requests)
+            }],
+            ..ProviderObservation::default()
+        };
+        assert!(matches!(
+            site.ledger().observe_model(&PROVIDER, &key, None, &spent),
+            Observed::Recorded
+        ));
+        let dir = site.dir.clone();
+        let (waited, went) = paused(async move {
+            let clock: Arc<dyn Clock> = Arc::new(RuntimeClock {
+                runtime: tokio::runtime::Handle::current(),
+                started: tokio::time::Instant::now(),
+                base_ms,
+            });
+            let lanes = Lanes {
+                ctx: Arc::new(Ctx {
+                    ledger: Ledger::new(dir).clock(Arc::clone(&clock)),
+                    clock,
+                    provider: PROVIDER,
+                    consumer: "test".to_owned(),
+                    waiter: Ledger::waiter_id(),
+                }),
+                lanes: Mutex::default(),
+                workers: Mutex::default(),
+            };
+            let need = Need {
+                input_tokens: 1,
+                output_tokens: 1,
+            };
+            let started = tokio::time::Instant::now();
+            let went = lanes.take(&key, need, wait).await.is_ok();
+            (started.elapsed(), went)
+        });
+        assert!(went, "it went as the window reset");
+        assert!(
+            (Duration::from_secs(2)..Duration::from_millis(2_010)).contains(&waited),
+            "at the end of its 2 s: {waited:?}"
+        );
     }
 
     /// One lane per key, made on first use with its thread; a lane unused for

@@ -333,7 +333,6 @@ async fn forward_to(
         started.elapsed().as_millis()
     );
     let (mut head, body) = response.into_parts();
-    let status = head.status.as_u16();
     let observation = ProviderObservation::from_headers(
         &shared.profile,
         head.status.as_u16(),
@@ -352,11 +351,11 @@ async fn forward_to(
     let (settle, reservation) = match reservation {
         Some(reservation) if head_counts_it => {
             reservation.settle(observation);
-            (Settle::Recorded { status }, None)
+            (Settle::Recorded, None)
         }
         Some(reservation) if scan.is_stream() => {
             reservation.record(observation);
-            (Settle::Recorded { status }, Some(reservation))
+            (Settle::Recorded, Some(reservation))
         }
         reservation => (Settle::Head(observation), reservation),
     };
@@ -482,6 +481,77 @@ mod tests {
                 "Proxy {{ provider: \"anthropic\", upstream: \"http://127.0.0.1:9\", listen: \"{listen}\", .. }}"
             )
         );
+    }
+
+    /// Only a generation call takes from its key's budget, which the ledger's files show (a
+    /// take, and the release of a call that got no response, write the key's state); a
+    /// model list goes unaccounted.
+    #[test]
+    fn only_a_generation_call_takes_from_the_budget() {
+        use http_body_util::BodyExt;
+        let temp = tempfile::tempdir().expect("temp dir");
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a runtime")
+            .block_on(async {
+                let bound = Duration::from_secs(20);
+                let proxy = proxy(&temp);
+                let Listen::Tcp(addr) = *proxy.local_addr() else {
+                    panic!("a TCP proxy");
+                };
+                let trigger = proxy.trigger();
+                let serving = tokio::spawn(proxy.serve(std::future::pending()));
+                let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+                let (mut sender, conn) =
+                    hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                        .await
+                        .expect("handshake");
+                tokio::spawn(conn);
+                let state = |token: &str| {
+                    let name = worklane_budget::CredentialKey::of_token(token)
+                        .state_name_of(Provider::Anthropic.name());
+                    temp.path().join(name).exists()
+                };
+                for (method, path, token) in [
+                    ("GET", "/v1/models", "sk-list-not-real"),
+                    ("POST", "/v1/messages", "sk-generate-not-real"),
+                ] {
+                    tokio::time::timeout(bound, sender.ready())
+                        .await
+                        .expect("ready in time")
+                        .expect("the connection");
+                    let request = Request::builder()
+                        .method(method)
+                        .uri(path)
+                        .header("host", "proxy")
+                        .header("x-api-key", token)
+                        .body(Full::<Bytes>::from(r#"{"max_tokens":1}"#))
+                        .expect("request");
+                    let response = tokio::time::timeout(bound, sender.send_request(request))
+                        .await
+                        .expect("an answer in time")
+                        .expect("an answer");
+                    assert_eq!(response.status(), 502, "{path}: nobody serves the upstream");
+                    response.into_body().collect().await.expect("its body");
+                }
+                let started = Instant::now();
+                while !state("sk-generate-not-real") {
+                    assert!(
+                        started.elapsed() < bound,
+                        "the message's take wrote its state"
+                    );
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                assert!(!state("sk-list-not-real"), "the model list took nothing");
+                trigger.fire();
+                tokio::time::timeout(bound, serving)
+                    .await
+                    .expect("serving ends")
+                    .expect("the task")
+                    .expect("served");
+            });
     }
 
     /// Serving ends when its trigger fires (the shutdown future still pending) and when its

@@ -147,6 +147,7 @@ mod tests {
     #[test]
     fn requests_keep_their_path_and_query_under_the_prefix() {
         let plain: Upstream = "https://api.anthropic.com".parse().expect("upstream");
+        assert!(plain.is_https(), "reached over TLS");
         let pq = PathAndQuery::from_static("/v1/messages?beta=true");
         assert_eq!(
             plain.uri_for(Some(&pq)).expect("uri").to_string(),

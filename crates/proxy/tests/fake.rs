@@ -14,8 +14,8 @@
 //! providers write them (Anthropic's cut to the whole second, OpenAI's rounded: `4.53s`,
 //! `6m0s`), and OpenAI's 429 without `retry-after` (optional there).
 //!
-//! Request headers steer it: `x-test-hold: ID` stops a stream after its first event until
-//! [`Fake::release`]`(ID)`; `x-test-status: N` answers N with a fixed error body (never
+//! Request headers steer it: `x-test-hold: ID` stops a stream after its first event (a JSON
+//! body after its first half) until [`Fake::release`]`(ID)`; `x-test-status: N` answers N with a fixed error body (never
 //! counted); `x-test-partial: 1` reports the requests window alone (as a provider that
 //! reports fewer dimensions than the profile knows), `x-test-partial: requests,tokens` those
 //! it lists. [`Fake::force_429`] makes the next request a 429 with `retry-after`.
@@ -445,12 +445,26 @@ async fn answer(inner: &Inner, request: Request<Incoming>) -> Response<FakeBody>
             window,
             back,
         );
-        return echo(
-            builder
-                .header("content-type", "application/json")
-                .body(full(body.to_string()))
-                .expect("response"),
-        );
+        let builder = builder.header("content-type", "application/json");
+        let Some(id) = parts
+            .headers
+            .get("x-test-hold")
+            .and_then(|v| v.to_str().ok())
+        else {
+            return echo(builder.body(full(body.to_string())).expect("response"));
+        };
+        // Held: its first half, then the rest once released.
+        let held = hold(inner, id);
+        let text = Bytes::from(body.to_string());
+        let (tx, rx) = mpsc::channel(2);
+        tokio::spawn(async move {
+            let half = text.len() / 2;
+            if tx.send(text.slice(..half)).await.is_ok() {
+                held.notified().await;
+                let _ = tx.send(text.slice(half..)).await;
+            }
+        });
+        return echo(builder.body(ChannelBody(rx).boxed()).expect("response"));
     }
     let events = events(inner.flavor, input, output);
     let held = parts

@@ -323,3 +323,111 @@ fn a_stream_cut_short_keeps_its_estimate_counted() {
         });
     }
 }
+
+/// A stream's status is recorded with its head, in the order the provider answered: an
+/// overload answered while the stream still streams stays counted (as one in a row) when the
+/// stream ends, rather than being set back to 0 by a status answered before it.
+#[test]
+fn a_stream_s_end_does_not_undo_an_overload_answered_after_its_head() {
+    run(async {
+        let flavor = Flavor::Anthropic;
+        let token = "sk-overload-mid-stream-not-real";
+        let fake = Fake::start(flavor, GENEROUS).await;
+        let site = Site::new();
+        let proxy = start(config(&site, flavor, &fake));
+        let client = client();
+        windows_known(&client, &site, flavor, &proxy.url(), token).await;
+        let stream = request(flavor, &proxy.url(), token)
+            .header("x-test-hold", "overload")
+            .header("x-test-partial", "1")
+            .body(Full::from(prompt(flavor, true)))
+            .expect("request");
+        let (response, _conn) = open_stream(proxy.addr, stream).await;
+        let mut body = response.into_body();
+        within("the first event", body.frame())
+            .await
+            .expect("a frame")
+            .expect("data");
+        let overloaded = request(flavor, &proxy.url(), token)
+            .header("x-test-status", "529")
+            .body(Full::from(prompt(flavor, false)))
+            .expect("request");
+        assert_eq!(send(&client, overloaded).await.0.status(), 529);
+        eventually("the overload is recorded", || {
+            site.state(flavor, token)
+                .is_some_and(|s| s["overloads"] == 1)
+        })
+        .await;
+        fake.release("overload");
+        within("the rest", body.collect()).await.expect("the rest");
+        eventually("the stream is settled", || {
+            site.in_flight(flavor, token) == 0
+        })
+        .await;
+        let state = site.state(flavor, token).expect("state");
+        assert_eq!(
+            state["overloads"], 1,
+            "the overload answered after the stream's head is still counted: {state}"
+        );
+        proxy.stop().await;
+    });
+}
+
+/// A JSON response is recorded once, as its body ends: its head's window with its usage in
+/// one observation. While its body is still on its way (held after its first half), the
+/// state shows nothing of it: its requests window is not yet counted there, the request is
+/// still reserved in it.
+#[test]
+fn a_json_response_is_recorded_once_as_its_body_ends() {
+    run(async {
+        let flavor = Flavor::Anthropic;
+        let token = "sk-json-held-not-real";
+        let fake = Fake::start(flavor, GENEROUS).await;
+        let site = Site::new();
+        let proxy = start(config(&site, flavor, &fake));
+        let client = client();
+        windows_known(&client, &site, flavor, &proxy.url(), token).await;
+        assert_eq!(window(&site, flavor, token, "requests").1, 999_999);
+        let held = request(flavor, &proxy.url(), token)
+            .header("x-test-hold", "json")
+            .header("x-test-partial", "1")
+            .body(Full::from(prompt(flavor, false)))
+            .expect("request");
+        let (response, _conn) = open_stream(proxy.addr, held).await;
+        assert_eq!(response.status(), 200);
+        let mut body = response.into_body();
+        within("the first half", body.frame())
+            .await
+            .expect("a frame")
+            .expect("data");
+        lane_passed(&client, flavor, &proxy.url(), token).await;
+        eventually("the plain refusal's reservation is given back", || {
+            site.in_flight(flavor, token) <= 1
+        })
+        .await;
+        assert_eq!(
+            window(&site, flavor, token, "requests"),
+            (1, 999_999),
+            "the held response's head is not recorded before its body ends: its request is \
+             reserved, its window not seen ({})",
+            site.state(flavor, token).expect("state")
+        );
+        assert!(
+            reserved(&site, flavor, token)["requests"].is_u64(),
+            "the request is still reserved"
+        );
+        fake.release("json");
+        within("the rest", body.collect()).await.expect("the rest");
+        eventually("the response's end settles it", || {
+            site.in_flight(flavor, token) == 0
+        })
+        .await;
+        assert_eq!(
+            window(&site, flavor, token, "requests"),
+            (0, 999_998),
+            "its head's window, recorded with its usage ({})",
+            site.state(flavor, token).expect("state")
+        );
+        proxy.stop().await;
+    });
+}
