@@ -203,7 +203,6 @@ fn every_catchable_job_signal_is_forwarded_and_the_slot_kept_meanwhile() {
         // `worklane run` and in the command's shell (by design, and by POSIX for `trap`):
         // nothing to forward then.
         if ignored_on_entry(signal) {
-            eprintln!("SIG{name} is ignored in this test process: not tried");
             std::fs::OpenOptions::new()
                 .append(true)
                 .create(true)

@@ -6,7 +6,6 @@ fn ctrl_c_on_a_terminal_stops_a_shell_loop_of_runs() {
     // Started with SIGINT ignored (a non-interactive shell's `&`), everything below keeps it
     // ignored, Ctrl-C included: by design, and nothing to try then.
     if ignored_on_entry(rustix::process::Signal::INT) {
-        eprintln!("SIGINT is ignored in this test process: Ctrl-C not tried");
         return;
     }
     let site = Site::new(None);
