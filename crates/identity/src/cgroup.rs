@@ -43,7 +43,8 @@ pub fn parse_mountinfo(text: &str) -> Option<PathBuf> {
     found
 }
 
-/// mountinfo's octal escapes (`\040` for a space) undone.
+/// mountinfo's octal escapes (`\040` for a space) undone: a backslash and three octal digits
+/// of a byte (at most `\377`); anything else is kept as it stands.
 fn unescape(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -51,7 +52,8 @@ fn unescape(text: &str) -> String {
     while i < bytes.len() {
         if bytes[i] == b'\\'
             && i + 3 < bytes.len()
-            && bytes[i + 1..i + 4]
+            && (b'0'..=b'3').contains(&bytes[i + 1])
+            && bytes[i + 2..i + 4]
                 .iter()
                 .all(|b| (b'0'..=b'7').contains(b))
         {
@@ -236,6 +238,93 @@ mod tests {
             None
         );
         assert_eq!(parse_mountinfo("garbage\n\n"), None);
+    }
+
+    /// A cgroup made under the unified hierarchy's root for a test (as root), removed on drop.
+    struct Scratch(PathBuf);
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+
+    #[test]
+    fn this_machine_s_unified_mount_and_own_cgroup_are_read_from_proc() {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+        let mount = unified().expect("cgroup v2 on this machine (as CI's)");
+        assert_eq!(Some(mount.clone()), parse_mountinfo(&mountinfo));
+        assert!(
+            mount.join("cgroup.controllers").is_file(),
+            "{} is a cgroup v2 root",
+            mount.display()
+        );
+        let cgroup = std::fs::read_to_string("/proc/self/cgroup").expect("cgroup");
+        let own = own().expect("this process's cgroup v2 path");
+        assert_eq!(Some(own.clone()), parse_own(&cgroup));
+        // The root cgroup ("/", a machine without systemd's slices) has no directory of its
+        // own below the mount in `dir_of`'s terms; any other is one.
+        assert!(
+            own == "/" || dir_of(&mount, &own).is_some_and(|d| d.join("cgroup.procs").is_file()),
+            "{own} is a cgroup under {}",
+            mount.display()
+        );
+    }
+
+    #[test]
+    fn a_cgroup_s_usage_is_read_and_a_missing_one_is_none() {
+        let mount = unified().expect("cgroup v2 on this machine");
+        let name = format!("worklane-test-identity-{}", std::process::id());
+        let scratch = Scratch(mount.join(&name));
+        std::fs::create_dir(&scratch.0).expect("make a test cgroup (as root)");
+        let held = usage(&format!("/{name}")).expect("the cgroup exists");
+        assert_eq!(held.procs, Vec::<u32>::new(), "nothing runs in it");
+        assert_eq!(
+            held.cpu_usec,
+            Some(0),
+            "cpu.stat is always there, and nothing ran"
+        );
+        drop(scratch);
+        assert_eq!(usage(&format!("/{name}")), None, "gone: no usage");
+    }
+
+    #[test]
+    fn a_cgroup_s_directory_is_under_the_mount_and_of_plain_components_only() {
+        let mount = Path::new("/sys/fs/cgroup");
+        assert_eq!(
+            dir_of(mount, "/a/b"),
+            Some(PathBuf::from("/sys/fs/cgroup/a/b"))
+        );
+        for bad in ["a/b", "/a//b", "/a/./b", "/a/../b", "/..", "/", "/a/"] {
+            assert_eq!(dir_of(mount, bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_directory_s_key_is_of_its_device_and_inode() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let meta = std::fs::metadata(dir.path()).expect("metadata");
+        let open = std::fs::File::open(dir.path()).expect("open");
+        use std::os::unix::fs::MetadataExt;
+        let key = dir_key_of(&open).expect("fstat");
+        assert_eq!(key, dir_key(meta.dev(), meta.ino()));
+        assert_eq!(key.len(), 12, "{key}");
+    }
+
+    #[test]
+    fn mountinfo_escapes_are_undone_and_what_is_no_escape_is_kept() {
+        assert_eq!(unescape("\\040"), " ", "an escape first");
+        assert_eq!(unescape("a\\134b\\011c"), "a\\b\tc", "backslash and tab");
+        assert_eq!(
+            unescape("\\377"),
+            "\u{FFFD}",
+            "the largest byte (not UTF-8 alone)"
+        );
+        assert_eq!(unescape("x\\0401"), "x 1", "three digits, no more");
+        assert_eq!(unescape("x\\04"), "x\\04", "too short at the end: kept");
+        assert_eq!(unescape("x\\477"), "x\\477", "not a byte: kept");
+        assert_eq!(unescape("x\\08y"), "x\\08y", "not octal: kept");
+        assert_eq!(unescape("plain"), "plain");
     }
 
     #[test]

@@ -27,3 +27,13 @@ impl fmt::Display for Malformed {
 }
 
 impl std::error::Error for Malformed {}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_malformed_input_says_which_part_was_wrong() {
+        let wrong = super::Malformed("field 1 (pid) is not a process id");
+        assert_eq!(wrong.to_string(), "field 1 (pid) is not a process id");
+        assert_eq!(wrong.part(), "field 1 (pid) is not a process id");
+    }
+}
