@@ -214,30 +214,43 @@ pub fn usage(path: &str) -> Option<Usage> {
 mod tests {
     use super::*;
 
+    /// `f` run on a thread of its own, failing if it has not ended within 5 s: a parser that
+    /// loops for ever fails its test instead of hanging the suite.
+    fn within<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(5))
+            .expect("the parser ended (within 5 s, without a panic)")
+    }
+
+    fn mountinfo(text: &'static str) -> Option<PathBuf> {
+        within(move || parse_mountinfo(text))
+    }
+
+    fn unescaped(text: &'static str) -> String {
+        within(move || unescape(text))
+    }
+
     #[test]
     fn the_unified_mount_is_found_beside_v1_and_preferred_at_sys_fs_cgroup() {
         let hybrid = "25 24 0:22 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755\n\
                       26 25 0:23 / /sys/fs/cgroup/unified rw,nosuid shared:5 - cgroup2 cgroup2 rw\n\
                       27 25 0:24 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n";
         assert_eq!(
-            parse_mountinfo(hybrid),
+            mountinfo(hybrid),
             Some(PathBuf::from("/sys/fs/cgroup/unified"))
         );
         let unified = "30 24 0:26 / /run/other rw - cgroup2 cgroup2 rw\n\
                        31 24 0:27 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n";
+        assert_eq!(mountinfo(unified), Some(PathBuf::from("/sys/fs/cgroup")));
         assert_eq!(
-            parse_mountinfo(unified),
-            Some(PathBuf::from("/sys/fs/cgroup"))
-        );
-        assert_eq!(
-            parse_mountinfo("40 1 0:2 / /mnt/with\\040space rw - cgroup2 none rw\n"),
+            mountinfo("40 1 0:2 / /mnt/with\\040space rw - cgroup2 none rw\n"),
             Some(PathBuf::from("/mnt/with space"))
         );
-        assert_eq!(
-            parse_mountinfo("27 25 0:24 / /x rw - cgroup cgroup rw\n"),
-            None
-        );
-        assert_eq!(parse_mountinfo("garbage\n\n"), None);
+        assert_eq!(mountinfo("27 25 0:24 / /x rw - cgroup cgroup rw\n"), None);
+        assert_eq!(mountinfo("garbage\n\n"), None);
     }
 
     /// A cgroup made under the unified hierarchy's root for a test (as root), removed on drop.
@@ -252,8 +265,11 @@ mod tests {
     #[test]
     fn this_machine_s_unified_mount_and_own_cgroup_are_read_from_proc() {
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
-        let mount = unified().expect("cgroup v2 on this machine (as CI's)");
-        assert_eq!(Some(mount.clone()), parse_mountinfo(&mountinfo));
+        let mount = within(unified).expect("cgroup v2 on this machine (as CI's)");
+        assert_eq!(
+            Some(mount.clone()),
+            within(move || parse_mountinfo(&mountinfo))
+        );
         assert!(
             mount.join("cgroup.controllers").is_file(),
             "{} is a cgroup v2 root",
@@ -273,11 +289,12 @@ mod tests {
 
     #[test]
     fn a_cgroup_s_usage_is_read_and_a_missing_one_is_none() {
-        let mount = unified().expect("cgroup v2 on this machine");
+        let mount = within(unified).expect("cgroup v2 on this machine");
         let name = format!("worklane-test-identity-{}", std::process::id());
         let scratch = Scratch(mount.join(&name));
         std::fs::create_dir(&scratch.0).expect("make a test cgroup (as root)");
-        let held = usage(&format!("/{name}")).expect("the cgroup exists");
+        let path = format!("/{name}");
+        let held = within(move || usage(&path)).expect("the cgroup exists");
         assert_eq!(held.procs, Vec::<u32>::new(), "nothing runs in it");
         assert_eq!(
             held.cpu_usec,
@@ -285,7 +302,8 @@ mod tests {
             "cpu.stat is always there, and nothing ran"
         );
         drop(scratch);
-        assert_eq!(usage(&format!("/{name}")), None, "gone: no usage");
+        let path = format!("/{name}");
+        assert_eq!(within(move || usage(&path)), None, "gone: no usage");
     }
 
     #[test]
@@ -313,18 +331,18 @@ mod tests {
 
     #[test]
     fn mountinfo_escapes_are_undone_and_what_is_no_escape_is_kept() {
-        assert_eq!(unescape("\\040"), " ", "an escape first");
-        assert_eq!(unescape("a\\134b\\011c"), "a\\b\tc", "backslash and tab");
+        assert_eq!(unescaped("\\040"), " ", "an escape first");
+        assert_eq!(unescaped("a\\134b\\011c"), "a\\b\tc", "backslash and tab");
         assert_eq!(
-            unescape("\\377"),
+            unescaped("\\377"),
             "\u{FFFD}",
             "the largest byte (not UTF-8 alone)"
         );
-        assert_eq!(unescape("x\\0401"), "x 1", "three digits, no more");
-        assert_eq!(unescape("x\\04"), "x\\04", "too short at the end: kept");
-        assert_eq!(unescape("x\\477"), "x\\477", "not a byte: kept");
-        assert_eq!(unescape("x\\08y"), "x\\08y", "not octal: kept");
-        assert_eq!(unescape("plain"), "plain");
+        assert_eq!(unescaped("x\\0401"), "x 1", "three digits, no more");
+        assert_eq!(unescaped("x\\04"), "x\\04", "too short at the end: kept");
+        assert_eq!(unescaped("x\\477"), "x\\477", "not a byte: kept");
+        assert_eq!(unescaped("x\\08y"), "x\\08y", "not octal: kept");
+        assert_eq!(unescaped("plain"), "plain");
     }
 
     #[test]
