@@ -320,7 +320,11 @@ impl<'a> Server<'a> {
         {
             return;
         }
+        let failures = self.trouble.as_ref().map(|t| t.failures);
         match self.tick() {
+            // A pass that met the host's trouble starting a driver returns its admissions
+            // but is troubled itself (`tick` counted the failure): not a recovery.
+            Ok(_) if self.trouble.as_ref().map(|t| t.failures) != failures => {}
             Ok(_) => {
                 if let Some(trouble) = self.trouble.take() {
                     (self.report)(Event::Recovered {

@@ -14,5 +14,6 @@ mod lanes;
 mod server;
 mod service;
 mod state;
+mod ticks;
 
 use support::*;

@@ -1481,3 +1481,132 @@ fn a_cancel_across_a_restart_signals_no_pid_read_from_a_file() {
     victim.wait().expect("reap");
     drop(claimed);
 }
+
+/// The sweep removes a driver's log that no attempt names once it is older than the
+/// retention, seven days by default, and keeps a younger one.
+#[test]
+fn the_sweep_removes_logs_nobody_names_past_the_seven_days_retention() {
+    let mut bench = Bench::new("{}", Settings::default());
+    let week: u64 = 7 * 24 * 3_600_000;
+    let dir = bench.site.temp.path().to_owned();
+    for (name, age_ms) in [
+        ("queue-a-old.log", week + 1_000),
+        ("queue-a-young.log", week - 60_000),
+    ] {
+        let file = std::fs::File::create(dir.join(name)).expect("log");
+        file.set_modified(std::time::SystemTime::UNIX_EPOCH + Duration::from_millis(T0 - age_ms))
+            .expect("mtime");
+    }
+    assert_eq!(bench.dispatcher.sweep().expect("sweep"), 1, "one log went");
+    assert!(!dir.join("queue-a-old.log").exists(), "past the retention");
+    assert!(dir.join("queue-a-young.log").exists(), "within it");
+    bench.clock.advance(61_000);
+    assert_eq!(bench.dispatcher.sweep().expect("sweep"), 1, "its turn came");
+    assert!(!dir.join("queue-a-young.log").exists());
+}
+
+/// The dispatcher's place is one entry per first row: standing again for the same row keeps
+/// it, and a new first row at the very same place (priority and time) is a new entry, which
+/// names the new row.
+#[test]
+fn a_new_first_row_is_a_new_entry_even_at_the_same_place() {
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+    let stop = Stop {
+        by: "ops".into(),
+        at: "2026-11-30T00:00:00.000Z".into(),
+        reason: "holding the queue".into(),
+    };
+    worklane_admission::stop::write(bench.dispatcher.pool().dir(), &stop).expect("STOP");
+    let place = |bench: &Bench| -> (i64, u64, String, String) {
+        let line = bench.dispatcher.pool().line(Kind::Agent).expect("line");
+        assert_eq!(line.len(), 1, "one entry: {line:?}");
+        let name = line[0].name();
+        let text = std::fs::read_to_string(bench.site.temp.path().join(&name)).expect("entry");
+        (line[0].priority, line[0].start_ms, name, text)
+    };
+    let one = bench.enqueue("one", T0, 0);
+    let two = bench.enqueue("two", T0, 0);
+    bench.dispatcher.stand().expect("stand");
+    let first = place(&bench);
+    assert_eq!((first.0, first.1), (0, T0));
+    let (head, next) = if first.3.contains(&one) {
+        (one, two)
+    } else {
+        (two, one)
+    };
+    assert!(
+        first.3.contains(&head),
+        "the entry names its row: {}",
+        first.3
+    );
+    bench.dispatcher.stand().expect("stand");
+    assert_eq!(place(&bench).2, first.2, "standing again keeps the entry");
+    assert!(
+        bench
+            .dispatcher
+            .cancel(&head, &me())
+            .expect("cancel")
+            .is_ok()
+    );
+    bench.dispatcher.stand().expect("stand");
+    let second = place(&bench);
+    assert_eq!((second.0, second.1), (0, T0), "the same place");
+    assert_ne!(second.2, first.2, "a new entry");
+    assert!(
+        second.3.contains(&next),
+        "for the new first row: {}",
+        second.3
+    );
+    bench.dispatcher.stand().expect("stand");
+    assert_eq!(place(&bench).2, second.2, "kept again");
+}
+
+/// Root may cancel anyone's attempt, and so may the slot directory's owner (here uid 4000,
+/// not root): each alone is enough, the enqueuer being someone else.
+#[test]
+fn root_and_the_directory_s_owner_each_cancel_another_user_s_attempt() {
+    let _quiet = gate::quiet();
+    let site = Site::new(r#"{"max_agents": 1}"#);
+    std::os::unix::fs::chown(site.temp.path(), Some(4000), Some(4000)).expect("chown");
+    let store = Store::open(&site.temp.path().join("queue.db")).expect("store");
+    let pool = site.pool.clone().with_clock(Arc::new(ManualClock::at(T0)));
+    let dispatcher = Dispatcher::recover(pool, store, Settings::default()).expect("dispatcher");
+    let mut bench = Bench {
+        site,
+        clock: ManualClock::at(T0),
+        dispatcher,
+    };
+    let owner = Caller {
+        pid: Some(1),
+        uid: 4000,
+        gid: 4000,
+        groups: Vec::new(),
+    };
+    let by_owner = {
+        let fd = bench.launch("mine");
+        bench
+            .dispatcher
+            .enqueue(Bench::entry("mine", T0, 0), vec![fd], &owner)
+            .expect("enqueue")
+            .expect("the owner's row")
+            .attempt
+    };
+    let by_root = bench.enqueue("root", T0, 0);
+    assert!(
+        bench
+            .dispatcher
+            .cancel(&by_owner, &me())
+            .expect("cancel")
+            .is_ok(),
+        "root cancels the owner's row"
+    );
+    assert!(
+        bench
+            .dispatcher
+            .cancel(&by_root, &owner)
+            .expect("cancel")
+            .is_ok(),
+        "the owner cancels root's row"
+    );
+}

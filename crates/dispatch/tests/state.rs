@@ -261,3 +261,26 @@ fn a_planted_status_entry_never_ends_a_stored_attempt() {
     assert_eq!(row.state.as_str(), "queued", "{row:?}");
     assert!(!planted.exists() && !own.exists(), "both entries removed");
 }
+
+/// A legacy database that cannot be set aside (a directory stands at the name it would take)
+/// is an error, the file left where it is: only a file that is not there is skipped.
+#[test]
+fn a_database_that_cannot_be_set_aside_is_an_error() {
+    let _quiet = gate::quiet();
+    let site = Site::new(r#"{"max_agents": 1}"#);
+    let slots = site.temp.path();
+    std::os::unix::fs::symlink("/nonexistent", slots.join("queue.db")).expect("symlink");
+    let taken = slots.join(format!("queue.db.refused-{T0}"));
+    std::fs::create_dir(&taken).expect("a directory at the new name");
+    std::fs::write(taken.join("kept"), b"x").expect("not empty");
+    let state = state_of(&site);
+    let err = worklane_dispatch::state::adopt_legacy(site.pool.dir(), &state, T0)
+        .expect_err("the rename fails");
+    assert_ne!(err.kind(), std::io::ErrorKind::NotFound, "{err}");
+    assert!(
+        std::fs::symlink_metadata(slots.join("queue.db"))
+            .expect("still there")
+            .file_type()
+            .is_symlink()
+    );
+}
