@@ -71,6 +71,7 @@ pub mod gate;
 #[cfg(target_os = "linux")]
 mod scope;
 mod storm;
+pub mod subject;
 
 pub use child::Child;
 pub use gate::Gated;

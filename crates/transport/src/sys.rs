@@ -154,7 +154,6 @@ pub(crate) mod tests {
     /// closes its fd 0 (no other test runs there to take the number) and asks for a pidfd.
     #[test]
     fn a_pidfd_numbered_0_is_a_pidfd() {
-        use worklane_testkit::Gated;
         if std::env::var_os(SUBJECT).is_some() {
             let (a, _b) = std::os::unix::net::UnixStream::pair().expect("pair");
             // SAFETY: fd 0 is the subject's standard input (/dev/null, given by the parent),
@@ -164,17 +163,8 @@ pub(crate) mod tests {
             assert_eq!(pidfd.as_raw_fd(), 0, "the lowest number free");
             return;
         }
-        let out = std::process::Command::new(std::env::current_exe().expect("this test binary"))
-            .args(["--exact", TEST_NAME, "--test-threads=1"])
-            .env(SUBJECT, "1")
-            .output_gated()
-            .expect("start the subject");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "the subject must pass\n{stdout}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(stdout.contains("test result: ok. 1 passed"), "{stdout}");
+        worklane_testkit::subject::run_again_as_subject(TEST_NAME, |subject| {
+            subject.env(SUBJECT, "1");
+        });
     }
 }

@@ -123,7 +123,6 @@ mod tests {
     use super::Problem;
     use worklane_slotfile::config::Error as E;
     use worklane_slotfile::read::Error as R;
-    use worklane_testkit::Gated;
 
     /// A config whose read failed with `error` (made here: the tests run as root, whom no
     /// permission refuses, and EIO cannot be made on demand).
@@ -185,19 +184,11 @@ mod tests {
         }
         let temp = tempfile::tempdir().expect("temp dir");
         std::fs::write(temp.path().join("config.json"), b"{not json").expect("config");
-        let out = std::process::Command::new(std::env::current_exe().expect("this test binary"))
-            .args(["--exact", TEST_NAME, "--test-threads=1"])
-            .env("AGENT_SLOTS_DIR", temp.path())
-            .env_remove("AGENT_SLOTS_CONFIG")
-            .env(CHILD_DIR, temp.path())
-            .output_gated()
-            .expect("start the subject");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "the subject must pass\n{stdout}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(stdout.contains("test result: ok. 1 passed"), "{stdout}");
+        worklane_testkit::subject::run_again_as_subject(TEST_NAME, |subject| {
+            subject
+                .env("AGENT_SLOTS_DIR", temp.path())
+                .env_remove("AGENT_SLOTS_CONFIG")
+                .env(CHILD_DIR, temp.path());
+        });
     }
 }
