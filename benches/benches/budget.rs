@@ -86,7 +86,9 @@ fn bench_on(c: &mut Criterion, label: &str, parent: &Path) {
 
 /// One counted take at the least, by hand with raw syscalls: the guard of the state's lock
 /// opened and flocked, the state read and its count raised, the new state written to a temp
-/// file and renamed over the old, the guard closed.
+/// file and exchanged with the old (`renameat2(RENAME_EXCHANGE)`, as the ledger writes a
+/// state on Linux: no ext4 write-back at a rename over data), the temp name, now the old
+/// bytes, unlinked, the guard closed.
 fn floor_take(dir: &std::fs::File) {
     use rustix::fs::{FlockOperation, Mode, OFlags};
     let guard = rustix::fs::openat(
@@ -121,7 +123,15 @@ fn floor_take(dir: &std::fs::File) {
     std::fs::File::from(temp)
         .write_all(&serde_json::to_vec(&value).expect("json"))
         .expect("write");
-    rustix::fs::renameat(dir, ".floor.json.tmp", dir, "floor.json").expect("rename");
+    rustix::fs::renameat_with(
+        dir,
+        ".floor.json.tmp",
+        dir,
+        "floor.json",
+        rustix::fs::RenameFlags::EXCHANGE,
+    )
+    .expect("exchange");
+    rustix::fs::unlinkat(dir, ".floor.json.tmp", rustix::fs::AtFlags::empty()).expect("unlink");
     drop(guard);
 }
 

@@ -19,7 +19,7 @@ mod sweep;
 
 pub use health::{CredentialView, Health, ResourceView, StateProblem, UnshownState};
 pub use outcome::{Grant, Observed, Peek, Refused, Trouble};
-pub use providers::Need;
+pub use providers::{ModelChange, Need};
 
 /// How long a take waits for calls to be left or a pause to end before it fails: 10 s.
 pub const MAX_WAIT_MS: u64 = 10_000;
@@ -352,7 +352,7 @@ impl Ledger {
         let (value, save) = change(&mut state, now);
         let written = match save {
             Save::Leave => Ok(()),
-            Save::Replace => match path.replace(&state.to_bytes(now), SHARED_MODE) {
+            Save::Replace => match path.rewrite(&state.to_bytes(now), SHARED_MODE) {
                 Ok(()) => {
                     self.journal_paused(provider, key, paused, state.pause(now));
                     Ok(())

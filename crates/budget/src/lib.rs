@@ -126,8 +126,8 @@ pub mod state;
 
 pub use key::CredentialKey;
 pub use ledger::{
-    CredentialView, Grant, Health, Ledger, Need, Observed, Peek, RealSleep, Refused, ResourceView,
-    Sleep, StateProblem, Trouble, UnshownState,
+    CredentialView, Grant, Health, Ledger, ModelChange, Need, Observed, Peek, RealSleep, Refused,
+    ResourceView, Sleep, StateProblem, Trouble, UnshownState,
 };
 pub use observe::Observation;
 pub use provider::{

@@ -1352,7 +1352,7 @@ mod health {
 /// reports; the response settles the reservation; a 429 pauses every caller of the key.
 mod models {
     use super::*;
-    use worklane_budget::{Need, Provider, ProviderObservation};
+    use worklane_budget::{ModelChange, Need, Provider, ProviderObservation, Trouble};
 
     const TOKEN: &str = "sk-ant-test-key-not-real";
 
@@ -1625,6 +1625,215 @@ mod models {
         // metrics' labels), which says nothing of the token.
         assert_eq!(openai.key, key.as_str());
         assert!(views.iter().all(|v| v.number >= 1));
+    }
+
+    /// The epoch of `provider`'s budget lock of `key` now: every take of the lock makes it
+    /// one larger (taking it here to read it counts one).
+    fn lock_epoch(site: &Site, key: &CredentialKey, provider: &Provider) -> u64 {
+        let lease = hold_lock_of(site, key, provider);
+        let epoch = lease.epoch();
+        lease.release().expect("release");
+        epoch
+    }
+
+    fn in_flight(site: &Site, key: &CredentialKey) -> Vec<String> {
+        let state: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(site.path(&key.state_name_of("anthropic"))).expect("state"),
+        )
+        .expect("JSON");
+        state["inFlight"]
+            .as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// A batch makes its changes in order under one take of the lock: a settlement that
+    /// gives a request back lets the take behind it go, the next take finds the window spent
+    /// and is refused naming it, and the lock was taken once for all three.
+    #[test]
+    fn a_batch_makes_its_changes_in_order_under_one_take_of_the_lock() {
+        let site = Site::new();
+        let ledger = site.ledger();
+        let key = key();
+        let provider = Provider::Anthropic;
+        let now = site.now();
+        let known = response(now, 200, 1, 9_000);
+        assert!(matches!(
+            ledger.observe_model(&provider, &key, None, &known),
+            Observed::Recorded
+        ));
+        let first = ledger
+            .try_take_model(&provider, &key, need(10, 10), "agent")
+            .expect("the last request goes")
+            .reservation
+            .expect("reserved");
+        let alone = ledger
+            .try_take_model(&provider, &key, need(10, 10), "agent")
+            .expect_err("none left until the response is settled");
+        let before = lock_epoch(&site, &key, &provider);
+        // The provider answered with one request left after it (another came back).
+        let answer = response(now, 200, 1, 8_900);
+        let taken = ledger
+            .change_model_batch(
+                &provider,
+                &key,
+                &[
+                    ModelChange::Observe {
+                        reservation: Some(&first),
+                        observation: &answer,
+                        head: false,
+                    },
+                    ModelChange::Take {
+                        need: need(10, 10),
+                        consumer: "agent",
+                    },
+                    ModelChange::Take {
+                        need: need(10, 10),
+                        consumer: "agent",
+                    },
+                ],
+            )
+            .expect("made");
+        assert_eq!(taken.len(), 2, "one answer a take: {taken:?}");
+        let second = match &taken[0] {
+            Ok(Grant {
+                counted: true,
+                left: Some(0),
+                reservation: Some(id),
+                unaccounted: None,
+            }) => id.clone(),
+            other => panic!("the settlement gave the take its request: {other:?}"),
+        };
+        assert_ne!(second, first, "a new reservation");
+        match &taken[1] {
+            Err(refused @ Refused::RateLimited { resource, .. }) => {
+                assert_eq!(resource, "requests");
+                assert_eq!(refused, &alone, "refused as a take alone is");
+            }
+            other => panic!("the last take finds none left: {other:?}"),
+        }
+        assert_eq!(
+            in_flight(&site, &key),
+            vec![second.clone()],
+            "settled, then taken"
+        );
+        assert_eq!(
+            lock_epoch(&site, &key, &provider),
+            before + 2,
+            "the batch took the lock once (and reading its epoch once more)"
+        );
+        // A head settles what it reports and keeps the reservation; a release gives it back.
+        let head = ModelChange::Observe {
+            reservation: Some(&second),
+            observation: &answer,
+            head: true,
+        };
+        assert!(
+            ledger
+                .change_model_batch(&provider, &key, &[head])
+                .expect("made")
+                .is_empty(),
+            "no take, no answer"
+        );
+        assert_eq!(
+            in_flight(&site, &key),
+            vec![second.clone()],
+            "the head keeps it"
+        );
+        ledger
+            .change_model_batch(
+                &provider,
+                &key,
+                &[ModelChange::Release {
+                    reservation: &second,
+                }],
+            )
+            .expect("made");
+        assert!(in_flight(&site, &key).is_empty(), "given back");
+        let alone = ledger
+            .change_model_batch(
+                &provider,
+                &key,
+                &[ModelChange::Take {
+                    need: need(10, 10),
+                    consumer: "agent",
+                }],
+            )
+            .expect("made");
+        match alone.as_slice() {
+            [
+                Ok(Grant {
+                    reservation: Some(id),
+                    ..
+                }),
+            ] => assert_eq!(
+                in_flight(&site, &key),
+                vec![id.clone()],
+                "a take alone is kept"
+            ),
+            other => panic!("the take goes: {other:?}"),
+        }
+    }
+
+    /// A batch that cannot have the lock records nothing and says why: its caller then makes
+    /// each call alone. It waits for the lock as long as a take or a settlement would; a
+    /// batch of observations that settle nothing tries once.
+    #[test]
+    fn a_batch_that_cannot_have_the_lock_records_nothing() {
+        let site = Site::new();
+        let key = key();
+        let provider = Provider::Anthropic;
+        let reserved = site
+            .ledger()
+            .take_model(&provider, &key, need(10, 10), "agent")
+            .expect("goes")
+            .reservation
+            .expect("a reservation");
+        let state = std::fs::read(site.path(&key.state_name_of("anthropic"))).expect("state");
+        let start = site.now();
+        let ledger = Ledger::new(site.dir())
+            .clock(Arc::new(site.clock.clone()))
+            .sleeper(Arc::new(super::lock::FreeAt {
+                clock: site.clock.clone(),
+                free_at: start + 60_000,
+                held: std::sync::Mutex::new(Some(hold_lock_of(&site, &key, &provider))),
+            }));
+        let answer = response(start, 200, 9, 900);
+        let bare = [ModelChange::Observe {
+            reservation: None,
+            observation: &answer,
+            head: false,
+        }];
+        assert!(matches!(
+            ledger.change_model_batch(&provider, &key, &bare),
+            Err(Trouble::LockBusy { .. })
+        ));
+        assert_eq!(site.now(), start, "observations settling nothing try once");
+        let settling = [
+            ModelChange::Observe {
+                reservation: Some(&reserved),
+                observation: &answer,
+                head: false,
+            },
+            ModelChange::Take {
+                need: need(10, 10),
+                consumer: "agent",
+            },
+        ];
+        assert!(matches!(
+            ledger.change_model_batch(&provider, &key, &settling),
+            Err(Trouble::LockBusy { .. })
+        ));
+        assert_eq!(
+            site.now() - start,
+            worklane_budget::ledger::LOCK_PATIENCE_MS,
+            "a batch that settles waits as a settlement does"
+        );
+        assert_eq!(
+            std::fs::read(site.path(&key.state_name_of("anthropic"))).expect("state"),
+            state,
+            "nothing recorded"
+        );
     }
 }
 

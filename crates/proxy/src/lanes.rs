@@ -10,6 +10,11 @@
 //! a thread: a take is tried at once (the ledger's own wait is not used), and a refused one
 //! is tried again when the window resets or the pause ends, when this proxy records another
 //! response of the credential, and at least every [`LOOK_AGAIN`] (another process may have).
+//!
+//! The calls queued at once are made together, under one take of the budget's lock and one
+//! write ([`Ledger::change_model_batch`]), and a batch that only settles waits up to
+//! [`LINGER`] for a take to come: a client that sends its next request as its response ends
+//! waits for one ledger call, not for the settlement's and then its own (BENCHMARKS.md).
 
 use crate::line::{Line, Ticket};
 use std::collections::HashMap;
@@ -18,7 +23,8 @@ use std::sync::{Arc, Mutex, Weak, mpsc};
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, watch};
 use worklane_budget::{
-    CredentialKey, Ledger, Need, Observed, Provider, ProviderObservation, Refused, Trouble, Usage,
+    CredentialKey, Ledger, ModelChange, Need, Observed, Provider, ProviderObservation, Refused,
+    Trouble, Usage,
 };
 use worklane_lease::{Clock, SystemClock};
 
@@ -33,6 +39,12 @@ const OBSERVE_POLL: Duration = Duration::from_millis(10);
 const IDLE_LANE: Duration = Duration::from_secs(600);
 /// At most this many calls are made in one trip to a blocking thread.
 const BATCH: usize = 64;
+/// How long a batch that only settles (a response's settlement, a release) waits for a take
+/// to come and be made with it. A client that sends its next request as its response ends
+/// has it taken in the same call as that response's settlement, so the request waits for
+/// one ledger call rather than two; a settlement is recorded at most this much later, which
+/// delays nothing a client waits for.
+const LINGER: Duration = Duration::from_millis(2);
 
 /// What a lane's worker does.
 enum Op {
@@ -69,6 +81,8 @@ struct Ctx {
     consumer: String,
     /// This proxy's id in the states' `waiting` (PROTOCOL.md 13.1).
     waiter: String,
+    /// How long a batch that only settles waits for a take ([`LINGER`]).
+    linger: Duration,
 }
 
 /// The way into a lane. The lane's thread ends once every one is dropped (the map's, the
@@ -198,6 +212,7 @@ impl Lanes {
                 provider,
                 consumer,
                 waiter: Ledger::waiter_id(),
+                linger: LINGER,
             }),
             lanes: Mutex::new(HashMap::new()),
             workers: Mutex::new(Vec::new()),
@@ -446,11 +461,14 @@ fn work(
     let mut told: (u64, Option<Instant>) = (0, None);
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
-        while batch.len() < BATCH {
-            match rx.try_recv() {
-                Ok(op) => batch.push(op),
-                Err(_) => break,
-            }
+        drain(rx, &mut batch);
+        if batch.len() < BATCH
+            && batch.iter().any(Op::is_call)
+            && !batch.iter().any(|op| matches!(op, Op::Take { .. }))
+            && let Ok(op) = rx.recv_timeout(ctx.linger)
+        {
+            batch.push(op);
+            drain(rx, &mut batch);
         }
         if run(ctx, key, batch, ops) {
             changed.send_modify(|n| *n = n.wrapping_add(1));
@@ -474,18 +492,81 @@ fn work(
     }
 }
 
+/// Moves what else is queued (up to [`BATCH`]) into `batch`.
+fn drain(rx: &mpsc::Receiver<Op>, batch: &mut Vec<Op>) {
+    while batch.len() < BATCH {
+        match rx.try_recv() {
+            Ok(op) => batch.push(op),
+            Err(_) => break,
+        }
+    }
+}
+
+impl Op {
+    /// Whether it is a ledger call (a take, an observation or a release).
+    fn is_call(&self) -> bool {
+        matches!(
+            self,
+            Op::Take { .. } | Op::Observe { .. } | Op::Release { .. }
+        )
+    }
+
+    /// The ledger call it is, for [`Ledger::change_model_batch`].
+    fn change<'a>(&'a self, consumer: &'a str) -> Option<ModelChange<'a>> {
+        match self {
+            Op::Take { need, .. } => Some(ModelChange::Take {
+                need: *need,
+                consumer,
+            }),
+            Op::Observe {
+                reservation,
+                observation,
+                head,
+            } => Some(ModelChange::Observe {
+                reservation: reservation.as_deref(),
+                observation,
+                head: *head,
+            }),
+            Op::Release { reservation } => Some(ModelChange::Release { reservation }),
+            Op::Refused { .. } | Op::Waiting => None,
+        }
+    }
+}
+
 /// Makes a batch of calls; `true` when a response or a release was recorded (a waiting take
-/// may go now).
+/// may go now). Two calls or more are made together, under one lock and one write
+/// ([`Ledger::change_model_batch`]); when the ledger cannot (its lock stays busy, its state
+/// cannot be read or written), nothing was recorded and each is made alone, with its own
+/// handling of that trouble.
 fn run(ctx: &Ctx, key: &CredentialKey, batch: Vec<Op>, ops: &Weak<LaneTx>) -> bool {
+    let mut made = None;
+    if batch.iter().filter(|op| op.is_call()).count() >= 2 {
+        let changes: Vec<ModelChange<'_>> = batch
+            .iter()
+            .filter_map(|op| op.change(&ctx.consumer))
+            .collect();
+        match ctx.ledger.change_model_batch(&ctx.provider, key, &changes) {
+            Ok(taken) => made = Some(taken.into_iter()),
+            Err(trouble) => log::debug!(
+                "{} calls of the {} budget are made one at a time: {}",
+                changes.len(),
+                ctx.provider.name(),
+                chain(&trouble)
+            ),
+        }
+    }
     let mut recorded = false;
     for op in batch {
         match op {
             Op::Take { need, reply } => {
                 // One try: a refused take is tried again by its request, and journaled once,
                 // when its client is refused.
-                let taken = ctx
-                    .ledger
-                    .try_take_model(&ctx.provider, key, need, &ctx.consumer);
+                let taken = match made.as_mut().and_then(Iterator::next) {
+                    Some(taken) => taken,
+                    None => ctx
+                        .ledger
+                        .try_take_model(&ctx.provider, key, need, &ctx.consumer),
+                };
                 log::trace!("take of {need:?}: {:?}", taken.as_ref().map(|g| g.left));
                 let taken = match taken {
                     Ok(grant) => {
@@ -528,12 +609,16 @@ fn run(ctx: &Ctx, key: &CredentialKey, batch: Vec<Op>, ops: &Weak<LaneTx>) -> bo
                     observation.windows,
                     observation.usage
                 );
-                observe(ctx, key, reservation.as_deref(), head, &observation);
+                if made.is_none() {
+                    observe(ctx, key, reservation.as_deref(), head, &observation);
+                }
                 recorded = true;
             }
             Op::Release { reservation } => {
                 log::trace!("release");
-                release(ctx, key, &reservation);
+                if made.is_none() {
+                    release(ctx, key, &reservation);
+                }
                 recorded = true;
             }
             Op::Refused { refused } => {
@@ -733,6 +818,7 @@ mod tests {
             provider: PROVIDER,
             consumer: "test".to_owned(),
             waiter: Ledger::waiter_id(),
+            linger: LINGER,
         };
         (ctx, sleeper)
     }
@@ -770,6 +856,7 @@ mod tests {
             provider: PROVIDER,
             consumer: "test".to_owned(),
             waiter: Ledger::waiter_id(),
+            linger: LINGER,
         }
     }
 
@@ -1190,6 +1277,7 @@ mod tests {
                     provider: PROVIDER,
                     consumer: "test".to_owned(),
                     waiter: Ledger::waiter_id(),
+                    linger: LINGER,
                 }),
                 lanes: Mutex::default(),
                 workers: Mutex::default(),
@@ -1262,6 +1350,140 @@ mod tests {
             .block_on(lanes.close(Duration::from_secs(60)));
         assert!(keys(&lanes).is_empty(), "every lane ended");
         assert_eq!(threads(&lanes), 0, "every thread joined");
+    }
+
+    /// The epoch of `key`'s budget lock now (reading it takes the lock once more).
+    fn lock_epoch(site: &Site, key: &CredentialKey) -> u64 {
+        let lease = site.hold_lock(key);
+        let epoch = lease.epoch();
+        lease.release().expect("release");
+        epoch
+    }
+
+    /// A take's answer, waited for at most a minute (a lane that never answers fails the
+    /// test rather than hanging it).
+    fn answer_of(
+        answer: oneshot::Receiver<Result<Reservation, Refused>>,
+    ) -> Result<Reservation, Refused> {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || tx.send(answer.blocking_recv()));
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("the lane answers the take within a minute")
+            .expect("the lane answers")
+    }
+
+    /// A response's settlement waits for the next request's take, and the two are one call
+    /// of the ledger (its lock taken once): the request waits for one call, not two. A take
+    /// alone does not wait for anything.
+    #[test]
+    fn a_settlement_and_the_next_take_are_one_call_of_the_ledger() {
+        let site = Site::new();
+        let key = CredentialKey::of_token("sk-one-call-not-real");
+        let id = one_take(&site, &key);
+        let before = lock_epoch(&site, &key);
+        let (ops, rx) = ops();
+        let weak = Arc::downgrade(&ops);
+        let worker = std::thread::spawn({
+            let key = key.clone();
+            let mut ctx = plain(&site);
+            // Longer than the test: a take alone that waited would fail it.
+            ctx.linger = Duration::from_secs(3600);
+            move || {
+                let (changed, _woken) = watch::channel(0u64);
+                work(&ctx, &key, &rx, &weak, &changed, &AtomicU64::new(0));
+            }
+        });
+        let need = Need {
+            input_tokens: 100,
+            output_tokens: 50,
+        };
+        assert!(
+            ops.send(Op::Observe {
+                reservation: Some(id),
+                observation: ProviderObservation {
+                    status: 200,
+                    ..ProviderObservation::default()
+                }
+                .with_usage(Some(Usage {
+                    input_tokens: 10,
+                    output_tokens: 5,
+                })),
+                head: false,
+            })
+        );
+        // The next request comes a little later, as a client's does.
+        std::thread::sleep(Duration::from_millis(50));
+        let (reply, answer) = oneshot::channel();
+        assert!(ops.send(Op::Take { need, reply }));
+        let mut next = answer_of(answer).expect("the take goes");
+        assert_eq!(
+            counted(&site, &key),
+            (15 + 150, 1),
+            "the response settled at its usage, then the next request reserved"
+        );
+        assert_eq!(
+            lock_epoch(&site, &key),
+            before + 2,
+            "one take of the lock for both (and one to read its epoch)"
+        );
+        next.settled = true;
+        drop(next);
+        // A take with nothing before it goes at once.
+        let (reply, answer) = oneshot::channel();
+        assert!(ops.send(Op::Take { need, reply }));
+        let mut alone = answer_of(answer).expect("the take goes");
+        alone.settled = true;
+        drop((alone, ops));
+        worker.join().expect("the lane's thread");
+        assert_eq!(counted(&site, &key), (15 + 150 + 150, 2));
+    }
+
+    /// A batch whose lock stays busy past a take's patience is made a call at a time, each
+    /// with its own patience: the settlement waits on, then the take goes.
+    #[test]
+    fn a_batch_the_ledger_cannot_make_is_made_a_call_at_a_time() {
+        let site = Site::new();
+        let key = CredentialKey::of_token("sk-one-at-a-time-not-real");
+        let id = one_take(&site, &key);
+        let start = site.clock.now_ms();
+        let (ctx, sleeper) = busy_until(&site, &key, start + 700);
+        let (ops, _rx) = ops();
+        let (reply, mut answer) = oneshot::channel();
+        let recorded = run(
+            &ctx,
+            &key,
+            vec![
+                Op::Observe {
+                    reservation: Some(id),
+                    observation: ProviderObservation {
+                        status: 200,
+                        ..ProviderObservation::default()
+                    }
+                    .with_usage(Some(Usage {
+                        input_tokens: 10,
+                        output_tokens: 5,
+                    })),
+                    head: false,
+                },
+                Op::Take {
+                    need: Need {
+                        input_tokens: 100,
+                        output_tokens: 50,
+                    },
+                    reply,
+                },
+            ],
+            &Arc::downgrade(&ops),
+        );
+        assert!(recorded, "the settlement was recorded");
+        assert!(
+            sleeper.held.lock().expect("not poisoned").is_none(),
+            "the lock was freed meanwhile"
+        );
+        let mut next = answer.try_recv().expect("answered").expect("the take goes");
+        next.settled = true;
+        assert!(next.id.is_some(), "counted");
+        assert_eq!(counted(&site, &key), (15 + 150, 1), "settled, then taken");
     }
 
     /// A response's settlement that finds the budget's lock busy tries it for 1 s (on the

@@ -3,7 +3,9 @@
 //! response's observation (or the call's release) settles the reservation. The same files,
 //! lock, bounds and robustness as GitHub's budget, named `<provider>-budget-<key>.*`.
 
-use super::{Attempt, Grant, Ledger, Observed, Save, attempt_of, millis, observed, read_state};
+use super::{
+    Attempt, Grant, Ledger, Observed, Save, Trouble, attempt_of, millis, observed, read_state,
+};
 use crate::key::CredentialKey;
 use crate::provider::{Dimension, Provider, ProviderObservation};
 use crate::state::{Decision, WaitWhy};
@@ -124,14 +126,7 @@ impl Ledger {
                 } else {
                     dimension.clone()
                 };
-                let refused = match why {
-                    WaitWhy::Paused => Refused::SecondaryRateLimited { until, waited_ms },
-                    WaitWhy::Spent => Refused::RateLimited {
-                        resource: dimension,
-                        reset_at: until,
-                        waited_ms,
-                    },
-                };
+                let refused = refusal(until, why, dimension, waited_ms);
                 if journal {
                     self.journal_refused(provider.name(), key, &asked, consumer, &refused);
                 }
@@ -160,26 +155,109 @@ impl Ledger {
             LOCK_PATIENCE_MS,
             "call",
             |state, now| {
-                // A window that ended is carried over first, so the words name the right one.
-                state.carry(now);
-                // The dimension that is short, for the refusal's words.
-                short = units
-                    .iter()
-                    .find(|(d, n)| state.window(d, now).is_some_and(|w| w.left() < *n))
-                    .map(|(d, _)| d.clone())
-                    .unwrap_or_else(|| "requests".to_owned());
-                match state.decide_units(units, consumer, now, id) {
-                    wait @ Decision::Wait { .. } => ((wait, None), Save::Leave),
-                    go @ Decision::Go { .. } => {
-                        let left = state
-                            .window(Dimension::Requests.name(), now)
-                            .map(crate::state::Window::left);
-                        ((go, left), Save::Replace)
-                    }
-                }
+                let (decided, save, dimension) = decide_take(state, units, consumer, now, id);
+                short = dimension;
+                (decided, save)
             },
         );
         (attempt_of(changed, Some(id)), short)
+    }
+
+    /// Makes `changes` to `provider`'s budget of `key` in order, under one take of its lock,
+    /// one read and (when any of them changed it) one write of its state: what
+    /// [`Ledger::try_take_model`], [`Ledger::observe_model`], [`Ledger::observe_model_head`]
+    /// and [`Ledger::release`] would each do in turn, for the cost of one of them. For a
+    /// caller with several calls queued at once (the proxy's lane of a key: a response's
+    /// settlement and the next request's take), whose requests would otherwise each wait
+    /// for the calls before them.
+    ///
+    /// Returns what became of each take, in order (each of `changes` that is not a take was
+    /// recorded). `Err` when nothing was recorded: the lock busy for
+    /// [`LOCK_PATIENCE_MS`] (or, with only observations that settle nothing, at its one
+    /// try), the state unreadable, or the write failed; the caller then makes the calls one at
+    /// a time, each with its own handling of that trouble.
+    pub fn change_model_batch(
+        &self,
+        provider: &Provider,
+        key: &CredentialKey,
+        changes: &[ModelChange<'_>],
+    ) -> Result<Vec<Result<Grant, Refused>>, Trouble> {
+        let takes = changes
+            .iter()
+            .filter(|c| matches!(c, ModelChange::Take { .. }))
+            .count();
+        if takes > 0 {
+            self.sweep_if_due();
+        }
+        // As each call alone would: only observations settling nothing never wait.
+        let patience = if changes.iter().all(|c| {
+            matches!(
+                c,
+                ModelChange::Observe {
+                    reservation: None,
+                    ..
+                }
+            )
+        }) {
+            0
+        } else {
+            LOCK_PATIENCE_MS
+        };
+        let dimensions = provider.dimensions();
+        let what = if takes > 0 { "call" } else { "response" };
+        let changed = self.with_state(provider.name(), key, patience, what, |state, now| {
+            let mut save = Save::Leave;
+            let mut decided = Vec::with_capacity(takes);
+            for change in changes {
+                match change {
+                    ModelChange::Take { need, consumer } => {
+                        let id = reservation_id();
+                        let units = need.units(&dimensions);
+                        let (decision, saved, dimension) =
+                            decide_take(state, &units, consumer, now, &id);
+                        if saved == Save::Replace {
+                            save = Save::Replace;
+                        }
+                        decided.push((decision, dimension, id));
+                    }
+                    ModelChange::Observe {
+                        reservation: Some(id),
+                        observation,
+                        head: true,
+                    } => {
+                        state.apply_provider_head(observation, id, now);
+                        save = Save::Replace;
+                    }
+                    ModelChange::Observe {
+                        reservation,
+                        observation,
+                        ..
+                    } => {
+                        state.apply_provider(observation, *reservation, now);
+                        save = Save::Replace;
+                    }
+                    ModelChange::Release { reservation } => {
+                        state.release(reservation);
+                        save = Save::Replace;
+                    }
+                }
+            }
+            (decided, save)
+        })?;
+        changed.written?;
+        Ok(changed
+            .value
+            .into_iter()
+            .map(|((decision, left), dimension, id)| match decision {
+                Decision::Go { counted } => Ok(Grant {
+                    counted,
+                    left,
+                    unaccounted: None,
+                    reservation: counted.then_some(id),
+                }),
+                Decision::Wait { until, why } => Err(refusal(until, why, dimension, 0)),
+            })
+            .collect())
     }
 
     /// What a take of `need` from `provider` would meet now, without taking anything, waiting
@@ -286,6 +364,73 @@ impl Ledger {
                 ((), Save::Replace)
             }),
         )
+    }
+}
+
+/// One change of [`Ledger::change_model_batch`].
+#[derive(Debug, Clone, Copy)]
+pub enum ModelChange<'a> {
+    /// One try of a take, as [`Ledger::try_take_model`] (no waiting, no journaled refusal).
+    Take {
+        /// What the call needs.
+        need: Need,
+        /// Who takes it.
+        consumer: &'a str,
+    },
+    /// A response, as [`Ledger::observe_model`], or with `head` and a reservation as
+    /// [`Ledger::observe_model_head`].
+    Observe {
+        /// The reservation the response settles, if any.
+        reservation: Option<&'a str>,
+        /// What the response said.
+        observation: &'a ProviderObservation,
+        /// Only the response's head.
+        head: bool,
+    },
+    /// A reservation given back, as [`Ledger::release`].
+    Release {
+        /// The reservation.
+        reservation: &'a str,
+    },
+}
+
+/// A take's step under the lock: the decision with the requests left when it goes, whether
+/// the state must be written, and the dimension a refusal names.
+fn decide_take(
+    state: &mut crate::State,
+    units: &[(String, u64)],
+    consumer: &str,
+    now: u64,
+    id: &str,
+) -> ((Decision, Option<u64>), Save, String) {
+    // A window that ended is carried over first, so the words name the right one.
+    state.carry(now);
+    // The dimension that is short, for the refusal's words.
+    let short = units
+        .iter()
+        .find(|(d, n)| state.window(d, now).is_some_and(|w| w.left() < *n))
+        .map(|(d, _)| d.clone())
+        .unwrap_or_else(|| "requests".to_owned());
+    match state.decide_units(units, consumer, now, id) {
+        wait @ Decision::Wait { .. } => ((wait, None), Save::Leave, short),
+        go @ Decision::Go { .. } => {
+            let left = state
+                .window(Dimension::Requests.name(), now)
+                .map(crate::state::Window::left);
+            ((go, left), Save::Replace, short)
+        }
+    }
+}
+
+/// The refusal of a take that met a wait it could not make.
+fn refusal(until: u64, why: WaitWhy, dimension: String, waited_ms: u64) -> Refused {
+    match why {
+        WaitWhy::Paused => Refused::SecondaryRateLimited { until, waited_ms },
+        WaitWhy::Spent => Refused::RateLimited {
+            resource: dimension,
+            reset_at: until,
+            waited_ms,
+        },
     }
 }
 
