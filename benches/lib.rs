@@ -55,3 +55,45 @@ pub fn sibling_binary(name: &str, build: &str) -> PathBuf {
     );
     bin
 }
+
+/// Runs `try_once` until it gives a value, at most 50 times 1 ms apart, as worklane's own
+/// takes wait out a guard held by a momentary probe (PROTOCOL.md 12, `acquire_settled`): a
+/// bench's guard in a shared temp directory (`/dev/shm`) was twice found held for a moment by
+/// a process outside the bench. Each wait is said on stderr with the lock holders the
+/// kernel lists; still busy after 50 tries, it panics naming them.
+///
+/// # Panics
+/// When `try_once` gives nothing 50 times.
+pub fn settled<T>(what: &str, mut try_once: impl FnMut() -> Option<T>) -> T {
+    for _ in 0..50 {
+        if let Some(value) = try_once() {
+            return value;
+        }
+        eprintln!("{what}: busy for a moment; {}", lock_holders());
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    panic!("{what}: busy 50 times; {}", lock_holders());
+}
+
+/// The processes `/proc/locks` lists as holding a lock, with their command lines.
+fn lock_holders() -> String {
+    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+    let mut pids: Vec<&str> = locks
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(4))
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    let shown: Vec<String> = pids
+        .iter()
+        .map(|pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            format!("{pid} {}", cmd.chars().take(80).collect::<String>())
+        })
+        .collect();
+    format!(
+        "this process is {}; lock holders: {shown:?}",
+        std::process::id()
+    )
+}

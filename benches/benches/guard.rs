@@ -40,9 +40,9 @@ fn bench_on(c: &mut Criterion, label: &str, parent: &Path) {
 
     group.bench_function("worklane_guard", |b| {
         b.iter(|| {
-            let g = Guard::try_acquire(&fd, dir.path(), black_box(RES))
-                .expect("acquire")
-                .expect("free");
+            let g = worklane_benches::settled("worklane_guard", || {
+                Guard::try_acquire(&fd, dir.path(), black_box(RES)).expect("acquire")
+            });
             drop(black_box(g));
         });
     });
@@ -52,7 +52,9 @@ fn bench_on(c: &mut Criterion, label: &str, parent: &Path) {
         b.iter(|| {
             let f = rustix::fs::openat(&fd, black_box(".agent-0.lock.flock"), flags, Mode::empty())
                 .expect("open");
-            rustix::fs::flock(&f, FlockOperation::NonBlockingLockExclusive).expect("flock");
+            worklane_benches::settled("raw_open_flock_close", || {
+                rustix::fs::flock(&f, FlockOperation::NonBlockingLockExclusive).ok()
+            });
             drop(f);
         });
     });
@@ -60,7 +62,7 @@ fn bench_on(c: &mut Criterion, label: &str, parent: &Path) {
     group.bench_function("std_file_try_lock", |b| {
         b.iter(|| {
             let f = std::fs::File::open(black_box(&guard)).expect("open");
-            f.try_lock().expect("try_lock");
+            worklane_benches::settled("std_file_try_lock", || f.try_lock().ok());
             drop(f);
         });
     });
@@ -68,7 +70,9 @@ fn bench_on(c: &mut Criterion, label: &str, parent: &Path) {
     group.bench_function("fs2_try_lock_exclusive", |b| {
         b.iter(|| {
             let f = std::fs::File::open(black_box(&guard)).expect("open");
-            fs2::FileExt::try_lock_exclusive(&f).expect("fs2 lock");
+            worklane_benches::settled("fs2_try_lock_exclusive", || {
+                fs2::FileExt::try_lock_exclusive(&f).ok()
+            });
             drop(f);
         });
     });
