@@ -1,6 +1,22 @@
 use super::*;
 use std::collections::BTreeMap;
 
+/// `look` on `store`, on a thread of its own given 10 s: a look that passes a damaged row
+/// over parks it and looks again, so a store that did not park it would look forever; the
+/// test fails instead of hanging (the thread is left to the end of the test process).
+fn within<T: Send + 'static>(
+    store: Store,
+    look: impl FnOnce(&Store) -> T + Send + 'static,
+) -> (T, Store) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let seen = look(&store);
+        let _ = tx.send((seen, store));
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the look ends within 10 s, not a loop over a damaged row")
+}
+
 fn attempt(id: &str, lane: &str, priority: i64, queued_at_ms: u64) -> Attempt {
     Attempt {
         placement: "wt".into(),
@@ -135,8 +151,9 @@ fn a_row_of_weight_zero_is_damaged_and_never_started() {
             .is_some_and(|e| e.contains("weight is 0")),
         "{row:?}"
     );
+    let (next, _store) = within(store, |store| store.next_queued(0).expect("next"));
     assert_eq!(
-        store.next_queued(0).expect("next").expect("one").id,
+        next.expect("one").id,
         "a-2",
         "the damaged row does not hold the next"
     );
@@ -280,8 +297,9 @@ fn a_damaged_row_is_named_with_its_column_and_the_parsers_cause() {
         "{row:?}"
     );
     assert_eq!(row.enqueuer.map(|e| e.uid), Some(1001), "whose it is, kept");
+    let (next, store) = within(store, |store| store.next_queued(100).expect("next"));
     assert_eq!(
-        store.next_queued(100).expect("next").map(|a| a.id),
+        next.map(|a| a.id),
         Some("a-2".to_owned()),
         "the damaged row does not hold the next"
     );
@@ -591,4 +609,83 @@ fn a_version_2_queue_is_migrated_with_its_lanes_of_their_own() {
             .set_state("a-1", State::Failed, None, 9)
             .expect("the new states")
     );
+}
+
+/// A damaged head of an owner's line is parked as failed, and that owner's next row heads
+/// instead, within a bound: a store that only said it parked the row would find it again at
+/// every look, forever.
+#[test]
+fn a_damaged_head_is_parked_and_its_owner_s_next_row_heads_instead() {
+    let dir = tempfile::tempdir().expect("temp");
+    let store = Store::open(&dir.path().join("queue.db")).expect("open");
+    store.insert(&attempt("a-1", "a", 0, 10)).expect("insert");
+    store.insert(&attempt("a-2", "b", 0, 20)).expect("insert");
+    let other = Attempt {
+        enqueuer: Some(Enqueuer {
+            uid: 2002,
+            gid: 2002,
+            groups: vec![],
+        }),
+        ..attempt("a-3", "c", 0, 15)
+    };
+    store.insert(&other).expect("insert");
+    store
+        .conn
+        .execute("UPDATE attempts SET weight = 0 WHERE id = 'a-1'", [])
+        .expect("damage");
+    let (heads, store) = within(store, |store| store.queued_heads(0).expect("heads"));
+    let mut ids: Vec<&str> = heads.iter().map(|a| a.id.as_str()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["a-2", "a-3"], "the owner's next row heads its line");
+    let parked = store.get("a-1").expect("get").expect("kept");
+    assert_eq!(parked.state, State::Failed, "{parked:?}");
+    assert!(
+        parked
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("weight is 0")),
+        "its damage is its error: {parked:?}"
+    );
+}
+
+/// A user's waiting attempts are their rows not yet running, whatever their state; a row is
+/// found by its lane, and a lane without one has none.
+#[test]
+fn a_user_s_waiting_rows_and_a_lane_s_row_are_counted_and_found() {
+    let dir = tempfile::tempdir().expect("temp");
+    let store = Store::open(&dir.path().join("queue.db")).expect("open");
+    for (id, lane, start) in [("a-1", "a", 10), ("a-2", "b", 20), ("a-4", "d", 30)] {
+        store.insert(&attempt(id, lane, 0, start)).expect("insert");
+    }
+    let other = Attempt {
+        enqueuer: Some(Enqueuer {
+            uid: 2002,
+            gid: 2002,
+            groups: vec![],
+        }),
+        ..attempt("a-3", "c", 0, 15)
+    };
+    store.insert(&other).expect("insert");
+    assert!(
+        store
+            .set_state("a-4", State::Running, Some("t"), 40)
+            .expect("set")
+    );
+    assert!(
+        store
+            .set_state("a-2", State::Starting, Some("u"), 40)
+            .expect("set")
+    );
+    assert_eq!(
+        store.waiting_of(1001).expect("count"),
+        2,
+        "queued and starting"
+    );
+    assert_eq!(store.waiting_of(2002).expect("count"), 1);
+    assert_eq!(store.waiting_of(3003).expect("count"), 0, "none");
+    assert_eq!(
+        store.lane_row("b").expect("look").map(|a| a.id),
+        Some("a-2".to_owned())
+    );
+    assert!(store.lane_row("zz").expect("look").is_none(), "no row");
 }
