@@ -1775,6 +1775,25 @@ mod models {
         }
     }
 
+    /// A refused take names the window that is short, not one that has exactly what the
+    /// take needs left.
+    #[test]
+    fn a_refusal_names_the_window_that_is_short() {
+        let site = Site::new();
+        let ledger = site.ledger();
+        let key = key();
+        let provider = Provider::Anthropic;
+        // One request left, what a take needs; 5 tokens, short of the 20 it needs.
+        assert!(matches!(
+            ledger.observe_model(&provider, &key, None, &response(site.now(), 200, 1, 5)),
+            Observed::Recorded
+        ));
+        match ledger.try_take_model(&provider, &key, need(10, 10), "agent") {
+            Err(Refused::RateLimited { resource, .. }) => assert_eq!(resource, "tokens"),
+            other => panic!("refused for the tokens: {other:?}"),
+        }
+    }
+
     /// A batch that cannot have the lock records nothing and says why: its caller then makes
     /// each call alone. It waits for the lock as long as a take or a settlement would; a
     /// batch of observations that settle nothing tries once.

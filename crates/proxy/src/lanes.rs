@@ -1486,6 +1486,43 @@ mod tests {
         assert_eq!(counted(&site, &key), (15 + 150, 1), "settled, then taken");
     }
 
+    /// A take queued with words of waiting is one ledger call: under a lock that stays busy
+    /// it goes unaccounted after the half second a take waits, not after a batch's half
+    /// second and then its own.
+    #[test]
+    fn a_take_beside_words_of_waiting_waits_for_the_lock_once() {
+        let site = Site::new();
+        let key = CredentialKey::of_token("sk-take-and-words-not-real");
+        let start = site.clock.now_ms();
+        let (ctx, _sleeper) = busy_until(&site, &key, start + 60_000);
+        let (ops, _rx) = ops();
+        let (reply, mut answer) = oneshot::channel();
+        run(
+            &ctx,
+            &key,
+            vec![
+                Op::Waiting,
+                Op::Take {
+                    need: Need::default(),
+                    reply,
+                },
+                Op::Waiting,
+            ],
+            &Arc::downgrade(&ops),
+        );
+        let mut went = answer
+            .try_recv()
+            .expect("answered")
+            .expect("it goes, unaccounted");
+        went.settled = true;
+        assert!(went.id.is_none(), "not counted: the lock stayed busy");
+        assert_eq!(
+            site.clock.now_ms() - start,
+            worklane_budget::ledger::LOCK_PATIENCE_MS,
+            "one wait for the lock"
+        );
+    }
+
     /// A response's settlement that finds the budget's lock busy tries it for 1 s (on the
     /// ledger's clock): freed within that second, the usage settles the reservation; freed
     /// after it, while the reservation is given back instead, the estimate goes back; never
