@@ -122,6 +122,11 @@ mod tests {
             Some(("anthropic".to_owned(), key.clone()))
         );
         assert_eq!(
+            parse_state_name(&key.state_name_of("mistral-eu2")),
+            Some(("mistral-eu2".to_owned(), key.clone())),
+            "a configured provider's name: lowercase letters, digits and hyphens"
+        );
+        assert_eq!(
             key.lock_name_of("openai"),
             format!("openai-budget-{}.lock", key.as_str())
         );

@@ -251,13 +251,19 @@ impl Ledger {
         consumer: &str,
         wait_max: Duration,
     ) -> Result<Grant, Refused> {
-        let started = Instant::now();
+        // Counted by the ledger's clock as well as the monotonic one, as `take`'s own wait is
+        // (a test's manual clock makes each wait exact).
+        let (started, start_ms) = (Instant::now(), self.clock.now_ms());
+        let elapsed = || {
+            Duration::from_millis(self.clock.now_ms().saturating_sub(start_ms))
+                .max(started.elapsed())
+        };
         loop {
-            let waited = started.elapsed();
+            let waited = elapsed();
             let (until, why) = match self.peek(key, resource) {
                 Peek::Wait { until, why } => (until, why),
                 _ => match self.take_journaled(key, resource, consumer, false) {
-                    Err(_) if started.elapsed() < wait_max => continue,
+                    Err(_) if elapsed() < wait_max => continue,
                     Err(refused) => {
                         self.journal_refused("github", key, resource, consumer, &refused);
                         return Err(refused);

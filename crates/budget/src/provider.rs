@@ -175,11 +175,11 @@ mod tests {
                 Some(name.into())
             );
             assert!(!is_provider_name(name), "{name} is built in");
-            assert!(
-                default_token_env(name).is_some(),
-                "{name} has a usual variable"
-            );
         }
+        assert_eq!(default_token_env("github"), Some("GITHUB_TOKEN"));
+        assert_eq!(default_token_env("anthropic"), Some("ANTHROPIC_API_KEY"));
+        assert_eq!(default_token_env("openai"), Some("OPENAI_API_KEY"));
+        assert_eq!(default_token_env("mistral-eu"), None, "the config names it");
         assert!(is_provider_name("mistral-eu"));
         for bad in ["", "Mistral", "-x", "a/b", "x.y", &"a".repeat(33)] {
             assert!(!is_provider_name(bad), "{bad:?}");

@@ -210,6 +210,79 @@ mod take {
         assert!(!grant.counted, "the new window is not known yet");
     }
 
+    /// `take_within` waits its own bound, not the take's 10 s: a reset within it lets the call
+    /// go exactly then (counted in the window it then finds unknown), a reset beyond it is
+    /// refused once the bound is over, saying how long it waited, and the call is not made.
+    #[test]
+    fn a_take_within_a_bound_waits_for_a_reset_inside_it_and_refuses_one_beyond() {
+        for (reset_in_ms, bound_ms, goes) in [
+            (4_000, 5_000, true),
+            (5_000, 5_000, true),
+            (30_000, 20_000, false),
+            (6_000, 2_500, false),
+        ] {
+            let site = Site::new();
+            let ledger = site.ledger();
+            let key = key();
+            ledger.observe(&key, &window(site.now(), 0, reset_in_ms));
+            let start = site.now();
+            let taken = ledger.take_within(&key, "core", "a", Duration::from_millis(bound_ms));
+            let waited = site.now() - start;
+            if goes {
+                assert!(
+                    matches!(taken, Ok(Grant { counted: false, .. })),
+                    "a reset in {reset_in_ms} ms within {bound_ms} ms: goes: {taken:?}"
+                );
+                assert_eq!(waited, reset_in_ms, "went exactly at the reset");
+            } else {
+                match taken {
+                    Err(Refused::RateLimited {
+                        resource,
+                        reset_at,
+                        waited_ms,
+                    }) => {
+                        assert_eq!(resource, "core");
+                        assert_eq!(reset_at, start + reset_in_ms, "the reset named");
+                        assert_eq!(waited_ms, bound_ms, "the whole bound waited");
+                    }
+                    other => panic!("a reset in {reset_in_ms} ms beyond {bound_ms} ms: {other:?}"),
+                }
+                assert_eq!(waited, bound_ms, "refused exactly at the bound");
+                assert_eq!(
+                    site.state(&key)["resources"]["core"]["granted"],
+                    0,
+                    "a refused call takes nothing"
+                );
+            }
+        }
+    }
+
+    /// `take_within` refuses a paused credential after its bound, naming the pause's end.
+    #[test]
+    fn a_take_within_a_bound_refuses_a_pause_beyond_it() {
+        let site = Site::new();
+        let ledger = site.ledger();
+        let key = key();
+        let now = site.now();
+        let paused = Observation {
+            status: 403,
+            secondary_limit: true,
+            retry_after_s: Some(60),
+            retry_after_seen: true,
+            ..window(now, 10, 60_000)
+        };
+        ledger.observe(&key, &paused);
+        let taken = ledger.take_within(&key, "core", "a", Duration::from_millis(2_000));
+        match taken {
+            Err(Refused::SecondaryRateLimited { until, waited_ms }) => {
+                assert_eq!(until, now + 60_000, "the pause's end");
+                assert_eq!(waited_ms, 2_000);
+            }
+            other => panic!("refused for the pause: {other:?}"),
+        }
+        assert_eq!(site.now() - now, 2_000, "waited its bound");
+    }
+
     #[test]
     fn a_spent_window_resetting_by_the_10_s_mark_goes_then_and_one_second_later_refuses() {
         for (reset_in_ms, goes) in [(9_000, true), (10_000, true), (11_000, false)] {
