@@ -165,7 +165,7 @@ fn a_waiter_says_its_place_and_its_wait() {
     let dir = site.pool.dir().clone();
     let held = site.take(Kind::Agent);
     let pool = site.pool.clone();
-    let waiter = std::thread::spawn(move || {
+    let waiter = spawn_bounded(move || {
         let taken = pool
             .take(
                 Kind::Agent,
@@ -182,7 +182,7 @@ fn a_waiter_says_its_place_and_its_wait() {
             Take::Blocked(b) => panic!("it waits for ever: {b}"),
         }
     });
-    let give_up = std::time::Instant::now() + Duration::from_secs(60);
+    let give_up = std::time::Instant::now() + BOUND;
     while count(&dir, "slot-waiting") == 0 {
         assert!(
             std::time::Instant::now() < give_up,
@@ -191,7 +191,7 @@ fn a_waiter_says_its_place_and_its_wait() {
         std::thread::sleep(Duration::from_millis(5));
     }
     held.end(Slot::release).expect("release");
-    waiter.join().expect("waiter");
+    waiter.join("the waiter taking the slot released");
     let Event::SlotWaiting {
         slot_kind,
         owner,
@@ -436,7 +436,7 @@ fn a_waiter_says_its_place_on_joining_and_at_the_head_only() {
     let waiters: Vec<_> = (0..3)
         .map(|i| {
             let pool = site.pool.clone();
-            let waiter = std::thread::spawn(move || {
+            let waiter = spawn_bounded(move || {
                 let taken = pool
                     .take(
                         Kind::Agent,
@@ -460,7 +460,7 @@ fn a_waiter_says_its_place_on_joining_and_at_the_head_only() {
                 }
             });
             // In line before the next joins: their order is fixed.
-            let give_up = std::time::Instant::now() + Duration::from_secs(60);
+            let give_up = std::time::Instant::now() + BOUND;
             while count(&dir, "slot-waiting") <= i {
                 assert!(std::time::Instant::now() < give_up, "w{i} says its place");
                 std::thread::sleep(Duration::from_millis(5));
@@ -469,8 +469,8 @@ fn a_waiter_says_its_place_on_joining_and_at_the_head_only() {
         })
         .collect();
     held.end(Slot::release).expect("release");
-    for waiter in waiters {
-        waiter.join().expect("waiter");
+    for (i, waiter) in waiters.into_iter().enumerate() {
+        waiter.join(&format!("w{i} taking its turn"));
     }
     let places = |who: &str| -> Vec<u32> {
         all(&dir)

@@ -280,13 +280,14 @@ fn a_waiting_take_goes_when_the_place_before_it_leaves() {
     let before = join(&site, 0, 1);
     let pool = site.pool.clone();
     let (tx, rx) = std::sync::mpsc::channel();
-    let waiter = std::thread::spawn(move || {
+    let waiter = spawn_bounded(move || {
         let mut seen = Vec::new();
         let got = pool.take(
             Kind::Agent,
             &Request::new("waiter"),
             Wait {
-                timeout: Some(Duration::from_secs(60)),
+                // Past the bound on its join: the test fails before the take gives up.
+                timeout: Some(BOUND * 2),
                 priority: 0,
                 on_wait: &mut |w| {
                     seen.push((w.position, w.in_line, w.blocker.clone()));
@@ -296,9 +297,9 @@ fn a_waiting_take_goes_when_the_place_before_it_leaves() {
         );
         (got, seen)
     });
-    rx.recv().expect("the waiter looked");
+    recv_within(&rx, "the waiter's first look");
     gate::quietly(|| before.leave()).expect("leave");
-    let (got, seen) = waiter.join().expect("waiter");
+    let (got, seen) = waiter.join("the waiter taking the slot once the place before it left");
     let Take::Held(slot) = got.expect("take") else {
         panic!("held once the place before it left");
     };

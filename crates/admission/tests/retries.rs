@@ -74,8 +74,11 @@ fn a_blocking_take_tries_a_busy_slots_lock_again_before_it_reports_counting() {
             Kind::Agent,
             &Request::new("waiter"),
             Wait {
-                // A watchdog only: the counter finishes at the first report.
-                timeout: Some(Duration::from_secs(600)),
+                // A watchdog only: the counter finishes at the first report, which comes
+                // after the take's 2,000 tries of slots.lock (2 s, and 5 s on this 2-core
+                // machine under load). Short of the 23 s cargo-mutants gives the suite, so a
+                // take that never reports, or never takes once the counter is done, fails.
+                timeout: Some(Duration::from_secs(15)),
                 priority: 0,
                 on_wait: &mut |waiting| {
                     let blocker = waiting.blocker;

@@ -13,6 +13,74 @@ pub(crate) use worklane_slotfile::{Environment, RECORD_MODE, SlotDir};
 pub(crate) use worklane_testkit::Gated;
 pub(crate) use worklane_testkit::gate::{self, QuietDrop};
 
+/// How long a test waits for what happens at once when the code is right: a waiter's next
+/// look (due within 250 ms), a helper process's next line, a thread's or a process's end. Many
+/// times what it takes on a loaded machine, and far below the 23 s cargo-mutants gives the
+/// whole suite: a mutant that makes it never happen fails the test, naming what did not
+/// happen, instead of hanging it.
+pub(crate) const BOUND: Duration = Duration::from_secs(5);
+
+/// The next value of `rx` within [`BOUND`]; panics naming `what` did not come.
+pub(crate) fn recv_within<T>(rx: &std::sync::mpsc::Receiver<T>, what: &str) -> T {
+    match rx.recv_timeout(BOUND) {
+        Ok(value) => value,
+        Err(e) => panic!("{what}: not within {BOUND:?} ({e})"),
+    }
+}
+
+/// A thread whose end a test waits for within [`BOUND`] ([`Bounded::join`]).
+pub(crate) struct Bounded<T>(std::sync::mpsc::Receiver<std::thread::Result<T>>);
+
+/// Runs `f` on a thread of its own, to be joined within [`BOUND`]. A thread that never ends
+/// is left behind when its test fails; the test binary's end takes it.
+pub(crate) fn spawn_bounded<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Bounded<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
+    });
+    Bounded(rx)
+}
+
+impl<T> Bounded<T> {
+    /// What the thread returned (its panic goes on in the caller), within [`BOUND`]; panics
+    /// naming `what` did not end.
+    pub(crate) fn join(self, what: &str) -> T {
+        match recv_within(&self.0, what) {
+            Ok(value) => value,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+}
+
+/// Waits for `child` to end within [`BOUND`] (its pidfd polled) and reaps it; panics naming
+/// `what` did not end. A child still running is SIGKILLed when the failing test drops it.
+pub(crate) fn wait_within(child: &mut std::process::Child, what: &str) -> std::process::ExitStatus {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    use rustix::process::{Pid, PidfdFlags, pidfd_open};
+    let pid = i32::try_from(child.id())
+        .ok()
+        .and_then(Pid::from_raw)
+        .expect("a child's pid");
+    let pidfd = pidfd_open(pid, PidfdFlags::empty()).expect("pidfd_open of a child");
+    let deadline = std::time::Instant::now() + BOUND;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        assert!(!left.is_zero(), "{what}: did not end within {BOUND:?}");
+        let spec = Timespec {
+            tv_sec: i64::try_from(left.as_secs()).expect("seconds"),
+            tv_nsec: i64::from(left.subsec_nanos()),
+        };
+        let mut fds = [PollFd::new(&pidfd, PollFlags::IN)];
+        match poll(&mut fds, Some(&spec)) {
+            Ok(0) | Err(rustix::io::Errno::INTR) => {}
+            Ok(_) => return child.wait().expect("reap"),
+            Err(e) => panic!("{what}: poll of its pidfd: {e}"),
+        }
+    }
+}
+
 pub(crate) struct Site {
     pub(crate) temp: tempfile::TempDir,
     pub(crate) pool: Pool,

@@ -106,7 +106,7 @@ fn a_blocking_take_gets_the_slot_once_freed() {
     let (tx, rx) = std::sync::mpsc::channel();
     let waiter = {
         let site = Arc::clone(&site);
-        std::thread::spawn(move || {
+        spawn_bounded(move || {
             let mut told = false;
             let got = site.pool.take(
                 Kind::Agent,
@@ -125,10 +125,10 @@ fn a_blocking_take_gets_the_slot_once_freed() {
             matches!(got, Ok(Take::Held(_)))
         })
     };
-    rx.recv().expect("the waiter is waiting");
+    recv_within(&rx, "the waiter's first look");
     drop(held);
     assert!(
-        waiter.join().expect("join"),
+        waiter.join("the waiter taking the freed slot"),
         "the waiter got the freed slot"
     );
 }

@@ -693,21 +693,19 @@ impl Taker {
         self.stdin = None;
     }
 
-    /// Waits for it to end; it must end well.
+    /// Waits for it to end (within [`BOUND`]); it must end well.
     fn finish(mut self) {
         self.stdin = None;
-        let status = self.child.wait().expect("wait");
+        let status = wait_within(&mut self.child, &format!("{} ending", self.label));
         assert!(status.success(), "{} ended with {status}", self.label);
     }
 }
 
-/// The next line of `lines` that is not `skip`, within a watchdog's minute (a waiter looks
-/// again at least every 250 ms, so a line that does not come in a minute never will).
+/// The next line of `lines` that is not `skip`, each within [`BOUND`] (a waiter looks again
+/// at least every 250 ms, so a line that does not come by then never will).
 fn next_line(lines: &mpsc::Receiver<(String, String)>, skip: &[&str]) -> (String, String) {
     loop {
-        let (label, line) = lines
-            .recv_timeout(Duration::from_secs(60))
-            .expect("a taker's next line within the watchdog's minute");
+        let (label, line) = recv_within(lines, "a taker's next line");
         assert!(
             !line.starts_with("error") && !line.starts_with("timeout"),
             "{label}: {line}"
@@ -718,8 +716,8 @@ fn next_line(lines: &mpsc::Receiver<(String, String)>, skip: &[&str]) -> (String
     }
 }
 
-/// Waits until each of `labels` has said a line starting with `word`; other lines are kept in
-/// `seen`.
+/// Waits until each of `labels` has said a line starting with `word` (each line within
+/// [`BOUND`]); other lines are kept in `seen`.
 fn await_all(
     lines: &mpsc::Receiver<(String, String)>,
     labels: &[String],
@@ -728,9 +726,10 @@ fn await_all(
 ) {
     let mut missing: Vec<&String> = labels.iter().collect();
     while !missing.is_empty() {
-        let (label, line) = lines
-            .recv_timeout(Duration::from_secs(60))
-            .expect("every taker speaks within the watchdog's minute");
+        let (label, line) = recv_within(
+            lines,
+            &format!("the next line of {missing:?}, still to say {word:?}"),
+        );
         assert!(
             !line.starts_with("error") && !line.starts_with("timeout"),
             "{label}: {line}"
@@ -796,6 +795,7 @@ mod processes {
         let mut most = 0;
         for sample in 0..1000 {
             let units = gate::quietly(|| {
+                let give_up = std::time::Instant::now() + BOUND;
                 let counting = loop {
                     match worklane_lease::acquire(
                         &dir,
@@ -806,7 +806,13 @@ mod processes {
                     .expect("acquire slots.lock")
                     {
                         worklane_lease::Acquired::Held(lease) => break lease,
-                        worklane_lease::Acquired::Refused(_) => std::thread::yield_now(),
+                        worklane_lease::Acquired::Refused(_) => {
+                            assert!(
+                                std::time::Instant::now() < give_up,
+                                "sample {sample}: slots.lock not free within {BOUND:?} (seed {seed})"
+                            );
+                            std::thread::yield_now();
+                        }
                     }
                 };
                 let units = site.pool.snapshot().expect("snapshot").held_units("agent");
@@ -821,7 +827,13 @@ mod processes {
         }
         let mut held = HashMap::new();
         let mut released = 0;
-        for (label, line) in lines.iter() {
+        // Each taker's lines, to its `released` (each line within the bound: a taker waiting
+        // for ever, or one that never ends, fails the test at once).
+        while released < 24 {
+            let (label, line) = recv_within(
+                &lines,
+                &format!("a taker's next line, {released} of 24 released (seed {seed})"),
+            );
             assert!(
                 !line.starts_with("error") && !line.starts_with("timeout"),
                 "{label}: {line} (seed {seed})"
