@@ -80,6 +80,19 @@ fn a_slot_taken_and_released_is_said_once_each() {
 }
 
 #[test]
+fn the_usage_noted_on_a_slot_is_said_in_its_release() {
+    let site = Site::new(r#"{"max_agents": 1}"#);
+    let dir = site.pool.dir().clone();
+    let mut slot = site.take(Kind::Agent);
+    slot.note_usage(Some(2_500_000));
+    slot.end(Slot::release).expect("release");
+    let Event::SlotReleased { cpu_usec, .. } = one(&dir, "slot-released") else {
+        panic!("slot-released");
+    };
+    assert_eq!(cpu_usec, Some(2_500_000), "the CPU its run used, as noted");
+}
+
+#[test]
 fn refusals_at_the_cap_and_by_stop_and_drain_and_the_operator_s_changes() {
     let site = Site::new(r#"{"max_agents": 1}"#);
     let dir = site.pool.dir().clone();
@@ -190,6 +203,10 @@ fn a_waiter_says_its_place_and_its_wait() {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
+    // The waiter started before it said its place, and takes only after the release: held 2
+    // ms more, its wait is at least that, whatever the scheduling (released at once, it could
+    // round down to 0 ms: seen once in some fifty runs of the suite here).
+    std::thread::sleep(Duration::from_millis(2));
     held.end(Slot::release).expect("release");
     waiter.join("the waiter taking the slot released");
     let Event::SlotWaiting {

@@ -74,6 +74,10 @@ fn an_unknown_extension_or_a_higher_level_refuses_every_take_and_the_views_say_s
             .expect("named as a problem");
         assert!(problem.what.contains(&expected.to_string()), "{problem:?}");
         assert_eq!(problem.blocks, Some("every take"));
+        assert_eq!(
+            problem.fix, "upgrade worklane on this machine (see PROTOCOL.md's changelog)",
+            "what it asks is known, and beyond this worklane"
+        );
     }
 }
 
@@ -95,6 +99,24 @@ fn an_unreadable_protocol_file_refuses_takes_and_no_file_is_level_one() {
             }
         ),
         "{refused:?}"
+    );
+    let snapshot = site.snapshot();
+    let problem = snapshot
+        .problems
+        .iter()
+        .find(|p| p.name == "protocol.json")
+        .expect("named as a problem");
+    assert_eq!(
+        (problem.fix.as_str(), problem.blocks),
+        (
+            format!(
+                "repair or remove '{}' (see PROTOCOL.md section 0)",
+                protocol_file(&site).display()
+            )
+            .as_str(),
+            Some("every take")
+        ),
+        "what it asks cannot be known: the file is what to fix"
     );
 }
 

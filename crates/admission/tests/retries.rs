@@ -2,49 +2,6 @@
 //! counter finishes, a slot's guard while a probe looks at it. Each try opens the guard,
 //! so the tries are counted with inotify (counts of attempts, never durations).
 use super::*;
-use rustix::fs::inotify;
-use std::mem::MaybeUninit;
-use std::os::fd::OwnedFd;
-
-/// Watches the opens in `dir`, and the closes that separate them (the kernel merges an
-/// event into an identical one still unread, so opens alone would count as one).
-fn watch(dir: &std::path::Path) -> OwnedFd {
-    let watch = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)
-        .expect("inotify");
-    inotify::add_watch(
-        &watch,
-        dir,
-        inotify::WatchFlags::OPEN | inotify::WatchFlags::CLOSE_NOWRITE,
-    )
-    .expect("watch the directory");
-    watch
-}
-
-/// How many times `name` was opened since the last call (every event already queued).
-fn opens(watch: &OwnedFd, name: &str) -> usize {
-    let mut buf = [MaybeUninit::uninit(); 4096];
-    let mut events = inotify::Reader::new(watch, &mut buf);
-    let mut count = 0;
-    loop {
-        match events.next() {
-            Ok(event) => {
-                assert!(
-                    !event.events().contains(inotify::ReadFlags::QUEUE_OVERFLOW),
-                    "the inotify queue overflowed"
-                );
-                if event.events().contains(inotify::ReadFlags::OPEN)
-                    && event
-                        .file_name()
-                        .is_some_and(|n| n.to_bytes() == name.as_bytes())
-                {
-                    count += 1;
-                }
-            }
-            Err(rustix::io::Errno::AGAIN) => return count,
-            Err(e) => panic!("read inotify events: {e}"),
-        }
-    }
-}
 
 fn hold(dir: &SlotDir, name: &str) -> QuietDrop<worklane_lease::Lease> {
     match worklane_lease::acquire(

@@ -198,3 +198,41 @@ pub(crate) fn dead_record() -> Record {
         ..Record::default()
     }
 }
+
+/// Watches the opens in `dir`, and the closes that separate them (the kernel merges an
+/// event into an identical one still unread, so opens alone would count as one): each try
+/// at a guard opens it, so tries are counted, never timed.
+pub(crate) fn watch(dir: &std::path::Path) -> std::os::fd::OwnedFd {
+    use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
+    let watch = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).expect("inotify");
+    inotify::add_watch(&watch, dir, WatchFlags::OPEN | WatchFlags::CLOSE_NOWRITE)
+        .expect("watch the directory");
+    watch
+}
+
+/// How many times `name` was opened since the last call (every event already queued).
+pub(crate) fn opens(watch: &std::os::fd::OwnedFd, name: &str) -> usize {
+    use rustix::fs::inotify::{ReadFlags, Reader};
+    let mut buf = [std::mem::MaybeUninit::uninit(); 4096];
+    let mut events = Reader::new(watch, &mut buf);
+    let mut count = 0;
+    loop {
+        match events.next() {
+            Ok(event) => {
+                assert!(
+                    !event.events().contains(ReadFlags::QUEUE_OVERFLOW),
+                    "the inotify queue overflowed"
+                );
+                if event.events().contains(ReadFlags::OPEN)
+                    && event
+                        .file_name()
+                        .is_some_and(|n| n.to_bytes() == name.as_bytes())
+                {
+                    count += 1;
+                }
+            }
+            Err(rustix::io::Errno::AGAIN) => return count,
+            Err(e) => panic!("read inotify events: {e}"),
+        }
+    }
+}

@@ -314,6 +314,25 @@ mod takes {
     }
 
     #[test]
+    fn a_handed_over_full_run_counts_one_whatever_its_record_says() {
+        let site = Site::new("{}");
+        let run = site.take(Kind::FullRun);
+        let name = run.name().to_owned();
+        let guard = run.end(Slot::hand_over).expect("a held guard");
+        let fd = rustix::io::fcntl_dupfd_cloexec(&guard, 3).expect("dup");
+        gate::quietly(|| drop(guard));
+        // Its record given a weight meanwhile (another writer's): the full run is one unit.
+        let mut record = record_of(&site, &name);
+        record["weight"] = serde_json::json!(3);
+        let record = Record::parse(&serde_json::to_vec(&record).expect("JSON")).expect("a record");
+        site.write_record(&name, &record);
+        let adopted =
+            gate::quietly(|| site.pool.adopt(&name, fd, &Request::new("driver"))).expect("adopt");
+        let adopted = QuietDrop::new(adopted);
+        assert_eq!(adopted.weight(), 1, "the full run is one slot of one unit");
+    }
+
+    #[test]
     fn a_place_in_line_says_its_weight_and_owner() {
         let site = Site::new(r#"{"max_agents": 4, "shares": {"*": 4}}"#);
         let place = gate::quietly(|| {
@@ -337,6 +356,31 @@ mod takes {
             (3, Some("uid:7"))
         );
         assert!(view.live);
+        gate::quietly(|| place.leave()).expect("leave");
+    }
+    #[test]
+    fn an_unusable_config_keeps_a_place_of_weight_one_and_refuses_a_heavier_one() {
+        let site = Site::new("{}");
+        // A share that is no whole number: every take is refused until the config is fixed.
+        site.set_config(r#"{"max_agents": 4, "shares": {"uid:1": 1.5}}"#);
+        let join = |weight| {
+            gate::quietly(|| {
+                site.pool
+                    .join_line_for(Kind::Agent, 0, 1000, &Request::new("waiter"), &ask(weight))
+            })
+        };
+        let place = join(1).expect("a waiter of weight 1 waits for the config to be fixed");
+        let record = record_of(&site, &place.entry().name());
+        assert_eq!(
+            (&record["weight"], &record["shareOwner"]),
+            (&serde_json::Value::Null, &serde_json::Value::Null),
+            "it stands without a weight or an owner, as an older harness's place: {record}"
+        );
+        let err = join(2).expect_err("a heavier place cannot be judged without the config");
+        assert!(
+            matches!(err, worklane_admission::take::Error::Config { .. }),
+            "{err:?}"
+        );
         gate::quietly(|| place.leave()).expect("leave");
     }
 }
@@ -608,6 +652,45 @@ mod shares {
             );
             assert!(site.pool.stop().is_ok(), "STOP still reads");
         }
+    }
+
+    #[test]
+    fn with_shares_a_waiter_counts_itself_and_the_places_before_it_in_line() {
+        let site = Site::new(r#"{"max_agents": 1, "shares": {"*": 1}}"#);
+        let held = held(&site, &ask(1));
+        let before = gate::quietly(|| {
+            site.pool
+                .join_line_at(Kind::Agent, 0, 100, &Request::new("before"))
+        })
+        .expect("join");
+        // Called off at its first look: what that look said is all the test needs.
+        let cancelled = std::sync::atomic::AtomicBool::new(false);
+        let mut seen = Vec::new();
+        let got = gate::quietly(|| {
+            site.pool.take_unless(
+                Kind::Agent,
+                &Request::new("waiter"),
+                Wait {
+                    // A watchdog only: the wait ends at the look after its first.
+                    timeout: Some(BOUND),
+                    priority: 0,
+                    on_wait: &mut |w| {
+                        seen.push((w.position, w.in_line));
+                        cancelled.store(true, std::sync::atomic::Ordering::SeqCst);
+                    },
+                },
+                &cancelled,
+            )
+        })
+        .expect("take");
+        assert!(matches!(got, Take::Blocked(_)), "called off: {got:?}");
+        assert_eq!(
+            seen.first().map(|(_, in_line)| *in_line),
+            Some(2),
+            "in line: the place before it and its own ({seen:?})"
+        );
+        gate::quietly(|| before.leave()).expect("leave");
+        drop(held);
     }
 
     #[test]
