@@ -515,7 +515,8 @@ mod records {
             owner: Some("old harness".into()),
             ..Record::default()
         };
-        legacy.extra.insert("weight".into(), 3.into());
+        // Above the cap even: it counts 1 all the same.
+        legacy.extra.insert("weight".into(), 5.into());
         site.write_record("agent-0.lock", &legacy);
         let two = held(&site, &ask(2));
         assert_eq!(two.name(), "agent-1.lock");
@@ -527,6 +528,62 @@ mod records {
             .find(|p| p.name == "agent-0.lock")
             .expect("reported");
         assert!(problem.what.contains("not counted"), "{problem:?}");
+        assert_eq!(
+            problem.fix,
+            format!(
+                "have the harness that wrote it write a whole-number weight; once its holder \
+                 has ended (and only then), rm -- '{}'",
+                site.temp.path().join("agent-0.lock").display()
+            ),
+            "no cap to raise: it counts 1 already"
+        );
+    }
+
+    #[test]
+    fn only_a_weight_that_does_not_count_as_written_is_a_problem() {
+        let site = Site::new(r#"{"max_agents": 3, "max_test_runs": 2}"#);
+        let problem_of = |name: &str| {
+            site.snapshot()
+                .problems
+                .into_iter()
+                .find(|p| p.name == name)
+        };
+        site.write_record("agent-0.lock", &live_record(Some(3.into())));
+        assert_eq!(
+            problem_of("agent-0.lock"),
+            None,
+            "the whole cap counts as written"
+        );
+        let pid = std::process::id();
+        for (name, cap, key) in [
+            ("agent-0.lock", 3, "max_agents"),
+            ("test-0.lock", 2, "max_test_runs"),
+        ] {
+            site.write_record(name, &live_record(Some(5.into())));
+            let problem = problem_of(name).expect("a weight above the cap");
+            assert!(
+                problem
+                    .what
+                    .contains(&format!("above the cap of {cap}: it counts as {cap} units")),
+                "{problem:?}"
+            );
+            assert_eq!(
+                problem.fix,
+                format!(
+                    "let its holder, pid {pid} end, or raise the cap to 5 (`worklane config set \
+                     {key} 5`)"
+                )
+            );
+        }
+        // A dead holder's record counts nothing, whatever its weight says.
+        let mut dead = dead_record();
+        dead.extra.insert("weight".into(), "x".into());
+        site.write_record("agent-0.lock", &dead);
+        assert_eq!(
+            problem_of("agent-0.lock"),
+            None,
+            "a dead holder's weight counts nothing"
+        );
     }
 }
 
