@@ -238,8 +238,12 @@ fn a_waiter_says_its_place_and_its_wait() {
 
     // Timed out: its refusal, with the time waited.
     let _again = site.take(Kind::Agent);
-    let taken = gate::quietly(|| {
-        site.pool.take(
+    let pool = site.pool.clone();
+    // Quiet while it waits (held by this thread: a wait that never ends must not keep the
+    // gate shut).
+    let quiet = gate::quiet();
+    let taken = spawn_bounded(move || {
+        pool.take(
             Kind::Agent,
             &Request::new("impatient"),
             Wait {
@@ -249,7 +253,9 @@ fn a_waiter_says_its_place_and_its_wait() {
             },
         )
     })
+    .join_within(PROMPT, "a take of 100 ms timing out")
     .expect("take");
+    drop(quiet);
     assert!(matches!(taken, Take::Blocked(Blocker::AtCap { .. })));
     let refused: Vec<u64> = all(&dir)
         .iter()

@@ -412,8 +412,10 @@ fn a_waiting_take_that_times_out_leaves_the_line() {
     let _quiet = gate::quiet();
     let site = Site::new(r#"{"max_agents": 1}"#);
     let before = join(&site, 0, 1);
-    let got = gate::quietly(|| {
-        site.pool.take(
+    let pool = site.pool.clone();
+    // The gate is quiet already (held by this thread): the take needs no more.
+    let got = spawn_bounded(move || {
+        pool.take(
             Kind::Agent,
             &Request::new("impatient"),
             Wait {
@@ -423,6 +425,7 @@ fn a_waiting_take_that_times_out_leaves_the_line() {
             },
         )
     })
+    .join_within(PROMPT, "a take of 50 ms timing out")
     .expect("take");
     assert!(
         matches!(got, Take::Blocked(Blocker::InLine { .. })),

@@ -40,10 +40,16 @@ fn a_blocking_take_refuses_at_once_under_stop_and_drain() {
         )
         .expect("take")
     };
+    let watch = watch(site.temp.path());
     let got = take(&site.pool);
     assert!(
         matches!(got, Take::Blocked(Blocker::Stop(_))),
         "STOP: {got:?}"
+    );
+    let opened = opened(&watch);
+    assert!(
+        !opened.iter().any(|n| n.contains("line-")),
+        "a refusal is no reason to stand in line, not even for a moment: {opened:?}"
     );
     worklane_admission::stop::remove(site.pool.dir()).expect("resume");
     let now = 1_796_012_839_000;

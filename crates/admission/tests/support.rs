@@ -20,6 +20,12 @@ pub(crate) use worklane_testkit::gate::{self, QuietDrop};
 /// happen, instead of hanging it.
 pub(crate) const BOUND: Duration = Duration::from_secs(5);
 
+/// How long a test waits for a take due to end within a few hundred milliseconds (its
+/// timeout of at most 200 ms, or the next look, at most 250 ms away): ten times that, and
+/// shorter than [`BOUND`] because several such takes hang at once under one mutant (of the
+/// wait's end), and their bounds add up on the suite's two test threads.
+pub(crate) const PROMPT: Duration = Duration::from_secs(2);
+
 /// The next value of `rx` within [`BOUND`]; panics naming `what` did not come.
 pub(crate) fn recv_within<T>(rx: &std::sync::mpsc::Receiver<T>, what: &str) -> T {
     match rx.recv_timeout(BOUND) {
@@ -47,9 +53,15 @@ impl<T> Bounded<T> {
     /// What the thread returned (its panic goes on in the caller), within [`BOUND`]; panics
     /// naming `what` did not end.
     pub(crate) fn join(self, what: &str) -> T {
-        match recv_within(&self.0, what) {
-            Ok(value) => value,
-            Err(panic) => std::panic::resume_unwind(panic),
+        self.join_within(BOUND, what)
+    }
+
+    /// [`Bounded::join`] within `limit`.
+    pub(crate) fn join_within(self, limit: Duration, what: &str) -> T {
+        match self.0.recv_timeout(limit) {
+            Ok(Ok(value)) => value,
+            Ok(Err(panic)) => std::panic::resume_unwind(panic),
+            Err(e) => panic!("{what}: not within {limit:?} ({e})"),
         }
     }
 }
@@ -210,12 +222,17 @@ pub(crate) fn watch(dir: &std::path::Path) -> std::os::fd::OwnedFd {
     watch
 }
 
-/// How many times `name` was opened since the last call (every event already queued).
+/// How many times `name` was opened since the last look (every event already queued).
 pub(crate) fn opens(watch: &std::os::fd::OwnedFd, name: &str) -> usize {
+    opened(watch).iter().filter(|n| *n == name).count()
+}
+
+/// The names opened since the last look, one per open (every event already queued).
+pub(crate) fn opened(watch: &std::os::fd::OwnedFd) -> Vec<String> {
     use rustix::fs::inotify::{ReadFlags, Reader};
     let mut buf = [std::mem::MaybeUninit::uninit(); 4096];
     let mut events = Reader::new(watch, &mut buf);
-    let mut count = 0;
+    let mut names = Vec::new();
     loop {
         match events.next() {
             Ok(event) => {
@@ -224,14 +241,12 @@ pub(crate) fn opens(watch: &std::os::fd::OwnedFd, name: &str) -> usize {
                     "the inotify queue overflowed"
                 );
                 if event.events().contains(ReadFlags::OPEN)
-                    && event
-                        .file_name()
-                        .is_some_and(|n| n.to_bytes() == name.as_bytes())
+                    && let Some(name) = event.file_name()
                 {
-                    count += 1;
+                    names.push(name.to_string_lossy().into_owned());
                 }
             }
-            Err(rustix::io::Errno::AGAIN) => return count,
+            Err(rustix::io::Errno::AGAIN) => return names,
             Err(e) => panic!("read inotify events: {e}"),
         }
     }

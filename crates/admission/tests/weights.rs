@@ -714,7 +714,7 @@ mod shares {
     #[test]
     fn with_shares_a_waiter_counts_itself_and_the_places_before_it_in_line() {
         let site = Site::new(r#"{"max_agents": 1, "shares": {"*": 1}}"#);
-        let held = held(&site, &ask(1));
+        // The unit is free, but the place before it (the same owner, earlier) goes first.
         let before = gate::quietly(|| {
             site.pool
                 .join_line_at(Kind::Agent, 0, 100, &Request::new("before"))
@@ -729,7 +729,7 @@ mod shares {
                 &Request::new("waiter"),
                 Wait {
                     // A watchdog only: the wait ends at the look after its first.
-                    timeout: Some(BOUND),
+                    timeout: Some(PROMPT),
                     priority: 0,
                     on_wait: &mut |w| {
                         seen.push((w.position, w.in_line));
@@ -742,12 +742,11 @@ mod shares {
         .expect("take");
         assert!(matches!(got, Take::Blocked(_)), "called off: {got:?}");
         assert_eq!(
-            seen.first().map(|(_, in_line)| *in_line),
-            Some(2),
-            "in line: the place before it and its own ({seen:?})"
+            seen.first(),
+            Some(&(2, 2)),
+            "second in line: the place before it and its own ({seen:?})"
         );
         gate::quietly(|| before.leave()).expect("leave");
-        drop(held);
     }
 
     #[test]
