@@ -446,6 +446,43 @@ mod tests {
     }
 
     #[test]
+    fn an_owner_is_its_uid_groups_and_tag() {
+        let owner = Owner::of_uid(1001).with_groups([4000, 5000]).with_tag("t");
+        assert_eq!(
+            (owner.uid(), owner.groups(), owner.tag()),
+            (1001, &[4000, 5000][..], Some("t"))
+        );
+        let plain = Owner::of_uid(7);
+        assert_eq!((plain.groups(), plain.tag()), (&[][..], None));
+    }
+
+    #[test]
+    fn this_process_is_its_effective_ids_and_each_of_its_groups_once() {
+        // On a thread of its own, in supplementary groups of its own (set for that thread
+        // alone, as root may): its effective gid among them, to be named once.
+        let egid = rustix::process::getegid().as_raw();
+        let groups = [4000, egid, 5000];
+        let owner = std::thread::spawn(move || {
+            let gids: Vec<rustix::thread::Gid> = groups
+                .iter()
+                .map(|g| rustix::thread::Gid::from_raw(*g))
+                .collect();
+            rustix::thread::set_thread_groups(&gids)
+                .expect("set this thread's groups (the tests run as root)");
+            Owner::of_process()
+        })
+        .join()
+        .expect("the thread");
+        assert_eq!(owner.uid(), rustix::process::geteuid().as_raw());
+        assert_eq!(
+            owner.groups(),
+            [egid, 4000, 5000],
+            "the effective gid first, then each supplementary group once"
+        );
+        assert_eq!(owner.tag(), None);
+    }
+
+    #[test]
     fn group_files_are_read_by_name() {
         let text = "root:x:0:\n# comment\nci:x:4000:alice,bob\nbroken\nodd:x:notanumber:\n";
         assert_eq!(gid_in_group_file(text, "ci"), Some(4000));

@@ -417,6 +417,13 @@ mod records {
                 .declare_extension(worklane_admission::protocol::WEIGHTS)
                 .expect("declare")
         );
+        assert!(
+            !site
+                .pool
+                .declare_extension(worklane_admission::protocol::WEIGHTS)
+                .expect("declare again"),
+            "declared once: a second declaration changes nothing"
+        );
         assert_eq!(
             blocked(&site, &ask(1)),
             Blocker::AtCap { held: 2, cap: 2 },
@@ -654,6 +661,44 @@ mod shares {
         assert_eq!(uses["uid:1001"], (2, Some(2)));
         assert_eq!(uses["uid:1002"], (1, Some(1)));
         assert_eq!(uses["uid:1003"], (1, Some(1)));
+    }
+
+    #[test]
+    fn the_share_uses_are_the_owners_the_config_names_and_those_holding_live_agent_units() {
+        let site = Site::new(
+            r#"{"max_agents": 4, "max_test_runs": 2, "shares": {"uid:1001": 2, "group:4000": 3, "*": 1}}"#,
+        );
+        // A dead agent's record and a live test run's, each naming an owner: neither holds
+        // agent units.
+        let mut dead = dead_record();
+        dead.extra.insert("shareOwner".into(), "uid:2000".into());
+        site.write_record("agent-0.lock", &dead);
+        let mut test_run = live_record(Some(1.into()));
+        test_run
+            .extra
+            .insert("shareOwner".into(), "uid:3000".into());
+        site.write_record("test-0.lock", &test_run);
+        let snapshot = site.snapshot();
+        let uses: Vec<(String, u32, Option<u32>)> = snapshot
+            .share_uses()
+            .into_iter()
+            .map(|u| (u.owner, u.held, u.share))
+            .collect();
+        assert_eq!(
+            uses,
+            [
+                ("group:4000".to_owned(), 0, Some(3)),
+                ("uid:1001".to_owned(), 0, Some(2))
+            ],
+            "the owners the config names (`*` is no owner), holding nothing"
+        );
+        for owner in ["uid:2000", "uid:3000"] {
+            assert_eq!(
+                snapshot.holdings(owner),
+                [],
+                "{owner}: a dead holder's slot and a test run's hold no agent units"
+            );
+        }
     }
 
     #[test]
