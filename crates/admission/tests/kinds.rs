@@ -31,7 +31,21 @@ fn every_lock_and_lease_file_is_shown_with_its_kind() {
         ],
         "config.json and notes.json are not locks"
     );
+    assert_eq!(
+        snapshot.held_units("full-run"),
+        1,
+        "the full run held is one unit"
+    );
     drop(run);
+}
+
+#[test]
+fn a_job_slot_held_is_one_unit_and_a_free_one_none() {
+    let site = Site::new(r#"{"max_jobs": 2}"#);
+    let job = site.take(Kind::Job);
+    assert_eq!(site.snapshot().held_units("job"), 1, "one token held");
+    drop(job);
+    assert_eq!(site.snapshot().held_units("job"), 0, "released: none");
 }
 
 #[test]
