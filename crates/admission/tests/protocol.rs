@@ -121,6 +121,35 @@ fn an_unreadable_protocol_file_refuses_takes_and_no_file_is_level_one() {
 }
 
 #[test]
+fn a_take_declares_weights_beside_another_extension_and_only_once() {
+    use std::os::unix::fs::MetadataExt;
+    let site = Site::new(r#"{"max_agents": 4}"#);
+    std::fs::write(
+        protocol_file(&site),
+        r#"{"version": 1, "level": 1, "extensions": ["cgroups"]}"#,
+    )
+    .expect("protocol.json naming cgroups");
+    let heavy = |site: &Site| match try_take(site, &Ask::new().with_weight(2)).expect("take") {
+        Take::Held(slot) => QuietDrop::new(slot),
+        Take::Blocked(b) => panic!("{b}"),
+    };
+    let first = heavy(&site);
+    assert_eq!(
+        declared(&site),
+        ["cgroups", "weights"],
+        "weights added to what was declared"
+    );
+    let written = std::fs::metadata(protocol_file(&site)).expect("stat").ino();
+    let second = heavy(&site);
+    assert_eq!(
+        std::fs::metadata(protocol_file(&site)).expect("stat").ino(),
+        written,
+        "declared already: protocol.json is not written again"
+    );
+    drop((first, second));
+}
+
+#[test]
 fn weights_are_declared_by_their_first_use_and_dropped_only_when_unused() {
     let site = Site::new(r#"{"max_agents": 4}"#);
     let plain = match try_take(&site, &Ask::new()).expect("take") {
