@@ -210,16 +210,47 @@ mod tests {
     /// that misses the change fails the test rather than timing out.
     const BOUND: Duration = Duration::from_secs(5);
 
+    fn slot_dir(temp: &tempfile::TempDir) -> SlotDir {
+        let env = Environment::from_process().var("AGENT_SLOTS_DIR", temp.path());
+        worklane_slotfile::SlotDir::resolve_in(&env)
+            .expect("resolve")
+            .dir
+    }
+
     #[test]
     fn a_wanted_change_wakes_it_and_others_do_not() {
+        // On a thread of its own, joined within twice the bound: a wait that blocks inside
+        // the watch (a read that never returns) fails the test instead of hanging it.
+        let (done, ended) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done.send(std::panic::catch_unwind(wakes_on_wanted_changes_only));
+        });
+        match ended.recv_timeout(BOUND * 2) {
+            Ok(Ok(())) => {}
+            Ok(Err(panic)) => std::panic::resume_unwind(panic),
+            Err(_) => panic!("the watch's waits did not end within {:?}", BOUND * 2),
+        }
+    }
+
+    fn wakes_on_wanted_changes_only() {
         let temp = tempfile::tempdir().expect("temp");
-        let env = Environment::from_process().var("AGENT_SLOTS_DIR", temp.path());
-        let dir = worklane_slotfile::SlotDir::resolve_in(&env)
-            .expect("resolve")
-            .dir;
+        let dir = slot_dir(&temp);
         let watches = Watches::default();
         let mut watch = watches.watch(&dir);
         assert!(watch.is_watching(), "inotify is there on Linux");
+        let fd = watch.fd().expect("a descriptor");
+        assert!(
+            rustix::fs::fcntl_getfl(fd)
+                .expect("its flags")
+                .contains(rustix::fs::OFlags::NONBLOCK),
+            "read without blocking: a read past the last event returns at once"
+        );
+        assert!(
+            rustix::io::fcntl_getfd(fd)
+                .expect("its descriptor flags")
+                .contains(rustix::io::FdFlags::CLOEXEC),
+            "closed on exec: no command a take starts inherits it"
+        );
         let file = dir.file("agent-0.lock").expect("name");
         file.replace(b"{}", RECORD_MODE).expect("write");
         let other = dir.file("slots.lock").expect("name");
@@ -269,5 +300,25 @@ mod tests {
         );
         assert!(!watch.drain(&|_| true), "nothing left to read");
         assert!(format!("{watches:?}").starts_with("Watches"));
+    }
+
+    #[test]
+    fn a_watch_done_leaves_its_instance_to_the_next() {
+        let temp = tempfile::tempdir().expect("temp");
+        let dir = slot_dir(&temp);
+        let watches = Watches::default();
+        let first = watches.watch(&dir);
+        dir.file("agent-0.lock")
+            .expect("name")
+            .replace(b"{}", RECORD_MODE)
+            .expect("write");
+        drop(first);
+        // The same instance, kept open (closing one costs a grace period): what it saw
+        // before is still queued there.
+        let mut next = watches.watch(&dir);
+        assert!(
+            next.drain(&|name| name == "agent-0.lock"),
+            "the next watch reads what the first one saw: its instance was kept"
+        );
     }
 }
