@@ -217,19 +217,24 @@ mod tests {
             .dir
     }
 
-    #[test]
-    fn a_wanted_change_wakes_it_and_others_do_not() {
-        // On a thread of its own, joined within twice the bound: a wait that blocks inside
-        // the watch (a read that never returns) fails the test instead of hanging it.
+    /// Runs `body` on a thread of its own, joined within twice the bound: a wait or a read
+    /// that blocks inside the watch (one that never returns) fails the test instead of
+    /// hanging it.
+    fn bounded(body: fn()) {
         let (done, ended) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let _ = done.send(std::panic::catch_unwind(wakes_on_wanted_changes_only));
+            let _ = done.send(std::panic::catch_unwind(body));
         });
         match ended.recv_timeout(BOUND * 2) {
             Ok(Ok(())) => {}
             Ok(Err(panic)) => std::panic::resume_unwind(panic),
             Err(_) => panic!("the watch's waits did not end within {:?}", BOUND * 2),
         }
+    }
+
+    #[test]
+    fn a_wanted_change_wakes_it_and_others_do_not() {
+        bounded(wakes_on_wanted_changes_only);
     }
 
     fn wakes_on_wanted_changes_only() {
@@ -304,6 +309,10 @@ mod tests {
 
     #[test]
     fn a_watch_done_leaves_its_instance_to_the_next() {
+        bounded(leaves_its_instance_to_the_next);
+    }
+
+    fn leaves_its_instance_to_the_next() {
         let temp = tempfile::tempdir().expect("temp");
         let dir = slot_dir(&temp);
         let watches = Watches::default();
