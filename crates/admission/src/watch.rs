@@ -317,6 +317,13 @@ mod tests {
         let dir = slot_dir(&temp);
         let watches = Watches::default();
         let first = watches.watch(&dir);
+        let fd = first.fd().expect("a descriptor");
+        assert!(
+            rustix::fs::fcntl_getfl(fd)
+                .expect("its flags")
+                .contains(rustix::fs::OFlags::NONBLOCK),
+            "a drain must not block"
+        );
         dir.file("agent-0.lock")
             .expect("name")
             .replace(b"{}", RECORD_MODE)
