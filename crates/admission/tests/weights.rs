@@ -634,6 +634,17 @@ mod shares {
             "anyone else: its uid under `*`"
         );
         assert!(matches!(blocked(&site, &bob()), Blocker::Share(u) if u.share == 1 && u.held == 1));
+        let Blocker::Share(used) = blocked(&site, &alice()) else {
+            panic!("alice's share is used")
+        };
+        assert_eq!(
+            used.holdings
+                .iter()
+                .map(|h| h.slot.as_str())
+                .collect::<Vec<_>>(),
+            ["agent-0.lock"],
+            "alice's holdings only, not bob's"
+        );
         let tagged = held(
             &site,
             &ask(1).with_owner(Owner::of_uid(1003).with_tag("adhoc")),
@@ -699,6 +710,70 @@ mod shares {
                 "{owner}: a dead holder's slot and a test run's hold no agent units"
             );
         }
+    }
+
+    #[test]
+    fn with_shares_a_place_whose_entry_is_gone_still_stands_behind_those_before_it() {
+        // Held throughout: no child of another test may inherit a place's guard.
+        let _quiet = gate::quiet();
+        let site = Site::new(r#"{"max_agents": 1, "shares": {"*": 1}}"#);
+        let join = |start| {
+            gate::quietly(|| {
+                site.pool
+                    .join_line_at(Kind::Agent, 0, start, &Request::new("waiter"))
+            })
+            .expect("join")
+        };
+        let before = join(100);
+        let mine = join(200);
+        // Its record removed under it (an operator's rm): the listing no longer has it.
+        std::fs::remove_file(site.temp.path().join(mine.entry().name())).expect("rm");
+        let got = gate::quietly(|| {
+            site.pool
+                .try_take_as(Kind::Agent, &Request::new("waiter"), mine.entry())
+        })
+        .expect("take");
+        assert!(
+            matches!(got, Take::Blocked(Blocker::InLine { ahead: 1, .. })),
+            "its place is where its entry says, behind the one before it: {got:?}"
+        );
+        gate::quietly(|| {
+            drop(mine);
+            drop(before);
+        });
+    }
+
+    #[test]
+    fn a_take_that_fills_its_owner_s_share_exactly_is_admitted() {
+        let site = Site::new(r#"{"max_agents": 8, "shares": {"uid:1001": 5}}"#);
+        let alice = |weight| ask(weight).with_owner(Owner::of_uid(1001));
+        let two = held(&site, &alice(2));
+        let three = held(&site, &alice(3));
+        assert_eq!(
+            (two.weight(), three.weight()),
+            (2, 3),
+            "2 held + 3 asked = its share of 5"
+        );
+        // A dead holder's record naming the same owner counts nothing, and is none of its
+        // holdings.
+        let mut dead = dead_record();
+        dead.extra.insert("shareOwner".into(), "uid:1001".into());
+        site.write_record("agent-5.lock", &dead);
+        let Blocker::Share(used) = blocked(&site, &alice(1)) else {
+            panic!("and then it is full")
+        };
+        assert_eq!(
+            (
+                used.held,
+                used.share,
+                used.holdings
+                    .iter()
+                    .map(|h| h.slot.as_str())
+                    .collect::<Vec<_>>()
+            ),
+            (5, 5, vec!["agent-0.lock", "agent-1.lock"]),
+            "its live holdings only"
+        );
     }
 
     #[test]
