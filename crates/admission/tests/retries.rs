@@ -111,3 +111,22 @@ fn a_holder_with_a_record_is_refused_at_the_first_try() {
     );
     drop(run);
 }
+
+#[test]
+fn a_guard_held_without_a_record_is_probed_three_times_before_it_counts_as_held() {
+    let site = Site::new("{}");
+    // What a finished run left running: the guard held, the record gone.
+    let left = leave_running(site.take(Kind::Agent));
+    let watch = watch(site.temp.path());
+    assert!(
+        !gate::quietly(|| site.pool.may_fit(Kind::Agent, 4)).expect("may_fit"),
+        "it counts as held"
+    );
+    assert_eq!(
+        opens(&watch, ".agent-0.lock.flock"),
+        3,
+        "a reader's probe lasts microseconds: the guard is probed three times, a \
+         millisecond apart, before it counts as held"
+    );
+    drop(left);
+}

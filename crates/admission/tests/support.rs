@@ -14,11 +14,11 @@ pub(crate) use worklane_testkit::Gated;
 pub(crate) use worklane_testkit::gate::{self, QuietDrop};
 
 /// How long a test waits for what happens at once when the code is right: a waiter's next
-/// look (due within 250 ms), a helper process's next line, a thread's or a process's end. Many
-/// times what it takes on a loaded machine, and far below the 23 s cargo-mutants gives the
-/// whole suite: a mutant that makes it never happen fails the test, naming what did not
-/// happen, instead of hanging it.
-pub(crate) const BOUND: Duration = Duration::from_secs(5);
+/// look (due within 250 ms), a helper process's next line, a thread's or a process's end. Ten
+/// times what it takes on this loaded 2-core machine, and short enough that when a mutant
+/// makes several such things never happen, the tests that wait for them, two at a time, all
+/// fail within the 23 s cargo-mutants gives the whole suite, naming what did not happen.
+pub(crate) const BOUND: Duration = Duration::from_secs(3);
 
 /// How long a test waits for a take due to end within a few hundred milliseconds (its
 /// timeout of at most 200 ms, or the next look, at most 250 ms away): ten times that, and

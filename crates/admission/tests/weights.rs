@@ -1019,6 +1019,30 @@ mod processes {
         }
     }
 
+    /// One line of a taker of the random mix: a weight it held, or its release.
+    fn hear(
+        label: String,
+        line: &str,
+        seed: u64,
+        held: &mut HashMap<String, u64>,
+        released: &mut usize,
+    ) {
+        assert!(
+            !line.starts_with("error") && !line.starts_with("timeout"),
+            "{label}: {line} (seed {seed})"
+        );
+        if let Some(rest) = line.strip_prefix("held ") {
+            let weight: u64 = rest
+                .split(' ')
+                .nth(1)
+                .and_then(|w| w.parse().ok())
+                .expect("held NAME WEIGHT");
+            held.insert(label, weight);
+        } else if line.starts_with("released") {
+            *released += 1;
+        }
+    }
+
     #[test]
     fn at_cap_4_a_random_mix_of_weights_never_holds_more_than_4_units_and_all_finish() {
         let site = Site::new(r#"{"max_agents": 4}"#);
@@ -1048,11 +1072,19 @@ mod processes {
             ));
         }
         drop(tx);
-        // 1,000 samples, each under `slots.lock`: no take happens while one is counted, and
-        // releases only lower the count, so each sample is at most what was held at once.
+        // Up to 1,000 samples, each under `slots.lock`: no take happens while one is counted,
+        // and releases only lower the count, so each sample is at most what was held at once.
+        // Sampling ends when every taker has released (nothing is held after), and fails when
+        // the takers go a bound without a word (a take that never comes).
         let dir = SlotDir::open(site.temp.path()).expect("open");
         let mut most = 0;
+        let mut held = HashMap::new();
+        let mut released = 0;
+        let mut heard = std::time::Instant::now();
         for sample in 0..1000 {
+            if released == 24 {
+                break;
+            }
             let units = gate::quietly(|| {
                 let give_up = std::time::Instant::now() + BOUND;
                 let counting = loop {
@@ -1083,30 +1115,23 @@ mod processes {
                 "sample {sample}: {units} units held at cap 4 (seed {seed})"
             );
             most = most.max(units);
+            while let Ok((label, line)) = lines.try_recv() {
+                heard = std::time::Instant::now();
+                hear(label, &line, seed, &mut held, &mut released);
+            }
+            assert!(
+                heard.elapsed() < BOUND,
+                "no taker said a word for {BOUND:?}, {released} of 24 released (seed {seed})"
+            );
         }
-        let mut held = HashMap::new();
-        let mut released = 0;
-        // Each taker's lines, to its `released` (each line within the bound: a taker waiting
-        // for ever, or one that never ends, fails the test at once).
+        // The rest of each taker's lines, to its `released` (each line within the bound: a
+        // taker waiting for ever, or one that never ends, fails the test at once).
         while released < 24 {
             let (label, line) = recv_within(
                 &lines,
                 &format!("a taker's next line, {released} of 24 released (seed {seed})"),
             );
-            assert!(
-                !line.starts_with("error") && !line.starts_with("timeout"),
-                "{label}: {line} (seed {seed})"
-            );
-            if let Some(rest) = line.strip_prefix("held ") {
-                let weight: u64 = rest
-                    .split(' ')
-                    .nth(1)
-                    .and_then(|w| w.parse().ok())
-                    .expect("held NAME WEIGHT");
-                held.insert(label, weight);
-            } else if line.starts_with("released") {
-                released += 1;
-            }
+            hear(label, &line, seed, &mut held, &mut released);
         }
         for taker in takers {
             taker.finish();
