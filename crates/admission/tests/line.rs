@@ -310,6 +310,12 @@ fn a_take_that_does_not_wait_takes_its_turn() {
     let Take::Held(slot) = take(1, 999) else {
         panic!("a higher priority goes before the waiter");
     };
+    match take(0, 200) {
+        Take::Blocked(Blocker::InLine { ahead, held, cap }) => {
+            assert_eq!((ahead, held, cap), (1, 1, 2), "one before it, 1 of 2 held");
+        }
+        other => panic!("still refused behind the waiter: {other:?}"),
+    }
     let Take::Held(older) = take(0, 50) else {
         panic!("an earlier start too (a dispatcher row older than the waiter)");
     };

@@ -192,6 +192,41 @@ fn weights_are_declared_by_their_first_use_and_dropped_only_when_unused() {
 }
 
 #[test]
+fn cgroups_is_dropped_while_no_held_slot_names_one_and_weights_kept_while_the_config_has_shares() {
+    let site = Site::new(r#"{"max_agents": 4, "shares": {"*": 2}}"#);
+    std::fs::write(
+        protocol_file(&site),
+        r#"{"version": 1, "level": 1, "extensions": ["cgroups"]}"#,
+    )
+    .expect("protocol.json naming cgroups");
+    let slot = match try_take(&site, &Ask::new()).expect("take") {
+        Take::Held(slot) => QuietDrop::new(slot),
+        Take::Blocked(b) => panic!("{b}"),
+    };
+    assert_eq!(
+        site.pool.protocol().expect("protocol").extensions,
+        ["cgroups", "weights"],
+        "the shares declared weights beside cgroups"
+    );
+    assert_eq!(
+        gate::quietly(|| site.pool.drop_extension("cgroups")).expect("checked"),
+        Dropped::Dropped,
+        "a held slot whose record names no cgroup does not use cgroups, nor do the shares"
+    );
+    drop(slot);
+    assert_eq!(
+        gate::quietly(|| site.pool.drop_extension("weights")).expect("checked"),
+        Dropped::InUse(vec!["the config's shares".to_owned()]),
+        "nothing held, but the config counts shares"
+    );
+    assert!(
+        gate::quietly(|| site.pool.declare_extension("cgroups")).expect("declare"),
+        "declared again beside weights"
+    );
+    assert_eq!(declared(&site), ["cgroups", "weights"]);
+}
+
+#[test]
 fn shares_in_the_config_declare_weights_at_the_first_take() {
     let site = Site::new(r#"{"max_agents": 4, "shares": {"*": 2}}"#);
     let slot = match try_take(&site, &Ask::new()).expect("take") {

@@ -314,6 +314,27 @@ mod takes {
     }
 
     #[test]
+    fn an_ask_is_checked_against_the_cap_and_the_share_without_a_take() {
+        let site = Site::new(r#"{"max_agents": 4, "shares": {"uid:1": 2}}"#);
+        let check = |ask: &Ask| site.pool.check_ask(Kind::Agent, ask);
+        assert!(check(&ask(4)).is_ok(), "the whole cap");
+        assert!(
+            matches!(
+                check(&ask(5)),
+                Err(worklane_admission::take::Error::Weight { cap: 4, .. })
+            ),
+            "above the cap"
+        );
+        assert!(
+            matches!(
+                check(&ask(3).with_owner(Owner::of_uid(1))),
+                Err(worklane_admission::take::Error::WeightOverShare { share: 2, .. })
+            ),
+            "above its owner's share"
+        );
+    }
+
+    #[test]
     fn a_handed_over_full_run_counts_one_whatever_its_record_says() {
         let site = Site::new("{}");
         let run = site.take(Kind::FullRun);
