@@ -26,6 +26,29 @@ pub(crate) const BOUND: Duration = Duration::from_secs(3);
 /// wait's end), and their bounds add up on the suite's two test threads.
 pub(crate) const PROMPT: Duration = Duration::from_secs(2);
 
+/// How long [`watched`] lets a call run: a take tries a busy `slots.lock` for about 2 s (5 s
+/// on this loaded machine) before it reports it; nothing else a test calls takes as long.
+pub(crate) const WATCHDOG: Duration = Duration::from_secs(10);
+
+/// Runs `f` on this thread, and aborts the whole test binary, saying why, if it has not
+/// returned within [`WATCHDOG`]: for a call that can only hang inside the library (a loop of
+/// its own, the gate shut meanwhile), where no thread can be joined within a bound instead.
+/// The binary failing is the test failing: a mutant that makes a take spin fails the suite
+/// rather than timing it out.
+pub(crate) fn watched<T>(what: &str, f: impl FnOnce() -> T) -> T {
+    let (done, watch) = std::sync::mpsc::channel::<()>();
+    let what = what.to_owned();
+    std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = watch.recv_timeout(WATCHDOG) {
+            eprintln!("{what} did not return within {WATCHDOG:?}: the test binary aborts");
+            std::process::abort();
+        }
+    });
+    let out = f();
+    drop(done);
+    out
+}
+
 /// The next value of `rx` within [`BOUND`]; panics naming `what` did not come.
 pub(crate) fn recv_within<T>(rx: &std::sync::mpsc::Receiver<T>, what: &str) -> T {
     match rx.recv_timeout(BOUND) {
@@ -112,9 +135,12 @@ impl Site {
     }
 
     /// A take with the gate quiet: it takes and releases `slots.lock`, and maybe guards of
-    /// slots it finds in use.
+    /// slots it finds in use. Watched: a take that never returns aborts the test binary.
     pub(crate) fn try_take(&self, kind: Kind) -> Take {
-        gate::quietly(|| self.pool.try_take(kind, &Request::new("test"))).expect("take")
+        watched("a take", || {
+            gate::quietly(|| self.pool.try_take(kind, &Request::new("test")))
+        })
+        .expect("take")
     }
 
     /// Takes a slot that must be free; it is released with the gate quiet.
