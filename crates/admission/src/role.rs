@@ -159,5 +159,11 @@ mod tests {
             assert!(!valid_role(bad), "{bad:?}");
         }
         assert_eq!(lease_name("release"), "role-release.lease");
+        assert_eq!(check_role("release"), Ok(()));
+        let refused = check_role("a/b").expect_err("not a plain name");
+        assert!(
+            refused.to_string().contains("role-<ROLE>.lease"),
+            "the rule, and the file it names: {refused}"
+        );
     }
 }

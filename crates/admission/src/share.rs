@@ -446,6 +446,117 @@ mod tests {
     }
 
     #[test]
+    fn an_owner_is_its_uid_groups_and_tag() {
+        let owner = Owner::of_uid(1001).with_groups([4000, 5000]).with_tag("t");
+        assert_eq!(
+            (owner.uid(), owner.groups(), owner.tag()),
+            (1001, &[4000, 5000][..], Some("t"))
+        );
+        let plain = Owner::of_uid(7);
+        assert_eq!((plain.groups(), plain.tag()), (&[][..], None));
+    }
+
+    #[test]
+    fn this_process_is_its_effective_ids_and_each_of_its_groups_once() {
+        // On a thread of its own, in supplementary groups of its own (set for that thread
+        // alone, as root may): its effective gid among them, to be named once.
+        let egid = rustix::process::getegid().as_raw();
+        let groups = [4000, egid, 5000];
+        let owner = std::thread::spawn(move || {
+            let gids: Vec<rustix::thread::Gid> = groups
+                .iter()
+                .map(|g| rustix::thread::Gid::from_raw(*g))
+                .collect();
+            rustix::thread::set_thread_groups(&gids)
+                .expect("set this thread's groups (the tests run as root)");
+            Owner::of_process()
+        })
+        .join()
+        .expect("the thread");
+        assert_eq!(owner.uid(), rustix::process::geteuid().as_raw());
+        assert_eq!(
+            owner.groups(),
+            [egid, 4000, 5000],
+            "the effective gid first, then each supplementary group once"
+        );
+        assert_eq!(owner.tag(), None);
+    }
+
+    #[test]
+    fn a_group_named_in_the_shares_is_looked_up_in_the_system_s_group_file() {
+        // A group of this system whose gid is neither 0 nor 1, as /etc/group lists it.
+        let text = std::fs::read_to_string("/etc/group").expect("/etc/group");
+        let (name, gid) = text
+            .lines()
+            .find_map(|line| {
+                let mut fields = line.split(':');
+                let (name, _, gid) = (fields.next()?, fields.next()?, fields.next()?);
+                let gid: u32 = gid.parse().ok()?;
+                (gid > 1 && !name.is_empty()).then(|| (name.to_owned(), gid))
+            })
+            .expect("a group of gid 2 or more in /etc/group");
+        let named = shares(&[(&format!("group:{name}"), 2)]);
+        let of = resolve(&named, &Owner::of_uid(1001).with_groups([gid]));
+        assert_eq!(
+            (of.owner.to_string(), of.ceiling),
+            (format!("group:{name}"), Some(2)),
+            "a member of {name} (gid {gid})"
+        );
+        let unknown = shares(&[("group:no-such-group-here", 2)]);
+        let of = resolve(&unknown, &Owner::of_uid(1001).with_groups([0, 1, gid]));
+        assert_eq!(
+            (of.owner.to_string(), of.ceiling),
+            ("uid:1001".to_owned(), None),
+            "a group the system does not list has no members"
+        );
+    }
+
+    #[test]
+    fn an_owner_fits_while_its_units_and_the_weight_are_within_its_share() {
+        let held: HashMap<String, u32> = [("uid:1".to_owned(), 1)].into();
+        let s = shares(&[("uid:1", 2)]);
+        let use_ = Use {
+            held: &held,
+            shares: &s,
+            cap: 4,
+        };
+        assert!(use_.fits("uid:1", 1), "1 held + 1 of 2");
+        assert!(!use_.fits("uid:1", 2), "1 held + 2 is over 2");
+        assert!(
+            use_.fits("uid:2", 4),
+            "no share named, no `*`: only the cap"
+        );
+    }
+
+    #[test]
+    fn an_owner_out_of_room_stands_in_nobody_else_s_way_nor_do_its_later_places() {
+        let s = shares(&[("uid:1", 3), ("*", 4)]);
+        let at = |priority: i64, owner: &str, weight: u32| Waiter {
+            priority,
+            ..waiter(Some(owner), 10, weight)
+        };
+        let me = Waiter {
+            me: true,
+            ..waiter(Some("uid:2"), 30, 1)
+        };
+        // uid:1 holds 2 of 3: its place of 2 does not fit, and its later place of 1 waits
+        // behind it (an owner's places go in their order): neither stands before uid:2.
+        let mut line = vec![at(9, "uid:1", 2), at(8, "uid:1", 1), me.clone()];
+        assert_eq!(
+            turn_of(&mut line, &[("uid:1", 2)], &s, 8, &[]),
+            Turn::Go,
+            "{line:?}"
+        );
+        // Behind uid:3, which fits: uid:1's later place, counted as listed, does not either.
+        let mut line = vec![at(9, "uid:1", 2), at(8, "uid:3", 1), at(7, "uid:1", 1), me];
+        assert_eq!(
+            turn_of(&mut line, &[("uid:1", 2)], &s, 8, &[]),
+            Turn::Behind { ahead: 1 },
+            "{line:?}"
+        );
+    }
+
+    #[test]
     fn group_files_are_read_by_name() {
         let text = "root:x:0:\n# comment\nci:x:4000:alice,bob\nbroken\nodd:x:notanumber:\n";
         assert_eq!(gid_in_group_file(text, "ci"), Some(4000));

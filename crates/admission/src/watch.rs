@@ -205,16 +205,57 @@ mod tests {
     use std::time::Instant;
     use worklane_slotfile::{Environment, RECORD_MODE};
 
+    /// How long a wait is given for a change already made or about to be: far more than it
+    /// takes, and far less than the 23 s cargo-mutants gives the crate's tests, so a mutant
+    /// that misses the change fails the test rather than timing out.
+    const BOUND: Duration = Duration::from_secs(5);
+
+    fn slot_dir(temp: &tempfile::TempDir) -> SlotDir {
+        let env = Environment::from_process().var("AGENT_SLOTS_DIR", temp.path());
+        worklane_slotfile::SlotDir::resolve_in(&env)
+            .expect("resolve")
+            .dir
+    }
+
+    /// Runs `body` on a thread of its own, joined within twice the bound: a wait or a read
+    /// that blocks inside the watch (one that never returns) fails the test instead of
+    /// hanging it.
+    fn bounded(body: fn()) {
+        let (done, ended) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done.send(std::panic::catch_unwind(body));
+        });
+        match ended.recv_timeout(BOUND * 2) {
+            Ok(Ok(())) => {}
+            Ok(Err(panic)) => std::panic::resume_unwind(panic),
+            Err(_) => panic!("the watch's waits did not end within {:?}", BOUND * 2),
+        }
+    }
+
     #[test]
     fn a_wanted_change_wakes_it_and_others_do_not() {
+        bounded(wakes_on_wanted_changes_only);
+    }
+
+    fn wakes_on_wanted_changes_only() {
         let temp = tempfile::tempdir().expect("temp");
-        let env = Environment::from_process().var("AGENT_SLOTS_DIR", temp.path());
-        let dir = worklane_slotfile::SlotDir::resolve_in(&env)
-            .expect("resolve")
-            .dir;
+        let dir = slot_dir(&temp);
         let watches = Watches::default();
         let mut watch = watches.watch(&dir);
         assert!(watch.is_watching(), "inotify is there on Linux");
+        let fd = watch.fd().expect("a descriptor");
+        assert!(
+            rustix::fs::fcntl_getfl(fd)
+                .expect("its flags")
+                .contains(rustix::fs::OFlags::NONBLOCK),
+            "read without blocking: a read past the last event returns at once"
+        );
+        assert!(
+            rustix::io::fcntl_getfd(fd)
+                .expect("its descriptor flags")
+                .contains(rustix::io::FdFlags::CLOEXEC),
+            "closed on exec: no command a take starts inherits it"
+        );
         let file = dir.file("agent-0.lock").expect("name");
         file.replace(b"{}", RECORD_MODE).expect("write");
         let other = dir.file("slots.lock").expect("name");
@@ -231,7 +272,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(50));
             file.remove().expect("remove agent-0.lock");
         });
-        let woken = watch.wait(Duration::from_secs(20), &|name| name == "agent-0.lock");
+        let woken = watch.wait(BOUND, &|name| name == "agent-0.lock");
         let waited = started.elapsed();
         assert!(woken, "a wanted change ended the wait");
         remover.join().expect("remover");
@@ -239,16 +280,13 @@ mod tests {
             waited >= Duration::from_millis(100),
             "slots.lock's removal did not wake it: {waited:?}"
         );
-        assert!(
-            waited < Duration::from_secs(20),
-            "agent-0.lock's removal woke it: {waited:?}"
-        );
+        assert!(waited < BOUND, "agent-0.lock's removal woke it: {waited:?}");
         // A file replaced whole (renamed over its name) and one published (linked at its
         // name) wake it too; the changes are already queued, so each wait ends at once.
         let config = dir.file("config.json").expect("name");
         config.replace(b"{}", RECORD_MODE).expect("replace");
         assert!(
-            watch.wait(Duration::from_secs(20), &|name| name == "config.json"),
+            watch.wait(BOUND, &|name| name == "config.json"),
             "a rename onto a wanted name"
         );
         let stop = dir.file("STOP").expect("name");
@@ -257,7 +295,7 @@ mod tests {
             worklane_slotfile::Publish::Published
         );
         assert!(
-            watch.wait(Duration::from_secs(20), &|name| name == "STOP"),
+            watch.wait(BOUND, &|name| name == "STOP"),
             "a link at a wanted name"
         );
         stop.rename("STOP.old").expect("rename away");
@@ -267,5 +305,36 @@ mod tests {
         );
         assert!(!watch.drain(&|_| true), "nothing left to read");
         assert!(format!("{watches:?}").starts_with("Watches"));
+    }
+
+    #[test]
+    fn a_watch_done_leaves_its_instance_to_the_next() {
+        bounded(leaves_its_instance_to_the_next);
+    }
+
+    fn leaves_its_instance_to_the_next() {
+        let temp = tempfile::tempdir().expect("temp");
+        let dir = slot_dir(&temp);
+        let watches = Watches::default();
+        let first = watches.watch(&dir);
+        let fd = first.fd().expect("a descriptor");
+        assert!(
+            rustix::fs::fcntl_getfl(fd)
+                .expect("its flags")
+                .contains(rustix::fs::OFlags::NONBLOCK),
+            "a drain must not block"
+        );
+        dir.file("agent-0.lock")
+            .expect("name")
+            .replace(b"{}", RECORD_MODE)
+            .expect("write");
+        drop(first);
+        // The same instance, kept open (closing one costs a grace period): what it saw
+        // before is still queued there.
+        let mut next = watches.watch(&dir);
+        assert!(
+            next.drain(&|name| name == "agent-0.lock"),
+            "the next watch reads what the first one saw: its instance was kept"
+        );
     }
 }

@@ -83,6 +83,99 @@ fn leaving_while_a_reader_probes_the_entry_still_removes_every_file() {
     }
 }
 
+/// A copy of the descriptor by which `place` holds its entry's guard: the same open file
+/// description, so the same `flock`, held on after the place lets its own descriptor go, as
+/// a reader's probe holds it (`worklane slots`, stop-all). Taken with `pidfd_getfd(2)` from
+/// this very process (a `Place` does not lend its guard), and checked to be the guard's inode.
+fn copy_of_guard(site: &Site, place: &Place) -> std::os::fd::OwnedFd {
+    use rustix::process::{PidfdFlags, PidfdGetfdFlags, getpid, pidfd_getfd, pidfd_open};
+    let name = format!(".{}.flock", place.entry().name());
+    let guard = rustix::fs::stat(site.temp.path().join(&name)).expect("stat the guard");
+    let me = pidfd_open(getpid(), PidfdFlags::empty()).expect("a pidfd of this process");
+    for listed in std::fs::read_dir("/proc/self/fd").expect("list this process's descriptors") {
+        let listed = listed.expect("a descriptor");
+        // Another test's descriptor may close (and its number be reused) meanwhile: only a
+        // copy whose inode is the guard's is taken.
+        let names_guard = std::fs::read_link(listed.path())
+            .is_ok_and(|target| target.file_name() == Some(std::ffi::OsStr::new(&name)));
+        let Some(number) = listed.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        if !names_guard {
+            continue;
+        }
+        let Ok(copy) = pidfd_getfd(&me, number, PidfdGetfdFlags::empty()) else {
+            continue;
+        };
+        let stat = rustix::fs::fstat(&copy).expect("fstat the copy");
+        if (stat.st_dev, stat.st_ino) == (guard.st_dev, guard.st_ino) {
+            return copy;
+        }
+    }
+    panic!("no descriptor of this process holds {name}")
+}
+
+#[test]
+fn a_leave_that_finds_its_entry_probed_tries_50_times_then_leaves_it_out_of_line() {
+    // Held throughout: no child of another test may inherit the guard or its copy.
+    let _quiet = gate::quiet();
+    let site = Site::new(r#"{"max_agents": 1}"#);
+    let place = join(&site, 0, 100);
+    let entry = place.entry().name();
+    let guard = format!(".{entry}.flock");
+    // A probe that outlasts the leave: every try to retire the entry finds its guard held.
+    let probe = copy_of_guard(&site, &place);
+    let watch = watch(site.temp.path());
+    let leaving = spawn_bounded(move || place.leave());
+    leaving
+        .join("a leave giving up on an entry whose guard stays held")
+        .expect("a leave that cannot retire a probed entry still succeeds");
+    assert_eq!(
+        opens(&watch, &guard),
+        50,
+        "the retire is tried 50 times (a probe lasts microseconds) before the entry is left"
+    );
+    assert!(
+        !site.temp.path().join(&entry).exists(),
+        "its record is released: it no longer stands in line"
+    );
+    assert_eq!(
+        standing(&site, 0, 200, None),
+        (0, 0),
+        "nobody stands before a newcomer"
+    );
+    drop(probe);
+}
+
+#[test]
+fn a_leave_that_cannot_retire_its_entry_says_which_and_why() {
+    // Held throughout: no child of another test may inherit a place's guard.
+    let _quiet = gate::quiet();
+    let site = Site::new(r#"{"max_agents": 1}"#);
+    let place = join(&site, 0, 100);
+    let entry = place.entry().name();
+    // The guard's name made a link: the place holds its guard by its descriptor still, but a
+    // guard is never taken through a link, so the entry cannot be retired.
+    let guard = site.temp.path().join(format!(".{entry}.flock"));
+    std::fs::remove_file(&guard).expect("unlink the guard's name");
+    std::os::unix::fs::symlink("elsewhere", &guard).expect("a link in its place");
+    let err = place
+        .leave()
+        .expect_err("a leave whose entry cannot be retired fails");
+    assert!(
+        matches!(&err, worklane_admission::line::Error::Retire { entry: e, .. } if *e == entry),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains(&entry),
+        "the message names the entry: {err}"
+    );
+    assert!(
+        !site.temp.path().join(&entry).exists(),
+        "its record is released before the retire"
+    );
+}
+
 #[test]
 fn places_stand_in_order_and_leaving_removes_every_file() {
     // Held throughout: no child of another test may inherit a place's guard.
@@ -217,6 +310,12 @@ fn a_take_that_does_not_wait_takes_its_turn() {
     let Take::Held(slot) = take(1, 999) else {
         panic!("a higher priority goes before the waiter");
     };
+    match take(0, 200) {
+        Take::Blocked(Blocker::InLine { ahead, held, cap }) => {
+            assert_eq!((ahead, held, cap), (1, 1, 2), "one before it, 1 of 2 held");
+        }
+        other => panic!("still refused behind the waiter: {other:?}"),
+    }
     let Take::Held(older) = take(0, 50) else {
         panic!("an earlier start too (a dispatcher row older than the waiter)");
     };
@@ -280,13 +379,14 @@ fn a_waiting_take_goes_when_the_place_before_it_leaves() {
     let before = join(&site, 0, 1);
     let pool = site.pool.clone();
     let (tx, rx) = std::sync::mpsc::channel();
-    let waiter = std::thread::spawn(move || {
+    let waiter = spawn_bounded(move || {
         let mut seen = Vec::new();
         let got = pool.take(
             Kind::Agent,
             &Request::new("waiter"),
             Wait {
-                timeout: Some(Duration::from_secs(60)),
+                // Past the bound on its join: the test fails before the take gives up.
+                timeout: Some(BOUND * 2),
                 priority: 0,
                 on_wait: &mut |w| {
                     seen.push((w.position, w.in_line, w.blocker.clone()));
@@ -296,9 +396,9 @@ fn a_waiting_take_goes_when_the_place_before_it_leaves() {
         );
         (got, seen)
     });
-    rx.recv().expect("the waiter looked");
+    recv_within(&rx, "the waiter's first look");
     gate::quietly(|| before.leave()).expect("leave");
-    let (got, seen) = waiter.join().expect("waiter");
+    let (got, seen) = waiter.join("the waiter taking the slot once the place before it left");
     let Take::Held(slot) = got.expect("take") else {
         panic!("held once the place before it left");
     };
@@ -318,8 +418,10 @@ fn a_waiting_take_that_times_out_leaves_the_line() {
     let _quiet = gate::quiet();
     let site = Site::new(r#"{"max_agents": 1}"#);
     let before = join(&site, 0, 1);
-    let got = gate::quietly(|| {
-        site.pool.take(
+    let pool = site.pool.clone();
+    // The gate is quiet already (held by this thread): the take needs no more.
+    let got = spawn_bounded(move || {
+        pool.take(
             Kind::Agent,
             &Request::new("impatient"),
             Wait {
@@ -329,6 +431,7 @@ fn a_waiting_take_that_times_out_leaves_the_line() {
             },
         )
     })
+    .join_within(PROMPT, "a take of 50 ms timing out")
     .expect("take");
     assert!(
         matches!(got, Take::Blocked(Blocker::InLine { .. })),

@@ -33,17 +33,23 @@ fn a_blocking_take_refuses_at_once_under_stop_and_drain() {
             &Request::new("waiter"),
             Wait {
                 // A watchdog only: the take must return before its first retry.
-                timeout: Some(Duration::from_secs(30)),
+                timeout: Some(BOUND),
                 priority: 0,
                 on_wait: &mut |w| panic!("an operator refusal is not waited on: {}", w.blocker),
             },
         )
         .expect("take")
     };
+    let watch = watch(site.temp.path());
     let got = take(&site.pool);
     assert!(
         matches!(got, Take::Blocked(Blocker::Stop(_))),
         "STOP: {got:?}"
+    );
+    let opened = opened(&watch);
+    assert!(
+        !opened.iter().any(|n| n.contains("line-")),
+        "a refusal is no reason to stand in line, not even for a moment: {opened:?}"
     );
     worklane_admission::stop::remove(site.pool.dir()).expect("resume");
     let now = 1_796_012_839_000;
@@ -171,7 +177,7 @@ fn a_stop_written_while_a_taker_checks_wins_under_slots_lock() {
         reached: reached_tx,
         go: go_rx.into(),
     }));
-    let taker = std::thread::spawn(move || {
+    let taker = spawn_bounded(move || {
         match pool
             .try_take(Kind::Agent, &Request::new("late"))
             .expect("take")
@@ -180,12 +186,10 @@ fn a_stop_written_while_a_taker_checks_wins_under_slots_lock() {
             Take::Blocked(blocker) => format!("blocked: {blocker}"),
         }
     });
-    reached_rx
-        .recv()
-        .expect("the taker passed its first STOP check");
+    recv_within(&reached_rx, "the taker passing its first STOP check");
     worklane_admission::stop::write(site.pool.dir(), &stop()).expect("write STOP");
     go_tx.send(()).expect("let the taker go");
-    let got = taker.join().expect("the taker's thread");
+    let got = taker.join("the taker's take after the gate let it go");
     assert!(
         got.starts_with("blocked: STOP"),
         "the check under slots.lock sees a STOP written a moment ago: {got}"

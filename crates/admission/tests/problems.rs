@@ -354,3 +354,41 @@ fn a_stop_or_drain_flag_that_is_not_one_is_said_with_its_fix() {
     assert_eq!(drain_problem(drain_dir, &DrainState::InForce(drain)), None);
     assert_eq!(drain_problem(drain_dir, &DrainState::None), None);
 }
+
+/// In a directory shared with its group (group write), an event journal its group cannot
+/// append to is a problem, with the commands that give it back; one of mode 0660 and the
+/// directory's group is none, nor is any journal in a directory of one user.
+#[test]
+fn a_journal_the_directory_s_group_cannot_append_to_is_said_with_its_fix() {
+    use std::os::unix::fs::MetadataExt;
+    let site = Site::new("{}");
+    let journal = site.temp.path().join("journal.jsonl");
+    std::fs::write(&journal, b"").expect("journal.jsonl");
+    set_mode(&journal, 0o600);
+    set_mode(site.temp.path(), 0o700);
+    assert!(
+        !names(&site.snapshot()).contains(&"journal.jsonl"),
+        "a directory of one user: nobody else appends"
+    );
+    set_mode(site.temp.path(), 0o2770);
+    let snapshot = site.snapshot();
+    let found = problem(&snapshot, "journal.jsonl");
+    let gid = std::fs::metadata(site.temp.path()).expect("stat").gid();
+    let path = quoted(&snapshot, "journal.jsonl");
+    assert!(
+        found.what.contains("mode 0600") && found.what.contains(&format!("({gid})")),
+        "its mode and the group left out: {found:?}"
+    );
+    assert_eq!(
+        (found.fix.as_str(), found.blocks),
+        (
+            format!("chgrp {gid} {path} && chmod 0660 {path} (as its owner or root)").as_str(),
+            None
+        )
+    );
+    set_mode(&journal, 0o660);
+    assert!(
+        !names(&site.snapshot()).contains(&"journal.jsonl"),
+        "0660 and the directory's group: every member appends"
+    );
+}

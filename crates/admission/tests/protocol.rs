@@ -74,6 +74,10 @@ fn an_unknown_extension_or_a_higher_level_refuses_every_take_and_the_views_say_s
             .expect("named as a problem");
         assert!(problem.what.contains(&expected.to_string()), "{problem:?}");
         assert_eq!(problem.blocks, Some("every take"));
+        assert_eq!(
+            problem.fix, "upgrade worklane on this machine (see PROTOCOL.md's changelog)",
+            "what it asks is known, and beyond this worklane"
+        );
     }
 }
 
@@ -96,6 +100,53 @@ fn an_unreadable_protocol_file_refuses_takes_and_no_file_is_level_one() {
         ),
         "{refused:?}"
     );
+    let snapshot = site.snapshot();
+    let problem = snapshot
+        .problems
+        .iter()
+        .find(|p| p.name == "protocol.json")
+        .expect("named as a problem");
+    assert_eq!(
+        (problem.fix.as_str(), problem.blocks),
+        (
+            format!(
+                "repair or remove '{}' (see PROTOCOL.md section 0)",
+                protocol_file(&site).display()
+            )
+            .as_str(),
+            Some("every take")
+        ),
+        "what it asks cannot be known: the file is what to fix"
+    );
+}
+
+#[test]
+fn a_take_declares_weights_beside_another_extension_and_only_once() {
+    use std::os::unix::fs::MetadataExt;
+    let site = Site::new(r#"{"max_agents": 4}"#);
+    std::fs::write(
+        protocol_file(&site),
+        r#"{"version": 1, "level": 1, "extensions": ["cgroups"]}"#,
+    )
+    .expect("protocol.json naming cgroups");
+    let heavy = |site: &Site| match try_take(site, &Ask::new().with_weight(2)).expect("take") {
+        Take::Held(slot) => QuietDrop::new(slot),
+        Take::Blocked(b) => panic!("{b}"),
+    };
+    let first = heavy(&site);
+    assert_eq!(
+        declared(&site),
+        ["cgroups", "weights"],
+        "weights added to what was declared"
+    );
+    let written = std::fs::metadata(protocol_file(&site)).expect("stat").ino();
+    let second = heavy(&site);
+    assert_eq!(
+        std::fs::metadata(protocol_file(&site)).expect("stat").ino(),
+        written,
+        "declared already: protocol.json is not written again"
+    );
+    drop((first, second));
 }
 
 #[test]
@@ -138,6 +189,41 @@ fn weights_are_declared_by_their_first_use_and_dropped_only_when_unused() {
         "an extension this worklane does not know cannot be checked, so is not dropped"
     );
     drop(plain);
+}
+
+#[test]
+fn cgroups_is_dropped_while_no_held_slot_names_one_and_weights_kept_while_the_config_has_shares() {
+    let site = Site::new(r#"{"max_agents": 4, "shares": {"*": 2}}"#);
+    std::fs::write(
+        protocol_file(&site),
+        r#"{"version": 1, "level": 1, "extensions": ["cgroups"]}"#,
+    )
+    .expect("protocol.json naming cgroups");
+    let slot = match try_take(&site, &Ask::new()).expect("take") {
+        Take::Held(slot) => QuietDrop::new(slot),
+        Take::Blocked(b) => panic!("{b}"),
+    };
+    assert_eq!(
+        site.pool.protocol().expect("protocol").extensions,
+        ["cgroups", "weights"],
+        "the shares declared weights beside cgroups"
+    );
+    assert_eq!(
+        gate::quietly(|| site.pool.drop_extension("cgroups")).expect("checked"),
+        Dropped::Dropped,
+        "a held slot whose record names no cgroup does not use cgroups, nor do the shares"
+    );
+    drop(slot);
+    assert_eq!(
+        gate::quietly(|| site.pool.drop_extension("weights")).expect("checked"),
+        Dropped::InUse(vec!["the config's shares".to_owned()]),
+        "nothing held, but the config counts shares"
+    );
+    assert!(
+        gate::quietly(|| site.pool.declare_extension("cgroups")).expect("declare"),
+        "declared again beside weights"
+    );
+    assert_eq!(declared(&site), ["cgroups", "weights"]);
 }
 
 #[test]

@@ -2,49 +2,6 @@
 //! counter finishes, a slot's guard while a probe looks at it. Each try opens the guard,
 //! so the tries are counted with inotify (counts of attempts, never durations).
 use super::*;
-use rustix::fs::inotify;
-use std::mem::MaybeUninit;
-use std::os::fd::OwnedFd;
-
-/// Watches the opens in `dir`, and the closes that separate them (the kernel merges an
-/// event into an identical one still unread, so opens alone would count as one).
-fn watch(dir: &std::path::Path) -> OwnedFd {
-    let watch = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)
-        .expect("inotify");
-    inotify::add_watch(
-        &watch,
-        dir,
-        inotify::WatchFlags::OPEN | inotify::WatchFlags::CLOSE_NOWRITE,
-    )
-    .expect("watch the directory");
-    watch
-}
-
-/// How many times `name` was opened since the last call (every event already queued).
-fn opens(watch: &OwnedFd, name: &str) -> usize {
-    let mut buf = [MaybeUninit::uninit(); 4096];
-    let mut events = inotify::Reader::new(watch, &mut buf);
-    let mut count = 0;
-    loop {
-        match events.next() {
-            Ok(event) => {
-                assert!(
-                    !event.events().contains(inotify::ReadFlags::QUEUE_OVERFLOW),
-                    "the inotify queue overflowed"
-                );
-                if event.events().contains(inotify::ReadFlags::OPEN)
-                    && event
-                        .file_name()
-                        .is_some_and(|n| n.to_bytes() == name.as_bytes())
-                {
-                    count += 1;
-                }
-            }
-            Err(rustix::io::Errno::AGAIN) => return count,
-            Err(e) => panic!("read inotify events: {e}"),
-        }
-    }
-}
 
 fn hold(dir: &SlotDir, name: &str) -> QuietDrop<worklane_lease::Lease> {
     match worklane_lease::acquire(
@@ -74,8 +31,11 @@ fn a_blocking_take_tries_a_busy_slots_lock_again_before_it_reports_counting() {
             Kind::Agent,
             &Request::new("waiter"),
             Wait {
-                // A watchdog only: the counter finishes at the first report.
-                timeout: Some(Duration::from_secs(600)),
+                // A watchdog only: the counter finishes at the first report, which comes
+                // after the take's 2,000 tries of slots.lock (2 s, and 5 s on this 2-core
+                // machine under load). Short of the 23 s cargo-mutants gives the suite, so a
+                // take that never reports, or never takes once the counter is done, fails.
+                timeout: Some(Duration::from_secs(15)),
                 priority: 0,
                 on_wait: &mut |waiting| {
                     let blocker = waiting.blocker;
@@ -105,8 +65,10 @@ fn a_blocking_take_tries_a_busy_slots_lock_again_before_it_reports_counting() {
     };
     assert_eq!(got, "agent-0.lock", "the take got its slot");
     let tries = tries.expect("the busy counter was reported");
+    // Two looks before the report (the first try, then the first in line), each trying
+    // again and again until its deadline: a look that tried once would make it 2.
     assert!(
-        tries > 1,
+        tries > 2,
         "slots.lock is tried again inside the deadline before the take reports it busy \
              (tried {tries} times)"
     );
@@ -148,4 +110,23 @@ fn a_holder_with_a_record_is_refused_at_the_first_try() {
         "a holder that wrote its record is no probe: refused without trying again"
     );
     drop(run);
+}
+
+#[test]
+fn a_guard_held_without_a_record_is_probed_three_times_before_it_counts_as_held() {
+    let site = Site::new("{}");
+    // What a finished run left running: the guard held, the record gone.
+    let left = leave_running(site.take(Kind::Agent));
+    let watch = watch(site.temp.path());
+    assert!(
+        !gate::quietly(|| site.pool.may_fit(Kind::Agent, 4)).expect("may_fit"),
+        "it counts as held"
+    );
+    assert_eq!(
+        opens(&watch, ".agent-0.lock.flock"),
+        3,
+        "a reader's probe lasts microseconds: the guard is probed three times, a \
+         millisecond apart, before it counts as held"
+    );
+    drop(left);
 }

@@ -1,6 +1,46 @@
 use super::*;
 
 #[test]
+fn a_full_run_waits_in_line_whatever_the_config_says() {
+    // Held throughout: the held full run's guard must stay this test's alone.
+    let _quiet = gate::quiet();
+    let site = Site::new("{}");
+    let run = site.take(Kind::FullRun);
+    // A config that refuses every agent take: the full run reads none.
+    site.set_config("not json");
+    let pool = site.pool.clone();
+    let (got, told) = spawn_bounded(move || {
+        let cancelled = std::sync::atomic::AtomicBool::new(false);
+        let mut told = Vec::new();
+        let got = pool.take_unless(
+            Kind::FullRun,
+            &Request::new("waiter"),
+            Wait {
+                // A watchdog only: called off at its first look, it ends at the next.
+                timeout: Some(PROMPT),
+                priority: 0,
+                on_wait: &mut |w| {
+                    told.push(w.blocker.clone());
+                    cancelled.store(true, std::sync::atomic::Ordering::SeqCst);
+                },
+            },
+            &cancelled,
+        );
+        (got, told)
+    })
+    .join("a full-run waiter called off at its first look");
+    assert!(
+        matches!(&got, Ok(Take::Blocked(Blocker::FullRunHeld(_)))),
+        "it waited for the full run held, not for the config: {got:?}"
+    );
+    assert!(
+        matches!(told.first(), Some(Blocker::FullRunHeld(_))),
+        "{told:?}"
+    );
+    drop(run);
+}
+
+#[test]
 fn one_full_run_at_a_time_and_the_idle_probe_sees_it() {
     let site = Site::new("{}");
     assert!(site.idle(), "idle with no full run");

@@ -13,6 +13,109 @@ pub(crate) use worklane_slotfile::{Environment, RECORD_MODE, SlotDir};
 pub(crate) use worklane_testkit::Gated;
 pub(crate) use worklane_testkit::gate::{self, QuietDrop};
 
+/// How long a test waits for what happens at once when the code is right: a waiter's next
+/// look (due within 250 ms), a helper process's next line, a thread's or a process's end. Ten
+/// times what it takes on this loaded 2-core machine, and short enough that when a mutant
+/// makes several such things never happen, the tests that wait for them, two at a time, all
+/// fail within the 23 s cargo-mutants gives the whole suite, naming what did not happen.
+pub(crate) const BOUND: Duration = Duration::from_secs(3);
+
+/// How long a test waits for a take due to end within a few hundred milliseconds (its
+/// timeout of at most 200 ms, or the next look, at most 250 ms away): ten times that, and
+/// shorter than [`BOUND`] because several such takes hang at once under one mutant (of the
+/// wait's end), and their bounds add up on the suite's two test threads.
+pub(crate) const PROMPT: Duration = Duration::from_secs(2);
+
+/// How long [`watched`] lets a call run: a take tries a busy `slots.lock` for about 2 s (5 s
+/// on this loaded machine) before it reports it; nothing else a test calls takes as long.
+pub(crate) const WATCHDOG: Duration = Duration::from_secs(10);
+
+/// Runs `f` on this thread, and aborts the whole test binary, saying why, if it has not
+/// returned within [`WATCHDOG`]: for a call that can only hang inside the library (a loop of
+/// its own, the gate shut meanwhile), where no thread can be joined within a bound instead.
+/// The binary failing is the test failing: a mutant that makes a take spin fails the suite
+/// rather than timing it out.
+pub(crate) fn watched<T>(what: &str, f: impl FnOnce() -> T) -> T {
+    let (done, watch) = std::sync::mpsc::channel::<()>();
+    let what = what.to_owned();
+    std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = watch.recv_timeout(WATCHDOG) {
+            eprintln!("{what} did not return within {WATCHDOG:?}: the test binary aborts");
+            std::process::abort();
+        }
+    });
+    let out = f();
+    drop(done);
+    out
+}
+
+/// The next value of `rx` within [`BOUND`]; panics naming `what` did not come.
+pub(crate) fn recv_within<T>(rx: &std::sync::mpsc::Receiver<T>, what: &str) -> T {
+    match rx.recv_timeout(BOUND) {
+        Ok(value) => value,
+        Err(e) => panic!("{what}: not within {BOUND:?} ({e})"),
+    }
+}
+
+/// A thread whose end a test waits for within [`BOUND`] ([`Bounded::join`]).
+pub(crate) struct Bounded<T>(std::sync::mpsc::Receiver<std::thread::Result<T>>);
+
+/// Runs `f` on a thread of its own, to be joined within [`BOUND`]. A thread that never ends
+/// is left behind when its test fails; the test binary's end takes it.
+pub(crate) fn spawn_bounded<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Bounded<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
+    });
+    Bounded(rx)
+}
+
+impl<T> Bounded<T> {
+    /// What the thread returned (its panic goes on in the caller), within [`BOUND`]; panics
+    /// naming `what` did not end.
+    pub(crate) fn join(self, what: &str) -> T {
+        self.join_within(BOUND, what)
+    }
+
+    /// [`Bounded::join`] within `limit`.
+    pub(crate) fn join_within(self, limit: Duration, what: &str) -> T {
+        match self.0.recv_timeout(limit) {
+            Ok(Ok(value)) => value,
+            Ok(Err(panic)) => std::panic::resume_unwind(panic),
+            Err(e) => panic!("{what}: not within {limit:?} ({e})"),
+        }
+    }
+}
+
+/// Waits for `child` to end within [`BOUND`] (its pidfd polled) and reaps it; panics naming
+/// `what` did not end. A child still running is SIGKILLed when the failing test drops it.
+pub(crate) fn wait_within(child: &mut std::process::Child, what: &str) -> std::process::ExitStatus {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    use rustix::process::{Pid, PidfdFlags, pidfd_open};
+    let pid = i32::try_from(child.id())
+        .ok()
+        .and_then(Pid::from_raw)
+        .expect("a child's pid");
+    let pidfd = pidfd_open(pid, PidfdFlags::empty()).expect("pidfd_open of a child");
+    let deadline = std::time::Instant::now() + BOUND;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        assert!(!left.is_zero(), "{what}: did not end within {BOUND:?}");
+        let spec = Timespec {
+            tv_sec: i64::try_from(left.as_secs()).expect("seconds"),
+            tv_nsec: i64::from(left.subsec_nanos()),
+        };
+        let mut fds = [PollFd::new(&pidfd, PollFlags::IN)];
+        match poll(&mut fds, Some(&spec)) {
+            Ok(0) | Err(rustix::io::Errno::INTR) => {}
+            Ok(_) => return child.wait().expect("reap"),
+            Err(e) => panic!("{what}: poll of its pidfd: {e}"),
+        }
+    }
+}
+
 pub(crate) struct Site {
     pub(crate) temp: tempfile::TempDir,
     pub(crate) pool: Pool,
@@ -32,9 +135,12 @@ impl Site {
     }
 
     /// A take with the gate quiet: it takes and releases `slots.lock`, and maybe guards of
-    /// slots it finds in use.
+    /// slots it finds in use. Watched: a take that never returns aborts the test binary.
     pub(crate) fn try_take(&self, kind: Kind) -> Take {
-        gate::quietly(|| self.pool.try_take(kind, &Request::new("test"))).expect("take")
+        watched("a take", || {
+            gate::quietly(|| self.pool.try_take(kind, &Request::new("test")))
+        })
+        .expect("take")
     }
 
     /// Takes a slot that must be free; it is released with the gate quiet.
@@ -128,5 +234,46 @@ pub(crate) fn dead_record() -> Record {
         holder: Recorded::new(identity, Place::current().expect("place").clone()),
         owner: Some("dead".into()),
         ..Record::default()
+    }
+}
+
+/// Watches the opens in `dir`, and the closes that separate them (the kernel merges an
+/// event into an identical one still unread, so opens alone would count as one): each try
+/// at a guard opens it, so tries are counted, never timed.
+pub(crate) fn watch(dir: &std::path::Path) -> std::os::fd::OwnedFd {
+    use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
+    let watch = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).expect("inotify");
+    inotify::add_watch(&watch, dir, WatchFlags::OPEN | WatchFlags::CLOSE_NOWRITE)
+        .expect("watch the directory");
+    watch
+}
+
+/// How many times `name` was opened since the last look (every event already queued).
+pub(crate) fn opens(watch: &std::os::fd::OwnedFd, name: &str) -> usize {
+    opened(watch).iter().filter(|n| *n == name).count()
+}
+
+/// The names opened since the last look, one per open (every event already queued).
+pub(crate) fn opened(watch: &std::os::fd::OwnedFd) -> Vec<String> {
+    use rustix::fs::inotify::{ReadFlags, Reader};
+    let mut buf = [std::mem::MaybeUninit::uninit(); 4096];
+    let mut events = Reader::new(watch, &mut buf);
+    let mut names = Vec::new();
+    loop {
+        match events.next() {
+            Ok(event) => {
+                assert!(
+                    !event.events().contains(ReadFlags::QUEUE_OVERFLOW),
+                    "the inotify queue overflowed"
+                );
+                if event.events().contains(ReadFlags::OPEN)
+                    && let Some(name) = event.file_name()
+                {
+                    names.push(name.to_string_lossy().into_owned());
+                }
+            }
+            Err(rustix::io::Errno::AGAIN) => return names,
+            Err(e) => panic!("read inotify events: {e}"),
+        }
     }
 }

@@ -314,6 +314,46 @@ mod takes {
     }
 
     #[test]
+    fn an_ask_is_checked_against_the_cap_and_the_share_without_a_take() {
+        let site = Site::new(r#"{"max_agents": 4, "shares": {"uid:1": 2}}"#);
+        let check = |ask: &Ask| site.pool.check_ask(Kind::Agent, ask);
+        assert!(check(&ask(4)).is_ok(), "the whole cap");
+        assert!(
+            matches!(
+                check(&ask(5)),
+                Err(worklane_admission::take::Error::Weight { cap: 4, .. })
+            ),
+            "above the cap"
+        );
+        assert!(
+            matches!(
+                check(&ask(3).with_owner(Owner::of_uid(1))),
+                Err(worklane_admission::take::Error::WeightOverShare { share: 2, .. })
+            ),
+            "above its owner's share"
+        );
+    }
+
+    #[test]
+    fn a_handed_over_full_run_counts_one_whatever_its_record_says() {
+        let site = Site::new("{}");
+        let run = site.take(Kind::FullRun);
+        let name = run.name().to_owned();
+        let guard = run.end(Slot::hand_over).expect("a held guard");
+        let fd = rustix::io::fcntl_dupfd_cloexec(&guard, 3).expect("dup");
+        gate::quietly(|| drop(guard));
+        // Its record given a weight meanwhile (another writer's): the full run is one unit.
+        let mut record = record_of(&site, &name);
+        record["weight"] = serde_json::json!(3);
+        let record = Record::parse(&serde_json::to_vec(&record).expect("JSON")).expect("a record");
+        site.write_record(&name, &record);
+        let adopted =
+            gate::quietly(|| site.pool.adopt(&name, fd, &Request::new("driver"))).expect("adopt");
+        let adopted = QuietDrop::new(adopted);
+        assert_eq!(adopted.weight(), 1, "the full run is one slot of one unit");
+    }
+
+    #[test]
     fn a_place_in_line_says_its_weight_and_owner() {
         let site = Site::new(r#"{"max_agents": 4, "shares": {"*": 4}}"#);
         let place = gate::quietly(|| {
@@ -337,6 +377,31 @@ mod takes {
             (3, Some("uid:7"))
         );
         assert!(view.live);
+        gate::quietly(|| place.leave()).expect("leave");
+    }
+    #[test]
+    fn an_unusable_config_keeps_a_place_of_weight_one_and_refuses_a_heavier_one() {
+        let site = Site::new("{}");
+        // A share that is no whole number: every take is refused until the config is fixed.
+        site.set_config(r#"{"max_agents": 4, "shares": {"uid:1": 1.5}}"#);
+        let join = |weight| {
+            gate::quietly(|| {
+                site.pool
+                    .join_line_for(Kind::Agent, 0, 1000, &Request::new("waiter"), &ask(weight))
+            })
+        };
+        let place = join(1).expect("a waiter of weight 1 waits for the config to be fixed");
+        let record = record_of(&site, &place.entry().name());
+        assert_eq!(
+            (&record["weight"], &record["shareOwner"]),
+            (&serde_json::Value::Null, &serde_json::Value::Null),
+            "it stands without a weight or an owner, as an older harness's place: {record}"
+        );
+        let err = join(2).expect_err("a heavier place cannot be judged without the config");
+        assert!(
+            matches!(err, worklane_admission::take::Error::Config { .. }),
+            "{err:?}"
+        );
         gate::quietly(|| place.leave()).expect("leave");
     }
 }
@@ -372,6 +437,13 @@ mod records {
             site.pool
                 .declare_extension(worklane_admission::protocol::WEIGHTS)
                 .expect("declare")
+        );
+        assert!(
+            !site
+                .pool
+                .declare_extension(worklane_admission::protocol::WEIGHTS)
+                .expect("declare again"),
+            "declared once: a second declaration changes nothing"
         );
         assert_eq!(
             blocked(&site, &ask(1)),
@@ -471,7 +543,8 @@ mod records {
             owner: Some("old harness".into()),
             ..Record::default()
         };
-        legacy.extra.insert("weight".into(), 3.into());
+        // Above the cap even: it counts 1 all the same.
+        legacy.extra.insert("weight".into(), 5.into());
         site.write_record("agent-0.lock", &legacy);
         let two = held(&site, &ask(2));
         assert_eq!(two.name(), "agent-1.lock");
@@ -483,6 +556,62 @@ mod records {
             .find(|p| p.name == "agent-0.lock")
             .expect("reported");
         assert!(problem.what.contains("not counted"), "{problem:?}");
+        assert_eq!(
+            problem.fix,
+            format!(
+                "have the harness that wrote it write a whole-number weight; once its holder \
+                 has ended (and only then), rm -- '{}'",
+                site.temp.path().join("agent-0.lock").display()
+            ),
+            "no cap to raise: it counts 1 already"
+        );
+    }
+
+    #[test]
+    fn only_a_weight_that_does_not_count_as_written_is_a_problem() {
+        let site = Site::new(r#"{"max_agents": 3, "max_test_runs": 2}"#);
+        let problem_of = |name: &str| {
+            site.snapshot()
+                .problems
+                .into_iter()
+                .find(|p| p.name == name)
+        };
+        site.write_record("agent-0.lock", &live_record(Some(3.into())));
+        assert_eq!(
+            problem_of("agent-0.lock"),
+            None,
+            "the whole cap counts as written"
+        );
+        let pid = std::process::id();
+        for (name, cap, key) in [
+            ("agent-0.lock", 3, "max_agents"),
+            ("test-0.lock", 2, "max_test_runs"),
+        ] {
+            site.write_record(name, &live_record(Some(5.into())));
+            let problem = problem_of(name).expect("a weight above the cap");
+            assert!(
+                problem
+                    .what
+                    .contains(&format!("above the cap of {cap}: it counts as {cap} units")),
+                "{problem:?}"
+            );
+            assert_eq!(
+                problem.fix,
+                format!(
+                    "let its holder, pid {pid} end, or raise the cap to 5 (`worklane config set \
+                     {key} 5`)"
+                )
+            );
+        }
+        // A dead holder's record counts nothing, whatever its weight says.
+        let mut dead = dead_record();
+        dead.extra.insert("weight".into(), "x".into());
+        site.write_record("agent-0.lock", &dead);
+        assert_eq!(
+            problem_of("agent-0.lock"),
+            None,
+            "a dead holder's weight counts nothing"
+        );
     }
 }
 
@@ -526,6 +655,17 @@ mod shares {
             "anyone else: its uid under `*`"
         );
         assert!(matches!(blocked(&site, &bob()), Blocker::Share(u) if u.share == 1 && u.held == 1));
+        let Blocker::Share(used) = blocked(&site, &alice()) else {
+            panic!("alice's share is used")
+        };
+        assert_eq!(
+            used.holdings
+                .iter()
+                .map(|h| h.slot.as_str())
+                .collect::<Vec<_>>(),
+            ["agent-0.lock"],
+            "alice's holdings only, not bob's"
+        );
         let tagged = held(
             &site,
             &ask(1).with_owner(Owner::of_uid(1003).with_tag("adhoc")),
@@ -553,6 +693,108 @@ mod shares {
         assert_eq!(uses["uid:1001"], (2, Some(2)));
         assert_eq!(uses["uid:1002"], (1, Some(1)));
         assert_eq!(uses["uid:1003"], (1, Some(1)));
+    }
+
+    #[test]
+    fn the_share_uses_are_the_owners_the_config_names_and_those_holding_live_agent_units() {
+        let site = Site::new(
+            r#"{"max_agents": 4, "max_test_runs": 2, "shares": {"uid:1001": 2, "group:4000": 3, "*": 1}}"#,
+        );
+        // A dead agent's record and a live test run's, each naming an owner: neither holds
+        // agent units.
+        let mut dead = dead_record();
+        dead.extra.insert("shareOwner".into(), "uid:2000".into());
+        site.write_record("agent-0.lock", &dead);
+        let mut test_run = live_record(Some(1.into()));
+        test_run
+            .extra
+            .insert("shareOwner".into(), "uid:3000".into());
+        site.write_record("test-0.lock", &test_run);
+        let snapshot = site.snapshot();
+        let uses: Vec<(String, u32, Option<u32>)> = snapshot
+            .share_uses()
+            .into_iter()
+            .map(|u| (u.owner, u.held, u.share))
+            .collect();
+        assert_eq!(
+            uses,
+            [
+                ("group:4000".to_owned(), 0, Some(3)),
+                ("uid:1001".to_owned(), 0, Some(2))
+            ],
+            "the owners the config names (`*` is no owner), holding nothing"
+        );
+        for owner in ["uid:2000", "uid:3000"] {
+            assert_eq!(
+                snapshot.holdings(owner),
+                [],
+                "{owner}: a dead holder's slot and a test run's hold no agent units"
+            );
+        }
+    }
+
+    #[test]
+    fn with_shares_a_place_whose_entry_is_gone_still_stands_behind_those_before_it() {
+        // Held throughout: no child of another test may inherit a place's guard.
+        let _quiet = gate::quiet();
+        let site = Site::new(r#"{"max_agents": 1, "shares": {"*": 1}}"#);
+        let join = |start| {
+            gate::quietly(|| {
+                site.pool
+                    .join_line_at(Kind::Agent, 0, start, &Request::new("waiter"))
+            })
+            .expect("join")
+        };
+        let before = join(100);
+        let mine = join(200);
+        // Its record removed under it (an operator's rm): the listing no longer has it.
+        std::fs::remove_file(site.temp.path().join(mine.entry().name())).expect("rm");
+        let got = gate::quietly(|| {
+            site.pool
+                .try_take_as(Kind::Agent, &Request::new("waiter"), mine.entry())
+        })
+        .expect("take");
+        assert!(
+            matches!(got, Take::Blocked(Blocker::InLine { ahead: 1, .. })),
+            "its place is where its entry says, behind the one before it: {got:?}"
+        );
+        gate::quietly(|| {
+            drop(mine);
+            drop(before);
+        });
+    }
+
+    #[test]
+    fn a_take_that_fills_its_owner_s_share_exactly_is_admitted() {
+        let site = Site::new(r#"{"max_agents": 8, "shares": {"uid:1001": 5}}"#);
+        let alice = |weight| ask(weight).with_owner(Owner::of_uid(1001));
+        let two = held(&site, &alice(2));
+        let three = held(&site, &alice(3));
+        assert_eq!(
+            (two.weight(), three.weight()),
+            (2, 3),
+            "2 held + 3 asked = its share of 5"
+        );
+        // A dead holder's record naming the same owner counts nothing, and is none of its
+        // holdings.
+        let mut dead = dead_record();
+        dead.extra.insert("shareOwner".into(), "uid:1001".into());
+        site.write_record("agent-5.lock", &dead);
+        let Blocker::Share(used) = blocked(&site, &alice(1)) else {
+            panic!("and then it is full")
+        };
+        assert_eq!(
+            (
+                used.held,
+                used.share,
+                used.holdings
+                    .iter()
+                    .map(|h| h.slot.as_str())
+                    .collect::<Vec<_>>()
+            ),
+            (5, 5, vec!["agent-0.lock", "agent-1.lock"]),
+            "its live holdings only"
+        );
     }
 
     #[test]
@@ -608,6 +850,44 @@ mod shares {
             );
             assert!(site.pool.stop().is_ok(), "STOP still reads");
         }
+    }
+
+    #[test]
+    fn with_shares_a_waiter_counts_itself_and_the_places_before_it_in_line() {
+        let site = Site::new(r#"{"max_agents": 1, "shares": {"*": 1}}"#);
+        // The unit is free, but the place before it (the same owner, earlier) goes first.
+        let before = gate::quietly(|| {
+            site.pool
+                .join_line_at(Kind::Agent, 0, 100, &Request::new("before"))
+        })
+        .expect("join");
+        // Called off at its first look: what that look said is all the test needs.
+        let cancelled = std::sync::atomic::AtomicBool::new(false);
+        let mut seen = Vec::new();
+        let got = gate::quietly(|| {
+            site.pool.take_unless(
+                Kind::Agent,
+                &Request::new("waiter"),
+                Wait {
+                    // A watchdog only: the wait ends at the look after its first.
+                    timeout: Some(PROMPT),
+                    priority: 0,
+                    on_wait: &mut |w| {
+                        seen.push((w.position, w.in_line));
+                        cancelled.store(true, std::sync::atomic::Ordering::SeqCst);
+                    },
+                },
+                &cancelled,
+            )
+        })
+        .expect("take");
+        assert!(matches!(got, Take::Blocked(_)), "called off: {got:?}");
+        assert_eq!(
+            seen.first(),
+            Some(&(2, 2)),
+            "second in line: the place before it and its own ({seen:?})"
+        );
+        gate::quietly(|| before.leave()).expect("leave");
     }
 
     #[test]
@@ -693,21 +973,19 @@ impl Taker {
         self.stdin = None;
     }
 
-    /// Waits for it to end; it must end well.
+    /// Waits for it to end (within [`BOUND`]); it must end well.
     fn finish(mut self) {
         self.stdin = None;
-        let status = self.child.wait().expect("wait");
+        let status = wait_within(&mut self.child, &format!("{} ending", self.label));
         assert!(status.success(), "{} ended with {status}", self.label);
     }
 }
 
-/// The next line of `lines` that is not `skip`, within a watchdog's minute (a waiter looks
-/// again at least every 250 ms, so a line that does not come in a minute never will).
+/// The next line of `lines` that is not `skip`, each within [`BOUND`] (a waiter looks again
+/// at least every 250 ms, so a line that does not come by then never will).
 fn next_line(lines: &mpsc::Receiver<(String, String)>, skip: &[&str]) -> (String, String) {
     loop {
-        let (label, line) = lines
-            .recv_timeout(Duration::from_secs(60))
-            .expect("a taker's next line within the watchdog's minute");
+        let (label, line) = recv_within(lines, "a taker's next line");
         assert!(
             !line.starts_with("error") && !line.starts_with("timeout"),
             "{label}: {line}"
@@ -718,8 +996,8 @@ fn next_line(lines: &mpsc::Receiver<(String, String)>, skip: &[&str]) -> (String
     }
 }
 
-/// Waits until each of `labels` has said a line starting with `word`; other lines are kept in
-/// `seen`.
+/// Waits until each of `labels` has said a line starting with `word` (each line within
+/// [`BOUND`]); other lines are kept in `seen`.
 fn await_all(
     lines: &mpsc::Receiver<(String, String)>,
     labels: &[String],
@@ -728,9 +1006,10 @@ fn await_all(
 ) {
     let mut missing: Vec<&String> = labels.iter().collect();
     while !missing.is_empty() {
-        let (label, line) = lines
-            .recv_timeout(Duration::from_secs(60))
-            .expect("every taker speaks within the watchdog's minute");
+        let (label, line) = recv_within(
+            lines,
+            &format!("the next line of {missing:?}, still to say {word:?}"),
+        );
         assert!(
             !line.starts_with("error") && !line.starts_with("timeout"),
             "{label}: {line}"
@@ -758,6 +1037,30 @@ mod processes {
             self.0 ^= self.0 >> 7;
             self.0 ^= self.0 << 17;
             self.0 % n
+        }
+    }
+
+    /// One line of a taker of the random mix: a weight it held, or its release.
+    fn hear(
+        label: String,
+        line: &str,
+        seed: u64,
+        held: &mut HashMap<String, u64>,
+        released: &mut usize,
+    ) {
+        assert!(
+            !line.starts_with("error") && !line.starts_with("timeout"),
+            "{label}: {line} (seed {seed})"
+        );
+        if let Some(rest) = line.strip_prefix("held ") {
+            let weight: u64 = rest
+                .split(' ')
+                .nth(1)
+                .and_then(|w| w.parse().ok())
+                .expect("held NAME WEIGHT");
+            held.insert(label, weight);
+        } else if line.starts_with("released") {
+            *released += 1;
         }
     }
 
@@ -790,12 +1093,21 @@ mod processes {
             ));
         }
         drop(tx);
-        // 1,000 samples, each under `slots.lock`: no take happens while one is counted, and
-        // releases only lower the count, so each sample is at most what was held at once.
+        // Up to 1,000 samples, each under `slots.lock`: no take happens while one is counted,
+        // and releases only lower the count, so each sample is at most what was held at once.
+        // Sampling ends when every taker has released (nothing is held after), and fails when
+        // the takers go a bound without a word (a take that never comes).
         let dir = SlotDir::open(site.temp.path()).expect("open");
         let mut most = 0;
+        let mut held = HashMap::new();
+        let mut released = 0;
+        let mut heard = std::time::Instant::now();
         for sample in 0..1000 {
+            if released == 24 {
+                break;
+            }
             let units = gate::quietly(|| {
+                let give_up = std::time::Instant::now() + BOUND;
                 let counting = loop {
                     match worklane_lease::acquire(
                         &dir,
@@ -806,7 +1118,13 @@ mod processes {
                     .expect("acquire slots.lock")
                     {
                         worklane_lease::Acquired::Held(lease) => break lease,
-                        worklane_lease::Acquired::Refused(_) => std::thread::yield_now(),
+                        worklane_lease::Acquired::Refused(_) => {
+                            assert!(
+                                std::time::Instant::now() < give_up,
+                                "sample {sample}: slots.lock not free within {BOUND:?} (seed {seed})"
+                            );
+                            std::thread::yield_now();
+                        }
                     }
                 };
                 let units = site.pool.snapshot().expect("snapshot").held_units("agent");
@@ -818,24 +1136,23 @@ mod processes {
                 "sample {sample}: {units} units held at cap 4 (seed {seed})"
             );
             most = most.max(units);
-        }
-        let mut held = HashMap::new();
-        let mut released = 0;
-        for (label, line) in lines.iter() {
-            assert!(
-                !line.starts_with("error") && !line.starts_with("timeout"),
-                "{label}: {line} (seed {seed})"
-            );
-            if let Some(rest) = line.strip_prefix("held ") {
-                let weight: u64 = rest
-                    .split(' ')
-                    .nth(1)
-                    .and_then(|w| w.parse().ok())
-                    .expect("held NAME WEIGHT");
-                held.insert(label, weight);
-            } else if line.starts_with("released") {
-                released += 1;
+            while let Ok((label, line)) = lines.try_recv() {
+                heard = std::time::Instant::now();
+                hear(label, &line, seed, &mut held, &mut released);
             }
+            assert!(
+                heard.elapsed() < BOUND,
+                "no taker said a word for {BOUND:?}, {released} of 24 released (seed {seed})"
+            );
+        }
+        // The rest of each taker's lines, to its `released` (each line within the bound: a
+        // taker waiting for ever, or one that never ends, fails the test at once).
+        while released < 24 {
+            let (label, line) = recv_within(
+                &lines,
+                &format!("a taker's next line, {released} of 24 released (seed {seed})"),
+            );
+            hear(label, &line, seed, &mut held, &mut released);
         }
         for taker in takers {
             taker.finish();

@@ -167,6 +167,25 @@ mod tests {
             future.contains("one TTL after that future pulse"),
             "{future}"
         );
+        // A moment's state, not a holder's: try again soon.
+        assert_eq!(
+            advice(&LiveWhy::GuardHeld, path),
+            "another process is changing the lease at this moment: try again"
+        );
+        for why in [
+            LiveWhy::TakeoverInProgress {
+                claim: "role-r.lease.0123456789abcdef.claim".into(),
+                claimant: Some(7),
+            },
+            LiveWhy::Changed,
+        ] {
+            assert_eq!(
+                advice(&why, path),
+                "another process is taking it over: try again in a moment",
+                "{why:?}"
+            );
+        }
+        assert_eq!(advice(&LiveWhy::Alive, path), "try again once it ends");
     }
 
     #[test]
