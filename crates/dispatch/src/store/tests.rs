@@ -611,6 +611,18 @@ fn a_version_2_queue_is_migrated_with_its_lanes_of_their_own() {
     );
 }
 
+/// [`attempt`] enqueued by uid 2002 (another owner than the 1001 of `attempt`).
+fn of_user_2002(id: &str, lane: &str, queued_at_ms: u64) -> Attempt {
+    Attempt {
+        enqueuer: Some(Enqueuer {
+            uid: 2002,
+            gid: 2002,
+            groups: vec![],
+        }),
+        ..attempt(id, lane, 0, queued_at_ms)
+    }
+}
+
 /// A damaged head of an owner's line is parked as failed, and that owner's next row heads
 /// instead, within a bound: a store that only said it parked the row would find it again at
 /// every look, forever.
@@ -620,15 +632,7 @@ fn a_damaged_head_is_parked_and_its_owner_s_next_row_heads_instead() {
     let store = Store::open(&dir.path().join("queue.db")).expect("open");
     store.insert(&attempt("a-1", "a", 0, 10)).expect("insert");
     store.insert(&attempt("a-2", "b", 0, 20)).expect("insert");
-    let other = Attempt {
-        enqueuer: Some(Enqueuer {
-            uid: 2002,
-            gid: 2002,
-            groups: vec![],
-        }),
-        ..attempt("a-3", "c", 0, 15)
-    };
-    store.insert(&other).expect("insert");
+    store.insert(&of_user_2002("a-3", "c", 15)).expect("insert");
     store
         .conn
         .execute("UPDATE attempts SET weight = 0 WHERE id = 'a-1'", [])
@@ -657,15 +661,7 @@ fn a_user_s_waiting_rows_and_a_lane_s_row_are_counted_and_found() {
     for (id, lane, start) in [("a-1", "a", 10), ("a-2", "b", 20), ("a-4", "d", 30)] {
         store.insert(&attempt(id, lane, 0, start)).expect("insert");
     }
-    let other = Attempt {
-        enqueuer: Some(Enqueuer {
-            uid: 2002,
-            gid: 2002,
-            groups: vec![],
-        }),
-        ..attempt("a-3", "c", 0, 15)
-    };
-    store.insert(&other).expect("insert");
+    store.insert(&of_user_2002("a-3", "c", 15)).expect("insert");
     assert!(
         store
             .set_state("a-4", State::Running, Some("t"), 40)
