@@ -1,4 +1,5 @@
-//! Guard acquire + release on an existing guard, beside what a user would otherwise pick:
+//! Guard acquire + release on an existing guard (in a directory whose filesystem was checked
+//! once, as a slot directory's guards are), beside what a user would otherwise pick:
 //! a raw `open + flock + close`, `std::fs::File::try_lock`, fs2, and spawning
 //! `/usr/bin/flock -n FILE true` per acquisition (the helper-process design this replaces).
 //!
@@ -38,10 +39,15 @@ fn bench_on(c: &mut Criterion, label: &str, parent: &Path) {
     let guard = dir.path().join(format!(".{RES}.flock"));
     let mut group = c.benchmark_group(format!("guard_acquire_release/{label}"));
 
+    // As a slot directory takes its guards: its filesystem checked once, when it was opened.
+    let checked = worklane_guard::CheckedFilesystem::of(&fd)
+        .expect("fstatfs")
+        .expect("a local filesystem");
     group.bench_function("worklane_guard", |b| {
         b.iter(|| {
             let g = worklane_benches::settled("worklane_guard", || {
-                Guard::try_acquire(&fd, dir.path(), black_box(RES)).expect("acquire")
+                Guard::try_acquire_on(&fd, dir.path(), black_box(RES), Some(checked))
+                    .expect("acquire")
             });
             drop(black_box(g));
         });

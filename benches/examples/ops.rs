@@ -78,7 +78,11 @@ fn main() {
         "guard" => {
             let slots = SlotDir::open_in(&env, dir.path()).expect("open");
             for _ in 0..n {
-                let guard = worklane_guard::Guard::try_acquire(&slots, slots.path(), "ops.lock")
+                // As the slot directory's own files take theirs (its filesystem checked once).
+                let guard = slots
+                    .file("ops.lock")
+                    .expect("name")
+                    .try_guard()
                     .expect("acquire")
                     .expect("free");
                 drop(guard);

@@ -8,6 +8,7 @@
 
 use crate::acquire::Error;
 use crate::file::{FileId, describe_file_type};
+use crate::filesystem::CheckedFilesystem;
 use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use rustix::fs::{AtFlags, FileType, FlockOperation};
 use rustix::io::Errno;
@@ -35,6 +36,13 @@ pub(crate) fn io<'a>(op: &'static str, shown: Shown<'a>) -> impl FnOnce(Errno) -
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// How many times this thread asked the kernel for a filesystem's type (the tests' count of
+    /// the checks a known filesystem saves).
+    pub(crate) static FILESYSTEM_CHECKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// Whether the guard's name still refers to the inode `id` (not unlinked or replaced).
 pub(crate) fn still_named(
     dir: BorrowedFd<'_>,
@@ -53,8 +61,13 @@ pub(crate) fn still_named(
 }
 
 /// Checks a guard descriptor: above the standard streams, an empty regular file, on a
-/// filesystem with local `flock`. Closes it (by dropping) on refusal.
-pub(crate) fn check_descriptor(fd: &OwnedFd, shown: Shown<'_>) -> Result<FileId, Error> {
+/// filesystem with local `flock` (asked of the kernel unless the file is on `checked`'s
+/// device, whose filesystem was accepted already). Closes it (by dropping) on refusal.
+pub(crate) fn check_descriptor(
+    fd: &OwnedFd,
+    shown: Shown<'_>,
+    checked: Option<CheckedFilesystem>,
+) -> Result<FileId, Error> {
     let raw = fd.as_raw_fd();
     if raw <= 2 {
         return Err(Error::StdStreamClosed {
@@ -76,16 +89,21 @@ pub(crate) fn check_descriptor(fd: &OwnedFd, shown: Shown<'_>) -> Result<FileId,
             size: u64::try_from(stat.st_size).unwrap_or(u64::MAX),
         });
     }
-    check_filesystem(fd.as_fd(), shown)?;
     #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
-    Ok(FileId {
+    let id = FileId {
         dev: stat.st_dev as u64,
         ino: stat.st_ino as u64,
-    })
+    };
+    if !checked.is_some_and(|c| c.covers(id)) {
+        check_filesystem(fd.as_fd(), shown)?;
+    }
+    Ok(id)
 }
 
 /// Refuses a guard (or a directory about to hold one) on a filesystem without local `flock`.
 pub(crate) fn check_filesystem(fd: BorrowedFd<'_>, shown: Shown<'_>) -> Result<(), Error> {
+    #[cfg(test)]
+    FILESYSTEM_CHECKS.with(|n| n.set(n.get() + 1));
     match crate::sys::filesystem_of(fd) {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(refused)) => Err(Error::Filesystem {

@@ -30,6 +30,37 @@ pub fn of(fd: impl rustix::fd::AsFd) -> std::io::Result<Result<Accepted, Refused
     crate::sys::filesystem_of(fd.as_fd())
 }
 
+/// A directory's filesystem, accepted once by [`CheckedFilesystem::of`]: a guard opened on
+/// the same device is on the same filesystem, so [`crate::Guard::try_acquire_on`] skips its
+/// own `fstatfs` (one system call of the six an acquisition makes). A guard on any other device
+/// (a file mounted over a guard's name) is checked as before.
+///
+/// It stands for the device only while the directory it was made from stays open: an open
+/// descriptor keeps its filesystem alive (even unmounted lazily), so its device number cannot
+/// be given to another filesystem meanwhile. Keep it beside that descriptor (as a slot
+/// directory does) and drop both together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckedFilesystem {
+    pub(crate) dev: u64,
+}
+
+impl CheckedFilesystem {
+    /// Checks the filesystem of the open directory `dir` (`fstat` and `fstatfs`): `Some` when
+    /// guards may live on it, `None` when not (each guard is then refused with the reason, as
+    /// without this check).
+    pub fn of(dir: impl rustix::fd::AsFd) -> std::io::Result<Option<CheckedFilesystem>> {
+        let stat = rustix::fs::fstat(&dir)?;
+        #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+        let dev = stat.st_dev as u64;
+        Ok(of(&dir)?.is_ok().then_some(CheckedFilesystem { dev }))
+    }
+
+    /// Whether the file `id` is on this filesystem.
+    pub(crate) fn covers(self, id: crate::FileId) -> bool {
+        id.dev == self.dev
+    }
+}
+
 /// Linux `statfs.f_type` magic numbers (from `linux/magic.h`).
 mod magic {
     pub(super) const EXT234: i64 = 0xEF53;

@@ -3,6 +3,7 @@
 use crate::acquire;
 use crate::check::{Shown, check_descriptor, io, lock_nonblocking, still_named};
 use crate::file::FileId;
+use crate::filesystem::CheckedFilesystem;
 use crate::name::{check_resource_name, guard_name};
 use crate::publish::publish;
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -39,7 +40,33 @@ impl Guard {
         dir_path: &Path,
         resource: &str,
     ) -> Result<Option<Guard>, Error> {
-        Self::acquire_with(dir.as_fd(), dir_path, resource, &mut || {}, &mut || {})
+        Self::acquire_with(
+            dir.as_fd(),
+            dir_path,
+            resource,
+            None,
+            &mut || {},
+            &mut || {},
+        )
+    }
+
+    /// [`Guard::try_acquire`] in a directory whose filesystem `checked` accepted already
+    /// ([`CheckedFilesystem::of`] on the same open `dir`): a guard on that device is not asked
+    /// of the kernel again. `None` checks each guard's filesystem, as [`Guard::try_acquire`].
+    pub fn try_acquire_on(
+        dir: impl AsFd,
+        dir_path: &Path,
+        resource: &str,
+        checked: Option<CheckedFilesystem>,
+    ) -> Result<Option<Guard>, Error> {
+        Self::acquire_with(
+            dir.as_fd(),
+            dir_path,
+            resource,
+            checked,
+            &mut || {},
+            &mut || {},
+        )
     }
 
     /// Test seam (feature `test-seams`): [`Guard::try_acquire`] that calls `before_link` when it
@@ -52,7 +79,14 @@ impl Guard {
         resource: &str,
         before_link: &mut dyn FnMut(),
     ) -> Result<Option<Guard>, Error> {
-        Self::acquire_with(dir.as_fd(), dir_path, resource, before_link, &mut || {})
+        Self::acquire_with(
+            dir.as_fd(),
+            dir_path,
+            resource,
+            None,
+            before_link,
+            &mut || {},
+        )
     }
 
     /// Test seam (feature `test-seams`): [`Guard::try_acquire_observed`] that also calls
@@ -66,7 +100,14 @@ impl Guard {
         before_link: &mut dyn FnMut(),
         before_lock: &mut dyn FnMut(),
     ) -> Result<Option<Guard>, Error> {
-        Self::acquire_with(dir.as_fd(), dir_path, resource, before_link, before_lock)
+        Self::acquire_with(
+            dir.as_fd(),
+            dir_path,
+            resource,
+            None,
+            before_link,
+            before_lock,
+        )
     }
 
     /// [`Guard::try_acquire`], calling the test seams' `before_link` and `before_lock`.
@@ -74,6 +115,7 @@ impl Guard {
         dir: BorrowedFd<'_>,
         dir_path: &Path,
         resource: &str,
+        checked: Option<CheckedFilesystem>,
         before_link: &mut dyn FnMut(),
         before_lock: &mut dyn FnMut(),
     ) -> Result<Option<Guard>, Error> {
@@ -93,7 +135,7 @@ impl Guard {
         // while others lock the new guard. So after locking, the name must still be our
         // inode; if not, the lock is dropped and the guard opened again by name.
         for _ in 0..ATTEMPTS {
-            let (fd, id) = open_checked(dir, shown, Some(&mut *before_link))?;
+            let (fd, id) = open_checked(dir, shown, checked, Some(&mut *before_link))?;
             before_lock();
             if !lock_nonblocking(&fd, shown)? {
                 return Ok(None);
@@ -155,8 +197,8 @@ impl Guard {
             dir: dir_path,
             name: &name,
         };
-        let got = check_descriptor(&fd, shown)?;
-        let (expected, want) = open_checked(dir, shown, None)?;
+        let got = check_descriptor(&fd, shown, None)?;
+        let (expected, want) = open_checked(dir, shown, None, None)?;
         drop(expected);
         if got != want {
             return Err(Error::NotTheGuard {
@@ -172,8 +214,8 @@ impl Guard {
         // As in `try_acquire`: the name must still refer to the inode now locked (a guard
         // reclaimed between the comparison and the lock is a ghost nobody else can reach).
         if !still_named(dir, shown, got)? {
-            let want =
-                open_checked(dir, shown, None).map_or(FileId { dev: 0, ino: 0 }, |(_, id)| id);
+            let want = open_checked(dir, shown, None, None)
+                .map_or(FileId { dev: 0, ino: 0 }, |(_, id)| id);
             return Err(Error::NotTheGuard {
                 path: shown.path(),
                 got,
@@ -225,6 +267,7 @@ const OPEN_GUARD: OFlags = OFlags::RDONLY
 fn open_checked(
     dir: BorrowedFd<'_>,
     shown: Shown<'_>,
+    checked: Option<CheckedFilesystem>,
     mut create: Option<&mut dyn FnMut()>,
 ) -> Result<(OwnedFd, FileId), Error> {
     let fd = loop {
@@ -247,7 +290,7 @@ fn open_checked(
             Err(e) => return Err(io("open", shown)(e)),
         }
     };
-    let id = check_descriptor(&fd, shown)?;
+    let id = check_descriptor(&fd, shown, checked)?;
     Ok((fd, id))
 }
 
@@ -259,4 +302,80 @@ const ATTEMPTS: usize = 3;
 #[must_use]
 pub fn guard_path(dir_path: &Path, resource: &str) -> PathBuf {
     dir_path.join(guard_name(resource))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::FILESYSTEM_CHECKS;
+
+    fn checks() -> usize {
+        FILESYSTEM_CHECKS.with(std::cell::Cell::get)
+    }
+
+    fn open_dir(path: &Path) -> OwnedFd {
+        rustix::fs::open(
+            path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .expect("open the directory")
+    }
+
+    #[test]
+    fn a_guard_on_the_checked_filesystem_is_not_asked_again_and_one_elsewhere_is() {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let fd = open_dir(temp.path());
+        let checked = CheckedFilesystem::of(&fd)
+            .expect("fstatfs")
+            .expect("the tests' temp directory is on a local filesystem");
+        // Published first: the publication checks the directory itself, once.
+        drop(Guard::try_acquire(&fd, temp.path(), "a.lock").expect("publish"));
+
+        let before = checks();
+        let held = Guard::try_acquire_on(&fd, temp.path(), "a.lock", Some(checked))
+            .expect("acquire")
+            .expect("free");
+        assert_eq!(checks(), before, "the checked device is not asked again");
+        assert!(checked.covers(held.file_id()));
+        drop(held);
+
+        // Without a checked filesystem, and with one of another device (a file mounted over
+        // the guard's name would be on another), the guard's own filesystem is asked.
+        let elsewhere = CheckedFilesystem {
+            dev: checked.dev ^ 1,
+        };
+        for (given, what) in [(None, "none given"), (Some(elsewhere), "another device")] {
+            let before = checks();
+            let held = Guard::try_acquire_on(&fd, temp.path(), "a.lock", given)
+                .expect("acquire")
+                .expect("free");
+            assert_eq!(
+                checks(),
+                before + 1,
+                "{what}: the guard's filesystem is asked"
+            );
+            drop(held);
+        }
+        let before = checks();
+        drop(Guard::try_acquire(&fd, temp.path(), "a.lock").expect("acquire"));
+        assert_eq!(checks(), before + 1, "try_acquire asks every time");
+    }
+
+    #[test]
+    fn a_filesystem_without_local_flock_is_not_checked_for_guards() {
+        // procfs is refused for guards (as NFS or FUSE would be): nothing is known of it, so
+        // every guard there would be asked, and refused, on its own.
+        let proc = open_dir(Path::new("/proc"));
+        assert_eq!(CheckedFilesystem::of(&proc).expect("fstatfs /proc"), None);
+        let temp = tempfile::tempdir().expect("temp dir");
+        let stat = rustix::fs::stat(temp.path()).expect("stat");
+        #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+        let dev = stat.st_dev as u64;
+        assert_eq!(
+            CheckedFilesystem::of(open_dir(temp.path())).expect("fstatfs"),
+            Some(CheckedFilesystem { dev }),
+            "an accepted filesystem is known by its device"
+        );
+    }
 }

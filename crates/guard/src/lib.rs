@@ -5,7 +5,9 @@
 //! renamed or replaced by ordinary code. Whoever holds `flock(LOCK_EX)` on an open file
 //! description of the guard may inspect and change `F`; everyone else gets "busy" at once.
 //!
-//! - [`Guard::try_acquire`] opens (creating if needed), checks and locks a guard, or reports busy.
+//! - [`Guard::try_acquire`] opens (creating if needed), checks and locks a guard, or reports busy;
+//!   [`Guard::try_acquire_on`] does the same in a directory whose filesystem
+//!   [`CheckedFilesystem::of`] accepted once (a guard on that device skips its own `fstatfs`).
 //! - [`Guard`] is held while it exists; [`AsFd`](std::os::fd::AsFd) lets a holder pass the
 //!   descriptor to another process, and [`Guard::from_received`] rebuilds it there after
 //!   comparing device and inode.
@@ -120,6 +122,7 @@ mod sys;
 mod token;
 
 pub use file::{FileId, describe_file_type};
+pub use filesystem::CheckedFilesystem;
 pub use guard::{GUARD_MODE, Guard, guard_path, is_held};
 pub use name::{
     GUARD_SUFFIX, GUARD_TEMP_INFIX, NAME_MAX, NameProblem, RESOURCE_NAME_MAX, TOKEN_LEN,

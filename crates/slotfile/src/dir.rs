@@ -23,6 +23,10 @@ struct Inner {
     gid: u32,
     /// A directory stream kept open and rewound for each listing (saves reopening `.`).
     listing: Mutex<Option<rustix::fs::Dir>>,
+    /// The directory's filesystem, accepted for guards when it was opened (`None`: refused or
+    /// not known, so each guard asks for itself and is refused with the reason). Valid while
+    /// `fd` is open, which this holds.
+    checked: Option<worklane_guard::CheckedFilesystem>,
 }
 
 impl std::fmt::Debug for SlotDir {
@@ -160,14 +164,25 @@ impl SlotDir {
     /// ownership checks of [`crate::walk`].
     fn open_checked(path: &Path, create: bool) -> Result<SlotDir, open::Error> {
         let opened = crate::walk::open(path, create)?;
+        // Asked once here rather than by each guard (an `fstatfs` saved per guard: a take opens
+        // about a dozen). A filesystem that cannot be asked is left to each guard's own check.
+        let checked = worklane_guard::CheckedFilesystem::of(&opened.fd)
+            .ok()
+            .flatten();
         Ok(SlotDir {
             inner: Arc::new(Inner {
                 fd: opened.fd,
                 path: path.to_owned(),
                 gid: opened.gid,
                 listing: Mutex::new(None),
+                checked,
             }),
         })
+    }
+
+    /// The directory's filesystem as accepted for guards when it was opened.
+    pub(crate) fn checked_filesystem(&self) -> Option<worklane_guard::CheckedFilesystem> {
+        self.inner.checked
     }
 
     /// The directory's group (its gid when it was opened): every file written in it is given
@@ -218,5 +233,35 @@ impl SlotDir {
 impl AsFd for SlotDir {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.inner.fd.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_directory_knows_its_filesystem_for_its_guards_from_its_open() {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let dir = SlotDir::open(temp.path()).expect("open");
+        let checked = dir
+            .checked_filesystem()
+            .expect("the tests' temp directory is on a local filesystem");
+        let guard = dir
+            .file("a.lock")
+            .expect("name")
+            .try_guard()
+            .expect("take")
+            .expect("free");
+        let id = guard.file_id();
+        assert_eq!(
+            Some(checked),
+            worklane_guard::CheckedFilesystem::of(&dir).expect("fstatfs"),
+            "its filesystem as the directory's open found it"
+        );
+        let stat = rustix::fs::stat(temp.path()).expect("stat");
+        #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+        let dev = stat.st_dev as u64;
+        assert_eq!(id.dev, dev, "the guard is on the directory's device");
     }
 }

@@ -529,6 +529,11 @@ impl SlotPath {
 
     /// Tries to take this file's guard (`.{name}.flock`): `Ok(None)` when busy.
     pub fn try_guard(&self) -> Result<Option<Guard>, worklane_guard::acquire::Error> {
-        Guard::try_acquire(&self.dir, self.dir.path(), &self.name)
+        Guard::try_acquire_on(
+            &self.dir,
+            self.dir.path(),
+            &self.name,
+            self.dir.checked_filesystem(),
+        )
     }
 }
