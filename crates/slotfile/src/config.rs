@@ -500,7 +500,28 @@ mod tests {
         ] {
             let e = parse(text).expect_err(text);
             assert!(e.to_string().contains(field), "{text}: {e}");
+            // Each field's error says what it takes: bytes for memory, CPUs for the CPU.
+            let unit = if field == "max_memory" {
+                "whole numbers of bytes"
+            } else {
+                "numbers of CPUs from 0.01 to 4096"
+            };
+            assert!(e.to_string().contains(unit), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn the_default_job_cap_is_the_cpus_this_process_may_run_on() {
+        let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        let want = u32::try_from(cpus)
+            .unwrap_or(u32::MAX)
+            .clamp(*JOBS_RANGE.start(), *JOBS_RANGE.end());
+        assert_eq!(default_max_jobs(), want);
+        assert_eq!(
+            parse("{}").expect("empty").max_jobs,
+            want,
+            "a config without max_jobs"
+        );
     }
 
     #[test]

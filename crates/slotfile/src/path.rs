@@ -363,9 +363,13 @@ impl SlotPath {
         let (temp, _held) = self.write_temp(bytes, mode)?;
         at(Step::TempWritten);
         let dir = self.dir.as_fd();
+        // No exchange off Linux: the rename below.
+        #[cfg(target_os = "linux")]
         if exchange && self.exchange(&temp)? {
             return Ok(());
         }
+        #[cfg(not(target_os = "linux"))]
+        let _ = exchange;
         let renamed = rustix::fs::renameat(dir, temp.as_str(), dir, &*self.name);
         if let Err(e) = renamed {
             let _ = rustix::fs::unlinkat(dir, temp.as_str(), AtFlags::empty());
@@ -412,12 +416,6 @@ impl SlotPath {
                 Err(self.error("exchange a temp file with", e))
             }
         }
-    }
-
-    /// No exchange off Linux: the caller renames.
-    #[cfg(not(target_os = "linux"))]
-    fn exchange(&self, _temp: &str) -> Result<bool, write::Error> {
-        Ok(false)
     }
 
     /// Publishes the file with `bytes` and mode exactly `mode` if no file has its name: the same

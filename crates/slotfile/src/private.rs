@@ -541,6 +541,7 @@ mod tests {
         let temp = tempfile::tempdir().expect("temp");
         let dir = PrivateDir::open(&temp.path().join("s"), true).expect("dir");
         let me = rustix::process::geteuid().as_raw();
+        assert_eq!(dir.uid(), me, "the caller's");
         drop(dir.create_new("db", 0o600).expect("create"));
         let (_, entry) = dir.open_read("db").expect("open").expect("there");
         assert_eq!(
@@ -589,5 +590,73 @@ mod tests {
         assert_eq!(dir.set_aside("none", "x").expect("aside"), None);
         assert!(dir.remove("twin").expect("remove"));
         assert!(!dir.remove("twin").expect("remove"));
+    }
+
+    /// The parents of a private directory are owned by root or the caller: a directory of
+    /// anyone else on the way could have what lies below it replaced.
+    #[test]
+    fn a_parent_owned_by_another_user_is_refused_and_root_s_or_the_caller_s_are_not() {
+        let me = rustix::process::geteuid().as_raw();
+        assert_eq!(
+            me, 0,
+            "this test gives a directory away, which needs root (as CI runs)"
+        );
+        let temp = tempfile::tempdir().expect("temp");
+        let theirs = temp.path().join("theirs");
+        std::fs::create_dir(&theirs).expect("dir");
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).expect("chown");
+        match PrivateDir::open(&theirs.join("state"), true) {
+            Err(Error::Unsafe { owner: 65534, .. }) => {}
+            other => panic!("a parent of uid 65534 must be refused: {other:?}"),
+        }
+        assert!(!theirs.join("state").exists(), "nothing made under it");
+        std::os::unix::fs::chown(&theirs, Some(me), None).expect("chown back");
+        assert!(
+            PrivateDir::open(&theirs.join("state"), true).is_ok(),
+            "the caller's (root's) own parent, under root's /"
+        );
+    }
+
+    /// The directory made is 0700 whatever the umask, even one that takes the owner's own
+    /// bits (`mkdir`'s mode is masked; the mode is set again through the descriptor). The
+    /// umask is the process's, so the case runs in a child of this test binary.
+    #[test]
+    fn a_directory_made_under_any_umask_is_0700() {
+        use worklane_testkit::Gated;
+        let temp = tempfile::tempdir().expect("temp");
+        let path = temp.path().join("state");
+        let out = std::process::Command::new(std::env::current_exe().expect("exe"))
+            .args([
+                "--exact",
+                "private::tests::made_under_umask_0277",
+                "--ignored",
+                "--test-threads=1",
+            ])
+            .env(UMASK_CHILD, &path)
+            .output_gated()
+            .expect("run the child");
+        assert!(
+            out.status.success(),
+            "the child: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+            "the child ran the case: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert_eq!(mode_of(&path), 0o700);
+    }
+
+    const UMASK_CHILD: &str = "WORKLANE_PRIVATE_UMASK_CHILD";
+
+    /// The child's half of [`a_directory_made_under_any_umask_is_0700`] (run only by it).
+    #[test]
+    #[ignore = "run by a_directory_made_under_any_umask_is_0700 in a process of its own"]
+    fn made_under_umask_0277() {
+        let path = std::env::var_os(UMASK_CHILD).expect("run by its parent test");
+        rustix::process::umask(Mode::from_bits_truncate(0o277));
+        let dir = PrivateDir::open(Path::new(&path), true).expect("made");
+        drop(dir);
     }
 }
