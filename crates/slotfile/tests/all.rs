@@ -1457,6 +1457,81 @@ mod inspect {
     }
 }
 
+mod stream {
+    use super::*;
+    use std::io::Read;
+    use std::os::unix::fs::symlink;
+    use worklane_slotfile::read::Error;
+
+    fn id_of(path: &Path) -> (u64, u64) {
+        let meta = std::fs::symlink_metadata(path).expect("stat");
+        (meta.dev(), meta.ino())
+    }
+
+    #[test]
+    fn meta_is_a_regular_file_s_inode_and_size_never_a_link_s() {
+        let t = temp();
+        let dir = slots(&t);
+        let p = dir.file("journal.jsonl").expect("name");
+        assert_eq!(p.meta().expect("meta"), None, "none there");
+        std::fs::write(t.path().join("journal.jsonl"), b"12345").expect("write");
+        let meta = p.meta().expect("meta").expect("there");
+        assert_eq!(meta.size, 5);
+        assert_eq!(
+            (meta.id.dev, meta.id.ino),
+            id_of(&t.path().join("journal.jsonl"))
+        );
+        std::fs::remove_file(t.path().join("journal.jsonl")).expect("rm");
+        symlink("/etc/passwd", t.path().join("journal.jsonl")).expect("symlink");
+        assert!(matches!(p.meta(), Err(Error::Symlink { .. })), "a link");
+        std::fs::remove_file(t.path().join("journal.jsonl")).expect("rm");
+        std::fs::create_dir(t.path().join("journal.jsonl")).expect("mkdir");
+        assert!(
+            matches!(p.meta(), Err(Error::NotRegular { .. })),
+            "a directory"
+        );
+    }
+
+    #[test]
+    fn a_stream_is_opened_with_its_meta_from_the_same_descriptor() {
+        let t = temp();
+        let dir = slots(&t);
+        let p = dir.file("journal.jsonl").expect("name");
+        assert!(p.open_stream().expect("open").is_none(), "none there");
+        let body = vec![b'x'; 100_000];
+        std::fs::write(t.path().join("journal.jsonl"), &body).expect("write");
+        let (fd, meta) = p.open_stream().expect("open").expect("there");
+        assert_eq!(meta.size, 100_000, "larger than a record read allows");
+        assert_eq!(
+            (meta.id.dev, meta.id.ino),
+            id_of(&t.path().join("journal.jsonl"))
+        );
+        assert_eq!(worklane_slotfile::meta_of_fd(&fd).expect("fstat"), meta);
+        let mut read = Vec::new();
+        std::fs::File::from(fd)
+            .read_to_end(&mut read)
+            .expect("read");
+        assert_eq!(read, body);
+        std::fs::remove_file(t.path().join("journal.jsonl")).expect("rm");
+        symlink("/etc/passwd", t.path().join("journal.jsonl")).expect("symlink");
+        assert!(
+            matches!(p.open_stream(), Err(Error::Symlink { .. })),
+            "a link is not followed"
+        );
+        std::fs::remove_file(t.path().join("journal.jsonl")).expect("rm");
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            t.path().join("journal.jsonl"),
+            rustix::fs::Mode::from_bits_truncate(0o600),
+        )
+        .expect("fifo");
+        assert!(
+            matches!(p.open_stream(), Err(Error::NotRegular { .. })),
+            "a FIFO is refused without blocking"
+        );
+    }
+}
+
 mod resolution {
     use super::*;
     use worklane_slotfile::{Layout, resolve};
@@ -2141,7 +2216,17 @@ mod ownership {
         let t = temp();
         symlink(t.path().join("l2"), t.path().join("l1")).expect("symlink");
         symlink(t.path().join("l1"), t.path().join("l2")).expect("symlink");
-        let err = opened(&t.path().join("l1/slots")).expect_err("loop");
+        // On a thread given 10 s: a walk that did not count its links would follow the loop
+        // forever, and the test must fail rather than hang.
+        let path = t.path().join("l1/slots");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(opened(&path).map(drop));
+        });
+        let err = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the walk ends within 10 s")
+            .expect_err("loop");
         assert!(matches!(err, Error::TooManyLinks { .. }), "{err:?}");
     }
 
