@@ -2340,6 +2340,118 @@ mod ownership {
         let mode = std::fs::metadata(shared.join("STOP")).expect("stat").mode() & 0o7777;
         assert_eq!(mode, 0o660, "the mode is still exact");
     }
+
+    /// `open_log` (a queued run's output, written by its driver as root for the row's user):
+    /// made with its exact mode and the directory's group, given to its owner; reopened and
+    /// appended to only when it is a regular file of one link, this process's or the owner's.
+    #[test]
+    fn a_log_is_opened_for_its_owner_and_reopened_only_when_it_is_theirs_or_ours() {
+        use std::io::{Seek, Write};
+        root_only();
+        let t = temp();
+        let shared = dir_in(t.path(), "shared", 0, SHARED, 0o770);
+        let dir = opened(&shared).expect("open");
+        let log = |name: &str| dir.file(name).expect("valid");
+        let append = |fd: rustix::fd::OwnedFd, bytes: &[u8]| {
+            let mut file = std::fs::File::from(fd);
+            file.rewind().expect("seek to the start");
+            file.write_all(bytes).expect("write");
+        };
+
+        // Made new, for this process: its mode exactly, the directory's group, close-on-exec.
+        let fd = log("mine.log").open_log(0o640, None).expect("made");
+        assert!(
+            rustix::io::fcntl_getfd(&fd)
+                .expect("fd flags")
+                .contains(rustix::io::FdFlags::CLOEXEC),
+            "close-on-exec"
+        );
+        append(fd, b"one\n");
+        let fd = log("mine.log")
+            .open_log(0o640, None)
+            .expect("ours, reopened");
+        append(fd, b"two\n");
+        let meta = std::fs::metadata(shared.join("mine.log")).expect("stat");
+        assert_eq!(
+            std::fs::read(shared.join("mine.log")).expect("read"),
+            b"one\ntwo\n",
+            "appended, never overwritten"
+        );
+        assert_eq!((meta.uid(), meta.gid()), (0, SHARED));
+        assert_eq!(meta.mode() & 0o7777, 0o640);
+
+        // Made for another user: theirs, with the directory's group; reopened for them.
+        let fd = log("theirs.log")
+            .open_log(0o600, Some(OTHER))
+            .expect("made");
+        append(fd, b"a\n");
+        let meta = std::fs::metadata(shared.join("theirs.log")).expect("stat");
+        assert_eq!(
+            (meta.uid(), meta.gid()),
+            (OTHER, SHARED),
+            "given to its owner"
+        );
+        assert_eq!(meta.mode() & 0o7777, 0o600);
+        let fd = log("theirs.log")
+            .open_log(0o600, Some(OTHER))
+            .expect("the owner's, reopened for them");
+        append(fd, b"b\n");
+        assert_eq!(
+            std::fs::read(shared.join("theirs.log")).expect("read"),
+            b"a\nb\n"
+        );
+        let refused = log("theirs.log")
+            .open_log(0o600, None)
+            .expect_err("another user's file, for nobody in particular");
+        assert!(
+            refused.source.to_string().contains("move it aside"),
+            "{refused:?}"
+        );
+        let refused = log("theirs.log")
+            .open_log(0o600, Some(SHARED))
+            .expect_err("another user's file, for a third");
+        assert!(
+            refused.source.to_string().contains("uid 1000"),
+            "{refused:?}"
+        );
+
+        // A second name (a hard link to a file elsewhere) and a FIFO are never written.
+        std::fs::write(shared.join("elsewhere"), b"keep").expect("write");
+        std::fs::hard_link(shared.join("elsewhere"), shared.join("linked.log")).expect("link");
+        let refused = log("linked.log")
+            .open_log(0o640, None)
+            .expect_err("a file with two names");
+        assert!(
+            refused.source.to_string().contains("2 link(s)"),
+            "{refused:?}"
+        );
+        assert_eq!(
+            std::fs::read(shared.join("elsewhere")).expect("read"),
+            b"keep"
+        );
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            shared.join("fifo.log"),
+            rustix::fs::Mode::from_bits_truncate(0o600),
+        )
+        .expect("fifo");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let fifo = log("fifo.log");
+        std::thread::spawn(move || {
+            let _ = tx.send(fifo.open_log(0o640, None).map(drop));
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(10))
+            .expect("a FIFO without a reader never blocks the open")
+            .expect_err("a FIFO is not a log");
+        std::os::unix::fs::symlink(shared.join("target"), shared.join("link.log")).expect("link");
+        log("link.log")
+            .open_log(0o640, None)
+            .expect_err("never through a link");
+        assert!(
+            !shared.join("target").exists(),
+            "nothing made at its target"
+        );
+    }
 }
 
 /// The same rules with the subject running as an unprivileged user (`setpriv`): root bypasses

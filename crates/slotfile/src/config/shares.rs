@@ -208,6 +208,8 @@ mod tests {
         }
         assert_eq!(ShareKey::Group("1001".into()).gid(), Some(1001));
         assert_eq!(ShareKey::Group("ci".into()).gid(), None);
+        // A number by its digits alone: Rust's parse would take a leading `+`.
+        assert_eq!(ShareKey::Group("+5".into()).gid(), None);
         assert_eq!(ShareKey::Uid(3).gid(), None);
     }
 
@@ -220,5 +222,25 @@ mod tests {
         let none = Shares::of([(ShareKey::Uid(1), 4)]);
         assert_eq!(none.ceiling(&ShareKey::Uid(2)), None, "no `*`: no ceiling");
         assert!(Shares::default().is_empty());
+        assert!(!shares.is_empty());
+        let every: Vec<(String, u32)> = Shares::of([
+            (ShareKey::Anyone, 2),
+            (ShareKey::Tag("n".into()), 1),
+            (ShareKey::Group("ci".into()), 3),
+            (ShareKey::Uid(7), 4),
+        ])
+        .iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        assert_eq!(
+            every,
+            [
+                ("uid:7".to_owned(), 4),
+                ("group:ci".to_owned(), 3),
+                ("owner:n".to_owned(), 1),
+                ("*".to_owned(), 2)
+            ],
+            "every share, in key order"
+        );
     }
 }
