@@ -262,6 +262,67 @@ mod take {
         }
     }
 
+    /// A ledger's clock whose `at`-th reading (from 1) first runs `race`: another process
+    /// acting at exactly that point of the ledger's work.
+    struct Raced {
+        clock: ManualClock,
+        reads: AtomicUsize,
+        at: usize,
+        race: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    }
+
+    impl Clock for Raced {
+        fn now_ms(&self) -> u64 {
+            if self.reads.fetch_add(1, Ordering::SeqCst) + 1 == self.at
+                && let Some(race) = self.race.lock().expect("race").take()
+            {
+                race();
+            }
+            self.clock.now_ms()
+        }
+    }
+
+    /// `take_within` found a call free, but another process took the last one before its
+    /// take did: the take waits its own 10 s and is refused, and `take_within` goes on
+    /// waiting within its bound (20 s) for the reset (15 s), then goes.
+    #[test]
+    fn a_take_within_that_another_process_beat_waits_on_within_its_bound() {
+        let site = Site::new();
+        let key = key();
+        let (dir, other_clock, other_key) = (site.dir(), site.clock.clone(), key.clone());
+        let start = site.now();
+        let race: Box<dyn FnOnce() + Send> = Box::new(move || {
+            let other = Ledger::new(dir).clock(Arc::new(other_clock)).owner("other");
+            // The other process's call took the last one: none left until the reset.
+            let spent = window(start, 0, 15_000);
+            assert!(matches!(
+                other.observe(&other_key, &spent),
+                Observed::Recorded
+            ));
+        });
+        // Readings: take_within's start, its first look's time, the peek's now, then the
+        // take's own (its sweep's): the race comes between the peek and the take.
+        let ledger = Ledger::new(site.dir())
+            .clock(Arc::new(Raced {
+                clock: site.clock.clone(),
+                reads: AtomicUsize::new(0),
+                at: 4,
+                race: std::sync::Mutex::new(Some(race)),
+            }))
+            .sleeper(Arc::new(ManualSleep::new(site.clock.clone())))
+            .owner("test");
+        let taken = ledger.take_within(&key, "core", "a", Duration::from_millis(20_000));
+        assert!(
+            matches!(taken, Ok(Grant { counted: false, .. })),
+            "goes at the reset, within the bound: {taken:?}"
+        );
+        assert_eq!(site.now() - start, 15_000, "went exactly at the reset");
+        assert!(
+            site.path(&key.state_name()).exists(),
+            "the other process's take was recorded"
+        );
+    }
+
     /// `take_within` refuses a paused credential after its bound, naming the pause's end.
     #[test]
     fn a_take_within_a_bound_refuses_a_pause_beyond_it() {
