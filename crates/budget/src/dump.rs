@@ -118,6 +118,11 @@ mod tests {
     }
 
     #[test]
+    fn a_dump_of_up_to_1_mib_is_read() {
+        assert_eq!(MAX_DUMP, 1024 * 1024);
+    }
+
+    #[test]
     fn bare_lines_skip_a_status_line_and_lines_without_a_colon() {
         let headers = header_lines("HTTP/1.1 429 Too Many\r\nRetry-After: 5\r\n\r\nnoise\n");
         assert_eq!(headers, [("retry-after".to_owned(), "5".to_owned())]);

@@ -91,6 +91,11 @@ impl Site {
         self.temp.path().join(name)
     }
 
+    fn state_of(&self, key: &CredentialKey, provider: &str) -> serde_json::Value {
+        let bytes = std::fs::read(self.path(&key.state_name_of(provider))).expect("state file");
+        serde_json::from_slice(&bytes).expect("state is JSON")
+    }
+
     fn state(&self, key: &CredentialKey) -> serde_json::Value {
         let bytes = std::fs::read(self.path(&key.state_name())).expect("state file");
         serde_json::from_slice(&bytes).expect("state is JSON")
@@ -255,6 +260,67 @@ mod take {
                 );
             }
         }
+    }
+
+    /// A ledger's clock whose `at`-th reading (from 1) first runs `race`: another process
+    /// acting at exactly that point of the ledger's work.
+    struct Raced {
+        clock: ManualClock,
+        reads: AtomicUsize,
+        at: usize,
+        race: std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    }
+
+    impl Clock for Raced {
+        fn now_ms(&self) -> u64 {
+            if self.reads.fetch_add(1, Ordering::SeqCst) + 1 == self.at
+                && let Some(race) = self.race.lock().expect("race").take()
+            {
+                race();
+            }
+            self.clock.now_ms()
+        }
+    }
+
+    /// `take_within` found a call free, but another process took the last one before its
+    /// take did: the take waits its own 10 s and is refused, and `take_within` goes on
+    /// waiting within its bound (20 s) for the reset (15 s), then goes.
+    #[test]
+    fn a_take_within_that_another_process_beat_waits_on_within_its_bound() {
+        let site = Site::new();
+        let key = key();
+        let (dir, other_clock, other_key) = (site.dir(), site.clock.clone(), key.clone());
+        let start = site.now();
+        let race: Box<dyn FnOnce() + Send> = Box::new(move || {
+            let other = Ledger::new(dir).clock(Arc::new(other_clock)).owner("other");
+            // The other process's call took the last one: none left until the reset.
+            let spent = window(start, 0, 15_000);
+            assert!(matches!(
+                other.observe(&other_key, &spent),
+                Observed::Recorded
+            ));
+        });
+        // Readings: take_within's start, its first look's time, the peek's now, then the
+        // take's own (its sweep's): the race comes between the peek and the take.
+        let ledger = Ledger::new(site.dir())
+            .clock(Arc::new(Raced {
+                clock: site.clock.clone(),
+                reads: AtomicUsize::new(0),
+                at: 4,
+                race: std::sync::Mutex::new(Some(race)),
+            }))
+            .sleeper(Arc::new(ManualSleep::new(site.clock.clone())))
+            .owner("test");
+        let taken = ledger.take_within(&key, "core", "a", Duration::from_millis(20_000));
+        assert!(
+            matches!(taken, Ok(Grant { counted: false, .. })),
+            "goes at the reset, within the bound: {taken:?}"
+        );
+        assert_eq!(site.now() - start, 15_000, "went exactly at the reset");
+        assert!(
+            site.path(&key.state_name()).exists(),
+            "the other process's take was recorded"
+        );
     }
 
     /// `take_within` refuses a paused credential after its bound, naming the pause's end.
@@ -1779,9 +1845,19 @@ mod models {
         };
         assert_ne!(second, first, "a new reservation");
         match &taken[1] {
-            Err(refused @ Refused::RateLimited { resource, .. }) => {
+            Err(Refused::RateLimited {
+                resource,
+                reset_at,
+                waited_ms,
+            }) => {
                 assert_eq!(resource, "requests");
-                assert_eq!(refused, &alone, "refused as a take alone is");
+                // As a take alone is, but for the time tried: a take alone counts the real
+                // time its one try took too (a millisecond on a busy machine).
+                assert!(
+                    matches!(&alone, Refused::RateLimited { reset_at: r, .. } if r == reset_at),
+                    "refused as a take alone is: {alone:?}"
+                );
+                assert_eq!(*waited_ms, 0, "the batch waits for nothing");
             }
             other => panic!("the last take finds none left: {other:?}"),
         }
@@ -1865,6 +1941,156 @@ mod models {
             Err(Refused::RateLimited { resource, .. }) => assert_eq!(resource, "tokens"),
             other => panic!("refused for the tokens: {other:?}"),
         }
+    }
+
+    /// A take of a window seen spent, whose reset comes within the take's wait, waits for it
+    /// and goes then (the carried window's limit left).
+    #[test]
+    fn a_take_waits_for_a_spent_window_s_reset_within_its_wait_then_goes() {
+        let site = Site::new();
+        let ledger = site.ledger();
+        let key = key();
+        let provider = Provider::Anthropic;
+        let start = site.now();
+        let reset = worklane_lease::rfc3339_ms(start + 3_000);
+        let spent = ProviderObservation::from_headers(
+            &provider.profile().expect("profile"),
+            200,
+            start,
+            |name| match name {
+                "anthropic-ratelimit-requests-limit" => Some("50"),
+                "anthropic-ratelimit-requests-remaining" => Some("0"),
+                "anthropic-ratelimit-requests-reset" => Some(reset.as_str()),
+                _ => None,
+            },
+        );
+        assert!(matches!(
+            ledger.observe_model(&provider, &key, None, &spent),
+            Observed::Recorded
+        ));
+        let reset_at = site.state_of(&key, "anthropic")["resources"]["requests"]["resetAt"]
+            .as_u64()
+            .expect("a reset");
+        assert!(reset_at > start && reset_at - start < MAX_WAIT_MS);
+        let grant = ledger
+            .take_model(&provider, &key, need(1, 1), "agent")
+            .expect("goes at the reset");
+        assert!(grant.counted, "{grant:?}");
+        assert_eq!(site.now(), reset_at, "it waited exactly until the reset");
+    }
+
+    /// A batch with a take sweeps stale states when a sweep is due, as a take alone does; a
+    /// batch of observations never does.
+    #[test]
+    fn a_batch_with_a_take_sweeps_when_due_and_one_without_never_does() {
+        let site = Site::new();
+        // The sweep time is process-wide: this test runs three months after the others' clocks.
+        site.clock.set(T0 + 90 * 86_400_000);
+        let ledger = site.ledger();
+        let stale = CredentialKey::of_token("stale");
+        ledger.observe(&stale, &window(site.now(), 5, 60_000));
+        let stale_file = site.path(&stale.state_name());
+        super::sweep::set_mtime(&stale_file, T0);
+        let key = key();
+        let provider = Provider::Anthropic;
+        let answer = response(site.now(), 200, 9, 900);
+        ledger
+            .change_model_batch(
+                &provider,
+                &key,
+                &[ModelChange::Observe {
+                    reservation: None,
+                    observation: &answer,
+                    head: false,
+                }],
+            )
+            .expect("made");
+        assert!(stale_file.exists(), "no take, no sweep");
+        ledger
+            .change_model_batch(
+                &provider,
+                &key,
+                &[ModelChange::Take {
+                    need: need(1, 1),
+                    consumer: "agent",
+                }],
+            )
+            .expect("made");
+        assert!(!stale_file.exists(), "a take's batch sweeps");
+    }
+
+    /// A batch whose state cannot be written says what it could not record: a call when it
+    /// holds a take, else a response.
+    #[test]
+    fn a_batch_that_cannot_be_written_says_a_call_or_a_response() {
+        let site = Site::new();
+        let ledger = site.ledger();
+        let key = key();
+        let provider = Provider::Anthropic;
+        std::fs::create_dir(site.path(&key.state_name_of("anthropic"))).expect("mkdir");
+        let answer = response(site.now(), 200, 9, 900);
+        let observe = ModelChange::Observe {
+            reservation: None,
+            observation: &answer,
+            head: false,
+        };
+        let take = ModelChange::Take {
+            need: need(1, 1),
+            consumer: "agent",
+        };
+        for (changes, said) in [
+            (vec![observe], "response"),
+            (vec![observe, take], "call"),
+            (vec![take], "call"),
+        ] {
+            match ledger.change_model_batch(&provider, &key, &changes) {
+                Err(Trouble::NotWritten { what, .. }) => assert_eq!(what, said, "{changes:?}"),
+                other => panic!("not written: {other:?}"),
+            }
+        }
+    }
+
+    /// A waiting process's id: 16 lowercase hex digits, another each time.
+    #[test]
+    fn a_waiter_id_is_16_hex_digits_and_new_each_time() {
+        let a = Ledger::waiter_id();
+        let b = Ledger::waiter_id();
+        for id in [&a, &b] {
+            assert_eq!(id.len(), 16, "{id}");
+            assert!(
+                id.bytes()
+                    .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)),
+                "{id}"
+            );
+        }
+        assert_ne!(a, b);
+    }
+
+    /// What a take would meet now: a model provider's window that ended is shown carried over
+    /// (its limit left), as the next take carries it.
+    #[test]
+    fn the_health_view_shows_a_model_provider_s_ended_window_carried_over() {
+        let site = Site::new();
+        let ledger = site.ledger();
+        let key = key();
+        let provider = Provider::Anthropic;
+        ledger.observe_model(&provider, &key, None, &response(site.now(), 200, 3, 9_000));
+        let reset_at = site.state_of(&key, "anthropic")["resources"]["requests"]["resetAt"]
+            .as_u64()
+            .expect("a reset");
+        site.clock.set(reset_at);
+        let views = ledger.health().expect("health");
+        let view = views
+            .iter()
+            .find(|v| v.provider == "anthropic")
+            .expect("shown");
+        let requests = view
+            .resources
+            .iter()
+            .find(|r| r.name == "requests")
+            .expect("carried over");
+        assert!(requests.assumed, "{requests:?}");
+        assert_eq!((requests.limit, requests.left), (Some(50), 50));
     }
 
     /// A batch that cannot have the lock records nothing and says why: its caller then makes
@@ -1979,5 +2205,57 @@ mod journal {
         );
         let text = std::fs::read_to_string(site.path(worklane_journal::CURRENT)).expect("read");
         assert!(!text.contains("ghp_"), "never the token: {text}");
+    }
+
+    /// A refusal a proxy's client got is said once, by its provider and the window short; a
+    /// pause without a time known says no retry time.
+    #[test]
+    fn a_model_refusal_a_client_got_is_said_with_its_window_and_time() {
+        let site = Site::new();
+        let ledger = site.ledger();
+        let key = CredentialKey::of_token("sk-ant-test-key-not-real");
+        let provider = worklane_budget::Provider::Anthropic;
+        ledger.journal_model_refusal(
+            &provider,
+            &key,
+            "agent",
+            &Refused::RateLimited {
+                resource: "tokens".to_owned(),
+                reset_at: T0 + 5_000,
+                waited_ms: 1_200,
+            },
+        );
+        ledger.journal_model_refusal(
+            &provider,
+            &key,
+            "agent",
+            &Refused::SecondaryRateLimited {
+                until: 0,
+                waited_ms: 0,
+            },
+        );
+        assert_eq!(
+            events(&site),
+            [
+                Event::BudgetRefused {
+                    provider: "anthropic".into(),
+                    credential: key.as_str().into(),
+                    resource: "tokens".into(),
+                    refusal: "rate_limited".into(),
+                    retry_at: Some(worklane_lease::rfc3339_ms(T0 + 5_000)),
+                    consumer: "agent".into(),
+                    waited_ms: 1_200,
+                },
+                Event::BudgetRefused {
+                    provider: "anthropic".into(),
+                    credential: key.as_str().into(),
+                    resource: "requests".into(),
+                    refusal: "secondary_rate_limited".into(),
+                    retry_at: None,
+                    consumer: "agent".into(),
+                    waited_ms: 0,
+                },
+            ]
+        );
     }
 }

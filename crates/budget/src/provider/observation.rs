@@ -201,6 +201,35 @@ mod tests {
         assert_eq!(seen.retry_after_ms, Some(1_500), "the finer one wins");
     }
 
+    #[test]
+    fn one_header_of_a_dimension_without_the_other_makes_it_not_known() {
+        let profile = Provider::Anthropic.profile().expect("a profile");
+        let reset = worklane_lease::rfc3339_ms(NOW + 30_000);
+        let seen = ProviderObservation::from_headers(&profile, 200, NOW, |name| match name {
+            "anthropic-ratelimit-requests-remaining" => Some("49"),
+            "anthropic-ratelimit-tokens-reset" => Some(reset.as_str()),
+            _ => None,
+        });
+        assert_eq!(seen.windows, []);
+        assert_eq!(seen.unknown, [Dimension::Requests, Dimension::Tokens]);
+    }
+
+    #[test]
+    fn a_reset_read_as_exactly_now_is_not_a_window() {
+        let profile = Provider::Anthropic.profile().expect("a profile");
+        // Milliseconds written: the reset is read 1 ms after the time said.
+        for (said, window) in [(NOW - 1, false), (NOW, true)] {
+            let reset = worklane_lease::rfc3339_ms(said);
+            let seen = ProviderObservation::from_headers(&profile, 200, NOW, |name| match name {
+                "anthropic-ratelimit-requests-remaining" => Some("49"),
+                "anthropic-ratelimit-requests-reset" => Some(reset.as_str()),
+                _ => None,
+            });
+            assert_eq!(seen.windows.len(), usize::from(window), "{reset}: {seen:?}");
+            assert_eq!(seen.unknown.is_empty(), window, "{reset}: {seen:?}");
+        }
+    }
+
     proptest! {
         #[test]
         fn no_header_text_panics_or_gives_a_past_or_far_reset(
@@ -244,6 +273,11 @@ mod tests {
         assert_eq!(wait_ms("2.", 1000), Some(2000));
         assert_eq!(wait_ms("1.9999", 1000), Some(1999));
         assert_eq!(wait_ms("250", 1), Some(250));
+        assert_eq!(
+            wait_ms("1.5", 60_000),
+            Some(90_000),
+            "a fraction of a unit longer than a second"
+        );
         assert_eq!(wait_ms("99999999999999999999", 1000), Some(u64::MAX));
         for bad in ["", ".", "..", "1.2.3", "-1", "1e3", "Fri, 01 Jan 2027"] {
             assert_eq!(wait_ms(bad, 1000), None, "{bad:?}");

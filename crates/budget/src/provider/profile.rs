@@ -490,6 +490,24 @@ mod tests {
     }
 
     #[test]
+    fn a_number_of_up_to_12_whole_digits_is_read() {
+        assert_eq!(duration_ms("000000000001s"), Some(1_000), "12 digits");
+        assert_eq!(duration_ms("0000000000001s"), None, "13 digits");
+    }
+
+    #[test]
+    fn the_reset_formats_are_named_as_the_config_writes_them() {
+        for (name, format) in [
+            ("epoch-seconds", Some(ResetFormat::EpochSeconds)),
+            ("rfc3339", Some(ResetFormat::Rfc3339)),
+            ("duration", Some(ResetFormat::Duration)),
+            ("unix", None),
+        ] {
+            assert_eq!(ResetFormat::parse(name), format, "{name}");
+        }
+    }
+
+    #[test]
     fn the_three_reset_formats_each_at_its_latest_instant() {
         // Each is written to some precision; the window may reset up to one unit of its
         // last digit after what it says.

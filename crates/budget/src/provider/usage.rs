@@ -519,6 +519,76 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_skipped_line_says_nothing_even_of_what_the_next_leaves_out() {
+        // The line too long says an output the next line does not: skipped, it says none.
+        let long = format!(
+            "data: {{\"usage\":{{\"input_tokens\":1,\"output_tokens\":9}},\"pad\":\"{}\"}}\n",
+            "x".repeat(64)
+        );
+        let next = "data: {\"usage\":{\"input_tokens\":4}}\n";
+        assert_eq!(
+            scan(
+                StreamUsage::new().max_line(48),
+                &[long.as_bytes(), next.as_bytes()]
+            ),
+            usage(4, 0)
+        );
+    }
+
+    #[test]
+    fn the_rest_of_a_line_too_long_is_no_line_of_its_own() {
+        // A line cut where its rest would read as a usage event on its own.
+        let head = format!("data: {{\"pad\":\"{}", "x".repeat(64));
+        let rest = "data: {\"usage\":{\"input_tokens\":7}}\n";
+        assert_eq!(
+            scan(
+                StreamUsage::new().max_line(48),
+                &[head.as_bytes(), rest.as_bytes()]
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn a_last_line_without_a_newline_is_read_up_to_exactly_the_bound() {
+        let line = "data: {\"usage\":{\"input_tokens\":3}}";
+        assert_eq!(
+            scan(StreamUsage::new().max_line(line.len()), &[line.as_bytes()]),
+            usage(3, 0),
+            "exactly as long as the bound"
+        );
+        assert_eq!(
+            scan(
+                StreamUsage::new().max_line(line.len() - 1),
+                &[line.as_bytes()]
+            ),
+            None,
+            "one byte longer than the bound"
+        );
+    }
+
+    #[test]
+    fn each_event_replaces_the_counts_it_says_and_keeps_the_others() {
+        let stream = "data: {\"usage\":{\"input_tokens\":5,\"output_tokens\":15}}\n\
+                      data: {\"usage\":{\"input_tokens\":9}}\n";
+        assert_eq!(
+            Usage::of_stream(stream.as_bytes()),
+            usage(9, 15),
+            "the later input; the output the later event did not say"
+        );
+    }
+
+    #[test]
+    fn a_data_line_that_does_not_mention_usage_is_not_read() {
+        // As a body this says a usage (its `response`'s counts); a stream's line is read only
+        // when it mentions "usage".
+        let data = "{\"type\":\"response.completed\",\"response\":{\"input_tokens\":9,\"output_tokens\":1}}";
+        let value: serde_json::Value = serde_json::from_str(data).expect("JSON");
+        assert_eq!(Usage::of_body(&value), usage(9, 1));
+        assert_eq!(Usage::of_stream(format!("data: {data}\n").as_bytes()), None);
+    }
+
     proptest! {
         #[test]
         fn chunks_cut_anywhere_read_the_same(cuts in proptest::collection::vec(0usize..4000, 0..12)) {

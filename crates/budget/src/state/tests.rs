@@ -980,3 +980,168 @@ fn waiting_words_count_while_fresh_and_are_bounded() {
     let read = State::parse(&state.to_bytes(NOW + 7_000)).expect("its own bytes");
     assert_eq!(read.waiting, state.waiting, "it survives the file");
 }
+
+/// A reservation of one request, taken at `at_ms`.
+fn reserved_at(at_ms: u64) -> Reservation {
+    Reservation {
+        at_ms,
+        units: BTreeMap::from([("requests".to_owned(), 1)]),
+    }
+}
+
+#[test]
+fn a_reservation_counts_exactly_10_minutes_and_one_from_the_future_up_to_15() {
+    // Written out rather than taken from the constants, so a wrong constant fails here.
+    const TEN_MIN: u64 = 10 * 60 * 1000;
+    const FIFTEEN_MIN: u64 = 15 * 60 * 1000;
+    let mut state = State::default();
+    state.in_flight.insert("old".to_owned(), reserved_at(NOW));
+    state.expire(NOW + TEN_MIN);
+    assert!(state.in_flight.contains_key("old"), "exactly 10 min old");
+    state.expire(NOW + TEN_MIN + 1);
+    assert!(!state.in_flight.contains_key("old"), "older: expired");
+    // Taken at a time ahead of now (a clock set back): kept while at most 15 min ahead.
+    state
+        .in_flight
+        .insert("ahead".to_owned(), reserved_at(NOW + FIFTEEN_MIN));
+    state
+        .in_flight
+        .insert("further".to_owned(), reserved_at(NOW + FIFTEEN_MIN + 1));
+    state.expire(NOW);
+    assert!(
+        state.in_flight.contains_key("ahead"),
+        "exactly 15 min ahead"
+    );
+    assert!(!state.in_flight.contains_key("further"), "further ahead");
+}
+
+#[test]
+fn a_call_needing_exactly_a_window_s_limit_waits_and_one_needing_more_goes() {
+    let mut state = State::default();
+    state.apply_provider(&requests_seen(10, NOW + 60_000), None, NOW);
+    assert_eq!(
+        state.decide_units(&[("requests".to_owned(), 50)], "agent", NOW, "r1"),
+        Decision::Wait {
+            until: NOW + 60_000,
+            why: WaitWhy::Spent
+        },
+        "the whole limit of 50 can be had after the reset: it waits"
+    );
+    assert_eq!(
+        state.decide_units(&[("requests".to_owned(), 51)], "agent", NOW, "r2"),
+        Decision::Go { counted: true },
+        "more than the limit never can: waiting would not help"
+    );
+}
+
+#[test]
+fn units_are_counted_by_consumer_the_first_64_named_and_the_rest_other() {
+    let mut state = State::default();
+    let mut seen = requests_seen(1_000, NOW + 60_000);
+    seen.windows[0].limit = Some(1_000);
+    state.apply_provider(&seen, None, NOW);
+    for i in 0..=MAX_CONSUMERS {
+        assert_eq!(
+            state.decide_units(
+                &[("requests".to_owned(), 1)],
+                &format!("c{i:02}"),
+                NOW,
+                &format!("r{i}")
+            ),
+            Decision::Go { counted: true }
+        );
+    }
+    let by_consumer = &state.resources["requests"].by_consumer;
+    assert_eq!(by_consumer.get("c00"), Some(&1), "{by_consumer:?}");
+    assert_eq!(by_consumer.get("c63"), Some(&1), "{by_consumer:?}");
+    assert_eq!(by_consumer.get(OTHER_CONSUMER), Some(&1), "the 65th");
+    assert_eq!(by_consumer.len(), MAX_CONSUMERS + 1);
+}
+
+#[test]
+fn a_reported_window_is_kept_up_to_exactly_65_minutes_ahead() {
+    let mut state = State::default();
+    state.apply_provider(&requests_seen(5, NOW + MAX_WINDOW_MS), None, NOW);
+    assert_eq!(
+        state.window("requests", NOW).map(Window::left),
+        Some(5),
+        "exactly 65 min ahead"
+    );
+    state.apply_provider(&requests_seen(4, NOW + MAX_WINDOW_MS + 1), None, NOW);
+    assert!(
+        !state.resources.contains_key("requests"),
+        "1 ms further: not known, and the window it would replace goes"
+    );
+}
+
+#[test]
+fn a_report_less_than_half_a_second_later_is_the_same_window_and_exactly_half_the_next() {
+    // The same window reported again with a reset 300 ms later (read from a duration): the
+    // least left and the grants by consumer are kept.
+    let mut state = State::default();
+    state.apply_provider(&requests_seen(10, NOW + 60_000), None, NOW);
+    assert_eq!(
+        state.decide_units(&[("requests".to_owned(), 1)], "agent", NOW, "r1"),
+        Decision::Go { counted: true }
+    );
+    state.apply_provider(&requests_seen(12, NOW + 60_300), None, NOW + 10);
+    let window = state.window("requests", NOW + 10).expect("known");
+    assert_eq!(
+        (window.remaining, window.left(), window.reset_at),
+        (10, 9, NOW + 60_300),
+        "the least left, less the call in flight; the later reset"
+    );
+    assert_eq!(window.by_consumer.get("agent"), Some(&1), "{window:?}");
+    // A reset exactly 0.5 s later is the next window: what it says stands.
+    let mut state = State::default();
+    state.apply_provider(&requests_seen(10, NOW + 60_000), None, NOW);
+    state.apply_provider(&requests_seen(40, NOW + 60_500), None, NOW + 10);
+    let window = state.window("requests", NOW + 10).expect("known");
+    assert_eq!((window.left(), window.reset_at), (40, NOW + 60_500));
+}
+
+#[test]
+fn a_report_of_a_window_seen_moments_ago_is_merged_not_ignored() {
+    // Seen at NOW resetting at +300 ms; a report read 100 ms later with a reset 50 ms later:
+    // the same window (not one before it), so its fewer left count.
+    let mut state = State::default();
+    state.apply_provider(&requests_seen(10, NOW + 300), None, NOW);
+    state.apply_provider(&requests_seen(8, NOW + 350), None, NOW + 100);
+    let window = state.window("requests", NOW + 100).expect("known");
+    assert_eq!((window.left(), window.reset_at), (8, NOW + 350));
+}
+
+#[test]
+fn a_head_that_reports_fewer_left_than_reserved_counts_what_it_reports() {
+    let mut state = State::default();
+    state.apply_provider(&requests_seen(10, NOW + 60_000), None, NOW);
+    state.apply_provider(&tokens_seen(50_000, NOW + 60_000), None, NOW);
+    let units = [("requests".to_owned(), 1), ("tokens".to_owned(), 500)];
+    assert_eq!(
+        state.decide_units(&units, "proxy", NOW, "r1"),
+        Decision::Go { counted: true }
+    );
+    // Others' calls counted meanwhile: 7 requests left, this one's included.
+    state.apply_provider_head(&requests_seen(7, NOW + 60_000), "r1", NOW + 10);
+    assert_eq!(
+        state.window("requests", NOW + 10).map(Window::left),
+        Some(7)
+    );
+    assert_eq!(
+        state.in_flight["r1"].units,
+        BTreeMap::from([("tokens".to_owned(), 500)]),
+        "the requests settled, the tokens still reserved"
+    );
+}
+
+#[test]
+fn overloads_are_written_only_when_there_were_some() {
+    let written =
+        |state: &State| -> Value { serde_json::from_slice(&state.to_bytes(NOW)).expect("JSON") };
+    assert_eq!(written(&State::default()).get("overloads"), None);
+    let state = State {
+        overloads: 1,
+        ..State::default()
+    };
+    assert_eq!(written(&state)["overloads"], 1);
+}
