@@ -211,7 +211,35 @@ pub(crate) fn advance(lock: &SlotPath, listed: &[SlotPath]) -> Result<u64, Advan
 
 #[cfg(test)]
 mod tests {
-    use super::parse_epoch_name;
+    use super::{current, current_claimed, parse_epoch_name};
+
+    /// A record's claimed epoch is taken from two lookups when its file is there and the next
+    /// one is not; anything else is the largest listed (here a gap only a writer outside the
+    /// protocol leaves, which tells the two ways apart).
+    #[test]
+    fn a_claimed_epoch_is_looked_up_and_anything_else_listed() {
+        let temp = tempfile::tempdir().expect("temp");
+        for n in [0, 3, 5] {
+            std::fs::write(temp.path().join(format!("a.lock.epoch.{n}")), b"").expect("epoch");
+        }
+        let dir = worklane_slotfile::SlotDir::open(temp.path()).expect("open");
+        let lock = dir.file("a.lock").expect("name");
+        assert_eq!(current(&lock).expect("listed"), 5);
+        for (claimed, want, why) in [
+            (Some(3), 3, "present, and 4 is not: taken as claimed"),
+            (Some(5), 5, "the largest, as claimed"),
+            (Some(4), 5, "not present: listed"),
+            (Some(0), 5, "0 is never an epoch a holder claims: listed"),
+            (Some(u64::MAX), 5, "no next to look up: listed"),
+            (None, 5, "nothing claimed: listed"),
+        ] {
+            assert_eq!(
+                current_claimed(&lock, claimed).expect("current"),
+                want,
+                "{claimed:?}: {why}"
+            );
+        }
+    }
 
     #[test]
     fn epoch_names() {
