@@ -113,6 +113,16 @@ mod tests {
     }
 
     #[test]
+    fn sleep_takes_each_retry_with_its_pause_then_says_there_is_none() {
+        let mut b = Backoff::new(ms(2)).retries(2);
+        let started = std::time::Instant::now();
+        assert!(b.sleep(), "first retry");
+        assert!(b.sleep(), "second retry");
+        assert!(started.elapsed() >= ms(4), "each retry slept its pause");
+        assert!(!b.sleep(), "no retry left");
+    }
+
+    #[test]
     fn a_doubling_pause_stops_at_its_ceiling_and_restarts() {
         let mut b = Backoff::new(ms(25)).doubling_to(ms(250));
         let got: Vec<_> = (0..6).map(|_| b.next().expect("no end")).collect();

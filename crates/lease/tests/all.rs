@@ -147,7 +147,27 @@ impl Holder {
         }
     }
 
+    /// The holder's next line, waited for 10 s at most: a holder that never says it (a step
+    /// it never reaches, a hook never asked) fails the test instead of hanging it.
     fn line(&mut self) -> String {
+        use rustix::event::{PollFd, PollFlags, Timespec, poll};
+        if self.stdout.buffer().is_empty() {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                let spec = Timespec {
+                    tv_sec: i64::try_from(left.as_secs()).unwrap_or(i64::MAX),
+                    tv_nsec: i64::from(left.subsec_nanos()),
+                };
+                let mut fds = [PollFd::new(self.stdout.get_ref(), PollFlags::IN)];
+                match poll(&mut fds, Some(&spec)) {
+                    Ok(0) => panic!("lease-holder said nothing within 10 s"),
+                    Ok(_) => break,
+                    Err(rustix::io::Errno::INTR) => {}
+                    Err(e) => panic!("poll lease-holder's output: {e}"),
+                }
+            }
+        }
         let mut line = String::new();
         self.stdout
             .read_line(&mut line)
@@ -1273,6 +1293,30 @@ mod ttl {
             }
         );
         assert_eq!(refusal.holder.expect("holder").last_pulse, Some(TTL));
+    }
+
+    /// A pulse that cannot read its record, or take its guard, fails naming its lease (a
+    /// directory a group member put at either name).
+    #[test]
+    fn a_pulse_that_cannot_read_or_take_its_guard_names_its_lease() {
+        let site = Site::new();
+        let clock = ManualClock::at(0);
+        let mut holder = site.held("holder", &ttl_options(TTL, &clock));
+        std::fs::remove_file(site.path().join(LOCK)).expect("rm the record");
+        std::fs::create_dir(site.path().join(LOCK)).expect("a directory at its name");
+        match gate::quietly(|| holder.pulse()) {
+            Err(held::Error::Read { resource, .. }) => assert_eq!(resource, LOCK),
+            other => panic!("a record that cannot be read: {other:?}"),
+        }
+        std::fs::remove_dir(site.path().join(LOCK)).expect("rmdir");
+        let guard = site.path().join(format!(".{LOCK}.flock"));
+        std::fs::remove_file(&guard).expect("rm the guard");
+        std::fs::create_dir(&guard).expect("a directory at the guard's name");
+        match gate::quietly(|| holder.pulse()) {
+            Err(held::Error::Guard { resource, .. }) => assert_eq!(resource, LOCK),
+            other => panic!("a guard that cannot be taken: {other:?}"),
+        }
+        std::fs::remove_dir(&guard).expect("rmdir");
     }
 
     #[test]
