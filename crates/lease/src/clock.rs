@@ -229,10 +229,13 @@ pub fn parse_rfc3339_ms(text: &str) -> Option<u64> {
     let mut millis = 0i64;
     if b.get(i) == Some(&b'.') {
         let start = i + 1;
-        i = start;
-        while b.get(i).is_some_and(u8::is_ascii_digit) {
-            i += 1;
-        }
+        // The fraction's digits, counted (no index to advance by hand).
+        i = start
+            + b.get(start..)
+                .unwrap_or_default()
+                .iter()
+                .take_while(|c| c.is_ascii_digit())
+                .count();
         if i == start {
             return None;
         }

@@ -26,8 +26,9 @@ pub(crate) fn take_guard(
         if let Some(guard) = path.try_guard()? {
             return Ok(Some(guard));
         }
-        if !backoff.sleep() {
+        let Some(pause) = backoff.next() else {
             return Ok(None);
-        }
+        };
+        std::thread::sleep(pause);
     }
 }

@@ -147,12 +147,12 @@ impl Holder {
         }
     }
 
-    /// The holder's next line, waited for 10 s at most: a holder that never says it (a step
+    /// The holder's next line, waited for 5 s at most: a holder that never says it (a step
     /// it never reaches, a hook never asked) fails the test instead of hanging it.
     fn line(&mut self) -> String {
         use rustix::event::{PollFd, PollFlags, Timespec, poll};
         if self.stdout.buffer().is_empty() {
-            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
             loop {
                 let left = deadline.saturating_duration_since(std::time::Instant::now());
                 let spec = Timespec {
@@ -161,7 +161,7 @@ impl Holder {
                 };
                 let mut fds = [PollFd::new(self.stdout.get_ref(), PollFlags::IN)];
                 match poll(&mut fds, Some(&spec)) {
-                    Ok(0) => panic!("lease-holder said nothing within 10 s"),
+                    Ok(0) => panic!("lease-holder said nothing within 5 s"),
                     Ok(_) => break,
                     Err(rustix::io::Errno::INTR) => {}
                     Err(e) => panic!("poll lease-holder's output: {e}"),
@@ -1150,7 +1150,10 @@ mod interleaving {
                 Acquired::Refused(r) => panic!("A must win: {r}"),
             }
         });
-        reached_rx.recv().expect("A reached the step");
+        // Bounded: an acquisition that never asked its hook fails here rather than hanging.
+        reached_rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("A reached the step within 5 s");
         for name in ["B", "C"] {
             let refusal = site.refused(name, options);
             assert_eq!(

@@ -181,9 +181,18 @@ fn stress(dir: &SlotDir, name: &str, owner: &str, options: &Options, n: u64) -> 
     let inuse = dir.path().join("inuse");
     let request = Request::new(owner);
     for _ in 0..n {
+        // Refused for 10 s on end, while each of the others holds it for microseconds at a
+        // time: nobody is releasing it. Said, so that the test fails rather than hangs.
+        let since = std::time::Instant::now();
         let lease = loop {
             match acquire(dir, name, &request, options) {
                 Ok(Acquired::Held(lease)) => break lease,
+                Ok(Acquired::Refused(_))
+                    if since.elapsed() > std::time::Duration::from_secs(10) =>
+                {
+                    say("starved: refused for 10 s on end");
+                    return ExitCode::from(4);
+                }
                 Ok(Acquired::Refused(_)) => std::thread::yield_now(),
                 Err(e) => {
                     say(&format!("error: {e}"));
