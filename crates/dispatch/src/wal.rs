@@ -169,24 +169,87 @@ mod tests {
         be32(wal, 8) as usize
     }
 
+    /// [`check`] of `bytes` on a thread given 5 s: a reading loop that never
+    /// ends fails the test instead of hanging it.
+    fn checked(bytes: &[u8]) -> std::io::Result<Option<Verdict>> {
+        checked_from(std::io::Cursor::new(bytes.to_vec()))
+    }
+
+    /// [`checked`] of any reader.
+    fn checked_from(bytes: impl Read + Send + 'static) -> std::io::Result<Option<Verdict>> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(check(bytes));
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(5))
+            .expect("the check ends within 5 s")
+    }
+
+    /// Bytes read with an error first: `Interrupted` (retried) or another (returned).
+    struct Failing {
+        first: Option<std::io::ErrorKind>,
+        rest: std::io::Cursor<Vec<u8>>,
+    }
+
+    impl Read for Failing {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            match self.first.take() {
+                Some(kind) => Err(std::io::Error::from(kind)),
+                None => self.rest.read(buf),
+            }
+        }
+    }
+
+    #[test]
+    fn an_interrupted_read_is_made_again_and_any_other_error_is_returned() {
+        let wal = real_wal(3);
+        let whole = checked(&wal).expect("read");
+        let interrupted = Failing {
+            first: Some(std::io::ErrorKind::Interrupted),
+            rest: std::io::Cursor::new(wal.clone()),
+        };
+        assert_eq!(checked_from(interrupted).expect("read"), whole);
+        let failing = Failing {
+            first: Some(std::io::ErrorKind::PermissionDenied),
+            rest: std::io::Cursor::new(wal),
+        };
+        assert_eq!(
+            checked_from(failing).expect_err("an error").kind(),
+            std::io::ErrorKind::PermissionDenied
+        );
+    }
+
+    #[test]
+    fn a_page_size_in_range_but_no_power_of_two_is_a_bad_header() {
+        let mut wal = real_wal(2);
+        wal[8..12].copy_from_slice(&1000u32.to_be_bytes());
+        // The header's own checksum made right again, so the page size alone is wrong.
+        let big = be32(&wal, 0) == 0x377f_0683;
+        let (s0, s1) = checksum(big, &wal[..24], (0, 0));
+        wal[24..28].copy_from_slice(&s0.to_be_bytes());
+        wal[28..32].copy_from_slice(&s1.to_be_bytes());
+        let v = checked(&wal).expect("read").expect("a log");
+        assert!(v.bad_header, "{v:?}");
+    }
+
     #[test]
     fn a_whole_log_of_sqlite_s_is_every_frame_valid() {
         let wal = real_wal(5);
-        let v = check(wal.as_slice()).expect("read").expect("a log");
+        let v = checked(wal.as_slice()).expect("read").expect("a log");
         assert!(v.frames >= 6, "a frame per commit at least: {v:?}");
         assert_eq!((v.valid, v.lost, v.bad_header), (v.frames, 0, false));
         assert!(!v.damaged());
-        assert_eq!(check(&wal[..10]).expect("read"), None, "no header");
+        assert_eq!(checked(&wal[..10]).expect("read"), None, "no header");
     }
 
     #[test]
     fn a_torn_last_frame_is_no_loss() {
         let wal = real_wal(4);
         let page = page_of(&wal);
-        let whole = check(wal.as_slice()).expect("read").expect("a log");
+        let whole = checked(wal.as_slice()).expect("read").expect("a log");
         // Cut inside the last frame: it is not even counted.
         let cut = &wal[..wal.len() - page / 2];
-        let v = check(cut).expect("read").expect("a log");
+        let v = checked(cut).expect("read").expect("a log");
         assert_eq!(
             (v.frames, v.valid, v.lost),
             (whole.frames - 1, whole.frames - 1, 0)
@@ -195,7 +258,7 @@ mod tests {
         let mut torn = wal.clone();
         let len = torn.len();
         torn[len - 10] ^= 0xff;
-        let v = check(torn.as_slice()).expect("read").expect("a log");
+        let v = checked(torn.as_slice()).expect("read").expect("a log");
         assert_eq!((v.valid, v.lost), (whole.frames - 1, 0), "{v:?}");
         assert!(!v.damaged(), "a crash's torn tail");
     }
@@ -204,10 +267,13 @@ mod tests {
     fn a_damaged_frame_before_others_is_a_loss() {
         let mut wal = real_wal(6);
         let page = page_of(&wal);
-        let frames = check(wal.as_slice()).expect("read").expect("a log").frames;
+        let frames = checked(wal.as_slice())
+            .expect("read")
+            .expect("a log")
+            .frames;
         // A byte of frame 2's page.
         wal[WAL_HEADER + 2 * (FRAME_HEADER + page) + FRAME_HEADER + 100] ^= 0x01;
-        let v = check(wal.as_slice()).expect("read").expect("a log");
+        let v = checked(wal.as_slice()).expect("read").expect("a log");
         assert_eq!((v.valid, v.lost), (2, frames - 3), "{v:?}");
         assert!(v.damaged());
         assert!(v.describe().contains("frame 3"), "{}", v.describe());
@@ -217,13 +283,13 @@ mod tests {
     fn a_damaged_header_loses_every_frame() {
         let mut wal = real_wal(2);
         wal[20] ^= 0x01;
-        let v = check(wal.as_slice()).expect("read").expect("a log");
+        let v = checked(wal.as_slice()).expect("read").expect("a log");
         assert!(v.bad_header && v.damaged(), "{v:?}");
         assert!(v.describe().contains("header"));
         let mut empty = real_wal(1);
         empty.truncate(WAL_HEADER);
         empty[20] ^= 0x01;
-        let v = check(empty.as_slice()).expect("read").expect("a log");
+        let v = checked(empty.as_slice()).expect("read").expect("a log");
         assert!(
             !v.damaged(),
             "a bad header with no frame loses nothing: {v:?}"
