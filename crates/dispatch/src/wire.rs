@@ -368,6 +368,16 @@ mod tests {
         assert_eq!(refused.message.as_deref(), Some("no"));
     }
 
+    /// A row's view from a dispatcher before weights has no `weight`: it takes one unit.
+    #[test]
+    fn an_attempt_without_a_weight_takes_one_unit() {
+        let text = r#"{"attempt":"a1","lane":"docs","state":"queued","start_ms":5,
+            "priority":0,"stage":"","placement":"","state_at_ms":5,"slot":null,"args":["x"]}"#;
+        let view: AttemptView = serde_json::from_str(text).expect("parse");
+        assert_eq!(view.weight, 1);
+        assert_eq!(view.owner, None);
+    }
+
     #[test]
     fn requests_parse_by_op_and_ignore_stale_fields() {
         let text = r#"{"op":"enqueue","lane":"docs","start_ms":5,"priority":2,"args":["x"],"slot":"agent-3.lock","claimed_start":7}"#;
