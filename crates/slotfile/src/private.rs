@@ -616,47 +616,4 @@ mod tests {
             "the caller's (root's) own parent, under root's /"
         );
     }
-
-    /// The directory made is 0700 whatever the umask, even one that takes the owner's own
-    /// bits (`mkdir`'s mode is masked; the mode is set again through the descriptor). The
-    /// umask is the process's, so the case runs in a child of this test binary.
-    #[test]
-    fn a_directory_made_under_any_umask_is_0700() {
-        use worklane_testkit::Gated;
-        let temp = tempfile::tempdir().expect("temp");
-        let path = temp.path().join("state");
-        let out = std::process::Command::new(std::env::current_exe().expect("exe"))
-            .args([
-                "--exact",
-                "private::tests::made_under_umask_0277",
-                "--ignored",
-                "--test-threads=1",
-            ])
-            .env(UMASK_CHILD, &path)
-            .output_gated()
-            .expect("run the child");
-        assert!(
-            out.status.success(),
-            "the child: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        assert!(
-            String::from_utf8_lossy(&out.stdout).contains("1 passed"),
-            "the child ran the case: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        assert_eq!(mode_of(&path), 0o700);
-    }
-
-    const UMASK_CHILD: &str = "WORKLANE_PRIVATE_UMASK_CHILD";
-
-    /// The child's half of [`a_directory_made_under_any_umask_is_0700`] (run only by it).
-    #[test]
-    #[ignore = "run by a_directory_made_under_any_umask_is_0700 in a process of its own"]
-    fn made_under_umask_0277() {
-        let path = std::env::var_os(UMASK_CHILD).expect("run by its parent test");
-        rustix::process::umask(Mode::from_bits_truncate(0o277));
-        let dir = PrivateDir::open(Path::new(&path), true).expect("made");
-        drop(dir);
-    }
 }

@@ -819,6 +819,26 @@ mod write {
         }
     }
 
+    /// A private directory is made 0700 whatever the umask, even one that takes the owner's
+    /// own bits (`mkdir`'s mode is masked; the mode is set again through the descriptor).
+    #[test]
+    fn a_private_directory_is_made_0700_under_any_umask() {
+        for umask in ["077", "022", "000", "277"] {
+            let t = temp();
+            let dir = t.path().join("state");
+            let script = format!("umask {umask}; exec \"$0\" \"$@\"");
+            let out = Command::new("sh")
+                .args(["-c", &script, env!("CARGO_BIN_EXE_slot-writer")])
+                .args(["private", path_str(&dir)])
+                .output_gated()
+                .expect("run the writer");
+            let said = String::from_utf8_lossy(&out.stdout);
+            assert_eq!(said.trim(), "ok", "umask {umask}");
+            let mode = std::fs::metadata(&dir).expect("made").mode() & 0o7777;
+            assert_eq!(mode, 0o700, "umask {umask}: {mode:o}");
+        }
+    }
+
     /// Runs the writer under `ulimit -f 0` with SIGXFSZ ignored, so its temp file is created
     /// but every byte written to it fails with EFBIG; returns what the writer printed.
     fn writer_that_cannot_write(op: &str, dir: &Path, name: &str) -> String {

@@ -10,6 +10,8 @@
 //! - `resolve`: resolves the machine's slot directory, prints `ok DIR` or `error: MESSAGE`.
 //! - `open DIR`: opens DIR as a slot directory, prints `ok` or `error: MESSAGE`.
 //! - `read DIR NAME`: prints `ok CONTENT`, `absent` or `error: MESSAGE`.
+//! - `private DIR`: opens DIR as a private directory, creating it, prints `ok` or
+//!   `error: MESSAGE`.
 #![allow(clippy::print_stdout, missing_docs)]
 
 use std::io::{BufRead, Read, Write};
@@ -84,6 +86,10 @@ fn main() -> ExitCode {
         ["read", dir, name] => match file(dir, name).read() {
             Ok(Some(bytes)) => println!("ok {}", String::from_utf8_lossy(&bytes)),
             Ok(None) => println!("absent"),
+            Err(e) => return failed(&e),
+        },
+        ["private", dir] => match worklane_slotfile::PrivateDir::open(Path::new(dir), true) {
+            Ok(_) => println!("ok"),
             Err(e) => return failed(&e),
         },
         ["resolve"] => match SlotDir::resolve() {
