@@ -277,6 +277,20 @@ mod append {
             while std::io::Write::write_all(&mut file, &chunk).is_ok() {}
             fill
         }
+
+        /// Removes the fill and waits (5 s at most) until the disk has its room back. The
+        /// space comes back when the last descriptor of the file closes, which is not always
+        /// at the unlink: a child another test forks meanwhile holds a copy of every
+        /// descriptor until its `exec`.
+        fn free(&self, fill: &Path) {
+            std::fs::remove_file(fill).expect("free");
+            let free = || rustix::fs::statvfs(self.0).expect("statvfs").f_bfree;
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while free() < 32 {
+                assert!(Instant::now() < deadline, "the fill's room came back");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
     }
 
     impl Drop for Tmpfs<'_> {
@@ -305,7 +319,7 @@ mod append {
         let before = journal.dropped();
         journal.emit(Event::Undrain);
         assert_eq!(journal.dropped(), before + 1, "counted, not failed");
-        std::fs::remove_file(&fill).expect("free");
+        tmpfs.free(&fill);
         journal.emit(Event::Stop {
             by: "x".to_owned(),
             reason: "y".to_owned(),
@@ -366,7 +380,7 @@ mod append {
             assert!(!site.path.join(CURRENT).exists(), "all went to the sink");
             return;
         }
-        std::fs::remove_file(&fill).expect("free");
+        tmpfs.free(&fill);
         journal.emit(Event::Stop {
             by: "x".to_owned(),
             reason: "after".to_owned(),
