@@ -27,12 +27,34 @@ struct Served {
 impl Served {
     /// A dispatcher serving at cap 2; its drivers "start" (pid 4242) unless `failing`.
     fn start(trust: Option<Trust>, failing: bool, crash: Option<CrashPoint>) -> Served {
+        Served::start_with(trust, failing, crash, None)
+    }
+
+    /// As [`Served::start`], keeping at most `per_user` connections of one uid where given.
+    fn start_with(
+        trust: Option<Trust>,
+        failing: bool,
+        crash: Option<CrashPoint>,
+        per_user: Option<usize>,
+    ) -> Served {
         let site = Site::new(r#"{"max_agents": 2}"#);
-        let socket = site.temp.path().join("dispatcher.sock");
-        let listener = UnixListener::bind(&socket).expect("bind");
         let store = Store::open(&site.temp.path().join("queue.db")).expect("store");
         let dispatcher =
             Dispatcher::recover(site.pool.clone(), store, Settings::default()).expect("recover");
+        Served::serve(site, dispatcher, trust, failing, crash, per_user)
+    }
+
+    /// `dispatcher` served on `site`, as [`Served::start_with`] says.
+    fn serve(
+        site: Site,
+        dispatcher: Dispatcher,
+        trust: Option<Trust>,
+        failing: bool,
+        crash: Option<CrashPoint>,
+        per_user: Option<usize>,
+    ) -> Served {
+        let socket = site.temp.path().join("dispatcher.sock");
+        let listener = UnixListener::bind(&socket).expect("bind");
         assert!(
             format!("{dispatcher:?}").contains("Dispatcher"),
             "a dispatcher shows itself"
@@ -71,6 +93,9 @@ impl Served {
                 if let Some(point) = crash {
                     server = server.crash_at(point, || panic!("crashed at the seam"));
                 }
+                if let Some(n) = per_user {
+                    server = server.with_connections_per_user(n);
+                }
                 server.run(&stop).expect("serve");
             })
         };
@@ -88,10 +113,23 @@ impl Served {
         line: &[u8],
         fds: &[BorrowedFd<'_>],
     ) -> Result<(Reply, Vec<OwnedFd>), String> {
-        let stream = UnixStream::connect(&self.socket).map_err(|e| e.to_string())?;
+        let stream = self.connect();
         worklane_transport::send(&stream, line, fds).map_err(|e| e.to_string())?;
         let (line, fds) = worklane_transport::recv(&stream).map_err(|e| e.to_string())?;
         Ok((serde_json::from_slice(&line).expect("a reply"), fds))
+    }
+
+    /// A connection whose reads and writes give up after 10 s: a loop that stops serving
+    /// fails the test instead of hanging it.
+    fn connect(&self) -> UnixStream {
+        let stream = UnixStream::connect(&self.socket).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("read timeout");
+        stream
+            .set_write_timeout(Some(Duration::from_secs(10)))
+            .expect("write timeout");
+        stream
     }
 
     fn ask(&self, request: serde_json::Value, fds: &[BorrowedFd<'_>]) -> (Reply, Vec<OwnedFd>) {
@@ -463,5 +501,113 @@ fn only_root_the_owner_and_the_directory_s_group_are_served() {
     );
     let (root, _) = served.ask(serde_json::json!({"op": "list"}), &[]);
     assert!(root.ok, "root is served: {root:?}");
+    served.stop().expect("stops");
+}
+
+/// The reply a connection is sent, read within its timeout.
+fn reply_on(stream: &UnixStream) -> Reply {
+    let (line, _) = worklane_transport::recv(stream).expect("a reply");
+    serde_json::from_slice(&line).expect("a reply")
+}
+
+/// One user's connections past its bound close that user's oldest first, each told the bound,
+/// in the order they came (not the order they sit in after one was closed); the others are
+/// served.
+#[test]
+fn a_user_s_connections_past_the_bound_close_its_oldest_first_and_say_why() {
+    let served = Served::start_with(None, false, None, Some(3));
+    let conns: Vec<UnixStream> = (0..5).map(|_| served.connect()).collect();
+    let uid = rustix::process::geteuid().as_raw();
+    for (i, conn) in conns[..2].iter().enumerate() {
+        let told = reply_on(conn);
+        assert_eq!(told.error.as_deref(), Some(code::BAD_REQUEST), "{told:?}");
+        let message = told.message.unwrap_or_default();
+        assert!(
+            message.contains(&format!("uid {uid} had 3 connections open at once"))
+                && message.contains("--max-connections-per-user")
+                && message.contains("its oldest"),
+            "connection {i} is closed, naming the bound: {message}"
+        );
+        let mut rest = Vec::new();
+        std::io::Read::read_to_end(&mut &*conn, &mut rest).expect("closed");
+        assert!(rest.is_empty(), "and closed: {rest:?}");
+    }
+    for (i, conn) in conns[2..].iter().enumerate() {
+        worklane_transport::send(conn, br#"{"op":"list"}"#, &[]).expect("send");
+        let reply = reply_on(conn);
+        assert!(reply.ok, "connection {} is served: {reply:?}", i + 2);
+    }
+    let evicted = (0..2)
+        .map(|_| {
+            loop {
+                let event = served.event();
+                if event.contains("Evicted") {
+                    break event;
+                }
+            }
+        })
+        .collect::<Vec<_>>();
+    assert!(
+        evicted.iter().all(|e| e.contains(&format!("uid: {uid}"))),
+        "{evicted:?}"
+    );
+    served.stop().expect("stops");
+}
+
+/// A connection that sends nothing is closed at its deadline ([`REQUEST_TIMEOUT`] after it was
+/// accepted, not before), without a reply, and the loop says so; it serves on.
+#[test]
+fn a_silent_connection_is_closed_at_its_deadline() {
+    use worklane_dispatch::server::REQUEST_TIMEOUT;
+    let served = Served::start(None, false, None);
+    let before = std::time::Instant::now();
+    let silent = served.connect();
+    let mut got = Vec::new();
+    std::io::Read::read_to_end(&mut &silent, &mut got).expect("closed within 10 s");
+    assert!(got.is_empty(), "nothing is sent: {got:?}");
+    assert!(
+        before.elapsed() >= REQUEST_TIMEOUT,
+        "not before its deadline: {:?}",
+        before.elapsed()
+    );
+    let timeout = loop {
+        let event = served.event();
+        if event.contains("Timeout") {
+            break event;
+        }
+    };
+    assert!(timeout.contains("send its request"), "{timeout}");
+    let (reply, _) = served.ask(serde_json::json!({"op": "list"}), &[]);
+    assert!(reply.ok, "it serves on: {reply:?}");
+    served.stop().expect("stops");
+}
+
+/// A list says what the dispatcher refused at its start (a queue database in the slot
+/// directory that was not provably its own: group-writable here), and nothing when there was
+/// nothing to say.
+#[test]
+fn a_list_says_a_refused_legacy_database_and_nothing_when_all_was_well() {
+    use std::os::unix::fs::PermissionsExt;
+    let served = Served::start(None, false, None);
+    let (reply, _) = served.ask(serde_json::json!({"op": "list"}), &[]);
+    assert_eq!((reply.ok, reply.damage), (true, None), "nothing to say");
+    served.stop().expect("stops");
+    let site = Site::new(r#"{"max_agents": 2}"#);
+    let legacy = site.temp.path().join("queue.db");
+    drop(Store::open(&legacy).expect("a legacy database"));
+    std::fs::set_permissions(&legacy, std::fs::Permissions::from_mode(0o664)).expect("chmod");
+    let state = worklane_slotfile::PrivateDir::open(&site.temp.path().join("state"), true)
+        .expect("state dir");
+    let dispatcher =
+        Dispatcher::open(site.pool.clone(), &state, Settings::default()).expect("open");
+    let served = Served::serve(site, dispatcher, None, false, None, None);
+    let (reply, _) = served.ask(serde_json::json!({"op": "list"}), &[]);
+    let damage = reply.damage.unwrap_or_default();
+    assert!(
+        damage.contains("a queue database in the slot directory was refused")
+            && damage.contains("renamed queue.db")
+            && damage.ends_with("when this dispatcher started"),
+        "{damage}"
+    );
     served.stop().expect("stops");
 }

@@ -741,6 +741,27 @@ fn epochs(site: &Site, name: &str) -> Vec<String> {
     names
 }
 
+/// The row admitted must be the one the dispatcher's entry in the line stands for: when the
+/// row it stood for is gone (cancelled, with no stand since), the entry is moved to the next
+/// row before it is admitted; an entry left at the old row's place, ahead of the next row,
+/// would keep that row out of a free slot.
+#[test]
+fn the_entry_is_moved_to_the_row_being_admitted_before_it_is_admitted() {
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+    let first = bench.enqueue("first", T0, 0);
+    let next = bench.enqueue("next", T0 + 1, -1);
+    bench.dispatcher.stand().expect("stand");
+    let cancelled = bench.dispatcher.cancel(&first, &me()).expect("cancel");
+    assert_eq!(cancelled.ok(), Some(Cancelled::Dropped));
+    let admitted = bench
+        .dispatcher
+        .admit_next()
+        .expect("admit")
+        .expect("the next row, into the free slot");
+    assert_eq!(admitted.attempt.id, next);
+}
+
 #[test]
 fn the_dispatcher_stands_in_line_for_its_first_queued_row() {
     let _quiet = gate::quiet();
@@ -871,6 +892,99 @@ fn stranger() -> Caller {
         gid: 65_534,
         groups: Vec::new(),
     }
+}
+
+/// A user other than root claims the row it enqueued; root claims anyone's.
+#[test]
+fn a_user_claims_its_own_row_and_root_claims_anyone_s() {
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(r#"{"max_agents": 2}"#, Settings::default());
+    let mut enqueue_as_stranger = |name: &str, start_ms: u64| {
+        let fd = bench.launch(name);
+        bench
+            .dispatcher
+            .enqueue(Bench::entry(name, start_ms, 0), vec![fd], &stranger())
+            .expect("enqueue")
+            .expect("accepted")
+            .attempt
+    };
+    let own = enqueue_as_stranger("own", T0);
+    let other = enqueue_as_stranger("other", T0 + 1);
+    let first = bench.dispatcher.admit_next().expect("admit").expect("own");
+    let second = bench
+        .dispatcher
+        .admit_next()
+        .expect("admit")
+        .expect("other");
+    assert_eq!(
+        (&first.attempt.id, &second.attempt.id),
+        (&own, &other),
+        "admitted in order"
+    );
+    let claimed = bench
+        .dispatcher
+        .claim(&own, &first.token, &stranger())
+        .expect("claim")
+        .expect("its enqueuer claims it");
+    drop(claimed);
+    let claimed = bench
+        .dispatcher
+        .claim(&other, &second.token, &me())
+        .expect("claim")
+        .expect("root claims another user's row");
+    drop(claimed);
+}
+
+/// A dispatcher that is not root starts drivers only as itself: a row with no enqueuer is
+/// retried by its own uid (the slot directory's owner), and refused to root, whom it could
+/// not run as. Here the dispatcher is a thread with uid 65534's credentials (Linux keeps
+/// them per thread), on a directory that user made.
+#[test]
+fn a_dispatcher_that_is_not_root_retries_a_row_with_no_enqueuer_only_as_itself() {
+    const NOBODY: u32 = 65_534;
+    std::thread::spawn(|| {
+        let id = |raw| rustix::process::Uid::from_raw(raw);
+        let gid = rustix::process::Gid::from_raw(NOBODY);
+        rustix::thread::set_thread_groups(&[]).expect("setgroups");
+        rustix::thread::set_thread_res_gid(gid, gid, gid).expect("setresgid");
+        rustix::thread::set_thread_res_uid(id(NOBODY), id(NOBODY), id(NOBODY)).expect("setresuid");
+        let _quiet = gate::quiet();
+        let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+        assert_eq!(me().uid, NOBODY, "the thread runs as nobody");
+        let legacy = bench.enqueue("legacy", T0, 0);
+        let Bench {
+            site, dispatcher, ..
+        } = bench;
+        let pool = dispatcher.pool().clone();
+        drop(dispatcher);
+        drop(rusqlite_free_update(&site, &legacy));
+        let store = Store::open(&site.temp.path().join("queue.db")).expect("store");
+        let mut recovered = Dispatcher::recover(pool, store, Settings::default()).expect("recover");
+        assert_eq!(
+            recovered.recovery().parked,
+            std::slice::from_ref(&legacy),
+            "parked"
+        );
+        let root = Caller {
+            pid: Some(1),
+            uid: 0,
+            gid: 0,
+            groups: Vec::new(),
+        };
+        let refused = recovered.retry(&legacy, &root).expect("retry");
+        assert!(
+            matches!(&refused, Err(RetryRefused::OtherUser { euid: NOBODY })),
+            "{refused:?}"
+        );
+        let retried = recovered.retry(&legacy, &me()).expect("retry");
+        assert!(retried.is_ok(), "its own uid retries it: {retried:?}");
+        assert_eq!(
+            recovered.view(&legacy).expect("view").expect("kept").state,
+            "queued"
+        );
+    })
+    .join()
+    .expect("the test's thread");
 }
 
 #[test]
@@ -1224,8 +1338,8 @@ fn recovery_parks_rows_with_no_enqueuer_ends_free_runs_and_reports_lost_entries(
     )
     .expect("entry");
     let store = Store::open(&site.temp.path().join("queue.db")).expect("store");
-    let recovered = Dispatcher::recover(pool, store, Settings::default()).expect("recover");
-    let recovery = recovered.recovery();
+    let mut recovered = Dispatcher::recover(pool, store, Settings::default()).expect("recover");
+    let recovery = recovered.recovery().clone();
     assert_eq!(
         recovery.parked,
         std::slice::from_ref(&legacy),
@@ -1258,6 +1372,19 @@ fn recovery_parks_rows_with_no_enqueuer_ends_free_runs_and_reports_lost_entries(
         !site.temp.path().join("queue-ghost.json").exists(),
         "the stale entry is removed"
     );
+    // A row with no enqueuer is retried by root or the directory's owner only (this
+    // dispatcher is root, so it may start it as anyone), and runs as the one who retried it.
+    let refused = recovered.retry(&legacy, &stranger()).expect("retry");
+    assert!(
+        matches!(&refused, Err(RetryRefused::Permission { attempt }) if *attempt == legacy),
+        "{refused:?}"
+    );
+    let retried = recovered.retry(&legacy, &me()).expect("retry");
+    assert!(retried.is_ok(), "root retries it: {retried:?}");
+    assert_eq!(
+        recovered.view(&legacy).expect("view").expect("kept").state,
+        "queued"
+    );
     let history: Vec<String> = recovered
         .history()
         .expect("history")
@@ -1287,6 +1414,24 @@ fn rusqlite_free_update(site: &Site, id: &str) -> std::process::Output {
         String::from_utf8_lossy(&out.stderr)
     );
     out
+}
+
+/// `child`'s exit status once it has ended, waited `within` at most (a halt that never comes
+/// fails the test instead of hanging it); `None` if it lives on.
+fn reaped_within(
+    child: &mut std::process::Child,
+    within: Duration,
+) -> Option<std::process::ExitStatus> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return Some(status);
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// A driver that never claims: at its expiry its whole session is halted through the pidfd
@@ -1371,6 +1516,19 @@ fn a_driver_that_never_claims_is_halted_counted_and_parked_and_the_row_behind_ru
     assert_eq!(admitted.attempt.id, b, "the row behind runs meanwhile");
     let cancelled = bench.dispatcher.cancel(&b, &me()).expect("cancel");
     assert_eq!(cancelled.ok(), Some(Cancelled::Dropped));
+    let ended = bench
+        .dispatcher
+        .ended(&b)
+        .expect("ended")
+        .expect("in the history");
+    assert_eq!(
+        (ended.outcome.as_str(), ended.detail.as_str()),
+        (
+            "cancelled",
+            format!("cancelled by uid {} while starting", me().uid).as_str()
+        ),
+        "the history says who cancelled it, and when"
+    );
     // Past its backoff, `a` is still not started again: its first driver ignores SIGTERM and
     // lives on through the grace.
     bench.clock.advance(500);
@@ -1378,13 +1536,16 @@ fn a_driver_that_never_claims_is_halted_counted_and_parked_and_the_row_behind_ru
         bench.dispatcher.admit_next().expect("admit").is_none(),
         "never two drivers of one attempt"
     );
-    assert!(
-        first.try_wait().expect("try_wait").is_none(),
-        "its SIGTERM was ignored"
-    );
-    bench.clock.advance(EXPIRED_DRIVER_GRACE_MS);
+    // A moment before the grace ends, it is not killed yet.
+    bench.clock.advance(EXPIRED_DRIVER_GRACE_MS - 501);
     bench.dispatcher.halt_expired();
-    let status = first.wait().expect("reap the first driver");
+    assert!(
+        reaped_within(&mut first, Duration::from_millis(300)).is_none(),
+        "its SIGTERM was ignored, and its grace is not over"
+    );
+    bench.clock.advance(1);
+    bench.dispatcher.halt_expired();
+    let status = reaped_within(&mut first, Duration::from_secs(5)).expect("the first driver ends");
     assert_eq!(status.signal(), Some(9), "SIGKILL after the grace");
     bench.dispatcher.halt_expired();
     // Its second start expires too: the bounded starts are spent, and it is parked.
@@ -1399,7 +1560,8 @@ fn a_driver_that_never_claims_is_halted_counted_and_parked_and_the_row_behind_ru
     assert_eq!((row.state.as_str(), row.failures), ("failed", 2), "{row:?}");
     bench.clock.advance(EXPIRED_DRIVER_GRACE_MS + 1);
     bench.dispatcher.halt_expired();
-    let status = second.wait().expect("reap the second driver");
+    let status =
+        reaped_within(&mut second, Duration::from_secs(5)).expect("the second driver ends");
     assert_eq!(status.signal(), Some(9), "halted too");
 }
 
