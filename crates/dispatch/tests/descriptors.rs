@@ -1,9 +1,10 @@
-//! The dispatcher's loop out of descriptors: the connection it cannot accept is accepted on
-//! the descriptor it keeps spare, told why and closed, and the spare is taken again for the
-//! next time.
+//! The dispatcher out of descriptors: the connection it cannot accept is accepted on the
+//! descriptor it keeps spare, told why and closed, and the spare is taken again for the next
+//! time; an enqueue whose lane it cannot open is refused as its own trouble; a user's enqueue
+//! that would leave fewer than the reserve is refused.
 //!
-//! A binary of its own with one test: the limit of open files is the process's, so no other
-//! test may run beside it.
+//! A binary of its own: the limit of open files is the process's, so no test of another
+//! binary may run beside these, and these run one at a time ([`alone`]).
 
 use rustix::fd::{AsFd, OwnedFd};
 use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
@@ -13,11 +14,166 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use worklane_admission::Pool;
 use worklane_dispatch::server::Server;
-use worklane_dispatch::service::{Dispatcher, Settings};
+use worklane_dispatch::service::{
+    Caller, DESCRIPTOR_RESERVE, Dispatcher, EnqueueRefused, Settings, lane_lock,
+};
 use worklane_dispatch::store::Store;
-use worklane_dispatch::wire::{Reply, code};
+use worklane_dispatch::wire::{Enqueue, Reply, code};
 use worklane_slotfile::{Environment, SlotDir};
 use worklane_transport::Trust;
+
+/// Held by each test for its whole run: each changes the process's limit of open files.
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ALONE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A slot directory in a temp dir (cap 1) and a dispatcher of it.
+fn dispatcher() -> (tempfile::TempDir, Dispatcher) {
+    let temp = tempfile::tempdir().expect("temp dir");
+    std::fs::write(temp.path().join("config.json"), r#"{"max_agents": 1}"#).expect("config");
+    let env = Environment::from_process().var("AGENT_SLOTS_DIR", temp.path());
+    let pool = Pool::new(SlotDir::resolve_in(&env).expect("resolve"));
+    let store = Store::open(&temp.path().join("queue.db")).expect("store");
+    let dispatcher = Dispatcher::recover(pool, store, Settings::default()).expect("recover");
+    (temp, dispatcher)
+}
+
+/// Every free descriptor number below the highest one open, filled (with copies of
+/// `/dev/null`, returned: dropping them frees the numbers again), so that nothing new can be
+/// opened once the limit is set at the returned top plus one.
+fn fill_to_the_top() -> (Vec<OwnedFd>, i32) {
+    let null = std::fs::File::open("/dev/null").expect("/dev/null");
+    let open = std::fs::read_dir("/proc/self/fd")
+        .expect("/proc/self/fd")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .max()
+        .expect("some open");
+    // `/dev/null` itself stays open with its copies, or its number would be free.
+    let mut fillers: Vec<OwnedFd> = vec![null.into()];
+    loop {
+        let filler = rustix::io::fcntl_dupfd_cloexec(fillers[0].as_fd(), 0).expect("dup");
+        let number = std::os::fd::AsRawFd::as_raw_fd(&filler);
+        fillers.push(filler);
+        if number > open {
+            return (fillers, number);
+        }
+    }
+}
+
+/// Sets the soft limit of open files to `limit`; the old limits come back when the returned
+/// value is dropped.
+fn limit_open_files(limit: u64) -> impl Drop {
+    struct Restore(Rlimit);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            setrlimit(Resource::Nofile, self.0.clone()).expect("restore the limit of open files");
+        }
+    }
+    let old = getrlimit(Resource::Nofile);
+    setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: Some(limit),
+            maximum: old.maximum,
+        },
+    )
+    .expect("lower the limit of open files");
+    Restore(old)
+}
+
+/// Takes `lane` as a launcher does and returns its held guard, to be sent.
+fn launch(dispatcher: &Dispatcher, lane: &str) -> OwnedFd {
+    let lease = match worklane_lease::acquire(
+        dispatcher.pool().dir(),
+        &lane_lock(lane),
+        &worklane_lease::Request::new("launcher"),
+        &worklane_lease::Options::process(),
+    )
+    .expect("acquire the lane")
+    {
+        worklane_lease::Acquired::Held(lease) => lease,
+        worklane_lease::Acquired::Refused(r) => panic!("lane {lane} is free: {r}"),
+    };
+    let guard = lease.hand_over().expect("a held guard");
+    // A copy, as the dispatcher receives it; the launcher's own goes.
+    rustix::io::dup(&guard).expect("dup")
+}
+
+fn entry(lane: &str) -> Enqueue {
+    Enqueue {
+        lane: lane.to_owned(),
+        start_ms: Some(1),
+        priority: Some(0),
+        placement: "wt-1".into(),
+        stage: "build".into(),
+        args: vec!["driver".into()],
+        env: std::collections::BTreeMap::new(),
+        own_lane: false,
+        weight: None,
+        owner: None,
+    }
+}
+
+fn caller(uid: u32) -> Caller {
+    Caller {
+        pid: Some(std::process::id()),
+        uid,
+        gid: uid,
+        groups: Vec::new(),
+    }
+}
+
+/// An enqueue whose lane's guard the dispatcher cannot open (no descriptor left) is refused
+/// as the dispatcher's trouble, naming it, not as the sender's descriptor being wrong.
+#[test]
+fn an_enqueue_whose_lane_cannot_be_opened_for_want_of_descriptors_says_so() {
+    let _alone = alone();
+    let (_temp, mut dispatcher) = dispatcher();
+    let sent = launch(&dispatcher, "l");
+    let (fillers, top) = fill_to_the_top();
+    let limit = limit_open_files(u64::try_from(top).expect("fd") + 1);
+    let reply = dispatcher.enqueue(entry("l"), vec![sent], &caller(0));
+    drop(limit);
+    drop(fillers);
+    let refused = reply.expect("enqueue").expect_err("refused");
+    assert!(
+        matches!(&refused, EnqueueRefused::NoDescriptorToCheck { lock, .. } if lock == "lane-l.lock"),
+        "{refused:?}"
+    );
+}
+
+/// A user's enqueue is refused while fewer than [`DESCRIPTOR_RESERVE`] descriptors would be
+/// left to the process (each queued row holds one); with exactly that many left, it is
+/// queued. Root is never bounded.
+#[test]
+fn a_user_s_enqueue_leaves_the_reserve_of_descriptors() {
+    let _alone = alone();
+    let (_temp, mut dispatcher) = dispatcher();
+    let open = || -> u64 {
+        u64::try_from(std::fs::read_dir("/proc/self/fd").expect("fd").count()).expect("count")
+    };
+    for (left, lane, uid, queued) in [
+        (DESCRIPTOR_RESERVE - 1, "short", 65_534, false),
+        (DESCRIPTOR_RESERVE - 1, "root", 0, true),
+        (DESCRIPTOR_RESERVE, "enough", 65_534, true),
+    ] {
+        let sent = launch(&dispatcher, lane);
+        // Counted as the dispatcher counts: the listing's own descriptor included.
+        let limit = limit_open_files(open() + left);
+        let reply = dispatcher.enqueue(entry(lane), vec![sent], &caller(uid));
+        drop(limit);
+        match (reply.expect("enqueue"), queued) {
+            (Ok(_), true) => {}
+            (Err(EnqueueRefused::NoDescriptorsToSpare { left: said }), false) => {
+                assert_eq!(said, left, "{lane}: says how many are left");
+            }
+            (other, _) => panic!("{lane} (uid {uid}, {left} left): {other:?}"),
+        }
+    }
+}
 
 /// What a connection made while the process could open nothing more was answered.
 enum Answer {
@@ -42,35 +198,8 @@ fn ask_without_descriptors(socket: &std::path::Path) -> Answer {
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))
         .expect("timeout");
-    let null = std::fs::File::open("/dev/null").expect("/dev/null");
-    let open = std::fs::read_dir("/proc/self/fd")
-        .expect("/proc/self/fd")
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .max()
-        .expect("some open");
-    let mut fillers: Vec<OwnedFd> = Vec::new();
-    loop {
-        let filler = rustix::io::fcntl_dupfd_cloexec(null.as_fd(), 0).expect("dup");
-        let number = std::os::fd::AsRawFd::as_raw_fd(&filler);
-        fillers.push(filler);
-        if number > open {
-            break;
-        }
-    }
-    let top = fillers
-        .iter()
-        .map(std::os::fd::AsRawFd::as_raw_fd)
-        .max()
-        .expect("a filler");
-    let old = getrlimit(Resource::Nofile);
-    setrlimit(
-        Resource::Nofile,
-        Rlimit {
-            current: Some(u64::try_from(top).expect("fd") + 1),
-            maximum: old.maximum,
-        },
-    )
-    .expect("lower the limit of open files");
+    let (fillers, top) = fill_to_the_top();
+    let limit = limit_open_files(u64::try_from(top).expect("fd") + 1);
     let asked = rustix::net::connect(
         &stream,
         &rustix::net::SocketAddrUnix::new(socket).expect("address"),
@@ -81,7 +210,7 @@ fn ask_without_descriptors(socket: &std::path::Path) -> Answer {
         let _ = worklane_transport::send(&stream, br#"{"op":"list"}"#, &[]);
         worklane_transport::recv(&stream)
     });
-    setrlimit(Resource::Nofile, old).expect("restore the limit of open files");
+    drop(limit);
     drop(fillers);
     let (line, _) = asked.expect("connect").expect("an answer within 5 s");
     let reply: Reply = serde_json::from_slice(&line).expect("a reply");
@@ -110,6 +239,7 @@ fn list(socket: &std::path::Path) -> Reply {
 /// next time is refused alike; with descriptors back, it serves.
 #[test]
 fn a_connection_the_dispatcher_has_no_descriptor_for_is_told_why_and_closed() {
+    let _alone = alone();
     let temp = tempfile::tempdir().expect("temp dir");
     std::fs::write(temp.path().join("config.json"), r#"{"max_agents": 1}"#).expect("config");
     let env = Environment::from_process().var("AGENT_SLOTS_DIR", temp.path());

@@ -286,6 +286,15 @@ fn an_accepted_enqueue_holds_the_lane_and_keeps_start_and_priority() {
         (T0 - 5_000, 7),
         "kept exactly"
     );
+    assert_eq!(
+        (
+            row.placement.as_str(),
+            row.stage.as_str(),
+            row.args.as_slice()
+        ),
+        ("wt-1", "build", ["driver".to_owned()].as_slice()),
+        "what the launcher said, as it said it"
+    );
     let store = Store::open(&bench.site.temp.path().join("queue.db")).expect("reopen");
     let stored = store.get(&id).expect("get").expect("committed");
     assert_eq!(
@@ -894,6 +903,93 @@ fn stranger() -> Caller {
     }
 }
 
+/// A user's rows waiting are bounded ([`Settings::max_rows_per_user`]): past the bound its
+/// enqueue is refused, naming the count and the bound, and its descriptor closed; another
+/// user, and root, enqueue on.
+#[test]
+fn a_user_s_waiting_rows_are_bounded_and_root_is_not() {
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(
+        r#"{"max_agents": 1}"#,
+        Settings {
+            max_rows_per_user: 2,
+            ..Settings::default()
+        },
+    );
+    let enqueue_as = |bench: &mut Bench, name: &str, caller: &Caller| {
+        let fd = bench.launch(name);
+        bench
+            .dispatcher
+            .enqueue(Bench::entry(name, T0, 0), vec![fd], caller)
+            .expect("enqueue")
+    };
+    let other = Caller {
+        uid: 65_533,
+        ..stranger()
+    };
+    for name in ["s1", "s2"] {
+        assert!(
+            enqueue_as(&mut bench, name, &stranger()).is_ok(),
+            "{name} within the bound"
+        );
+    }
+    let refused = enqueue_as(&mut bench, "s3", &stranger()).expect_err("past the bound");
+    assert!(
+        matches!(
+            &refused,
+            EnqueueRefused::TooManyRows {
+                uid: 65_534,
+                waiting: 2,
+                max: 2
+            }
+        ),
+        "{refused:?}"
+    );
+    assert!(bench.lane_free("s3"), "refused, its descriptor closed");
+    assert!(
+        enqueue_as(&mut bench, "o1", &other).is_ok(),
+        "another user's own bound"
+    );
+    for name in ["r1", "r2", "r3"] {
+        assert!(
+            enqueue_as(&mut bench, name, &me()).is_ok(),
+            "root is never bounded: {name}"
+        );
+    }
+}
+
+/// A lane enqueued again once its run let it go: the run is finished first (it ended: the
+/// new enqueue holds its lane), and the new row queued, not refused as the lane's second.
+#[test]
+fn a_lane_enqueued_again_after_its_run_ended_finishes_the_run_first() {
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+    let first = bench.enqueue("a", T0, 0);
+    let admitted = bench.dispatcher.admit_next().expect("admit").expect("one");
+    let claimed = bench
+        .dispatcher
+        .claim(&first, &admitted.token, &me())
+        .expect("claim")
+        .expect("claimed");
+    gate::quietly(|| drop(claimed));
+    let second = bench.enqueue("a", T0 + 1, 0);
+    assert_ne!(first, second);
+    let ended = bench
+        .dispatcher
+        .ended(&first)
+        .expect("ended")
+        .expect("the run is in the history");
+    assert_eq!(ended.lane, "a");
+    let listed = bench.dispatcher.list().expect("list");
+    assert_eq!(
+        listed
+            .iter()
+            .map(|a| (a.attempt.as_str(), a.state.as_str()))
+            .collect::<Vec<_>>(),
+        [(second.as_str(), "queued")]
+    );
+}
+
 /// A user other than root claims the row it enqueued; root claims anyone's.
 #[test]
 fn a_user_claims_its_own_row_and_root_claims_anyone_s() {
@@ -1019,7 +1115,20 @@ fn a_lane_of_its_own_must_say_so_and_no_other_lane_may() {
         .dispatcher
         .enqueue(declared, vec![bench.launch(own)], &me())
         .expect("enqueue");
-    assert!(reply.is_ok(), "declared, it is queued: {reply:?}");
+    let id = reply.expect("declared, it is queued").attempt;
+    // A lane of its own is the attempt's alone: once the attempt ends, its files go.
+    let guard = bench
+        .site
+        .temp
+        .path()
+        .join(format!(".{}.flock", lane_lock(own)));
+    assert!(guard.exists(), "its guard while queued");
+    let cancelled = bench.dispatcher.cancel(&id, &me()).expect("cancel");
+    assert_eq!(cancelled.ok(), Some(Cancelled::Dropped));
+    assert!(
+        !guard.exists() && !bench.site.temp.path().join(lane_lock(own)).exists(),
+        "retired with its attempt"
+    );
 }
 
 #[test]
@@ -1043,10 +1152,29 @@ fn a_descriptor_that_is_no_guard_is_named_for_what_it_is() {
         .expect("dir")
         .into();
     let (socket, _other) = std::os::unix::net::UnixStream::pair().expect("pair");
+    let null: OwnedFd = std::fs::File::open("/dev/null").expect("/dev/null").into();
+    // A block device's node (of no disk: opened as a path only, which is enough to be sent).
+    let node = bench.site.temp.path().join("block");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &node,
+        rustix::fs::FileType::BlockDevice,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        rustix::fs::makedev(7, 250),
+    )
+    .expect("mknod");
+    let block = rustix::fs::open(
+        &node,
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .expect("open the node as a path");
     for (fd, what) in [
         (read, "a pipe (FIFO)"),
         (dir, "a directory"),
         (OwnedFd::from(socket), "a socket"),
+        (null, "a character device"),
+        (block, "a block device"),
     ] {
         let reply = bench
             .dispatcher
