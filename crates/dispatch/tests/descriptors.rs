@@ -69,7 +69,7 @@ fn limit_open_files(limit: u64) -> impl Drop {
     struct Restore(Rlimit);
     impl Drop for Restore {
         fn drop(&mut self) {
-            setrlimit(Resource::Nofile, self.0.clone()).expect("restore the limit of open files");
+            setrlimit(Resource::Nofile, self.0).expect("restore the limit of open files");
         }
     }
     let old = getrlimit(Resource::Nofile);

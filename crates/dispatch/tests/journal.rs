@@ -106,17 +106,38 @@ fn the_dispatcher_says_each_enqueue_admission_claim_expiry_and_cancel() {
     );
 }
 
+/// Recovery journals each row it found, kept or dropped, with why: a queued row kept, a
+/// starting one queued again, a failed one kept as failed, one that names no enqueuer parked,
+/// one whose lane another process holds dropped.
 #[test]
 fn recovery_says_which_rows_it_kept_and_which_it_dropped() {
     let _quiet = gate::quiet();
-    let mut bench = Bench::new(r#"{"max_agents": 2}"#, Settings::default());
+    let mut bench = Bench::new(
+        r#"{"max_agents": 2}"#,
+        Settings {
+            start_attempts: 1,
+            ..Settings::default()
+        },
+    );
+    let failed = bench.enqueue("failed", T0 - 2, 0);
+    let admitted = bench.dispatcher.admit_next().expect("admit").expect("one");
+    assert_eq!(admitted.attempt.id, failed);
+    bench
+        .dispatcher
+        .start_failed(&failed, "no such driver", false)
+        .expect("parked");
+    let starting = bench.enqueue("starting", T0 - 1, 0);
+    let admitted = bench.dispatcher.admit_next().expect("admit").expect("one");
+    assert_eq!(admitted.attempt.id, starting);
     let kept = bench.enqueue("kept", T0, 0);
     let dropped = bench.enqueue("taken", T0 + 1, 0);
+    let legacy = bench.enqueue("legacy", T0 + 2, 0);
     let Bench {
         site, dispatcher, ..
     } = bench;
     let pool = dispatcher.pool().clone();
     drop(dispatcher);
+    drop(super::service::rusqlite_free_update(&site, &legacy));
     let other = match worklane_lease::acquire(
         pool.dir(),
         &lane_lock("taken"),
@@ -144,16 +165,40 @@ fn recovery_says_which_rows_it_kept_and_which_it_dropped() {
         })
         .collect();
     found.sort();
-    assert_eq!(found.len(), 2, "{found:?}");
-    let expected = [
-        (format!("{kept} kept"), true),
-        (format!("{dropped} taken"), false),
+    let mut expected = vec![
+        (
+            format!("{kept} kept"),
+            true,
+            "its lane was free: kept queued",
+        ),
+        (
+            format!("{starting} starting"),
+            true,
+            "its lane was free: it was starting, and is queued again",
+        ),
+        (
+            format!("{failed} failed"),
+            true,
+            "its lane was free: kept as failed",
+        ),
+        (
+            format!("{legacy} legacy"),
+            true,
+            "its lane was free, but it names no enqueuer: parked as failed",
+        ),
+        (
+            format!("{dropped} taken"),
+            false,
+            "another process holds its lane: the row is dropped, the holder left alone",
+        ),
     ];
-    let mut expected = expected.to_vec();
     expected.sort();
-    for ((what, kept, why), (want, want_kept)) in found.iter().zip(&expected) {
-        assert_eq!((what, kept), (want, want_kept), "{why}");
-        assert!(!why.is_empty());
-    }
+    assert_eq!(
+        found
+            .iter()
+            .map(|(what, kept, why)| (what.clone(), *kept, why.as_str()))
+            .collect::<Vec<_>>(),
+        expected
+    );
     drop(other);
 }

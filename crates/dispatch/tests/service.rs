@@ -34,8 +34,13 @@ pub(super) struct Bench {
 
 impl Bench {
     pub(super) fn new(config: &str, settings: Settings) -> Bench {
+        Bench::at(config, settings, T0)
+    }
+
+    /// As [`Bench::new`], its clock at `now_ms`.
+    pub(super) fn at(config: &str, settings: Settings, now_ms: u64) -> Bench {
         let site = Site::new(config);
-        let clock = ManualClock::at(T0);
+        let clock = ManualClock::at(now_ms);
         let pool = Pool::new(
             SlotDir::resolve_in(
                 &Environment::from_process().var("AGENT_SLOTS_DIR", site.temp.path()),
@@ -1481,6 +1486,16 @@ fn recovery_parks_rows_with_no_enqueuer_ends_free_runs_and_reports_lost_entries(
     assert_eq!(recovery.ended.len(), 1, "{recovery:?}");
     assert_eq!(recovery.ended[0].attempt, running);
     assert_eq!(recovery.ended[0].outcome, "ended");
+    assert!(
+        recovery.ended[0]
+            .detail
+            .starts_with("its lane was free when dispatcher ")
+            && recovery.ended[0]
+                .detail
+                .contains("its driver's status is in its log"),
+        "says why it ended and where its status is: {:?}",
+        recovery.ended[0].detail
+    );
     assert_eq!(recovery.lost.len(), 1, "{recovery:?}");
     let lost = &recovery.lost[0];
     assert_eq!(
@@ -1526,7 +1541,7 @@ fn recovery_parks_rows_with_no_enqueuer_ends_free_runs_and_reports_lost_entries(
 }
 
 /// Clears the enqueuer of row `id`, as a row stored before schema 3 has none.
-fn rusqlite_free_update(site: &Site, id: &str) -> std::process::Output {
+pub(super) fn rusqlite_free_update(site: &Site, id: &str) -> std::process::Output {
     let out = Command::new("python3")
         .args([
             "-c",
@@ -1691,6 +1706,132 @@ fn a_driver_that_never_claims_is_halted_counted_and_parked_and_the_row_behind_ru
     let status =
         reaped_within(&mut second, Duration::from_secs(5)).expect("the second driver ends");
     assert_eq!(status.signal(), Some(9), "halted too");
+}
+
+/// A dispatcher that died while drivers it started had not claimed: the next one halts the
+/// driver it can prove is its row's (a process of the row's enqueuer that started within
+/// `PROVEN_WITHIN_MS` of the row's admission), and leaves alone the processes a row names
+/// that cannot be proved its driver: one of another user than the enqueuer, one that started
+/// an hour before the admission.
+#[test]
+fn a_restarted_dispatcher_halts_the_old_driver_it_can_prove_and_nothing_else() {
+    use worklane_dispatch::service::Started;
+    let _quiet = gate::quiet();
+    let mut drivers: Vec<worklane_testkit::Child> = (0..3)
+        .map(|_| {
+            Command::new("setsid")
+                .args(["sleep", "60"])
+                .spawn_gated()
+                .expect("a driver leading its session")
+        })
+        .collect();
+    let wall = u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_millis(),
+    )
+    .expect("ms");
+    let mut bench = Bench::at(r#"{"max_agents": 3}"#, Settings::default(), wall);
+    let mine = bench.enqueue("mine", wall, 2);
+    let fd = bench.launch("theirs");
+    let theirs = bench
+        .dispatcher
+        .enqueue(Bench::entry("theirs", wall, 1), vec![fd], &stranger())
+        .expect("enqueue")
+        .expect("accepted")
+        .attempt;
+    let early = bench.enqueue("early", wall, 0);
+    for (id, driver) in [&mine, &theirs, &early].into_iter().zip(&drivers) {
+        if *id == early {
+            // Admitted an hour after its driver started.
+            bench.clock.advance(3_600_000);
+        }
+        let admitted = bench.dispatcher.admit_next().expect("admit").expect("one");
+        assert_eq!(&admitted.attempt.id, id);
+        let pid = driver.id();
+        let pidfd = rustix::process::pidfd_open(
+            rustix::process::Pid::from_raw(i32::try_from(pid).expect("pid")).expect("pid"),
+            rustix::process::PidfdFlags::empty(),
+        )
+        .expect("pidfd");
+        bench
+            .dispatcher
+            .started(
+                id,
+                Started {
+                    pid,
+                    pidfd: Some(pidfd),
+                },
+            )
+            .expect("started");
+    }
+    let Bench {
+        site, dispatcher, ..
+    } = bench;
+    let pool = dispatcher.pool().clone();
+    drop(dispatcher);
+    let store = Store::open(&site.temp.path().join("queue.db")).expect("store");
+    let recovered = Dispatcher::recover(pool, store, Settings::default()).expect("recover");
+    let status = reaped_within(&mut drivers[0], Duration::from_secs(5))
+        .expect("its own driver, proved, is halted");
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(15),
+        "by SIGTERM"
+    );
+    for (driver, what) in drivers[1..]
+        .iter_mut()
+        .zip(["another user's", "an hour early"])
+    {
+        assert!(
+            reaped_within(driver, Duration::from_millis(300)).is_none(),
+            "a process {what} is left alone"
+        );
+        driver.kill().expect("kill");
+        driver.wait().expect("reap");
+    }
+    drop(recovered);
+}
+
+/// A starting attempt cancelled: its driver is halted with it, even a driver that leads no
+/// process group of its own (the signal to its group finds none, so it goes to the driver).
+#[test]
+fn a_cancelled_starting_attempt_halts_its_driver_even_one_leading_no_group() {
+    use worklane_dispatch::service::Started;
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+    let id = bench.enqueue("a", T0, 0);
+    let admitted = bench.dispatcher.admit_next().expect("admit").expect("one");
+    assert_eq!(admitted.attempt.id, id);
+    let mut driver = Command::new("sleep")
+        .arg("60")
+        .spawn_gated()
+        .expect("a driver in the test's group");
+    let pid = driver.id();
+    let pidfd = rustix::process::pidfd_open(
+        rustix::process::Pid::from_raw(i32::try_from(pid).expect("pid")).expect("pid"),
+        rustix::process::PidfdFlags::empty(),
+    )
+    .expect("pidfd");
+    bench
+        .dispatcher
+        .started(
+            &id,
+            Started {
+                pid,
+                pidfd: Some(pidfd),
+            },
+        )
+        .expect("started");
+    let cancelled = bench.dispatcher.cancel(&id, &me()).expect("cancel");
+    assert_eq!(cancelled.ok(), Some(Cancelled::Dropped));
+    let status = reaped_within(&mut driver, Duration::from_secs(5)).expect("halted");
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(15),
+        "by SIGTERM"
+    );
 }
 
 /// A cancel never signals a pid read from the database or a lane's record, which a member of
