@@ -1036,6 +1036,58 @@ fn a_user_claims_its_own_row_and_root_claims_anyone_s() {
     drop(claimed);
 }
 
+/// A dispatcher that is not root believes a status entry that no row backs when it or root
+/// wrote it (no one else may have): the row it names was lost, and the history says so.
+/// Here the site is made by root, given to uid 65534, and recovered by a thread with that
+/// user's credentials (Linux keeps them per thread); the entry stays root's.
+#[test]
+fn a_dispatcher_that_is_not_root_believes_an_entry_root_wrote() {
+    const NOBODY: u32 = 65_534;
+    std::thread::spawn(|| {
+        let _quiet = gate::quiet();
+        let bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+        let Bench {
+            site, dispatcher, ..
+        } = bench;
+        drop(dispatcher);
+        let chown = Command::new("chown")
+            .args(["-R", &format!("{NOBODY}:{NOBODY}")])
+            .arg(site.temp.path())
+            .status_gated()
+            .expect("chown");
+        assert!(chown.success());
+        std::fs::write(
+            site.temp.path().join("queue-ghost.json"),
+            br#"{"version":1,"lane":"ghost","attempt":"a-ghost","args":["make"],"start":"2026-01-01T00:00:00.000Z","dispatcher":{"pid":4242}}"#,
+        )
+        .expect("root's entry");
+        let id = |raw| rustix::process::Uid::from_raw(raw);
+        let gid = rustix::process::Gid::from_raw(NOBODY);
+        rustix::thread::set_thread_groups(&[]).expect("setgroups");
+        rustix::thread::set_thread_res_gid(gid, gid, gid).expect("setresgid");
+        rustix::thread::set_thread_res_uid(id(NOBODY), id(NOBODY), id(NOBODY))
+            .expect("setresuid");
+        let env = Environment::from_process().var("AGENT_SLOTS_DIR", site.temp.path());
+        let pool = Pool::new(SlotDir::resolve_in(&env).expect("resolve"))
+            .with_clock(Arc::new(ManualClock::at(T0)));
+        let store = Store::open(&site.temp.path().join("queue.db")).expect("store");
+        let recovered = Dispatcher::recover(pool, store, Settings::default()).expect("recover");
+        let lost: Vec<(&str, &str)> = recovered
+            .recovery()
+            .lost
+            .iter()
+            .map(|l| (l.attempt.as_str(), l.outcome.as_str()))
+            .collect();
+        assert_eq!(lost, [("a-ghost", "lost")], "root's entry is believed");
+        assert!(
+            !site.temp.path().join("queue-ghost.json").exists(),
+            "and removed"
+        );
+    })
+    .join()
+    .expect("the test's thread");
+}
+
 /// A dispatcher that is not root starts drivers only as itself: a row with no enqueuer is
 /// retried by its own uid (the slot directory's owner), and refused to root, whom it could
 /// not run as. Here the dispatcher is a thread with uid 65534's credentials (Linux keeps
