@@ -11,6 +11,7 @@ mod support;
 
 mod journal;
 mod lanes;
+mod runs;
 mod server;
 mod service;
 mod state;

@@ -99,7 +99,7 @@ fn launch(dispatcher: &Dispatcher, lane: &str) -> OwnedFd {
     };
     let guard = lease.hand_over().expect("a held guard");
     // A copy, as the dispatcher receives it; the launcher's own goes.
-    rustix::io::dup(&guard).expect("dup")
+    rustix::io::fcntl_dupfd_cloexec(&guard, 0).expect("dup")
 }
 
 fn entry(lane: &str) -> Enqueue {

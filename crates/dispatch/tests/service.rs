@@ -58,7 +58,9 @@ impl Bench {
     }
 
     /// Takes lane `name` as a launcher would and returns a copy of its held guard's
-    /// descriptor, as the dispatcher receives it; the launcher's own copy is closed.
+    /// descriptor, as the dispatcher receives it (close-on-exec, as a descriptor received
+    /// over the socket is: a driver a test starts must not inherit the lane); the launcher's
+    /// own copy is closed.
     pub(super) fn launch(&self, name: &str) -> OwnedFd {
         let dir = self.dispatcher.pool().dir();
         let lease = match gate::quietly(|| {
@@ -75,7 +77,7 @@ impl Bench {
             Acquired::Refused(r) => panic!("lane {name} must be free: {r}"),
         };
         let guard = lease.hand_over().expect("a held guard");
-        let copy = rustix::io::dup(&guard).expect("dup");
+        let copy = rustix::io::fcntl_dupfd_cloexec(&guard, 0).expect("dup");
         gate::quietly(|| drop(guard));
         copy
     }
@@ -373,8 +375,8 @@ fn admit_claim_and_the_seeds_refusals() {
         "the claimed row left the queue: it runs, holding nothing of the dispatcher's"
     );
     // The driver's side: adopt the slot from the received descriptor.
-    let slot_fd = rustix::io::dup(claimed.fds[1].as_fd()).expect("dup");
-    let lane_fd = rustix::io::dup(claimed.fds[0].as_fd()).expect("dup");
+    let slot_fd = rustix::io::fcntl_dupfd_cloexec(claimed.fds[1].as_fd(), 0).expect("dup");
+    let lane_fd = rustix::io::fcntl_dupfd_cloexec(claimed.fds[0].as_fd(), 0).expect("dup");
     drop(claimed);
     let slot = bench
         .dispatcher

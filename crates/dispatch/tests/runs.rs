@@ -1,0 +1,316 @@
+//! Running attempts: an end recorded from the driver the dispatcher reaped, a lane probed once
+//! a second for one it did not start, and a cancelled run's driver halted in steps (the
+//! marker, SIGTERM after a second, SIGKILL after the grace), each boundary to the millisecond
+//! on the bench's clock.
+use super::service::{Bench, T0, me};
+use super::*;
+use std::os::unix::process::ExitStatusExt;
+use std::process::Stdio;
+use std::time::Instant;
+use worklane_dispatch::service::{
+    Caller, Cancelled, DriverEnded, Exit, Settings, Started, cancel_marker,
+};
+
+/// A driver started by the test for `id`, given to the dispatcher with a pidfd, then claimed
+/// in its name: the attempt runs, its driver a child of "the dispatcher" (the test reaps it).
+fn start_and_claim(
+    bench: &mut Bench,
+    id: &str,
+    driver: Command,
+) -> (worklane_testkit::Child, worklane_dispatch::service::Claimed) {
+    let admitted = bench.dispatcher.admit_next().expect("admit").expect("one");
+    assert_eq!(admitted.attempt.id, id);
+    let mut driver = driver;
+    let child = driver.spawn_gated().expect("the driver");
+    let pid = child.id();
+    let pidfd = rustix::process::pidfd_open(
+        rustix::process::Pid::from_raw(i32::try_from(pid).expect("pid")).expect("pid"),
+        rustix::process::PidfdFlags::empty(),
+    )
+    .expect("pidfd");
+    bench
+        .dispatcher
+        .started(
+            id,
+            Started {
+                pid,
+                pidfd: Some(pidfd),
+            },
+        )
+        .expect("started");
+    let claimed = bench
+        .dispatcher
+        .claim(
+            id,
+            &admitted.token,
+            &Caller {
+                pid: Some(pid),
+                ..me()
+            },
+        )
+        .expect("claim")
+        .expect("claimed");
+    (child, claimed)
+}
+
+/// `child`'s exit, waited 5 s at most.
+fn reaped(child: &mut worklane_testkit::Child) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "the driver ends within 5 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The exit the dispatcher's reaper would report for `status`.
+fn exit_of(pid: u32, status: std::process::ExitStatus) -> Exit {
+    Exit {
+        pid,
+        status: status.code(),
+        signal: status.signal(),
+    }
+}
+
+/// A run whose driver the dispatcher reaped: its end is recorded once its lane is free (the
+/// claimer may outlive the driver), from the driver's exit: its status, or the signal that
+/// killed it, in the history with what happened in words.
+#[test]
+fn a_run_s_end_is_recorded_from_its_driver_s_exit_once_its_lane_is_free() {
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(r#"{"max_agents": 2}"#, Settings::default());
+    let exited = bench.enqueue("exited", T0, 0);
+    let killed = bench.enqueue("killed", T0 + 1, 0);
+    let mut exits = Command::new("sh");
+    exits
+        .args(["-c", "read line; exit 3"])
+        .stdin(Stdio::piped());
+    let (mut first, first_claimed) = start_and_claim(&mut bench, &exited, exits);
+    let mut sleeps = Command::new("sleep");
+    sleeps.arg("60");
+    let (mut second, second_claimed) = start_and_claim(&mut bench, &killed, sleeps);
+    assert!(
+        bench.dispatcher.runs().expect("runs").is_empty(),
+        "their drivers run"
+    );
+    drop(first.stdin.take());
+    let status = reaped(&mut first);
+    assert_eq!(status.code(), Some(3));
+    second.kill().expect("kill");
+    let killed_status = reaped(&mut second);
+    for (id, child, status) in [
+        (&exited, first.id(), status),
+        (&killed, second.id(), killed_status),
+    ] {
+        assert_eq!(
+            bench
+                .dispatcher
+                .exited(exit_of(child, status))
+                .expect("exited"),
+            DriverEnded::Running(id.clone()),
+            "a running attempt's driver"
+        );
+    }
+    gate::quietly(|| {
+        drop(first_claimed);
+        drop(second_claimed);
+    });
+    let mut ended = bench.dispatcher.runs().expect("runs");
+    ended.sort_by(|a, b| a.lane.cmp(&b.lane));
+    let seen: Vec<_> = ended
+        .iter()
+        .map(|e| {
+            (
+                e.attempt.as_str(),
+                e.outcome.as_str(),
+                e.status,
+                e.signal,
+                e.detail.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (
+                exited.as_str(),
+                "exited",
+                Some(3),
+                None,
+                format!(
+                    "its driver (pid {}) ended with {}",
+                    first.id(),
+                    exit_of(first.id(), status)
+                )
+            ),
+            (
+                killed.as_str(),
+                "killed",
+                None,
+                Some(9),
+                format!(
+                    "its driver (pid {}) ended with {}",
+                    second.id(),
+                    exit_of(second.id(), killed_status)
+                )
+            ),
+        ]
+    );
+    assert!(
+        bench.dispatcher.list().expect("list").is_empty(),
+        "their rows are gone"
+    );
+}
+
+/// A run the dispatcher did not start (its driver no child of it) ends when its lane is
+/// found free, looked at once a second at most: not 999 ms after the last look, at 1,000.
+#[test]
+fn a_run_it_did_not_start_is_looked_at_once_a_second() {
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+    let id = bench.enqueue("a", T0, 0);
+    let admitted = bench.dispatcher.admit_next().expect("admit").expect("one");
+    let claimed = bench
+        .dispatcher
+        .claim(&id, &admitted.token, &me())
+        .expect("claim")
+        .expect("claimed");
+    assert!(bench.dispatcher.runs().expect("runs").is_empty(), "held");
+    gate::quietly(|| drop(claimed));
+    bench.clock.advance(999);
+    assert!(
+        bench.dispatcher.runs().expect("runs").is_empty(),
+        "not looked at again within the second"
+    );
+    bench.clock.advance(1);
+    let ended = bench.dispatcher.runs().expect("runs");
+    assert_eq!(
+        ended
+            .iter()
+            .map(|e| (e.attempt.as_str(), e.outcome.as_str()))
+            .collect::<Vec<_>>(),
+        [(id.as_str(), "ended")],
+        "a second after the last look, its free lane ends it"
+    );
+    assert!(
+        ended[0].detail.contains("its status is in its log"),
+        "{}",
+        ended[0].detail
+    );
+}
+
+/// The lines the driver of [`halted_step_by_step`] wrote on each SIGTERM.
+fn terms(file: &std::path::Path) -> usize {
+    std::fs::read_to_string(file).map_or(0, |s| s.lines().count())
+}
+
+/// A cancelled run's driver is halted step by step: the marker at once (which `worklane
+/// claim` obeys), SIGTERM once a second later (not at exactly 1,000 ms), SIGKILL to its group
+/// once the grace has passed (not at exactly the grace), each once; then its end is recorded
+/// as cancelled, saying by whom.
+#[test]
+fn a_cancelled_run_s_driver_is_halted_step_by_step() {
+    let _quiet = gate::quiet();
+    let mut bench = Bench::new(
+        r#"{"max_agents": 1}"#,
+        Settings {
+            cancel_grace_ms: 3_000,
+            ..Settings::default()
+        },
+    );
+    let id = bench.enqueue("a", T0, 0);
+    let said = bench.site.temp.path().join("terms");
+    let ready = bench.site.temp.path().join("ready");
+    // A driver leading its session that counts each SIGTERM and lives on.
+    let mut driver = Command::new("setsid");
+    driver
+        .args([
+            "sh",
+            "-c",
+            "trap 'echo TERM >> \"$0\"' TERM; : > \"$1\"; while :; do sleep 0.05; done",
+        ])
+        .arg(&said)
+        .arg(&ready);
+    let (mut child, claimed) = start_and_claim(&mut bench, &id, driver);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !ready.exists() {
+        assert!(Instant::now() < deadline, "the driver set its trap");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        bench.dispatcher.cancel(&id, &me()).expect("cancel").ok(),
+        Some(Cancelled::Halting { grace_ms: 3_000 })
+    );
+    assert!(
+        bench
+            .site
+            .temp
+            .path()
+            .join(format!("queue-{id}.cancel"))
+            .exists(),
+        "the marker, at its documented name"
+    );
+    assert_eq!(cancel_marker(&id), format!("queue-{id}.cancel"));
+    let quiet_for_a_moment = |said: &std::path::Path, want: usize, what: &str| {
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(terms(said), want, "{what}");
+    };
+    assert!(bench.dispatcher.runs().expect("runs").is_empty());
+    bench.clock.advance(1_000);
+    assert!(bench.dispatcher.runs().expect("runs").is_empty());
+    quiet_for_a_moment(&said, 0, "no SIGTERM within the marker's second");
+    bench.clock.advance(1);
+    assert!(bench.dispatcher.runs().expect("runs").is_empty());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while terms(&said) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "SIGTERM after the marker's second"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    bench.clock.advance(1_999);
+    assert!(bench.dispatcher.runs().expect("runs").is_empty());
+    quiet_for_a_moment(&said, 1, "SIGTERM once, and no SIGKILL at the grace");
+    assert!(
+        child.try_wait().expect("try_wait").is_none(),
+        "alive at exactly the grace"
+    );
+    bench.clock.advance(1);
+    assert!(bench.dispatcher.runs().expect("runs").is_empty());
+    let status = reaped(&mut child);
+    assert_eq!(status.signal(), Some(9), "SIGKILL past the grace");
+    assert_eq!(terms(&said), 1, "one SIGTERM in all");
+    assert_eq!(
+        bench
+            .dispatcher
+            .exited(exit_of(child.id(), status))
+            .expect("exited"),
+        DriverEnded::Running(id.clone())
+    );
+    gate::quietly(|| drop(claimed));
+    let ended = bench.dispatcher.runs().expect("runs");
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    assert_eq!(
+        (ended[0].outcome.as_str(), ended[0].signal),
+        ("cancelled", Some(9))
+    );
+    assert!(
+        ended[0]
+            .detail
+            .starts_with(&format!("halted by queue cancel (uid {}); ", me().uid)),
+        "{}",
+        ended[0].detail
+    );
+    assert!(
+        !bench
+            .site
+            .temp
+            .path()
+            .join(format!("queue-{id}.cancel"))
+            .exists(),
+        "the marker goes with the run"
+    );
+}
