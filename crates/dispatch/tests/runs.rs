@@ -314,3 +314,188 @@ fn a_cancelled_run_s_driver_is_halted_step_by_step() {
         "the marker goes with the run"
     );
 }
+
+/// Cancels `name`'s queued row (enqueued by `caller`, cancelled by it): an ended attempt in
+/// the history, with a log at its name.
+fn ended_row(bench: &mut Bench, name: &str, caller: &Caller) -> String {
+    let fd = bench.launch(name);
+    let entry = worklane_dispatch::wire::Enqueue {
+        lane: name.to_owned(),
+        start_ms: Some(T0),
+        priority: Some(0),
+        placement: "wt".into(),
+        stage: "build".into(),
+        args: vec!["driver".into()],
+        env: std::collections::BTreeMap::new(),
+        own_lane: false,
+        weight: None,
+        owner: None,
+    };
+    let id = bench
+        .dispatcher
+        .enqueue(entry, vec![fd], caller)
+        .expect("enqueue")
+        .expect("queued")
+        .attempt;
+    assert_eq!(
+        bench.dispatcher.cancel(&id, caller).expect("cancel").ok(),
+        Some(Cancelled::Dropped)
+    );
+    std::fs::write(
+        bench
+            .site
+            .temp
+            .path()
+            .join(worklane_dispatch::store::log_name(&id)),
+        b"log\n",
+    )
+    .expect("its log");
+    id
+}
+
+fn user(uid: u32) -> Caller {
+    Caller {
+        pid: Some(1),
+        uid,
+        gid: uid,
+        groups: Vec::new(),
+    }
+}
+
+/// `queue prune`: a user forgets its own ended attempts only; root and the slot directory's
+/// owner (here uid 65534, not root) forget everyone's; `older_than` keeps what ended less
+/// than that long ago (what ended exactly that long ago goes); each forgotten attempt's log
+/// goes with it.
+#[test]
+fn prune_forgets_a_user_s_own_and_for_root_or_the_owner_everyone_s() {
+    const OWNER: u32 = 65_534;
+    let _quiet = gate::quiet();
+    let bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
+    let Bench {
+        site,
+        clock,
+        dispatcher,
+    } = bench;
+    let pool = dispatcher.pool().clone();
+    drop(dispatcher);
+    std::os::unix::fs::chown(site.temp.path(), Some(OWNER), None).expect("chown");
+    let store =
+        worklane_dispatch::store::Store::open(&site.temp.path().join("queue.db")).expect("store");
+    let dispatcher =
+        worklane_dispatch::service::Dispatcher::recover(pool, store, Settings::default())
+            .expect("recover");
+    let mut bench = Bench {
+        site,
+        clock,
+        dispatcher,
+    };
+    let roots = ended_row(&mut bench, "r", &me());
+    let users = ended_row(&mut bench, "u", &user(65_533));
+    let owners = ended_row(&mut bench, "o", &user(OWNER));
+    let log = |id: &str| {
+        bench
+            .site
+            .temp
+            .path()
+            .join(worklane_dispatch::store::log_name(id))
+    };
+    let ids = |pruned: Vec<worklane_dispatch::wire::EndedView>| {
+        let mut ids: Vec<String> = pruned.into_iter().map(|e| e.attempt).collect();
+        ids.sort();
+        ids
+    };
+    let pruned = bench.dispatcher.prune(&user(65_533), None).expect("prune");
+    assert_eq!(
+        ids(pruned),
+        std::slice::from_ref(&users),
+        "a user prunes its own only"
+    );
+    assert!(!log(&users).exists(), "its log goes with it");
+    assert!(log(&roots).exists() && log(&owners).exists());
+    bench.clock.advance(10_000);
+    let pruned = bench
+        .dispatcher
+        .prune(&user(OWNER), Some(10_001))
+        .expect("prune");
+    assert!(pruned.is_empty(), "ended less than 10,001 ms ago: kept");
+    let pruned = bench
+        .dispatcher
+        .prune(&user(OWNER), Some(10_000))
+        .expect("prune");
+    let mut both = vec![roots.clone(), owners.clone()];
+    both.sort();
+    assert_eq!(
+        ids(pruned),
+        both,
+        "the owner prunes everyone's, exactly that old"
+    );
+    assert!(!log(&roots).exists() && !log(&owners).exists());
+    let again = ended_row(&mut bench, "o2", &user(OWNER));
+    let pruned = bench.dispatcher.prune(&me(), None).expect("prune");
+    assert_eq!(ids(pruned), [again], "root prunes everyone's");
+}
+
+/// The sweep keeps the history and the logs within the retention: an attempt that ended
+/// longer ago is forgotten with its log (counted); a log nobody names goes once older than
+/// the retention, not at exactly it; a log an attempt still names, queued or ended, stays
+/// however old.
+#[test]
+fn the_sweep_forgets_what_is_past_the_retention_and_keeps_what_is_named() {
+    let _quiet = gate::quiet();
+    let retention = 60_000;
+    let mut bench = Bench::new(
+        r#"{"max_agents": 1}"#,
+        Settings {
+            retention_ms: retention,
+            ..Settings::default()
+        },
+    );
+    let old_run = ended_row(&mut bench, "gone", &me());
+    bench.clock.advance(retention + 1);
+    let queued = bench.enqueue("queued", T0, 0);
+    let kept_run = ended_row(&mut bench, "kept", &me());
+    let now = T0 + retention + 1;
+    let dir = bench.site.temp.path().to_owned();
+    let aged = |name: &str, age_ms: u64| {
+        let file = std::fs::File::create(dir.join(name)).expect("log");
+        file.set_modified(std::time::SystemTime::UNIX_EPOCH + Duration::from_millis(now - age_ms))
+            .expect("mtime");
+    };
+    aged("queue-a-nobody.log", retention + 1);
+    aged("queue-a-boundary.log", retention);
+    aged(&worklane_dispatch::store::log_name(&queued), retention * 10);
+    aged(
+        &worklane_dispatch::store::log_name(&kept_run),
+        retention * 10,
+    );
+    assert_eq!(
+        bench.dispatcher.sweep().expect("sweep"),
+        2,
+        "the old run's log and the log nobody names"
+    );
+    assert!(
+        bench.dispatcher.ended(&old_run).expect("ended").is_none(),
+        "the old run is forgotten"
+    );
+    assert!(
+        !dir.join(worklane_dispatch::store::log_name(&old_run))
+            .exists()
+    );
+    assert!(!dir.join("queue-a-nobody.log").exists());
+    for (name, what) in [
+        (
+            "queue-a-boundary.log".to_owned(),
+            "exactly the retention old",
+        ),
+        (
+            worklane_dispatch::store::log_name(&queued),
+            "a queued row's",
+        ),
+        (
+            worklane_dispatch::store::log_name(&kept_run),
+            "an ended attempt's",
+        ),
+    ] {
+        assert!(dir.join(&name).exists(), "{what} log stays");
+    }
+}

@@ -842,25 +842,36 @@ fn recovery_resumes_a_lane_nobody_took_and_acquires_one_someone_did() {
     let mut bench = Bench::new(r#"{"max_agents": 2}"#, Settings::default());
     let untouched = bench.enqueue("untouched", T0, 0);
     let passed = bench.enqueue("passed", T0 + 1, 0);
+    let rewound = bench.enqueue("rewound", T0 + 2, 0);
     let Bench {
         site, dispatcher, ..
     } = bench;
     let pool = dispatcher.pool().clone();
     drop(dispatcher);
     // While no dispatcher runs, someone takes lane "passed" and gives it back.
-    let other = match worklane_lease::acquire(
-        pool.dir(),
-        &lane_lock("passed"),
-        &LeaseRequest::new("someone"),
-        &Options::process(),
-    )
-    .expect("acquire")
     {
-        Acquired::Held(lease) => lease,
-        Acquired::Refused(r) => panic!("free after the dispatcher died: {r}"),
-    };
-    other.release().expect("release");
+        let name = "passed";
+        let other = match worklane_lease::acquire(
+            pool.dir(),
+            &lane_lock(name),
+            &LeaseRequest::new("someone"),
+            &Options::process(),
+        )
+        .expect("acquire")
+        {
+            Acquired::Held(lease) => lease,
+            Acquired::Refused(r) => panic!("free after the dispatcher died: {r}"),
+        };
+        other.release().expect("release");
+    }
     assert_eq!(epochs(&site, "passed"), ["lane-passed.lock.epoch.2"]);
+    // And a member of the group rewrites "rewound"'s record to name another epoch (the epoch
+    // files untouched): the chain of hands can no longer be proved.
+    let record = site.temp.path().join(lane_lock("rewound"));
+    let mut doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&record).expect("record")).expect("json");
+    doc["epoch"] = 5.into();
+    std::fs::write(&record, doc.to_string()).expect("rewrite the record");
     let store = Store::open(&site.temp.path().join("queue.db")).expect("store");
     let recovered = Dispatcher::recover(pool, store, Settings::default()).expect("recover");
     let ids: Vec<String> = recovered
@@ -869,7 +880,11 @@ fn recovery_resumes_a_lane_nobody_took_and_acquires_one_someone_did() {
         .into_iter()
         .map(|r| r.attempt)
         .collect();
-    assert_eq!(ids, [untouched.clone(), passed.clone()], "both kept");
+    assert_eq!(
+        ids,
+        [untouched.clone(), passed.clone(), rewound.clone()],
+        "all kept"
+    );
     // Nobody took "untouched": held again as the dead dispatcher held it, the launcher's
     // record and epoch as they were.
     assert_eq!(
@@ -883,6 +898,12 @@ fn recovery_resumes_a_lane_nobody_took_and_acquires_one_someone_did() {
     let record = lane_record(&site, "passed");
     assert_eq!(record.owner.as_deref(), Some("worklane dispatcher"));
     assert_eq!(record.epoch, Some(3), "a new acquisition, a new epoch");
+    let record = lane_record(&site, "rewound");
+    assert_eq!(
+        (record.owner.as_deref(), record.epoch),
+        (Some("worklane dispatcher"), Some(2)),
+        "a record that does not name the row's epoch: acquired anew"
+    );
     let probe = |name: &str| {
         Command::new("flock")
             .arg("-n")
