@@ -158,6 +158,16 @@ fn a_run_s_end_is_recorded_from_its_driver_s_exit_once_its_lane_is_free() {
             ),
         ]
     );
+    for e in &ended {
+        assert_eq!(
+            (e.started_at_ms, e.log.clone()),
+            (
+                Some(T0),
+                Some(worklane_dispatch::store::log_name(&e.attempt))
+            ),
+            "when it started running (its claim), and its driver's log"
+        );
+    }
     assert!(
         bench.dispatcher.list().expect("list").is_empty(),
         "their rows are gone"
@@ -404,6 +414,16 @@ fn prune_forgets_a_user_s_own_and_for_root_or_the_owner_everyone_s() {
         ids.sort();
         ids
     };
+    let never = bench
+        .dispatcher
+        .ended(&users)
+        .expect("ended")
+        .expect("kept");
+    assert_eq!(
+        (never.started_at_ms, never.log),
+        (None, None),
+        "cancelled while queued: it never started, and had no driver's log"
+    );
     let pruned = bench.dispatcher.prune(&user(65_533), None).expect("prune");
     assert_eq!(
         ids(pruned),

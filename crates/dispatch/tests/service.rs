@@ -569,6 +569,12 @@ fn expiry_is_strictly_after_the_interval_and_keeps_the_place() {
         },
     );
     let id = bench.enqueue("a", T0 - 9, 3);
+    let view = |bench: &Bench| bench.dispatcher.view(&id).expect("view").expect("row");
+    assert_eq!(
+        view(&bench).retry_at_ms,
+        None,
+        "never failed: no retry time"
+    );
     let admitted = bench
         .dispatcher
         .admit_next()
@@ -624,6 +630,11 @@ fn expiry_is_strictly_after_the_interval_and_keeps_the_place() {
         .expect("admit")
         .expect("its slot was returned");
     assert_ne!(again.token, admitted.token, "a fresh token");
+    assert_eq!(
+        (view(&bench).state.as_str(), view(&bench).retry_at_ms),
+        ("starting", None),
+        "a retry time is shown only while the row waits for it"
+    );
 }
 
 #[test]
