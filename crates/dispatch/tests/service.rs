@@ -482,6 +482,22 @@ fn an_enqueue_no_cap_could_admit_is_refused_naming_weight_and_cap() {
     }
 }
 
+/// `look` on `bench`, on a thread of its own given 10 s: a loop that never ends fails the
+/// test instead of hanging it (the thread is left to the end of the test process). The
+/// calling test holds the gate quiet, so `look` needs no quiet section of its own.
+fn within<T: Send + 'static>(
+    mut bench: Bench,
+    look: impl FnOnce(&mut Bench) -> T + Send + 'static,
+) -> (T, Bench) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let seen = look(&mut bench);
+        let _ = tx.send((seen, bench));
+    });
+    rx.recv_timeout(Duration::from_secs(10))
+        .expect("the pass ends within 10 s")
+}
+
 #[test]
 fn a_row_the_lowered_cap_can_never_admit_is_parked_and_holds_nobody() {
     let _quiet = gate::quiet();
@@ -489,13 +505,18 @@ fn a_row_the_lowered_cap_can_never_admit_is_parked_and_holds_nobody() {
     let heavy = bench.enqueue_weighted("a", T0, 3, None);
     let light = bench.enqueue_weighted("b", T0 + 1, 1, None);
     bench.site.set_config(r#"{"max_agents": 2}"#);
-    let admitted = gate::quietly(|| bench.dispatcher.admit_next()).expect("admit");
-    let admitted = match admitted {
-        Some(admitted) => admitted,
-        None => gate::quietly(|| bench.dispatcher.admit_next())
-            .expect("admit")
-            .expect("the light row next"),
-    };
+    // On a thread given 10 s: a pass that found the heavy row first again and again, never
+    // parking it, would never end.
+    let (admitted, bench) = within(bench, |bench| {
+        match bench.dispatcher.admit_next().expect("admit") {
+            Some(admitted) => admitted,
+            None => bench
+                .dispatcher
+                .admit_next()
+                .expect("admit")
+                .expect("the light row next"),
+        }
+    });
     assert_eq!(admitted.attempt.id, light);
     let rows = bench.dispatcher.list().expect("list");
     let parked = rows.iter().find(|r| r.attempt == heavy).expect("listed");
