@@ -204,6 +204,17 @@ fn every_refused_enqueue_closes_every_descriptor() {
         matches!(&reply, Err(EnqueueRefused::NotTheLane { lock, .. }) if lock == "lane-a.lock"),
         "another lane's guard: {reply:?}"
     );
+    // For a lane whose guard is not there at all: the open by name fails (not for want of
+    // descriptors, so it is the sender's descriptor that is not the lane's).
+    let other = bench.launch("b2");
+    let reply = bench
+        .dispatcher
+        .enqueue(Bench::entry("never", T0, 0), vec![other], &me())
+        .expect("enqueue");
+    assert!(
+        matches!(&reply, Err(EnqueueRefused::NotTheLane { lock, .. }) if lock == "lane-never.lock"),
+        "a lane with no guard: {reply:?}"
+    );
     let mut missing = Bench::entry("a", T0, 0);
     missing.priority = None;
     let reply = bench
