@@ -23,11 +23,7 @@ fn start_and_claim(
     let mut driver = driver;
     let child = driver.spawn_gated().expect("the driver");
     let pid = child.id();
-    let pidfd = rustix::process::pidfd_open(
-        rustix::process::Pid::from_raw(i32::try_from(pid).expect("pid")).expect("pid"),
-        rustix::process::PidfdFlags::empty(),
-    )
-    .expect("pidfd");
+    let pidfd = pidfd_of(pid);
     bench
         .dispatcher
         .started(
@@ -55,14 +51,7 @@ fn start_and_claim(
 
 /// `child`'s exit, waited 5 s at most.
 fn reaped(child: &mut worklane_testkit::Child) -> std::process::ExitStatus {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            return status;
-        }
-        assert!(Instant::now() < deadline, "the driver ends within 5 s");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    reaped_within(child, Duration::from_secs(5)).expect("the driver ends within 5 s")
 }
 
 /// The exit the dispatcher's reaper would report for `status`.

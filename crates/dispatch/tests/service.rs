@@ -1108,7 +1108,6 @@ fn a_user_claims_its_own_row_and_root_claims_anyone_s() {
 /// user's credentials (Linux keeps them per thread); the entry stays root's.
 #[test]
 fn a_dispatcher_that_is_not_root_believes_an_entry_root_wrote() {
-    const NOBODY: u32 = 65_534;
     std::thread::spawn(|| {
         let _quiet = gate::quiet();
         let bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
@@ -1127,12 +1126,7 @@ fn a_dispatcher_that_is_not_root_believes_an_entry_root_wrote() {
             br#"{"version":1,"lane":"ghost","attempt":"a-ghost","args":["make"],"start":"2026-01-01T00:00:00.000Z","dispatcher":{"pid":4242}}"#,
         )
         .expect("root's entry");
-        let id = |raw| rustix::process::Uid::from_raw(raw);
-        let gid = rustix::process::Gid::from_raw(NOBODY);
-        rustix::thread::set_thread_groups(&[]).expect("setgroups");
-        rustix::thread::set_thread_res_gid(gid, gid, gid).expect("setresgid");
-        rustix::thread::set_thread_res_uid(id(NOBODY), id(NOBODY), id(NOBODY))
-            .expect("setresuid");
+        become_nobody();
         let env = Environment::from_process().var("AGENT_SLOTS_DIR", site.temp.path());
         let pool = Pool::new(SlotDir::resolve_in(&env).expect("resolve"))
             .with_clock(Arc::new(ManualClock::at(T0)));
@@ -1160,13 +1154,8 @@ fn a_dispatcher_that_is_not_root_believes_an_entry_root_wrote() {
 /// them per thread), on a directory that user made.
 #[test]
 fn a_dispatcher_that_is_not_root_retries_a_row_with_no_enqueuer_only_as_itself() {
-    const NOBODY: u32 = 65_534;
     std::thread::spawn(|| {
-        let id = |raw| rustix::process::Uid::from_raw(raw);
-        let gid = rustix::process::Gid::from_raw(NOBODY);
-        rustix::thread::set_thread_groups(&[]).expect("setgroups");
-        rustix::thread::set_thread_res_gid(gid, gid, gid).expect("setresgid");
-        rustix::thread::set_thread_res_uid(id(NOBODY), id(NOBODY), id(NOBODY)).expect("setresuid");
+        become_nobody();
         let _quiet = gate::quiet();
         let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
         assert_eq!(me().uid, NOBODY, "the thread runs as nobody");
@@ -1677,24 +1666,6 @@ pub(super) fn rusqlite_free_update(site: &Site, id: &str) -> std::process::Outpu
     out
 }
 
-/// `child`'s exit status once it has ended, waited `within` at most (a halt that never comes
-/// fails the test instead of hanging it); `None` if it lives on.
-fn reaped_within(
-    child: &mut std::process::Child,
-    within: Duration,
-) -> Option<std::process::ExitStatus> {
-    let deadline = std::time::Instant::now() + within;
-    loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            return Some(status);
-        }
-        if std::time::Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 /// A driver that never claims: at its expiry its whole session is halted through the pidfd
 /// kept since its start (SIGTERM, then SIGKILL after the grace for one that ignores it), the
 /// expiry counts as a failed start, the row is not started again while its old driver lives,
@@ -1743,11 +1714,7 @@ fn a_driver_that_never_claims_is_halted_counted_and_parked_and_the_row_behind_ru
         }
         let _ = std::fs::remove_file(&ready);
         let pid = child.id();
-        let pidfd = rustix::process::pidfd_open(
-            rustix::process::Pid::from_raw(i32::try_from(pid).expect("pid")).expect("pid"),
-            rustix::process::PidfdFlags::empty(),
-        )
-        .expect("pidfd");
+        let pidfd = pidfd_of(pid);
         bench
             .dispatcher
             .started(
@@ -1868,11 +1835,7 @@ fn a_restarted_dispatcher_halts_the_old_driver_it_can_prove_and_nothing_else() {
         let admitted = bench.dispatcher.admit_next().expect("admit").expect("one");
         assert_eq!(&admitted.attempt.id, id);
         let pid = driver.id();
-        let pidfd = rustix::process::pidfd_open(
-            rustix::process::Pid::from_raw(i32::try_from(pid).expect("pid")).expect("pid"),
-            rustix::process::PidfdFlags::empty(),
-        )
-        .expect("pidfd");
+        let pidfd = pidfd_of(pid);
         bench
             .dispatcher
             .started(
@@ -1927,11 +1890,7 @@ fn a_cancelled_starting_attempt_halts_its_driver_even_one_leading_no_group() {
         .spawn_gated()
         .expect("a driver in the test's group");
     let pid = driver.id();
-    let pidfd = rustix::process::pidfd_open(
-        rustix::process::Pid::from_raw(i32::try_from(pid).expect("pid")).expect("pid"),
-        rustix::process::PidfdFlags::empty(),
-    )
-    .expect("pidfd");
+    let pidfd = pidfd_of(pid);
     bench
         .dispatcher
         .started(
