@@ -49,6 +49,11 @@ fn start_and_claim(
     (child, claimed)
 }
 
+/// A driver's log's name, as PROTOCOL.md gives it: `queue-<attempt>.log`.
+fn log_of(attempt: &str) -> String {
+    format!("queue-{attempt}.log")
+}
+
 /// `child`'s exit, waited 5 s at most.
 fn reaped(child: &mut worklane_testkit::Child) -> std::process::ExitStatus {
     reaped_within(child, Duration::from_secs(5)).expect("the driver ends within 5 s")
@@ -150,10 +155,7 @@ fn a_run_s_end_is_recorded_from_its_driver_s_exit_once_its_lane_is_free() {
     for e in &ended {
         assert_eq!(
             (e.started_at_ms, e.log.clone()),
-            (
-                Some(T0),
-                Some(worklane_dispatch::store::log_name(&e.attempt))
-            ),
+            (Some(T0), Some(log_of(&e.attempt))),
             "when it started running (its claim), and its driver's log"
         );
     }
@@ -340,15 +342,7 @@ fn ended_row(bench: &mut Bench, name: &str, caller: &Caller) -> String {
         bench.dispatcher.cancel(&id, caller).expect("cancel").ok(),
         Some(Cancelled::Dropped)
     );
-    std::fs::write(
-        bench
-            .site
-            .temp
-            .path()
-            .join(worklane_dispatch::store::log_name(&id)),
-        b"log\n",
-    )
-    .expect("its log");
+    std::fs::write(bench.site.temp.path().join(log_of(&id)), b"log\n").expect("its log");
     id
 }
 
@@ -391,13 +385,7 @@ fn prune_forgets_a_user_s_own_and_for_root_or_the_owner_everyone_s() {
     let roots = ended_row(&mut bench, "r", &me());
     let users = ended_row(&mut bench, "u", &user(65_533));
     let owners = ended_row(&mut bench, "o", &user(OWNER));
-    let log = |id: &str| {
-        bench
-            .site
-            .temp
-            .path()
-            .join(worklane_dispatch::store::log_name(id))
-    };
+    let log = |id: &str| bench.site.temp.path().join(log_of(id));
     let ids = |pruned: Vec<worklane_dispatch::wire::EndedView>| {
         let mut ids: Vec<String> = pruned.into_iter().map(|e| e.attempt).collect();
         ids.sort();
@@ -472,11 +460,8 @@ fn the_sweep_forgets_what_is_past_the_retention_and_keeps_what_is_named() {
     };
     aged("queue-a-nobody.log", retention + 1);
     aged("queue-a-boundary.log", retention);
-    aged(&worklane_dispatch::store::log_name(&queued), retention * 10);
-    aged(
-        &worklane_dispatch::store::log_name(&kept_run),
-        retention * 10,
-    );
+    aged(&log_of(&queued), retention * 10);
+    aged(&log_of(&kept_run), retention * 10);
     assert_eq!(
         bench.dispatcher.sweep().expect("sweep"),
         2,
@@ -486,24 +471,15 @@ fn the_sweep_forgets_what_is_past_the_retention_and_keeps_what_is_named() {
         bench.dispatcher.ended(&old_run).expect("ended").is_none(),
         "the old run is forgotten"
     );
-    assert!(
-        !dir.join(worklane_dispatch::store::log_name(&old_run))
-            .exists()
-    );
+    assert!(!dir.join(log_of(&old_run)).exists());
     assert!(!dir.join("queue-a-nobody.log").exists());
     for (name, what) in [
         (
             "queue-a-boundary.log".to_owned(),
             "exactly the retention old",
         ),
-        (
-            worklane_dispatch::store::log_name(&queued),
-            "a queued row's",
-        ),
-        (
-            worklane_dispatch::store::log_name(&kept_run),
-            "an ended attempt's",
-        ),
+        (log_of(&queued), "a queued row's"),
+        (log_of(&kept_run), "an ended attempt's"),
     ] {
         assert!(dir.join(&name).exists(), "{what} log stays");
     }
