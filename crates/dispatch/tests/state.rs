@@ -7,6 +7,7 @@ use super::*;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use worklane_dispatch::service::{Dispatcher, Settings};
 use worklane_dispatch::state::Legacy;
+use worklane_dispatch::store::{Aside, Attempt, Store};
 use worklane_slotfile::PrivateDir;
 
 /// What a case does to a file.
@@ -282,5 +283,94 @@ fn a_database_that_cannot_be_set_aside_is_an_error() {
             .expect("still there")
             .file_type()
             .is_symlink()
+    );
+}
+
+/// A damaged database in the state directory is moved aside, and the one made in its place
+/// (by SQLite, with SQLite's mode) is made 0600 with its log and shared memory.
+#[test]
+fn a_new_database_made_after_damage_is_private_too() {
+    let site = Site::new(r#"{"max_agents": 1}"#);
+    let state = state_of(&site);
+    let path = state.join("queue.db");
+    std::fs::write(&path, vec![0x5a; 8192]).expect("garbage");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let (store, damage) = Store::open_private(&state, 12).expect("open");
+    let damage = damage.expect("the damage");
+    assert_eq!(damage.aside, Aside::Database);
+    assert_eq!(damage.moved_to, state.join("queue.db.damaged-12"));
+    assert!(state.join("queue.db-wal").exists(), "the new one in use");
+    assert_private(&state);
+    drop(store);
+}
+
+/// A database copied with its write-ahead log while in use, as a dispatcher killed mid-run
+/// leaves it: its frames, the log's bytes, and the page size the log's header gives.
+fn in_use_copy(state: &PrivateDir) -> (Vec<u8>, usize) {
+    let source = tempfile::tempdir().expect("temp");
+    let store = Store::open(&source.path().join("queue.db")).expect("store");
+    for i in 0..3 {
+        store
+            .insert(&Attempt::queued(
+                format!("a-{i}"),
+                format!("l{i}"),
+                T0,
+                0,
+                T0,
+            ))
+            .expect("insert");
+    }
+    for name in ["queue.db", "queue.db-wal"] {
+        std::fs::copy(source.path().join(name), state.join(name)).expect("copy");
+        std::fs::set_permissions(state.join(name), std::fs::Permissions::from_mode(0o600))
+            .expect("chmod");
+    }
+    drop(store);
+    let wal = std::fs::read(state.join("queue.db-wal")).expect("log");
+    let page = u32::from_be_bytes(wal[8..12].try_into().expect("4 bytes")) as usize;
+    assert!(wal.len() >= 32 + 3 * (24 + page), "three frames at least");
+    (wal, page)
+}
+
+/// A write-ahead log damaged in its second frame: before SQLite replays what comes before
+/// the damage (and loses the rest), a copy of the log as it was is kept, mode 0600, and the
+/// damage reported; a sound log is replayed and nothing said.
+#[test]
+fn a_damaged_log_is_copied_before_it_is_replayed_and_a_sound_one_is_not() {
+    let site = Site::new(r#"{"max_agents": 1}"#);
+    let state = state_of(&site);
+    let (wal, page) = in_use_copy(&state);
+    let (store, damage) = Store::open_private(&state, 13).expect("open");
+    assert_eq!(damage, None, "a sound log: nothing to say");
+    assert_eq!(store.all().expect("all").len(), 3, "every row replayed");
+    drop(store);
+    assert!(!state.join("queue.db-wal.damaged-13").exists());
+    let other = Site::new(r#"{"max_agents": 1}"#);
+    let state = state_of(&other);
+    let (mut wal_bytes, _) = in_use_copy(&state);
+    assert_eq!(wal_bytes.len(), wal.len());
+    let second = 32 + (24 + page) + 24 + 100;
+    wal_bytes[second] ^= 0xff;
+    std::fs::write(state.join("queue.db-wal"), &wal_bytes).expect("damage the second frame");
+    let (store, damage) = Store::open_private(&state, 14).expect("open");
+    let damage = damage.expect("the damage said");
+    assert_eq!(damage.aside, Aside::WalCopy);
+    assert_eq!(damage.moved_to, state.join("queue.db-wal.damaged-14"));
+    assert_eq!(
+        std::fs::read(&damage.moved_to).expect("the copy"),
+        wal_bytes,
+        "the log as it was"
+    );
+    assert_eq!(
+        std::fs::metadata(&damage.moved_to)
+            .expect("copy")
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
+    assert!(
+        store.all().expect("all").len() < 3,
+        "what came after the damage is lost"
     );
 }

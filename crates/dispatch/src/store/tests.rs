@@ -685,3 +685,116 @@ fn a_user_s_waiting_rows_and_a_lane_s_row_are_counted_and_found() {
     );
     assert!(store.lane_row("zz").expect("look").is_none(), "no row");
 }
+
+/// A database from a newer worklane is an error, never damage: it is not moved aside.
+#[test]
+fn a_database_of_a_newer_schema_is_an_error_and_stays_where_it_is() {
+    let dir = tempfile::tempdir().expect("temp");
+    let path = dir.path().join("queue.db");
+    drop(Store::open(&path).expect("new"));
+    let conn = Connection::open(&path).expect("raw");
+    conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+        .expect("a newer version");
+    drop(conn);
+    let err = Store::open_checked(&path, 9).expect_err("too new");
+    assert!(matches!(err, Error::TooNew { .. }), "{err:?}");
+    assert!(path.exists(), "left where it is");
+    assert!(
+        !dir.path().join("queue.db.damaged-9").exists(),
+        "never moved aside"
+    );
+}
+
+/// A database with its rows' pages overwritten: SQLite still opens it, and `PRAGMA
+/// quick_check` finds the damage, so it is moved aside with what the check said.
+#[test]
+fn damage_only_the_check_finds_moves_the_database_aside() {
+    let dir = tempfile::tempdir().expect("temp");
+    let path = dir.path().join("queue.db");
+    let store = Store::open(&path).expect("new");
+    for i in 0..200 {
+        store
+            .insert(&attempt(&format!("a-{i}"), &format!("l{i}"), 0, i))
+            .expect("insert");
+    }
+    drop(store);
+    let mut bytes = std::fs::read(&path).expect("read");
+    let page = usize::from(u16::from_be_bytes([bytes[16], bytes[17]]));
+    assert!(bytes.len() > 4 * page, "rows over several pages");
+    // The third page on, garbage of a fixed pattern; the header and schema page left whole.
+    for (i, b) in bytes[2 * page..].iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(31).wrapping_add(7);
+    }
+    std::fs::write(&path, &bytes).expect("damage");
+    let (store, damage) = Store::open_checked(&path, 11).expect("moved aside");
+    let damage = damage.expect("the check finds it");
+    assert_eq!(damage.moved_to, dir.path().join("queue.db.damaged-11"));
+    assert_eq!(damage.aside, Aside::Database);
+    assert!(!damage.why.is_empty(), "{damage:?}");
+    assert!(store.all().expect("all").is_empty(), "a new queue");
+}
+
+/// What a damage says, for the dispatcher's log and `list`: what was wrong and where it went.
+#[test]
+fn a_damage_says_what_was_wrong_and_where_it_went() {
+    let moved = Damage {
+        moved_to: PathBuf::from("/s/queue.db.damaged-9"),
+        why: "file is not a database".to_owned(),
+        aside: Aside::Database,
+    };
+    assert_eq!(
+        moved.sentence(),
+        "the queue database was damaged (file is not a database); it was moved to \
+         /s/queue.db.damaged-9 and a new one made"
+    );
+    let copied = Damage {
+        moved_to: PathBuf::from("/s/queue.db-wal.damaged-9"),
+        why: "frame 2 of 3 fails its checksum".to_owned(),
+        aside: Aside::WalCopy,
+    };
+    assert_eq!(
+        copied.sentence(),
+        "the queue database's write-ahead log was damaged (frame 2 of 3 fails its checksum); \
+         the transactions before the damage were kept, and a copy of the log as it was is at \
+         /s/queue.db-wal.damaged-9"
+    );
+}
+
+/// The disk's trouble (full, failing, locked, read-only, out of memory) is told from the
+/// database's damage: only the first is retried later.
+#[test]
+fn the_disk_s_trouble_is_told_from_damage() {
+    let sqlite = |code| {
+        rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), Some("x".to_owned()))
+    };
+    let open = |code| Error::Open {
+        path: PathBuf::from("/s/queue.db"),
+        source: sqlite(code),
+    };
+    for code in [
+        rusqlite::ffi::SQLITE_FULL,
+        rusqlite::ffi::SQLITE_IOERR,
+        rusqlite::ffi::SQLITE_CANTOPEN,
+        rusqlite::ffi::SQLITE_BUSY,
+        rusqlite::ffi::SQLITE_LOCKED,
+        rusqlite::ffi::SQLITE_NOMEM,
+        rusqlite::ffi::SQLITE_READONLY,
+    ] {
+        assert!(open(code).is_disk_trouble(), "{code}");
+    }
+    for code in [rusqlite::ffi::SQLITE_NOTADB, rusqlite::ffi::SQLITE_CORRUPT] {
+        assert!(!open(code).is_disk_trouble(), "{code}: damage");
+    }
+    let query = Error::Query {
+        path: PathBuf::from("/s/queue.db"),
+        op: "read",
+        source: sqlite(rusqlite::ffi::SQLITE_FULL),
+    };
+    assert!(query.is_disk_trouble(), "a query's too");
+    let too_new = Error::TooNew {
+        path: PathBuf::from("/s/queue.db"),
+        found: 9,
+        supported: 8,
+    };
+    assert!(!too_new.is_disk_trouble());
+}
