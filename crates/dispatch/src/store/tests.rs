@@ -257,7 +257,10 @@ fn a_damaged_row_is_named_with_its_column_and_the_parsers_cause() {
     let path = dir.path().join("queue.db");
     let store = Store::open(&path).expect("open");
     store
-        .insert(&attempt("a-1", "docs", 0, 10))
+        .insert(&Attempt {
+            owner: Some("nightly".to_owned()),
+            ..attempt("a-1", "docs", 0, 10)
+        })
         .expect("insert");
     store
         .insert(&attempt("a-2", "next", 0, 20))
@@ -290,6 +293,11 @@ fn a_damaged_row_is_named_with_its_column_and_the_parsers_cause() {
     // Read, it is failed and damaged, never started, with its damage as its error.
     let row = store.get("a-1").expect("get").expect("listed");
     assert!(row.damaged && row.state == State::Failed, "{row:?}");
+    assert_eq!(
+        row.owner.as_deref(),
+        Some("nightly"),
+        "whose share it was, kept"
+    );
     assert!(
         row.last_error
             .as_deref()
@@ -541,7 +549,10 @@ fn a_sound_database_opens_checked_and_a_damaged_one_is_moved_aside() {
         8192,
         "moved, never deleted"
     );
-    assert!(!damage.why.is_empty(), "SQLite's words: {damage:?}");
+    assert!(
+        damage.why.contains("file is not a database"),
+        "SQLite's words: {damage:?}"
+    );
     assert!(store.all().expect("all").is_empty(), "a new, empty queue");
     drop(store);
     std::fs::write(&path, vec![0x5a; 8192]).expect("garbage again");
@@ -797,4 +808,26 @@ fn the_disk_s_trouble_is_told_from_damage() {
         supported: 8,
     };
     assert!(!too_new.is_disk_trouble());
+}
+
+/// A database whose schema SQLite cannot read (a table's statement garbled): the check
+/// itself fails with SQLite's "malformed" error, which is damage too: moved aside, with
+/// SQLite's words.
+#[test]
+fn a_garbled_schema_is_damage_the_check_fails_on() {
+    let dir = tempfile::tempdir().expect("temp");
+    let path = dir.path().join("queue.db");
+    drop(Store::open(&path).expect("new"));
+    let mut bytes = std::fs::read(&path).expect("read");
+    let at = bytes
+        .windows(b"CREATE TABLE".len())
+        .position(|w| w == b"CREATE TABLE")
+        .expect("a table's statement");
+    bytes[at..at + 6].copy_from_slice(b"CRXATE");
+    std::fs::write(&path, &bytes).expect("garble");
+    let (store, damage) = Store::open_checked(&path, 15).expect("moved aside");
+    let damage = damage.expect("damage");
+    assert_eq!(damage.moved_to, dir.path().join("queue.db.damaged-15"));
+    assert!(damage.why.contains("malformed"), "{damage:?}");
+    assert!(store.all().expect("all").is_empty(), "a new queue");
 }
