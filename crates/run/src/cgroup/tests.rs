@@ -283,3 +283,58 @@ fn the_sweep_removes_only_empty_cgroups_older_than_a_minute() {
         );
     }
 }
+
+/// `limit`'s own decisions, on a directory laid out as the hierarchy lays out a cgroup (this
+/// machine's unified hierarchy enables no controller, so a real cgroup shows only the
+/// unavailable case, above): with its controllers enabled the values are written, the CPU
+/// quota per 100 ms period and at least 1 ms; without them, enabling is tried once in the
+/// parent's `cgroup.subtree_control` and what stays unavailable is said.
+#[test]
+fn limits_are_written_where_the_controllers_are_and_tried_in_the_parent_where_not() {
+    let temp = tempfile::tempdir().expect("temp");
+    let cgroup = |name: &str, controllers: &str| {
+        let dir = temp.path().join(name);
+        std::fs::create_dir(&dir).expect("dir");
+        std::fs::write(dir.join("cgroup.controllers"), controllers).expect("controllers");
+        RunCgroup {
+            path: format!("/worklane/{name}"),
+            dir,
+        }
+    };
+    let full = cgroup("agent-1-1", "cpuset cpu io memory pids\n");
+    assert_eq!(full.limit(Some(1 << 30), Some(1.5)), Vec::<String>::new());
+    let read = |c: &RunCgroup, file: &str| std::fs::read_to_string(c.dir.join(file)).expect(file);
+    assert_eq!(read(&full, "memory.max"), "1073741824");
+    assert_eq!(
+        read(&full, "cpu.max"),
+        "150000 100000",
+        "1.5 CPUs per 100 ms"
+    );
+    assert_eq!(full.limit(None, Some(0.004)), Vec::<String>::new());
+    assert_eq!(read(&full, "cpu.max"), "1000 100000", "at least 1 ms");
+    assert!(
+        !temp.path().join("cgroup.subtree_control").exists(),
+        "enabled: nothing asked of the parent"
+    );
+    let bare = cgroup("agent-2-1", "io pids\n");
+    let said = bare.limit(Some(1 << 20), Some(2.0));
+    assert_eq!(said.len(), 2, "{said:?}");
+    assert!(
+        said[0].starts_with("memory.max is unavailable") && said[0].contains("MemoryAccounting"),
+        "{said:?}"
+    );
+    assert!(
+        said[1].starts_with("cpu.max is unavailable") && said[1].contains("CPUAccounting"),
+        "{said:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(temp.path().join("cgroup.subtree_control"))
+            .expect("tried in the parent"),
+        "+cpu",
+        "each controller tried once in the parent, the last one cpu"
+    );
+    assert!(
+        !bare.dir.join("memory.max").exists() && !bare.dir.join("cpu.max").exists(),
+        "nothing written where the controllers are not"
+    );
+}
