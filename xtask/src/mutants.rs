@@ -49,6 +49,11 @@ fn measured(krate: &str) -> &'static [&'static str] {
             "--exclude-re",
             r"^crates/run/src/sys/mod\.rs:\d+:\d+: replace detach ",
         ],
+        // The dispatcher's loop on a real socket: every client wait has its bound (10 s), and
+        // a mutant that stops the loop serving makes a dozen tests wait theirs out, two at a
+        // time: it fails within about 80 s, which the automatic timeout (three times the
+        // suite's 9 s) would cut off as a timeout.
+        "dispatch" => &["--timeout", "120"],
         // The etcd-backed fleet: its tests start a real etcd cluster on loopback (the Debian
         // package `.ci/run` installs) and build etcd-client (which needs `protoc`); each
         // mutant's run is about a minute.

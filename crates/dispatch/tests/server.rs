@@ -447,6 +447,7 @@ fn list_as_nobody(served: &Served, groups: &str) -> String {
     let script = "import socket,sys,json\n\
         s=socket.socket(socket.AF_UNIX)\n\
         s.connect(sys.argv[1])\n\
+        s.settimeout(10)\n\
         try:\n    s.sendall(b'{\"op\":\"list\"}\\n')\n\
         except BrokenPipeError:\n    pass\n\
         r=json.loads(s.makefile().readline())\n\
