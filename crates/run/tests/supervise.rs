@@ -214,7 +214,8 @@ fn stop_gives_the_command_its_grace_and_says_the_halt() {
     let site = Site::new();
     let mut holder = site.build(
         &["--log"],
-        r#"trap 'exit 42' TERM; touch "$T/ready"; while :; do sleep 0.05; done"#,
+        // The trap takes a moment (a SIGKILL sent with the SIGTERM would end it first).
+        r#"trap 'sleep 0.3; exit 42' TERM; touch "$T/ready"; while :; do sleep 0.05; done"#,
     );
     assert_eq!(holder.line(), "held agent-0.lock");
     assert!(
@@ -258,6 +259,47 @@ fn a_command_that_outlives_its_grace_is_killed() {
     assert!(
         outcome.starts_with("outcome 137 STOP_by_test"),
         "SIGKILLed after its grace: {outcome}"
+    );
+}
+
+/// The supervisor sleeps between its looks, while the command runs and through a halt's
+/// grace: a command that runs a second, then ignores SIGTERM through a grace of 1.5 s, costs
+/// the supervising process a small part of those 2.5 s in CPU (a loop that woke at once
+/// would spend most of them).
+#[test]
+fn the_supervisor_sleeps_between_its_looks_and_through_a_grace() {
+    let site = Site::new();
+    let mut holder = site.build_of(
+        &["--grace-ms=1500", "--say-cpu"],
+        &[
+            "env",
+            "--ignore-signal=TERM",
+            "sh",
+            "-c",
+            r#"touch "$T/ready"; exec sleep 60"#,
+        ],
+    );
+    assert_eq!(holder.line(), "held agent-0.lock");
+    assert!(
+        eventually(|| site.path("ready").exists()),
+        "the command runs"
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    site.write_stop();
+    let cpu: u64 = holder
+        .line()
+        .strip_prefix("cpu ")
+        .expect("the supervisor's CPU time")
+        .parse()
+        .expect("ms");
+    let outcome = holder.line();
+    assert!(
+        outcome.starts_with("outcome 137 STOP_by_test"),
+        "SIGKILLed after its grace: {outcome}"
+    );
+    assert!(
+        cpu < 300,
+        "{cpu} ms of CPU in about 2.5 s: the supervisor spun instead of sleeping"
     );
 }
 

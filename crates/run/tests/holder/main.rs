@@ -8,8 +8,9 @@
 //! `--no-cgroup`: the test seam; `--watch=N`: a watch of its own that says
 //! each check and halts at its Nth; `--log`: warnings said as `log LEVEL MESSAGE`), and prints
 //! `outcome CODE HALTED SIGNAL LOST` (`-` for none) or `error MESSAGE` (exit 1); with
-//! `--say-left`, `left N` (the processes left in its cgroup) before it; with `--die-by`, it
-//! then ends by the signal that ended the command, as `worklane run` does.
+//! `--say-left`, `left N` (the processes left in its cgroup) before it; with `--say-cpu`,
+//! `cpu MS` (the CPU time this process, the supervisor, used; not its children's) before it;
+//! with `--die-by`, it then ends by the signal that ended the command, as `worklane run` does.
 //!
 //! `run-holder role ROLE TTL_MS -- CMD...` does the same under a TTL role lease
 //! `role-ROLE.lease` (`held role-ROLE.lease`).
@@ -139,6 +140,11 @@ fn main() -> ExitCode {
                 && let Ok(outcome) = &outcome
             {
                 say(&format!("left {}", outcome.left_running.len()));
+            }
+            if options.contains(&"--say-cpu") {
+                let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+                let ms = t.tv_sec.saturating_mul(1000) + t.tv_nsec / 1_000_000;
+                say(&format!("cpu {ms}"));
             }
             let signal = outcome.as_ref().ok().and_then(|o| o.signal);
             let code = report(outcome);
@@ -334,7 +340,7 @@ fn with_options<'a>(
             }
             "--kill-tree-on-exit" => supervisor = supervisor.kill_tree_on_exit(true),
             "--no-cgroup" => supervisor = supervisor.without_cgroup(),
-            "--log" | "--die-by" | "--say-left" => {}
+            "--log" | "--die-by" | "--say-left" | "--say-cpu" => {}
             other => {
                 if let Some(n) = other.strip_prefix("--jobs=") {
                     jobs = Some(worklane_run::Jobs {
