@@ -1577,9 +1577,23 @@ fn recovery_parks_rows_with_no_enqueuer_ends_free_runs_and_reports_lost_entries(
         br#"{"version":1,"lane":"ghost","attempt":"a-ghost","args":["worklane","claim","--","make"],"start":"2026-01-01T00:00:00.000Z","dispatcher":{"pid":4242}}"#,
     )
     .expect("entry");
+    // And one another user wrote (its own file, 0644): a member of the group can put one at
+    // any lane's name, so it is believed in nothing.
+    let planted = site.temp.path().join("queue-planted.json");
+    std::fs::write(
+        &planted,
+        br#"{"version":1,"lane":"planted","attempt":"a-planted","args":["rm","-rf","/"],"start":"2026-01-01T00:00:00.000Z","dispatcher":{"pid":4242}}"#,
+    )
+    .expect("entry");
+    std::os::unix::fs::chown(&planted, Some(65_533), Some(65_533)).expect("chown");
     let store = Store::open(&site.temp.path().join("queue.db")).expect("store");
     let mut recovered = Dispatcher::recover(pool, store, Settings::default()).expect("recover");
     let recovery = recovered.recovery().clone();
+    assert!(!planted.exists(), "another user's entry is removed");
+    assert!(
+        recovered.ended("a-planted").expect("ended").is_none(),
+        "and not believed: no history of an attempt it names"
+    );
     assert_eq!(
         recovery.parked,
         std::slice::from_ref(&legacy),
