@@ -604,9 +604,16 @@ mod tests {
             format!("{}...", "y".repeat(509)),
             "cut to 509 and marked"
         );
-        // A two-byte character across byte 509: the cut moves back before it.
-        let wide = format!("{}é{}", "z".repeat(508), "z".repeat(10));
-        let cut = line(&[&wide]);
+        // A two-byte character across byte 509: the cut moves back before it. On a thread
+        // given 5 s: a cut that did not move back would look for a boundary forever.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let wide = format!("{}é{}", "z".repeat(508), "z".repeat(10));
+            let _ = tx.send(describe(&[OsString::from(wide)]));
+        });
+        let cut = rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("described within 5 s");
         assert_eq!(cut, format!("{}...", "z".repeat(508)));
         assert!(cut.len() <= 512);
     }

@@ -303,6 +303,35 @@ fn the_supervisor_sleeps_between_its_looks_and_through_a_grace() {
     );
 }
 
+/// A process the command leaves (out of its group and session) that ends on SIGTERM, after
+/// a moment, writing `left-done` as it goes.
+const SLOW_LEFTOVER: &str = r#"setsid sh -c 'trap "sleep 0.3; : > \"$T/left-done\"; exit 0" TERM; echo $$ > "$T/daemon.tmp"; mv "$T/daemon.tmp" "$T/daemon"; while :; do sleep 0.05; done' < /dev/null > /dev/null 2>&1 &
+while [ ! -e "$T/daemon" ]; do sleep 0.01; done"#;
+
+/// The tree a command leaves, ended at its exit (`--kill-tree-on-exit`), gets the grace
+/// first: SIGTERM, and SIGKILL only for what outlives it. A leftover whose SIGTERM trap
+/// takes 300 ms finishes it, with a cgroup or without.
+#[test]
+fn a_tree_ended_at_the_command_s_exit_is_given_its_grace_first() {
+    for options in [
+        &["--kill-tree-on-exit"][..],
+        &["--kill-tree-on-exit", "--no-cgroup"],
+    ] {
+        let site = Site::new();
+        let mut holder = site.build(options, SLOW_LEFTOVER);
+        assert_eq!(holder.line(), "held agent-0.lock");
+        assert_eq!(holder.line(), "outcome 0 - - false", "{options:?}");
+        assert!(
+            !alive(daemon(&site)),
+            "{options:?}: ended before the outcome"
+        );
+        assert!(
+            site.path("left-done").exists(),
+            "{options:?}: its SIGTERM trap ran to its end, within the grace"
+        );
+    }
+}
+
 /// A daemon the command leaves: out of its group and session, SIGTERM at its default.
 const DAEMON: &str = r#"setsid sh -c 'echo $$ > "$T/daemon.tmp"; mv "$T/daemon.tmp" "$T/daemon"; exec sleep 60' < /dev/null > /dev/null 2>&1 &
 while [ ! -e "$T/daemon" ]; do sleep 0.01; done"#;
