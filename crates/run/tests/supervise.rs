@@ -135,6 +135,7 @@ fn with_a_terminal_the_command_stays_in_the_foreground_group_and_ctrl_c_is_the_t
         .stdout(Stdio::piped());
     let mut holder = Holder::start(&mut cmd);
     assert_eq!(holder.line(), "held agent-0.lock");
+    assert_eq!(holder.line(), "starting");
     assert_eq!(holder.line(), "started group false", "no group of its own");
     assert!(eventually(|| site.path("ids").exists()), "the command runs");
     let ids = std::fs::read_to_string(site.path("ids")).expect("ids");
@@ -188,6 +189,11 @@ fn the_callers_watch_is_asked_every_check_and_its_reason_halts_the_command() {
     let site = Site::new();
     let mut holder = site.build(&["--watch=3", "--log"], "exec sleep 60");
     assert_eq!(holder.line(), "held agent-0.lock");
+    assert_eq!(
+        holder.line(),
+        "starting",
+        "the caller's watch is told before the command starts"
+    );
     assert_eq!(holder.line(), "started group true");
     for k in 1..=3u128 {
         let line = holder.line();

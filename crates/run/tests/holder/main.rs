@@ -5,8 +5,9 @@
 //! waiting (exit 75 when blocked), prints `held NAME`, runs CMD under `Supervisor::new` (with
 //! `--jobs[=N]`, `--jobs-style=fifo`, `--jobs-shim`: a jobserver; `--kill-tree-on-exit`;
 //! `--grace-ms=N`; `--env-epoch=E`: `WORKLANE_EPOCH` set to E and `RUN_HOLDER_SET` to `yes`;
-//! `--no-cgroup`: the test seam; `--watch=N`: a watch of its own that says
-//! each check and halts at its Nth; `--log`: warnings said as `log LEVEL MESSAGE`), and prints
+//! `--no-cgroup`: the test seam; `--watch=N`: a watch of its own that says `starting`
+//! before the command starts, `started group G` once it has, each check, and halts at its
+//! Nth; `--log`: warnings said as `log LEVEL MESSAGE`), and prints
 //! `outcome CODE HALTED SIGNAL LOST` (`-` for none) or `error MESSAGE` (exit 1); with
 //! `--say-left`, `left N` (the processes left in its cgroup) before it; with `--say-cpu`,
 //! `cpu MS` (the CPU time this process, the supervisor, used; not its children's) before it;
@@ -377,6 +378,10 @@ struct Checks {
 }
 
 impl worklane_run::Watch for Checks {
+    fn starting(&mut self) {
+        say("starting");
+    }
+
     fn started(&mut self, command: &worklane_run::Started) {
         self.started = Some(std::time::Instant::now());
         say(&format!("started group {}", command.group));
