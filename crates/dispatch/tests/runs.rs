@@ -320,18 +320,7 @@ fn a_cancelled_run_s_driver_is_halted_step_by_step() {
 /// the history, with a log at its name.
 fn ended_row(bench: &mut Bench, name: &str, caller: &Caller) -> String {
     let fd = bench.launch(name);
-    let entry = worklane_dispatch::wire::Enqueue {
-        lane: name.to_owned(),
-        start_ms: Some(T0),
-        priority: Some(0),
-        placement: "wt".into(),
-        stage: "build".into(),
-        args: vec!["driver".into()],
-        env: std::collections::BTreeMap::new(),
-        own_lane: false,
-        weight: None,
-        owner: None,
-    };
+    let entry = Bench::entry(name, T0, 0);
     let id = bench
         .dispatcher
         .enqueue(entry, vec![fd], caller)

@@ -82,7 +82,7 @@ impl Bench {
         copy
     }
 
-    fn entry(name: &str, start_ms: u64, priority: i64) -> Enqueue {
+    pub(super) fn entry(name: &str, start_ms: u64, priority: i64) -> Enqueue {
         Enqueue {
             lane: name.to_owned(),
             start_ms: Some(start_ms),
