@@ -99,6 +99,23 @@ fn untouched(pid: u32) -> bool {
         && u64::from_str_radix(&field("ShdPnd:"), 16) == Ok(0)
 }
 
+/// Waits (within [`within`]'s bound) until process `pid` ignores SIGTERM: `env
+/// --ignore-signal=TERM` sets that up after its own `exec`, so a SIGTERM sent before would
+/// end it.
+fn wait_ignoring_term(pid: u32) {
+    assert!(
+        within(
+            || std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("SigIgn:"))
+                    .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+                    .is_some_and(|ignored| ignored & (1 << 14) != 0)
+            })
+        ),
+        "process {pid} never ignored SIGTERM"
+    );
+}
+
 fn signal(pid: u32, signal: Signal) {
     let pid = Pid::from_raw(i32::try_from(pid).expect("pid")).expect("pid");
     rustix::process::kill_process(pid, signal).expect("signal a test process");
@@ -606,17 +623,7 @@ mod enforce_stop {
         let site = Site::new();
         let command = start(&["env", "--ignore-signal=TERM", "sleep", "60"], true);
         let pid = command.id();
-        assert!(
-            within(
-                || std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
-                    s.lines()
-                        .find_map(|l| l.strip_prefix("SigIgn:"))
-                        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-                        .is_some_and(|ignored| ignored & (1 << 14) != 0)
-                })
-            ),
-            "the command never ignored SIGTERM"
-        );
+        wait_ignoring_term(pid);
         let mut rec = record(gone(), &local());
         names(&mut rec, &command, true);
         site.write("agent-0.lock", &rec, 0o644, 0);
@@ -899,6 +906,7 @@ mod cgroups {
         let site = Site::new();
         let daemon = start(&["env", "--ignore-signal=TERM", "sleep", "60"], true);
         let pid = daemon.id();
+        wait_ignoring_term(pid);
         let cgroup = run_cgroup(&site, &daemon);
         let (rec, command) = leftover(&cgroup);
         site.write("agent-0.lock", &rec, 0o644, 0);
