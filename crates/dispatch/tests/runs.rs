@@ -7,9 +7,7 @@ use super::*;
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
 use std::time::Instant;
-use worklane_dispatch::service::{
-    Caller, Cancelled, DriverEnded, Exit, Settings, Started, cancel_marker,
-};
+use worklane_dispatch::service::{Caller, Cancelled, DriverEnded, Exit, Settings, cancel_marker};
 
 /// A driver started by the test for `id`, given to the dispatcher with a pidfd, then claimed
 /// in its name: the attempt runs, its driver a child of "the dispatcher" (the test reaps it).
@@ -23,17 +21,7 @@ fn start_and_claim(
     let mut driver = driver;
     let child = driver.spawn_gated().expect("the driver");
     let pid = child.id();
-    let pidfd = pidfd_of(pid);
-    bench
-        .dispatcher
-        .started(
-            id,
-            Started {
-                pid,
-                pidfd: Some(pidfd),
-            },
-        )
-        .expect("started");
+    bench.started_child(id, pid);
     let claimed = bench
         .dispatcher
         .claim(

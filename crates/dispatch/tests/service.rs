@@ -57,6 +57,20 @@ impl Bench {
         }
     }
 
+    /// Tells the dispatcher that its driver for `id` started as process `pid` (a child of the
+    /// test, so not reaped yet), with a pidfd of it, as the CLI's launcher does.
+    pub(super) fn started_child(&mut self, id: &str, pid: u32) {
+        self.dispatcher
+            .started(
+                id,
+                worklane_dispatch::service::Started {
+                    pid,
+                    pidfd: Some(pidfd_of(pid)),
+                },
+            )
+            .expect("started");
+    }
+
     /// Takes lane `name` as a launcher would and returns a copy of its held guard's
     /// descriptor, as the dispatcher receives it (close-on-exec, as a descriptor received
     /// over the socket is: a driver a test starts must not inherit the lane); the launcher's
@@ -1687,7 +1701,7 @@ pub(super) fn rusqlite_free_update(site: &Site, id: &str) -> std::process::Outpu
 #[test]
 fn a_driver_that_never_claims_is_halted_counted_and_parked_and_the_row_behind_runs() {
     use std::os::unix::process::ExitStatusExt;
-    use worklane_dispatch::service::{EXPIRED_DRIVER_GRACE_MS, Started};
+    use worklane_dispatch::service::EXPIRED_DRIVER_GRACE_MS;
     let _quiet = gate::quiet();
     let mut bench = Bench::new(
         r#"{"max_agents": 1}"#,
@@ -1728,17 +1742,7 @@ fn a_driver_that_never_claims_is_halted_counted_and_parked_and_the_row_behind_ru
         }
         let _ = std::fs::remove_file(&ready);
         let pid = child.id();
-        let pidfd = pidfd_of(pid);
-        bench
-            .dispatcher
-            .started(
-                id,
-                Started {
-                    pid,
-                    pidfd: Some(pidfd),
-                },
-            )
-            .expect("started");
+        bench.started_child(id, pid);
         child
     };
     let mut first = start(&mut bench, &a);
@@ -1814,7 +1818,6 @@ fn a_driver_that_never_claims_is_halted_counted_and_parked_and_the_row_behind_ru
 /// an hour before the admission.
 #[test]
 fn a_restarted_dispatcher_halts_the_old_driver_it_can_prove_and_nothing_else() {
-    use worklane_dispatch::service::Started;
     let _quiet = gate::quiet();
     let mut drivers: Vec<worklane_testkit::Child> = (0..3)
         .map(|_| {
@@ -1849,17 +1852,7 @@ fn a_restarted_dispatcher_halts_the_old_driver_it_can_prove_and_nothing_else() {
         let admitted = bench.dispatcher.admit_next().expect("admit").expect("one");
         assert_eq!(&admitted.attempt.id, id);
         let pid = driver.id();
-        let pidfd = pidfd_of(pid);
-        bench
-            .dispatcher
-            .started(
-                id,
-                Started {
-                    pid,
-                    pidfd: Some(pidfd),
-                },
-            )
-            .expect("started");
+        bench.started_child(id, pid);
     }
     let Bench {
         site, dispatcher, ..
@@ -1893,7 +1886,6 @@ fn a_restarted_dispatcher_halts_the_old_driver_it_can_prove_and_nothing_else() {
 /// process group of its own (the signal to its group finds none, so it goes to the driver).
 #[test]
 fn a_cancelled_starting_attempt_halts_its_driver_even_one_leading_no_group() {
-    use worklane_dispatch::service::Started;
     let _quiet = gate::quiet();
     let mut bench = Bench::new(r#"{"max_agents": 1}"#, Settings::default());
     let id = bench.enqueue("a", T0, 0);
@@ -1904,17 +1896,7 @@ fn a_cancelled_starting_attempt_halts_its_driver_even_one_leading_no_group() {
         .spawn_gated()
         .expect("a driver in the test's group");
     let pid = driver.id();
-    let pidfd = pidfd_of(pid);
-    bench
-        .dispatcher
-        .started(
-            &id,
-            Started {
-                pid,
-                pidfd: Some(pidfd),
-            },
-        )
-        .expect("started");
+    bench.started_child(&id, pid);
     let cancelled = bench.dispatcher.cancel(&id, &me()).expect("cancel");
     assert_eq!(cancelled.ok(), Some(Cancelled::Dropped));
     let status = reaped_within(&mut driver, Duration::from_secs(5)).expect("halted");
