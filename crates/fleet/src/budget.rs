@@ -14,6 +14,12 @@ use worklane_budget::{CredentialKey, Observation, State, WaitWhy};
 /// How often a waiting take looks again (at most).
 pub const BUDGET_POLL: Duration = Duration::from_millis(250);
 
+/// How many writes in a row a take or an observation may lose to other hosts' before it
+/// gives up ([`Error::Contended`]). Each lost write is another host's that went through, so
+/// the budget is moving; but a host that loses this many in a row is starved, and says so
+/// rather than trying for ever.
+pub const MAX_LOST_WRITES: u32 = 256;
+
 /// A take's outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BudgetTake {
@@ -66,6 +72,10 @@ fn swap(fleet: &Fleet, key: &str, revision: i64, bytes: Vec<u8>) -> Result<bool,
     let txn = Txn::new()
         .when([compare])
         .and_then([TxnOp::put(key.to_owned(), bytes, None)]);
+    #[cfg(feature = "test-seams")]
+    if let Some(hook) = &fleet.before_budget_write {
+        hook();
+    }
     let done = fleet.inner.call(
         || Doing::WritingBudget {
             key: key.to_owned(),
@@ -76,6 +86,18 @@ fn swap(fleet: &Fleet, key: &str, revision: i64, bytes: Vec<u8>) -> Result<bool,
         },
     )?;
     Ok(done.succeeded())
+}
+
+/// Counts a lost write to `key`: the error once [`MAX_LOST_WRITES`] were lost in a row.
+fn lost_one(lost: &mut u32, key: &str) -> Result<(), Error> {
+    *lost += 1;
+    if *lost >= MAX_LOST_WRITES {
+        return Err(Error::Contended {
+            key: key.to_owned(),
+            lost: *lost,
+        });
+    }
+    Ok(())
 }
 
 impl Fleet {
@@ -92,6 +114,7 @@ impl Fleet {
     ) -> Result<BudgetTake, Error> {
         let key = keys::budget(credential.as_str());
         let started = Instant::now();
+        let mut lost = 0;
         loop {
             let (mut state, revision) = read(self, &key)?;
             let at = now();
@@ -111,8 +134,11 @@ impl Fleet {
                         });
                     }
                     // Another host changed it first: decide again on what it wrote.
+                    lost_one(&mut lost, &key)?;
                 }
                 Decision::Wait { until, why } => {
+                    // Waiting for the window is not losing: the count starts again.
+                    lost = 0;
                     let waited = started.elapsed();
                     if waited >= max_wait {
                         return Ok(BudgetTake::Refused { until, why });
@@ -134,6 +160,7 @@ impl Fleet {
         now: &dyn Fn() -> u64,
     ) -> Result<(), Error> {
         let key = keys::budget(credential.as_str());
+        let mut lost = 0;
         loop {
             let (mut state, revision) = read(self, &key)?;
             let at = now();
@@ -141,6 +168,7 @@ impl Fleet {
             if swap(self, &key, revision, state.to_bytes(at))? {
                 return Ok(());
             }
+            lost_one(&mut lost, &key)?;
         }
     }
 

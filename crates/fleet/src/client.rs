@@ -106,6 +106,9 @@ pub struct Fleet {
     /// Called between a lease's grant and the put that uses it (tests only).
     #[cfg(feature = "test-seams")]
     after_grant: Option<fn()>,
+    /// Called before each compare-and-swap of a budget (tests only).
+    #[cfg(feature = "test-seams")]
+    pub(crate) before_budget_write: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -159,6 +162,8 @@ impl Fleet {
             recheck: RECHECK_EVERY,
             #[cfg(feature = "test-seams")]
             after_grant: None,
+            #[cfg(feature = "test-seams")]
+            before_budget_write: None,
         })
     }
 
@@ -177,6 +182,15 @@ impl Fleet {
     #[must_use]
     pub fn with_after_grant(mut self, hook: fn()) -> Fleet {
         self.after_grant = Some(hook);
+        self
+    }
+
+    /// Test seam: `hook` runs before each compare-and-swap of a budget, after its read (a test
+    /// writes the key there, as another host would, to make the write lose).
+    #[cfg(feature = "test-seams")]
+    #[must_use]
+    pub fn with_before_budget_write(mut self, hook: Arc<dyn Fn() + Send + Sync>) -> Fleet {
+        self.before_budget_write = Some(hook);
         self
     }
 

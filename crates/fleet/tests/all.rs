@@ -395,6 +395,196 @@ fn eight_processes_on_two_hosts_never_take_more_than_the_shared_budget_has_left(
     );
 }
 
+/// The wall clock in ms, as the budget's windows count it.
+fn wall_ms() -> u64 {
+    u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis()),
+    )
+    .unwrap_or(0)
+}
+
+/// A connection to `cluster` whose holders' leases are 5 s.
+fn connect(cluster: &Cluster) -> worklane_fleet::Fleet {
+    let endpoints: Vec<String> = cluster.endpoints().split(',').map(str::to_owned).collect();
+    worklane_fleet::Fleet::connect(&endpoints, Duration::from_secs(5)).expect("connect")
+}
+
+/// An answer's headers: `remaining` calls left of `core` until an hour from now.
+fn core_left(remaining: u64) -> worklane_budget::Observation {
+    let reset = (wall_ms() / 1000 + 3600).to_string();
+    let remaining = remaining.to_string();
+    let headers = [
+        ("x-ratelimit-limit", "5000"),
+        ("x-ratelimit-remaining", remaining.as_str()),
+        ("x-ratelimit-reset", reset.as_str()),
+        ("x-ratelimit-resource", "core"),
+    ];
+    worklane_budget::Observation::from_headers(200, |name| {
+        headers.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+    })
+}
+
+/// A hook that, on each of its first `times` calls, has another host take one call of `core`
+/// from `credential` (a write between this host's read and its write); it counts its calls.
+fn another_host_takes(
+    other: worklane_fleet::Fleet,
+    credential: worklane_budget::CredentialKey,
+    times: u32,
+    calls: &std::sync::Arc<std::sync::atomic::AtomicU32>,
+) -> std::sync::Arc<dyn Fn() + Send + Sync> {
+    let calls = std::sync::Arc::clone(calls);
+    std::sync::Arc::new(move || {
+        let n = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if n < times {
+            let took = other
+                .budget_take(&credential, "core", "other", Duration::ZERO, &wall_ms)
+                .expect("the other host's take");
+            assert!(
+                matches!(
+                    took,
+                    worklane_fleet::budget::BudgetTake::Go { counted: true, .. }
+                ),
+                "{took:?}"
+            );
+        }
+    })
+}
+
+#[test]
+fn a_budget_write_lost_to_other_hosts_is_decided_again_on_what_they_wrote_up_to_the_last_allowed() {
+    use worklane_fleet::budget::{BudgetTake, MAX_LOST_WRITES};
+    let cluster = Cluster::start();
+    let fleet = connect(&cluster);
+    let credential = worklane_budget::CredentialKey::of_token("ghp_fleet_contended_not_real");
+    fleet
+        .budget_observe(&credential, &core_left(1000), &wall_ms)
+        .expect("observe");
+    // Another host writes between each read and write of this host's, one time fewer than
+    // the writes this host may lose: its last write goes through.
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let hook = another_host_takes(
+        connect(&cluster),
+        credential.clone(),
+        MAX_LOST_WRITES - 1,
+        &calls,
+    );
+    let took = fleet
+        .clone()
+        .with_before_budget_write(hook)
+        .budget_take(&credential, "core", "me", Duration::ZERO, &wall_ms)
+        .expect("the take goes through on its last allowed write");
+    let others = u64::from(MAX_LOST_WRITES - 1);
+    assert_eq!(
+        took,
+        BudgetTake::Go {
+            counted: true,
+            left: Some(1000 - others - 1)
+        },
+        "decided each time on what the other host wrote"
+    );
+    assert_eq!(
+        calls.load(std::sync::atomic::Ordering::SeqCst),
+        MAX_LOST_WRITES
+    );
+    let window = fleet.budget_show(&credential).expect("show");
+    let window = window.resources.get("core").expect("the core window");
+    assert_eq!(window.granted, others + 1, "{window:?}");
+}
+
+#[test]
+fn a_budget_whose_every_write_loses_gives_up_at_the_limit_and_takes_or_records_nothing() {
+    use worklane_fleet::budget::MAX_LOST_WRITES;
+    let cluster = Cluster::start();
+    let fleet = connect(&cluster);
+    let credential = worklane_budget::CredentialKey::of_token("ghp_fleet_starved_not_real");
+    fleet
+        .budget_observe(&credential, &core_left(100_000), &wall_ms)
+        .expect("observe");
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let starved = fleet.clone().with_before_budget_write(another_host_takes(
+        connect(&cluster),
+        credential.clone(),
+        u32::MAX,
+        &calls,
+    ));
+    let err = starved
+        .budget_take(&credential, "core", "me", Duration::ZERO, &wall_ms)
+        .expect_err("a take that loses every write gives up");
+    assert!(
+        matches!(
+            err,
+            worklane_fleet::Error::Contended { lost, ref key }
+                if lost == MAX_LOST_WRITES && key.contains("/budget/")
+        ),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("nothing was taken") && text.contains("try again"),
+        "{text}"
+    );
+    assert_eq!(
+        calls.load(std::sync::atomic::Ordering::SeqCst),
+        MAX_LOST_WRITES
+    );
+    let state = fleet.budget_show(&credential).expect("show");
+    let window = state.resources.get("core").expect("the core window");
+    assert_eq!(
+        window.granted,
+        u64::from(MAX_LOST_WRITES),
+        "only the other host's takes were counted: {window:?}"
+    );
+    // An observation that loses every write gives up the same way, recording nothing.
+    calls.store(0, std::sync::atomic::Ordering::SeqCst);
+    let err = starved
+        .budget_observe(&credential, &core_left(7), &wall_ms)
+        .expect_err("an observation that loses every write gives up");
+    assert!(
+        matches!(err, worklane_fleet::Error::Contended { lost, .. } if lost == MAX_LOST_WRITES),
+        "{err:?}"
+    );
+    let state = fleet.budget_show(&credential).expect("show");
+    let window = state.resources.get("core").expect("the core window");
+    assert_ne!(
+        window.left(),
+        7,
+        "the observation was not recorded: {window:?}"
+    );
+}
+
+#[test]
+fn the_fleets_budgets_are_listed_one_per_credential_and_a_connection_says_its_endpoints() {
+    let cluster = Cluster::start();
+    let fleet = connect(&cluster);
+    assert_eq!(fleet.endpoints(), cluster.endpoints());
+    let shown = format!("{fleet:?}");
+    assert!(
+        shown.contains(&cluster.endpoints()) && shown.contains("5s"),
+        "{shown}"
+    );
+    assert!(fleet.budgets().expect("no budget yet").is_empty());
+    let first = worklane_budget::CredentialKey::of_token("ghp_fleet_first_not_real");
+    let second = worklane_budget::CredentialKey::of_token("ghp_fleet_second_not_real");
+    fleet
+        .budget_observe(&first, &core_left(11), &wall_ms)
+        .expect("observe");
+    fleet
+        .budget_observe(&second, &core_left(22), &wall_ms)
+        .expect("observe");
+    // A pool's keys beside them are not budgets.
+    fleet.set_cap("agents", 3).expect("set cap");
+    let mut left: Vec<u64> = fleet
+        .budgets()
+        .expect("budgets")
+        .iter()
+        .map(|s| s.resources.get("core").expect("core").left())
+        .collect();
+    left.sort_unstable();
+    assert_eq!(left, [11, 22]);
+}
+
 /// An hour: a waiter's recheck that only its watch (or its timeout) can beat in a test.
 const HOUR_MS: &str = "3600000";
 

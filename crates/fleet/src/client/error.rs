@@ -109,8 +109,9 @@ pub struct Unavailable {
 }
 
 /// Errors of taking or claiming ([`Fleet::take`](crate::Fleet::take),
-/// [`Fleet::claim_role`](crate::Fleet::claim_role)) and of the pool's administration
-/// ([`Fleet::set_cap`](crate::Fleet::set_cap), [`Fleet::status`](crate::Fleet::status)).
+/// [`Fleet::claim_role`](crate::Fleet::claim_role)), of the pool's administration
+/// ([`Fleet::set_cap`](crate::Fleet::set_cap), [`Fleet::status`](crate::Fleet::status)) and of
+/// the shared budgets ([`Fleet::budget_take`](crate::Fleet::budget_take) and the rest).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -137,6 +138,20 @@ pub enum Error {
     /// given up, since etcd may expire the lease before the holder would know.
     #[error("the place was given up before it could be used")]
     GivenUp(#[source] Lost),
+    /// A budget's take or observation lost [`MAX_LOST_WRITES`](crate::budget::MAX_LOST_WRITES)
+    /// compare-and-swaps in a row: other hosts wrote the key between each of its reads and
+    /// its write. Nothing was taken or recorded.
+    #[error(
+        "the fleet budget at {key} changed under each of this host's last {lost} writes (other \
+         hosts take from it faster than this one can get a write in): nothing was taken or \
+         recorded; try again"
+    )]
+    Contended {
+        /// The budget's key.
+        key: String,
+        /// How many writes were lost in a row.
+        lost: u32,
+    },
     /// A waiting take's own key vanished: its lease expired while it waited.
     #[error("the place taken in pool {pool:?} was lost while waiting (its etcd lease expired)")]
     LostWhileWaiting {
