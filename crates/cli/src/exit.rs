@@ -226,7 +226,6 @@ impl From<worklane_run::supervise::Error> for Failure {
             E::NoCommand => Failure::new(USAGE, "no command given after --"),
             E::NotFound { .. } => Failure::new(NOT_FOUND, chain(&e)),
             E::PermissionDenied { .. } | E::Start { .. } => Failure::new(CANNOT_EXECUTE, chain(&e)),
-            E::NoPid => Failure::new(SOFTWARE, chain(&e)),
             // STOP or a drain refuses the build's own job slot as it refuses any slot.
             E::JobsRefused { .. } => Failure::new(UNAVAILABLE, chain(&e)),
             E::JobSlot { source } => Failure::new(take_code(source), chain(&e)),

@@ -191,8 +191,7 @@ pub fn supervise(launch: Launch<'_>, watch: &mut dyn Watch) -> Result<Outcome, E
             _ => Error::Start { program, source },
         }
     })?;
-    let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX))
-        .ok_or(Error::NoPid)?;
+    let pid = child.pid();
     let target = if interactive {
         Target::Process(pid)
     } else {
@@ -529,9 +528,6 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// The start reported pid 0.
-    #[error("the command got pid 0")]
-    NoPid,
     /// A held descriptor could not be duplicated for the command to inherit.
     #[error("cannot duplicate the held guard for the command")]
     Inherit {

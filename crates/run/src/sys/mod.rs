@@ -31,6 +31,11 @@ pub(crate) struct Child {
 
 impl Child {
     /// Its pid.
+    pub(crate) fn pid(&self) -> rustix::process::Pid {
+        self.pid
+    }
+
+    /// Its pid, as a number.
     pub(crate) fn id(&self) -> u32 {
         self.pid.as_raw_nonzero().get().unsigned_abs()
     }
