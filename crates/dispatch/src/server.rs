@@ -113,6 +113,11 @@ pub struct Server<'a> {
     /// accept the waiting connection and refuse it, instead of leaving it pending (and the
     /// listener readable, so the loop would spin).
     spare: Option<std::fs::File>,
+    /// Out of descriptors with no spare to refuse with: the listener is left out of the poll
+    /// until then (it stays readable while the connection waits, and the loop would spin).
+    accept_paused_until: Option<Instant>,
+    /// That pause was reported (once until a connection is accepted again).
+    pause_reported: bool,
     conns: Vec<Conn>,
     seq: u64,
     trouble: Option<Trouble>,
@@ -152,6 +157,8 @@ impl<'a> Server<'a> {
             #[cfg(feature = "test-seams")]
             crash: None,
             spare: spare(),
+            accept_paused_until: None,
+            pause_reported: false,
             conns: Vec::new(),
             seq: 0,
             trouble: None,
@@ -248,10 +255,12 @@ impl<'a> Server<'a> {
             };
             let changes = watch.fd();
             let mut fds = Vec::with_capacity(self.conns.len() + 2);
-            fds.push(rustix::event::PollFd::new(
-                &self.listener,
-                rustix::event::PollFlags::IN,
-            ));
+            if self.accept_paused_until.is_none_or(|until| until <= now) {
+                fds.push(rustix::event::PollFd::new(
+                    &self.listener,
+                    rustix::event::PollFlags::IN,
+                ));
+            }
             if let Some(changes) = &changes {
                 fds.push(rustix::event::PollFd::new(
                     changes,

@@ -1,7 +1,8 @@
 //! The dispatcher out of descriptors: the connection it cannot accept is accepted on the
 //! descriptor it keeps spare, told why and closed, and the spare is taken again for the next
-//! time; an enqueue whose lane it cannot open is refused as its own trouble; a user's enqueue
-//! that would leave fewer than the reserve is refused.
+//! time (and when it cannot be, the loop waits a tick rather than spinning); an enqueue whose
+//! lane it cannot open is refused as its own trouble; a user's enqueue that would leave fewer
+//! than the reserve is refused.
 //!
 //! A binary of its own: the limit of open files is the process's, so no test of another
 //! binary may run beside these, and these run one at a time ([`alone`]).
@@ -298,4 +299,94 @@ fn a_connection_the_dispatcher_has_no_descriptor_for_is_told_why_and_closed() {
     );
     stop.store(true, Ordering::SeqCst);
     thread.join().expect("the loop ends");
+}
+
+/// The CPU time this process has used so far.
+fn cpu_used() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    Duration::new(
+        u64::try_from(t.tv_sec).expect("seconds"),
+        u32::try_from(t.tv_nsec).expect("nanoseconds"),
+    )
+}
+
+/// Started with no descriptor left, the loop has no spare to refuse a connection with: the
+/// connection waits (it cannot be accepted, nor refused), the loop looks again each tick
+/// instead of spinning on its readable listener, says so once, and serves the connection as
+/// soon as descriptors are back.
+#[test]
+fn a_loop_with_no_spare_descriptor_waits_a_tick_between_looks_and_serves_when_it_can() {
+    let _alone = alone();
+    let temp = tempfile::tempdir().expect("temp dir");
+    std::fs::write(temp.path().join("config.json"), r#"{"max_agents": 1}"#).expect("config");
+    let env = Environment::from_process().var("AGENT_SLOTS_DIR", temp.path());
+    let pool = Pool::new(SlotDir::resolve_in(&env).expect("resolve"));
+    let socket = temp.path().join("dispatcher.sock");
+    let listener = UnixListener::bind(&socket).expect("bind");
+    let store = Store::open(&temp.path().join("queue.db")).expect("store");
+    let dispatcher = Dispatcher::recover(pool, store, Settings::default()).expect("recover");
+    let stat = std::fs::metadata(temp.path()).expect("stat");
+    let trust = Trust {
+        owner: std::os::unix::fs::MetadataExt::uid(&stat),
+        group: std::os::unix::fs::MetadataExt::gid(&stat),
+    };
+    let client = rustix::net::socket(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::STREAM,
+        None,
+    )
+    .expect("socket");
+    let stream = UnixStream::from(client);
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let address = rustix::net::SocketAddrUnix::new(&socket).expect("address");
+    // No number free from here on: the loop starts without its spare.
+    let (fillers, top) = fill_to_the_top();
+    let limit = limit_open_files(u64::try_from(top).expect("fd") + 1);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, events) = std::sync::mpsc::channel();
+    let thread = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut server = Server::new(
+                dispatcher,
+                listener,
+                trust,
+                |_| Ok(4242_u32),
+                move |event| {
+                    let _ = tx.send(format!("{event:?}"));
+                },
+            );
+            server.run(&stop).expect("serve");
+        })
+    };
+    rustix::net::connect(&stream, &address).expect("connect");
+    worklane_transport::send(&stream, br#"{"op":"list"}"#, &[]).expect("send");
+    // The loop meets the connection it cannot accept within its first tick; then, over 1.5 s,
+    // it wakes about 15 times. Spinning, it used a core's worth (half of one at the least on
+    // a machine busy with other work).
+    std::thread::sleep(Duration::from_millis(300));
+    let before = cpu_used();
+    std::thread::sleep(Duration::from_millis(1500));
+    let used = cpu_used() - before;
+    drop(limit);
+    drop(fillers);
+    assert!(
+        used < Duration::from_millis(200),
+        "the loop slept between its looks: {used:?} of CPU in 1.5 s"
+    );
+    let (line, _) = worklane_transport::recv(&stream).expect("served within 10 s");
+    let reply: Reply = serde_json::from_slice(&line).expect("a reply");
+    assert!(reply.ok, "served once descriptors are back: {reply:?}");
+    stop.store(true, Ordering::SeqCst);
+    thread.join().expect("the loop ends");
+    let said: Vec<String> = events.try_iter().collect();
+    assert_eq!(
+        said.iter()
+            .filter(|e| e.contains("Accept") && e.contains("Too many open files"))
+            .count(),
+        1,
+        "the wait is said once: {said:?}"
+    );
 }

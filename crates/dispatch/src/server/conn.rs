@@ -10,18 +10,43 @@ impl<'a> Server<'a> {
     /// it accepted, nor from its ticks): each peer checked before anything is read (a stranger
     /// is told and closed), then kept within the limits.
     pub(super) fn accept_all(&mut self) {
+        if let Some(until) = self.accept_paused_until {
+            if Instant::now() < until {
+                return;
+            }
+            self.accept_paused_until = None;
+        }
         for _ in 0..ACCEPT_BATCH {
             match self.listener.accept() {
-                Ok((stream, _)) => self.welcome(stream),
+                Ok((stream, _)) => {
+                    self.pause_reported = false;
+                    self.welcome(stream);
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e)
                     if matches!(
                         rustix::io::Errno::from_io_error(&e),
                         Some(rustix::io::Errno::MFILE | rustix::io::Errno::NFILE)
-                    ) && self.spare.is_some() =>
+                    ) =>
                 {
-                    self.refuse_for_want_of_descriptors(e);
+                    // The spare could not be taken again after the last refusal (the number
+                    // was taken meanwhile): try once more now.
+                    if self.spare.is_none() {
+                        self.spare = spare();
+                    }
+                    if self.spare.is_some() {
+                        self.refuse_for_want_of_descriptors(e);
+                    } else {
+                        // Nothing to accept the connection with, so nothing to refuse it
+                        // with: it waits, and the listener is left out of the poll for a
+                        // tick rather than waking it at once, again and again. Said once.
+                        if !self.pause_reported {
+                            self.pause_reported = true;
+                            (self.report)(Event::Connection(ConnectionError::Accept(e)));
+                        }
+                        self.accept_paused_until = Some(Instant::now() + TICK);
+                    }
                     break;
                 }
                 Err(e) => {
