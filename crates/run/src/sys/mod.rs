@@ -336,6 +336,18 @@ fn descriptor_limit() -> i32 {
     i32::try_from(limit).unwrap_or(i32::MAX)
 }
 
+/// Set by [`cloexec_by_fcntl`] (a test seam).
+#[cfg(feature = "test-seams")]
+static FCNTL_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Test seam (feature `test-seams`): from now on in this process, a detached start marks the
+/// descriptors close-on-exec one by one by fcntl(2), as on a kernel before 5.11, which has no
+/// close_range(2).
+#[cfg(feature = "test-seams")]
+pub fn cloexec_by_fcntl() {
+    FCNTL_ONLY.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Marks every descriptor from 3 up close-on-exec, in a child between fork and exec:
 /// close_range(2)'s `CLOSE_RANGE_CLOEXEC` (Linux 5.11), else each up to `limit` by fcntl(2).
 /// Async-signal-safe: system calls only, nothing allocated, no lock.
@@ -347,7 +359,10 @@ fn descriptor_limit() -> i32 {
 unsafe fn cloexec_from_3(limit: i32) {
     // SAFETY: raw system calls on descriptor numbers; a number that is not open fails harmlessly.
     unsafe {
-        #[cfg(target_os = "linux")]
+        #[cfg(all(target_os = "linux", feature = "test-seams"))]
+        let marked = !FCNTL_ONLY.load(std::sync::atomic::Ordering::Relaxed)
+            && libc::syscall(libc::SYS_close_range, 3_u32, u32::MAX, 4_u32) == 0;
+        #[cfg(all(target_os = "linux", not(feature = "test-seams")))]
         let marked = libc::syscall(libc::SYS_close_range, 3_u32, u32::MAX, 4_u32) == 0;
         #[cfg(not(target_os = "linux"))]
         let marked = false;

@@ -27,7 +27,8 @@
 //! `listener none`); `run-holder nofile` raises its descriptor limit twice (`raised from
 //! SOFT` or `not raised`, then `now SOFT HARD`); `run-holder detach OUT` starts `sh` detached
 //! with a descriptor of its own open (`detached PID open FD`), which writes its descriptors and
-//! its stat line to `OUT.fds` and `OUT.stat`; `run-holder jobserver SHARE fds|fifo` starts a
+//! its stat line to `OUT.fds` and `OUT.stat` (`detach-by-fcntl OUT`: the same, the descriptors
+//! marked one by one as without close_range(2)); `run-holder jobserver SHARE fds|fifo` starts a
 //! `Jobserver` by hand (`fifo PATH`, `inherit FD...`, `inherit again N`, `env NAME=VALUE`...,
 //! `started`), then ends it (`end` on stdin) or drops it (anything else) and says `ended`.
 //!
@@ -296,7 +297,10 @@ fn process_calls(args: &[OsString]) -> Option<ExitCode> {
             say("ended");
             Some(ExitCode::SUCCESS)
         }
-        Some("detach") => {
+        Some(how @ ("detach" | "detach-by-fcntl")) => {
+            if how == "detach-by-fcntl" {
+                worklane_run::process::cloexec_by_fcntl();
+            }
             let out = args.get(1)?;
             // A descriptor of ours that a plain child would inherit.
             let open = rustix::io::dup(std::io::stdout()).ok()?;
