@@ -427,7 +427,8 @@ fn core_left(remaining: u64) -> worklane_budget::Observation {
 }
 
 /// A hook that, on each of its first `times` calls, has another host take one call of `core`
-/// from `credential` (a write between this host's read and its write); it counts its calls.
+/// from `credential` (a write between this host's read and its write); it counts its calls,
+/// and fails the test at twice the writes a take may lose (a take that never gives up).
 fn another_host_takes(
     other: worklane_fleet::Fleet,
     credential: worklane_budget::CredentialKey,
@@ -437,6 +438,10 @@ fn another_host_takes(
     let calls = std::sync::Arc::clone(calls);
     std::sync::Arc::new(move || {
         let n = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        assert!(
+            n < 2 * worklane_fleet::budget::MAX_LOST_WRITES,
+            "still trying after {n} lost writes: the retry has no bound"
+        );
         if n < times {
             let took = other
                 .budget_take(&credential, "core", "other", Duration::ZERO, &wall_ms)
