@@ -141,7 +141,8 @@
 //!   the `KNOWN` extensions (`weights`); every take (`try_take_until`) checks it first and
 //!   refuses with `take::Error::Protocol` (a higher level, an unknown extension, an
 //!   unreadable file); a take of weight above 1, or under `shares`, declares `weights` under
-//!   `slots.lock` (`Pool::declare_held`; an operator's change, `Pool::declare_extension`);
+//!   `slots.lock` (`Pool::declare_held`; an operator's change, `Pool::declare_extension`; a
+//!   use written under the same hold, such as a run naming its cgroup, `Pool::using_extension`);
 //!   `Pool::drop_extension` removes one when nothing uses it.
 //! - `stop` module: `Stop {by, at, reason}`, `read` (an unreadable STOP is still a STOP),
 //!   `write` (replace, `SHARED_MODE` 0660; an empty directory at the name is removed first,

@@ -226,6 +226,64 @@ fn cgroups_is_dropped_while_no_held_slot_names_one_and_weights_kept_while_the_co
     assert_eq!(declared(&site), ["cgroups", "weights"]);
 }
 
+/// A run that names its cgroup declares `cgroups` and writes the record under one hold of
+/// `slots.lock` (`using_extension`): an operator's drop that comes meanwhile waits for it and
+/// then sees the record, so the extension stays; a drop that came first is undone by the
+/// declaration. (Declared, then named, with the lock taken twice, a drop between the two left
+/// a record naming a cgroup in a directory that no longer said what it obliges.)
+#[test]
+fn an_extension_is_declared_and_used_under_one_hold_so_a_drop_cannot_come_between() {
+    let site = Site::new(r#"{"max_agents": 4}"#);
+    let mut slot = match try_take(&site, &Ask::new()).expect("take") {
+        Take::Held(slot) => QuietDrop::new(slot),
+        Take::Blocked(b) => panic!("{b}"),
+    };
+    assert!(declared(&site).is_empty(), "nothing declared yet");
+    // A drop before the use: the use declares it again.
+    std::fs::write(
+        protocol_file(&site),
+        r#"{"version": 1, "level": 1, "extensions": ["cgroups"]}"#,
+    )
+    .expect("protocol.json naming cgroups");
+    assert_eq!(
+        gate::quietly(|| site.pool.drop_extension("cgroups")).expect("checked"),
+        Dropped::Dropped
+    );
+    // A drop that tries while the use is under way (the extension named already, the case
+    // where declaring alone would not take the lock).
+    let (inside, told) = std::sync::mpsc::channel();
+    let dropper = {
+        let pool = site.pool.clone();
+        std::thread::spawn(move || {
+            told.recv().expect("the use is under way");
+            pool.drop_extension("cgroups")
+        })
+    };
+    let named = site
+        .pool
+        .using_extension("cgroups", || {
+            assert_eq!(declared(&site), ["cgroups"], "declared before the use");
+            inside.send(()).expect("tell the dropper");
+            // The drop's chance to come between, were the lock not held (it retries every
+            // ms for 2 s): the assertions below hold whether it took it or not.
+            std::thread::sleep(Duration::from_millis(300));
+            let mut fields = serde_json::Map::new();
+            fields.insert(
+                "cgroup".to_owned(),
+                "/worklane/000000000000-agent-1-1".into(),
+            );
+            slot.annotate(fields)
+        })
+        .expect("declared");
+    named.expect("the record names the cgroup");
+    let dropped = dropper.join().expect("the dropper").expect("checked");
+    assert!(
+        matches!(&dropped, Dropped::InUse(users) if users.len() == 1 && users[0].contains("cgroup")),
+        "the drop came after the use and saw it: {dropped:?}"
+    );
+    assert_eq!(declared(&site), ["cgroups"]);
+}
+
 #[test]
 fn shares_in_the_config_declare_weights_at_the_first_take() {
     let site = Site::new(r#"{"max_agents": 4, "shares": {"*": 2}}"#);

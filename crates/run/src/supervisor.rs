@@ -295,24 +295,27 @@ fn run_cgroup(
         log::warn!("{resource}: {unavailable}; the run goes on without it");
     }
     // What a record's `cgroup` obliges (its slot held while the cgroup runs) is declared
-    // before the first record names one (PROTOCOL.md section 0).
-    if let Err(e) = pool.declare_extension(worklane_admission::protocol::CGROUPS) {
-        log::warn!(
-            "{resource}: cannot declare the protocol extension \"cgroups\": {}",
-            chain(&e)
-        );
-    }
+    // before the first record names one, under the same hold of `slots.lock` as the naming:
+    // an operator's drop of the extension then comes before both or sees the record
+    // (PROTOCOL.md section 0).
     let mut fields = serde_json::Map::new();
     fields.insert(
         worklane_identity::cgroup::RECORD_FIELD.to_owned(),
         cgroup.path().into(),
     );
-    let named = match hold {
+    let named = pool.using_extension(worklane_admission::protocol::CGROUPS, || match hold {
         Hold::Slot(slot) => slot.annotate(fields).map_err(|e| chain(&e)),
         Hold::Role { lease, .. } => lease.annotate(fields).map_err(|e| chain(&e)),
-    };
-    if let Err(why) = named {
-        log::warn!("cannot name the run's cgroup in {resource}: {why}");
+    });
+    match named {
+        Ok(Ok(())) => {}
+        Ok(Err(why)) => log::warn!("cannot name the run's cgroup in {resource}: {why}"),
+        Err(e) => log::warn!(
+            "{resource}: cannot declare the protocol extension \"cgroups\", so the record \
+             does not name the run's cgroup (only this supervisor can halt what leaves the \
+             command's group): {}",
+            chain(&e)
+        ),
     }
     Some(cgroup)
 }

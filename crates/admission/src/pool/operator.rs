@@ -178,6 +178,20 @@ impl Pool {
         self.under_slots_lock(|| self.declare_held(extension))
     }
 
+    /// Declares `extension` and runs `use_it` (which writes what uses it: a run naming its
+    /// cgroup in its slot's record) under one hold of `slots.lock`, so that an operator's
+    /// [`drop_extension`](Pool::drop_extension) either ran before (the extension is declared
+    /// anew here) or runs after and sees the use. `use_it` is not run if the extension could
+    /// not be declared. Unlike [`declare_extension`](Pool::declare_extension) this takes the
+    /// lock even when the extension is named already: that is the case a drop races.
+    pub fn using_extension<T>(
+        &self,
+        extension: &str,
+        use_it: impl FnOnce() -> T,
+    ) -> Result<T, protocol::Error> {
+        self.under_slots_lock(|| self.declare_held(extension).map(|_| use_it()))
+    }
+
     /// `change` under `slots.lock` (an operator's change of `protocol.json`), the lock released
     /// whatever it returned.
     fn under_slots_lock<T, E: Into<protocol::Error>>(
