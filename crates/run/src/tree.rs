@@ -235,8 +235,15 @@ mod tests {
 
     #[test]
     fn a_parent_cycle_ends_the_walk() {
-        let table = [entry(2, 3), entry(3, 2), entry(4, 2)];
-        let mut below = descendants(2, &table);
+        // On a thread given 5 s: a walk that did not end would go on for ever.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let table = [entry(2, 3), entry(3, 2), entry(4, 2)];
+            let _ = tx.send(descendants(2, &table));
+        });
+        let mut below = rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("the walk ended within 5 s");
         below.sort_unstable();
         assert_eq!(below, vec![3, 4], "the root itself is never listed");
     }
@@ -259,5 +266,28 @@ mod tests {
         );
         let _ = child.kill();
         let _ = child.wait();
+    }
+
+    /// The table is believed only when it shows our child with us as its parent: pid 1 (not
+    /// our child) is refused though we have a child, as a `/proc` of another pid namespace
+    /// would be.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_table_is_believed_only_when_it_shows_our_child_under_us() {
+        use worklane_testkit::Gated;
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .stdin(std::process::Stdio::null())
+            .spawn_gated()
+            .expect("spawn sleep");
+        let shown = table_with(child.id());
+        let not_ours = table_with(1);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(
+            shown.is_some_and(|t| t.iter().any(|e| e.pid == child.id())),
+            "our child under us"
+        );
+        assert!(not_ours.is_none(), "pid 1 is not our child");
     }
 }
