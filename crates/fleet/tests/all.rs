@@ -564,6 +564,11 @@ fn the_fleets_budgets_are_listed_one_per_credential_and_a_connection_says_its_en
     let cluster = Cluster::start();
     let fleet = connect(&cluster);
     assert_eq!(fleet.endpoints(), cluster.endpoints());
+    assert_eq!(
+        fleet.ttl(),
+        Duration::from_secs(5),
+        "the TTL holders' leases get"
+    );
     let shown = format!("{fleet:?}");
     assert!(
         shown.contains(&cluster.endpoints()) && shown.contains("5s"),
@@ -588,6 +593,50 @@ fn the_fleets_budgets_are_listed_one_per_credential_and_a_connection_says_its_en
         .collect();
     left.sort_unstable();
     assert_eq!(left, [11, 22]);
+}
+
+/// A place taken in this process says what it holds: its key (the pool's, in etcd's
+/// listing), its epoch (the key's create revision), the TTL etcd granted, and its `Debug`
+/// names the key; released, the key is gone at once.
+#[test]
+fn a_held_place_says_its_key_epoch_and_ttl_and_its_release_removes_the_key() {
+    let cluster = Cluster::start();
+    let fleet = connect(&cluster);
+    fleet.set_cap("agents", 1).expect("set cap");
+    let me = worklane_fleet::Holder::this_process("test", "2026-12-07T00:00:00.000Z".into());
+    let taken = fleet
+        .take(
+            "agents",
+            &me,
+            worklane_fleet::Wait {
+                timeout: Some(Duration::ZERO),
+                on_wait: &mut |_| {},
+            },
+        )
+        .expect("take");
+    let worklane_fleet::Taken::Held(hold) = taken else {
+        panic!("the free place is taken: {taken:?}")
+    };
+    let status = fleet.status("agents").expect("status");
+    assert_eq!(status.keys.len(), 1, "{status:?}");
+    assert_eq!(
+        hold.key(),
+        status.keys[0].key,
+        "the key held is the one listed"
+    );
+    assert_eq!(
+        hold.epoch(),
+        status.keys[0].create_revision,
+        "the epoch is its revision"
+    );
+    assert!(hold.epoch() > 1, "{hold:?}");
+    assert_eq!(hold.ttl(), Duration::from_secs(5), "as etcd granted it");
+    assert!(format!("{hold:?}").contains(hold.key()), "{hold:?}");
+    hold.release().expect("release");
+    assert!(
+        fleet.status("agents").expect("status").keys.is_empty(),
+        "released: the key is gone at once, not at the lease's end"
+    );
 }
 
 /// An hour: a waiter's recheck that only its watch (or its timeout) can beat in a test.
