@@ -639,6 +639,63 @@ fn a_held_place_says_its_key_epoch_and_ttl_and_its_release_removes_the_key() {
     );
 }
 
+/// A place whose lease etcd no longer has (an operator revoked it) is lost at its next
+/// keepalive, which etcd answers with a TTL of 0: `Expired`, not held on until the halt rule's
+/// half TTL.
+#[test]
+fn a_place_whose_lease_etcd_revoked_is_lost_at_the_next_keepalive() {
+    let cluster = Cluster::start();
+    let fleet = connect(&cluster);
+    fleet.set_cap("agents", 1).expect("set cap");
+    let me = worklane_fleet::Holder::this_process("test", "2026-12-07T00:00:00.000Z".into());
+    let taken = fleet
+        .take(
+            "agents",
+            &me,
+            worklane_fleet::Wait {
+                timeout: Some(Duration::ZERO),
+                on_wait: &mut |_| {},
+            },
+        )
+        .expect("take");
+    let worklane_fleet::Taken::Held(mut hold) = taken else {
+        panic!("the free place is taken: {taken:?}")
+    };
+    hold.pulse().expect("a first keepalive, confirmed");
+    // The operator's revoke, by etcd's own client.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let endpoints: Vec<String> = cluster.endpoints().split(',').map(str::to_owned).collect();
+    runtime.block_on(async {
+        let mut client = etcd_client::Client::connect(&endpoints, None)
+            .await
+            .expect("connect");
+        let got = client.get(hold.key(), None).await.expect("get");
+        let lease = got.kvs().first().expect("the key").lease();
+        client.lease_revoke(lease).await.expect("revoke");
+    });
+    // The next keepalive is due within a sixth of the TTL (5 s): a watchdog of 10 s.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let lost = loop {
+        match hold.pulse() {
+            Err(lost) => break lost,
+            Ok(()) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "still held 10 s after the revoke"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    };
+    assert!(
+        matches!(lost, worklane_fleet::Lost::Expired { .. }),
+        "etcd said the lease is gone: {lost:?}"
+    );
+}
+
 /// An hour: a waiter's recheck that only its watch (or its timeout) can beat in a test.
 const HOUR_MS: &str = "3600000";
 
