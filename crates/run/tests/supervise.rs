@@ -338,6 +338,28 @@ fn a_tree_ended_at_the_command_s_exit_is_given_its_grace_first() {
     }
 }
 
+/// With nothing left behind, `--kill-tree-on-exit` signals nothing and waits no grace: the
+/// outcome comes at once after the command's exit, not the grace ([`GRACE`], 3 s) later,
+/// with a cgroup or without.
+#[test]
+fn a_command_that_leaves_nothing_behind_is_not_given_a_grace_at_its_exit() {
+    for options in [
+        &["--kill-tree-on-exit"][..],
+        &["--kill-tree-on-exit", "--no-cgroup"],
+    ] {
+        let site = Site::new();
+        let mut holder = site.build(options, "exit 0");
+        assert_eq!(holder.line(), "held agent-0.lock");
+        let held = Instant::now();
+        assert_eq!(holder.line(), "outcome 0 - - false", "{options:?}");
+        assert!(
+            held.elapsed() < worklane_run::GRACE - Duration::from_secs(1),
+            "{options:?}: no grace waited for a tree that left nothing: {:?}",
+            held.elapsed()
+        );
+    }
+}
+
 /// A daemon the command leaves: out of its group and session, SIGTERM at its default.
 const DAEMON: &str = r#"setsid sh -c 'echo $$ > "$T/daemon.tmp"; mv "$T/daemon.tmp" "$T/daemon"; exec sleep 60' < /dev/null > /dev/null 2>&1 &
 while [ ! -e "$T/daemon" ]; do sleep 0.01; done"#;
