@@ -88,6 +88,15 @@ fn swap(fleet: &Fleet, key: &str, revision: i64, bytes: Vec<u8>) -> Result<bool,
     Ok(done.succeeded())
 }
 
+/// How long a take that must wait until `until` (ms since the Unix epoch; it is `at` now)
+/// sleeps before it looks again, having waited `waited` of its `max_wait` (less than it): to
+/// `until` (1 ms at least), at most [`BUDGET_POLL`], and never past `max_wait`.
+fn nap(until: u64, at: u64, waited: Duration, max_wait: Duration) -> Duration {
+    Duration::from_millis(until.saturating_sub(at).max(1))
+        .min(BUDGET_POLL)
+        .min(max_wait.saturating_sub(waited))
+}
+
 /// Counts a lost write to `key`: the error once [`MAX_LOST_WRITES`] were lost in a row.
 fn lost_one(lost: &mut u32, key: &str) -> Result<(), Error> {
     *lost += 1;
@@ -143,10 +152,7 @@ impl Fleet {
                     if waited >= max_wait {
                         return Ok(BudgetTake::Refused { until, why });
                     }
-                    let nap = Duration::from_millis(until.saturating_sub(at).max(1))
-                        .min(BUDGET_POLL)
-                        .min(max_wait - waited);
-                    std::thread::sleep(nap);
+                    std::thread::sleep(nap(until, at, waited, max_wait));
                 }
             }
         }
@@ -196,5 +202,28 @@ impl Fleet {
     /// The fleet's budget of `credential` (empty if none was written).
     pub fn budget_show(&self, credential: &CredentialKey) -> Result<State, Error> {
         Ok(read(self, &keys::budget(credential.as_str()))?.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_waiting_take_naps_to_the_reset_at_most_a_poll_and_never_past_its_wait() {
+        let ms = Duration::from_millis;
+        let hour = 3_600_000;
+        // The reset an hour away: a poll's nap, then what is left of the wait.
+        assert_eq!(nap(hour, 0, ms(0), ms(10_000)), BUDGET_POLL);
+        assert_eq!(
+            nap(hour, 0, ms(250), ms(260)),
+            ms(10),
+            "never past the wait"
+        );
+        assert_eq!(nap(hour, 0, ms(250), ms(500)), ms(250));
+        // The reset sooner than a poll: to it, and 1 ms at least when it is due.
+        assert_eq!(nap(1_040, 1_000, ms(0), ms(10_000)), ms(40));
+        assert_eq!(nap(1_000, 1_000, ms(0), ms(10_000)), ms(1));
+        assert_eq!(nap(900, 1_000, ms(0), ms(10_000)), ms(1), "a reset passed");
     }
 }
