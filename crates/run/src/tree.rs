@@ -129,25 +129,19 @@ pub(crate) fn has_descendants(child: u32) -> bool {
 /// and not yet a zombie, until the kernel has run its exit, which on a loaded machine takes
 /// a while: the looks go on (a few at once, then every 5 ms) until every one has died, so
 /// that the caller's outcome comes after its processes are gone. Only a process the kernel
-/// cannot end (in uninterruptible sleep) outlasts the bound. Returns how many signals were
-/// sent.
-pub(crate) fn kill_descendants(child: u32) -> usize {
+/// cannot end (in uninterruptible sleep) outlasts the bound.
+pub(crate) fn kill_descendants(child: u32) {
     let until = std::time::Instant::now() + KILL_SETTLE;
-    let mut killed = 0;
     for pass in 0u32.. {
-        let n = signal_descendants(child, &[rustix::process::Signal::KILL]);
-        if n == 0 {
-            break;
-        }
-        killed += n;
-        if std::time::Instant::now() >= until {
+        if signal_descendants(child, &[rustix::process::Signal::KILL]) == 0
+            || std::time::Instant::now() >= until
+        {
             break;
         }
         if pass >= 3 {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
     }
-    killed
 }
 
 /// How long [`kill_descendants`] waits for what it killed to die.
@@ -289,5 +283,57 @@ mod tests {
             "our child under us"
         );
         assert!(not_ours.is_none(), "pid 1 is not our child");
+    }
+
+    /// `reap_orphans` reaps this process's exited children but `keep` (the command, which
+    /// the supervision reaps itself, last: reaped early, its pid could be reused before the
+    /// last kill of its group). Run in a process of its own (this test binary again, on this
+    /// test alone): reaping every exited child of the test binary would take other tests'.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn exited_orphans_are_reaped_but_the_command_is_kept() {
+        use worklane_testkit::Gated;
+        const ALONE: &str = "WORKLANE_RUN_TEST_REAP_ALONE";
+        const NAME: &str = "tree::tests::exited_orphans_are_reaped_but_the_command_is_kept";
+        if std::env::var_os(ALONE).is_none() {
+            let out = std::process::Command::new(std::env::current_exe().expect("this test"))
+                .args(["--exact", NAME, "--test-threads=1"])
+                .env(ALONE, "1")
+                .stdin(std::process::Stdio::null())
+                .output_gated()
+                .expect("run this test alone");
+            let said = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && said.contains("1 passed"),
+                "{said}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return;
+        }
+        let start = || {
+            std::process::Command::new("true")
+                .stdin(std::process::Stdio::null())
+                .spawn_gated()
+                .expect("spawn true")
+        };
+        let (mut command, orphan) = (start(), start());
+        let zombie = |pid: u32| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|stat| stat[stat.rfind(')').expect(")") + 2..].starts_with('Z'))
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !(zombie(command.id()) && zombie(orphan.id())) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "both exited within 10 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(reap_orphans(command.id()), 1, "the other one reaped");
+        assert!(!zombie(orphan.id()), "reaped: gone from the table");
+        assert!(
+            command.try_wait().expect("still ours to reap").is_some(),
+            "the command kept for its own reaping"
+        );
     }
 }
