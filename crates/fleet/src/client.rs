@@ -83,10 +83,10 @@ impl Inner {
                     Ok(Err(e)) => last = Some(e),
                     Err(_) => return Err(last),
                 }
-                if tokio::time::Instant::now() + Duration::from_millis(50) >= deadline {
+                if !room_for_another_try(tokio::time::Instant::now(), deadline) {
                     return Err(last);
                 }
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                tokio::time::sleep(RETRY_PAUSE).await;
             }
         });
         outcome.map_err(|source| Unavailable {
@@ -95,6 +95,15 @@ impl Inner {
             source,
         })
     }
+}
+
+/// The pause before a request that failed at once is sent again.
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// Whether a request that failed at once at `now` is tried again before `deadline`: only if
+/// the pause before it ends before the deadline.
+fn room_for_another_try(now: tokio::time::Instant, deadline: tokio::time::Instant) -> bool {
+    now + RETRY_PAUSE < deadline
 }
 
 /// A connection to the fleet's etcd.
@@ -302,5 +311,24 @@ impl Fleet {
             || Doing::RevokingLease,
             |mut c| async move { c.lease_revoke(lease).await },
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_request_is_tried_again_only_if_its_pause_ends_before_the_deadline() {
+        let now = tokio::time::Instant::now();
+        let ms = Duration::from_millis;
+        assert!(room_for_another_try(now, now + REQUEST_TIMEOUT));
+        assert!(room_for_another_try(now, now + RETRY_PAUSE + ms(1)));
+        assert!(
+            !room_for_another_try(now, now + RETRY_PAUSE),
+            "the pause would end at it"
+        );
+        assert!(!room_for_another_try(now, now + ms(10)));
+        assert!(!room_for_another_try(now + ms(1), now), "past it");
     }
 }
