@@ -384,7 +384,7 @@ fn a_loop_with_no_spare_descriptor_waits_a_tick_between_looks_and_serves_when_it
     let said: Vec<String> = events.try_iter().collect();
     assert_eq!(
         said.iter()
-            .filter(|e| e.contains("Accept") && e.contains("Too many open files"))
+            .filter(|e| e.contains("NoDescriptorToAccept") && e.contains("Too many open files"))
             .count(),
         1,
         "the wait is said once: {said:?}"

@@ -30,23 +30,24 @@ impl<'a> Server<'a> {
                         Some(rustix::io::Errno::MFILE | rustix::io::Errno::NFILE)
                     ) =>
                 {
-                    // The spare could not be taken again after the last refusal (the number
-                    // was taken meanwhile): try once more now.
-                    if self.spare.is_none() {
-                        self.spare = spare();
-                    }
                     if self.spare.is_some() {
                         self.refuse_for_want_of_descriptors(e);
-                    } else {
-                        // Nothing to accept the connection with, so nothing to refuse it
-                        // with: it waits, and the listener is left out of the poll for a
-                        // tick rather than waking it at once, again and again. Said once.
-                        if !self.pause_reported {
-                            self.pause_reported = true;
-                            (self.report)(Event::Connection(ConnectionError::Accept(e)));
-                        }
-                        self.accept_paused_until = Some(Instant::now() + TICK);
+                        break;
                     }
+                    // The spare could not be taken again after the last refusal (the number
+                    // was taken meanwhile). Taken now, a descriptor is free: accept again.
+                    self.spare = spare();
+                    if self.spare.is_some() {
+                        continue;
+                    }
+                    // Nothing to accept the connection with, so nothing to refuse it with:
+                    // it waits, and the listener is left out of the poll for a tick rather
+                    // than waking it at once, again and again. Said once.
+                    if !self.pause_reported {
+                        self.pause_reported = true;
+                        (self.report)(Event::Connection(ConnectionError::NoDescriptorToAccept(e)));
+                    }
+                    self.accept_paused_until = Some(Instant::now() + TICK);
                     break;
                 }
                 Err(e) => {
@@ -256,6 +257,8 @@ impl<'a> Server<'a> {
             );
         }
         (self.report)(Event::Connection(ConnectionError::Accept(error)));
+        // A wait that comes after this one is said again.
+        self.pause_reported = false;
         self.spare = spare();
     }
 }

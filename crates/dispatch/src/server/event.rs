@@ -73,6 +73,14 @@ pub enum ConnectionError {
     /// A waiting connection could not be accepted.
     #[error("cannot accept a connection")]
     Accept(#[source] std::io::Error),
+    /// Out of descriptors, with none kept spare to refuse it with: the connection waits, and
+    /// the listener is looked at again every tick until a descriptor is free.
+    #[error(
+        "a connection waits: the dispatcher has no descriptor left to accept it, nor a spare \
+         one to refuse it with (it holds one per queued lane); raise its limit of open files \
+         (LimitNOFILE= under systemd)"
+    )]
+    NoDescriptorToAccept(#[source] std::io::Error),
     /// The peer's credentials could not be read: it is refused.
     #[error("cannot read a connection's peer credentials")]
     Credentials(#[source] transport::Error),
