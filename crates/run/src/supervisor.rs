@@ -295,27 +295,48 @@ fn run_cgroup(
         log::warn!("{resource}: {unavailable}; the run goes on without it");
     }
     // What a record's `cgroup` obliges (its slot held while the cgroup runs) is declared
-    // before the first record names one, under the same hold of `slots.lock` as the naming:
-    // an operator's drop of the extension then comes before both or sees the record
-    // (PROTOCOL.md section 0).
+    // before the first record names one (PROTOCOL.md section 0). A slot's record is written
+    // under the same hold of `slots.lock` as the declaration: an operator's drop of the
+    // extension, which looks at the slots' records, then comes before both or sees the
+    // record. A role lease's record is no slot's (a drop does not look at it) and its TTL
+    // runs from its take: it declares without waiting on `slots.lock` when `cgroups` is
+    // named already, as before.
     let mut fields = serde_json::Map::new();
     fields.insert(
         worklane_identity::cgroup::RECORD_FIELD.to_owned(),
         cgroup.path().into(),
     );
-    let named = pool.using_extension(worklane_admission::protocol::CGROUPS, || match hold {
-        Hold::Slot(slot) => slot.annotate(fields).map_err(|e| chain(&e)),
-        Hold::Role { lease, .. } => lease.annotate(fields).map_err(|e| chain(&e)),
-    });
-    match named {
-        Ok(Ok(())) => {}
-        Ok(Err(why)) => log::warn!("cannot name the run's cgroup in {resource}: {why}"),
-        Err(e) => log::warn!(
-            "{resource}: cannot declare the protocol extension \"cgroups\", so the record \
-             does not name the run's cgroup (only this supervisor can halt what leaves the \
-             command's group): {}",
-            chain(&e)
-        ),
+    let cannot_declare = |e: &worklane_admission::protocol::Error| {
+        log::warn!(
+            "{resource}: cannot declare the protocol extension \"cgroups\": {}",
+            chain(e)
+        );
+    };
+    let named = match hold {
+        Hold::Slot(slot) => {
+            match pool.using_extension(worklane_admission::protocol::CGROUPS, || {
+                slot.annotate(fields).map_err(|e| chain(&e))
+            }) {
+                Ok(named) => named,
+                Err(e) => {
+                    cannot_declare(&e);
+                    Err(
+                        "the directory does not declare cgroups, so the record may not name \
+                         one (only this supervisor can halt what leaves the command's group)"
+                            .to_owned(),
+                    )
+                }
+            }
+        }
+        Hold::Role { lease, .. } => {
+            if let Err(e) = pool.declare_extension(worklane_admission::protocol::CGROUPS) {
+                cannot_declare(&e);
+            }
+            lease.annotate(fields).map_err(|e| chain(&e))
+        }
+    };
+    if let Err(why) = named {
+        log::warn!("cannot name the run's cgroup in {resource}: {why}");
     }
     Some(cgroup)
 }

@@ -189,7 +189,17 @@ impl Pool {
         extension: &str,
         use_it: impl FnOnce() -> T,
     ) -> Result<T, protocol::Error> {
-        self.under_slots_lock(|| self.declare_held(extension).map(|_| use_it()))
+        let counting = self.hold_slots_lock_for_change()?;
+        let used = self.declare_held(extension).map(|_| use_it());
+        // The use is made: a release that fails (its record left behind) loses nothing of
+        // it, and the lock goes with its descriptor all the same.
+        if let Err(e) = counting.release() {
+            log::warn!(
+                "cannot release slots.lock after declaring {extension:?}: {}",
+                worklane_stdx::chain(&e)
+            );
+        }
+        used.map_err(Into::into)
     }
 
     /// `change` under `slots.lock` (an operator's change of `protocol.json`), the lock released
