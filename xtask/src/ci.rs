@@ -174,8 +174,9 @@ fn steps() -> Vec<Step> {
             env: Vec::new(),
         },
         Step {
+            // With the binary's own unit tests of its fleet module (what each error exits).
             what: "the CLI's --fleet against a real etcd",
-            args: words("test -p worklane --features fleet --test all fleet::"),
+            args: words("test -p worklane --features fleet --bin worklane --test all fleet::"),
             env: Vec::new(),
         },
         Step {

@@ -40,6 +40,8 @@ pub(super) fn connect_to(endpoints: &[String], ttl: Duration) -> Result<Fleet, F
 pub(super) fn failure(e: &worklane_fleet::Error) -> Failure {
     let code = match e {
         worklane_fleet::Error::Name(_) => exit::USAGE,
+        // Other hosts' writes won every race: etcd answers, and a try later may go through.
+        worklane_fleet::Error::Contended { .. } => exit::TEMP_FAIL,
         _ => exit::UNAVAILABLE,
     };
     Failure::new(code, exit::chain(e))
@@ -323,4 +325,22 @@ pub(crate) fn question(args: &FleetArgs) -> Option<Question> {
             code: 0,
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_budget_other_hosts_kept_changing_is_a_temporary_failure_and_a_bad_name_a_usage_error() {
+        let contended = worklane_fleet::Error::Contended {
+            key: "/worklane/v1/budget/0123456789abcdef".to_owned(),
+            lost: 256,
+        };
+        let said = failure(&contended);
+        assert_eq!(said.code, exit::TEMP_FAIL);
+        assert!(said.message.contains("try again"), "{}", said.message);
+        let name = worklane_fleet::keys::check_name("pool", "a/b").expect_err("a bad name");
+        assert_eq!(failure(&name.into()).code, exit::USAGE);
+    }
 }
