@@ -157,7 +157,7 @@ pub use supervise::{CHECK_EVERY, GRACE, Outcome, Started, Watch, describe};
 /// dispatcher or a detached runner needs of the process it runs in.
 pub mod process {
     pub use crate::signals::{shell_says_yes, signal_pid};
-    #[cfg(feature = "test-seams")]
+    #[cfg(all(target_os = "linux", feature = "test-seams"))]
     pub use crate::sys::cloexec_by_fcntl;
     pub use crate::sys::{
         BadFd, die_by, on_flag, raise_nofile, start_detached, systemd_listener, take_inherited_fd,

@@ -340,7 +340,7 @@ fn a_tree_ended_at_the_command_s_exit_is_given_its_grace_first() {
 
 /// With nothing left behind, `--kill-tree-on-exit` signals nothing and waits no grace: the
 /// outcome comes at once after the command's exit, not the grace ([`GRACE`], 3 s) later,
-/// with a cgroup or without.
+/// with a cgroup or without. (A bound, not a timing: a grace waited is the whole grace.)
 #[test]
 fn a_command_that_leaves_nothing_behind_is_not_given_a_grace_at_its_exit() {
     for options in [
@@ -353,7 +353,7 @@ fn a_command_that_leaves_nothing_behind_is_not_given_a_grace_at_its_exit() {
         let held = Instant::now();
         assert_eq!(holder.line(), "outcome 0 - - false", "{options:?}");
         assert!(
-            held.elapsed() < worklane_run::GRACE - Duration::from_secs(1),
+            held.elapsed() < worklane_run::GRACE,
             "{options:?}: no grace waited for a tree that left nothing: {:?}",
             held.elapsed()
         );

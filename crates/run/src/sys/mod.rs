@@ -336,14 +336,21 @@ fn descriptor_limit() -> i32 {
     i32::try_from(limit).unwrap_or(i32::MAX)
 }
 
-/// Set by [`cloexec_by_fcntl`] (a test seam).
-#[cfg(feature = "test-seams")]
+/// Whether [`cloexec_from_3`] may use close_range(2): always, but where a test asked for the
+/// fallback ([`cloexec_by_fcntl`]). Async-signal-safe (an atomic load).
+#[cfg(target_os = "linux")]
+fn close_range_allowed() -> bool {
+    !FCNTL_ONLY.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Set by [`cloexec_by_fcntl`] (a test seam; never set otherwise).
+#[cfg(target_os = "linux")]
 static FCNTL_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Test seam (feature `test-seams`): from now on in this process, a detached start marks the
 /// descriptors close-on-exec one by one by fcntl(2), as on a kernel before 5.11, which has no
 /// close_range(2).
-#[cfg(feature = "test-seams")]
+#[cfg(all(target_os = "linux", feature = "test-seams"))]
 pub fn cloexec_by_fcntl() {
     FCNTL_ONLY.store(true, std::sync::atomic::Ordering::Relaxed);
 }
@@ -359,11 +366,9 @@ pub fn cloexec_by_fcntl() {
 unsafe fn cloexec_from_3(limit: i32) {
     // SAFETY: raw system calls on descriptor numbers; a number that is not open fails harmlessly.
     unsafe {
-        #[cfg(all(target_os = "linux", feature = "test-seams"))]
-        let marked = !FCNTL_ONLY.load(std::sync::atomic::Ordering::Relaxed)
+        #[cfg(target_os = "linux")]
+        let marked = close_range_allowed()
             && libc::syscall(libc::SYS_close_range, 3_u32, u32::MAX, 4_u32) == 0;
-        #[cfg(all(target_os = "linux", not(feature = "test-seams")))]
-        let marked = libc::syscall(libc::SYS_close_range, 3_u32, u32::MAX, 4_u32) == 0;
         #[cfg(not(target_os = "linux"))]
         let marked = false;
         if !marked {
