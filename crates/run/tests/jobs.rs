@@ -218,6 +218,42 @@ fn a_token_read_and_never_written_back_is_returned_while_the_tree_runs() {
     assert_eq!(site.jobs_held(), 0, "nothing held once the tree has ended");
 }
 
+/// The same while the FIFO is never quiet for long (a busy build: here its attributes are
+/// changed every 20 ms, which wakes the accountant as a token's read or write does): the look
+/// for lost tokens still comes every 250 ms, not only after a quarter second without events.
+#[test]
+fn a_token_lost_in_a_busy_build_is_returned_all_the_same() {
+    let site = Site::with_caps(8, 2);
+    let thief = r#"
+        head -c 1 "$WORKLANE_JOBSERVER" > "$T/stolen"
+        touch "$T/up"
+        while [ ! -e "$T/release" ]; do touch "$WORKLANE_JOBSERVER"; sleep 0.02; done
+    "#;
+    let mut build = site.build(&["--jobs", "--jobs-style=fifo"], thief);
+    assert_eq!(build.line(), "held agent-0.lock");
+    assert!(
+        eventually(|| site.path("up").exists()),
+        "the thief has its token"
+    );
+    let other = site.pool.take(
+        Kind::Job,
+        &Request::new("another build"),
+        worklane_admission::Wait {
+            timeout: Some(Duration::from_secs(20)),
+            priority: 0,
+            on_wait: &mut |_| {},
+        },
+    );
+    match other {
+        Ok(Take::Held(slot)) => gate::quietly(|| slot.release()).expect("release"),
+        other => panic!("the lost token's slot never came back: {other:?}"),
+    }
+    std::fs::write(site.path("release"), "").expect("release");
+    assert_eq!(build.line(), "outcome 0 - - false");
+    assert!(build.end().success());
+    assert_eq!(site.jobs_held(), 0, "nothing held once the tree has ended");
+}
+
 #[test]
 fn a_killed_supervisor_frees_no_job_slot_its_build_still_uses() {
     let site = Site::with_caps(2, 3);

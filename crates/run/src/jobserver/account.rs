@@ -4,16 +4,20 @@
 use super::*;
 
 impl Shared {
-    /// The accountant: wakes on every read or write of the FIFO (inotify), and every
-    /// [`LOST_CHECK`] while tokens are out, and settles the accounts.
+    /// The accountant: wakes on every read or write of the FIFO (inotify), and settles the
+    /// accounts; every [`LOST_CHECK`] it also looks for lost tokens, however often the FIFO
+    /// woke it meanwhile (a busy build's FIFO may never be quiet that long).
     pub(super) fn account(&self, inotify: &OwnedFd) {
         let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
+        let mut last_look = std::time::Instant::now();
         while !self.stop.load(Ordering::SeqCst) {
             let mut fds = [rustix::event::PollFd::new(
                 inotify,
                 rustix::event::PollFlags::IN,
             )];
-            let timeout = rustix::event::Timespec::try_from(LOST_CHECK).ok();
+            let timeout =
+                rustix::event::Timespec::try_from(LOST_CHECK.saturating_sub(last_look.elapsed()))
+                    .ok();
             let woken = matches!(rustix::event::poll(&mut fds, timeout.as_ref()), Ok(n) if n > 0);
             if woken {
                 // A busy build reads and writes tokens in bursts: the events of a moment are
@@ -26,8 +30,12 @@ impl Shared {
             if self.stop.load(Ordering::SeqCst) {
                 return;
             }
+            let look = last_look.elapsed() >= LOST_CHECK;
+            if look {
+                last_look = std::time::Instant::now();
+            }
             let mut ledger = lock(&self.ledger);
-            self.settle(&mut ledger, !woken);
+            self.settle(&mut ledger, look);
         }
     }
 
