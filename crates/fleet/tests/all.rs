@@ -597,10 +597,11 @@ fn the_fleets_budgets_are_listed_one_per_credential_and_a_connection_says_its_en
 
 /// A place taken in this process says what it holds: its key (the pool's, in etcd's
 /// listing), its epoch (the key's create revision), the TTL etcd granted, and its `Debug`
-/// names the key; released, the key is gone at once.
+/// names the key; released, the key is gone at once. With etcd gone, an error names it and
+/// what was being done.
 #[test]
 fn a_held_place_says_its_key_epoch_and_ttl_and_its_release_removes_the_key() {
-    let cluster = Cluster::start();
+    let mut cluster = Cluster::start();
     let fleet = connect(&cluster);
     fleet.set_cap("agents", 1).expect("set cap");
     let me = worklane_fleet::Holder::this_process("test", "2026-12-07T00:00:00.000Z".into());
@@ -636,6 +637,35 @@ fn a_held_place_says_its_key_epoch_and_ttl_and_its_release_removes_the_key() {
     assert!(
         fleet.status("agents").expect("status").keys.is_empty(),
         "released: the key is gone at once, not at the lease's end"
+    );
+    // A place dropped without its release (a holder unwinding) is given up the same way: its
+    // lease revoked, the key gone at once rather than at the lease's end (5 s).
+    let again = fleet
+        .take(
+            "agents",
+            &me,
+            worklane_fleet::Wait {
+                timeout: Some(Duration::ZERO),
+                on_wait: &mut |_| {},
+            },
+        )
+        .expect("take again");
+    assert!(matches!(again, worklane_fleet::Taken::Held(_)), "{again:?}");
+    drop(again);
+    assert!(
+        fleet.status("agents").expect("status").keys.is_empty(),
+        "dropped: its lease revoked"
+    );
+    // With every member gone, the error says where and what it was doing.
+    for member in 0..3 {
+        cluster.kill(member);
+    }
+    let gone = fleet.status("agents").expect_err("no member answers");
+    let said = gone.to_string();
+    assert!(
+        said.contains("127.0.0.1")
+            && said.contains(r#"did not answer while reading pool "agents""#),
+        "{said}"
     );
 }
 
