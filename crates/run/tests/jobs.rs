@@ -669,6 +669,30 @@ fn an_idle_build_keeps_its_one_standby() {
     assert_eq!(taken, 2, "the build's own job slot and one standby's");
 }
 
+/// The standby waiting in the FIFO keeps its job slot held all along, through the
+/// accountant's passes: a byte in the FIFO without a slot would let a client run a job past
+/// the machine's cap.
+#[test]
+fn an_idle_builds_standby_keeps_its_job_slot_held_throughout() {
+    let site = Site::with_caps(8, 3);
+    let idle = r#"while [ ! -e "$T/release" ]; do sleep 0.02; done"#;
+    let mut build = site.build(&["--jobs", "--jobs-style=fifo"], idle);
+    assert_eq!(build.line(), "held agent-0.lock");
+    assert!(
+        eventually(|| site.jobs_held() == 2),
+        "the build's own job slot and its standby's"
+    );
+    // A second and a half: six looks for lost tokens, each a pass over the accounts.
+    for _ in 0..75 {
+        assert_eq!(site.jobs_held(), 2, "the standby's slot stays held");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::write(site.path("release"), "").expect("release");
+    assert_eq!(build.line(), "outcome 0 - - false");
+    assert!(build.end().success());
+    assert_eq!(site.jobs_held(), 0, "nothing held once the tree has ended");
+}
+
 #[test]
 fn a_token_written_back_beside_a_standby_gives_back_its_own_slot_only() {
     let site = Site::with_caps(8, 3);
