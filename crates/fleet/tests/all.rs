@@ -669,6 +669,46 @@ fn a_held_place_says_its_key_epoch_and_ttl_and_its_release_removes_the_key() {
     );
 }
 
+/// A holder that pulses often sends a keepalive only every sixth of its TTL (250 ms at
+/// least), not at every pulse: over 2 s of pulses every 20 ms with a TTL of 2 s, about 7,
+/// not 100.
+#[test]
+fn keepalives_go_at_their_pace_however_often_the_holder_pulses() {
+    let cluster = Cluster::start();
+    let endpoints: Vec<String> = cluster.endpoints().split(',').map(str::to_owned).collect();
+    let fleet =
+        worklane_fleet::Fleet::connect(&endpoints, Duration::from_millis(TTL_MS)).expect("connect");
+    fleet.set_cap("agents", 1).expect("set cap");
+    let me = worklane_fleet::Holder::this_process("test", "2026-12-07T00:00:00.000Z".into());
+    let taken = fleet
+        .take(
+            "agents",
+            &me,
+            worklane_fleet::Wait {
+                timeout: Some(Duration::ZERO),
+                on_wait: &mut |_| {},
+            },
+        )
+        .expect("take");
+    let worklane_fleet::Taken::Held(mut hold) = taken else {
+        panic!("the free place is taken: {taken:?}")
+    };
+    let before = cluster.grpc_messages("LeaseKeepAlive");
+    let until = Instant::now() + Duration::from_secs(2);
+    let mut pulses = 0;
+    while Instant::now() < until {
+        hold.pulse().expect("held");
+        pulses += 1;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let sent = cluster.grpc_messages("LeaseKeepAlive") - before;
+    assert!(
+        (1..=12).contains(&sent),
+        "{sent} keepalives for {pulses} pulses in 2 s (one every 333 ms expected)"
+    );
+    hold.release().expect("release");
+}
+
 /// A place whose lease etcd no longer has (an operator revoked it) is lost at its next
 /// keepalive, which etcd answers with a TTL of 0: `Expired`, not held on until the halt rule's
 /// half TTL.

@@ -229,6 +229,29 @@ impl Cluster {
             .sum::<f64>() as u64
     }
 
+    /// How many messages of `method` (`LeaseKeepAlive`: one per keepalive sent on a stream)
+    /// the live members have received so far, from their `/metrics`
+    /// (`grpc_server_msg_received_total`), summed.
+    #[must_use]
+    pub fn grpc_messages(&self, method: &str) -> u64 {
+        let wanted = format!("grpc_method=\"{method}\"");
+        self.members
+            .iter()
+            .filter(|m| m.child.is_some())
+            .map(|m| {
+                let metrics = http_get(&m.client, "/metrics")
+                    .unwrap_or_else(|| panic!("no /metrics from {}", m.name));
+                metrics
+                    .lines()
+                    .filter(|l| {
+                        l.starts_with("grpc_server_msg_received_total{") && l.contains(&wanted)
+                    })
+                    .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+                    .sum::<f64>()
+            })
+            .sum::<f64>() as u64
+    }
+
     /// How many streams of `method` (`Watch`, `LeaseKeepAlive`) each member has open now
     /// (`grpc_server_started_total` less `grpc_server_handled_total`; 0 for a dead member), by
     /// member index.
