@@ -218,6 +218,44 @@ fn a_token_read_and_never_written_back_is_returned_while_the_tree_runs() {
     assert_eq!(site.jobs_held(), 0, "nothing held once the tree has ended");
 }
 
+/// The same in a tree of several live processes (three `sleep`s beside the shell) of which
+/// none has the FIFO open: the tokens out are lost whatever the tree's threads, since nobody
+/// can write them back.
+#[test]
+fn a_token_lost_in_a_tree_of_many_processes_none_holding_the_fifo_is_returned() {
+    let site = Site::with_caps(8, 2);
+    let thief = r#"
+        head -c 1 "$WORKLANE_JOBSERVER" > "$T/stolen"
+        sleep 30 < /dev/null & a=$!; sleep 30 < /dev/null & b=$!; sleep 30 < /dev/null & c=$!
+        touch "$T/up"
+        while [ ! -e "$T/release" ]; do sleep 0.02; done
+        kill $a $b $c; wait
+    "#;
+    let mut build = site.build(&["--jobs", "--jobs-style=fifo"], thief);
+    assert_eq!(build.line(), "held agent-0.lock");
+    assert!(
+        eventually(|| site.path("up").exists()),
+        "the thief has its token"
+    );
+    let other = site.pool.take(
+        Kind::Job,
+        &Request::new("another build"),
+        worklane_admission::Wait {
+            timeout: Some(Duration::from_secs(20)),
+            priority: 0,
+            on_wait: &mut |_| {},
+        },
+    );
+    match other {
+        Ok(Take::Held(slot)) => gate::quietly(|| slot.release()).expect("release"),
+        other => panic!("the lost token's slot never came back: {other:?}"),
+    }
+    std::fs::write(site.path("release"), "").expect("release");
+    assert_eq!(build.line(), "outcome 0 - - false");
+    assert!(build.end().success());
+    assert_eq!(site.jobs_held(), 0, "nothing held once the tree has ended");
+}
+
 /// The same while the FIFO is never quiet for long (a busy build: here its attributes are
 /// changed every 20 ms, which wakes the accountant as a token's read or write does): the look
 /// for lost tokens still comes every 250 ms, not only after a quarter second without events.
