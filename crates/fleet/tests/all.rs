@@ -656,7 +656,21 @@ fn a_held_place_says_its_key_epoch_and_ttl_and_its_release_removes_the_key() {
         fleet.status("agents").expect("status").keys.is_empty(),
         "dropped: its lease revoked"
     );
-    // With every member gone, the error says where and what it was doing.
+    // With every member gone, the error says where and what it was doing, and a release
+    // etcd did not confirm says so (the place may still count until its lease ends).
+    let kept = fleet
+        .take(
+            "agents",
+            &me,
+            worklane_fleet::Wait {
+                timeout: Some(Duration::ZERO),
+                on_wait: &mut |_| {},
+            },
+        )
+        .expect("take a third time");
+    let worklane_fleet::Taken::Held(kept) = kept else {
+        panic!("the free place is taken: {kept:?}")
+    };
     for member in 0..3 {
         cluster.kill(member);
     }
@@ -666,6 +680,11 @@ fn a_held_place_says_its_key_epoch_and_ttl_and_its_release_removes_the_key() {
         said.contains("127.0.0.1")
             && said.contains(r#"did not answer while reading pool "agents""#),
         "{said}"
+    );
+    let unconfirmed = kept.release().expect_err("no member confirms the release");
+    assert!(
+        unconfirmed.to_string().contains("while releasing"),
+        "{unconfirmed}"
     );
 }
 
