@@ -595,6 +595,21 @@ fn the_fleets_budgets_are_listed_one_per_credential_and_a_connection_says_its_en
     assert_eq!(left, [11, 22]);
 }
 
+/// A place in pool `agents` taken at once by this process (a holder named `test`).
+fn take_now(fleet: &worklane_fleet::Fleet) -> worklane_fleet::Taken {
+    let me = worklane_fleet::Holder::this_process("test", "2026-12-07T00:00:00.000Z".into());
+    fleet
+        .take(
+            "agents",
+            &me,
+            worklane_fleet::Wait {
+                timeout: Some(Duration::ZERO),
+                on_wait: &mut |_| {},
+            },
+        )
+        .expect("take at once")
+}
+
 /// A place taken in this process says what it holds: its key (the pool's, in etcd's
 /// listing), its epoch (the key's create revision), the TTL etcd granted, and its `Debug`
 /// names the key; released, the key is gone at once. With etcd gone, an error names it and
@@ -604,17 +619,7 @@ fn a_held_place_says_its_key_epoch_and_ttl_and_its_release_removes_the_key() {
     let mut cluster = Cluster::start();
     let fleet = connect(&cluster);
     fleet.set_cap("agents", 1).expect("set cap");
-    let me = worklane_fleet::Holder::this_process("test", "2026-12-07T00:00:00.000Z".into());
-    let taken = fleet
-        .take(
-            "agents",
-            &me,
-            worklane_fleet::Wait {
-                timeout: Some(Duration::ZERO),
-                on_wait: &mut |_| {},
-            },
-        )
-        .expect("take");
+    let taken = take_now(&fleet);
     let worklane_fleet::Taken::Held(hold) = taken else {
         panic!("the free place is taken: {taken:?}")
     };
@@ -640,16 +645,7 @@ fn a_held_place_says_its_key_epoch_and_ttl_and_its_release_removes_the_key() {
     );
     // A place dropped without its release (a holder unwinding) is given up the same way: its
     // lease revoked, the key gone at once rather than at the lease's end (5 s).
-    let again = fleet
-        .take(
-            "agents",
-            &me,
-            worklane_fleet::Wait {
-                timeout: Some(Duration::ZERO),
-                on_wait: &mut |_| {},
-            },
-        )
-        .expect("take again");
+    let again = take_now(&fleet);
     assert!(matches!(again, worklane_fleet::Taken::Held(_)), "{again:?}");
     drop(again);
     assert!(
@@ -658,16 +654,7 @@ fn a_held_place_says_its_key_epoch_and_ttl_and_its_release_removes_the_key() {
     );
     // With every member gone, the error says where and what it was doing, and a release
     // etcd did not confirm says so (the place may still count until its lease ends).
-    let kept = fleet
-        .take(
-            "agents",
-            &me,
-            worklane_fleet::Wait {
-                timeout: Some(Duration::ZERO),
-                on_wait: &mut |_| {},
-            },
-        )
-        .expect("take a third time");
+    let kept = take_now(&fleet);
     let worklane_fleet::Taken::Held(kept) = kept else {
         panic!("the free place is taken: {kept:?}")
     };
@@ -698,17 +685,7 @@ fn keepalives_go_at_their_pace_however_often_the_holder_pulses() {
     let fleet =
         worklane_fleet::Fleet::connect(&endpoints, Duration::from_millis(TTL_MS)).expect("connect");
     fleet.set_cap("agents", 1).expect("set cap");
-    let me = worklane_fleet::Holder::this_process("test", "2026-12-07T00:00:00.000Z".into());
-    let taken = fleet
-        .take(
-            "agents",
-            &me,
-            worklane_fleet::Wait {
-                timeout: Some(Duration::ZERO),
-                on_wait: &mut |_| {},
-            },
-        )
-        .expect("take");
+    let taken = take_now(&fleet);
     let worklane_fleet::Taken::Held(mut hold) = taken else {
         panic!("the free place is taken: {taken:?}")
     };
@@ -736,17 +713,7 @@ fn a_place_whose_lease_etcd_revoked_is_lost_at_the_next_keepalive() {
     let cluster = Cluster::start();
     let fleet = connect(&cluster);
     fleet.set_cap("agents", 1).expect("set cap");
-    let me = worklane_fleet::Holder::this_process("test", "2026-12-07T00:00:00.000Z".into());
-    let taken = fleet
-        .take(
-            "agents",
-            &me,
-            worklane_fleet::Wait {
-                timeout: Some(Duration::ZERO),
-                on_wait: &mut |_| {},
-            },
-        )
-        .expect("take");
+    let taken = take_now(&fleet);
     let worklane_fleet::Taken::Held(mut hold) = taken else {
         panic!("the free place is taken: {taken:?}")
     };

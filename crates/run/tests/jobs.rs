@@ -176,16 +176,12 @@ EOF
     assert_eq!(site.jobs_held(), 0, "returned, and released");
 }
 
-#[test]
-fn a_token_read_and_never_written_back_is_returned_while_the_tree_runs() {
+/// Runs `thief` (a build script that reads a token into `$T/stolen`, touches `$T/up`, and
+/// keeps its tree running until `$T/release`) and checks that the stolen token is judged lost:
+/// both job slots were held (the build's own, the stolen token's), so another build's job gets
+/// one only once it is.
+fn a_stolen_token_comes_back(thief: &str) {
     let site = Site::with_caps(8, 2);
-    // A client of the fifo form reads a token and exits; the tree runs on without anyone
-    // holding the jobserver, so the token is judged lost and its slot returned.
-    let thief = r#"
-        head -c 1 "$WORKLANE_JOBSERVER" > "$T/stolen"
-        touch "$T/up"
-        while [ ! -e "$T/release" ]; do sleep 0.02; done
-    "#;
     let mut build = site.build(&["--jobs", "--jobs-style=fifo"], thief);
     assert_eq!(build.line(), "held agent-0.lock");
     assert!(
@@ -193,21 +189,17 @@ fn a_token_read_and_never_written_back_is_returned_while_the_tree_runs() {
         "the thief has its token"
     );
     assert_eq!(std::fs::read(site.path("stolen")).expect("stolen").len(), 1);
-    // Both job slots were held (the build's own, the stolen token's): another build's job
-    // gets one only once the stolen token is judged lost.
     // Waited for outside the fork gate (a quiet section blocks every start of the process);
     // only the release must be quiet.
-    let other = {
-        site.pool.take(
-            Kind::Job,
-            &Request::new("another build"),
-            worklane_admission::Wait {
-                timeout: Some(Duration::from_secs(20)),
-                priority: 0,
-                on_wait: &mut |_| {},
-            },
-        )
-    };
+    let other = site.pool.take(
+        Kind::Job,
+        &Request::new("another build"),
+        worklane_admission::Wait {
+            timeout: Some(Duration::from_secs(20)),
+            priority: 0,
+            on_wait: &mut |_| {},
+        },
+    );
     match other {
         Ok(Take::Held(slot)) => gate::quietly(|| slot.release()).expect("release"),
         other => panic!("the lost token's slot never came back: {other:?}"),
@@ -216,6 +208,19 @@ fn a_token_read_and_never_written_back_is_returned_while_the_tree_runs() {
     assert_eq!(build.line(), "outcome 0 - - false");
     assert!(build.end().success());
     assert_eq!(site.jobs_held(), 0, "nothing held once the tree has ended");
+}
+
+/// A client of the fifo form reads a token and exits; the tree runs on without anyone
+/// holding the jobserver, so the token is judged lost and its slot returned.
+#[test]
+fn a_token_read_and_never_written_back_is_returned_while_the_tree_runs() {
+    a_stolen_token_comes_back(
+        r#"
+        head -c 1 "$WORKLANE_JOBSERVER" > "$T/stolen"
+        touch "$T/up"
+        while [ ! -e "$T/release" ]; do sleep 0.02; done
+    "#,
+    );
 }
 
 /// The same in a tree of several live processes (three `sleep`s beside the shell) of which
@@ -223,37 +228,15 @@ fn a_token_read_and_never_written_back_is_returned_while_the_tree_runs() {
 /// can write them back.
 #[test]
 fn a_token_lost_in_a_tree_of_many_processes_none_holding_the_fifo_is_returned() {
-    let site = Site::with_caps(8, 2);
-    let thief = r#"
+    a_stolen_token_comes_back(
+        r#"
         head -c 1 "$WORKLANE_JOBSERVER" > "$T/stolen"
         sleep 30 < /dev/null & a=$!; sleep 30 < /dev/null & b=$!; sleep 30 < /dev/null & c=$!
         touch "$T/up"
         while [ ! -e "$T/release" ]; do sleep 0.02; done
         kill $a $b $c; wait
-    "#;
-    let mut build = site.build(&["--jobs", "--jobs-style=fifo"], thief);
-    assert_eq!(build.line(), "held agent-0.lock");
-    assert!(
-        eventually(|| site.path("up").exists()),
-        "the thief has its token"
+    "#,
     );
-    let other = site.pool.take(
-        Kind::Job,
-        &Request::new("another build"),
-        worklane_admission::Wait {
-            timeout: Some(Duration::from_secs(20)),
-            priority: 0,
-            on_wait: &mut |_| {},
-        },
-    );
-    match other {
-        Ok(Take::Held(slot)) => gate::quietly(|| slot.release()).expect("release"),
-        other => panic!("the lost token's slot never came back: {other:?}"),
-    }
-    std::fs::write(site.path("release"), "").expect("release");
-    assert_eq!(build.line(), "outcome 0 - - false");
-    assert!(build.end().success());
-    assert_eq!(site.jobs_held(), 0, "nothing held once the tree has ended");
 }
 
 /// The same while the FIFO is never quiet for long (a busy build: here its attributes are
@@ -261,35 +244,13 @@ fn a_token_lost_in_a_tree_of_many_processes_none_holding_the_fifo_is_returned() 
 /// for lost tokens still comes every 250 ms, not only after a quarter second without events.
 #[test]
 fn a_token_lost_in_a_busy_build_is_returned_all_the_same() {
-    let site = Site::with_caps(8, 2);
-    let thief = r#"
+    a_stolen_token_comes_back(
+        r#"
         head -c 1 "$WORKLANE_JOBSERVER" > "$T/stolen"
         touch "$T/up"
         while [ ! -e "$T/release" ]; do touch "$WORKLANE_JOBSERVER"; sleep 0.02; done
-    "#;
-    let mut build = site.build(&["--jobs", "--jobs-style=fifo"], thief);
-    assert_eq!(build.line(), "held agent-0.lock");
-    assert!(
-        eventually(|| site.path("up").exists()),
-        "the thief has its token"
+    "#,
     );
-    let other = site.pool.take(
-        Kind::Job,
-        &Request::new("another build"),
-        worklane_admission::Wait {
-            timeout: Some(Duration::from_secs(20)),
-            priority: 0,
-            on_wait: &mut |_| {},
-        },
-    );
-    match other {
-        Ok(Take::Held(slot)) => gate::quietly(|| slot.release()).expect("release"),
-        other => panic!("the lost token's slot never came back: {other:?}"),
-    }
-    std::fs::write(site.path("release"), "").expect("release");
-    assert_eq!(build.line(), "outcome 0 - - false");
-    assert!(build.end().success());
-    assert_eq!(site.jobs_held(), 0, "nothing held once the tree has ended");
 }
 
 #[test]

@@ -213,20 +213,7 @@ impl Cluster {
     /// answered so far, from their `/metrics` (`grpc_server_handled_total`), summed.
     #[must_use]
     pub fn grpc_calls(&self, method: &str) -> u64 {
-        let wanted = format!("grpc_method=\"{method}\"");
-        self.members
-            .iter()
-            .filter(|m| m.child.is_some())
-            .map(|m| {
-                let metrics = http_get(&m.client, "/metrics")
-                    .unwrap_or_else(|| panic!("no /metrics from {}", m.name));
-                metrics
-                    .lines()
-                    .filter(|l| l.starts_with("grpc_server_handled_total{") && l.contains(&wanted))
-                    .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-                    .sum::<f64>()
-            })
-            .sum::<f64>() as u64
+        self.grpc_counter("grpc_server_handled_total{", method)
     }
 
     /// How many messages of `method` (`LeaseKeepAlive`: one per keepalive sent on a stream)
@@ -234,6 +221,11 @@ impl Cluster {
     /// (`grpc_server_msg_received_total`), summed.
     #[must_use]
     pub fn grpc_messages(&self, method: &str) -> u64 {
+        self.grpc_counter("grpc_server_msg_received_total{", method)
+    }
+
+    /// The counter `name` (with its `{`) of `method`, summed over the live members' `/metrics`.
+    fn grpc_counter(&self, name: &str, method: &str) -> u64 {
         let wanted = format!("grpc_method=\"{method}\"");
         self.members
             .iter()
@@ -243,9 +235,7 @@ impl Cluster {
                     .unwrap_or_else(|| panic!("no /metrics from {}", m.name));
                 metrics
                     .lines()
-                    .filter(|l| {
-                        l.starts_with("grpc_server_msg_received_total{") && l.contains(&wanted)
-                    })
+                    .filter(|l| l.starts_with(name) && l.contains(&wanted))
                     .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
                     .sum::<f64>()
             })
