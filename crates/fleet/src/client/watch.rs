@@ -161,12 +161,82 @@ impl Fleet {
 }
 
 /// Whether `e` says that the member asked could not be reached (rather than that etcd
-/// answered with a refusal).
+/// answered with a refusal). A gRPC status etcd sent carries no source; one the client made
+/// from its own connection's failure does (a refused connect is `UNAVAILABLE`, 14; a
+/// connection that broke under an open request, its member killed, is `UNKNOWN` or
+/// `CANCELLED` with the transport's error as its source): no answer came from etcd.
 fn unreachable(e: &etcd_client::Error) -> bool {
     match e {
         etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
-        // gRPC's UNAVAILABLE (14): what the client says of a member it cannot connect to.
-        etcd_client::Error::GRpcStatus(status) => status.code() as i32 == 14,
+        etcd_client::Error::GRpcStatus(status) => {
+            status.code() as i32 == 14 || std::error::Error::source(status).is_some()
+        }
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unreachable;
+    use etcd_client::{Client, GetOptions};
+    use worklane_testkit::etcd::Cluster;
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a tokio runtime")
+    }
+
+    /// The classification of errors real clients get: a member nobody listens for, a member
+    /// killed under an open connection, and etcd's own refusal.
+    #[test]
+    fn an_error_is_unreachable_only_when_no_answer_came_from_etcd() {
+        let runtime = runtime();
+        // No member listens on the port at all: the connect is refused.
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            listener.local_addr().expect("address").port()
+        };
+        let refused = runtime.block_on(async {
+            let mut client = Client::connect([format!("127.0.0.1:{port}")], None)
+                .await
+                .expect("a client connects lazily");
+            let Err(e) = client.watch("k", None).await else {
+                panic!("a watch opened with nobody listening");
+            };
+            e
+        });
+        assert!(unreachable(&refused), "a refused connect: {refused:?}");
+
+        let mut cluster = Cluster::start();
+        let first = cluster.endpoints().split(',').next().unwrap().to_owned();
+        let (answered, killed) = runtime.block_on(async {
+            let mut client = Client::connect([first], None).await.expect("connect");
+            // etcd's own refusal: a read at a revision it has not reached.
+            let answered = client
+                .get("k", Some(GetOptions::new().with_revision(1 << 40)))
+                .await
+                .expect_err("a future revision is refused");
+            // A watch open on the member's connection, then the member killed.
+            let _open = client.watch("k", None).await.expect("a watch opens");
+            cluster.kill(0);
+            let Err(killed) = client.watch("k", None).await else {
+                panic!("a watch opened on a dead member");
+            };
+            (answered, killed)
+        });
+        assert!(
+            !unreachable(&answered),
+            "etcd answered, with a refusal: {answered:?}"
+        );
+        assert!(unreachable(&killed), "a member killed: {killed:?}");
+
+        // Errors that are not a status: an I/O error is the connection's; an argument the
+        // client refused to send never reached etcd, but says nothing of its members.
+        let io =
+            etcd_client::Error::IoError(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert!(unreachable(&io));
+        assert!(!unreachable(&etcd_client::Error::InvalidArgs("x".into())));
     }
 }
