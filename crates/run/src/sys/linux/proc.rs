@@ -171,3 +171,50 @@ pub(crate) fn tree_use(fifo: &std::path::Path) -> (Option<u32>, Option<u32>) {
     }
     (Some(threads), Some(holders))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// In a pid namespace of its own whose `/proc` is still the outer one's (a container
+    /// started with `unshare --pid` and no `--mount-proc`), a pid read in `/proc` names
+    /// another process: no table is read there and no subreaper is made.
+    #[test]
+    fn a_proc_of_another_pid_namespace_is_not_ours() {
+        use worklane_testkit::Gated;
+        const INSIDE: &str = "WORKLANE_RUN_TEST_OTHER_PID_NAMESPACE";
+        const NAME: &str = "sys::linux::proc::tests::a_proc_of_another_pid_namespace_is_not_ours";
+        if std::env::var_os(INSIDE).is_none() {
+            assert!(proc_is_ours(), "this process's own /proc");
+            assert!(table().is_some(), "its table, read");
+            let mut unshare = std::process::Command::new("unshare");
+            if !rustix::process::geteuid().is_root() {
+                unshare.args(["--user", "--map-root-user"]);
+            }
+            let out = unshare
+                .args(["--pid", "--fork", "--"])
+                .arg(std::env::current_exe().expect("this test"))
+                .args(["--exact", NAME, "--test-threads=1"])
+                .env(INSIDE, "1")
+                .env_remove("WORKLANE_TEST_FORK_STORM")
+                .stdin(std::process::Stdio::null())
+                .output_gated()
+                .expect("run this test in a pid namespace of its own");
+            let said = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && said.contains("1 passed"),
+                "{said}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return;
+        }
+        assert_eq!(
+            rustix::process::getpid().as_raw_nonzero().get(),
+            1,
+            "the first process of its namespace"
+        );
+        assert!(!proc_is_ours(), "/proc numbers the outer namespace's pids");
+        assert!(table().is_none(), "no table from another namespace's /proc");
+        assert!(!become_subreaper());
+    }
+}
