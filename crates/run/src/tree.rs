@@ -285,6 +285,79 @@ mod tests {
         assert!(not_ours.is_none(), "pid 1 is not our child");
     }
 
+    /// Runs test `name` again in a process of its own (this test binary, on that test
+    /// alone, with `ALONE` set) and checks that it passed; returns whether this is the outer
+    /// run (then the test's body is not for this process). For a test that reaps or kills
+    /// every descendant of its process, which in the shared test process would take other
+    /// tests' children.
+    #[cfg(target_os = "linux")]
+    fn ran_alone(name: &str) -> bool {
+        use worklane_testkit::Gated;
+        const ALONE: &str = "WORKLANE_RUN_TEST_TREE_ALONE";
+        if std::env::var_os(ALONE).is_some() {
+            return false;
+        }
+        let out = std::process::Command::new(std::env::current_exe().expect("this test"))
+            .args(["--exact", name, "--test-threads=1"])
+            .env(ALONE, "1")
+            // Its storm's threads would start children that this test would reap or kill.
+            .env_remove("WORKLANE_TEST_FORK_STORM")
+            .stdin(std::process::Stdio::null())
+            .output_gated()
+            .expect("run this test alone");
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && said.contains("1 passed"),
+            "{said}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        true
+    }
+
+    /// `kill_descendants` returns once what it killed has died, not once it has sent the
+    /// signal: the caller's outcome (the run's exit) must come after its processes are gone.
+    /// A shell with 64 children, SIGKILLed on a machine of a few cores: each must be
+    /// scheduled to run its exit, and a fresh look right after the return finds none alive.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn killed_descendants_are_dead_when_the_kill_returns() {
+        use std::os::unix::process::ExitStatusExt;
+        use worklane_testkit::Gated;
+        const NAME: &str = "tree::tests::killed_descendants_are_dead_when_the_kill_returns";
+        const CHILDREN: usize = 64;
+        if ran_alone(NAME) {
+            return;
+        }
+        let ours = rustix::process::getpid()
+            .as_raw_nonzero()
+            .get()
+            .unsigned_abs();
+        // Started through a shell, as commands are: the shell and its children.
+        let mut shell = std::process::Command::new("sh")
+            .args(["-c", &format!("{}wait", "sleep 60 & ".repeat(CHILDREN))])
+            .stdin(std::process::Stdio::null())
+            .spawn_gated()
+            .expect("spawn sh");
+        let live = || {
+            let table = table_with(shell.id()).expect("our table");
+            descendants(ours, &table)
+                .into_iter()
+                .filter(|&pid| table.iter().any(|e| e.pid == pid && e.state != b'Z'))
+                .count()
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while live() < CHILDREN + 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the shell and its {CHILDREN} children within 20 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        kill_descendants(shell.id());
+        assert_eq!(live(), 0, "descendants still alive when the kill returned");
+        assert!(shell.wait().expect("reap the shell").signal().is_some());
+    }
+
     /// `reap_orphans` reaps this process's exited children but `keep` (the command, which
     /// the supervision reaps itself, last: reaped early, its pid could be reused before the
     /// last kill of its group). Run in a process of its own (this test binary again, on this
@@ -293,23 +366,8 @@ mod tests {
     #[test]
     fn exited_orphans_are_reaped_but_the_command_is_kept() {
         use worklane_testkit::Gated;
-        const ALONE: &str = "WORKLANE_RUN_TEST_REAP_ALONE";
         const NAME: &str = "tree::tests::exited_orphans_are_reaped_but_the_command_is_kept";
-        if std::env::var_os(ALONE).is_none() {
-            let out = std::process::Command::new(std::env::current_exe().expect("this test"))
-                .args(["--exact", NAME, "--test-threads=1"])
-                .env(ALONE, "1")
-                // Its storm's threads would start children that this test would reap.
-                .env_remove("WORKLANE_TEST_FORK_STORM")
-                .stdin(std::process::Stdio::null())
-                .output_gated()
-                .expect("run this test alone");
-            let said = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success() && said.contains("1 passed"),
-                "{said}{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+        if ran_alone(NAME) {
             return;
         }
         let start = || {
