@@ -131,16 +131,30 @@ pub(crate) fn has_descendants(child: u32) -> bool {
 /// that the caller's outcome comes after its processes are gone. Only a process the kernel
 /// cannot end (in uninterruptible sleep) outlasts the bound.
 pub(crate) fn kill_descendants(child: u32) {
-    let until = std::time::Instant::now() + KILL_SETTLE;
+    let started = std::time::Instant::now();
     for pass in 0u32.. {
-        if signal_descendants(child, &[rustix::process::Signal::KILL]) == 0
-            || std::time::Instant::now() >= until
-        {
+        let signalled = signal_descendants(child, &[rustix::process::Signal::KILL]);
+        if settled(signalled, started.elapsed()) {
             break;
         }
-        if pass >= 3 {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        std::thread::sleep(pause_after(pass));
+    }
+}
+
+/// Whether [`kill_descendants`] is done after a pass that found `signalled` live descendants,
+/// `elapsed` after its start: none was left to kill, or [`KILL_SETTLE`] has run out.
+fn settled(signalled: usize, elapsed: std::time::Duration) -> bool {
+    signalled == 0 || elapsed >= KILL_SETTLE
+}
+
+/// The pause after [`kill_descendants`]' pass `pass` (from 0) before it looks again: none
+/// after the first three (what was killed is usually dead by then), then 5 ms, so that a
+/// process slow to die is not waited for in a tight loop for up to [`KILL_SETTLE`].
+fn pause_after(pass: u32) -> std::time::Duration {
+    if pass >= 3 {
+        std::time::Duration::from_millis(5)
+    } else {
+        std::time::Duration::ZERO
     }
 }
 
@@ -283,6 +297,26 @@ mod tests {
             "our child under us"
         );
         assert!(not_ours.is_none(), "pid 1 is not our child");
+    }
+
+    #[test]
+    fn the_kill_is_done_when_none_is_left_or_its_time_has_run_out() {
+        let ms = std::time::Duration::from_millis;
+        assert!(settled(0, ms(0)), "nobody left to kill");
+        assert!(settled(0, KILL_SETTLE * 2));
+        assert!(!settled(1, ms(0)), "one killed: look again");
+        assert!(!settled(64, KILL_SETTLE - ms(1)));
+        assert!(settled(1, KILL_SETTLE), "the bound reached");
+        assert!(settled(1, KILL_SETTLE + ms(1)));
+    }
+
+    #[test]
+    fn the_first_looks_after_a_kill_come_at_once_then_every_5_ms() {
+        let ms = std::time::Duration::from_millis;
+        assert_eq!(pause_after(0), ms(0));
+        assert_eq!(pause_after(2), ms(0));
+        assert_eq!(pause_after(3), ms(5));
+        assert_eq!(pause_after(400), ms(5));
     }
 
     /// Runs test `name` again in a process of its own (this test binary, on that test
