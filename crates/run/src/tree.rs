@@ -319,32 +319,22 @@ mod tests {
         assert_eq!(pause_after(400), ms(5));
     }
 
-    /// Runs test `name` again in a process of its own (this test binary, on that test
-    /// alone, with `ALONE` set) and checks that it passed; returns whether this is the outer
-    /// run (then the test's body is not for this process). For a test that reaps or kills
-    /// every descendant of its process, which in the shared test process would take other
-    /// tests' children.
+    /// Runs test `name` again in a process of its own (this test binary, on that test alone)
+    /// unless this is that run; returns whether this is the outer run (then the test's body
+    /// is not for this process). For a test that reaps or kills every descendant of its
+    /// process, which in the shared test process would take other tests' children.
     #[cfg(target_os = "linux")]
     fn ran_alone(name: &str) -> bool {
-        use worklane_testkit::Gated;
         const ALONE: &str = "WORKLANE_RUN_TEST_TREE_ALONE";
         if std::env::var_os(ALONE).is_some() {
             return false;
         }
-        let out = std::process::Command::new(std::env::current_exe().expect("this test"))
-            .args(["--exact", name, "--test-threads=1"])
-            .env(ALONE, "1")
-            // Its storm's threads would start children that this test would reap or kill.
-            .env_remove("WORKLANE_TEST_FORK_STORM")
-            .stdin(std::process::Stdio::null())
-            .output_gated()
-            .expect("run this test alone");
-        let said = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success() && said.contains("1 passed"),
-            "{said}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        worklane_testkit::subject::run_again_as_subject(name, |command| {
+            command
+                .env(ALONE, "1")
+                // Its storm's threads would start children that this test would reap or kill.
+                .env_remove("WORKLANE_TEST_FORK_STORM");
+        });
         true
     }
 

@@ -181,31 +181,31 @@ mod tests {
     /// another process: no table is read there and no subreaper is made.
     #[test]
     fn a_proc_of_another_pid_namespace_is_not_ours() {
-        use worklane_testkit::Gated;
         const INSIDE: &str = "WORKLANE_RUN_TEST_OTHER_PID_NAMESPACE";
         const NAME: &str = "sys::linux::proc::tests::a_proc_of_another_pid_namespace_is_not_ours";
         if std::env::var_os(INSIDE).is_none() {
             assert!(proc_is_ours(), "this process's own /proc");
             assert!(table().is_some(), "its table, read");
-            let mut unshare = std::process::Command::new("unshare");
-            if !rustix::process::geteuid().is_root() {
-                unshare.args(["--user", "--map-root-user"]);
-            }
-            let out = unshare
-                .args(["--pid", "--fork", "--"])
-                .arg(std::env::current_exe().expect("this test"))
-                .args(["--exact", NAME, "--test-threads=1"])
-                .env(INSIDE, "1")
-                .env_remove("WORKLANE_TEST_FORK_STORM")
-                .stdin(std::process::Stdio::null())
-                .output_gated()
-                .expect("run this test in a pid namespace of its own");
-            let said = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success() && said.contains("1 passed"),
-                "{said}{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            // Without --mount-proc: /proc stays the outer namespace's. (As root here; a user
+            // namespace of its own otherwise.)
+            let wrapper: &[&str] = if rustix::process::geteuid().is_root() {
+                &["unshare", "--pid", "--fork", "--kill-child", "--"]
+            } else {
+                &[
+                    "unshare",
+                    "--user",
+                    "--map-root-user",
+                    "--pid",
+                    "--fork",
+                    "--kill-child",
+                    "--",
+                ]
+            };
+            worklane_testkit::subject::run_again_as_subject_through(wrapper, NAME, |command| {
+                command
+                    .env(INSIDE, "1")
+                    .env_remove("WORKLANE_TEST_FORK_STORM");
+            });
             return;
         }
         assert_eq!(
