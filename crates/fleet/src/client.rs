@@ -59,6 +59,12 @@ pub(crate) struct Inner {
     runtime: tokio::runtime::Runtime,
     client: Client,
     endpoints: String,
+    /// Test seam ([`Fleet::lose_answer`]): how many answers from now the one that is lost is
+    /// (0: none), and what happens before the request is sent again.
+    #[cfg(feature = "test-seams")]
+    lose_answer: std::sync::atomic::AtomicU32,
+    #[cfg(feature = "test-seams")]
+    meanwhile: std::sync::Mutex<Option<Arc<dyn Fn() + Send + Sync>>>,
 }
 
 impl Inner {
@@ -79,6 +85,12 @@ impl Inner {
             let mut last = None;
             loop {
                 match tokio::time::timeout_at(deadline, request(self.client.clone())).await {
+                    #[cfg(feature = "test-seams")]
+                    Ok(Ok(_)) if self.answer_lost() => {
+                        last = Some(etcd_client::Error::IoError(std::io::Error::from(
+                            std::io::ErrorKind::ConnectionReset,
+                        )));
+                    }
                     Ok(Ok(value)) => return Ok(value),
                     Ok(Err(e)) => last = Some(e),
                     Err(_) => return Err(last),
@@ -94,6 +106,36 @@ impl Inner {
             doing: doing(),
             source,
         })
+    }
+}
+
+#[cfg(feature = "test-seams")]
+impl Inner {
+    /// Whether the answer just received is to be lost ([`Fleet::lose_answer`]); if so, what
+    /// was to happen meanwhile has happened (on a thread of its own: it may use a connection
+    /// of its own, whose runtime cannot run inside this one's).
+    fn answer_lost(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        let mut lost = false;
+        let _ = self
+            .lose_answer
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                lost = n == 1;
+                n.checked_sub(1)
+            });
+        if lost {
+            let meanwhile = self
+                .meanwhile
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            if let Some(meanwhile) = meanwhile {
+                std::thread::scope(|s| {
+                    s.spawn(|| meanwhile());
+                });
+            }
+        }
+        lost
     }
 }
 
@@ -166,6 +208,10 @@ impl Fleet {
                 runtime,
                 client,
                 endpoints: joined,
+                #[cfg(feature = "test-seams")]
+                lose_answer: std::sync::atomic::AtomicU32::new(0),
+                #[cfg(feature = "test-seams")]
+                meanwhile: std::sync::Mutex::new(None),
             }),
             ttl,
             recheck: RECHECK_EVERY,
@@ -201,6 +247,22 @@ impl Fleet {
     pub fn with_before_budget_write(mut self, hook: Arc<dyn Fn() + Send + Sync>) -> Fleet {
         self.before_budget_write = Some(hook);
         self
+    }
+
+    /// Test seam: the `nth` answer etcd sends from now (1: the next) is lost after etcd has
+    /// applied its request, as when the connection breaks between the two; `meanwhile` runs
+    /// (another host's write, say), then the request is sent again, as one that failed at
+    /// once is.
+    #[cfg(feature = "test-seams")]
+    pub fn lose_answer(&self, nth: u32, meanwhile: impl Fn() + Send + Sync + 'static) {
+        *self
+            .inner
+            .meanwhile
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(meanwhile));
+        self.inner
+            .lose_answer
+            .store(nth, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// The endpoints, comma-separated.

@@ -1151,3 +1151,79 @@ fn a_pool_holder_stopped_between_grant_and_put_past_half_its_ttl_gives_the_place
 fn a_role_claimant_stopped_between_grant_and_put_past_half_its_ttl_gives_the_role_up() {
     a_holder_stopped_between_grant_and_put_does_not_hold("role", "coordinator");
 }
+
+/// A take or claim whose answer is lost after etcd applied it (the connection broke between
+/// the two) is sent again, and its own key, found there, is its own: the place or the role is
+/// held, with the key's create revision as its epoch, even though another host wrote
+/// meanwhile (the answer to the second send is at a later revision). Before, a role claim
+/// found its own key, called itself refused by its own holder and revoked its lease; a take's
+/// epoch was the later revision, which may be another holder's.
+#[test]
+fn a_take_or_claim_whose_answer_was_lost_holds_with_its_own_key_s_epoch() {
+    let cluster = Cluster::start();
+    let fleet = connect(&cluster);
+    fleet.set_cap("agents", 2).expect("set cap");
+    let another = move |cluster_endpoints: String| {
+        move || {
+            let endpoints: Vec<String> = cluster_endpoints.split(',').map(str::to_owned).collect();
+            let other = worklane_fleet::Fleet::connect(&endpoints, Duration::from_secs(5))
+                .expect("another host connects");
+            other.set_cap("elsewhere", 1).expect("another host writes");
+        }
+    };
+    // The answers: the lease's grant (1), the transaction (2).
+    fleet.lose_answer(2, another(cluster.endpoints()));
+    let taken = take_now(&fleet);
+    let worklane_fleet::Taken::Held(hold) = taken else {
+        panic!("its own place is held: {taken:?}")
+    };
+    let status = fleet.status("agents").expect("status");
+    assert_eq!(status.keys.len(), 1, "one key, put once: {status:?}");
+    assert_eq!(hold.key(), status.keys[0].key);
+    assert_eq!(
+        hold.epoch(),
+        status.keys[0].create_revision,
+        "the epoch is its key's revision, not the later answer's"
+    );
+
+    let me = worklane_fleet::Holder::this_process("test", "2026-12-07T00:00:00.000Z".into());
+    fleet.lose_answer(2, another(cluster.endpoints()));
+    let claimed = fleet
+        .claim_role(
+            "leader",
+            &me,
+            worklane_fleet::Wait {
+                timeout: Some(Duration::ZERO),
+                on_wait: &mut |_| {},
+            },
+        )
+        .expect("claim");
+    let worklane_fleet::Taken::Held(role) = claimed else {
+        panic!("the role it put is held, not refused by itself: {claimed:?}")
+    };
+    let later = fleet
+        .claim_role(
+            "leader",
+            &me,
+            worklane_fleet::Wait {
+                timeout: Some(Duration::ZERO),
+                on_wait: &mut |_| {},
+            },
+        )
+        .expect("claim again");
+    let worklane_fleet::Taken::Refused(worklane_fleet::Refusal::RoleHeld { .. }) = later else {
+        panic!("the role is still held, by the first claim: {later:?}")
+    };
+    // The writes after the role's put: the other host's (one revision), then this take's.
+    let next = take_now(&fleet);
+    let worklane_fleet::Taken::Held(next) = next else {
+        panic!("the second place is free: {next:?}")
+    };
+    assert_eq!(
+        role.epoch(),
+        next.epoch() - 2,
+        "the role's epoch is its key's revision, not the later answer's: {role:?} {next:?}"
+    );
+    let mut role = role;
+    role.pulse().expect("still held");
+}

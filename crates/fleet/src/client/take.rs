@@ -98,13 +98,17 @@ impl Fleet {
         let what = format!("pool {pool}");
         let (lease, ttl, granted) = self.grant(&what)?;
         let key = keys::pool_holder(pool, &format!("{lease:016x}"));
+        // The key is named after the lease: present already, it is this take's own, put by
+        // an earlier send of this request whose answer was lost (the connection broke after
+        // etcd applied it), and its create revision is the epoch.
         let put = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(
                 key.clone(),
                 holder.to_bytes(),
                 Some(etcd_client::PutOptions::new().with_lease(lease)),
-            )]);
+            )])
+            .or_else([TxnOp::get(key.clone(), None)]);
         let put = self.inner.call(
             || Doing::JoiningPool {
                 pool: pool.to_owned(),
@@ -115,7 +119,8 @@ impl Fleet {
             },
         );
         let epoch = match put {
-            Ok(r) => r.header().map_or(0, |h| h.revision()),
+            Ok(r) if r.succeeded() => r.header().map_or(0, |h| h.revision()),
+            Ok(r) => own_key_created(&r, lease).unwrap_or(0),
             Err(e) => {
                 self.revoke(lease);
                 return Err(e.into());
@@ -237,8 +242,11 @@ impl Fleet {
                     return Err(e.into());
                 }
             };
-            if response.succeeded() {
-                let epoch = response.header().map_or(0, |h| h.revision());
+            // The key under this claim's own lease: put by an earlier send of this request
+            // whose answer was lost (the connection broke after etcd applied it). Held.
+            let own = own_key_created(&response, lease);
+            if response.succeeded() || own.is_some() {
+                let epoch = own.unwrap_or_else(|| response.header().map_or(0, |h| h.revision()));
                 let hold = Hold::new(self.clone(), what, key, lease, ttl, epoch, granted);
                 // As a take does: a claimant stopped past half the TTL since its grant must
                 // not report the role held (etcd may expire the lease before the halt rule,
@@ -279,6 +287,19 @@ impl Fleet {
             }));
         }
     }
+}
+
+/// The create revision of the key a transaction's `get` found, if that key is attached to
+/// `lease` (so was written by the holder of that lease: this process).
+fn own_key_created(response: &etcd_client::TxnResponse, lease: i64) -> Option<i64> {
+    response.op_responses().into_iter().find_map(|op| match op {
+        TxnOpResponse::Get(get) => get
+            .kvs()
+            .first()
+            .filter(|kv| kv.lease() == lease)
+            .map(etcd_client::KeyValue::create_revision),
+        _ => None,
+    })
 }
 
 /// How long a waiter may wait now before it must look again: until its timeout (`None`:
