@@ -80,11 +80,15 @@
 //!   `Fleet::with_recheck` sets it, never below `POLL_EVERY`). A take whose read says it
 //!   holds first applies the halt rule (`Hold::check`, the network-free part of `pulse`): a
 //!   waiter suspended past TTL/2 fails instead of reporting a place its lease may lose any
-//!   moment.
+//!   moment. A take's or claim's transaction sent again after its answer was lost finds its
+//!   own key (under its own lease, `own_key_created`): held, with that key's create revision
+//!   as the epoch, never the later header's.
 //! - `client/watch.rs`: `Changes` watches the pool's prefix (`keys::pool_root`) or the role's
 //!   key from the revision after its last read, and `wait_for_change` wakes the waiter on an
 //!   event, or after `POLL_EVERY` while etcd refuses a watch. A watch that breaks, or whose
-//!   member cannot be reached, is opened again after `POLL_EVERY` from the same revision,
+//!   member cannot be reached (`unreachable`: no answer came from etcd, a gRPC status the
+//!   client made from its own connection's failure included), is opened again after
+//!   `POLL_EVERY` from the same revision,
 //!   without reading (a claim sent as its member, the leader, dies would fall in the election
 //!   and fail after `REQUEST_TIMEOUT`).
 //! - `client/hold.rs`: `Hold` (`epoch` = the key's create revision, `pulse`, `release`;
