@@ -718,20 +718,7 @@ fn a_place_whose_lease_etcd_revoked_is_lost_at_the_next_keepalive() {
         panic!("the free place is taken: {taken:?}")
     };
     hold.pulse().expect("a first keepalive, confirmed");
-    // The operator's revoke, by etcd's own client.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let endpoints: Vec<String> = cluster.endpoints().split(',').map(str::to_owned).collect();
-    runtime.block_on(async {
-        let mut client = etcd_client::Client::connect(&endpoints, None)
-            .await
-            .expect("connect");
-        let got = client.get(hold.key(), None).await.expect("get");
-        let lease = got.kvs().first().expect("the key").lease();
-        client.lease_revoke(lease).await.expect("revoke");
-    });
+    revoke_as_an_operator(&cluster, hold.key());
     // The next keepalive is due within a sixth of the TTL (5 s): a watchdog of 10 s.
     let deadline = Instant::now() + Duration::from_secs(10);
     let lost = loop {
@@ -1226,4 +1213,76 @@ fn a_take_or_claim_whose_answer_was_lost_holds_with_its_own_key_s_epoch() {
     );
     let mut role = role;
     role.pulse().expect("still held");
+}
+
+/// Revokes the lease of `key` by etcd's own client, as an operator would.
+fn revoke_as_an_operator(cluster: &Cluster, key: &str) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let endpoints: Vec<String> = cluster.endpoints().split(',').map(str::to_owned).collect();
+    runtime.block_on(async {
+        let mut client = etcd_client::Client::connect(&endpoints, None)
+            .await
+            .expect("connect");
+        let got = client.get(key, None).await.expect("get");
+        let lease = got.kvs().first().expect("the key").lease();
+        client.lease_revoke(lease).await.expect("revoke");
+    });
+}
+
+/// A place whose lease is revoked before its first keepalive is lost at that keepalive, and
+/// at every one after: the keepalive stream's opening is itself a keepalive, which etcd
+/// answers with TTL 0 (the client reports it as an error, not an answer). Before, that was
+/// taken for no answer, and the holder held on until half its TTL had gone unconfirmed.
+#[test]
+fn a_place_revoked_before_its_first_keepalive_is_lost_at_that_keepalive() {
+    let cluster = Cluster::start();
+    let fleet = connect(&cluster);
+    fleet.set_cap("agents", 1).expect("set cap");
+    let taken = take_now(&fleet);
+    let worklane_fleet::Taken::Held(mut hold) = taken else {
+        panic!("the free place is taken: {taken:?}")
+    };
+    revoke_as_an_operator(&cluster, hold.key());
+    for pulse in 0..2 {
+        let lost = hold.pulse().expect_err("etcd says the lease is gone");
+        assert!(
+            matches!(lost, worklane_fleet::Lost::Expired { .. }),
+            "pulse {pulse}: etcd said the lease is gone, which is not unconfirmed: {lost:?}"
+        );
+    }
+}
+
+/// A keepalive that gets no answer ends with the halt rule applied again, not only before it
+/// was sent: a pulse started just before half the TTL whose keepalive then waits its whole
+/// budget (TTL/10, here 500 ms: every member is stopped) finds half the TTL passed and gives
+/// the place up, rather than saying it still holds until the next pulse.
+#[test]
+fn a_keepalive_unanswered_past_half_the_ttl_gives_the_place_up_at_once() {
+    let cluster = Cluster::start();
+    let fleet = connect(&cluster);
+    fleet.set_cap("agents", 1).expect("set cap");
+    let taken = take_now(&fleet);
+    let worklane_fleet::Taken::Held(mut hold) = taken else {
+        panic!("the free place is taken: {taken:?}")
+    };
+    hold.pulse().expect("a keepalive, confirmed");
+    let confirmed = Instant::now();
+    // Half the TTL (5 s) is 2.5 s after the confirmed keepalive was sent: start the last
+    // pulse 200 ms before it (later is fine too: the rule then applies before sending).
+    std::thread::sleep(Duration::from_millis(2300).saturating_sub(confirmed.elapsed()));
+    for member in 0..3 {
+        cluster.pause(member);
+    }
+    let lost = hold.pulse();
+    for member in 0..3 {
+        cluster.resume(member);
+    }
+    let lost = lost.expect_err("half the TTL passed while the keepalive waited");
+    assert!(
+        matches!(lost, worklane_fleet::Lost::Unconfirmed { .. }),
+        "{lost:?}"
+    );
 }

@@ -303,6 +303,26 @@ impl Cluster {
         revision
     }
 
+    /// SIGSTOPs member `i` (it answers nothing, keeping its connections open, until
+    /// [`Cluster::resume`]).
+    pub fn pause(&self, i: usize) {
+        self.signal(i, rustix::process::Signal::STOP);
+    }
+
+    /// SIGCONTs member `i`.
+    pub fn resume(&self, i: usize) {
+        self.signal(i, rustix::process::Signal::CONT);
+    }
+
+    fn signal(&self, i: usize, signal: rustix::process::Signal) {
+        let child = self.members[i].child.as_ref().expect("a live member");
+        let pid = i32::try_from(child.id())
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+            .expect("a member's pid");
+        rustix::process::kill_process(pid, signal).expect("signal a member");
+    }
+
     /// SIGKILLs member `i`.
     pub fn kill(&mut self, i: usize) {
         if let Some(mut child) = self.members[i].child.take() {

@@ -120,16 +120,25 @@ impl Hold {
             tokio::time::timeout(budget, async {
                 let (mut keeper, mut stream) = match keeper {
                     Some(pair) => pair,
-                    None => inner.client.clone().lease_keep_alive(lease).await?,
+                    // Opening the stream sends a first keepalive and reads its answer: a TTL
+                    // of 0 there is etcd saying the lease is gone, which the client reports
+                    // as this error (and no stream).
+                    None => match inner.client.clone().lease_keep_alive(lease).await {
+                        Ok(pair) => pair,
+                        Err(etcd_client::Error::LeaseKeepAliveError(_)) => {
+                            return Ok((Some(0), None));
+                        }
+                        Err(e) => return Err(e),
+                    },
                 };
                 keeper.keep_alive().await?;
                 let answer = stream.message().await?;
-                Ok::<_, etcd_client::Error>((answer.map(|a| a.ttl()), (keeper, stream)))
+                Ok::<_, etcd_client::Error>((answer.map(|a| a.ttl()), Some((keeper, stream))))
             })
             .await
         });
         match outcome {
-            Ok(Ok((Some(ttl), pair))) if ttl > 0 => {
+            Ok(Ok((Some(ttl), Some(pair)))) if ttl > 0 => {
                 self.keeper = Some(pair);
                 self.confirmed = sent;
                 Ok(())
@@ -138,13 +147,13 @@ impl Hold {
                 what: self.what.clone(),
             }),
             // No answer, an error or a closed stream: a new stream next time, and the halt
-            // rule decides.
+            // rule decides, now (the keepalive may have waited its whole budget past it).
             _ => {
                 log::debug!(
                     "fleet keepalive of {} not confirmed; trying again",
                     self.what
                 );
-                Ok(())
+                self.check()
             }
         }
     }
