@@ -69,8 +69,9 @@ pub(crate) struct Inner {
 
 impl Inner {
     /// Runs one request, made by `request` from a client handle, with the deadline. A request
-    /// that fails at once (an endpoint that is down: the client balances over all of them)
-    /// is tried again, every 50 ms, until the deadline.
+    /// that fails at once for want of an answer (an endpoint that is down: the client
+    /// balances over all of them) is tried again, every 50 ms, until the deadline; one etcd
+    /// refused fails at once.
     pub(crate) fn call<T, F, Fut>(
         &self,
         doing: impl FnOnce() -> Doing,
@@ -92,7 +93,13 @@ impl Inner {
                         )));
                     }
                     Ok(Ok(value)) => return Ok(value),
-                    Ok(Err(e)) => last = Some(e),
+                    Ok(Err(e)) => {
+                        let again = worth_another_try(&e);
+                        last = Some(e);
+                        if !again {
+                            return Err(last);
+                        }
+                    }
                     Err(_) => return Err(last),
                 }
                 if !room_for_another_try(tokio::time::Instant::now(), deadline) {
@@ -137,6 +144,39 @@ impl Inner {
         }
         lost
     }
+}
+
+/// Whether `e` says that the member asked could not be reached, or did not answer in time
+/// (rather than that etcd answered with a refusal). A gRPC status etcd sent carries no
+/// source; one the client made from its own connection's failure does (a refused connect is
+/// `UNAVAILABLE`, 14; a connection that broke under an open request, its member killed, is
+/// `UNKNOWN` or `CANCELLED` with the transport's error as its source). The client's own
+/// timeout is `CANCELLED` (1) without a source, and a deadline `DEADLINE_EXCEEDED` (4): no
+/// answer either.
+pub(crate) fn unreachable(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        etcd_client::Error::GRpcStatus(status) => {
+            matches!(status.code() as i32, 1 | 4 | 14)
+                || std::error::Error::source(status).is_some()
+        }
+        _ => false,
+    }
+}
+
+/// Whether a request that failed with `e` is worth sending again: no answer came from etcd
+/// (a member down or its connection broken: the client may reach another; etcd's own "no
+/// leader" and "timed out" are `UNAVAILABLE` too), or etcd said it has too many requests
+/// (`RESOURCE_EXHAUSTED`, 8). Any other answer is etcd's refusal, the same the next time.
+fn worth_another_try(e: &etcd_client::Error) -> bool {
+    unreachable(e)
+        || matches!(e, etcd_client::Error::GRpcStatus(status) if status.code() as i32 == 8)
+}
+
+/// Whether `e` is etcd saying that a lease does not exist (`NOT_FOUND`, 5: it expired, or was
+/// revoked; etcd answers nothing else with that code).
+pub(crate) fn lease_not_found(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(status) if status.code() as i32 == 5)
 }
 
 /// The pause before a request that failed at once is sent again.

@@ -1286,3 +1286,130 @@ fn a_keepalive_unanswered_past_half_the_ttl_gives_the_place_up_at_once() {
         "{lost:?}"
     );
 }
+
+/// A release whose answer was lost after etcd applied it is sent again and finds the lease
+/// gone: released, at once (one more revoke, not 2 s of them), not an error saying etcd did
+/// not answer.
+#[test]
+fn a_release_whose_answer_was_lost_is_released() {
+    let cluster = Cluster::start();
+    let fleet = connect(&cluster);
+    fleet.set_cap("agents", 1).expect("set cap");
+    let taken = take_now(&fleet);
+    let worklane_fleet::Taken::Held(hold) = taken else {
+        panic!("the free place is taken: {taken:?}")
+    };
+    let revokes = cluster.grpc_calls("LeaseRevoke");
+    fleet.lose_answer(1, || {});
+    hold.release().expect("released: the lease is gone");
+    assert_eq!(
+        cluster.grpc_calls("LeaseRevoke") - revokes,
+        2,
+        "the revoke applied, and the one sent again, refused at once"
+    );
+    assert!(fleet.status("agents").expect("status").keys.is_empty());
+}
+
+/// A request etcd refuses fails at once and says etcd refused, with etcd's reason: a lease
+/// longer than etcd grants (`--fleet-ttl` of 300 years) is asked for once, not for 2 s as
+/// if no member answered.
+#[test]
+fn a_request_etcd_refuses_fails_at_once_saying_so() {
+    let cluster = Cluster::start();
+    let endpoints: Vec<String> = cluster.endpoints().split(',').map(str::to_owned).collect();
+    let fleet = worklane_fleet::Fleet::connect(&endpoints, Duration::from_secs(10_000_000_000))
+        .expect("connect");
+    fleet.set_cap("agents", 1).expect("set cap");
+    let grants = cluster.grpc_calls("LeaseGrant");
+    let refused = fleet
+        .take(
+            "agents",
+            &worklane_fleet::Holder::this_process("test", "2026-12-07T00:00:00.000Z".into()),
+            worklane_fleet::Wait {
+                timeout: Some(Duration::ZERO),
+                on_wait: &mut |_| {},
+            },
+        )
+        .expect_err("etcd grants no such lease");
+    assert_eq!(cluster.grpc_calls("LeaseGrant") - grants, 1, "asked once");
+    let said = format!(
+        "{refused}: {}",
+        std::error::Error::source(&refused).map_or(String::new(), |s| s.to_string())
+    );
+    assert!(
+        said.contains("refused while granting") && said.contains("too large lease TTL"),
+        "{said}"
+    );
+}
+
+static EXPIRE_AT_GRANT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Revokes every lease in the cluster named by [`EXPIRE_AT_GRANT`]: a lease that expires
+/// between its grant and its use (the taker stopped past its TTL there).
+fn expire_every_lease() {
+    let endpoints: Vec<String> = EXPIRE_AT_GRANT
+        .get()
+        .expect("the cluster")
+        .split(',')
+        .map(str::to_owned)
+        .collect();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let mut client = etcd_client::Client::connect(&endpoints, None)
+            .await
+            .expect("connect");
+        let leases = client.leases().await.expect("leases");
+        for lease in leases.leases() {
+            client.lease_revoke(lease.id()).await.expect("revoke");
+        }
+    });
+}
+
+/// A take or claim whose lease is gone before its put (the taker stopped past its TTL
+/// between the two) is given up at once, saying the lease expired, rather than failing
+/// after 2 s of puts etcd refuses as if it did not answer.
+#[test]
+fn a_take_whose_lease_expired_before_its_put_is_given_up_at_once() {
+    let cluster = Cluster::start();
+    EXPIRE_AT_GRANT
+        .set(cluster.endpoints())
+        .expect("one test uses it");
+    let fleet = connect(&cluster);
+    fleet.set_cap("agents", 1).expect("set cap");
+    let fleet = fleet.with_after_grant(expire_every_lease);
+    let me = worklane_fleet::Holder::this_process("test", "2026-12-07T00:00:00.000Z".into());
+    let txns = cluster.grpc_calls("Txn");
+    let taken = fleet
+        .take(
+            "agents",
+            &me,
+            worklane_fleet::Wait {
+                timeout: Some(Duration::ZERO),
+                on_wait: &mut |_| {},
+            },
+        )
+        .expect_err("its lease is gone");
+    let claimed = fleet
+        .claim_role(
+            "leader",
+            &me,
+            worklane_fleet::Wait {
+                timeout: Some(Duration::ZERO),
+                on_wait: &mut |_| {},
+            },
+        )
+        .expect_err("its lease is gone");
+    for given_up in [taken, claimed] {
+        assert!(
+            matches!(
+                given_up,
+                worklane_fleet::Error::GivenUp(worklane_fleet::Lost::Expired { .. })
+            ),
+            "{given_up:?}"
+        );
+    }
+    assert_eq!(cluster.grpc_calls("Txn") - txns, 2, "one put each");
+}

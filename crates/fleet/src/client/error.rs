@@ -95,9 +95,9 @@ impl std::fmt::Display for Doing {
     }
 }
 
-/// A request etcd did not answer, or answered with an error: what was being done, where.
+/// A request etcd did not answer, or refused: what was being done, where.
 #[derive(Debug, thiserror::Error)]
-#[error("etcd at {endpoints} did not answer while {doing}")]
+#[error("etcd at {endpoints} {} while {doing}", if self.refused() { "refused" } else { "did not answer" })]
 pub struct Unavailable {
     /// The endpoints, comma-separated.
     pub endpoints: String,
@@ -106,6 +106,17 @@ pub struct Unavailable {
     /// The client's error, or `None` on a timeout.
     #[source]
     pub source: Option<etcd_client::Error>,
+}
+
+impl Unavailable {
+    /// Whether etcd answered, with a refusal (its reason is the source), rather than not at
+    /// all.
+    #[must_use]
+    pub fn refused(&self) -> bool {
+        self.source
+            .as_ref()
+            .is_some_and(|e| !crate::client::unreachable(e))
+    }
 }
 
 /// Errors of taking or claiming ([`Fleet::take`](crate::Fleet::take),

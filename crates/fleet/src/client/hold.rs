@@ -179,18 +179,21 @@ impl Hold {
         Ok(())
     }
 
-    /// Gives the place up: the lease is revoked, which removes the key.
+    /// Gives the place up: the lease is revoked, which removes the key. A lease etcd no longer
+    /// has (it expired, or an earlier send of this revoke was applied and its answer lost) is
+    /// released already.
     pub fn release(mut self) -> Result<(), Unavailable> {
         self.released = true;
         let what = self.what.clone();
         let lease = self.lease;
-        self.fleet
-            .inner
-            .call(
-                || Doing::Releasing { what },
-                |mut c| async move { c.lease_revoke(lease).await },
-            )
-            .map(drop)
+        match self.fleet.inner.call(
+            || Doing::Releasing { what },
+            |mut c| async move { c.lease_revoke(lease).await },
+        ) {
+            Ok(_) => Ok(()),
+            Err(e) if e.source.as_ref().is_some_and(super::lease_not_found) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     pub(super) fn abandon(&mut self) {

@@ -121,6 +121,11 @@ impl Fleet {
         let epoch = match put {
             Ok(r) if r.succeeded() => r.header().map_or(0, |h| h.revision()),
             Ok(r) => own_key_created(&r, lease).unwrap_or(0),
+            // The lease expired between its grant and the put (this process was stopped
+            // past its TTL): nothing to revoke, nothing held.
+            Err(e) if e.source.as_ref().is_some_and(super::lease_not_found) => {
+                return Err(Error::GivenUp(Lost::Expired { what }));
+            }
             Err(e) => {
                 self.revoke(lease);
                 return Err(e.into());
@@ -237,6 +242,9 @@ impl Fleet {
                 },
             ) {
                 Ok(r) => r,
+                Err(e) if e.source.as_ref().is_some_and(super::lease_not_found) => {
+                    return Err(Error::GivenUp(Lost::Expired { what }));
+                }
                 Err(e) => {
                     self.revoke(lease);
                     return Err(e.into());

@@ -2,7 +2,7 @@
 //! revision after the waiter's last read, and [`Fleet::wait_for_change`] waits on it, opening
 //! it again when it breaks and polling when etcd refuses it.
 
-use super::{Fleet, POLL_EVERY, REQUEST_TIMEOUT};
+use super::{Fleet, POLL_EVERY, REQUEST_TIMEOUT, unreachable};
 use etcd_client::{WatchOptions, WatchStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -160,24 +160,9 @@ impl Fleet {
     }
 }
 
-/// Whether `e` says that the member asked could not be reached (rather than that etcd
-/// answered with a refusal). A gRPC status etcd sent carries no source; one the client made
-/// from its own connection's failure does (a refused connect is `UNAVAILABLE`, 14; a
-/// connection that broke under an open request, its member killed, is `UNKNOWN` or
-/// `CANCELLED` with the transport's error as its source): no answer came from etcd.
-fn unreachable(e: &etcd_client::Error) -> bool {
-    match e {
-        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
-        etcd_client::Error::GRpcStatus(status) => {
-            status.code() as i32 == 14 || std::error::Error::source(status).is_some()
-        }
-        _ => false,
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::unreachable;
+    use crate::client::unreachable;
     use etcd_client::{Client, GetOptions};
     use worklane_testkit::etcd::Cluster;
 
