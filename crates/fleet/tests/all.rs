@@ -1413,3 +1413,88 @@ fn a_take_whose_lease_expired_before_its_put_is_given_up_at_once() {
     }
     assert_eq!(cluster.grpc_calls("Txn") - txns, 2, "one put each");
 }
+
+static FULL_AT_GRANT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Raises etcd's "no space" alarm in the cluster named by [`FULL_AT_GRANT`]: its database
+/// full, etcd refuses every write from then on.
+fn fill_the_database() {
+    let endpoints: Vec<String> = FULL_AT_GRANT
+        .get()
+        .expect("the cluster")
+        .split(',')
+        .map(str::to_owned)
+        .collect();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let mut client = etcd_client::Client::connect(&endpoints, None)
+            .await
+            .expect("connect");
+        let member = client
+            .status()
+            .await
+            .expect("status")
+            .header()
+            .expect("a header")
+            .member_id();
+        let mut options = etcd_client::AlarmOptions::new();
+        options.with_member(member);
+        client
+            .alarm(
+                etcd_client::AlarmAction::Activate,
+                etcd_client::AlarmType::Nospace,
+                Some(options),
+            )
+            .await
+            .expect("raise the alarm");
+    });
+}
+
+/// A take or claim whose put etcd refuses for another reason than its lease (a database
+/// full) fails naming etcd's reason: only a lease etcd no longer has gives the place up.
+#[test]
+fn a_put_refused_for_a_full_database_is_an_error_naming_it_not_a_lost_lease() {
+    let cluster = Cluster::start();
+    FULL_AT_GRANT
+        .set(cluster.endpoints())
+        .expect("one test uses it");
+    let fleet = connect(&cluster);
+    fleet.set_cap("agents", 1).expect("set cap");
+    let fleet = fleet.with_after_grant(fill_the_database);
+    let me = worklane_fleet::Holder::this_process("test", "2026-12-07T00:00:00.000Z".into());
+    let taken = fleet
+        .take(
+            "agents",
+            &me,
+            worklane_fleet::Wait {
+                timeout: Some(Duration::ZERO),
+                on_wait: &mut |_| {},
+            },
+        )
+        .expect_err("the database is full");
+    let claimed = fleet
+        .claim_role(
+            "leader",
+            &me,
+            worklane_fleet::Wait {
+                timeout: Some(Duration::ZERO),
+                on_wait: &mut |_| {},
+            },
+        )
+        .expect_err("the database is full");
+    for refused in [taken, claimed] {
+        let worklane_fleet::Error::Unavailable(refused) = refused else {
+            panic!("etcd refused the put, no lease was lost: {refused:?}")
+        };
+        let reason = refused.source.as_ref().map(ToString::to_string);
+        assert!(
+            reason
+                .as_deref()
+                .is_some_and(|r| r.contains("database space exceeded")),
+            "{refused:?}"
+        );
+    }
+}
