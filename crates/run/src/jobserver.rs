@@ -210,6 +210,12 @@ impl Jobserver {
         rustix::io::ioctl_fionbio(&keep_recv, true).map_err(io("the keeper socket"))?;
         let mut inherit = vec![crate::supervise::inheritable(&keep_tree)?];
         drop(keep_tree);
+        // The directory's lock, inherited too: a flock is the open file's, so it stays held
+        // while any process of the tree lives, and a sweep by another build never removes
+        // the FIFO of a tree that outlived its killed supervisor.
+        if let Some(dir_lock) = &dir_lock {
+            inherit.push(crate::supervise::inheritable(dir_lock)?);
+        }
         let tokens = share.saturating_sub(1);
         let shown_share = Some(share).filter(|&s| s < u32::MAX);
         let auth = match style {
@@ -354,8 +360,10 @@ impl Jobserver {
     }
 
     /// The descriptors the command must inherit (not close-on-exec; given away once): the
-    /// keeper socket's end, then with [`Style::Fds`] the FIFO's read and write ends that
-    /// `MAKEFLAGS` names.
+    /// keeper socket's end, the private directory's lock (held while any process of the tree
+    /// lives, so that no other build's sweep removes the FIFO of a tree that outlived its
+    /// supervisor), then with [`Style::Fds`] the FIFO's read and write ends that `MAKEFLAGS`
+    /// names.
     pub fn inherit(&mut self) -> Vec<OwnedFd> {
         std::mem::take(&mut self.inherit)
     }

@@ -289,6 +289,58 @@ fn a_killed_supervisor_frees_no_job_slot_its_build_still_uses() {
     );
 }
 
+/// A build whose supervisor was killed keeps its FIFO while it runs on: another build's sweep
+/// of the directories killed supervisors left (a minute old, their lock free) passes over
+/// it, since the tree inherited the directory's lock. Before, the lock died with the
+/// supervisor and the next `--jobs` start removed the FIFO the live build's clients open.
+#[test]
+fn a_build_that_outlived_its_killed_supervisor_keeps_its_fifo_through_another_build_s_sweep() {
+    let site = Site::with_caps(2, 3);
+    let tmp = site.path("tmp");
+    std::fs::create_dir(&tmp).expect("a temp directory of its own");
+    let client = r#"
+        trap '' TERM
+        printf '%s' "$WORKLANE_JOBSERVER" > "$T/fifo"
+        while [ ! -e "$T/release" ]; do sleep 0.02; done
+    "#;
+    let build = |options: &[&str], script: &str| {
+        let mut args = vec!["slot"];
+        args.extend_from_slice(options);
+        let mut cmd = site.holder_command(&args);
+        cmd.args(["--", "sh", "-c", script])
+            .env("T", site.temp.path())
+            .env("TMPDIR", &tmp)
+            .current_dir(site.temp.path())
+            .stdin(Stdio::null());
+        Holder::start(&mut cmd)
+    };
+    let mut first = build(&["--jobs", "--jobs-style=fifo"], client);
+    assert_eq!(first.line(), "held agent-0.lock");
+    assert!(
+        eventually(|| site.path("fifo").exists()),
+        "the client says where its FIFO is"
+    );
+    let fifo = PathBuf::from(std::fs::read_to_string(site.path("fifo")).expect("the path"));
+    first.signal(rustix::process::Signal::KILL);
+    let _ = first.end();
+    // Its directory made to look two minutes old, as after a long build.
+    let dir = fifo.parent().expect("the FIFO's directory");
+    let old = std::time::SystemTime::now() - Duration::from_secs(120);
+    std::fs::File::open(dir)
+        .and_then(|d| d.set_modified(old))
+        .expect("age the directory");
+    let mut second = build(&["--jobs", "--jobs-style=fifo"], "true");
+    assert_eq!(second.line(), "held agent-1.lock");
+    assert!(second.end().success());
+    let kept = std::fs::symlink_metadata(&fifo);
+    std::fs::write(site.path("release"), "").expect("release");
+    use std::os::unix::fs::FileTypeExt;
+    assert!(
+        kept.is_ok_and(|m| m.file_type().is_fifo()),
+        "the live build's FIFO was removed by the other build's sweep"
+    );
+}
+
 /// A client of the jobserver reads a token, waits for the next standby, writes its token back,
 /// then waits until the jobserver has read the surplus back (one byte waits in the FIFO).
 const RETURN_ONE: &str = r#"python3 - "$WORKLANE_JOBSERVER" <<'EOF'
@@ -373,8 +425,9 @@ fn a_jobserver_run_by_hand_gives_its_fifo_and_descriptors_once_and_removes_them_
             .collect();
         assert_eq!(
             fds.len(),
-            if style == "fds" { 3 } else { 1 },
-            "{style}: the keeper socket's end, and the FIFO's two with descriptors: {inherit}"
+            if style == "fds" { 4 } else { 2 },
+            "{style}: the keeper socket's end, the directory's lock, and the FIFO's two with \
+             descriptors: {inherit}"
         );
         assert_eq!(server.line(), "inherit again 0", "given away once");
         let mut env = Vec::new();
@@ -386,7 +439,7 @@ fn a_jobserver_run_by_hand_gives_its_fifo_and_descriptors_once_and_removes_them_
             env.push(line);
         }
         let auth = if style == "fds" {
-            format!("{},{}", fds[1], fds[2])
+            format!("{},{}", fds[2], fds[3])
         } else {
             format!("fifo:{}", fifo.display())
         };
