@@ -1427,8 +1427,14 @@ fn a_take_whose_lease_expired_before_its_put_is_given_up_at_once() {
 static FULL_AT_GRANT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// Raises etcd's "no space" alarm in the cluster named by [`FULL_AT_GRANT`]: its database
-/// full, etcd refuses every write from then on.
+/// full, etcd refuses every write from then on (a lease's grant included).
 fn fill_the_database() {
+    database_alarm(etcd_client::AlarmAction::Activate);
+}
+
+/// Raises or clears the "no space" alarm of a member of the cluster named by
+/// [`FULL_AT_GRANT`].
+fn database_alarm(action: etcd_client::AlarmAction) {
     let endpoints: Vec<String> = FULL_AT_GRANT
         .get()
         .expect("the cluster")
@@ -1453,13 +1459,9 @@ fn fill_the_database() {
         let mut options = etcd_client::AlarmOptions::new();
         options.with_member(member);
         client
-            .alarm(
-                etcd_client::AlarmAction::Activate,
-                etcd_client::AlarmType::Nospace,
-                Some(options),
-            )
+            .alarm(action, etcd_client::AlarmType::Nospace, Some(options))
             .await
-            .expect("raise the alarm");
+            .expect("raise or clear the alarm");
     });
 }
 
@@ -1485,6 +1487,8 @@ fn a_put_refused_for_a_full_database_is_an_error_naming_it_not_a_lost_lease() {
             },
         )
         .expect_err("the database is full");
+    // Cleared, so that the claim's grant goes through and its put meets the alarm again.
+    database_alarm(etcd_client::AlarmAction::Deactivate);
     let claimed = fleet
         .claim_role(
             "leader",
