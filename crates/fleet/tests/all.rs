@@ -107,9 +107,7 @@ fn epoch(line: &str) -> i64 {
 }
 
 fn set_cap(cluster: &Cluster, pool: &str, cap: u32) {
-    let endpoints: Vec<String> = cluster.endpoints().split(',').map(str::to_owned).collect();
-    let fleet =
-        worklane_fleet::Fleet::connect(&endpoints, Duration::from_secs(2)).expect("connect");
+    let fleet = connect_to(&cluster.endpoints(), Duration::from_secs(2));
     fleet.set_cap(pool, cap).expect("set cap");
 }
 
@@ -345,9 +343,7 @@ fn stopping_the_whole_cluster_halts_every_holder_and_admits_nobody() {
 #[test]
 fn eight_processes_on_two_hosts_never_take_more_than_the_shared_budget_has_left() {
     let cluster = Cluster::start();
-    let endpoints: Vec<String> = cluster.endpoints().split(',').map(str::to_owned).collect();
-    let fleet =
-        worklane_fleet::Fleet::connect(&endpoints, Duration::from_secs(5)).expect("connect");
+    let fleet = connect_to(&cluster.endpoints(), Duration::from_secs(5));
     let token = "ghp_fleet_budget_test_token_not_real";
     let credential = worklane_budget::CredentialKey::of_token(token);
     let now = || {
@@ -407,8 +403,13 @@ fn wall_ms() -> u64 {
 
 /// A connection to `cluster` whose holders' leases are 5 s.
 fn connect(cluster: &Cluster) -> worklane_fleet::Fleet {
-    let endpoints: Vec<String> = cluster.endpoints().split(',').map(str::to_owned).collect();
-    worklane_fleet::Fleet::connect(&endpoints, Duration::from_secs(5)).expect("connect")
+    connect_to(&cluster.endpoints(), Duration::from_secs(5))
+}
+
+/// A connection to `endpoints` (comma-separated) whose holders' leases are `ttl`.
+fn connect_to(endpoints: &str, ttl: Duration) -> worklane_fleet::Fleet {
+    let endpoints: Vec<String> = endpoints.split(',').map(str::to_owned).collect();
+    worklane_fleet::Fleet::connect(&endpoints, ttl).expect("connect")
 }
 
 /// An answer's headers: `remaining` calls left of `core` until an hour from now.
@@ -595,19 +596,79 @@ fn the_fleets_budgets_are_listed_one_per_credential_and_a_connection_says_its_en
     assert_eq!(left, [11, 22]);
 }
 
+/// This process as a holder named `test`.
+fn me() -> worklane_fleet::Holder {
+    worklane_fleet::Holder::this_process("test", "2026-12-07T00:00:00.000Z".into())
+}
+
+/// A place in pool `agents` asked for at once by this process, without waiting.
+fn try_take_now(
+    fleet: &worklane_fleet::Fleet,
+) -> Result<worklane_fleet::Taken, worklane_fleet::Error> {
+    fleet.take(
+        "agents",
+        &me(),
+        worklane_fleet::Wait {
+            timeout: Some(Duration::ZERO),
+            on_wait: &mut |_| {},
+        },
+    )
+}
+
+/// Role `leader` claimed at once by this process, without waiting.
+fn try_claim_now(
+    fleet: &worklane_fleet::Fleet,
+) -> Result<worklane_fleet::Taken, worklane_fleet::Error> {
+    fleet.claim_role(
+        "leader",
+        &me(),
+        worklane_fleet::Wait {
+            timeout: Some(Duration::ZERO),
+            on_wait: &mut |_| {},
+        },
+    )
+}
+
 /// A place in pool `agents` taken at once by this process (a holder named `test`).
 fn take_now(fleet: &worklane_fleet::Fleet) -> worklane_fleet::Taken {
-    let me = worklane_fleet::Holder::this_process("test", "2026-12-07T00:00:00.000Z".into());
-    fleet
-        .take(
-            "agents",
-            &me,
-            worklane_fleet::Wait {
-                timeout: Some(Duration::ZERO),
-                on_wait: &mut |_| {},
-            },
-        )
-        .expect("take at once")
+    try_take_now(fleet).expect("take at once")
+}
+
+/// A free place in pool `agents`, taken at once: held.
+fn held_now(fleet: &worklane_fleet::Fleet) -> Box<worklane_fleet::Hold> {
+    let taken = take_now(fleet);
+    let worklane_fleet::Taken::Held(hold) = taken else {
+        panic!("the free place is taken: {taken:?}")
+    };
+    hold
+}
+
+/// A connection to `cluster` and the one place of pool `agents` (its cap 1), held.
+fn the_one_place(cluster: &Cluster) -> (worklane_fleet::Fleet, Box<worklane_fleet::Hold>) {
+    let fleet = connect(cluster);
+    fleet.set_cap("agents", 1).expect("set cap");
+    let hold = held_now(&fleet);
+    (fleet, hold)
+}
+
+/// Runs `work` with etcd's own client connected to `endpoints` (comma-separated), on a
+/// runtime of its own: what an operator, or another host, does meanwhile.
+fn with_etcd<F, Fut>(endpoints: &str, work: F)
+where
+    F: FnOnce(etcd_client::Client) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let endpoints: Vec<String> = endpoints.split(',').map(str::to_owned).collect();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let client = etcd_client::Client::connect(&endpoints, None)
+            .await
+            .expect("connect");
+        work(client).await;
+    });
 }
 
 /// A place taken in this process says what it holds: its key (the pool's, in etcd's
@@ -617,12 +678,7 @@ fn take_now(fleet: &worklane_fleet::Fleet) -> worklane_fleet::Taken {
 #[test]
 fn a_held_place_says_its_key_epoch_and_ttl_and_its_release_removes_the_key() {
     let mut cluster = Cluster::start();
-    let fleet = connect(&cluster);
-    fleet.set_cap("agents", 1).expect("set cap");
-    let taken = take_now(&fleet);
-    let worklane_fleet::Taken::Held(hold) = taken else {
-        panic!("the free place is taken: {taken:?}")
-    };
+    let (fleet, hold) = the_one_place(&cluster);
     let status = fleet.status("agents").expect("status");
     assert_eq!(status.keys.len(), 1, "{status:?}");
     assert_eq!(
@@ -681,14 +737,9 @@ fn a_held_place_says_its_key_epoch_and_ttl_and_its_release_removes_the_key() {
 #[test]
 fn keepalives_go_at_their_pace_however_often_the_holder_pulses() {
     let cluster = Cluster::start();
-    let endpoints: Vec<String> = cluster.endpoints().split(',').map(str::to_owned).collect();
-    let fleet =
-        worklane_fleet::Fleet::connect(&endpoints, Duration::from_millis(TTL_MS)).expect("connect");
+    let fleet = connect_to(&cluster.endpoints(), Duration::from_millis(TTL_MS));
     fleet.set_cap("agents", 1).expect("set cap");
-    let taken = take_now(&fleet);
-    let worklane_fleet::Taken::Held(mut hold) = taken else {
-        panic!("the free place is taken: {taken:?}")
-    };
+    let mut hold = held_now(&fleet);
     let before = cluster.grpc_messages("LeaseKeepAlive");
     let until = Instant::now() + Duration::from_secs(2);
     let mut pulses = 0;
@@ -711,12 +762,7 @@ fn keepalives_go_at_their_pace_however_often_the_holder_pulses() {
 #[test]
 fn a_place_whose_lease_etcd_revoked_is_lost_at_the_next_keepalive() {
     let cluster = Cluster::start();
-    let fleet = connect(&cluster);
-    fleet.set_cap("agents", 1).expect("set cap");
-    let taken = take_now(&fleet);
-    let worklane_fleet::Taken::Held(mut hold) = taken else {
-        panic!("the free place is taken: {taken:?}")
-    };
+    let (_, mut hold) = the_one_place(&cluster);
     hold.pulse().expect("a first keepalive, confirmed");
     revoke_as_an_operator(&cluster, hold.key());
     // The next keepalive is due within a sixth of the TTL (5 s): a watchdog of 10 s.
@@ -770,9 +816,7 @@ fn signal(h: &HolderProc, sig: rustix::process::Signal) {
 
 /// The keys of `pool` in etcd now (holders and waiters).
 fn pool_keys(cluster: &Cluster, pool: &str) -> usize {
-    let endpoints: Vec<String> = cluster.endpoints().split(',').map(str::to_owned).collect();
-    let fleet =
-        worklane_fleet::Fleet::connect(&endpoints, Duration::from_secs(2)).expect("connect");
+    let fleet = connect_to(&cluster.endpoints(), Duration::from_secs(2));
     fleet.status(pool).expect("status").keys.len()
 }
 
@@ -1152,18 +1196,13 @@ fn a_take_or_claim_whose_answer_was_lost_holds_with_its_own_key_s_epoch() {
     fleet.set_cap("agents", 2).expect("set cap");
     let another = move |cluster_endpoints: String| {
         move || {
-            let endpoints: Vec<String> = cluster_endpoints.split(',').map(str::to_owned).collect();
-            let other = worklane_fleet::Fleet::connect(&endpoints, Duration::from_secs(5))
-                .expect("another host connects");
+            let other = connect_to(&cluster_endpoints, Duration::from_secs(5));
             other.set_cap("elsewhere", 1).expect("another host writes");
         }
     };
     // The answers: the lease's grant (1), the transaction (2).
     fleet.lose_answer(2, another(cluster.endpoints()));
-    let taken = take_now(&fleet);
-    let worklane_fleet::Taken::Held(hold) = taken else {
-        panic!("its own place is held: {taken:?}")
-    };
+    let hold = held_now(&fleet);
     let status = fleet.status("agents").expect("status");
     assert_eq!(status.keys.len(), 1, "one key, put once: {status:?}");
     assert_eq!(hold.key(), status.keys[0].key);
@@ -1173,39 +1212,17 @@ fn a_take_or_claim_whose_answer_was_lost_holds_with_its_own_key_s_epoch() {
         "the epoch is its key's revision, not the later answer's"
     );
 
-    let me = worklane_fleet::Holder::this_process("test", "2026-12-07T00:00:00.000Z".into());
     fleet.lose_answer(2, another(cluster.endpoints()));
-    let claimed = fleet
-        .claim_role(
-            "leader",
-            &me,
-            worklane_fleet::Wait {
-                timeout: Some(Duration::ZERO),
-                on_wait: &mut |_| {},
-            },
-        )
-        .expect("claim");
+    let claimed = try_claim_now(&fleet).expect("claim");
     let worklane_fleet::Taken::Held(role) = claimed else {
         panic!("the role it put is held, not refused by itself: {claimed:?}")
     };
-    let later = fleet
-        .claim_role(
-            "leader",
-            &me,
-            worklane_fleet::Wait {
-                timeout: Some(Duration::ZERO),
-                on_wait: &mut |_| {},
-            },
-        )
-        .expect("claim again");
+    let later = try_claim_now(&fleet).expect("claim again");
     let worklane_fleet::Taken::Refused(worklane_fleet::Refusal::RoleHeld { .. }) = later else {
         panic!("the role is still held, by the first claim: {later:?}")
     };
     // The writes after the role's put: the other host's (one revision), then this take's.
-    let next = take_now(&fleet);
-    let worklane_fleet::Taken::Held(next) = next else {
-        panic!("the second place is free: {next:?}")
-    };
+    let next = held_now(&fleet);
     assert_eq!(
         role.epoch(),
         next.epoch() - 2,
@@ -1217,15 +1234,7 @@ fn a_take_or_claim_whose_answer_was_lost_holds_with_its_own_key_s_epoch() {
 
 /// Revokes the lease of `key` by etcd's own client, as an operator would.
 fn revoke_as_an_operator(cluster: &Cluster, key: &str) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let endpoints: Vec<String> = cluster.endpoints().split(',').map(str::to_owned).collect();
-    runtime.block_on(async {
-        let mut client = etcd_client::Client::connect(&endpoints, None)
-            .await
-            .expect("connect");
+    with_etcd(&cluster.endpoints(), |mut client| async move {
         let got = client.get(key, None).await.expect("get");
         let lease = got.kvs().first().expect("the key").lease();
         client.lease_revoke(lease).await.expect("revoke");
@@ -1239,12 +1248,7 @@ fn revoke_as_an_operator(cluster: &Cluster, key: &str) {
 #[test]
 fn a_place_revoked_before_its_first_keepalive_is_lost_at_that_keepalive() {
     let cluster = Cluster::start();
-    let fleet = connect(&cluster);
-    fleet.set_cap("agents", 1).expect("set cap");
-    let taken = take_now(&fleet);
-    let worklane_fleet::Taken::Held(mut hold) = taken else {
-        panic!("the free place is taken: {taken:?}")
-    };
+    let (_, mut hold) = the_one_place(&cluster);
     revoke_as_an_operator(&cluster, hold.key());
     for pulse in 0..2 {
         let lost = hold.pulse().expect_err("etcd says the lease is gone");
@@ -1263,12 +1267,7 @@ fn a_place_revoked_before_its_first_keepalive_is_lost_at_that_keepalive() {
 #[test]
 fn a_keepalive_unanswered_past_half_the_ttl_gives_the_place_up_at_once() {
     let cluster = Cluster::start();
-    let fleet = connect(&cluster);
-    fleet.set_cap("agents", 1).expect("set cap");
-    let taken = take_now(&fleet);
-    let worklane_fleet::Taken::Held(mut hold) = taken else {
-        panic!("the free place is taken: {taken:?}")
-    };
+    let (_, mut hold) = the_one_place(&cluster);
     hold.pulse().expect("a keepalive");
     // Later than the last confirmed keepalive was sent (at the latest, that pulse's start).
     let confirmed = Instant::now();
@@ -1303,12 +1302,7 @@ fn a_keepalive_unanswered_past_half_the_ttl_gives_the_place_up_at_once() {
 #[test]
 fn a_release_whose_answer_was_lost_is_released() {
     let cluster = Cluster::start();
-    let fleet = connect(&cluster);
-    fleet.set_cap("agents", 1).expect("set cap");
-    let taken = take_now(&fleet);
-    let worklane_fleet::Taken::Held(hold) = taken else {
-        panic!("the free place is taken: {taken:?}")
-    };
+    let (fleet, hold) = the_one_place(&cluster);
     let revokes = cluster.grpc_calls("LeaseRevoke");
     fleet.lose_answer(1, || {});
     hold.release().expect("released: the lease is gone");
@@ -1326,21 +1320,10 @@ fn a_release_whose_answer_was_lost_is_released() {
 #[test]
 fn a_request_etcd_refuses_fails_at_once_saying_so() {
     let cluster = Cluster::start();
-    let endpoints: Vec<String> = cluster.endpoints().split(',').map(str::to_owned).collect();
-    let fleet = worklane_fleet::Fleet::connect(&endpoints, Duration::from_secs(10_000_000_000))
-        .expect("connect");
+    let fleet = connect_to(&cluster.endpoints(), Duration::from_secs(10_000_000_000));
     fleet.set_cap("agents", 1).expect("set cap");
     let grants = cluster.grpc_calls("LeaseGrant");
-    let refused = fleet
-        .take(
-            "agents",
-            &worklane_fleet::Holder::this_process("test", "2026-12-07T00:00:00.000Z".into()),
-            worklane_fleet::Wait {
-                timeout: Some(Duration::ZERO),
-                on_wait: &mut |_| {},
-            },
-        )
-        .expect_err("etcd grants no such lease");
+    let refused = try_take_now(&fleet).expect_err("etcd grants no such lease");
     assert_eq!(cluster.grpc_calls("LeaseGrant") - grants, 1, "asked once");
     let said = format!(
         "{refused}: {}",
@@ -1357,25 +1340,15 @@ static EXPIRE_AT_GRANT: std::sync::OnceLock<String> = std::sync::OnceLock::new()
 /// Revokes every lease in the cluster named by [`EXPIRE_AT_GRANT`]: a lease that expires
 /// between its grant and its use (the taker stopped past its TTL there).
 fn expire_every_lease() {
-    let endpoints: Vec<String> = EXPIRE_AT_GRANT
-        .get()
-        .expect("the cluster")
-        .split(',')
-        .map(str::to_owned)
-        .collect();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async {
-        let mut client = etcd_client::Client::connect(&endpoints, None)
-            .await
-            .expect("connect");
-        let leases = client.leases().await.expect("leases");
-        for lease in leases.leases() {
-            client.lease_revoke(lease.id()).await.expect("revoke");
-        }
-    });
+    with_etcd(
+        EXPIRE_AT_GRANT.get().expect("the cluster"),
+        |mut client| async move {
+            let leases = client.leases().await.expect("leases");
+            for lease in leases.leases() {
+                client.lease_revoke(lease.id()).await.expect("revoke");
+            }
+        },
+    );
 }
 
 /// A take or claim whose lease is gone before its put (the taker stopped past its TTL
@@ -1390,28 +1363,9 @@ fn a_take_whose_lease_expired_before_its_put_is_given_up_at_once() {
     let fleet = connect(&cluster);
     fleet.set_cap("agents", 1).expect("set cap");
     let fleet = fleet.with_after_grant(expire_every_lease);
-    let me = worklane_fleet::Holder::this_process("test", "2026-12-07T00:00:00.000Z".into());
     let txns = cluster.grpc_calls("Txn");
-    let taken = fleet
-        .take(
-            "agents",
-            &me,
-            worklane_fleet::Wait {
-                timeout: Some(Duration::ZERO),
-                on_wait: &mut |_| {},
-            },
-        )
-        .expect_err("its lease is gone");
-    let claimed = fleet
-        .claim_role(
-            "leader",
-            &me,
-            worklane_fleet::Wait {
-                timeout: Some(Duration::ZERO),
-                on_wait: &mut |_| {},
-            },
-        )
-        .expect_err("its lease is gone");
+    let taken = try_take_now(&fleet).expect_err("its lease is gone");
+    let claimed = try_claim_now(&fleet).expect_err("its lease is gone");
     for given_up in [taken, claimed] {
         assert!(
             matches!(
@@ -1435,34 +1389,24 @@ fn fill_the_database() {
 /// Raises or clears the "no space" alarm of a member of the cluster named by
 /// [`FULL_AT_GRANT`].
 fn database_alarm(action: etcd_client::AlarmAction) {
-    let endpoints: Vec<String> = FULL_AT_GRANT
-        .get()
-        .expect("the cluster")
-        .split(',')
-        .map(str::to_owned)
-        .collect();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async {
-        let mut client = etcd_client::Client::connect(&endpoints, None)
-            .await
-            .expect("connect");
-        let member = client
-            .status()
-            .await
-            .expect("status")
-            .header()
-            .expect("a header")
-            .member_id();
-        let mut options = etcd_client::AlarmOptions::new();
-        options.with_member(member);
-        client
-            .alarm(action, etcd_client::AlarmType::Nospace, Some(options))
-            .await
-            .expect("raise or clear the alarm");
-    });
+    with_etcd(
+        FULL_AT_GRANT.get().expect("the cluster"),
+        |mut client| async move {
+            let member = client
+                .status()
+                .await
+                .expect("status")
+                .header()
+                .expect("a header")
+                .member_id();
+            let mut options = etcd_client::AlarmOptions::new();
+            options.with_member(member);
+            client
+                .alarm(action, etcd_client::AlarmType::Nospace, Some(options))
+                .await
+                .expect("raise or clear the alarm");
+        },
+    );
 }
 
 /// A take or claim whose put etcd refuses for another reason than its lease (a database
@@ -1476,29 +1420,10 @@ fn a_put_refused_for_a_full_database_is_an_error_naming_it_not_a_lost_lease() {
     let fleet = connect(&cluster);
     fleet.set_cap("agents", 1).expect("set cap");
     let fleet = fleet.with_after_grant(fill_the_database);
-    let me = worklane_fleet::Holder::this_process("test", "2026-12-07T00:00:00.000Z".into());
-    let taken = fleet
-        .take(
-            "agents",
-            &me,
-            worklane_fleet::Wait {
-                timeout: Some(Duration::ZERO),
-                on_wait: &mut |_| {},
-            },
-        )
-        .expect_err("the database is full");
+    let taken = try_take_now(&fleet).expect_err("the database is full");
     // Cleared, so that the claim's grant goes through and its put meets the alarm again.
     database_alarm(etcd_client::AlarmAction::Deactivate);
-    let claimed = fleet
-        .claim_role(
-            "leader",
-            &me,
-            worklane_fleet::Wait {
-                timeout: Some(Duration::ZERO),
-                on_wait: &mut |_| {},
-            },
-        )
-        .expect_err("the database is full");
+    let claimed = try_claim_now(&fleet).expect_err("the database is full");
     for refused in [taken, claimed] {
         let worklane_fleet::Error::Unavailable(refused) = refused else {
             panic!("etcd refused the put, no lease was lost: {refused:?}")

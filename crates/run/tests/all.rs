@@ -51,6 +51,17 @@ impl Site {
 
     /// `run-holder slot OPTIONS -- COMMAND`, as [`Site::build`].
     fn build_of(&self, options: &[&str], command: &[&str]) -> Holder {
+        self.build_in(options, command, &[])
+    }
+
+    /// [`Site::build_of`] with variables of its own in the supervisor's environment (and so
+    /// in its command's), as `TMPDIR`.
+    fn build_in(
+        &self,
+        options: &[&str],
+        command: &[&str],
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> Holder {
         let mut args = vec!["slot"];
         args.extend_from_slice(options);
         let mut cmd = self.holder_command(&args);
@@ -58,6 +69,7 @@ impl Site {
             .args(command)
             .env("T", self.temp.path())
             .env("CTR", self.path("counter"))
+            .envs(env.iter().copied())
             .current_dir(self.temp.path())
             .stdin(Stdio::null());
         Holder::start(&mut cmd)

@@ -304,15 +304,11 @@ fn a_build_that_outlived_its_killed_supervisor_keeps_its_fifo_through_another_bu
         while [ ! -e "$T/release" ]; do sleep 0.02; done
     "#;
     let build = |options: &[&str], script: &str| {
-        let mut args = vec!["slot"];
-        args.extend_from_slice(options);
-        let mut cmd = site.holder_command(&args);
-        cmd.args(["--", "sh", "-c", script])
-            .env("T", site.temp.path())
-            .env("TMPDIR", &tmp)
-            .current_dir(site.temp.path())
-            .stdin(Stdio::null());
-        Holder::start(&mut cmd)
+        site.build_in(
+            options,
+            &["sh", "-c", script],
+            &[("TMPDIR", tmp.as_os_str())],
+        )
     };
     let mut first = build(&["--jobs", "--jobs-style=fifo"], client);
     assert_eq!(first.line(), "held agent-0.lock");
